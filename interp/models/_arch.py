@@ -1,0 +1,133 @@
+"""ArchInfo: the shape and block structure of a model, read off its Hugging Face config.
+
+interp supports four block families (DESIGN.md, "Math"):
+
+* pre-norm LayerNorm (GPT-2):            x_mid = x + Attn(N1(x));  x_out = x_mid + MLP(N2(x_mid))
+* pre-norm RMSNorm + GQA + RoPE (Llama): same, N = RMSNorm, KV heads shared by groups of query heads
+* parallel attention + MLP (GPT-NeoX):   x_out = x + Attn(N1(x)) + MLP(N2(x))
+* post-norm LayerNorm encoder (BERT):    x_mid = N1(x + Attn(x));  x_out = N2(x_mid + MLP(x_mid))
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from interp.errors import UnsupportedArchitectureError
+
+__all__ = ["ArchInfo", "SUPPORTED_FAMILIES", "arch_from_hf_config"]
+
+#: HF ``model_type`` -> interp family name.
+SUPPORTED_FAMILIES: dict[str, str] = {
+    "gpt2": "gpt2",
+    "llama": "llama",
+    "gpt_neox": "gpt_neox",
+    "bert": "bert",
+}
+
+
+@dataclass(frozen=True)
+class ArchInfo:
+    """What a model is, in the terms the decompositions need.
+
+    ``family`` is the block family (one of :data:`SUPPORTED_FAMILIES`' values);
+    ``norm_eps`` the norms' epsilon; ``has_unembed`` is False for encoders analysed
+    through their hidden state (MiniLM); ``compatibility_mode`` is True only if the
+    bridge folded norms / centred weights (interp never does: weights are raw HF).
+    """
+
+    name: str
+    family: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_model: int
+    d_head: int
+    d_mlp: int
+    d_vocab: int
+    n_ctx: int
+    norm: Literal["layernorm", "rmsnorm"]
+    norm_placement: Literal["pre", "post"]
+    parallel_attn_mlp: bool
+    positional: Literal["learned", "rotary", "none"]
+    causal: bool
+    norm_eps: float
+    gated_mlp: bool
+    act_fn: str
+    has_unembed: bool
+    rotary_dim: int = 0
+    compatibility_mode: bool = False
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per KV head (1 without GQA)."""
+        return self.n_heads // self.n_kv_heads
+
+    def kv_head(self, head: int) -> int:
+        """The KV head that query head ``head`` reads: h // (n_heads / n_kv_heads)."""
+        return head // self.group_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def arch_from_hf_config(config: Any, *, name: str, has_unembed: bool = True) -> ArchInfo:
+    """Build an :class:`ArchInfo` from a ``transformers`` config, or refuse the architecture."""
+    model_type = getattr(config, "model_type", None)
+    family = SUPPORTED_FAMILIES.get(model_type)
+    if family is None:
+        raise UnsupportedArchitectureError(
+            f"model {name!r} has architecture model_type={model_type!r}; interp supports "
+            f"{sorted(SUPPORTED_FAMILIES)} (pre-norm LayerNorm, pre-norm RMSNorm+GQA+RoPE, "
+            "parallel attn/MLP, post-norm encoder)"
+        )
+    if family == "gpt2":
+        d_model, n_heads = config.n_embd, config.n_head
+        return ArchInfo(
+            name=name, family=family, n_layers=config.n_layer, n_heads=n_heads,
+            n_kv_heads=n_heads, d_model=d_model, d_head=d_model // n_heads,
+            d_mlp=config.n_inner or 4 * d_model, d_vocab=config.vocab_size,
+            n_ctx=config.n_positions, norm="layernorm", norm_placement="pre",
+            parallel_attn_mlp=False, positional="learned", causal=True,
+            norm_eps=config.layer_norm_epsilon, gated_mlp=False,
+            act_fn=config.activation_function, has_unembed=has_unembed,
+        )
+    if family == "llama":
+        n_heads = config.num_attention_heads
+        d_head = getattr(config, "head_dim", None) or config.hidden_size // n_heads
+        return ArchInfo(
+            name=name, family=family, n_layers=config.num_hidden_layers, n_heads=n_heads,
+            n_kv_heads=config.num_key_value_heads or n_heads, d_model=config.hidden_size,
+            d_head=d_head, d_mlp=config.intermediate_size, d_vocab=config.vocab_size,
+            n_ctx=config.max_position_embeddings, norm="rmsnorm", norm_placement="pre",
+            parallel_attn_mlp=False, positional="rotary", causal=True,
+            norm_eps=config.rms_norm_eps, gated_mlp=True, act_fn=config.hidden_act,
+            has_unembed=has_unembed, rotary_dim=d_head,
+        )
+    if family == "gpt_neox":
+        n_heads = config.num_attention_heads
+        d_head = config.hidden_size // n_heads
+        rotary_pct = getattr(config, "rotary_pct", None)
+        if rotary_pct is None:
+            rotary_pct = (getattr(config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)
+        return ArchInfo(
+            name=name, family=family, n_layers=config.num_hidden_layers, n_heads=n_heads,
+            n_kv_heads=n_heads, d_model=config.hidden_size, d_head=d_head,
+            d_mlp=config.intermediate_size, d_vocab=config.vocab_size,
+            n_ctx=config.max_position_embeddings, norm="layernorm", norm_placement="pre",
+            parallel_attn_mlp=bool(config.use_parallel_residual), positional="rotary",
+            causal=True, norm_eps=config.layer_norm_eps, gated_mlp=False,
+            act_fn=config.hidden_act, has_unembed=has_unembed,
+            rotary_dim=int(d_head * rotary_pct),
+        )
+    # bert
+    n_heads = config.num_attention_heads
+    return ArchInfo(
+        name=name, family=family, n_layers=config.num_hidden_layers, n_heads=n_heads,
+        n_kv_heads=n_heads, d_model=config.hidden_size, d_head=config.hidden_size // n_heads,
+        d_mlp=config.intermediate_size, d_vocab=config.vocab_size,
+        n_ctx=config.max_position_embeddings, norm="layernorm", norm_placement="post",
+        parallel_attn_mlp=False, positional="learned", causal=False,
+        norm_eps=config.layer_norm_eps, gated_mlp=False, act_fn=config.hidden_act,
+        has_unembed=has_unembed,
+    )

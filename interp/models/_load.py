@@ -1,0 +1,204 @@
+"""load_model: catalog names, local HF folders, local .gguf files and hub ids -> Model.
+
+Steps: (1) validate device/dtype; (2) resolve the name to an HF module + tokenizer (catalog,
+path, GGUF through the safetensors cache, or the hub); (3) read ArchInfo and the raw weights;
+(4) wrap the module in a transformer-lens ``TransformerBridge`` (raw HF numerics: interp never
+enables compatibility mode, so the bridge's logits are the HF model's).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import torch
+
+from interp.errors import (
+    ArgumentError,
+    ModelLoadError,
+    ModelNotFoundError,
+    OfflineError,
+    UnsupportedArchitectureError,
+)
+from interp.models._arch import SUPPORTED_FAMILIES, arch_from_hf_config
+from interp.models._catalog import catalog_entry, catalog_names, default_cache_dir, unknown_model_error
+from interp.models._gguf import load_gguf_cached
+from interp.models._model import Model
+from interp.models._weights import weights_from_hf
+
+__all__ = ["load_model", "model_from_hf"]
+
+log = logging.getLogger(__name__)
+
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _check_device(device: Union[str, torch.device]) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ArgumentError(f"device={device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:0', 'mps'") from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ArgumentError(f"device={device!r} cannot be honoured: torch.cuda.is_available() is False; use 'cpu'")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ArgumentError(f"device={device!r} cannot be honoured: only {torch.cuda.device_count()} CUDA devices")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ArgumentError(f"device={device!r} cannot be honoured: MPS is not available; use 'cpu'")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ArgumentError(f"device={device!r} is not supported; use 'cpu', 'cuda[:N]' or 'mps'")
+    return dev
+
+
+def _check_dtype(dtype: Any) -> torch.dtype:
+    if dtype not in _DTYPES:
+        raise ArgumentError(f"dtype={dtype!r} is not supported; use one of {[str(d) for d in _DTYPES]}")
+    return dtype
+
+
+def _is_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
+def _hf_class(config: Any) -> Any:
+    import transformers
+
+    if getattr(config, "model_type", None) == "bert":
+        return transformers.BertForMaskedLM
+    return transformers.AutoModelForCausalLM
+
+
+def _has_mlm_head(path_or_id: str, config: Any) -> bool:
+    """Whether a BERT checkpoint carries its own MLM head (MiniLM does not)."""
+    if getattr(config, "model_type", None) != "bert":
+        return True
+    p = Path(path_or_id)
+    st = p / "model.safetensors"
+    if st.is_file():
+        from safetensors import safe_open
+
+        with safe_open(str(st), framework="pt") as f:
+            return any(k.startswith("cls.predictions") for k in f.keys())
+    return "BertForMaskedLM" in (getattr(config, "architectures", None) or [])
+
+
+def _load_hf(path_or_id: str, dtype: torch.dtype, trust_remote_code: bool) -> tuple[Any, Any, bool]:
+    import transformers
+
+    try:
+        config = transformers.AutoConfig.from_pretrained(path_or_id, trust_remote_code=trust_remote_code)
+    except ValueError as e:
+        raise UnsupportedArchitectureError(
+            f"name_or_path={path_or_id!r}: {e}; interp supports model types {sorted(SUPPORTED_FAMILIES)}"
+        ) from e
+    if getattr(config, "model_type", None) not in SUPPORTED_FAMILIES:
+        arch_from_hf_config(config, name=path_or_id)  # raises UnsupportedArchitectureError
+    has_head = _has_mlm_head(path_or_id, config)
+    try:
+        model = _hf_class(config).from_pretrained(
+            path_or_id, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="eager"
+        )
+        tokenizer = transformers.AutoTokenizer.from_pretrained(path_or_id, trust_remote_code=trust_remote_code)
+    except OSError:
+        raise
+    except Exception as e:
+        raise ModelLoadError(f"name_or_path={path_or_id!r} could not be loaded ({type(e).__name__}: {e})") from e
+    if not has_head:
+        # No MLM head in the checkpoint: zero the randomly initialised one so nothing random
+        # can leak into an analysis (logit-based analyses refuse the model anyway).
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.startswith("cls."):
+                    p.zero_()
+    return model, tokenizer, has_head
+
+
+def model_from_hf(
+    hf_model: Any,
+    tokenizer: Any,
+    *,
+    name: str,
+    device: Union[str, torch.device] = "cpu",
+    dtype: torch.dtype = torch.float32,
+    has_unembed: bool = True,
+    source: str = "",
+) -> Model:
+    """Wrap an already-loaded HF model of a supported family in a bridge and read its weights."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    dev, dtype = _check_device(device), _check_dtype(dtype)
+    arch = arch_from_hf_config(hf_model.config, name=name, has_unembed=has_unembed)
+    hf_model = hf_model.to(device=dev, dtype=dtype).eval()
+    weights = weights_from_hf(hf_model, arch)  # before booting: the bridge re-parents modules
+    bridge = TransformerBridge.boot_transformers(
+        f"interp/{name}", hf_model=hf_model, tokenizer=tokenizer, device=dev, dtype=dtype
+    )
+    bridge.eval()
+    return Model(
+        name=name, bridge=bridge, tokenizer=bridge.tokenizer, arch=arch, weights=weights,
+        source=source, prepend_bos=arch.causal and bridge.tokenizer is not None and bridge.tokenizer.bos_token is not None,
+    )
+
+
+def load_model(
+    name_or_path: Union[str, os.PathLike],
+    *,
+    device: Union[str, torch.device] = "cpu",
+    dtype: torch.dtype = torch.float32,
+    cache_dir: Optional[Union[str, os.PathLike]] = None,
+    trust_remote_code: bool = False,
+) -> Model:
+    """Load a model by catalog name, local HF folder, local ``.gguf`` file or hub id.
+
+    Catalog models (``interp.list_models()``) load offline from their PyPI packages; GGUF files
+    are dequantized once and cached as safetensors under ``cache_dir`` (default
+    ``$INTERP_CACHE`` or ``~/.cache/interp``). Remote code runs only with ``trust_remote_code=True``.
+    """
+    if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
+        raise ArgumentError(f"name_or_path={name_or_path!r} must be a non-empty string or path")
+    _check_device(device)
+    _check_dtype(dtype)
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    name = str(name_or_path)
+
+    entry = catalog_entry(name) if isinstance(name_or_path, str) else None
+    if entry is not None:
+        path = entry.path()  # MissingPackageError names the pip command
+        if entry.kind == "gguf":
+            hf, tok, _ = load_gguf_cached(path, cache / "gguf", torch.float32)
+            return model_from_hf(hf, tok, name=entry.name, device=device, dtype=dtype, source=str(path))
+        if entry.kind == "toy":
+            from interp.toy import load_toy  # the toy package owns its format
+
+            return load_toy(path, name=entry.name, device=device, dtype=dtype)
+        hf, tok, has_head = _load_hf(str(path), torch.float32, trust_remote_code)
+        return model_from_hf(hf, tok, name=entry.name, device=device, dtype=dtype,
+                             has_unembed=has_head, source=str(path))
+
+    path = Path(name).expanduser()
+    if path.suffix == ".gguf":
+        if not path.exists():
+            raise ModelNotFoundError(f"name_or_path={name!r}: no such .gguf file")
+        hf, tok, _ = load_gguf_cached(path, cache / "gguf", torch.float32)
+        return model_from_hf(hf, tok, name=path.stem, device=device, dtype=dtype, source=str(path))
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"name_or_path={name!r} is a folder without config.json; expected a Hugging Face model folder")
+        hf, tok, has_head = _load_hf(str(path), torch.float32, trust_remote_code)
+        return model_from_hf(hf, tok, name=path.name, device=device, dtype=dtype, has_unembed=has_head, source=str(path))
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise unknown_model_error(name)  # a path that does not exist, not a hub id
+
+    # A hub id.
+    try:
+        hf, tok, has_head = _load_hf(name, torch.float32, trust_remote_code)
+    except OSError as e:
+        if _is_offline() or "connect" in str(e).lower() or "offline" in str(e).lower():
+            raise OfflineError(
+                f"name_or_path={name!r} looks like a Hugging Face hub id, but the hub is not reachable "
+                f"(offline) and it is not in the local HF cache; pass a local folder or .gguf path, "
+                f"or a catalog name ({', '.join(catalog_names())})"
+            ) from e
+        raise unknown_model_error(name) from e
+    return model_from_hf(hf, tok, name=name, device=device, dtype=dtype, has_unembed=has_head, source=f"hub:{name}")

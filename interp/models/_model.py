@@ -1,0 +1,80 @@
+"""Model: a loaded transformer as interp sees it — bridge, tokenizer, ArchInfo, frozen weights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence, Union
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from interp.errors import ArgumentError, UnsupportedOperationError
+from interp.models._arch import ArchInfo
+from interp.models._weights import Weights
+
+__all__ = ["Model"]
+
+
+@dataclass(frozen=True, eq=False)
+class Model:
+    """A loaded model.
+
+    ``bridge`` is the transformer-lens ``TransformerBridge`` used for every forward pass (and
+    its hook points); ``weights`` are the model's own (unfolded) weights in TL layout, which
+    the pure weight maths in :mod:`interp.circuits` reads; ``arch`` says which block family
+    the decompositions must follow. ``source`` records where the weights came from.
+    """
+
+    name: str
+    bridge: Any
+    tokenizer: Any
+    arch: ArchInfo
+    weights: Weights
+    source: str = ""
+    prepend_bos: bool = field(default=True)
+
+    @property
+    def device(self) -> torch.device:
+        return self.weights.W_E.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weights.W_E.dtype
+
+    def _need_tokenizer(self) -> Any:
+        if self.tokenizer is None:
+            raise UnsupportedOperationError(
+                f"model {self.name!r} has no tokenizer; pass token ids (an int tensor [batch, pos]) instead of text"
+            )
+        return self.tokenizer
+
+    def to_tokens(self, text: Union[str, Sequence[str]]) -> Int[Tensor, "batch pos"]:
+        """Token ids as the bridge tokenises them (BOS prepended for decoders; [CLS]/[SEP] for BERT).
+
+        A list of strings is right-padded with the tokenizer's pad token; use
+        :func:`interp.stream.tokenize` to also get the attention mask.
+        """
+        from interp.stream._inputs import tokenize  # local: stream depends on models, not vice versa
+
+        return tokenize(self, text).tokens
+
+    def to_str_tokens(self, tokens: Union[str, Tensor, Sequence[int]]) -> list[str] | list[list[str]]:
+        """Each token id as its string; a [batch, pos] tensor gives one list per row."""
+        tok = self._need_tokenizer()
+        if isinstance(tokens, str):
+            tokens = self.to_tokens(tokens)[0]
+        t = torch.as_tensor(tokens)
+        if t.ndim == 2:
+            return [[tok.decode([int(i)]) for i in row] for row in t]
+        if t.ndim != 1:
+            raise ArgumentError(f"tokens must be 1-D or 2-D token ids, got shape {tuple(t.shape)}")
+        return [tok.decode([int(i)]) for i in t]
+
+    def __repr__(self) -> str:
+        a = self.arch
+        return (
+            f"Model({self.name!r}: {a.family}, {a.n_layers} layers, {a.n_heads} heads"
+            f"{f' ({a.n_kv_heads} KV)' if a.n_kv_heads != a.n_heads else ''}, d_model={a.d_model}, "
+            f"{a.norm_placement}-norm {a.norm}, device={self.device}, dtype={self.dtype})"
+        )

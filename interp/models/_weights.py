@@ -1,0 +1,242 @@
+"""Frozen per-layer weights in TransformerLens's layout, read straight from the HF module.
+
+Row-vector convention (TL): a head's query is q = x W_Q + b_Q, its write is z W_O, so
+
+    W_Q [n_layers, n_heads, d_model, d_head]     W_K, W_V [n_layers, n_kv_heads, d_model, d_head]
+    W_O [n_layers, n_heads, d_head, d_model]     W_in [n_layers, d_model, d_mlp]
+    W_out [n_layers, d_mlp, d_model]             W_U [d_model, d_vocab]
+
+K and V keep their ``n_kv_heads`` (GQA is not expanded: query head h reads KV head
+``arch.kv_head(h)``). Norm gains/biases are kept unfolded: these are the model's own weights,
+not TransformerLens's folded "compatibility mode" ones. Tensors are detached copies, so
+nothing here holds the model or its autograd graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Optional
+
+import einops
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from interp.models._arch import ArchInfo
+
+__all__ = ["Weights", "weights_from_hf"]
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Stacked weights of one model (see module docstring for shapes). Optional ones are None."""
+
+    W_E: Float[Tensor, "d_vocab d_model"]
+    W_pos: Optional[Float[Tensor, "n_ctx d_model"]]
+    W_type: Optional[Float[Tensor, "n_types d_model"]]
+    W_Q: Float[Tensor, "n_layers n_heads d_model d_head"]
+    W_K: Float[Tensor, "n_layers n_kv_heads d_model d_head"]
+    W_V: Float[Tensor, "n_layers n_kv_heads d_model d_head"]
+    W_O: Float[Tensor, "n_layers n_heads d_head d_model"]
+    b_Q: Float[Tensor, "n_layers n_heads d_head"]
+    b_K: Float[Tensor, "n_layers n_kv_heads d_head"]
+    b_V: Float[Tensor, "n_layers n_kv_heads d_head"]
+    b_O: Float[Tensor, "n_layers d_model"]
+    W_in: Float[Tensor, "n_layers d_model d_mlp"]
+    W_gate: Optional[Float[Tensor, "n_layers d_model d_mlp"]]
+    b_in: Float[Tensor, "n_layers d_mlp"]
+    W_out: Float[Tensor, "n_layers d_mlp d_model"]
+    b_out: Float[Tensor, "n_layers d_model"]
+    ln1_w: Float[Tensor, "n_layers d_model"]
+    ln1_b: Float[Tensor, "n_layers d_model"]
+    ln2_w: Float[Tensor, "n_layers d_model"]
+    ln2_b: Float[Tensor, "n_layers d_model"]
+    lnf_w: Optional[Float[Tensor, "d_model"]]
+    lnf_b: Optional[Float[Tensor, "d_model"]]
+    W_U: Optional[Float[Tensor, "d_model d_vocab"]]
+    b_U: Optional[Float[Tensor, "d_vocab"]]
+    ln_emb_w: Optional[Float[Tensor, "d_model"]] = None  # post-norm encoders' embedding norm
+    ln_emb_b: Optional[Float[Tensor, "d_model"]] = None
+
+    def to(self, device: Any = None, dtype: Any = None) -> "Weights":
+        """A copy with every tensor moved/cast."""
+        moved = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            moved[f.name] = None if v is None else v.to(device=device, dtype=dtype)
+        return Weights(**moved)
+
+    def with_updates(self, **updates: Any) -> "Weights":
+        """A copy with some fields replaced (used by basis rotation)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(updates)
+        return Weights(**values)
+
+
+def _t(x: Tensor) -> Tensor:
+    return x.detach().clone()
+
+
+def _zeros_like_bias(n_layers: int, *shape: int, ref: Tensor) -> Tensor:
+    return torch.zeros(n_layers, *shape, dtype=ref.dtype, device=ref.device)
+
+
+def _split_heads_in(w: Tensor, n: int) -> Tensor:
+    """HF Linear weight [n*d_head, d_model] (y = x Wᵀ) -> TL [n, d_model, d_head]."""
+    return einops.rearrange(w, "(n h) m -> n m h", n=n)
+
+
+def _split_heads_out(w: Tensor, n: int) -> Tensor:
+    """HF Linear weight [d_model, n*d_head] -> TL W_O [n, d_head, d_model]."""
+    return einops.rearrange(w, "m (n h) -> n h m", n=n)
+
+
+def weights_from_hf(hf_model: torch.nn.Module, arch: ArchInfo) -> Weights:
+    """Read the weights of a loaded HF model of a supported family into TL layout."""
+    sd = {k: v for k, v in hf_model.state_dict().items()}
+    builder = {"gpt2": _gpt2, "llama": _llama, "gpt_neox": _neox, "bert": _bert}[arch.family]
+    per_layer, glob = builder(sd, arch)
+    stacked = {k: torch.stack(v) for k, v in per_layer.items()}
+    return Weights(**stacked, **glob)
+
+
+def _collect(n_layers: int, fn) -> dict[str, list[Tensor]]:
+    out: dict[str, list[Tensor]] = {}
+    for layer in range(n_layers):
+        for k, v in fn(layer).items():
+            out.setdefault(k, []).append(_t(v))
+    return out
+
+
+def _gpt2(sd: dict[str, Tensor], a: ArchInfo):
+    p = "transformer." if "transformer.wte.weight" in sd else ""
+    H, dh = a.n_heads, a.d_head
+
+    def layer(l: int) -> dict[str, Tensor]:
+        b = f"{p}h.{l}."
+        W_qkv = sd[b + "attn.c_attn.weight"]  # Conv1D: y = x W, W [d_model, 3*d_model]
+        b_qkv = sd[b + "attn.c_attn.bias"]
+        Wq, Wk, Wv = W_qkv.split(a.d_model, dim=1)
+        bq, bk, bv = b_qkv.split(a.d_model)
+        heads_in = lambda w: einops.rearrange(w, "m (n h) -> n m h", n=H)
+        return {
+            "W_Q": heads_in(Wq), "W_K": heads_in(Wk), "W_V": heads_in(Wv),
+            "b_Q": bq.reshape(H, dh), "b_K": bk.reshape(H, dh), "b_V": bv.reshape(H, dh),
+            "W_O": einops.rearrange(sd[b + "attn.c_proj.weight"], "(n h) m -> n h m", n=H),
+            "b_O": sd[b + "attn.c_proj.bias"],
+            "W_in": sd[b + "mlp.c_fc.weight"], "b_in": sd[b + "mlp.c_fc.bias"],
+            "W_out": sd[b + "mlp.c_proj.weight"], "b_out": sd[b + "mlp.c_proj.bias"],
+            "ln1_w": sd[b + "ln_1.weight"], "ln1_b": sd[b + "ln_1.bias"],
+            "ln2_w": sd[b + "ln_2.weight"], "ln2_b": sd[b + "ln_2.bias"],
+        }
+
+    per = _collect(a.n_layers, layer)
+    W_E = _t(sd[p + "wte.weight"])
+    W_U = _t(sd["lm_head.weight"]).T.contiguous() if "lm_head.weight" in sd else W_E.T.contiguous()
+    glob = dict(
+        W_E=W_E, W_pos=_t(sd[p + "wpe.weight"]), W_type=None, W_gate=None,
+        lnf_w=_t(sd[p + "ln_f.weight"]), lnf_b=_t(sd[p + "ln_f.bias"]),
+        W_U=W_U, b_U=torch.zeros(a.d_vocab, dtype=W_E.dtype, device=W_E.device),
+    )
+    return per, glob
+
+
+def _llama(sd: dict[str, Tensor], a: ArchInfo):
+    H, Hkv, dh = a.n_heads, a.n_kv_heads, a.d_head
+
+    def bias(key: str, n: int, ref: Tensor) -> Tensor:
+        return sd[key].reshape(n, dh) if key in sd else torch.zeros(n, dh, dtype=ref.dtype, device=ref.device)
+
+    def layer(l: int) -> dict[str, Tensor]:
+        b = f"model.layers.{l}."
+        wq = sd[b + "self_attn.q_proj.weight"]
+        o = sd[b + "self_attn.o_proj.weight"]
+        zeros_d = torch.zeros(a.d_model, dtype=wq.dtype, device=wq.device)
+        return {
+            "W_Q": _split_heads_in(wq, H),
+            "W_K": _split_heads_in(sd[b + "self_attn.k_proj.weight"], Hkv),
+            "W_V": _split_heads_in(sd[b + "self_attn.v_proj.weight"], Hkv),
+            "b_Q": bias(b + "self_attn.q_proj.bias", H, wq),
+            "b_K": bias(b + "self_attn.k_proj.bias", Hkv, wq),
+            "b_V": bias(b + "self_attn.v_proj.bias", Hkv, wq),
+            "W_O": _split_heads_out(o, H),
+            "b_O": sd.get(b + "self_attn.o_proj.bias", zeros_d),
+            "W_in": sd[b + "mlp.up_proj.weight"].T, "W_gate": sd[b + "mlp.gate_proj.weight"].T,
+            "b_in": torch.zeros(a.d_mlp, dtype=wq.dtype, device=wq.device),
+            "W_out": sd[b + "mlp.down_proj.weight"].T, "b_out": zeros_d,
+            "ln1_w": sd[b + "input_layernorm.weight"], "ln1_b": zeros_d,
+            "ln2_w": sd[b + "post_attention_layernorm.weight"], "ln2_b": zeros_d,
+        }
+
+    per = _collect(a.n_layers, layer)
+    W_E = _t(sd["model.embed_tokens.weight"])
+    W_U = _t(sd["lm_head.weight"]).T.contiguous() if "lm_head.weight" in sd else W_E.T.contiguous()
+    glob = dict(
+        W_E=W_E, W_pos=None, W_type=None, lnf_w=_t(sd["model.norm.weight"]),
+        lnf_b=torch.zeros(a.d_model, dtype=W_E.dtype, device=W_E.device),
+        W_U=W_U, b_U=torch.zeros(a.d_vocab, dtype=W_E.dtype, device=W_E.device),
+    )
+    return per, glob
+
+
+def _neox(sd: dict[str, Tensor], a: ArchInfo):
+    H, dh = a.n_heads, a.d_head
+    p = "gpt_neox."
+
+    def layer(l: int) -> dict[str, Tensor]:
+        b = f"{p}layers.{l}."
+        # query_key_value rows are laid out per head: [n_heads, (q|k|v), d_head]
+        w = einops.rearrange(sd[b + "attention.query_key_value.weight"], "(n t h) m -> t n m h", n=H, t=3)
+        bb = einops.rearrange(sd[b + "attention.query_key_value.bias"], "(n t h) -> t n h", n=H, t=3)
+        return {
+            "W_Q": w[0], "W_K": w[1], "W_V": w[2], "b_Q": bb[0], "b_K": bb[1], "b_V": bb[2],
+            "W_O": _split_heads_out(sd[b + "attention.dense.weight"], H),
+            "b_O": sd[b + "attention.dense.bias"],
+            "W_in": sd[b + "mlp.dense_h_to_4h.weight"].T, "b_in": sd[b + "mlp.dense_h_to_4h.bias"],
+            "W_out": sd[b + "mlp.dense_4h_to_h.weight"].T, "b_out": sd[b + "mlp.dense_4h_to_h.bias"],
+            "ln1_w": sd[b + "input_layernorm.weight"], "ln1_b": sd[b + "input_layernorm.bias"],
+            "ln2_w": sd[b + "post_attention_layernorm.weight"], "ln2_b": sd[b + "post_attention_layernorm.bias"],
+        }
+
+    per = _collect(a.n_layers, layer)
+    W_E = _t(sd[p + "embed_in.weight"])
+    glob = dict(
+        W_E=W_E, W_pos=None, W_type=None, W_gate=None,
+        lnf_w=_t(sd[p + "final_layer_norm.weight"]), lnf_b=_t(sd[p + "final_layer_norm.bias"]),
+        W_U=_t(sd["lm_head.weight"] if "lm_head.weight" in sd else sd["embed_out.weight"]).T.contiguous(),
+        b_U=torch.zeros(a.d_vocab, dtype=W_E.dtype, device=W_E.device),
+    )
+    return per, glob
+
+
+def _bert(sd: dict[str, Tensor], a: ArchInfo):
+    H = a.n_heads
+    p = "bert." if "bert.embeddings.word_embeddings.weight" in sd else ""
+
+    def layer(l: int) -> dict[str, Tensor]:
+        b = f"{p}encoder.layer.{l}."
+        s = b + "attention.self."
+        return {
+            "W_Q": _split_heads_in(sd[s + "query.weight"], H),
+            "W_K": _split_heads_in(sd[s + "key.weight"], H),
+            "W_V": _split_heads_in(sd[s + "value.weight"], H),
+            "b_Q": sd[s + "query.bias"].reshape(H, -1), "b_K": sd[s + "key.bias"].reshape(H, -1),
+            "b_V": sd[s + "value.bias"].reshape(H, -1),
+            "W_O": _split_heads_out(sd[b + "attention.output.dense.weight"], H),
+            "b_O": sd[b + "attention.output.dense.bias"],
+            "W_in": sd[b + "intermediate.dense.weight"].T, "b_in": sd[b + "intermediate.dense.bias"],
+            "W_out": sd[b + "output.dense.weight"].T, "b_out": sd[b + "output.dense.bias"],
+            "ln1_w": sd[b + "attention.output.LayerNorm.weight"],
+            "ln1_b": sd[b + "attention.output.LayerNorm.bias"],
+            "ln2_w": sd[b + "output.LayerNorm.weight"], "ln2_b": sd[b + "output.LayerNorm.bias"],
+        }
+
+    per = _collect(a.n_layers, layer)
+    e = p + "embeddings."
+    glob = dict(
+        W_E=_t(sd[e + "word_embeddings.weight"]), W_pos=_t(sd[e + "position_embeddings.weight"]),
+        W_type=_t(sd[e + "token_type_embeddings.weight"]), W_gate=None,
+        lnf_w=None, lnf_b=None, W_U=None, b_U=None,
+        ln_emb_w=_t(sd[e + "LayerNorm.weight"]), ln_emb_b=_t(sd[e + "LayerNorm.bias"]),
+    )
+    return per, glob

@@ -1,0 +1,106 @@
+"""Turning user inputs (text, list of texts, token ids) into a checked token batch + mask."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Union
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from interp.errors import ArgumentError, ShapeError
+
+__all__ = ["Batch", "tokenize", "as_batch"]
+
+Inputs = Union[str, Sequence[str], Tensor]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Token ids [batch, pos] and the attention mask (1 = real token, 0 = padding)."""
+
+    tokens: Int[Tensor, "batch pos"]
+    attention_mask: Int[Tensor, "batch pos"]
+
+    @property
+    def has_padding(self) -> bool:
+        return bool((self.attention_mask == 0).any())
+
+    def last_positions(self) -> Int[Tensor, "batch"]:
+        """Index of each row's last real token (right padding) or the last column (left padding)."""
+        pos = torch.arange(self.tokens.shape[1], device=self.tokens.device)
+        return (self.attention_mask.bool() * pos).amax(dim=1)
+
+
+def tokenize(model: Any, text: Union[str, Sequence[str]]) -> Batch:
+    """Tokenise like the bridge: BOS prepended for decoders that have one; [CLS] … [SEP] for BERT.
+
+    Several strings are right-padded; the mask marks the padding.
+    """
+    tok = model._need_tokenizer()
+    texts = [text] if isinstance(text, str) else list(text)
+    if not texts or any(not isinstance(t, str) for t in texts):
+        raise ArgumentError(f"inputs must be a non-empty string or list of strings, got {text!r:.80}")
+    if any(t == "" for t in texts) and not model.prepend_bos and not model.arch.family == "bert":
+        raise ArgumentError("inputs contains an empty string, which has no tokens")
+    rows = [tok(t, add_special_tokens=not model.arch.causal)["input_ids"] for t in texts]
+    if model.prepend_bos:
+        rows = [[tok.bos_token_id] + r for r in rows]
+    if any(len(r) == 0 for r in rows):
+        raise ArgumentError(f"inputs={text!r:.80} tokenises to an empty sequence")
+    n = max(len(r) for r in rows)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    tokens = torch.full((len(rows), n), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), n), dtype=torch.long)
+    for i, r in enumerate(rows):
+        tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = 1
+    return Batch(tokens.to(model.device), mask.to(model.device))
+
+
+def as_batch(model: Any, inputs: Inputs, attention_mask: Optional[Tensor] = None) -> Batch:
+    """Validate ``inputs`` (text or int tensor [batch, pos]) against the model; return a Batch."""
+    arch = model.arch
+    if isinstance(inputs, Tensor):
+        t = inputs
+        if t.ndim == 1:
+            t = t[None]
+        if t.ndim != 2:
+            raise ShapeError(f"inputs must be token ids of shape [batch, pos], got shape {tuple(inputs.shape)}")
+        if t.is_floating_point() or t.dtype == torch.bool or t.is_complex():
+            raise ShapeError(f"inputs must be an integer tensor of token ids, got dtype {t.dtype}")
+        if t.numel() == 0:
+            raise ArgumentError(f"inputs is empty (shape {tuple(inputs.shape)}); give at least one token")
+        lo, hi = int(t.min()), int(t.max())
+        if lo < 0 or hi >= arch.d_vocab:
+            raise ArgumentError(f"inputs has token id {lo if lo < 0 else hi}; ids must be in [0, {arch.d_vocab - 1}] (d_vocab={arch.d_vocab})")
+        t = t.to(device=model.device, dtype=torch.long).contiguous()
+        if attention_mask is None:
+            mask = torch.ones_like(t)
+        else:
+            mask = torch.as_tensor(attention_mask).to(model.device, torch.long)
+            if mask.shape != t.shape:
+                raise ShapeError(f"attention_mask has shape {tuple(mask.shape)}; it must match inputs {tuple(t.shape)}")
+        batch = Batch(t, mask)
+    elif isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and all(isinstance(x, str) for x in inputs)):
+        if isinstance(inputs, (list, tuple)) and len(inputs) == 0:
+            raise ArgumentError("inputs is an empty list; give at least one prompt")
+        batch = tokenize(model, inputs)
+    elif isinstance(inputs, (list, tuple)) and inputs and all(isinstance(x, (list, tuple)) for x in inputs):
+        lens = {len(x) for x in inputs}
+        if len(lens) != 1:
+            raise ShapeError(f"inputs rows have different lengths {sorted(lens)}; pass strings (padded for you) or a rectangular id tensor")
+        return as_batch(model, torch.tensor(inputs), attention_mask)
+    else:
+        raise ArgumentError(
+            f"inputs must be a string, a list of strings or an int tensor [batch, pos]; got {type(inputs).__name__}"
+        )
+    n = batch.tokens.shape[1]
+    if n > arch.n_ctx:
+        raise ArgumentError(f"inputs has {n} positions; the model's context is n_ctx={arch.n_ctx}")
+    if bool((batch.attention_mask.sum(dim=1) == 0).any()):
+        raise ArgumentError("attention_mask has a row with no real tokens")
+    return batch
+
+

@@ -1,0 +1,86 @@
+"""Tiny random models of each supported family, built offline from transformers configs.
+
+Seeded and small (2-3 layers, d_model 32): a fresh one takes well under a second.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+
+import torch
+import transformers
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+import interp
+from interp.models import model_from_hf
+
+FAMILIES = ("gpt2", "llama", "neox", "bert")
+VOCAB = 100
+
+
+@functools.lru_cache(maxsize=None)
+def _tokenizer_dir(n: int = VOCAB) -> str:
+    vocab = {"<pad>": 0, "<bos>": 1, "<eos>": 2, "<unk>": 3}
+    for i in range(n - len(vocab)):
+        vocab[f"w{i}"] = len(vocab)
+    t = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    t.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=t, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<unk>"
+    )
+    d = tempfile.mkdtemp(prefix="interp-tiny-tok-")
+    tok.save_pretrained(d)
+    return d
+
+
+def tiny_tokenizer():
+    """A word-level tokenizer over 'w0 … w95' plus <pad>/<bos>/<eos>/<unk> (saved to disk: the
+    bridge reloads tokenizers by name_or_path)."""
+    return AutoTokenizer.from_pretrained(_tokenizer_dir())
+
+
+def tiny_config(family: str, *, n_layers: int = 2):
+    common = dict(vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    if family == "gpt2":
+        c = transformers.GPT2Config(n_layer=n_layers, n_head=4, n_embd=32, n_positions=64, **common)
+    elif family == "llama":
+        c = transformers.LlamaConfig(
+            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
+            intermediate_size=64, max_position_embeddings=64, **common,
+        )
+    elif family == "neox":
+        c = transformers.GPTNeoXConfig(
+            num_hidden_layers=n_layers, num_attention_heads=4, hidden_size=32, intermediate_size=64,
+            max_position_embeddings=64, use_parallel_residual=True, rotary_pct=0.25, **common,
+        )
+    elif family == "bert":
+        c = transformers.BertConfig(
+            num_hidden_layers=n_layers, num_attention_heads=4, hidden_size=32, intermediate_size=64,
+            max_position_embeddings=64, **common,
+        )
+    else:
+        raise ValueError(family)
+    c._attn_implementation = "eager"
+    return c
+
+
+def tiny_hf_model(family: str, *, seed: int = 0, n_layers: int = 2, dtype=torch.float32):
+    """The plain HF model (eval mode), with non-trivial norm gains/biases so they matter."""
+    torch.manual_seed(seed)
+    c = tiny_config(family, n_layers=n_layers)
+    m = transformers.BertForMaskedLM(c) if family == "bert" else transformers.AutoModelForCausalLM.from_config(c)
+    with torch.no_grad():  # random gains and biases: an identity norm would hide bugs
+        for name, p in m.named_parameters():
+            if "norm" in name.lower() or "ln_" in name:
+                p.add_(0.3 * torch.randn_like(p))
+            elif name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    return m.to(dtype).eval()
+
+
+def tiny_model(family: str, *, seed: int = 0, n_layers: int = 2, dtype=torch.float32) -> "interp.Model":
+    """An interp Model of a tiny random ``family`` model ('gpt2', 'llama', 'neox', 'bert')."""
+    hf = tiny_hf_model(family, seed=seed, n_layers=n_layers, dtype=dtype)
+    return model_from_hf(hf, tiny_tokenizer(), name=f"tiny-{family}", dtype=dtype)
