@@ -30,7 +30,8 @@ SUPPORTED_FAMILIES: dict[str, str] = {
 class ArchInfo:
     """What a model is, in the terms the decompositions need.
 
-    ``family`` is the block family (one of :data:`SUPPORTED_FAMILIES`' values);
+    ``family`` is the block family (one of :data:`SUPPORTED_FAMILIES`' values, or "native" for
+    transformer-lens native models such as interp's toys);
     ``norm_eps`` the norms' epsilon; ``has_unembed`` is False for encoders analysed
     through their hidden state (MiniLM); ``compatibility_mode`` is True only if the
     bridge folded norms / centred weights (interp never does: weights are raw HF).
@@ -46,7 +47,7 @@ class ArchInfo:
     d_mlp: int
     d_vocab: int
     n_ctx: int
-    norm: Literal["layernorm", "rmsnorm"]
+    norm: Literal["layernorm", "rmsnorm", "none"]
     norm_placement: Literal["pre", "post"]
     parallel_attn_mlp: bool
     positional: Literal["learned", "rotary", "none"]
@@ -57,6 +58,7 @@ class ArchInfo:
     has_unembed: bool
     rotary_dim: int = 0
     compatibility_mode: bool = False
+    attn_only: bool = False  # no MLP sublayers (the toy models)
 
     @property
     def group_size(self) -> int:
