@@ -30,13 +30,13 @@ from torch import Tensor
 
 from interp.errors import ArgumentError, LabelError, ShapeError
 from interp.models import ArchInfo, Weights
-from interp.stream._capture import capture
+from interp.stream._capture import capture, run_forward
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch, as_batch
 from interp.stream._norms import frozen_direction, norm_scale
 from interp.stream._program import Event, build_program, resid_hook_names
 
-__all__ = ["ResidualTrace", "trace", "capture_names"]
+__all__ = ["ResidualTrace", "trace", "trace_at", "capture_names"]
 
 
 def _norm_params(w: Weights, arch: ArchInfo, norm_id: str) -> tuple[Tensor, Tensor, str]:
@@ -300,3 +300,63 @@ def trace(
         tr._directions(project_onto)  # validate now, not at the first decompose
         object.__setattr__(tr, "project_onto", project_onto)
     return tr
+
+
+class _StopForward(Exception):
+    """Raised inside a hook to end the forward pass once everything needed is captured."""
+
+
+def trace_at(
+    model: Any,
+    batch: Batch,
+    positions: Int[Tensor, "batch"],
+    *,
+    neuron_layers: Sequence[int] = (),
+    stop_before_unembed: bool = False,
+) -> ResidualTrace:
+    """A :class:`ResidualTrace` holding only one position per prompt (pos axis of length 1).
+
+    Every captured activation is gathered at ``positions[b]`` as it is produced, so memory is
+    O(n_layers · batch · d_model). With ``stop_before_unembed`` (pre-norm decoders) the forward
+    pass ends at the final norm's input — the full-vocabulary unembedding at every position is
+    never computed — and the final norm's output at the kept positions is recomputed with the
+    model's own ``ln_final`` module (bitwise what the full pass would give).
+    """
+    arch = model.arch
+    has_types = "token_type_embed.hook_out" in model.bridge.hook_dict
+    names = capture_names(arch, neuron_layers=neuron_layers, has_types=has_types)
+    rows = torch.arange(batch.tokens.shape[0], device=batch.tokens.device)
+    positions = positions.to(batch.tokens.device)
+
+    def at_pos(x: Tensor) -> Tensor:
+        if x.shape[0] == 1 and rows.numel() > 1:
+            x = x.expand(rows.numel(), *x.shape[1:])
+        return x[rows, positions][:, None].clone()
+
+    stop = stop_before_unembed and arch.norm != "none" and arch.norm_placement == "pre" and arch.has_unembed
+    if stop:
+        names = [n for n in names if n != "ln_final.hook_out"]
+    store: dict[str, Tensor] = {}
+
+    def grab(name: str):
+        def hook(x: Tensor, hook: Any = None) -> Tensor:
+            store[name] = at_pos(x.detach())
+            if stop and name == "ln_final.hook_in":
+                raise _StopForward
+            return x
+
+        return hook
+
+    hooks = [(n, grab(n)) for n in dict.fromkeys(names)]
+    logits = None
+    try:
+        out = run_forward(model, batch, hooks)
+        logits = out[rows, positions][:, None] if torch.is_tensor(out) else None
+    except _StopForward:
+        with torch.inference_mode():
+            store["ln_final.hook_out"] = model.bridge.ln_final(store["ln_final.hook_in"])
+    tokens = batch.tokens[rows, positions][:, None]
+    return ResidualTrace(
+        arch=arch, tokens=tokens, attention_mask=torch.ones_like(tokens), str_tokens=None,
+        activations=store, weights=model.weights, neuron_layers=tuple(neuron_layers), logits=logits,
+    )

@@ -1,0 +1,6 @@
+"""Attribution of logits (decoders) and hidden-state directions (encoders) to heads, MLPs, neurons."""
+
+from interp.attribution._logits import attribute_logits
+from interp.attribution._result import LogitAttribution
+
+__all__ = ["LogitAttribution", "attribute_logits"]

@@ -1,0 +1,78 @@
+"""Resolving answer/wrong tokens and attributed positions for a batch of prompts."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from interp.errors import ArgumentError
+
+__all__ = ["resolve_tokens", "resolve_positions"]
+
+TokenSpec = Union[str, int, Sequence[Union[str, int]], Tensor]
+
+
+def _one_token(model: Any, value: Union[str, int], arg: str) -> int:
+    d_vocab = model.arch.d_vocab
+    if isinstance(value, bool):
+        raise ArgumentError(f"{arg}={value!r} must be a token string or id, not a bool")
+    if isinstance(value, int):
+        if not 0 <= value < d_vocab:
+            raise ArgumentError(f"{arg}={value} is not a token id: ids are in [0, {d_vocab - 1}]")
+        return value
+    if isinstance(value, str):
+        if model.tokenizer is None:
+            raise ArgumentError(f"{arg}={value!r}: model {model.name!r} has no tokenizer; pass a token id")
+        ids = model.tokenizer(value, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            pieces = [model.tokenizer.decode([i]) for i in ids]
+            raise ArgumentError(
+                f"{arg}={value!r} must be a single token, but it tokenises to {len(ids)} tokens "
+                f"{pieces} (ids {ids}); pick one of those pieces or pass a token id"
+            )
+        return int(ids[0])
+    raise ArgumentError(f"{arg}={value!r} must be a string (one token), a token id, or a per-prompt list of them")
+
+
+def resolve_tokens(model: Any, spec: Optional[TokenSpec], n_prompts: int, arg: str) -> Optional[Tensor]:
+    """Token ids [n_prompts] from a single token or a per-prompt list."""
+    if spec is None:
+        return None
+    if isinstance(spec, Tensor):
+        if spec.is_floating_point():
+            raise ArgumentError(f"{arg} must hold integer token ids, got dtype {spec.dtype}")
+        spec = spec.flatten().tolist() if spec.ndim else int(spec)
+    if isinstance(spec, (str, int)):
+        return torch.full((n_prompts,), _one_token(model, spec, arg), dtype=torch.long)
+    spec = list(spec)
+    if len(spec) != n_prompts:
+        raise ArgumentError(f"{arg} has {len(spec)} entries but there are {n_prompts} prompts; give one per prompt or a single token")
+    return torch.tensor([_one_token(model, v, f"{arg}[{i}]") for i, v in enumerate(spec)], dtype=torch.long)
+
+
+def resolve_positions(pos: Union[int, Sequence[int], Tensor], mask: Tensor, offset: int = 0) -> Tensor:
+    """Absolute positions [batch] from ``pos`` (negative counts back from each row's last real token).
+
+    ``offset`` indexes into a per-prompt ``pos`` list when prompts are processed in batches.
+    """
+    b, n = mask.shape
+    lengths = mask.sum(dim=1)
+    if isinstance(pos, Tensor):
+        pos = pos.flatten().tolist() if pos.ndim else int(pos)
+    if isinstance(pos, bool) or not isinstance(pos, (int, list, tuple)):
+        raise ArgumentError(f"pos={pos!r} must be an int or a per-prompt list of ints")
+    per = [pos] * b if isinstance(pos, int) else list(pos)[offset: offset + b]
+    out = []
+    for i, p in enumerate(per):
+        if isinstance(p, bool) or not isinstance(p, int):
+            raise ArgumentError(f"pos[{offset + i}]={p!r} must be an int")
+        L = int(lengths[i])
+        q = L + p if p < 0 else p
+        if not 0 <= q < n:
+            raise ArgumentError(f"pos={p} is out of range for prompt {offset + i}, which has {L} tokens")
+        if not bool(mask[i, q]):
+            raise ArgumentError(f"pos={p} points at padding in prompt {offset + i} (it has {L} real tokens)")
+        out.append(q)
+    return torch.tensor(out, dtype=torch.long)

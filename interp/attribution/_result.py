@@ -1,0 +1,110 @@
+"""LogitAttribution: a scalar per prompt (a logit, a logit difference, a projection) split by term.
+
+    total[n] = Σ_i values[i, n]        (exact; ``closure_error`` = max_n |Σ_i values[i, n] − total[n]|)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from interp.errors import ArgumentError
+
+__all__ = ["LogitAttribution"]
+
+_HEAD = re.compile(r"L(\d+)\.H(\d+)$")
+
+
+@dataclass(frozen=True, eq=False)
+class LogitAttribution:
+    """Per-term contributions to a scalar target, for each of N prompts.
+
+    ``values`` [n_terms, N]; ``labels`` name the terms (``embed``, ``L3.H5``, ``L3.attn_bias``,
+    ``L3.mlp``, ``L3.N17``, ``final_bias``, ``unembed_bias``...); ``total`` [N] is the model's own
+    number (``logit`` is an alias); ``target`` says what it is. Convention: value biases are not
+    folded, so a head's term includes b_V W_O (transformer-lens's ``fold_value_biases`` would move
+    it into ``attn_bias``; totals are unchanged).
+    """
+
+    values: Float[Tensor, "n_terms batch"] = field(repr=False)
+    labels: list[str]
+    total: Float[Tensor, "batch"] = field(repr=False)
+    target: str
+    unit: str
+    n_layers: int
+    n_heads: int
+    closure_error: float
+    relative_error: float
+    positions: Tensor = field(repr=False)
+    prompts: Optional[list[str]] = field(default=None, repr=False)
+    str_tokens: Optional[list[str]] = field(default=None, repr=False)  # of prompt 0
+
+    @property
+    def logit(self) -> Tensor:
+        return self.total
+
+    @property
+    def n_prompts(self) -> int:
+        return int(self.values.shape[1])
+
+    def mean(self) -> Tensor:
+        """Mean contribution of each term over prompts, [n_terms]."""
+        return self.values.mean(dim=1)
+
+    def head_matrix(self, *, prompt: Optional[int] = None) -> Float[Tensor, "n_layers n_heads"]:
+        """Head terms as a [n_layers, n_heads] grid (mean over prompts unless ``prompt`` is given)."""
+        v = self.mean() if prompt is None else self.values[:, self._prompt(prompt)]
+        grid = torch.full((self.n_layers, self.n_heads), float("nan"), dtype=v.dtype)
+        for i, lab in enumerate(self.labels):
+            m = _HEAD.match(lab)
+            if m:
+                grid[int(m.group(1)), int(m.group(2))] = v[i]
+        return grid
+
+    def _prompt(self, prompt: int) -> int:
+        if not isinstance(prompt, int) or not -self.n_prompts <= prompt < self.n_prompts:
+            raise ArgumentError(f"prompt={prompt!r} is out of range for {self.n_prompts} prompts")
+        return prompt
+
+    def __getitem__(self, label: str) -> Tensor:
+        try:
+            return self.values[self.labels.index(label)]
+        except ValueError:
+            from interp.errors import LabelError
+
+            raise LabelError(f"label={label!r} is not a term; terms look like {self.labels[:6]}") from None
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per term: mean and std over prompts, and each prompt's value (columns p0, p1...)."""
+        v = self.values.double().cpu()
+        df = pd.DataFrame({"term": self.labels, "mean": v.mean(1).numpy(),
+                           "std": v.std(1).numpy() if v.shape[1] > 1 else 0.0,
+                           "mean_abs": v.abs().mean(1).numpy()})
+        if v.shape[1] <= 64:
+            for n in range(v.shape[1]):
+                df[f"p{n}"] = v[:, n].numpy()
+        return df
+
+    def top(self, k: int = 10) -> pd.DataFrame:
+        """The ``k`` terms with the largest mean absolute effect."""
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ArgumentError(f"k={k!r} must be a positive int")
+        df = self.to_dataframe()
+        return df.sort_values("mean_abs", ascending=False).head(k).reset_index(drop=True)
+
+    def plot(self, *, prompt: Optional[int] = None):
+        """Layer × head heatmap with the non-head terms beside it (a plotly Figure)."""
+        from interp.plots import attribution_heatmap
+
+        return attribution_heatmap(self, prompt=prompt)
+
+    def __repr__(self) -> str:
+        return (f"LogitAttribution({self.target}, unit={self.unit!r}: {len(self.labels)} terms × "
+                f"{self.n_prompts} prompts, closure_error={self.closure_error:.2e}, "
+                f"relative_error={self.relative_error:.2e})")
