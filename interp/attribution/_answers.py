@@ -46,6 +46,8 @@ def resolve_tokens(model: Any, spec: Optional[TokenSpec], n_prompts: int, arg: s
         spec = spec.flatten().tolist() if spec.ndim else int(spec)
     if isinstance(spec, (str, int)):
         return torch.full((n_prompts,), _one_token(model, spec, arg), dtype=torch.long)
+    if not isinstance(spec, (list, tuple)):
+        raise ArgumentError(f"{arg}={spec!r} must be a single-token string, a token id, or a per-prompt list of them")
     spec = list(spec)
     if len(spec) != n_prompts:
         raise ArgumentError(f"{arg} has {len(spec)} entries but there are {n_prompts} prompts; give one per prompt or a single token")

@@ -1,0 +1,87 @@
+"""Attributing a hidden-state direction to heads, exactly, through post-norm blocks.
+
+For an encoder (MiniLM, BERT) the analysis target is the final hidden state h (or the
+mean-pooled sentence embedding h̄ = Σ_p m_p h_p / Σ_p m_p). For any direction u,
+
+    h·u = Σ_terms  (term carried through every later post-norm with frozen σ) · u
+
+exactly (DESIGN "Math" 3); pooling is linear, so h̄·u splits the same way. Works for
+decoders too (the read is then the final norm's output, ``unembed``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from interp.attribution._answers import resolve_positions
+from interp.attribution._logits import _components
+from interp.attribution._result import LogitAttribution
+from interp.errors import ArgumentError, ShapeError
+from interp.stream._inputs import as_batch
+from interp.stream._trace import trace
+
+__all__ = ["attribute_direction"]
+
+
+def attribute_direction(
+    model: Any,
+    inputs: Union[str, Sequence[str], Tensor],
+    direction: Tensor,
+    *,
+    pos: Union[int, str, Sequence[int]] = "mean",
+    unit: str = "head",
+) -> LogitAttribution:
+    """Split (final hidden state · direction) into every term, per prompt.
+
+    ``direction``: [d_model] (or [batch, d_model], one per prompt), e.g. the difference of two
+    sentence embeddings. ``pos``: "mean" (the mean-pooled embedding over real tokens, as
+    sentence-transformers pools MiniLM), or an int / per-prompt ints (0 is [CLS]).
+    """
+    arch = model.arch
+    if unit not in ("head", "component"):
+        raise ArgumentError(f"unit={unit!r} is not allowed here; use 'head' or 'component'")
+    u = torch.as_tensor(direction)
+    if u.is_complex() or not u.is_floating_point():
+        raise ShapeError(f"direction must be a float tensor, got dtype {u.dtype}")
+    if u.shape[-1] != arch.d_model or u.ndim not in (1, 2):
+        raise ShapeError(f"direction has shape {tuple(u.shape)}; expected [d_model={arch.d_model}] or [batch, {arch.d_model}]")
+    if not torch.isfinite(u).all():
+        raise ArgumentError("direction contains NaN or inf; pass a finite vector")
+    batch = as_batch(model, inputs)
+    b = batch.tokens.shape[0]
+    if u.ndim == 2 and u.shape[0] not in (1, b):
+        raise ShapeError(f"direction has {u.shape[0]} rows but there are {b} prompts")
+    u = u.to(model.device, model.dtype)
+    U = u[None, None] if u.ndim == 1 else u[:, None]  # [b|1, 1, d_model]
+    read = "final" if (arch.norm_placement == "post" or not arch.has_unembed) else "unembed"
+    dec = trace(model, batch.tokens, attention_mask=batch.attention_mask).decompose(read, project_onto=U)
+    contrib = dec.contributions[..., 0]  # [n_terms, b, pos]
+    total = dec.total[..., 0]
+    mask = batch.attention_mask.to(contrib.dtype)
+    if isinstance(pos, str):
+        if pos != "mean":
+            raise ArgumentError(f"pos={pos!r} must be 'mean' or an int / per-prompt ints")
+        values = (contrib * mask).sum(-1) / mask.sum(-1)
+        tot = (total * mask).sum(-1) / mask.sum(-1)
+        positions = torch.full((b,), -1, dtype=torch.long)
+    else:
+        if not isinstance(pos, int) and len(list(pos)) != b:
+            raise ArgumentError(f"pos has {len(list(pos))} entries but there are {b} prompts")
+        positions = resolve_positions(pos, batch.attention_mask.cpu()).to(contrib.device)
+        rows = torch.arange(b, device=contrib.device)
+        values, tot = contrib[:, rows, positions], total[rows, positions]
+    labels = list(dec.labels)
+    if unit == "component":
+        labels, values = _components(labels, values)
+    err = float((values.sum(0) - tot).abs().max())
+    scale = float(tot.abs().max())
+    target = f"{read} hidden state · direction" + (" (mean-pooled)" if pos == "mean" else f" at pos {pos}")
+    return LogitAttribution(
+        values=values, labels=labels, total=tot, target=target, unit=unit, n_layers=arch.n_layers,
+        n_heads=arch.n_heads, closure_error=err, relative_error=err / scale if scale > 0 else err,
+        positions=positions.cpu(), prompts=[inputs] if isinstance(inputs, str) else (list(inputs) if isinstance(inputs, (list, tuple)) else None),
+        str_tokens=dec.str_tokens[0] if dec.str_tokens else None,
+    )
