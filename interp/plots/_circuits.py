@@ -1,0 +1,200 @@
+"""OV/QK circuit figures: copying-score map, OV eigenvalues in the complex plane, top-token tables.
+
+* Copying score (Elhage et al. 2021 §3 "Copying / primitive in-context learning"; DESIGN
+  "Math" 8): for a head's full OV circuit M = W_E W_OV W_U, the nonzero eigenvalues λ of M
+  equal those of the d_head × d_head cyclic product, and score = Σλ / Σ|λ| ∈ [−1, 1]
+  (1 for a pure copier, −1 for an anti-copier). The map shows it per layer × head.
+* Eigenvalue scatter: λ_i of one head's OV circuit (``FactoredMatrix.eigenvalues``) as points
+  of the complex plane; mostly-positive-real eigenvalues mean the head copies.
+* Top-token table: rows are chosen input tokens; for each, the ``k`` output tokens with the
+  largest entry of the full OV (or QK) circuit, computed from the factors as
+  A[rows] @ B[:, cols] so the [d_vocab, d_vocab] matrix is never formed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Sequence, Union
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+
+from interp.errors import ArgumentError, ShapeError
+from interp.plots._common import DIVERGING, as_numpy, esc, fmt, token_label
+
+__all__ = ["copying_score_map", "ov_eigenvalue_figure", "top_token_table", "top_token_values"]
+
+
+def copying_score_map(scores: Any, *, title: str = "Copying scores") -> go.Figure:
+    """Layer × head heatmap of copying scores in [−1, 1] (diverging, centred at 0).
+
+    ``scores``: a HeadScores-like result (``.scores`` [n_layers, n_heads]) or a 2-D tensor.
+    """
+    arr = scores
+    if not isinstance(scores, (torch.Tensor, np.ndarray, list, tuple)):
+        arr = getattr(scores, "scores", None)
+        if arr is None:
+            arr = getattr(scores, "values", scores)
+    z = as_numpy(arr, name="scores")
+    if z.ndim != 2 or z.size == 0:
+        raise ShapeError(f"scores must be a non-empty [n_layers, n_heads] array, got shape {z.shape}")
+    n_l, n_h = z.shape
+    name = str(getattr(scores, "name", "") or getattr(scores, "kind", "") or "copying score")
+    hover = [[f"head <b>L{l}.H{h}</b><br>{esc(name)}: {fmt(z[l, h])}" for h in range(n_h)] for l in range(n_l)]
+    zmax = max(1.0, float(np.nanmax(np.abs(z)))) if np.isfinite(z).any() else 1.0
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(range(n_h)), y=list(range(n_l)), colorscale=DIVERGING, zmid=0.0, zmin=-zmax, zmax=zmax,
+        hovertext=hover, hoverinfo="text", colorbar=dict(title=name), name=name,
+    ))
+    flat = np.where(np.isfinite(z), z, -np.inf).ravel()
+    best = np.argsort(-flat)[: min(5, flat.size)]
+    best_txt = ", ".join(f"L{i // n_h}.H{i % n_h} {z.flat[i]:.2f}" for i in best)
+    fig.update_layout(
+        title=f"{esc(title)}<br><sup>Σλ/Σ|λ| of W_E W_OV W_U; highest: {esc(best_txt)}</sup>",
+        xaxis=dict(title="head", dtick=1 if n_h <= 20 else None),
+        yaxis=dict(title="layer", autorange="reversed", dtick=1 if n_l <= 32 else None),
+        width=max(500, 40 * n_h + 300), height=max(420, 18 * n_l + 200), template="plotly_white",
+    )
+    return fig
+
+
+def _eigenvalues(circuit: Any) -> np.ndarray:
+    if hasattr(circuit, "eigenvalues"):
+        ev = circuit.eigenvalues
+    else:
+        m = torch.as_tensor(circuit)
+        if m.ndim != 2 or m.shape[0] != m.shape[1]:
+            raise ShapeError(f"circuit must be a FactoredMatrix or a square matrix, got shape {tuple(m.shape)}")
+        ev = torch.linalg.eigvals(m.double())
+    ev = torch.as_tensor(ev)
+    if ev.ndim != 1:
+        raise ShapeError(f"circuit has leading dimensions (eigenvalues of shape {tuple(ev.shape)}); "
+                         "index one head first, e.g. circuit[layer, head]")
+    return ev.detach().cpu().to(torch.complex128).numpy()
+
+
+def ov_eigenvalue_figure(circuit: Any, *, label: str = "OV circuit") -> go.Figure:
+    """Eigenvalues of one head's (Factored) OV circuit in the complex plane.
+
+    ``circuit``: a transformer-lens FactoredMatrix (its ``.eigenvalues``: the nonzero ones,
+    via the small cyclic product) or a square matrix. The title gives Σλ/Σ|λ|.
+    """
+    ev = _eigenvalues(circuit)
+    if ev.size == 0:
+        raise ArgumentError(f"{label} has no eigenvalues to plot")
+    mags = np.abs(ev)
+    score = float(ev.real.sum() / mags.sum()) if mags.sum() > 0 else float("nan")
+    hover = [f"λ<sub>{i}</sub> = {fmt(z.real)} {'+' if z.imag >= 0 else '−'} {fmt(abs(z.imag))}i<br>|λ| = {fmt(m)}"
+             f"<br>{esc(label)}" for i, (z, m) in enumerate(zip(ev, mags))]
+    fig = go.Figure(go.Scatter(
+        x=ev.real, y=ev.imag, mode="markers", name="eigenvalues",
+        marker=dict(size=8, color=np.where(ev.real >= 0, "#2166ac", "#b2182b"), line=dict(color="#333", width=0.5)),
+        hovertext=hover, hoverinfo="text",
+    ))
+    r = float(mags.max()) * 1.1 or 1.0
+    fig.add_shape(type="line", x0=-r, x1=r, y0=0, y1=0, line=dict(color="#aaa", width=1))
+    fig.add_shape(type="line", x0=0, x1=0, y0=-r, y1=r, line=dict(color="#aaa", width=1))
+    fig.update_layout(
+        title=f"Eigenvalues of {esc(label)}<br><sup>{ev.size} eigenvalues · Σλ/Σ|λ| = {score:.3f}</sup>",
+        xaxis=dict(title="Re λ", range=[-r, r], zeroline=False),
+        yaxis=dict(title="Im λ", range=[-r, r], scaleanchor="x", scaleratio=1, zeroline=False),
+        width=620, height=620, template="plotly_white", showlegend=False,
+    )
+    return fig
+
+
+def _factors(circuit: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, B) with circuit = A @ B; a plain matrix M gives (M, I) lazily as (M, None)."""
+    if hasattr(circuit, "A") and hasattr(circuit, "B"):
+        A, B = circuit.A, circuit.B
+    else:
+        A, B = torch.as_tensor(circuit), None
+    if A.ndim != 2 or (B is not None and B.ndim != 2):
+        raise ShapeError(f"circuit must be 2-D (one head); got factors of shape {tuple(A.shape)}"
+                         + ("" if B is None else f" and {tuple(B.shape)}") + "; index one head first")
+    return A, B
+
+
+def _ids(tokens: Any, n: int, name: str) -> list[int]:
+    ids = torch.as_tensor(tokens).flatten().tolist() if not isinstance(tokens, (list, tuple)) else list(tokens)
+    if not ids:
+        raise ArgumentError(f"{name} is empty; give at least one token id")
+    bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= int(t) < n]
+    if bad:
+        raise ArgumentError(f"{name} has {bad[:5]}; token ids must be ints in [0, {n - 1}]")
+    return [int(t) for t in ids]
+
+
+def top_token_values(
+    circuit: Any, tokens: Sequence[int], *, targets: Union[None, str, Sequence[int]] = None, k: int = 5,
+) -> tuple[list[int], list[int], np.ndarray, np.ndarray]:
+    """(row ids, target ids, values [n_tokens, k], indices into target ids [n_tokens, k]): top-k per row.
+
+    ``targets``: None = the same ``tokens`` (the circuit restricted to them), ``"all"`` = the
+    whole output vocabulary, or a list of ids.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ArgumentError(f"k={k!r} must be a positive int")
+    A, B = _factors(circuit)
+    n_rows = A.shape[0]
+    n_cols = A.shape[1] if B is None else B.shape[1]
+    rows = _ids(tokens, n_rows, "tokens")
+    if targets is None:
+        cols = _ids(tokens, n_cols, "tokens")
+    elif isinstance(targets, str):
+        if targets != "all":
+            raise ArgumentError(f"targets={targets!r}; allowed: None (same tokens), 'all', or a list of token ids")
+        cols = list(range(n_cols))
+    else:
+        cols = _ids(targets, n_cols, "targets")
+    with torch.no_grad():
+        if B is None:
+            sub = A[rows][:, cols]
+        else:
+            whole = cols == list(range(n_cols))
+            sub = A[rows] @ (B if whole else B[:, cols])  # [n_rows, m] @ [m, n_cols]
+        sub = sub.double()
+        kk = min(k, len(cols))
+        vals, idx = sub.topk(kk, dim=1)
+    return rows, cols, vals.cpu().numpy(), idx.cpu().numpy()
+
+
+def top_token_table(
+    circuit: Any,
+    tokens: Sequence[int],
+    *,
+    targets: Union[None, str, Sequence[int]] = None,
+    k: int = 5,
+    decode: Optional[Callable[[int], str]] = None,
+    kind: str = "OV",
+    label: str = "",
+) -> go.Figure:
+    """Table: for each chosen input token, the top-``k`` tokens of a full OV or QK circuit.
+
+    OV (W_E W_OV W_U): row = token attended to, columns = output tokens whose logits it raises.
+    QK (W_E W_QK W_Eᵀ): row = query token, columns = key tokens it attends to most.
+    ``decode`` maps a token id to its string (e.g. ``lambda i: model.tokenizer.decode([i])``).
+    """
+    if kind not in ("OV", "QK"):
+        raise ArgumentError(f"kind={kind!r}; allowed: 'OV', 'QK'")
+    rows, cols, vals, idx = top_token_values(circuit, tokens, targets=targets, k=k)
+
+    def name(t: int) -> str:
+        return token_label(decode(t)) if decode is not None else str(t)
+
+    row_head = "source token (attended to)" if kind == "OV" else "query token"
+    col_head = "output logit" if kind == "OV" else "key"
+    header = [row_head] + [f"{col_head} #{j + 1}" for j in range(vals.shape[1])]
+    cells = [[name(t) for t in rows]]
+    for j in range(vals.shape[1]):
+        cells.append([f"{name(cols[idx[i, j]])}  ({vals[i, j]:.3g})" for i in range(len(rows))])
+    fig = go.Figure(go.Table(
+        header=dict(values=header, fill_color="#e8eef7", align="left", font=dict(size=12)),
+        cells=dict(values=cells, align="left", font=dict(size=11), height=24),
+    ))
+    scope = "the chosen tokens" if targets is None else ("the whole vocabulary" if targets == "all" else f"{len(cols)} tokens")
+    fig.update_layout(
+        title=f"Top tokens of the full {kind} circuit {esc(label)}<br><sup>restricted to {esc(scope)}</sup>",
+        width=min(1400, 220 + 170 * vals.shape[1]), height=150 + 26 * (len(rows) + 1), template="plotly_white",
+    )
+    return fig

@@ -1,0 +1,95 @@
+"""Decomposition of one read point as a bar chart of its top writes.
+
+For a read point R at (batch b, position p) with terms c_i (``Decomposition.contributions``)
+and total t = Σ_i c_i, each term is drawn by its projection on the total,
+
+    proj_i = c_i · t / ‖t‖,        Σ_i proj_i = ‖t‖,
+
+(the share of the read each write is responsible for; Elhage et al. 2021 §2, "the residual
+stream as a communication channel") and its norm ‖c_i‖ (how much it writes at all, including
+directions that later cancel). The top ``k`` terms by |proj| are shown; the rest are summed
+into one "other terms" bar so that the bars still add up to ‖t‖.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from interp.errors import ArgumentError
+from interp.plots._common import as_numpy, check_index, esc, fmt, require_attr, token_label
+
+__all__ = ["decomposition_figure", "decomposition_table"]
+
+
+def decomposition_table(decomposition: Any, *, batch: int = 0, pos: int = -1) -> dict[str, np.ndarray]:
+    """Per-term ``projection`` and ``norm`` at (batch, pos), the terms themselves [n_terms, k] and the
+    total's norm (float64)."""
+    require_attr(decomposition, ("labels", "contributions", "total"), name="decomposition",
+                 expected="an interp Decomposition (from ResidualTrace.decompose)")
+    c = as_numpy(decomposition.contributions, name="decomposition.contributions", ndim=4)
+    t = as_numpy(decomposition.total, name="decomposition.total", ndim=3)
+    n_terms, n_b, n_p, _ = c.shape
+    if n_terms == 0:
+        raise ArgumentError(f"decomposition of {getattr(decomposition, 'point', '?')!r} has no terms to plot")
+    b = check_index(batch, n_b, name="batch", what="prompts")
+    p = check_index(pos, n_p, name="pos", what="positions")
+    mask = getattr(decomposition, "attention_mask", None)
+    if mask is not None and not bool(mask[b, p]):
+        raise ArgumentError(f"pos={pos} of prompt {batch} is padding; pick a real token")
+    cv, tv = c[:, b, p], t[b, p]
+    tnorm = float(np.linalg.norm(tv))
+    proj = cv @ tv / max(tnorm, 1e-30)
+    return {"labels": np.array(decomposition.labels, dtype=object), "projection": proj,
+            "norm": np.linalg.norm(cv, axis=-1), "terms": cv, "total_norm": np.array(tnorm), "batch": np.array(b),
+            "pos": np.array(p)}
+
+
+def decomposition_figure(decomposition: Any, *, batch: int = 0, pos: int = -1, k: int = 20) -> go.Figure:
+    """Horizontal bars of the top-``k`` writes' projections on the read's total at (batch, pos).
+
+    Bars (projection, signed) and diamonds (norm) per term; the remaining terms are one
+    "other terms" bar; hover names the term, both numbers, and the token at ``pos``.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ArgumentError(f"k={k!r} must be a positive int")
+    tab = decomposition_table(decomposition, batch=batch, pos=pos)
+    labels, proj, norm = tab["labels"], tab["projection"], tab["norm"]
+    b, p = int(tab["batch"]), int(tab["pos"])
+    order = np.argsort(-np.abs(proj), kind="stable")
+    top, rest = order[:k], order[k:]
+    names = [str(labels[i]) for i in top]
+    vals = [float(proj[i]) for i in top]
+    norms = [float(norm[i]) for i in top]
+    if len(rest):
+        names.append(f"other {len(rest)} terms")
+        vals.append(float(proj[rest].sum()))
+        norms.append(float(np.linalg.norm(tab["terms"][rest].sum(0))))
+    str_tokens = getattr(decomposition, "str_tokens", None)
+    tok = token_label(str_tokens[b][p]) if str_tokens else f"pos {p}"
+    point = getattr(decomposition, "point", "read point")
+    hover = [f"term <b>{esc(n)}</b><br>projection on total: {fmt(v)}<br>norm: {fmt(m)}<br>"
+             f"read: {esc(point)} at token {esc(tok)!s} (pos {p}, prompt {b})"
+             for n, v, m in zip(names, vals, norms)]
+    y = names[::-1]  # largest at the top
+    fig = go.Figure()
+    fig.add_trace(go.Bar(
+        name="projection on total", y=y, x=vals[::-1], orientation="h",
+        marker_color=["#2166ac" if v >= 0 else "#b2182b" for v in vals[::-1]],
+        hovertext=hover[::-1], hoverinfo="text",
+    ))
+    fig.add_trace(go.Scatter(
+        name="norm", y=y, x=norms[::-1], mode="markers", marker=dict(symbol="diamond", color="#444", size=7),
+        hovertext=hover[::-1], hoverinfo="text",
+    ))
+    ce = getattr(decomposition, "closure_error", float("nan"))
+    fig.update_layout(
+        title=(f"{esc(point)} at token {esc(tok)} (pos {p}): top {min(k, len(labels))} of {len(labels)} writes"
+               f"<br><sup>bars sum to ‖total‖ = {fmt(float(tab['total_norm']))}; closure error {ce:.1e}</sup>"),
+        xaxis_title="projection on the total (bars) / norm (diamonds)", yaxis_title="write",
+        width=900, height=max(380, 26 * len(y) + 140), template="plotly_white", barmode="overlay",
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1),
+    )
+    return fig
