@@ -33,7 +33,8 @@ class ArchInfo:
     ``family`` is the block family (one of :data:`SUPPORTED_FAMILIES`' values, or "native" for
     transformer-lens native models such as interp's toys);
     ``norm_eps`` the norms' epsilon; ``has_unembed`` is False for encoders analysed
-    through their hidden state (MiniLM); ``compatibility_mode`` is True only if the
+    through their hidden state (every BERT, MiniLM included; then ``Weights.W_U`` is None);
+    ``compatibility_mode`` is True only if the
     bridge folded norms / centred weights (interp never does: weights are raw HF).
     """
 
@@ -122,7 +123,9 @@ def arch_from_hf_config(config: Any, *, name: str, has_unembed: bool = True) -> 
             act_fn=config.hidden_act, has_unembed=has_unembed,
             rotary_dim=int(d_head * rotary_pct),
         )
-    # bert
+    # bert. Its MLM head (dense -> GELU -> LayerNorm -> decoder) is not a linear unembedding,
+    # so no exact logit decomposition exists through it: interp analyses BERT's hidden states
+    # and reports has_unembed=False (and Weights.W_U=None) whether or not a head is present.
     n_heads = config.num_attention_heads
     return ArchInfo(
         name=name, family=family, n_layers=config.num_hidden_layers, n_heads=n_heads,
@@ -131,5 +134,5 @@ def arch_from_hf_config(config: Any, *, name: str, has_unembed: bool = True) -> 
         n_ctx=config.max_position_embeddings, norm="layernorm", norm_placement="post",
         parallel_attn_mlp=False, positional="learned", causal=False,
         norm_eps=config.layer_norm_eps, gated_mlp=False, act_fn=config.hidden_act,
-        has_unembed=has_unembed,
+        has_unembed=False,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -96,8 +97,15 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "interp"
 
 
+def close_catalog_names(name: str) -> list[str]:
+    """Catalog names ``name`` is probably a misspelling of (e.g. 'smollm2-360m', 'minilm-l12')."""
+    return difflib.get_close_matches(name.lower(), catalog_names(), n=3, cutoff=0.75)
+
+
 def unknown_model_error(name: str) -> ModelNotFoundError:
+    close = close_catalog_names(name)
+    hint = f"did you mean {close[0]!r}? " if close else ""
     return ModelNotFoundError(
         f"name_or_path={name!r} is not a catalog model, an existing path, or a reachable hub id; "
-        f"catalog models: {catalog_names()}"
+        f"{hint}catalog models: {catalog_names()}"
     )

@@ -23,7 +23,13 @@ from interp.errors import (
     UnsupportedArchitectureError,
 )
 from interp.models._arch import SUPPORTED_FAMILIES, arch_from_hf_config
-from interp.models._catalog import catalog_entry, catalog_names, default_cache_dir, unknown_model_error
+from interp.models._catalog import (
+    catalog_entry,
+    catalog_names,
+    close_catalog_names,
+    default_cache_dir,
+    unknown_model_error,
+)
 from interp.models._gguf import load_gguf_cached
 from interp.models._model import Model
 from interp.models._weights import weights_from_hf
@@ -189,6 +195,8 @@ def load_model(
         return model_from_hf(hf, tok, name=path.name, device=device, dtype=dtype, has_unembed=has_head, source=str(path))
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise unknown_model_error(name)  # a path that does not exist, not a hub id
+    if "/" not in name and close_catalog_names(name):
+        raise unknown_model_error(name)  # a misspelt / unknown catalog name, not a hub id
 
     # A hub id.
     try:
