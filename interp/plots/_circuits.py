@@ -73,12 +73,14 @@ def _eigenvalues(circuit: Any) -> np.ndarray:
     return ev.detach().cpu().to(torch.complex128).numpy()
 
 
-def ov_eigenvalue_figure(circuit: Any, *, label: str = "OV circuit") -> go.Figure:
+def ov_eigenvalue_figure(circuit: Any, *, label: Optional[str] = None) -> go.Figure:
     """Eigenvalues of one head's (Factored) OV circuit in the complex plane.
 
     ``circuit``: a transformer-lens FactoredMatrix (its ``.eigenvalues``: the nonzero ones,
-    via the small cyclic product) or a square matrix. The title gives Σλ/Σ|λ|.
+    via the small cyclic product) or a square matrix. The title gives Σλ/Σ|λ|. ``label``
+    defaults to the circuit's own ``.label``.
     """
+    label = label or getattr(circuit, "label", "") or "OV circuit"
     ev = _eigenvalues(circuit)
     if ev.size == 0:
         raise ArgumentError(f"{label} has no eigenvalues to plot")
@@ -167,7 +169,7 @@ def top_token_table(
     k: int = 5,
     decode: Optional[Callable[[int], str]] = None,
     kind: str = "OV",
-    label: str = "",
+    label: Optional[str] = None,
 ) -> go.Figure:
     """Table: for each chosen input token, the top-``k`` tokens of a full OV or QK circuit.
 
@@ -177,6 +179,7 @@ def top_token_table(
     """
     if kind not in ("OV", "QK"):
         raise ArgumentError(f"kind={kind!r}; allowed: 'OV', 'QK'")
+    label = label if label is not None else getattr(circuit, "label", "")
     rows, cols, vals, idx = top_token_values(circuit, tokens, targets=targets, k=k)
 
     def name(t: int) -> str:
@@ -194,7 +197,7 @@ def top_token_table(
     ))
     scope = "the chosen tokens" if targets is None else ("the whole vocabulary" if targets == "all" else f"{len(cols)} tokens")
     fig.update_layout(
-        title=f"Top tokens of the full {kind} circuit {esc(label)}<br><sup>restricted to {esc(scope)}</sup>",
+        title=f"Top tokens: {esc(label or f'full {kind} circuit')}<br><sup>restricted to {esc(scope)}</sup>",
         width=min(1400, 220 + 170 * vals.shape[1]), height=150 + 26 * (len(rows) + 1), template="plotly_white",
     )
     return fig

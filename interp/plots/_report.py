@@ -1,0 +1,496 @@
+"""report(): one prompt, one model -> a folder a researcher can open with no network.
+
+Steps (each timed; the times go into ``results.json``):
+
+1. Trace the prompt once (:func:`interp.trace`): the prediction and its top-k alternatives
+   (decoders), and the residual stream of the last token (seed 000's picture).
+2. Attribute the answer's logit (minus the wrong answer's, if given) to every head, MLP,
+   embedding and bias with the final norm frozen (:func:`interp.attribute_logits`; DESIGN
+   "Math" 5) — the heatmap, the waterfall and the closure error |Σ terms − model logit|.
+   Encoders have no logits: their mean-pooled final hidden state h̄ is attributed along its
+   own direction (:func:`interp.attribution.attribute_direction`), so the terms sum to ‖h̄‖.
+3. The top heads by |attribution|: their attention patterns on the prompt, the Q/K/V
+   composition graph between them (:func:`interp.circuits.composition_scores`), and the OV
+   circuit of the top head (eigenvalues; its full OV circuit restricted to the prompt's
+   tokens).
+4. Copying scores of every head (:func:`interp.circuits.copying_scores`).
+5. Write every figure as PNG and SVG (one reused browser, :class:`Exporter`),
+   ``results.json`` with the numbers, and ``index.html`` last (self-contained: plotly.js
+   inlined, no external resources), each atomically.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import math
+import platform
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional, Union
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+
+from interp.errors import ArgumentError, ExportError, UnsupportedOperationError
+from interp.plots._attention import attention_pattern_figure, attention_patterns
+from interp.plots._attribution import attribution_heatmap, attribution_vector, attribution_waterfall
+from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_token_table, top_token_values
+from interp.plots._common import esc, fmt, parse_head, token_label
+from interp.plots._export import Exporter, find_browser, write_atomic
+from interp.plots._graph import composition_edges
+from interp.plots._html import Page, data_table, kv_table
+from interp.plots._stream import residual_stream_figure, residual_stream_norms
+
+__all__ = ["report", "circuits_report"]
+
+log = logging.getLogger(__name__)
+
+
+class _Steps:
+    """Times named steps, logs them, and advances an optional tqdm bar."""
+
+    def __init__(self, total: int, progress: bool, desc: str) -> None:
+        self.times: dict[str, float] = {}
+        self._bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, desc=desc, unit="step")
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        if self._bar is not None:
+            self._bar.set_postfix_str(name)
+        log.info("report: %s", name)
+        t0 = time.perf_counter()
+        yield
+        self.times[name] = round(time.perf_counter() - t0, 3)
+        if self._bar is not None:
+            self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _jsonable(x: Any) -> Any:
+    """Tensors/arrays/NaN -> JSON values (NaN and inf become null)."""
+    if torch.is_tensor(x):
+        x = x.detach().cpu().double().numpy() if not x.is_complex() else x.detach().cpu().numpy()
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind == "c":
+            return [[_jsonable(float(v.real)), _jsonable(float(v.imag))] for v in x.ravel()]
+        return _jsonable(x.tolist())
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (np.floating, float)):
+        v = float(x)
+        return v if math.isfinite(v) else None
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, Path):
+        return str(x)
+    return x
+
+
+def _resolve_model(model: Any) -> Any:
+    if isinstance(model, str):
+        from interp.models import load_model
+
+        return load_model(model)
+    if not all(hasattr(model, a) for a in ("arch", "weights", "bridge")):
+        raise ArgumentError(f"model is a {type(model).__name__}; pass an interp Model (interp.load_model) or a catalog name")
+    return model
+
+
+def _prepare_out_dir(out_dir: Any) -> Path:
+    if out_dir is None or not isinstance(out_dir, (str, Path)):
+        raise ArgumentError(f"out_dir={out_dir!r} must be a directory path (str or Path)")
+    out = Path(out_dir).expanduser()
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"out_dir={str(out_dir)!r} exists and is not a directory")
+    try:
+        (out / "figures").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ExportError(f"cannot create out_dir={str(out_dir)!r}: {e.strerror or e}") from e
+    return out
+
+
+def _model_card(model: Any) -> list[tuple[str, Any]]:
+    a = model.arch
+    rows = [("name", model.name), ("family", a.family), ("source", getattr(model, "source", "") or "—"),
+            ("layers", a.n_layers), ("heads (query / KV)", f"{a.n_heads} / {a.n_kv_heads}"),
+            ("d_model / d_head / d_mlp", f"{a.d_model} / {a.d_head} / {a.d_mlp}"), ("vocabulary", a.d_vocab),
+            ("context", a.n_ctx), ("norm", f"{a.norm_placement}-norm {a.norm} (ε = {a.norm_eps:g})"),
+            ("positions", a.positional + (f" (rotary dim {a.rotary_dim})" if a.rotary_dim else "")),
+            ("block", "parallel attention + MLP" if a.parallel_attn_mlp else ("attention only" if a.attn_only else "sequential")),
+            ("MLP", f"{'gated ' if a.gated_mlp else ''}{a.act_fn}"), ("causal", a.causal),
+            ("unembedding", a.has_unembed), ("dtype / device", f"{model.dtype} / {model.device}")]
+    return rows
+
+
+def _decode(model: Any) -> Any:
+    tok = getattr(model, "tokenizer", None)
+    return (lambda i: tok.decode([int(i)])) if tok is not None else (lambda i: f"#{int(i)}")
+
+
+def _prediction(model: Any, tr: Any, answer_id: Optional[int], wrong_id: Optional[int], k: int) -> dict[str, Any]:
+    """Top-k next tokens at the last real position, and the answer/wrong tokens' rank and probability."""
+    mask = tr.attention_mask[0].bool()
+    last = int(mask.nonzero().max())
+    logits = tr.logits[0, last].double()
+    logp = torch.log_softmax(logits, dim=-1)
+    top = torch.topk(logits, k)
+    dec = _decode(model)
+    out: dict[str, Any] = {"position": last, "top": [
+        {"token": dec(i), "id": int(i), "logit": float(logits[i]), "prob": float(logp[i].exp())}
+        for i in top.indices]}
+    for name, tid in (("answer", answer_id), ("wrong", wrong_id)):
+        if tid is not None:
+            out[name] = {"token": dec(tid), "id": int(tid), "logit": float(logits[tid]),
+                         "prob": float(logp[tid].exp()), "rank": int((logits > logits[tid]).sum()) + 1}
+    if answer_id is not None and wrong_id is not None:
+        out["logit_diff"] = float(logits[answer_id] - logits[wrong_id])
+    return out
+
+
+def _token_id(model: Any, spec: Any, arg: str) -> int:
+    from interp.attribution._answers import resolve_tokens
+
+    return int(resolve_tokens(model, spec, 1, arg)[0])
+
+
+def _top_heads(attr: Any, n: int) -> list[tuple[str, float]]:
+    labels, v, _ = attribution_vector(attr, prompt=0)
+    heads = [(lab, float(x)) for lab, x in zip(labels, v) if parse_head(lab) is not None]
+    heads.sort(key=lambda t: -abs(t[1]))
+    return heads[:n]
+
+
+def report(
+    model: Any,
+    prompt: str,
+    *,
+    answer: Any = None,
+    wrong: Any = None,
+    out_dir: Union[str, Path],
+    n_heads: int = 6,
+    top_k: int = 10,
+    static: bool = True,
+    exporter: Optional[Exporter] = None,
+    progress: bool = False,
+) -> Path:
+    """Write ``out_dir/index.html`` (self-contained), every figure as PNG and SVG, and ``results.json``.
+
+    ``model``: an interp Model or a catalog name; ``prompt``: one string; ``answer`` (required
+    for decoders) / ``wrong``: single tokens (string or id) whose logit (difference) is
+    attributed; encoders take neither (their hidden state is attributed along its own
+    direction). ``n_heads``: how many top heads get patterns / composition / OV views;
+    ``top_k``: alternatives listed for the prediction; ``static=False`` skips PNG/SVG (no
+    browser needed). Returns the path of index.html.
+    """
+    from interp.stream import trace  # noqa: PLC0415 - report is the one plots module that runs models
+
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ArgumentError(f"prompt={prompt!r:.60} must be a non-empty string")
+    for name, v in (("n_heads", n_heads), ("top_k", top_k)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ArgumentError(f"{name}={v!r} must be a positive int")
+    model = _resolve_model(model)
+    arch = model.arch
+    decoder = arch.has_unembed and arch.norm_placement != "post"
+    if decoder and answer is None:
+        raise ArgumentError(
+            f"answer is required for a report on the decoder {model.name!r}: the single token whose logit is "
+            "attributed, e.g. answer=' Mary' (and optionally wrong=' John' for a logit difference)"
+        )
+    if not decoder and (answer is not None or wrong is not None):
+        raise ArgumentError(
+            f"answer={answer!r}/wrong={wrong!r} given, but {model.name!r} is an encoder without an unembedding "
+            "(no logits); omit them for a direction-based report of its hidden state"
+        )
+    answer_id = _token_id(model, answer, "answer") if decoder else None
+    wrong_id = _token_id(model, wrong, "wrong") if (decoder and wrong is not None) else None
+    if static and exporter is None:
+        find_browser()  # fail now (with install hints), not after minutes of work
+    out = _prepare_out_dir(out_dir)
+    steps = _Steps(total=9, progress=progress, desc=f"report {model.name}")
+    t_start = time.perf_counter()
+    figs: dict[str, go.Figure] = {}
+    results: dict[str, Any] = {"model": dict(_model_card(model)), "arch": arch.to_dict(), "prompt": prompt}
+    try:
+        with steps("trace"):
+            tr = trace(model, prompt)
+            str_tokens = tr.str_tokens[0] if tr.str_tokens else [str(int(t)) for t in tr.tokens[0]]
+            results["str_tokens"] = str_tokens
+            results["token_ids"] = tr.tokens[0].tolist()
+        if decoder:
+            with steps("prediction"):
+                pred = _prediction(model, tr, answer_id, wrong_id, top_k)
+                results["prediction"] = pred
+            with steps("attribution"):
+                from interp.attribution import attribute_logits
+
+                attr = attribute_logits(model, prompt, answer=answer_id, wrong=wrong_id)
+        else:
+            with steps("attribution"):
+                from interp.attribution import attribute_direction
+
+                last = f"blocks.{arch.n_layers - 1}.hook_resid_post"
+                h = tr.activations[last][0].double()
+                m = tr.attention_mask[0].double()[:, None]
+                pooled = (h * m).sum(0) / m.sum()
+                direction = (pooled / pooled.norm()).to(model.dtype)
+                attr = attribute_direction(model, prompt, direction, pos="mean")
+                results["embedding_norm"] = float(pooled.norm())
+        labels, values, total = attribution_vector(attr, prompt=0)
+        results["attribution"] = {
+            "target": getattr(attr, "target", ""), "labels": labels, "values": values, "total": total,
+            "sum_of_terms": float(values.sum()), "closure_error": float(attr.closure_error),
+            "relative_error": float(getattr(attr, "relative_error", float("nan"))),
+            "position": int(attr.positions[0]) if getattr(attr, "positions", None) is not None else None,
+        }
+        figs["attribution_heatmap"] = attribution_heatmap(attr, prompt=0)
+        figs["attribution_waterfall"] = attribution_waterfall(attr, prompt=0, k=15)
+        top = _top_heads(attr, n_heads)
+        results["top_heads"] = [{"head": lab, "value": v} for lab, v in top]
+        head_labels = [lab for lab, _ in top]
+
+        with steps("attention patterns"):
+            pats = attention_patterns(model, prompt, head_labels)
+            figs["attention_patterns"] = attention_pattern_figure(pats)
+            last_q = pats.patterns[:, -1]  # [n_heads, key_pos]: where the final token looks
+            results["attention_from_last_token"] = {
+                lab: {"top_key_pos": int(last_q[i].argmax()), "top_key_token": pats.str_tokens[int(last_q[i].argmax())],
+                      "weight": float(last_q[i].max()), "pattern_row": last_q[i]}
+                for i, lab in enumerate(head_labels)}
+
+        with steps("composition scores"):
+            from interp.circuits import composition_scores
+
+            comp = {k: composition_scores(model, kind=k) for k in ("Q", "K", "V")}
+            graph = composition_edges(comp, heads=head_labels, max_edges=None,
+                                      node_values=dict(top), node_value_name="attribution",
+                                      title=f"Composition between the top {len(head_labels)} heads")
+            figs["composition_graph"] = graph.plot()
+            results["composition"] = graph.to_json_dict()
+
+        with steps("copying scores"):
+            copying_note = ""
+            try:
+                from interp.circuits import copying_scores
+
+                cs = copying_scores(model)
+                figs["copying_scores"] = copying_score_map(cs)
+                cs_arr = getattr(cs, "scores", cs)
+                results["copying_scores"] = cs_arr
+            except UnsupportedOperationError as e:
+                copying_note = str(e)
+                results["copying_scores"] = None
+
+        with steps("OV circuit of the top head"):
+            from interp.circuits import ov_circuit
+
+            l0, h0 = parse_head(head_labels[0])
+            ov = ov_circuit(model, l0, h0)
+            figs["ov_eigenvalues"] = ov_eigenvalue_figure(ov, label=f"{head_labels[0]} OV circuit")
+            ev = ov.eigenvalues
+            results["ov_top_head"] = {"head": head_labels[0], "eigenvalues": ev,
+                                      "copying_ratio": float(ev.real.sum() / ev.abs().sum())}
+            if decoder:
+                full = ov_circuit(model, l0, h0, full=True)
+                ids = list(dict.fromkeys([int(t) for t in tr.tokens[0][tr.attention_mask[0].bool()]]
+                                         + [answer_id] + ([wrong_id] if wrong_id is not None else [])))
+                ids = [i for i in ids if i not in getattr(model.tokenizer, "all_special_ids", [])] or ids
+                dec = _decode(model)
+                figs["ov_top_tokens"] = top_token_table(full, ids, k=min(5, len(ids)), decode=dec, kind="OV",
+                                                        label=f"{head_labels[0]} full OV, restricted to the prompt's tokens")
+                rows, cols, vals, idx = top_token_values(full, ids, k=min(5, len(ids)))
+                results["ov_top_head"]["top_tokens"] = {
+                    dec(r): [[dec(cols[j]), float(v)] for j, v in zip(idx[i], vals[i])] for i, r in enumerate(rows)}
+
+        with steps("residual stream"):
+            figs["residual_stream"] = residual_stream_figure(tr, pos=-1)
+            rs = residual_stream_norms(tr, pos=-1)
+            results["residual_stream"] = {k: rs[k] for k in ("points", "stream", "groups", "group_norms", "closure")}
+
+        files: dict[str, list[str]] = {name: [] for name in figs}
+        export_times: dict[str, float] = {}
+        with steps("static export"):
+            if static:
+                own = exporter is None
+                ex = exporter if exporter is not None else Exporter()
+                try:
+                    for name, fig in figs.items():
+                        for suf in ("png", "svg"):
+                            t0 = time.perf_counter()
+                            ex.export(fig, out / "figures" / f"{name}.{suf}")
+                            export_times[f"{name}.{suf}"] = round(time.perf_counter() - t0, 3)
+                            files[name].append(f"figures/{name}.{suf}")
+                finally:
+                    if own:
+                        ex.close()
+        results["export_seconds"] = export_times
+    finally:
+        steps.close()
+    results["timings_seconds"] = dict(steps.times, total=round(time.perf_counter() - t_start, 3))
+    results["generated"] = {"at": _dt.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version(),
+                            "torch": torch.__version__}
+    write_atomic(out / "results.json", json.dumps(_jsonable(results), indent=1).encode())
+    page = _page(model, prompt, results, figs, files, decoder=decoder, copying_note=copying_note)
+    index = out / "index.html"
+    write_atomic(index, page.render().encode())
+    log.info("report written to %s in %.1f s", index, time.perf_counter() - t_start)
+    return index
+
+
+def _page(model: Any, prompt: str, r: dict[str, Any], figs: dict[str, go.Figure], files: dict[str, list[str]], *,
+          decoder: bool, copying_note: str) -> Page:
+    a = r["attribution"]
+    toks = r["str_tokens"]
+    sub = f"prompt: <span class='tok'>{esc(prompt)}</span> · {len(toks)} tokens"
+    page = Page(title=f"interp report — {model.name}", subtitle=sub)
+    page.section("Model", kv_table(_model_card(model)), anchor="model")
+    tok_row = " ".join(f"<span class='tok'>{esc(token_label(t))}</span>" for t in toks)
+    if decoder:
+        p = r["prediction"]
+        rows = [[f"<span class='tok'>{esc(token_label(t['token']))}</span>", t["id"], f"{t['logit']:.3f}",
+                 f"{t['prob']:.3%}"] for t in p["top"]]
+        summary = []
+        for key in ("answer", "wrong"):
+            if key in p:
+                t = p[key]
+                summary.append(f"{key} <span class='tok'>{esc(token_label(t['token']))}</span>: rank {t['rank']}, "
+                               f"p = {t['prob']:.2%}, logit {t['logit']:.3f}")
+        if "logit_diff" in p:
+            summary.append(f"logit difference answer − wrong = <b>{p['logit_diff']:.4f}</b>")
+        body = (f"<p>tokens: {tok_row}</p><p>{'<br>'.join(summary)}</p>"
+                + data_table(["next token", "id", "logit", "probability"], rows, numeric=[False, True, True, True]))
+        page.section("Prediction", body, anchor="prediction",
+                     note=f"The model's distribution for the token after position {p['position']}.")
+    else:
+        page.section("Input", f"<p>tokens: {tok_row}</p><p>‖mean-pooled final hidden state‖ = "
+                     f"{r.get('embedding_norm', float('nan')):.4f}</p>", anchor="prediction",
+                     note="An encoder without an unembedding: there are no logits; the report attributes the "
+                          "mean-pooled final hidden state along its own direction (the terms sum to its norm).")
+    closure = (f"Σ terms = <b>{a['sum_of_terms']:.6g}</b>, the model's own value = <b>{fmt(a['total'], 7)}</b>; "
+               f"closure error = <b>{a['closure_error']:.2e}</b> (relative {a['relative_error']:.1e}).")
+    body = (f"<p>target: <code>{esc(a['target'])}</code>. {closure}</p>"
+            + page.figure(figs["attribution_heatmap"], files=files.get("attribution_heatmap", []))
+            + page.figure(figs["attribution_waterfall"], files=files.get("attribution_waterfall", [])))
+    page.section("Attribution by head and component", body, anchor="attribution",
+                 note="Direct attribution with the final norm's scale frozen from this forward pass: every head, MLP, "
+                      "embedding and bias gets an exact share, and the shares add up to the model's number.")
+    rows = [[f"<code>{esc(h['head'])}</code>", f"{h['value']:.4f}",
+             f"<span class='tok'>{esc(token_label(r['attention_from_last_token'][h['head']]['top_key_token']))}</span>",
+             f"{r['attention_from_last_token'][h['head']]['weight']:.3f}"] for h in r["top_heads"]]
+    body = (data_table(["head", "attribution", "last token attends most to", "weight"], rows,
+                       numeric=[False, True, False, True])
+            + page.figure(figs["attention_patterns"], files=files.get("attention_patterns", [])))
+    page.section("Top heads and their attention patterns", body, anchor="heads",
+                 note="The heads with the largest |attribution|, and where each position looks.")
+    comp = r["composition"]
+    edge_rows = [[f"<code>{esc(e['src'])}</code>", f"<code>{esc(e['dst'])}</code>", e["kind"], f"{e['score']:.4f}"]
+                 for e in sorted(comp["edges"], key=lambda e: -e["score"])[:15]]
+    body = page.figure(figs["composition_graph"], files=files.get("composition_graph", []))
+    body += data_table(["source", "destination", "kind", "score"], edge_rows, numeric=[False, False, False, True]) \
+        if edge_rows else "<p>No pair of top heads is in different layers, so there is no composition to draw.</p>"
+    page.section("Composition between the top heads", body, anchor="composition",
+                 note="Q/K/V-composition scores ‖W_A W_B‖_F / (‖W_A‖_F ‖W_B‖_F) from the weights alone "
+                      "(Elhage et al. 2021); node colour is each head's attribution.")
+    if "copying_scores" in figs:
+        page.section("Copying scores", page.figure(figs["copying_scores"], files=files.get("copying_scores", [])),
+                     anchor="copying", note="Σλ/Σ|λ| of each head's full OV circuit W_E W_OV W_U: "
+                                            "+1 copies its input token, −1 suppresses it.")
+    else:
+        page.section("Copying scores", f"<p>Not defined for this model: {esc(copying_note)}</p>", anchor="copying")
+    body = page.figure(figs["ov_eigenvalues"], files=files.get("ov_eigenvalues", []))
+    if "ov_top_tokens" in figs:
+        body += page.figure(figs["ov_top_tokens"], files=files.get("ov_top_tokens", []))
+    page.section(f"OV circuit of {r['top_heads'][0]['head']}", body, anchor="ov",
+                 note="Eigenvalues of W_V W_O (positive real: the head copies what it reads); for decoders, "
+                      "the full OV circuit W_E W_V W_O W_U restricted to the prompt's tokens.")
+    page.section("Residual stream of the last token",
+                 page.figure(figs["residual_stream"], files=files.get("residual_stream", [])), anchor="stream",
+                 note="Norm of the stream at every resid point, of each sublayer's write, and of what remains of "
+                      "each write at later points (exact decomposition with frozen norm scales).")
+    t = r["timings_seconds"]
+    rows = [[esc(k), f"{v:.2f} s"] for k, v in t.items()]
+    page.section("Provenance", data_table(["step", "time"], rows, numeric=[False, True])
+                 + "<p class='files'>numbers: <a href='results.json'>results.json</a></p>", anchor="provenance")
+    return page
+
+
+def circuits_report(model: Any, *, out_dir: Union[str, Path], max_edges: int = 30, static: bool = True,
+                    exporter: Optional[Exporter] = None, progress: bool = False) -> Path:
+    """Weight-only pages: the composition graph of the strongest edges over all heads, copying scores.
+
+    Writes ``out_dir/index.html``, ``results.json``, ``composition.json`` (nodes/edges) and the
+    figures as PNG/SVG; returns the index path.
+    """
+    model = _resolve_model(model)
+    if isinstance(max_edges, bool) or not isinstance(max_edges, int) or max_edges < 1:
+        raise ArgumentError(f"max_edges={max_edges!r} must be a positive int")
+    if static and exporter is None:
+        find_browser()
+    out = _prepare_out_dir(out_dir)
+    steps = _Steps(total=3, progress=progress, desc=f"circuits {model.name}")
+    t_start = time.perf_counter()
+    figs: dict[str, go.Figure] = {}
+    results: dict[str, Any] = {"model": dict(_model_card(model))}
+    copying_note = ""
+    try:
+        with steps("composition scores"):
+            from interp.circuits import composition_scores
+
+            comp = {k: composition_scores(model, kind=k) for k in ("Q", "K", "V")}
+            graph = composition_edges(comp, max_edges=max_edges,
+                                      title=f"Strongest {max_edges} composition edges per kind — {model.name}")
+            figs["composition_graph"] = graph.plot()
+            results["composition"] = graph.to_json_dict()
+            write_atomic(out / "composition.json", graph.to_json().encode())
+        with steps("copying scores"):
+            try:
+                from interp.circuits import copying_scores
+
+                cs = copying_scores(model)
+                figs["copying_scores"] = copying_score_map(cs, title=f"Copying scores — {model.name}")
+                results["copying_scores"] = getattr(cs, "scores", cs)
+            except UnsupportedOperationError as e:
+                copying_note = str(e)
+        files: dict[str, list[str]] = {n: [] for n in figs}
+        with steps("static export"):
+            if static:
+                own = exporter is None
+                ex = exporter if exporter is not None else Exporter()
+                try:
+                    for name, fig in figs.items():
+                        for suf in ("png", "svg"):
+                            ex.export(fig, out / "figures" / f"{name}.{suf}")
+                            files[name].append(f"figures/{name}.{suf}")
+                finally:
+                    if own:
+                        ex.close()
+    finally:
+        steps.close()
+    results["timings_seconds"] = dict(steps.times, total=round(time.perf_counter() - t_start, 3))
+    write_atomic(out / "results.json", json.dumps(_jsonable(results), indent=1).encode())
+    page = Page(title=f"interp circuits — {model.name}", subtitle="weight-only: no prompt, no forward pass")
+    page.section("Model", kv_table(_model_card(model)), anchor="model")
+    page.section("Composition graph", page.figure(figs["composition_graph"], files=files["composition_graph"])
+                 + "<p class='files'>edges: <a href='composition.json'>composition.json</a></p>", anchor="composition",
+                 note="The strongest Q/K/V-composition edges between heads in different layers.")
+    if "copying_scores" in figs:
+        page.section("Copying scores", page.figure(figs["copying_scores"], files=files["copying_scores"]),
+                     anchor="copying", note="Σλ/Σ|λ| of each head's full OV circuit W_E W_OV W_U.")
+    else:
+        page.section("Copying scores", f"<p>Not defined for this model: {esc(copying_note)}</p>", anchor="copying")
+    index = out / "index.html"
+    write_atomic(index, page.render().encode())
+    return index
