@@ -21,6 +21,7 @@ __all__ = [
     "UnsupportedOperationError",
     "MemoryCapError",
     "ExportError",
+    "ResultFormatError",
 ]
 
 
@@ -73,3 +74,7 @@ class MemoryCapError(InterpError, MemoryError):
 
 class ExportError(InterpError, OSError):
     """A figure or result cannot be written to the requested path."""
+
+
+class ResultFormatError(InterpError, ValueError):
+    """A saved result file that is missing, truncated, or holds another kind of result."""

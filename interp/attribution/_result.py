@@ -14,6 +14,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp._io import SaveLoadMixin
 from interp.errors import ArgumentError
 
 __all__ = ["LogitAttribution"]
@@ -22,7 +23,7 @@ _HEAD = re.compile(r"L(\d+)\.H(\d+)$")
 
 
 @dataclass(frozen=True, eq=False)
-class LogitAttribution:
+class LogitAttribution(SaveLoadMixin):
     """Per-term contributions to a scalar target, for each of N prompts.
 
     ``values`` [n_terms, N]; ``labels`` name the terms (``embed``, ``L3.H5``, ``L3.attn_bias``,

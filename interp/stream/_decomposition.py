@@ -16,13 +16,14 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp._io import SaveLoadMixin
 from interp.errors import ArgumentError
 
 __all__ = ["Decomposition"]
 
 
 @dataclass(frozen=True, eq=False)
-class Decomposition:
+class Decomposition(SaveLoadMixin):
     """Exact split of the tensor at ``point`` into per-write terms.
 
     ``contributions`` [n_terms, batch, pos, k] with k = d_model (full) or the number of

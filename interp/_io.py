@@ -1,0 +1,81 @@
+"""Saving and loading results without pickle: tensors in safetensors, everything else as JSON.
+
+A result is written as one ``.safetensors`` file whose header metadata holds the class name
+and the non-tensor fields as JSON. Writes are atomic (temporary file + rename); a truncated
+or foreign file raises :class:`~interp.errors.ResultFormatError` instead of a torch error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Type, TypeVar, Union
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from interp.errors import ExportError, ResultFormatError
+
+__all__ = ["SaveLoadMixin"]
+
+T = TypeVar("T", bound="SaveLoadMixin")
+_FORMAT = "interp-result-v1"
+
+
+class SaveLoadMixin:
+    """``result.save(path)`` / ``Result.load(path)`` for frozen dataclasses of tensors + JSON values."""
+
+    def save(self, path: Union[str, os.PathLike]) -> Path:
+        path = Path(path)
+        if path.suffix != ".safetensors":
+            raise ExportError(f"path={str(path)!r} must end in .safetensors")
+        tensors: dict[str, torch.Tensor] = {}
+        meta: dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            if isinstance(v, torch.Tensor):
+                tensors[f.name] = v.detach().cpu().contiguous()
+            else:
+                meta[f.name] = v
+        try:
+            header = json.dumps(meta)
+        except TypeError as e:
+            raise ExportError(f"{type(self).__name__} has a field that cannot be saved as JSON: {e}") from e
+        if not path.parent.is_dir():
+            raise ExportError(f"path={str(path)!r}: directory {str(path.parent)!r} does not exist")
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".safetensors", dir=path.parent)
+        os.close(fd)
+        try:
+            save_file(tensors, tmp, metadata={"format": _FORMAT, "class": type(self).__name__, "fields": header})
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    @classmethod
+    def load(cls: Type[T], path: Union[str, os.PathLike]) -> T:
+        path = Path(path)
+        if not path.is_file():
+            raise ResultFormatError(f"path={str(path)!r} does not exist")
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                meta = f.metadata() or {}
+                tensors = {k: f.get_tensor(k) for k in f.keys()}
+        except Exception as e:  # safetensors raises its own error types on bad headers
+            raise ResultFormatError(f"path={str(path)!r} is not a readable interp result ({e}); the file may be truncated") from e
+        if meta.get("format") != _FORMAT or meta.get("class") != cls.__name__:
+            raise ResultFormatError(
+                f"path={str(path)!r} holds {meta.get('class', 'no interp result')!r}, not a {cls.__name__}"
+            )
+        fields = json.loads(meta["fields"])
+        fields.update(tensors)
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        missing = names - set(fields)
+        if missing:
+            raise ResultFormatError(f"path={str(path)!r} lacks fields {sorted(missing)} of {cls.__name__}")
+        return cls(**{k: v for k, v in fields.items() if k in names})
