@@ -57,9 +57,13 @@ def capture(
 
 
 def count_hooks(bridge: Any) -> int:
-    """Number of forward/backward hooks currently attached to the bridge's hook points."""
+    """Number of forward/backward hooks currently attached to the bridge's hook points.
+
+    ``hook_dict`` lists some hook points under two names (``blocks.0.hook_out`` is
+    ``blocks.0.hook_resid_post``); each point is counted once.
+    """
     total = 0
-    for hp in bridge.hook_dict.values():
+    for hp in {id(hp): hp for hp in bridge.hook_dict.values()}.values():
         total += len(getattr(hp, "_forward_hooks", {})) + len(getattr(hp, "_backward_hooks", {}))
         total += len(getattr(hp, "_forward_pre_hooks", {}))
     return total
