@@ -63,9 +63,16 @@ class Decomposition(SaveLoadMixin):
         try:
             return self.contributions[self.labels.index(label)]
         except ValueError:
+            import difflib
+
             from interp.errors import LabelError
 
-            raise LabelError(f"label={label!r} is not a term of this decomposition; terms: {self.labels[:8]}…") from None
+            near = difflib.get_close_matches(str(label), self.labels, n=5, cutoff=0.4)
+            hint = f"nearest: {near}; " if near else ""
+            raise LabelError(
+                f"label={label!r} is not a term of the decomposition of {self.point!r}; {hint}"
+                f"its {len(self.labels)} terms run {self.labels[0]!r} … {self.labels[-1]!r} (see .labels)"
+            ) from None
 
     def _at(self, batch: int, pos: int) -> tuple[Tensor, Tensor]:
         b, p = self.total.shape[:2]

@@ -42,8 +42,11 @@ def tokenize(model: Any, text: Union[str, Sequence[str]]) -> Batch:
     texts = [text] if isinstance(text, str) else list(text)
     if not texts or any(not isinstance(t, str) for t in texts):
         raise ArgumentError(f"inputs must be a non-empty string or list of strings, got {text!r:.80}")
-    if any(t == "" for t in texts) and not model.prepend_bos and not model.arch.family == "bert":
-        raise ArgumentError("inputs contains an empty string, which has no tokens")
+    empty = [i for i, t in enumerate(texts) if not t.strip()]
+    if empty:
+        raise ArgumentError(
+            f"inputs has an empty (or blank) string at index {empty[0]}; every prompt needs at least one token"
+        )
     rows = [tok(t, add_special_tokens=not model.arch.causal)["input_ids"] for t in texts]
     if model.prepend_bos:
         rows = [[tok.bos_token_id] + r for r in rows]
@@ -68,10 +71,10 @@ def as_batch(model: Any, inputs: Inputs, attention_mask: Optional[Tensor] = None
             t = t[None]
         if t.ndim != 2:
             raise ShapeError(f"inputs must be token ids of shape [batch, pos], got shape {tuple(inputs.shape)}")
-        if t.is_floating_point() or t.dtype == torch.bool or t.is_complex():
-            raise ShapeError(f"inputs must be an integer tensor of token ids, got dtype {t.dtype}")
         if t.numel() == 0:
             raise ArgumentError(f"inputs is empty (shape {tuple(inputs.shape)}); give at least one token")
+        if t.is_floating_point() or t.dtype == torch.bool or t.is_complex():
+            raise ShapeError(f"inputs must be an integer tensor of token ids, got dtype {t.dtype}")
         lo, hi = int(t.min()), int(t.max())
         if lo < 0 or hi >= arch.d_vocab:
             raise ArgumentError(f"inputs has token id {lo if lo < 0 else hi}; ids must be in [0, {arch.d_vocab - 1}] (d_vocab={arch.d_vocab})")
@@ -79,9 +82,14 @@ def as_batch(model: Any, inputs: Inputs, attention_mask: Optional[Tensor] = None
         if attention_mask is None:
             mask = torch.ones_like(t)
         else:
-            mask = torch.as_tensor(attention_mask).to(model.device, torch.long)
-            if mask.shape != t.shape:
-                raise ShapeError(f"attention_mask has shape {tuple(mask.shape)}; it must match inputs {tuple(t.shape)}")
+            raw = torch.as_tensor(attention_mask)
+            if raw.ndim == 1:
+                raw = raw[None]
+            if raw.shape != t.shape:
+                raise ShapeError(f"attention_mask has shape {tuple(raw.shape)}; it must match inputs {tuple(t.shape)}")
+            if not bool(((raw == 0) | (raw == 1)).all()):
+                raise ArgumentError("attention_mask must hold only 0 (padding) and 1 (real token)")
+            mask = raw.to(model.device, torch.long)
         batch = Batch(t, mask)
     elif isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and all(isinstance(x, str) for x in inputs)):
         if isinstance(inputs, (list, tuple)) and len(inputs) == 0:
@@ -91,7 +99,10 @@ def as_batch(model: Any, inputs: Inputs, attention_mask: Optional[Tensor] = None
         lens = {len(x) for x in inputs}
         if len(lens) != 1:
             raise ShapeError(f"inputs rows have different lengths {sorted(lens)}; pass strings (padded for you) or a rectangular id tensor")
-        return as_batch(model, torch.tensor(inputs), attention_mask)
+        bad = [x for row in inputs for x in row if isinstance(x, bool) or not isinstance(x, int)]
+        if bad:
+            raise ShapeError(f"inputs as lists of token ids must hold ints only; got {bad[0]!r} ({type(bad[0]).__name__})")
+        return as_batch(model, torch.tensor(inputs, dtype=torch.long).reshape(len(inputs), -1), attention_mask)
     else:
         raise ArgumentError(
             f"inputs must be a string, a list of strings or an int tensor [batch, pos]; got {type(inputs).__name__}"

@@ -19,6 +19,7 @@ caller projects):
 from __future__ import annotations
 
 import difflib
+import operator
 import re
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
@@ -163,7 +164,11 @@ class ResidualTrace:
         d, dev, dt = self.arch.d_model, self.tokens.device, self.weights.W_E.dtype
         if project_onto is None:
             return torch.eye(d, device=dev, dtype=dt)[None], True
-        u = torch.as_tensor(project_onto)
+        try:
+            u = torch.as_tensor(project_onto)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise ShapeError(f"project_onto must be a float tensor [k, d_model={d}]; got {type(project_onto).__name__} ({e})") from None
+        shape = tuple(u.shape)
         if u.is_complex() or not u.is_floating_point():
             raise ShapeError(f"project_onto must be a float tensor, got dtype {u.dtype}")
         if u.ndim == 1:
@@ -172,9 +177,11 @@ class ResidualTrace:
             u = u[None]
         if u.ndim != 3 or u.shape[-1] != d or u.shape[0] not in (1, self.tokens.shape[0]):
             raise ShapeError(
-                f"project_onto has shape {tuple(project_onto.shape)}; expected [d_model={d}], [k, {d}] "
+                f"project_onto has shape {shape}; expected [d_model={d}], [k, {d}] "
                 f"or [batch={self.tokens.shape[0]}, k, {d}]"
             )
+        if u.shape[1] == 0:
+            raise ShapeError(f"project_onto has shape {shape}: no directions; give at least one")
         if not torch.isfinite(u).all():
             raise ArgumentError("project_onto contains NaN or inf")
         return u.to(device=dev, dtype=dt), False
@@ -281,7 +288,14 @@ def trace(
     elif neurons is False or neurons is None:
         neuron_layers = ()
     else:
-        neuron_layers = tuple(int(l) for l in neurons)
+        try:
+            if isinstance(neurons, (str, bytes)) or any(isinstance(l, bool) for l in neurons):
+                raise TypeError
+            neuron_layers = tuple(operator.index(l) for l in neurons)
+        except TypeError:
+            raise ArgumentError(
+                f"neurons={neurons!r} must be True, False or a list of layer indices in [0, {arch.n_layers - 1}]"
+            ) from None
         bad = [l for l in neuron_layers if not 0 <= l < arch.n_layers]
         if bad:
             raise ArgumentError(f"neurons={list(neurons)!r} has layers {bad} outside [0, {arch.n_layers - 1}]")
