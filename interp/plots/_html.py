@@ -24,7 +24,9 @@ body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; mar
        background: #fafafa; }
 header { background: #1d3557; color: #fff; padding: 18px 32px; }
 header h1 { margin: 0 0 4px 0; font-size: 22px; }
-header p { margin: 2px 0; opacity: 0.9; }
+header p { margin: 2px 0; opacity: 0.95; }
+header .tok { background: rgba(255, 255, 255, 0.16); color: #fff; }
+header nav a { color: #cfe3ff; }
 main { max-width: 1200px; margin: 0 auto; padding: 12px 32px 48px 32px; }
 section { background: #fff; border: 1px solid #e3e3e3; border-radius: 6px; padding: 14px 20px; margin: 18px 0; }
 h2 { font-size: 18px; margin: 4px 0 8px 0; color: #1d3557; }
