@@ -3,9 +3,10 @@
 The first load of a GGUF dequantizes it with ``transformers`` (tens of seconds); the result
 is saved in Hugging Face format under ``cache_dir/<stem>-<size>-<sha256[:16]>/`` so later
 loads take a few seconds. Writes are atomic (a temporary folder renamed into place once
-complete) and every read is verified against the manifest: the weights file's size and its
-full sha256 (≈0.5 s for smollm2's 540 MB, a fraction of a cached load; see
-``benchmarks/bench_load.py``). A corrupt entry is rebuilt once, then reported.
+complete) and every read is verified against the manifest: the weights file's size, and its
+full sha256, computed in a worker thread while the model loads (so the ≈0.5 s it takes for
+smollm2's 540 MB mostly overlaps the load; see ``benchmarks/bench_load.py``). A model whose
+file fails the check is discarded, never returned. A corrupt entry is rebuilt once, then reported.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import logging
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -59,16 +61,22 @@ def _read_gguf(gguf: Path, dtype: torch.dtype) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _verify(entry: Path) -> bool:
+def _manifest(entry: Path) -> Optional[dict[str, Any]]:
+    """The entry's manifest if it exists and the weights file has the recorded size, else None."""
     try:
         manifest = json.loads((entry / _MANIFEST).read_text())
-        weights = entry / _WEIGHTS
-        return (
-            weights.stat().st_size == manifest["weights_size"]
-            and file_sha256(weights) == manifest["weights_sha256"]
-        )
-    except (OSError, ValueError, KeyError):
-        return False
+        if (entry / _WEIGHTS).stat().st_size != manifest["weights_size"]:
+            return None
+        str(manifest["weights_sha256"])
+        return manifest
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _verify(entry: Path) -> bool:
+    """Full check of an entry: manifest, weights size and sha256."""
+    manifest = _manifest(entry)
+    return manifest is not None and file_sha256(entry / _WEIGHTS) == manifest["weights_sha256"]
 
 
 def _save_dequantized(model: Any, folder: Path) -> None:
@@ -150,13 +158,36 @@ def _load_entry(entry: Path, dtype: torch.dtype) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+def _load_verified(entry: Path, dtype: torch.dtype) -> Optional[tuple[Any, Any]]:
+    """Load the entry while a worker thread hashes its weights file; None if the hash is wrong.
+
+    The sha256 of the weights (hashlib releases the GIL) overlaps the model load, so the full
+    verification costs little wall time; a model whose file fails it is discarded, never returned.
+    """
+    manifest = _manifest(entry)
+    if manifest is None:
+        return None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="interp-verify") as pool:
+        digest = pool.submit(file_sha256, entry / _WEIGHTS)
+        try:
+            loaded = _load_entry(entry, dtype)
+        except Exception:
+            if digest.result() != manifest["weights_sha256"]:
+                return None  # corrupt weights: a verification failure, not a load failure
+            raise
+        if digest.result() != manifest["weights_sha256"]:
+            return None
+    return loaded
+
+
 def load_gguf_cached(gguf: Path, cache_dir: Path, dtype: torch.dtype) -> tuple[Any, Any, Path]:
     """The HF model and tokenizer of ``gguf``, through the safetensors cache; returns the entry path.
 
     1. Key the entry by the GGUF's size and sha256.
-    2. Verify the entry (manifest present; weights file size and sha256 as recorded); if it is
-       missing or fails, dequantize the GGUF into a fresh entry.
-    3. Load the entry. If that fails and the entry was not just rebuilt, rebuild it once and
+    2. If the entry is missing, or its manifest / weights size is wrong, dequantize the GGUF
+       into a fresh entry.
+    3. Load the entry while verifying the weights' sha256 against the manifest.
+    4. If that fails (hash or load) and the entry was not just rebuilt, rebuild it once and
        retry; a second failure is a :class:`ModelLoadError`.
     """
     if not gguf.is_file():
@@ -165,26 +196,32 @@ def load_gguf_cached(gguf: Path, cache_dir: Path, dtype: torch.dtype) -> tuple[A
     sha = file_sha256(gguf)
     entry = Path(cache_dir) / f"{gguf.stem}-{size}-{sha[:16]}"
     rebuilt = False
-    if not _verify(entry):
+    if _manifest(entry) is None:
         if entry.exists():
-            log.warning("cache entry %s failed verification; rebuilding it", entry)
+            log.warning("cache entry %s is incomplete or has the wrong size; rebuilding it", entry)
         else:
             log.info("dequantizing %s into the cache (first load only)", gguf.name)
         _write_entry(gguf, entry, sha)
         rebuilt = True
-    try:
-        model, tokenizer = _load_entry(entry, dtype)
-        return model, tokenizer, entry
-    except Exception as e:
-        if rebuilt:
-            raise _unloadable(entry, gguf, e) from e
-        log.warning("cache entry %s could not be loaded (%s); rebuilding it", entry, e)
-    _write_entry(gguf, entry, sha)
-    try:
-        model, tokenizer = _load_entry(entry, dtype)
-    except Exception as e:
-        raise _unloadable(entry, gguf, e) from e
-    return model, tokenizer, entry
+    for _ in range(2):  # the entry as found, then (at most once) rebuilt
+        try:
+            loaded = _load_verified(entry, dtype)
+        except Exception as e:
+            if rebuilt:
+                raise _unloadable(entry, gguf, e) from e
+            log.warning("cache entry %s could not be loaded (%s); rebuilding it", entry, e)
+        else:
+            if loaded is not None:
+                return loaded[0], loaded[1], entry
+            if rebuilt:
+                raise ModelLoadError(
+                    f"cache entry {str(entry)!r} for {gguf.name} fails its sha256 check even after a "
+                    "rebuild; the disk or cache_dir may be faulty: delete it or pass another cache_dir"
+                )
+            log.warning("cache entry %s failed sha256 verification; rebuilding it", entry)
+        _write_entry(gguf, entry, sha)
+        rebuilt = True
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _unloadable(entry: Path, gguf: Path, e: Exception) -> ModelLoadError:
