@@ -30,6 +30,8 @@ class SaveLoadMixin:
     """``result.save(path)`` / ``Result.load(path)`` for frozen dataclasses of tensors + JSON values."""
 
     def save(self, path: Union[str, os.PathLike]) -> Path:
+        if not isinstance(path, (str, os.PathLike)):
+            raise ExportError(f"path={path!r} must be a str or os.PathLike ending in .safetensors")
         path = Path(path)
         if path.suffix != ".safetensors":
             raise ExportError(f"path={str(path)!r} must end in .safetensors")
@@ -59,6 +61,8 @@ class SaveLoadMixin:
 
     @classmethod
     def load(cls: Type[T], path: Union[str, os.PathLike]) -> T:
+        if not isinstance(path, (str, os.PathLike)):
+            raise ResultFormatError(f"path={path!r} must be a str or os.PathLike naming a .safetensors file")
         path = Path(path)
         if not path.is_file():
             raise ResultFormatError(f"path={str(path)!r} does not exist")
@@ -72,10 +76,18 @@ class SaveLoadMixin:
             raise ResultFormatError(
                 f"path={str(path)!r} holds {meta.get('class', 'no interp result')!r}, not a {cls.__name__}"
             )
-        fields = json.loads(meta["fields"])
+        try:
+            fields = json.loads(meta["fields"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ResultFormatError(f"path={str(path)!r} has a damaged {cls.__name__} header (fields: {e!r})") from None
+        if not isinstance(fields, dict):
+            raise ResultFormatError(f"path={str(path)!r} has a damaged {cls.__name__} header (fields is not a JSON object)")
         fields.update(tensors)
         names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         missing = names - set(fields)
         if missing:
             raise ResultFormatError(f"path={str(path)!r} lacks fields {sorted(missing)} of {cls.__name__}")
-        return cls(**{k: v for k, v in fields.items() if k in names})
+        try:
+            return cls(**{k: v for k, v in fields.items() if k in names})
+        except (TypeError, ValueError) as e:
+            raise ResultFormatError(f"path={str(path)!r} does not hold a valid {cls.__name__} ({e})") from e

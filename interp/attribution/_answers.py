@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from interp.errors import ArgumentError
+from interp.stream._inputs import check_tensor_data
 
 __all__ = ["resolve_tokens", "resolve_positions"]
 
@@ -41,7 +42,8 @@ def resolve_tokens(model: Any, spec: Optional[TokenSpec], n_prompts: int, arg: s
     if spec is None:
         return None
     if isinstance(spec, Tensor):
-        if spec.is_floating_point():
+        check_tensor_data(spec, arg)
+        if spec.is_floating_point() or spec.is_complex() or spec.dtype == torch.bool:
             raise ArgumentError(f"{arg} must hold integer token ids, got dtype {spec.dtype}")
         spec = spec.flatten().tolist() if spec.ndim else int(spec)
     if isinstance(spec, (str, int)):
@@ -62,6 +64,9 @@ def resolve_positions(pos: Union[int, Sequence[int], Tensor], mask: Tensor, offs
     b, n = mask.shape
     lengths = mask.sum(dim=1)
     if isinstance(pos, Tensor):
+        check_tensor_data(pos, "pos")
+        if pos.is_floating_point() or pos.is_complex() or pos.dtype == torch.bool:
+            raise ArgumentError(f"pos must hold integer positions, got a tensor of dtype {pos.dtype}")
         pos = pos.flatten().tolist() if pos.ndim else int(pos)
     if isinstance(pos, bool) or not isinstance(pos, (int, list, tuple)):
         raise ArgumentError(f"pos={pos!r} must be an int or a per-prompt list of ints")

@@ -20,7 +20,7 @@ from interp.attribution._answers import resolve_positions
 from interp.attribution._logits import _components
 from interp.attribution._result import LogitAttribution
 from interp.errors import ArgumentError, ShapeError
-from interp.stream._inputs import as_batch
+from interp.stream._inputs import as_batch, check_tensor_data, require_model
 from interp.stream._trace import trace
 
 __all__ = ["attribute_direction"]
@@ -40,10 +40,21 @@ def attribute_direction(
     sentence embeddings. ``pos``: "mean" (the mean-pooled embedding over real tokens, as
     sentence-transformers pools MiniLM), or an int / per-prompt ints (0 is [CLS]).
     """
+    require_model(model)
     arch = model.arch
     if unit not in ("head", "component"):
         raise ArgumentError(f"unit={unit!r} is not allowed here; use 'head' or 'component'")
-    u = torch.as_tensor(direction)
+    if isinstance(direction, Tensor):
+        check_tensor_data(direction, "direction")
+    try:
+        u = torch.as_tensor(direction)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ShapeError(
+            f"direction must be a float tensor [d_model={arch.d_model}] or [batch, {arch.d_model}]; "
+            f"got {type(direction).__name__} ({e})"
+        ) from None
+    if u.ndim == 0:
+        raise ShapeError(f"direction is a scalar; expected [d_model={arch.d_model}] or [batch, {arch.d_model}]")
     if u.is_complex() or not u.is_floating_point():
         raise ShapeError(f"direction must be a float tensor, got dtype {u.dtype}")
     if u.shape[-1] != arch.d_model or u.ndim not in (1, 2):
@@ -68,8 +79,10 @@ def attribute_direction(
         tot = (total * mask).sum(-1) / mask.sum(-1)
         positions = torch.full((b,), -1, dtype=torch.long)
     else:
-        if not isinstance(pos, int) and len(list(pos)) != b:
-            raise ArgumentError(f"pos has {len(list(pos))} entries but there are {b} prompts")
+        if isinstance(pos, bool) or not isinstance(pos, (int, Tensor, list, tuple)):
+            raise ArgumentError(f"pos={pos!r} must be 'mean', an int, or a per-prompt list of ints")
+        if isinstance(pos, (list, tuple)) and len(pos) != b:
+            raise ArgumentError(f"pos has {len(pos)} entries but there are {b} prompts")
         positions = resolve_positions(pos, batch.attention_mask.cpu()).to(contrib.device)
         rows = torch.arange(b, device=contrib.device)
         values, tot = contrib[:, rows, positions], total[rows, positions]

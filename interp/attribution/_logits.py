@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from interp.attribution._answers import TokenSpec, resolve_positions, resolve_tokens
 from interp.attribution._result import LogitAttribution
 from interp.errors import ArgumentError, UnsupportedOperationError
-from interp.stream._inputs import as_batch
+from interp.stream._inputs import as_batch, require_model
 from interp.stream._trace import trace_at
 
 __all__ = ["attribute_logits"]
@@ -86,6 +86,7 @@ def attribute_logits(
     ``unit``: "head" | "component" | "neuron". The result's ``closure_error`` is the largest
     |Σ terms − model's own logit (difference)| over prompts.
     """
+    require_model(model)
     arch = model.arch
     if unit not in UNITS:
         raise ArgumentError(f"unit={unit!r} is not allowed; use one of {UNITS}")
@@ -100,9 +101,12 @@ def attribute_logits(
         batch_size = n if n <= 16 else 8
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ArgumentError(f"batch_size={batch_size!r} must be a positive int")
-    if not isinstance(pos, int) and not isinstance(pos, Tensor):
-        if len(list(pos)) != n:
-            raise ArgumentError(f"pos has {len(list(pos))} entries but there are {n} prompts")
+    if isinstance(pos, bool) or not isinstance(pos, (int, Tensor, list, tuple)):
+        raise ArgumentError(f"pos={pos!r} must be an int or a per-prompt list of ints")
+    if isinstance(pos, (list, tuple)) and len(pos) != n:
+        raise ArgumentError(f"pos has {len(pos)} entries but there are {n} prompts")
+    if progress is not None and not isinstance(progress, bool):
+        raise ArgumentError(f"progress={progress!r} must be True, False or None (automatic)")
     ans = resolve_tokens(model, answer, n, "answer")
     if ans is None:
         raise ArgumentError("answer is required: the token whose logit is attributed")

@@ -76,6 +76,9 @@ class Decomposition(SaveLoadMixin):
 
     def _at(self, batch: int, pos: int) -> tuple[Tensor, Tensor]:
         b, p = self.total.shape[:2]
+        for name, v in (("batch", batch), ("pos", pos)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ArgumentError(f"{name}={v!r} must be an int")
         if not -b <= batch < b:
             raise ArgumentError(f"batch={batch} is out of range for {b} prompts")
         if not -p <= pos < p:

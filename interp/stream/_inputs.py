@@ -11,7 +11,7 @@ from torch import Tensor
 
 from interp.errors import ArgumentError, ShapeError
 
-__all__ = ["Batch", "tokenize", "as_batch"]
+__all__ = ["Batch", "tokenize", "as_batch", "require_model", "check_tensor_data"]
 
 Inputs = Union[str, Sequence[str], Tensor]
 
@@ -33,11 +33,35 @@ class Batch:
         return (self.attention_mask.bool() * pos).amax(dim=1)
 
 
+def require_model(model: Any, *, name: str = "model") -> None:
+    """ArgumentError unless ``model`` is an interp Model (not a bridge, an HF module or a name)."""
+    from interp.models import Model
+
+    if not isinstance(model, Model):
+        raise ArgumentError(
+            f"{name}={model!r:.80} is a {type(model).__name__}, not an interp Model; "
+            "load one with interp.load_model(name_or_path) (or interp.models.model_from_hf)"
+        )
+
+
+def check_tensor_data(t: Tensor, name: str) -> None:
+    """ShapeError for a tensor without data (the 'meta' device): nothing can be read from it."""
+    if t.device.type == "meta":
+        raise ShapeError(f"{name} is on the 'meta' device (a tensor without data); pass a tensor on a real device such as 'cpu'")
+
+
 def tokenize(model: Any, text: Union[str, Sequence[str]]) -> Batch:
     """Tokenise like the bridge: BOS prepended for decoders that have one; [CLS] … [SEP] for BERT.
 
     Several strings are right-padded; the mask marks the padding.
     """
+    if model.tokenizer is None:
+        from interp.errors import UnsupportedOperationError
+
+        raise UnsupportedOperationError(
+            f"inputs={text!r:.60} is text, but model {model.name!r} has no tokenizer; "
+            "pass token ids (an int tensor [batch, pos]) instead"
+        )
     tok = model._need_tokenizer()
     texts = [text] if isinstance(text, str) else list(text)
     if not texts or any(not isinstance(t, str) for t in texts):
@@ -64,9 +88,18 @@ def tokenize(model: Any, text: Union[str, Sequence[str]]) -> Batch:
 
 def as_batch(model: Any, inputs: Inputs, attention_mask: Optional[Tensor] = None) -> Batch:
     """Validate ``inputs`` (text or int tensor [batch, pos]) against the model; return a Batch."""
+    require_model(model)
     arch = model.arch
+    is_text = isinstance(inputs, str) or (
+        isinstance(inputs, (list, tuple)) and len(inputs) > 0 and all(isinstance(x, str) for x in inputs))
+    if attention_mask is not None and is_text:
+        raise ArgumentError(
+            "attention_mask is only for token-id inputs (an int tensor [batch, pos]); text inputs are "
+            "tokenised and padded for you, with their own mask"
+        )
     if isinstance(inputs, Tensor):
         t = inputs
+        check_tensor_data(t, "inputs")
         if t.ndim == 1:
             t = t[None]
         if t.ndim != 2:
@@ -82,7 +115,15 @@ def as_batch(model: Any, inputs: Inputs, attention_mask: Optional[Tensor] = None
         if attention_mask is None:
             mask = torch.ones_like(t)
         else:
-            raw = torch.as_tensor(attention_mask)
+            if isinstance(attention_mask, Tensor):
+                check_tensor_data(attention_mask, "attention_mask")
+            try:
+                raw = torch.as_tensor(attention_mask)
+            except (TypeError, ValueError, RuntimeError) as e:
+                raise ShapeError(
+                    f"attention_mask must be a 0/1 int tensor shaped like inputs {tuple(t.shape)}; "
+                    f"got {type(attention_mask).__name__} ({e})"
+                ) from None
             if raw.ndim == 1:
                 raw = raw[None]
             if raw.shape != t.shape:

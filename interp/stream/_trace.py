@@ -33,7 +33,7 @@ from interp.errors import ArgumentError, LabelError, ShapeError
 from interp.models import ArchInfo, Weights
 from interp.stream._capture import capture, run_forward
 from interp.stream._decomposition import Decomposition
-from interp.stream._inputs import Batch, as_batch
+from interp.stream._inputs import Batch, as_batch, check_tensor_data, require_model
 from interp.stream._norms import frozen_direction, norm_scale
 from interp.stream._program import Event, build_program, resid_hook_names
 
@@ -169,6 +169,7 @@ class ResidualTrace:
         except (TypeError, ValueError, RuntimeError) as e:
             raise ShapeError(f"project_onto must be a float tensor [k, d_model={d}]; got {type(project_onto).__name__} ({e})") from None
         shape = tuple(u.shape)
+        check_tensor_data(u, "project_onto")
         if u.is_complex() or not u.is_floating_point():
             raise ShapeError(f"project_onto must be a float tensor, got dtype {u.dtype}")
         if u.ndim == 1:
@@ -281,6 +282,7 @@ def trace(
     ``neurons``: True (every layer) or a list of layers whose MLP writes split into neurons.
     ``project_onto``: default directions [k, d_model] for every ``decompose`` of this trace.
     """
+    require_model(model)
     arch = model.arch
     batch: Batch = as_batch(model, inputs, attention_mask)
     if neurons is True:
