@@ -17,6 +17,7 @@ import torch
 
 from interp.errors import (
     ArgumentError,
+    InterpError,
     ModelLoadError,
     ModelNotFoundError,
     OfflineError,
@@ -89,7 +90,22 @@ def _has_mlm_head(path_or_id: str, config: Any) -> bool:
     return "BertForMaskedLM" in (getattr(config, "architectures", None) or [])
 
 
-def _load_hf(path_or_id: str, dtype: torch.dtype, trust_remote_code: bool) -> tuple[Any, Any, bool]:
+def _load_hf(path_or_id: str, dtype: torch.dtype, trust_remote_code: bool, *, local: bool = True) -> tuple[Any, Any, bool]:
+    """HF model + tokenizer. A local folder's unreadable files raise ModelLoadError; for a hub id
+    OSError (not found / offline) propagates for the caller to classify."""
+    try:
+        return _load_hf_unchecked(path_or_id, dtype, trust_remote_code)
+    except OSError as e:
+        if not local or isinstance(e, InterpError):
+            raise
+        raise ModelLoadError(
+            f"name_or_path={path_or_id!r} is a folder, but its model files cannot be read "
+            f"({type(e).__name__}: {e}); expected a Hugging Face model folder (config.json, "
+            "model.safetensors, tokenizer files)"
+        ) from e
+
+
+def _load_hf_unchecked(path_or_id: str, dtype: torch.dtype, trust_remote_code: bool) -> tuple[Any, Any, bool]:
     import transformers
 
     try:
@@ -200,7 +216,7 @@ def load_model(
 
     # A hub id.
     try:
-        hf, tok, has_head = _load_hf(name, torch.float32, trust_remote_code)
+        hf, tok, has_head = _load_hf(name, torch.float32, trust_remote_code, local=False)
     except OSError as e:
         if _is_offline() or "connect" in str(e).lower() or "offline" in str(e).lower():
             raise OfflineError(

@@ -241,6 +241,81 @@ def test_default_cache_dir_without_env(monkeypatch):
     assert default_cache_dir() == Path.home() / ".cache" / "interp"
 
 
+@pytest.mark.real
+def test_local_gguf_path_uses_the_same_cache(first_load, gguf_path, monkeypatch):
+    cache, model, _ = first_load
+    monkeypatch.setattr(_gguf, "_read_gguf", lambda *a, **k: pytest.fail("dequantized although cached"))
+    by_path = interp.load_model(str(gguf_path), cache_dir=cache)
+    assert by_path.name == gguf_path.stem and by_path.source == str(gguf_path)
+    assert torch.equal(by_path.weights.W_K, model.weights.W_K)
+
+
+# ---------------------------------------------------------------------------------------------
+# Local Hugging Face folders
+
+
+def test_local_folder_loads_faithfully(tmp_path):
+    from tiny_models import tiny_hf_model
+
+    hf = tiny_hf_model("llama")
+    path = _save_tiny(hf, tmp_path)
+    model = interp.load_model(str(path))
+    assert model.arch.family == "llama" and model.arch.n_kv_heads == 2 and model.source == str(path)
+    ids = torch.tensor([[1, 5, 17, 42, 9]])
+    with torch.no_grad():
+        assert (model.bridge(ids) - hf(ids).logits).abs().max() < 1e-4
+
+
+def test_local_bert_without_head_is_encoder(tmp_path):
+    """A BertModel checkpoint (no MLM head, like MiniLM): hidden states faithful, no unembedding."""
+    import transformers
+
+    from tiny_models import tiny_config
+
+    torch.manual_seed(0)
+    hf = transformers.BertModel(tiny_config("bert"), add_pooling_layer=False).eval()
+    model = interp.load_model(str(_save_tiny(hf, tmp_path)))
+    assert model.arch.has_unembed is False and model.weights.W_U is None
+    ids = torch.tensor([[1, 5, 17, 42, 9]])
+    with torch.no_grad():
+        _, cache = model.bridge.run_with_cache(ids)
+        want = hf(ids).last_hidden_state
+    assert (cache["blocks.1.hook_resid_post"] - want).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("case", ["config_only", "bad_json"])
+def test_local_folder_with_unreadable_files(tmp_path, case):
+    from tiny_models import tiny_config
+
+    if case == "config_only":
+        tiny_config("gpt2").save_pretrained(tmp_path)
+    else:
+        (tmp_path / "config.json").write_text("{ not json")
+    with pytest.raises(ModelLoadError, match="cannot be read") as err:
+        interp.load_model(str(tmp_path))
+    assert str(tmp_path) in str(err.value)
+
+
+def test_pickled_weights_are_never_executed(tmp_path):
+    """A .bin whose pickle would run code is refused (torch.load weights_only), not executed."""
+    from tiny_models import tiny_hf_model
+
+    hf = tiny_hf_model("gpt2")
+    _save_tiny(hf, tmp_path)
+    (tmp_path / "model.safetensors").unlink()
+    marker = tmp_path / "PWNED"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    state = dict(hf.state_dict(), payload=Payload())
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    with pytest.raises(ModelLoadError):
+        interp.load_model(str(tmp_path))
+    assert not marker.exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input: each a typed InterpError naming the value and what is allowed
 
