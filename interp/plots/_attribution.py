@@ -25,7 +25,7 @@ from plotly.subplots import make_subplots
 
 from interp.errors import ArgumentError
 from interp.plots._common import (
-    DIVERGING, as_numpy, check_index, esc, fmt, head_grid_shape, parse_head, require_attr, token_label,
+    DIVERGING, as_numpy, check_index, esc, fmt, head_grid_shape, parse_head, quoted, require_attr,
 )
 
 __all__ = ["attribution_heatmap", "attribution_waterfall", "attribution_vector"]
@@ -56,7 +56,7 @@ def attribution_vector(attribution: Any, *, prompt: Optional[int] = None) -> tup
 
 
 def _context(attribution: Any, prompt: Optional[int]) -> tuple[str, str]:
-    """(target description, token description) for titles and hover."""
+    """(target description, where — HTML-safe, token quoted) for titles and hover."""
     target = str(getattr(attribution, "target", "") or "logit")
     toks = getattr(attribution, "str_tokens", None)
     positions = getattr(attribution, "positions", None)
@@ -65,7 +65,7 @@ def _context(attribution: Any, prompt: Optional[int]) -> tuple[str, str]:
     if toks and positions is not None and (prompt == 0 or (prompt is None and n == 1)):
         try:  # str_tokens are prompt 0's
             p = int(as_numpy(positions, name="positions").reshape(-1)[0])
-            where = f"at token {token_label(toks[p])!s} (pos {p})" if p >= 0 else "mean over tokens"
+            where = f"at token {quoted(toks[p])} (pos {p})" if p >= 0 else "mean over tokens"
         except (IndexError, ValueError):
             pass
     return target, where
@@ -93,7 +93,7 @@ def attribution_heatmap(attribution: Any, *, prompt: Optional[int] = None, max_s
                         subplot_titles=("heads (layer × head)", "other terms"))
     if has_heads:
         zmax = float(np.nanmax(np.abs(grid))) or 1.0
-        hover = [[f"term <b>L{l}.H{h}</b><br>value: {fmt(grid[l, h])}<br>{esc(target)}<br>{esc(where)}"
+        hover = [[f"term <b>L{l}.H{h}</b><br>value: {fmt(grid[l, h])}<br>{esc(target)}<br>{where}"
                   for h in range(n_h)] for l in range(n_l)]
         fig.add_trace(go.Heatmap(
             z=grid, x=list(range(n_h)), y=list(range(n_l)), colorscale=DIVERGING, zmid=0.0, zmin=-zmax, zmax=zmax,
@@ -114,13 +114,13 @@ def attribution_heatmap(attribution: Any, *, prompt: Optional[int] = None, max_s
         fig.add_trace(go.Bar(
             x=vals, y=names, orientation="h", name="other terms",
             marker_color=["#2166ac" if x >= 0 else "#b2182b" for x in vals],
-            hovertext=[f"term <b>{esc(n)}</b><br>value: {fmt(x)}<br>{esc(target)}<br>{esc(where)}"
+            hovertext=[f"term <b>{esc(n)}</b><br>value: {fmt(x)}<br>{esc(target)}<br>{where}"
                        for n, x in zip(names, vals)], hoverinfo="text",
         ), row=1, col=2)
         fig.update_yaxes(autorange="reversed", row=1, col=2, type="category")
         fig.update_xaxes(title_text="value", row=1, col=2)
     ce = getattr(attribution, "closure_error", None)
-    sub = [esc(where)]
+    sub = [where]  # already escaped
     if total is not None:
         sub.append(f"total {fmt(total)}")
     if ce is not None:
@@ -153,10 +153,10 @@ def attribution_waterfall(attribution: Any, *, prompt: Optional[int] = None, k: 
     s = float(v.sum())
     closure = abs(s - total) if total is not None else float(getattr(attribution, "closure_error", float("nan")))
     cum = np.cumsum(vals)
-    hover = [f"term <b>{esc(n)}</b><br>value: {fmt(x)}<br>running sum: {fmt(c)}<br>{esc(target)}<br>{esc(where)}"
+    hover = [f"term <b>{esc(n)}</b><br>value: {fmt(x)}<br>running sum: {fmt(c)}<br>{esc(target)}<br>{where}"
              for n, x, c in zip(names, vals, cum)]
     names.append("total")
-    hover.append(f"<b>total</b> Σ terms = {fmt(s)}<br>model: {fmt(total)}<br>{esc(target)}<br>{esc(where)}")
+    hover.append(f"<b>total</b> Σ terms = {fmt(s)}<br>model: {fmt(total)}<br>{esc(target)}<br>{where}")
     fig = go.Figure(go.Waterfall(
         x=names, y=vals + [s], measure=["relative"] * len(vals) + ["total"], orientation="v",
         hovertext=hover, hoverinfo="text", name=target,
@@ -166,7 +166,7 @@ def attribution_waterfall(attribution: Any, *, prompt: Optional[int] = None, k: 
     model_txt = f" (model: {fmt(total, 6)})" if total is not None else ""
     fig.update_layout(
         title=(f"{esc(target)}: top {len(top)} of {len(v)} terms sum to {fmt(s, 6)}{model_txt}"
-               f"<br><sup>{esc(where)} · closure error {closure:.1e}</sup>"),
+               f"<br><sup>{where} · closure error {closure:.1e}</sup>"),
         xaxis=dict(title="term", type="category", tickangle=-45), yaxis_title="contribution",
         width=1000, height=520, template="plotly_white", showlegend=False,
     )

@@ -27,6 +27,7 @@ __all__ = [
     "fmt",
     "head_grid_shape",
     "parse_head",
+    "quoted",
     "require_attr",
     "token_label",
     "unique_token_labels",
@@ -104,6 +105,11 @@ def head_grid_shape(labels: Sequence[str], obj: Any = None) -> tuple[int, int]:
 def token_label(tok: str) -> str:
     """A token as it reads on an axis: spaces made visible, newlines escaped."""
     return tok.replace("\n", "\\n").replace(" ", "␣") if tok.strip() == "" else tok.replace("\n", "\\n")
+
+
+def quoted(tok: str) -> str:
+    """A token for titles and hover text: quoted, so leading spaces show (“ Mary”), HTML-escaped."""
+    return "“" + esc(tok.replace("\n", "\\n")) + "”"
 
 
 def unique_token_labels(tokens: Sequence[str]) -> list[str]:

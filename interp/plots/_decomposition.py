@@ -19,7 +19,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from interp.errors import ArgumentError
-from interp.plots._common import as_numpy, check_index, esc, fmt, require_attr, token_label
+from interp.plots._common import as_numpy, check_index, esc, fmt, quoted, require_attr
 
 __all__ = ["decomposition_figure", "decomposition_table"]
 
@@ -68,10 +68,10 @@ def decomposition_figure(decomposition: Any, *, batch: int = 0, pos: int = -1, k
         vals.append(float(proj[rest].sum()))
         norms.append(float(np.linalg.norm(tab["terms"][rest].sum(0))))
     str_tokens = getattr(decomposition, "str_tokens", None)
-    tok = token_label(str_tokens[b][p]) if str_tokens else f"pos {p}"
+    tok = quoted(str_tokens[b][p]) if str_tokens else f"#{p}"  # quoted + escaped
     point = getattr(decomposition, "point", "read point")
     hover = [f"term <b>{esc(n)}</b><br>projection on total: {fmt(v)}<br>norm: {fmt(m)}<br>"
-             f"read: {esc(point)} at token {esc(tok)!s} (pos {p}, prompt {b})"
+             f"read: {esc(point)} at token {tok} (pos {p}, prompt {b})"
              for n, v, m in zip(names, vals, norms)]
     y = names[::-1]  # largest at the top
     fig = go.Figure()
@@ -86,7 +86,7 @@ def decomposition_figure(decomposition: Any, *, batch: int = 0, pos: int = -1, k
     ))
     ce = getattr(decomposition, "closure_error", float("nan"))
     fig.update_layout(
-        title=(f"{esc(point)} at token {esc(tok)} (pos {p}): top {min(k, len(labels))} of {len(labels)} writes"
+        title=(f"{esc(point)} at token {tok} (pos {p}): top {min(k, len(labels))} of {len(labels)} writes"
                f"<br><sup>bars sum to ‖total‖ = {fmt(float(tab['total_norm']))}; closure error {ce:.1e}</sup>"),
         xaxis_title="projection on the total (bars) / norm (diamonds)", yaxis_title="write",
         width=900, height=max(380, 26 * len(y) + 140), template="plotly_white", barmode="overlay",

@@ -27,7 +27,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from interp.errors import ArgumentError
-from interp.plots._common import as_numpy, check_index, esc, fmt, require_attr, token_label
+from interp.plots._common import as_numpy, check_index, esc, fmt, quoted, require_attr, token_label
 
 __all__ = ["residual_stream_figure", "residual_stream_norms"]
 
@@ -130,11 +130,31 @@ def _join_points(points: list[str], groups: list[str]) -> dict[str, int]:
     return out
 
 
+def _log10(a: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(np.isfinite(a) & (a > 0), np.log10(np.where(a > 0, a, 1.0)), np.nan)
+
+
+def _log_colorbar(a: np.ndarray, title: str, domain: Any) -> dict[str, Any]:
+    """A colour bar for log10 data, ticked with the underlying values (1, 2, 5 × powers of ten)."""
+    finite = a[np.isfinite(a) & (a > 0)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (1.0, 10.0)
+    ticks = [m * 10.0 ** e for e in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
+             for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
+    if len(ticks) > 8:
+        ticks = [t for t in ticks if str(t).lstrip("0.").startswith("1")] or ticks
+    d0, d1 = domain
+    return dict(title=title, tickvals=[float(np.log10(t)) for t in ticks], ticktext=[f"{t:g}" for t in ticks],
+                len=d1 - d0, y=(d0 + d1) / 2, yanchor="middle")
+
+
 def residual_stream_figure(trace: Any, *, batch: int = 0, pos: int = -1) -> go.Figure:
     """One token's residual stream: ‖stream‖ and ‖each write‖ per resid point, and what remains of each write.
 
     Top: line of ‖x_P‖ with bars of the attention / MLP write that joined just before P.
-    Middle: heatmap write group × point of ‖c_g(P)‖. Bottom: ‖x_P‖ for every position.
+    Middle: heatmap write group × point of ‖c_g(P)‖. Bottom: ‖x_P‖ for every position. The
+    heatmaps colour log10 of the norm (attention-sink tokens are orders of magnitude larger);
+    their ``customdata`` holds the norms themselves.
     """
     r = residual_stream_norms(trace, batch=batch, pos=pos)
     points, groups, norms = r["points"], r["groups"], r["group_norms"]
@@ -143,13 +163,16 @@ def residual_stream_figure(trace: Any, *, batch: int = 0, pos: int = -1) -> go.F
     toks = getattr(trace, "str_tokens", None)
     row_toks = toks[b] if toks else [str(i) for i in range(trace.tokens.shape[1])]
     tok = token_label(row_toks[p])
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=False, vertical_spacing=0.12, row_heights=[0.36, 0.38, 0.26],
-                        subplot_titles=(f"token {esc(tok)} (pos {p}): stream norm and write norms",
-                                        "norm of each write's contribution at each point",
-                                        "stream norm at every position"))
+    # row heights in pixels: the heatmaps get a fixed height per row so labels stay legible
+    h1, h2, h3, gap, top = 380, max(160, 13 * len(groups)), max(120, 18 * len(row_toks)), 120, 130
+    total_h = h1 + h2 + h3 + 2 * gap + top + 90
+    fig = make_subplots(rows=3, cols=1, row_heights=[h1, h2, h3], vertical_spacing=gap / (total_h - top - 90),
+                        subplot_titles=(f"token {quoted(tok)} (pos {p}): stream norm and write norms",
+                                        "norm of each write's contribution at each point (log colour scale)",
+                                        "stream norm at every position (log colour scale)"))
     fig.add_trace(go.Scatter(
         x=names, y=r["stream"], mode="lines+markers", name="‖stream‖", line=dict(color="#222"),
-        hovertext=[f"<b>{esc(P)}</b><br>‖stream‖ = {fmt(v)}<br>token {esc(tok)} (pos {p})"
+        hovertext=[f"<b>{esc(P)}</b><br>‖stream‖ = {fmt(v)}<br>token {quoted(tok)} (pos {p})"
                    for P, v in zip(points, r["stream"])], hoverinfo="text",
     ), row=1, col=1)
     # the write that joined just before each point: its norm at that first point
@@ -164,17 +187,17 @@ def residual_stream_figure(trace: Any, *, batch: int = 0, pos: int = -1) -> go.F
             j = int(finite[0])
             xs.append(names[j])
             ys.append(float(norms[gi, j]))
-            hs.append(f"write <b>{esc(g)}</b><br>‖write‖ = {fmt(ys[-1])} at {esc(points[j])}<br>token {esc(tok)}")
+            hs.append(f"write <b>{esc(g)}</b><br>‖write‖ = {fmt(ys[-1])} at {esc(points[j])}<br>token {quoted(tok)}")
         if xs:
             fig.add_trace(go.Bar(x=xs, y=ys, name=f"‖{kind} write‖", marker_color=colour, opacity=0.75,
                                  hovertext=hs, hoverinfo="text"), row=1, col=1)
-    hover = [[f"write <b>{esc(g)}</b> at {esc(P)}<br>‖contribution‖ = {fmt(norms[gi, j])}<br>token {esc(tok)}"
+    hover = [[f"write <b>{esc(g)}</b> at {esc(P)}<br>‖contribution‖ = {fmt(norms[gi, j])}<br>token {quoted(tok)}"
               for j, P in enumerate(points)] for gi, g in enumerate(groups)]
     fig.add_trace(go.Heatmap(
-        z=norms, x=names, y=groups, colorscale="Viridis", hovertext=hover, hoverinfo="text",
-        colorbar=dict(title="‖c‖", len=0.36, y=0.5), name="write norms",
+        z=_log10(norms), customdata=norms, x=names, y=groups, colorscale="Viridis", hovertext=hover,
+        hoverinfo="text", colorbar=_log_colorbar(norms, "‖c‖", fig.layout.yaxis2.domain), name="write norms",
     ), row=2, col=1)
-    fig.update_yaxes(autorange="reversed", row=2, col=1)
+    fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=groups, tickfont=dict(size=9), row=2, col=1)
     sa = r["stream_all"].T  # [pos, n_points]
     real = np.ones(len(row_toks), dtype=bool)
     mask = getattr(trace, "attention_mask", None)
@@ -183,20 +206,22 @@ def residual_stream_figure(trace: Any, *, batch: int = 0, pos: int = -1) -> go.F
     ylabels = [f"{i}:{token_label(t)}" for i, t in enumerate(row_toks)]
     hover_all = [[f"‖stream‖ = {fmt(sa[i, j])}<br>{esc(P)}<br>token {esc(ylabels[i])}" for j, P in enumerate(points)]
                  for i in range(len(ylabels))]
+    sa = np.where(real[:, None], sa, np.nan)
     fig.add_trace(go.Heatmap(
-        z=np.where(real[:, None], sa, np.nan), x=names, y=ylabels, colorscale="Cividis",
-        hovertext=hover_all, hoverinfo="text", colorbar=dict(title="‖x‖", len=0.24, y=0.12), name="stream norms",
+        z=_log10(sa), customdata=sa, x=names, y=ylabels, colorscale="Cividis", hovertext=hover_all, hoverinfo="text",
+        colorbar=_log_colorbar(sa, "‖x‖", fig.layout.yaxis3.domain), name="stream norms",
     ), row=3, col=1)
-    fig.update_yaxes(autorange="reversed", type="category", row=3, col=1)
+    fig.update_yaxes(autorange="reversed", type="category", tickmode="array", tickvals=ylabels,
+                     tickfont=dict(size=9), row=3, col=1)
     for row in (1, 2, 3):
         fig.update_xaxes(type="category", tickangle=-60, categoryorder="array", categoryarray=names, row=row, col=1)
     fig.update_yaxes(title_text="norm", row=1, col=1)
     arch = getattr(trace, "arch", None)
     kind = f"{arch.norm_placement}-norm {arch.norm}" if arch is not None else ""
     fig.update_layout(
-        title=(f"Residual stream of token {esc(tok)} (pos {p}, prompt {b})"
+        title=(f"Residual stream of token {quoted(tok)} (pos {p}, prompt {b})"
                f"<br><sup>{esc(getattr(arch, 'name', ''))} {esc(kind)} · closure error {r['closure']:.1e}</sup>"),
-        width=1100, height=max(900, 14 * (len(groups) + len(row_toks)) + 600), template="plotly_white",
+        width=1100, height=total_h, template="plotly_white", margin=dict(t=top, b=90),
         barmode="group", legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),
     )
     return fig

@@ -171,7 +171,8 @@ def test_residual_stream_pre_norm_matches_hf_hidden_states_and_attention_writes(
     assert line.y[0] == pytest.approx(hs[0][0, -1].norm().item(), rel=1e-5)
     assert line.y[3] == pytest.approx(hs[1][0, -1].norm().item(), rel=1e-5)
     heat = next(t for t in fig.data if t.type == "heatmap" and t.name == "write norms")
-    z = np.array(heat.z, dtype=float)
+    z = np.array(heat.customdata, dtype=float)  # the norms; the colours are their log10
+    np.testing.assert_allclose(np.array(heat.z, dtype=float), np.log10(z))
     rows = list(heat.y)
     assert rows == ["embed", "L0.attn", "L0.mlp", "L1.attn", "L1.mlp"]
     # the attention write (heads + b_O) is HF's attention output, constant after it joins
@@ -180,6 +181,8 @@ def test_residual_stream_pre_norm_matches_hf_hidden_states_and_attention_writes(
         assert np.isnan(r[3 * l])  # not yet written at resid_pre of its layer
         np.testing.assert_allclose(r[3 * l + 1:], attn[l][0, -1].norm().item(), rtol=1e-5)
     assert np.isfinite(z[0]).all() and z[0, 0] == pytest.approx(line.y[0], rel=1e-6)
+    every = next(t for t in fig.data if t.type == "heatmap" and t.name == "stream norms")
+    np.testing.assert_allclose(np.array(every.customdata, dtype=float)[:, 3], hs[1][0].norm(dim=-1).numpy(), rtol=1e-5)
 
 
 def test_residual_stream_post_norm_matches_hf_hidden_states():
@@ -192,7 +195,7 @@ def test_residual_stream_post_norm_matches_hf_hidden_states():
     for l, i in enumerate(post):  # BERT hidden_states[l+1] = output of layer l
         assert line.y[i] == pytest.approx(hs[l + 1][0, 2].norm().item(), rel=1e-5)
     heat = next(t for t in fig.data if t.type == "heatmap" and t.name == "write norms")
-    z = np.array(heat.z, dtype=float)
+    z = np.array(heat.customdata, dtype=float)
     # at resid_pre of layer 0 only the embeddings are in the stream
     assert z[list(heat.y).index("embed"), 0] == pytest.approx(line.y[0], rel=1e-5)
     # post-norm: a write's contribution changes from point to point (it passes through norms)
