@@ -1,0 +1,192 @@
+"""Is a basis privileged? Kurtosis of residual-stream coordinates vs MLP neuron activations.
+
+Elhage et al. 2021 ("A Mathematical Framework …", §"Privileged basis"), seed 002 §2a. Nothing in
+a transformer's arithmetic singles out the residual stream's coordinates (any rotation gives an
+equivalent model, :func:`rotate_residual`), whereas an elementwise nonlinearity makes MLP
+neurons a privileged basis. A privileged basis shows up as heavy-tailed coordinates: features
+aligned with basis directions make individual coordinates sparse and spiky. The statistic is the
+excess kurtosis of each coordinate over the tokens of ``inputs``:
+
+    κ_i = E[(x_i − μ_i)⁴] / E[(x_i − μ_i)²]² − 3        (0 for a Gaussian)
+
+reported for (a) the residual stream after each block in its own basis, (b) the same stream in a
+random orthogonal basis (the control: what "no preferred basis" looks like for this data), and
+(c) each MLP's neuron activations (the input of W_out). Real models do have a few outlier
+residual dimensions (massive activations, Adam/norm-gain effects); the comparison with (b) shows
+how far the residual basis departs from basis-free, and (c) how privileged the neurons are.
+
+This is the one function in :mod:`interp.circuits` that runs the model: it attaches forward hooks
+through ``model.bridge.hooks(...)`` (removed on exit, also on error) and streams the four power
+sums per coordinate in float64, so memory does not grow with the number of tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence, Union
+
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from interp.circuits._common import check_bool, check_positive_int
+from interp.circuits._rotation import random_rotation
+from interp.errors import ArgumentError, ShapeError
+
+__all__ = ["PrivilegedBasisReport", "privileged_basis_report"]
+
+
+class _Moments:
+    """Streaming power sums of (x − shift) per coordinate (shift: the first batch's mean)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.shift: Optional[Tensor] = None
+        self.s = [None, None, None, None]  # Σy, Σy², Σy³, Σy⁴
+
+    def add(self, x: Tensor) -> None:  # x [n_tok, k]
+        x = x.detach().to("cpu", torch.float64)
+        if self.shift is None:
+            self.shift = x.mean(0)
+            self.s = [torch.zeros_like(self.shift) for _ in range(4)]
+        y = x - self.shift
+        p = y.clone()
+        for i in range(4):
+            self.s[i] += p.sum(0)
+            if i < 3:
+                p = p * y
+        self.n += x.shape[0]
+
+    def kurtosis(self) -> Tensor:
+        n = self.n
+        m1, m2, m3, m4 = (s / n for s in self.s)
+        var = m2 - m1 ** 2
+        c4 = m4 - 4 * m1 * m3 + 6 * m1 ** 2 * m2 - 3 * m1 ** 4
+        return (c4 / var.clamp_min(1e-30) ** 2 - 3).float()
+
+
+@dataclass(frozen=True, eq=False)
+class PrivilegedBasisReport:
+    """Excess kurtosis per coordinate: ``resid`` [n_layers, d_model] (residual stream after each block,
+    own basis), ``resid_rotated`` [n_layers, d_model] (random orthogonal basis, the control),
+    ``neurons`` [n_layers, d_mlp] (MLP activations; None for attention-only models)."""
+
+    resid: Float[Tensor, "n_layers d_model"] = field(repr=False)
+    resid_rotated: Float[Tensor, "n_layers d_model"] = field(repr=False)
+    neurons: Optional[Float[Tensor, "n_layers d_mlp"]] = field(repr=False)
+    n_tokens: int
+    model_name: str = ""
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """Per layer: median / mean / max excess kurtosis of each group, and the share of
+        coordinates with κ > 10."""
+        rows = []
+        groups = {"resid": self.resid, "resid_rotated": self.resid_rotated}
+        if self.neurons is not None:
+            groups["neurons"] = self.neurons
+        for l in range(self.resid.shape[0]):
+            row: dict[str, Any] = {"layer": l}
+            for name, k in groups.items():
+                v = k[l].double()
+                row[f"{name}_median"] = float(v.median())
+                row[f"{name}_mean"] = float(v.mean())
+                row[f"{name}_max"] = float(v.max())
+                row[f"{name}_frac_gt10"] = float((v > 10).double().mean())
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def top(self, k: int = 10) -> pd.DataFrame:
+        """The ``k`` most kurtotic coordinates (residual dims ``L3.resid[17]`` and neurons ``L3.N42``)."""
+        check_positive_int(k, name="k")
+        recs = []
+        for l in range(self.resid.shape[0]):
+            recs += [(f"L{l}.resid[{i}]", "resid", float(v)) for i, v in enumerate(self.resid[l])]
+            if self.neurons is not None:
+                recs += [(f"L{l}.N{i}", "neuron", float(v)) for i, v in enumerate(self.neurons[l])]
+        df = pd.DataFrame(recs, columns=["coordinate", "kind", "kurtosis"])
+        return df.sort_values("kurtosis", ascending=False).head(k).reset_index(drop=True)
+
+    def plot(self):
+        """Median excess kurtosis per layer for the three groups (a plotly Figure, log y)."""
+        import plotly.graph_objects as go
+
+        df = self.to_dataframe()
+        fig = go.Figure()
+        for name, label in (("resid", "residual stream (own basis)"), ("resid_rotated", "residual stream (random basis)"),
+                            ("neurons", "MLP neurons")):
+            if f"{name}_median" in df:
+                fig.add_trace(go.Scatter(x=df["layer"], y=df[f"{name}_median"].clip(lower=1e-3), mode="lines+markers",
+                                         name=label))
+        fig.update_layout(title=f"privileged basis: median excess kurtosis per coordinate"
+                                f"{f' — {self.model_name}' if self.model_name else ''} ({self.n_tokens} tokens)",
+                          xaxis_title="layer", yaxis_title="excess kurtosis (median)", yaxis_type="log")
+        return fig
+
+    def __repr__(self) -> str:
+        return f"PrivilegedBasisReport({self.resid.shape[0]} layers, {self.n_tokens} tokens)"
+
+
+def _token_rows(model: Any, inputs: Union[str, Sequence[str], Tensor]) -> list[Tensor]:
+    """One [1, pos] id tensor per prompt (strings run separately, so there is no padding)."""
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    if isinstance(inputs, Tensor):
+        t = inputs[None] if inputs.ndim == 1 else inputs
+        if t.ndim != 2 or t.is_floating_point() or t.dtype == torch.bool or t.numel() == 0:
+            raise ShapeError(f"inputs must be int token ids [batch, pos], got shape {tuple(inputs.shape)} dtype {inputs.dtype}")
+        if int(t.min()) < 0 or int(t.max()) >= model.arch.d_vocab:
+            raise ArgumentError(f"inputs has token ids outside [0, {model.arch.d_vocab - 1}]")
+        return [row[None].to(model.device, torch.long) for row in t]
+    if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(s, str) for s in inputs):
+        return [model.to_tokens(s) for s in inputs]
+    raise ArgumentError(f"inputs must be a string, a non-empty list of strings or int token ids [batch, pos]; "
+                        f"got {type(inputs).__name__}")
+
+
+def privileged_basis_report(model: Any, inputs: Union[str, Sequence[str], Tensor], *, drop_first: bool = True,
+                            seed: int = 0) -> PrivilegedBasisReport:
+    """Excess kurtosis of residual coordinates (own and random basis) vs MLP neurons over ``inputs``.
+
+    ``drop_first`` leaves out position 0 of each sequence (BOS/[CLS], whose activations are
+    outliers in most models). ``seed`` fixes the random basis of the control.
+    """
+    check_bool(drop_first, name="drop_first")
+    rows = _token_rows(model, inputs)
+    a = model.arch
+    first = 1 if drop_first else 0
+    if sum(max(0, r.shape[1] - first) for r in rows) < 4:
+        raise ArgumentError("inputs has fewer than 4 tokens to measure (after dropping position 0); give more text")
+    Q = random_rotation(a.d_model, seed=seed).to(dtype=torch.float64)
+    resid = [_Moments() for _ in range(a.n_layers)]
+    rotated = [_Moments() for _ in range(a.n_layers)]
+    neurons = None if a.attn_only else [_Moments() for _ in range(a.n_layers)]
+
+    def resid_hook(layer: int):
+        def fn(t: Tensor, hook: Any) -> Tensor:
+            x = t[0, first:].detach().to("cpu", torch.float64)  # [pos, d_model]
+            resid[layer].add(x)
+            rotated[layer].add(x @ Q)
+            return t
+        return fn
+
+    def neuron_hook(layer: int):
+        def fn(t: Tensor, hook: Any) -> Tensor:
+            neurons[layer].add(t[0, first:])  # type: ignore[index]
+            return t
+        return fn
+
+    hooks = [(f"blocks.{l}.hook_resid_post", resid_hook(l)) for l in range(a.n_layers)]
+    if neurons is not None:
+        hooks += [(f"blocks.{l}.mlp.out.hook_in", neuron_hook(l)) for l in range(a.n_layers)]
+    n_tokens = 0
+    with torch.no_grad(), model.bridge.hooks(fwd_hooks=hooks):  # removed on exit, also on error
+        for r in rows:
+            if r.shape[1] <= first:
+                continue
+            model.bridge(r)
+            n_tokens += r.shape[1] - first
+    stack = lambda ms: torch.stack([m.kurtosis() for m in ms])  # noqa: E731
+    return PrivilegedBasisReport(resid=stack(resid), resid_rotated=stack(rotated),
+                                 neurons=None if neurons is None else stack(neurons), n_tokens=n_tokens,
+                                 model_name=model.name)

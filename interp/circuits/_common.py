@@ -1,0 +1,216 @@
+"""Shared pieces of the weight maths: argument checks, the norm-folding convention, memory caps.
+
+Norm folding (``fold_norms=True``, the default everywhere in :mod:`interp.circuits`). A pre-norm
+sublayer reads ``N(x) W + b``; with the norm's per-token scale σ frozen, N is linear
+(DESIGN.md, "Math" 2):
+
+    LayerNorm:  N(x) = (x P / σ) diag(γ) + β,   P = I − 11ᵀ/d   (centring)
+    RMSNorm:    N(x) = (x / σ) diag(γ)
+
+so the *read* weight a write actually meets is ``C diag(γ) W`` (C = P for LayerNorm, I for
+RMSNorm), up to the scalar 1/σ. Because every write is centred by the next LayerNorm before any
+read sees it, a write ``W_out`` can equally be replaced by ``W_out P``. This is exactly
+transformer-lens's HookedTransformer processing (``fold_ln`` + ``center_writing_weights``; what
+``TransformerBridge.enable_compatibility_mode()`` does), measured per family:
+
+    ============================  =============================  ==========================
+    family                        reads (W_Q W_K W_V W_in W_U)   writes (W_E W_pos W_O W_out)
+    ============================  =============================  ==========================
+    pre-norm LayerNorm (GPT-2,    P diag(γ) W                    W P
+    NeoX parallel)
+    pre-norm RMSNorm (Llama)      diag(γ) W                      W
+    post-norm LayerNorm (BERT)    W (no norm sits before a read) W P
+    no norm (toy models)          W                              W
+    ============================  =============================  ==========================
+
+The gain folded into a read is the gain of the norm in front of it: ``ln1`` for q/k/v, ``ln2``
+for the MLP input, the final norm for the unembedding. ``fold_norms=False`` gives the raw
+Hugging Face weights (what ``TransformerBridge.W_Q`` etc. return outside compatibility mode).
+Biases (b_Q, b_K, b_V, β) never enter circuits; the 1/sqrt(d_head) attention scale is not
+included in QK (transformer-lens convention).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from interp.errors import ArgumentError, MemoryCapError, UnsupportedOperationError
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "check_layer",
+    "check_head",
+    "check_bool",
+    "check_positive_int",
+    "check_max_bytes",
+    "centres_writes",
+    "folds_gains",
+    "fold_read",
+    "fold_write",
+    "folded_qkv",
+    "folded_mlp_in",
+    "folded_unembed",
+    "folded_writes",
+    "need_unembed",
+    "convention",
+    "nbytes_of",
+]
+
+#: Default cap on any dense tensor interp.circuits materialises on request (1 GiB).
+DEFAULT_MAX_BYTES: int = 1 << 30
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def check_layer(model: Any, layer: Any, *, name: str = "layer") -> int:
+    n = model.arch.n_layers
+    if not _is_int(layer) or not 0 <= layer < n:
+        raise ArgumentError(f"{name}={layer!r} is out of range; the model has layers 0..{n - 1} (n_layers={n})")
+    return layer
+
+
+def check_head(model: Any, head: Any, *, name: str = "head", kv: bool = False) -> int:
+    n = model.arch.n_kv_heads if kv else model.arch.n_heads
+    what = "KV heads" if kv else "heads"
+    if not _is_int(head) or not 0 <= head < n:
+        raise ArgumentError(f"{name}={head!r} is out of range; the model has {what} 0..{n - 1} per layer")
+    return head
+
+
+def check_bool(value: Any, *, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ArgumentError(f"{name}={value!r} must be True or False")
+    return value
+
+
+def check_positive_int(value: Any, *, name: str) -> int:
+    if not _is_int(value) or value < 1:
+        raise ArgumentError(f"{name}={value!r} must be a positive int")
+    return value
+
+
+def check_max_bytes(value: Any) -> int:
+    if not _is_int(value) or value < 1:
+        raise ArgumentError(f"max_bytes={value!r} must be a positive int (bytes)")
+    return value
+
+
+def nbytes_of(shape: tuple[int, ...], dtype: torch.dtype) -> int:
+    return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+
+
+def fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def refuse_materialise(what: str, shape: tuple[int, ...], dtype: torch.dtype, max_bytes: int, alternative: str) -> None:
+    """Raise MemoryCapError if a dense ``shape`` tensor would exceed ``max_bytes``."""
+    size = nbytes_of(shape, dtype)
+    if size > max_bytes:
+        raise MemoryCapError(
+            f"materialising {what} of shape {list(shape)} ({dtype}) needs {fmt_bytes(size)}, over the cap "
+            f"max_bytes={max_bytes} ({fmt_bytes(max_bytes)}); {alternative}"
+        )
+
+
+# --- the folding convention -------------------------------------------------------------------
+
+def centres_writes(model: Any) -> bool:
+    return model.arch.norm == "layernorm"
+
+
+def folds_gains(model: Any) -> bool:
+    return model.arch.norm in ("layernorm", "rmsnorm") and model.arch.norm_placement == "pre"
+
+
+def convention(model: Any, fold_norms: bool) -> str:
+    """A one-line statement of which weights a result was computed on."""
+    if not fold_norms:
+        return "raw weights (norm gains not folded, writes not centred)"
+    a = model.arch
+    if a.norm == "none":
+        return "raw weights (the model has no norms)"
+    if a.norm_placement == "post":
+        return "writes centred (W P); no gain folded: post-norm gains act on the residual stream itself"
+    if a.norm == "rmsnorm":
+        return "read weights folded with the gain of the RMSNorm before them (diag(γ) W)"
+    return "read weights folded with the LayerNorm before them (P diag(γ) W), writes centred (W P)"
+
+
+def fold_read(model: Any, W: Tensor, gain: Optional[Tensor], fold_norms: bool) -> Tensor:
+    """C diag(γ) W for a read weight ``W [..., d_model, k]`` and the gain ``γ [..., d_model]``
+    of the norm in front of it (broadcast over W's leading dims)."""
+    if not fold_norms or not folds_gains(model) or gain is None:
+        return W
+    W = gain[..., :, None] * W
+    if model.arch.norm == "layernorm":
+        W = W - W.mean(dim=-2, keepdim=True)
+    return W
+
+
+def fold_write(model: Any, W: Tensor, fold_norms: bool) -> Tensor:
+    """W P for a write weight ``W [..., k, d_model]`` (LayerNorm models only)."""
+    if fold_norms and centres_writes(model):
+        return W - W.mean(dim=-1, keepdim=True)
+    return W
+
+
+def folded_qkv(model: Any, fold_norms: bool, *, layer: Optional[int] = None) -> tuple[Tensor, Tensor, Tensor]:
+    """(W_Q [L, H, d, dh], W_K [L, Hkv, d, dh], W_V [L, Hkv, d, dh]) with ln1's gain folded;
+    one layer's [H, d, dh] / [Hkv, d, dh] slices if ``layer`` is given."""
+    w = model.weights
+    sl = slice(None) if layer is None else layer
+    g = w.ln1_w[sl][..., None, :]  # [(L,) 1, d] broadcasts over heads
+    return (fold_read(model, w.W_Q[sl], g, fold_norms), fold_read(model, w.W_K[sl], g, fold_norms),
+            fold_read(model, w.W_V[sl], g, fold_norms))
+
+
+def folded_mlp_in(model: Any, fold_norms: bool) -> tuple[Tensor, Optional[Tensor]]:
+    """(W_in [L, d, d_mlp], W_gate or None) with ln2's gain folded."""
+    w = model.weights
+    _need_mlp(model)
+    g = w.ln2_w
+    gate = None if w.W_gate is None else fold_read(model, w.W_gate, g, fold_norms)
+    return fold_read(model, w.W_in, g, fold_norms), gate
+
+
+def folded_unembed(model: Any, fold_norms: bool) -> Float[Tensor, "d_model d_vocab"]:
+    need_unembed(model)
+    w = model.weights
+    return fold_read(model, w.W_U, w.lnf_w, fold_norms)
+
+
+def folded_writes(model: Any, fold_norms: bool) -> dict[str, Optional[Tensor]]:
+    """W_E, W_pos, W_O, W_out, centred for LayerNorm models."""
+    w = model.weights
+    return {
+        "W_E": fold_write(model, w.W_E, fold_norms),
+        "W_pos": None if w.W_pos is None else fold_write(model, w.W_pos, fold_norms),
+        "W_O": fold_write(model, w.W_O, fold_norms),
+        "W_out": None if model.arch.attn_only else fold_write(model, w.W_out, fold_norms),
+    }
+
+
+def need_unembed(model: Any) -> None:
+    if not model.arch.has_unembed or model.weights.W_U is None:
+        raise UnsupportedOperationError(
+            f"model {model.name!r} has no unembedding (arch.has_unembed={model.arch.has_unembed}, "
+            "weights.W_U is None): it is an encoder analysed through its hidden state, so circuits "
+            "ending in W_U (full OV/QK circuits, copying scores, the 'unembed' read) do not exist"
+        )
+
+
+def _need_mlp(model: Any) -> None:
+    if model.arch.attn_only:
+        raise UnsupportedOperationError(f"model {model.name!r} is attention-only: it has no MLP weights")

@@ -1,0 +1,216 @@
+"""Copying scores and diagonal statistics of each head's full OV circuit W_E W_OV W_U.
+
+Elhage et al. 2021 ("A Mathematical Framework for Transformer Circuits", §"Copying / primitive
+in-context learning" and "Detecting copying behavior"), DESIGN.md "Math" 8. A head that copies
+maps token t to a higher logit for t itself: its full OV circuit [d_vocab, d_vocab] has mostly
+positive eigenvalues. The copying score is
+
+    c = Σ_i λ_i / Σ_i |λ_i|  ∈ [−1, 1]     (λ: eigenvalues of W_E W_V W_O W_U; = 1 for a positive
+                                            semi-definite circuit such as W_E W_Eᵀ, −1 for its negative)
+
+computed without the vocab² matrix: with A = W_E W_V [d_vocab, d_head] and B = W_O W_U
+[d_head, d_vocab], the nonzero eigenvalues of AB are those of the d_head × d_head cyclic product
+
+    BA = W_O (W_U W_E) W_V,
+
+and W_U W_E [d_model, d_model] is shared by all heads (one d_vocab-long product for the model).
+Σλ is the (real) trace; Σ|λ| sums the moduli of the complex eigenvalues.
+
+``ov_diagonal_stats`` asks the same question row by row: for how many input tokens t is t the
+top-1 / top-k output of the full OV circuit? It streams the [d_vocab, d_vocab] product in row
+chunks (bounded memory) and counts, per row, the outputs strictly above the diagonal entry.
+Weights follow the folding convention of :mod:`interp.circuits._common`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import pandas as pd
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from interp.circuits._common import (
+    check_bool,
+    check_head,
+    check_layer,
+    check_positive_int,
+    convention,
+    fold_write,
+    folded_qkv,
+    folded_unembed,
+    need_unembed,
+)
+from interp.errors import ArgumentError
+
+__all__ = ["HeadScores", "OVDiagonalStats", "copying_scores", "ov_diagonal_stats"]
+
+
+@dataclass(frozen=True, eq=False)
+class HeadScores:
+    """One number per attention head: ``scores`` [n_layers, n_heads], named by ``metric``."""
+
+    metric: str
+    scores: Float[Tensor, "n_layers n_heads"] = field(repr=False)
+    convention: str = ""
+    model_name: str = ""
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.scores.shape[0])
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.scores.shape[1])
+
+    def __getitem__(self, label: str) -> float:
+        import re
+
+        m = re.fullmatch(r"L(\d+)\.H(\d+)", label) if isinstance(label, str) else None
+        if m is None or int(m.group(1)) >= self.n_layers or int(m.group(2)) >= self.n_heads:
+            from interp.errors import LabelError
+
+            raise LabelError(f"label={label!r} is not a head of this result; heads are L0.H0 … "
+                             f"L{self.n_layers - 1}.H{self.n_heads - 1}")
+        return float(self.scores[int(m.group(1)), int(m.group(2))])
+
+    def to_dataframe(self) -> pd.DataFrame:
+        L, H = self.n_layers, self.n_heads
+        v = self.scores.double().cpu().reshape(-1).numpy()
+        return pd.DataFrame({"head": [f"L{l}.H{h}" for l in range(L) for h in range(H)],
+                             "layer": [l for l in range(L) for _ in range(H)],
+                             "head_index": [h for _ in range(L) for h in range(H)], self.metric: v})
+
+    def top(self, k: int = 10) -> pd.DataFrame:
+        """The ``k`` heads with the highest score."""
+        check_positive_int(k, name="k")
+        return self.to_dataframe().sort_values(self.metric, ascending=False).head(k).reset_index(drop=True)
+
+    def plot(self):
+        """Layer × head heatmap (a plotly Figure)."""
+        import plotly.graph_objects as go
+
+        z = self.scores.double().cpu().numpy()
+        fig = go.Figure(go.Heatmap(z=z, x=[f"H{h}" for h in range(self.n_heads)],
+                                   y=[f"L{l}" for l in range(self.n_layers)], colorscale="RdBu", zmid=0,
+                                   colorbar={"title": self.metric},
+                                   hovertemplate="%{y}.%{x}: %{z:.3f}<extra></extra>"))
+        fig.update_layout(title=f"{self.metric}{f' — {self.model_name}' if self.model_name else ''}",
+                          xaxis_title="head", yaxis_title="layer", yaxis={"autorange": "reversed"})
+        return fig
+
+    def __repr__(self) -> str:
+        return f"HeadScores({self.metric}, shape {tuple(self.scores.shape)})"
+
+
+def _cyclic_products(model: Any, fold_norms: bool) -> Float[Tensor, "n_layers n_heads d_head d_head"]:
+    """W_O^h (W_U W_E) W_V^g for every head (float64), the full OV circuits' cyclic products."""
+    need_unembed(model)
+    a = model.arch
+    W_U = folded_unembed(model, fold_norms).double()  # [d, V]
+    W_E = fold_write(model, model.weights.W_E, fold_norms).double()  # [V, d]
+    UE = W_U @ W_E  # [d, d], the one vocab-long product
+    _, _, W_V = folded_qkv(model, fold_norms)
+    kv = torch.tensor([a.kv_head(h) for h in range(a.n_heads)], device=W_U.device)
+    W_V = W_V[:, kv].double()  # [L, H, d, dh]
+    W_O = fold_write(model, model.weights.W_O, fold_norms).double()  # [L, H, dh, d]
+    return W_O @ UE @ W_V  # [L, H, dh, dh]
+
+
+def copying_scores(model: Any, *, fold_norms: bool = True) -> HeadScores:
+    """Σλ/Σ|λ| of every head's full OV circuit W_E W_V W_O W_U (eigenvalues from the d_head×d_head
+    cyclic product). Models without an unembedding (MiniLM) raise UnsupportedOperationError."""
+    check_bool(fold_norms, name="fold_norms")
+    K = _cyclic_products(model, fold_norms)
+    lam = torch.linalg.eigvals(K)  # [L, H, dh] complex
+    score = lam.real.sum(-1) / lam.abs().sum(-1).clamp_min(torch.finfo(torch.float64).tiny)
+    return HeadScores(metric="copying_score", scores=score.float(), convention=convention(model, fold_norms),
+                      model_name=model.name)
+
+
+@dataclass(frozen=True, eq=False)
+class OVDiagonalStats:
+    """How often each token is its own top output under one head's full OV circuit.
+
+    ``ranks`` [d_vocab]: for input token t, the number of output tokens with a strictly higher
+    entry than the diagonal (t, t) — 0 means t is the top-1 output. ``top1`` / ``topk``: the
+    fractions of tokens with rank 0 / rank < k.
+    """
+
+    layer: int
+    head: int
+    k: int
+    top1: float
+    topk: float
+    ranks: Int[Tensor, "d_vocab"] = field(repr=False)
+    diagonal: Float[Tensor, "d_vocab"] = field(repr=False)
+    convention: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"L{self.layer}.H{self.head}"
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per input token: token id, rank of itself, its diagonal entry."""
+        return pd.DataFrame({"token": range(self.ranks.shape[0]), "rank": self.ranks.cpu().numpy(),
+                             "diagonal": self.diagonal.double().cpu().numpy()})
+
+    def top(self, k: int = 10) -> pd.DataFrame:
+        """The ``k`` tokens copied most strongly (rank 0 first, then the largest diagonal)."""
+        check_positive_int(k, name="k")
+        df = self.to_dataframe()
+        return df.sort_values(["rank", "diagonal"], ascending=[True, False]).head(k).reset_index(drop=True)
+
+    def plot(self):
+        """Histogram of the self-ranks (log-spaced bins; a plotly Figure)."""
+        import plotly.graph_objects as go
+
+        r = self.ranks.double().cpu()
+        fig = go.Figure(go.Histogram(x=torch.log10(r + 1).numpy(), nbinsx=60))
+        fig.update_layout(title=f"{self.label}: rank of each token in its own full-OV row "
+                                f"(top-1 {self.top1:.1%}, top-{self.k} {self.topk:.1%})",
+                          xaxis_title="log10(rank + 1)", yaxis_title="tokens")
+        return fig
+
+    def __repr__(self) -> str:
+        return f"OVDiagonalStats({self.label}: top1={self.top1:.3f}, top{self.k}={self.topk:.3f})"
+
+
+def ov_diagonal_stats(model: Any, layer: int, head: int, k: int = 5, *, fold_norms: bool = True,
+                      chunk_rows: Optional[int] = None, max_chunk_bytes: int = 256 << 20) -> OVDiagonalStats:
+    """Top-1 / top-``k`` self-prediction rates of head ``(layer, head)``'s full OV circuit.
+
+    Rows of W_E W_V W_O W_U are computed ``chunk_rows`` at a time (default: as many as fit in
+    ``max_chunk_bytes``, 256 MiB), so peak memory stays near 2 × max_chunk_bytes whatever d_vocab is.
+    """
+    layer, head = check_layer(model, layer), check_head(model, head)
+    check_positive_int(k, name="k")
+    check_bool(fold_norms, name="fold_norms")
+    need_unembed(model)
+    V = model.arch.d_vocab
+    if k > V:
+        raise ArgumentError(f"k={k} exceeds d_vocab={V}")
+    check_positive_int(max_chunk_bytes, name="max_chunk_bytes")
+    if chunk_rows is None:
+        chunk_rows = max(1, max_chunk_bytes // (4 * V))
+    check_positive_int(chunk_rows, name="chunk_rows")
+    g = model.arch.kv_head(head)
+    _, _, W_V = folded_qkv(model, fold_norms, layer=layer)
+    left = fold_write(model, model.weights.W_E, fold_norms) @ W_V[g]  # [V, dh]
+    right = fold_write(model, model.weights.W_O[layer, head], fold_norms) @ folded_unembed(model, fold_norms)  # [dh, V]
+    ranks = torch.empty(V, dtype=torch.int64, device=left.device)
+    diag = torch.empty(V, dtype=left.dtype, device=left.device)
+    with torch.no_grad():
+        for start in range(0, V, chunk_rows):
+            stop = min(V, start + chunk_rows)
+            rows = left[start:stop] @ right  # [c, V]
+            ids = torch.arange(start, stop, device=rows.device)
+            dg = rows[ids - start, ids]  # [c]
+            ranks[start:stop] = (rows > dg[:, None]).sum(dim=1)
+            diag[start:stop] = dg
+            del rows
+    return OVDiagonalStats(layer=layer, head=head, k=k, top1=float((ranks == 0).double().mean()),
+                           topk=float((ranks < k).double().mean()), ranks=ranks, diagonal=diag,
+                           convention=convention(model, fold_norms))

@@ -1,0 +1,174 @@
+"""Write and read labels of the residual stream, their weights, and their order.
+
+Labels (DESIGN.md): writes ``embed``, ``pos_embed`` (learned positions only), ``L3.H5``,
+``L3.mlp``; reads ``L3.attn.q[H5]`` (query head), ``L3.attn.k[H1]`` / ``L3.attn.v[H1]`` (KV head
+under GQA), ``L3.mlp.in`` (W_in, the up projection), ``L3.mlp.gate`` (gated MLPs only),
+``unembed``. A read sees a write iff the write happens earlier in the forward pass:
+
+    sequential block (GPT-2, Llama, BERT):  attn reads < head writes < mlp reads < mlp writes
+    parallel block (GPT-NeoX):              attn reads = mlp reads  < head writes, mlp writes
+
+so in a parallel block ``L3.mlp.in`` does not read ``L3.H*``. Post-norm models use the
+sequential order (every write still precedes the later reads; the norms between are not part of
+the virtual weight — see :mod:`interp.circuits._common`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from torch import Tensor
+
+from interp.circuits._common import fold_read, fold_write, folded_unembed
+from interp.errors import LabelError, UnsupportedOperationError
+
+__all__ = ["Write", "Read", "parse_write", "parse_read", "write_labels", "read_labels", "write_matrix", "read_matrix"]
+
+_HEAD = re.compile(r"L(\d+)\.H(\d+)")
+_MLP = re.compile(r"L(\d+)\.mlp")
+_ATTN_READ = re.compile(r"L(\d+)\.attn\.([qkv])\[H(\d+)\]")
+_MLP_READ = re.compile(r"L(\d+)\.mlp\.(in|gate)")
+
+
+@dataclass(frozen=True)
+class Write:
+    label: str
+    kind: str  # "embed" | "pos_embed" | "head" | "mlp"
+    layer: int = -1
+    head: int = -1
+
+    def order(self, model: Any) -> float:
+        if self.kind in ("embed", "pos_embed"):
+            return -1.0
+        return self.layer + (0.5 if self.kind == "head" else 0.75)
+
+
+@dataclass(frozen=True)
+class Read:
+    label: str
+    kind: str  # "q" | "k" | "v" | "mlp.in" | "mlp.gate" | "unembed"
+    layer: int = -1
+    head: int = -1  # query head for q, KV head for k/v
+
+    def order(self, model: Any) -> float:
+        if self.kind == "unembed":
+            return float("inf")
+        if self.kind in ("q", "k", "v") or model.arch.parallel_attn_mlp:
+            return self.layer + 0.25
+        return self.layer + 0.625
+
+
+def write_labels(model: Any) -> list[str]:
+    a = model.arch
+    out = ["embed"] + (["pos_embed"] if model.weights.W_pos is not None else [])
+    for l in range(a.n_layers):
+        out += [f"L{l}.H{h}" for h in range(a.n_heads)]
+        if not a.attn_only:
+            out.append(f"L{l}.mlp")
+    return out
+
+
+def read_labels(model: Any) -> list[str]:
+    a = model.arch
+    out: list[str] = []
+    for l in range(a.n_layers):
+        out += [f"L{l}.attn.q[H{h}]" for h in range(a.n_heads)]
+        out += [f"L{l}.attn.k[H{g}]" for g in range(a.n_kv_heads)]
+        out += [f"L{l}.attn.v[H{g}]" for g in range(a.n_kv_heads)]
+        if not a.attn_only:
+            out.append(f"L{l}.mlp.in")
+            if model.weights.W_gate is not None:
+                out.append(f"L{l}.mlp.gate")
+    if a.has_unembed and model.weights.W_U is not None:
+        out.append("unembed")
+    return out
+
+
+def _bad(name: str, label: Any, valid: list[str], why: str = "") -> LabelError:
+    ex = valid if len(valid) <= 6 else valid[:3] + ["…"] + valid[-3:]
+    return LabelError(f"{name}={label!r} is not a {'write' if name == 'src' else 'read'} label of this model"
+                      f"{why}; valid labels look like {ex}")
+
+
+def parse_write(model: Any, label: Any, *, name: str = "src") -> Write:
+    a = model.arch
+    valid = write_labels(model)
+    if not isinstance(label, str):
+        raise _bad(name, label, valid)
+    if label == "embed":
+        return Write(label, "embed")
+    if label == "pos_embed":
+        if model.weights.W_pos is None:
+            raise _bad(name, label, valid, f" (positional={a.positional!r}: no learned position embedding)")
+        return Write(label, "pos_embed")
+    if m := _HEAD.fullmatch(label):
+        l, h = int(m.group(1)), int(m.group(2))
+        if l < a.n_layers and h < a.n_heads:
+            return Write(label, "head", l, h)
+    if (m := _MLP.fullmatch(label)) and not a.attn_only:
+        l = int(m.group(1))
+        if l < a.n_layers:
+            return Write(label, "mlp", l)
+    raise _bad(name, label, valid)
+
+
+def parse_read(model: Any, label: Any, *, name: str = "dst") -> Read:
+    a = model.arch
+    valid = read_labels(model)
+    if not isinstance(label, str):
+        raise _bad(name, label, valid)
+    if label == "unembed":
+        if "unembed" not in valid:
+            raise UnsupportedOperationError(f"{name}='unembed': model {model.name!r} has no unembedding (W_U is None)")
+        return Read(label, "unembed")
+    if m := _ATTN_READ.fullmatch(label):
+        l, kind, h = int(m.group(1)), m.group(2), int(m.group(3))
+        n = a.n_heads if kind == "q" else a.n_kv_heads
+        if l < a.n_layers and h < n:
+            return Read(label, kind, l, h)
+        if l < a.n_layers and kind != "q" and h < a.n_heads:
+            raise _bad(name, label, valid, f" (k and v are indexed by KV head 0..{a.n_kv_heads - 1}; query head "
+                                           f"{h} reads KV head {a.kv_head(h)}, i.e. L{l}.attn.{kind}[H{a.kv_head(h)}])")
+    if (m := _MLP_READ.fullmatch(label)) and not a.attn_only:
+        l, which = int(m.group(1)), m.group(2)
+        if l < a.n_layers and (which == "in" or model.weights.W_gate is not None):
+            return Read(label, f"mlp.{which}", l)
+    raise _bad(name, label, valid)
+
+
+def write_matrix(model: Any, w: Write, fold_norms: bool) -> Tensor:
+    """The write's output weight [k, d_model] (rows: its internal directions)."""
+    W = model.weights
+    if w.kind == "embed":
+        M = W.W_E
+    elif w.kind == "pos_embed":
+        M = W.W_pos
+    elif w.kind == "head":
+        M = W.W_O[w.layer, w.head]
+    else:
+        M = W.W_out[w.layer]
+    return fold_write(model, M, fold_norms)
+
+
+def read_matrix(model: Any, r: Read, fold_norms: bool) -> Tensor:
+    """The read's input weight [d_model, k] (columns: its internal directions), norm gain folded."""
+    W = model.weights
+    if r.kind == "unembed":
+        return folded_unembed(model, fold_norms)
+    if r.kind in ("q", "k", "v"):
+        M = {"q": W.W_Q, "k": W.W_K, "v": W.W_V}[r.kind][r.layer, r.head]
+        return fold_read(model, M, W.ln1_w[r.layer], fold_norms)
+    M = W.W_in[r.layer] if r.kind == "mlp.in" else W.W_gate[r.layer]
+    return fold_read(model, M, W.ln2_w[r.layer], fold_norms)
+
+
+def check_order(model: Any, w: Write, r: Read) -> Optional[str]:
+    """None if read ``r`` sees write ``w``, else the reason it does not."""
+    if w.order(model) < r.order(model):
+        return None
+    if w.kind == "head" and r.kind.startswith("mlp") and w.layer == r.layer:
+        return (f"in this parallel-block model ({model.arch.family}) L{r.layer}'s MLP reads the same residual "
+                f"stream as its attention, before L{w.layer}'s heads write")
+    return f"{r.label} is read before {w.label} is written"

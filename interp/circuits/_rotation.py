@@ -1,0 +1,248 @@
+"""Rotating the residual stream's basis: a new, exactly equivalent model.
+
+Seed 002 §2b ("Xoay cơ sở"), Elhage et al. 2021 §"Residual stream … no privileged basis",
+DESIGN.md "Math" 9. With x ↦ x R (row convention, R orthogonal), every weight that touches the
+stream changes so that the computation is the same:
+
+    writes:  W_E → W_E R,  W_pos → W_pos R,  W_O → W_O R,  W_out → W_out R,  b_O → b_O R,  b_out → b_out R
+    reads:   W → Rᵀ diag(γ) W,   b → b + β W      (γ, β: the gain and bias of the norm in front)
+    norms:   γ → 1, β → 0;   unembedding: W_U → Rᵀ diag(γ_f) W_U, b_U → b_U + β_f W_U
+
+Algorithm:
+
+1. Check R: [d_model, d_model], finite, RᵀR = I (to ``atol``).
+2. Check the norm. RMSNorm(x R) = x R / rms(x R) and rms(x R) = rms(x): any orthogonal R works once
+   the gains are folded (a per-coordinate gain does not commute with R). LayerNorm also centres,
+   x ↦ x P with P = I − 11ᵀ/d; (x R) P = (x P) R for all x iff R maps the all-ones vector to
+   itself, R·1 = 1 — otherwise the rotated model centres along the wrong direction, so such R
+   are refused. Post-norm models (BERT) are refused: their norm's gain multiplies the residual
+   stream itself, and diag(γ) R ≠ R diag(γ).
+3. Fold the gains and biases, rotate (float64), and build a fresh Hugging Face module of the same
+   class (tied embeddings untied: W_U ≠ W_Eᵀ after folding γ_f; an unembedding bias is added when
+   β_f ≠ 0) from the new weights, wrapped in a new TransformerBridge. The returned Model carries
+   these weights, so its bridge's logits equal the original model's (≤1e-4 in float32).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+from typing import Any, Optional
+
+import einops
+import torch
+from torch import Tensor
+
+from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
+
+__all__ = ["rotate_residual", "random_rotation"]
+
+log = logging.getLogger(__name__)
+
+
+def random_rotation(d_model: int, *, fix_ones: bool = False, seed: int = 0,
+                    dtype: torch.dtype = torch.float64) -> Tensor:
+    """A random orthogonal [d_model, d_model] matrix (Haar, seeded); ``fix_ones=True`` makes R·1 = 1
+    (a rotation of the hyperplane orthogonal to 1, as LayerNorm models need)."""
+    if not isinstance(d_model, int) or isinstance(d_model, bool) or d_model < 2:
+        raise ArgumentError(f"d_model={d_model!r} must be an int ≥ 2")
+    g = torch.Generator().manual_seed(seed)
+    n = d_model - 1 if fix_ones else d_model
+    Q, Rr = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))
+    Q = Q * torch.sign(torch.diagonal(Rr))  # Haar measure
+    if fix_ones:
+        # Householder H swaps u = 1/sqrt(d) and e_1; R = H (1 ⊕ Q) H fixes u and rotates its complement
+        u = torch.full((d_model,), d_model ** -0.5, dtype=torch.float64)
+        v = u.clone()
+        v[0] -= 1.0
+        H = torch.eye(d_model, dtype=torch.float64) - 2 * torch.outer(v, v) / (v @ v)
+        Q = H @ torch.block_diag(torch.ones(1, 1, dtype=torch.float64), Q) @ H
+    return Q.to(dtype)
+
+
+def _check_R(model: Any, R: Any, atol: float) -> Tensor:
+    d = model.arch.d_model
+    if not isinstance(R, Tensor):
+        raise ShapeError(f"R must be a torch.Tensor [d_model, d_model] = [{d}, {d}], got {type(R).__name__}")
+    if R.shape != (d, d):
+        raise ShapeError(f"R has shape {tuple(R.shape)}; it must be [d_model, d_model] = [{d}, {d}]")
+    if not R.is_floating_point() or not bool(torch.isfinite(R).all()):
+        raise ArgumentError("R must be a finite float matrix")
+    R64 = R.detach().to("cpu", torch.float64)
+    err = float((R64.T @ R64 - torch.eye(d, dtype=torch.float64)).abs().max())
+    if err > atol:
+        raise ArgumentError(
+            f"R is not orthogonal: max |RᵀR − I| = {err:.3g} > atol={atol}; a basis rotation must preserve "
+            "lengths (use e.g. torch.linalg.qr(M).Q or interp.circuits.random_rotation)"
+        )
+    return R64
+
+
+def _check_model(model: Any, R64: Tensor, atol: float) -> None:
+    a = model.arch
+    if a.family not in ("gpt2", "llama", "gpt_neox"):
+        raise UnsupportedOperationError(
+            f"rotate_residual supports pre-norm Hugging Face families gpt2, llama, gpt_neox; model {model.name!r} "
+            f"is {a.family!r}" + (" (post-norm: the norm's gain multiplies the residual stream itself, and "
+                                  "diag(γ) R ≠ R diag(γ), so no rotated model is exactly equivalent)"
+                                  if a.norm_placement == "post" else "")
+        )
+    if a.norm == "layernorm":
+        ones = torch.ones(a.d_model, dtype=torch.float64)
+        dev = float((R64 @ ones - ones).abs().max())
+        if dev > atol * a.d_model ** 0.5:
+            raise ArgumentError(
+                f"R·1 ≠ 1 (max deviation {dev:.3g}) but model {model.name!r} uses LayerNorm: LayerNorm subtracts "
+                "each vector's mean, i.e. projects out the all-ones direction 1, and that centring commutes with "
+                "the rotation only if R maps 1 to itself (R·1 = 1). Use an R that fixes 1, e.g. "
+                "interp.circuits.random_rotation(d_model, fix_ones=True); RMSNorm models accept any orthogonal R"
+            )
+
+
+def rotated_weights(model: Any, R64: Tensor) -> Any:
+    """The rotated, gain-folded Weights (float64 maths, cast back to the model's dtype)."""
+    w = model.weights.to(dtype=torch.float64, device="cpu")
+    Rt = R64.T
+    ln = model.arch.norm == "layernorm"
+
+    def read(W: Tensor, b: Optional[Tensor], gamma: Tensor, beta: Tensor, eq: str) -> tuple[Tensor, Optional[Tensor]]:
+        # W [..., d, k] with gamma [..., d]: Rᵀ diag(γ) W, and b + β W
+        Wf = Rt @ (gamma[..., :, None] * W)
+        if b is None:
+            return Wf, None
+        return Wf, b + (torch.einsum(eq, beta, W) if ln else 0)
+
+    g1, b1 = w.ln1_w[:, None, :], w.ln1_b
+    W_Q, b_Q = read(w.W_Q, w.b_Q, g1, b1, "ld,lhdk->lhk")
+    W_K, b_K = read(w.W_K, w.b_K, g1, b1, "ld,lhdk->lhk")
+    W_V, b_V = read(w.W_V, w.b_V, g1, b1, "ld,lhdk->lhk")
+    W_in, b_in = read(w.W_in, w.b_in, w.ln2_w, w.ln2_b, "ld,ldm->lm")
+    W_gate = None if w.W_gate is None else read(w.W_gate, None, w.ln2_w, w.ln2_b, "")[0]
+    W_U = Rt @ (w.lnf_w[:, None] * w.W_U)
+    b_U = w.b_U + (w.lnf_b @ w.W_U if ln else 0)
+    ones, zeros = torch.ones_like(w.ln1_w), torch.zeros_like(w.ln1_b)
+    new = w.with_updates(
+        W_E=w.W_E @ R64, W_pos=None if w.W_pos is None else w.W_pos @ R64,
+        W_Q=W_Q, W_K=W_K, W_V=W_V, b_Q=b_Q, b_K=b_K, b_V=b_V, W_O=w.W_O @ R64, b_O=w.b_O @ R64,
+        W_in=W_in, b_in=b_in, W_gate=W_gate, W_out=w.W_out @ R64, b_out=w.b_out @ R64,
+        ln1_w=ones, ln1_b=zeros, ln2_w=ones.clone(), ln2_b=zeros.clone(),
+        lnf_w=torch.ones_like(w.lnf_w), lnf_b=torch.zeros_like(w.lnf_b), W_U=W_U, b_U=b_U,
+    )
+    return new.to(device=model.device, dtype=model.dtype)
+
+
+# --- writing TL-layout weights back into a Hugging Face module ----------------------------------
+
+def _hf_state(family: str, w: Any, n_layers: int) -> tuple[dict[str, Tensor], str]:
+    """HF parameter name -> tensor for the rotated weights, and the unembedding module's name."""
+    sd: dict[str, Tensor] = {}
+    if family == "llama":
+        sd["model.embed_tokens.weight"] = w.W_E
+        for l in range(n_layers):
+            p = f"model.layers.{l}."
+            sd[p + "self_attn.q_proj.weight"] = einops.rearrange(w.W_Q[l], "n m h -> (n h) m")
+            sd[p + "self_attn.k_proj.weight"] = einops.rearrange(w.W_K[l], "n m h -> (n h) m")
+            sd[p + "self_attn.v_proj.weight"] = einops.rearrange(w.W_V[l], "n m h -> (n h) m")
+            sd[p + "self_attn.q_proj.bias"] = w.b_Q[l].reshape(-1)
+            sd[p + "self_attn.k_proj.bias"] = w.b_K[l].reshape(-1)
+            sd[p + "self_attn.v_proj.bias"] = w.b_V[l].reshape(-1)
+            sd[p + "self_attn.o_proj.weight"] = einops.rearrange(w.W_O[l], "n h m -> m (n h)")
+            sd[p + "self_attn.o_proj.bias"] = w.b_O[l]
+            sd[p + "mlp.up_proj.weight"] = w.W_in[l].T
+            sd[p + "mlp.gate_proj.weight"] = w.W_gate[l].T
+            sd[p + "mlp.down_proj.weight"] = w.W_out[l].T
+            sd[p + "input_layernorm.weight"] = w.ln1_w[l]
+            sd[p + "post_attention_layernorm.weight"] = w.ln2_w[l]
+        sd["model.norm.weight"] = w.lnf_w
+        sd["lm_head.weight"] = w.W_U.T
+        return sd, "lm_head"
+    if family == "gpt2":
+        sd["transformer.wte.weight"] = w.W_E
+        sd["transformer.wpe.weight"] = w.W_pos
+        heads = lambda W: einops.rearrange(W, "n m h -> m (n h)")  # noqa: E731
+        for l in range(n_layers):
+            p = f"transformer.h.{l}."
+            sd[p + "attn.c_attn.weight"] = torch.cat([heads(w.W_Q[l]), heads(w.W_K[l]), heads(w.W_V[l])], dim=1)
+            sd[p + "attn.c_attn.bias"] = torch.cat([w.b_Q[l].reshape(-1), w.b_K[l].reshape(-1), w.b_V[l].reshape(-1)])
+            sd[p + "attn.c_proj.weight"] = einops.rearrange(w.W_O[l], "n h m -> (n h) m")
+            sd[p + "attn.c_proj.bias"] = w.b_O[l]
+            sd[p + "mlp.c_fc.weight"], sd[p + "mlp.c_fc.bias"] = w.W_in[l], w.b_in[l]
+            sd[p + "mlp.c_proj.weight"], sd[p + "mlp.c_proj.bias"] = w.W_out[l], w.b_out[l]
+            sd[p + "ln_1.weight"], sd[p + "ln_1.bias"] = w.ln1_w[l], w.ln1_b[l]
+            sd[p + "ln_2.weight"], sd[p + "ln_2.bias"] = w.ln2_w[l], w.ln2_b[l]
+        sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"] = w.lnf_w, w.lnf_b
+        sd["lm_head.weight"] = w.W_U.T
+        return sd, "lm_head"
+    # gpt_neox
+    sd["gpt_neox.embed_in.weight"] = w.W_E
+    for l in range(n_layers):
+        p = f"gpt_neox.layers.{l}."
+        sd[p + "attention.query_key_value.weight"] = einops.rearrange(
+            torch.stack([w.W_Q[l], w.W_K[l], w.W_V[l]]), "t n m h -> (n t h) m")
+        sd[p + "attention.query_key_value.bias"] = einops.rearrange(
+            torch.stack([w.b_Q[l], w.b_K[l], w.b_V[l]]), "t n h -> (n t h)")
+        sd[p + "attention.dense.weight"] = einops.rearrange(w.W_O[l], "n h m -> m (n h)")
+        sd[p + "attention.dense.bias"] = w.b_O[l]
+        sd[p + "mlp.dense_h_to_4h.weight"], sd[p + "mlp.dense_h_to_4h.bias"] = w.W_in[l].T, w.b_in[l]
+        sd[p + "mlp.dense_4h_to_h.weight"], sd[p + "mlp.dense_4h_to_h.bias"] = w.W_out[l].T, w.b_out[l]
+        sd[p + "input_layernorm.weight"], sd[p + "input_layernorm.bias"] = w.ln1_w[l], w.ln1_b[l]
+        sd[p + "post_attention_layernorm.weight"], sd[p + "post_attention_layernorm.bias"] = w.ln2_w[l], w.ln2_b[l]
+    sd["gpt_neox.final_layer_norm.weight"], sd["gpt_neox.final_layer_norm.bias"] = w.lnf_w, w.lnf_b
+    sd["lm_head.weight"] = w.W_U.T  # "embed_out" in older transformers; renamed in _build_hf
+    return sd, "lm_head"
+
+
+def _build_hf(model: Any, w: Any) -> Any:
+    """A fresh HF module of the model's class holding the rotated weights ``w``."""
+    hf_old = model.bridge.original_model
+    config = copy.deepcopy(hf_old.config)
+    config.tie_word_embeddings = False  # W_U = Rᵀ diag(γ_f) W_Eᵀ... no longer W_E'ᵀ
+    hf = type(hf_old)(config).to(dtype=model.dtype)
+    values, head_name = _hf_state(model.arch.family, w, model.arch.n_layers)
+    sd = hf.state_dict()
+    params = dict(hf.named_parameters())
+    if "lm_head.weight" not in params and "embed_out.weight" in params:
+        values["embed_out.weight"], head_name = values.pop("lm_head.weight"), "embed_out"
+    for k, v in values.items():
+        if k in params:
+            sd[k] = v.detach().contiguous().to(sd[k].dtype)
+        elif bool((v != 0).any()):
+            raise UnsupportedOperationError(f"the rotated model needs a nonzero {k} that this HF model class has no "
+                                            "parameter for")
+    missing = sorted(set(params) - set(values))
+    if missing:
+        raise UnsupportedOperationError(f"rotate_residual cannot write HF parameters {missing[:5]} of "
+                                        f"{type(hf_old).__name__}")
+    hf.load_state_dict(sd, strict=True)
+    if bool((w.b_U != 0).any()):
+        old = getattr(hf, head_name)
+        if old.bias is None:  # fold β_f W_U into an unembedding bias the HF class lacks
+            new = torch.nn.Linear(old.in_features, old.out_features, bias=True, dtype=old.weight.dtype)
+            with torch.no_grad():
+                new.weight.copy_(old.weight)
+                new.bias.copy_(w.b_U.to(old.weight.dtype))
+            setattr(hf, head_name, new)
+    return hf.eval()
+
+
+def rotate_residual(model: Any, R: Tensor, *, atol: float = 1e-5, name: Optional[str] = None) -> Any:
+    """A new Model whose residual stream is the original's times R (x ↦ x R), computing the same logits.
+
+    RMSNorm models accept any orthogonal R; LayerNorm models only R with R·1 = 1 (ArgumentError,
+    explaining why, otherwise); post-norm models are refused (UnsupportedOperationError). The new
+    Model's weights have every norm gain folded (γ = 1, β = 0) and its bridge runs a fresh HF
+    module holding them. Composition and copying scores (fold_norms=True) and DLA are unchanged.
+    """
+    if not isinstance(atol, (int, float)) or isinstance(atol, bool) or not atol > 0:
+        raise ArgumentError(f"atol={atol!r} must be a positive number")
+    R64 = _check_R(model, R, float(atol))
+    _check_model(model, R64, float(atol))
+    from interp.models import model_from_hf
+
+    w = rotated_weights(model, R64)
+    hf = _build_hf(model, w)
+    new_name = name or f"{model.name}-rotated"
+    rotated = model_from_hf(hf, model.tokenizer, name=new_name, device=model.device, dtype=model.dtype,
+                            has_unembed=model.arch.has_unembed, source=f"rotate_residual({model.name})")
+    return dataclasses.replace(rotated, weights=w, arch=dataclasses.replace(model.arch, name=new_name))

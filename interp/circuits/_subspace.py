@@ -1,0 +1,213 @@
+"""Residual-stream bandwidth: how heads' write subspaces overlap, and who erases whom.
+
+Seed 002 §4 ("Không gian con và thông lượng"), Elhage et al. 2021 §"Subspaces and residual
+stream bandwidth" and "memory management". Each head writes into the d_head-dimensional row space
+of its W_O^h (row convention) — a small subspace of the d_model-dimensional stream.
+
+1. Overlap. With U_h [d_model, r_h] an orthonormal basis of head h's write subspace,
+
+       overlap(h₁, h₂) = ‖U₁ᵀ U₂‖_F² / min(r₁, r₂) = mean cos² of the principal angles  ∈ [0, 1]
+
+   (1: one subspace contains the other; 0: orthogonal). Two random d_head-dimensional subspaces
+   of R^d_model overlap by d_head / d_model on average (``baseline``). All pairs come from one
+   packed-Gram product ⟨U₁U₁ᵀ, U₂U₂ᵀ⟩ (:mod:`._gram`).
+
+2. Erasure ("memory management"). A later head d erases what an earlier write s put in the stream
+   if its OV map sends s's directions back onto their negatives. With U_s [d_model, k] the top-k
+   right singular directions of s's write matrix (all of a head's write subspace for k = d_head;
+   the principal ones of an MLP's W_out or of W_E), the restricted map and its symmetric part
+
+       E = U_sᵀ W_V^d W_O^d U_s   [k, k],     S = (E + Eᵀ)/2
+
+   say how a unit write along s's subspace comes back: ``mean_gain`` = tr(E)/k (< 0: on average
+   erased), ``max_eig`` = λ_max(S) (< 0: *every* direction is erased: S negative-definite).
+   tr(E) for all pairs is one packed-Gram product (⟨sym(W_V W_O), U_s U_sᵀ⟩); the eigenvalues are
+   computed exactly for the ``screen`` most negative pairs. Gains are with the reader's norm
+   scale frozen at 1 (the real gain is divided by the norm's σ at that token); weights use the
+   folding convention of :mod:`interp.circuits._common`. Only heads are destinations (an MLP's
+   nonlinearity has no fixed linear map to test for negative-definiteness).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from interp.circuits._common import check_bool, check_positive_int, convention, fold_write, folded_qkv
+from interp.circuits._gram import chunks, packed_gram_left, triu_index
+from interp.circuits._labels import parse_write, write_labels, write_matrix
+
+__all__ = ["SubspaceOverlap", "ErasureTable", "write_subspace_overlap", "erasure_candidates"]
+
+
+def _head_bases(model: Any, fold_norms: bool, rtol: float = 1e-6) -> tuple[Tensor, Tensor]:
+    """(U [N, d, dh] orthonormal columns, zero-padded past each head's rank, ranks [N])."""
+    a = model.arch
+    W_O = fold_write(model, model.weights.W_O, fold_norms).double().reshape(a.n_layers * a.n_heads, a.d_head, a.d_model)
+    U, S, _ = torch.linalg.svd(W_O.transpose(-2, -1), full_matrices=False)  # U [N, d, dh]
+    keep = S > rtol * S[:, :1]
+    return U * keep[:, None, :], keep.sum(-1)
+
+
+@dataclass(frozen=True, eq=False)
+class SubspaceOverlap:
+    """``overlap`` [n_layers, n_heads, n_layers, n_heads]: mean cos² of the principal angles between
+    two heads' write subspaces (symmetric, 1 on the diagonal); ``baseline`` = d_head / d_model."""
+
+    overlap: Float[Tensor, "n_layers n_heads n_layers n_heads"] = field(repr=False)
+    baseline: float
+    convention: str = ""
+    model_name: str = ""
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per unordered pair of distinct heads."""
+        L, H = self.overlap.shape[:2]
+        flat = self.overlap.reshape(L * H, L * H)
+        i, j = torch.triu_indices(L * H, L * H, offset=1)
+        v = flat[i, j].double().numpy()
+        lab = [f"L{l}.H{h}" for l in range(L) for h in range(H)]
+        return pd.DataFrame({"head_a": [lab[x] for x in i.tolist()], "head_b": [lab[x] for x in j.tolist()],
+                             "overlap": v, "vs_baseline": v / self.baseline})
+
+    def top(self, k: int = 10) -> pd.DataFrame:
+        """The ``k`` most overlapping pairs of distinct heads."""
+        check_positive_int(k, name="k")
+        return self.to_dataframe().sort_values("overlap", ascending=False).head(k).reset_index(drop=True)
+
+    def plot(self):
+        """Heatmap of all pairs (a plotly Figure)."""
+        import plotly.graph_objects as go
+
+        L, H = self.overlap.shape[:2]
+        lab = [f"L{l}.H{h}" for l in range(L) for h in range(H)]
+        fig = go.Figure(go.Heatmap(z=self.overlap.reshape(L * H, L * H).double().numpy(), x=lab, y=lab,
+                                   colorscale="Blues", zmin=0, zmax=1, colorbar={"title": "mean cos²"}))
+        fig.update_layout(title=f"write-subspace overlap (random baseline {self.baseline:.3f})"
+                                f"{f' — {self.model_name}' if self.model_name else ''}",
+                          yaxis={"autorange": "reversed"})
+        return fig
+
+    def __repr__(self) -> str:
+        return f"SubspaceOverlap(shape {tuple(self.overlap.shape)}, baseline {self.baseline:.3f})"
+
+
+def write_subspace_overlap(model: Any, *, fold_norms: bool = True) -> SubspaceOverlap:
+    """Principal-angle overlap between every pair of heads' write subspaces (row spaces of W_O^h)."""
+    check_bool(fold_norms, name="fold_norms")
+    a = model.arch
+    U, r = _head_bases(model, fold_norms)
+    Ut = U.transpose(-2, -1).float()  # [N, dh, d]
+    sq = packed_gram_left(Ut, weighted=False) @ packed_gram_left(Ut, weighted=True).T  # ‖U_iᵀ U_j‖_F²
+    ov = (sq.double() / torch.minimum(r[:, None], r[None, :]).clamp_min(1)).clamp(0, 1)
+    return SubspaceOverlap(overlap=ov.float().reshape(a.n_layers, a.n_heads, a.n_layers, a.n_heads).cpu(),
+                           baseline=a.d_head / a.d_model, convention=convention(model, fold_norms),
+                           model_name=model.name)
+
+
+@dataclass(frozen=True, eq=False)
+class ErasureTable:
+    """Candidate (earlier write → later head) erasures, most negative ``mean_gain`` first.
+
+    Columns: src, dst, mean_gain = tr(E)/k, max_eig / min_eig of the symmetric part S of
+    E = U_sᵀ OV_d U_s, negative_definite (max_eig < 0)."""
+
+    table: pd.DataFrame = field(repr=False)
+    k: int
+    convention: str = ""
+    model_name: str = ""
+
+    def to_dataframe(self) -> pd.DataFrame:
+        return self.table.copy()
+
+    def top(self, k: int = 10) -> pd.DataFrame:
+        """The ``k`` strongest candidates (negative-definite ones first, then by mean gain)."""
+        check_positive_int(k, name="k")
+        return self.table.sort_values(["negative_definite", "mean_gain"], ascending=[False, True]).head(k)\
+            .reset_index(drop=True)
+
+    def plot(self):
+        """Bar chart of the strongest candidates' mean gains (a plotly Figure)."""
+        import plotly.graph_objects as go
+
+        df = self.top(min(30, max(1, len(self.table))))
+        fig = go.Figure(go.Bar(x=[f"{s} → {d}" for s, d in zip(df["src"], df["dst"])], y=df["mean_gain"],
+                               marker_color=["crimson" if n else "grey" for n in df["negative_definite"]]))
+        fig.update_layout(title=f"erasure candidates (red: negative-definite)"
+                                f"{f' — {self.model_name}' if self.model_name else ''}",
+                          yaxis_title="mean gain tr(E)/k")
+        return fig
+
+    def __repr__(self) -> str:
+        n = int(self.table["negative_definite"].sum()) if len(self.table) else 0
+        return f"ErasureTable({len(self.table)} candidates, {n} negative-definite, k={self.k})"
+
+
+def _write_bases(model: Any, labels: list[str], k: int, fold_norms: bool) -> Tensor:
+    """Top-k right singular directions [n, d, k] of each write's matrix (zero-padded past its rank)."""
+    out = torch.zeros(len(labels), model.arch.d_model, k, dtype=torch.float64, device=model.device)
+    for i, lab in enumerate(labels):
+        M = write_matrix(model, parse_write(model, lab), fold_norms).double()  # [rows, d]
+        G = M.T @ M  # [d, d]; eigenvectors = right singular vectors
+        evals, evecs = torch.linalg.eigh(G)
+        kk = min(k, int((evals > evals[-1] * 1e-12).sum()))
+        out[i, :, :kk] = evecs[:, -kk:].flip(-1)
+    return out
+
+
+def erasure_candidates(model: Any, *, k: int | None = None, screen: int = 200, fold_norms: bool = True,
+                       include_embed: bool = True, include_mlps: bool = True) -> ErasureTable:
+    """Heads whose OV map is negative on an earlier write's subspace (see module docstring).
+
+    ``k``: dimensions of each source's subspace (default d_head); ``screen``: how many of the most
+    negative mean gains get their exact eigenvalues. Sources: heads, plus MLPs and the embedding
+    (their top-k write directions) unless excluded; destinations: heads in later layers.
+    """
+    check_bool(fold_norms, name="fold_norms")
+    check_positive_int(screen, name="screen")
+    a = model.arch
+    k = a.d_head if k is None else check_positive_int(k, name="k")
+    srcs = [s for s in write_labels(model) if s.startswith("L") and not s.endswith("mlp")]
+    if include_mlps:
+        srcs += [s for s in write_labels(model) if s.endswith(".mlp")]
+    if include_embed:
+        srcs = ["embed"] + srcs
+    src_objs = [parse_write(model, s) for s in srcs]
+    Us = _write_bases(model, srcs, k, fold_norms)  # [S, d, k]
+    # destination OV maps, folded: T_d = W_V^g W_O^h  [N, d, d] (as factors)
+    _, _, W_V = folded_qkv(model, fold_norms)
+    kv = torch.tensor([a.kv_head(h) for h in range(a.n_heads)], device=model.device)
+    W_V = W_V[:, kv].double().reshape(-1, a.d_model, a.d_head)
+    W_O = fold_write(model, model.weights.W_O, fold_norms).double().reshape(-1, a.d_head, a.d_model)
+    idx, wt = triu_index(a.d_model, model.device)
+    # screen: tr(E) = ⟨sym(T_d), U_s U_sᵀ⟩ for all pairs
+    Ps = packed_gram_left(Us.transpose(-2, -1).float(), weighted=False)  # [S, F] float32 (screen only)
+    tr = torch.empty(len(srcs), W_V.shape[0], dtype=torch.float64)
+    for sl in chunks(W_V.shape[0], 32):
+        T = (W_V[sl] @ W_O[sl]).float()  # [c, d, d]
+        Tsym = (T + T.transpose(-2, -1)) / 2
+        tr[:, sl] = (Ps @ (Tsym.reshape(T.shape[0], -1)[:, idx] * wt).T).double().cpu()
+    ranks = torch.tensor([min(k, int((Us[i].abs().sum(0) > 0).sum())) for i in range(len(srcs))], dtype=torch.float64)
+    gain = tr / ranks.clamp_min(1)[:, None]
+    src_order = torch.tensor([w.order(model) for w in src_objs], dtype=torch.float64)
+    dst_layer = torch.arange(a.n_layers).repeat_interleave(a.n_heads).to(torch.float64)
+    valid = src_order[:, None] < (dst_layer[None, :] + 0.25)
+    gain = torch.where(valid, gain, torch.full_like(gain, float("inf")))
+    n_valid = int(valid.sum())
+    flat = gain.reshape(-1)
+    order = torch.argsort(flat)[: min(screen, n_valid)]
+    rows = []
+    for f in order.tolist():
+        i, j = divmod(f, gain.shape[1])
+        U = Us[i][:, : int(ranks[i])]
+        E = (U.T @ W_V[j]) @ (W_O[j] @ U)  # [k, k]
+        ev = torch.linalg.eigvalsh((E + E.T) / 2)
+        rows.append({"src": srcs[i], "dst": f"L{j // a.n_heads}.H{j % a.n_heads}",
+                     "mean_gain": float(torch.trace(E) / U.shape[1]),
+                     "max_eig": float(ev[-1]), "min_eig": float(ev[0]), "negative_definite": bool(ev[-1] < 0)})
+    table = pd.DataFrame(rows, columns=["src", "dst", "mean_gain", "max_eig", "min_eig", "negative_definite"])
+    return ErasureTable(table=table, k=k, convention=convention(model, fold_norms), model_name=model.name)

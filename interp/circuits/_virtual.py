@@ -1,0 +1,151 @@
+"""Virtual weights: how a later component reads what an earlier one wrote.
+
+Elhage et al. 2021 ("A Mathematical Framework for Transformer Circuits", §"Virtual weights"),
+seed 002 §3, DESIGN.md "Math" 6. The residual stream is a sum of writes, so a read weight W_I^j
+applied to the stream sees each earlier write i through the product W_I^j W_O^i (column
+convention). In transformer-lens's row convention the same map is
+
+    V_{i→j} = W_O^i W_I^j        [k_i, k_j]   (rows: the writer's internal directions — a head's
+                                               d_head, an MLP's neurons, token ids for ``embed``;
+                                               columns: the reader's — d_head, neurons, vocab)
+
+always returned factored (A = W_O^i, B = W_I^j, hidden dim d_model), with the norm folding of
+:mod:`interp.circuits._common` (the reader's norm gain folded into W_I^j, LayerNorm writes
+centred). A read that is not after the write (same layer's attention, a parallel block's MLP
+reading its own heads, an earlier layer) is refused.
+
+``virtual_weight_norms`` gives ‖V_{i→j}‖_F for every (write, read) pair through the packed-Gram
+identity ‖W_O W_I‖_F² = ⟨W_Oᵀ W_O, W_I W_Iᵀ⟩ (:mod:`._gram`): one matrix product, not one
+k_i × d_model × k_j product per pair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from interp.circuits._common import DEFAULT_MAX_BYTES, check_bool, check_positive_int, convention
+from interp.circuits._factored import Circuit
+from interp.circuits._gram import packed_gram_left, packed_gram_right
+from interp.circuits._labels import (
+    check_order,
+    parse_read,
+    parse_write,
+    read_labels,
+    read_matrix,
+    write_labels,
+    write_matrix,
+)
+from interp.errors import ArgumentError
+
+__all__ = ["VirtualWeightNorms", "virtual_weights", "virtual_weight_norms"]
+
+
+def virtual_weights(model: Any, src: str, dst: str, *, fold_norms: bool = True,
+                    max_bytes: int = DEFAULT_MAX_BYTES) -> Circuit:
+    """The virtual weight from write ``src`` to read ``dst``: W_O^src W_I^dst (row convention), factored.
+
+    ``src``: ``embed``, ``pos_embed``, ``L3.H5``, ``L3.mlp``; ``dst``: ``L3.attn.q[H5]``,
+    ``L3.attn.k[H1]``, ``L3.attn.v[H1]`` (KV head index), ``L3.mlp.in``, ``L3.mlp.gate``,
+    ``unembed``. LabelError for unknown labels, ArgumentError if ``dst`` does not read after ``src``.
+    """
+    check_bool(fold_norms, name="fold_norms")
+    w, r = parse_write(model, src), parse_read(model, dst)
+    why = check_order(model, w, r)
+    if why is not None:
+        raise ArgumentError(f"dst={dst!r} does not read src={src!r}: {why}; the read must come after the write")
+    return Circuit(write_matrix(model, w, fold_norms), read_matrix(model, r, fold_norms),
+                   label=f"{src} → {dst}", convention=convention(model, fold_norms), max_bytes=max_bytes,
+                   src=src, dst=dst)
+
+
+@dataclass(frozen=True, eq=False)
+class VirtualWeightNorms:
+    """‖W_O^src W_I^dst‖_F for every write (rows) × read (columns); NaN where the read is not after the write."""
+
+    values: Float[Tensor, "n_writes n_reads"] = field(repr=False)
+    writes: list[str]
+    reads: list[str]
+    convention: str = ""
+    model_name: str = ""
+
+    def __getitem__(self, key: tuple[str, str]) -> float:
+        src, dst = key
+        from interp.errors import LabelError
+
+        if src not in self.writes:
+            raise LabelError(f"src={src!r} is not a write of this table; writes look like {self.writes[:4]}")
+        if dst not in self.reads:
+            raise LabelError(f"dst={dst!r} is not a read of this table; reads look like {self.reads[:4]}")
+        return float(self.values[self.writes.index(src), self.reads.index(dst)])
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """Long format, defined pairs only: src, dst, norm."""
+        mask = ~torch.isnan(self.values)
+        idx = mask.nonzero(as_tuple=False).cpu().numpy()
+        return pd.DataFrame({"src": [self.writes[i] for i in idx[:, 0]], "dst": [self.reads[j] for j in idx[:, 1]],
+                             "norm": self.values[mask].double().cpu().numpy()})
+
+    def top(self, k: int = 10) -> pd.DataFrame:
+        """The ``k`` largest virtual weights."""
+        check_positive_int(k, name="k")
+        return self.to_dataframe().sort_values("norm", ascending=False).head(k).reset_index(drop=True)
+
+    def plot(self):
+        """Heatmap of the norms, writes × reads (a plotly Figure)."""
+        import plotly.graph_objects as go
+
+        fig = go.Figure(go.Heatmap(z=self.values.double().cpu().numpy(), x=self.reads, y=self.writes,
+                                   colorscale="Viridis", colorbar={"title": "‖W_O W_I‖_F"},
+                                   hovertemplate="%{y} → %{x}: %{z:.3g}<extra></extra>"))
+        fig.update_layout(title=f"virtual weight norms{f' — {self.model_name}' if self.model_name else ''}",
+                          xaxis_title="read", yaxis_title="write", yaxis={"autorange": "reversed"})
+        return fig
+
+    def __repr__(self) -> str:
+        return f"VirtualWeightNorms({len(self.writes)} writes × {len(self.reads)} reads, {self.convention})"
+
+
+def _grouped(model: Any, labels: list[str], parse, matrix, fold_norms: bool):
+    """Group labels whose matrices share a shape so their Gram matrices can be built batched."""
+    groups: dict[tuple[int, ...], list[tuple[int, Any]]] = {}
+    for i, lab in enumerate(labels):
+        obj = parse(model, lab)
+        groups.setdefault(tuple(matrix(model, obj, fold_norms).shape), []).append((i, obj))
+    return groups
+
+
+def virtual_weight_norms(model: Any, *, fold_norms: bool = True, dtype: torch.dtype = torch.float32,
+                         chunk: int = 32) -> VirtualWeightNorms:
+    """‖W_O^src W_I^dst‖_F for all (write, read) pairs of the model (NaN where the read is earlier)."""
+    check_bool(fold_norms, name="fold_norms")
+    if dtype not in (torch.float32, torch.float64):
+        raise ArgumentError(f"dtype={dtype!r} must be torch.float32 or torch.float64")
+    check_positive_int(chunk, name="chunk")
+    writes, reads = write_labels(model), read_labels(model)
+    d = model.arch.d_model
+    F = d * (d + 1) // 2
+    dev = model.device
+    Xw = torch.empty(len(writes), F, dtype=dtype, device=dev)  # packed W_Oᵀ W_O
+    for _, items in _grouped(model, writes, parse_write, write_matrix, fold_norms).items():
+        idx = [i for i, _ in items]
+        B = torch.stack([write_matrix(model, w, fold_norms).to(dtype) for _, w in items])  # [n, k, d]
+        Xw[idx] = packed_gram_left(B, weighted=False, chunk=chunk)
+    Zr = torch.empty(len(reads), F, dtype=dtype, device=dev)  # packed W_I W_Iᵀ, off-diagonals doubled
+    for _, items in _grouped(model, reads, parse_read, read_matrix, fold_norms).items():
+        idx = [i for i, _ in items]
+        A = torch.stack([read_matrix(model, r, fold_norms).to(dtype) for _, r in items])  # [n, d, k]
+        Zr[idx] = packed_gram_right(A, weighted=True, chunk=chunk)
+    sq = Xw @ Zr.T  # [n_writes, n_reads]
+    w_ord = torch.tensor([parse_write(model, s).order(model) for s in writes], dtype=torch.float64)
+    r_ord = torch.tensor([parse_read(model, s).order(model) for s in reads], dtype=torch.float64)
+    ok = (w_ord[:, None] < r_ord[None, :]).to(dev)
+    vals = torch.where(ok, sq.clamp_min(0).sqrt(), torch.full_like(sq, float("nan")))
+    return VirtualWeightNorms(values=vals.float(), writes=writes, reads=reads,
+                              convention=convention(model, fold_norms), model_name=model.name)
+
