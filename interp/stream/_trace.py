@@ -201,25 +201,39 @@ class ResidualTrace:
         acts, w, arch = self.activations, self.weights, self.arch
         b, p = self.tokens.shape
         S = torch.ones(b, p, 1, dtype=U.dtype, device=U.device)
-        labels: list[str] = []
-        terms: list[Tensor] = []  # each [batch, pos, k]; heads come as [H, batch, pos, k] blocks
+        # The walk only *plans* each term (labels + a closure over the current U and S); the
+        # terms are then computed straight into one preallocated [n_terms, batch, pos, k]
+        # tensor, so the full decomposition is never held twice (no list + torch.stack).
+        blocks: list[tuple[list[str], Any]] = []  # in reverse stream order
 
-        def add(label: str | list[str], t: Tensor) -> None:
-            if isinstance(label, list):
-                labels.extend(reversed(label))
-                terms.extend(reversed(list(t)))
-            else:
-                labels.append(label)
-                terms.append(t.expand(b, p, t.shape[-1]))
+        def add(label: str | list[str], fn: Any) -> None:
+            blocks.append(([label] if isinstance(label, str) else label, fn))
+
+        def bias_term(vec: Tensor, U: Tensor, S: Tensor) -> Tensor:  # [b|1, 1, k] * [b, p, 1]
+            return torch.einsum("d,bkd->bk", vec, U)[:, None, :] * S
 
         def pass_norm(norm_id: str, bias_label: str) -> None:
             nonlocal U, S
             gamma, beta, in_hook = _norm_params(w, arch, norm_id)
             if arch.norm == "layernorm":
-                add(bias_label, torch.einsum("d,bkd->bk", beta, U)[:, None, :] * S)
+                add(bias_label, lambda beta=beta, U=U, S=S: bias_term(beta, U, S))
             sigma = norm_scale(acts[in_hook], arch.norm, arch.norm_eps).to(U.dtype)
             U = frozen_direction(U, gamma, arch.norm)
             S = S / sigma
+
+        def heads(l: int, U: Tensor, S: Tensor) -> Tensor:
+            z = acts[f"blocks.{l}.attn.hook_z"].to(U.dtype)  # [b, p, H, dh]
+            WOU = torch.einsum("hed,bkd->bhek", w.W_O[l], U)  # [b|1, H, dh, k]
+            return torch.einsum("bphe,bhek->hbpk", z, WOU.expand(b, -1, -1, -1)).mul_(S)
+
+        def neurons(l: int, U: Tensor, S: Tensor) -> Tensor:
+            a = acts[f"blocks.{l}.mlp.out.hook_in"].to(U.dtype)  # [b, p, d_mlp]
+            WU = torch.einsum("nd,bkd->bnk", w.W_out[l], U)  # [b|1, d_mlp, k]
+            return torch.einsum("bpn,bnk->nbpk", a, WU.expand(b, -1, -1)).mul_(S)
+
+        def stream_term(hook: str, U: Tensor, S: Tensor) -> Tensor:
+            x = acts[hook].to(U.dtype).expand(b, p, -1)
+            return torch.einsum("bpd,bkd->bpk", x, U).mul_(S)
 
         if target.kind == "read" and target.norm is not None:
             pass_norm(target.norm, "final_bias" if target.norm == "final" else f"{target.norm}_bias")
@@ -235,31 +249,30 @@ class ResidualTrace:
             elif sub == "head":
                 if ev.head != arch.n_heads - 1:
                     continue  # all heads of a layer are added at once, at the last head
-                z = acts[f"blocks.{l}.attn.hook_z"].to(U.dtype)  # [b, p, H, dh]
-                WOU = torch.einsum("hed,bkd->bhek", w.W_O[l], U)  # [b|1, H, dh, k]
-                per_head = torch.einsum("bphe,bhek->hbpk", z, WOU.expand(b, -1, -1, -1)) * S
-                add([f"L{l}.H{h}" for h in range(arch.n_heads)], per_head)
+                add([f"L{l}.H{h}" for h in range(arch.n_heads)], lambda l=l, U=U, S=S: heads(l, U, S))
             elif sub == "attn_bias":
-                add(ev.label, torch.einsum("d,bkd->bk", w.b_O[l], U)[:, None, :] * S)
+                add(ev.label, lambda l=l, U=U, S=S: bias_term(w.b_O[l], U, S))
             elif sub == "mlp":
-                add(ev.label, torch.einsum("bpd,bkd->bpk", acts[f"blocks.{l}.hook_mlp_out"].to(U.dtype), U) * S)
+                add(ev.label, lambda l=l, U=U, S=S: stream_term(f"blocks.{l}.hook_mlp_out", U, S))
             elif sub == "mlp_bias":
-                add(ev.label, torch.einsum("d,bkd->bk", w.b_out[l], U)[:, None, :] * S)
+                add(ev.label, lambda l=l, U=U, S=S: bias_term(w.b_out[l], U, S))
             elif sub == "neuron":
                 if ev.head != arch.d_mlp - 1:
                     continue
-                a = acts[f"blocks.{l}.mlp.out.hook_in"].to(U.dtype)  # [b, p, d_mlp]
-                WU = torch.einsum("nd,bkd->bnk", w.W_out[l], U)
-                per_neuron = torch.einsum("bpn,bnk->nbpk", a, WU.expand(b, -1, -1)) * S
-                add([f"L{l}.N{n}" for n in range(arch.d_mlp)], per_neuron)
+                add([f"L{l}.N{n}" for n in range(arch.d_mlp)], lambda l=l, U=U, S=S: neurons(l, U, S))
             else:  # embed, pos_embed, type_embed
                 hook = {"embed": "embed.hook_out", "pos_embed": "pos_embed.hook_out",
                         "type_embed": "token_type_embed.hook_out"}[sub]
-                add(ev.label, torch.einsum("bpd,bkd->bpk", acts[hook].to(U.dtype).expand(b, p, -1), U) * S)
+                add(ev.label, lambda hook=hook, U=U, S=S: stream_term(hook, U, S))
 
-        labels.reverse()
-        terms.reverse()
-        contributions = torch.stack(terms) if terms else torch.zeros(0, b, p, U.shape[1])
+        blocks.reverse()
+        labels = [lab for labs, _ in blocks for lab in labs]
+        contributions = torch.empty(len(labels), b, p, U0.shape[1], dtype=U0.dtype, device=U0.device)
+        i = 0
+        for labs, fn in blocks:
+            n = len(labs)
+            contributions[i:i + n] = fn() if n > 1 else fn()[None]  # broadcasts [b|1, p|1, k]
+            i += n
         actual = acts[_total_hook(arch, target)].to(U.dtype)
         total = actual if full else torch.einsum("bpd,bkd->bpk", actual, U0)
         return Decomposition.build(

@@ -323,3 +323,26 @@ def test_minilm_final_hidden_state_closes_and_matches_hf(minilm):
             if want is not None:
                 assert rel(dl.contributions.sum(0), want, mask) <= 1e-4, point
     print("\nminilm closure:", {k: f"{v:.1e}" for k, v in errs.items()})
+
+
+# ---- position-gathered traces (interp.stream._trace.trace_at, used by attribution) ----------
+
+@pytest.mark.parametrize("stop", [False, True], ids=["full-pass", "stop-before-unembed"])
+def test_trace_at_equals_full_trace_at_those_positions(case, stop):
+    from interp.stream import as_batch, count_hooks
+    from interp.stream._trace import trace_at
+
+    batch = as_batch(case.model, PROMPTS)
+    pos = batch.last_positions()
+    rows = torch.arange(batch.tokens.shape[0])
+    n_hooks = count_hooks(case.model.bridge)
+    ta = trace_at(case.model, batch, pos, stop_before_unembed=stop)
+    assert count_hooks(case.model.bridge) == n_hooks  # also when the pass was stopped by raising
+    ones = torch.ones(len(rows), 1, dtype=torch.long)
+    for point in ta.reads + ta.resid_points:
+        d, full = ta.decompose(point), case.tr.decompose(point)
+        assert d.labels == full.labels
+        assert d.relative_error <= case.tol, point
+        assert rel(d.contributions, full.contributions[:, rows, pos][:, :, None], ones) <= case.tol, point
+        # and the total is the HF model's tensor at that position
+        assert rel(d.total, case.ref.at(point)[rows, pos][:, None], ones) <= case.hf_tol, point
