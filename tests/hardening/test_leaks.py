@@ -1,0 +1,282 @@
+"""Leaks and state (issue 9; DESIGN "Math" 11 and "Pitfalls"):
+
+* no hook of ours remains on the bridge after any public call that runs the model — including
+  calls that raise mid-forward (a RuntimeError or a KeyboardInterrupt from inside a hook point,
+  or a bad argument discovered only after earlier batches already ran);
+* a hook the user attached with ``model.bridge.add_hook`` survives our calls and still fires;
+* 100 traces / attributions in a loop do not grow the process's RSS beyond a small bound;
+* every saved result class round-trips through ``save`` / ``load`` (values equal, class kept).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+from typing import Any, Callable
+
+import psutil
+import pytest
+import torch
+
+from interp._io import SaveLoadMixin
+from interp.attribution import LogitAttribution, attribute_direction, attribute_logits
+from interp.errors import ArgumentError
+from interp.plots import attention_patterns
+from interp.stream import Decomposition, count_hooks, trace
+from tiny_models import tiny_model
+
+FAMILIES = ("gpt2", "llama", "neox", "bert")
+PROMPTS = ["w1 w2 w3 w4 w5", "w6 w7"]
+
+#: RSS growth allowed over 100 iterations after warm-up. One leaked trace of the loop's input
+#: ([4, 60] tokens) holds ~1 MB of activations, so 100 leaked traces would be ~100 MB.
+RSS_BOUND_MIB = 10.0
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {f: tiny_model(f) for f in FAMILIES}
+
+
+def _runs(model) -> dict[str, Callable[[], Any]]:
+    """Every public call that runs ``model`` forward."""
+    d = model.arch.d_model
+    calls: dict[str, Callable[[], Any]] = {
+        "trace": lambda: trace(model, PROMPTS),
+        "trace(neurons=True)": lambda: trace(model, PROMPTS, neurons=True),
+        "trace(ids, mask)": lambda: trace(model, torch.tensor([[5, 6, 7], [8, 9, 0]]),
+                                          attention_mask=torch.tensor([[1, 1, 1], [1, 1, 0]])),
+        "attribute_direction": lambda: attribute_direction(model, PROMPTS, torch.ones(d)),
+        "attention_patterns": lambda: attention_patterns(model, PROMPTS, ["L0.H0", "L1.H3"]),
+    }
+    if model.arch.has_unembed:
+        calls["attribute_logits(head)"] = lambda: attribute_logits(model, PROMPTS, answer="w3", wrong="w4")
+        calls["attribute_logits(neuron, batch_size=1)"] = lambda: attribute_logits(
+            model, PROMPTS, answer=3, unit="neuron", batch_size=1)
+    return calls
+
+
+def _hook_point(model, name: str):
+    return model.bridge.hook_dict[name]
+
+
+# ---- no hook left behind ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_no_hook_remains_after_successful_calls(models, family):
+    model = models[family]
+    base = count_hooks(model.bridge)
+    for name, call in _runs(model).items():
+        call()
+        assert count_hooks(model.bridge) == base, name
+
+
+class Boom(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("exc", [Boom, KeyboardInterrupt])
+def test_no_hook_remains_when_the_forward_raises(models, family, exc, monkeypatch):
+    """A hook point half-way through the model raises while our capture hooks are attached."""
+    model = models[family]
+    base = count_hooks(model.bridge)
+    hp = _hook_point(model, "blocks.1.hook_resid_pre")
+    fired = []
+
+    def explode(x, *a, **k):
+        fired.append(1)
+        raise exc("raised inside the forward pass")
+
+    monkeypatch.setattr(hp, "forward", explode)
+    for name, call in _runs(model).items():
+        with pytest.raises(exc):
+            call()
+        assert count_hooks(model.bridge) == base, name
+    assert len(fired) == len(_runs(model))  # every call really reached the middle of the forward
+    monkeypatch.undo()
+    trace(model, PROMPTS)  # and the model still works afterwards
+    assert count_hooks(model.bridge) == base
+
+
+@pytest.mark.parametrize("family", ("gpt2", "llama", "neox"))
+def test_no_hook_remains_when_a_bad_argument_shows_up_in_a_later_batch(models, family):
+    """pos is checked per batch: the first batch runs forward before the second one fails."""
+    model = models[family]
+    base = count_hooks(model.bridge)
+    forwards = []
+    handle = _hook_point(model, "blocks.0.hook_resid_pre").register_forward_hook(lambda *a: forwards.append(1))
+    try:
+        with pytest.raises(ArgumentError, match="pos"):
+            attribute_logits(model, PROMPTS, answer=3, pos=[4, 4], batch_size=1)  # prompt 1 has 3 tokens
+    finally:
+        handle.remove()
+    assert forwards, "the first batch should have run"
+    assert count_hooks(model.bridge) == base
+
+
+# ---- the user's own hooks ----------------------------------------------------------------
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_user_hook_survives_and_still_fires(models, family, monkeypatch):
+    model = models[family]
+    bridge = model.bridge
+    base = count_hooks(bridge)
+    seen: list[tuple[int, ...]] = []
+
+    def user_hook(x, hook=None):
+        seen.append(tuple(x.shape))
+        return x
+
+    bridge.add_hook("blocks.0.hook_resid_post", user_hook)
+    try:
+        assert count_hooks(bridge) == base + 1
+        for name, call in _runs(model).items():
+            call()
+            assert count_hooks(bridge) == base + 1, name
+        # ... including calls that raise mid-forward
+        monkeypatch.setattr(_hook_point(model, "blocks.1.hook_resid_pre"), "forward",
+                            lambda *a, **k: (_ for _ in ()).throw(Boom("mid-forward")))
+        for name, call in _runs(model).items():
+            with pytest.raises(Boom):
+                call()
+            assert count_hooks(bridge) == base + 1, name
+        monkeypatch.undo()
+        n = len(seen)
+        with torch.no_grad():
+            bridge(torch.tensor([[1, 5, 6]]))
+        assert len(seen) == n + 1, "the user's hook no longer fires"
+    finally:
+        bridge.reset_hooks()
+    assert count_hooks(bridge) == base
+
+
+def test_results_hold_no_model(models):
+    """Results are values: no reference to the model or its bridge (they would keep it alive)."""
+    model = models["gpt2"]
+    for result in (trace(model, PROMPTS).decompose("unembed"),
+                   attribute_logits(model, PROMPTS, answer=3)):
+        for f in dataclasses.fields(result):
+            v = getattr(result, f.name)
+            assert v is not model and v is not model.bridge and not isinstance(v, torch.nn.Module), f.name
+
+
+# ---- memory --------------------------------------------------------------------------------
+
+def _rss_growth_mib(step: Callable[[int], Any], *, n: int = 100, warmup: int = 10) -> float:
+    proc = psutil.Process()
+    for i in range(warmup):
+        step(i)
+    gc.collect()
+    r0 = proc.memory_info().rss
+    for i in range(n):
+        step(i)
+    gc.collect()
+    return (proc.memory_info().rss - r0) / 2**20
+
+
+def _loop_step(model):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, 100, (4, 60), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 40:] = 0
+
+    def step(i: int):
+        tr = trace(model, ids, attention_mask=mask)
+        tr.decompose("unembed")
+        tr.decompose("L1.mlp.in", project_onto=torch.ones(2, model.arch.d_model))
+        a = attribute_logits(model, ids, answer=3 + i % 50, wrong=60, pos=[-1, 20, -2, 0])
+        return tr, a
+
+    return step
+
+
+def test_repeated_traces_and_attributions_do_not_grow_rss(models):
+    model = models["gpt2"]
+    base = count_hooks(model.bridge)
+    growth = _rss_growth_mib(_loop_step(model))
+    print(f"RSS growth over 100 trace+decompose+attribute_logits iterations: {growth:.2f} MiB "
+          f"(bound {RSS_BOUND_MIB} MiB)")
+    assert growth <= RSS_BOUND_MIB
+    assert count_hooks(model.bridge) == base
+
+
+def test_rss_measurement_detects_a_real_leak(models):
+    """Control: the same loop while *keeping* every result must exceed the bound, so the bound
+    above is tight enough to catch a leaked trace per iteration."""
+    step = _loop_step(models["gpt2"])
+    kept = []
+    growth = _rss_growth_mib(lambda i: kept.append(step(i)))
+    print(f"control (every result kept): {growth:.1f} MiB")
+    assert growth > RSS_BOUND_MIB, growth
+    del kept
+    gc.collect()
+
+
+# ---- save / load round trips ---------------------------------------------------------------
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True  # NaN
+    return a == b
+
+
+def _results(models) -> dict[str, list[Any]]:
+    """Examples of every result class, keyed by class name (several shapes of each)."""
+    g, b = models["gpt2"], models["bert"]
+    out: dict[str, list[Any]] = {}
+    tr = trace(g, PROMPTS)
+    out["Decomposition"] = [
+        tr.decompose("unembed"),
+        tr.decompose("L1.attn.k[H2]", project_onto=torch.randn(3, g.arch.d_model)),
+        trace(b, torch.tensor([[5, 6, 7]])).decompose("final"),  # no str_tokens
+    ]
+    out["LogitAttribution"] = [
+        attribute_logits(g, PROMPTS, answer="w3", wrong="w4"),
+        attribute_logits(models["llama"], torch.tensor([[1, 5, 6]]), answer=7, unit="neuron"),
+        attribute_direction(b, PROMPTS, torch.randn(b.arch.d_model), unit="component"),
+    ]
+    return out
+
+
+def _all_result_classes() -> set[str]:
+    import interp  # noqa: F401 - imports every subpackage that defines results
+
+    seen, todo = set(), list(SaveLoadMixin.__subclasses__())
+    while todo:
+        c = todo.pop()
+        if c.__name__ not in seen:
+            seen.add(c.__name__)
+            todo.extend(c.__subclasses__())
+    return seen
+
+
+def test_every_result_class_has_a_round_trip_case(models):
+    assert _all_result_classes() <= set(_results(models))
+
+
+def test_save_load_round_trip(models, tmp_path):
+    for cls_name, examples in _results(models).items():
+        for i, r in enumerate(examples):
+            p = r.save(tmp_path / f"{cls_name}-{i}.safetensors")
+            back = type(r).load(p)
+            assert type(back) is type(r)
+            for f in dataclasses.fields(r):
+                assert _equal(getattr(r, f.name), getattr(back, f.name)), (cls_name, i, f.name)
+            # derived views agree too
+            assert back.top(3).equals(r.top(3)), (cls_name, i)
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".safetensors"] * sum(map(len, _results(models).values()))
