@@ -39,7 +39,7 @@ def copying_score_map(scores: Any, *, title: str = "Copying scores") -> go.Figur
     if z.ndim != 2 or z.size == 0:
         raise ShapeError(f"scores must be a non-empty [n_layers, n_heads] array, got shape {z.shape}")
     n_l, n_h = z.shape
-    name = str(getattr(scores, "name", "") or getattr(scores, "kind", "") or "copying score")
+    name = str(getattr(scores, "metric", "") or getattr(scores, "name", "") or "copying score")
     hover = [[f"head <b>L{l}.H{h}</b><br>{esc(name)}: {fmt(z[l, h])}" for h in range(n_h)] for l in range(n_l)]
     zmax = max(1.0, float(np.nanmax(np.abs(z)))) if np.isfinite(z).any() else 1.0
     fig = go.Figure(go.Heatmap(

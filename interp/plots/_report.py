@@ -266,9 +266,13 @@ def report(
             pats = attention_patterns(model, prompt, head_labels)
             figs["attention_patterns"] = attention_pattern_figure(pats)
             last_q = pats.patterns[:, -1]  # [n_heads, key_pos]: where the final token looks
+            rest = last_q[:, 1:]  # without position 0, where attention sinks put their mass
             results["attention_from_last_token"] = {
                 lab: {"top_key_pos": int(last_q[i].argmax()), "top_key_token": pats.str_tokens[int(last_q[i].argmax())],
-                      "weight": float(last_q[i].max()), "pattern_row": last_q[i]}
+                      "weight": float(last_q[i].max()),
+                      "top_key_after_first": pats.str_tokens[1 + int(rest[i].argmax())] if rest.shape[1] else None,
+                      "weight_after_first": float(rest[i].max()) if rest.shape[1] else None,
+                      "pattern_row": last_q[i]}
                 for i, lab in enumerate(head_labels)}
 
         with steps("composition scores"):
@@ -387,11 +391,16 @@ def _page(model: Any, prompt: str, r: dict[str, Any], figs: dict[str, go.Figure]
     page.section("Attribution by head and component", body, anchor="attribution",
                  note="Direct attribution with the final norm's scale frozen from this forward pass: every head, MLP, "
                       "embedding and bias gets an exact share, and the shares add up to the model's number.")
-    rows = [[f"<code>{esc(h['head'])}</code>", f"{h['value']:.4f}",
-             f"<span class='tok'>{esc(token_label(r['attention_from_last_token'][h['head']]['top_key_token']))}</span>",
-             f"{r['attention_from_last_token'][h['head']]['weight']:.3f}"] for h in r["top_heads"]]
-    body = (data_table(["head", "attribution", "last token attends most to", "weight"], rows,
-                       numeric=[False, True, False, True])
+    rows = []
+    for h in r["top_heads"]:
+        att = r["attention_from_last_token"][h["head"]]
+        after = att["top_key_after_first"]
+        rows.append([f"<code>{esc(h['head'])}</code>", f"{h['value']:.4f}",
+                     f"<span class='tok'>{esc(token_label(att['top_key_token']))}</span>", f"{att['weight']:.3f}",
+                     f"<span class='tok'>{esc(token_label(after))}</span>" if after is not None else "—",
+                     f"{att['weight_after_first']:.3f}" if after is not None else "—"])
+    body = (data_table(["head", "attribution", "last token attends most to", "weight", "… apart from position 0",
+                        "weight"], rows, numeric=[False, True, False, True, False, True])
             + page.figure(figs["attention_patterns"], files=files.get("attention_patterns", [])))
     page.section("Top heads and their attention patterns", body, anchor="heads",
                  note="The heads with the largest |attribution|, and where each position looks.")
