@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import types
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -136,6 +137,25 @@ def _load_hf_unchecked(path_or_id: str, dtype: torch.dtype, trust_remote_code: b
     return model, tokenizer, has_head
 
 
+def _rmsnorm_in_input_dtype(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
+    """LlamaRMSNorm.forward without its float32 round trip: γ ⊙ x / sqrt(mean(x²) + ε) in x's dtype."""
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+
+def _full_precision_norms(hf_model: Any) -> None:
+    """In float64, make HF's RMSNorms compute in float64.
+
+    HF's LlamaRMSNorm upcasts to float32 and casts back, so a float64 Llama would round every
+    norm output to float32 precision (measured: closure 1e-7 instead of 1e-16 on a tiny Llama),
+    defeating the point of dtype=torch.float64 (checking a result at high precision). In float64
+    the norm is computed in float64 instead; other dtypes keep HF's numerics.
+    """
+    for mod in hf_model.modules():
+        if type(mod).__name__ == "LlamaRMSNorm":
+            mod.forward = types.MethodType(_rmsnorm_in_input_dtype, mod)
+
+
 def model_from_hf(
     hf_model: Any,
     tokenizer: Any,
@@ -152,6 +172,8 @@ def model_from_hf(
     dev, dtype = _check_device(device), _check_dtype(dtype)
     arch = arch_from_hf_config(hf_model.config, name=name, has_unembed=has_unembed)
     hf_model = hf_model.to(device=dev, dtype=dtype).eval()
+    if dtype == torch.float64:
+        _full_precision_norms(hf_model)
     weights = weights_from_hf(hf_model, arch)  # before booting: the bridge re-parents modules
     bridge = TransformerBridge.boot_transformers(
         f"interp/{name}", hf_model=hf_model, tokenizer=tokenizer, device=dev, dtype=dtype
