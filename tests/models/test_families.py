@@ -151,10 +151,25 @@ def test_eval_mode_and_deterministic(models, ids, family):
         assert torch.equal(bridge(ids), bridge(ids))
 
 
+def _rmsnorm_fp64(self, x):
+    """RMSNorm without HF's float32 round trip (interp computes it in float64 in fp64 mode)."""
+    return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_float64(family, ids):
+    import types
+
     m = tiny_model(family, dtype=torch.float64)
     hf = tiny_hf_model(family, dtype=torch.float64)
+    for mod in hf.modules():  # reference at full float64 precision too
+        if type(mod).__name__ == "LlamaRMSNorm":
+            mod.forward = types.MethodType(_rmsnorm_fp64, mod)
+    # HF's LlamaRMSNorm rounds through float32 even in float64; interp computes it in float64
+    # (interp.models._load._full_precision_norms), so the reference does too.
+    for mod in hf.modules():
+        if type(mod).__name__ == "LlamaRMSNorm":
+            mod.forward = lambda x, mod=mod: mod.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + mod.variance_epsilon))
     assert m.dtype == torch.float64 and m.weights.W_Q.dtype == torch.float64
     assert all(p.dtype == torch.float64 for p in m.bridge.parameters())
     with torch.no_grad():
@@ -341,3 +356,20 @@ def test_to_str_tokens_rejects_3d(models):
 
     with pytest.raises(ArgumentError, match="1-D or 2-D"):
         models["gpt2"].to_str_tokens(torch.zeros(1, 1, 2, dtype=torch.long))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_weights_are_exact_copies(dtype):
+    """Weights in 16-bit are bit-exact rearrangements of the HF parameters (no float round trip)."""
+    m, hf = tiny_model("llama", dtype=dtype), tiny_hf_model("llama", dtype=dtype)
+    w, layers = m.weights, hf.model.layers
+    assert w.W_Q.dtype == dtype
+    for layer in range(2):
+        q = layers[layer].self_attn.q_proj.weight.detach()  # [n_heads*d_head, d_model]
+        for h in range(4):
+            assert torch.equal(w.W_Q[layer, h], q[8 * h: 8 * (h + 1)].T)
+        assert torch.equal(w.W_gate[layer], layers[layer].mlp.gate_proj.weight.detach().T)
+        assert torch.equal(w.W_out[layer], layers[layer].mlp.down_proj.weight.detach().T)
+    ids = torch.tensor([[1, 5, 6, 7]])
+    with torch.no_grad():
+        assert torch.equal(m.bridge(ids), hf(ids).logits)
