@@ -243,18 +243,15 @@ def test_projection_equals_full_contributions_times_U(case):
 
 # ---- fp64 caveat, made explicit -------------------------------------------------------------
 
-def test_llama_fp64_hf_norm_is_fp32():
-    """HF's LlamaRMSNorm computes in fp32 even for an fp64 model, so an unpatched fp64 Llama
-    only closes to fp32 rounding at reads behind an RMSNorm; the decomposition itself is exact
-    (fp64 closure ≤1e-9 once the norm computes in fp64, tested above)."""
+def test_llama_fp64_norm_computes_in_fp64():
+    """HF's LlamaRMSNorm computes in fp32 even for an fp64 model; interp's loader makes it compute
+    in fp64 when dtype=torch.float64 (interp.models._load._full_precision_norms), so a plain
+    fp64 Llama closes to fp64 rounding at every read behind an RMSNorm too (was ~1e-7)."""
     from tiny_models import tiny_model
 
     tr = trace(tiny_model("llama", dtype=torch.float64), PROMPTS)
-    errs = [tr.decompose(p).relative_error for p in tr.reads]
-    assert max(errs) <= 1e-6
-    assert max(errs) > 1e-12  # the fp32 round trip is visible: this is why the fp64 case patches it
-    resid = [tr.decompose(p).relative_error for p in tr.resid_points]
-    assert max(resid) <= 1e-12  # resid points involve no norm: exact in fp64
+    errs = [tr.decompose(p).relative_error for p in tr.reads + tr.resid_points]
+    assert max(errs) <= 1e-12
 
 
 # ---- real models ----------------------------------------------------------------------------
@@ -346,3 +343,39 @@ def test_trace_at_equals_full_trace_at_those_positions(case, stop):
         assert rel(d.contributions, full.contributions[:, rows, pos][:, :, None], ones) <= case.tol, point
         # and the total is the HF model's tensor at that position
         assert rel(d.total, case.ref.at(point)[rows, pos][:, None], ones) <= case.hf_tol, point
+
+
+# ---- config variants of the supported families ----------------------------------------------
+
+@pytest.mark.parametrize("family, overrides", [
+    ("llama", dict(attention_bias=True, mlp_bias=True)),   # o_proj / down_proj carry biases
+    ("neox", dict(use_parallel_residual=False)),            # sequential GPT-NeoX blocks
+], ids=["llama-biases", "neox-sequential"])
+def test_config_variants_close_and_match_hf(family, overrides):
+    """Regression: a Llama with attention_bias=True lost its o_proj bias (no L{l}.attn_bias term:
+    closure error ~100%), and with mlp_bias=True its down_proj bias (b_out read as zeros)."""
+    from interp.models import model_from_hf
+    from tiny_models import tiny_tokenizer
+
+    from ._hf_reference import variant_hf
+
+    model = model_from_hf(variant_hf(family, **overrides), tiny_tokenizer(), name=f"tiny-{family}")
+    assert model.arch.parallel_attn_mlp == overrides.get("use_parallel_residual", family == "neox")
+    for neurons in (False, True):
+        tr = trace(model, PROMPTS, neurons=neurons)
+        ref = hf_reference(family, tr.tokens, tr.attention_mask, hf=variant_hf(family, **overrides))
+        for point in tr.reads + tr.resid_points:
+            d = tr.decompose(point)
+            assert d.relative_error <= 1e-4, (point, neurons, d.relative_error)
+            assert rel(d.contributions.sum(0), ref.at(point), tr.attention_mask) <= 1e-4, (point, neurons)
+        for l in range(model.arch.n_layers):
+            point = f"blocks.{l}.hook_resid_post" if model.arch.parallel_attn_mlp else f"blocks.{l}.hook_resid_mid"
+            d = tr.decompose(point)
+            heads = sum(d[f"L{l}.H{h}"] for h in range(model.arch.n_heads))
+            assert (f"L{l}.attn_bias" in d.labels) == (family != "llama" or overrides.get("attention_bias", False))
+            attn = heads + d[f"L{l}.attn_bias"]
+            assert rel(attn, ref.layer["attn_out"][l], tr.attention_mask) <= 1e-4, (l, point)
+            if neurons and family == "llama":
+                post = tr.decompose(f"blocks.{l}.hook_resid_post")
+                bias = ref.layer_module(l, "down").bias
+                assert rel(post[f"L{l}.mlp_bias"], bias.expand_as(post[f"L{l}.mlp_bias"]), tr.attention_mask) <= 1e-6
