@@ -10,7 +10,9 @@ TL's row-vector convention (DESIGN "Math" 7)
 
 The input is one or several [n_layers, n_heads, n_layers, n_heads] score tensors indexed
 ``[src_layer, src_head, dst_layer, dst_head]`` (``CompositionScores.scores`` from
-:func:`interp.circuits.composition_scores`, or virtual-weight norms ‖W_I^B W_O^A‖). An edge
+:func:`interp.circuits.composition_scores`), or a table of virtual-weight norms ‖W_O^A W_I^B‖
+(:func:`interp.circuits.virtual_weight_norms`; its head reads ``L2.attn.q/k/v[H…]`` become
+Q/K/V edges, a KV head's edge going to every query head of its GQA group). An edge
 A→B is kept when A's layer is earlier than B's and the score passes ``threshold`` (or is
 among the ``max_edges`` largest of its kind). Edge width and opacity grow with the score;
 each kind has its own colour and line style, and bends its own way so that Q, K and V edges
@@ -20,6 +22,7 @@ between the same two heads stay apart.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence, Union
 
@@ -78,8 +81,39 @@ class CompositionGraph:
         return _draw(self)
 
 
+_READ = re.compile(r"^L(\d+)\.attn\.([qkv])\[H(\d+)\]$")
+
+
+def _from_virtual_weights(vw: Any) -> dict[str, np.ndarray]:
+    """Head-to-head Q/K/V edges from a VirtualWeightNorms-like table (``values`` [writes, reads]).
+
+    A read ``L2.attn.k[H1]`` is a KV head; under GQA every query head of its group gets the edge
+    (query head h reads KV head h // (n_heads / n_kv_heads)).
+    """
+    vals = as_numpy(vw.values, name="values", ndim=2)
+    writes = {i: parse_head(w) for i, w in enumerate(vw.writes)}
+    writes = {i: lh for i, lh in writes.items() if lh is not None}
+    reads = {j: _READ.match(r) for j, r in enumerate(vw.reads)}
+    reads = {j: (int(m.group(1)), m.group(2).upper(), int(m.group(3))) for j, m in reads.items() if m}
+    if not writes or not reads:
+        raise ArgumentError("the virtual-weight table has no head writes ('L3.H5') or head reads ('L3.attn.q[H5]')")
+    n_l = 1 + max([l for l, _ in writes.values()] + [l for l, _, _ in reads.values()])
+    n_h = 1 + max([h for _, h in writes.values()] + [g for _, k, g in reads.values() if k == "Q"])
+    n_kv = 1 + max([g for _, k, g in reads.values() if k != "Q"], default=n_h - 1)
+    group = max(1, n_h // n_kv)
+    out = {k: np.full((n_l, n_h, n_l, n_h), np.nan) for k in ("Q", "K", "V")}
+    for j, (l2, k, g) in reads.items():
+        dst_heads = [g] if k == "Q" else list(range(g * group, (g + 1) * group))
+        for i, (l1, h1) in writes.items():
+            for h2 in dst_heads:
+                out[k][l1, h1, l2, h2] = vals[i, j]
+    return out
+
+
 def _as_score_dict(scores: Any, kind: Optional[str]) -> dict[str, np.ndarray]:
     """{kind: [L, H, L, H] array} from a result, a tensor, or a mapping / list of them."""
+    if all(hasattr(scores, a) for a in ("values", "writes", "reads")):
+        return _from_virtual_weights(scores)
     def one(obj: Any, k: Optional[str]) -> tuple[str, np.ndarray]:
         arr = getattr(obj, "scores", obj)
         k = k or getattr(obj, "kind", None) or "score"

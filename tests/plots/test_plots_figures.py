@@ -351,3 +351,18 @@ def test_attention_pattern_figure_bad_input():
         attention_pattern_figure(torch.rand(3))
     with pytest.raises(ArgumentError, match="heads contains"):
         attention_patterns(tiny_model("gpt2"), PROMPT, ["L5.H0"])
+
+
+def test_composition_graph_from_virtual_weight_norms_expands_gqa_groups():
+    from interp.circuits import virtual_weight_norms
+
+    m = tiny_model("llama")  # 4 query heads, 2 KV heads: KV head g is read by query heads 2g, 2g+1
+    vw = virtual_weight_norms(m)
+    g = composition_edges(vw, max_edges=None)
+    by = {(e["kind"], e["src"], e["dst"]): e["score"] for e in g.edges}
+    for h1 in range(4):
+        for h2 in range(4):
+            assert by[("Q", f"L0.H{h1}", f"L1.H{h2}")] == pytest.approx(vw[f"L0.H{h1}", f"L1.attn.q[H{h2}]"])
+            for k in "kv":
+                assert by[(k.upper(), f"L0.H{h1}", f"L1.H{h2}")] == pytest.approx(vw[f"L0.H{h1}", f"L1.attn.{k}[H{h2 // 2}]"])
+    assert len(g.edges) == 3 * 16
