@@ -6,6 +6,7 @@ Nothing here imports interp.stream or interp.attribution: the tensors are HF's.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import types
 
@@ -35,6 +36,24 @@ def _rmsnorm_in_input_dtype(self, hidden_states: Tensor) -> Tensor:
     return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
 
 
+@contextlib.contextmanager
+def _softmax_in_input_dtype():
+    """HF's GPT-NeoX eager attention calls softmax(..., dtype=torch.float32) even in float64;
+    for a float64 input, compute it in float64 (no effect on float32 models)."""
+    orig = torch.nn.functional.softmax
+
+    def softmax(x, dim=None, _stacklevel=3, dtype=None):
+        if dtype == torch.float32 and x.dtype == torch.float64:
+            dtype = None
+        return orig(x, dim=dim, _stacklevel=_stacklevel, dtype=dtype)
+
+    torch.nn.functional.softmax = softmax
+    try:
+        yield
+    finally:
+        torch.nn.functional.softmax = orig
+
+
 def exact_norms(hf: torch.nn.Module) -> torch.nn.Module:
     for mod in hf.modules():
         if type(mod).__name__ == "LlamaRMSNorm":
@@ -50,8 +69,7 @@ def models(family: str, seed: int = 0, n_layers: int = 2, dtype: torch.dtype = t
     hf_for_interp = tiny_hf_model(family, seed=seed, n_layers=n_layers, dtype=dtype)
     ref = tiny_hf_model(family, seed=seed, n_layers=n_layers, dtype=dtype)
     if dtype == torch.float64:
-        exact_norms(hf_for_interp)
-        exact_norms(ref)
+        exact_norms(ref)  # interp's loader does this itself for its own copy
     model = model_from_hf(hf_for_interp, tiny_tokenizer(), name=f"tiny-{family}", dtype=dtype)
     return model, ref
 
@@ -85,7 +103,10 @@ def hf_points(family: str, ref: torch.nn.Module, tokens: Tensor, mask: Tensor) -
         for what in ("in", "out"):
             handles.append(_get(ref, final).register_forward_hook(keep(f"final_{what}", what), with_kwargs=True))
     try:
-        with torch.no_grad():
+        # In float64 the bridge runs GPT-NeoX attention with its own softmax in float64, but calls
+        # HF's eager attention (softmax rounded through float32) for Llama: the reference follows.
+        softmax = _softmax_in_input_dtype() if family == "neox" else contextlib.nullcontext()
+        with torch.no_grad(), softmax:
             out = ref(input_ids=tokens, attention_mask=mask, output_hidden_states=True)
     finally:
         for h in handles:
