@@ -30,7 +30,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.circuits._common import check_bool, check_positive_int
+from interp.circuits._common import check_data, check_model, check_bool, check_positive_int
 from interp.circuits._rotation import random_rotation
 from interp.errors import ArgumentError, ShapeError
 
@@ -132,6 +132,7 @@ def _token_rows(model: Any, inputs: Union[str, Sequence[str], Tensor]) -> list[T
     if isinstance(inputs, str):
         inputs = [inputs]
     if isinstance(inputs, Tensor):
+        check_data(inputs, name="inputs")
         t = inputs[None] if inputs.ndim == 1 else inputs
         if t.ndim != 2 or t.is_floating_point() or t.dtype == torch.bool or t.numel() == 0:
             raise ShapeError(f"inputs must be int token ids [batch, pos], got shape {tuple(inputs.shape)} dtype {inputs.dtype}")
@@ -151,6 +152,7 @@ def privileged_basis_report(model: Any, inputs: Union[str, Sequence[str], Tensor
     ``drop_first`` leaves out position 0 of each sequence (BOS/[CLS], whose activations are
     outliers in most models). ``seed`` fixes the random basis of the control.
     """
+    check_model(model)
     check_bool(drop_first, name="drop_first")
     rows = _token_rows(model, inputs)
     a = model.arch

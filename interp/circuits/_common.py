@@ -39,10 +39,12 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.errors import ArgumentError, MemoryCapError, UnsupportedOperationError
+from interp.errors import ArgumentError, MemoryCapError, ShapeError, UnsupportedOperationError
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "check_model",
+    "check_data",
     "check_layer",
     "check_head",
     "check_bool",
@@ -67,6 +69,23 @@ DEFAULT_MAX_BYTES: int = 1 << 30
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def check_model(model: Any, *, name: str = "model") -> Any:
+    """ArgumentError unless ``model`` is an interp Model (not a bridge, an HF module or a name)."""
+    from interp.models import Model
+
+    if not isinstance(model, Model):
+        raise ArgumentError(f"{name}={model!r:.80} is a {type(model).__name__}, not an interp Model; "
+                            "load one with interp.load_model(name_or_path)")
+    return model
+
+
+def check_data(t: Tensor, *, name: str) -> Tensor:
+    """ShapeError for a tensor without data (the 'meta' device)."""
+    if t.device.type == "meta":
+        raise ShapeError(f"{name} is on the 'meta' device (a tensor without data); pass a tensor on a real device")
+    return t
 
 
 def check_layer(model: Any, layer: Any, *, name: str = "layer") -> int:

@@ -32,7 +32,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.circuits._common import check_bool, check_positive_int, convention, fold_write, folded_qkv
+from interp.circuits._common import check_model, check_bool, check_positive_int, convention, fold_write, folded_qkv
 from interp.circuits._gram import packed_gram_left, packed_gram_right, qr_r
 from interp.errors import ArgumentError
 
@@ -114,6 +114,7 @@ def composition_scores(model: Any, kind: str = "K", *, fold_norms: bool = True, 
     ~1e-5 on smollm2-135m; pass torch.float64 for more). ``chunk`` bounds the number of
     d_model × d_model Gram matrices alive at once.
     """
+    check_model(model)
     if kind not in _KINDS:
         raise ArgumentError(f"kind={kind!r} is not a composition kind; use one of {list(_KINDS)}")
     check_bool(fold_norms, name="fold_norms")

@@ -33,6 +33,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.circuits._common import (
+    check_model,
     check_bool,
     check_head,
     check_layer,
@@ -122,6 +123,7 @@ def _cyclic_products(model: Any, fold_norms: bool) -> Float[Tensor, "n_layers n_
 def copying_scores(model: Any, *, fold_norms: bool = True) -> HeadScores:
     """Σλ/Σ|λ| of every head's full OV circuit W_E W_V W_O W_U (eigenvalues from the d_head×d_head
     cyclic product). Models without an unembedding (MiniLM) raise UnsupportedOperationError."""
+    check_model(model)
     check_bool(fold_norms, name="fold_norms")
     K = _cyclic_products(model, fold_norms)
     lam = torch.linalg.eigvals(K)  # [L, H, dh] complex
@@ -185,6 +187,7 @@ def ov_diagonal_stats(model: Any, layer: int, head: int, k: int = 5, *, fold_nor
     Rows of W_E W_V W_O W_U are computed ``chunk_rows`` at a time (default: as many as fit in
     ``max_chunk_bytes``, 256 MiB), so peak memory stays near 2 × max_chunk_bytes whatever d_vocab is.
     """
+    check_model(model)
     layer, head = check_layer(model, layer), check_head(model, head)
     check_positive_int(k, name="k")
     check_bool(fold_norms, name="fold_norms")

@@ -29,7 +29,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.circuits._common import DEFAULT_MAX_BYTES, check_head, check_layer, check_max_bytes, refuse_materialise
+from interp.circuits._common import check_data, check_model, DEFAULT_MAX_BYTES, check_head, check_layer, check_max_bytes, refuse_materialise
 from interp.circuits._factored import Circuit
 from interp.errors import ArgumentError, ShapeError
 
@@ -41,6 +41,7 @@ _ROW_SUM_TOL = 1e-4
 def _check_pattern(pattern: Any) -> Tensor:
     if not isinstance(pattern, Tensor):
         raise ShapeError(f"pattern must be a torch.Tensor [pos, pos] or [batch, pos, pos], got {type(pattern).__name__}")
+    check_data(pattern, name="pattern")
     if not pattern.is_floating_point():
         raise ShapeError(f"pattern must be a float tensor of attention probabilities, got dtype {pattern.dtype}")
     if pattern.ndim not in (2, 3) or pattern.shape[-1] != pattern.shape[-2] or pattern.shape[-1] == 0:
@@ -53,7 +54,9 @@ def _check_pattern(pattern: Any) -> Tensor:
     lo = float(pattern.min())
     sums = pattern.double().sum(-1)
     worst = float((sums - 1).abs().max())
-    if lo < -_ROW_SUM_TOL or worst > _ROW_SUM_TOL * max(1, pattern.shape[-1] ** 0.5):
+    # a bf16/fp16 model's own softmax rows sum to 1 only to that dtype's precision
+    tol = max(_ROW_SUM_TOL, torch.finfo(pattern.dtype).eps)
+    if lo < -tol or worst > tol * max(1, pattern.shape[-1] ** 0.5):
         raise ArgumentError(
             f"pattern is not row-stochastic (min entry {lo:.3g}, max |row sum − 1| = {worst:.3g}); each query row "
             "must be a probability distribution over key positions (e.g. blocks.{l}.attn.hook_pattern[b, h])"
@@ -99,6 +102,8 @@ class HeadOperator:
 
         ``value_bias=False`` gives the linear part A x W_V W_O only (what ``.matrix()`` represents).
         """
+        if isinstance(x, Tensor):
+            check_data(x, name="x")
         if not isinstance(x, Tensor) or x.ndim not in (2, 3) or x.shape[-1] != self.d_model or x.shape[-2] != self.n_pos:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ShapeError(
@@ -139,6 +144,7 @@ def head_operator(model: Any, layer: int, head: int, pattern: Tensor) -> HeadOpe
     ``pattern`` [pos, pos] or [batch, pos, pos] must be row-stochastic (e.g. the head's slice of
     ``blocks.{layer}.attn.hook_pattern``); ShapeError/ArgumentError otherwise.
     """
+    check_model(model)
     layer, head = check_layer(model, layer), check_head(model, head)
     pattern = _check_pattern(pattern)
     w = model.weights

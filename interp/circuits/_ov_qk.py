@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from interp.circuits._common import (
+    check_model,
     DEFAULT_MAX_BYTES,
     check_bool,
     check_head,
@@ -43,6 +44,7 @@ def ov_circuit(model: Any, layer: int, head: int, *, full: bool = False, fold_no
     Returns a :class:`Circuit` (a transformer-lens FactoredMatrix); its ``.AB`` is capped at
     ``max_bytes``. ``full=True`` needs an unembedding (UnsupportedOperationError otherwise).
     """
+    check_model(model)
     layer, head = check_layer(model, layer), check_head(model, head)
     check_bool(full, name="full")
     check_bool(fold_norms, name="fold_norms")
@@ -68,6 +70,7 @@ def qk_circuit(model: Any, layer: int, head: int, *, full: bool = False, rel_pos
     bias-free attention score. Rotary models without ``rel_pos`` get a ``.note`` saying that QK
     ignores position. ``rel_pos`` on a non-rotary model raises ArgumentError.
     """
+    check_model(model)
     layer, head = check_layer(model, layer), check_head(model, head)
     check_bool(full, name="full")
     check_bool(fold_norms, name="fold_norms")

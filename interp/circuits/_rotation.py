@@ -34,6 +34,7 @@ import einops
 import torch
 from torch import Tensor
 
+from interp.circuits._common import check_model, check_data
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 
 __all__ = ["rotate_residual", "random_rotation"]
@@ -47,6 +48,8 @@ def random_rotation(d_model: int, *, fix_ones: bool = False, seed: int = 0,
     (a rotation of the hyperplane orthogonal to 1, as LayerNorm models need)."""
     if not isinstance(d_model, int) or isinstance(d_model, bool) or d_model < 2:
         raise ArgumentError(f"d_model={d_model!r} must be an int ≥ 2")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ArgumentError(f"seed={seed!r} must be an int")
     g = torch.Generator().manual_seed(seed)
     n = d_model - 1 if fix_ones else d_model
     Q, Rr = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))
@@ -65,6 +68,7 @@ def _check_R(model: Any, R: Any, atol: float) -> Tensor:
     d = model.arch.d_model
     if not isinstance(R, Tensor):
         raise ShapeError(f"R must be a torch.Tensor [d_model, d_model] = [{d}, {d}], got {type(R).__name__}")
+    check_data(R, name="R")
     if R.shape != (d, d):
         raise ShapeError(f"R has shape {tuple(R.shape)}; it must be [d_model, d_model] = [{d}, {d}]")
     if not R.is_floating_point() or not bool(torch.isfinite(R).all()):
@@ -234,6 +238,7 @@ def rotate_residual(model: Any, R: Tensor, *, atol: float = 1e-5, name: Optional
     Model's weights have every norm gain folded (γ = 1, β = 0) and its bridge runs a fresh HF
     module holding them. Composition and copying scores (fold_norms=True) and DLA are unchanged.
     """
+    check_model(model)
     if not isinstance(atol, (int, float)) or isinstance(atol, bool) or not atol > 0:
         raise ArgumentError(f"atol={atol!r} must be a positive number")
     R64 = _check_R(model, R, float(atol))

@@ -38,7 +38,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.circuits._common import check_bool, check_positive_int, convention, fold_write, folded_qkv
+from interp.circuits._common import check_model, check_bool, check_positive_int, convention, fold_write, folded_qkv
 from interp.circuits._gram import chunks, packed_gram_left, triu_index
 from interp.circuits._labels import parse_write, write_labels, write_matrix
 
@@ -98,6 +98,7 @@ class SubspaceOverlap:
 
 def write_subspace_overlap(model: Any, *, fold_norms: bool = True) -> SubspaceOverlap:
     """Principal-angle overlap between every pair of heads' write subspaces (row spaces of W_O^h)."""
+    check_model(model)
     check_bool(fold_norms, name="fold_norms")
     a = model.arch
     U, r = _head_bases(model, fold_norms)
@@ -167,6 +168,7 @@ def erasure_candidates(model: Any, *, k: int | None = None, screen: int = 200, f
     negative mean gains get their exact eigenvalues. Sources: heads, plus MLPs and the embedding
     (their top-k write directions) unless excluded; destinations: heads in later layers.
     """
+    check_model(model)
     check_bool(fold_norms, name="fold_norms")
     check_positive_int(screen, name="screen")
     a = model.arch

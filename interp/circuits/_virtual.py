@@ -29,7 +29,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.circuits._common import DEFAULT_MAX_BYTES, check_bool, check_positive_int, convention
+from interp.circuits._common import check_model, DEFAULT_MAX_BYTES, check_bool, check_positive_int, convention
 from interp.circuits._factored import Circuit
 from interp.circuits._gram import packed_gram_left, packed_gram_right
 from interp.circuits._labels import (
@@ -54,6 +54,7 @@ def virtual_weights(model: Any, src: str, dst: str, *, fold_norms: bool = True,
     ``L3.attn.k[H1]``, ``L3.attn.v[H1]`` (KV head index), ``L3.mlp.in``, ``L3.mlp.gate``,
     ``unembed``. LabelError for unknown labels, ArgumentError if ``dst`` does not read after ``src``.
     """
+    check_model(model)
     check_bool(fold_norms, name="fold_norms")
     w, r = parse_write(model, src), parse_read(model, dst)
     why = check_order(model, w, r)
@@ -123,6 +124,7 @@ def _grouped(model: Any, labels: list[str], parse, matrix, fold_norms: bool):
 def virtual_weight_norms(model: Any, *, fold_norms: bool = True, dtype: torch.dtype = torch.float32,
                          chunk: int = 32) -> VirtualWeightNorms:
     """‖W_O^src W_I^dst‖_F for all (write, read) pairs of the model (NaN where the read is earlier)."""
+    check_model(model)
     check_bool(fold_norms, name="fold_norms")
     if dtype not in (torch.float32, torch.float64):
         raise ArgumentError(f"dtype={dtype!r} must be torch.float32 or torch.float64")

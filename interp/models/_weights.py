@@ -191,8 +191,8 @@ def _llama(sd: dict[str, Tensor], a: ArchInfo):
             "W_O": _split_heads_out(o, H),
             "b_O": sd.get(b + "self_attn.o_proj.bias", zeros_d),
             "W_in": sd[b + "mlp.up_proj.weight"].T, "W_gate": sd[b + "mlp.gate_proj.weight"].T,
-            "b_in": torch.zeros(a.d_mlp, dtype=wq.dtype, device=wq.device),
-            "W_out": sd[b + "mlp.down_proj.weight"].T, "b_out": zeros_d,
+            "b_in": sd.get(b + "mlp.up_proj.bias", torch.zeros(a.d_mlp, dtype=wq.dtype, device=wq.device)),
+            "W_out": sd[b + "mlp.down_proj.weight"].T, "b_out": sd.get(b + "mlp.down_proj.bias", zeros_d),
             "ln1_w": sd[b + "input_layernorm.weight"], "ln1_b": zeros_d,
             "ln2_w": sd[b + "post_attention_layernorm.weight"], "ln2_b": zeros_d,
         }

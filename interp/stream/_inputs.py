@@ -135,6 +135,10 @@ def as_batch(model: Any, inputs: Inputs, attention_mask: Optional[Tensor] = None
     elif isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and all(isinstance(x, str) for x in inputs)):
         if isinstance(inputs, (list, tuple)) and len(inputs) == 0:
             raise ArgumentError("inputs is an empty list; give at least one prompt")
+        if attention_mask is not None:
+            raise ArgumentError(
+                "attention_mask is only for token-id inputs; text inputs are tokenised and padded for you"
+            )
         batch = tokenize(model, inputs)
     elif isinstance(inputs, (list, tuple)) and inputs and all(isinstance(x, (list, tuple)) for x in inputs):
         lens = {len(x) for x in inputs}

@@ -48,8 +48,23 @@ def _has_bias(arch: ArchInfo) -> bool:
     return arch.family != "llama"
 
 
-def build_program(arch: ArchInfo, *, neuron_layers: Sequence[int] = (), n_types: int = 0) -> list[Event]:
-    """The ordered events of ``arch``'s forward pass (see module docstring)."""
+def build_program(
+    arch: ArchInfo,
+    *,
+    neuron_layers: Sequence[int] = (),
+    n_types: int = 0,
+    attn_bias: Optional[bool] = None,
+    mlp_bias: Optional[bool] = None,
+) -> list[Event]:
+    """The ordered events of ``arch``'s forward pass (see module docstring).
+
+    ``attn_bias`` / ``mlp_bias``: whether the output projections carry a bias (an
+    ``L{l}.attn_bias`` write, and ``L{l}.mlp_bias`` when the MLP is split into neurons).
+    Default: every family but Llama; a Llama config with ``attention_bias`` / ``mlp_bias``
+    has them too, so :class:`~interp.stream.ResidualTrace` decides from the weights.
+    """
+    attn_bias = _has_bias(arch) if attn_bias is None else attn_bias
+    mlp_bias = _has_bias(arch) if mlp_bias is None else mlp_bias
     ev: list[Event] = [Event("write", "embed", sub="embed")]
     if arch.positional == "learned":
         ev.append(Event("write", "pos_embed", sub="pos_embed"))
@@ -74,7 +89,7 @@ def build_program(arch: ArchInfo, *, neuron_layers: Sequence[int] = (), n_types:
             ev.append(Event("read", f"L{l}.mlp.in", layer=l, norm=mlp_norm))
         for h in range(arch.n_heads):
             ev.append(Event("write", head_label(l, h), layer=l, head=h, sub="head"))
-        if _has_bias(arch):
+        if attn_bias:
             ev.append(Event("write", f"L{l}.attn_bias", layer=l, sub="attn_bias"))
         if post:
             ev.append(Event("norm", f"L{l}.ln1", layer=l))
@@ -86,7 +101,7 @@ def build_program(arch: ArchInfo, *, neuron_layers: Sequence[int] = (), n_types:
             if l in neuron_layers:
                 for n in range(arch.d_mlp):
                     ev.append(Event("write", f"L{l}.N{n}", layer=l, head=n, sub="neuron"))
-                if _has_bias(arch):
+                if mlp_bias:
                     ev.append(Event("write", f"L{l}.mlp_bias", layer=l, sub="mlp_bias"))
             else:
                 ev.append(Event("write", f"L{l}.mlp", layer=l, sub="mlp"))

@@ -127,8 +127,11 @@ class ResidualTrace:
 
     @property
     def program(self) -> list[Event]:
+        w = self.weights
         return build_program(self.arch, neuron_layers=self.neuron_layers,
-                             n_types=int("token_type_embed.hook_out" in self.activations))
+                             n_types=int("token_type_embed.hook_out" in self.activations),
+                             attn_bias=self.arch.family != "llama" or bool(w.b_O.any()),
+                             mlp_bias=self.arch.family != "llama" or bool(w.b_out.any()))
 
     @property
     def writes(self) -> list[str]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from tiny_models import tiny_hf_model, tiny_tokenizer
+from tiny_models import tiny_config, tiny_hf_model, tiny_tokenizer
 
 #: Module paths, relative to one HF layer, of the tensors the tests need, per family.
 SPEC = {
@@ -55,6 +55,25 @@ def tiny_model_exact(family: str, dtype: torch.dtype):
 
     hf = full_precision_norms(tiny_hf_model(family, dtype=dtype))
     return model_from_hf(hf, tiny_tokenizer(), name=f"tiny-{family}", dtype=dtype)
+
+
+def variant_hf(family: str, *, seed: int = 0, dtype=torch.float32, **overrides) -> torch.nn.Module:
+    """A tiny HF model of ``family`` with config ``overrides`` (e.g. Llama ``attention_bias``),
+    randomised like tiny_models.tiny_hf_model (non-trivial norm gains, biases)."""
+    import transformers
+
+    torch.manual_seed(seed)
+    c = tiny_config(family)
+    for k, v in overrides.items():
+        setattr(c, k, v)
+    m = transformers.BertForMaskedLM(c) if family == "bert" else transformers.AutoModelForCausalLM.from_config(c)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if "norm" in name.lower() or "ln_" in name:
+                p.add_(0.3 * torch.randn_like(p))
+            elif name.endswith("bias"):
+                p.add_(0.3 * torch.randn_like(p))
+    return m.to(dtype).eval()
 
 
 def _get(root: torch.nn.Module, path: str) -> torch.nn.Module:
@@ -184,9 +203,10 @@ def _post_norm_end(point: str, n_layers: int) -> int:
 
 
 def hf_reference(family: str, tokens: Tensor, attention_mask: Tensor, *, dtype=torch.float32,
-                 exact_norms: bool = False) -> Reference:
-    """Run a separately built HF copy of the tiny ``family`` model and record its tensors."""
-    hf = tiny_hf_model(family, dtype=dtype)
+                 exact_norms: bool = False, hf: torch.nn.Module | None = None) -> Reference:
+    """Run a separately built HF copy of the tiny ``family`` model (or ``hf``) and record its tensors."""
+    if hf is None:
+        hf = tiny_hf_model(family, dtype=dtype)
     if exact_norms:
         full_precision_norms(hf)
     spec = SPEC[family]
@@ -275,7 +295,7 @@ def neuron_rows(ref: Reference, l: int) -> Tensor:
 def rel(a: Tensor, b: Tensor, mask: Tensor) -> float:
     """max |a − b| / max |b| over the real positions (mask [batch, pos])."""
     m = mask.bool()[..., None]  # [batch, pos, 1] broadcasts against [..., batch, pos, d]
-    a, b = a.double(), b.double()
+    a, b = a.detach().double(), b.detach().double()
     gap = ((a - b).abs() * m).amax()
     scale = (b.abs() * m).amax()
     return float(gap / scale) if scale > 0 else float(gap)

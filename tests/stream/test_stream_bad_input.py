@@ -134,6 +134,8 @@ def test_bad_attention_mask(llama):
         trace(llama, ids, attention_mask=torch.zeros(1, 3))
     with _raises(ArgumentError, "attention_mask", "0", "1"):
         trace(llama, ids, attention_mask=torch.tensor([[1, 2, 1]]))
+    with _raises(ArgumentError, "attention_mask", "text"):  # strings are padded for you
+        trace(llama, ["w1 w2", "w3"], attention_mask=torch.ones(2, 3))
 
 
 # ---- directions -----------------------------------------------------------------------------
