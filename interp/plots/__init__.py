@@ -12,6 +12,7 @@ from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_
 from interp.plots._decomposition import decomposition_figure
 from interp.plots._export import Exporter, export
 from interp.plots._graph import CompositionGraph, composition_edges, composition_graph, composition_graph_json
+from interp.plots._report import circuits_report, report
 from interp.plots._stream import residual_stream_figure
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "attention_patterns",
     "attribution_heatmap",
     "attribution_waterfall",
+    "circuits_report",
     "composition_edges",
     "composition_graph",
     "composition_graph_json",
@@ -29,6 +31,7 @@ __all__ = [
     "decomposition_figure",
     "export",
     "ov_eigenvalue_figure",
+    "report",
     "residual_stream_figure",
     "top_token_table",
 ]

@@ -28,7 +28,8 @@ header p { margin: 2px 0; opacity: 0.95; }
 header .tok { background: rgba(255, 255, 255, 0.16); color: #fff; }
 header nav a { color: #cfe3ff; }
 main { max-width: 1200px; margin: 0 auto; padding: 12px 32px 48px 32px; }
-section { background: #fff; border: 1px solid #e3e3e3; border-radius: 6px; padding: 14px 20px; margin: 18px 0; }
+section { background: #fff; border: 1px solid #e3e3e3; border-radius: 6px; padding: 14px 20px; margin: 18px 0;
+          overflow-x: auto; }
 h2 { font-size: 18px; margin: 4px 0 8px 0; color: #1d3557; }
 p.note { color: #555; font-size: 14px; margin: 4px 0 10px 0; }
 table.kv, table.data { border-collapse: collapse; font-size: 14px; margin: 6px 0; }

@@ -116,7 +116,7 @@ def _prepare_out_dir(out_dir: Any) -> Path:
     if out.exists() and not out.is_dir():
         raise ExportError(f"out_dir={str(out_dir)!r} exists and is not a directory")
     try:
-        (out / "figures").mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ExportError(f"cannot create out_dir={str(out_dir)!r}: {e.strerror or e}") from e
     return out
@@ -328,6 +328,7 @@ def report(
         export_times: dict[str, float] = {}
         with steps("static export"):
             if static:
+                (out / "figures").mkdir(exist_ok=True)
                 own = exporter is None
                 ex = exporter if exporter is not None else Exporter()
                 try:
@@ -476,6 +477,7 @@ def circuits_report(model: Any, *, out_dir: Union[str, Path], max_edges: int = 3
         files: dict[str, list[str]] = {n: [] for n in figs}
         with steps("static export"):
             if static:
+                (out / "figures").mkdir(exist_ok=True)
                 own = exporter is None
                 ex = exporter if exporter is not None else Exporter()
                 try:
