@@ -30,6 +30,9 @@ __all__ = ["load_gguf_cached", "file_sha256"]
 log = logging.getLogger(__name__)
 _MANIFEST = "interp-manifest.json"
 _WEIGHTS = "model.safetensors"
+#: Entry layout version; entries written by another version are rebuilt. 2: tied weights are
+#: stored under the input-embedding name (HF's convention), so loading initialises nothing.
+_FORMAT = 2
 
 
 def file_sha256(path: Path) -> str:
@@ -65,7 +68,7 @@ def _manifest(entry: Path) -> Optional[dict[str, Any]]:
     """The entry's manifest if it exists and the weights file has the recorded size, else None."""
     try:
         manifest = json.loads((entry / _MANIFEST).read_text())
-        if (entry / _WEIGHTS).stat().st_size != manifest["weights_size"]:
+        if manifest.get("format") != _FORMAT or (entry / _WEIGHTS).stat().st_size != manifest["weights_size"]:
             return None
         str(manifest["weights_sha256"])
         return manifest
@@ -127,7 +130,7 @@ def _write_entry(gguf: Path, entry: Path, gguf_sha: str) -> None:
         tokenizer.save_pretrained(tmp)
         weights = tmp / _WEIGHTS
         manifest = {
-            "gguf": gguf.name, "gguf_size": gguf.stat().st_size, "gguf_sha256": gguf_sha,
+            "format": _FORMAT, "gguf": gguf.name, "gguf_size": gguf.stat().st_size, "gguf_sha256": gguf_sha,
             "weights_size": weights.stat().st_size, "weights_sha256": file_sha256(weights),
         }
         (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -198,7 +201,7 @@ def load_gguf_cached(gguf: Path, cache_dir: Path, dtype: torch.dtype) -> tuple[A
     rebuilt = False
     if _manifest(entry) is None:
         if entry.exists():
-            log.warning("cache entry %s is incomplete or has the wrong size; rebuilding it", entry)
+            log.warning("cache entry %s is incomplete, has the wrong size or an older format; rebuilding it", entry)
         else:
             log.info("dequantizing %s into the cache (first load only)", gguf.name)
         _write_entry(gguf, entry, sha)

@@ -101,6 +101,11 @@ def test_first_load_writes_complete_entry_atomically(first_load, gguf_path):
     assert manifest["weights_sha256"] == _sha256(weights)
     config = json.loads((entry / "config.json").read_text())
     assert config["model_type"] == "llama" and "quantization_config" not in config
+    from safetensors import safe_open
+
+    with safe_open(str(weights), framework="pt") as f:  # tied embed/lm_head stored once, HF's way
+        keys = set(f.keys())
+    assert "model.embed_tokens.weight" in keys and "lm_head.weight" not in keys and len(keys) == 272
     assert (entry / "tokenizer.json").is_file() or (entry / "tokenizer.model").is_file()
 
 
@@ -137,8 +142,14 @@ def _drop_manifest(entry: Path) -> None:
     (entry / MANIFEST).unlink()
 
 
+def _old_format(entry: Path) -> None:
+    manifest = json.loads((entry / MANIFEST).read_text())
+    del manifest["format"]  # as written before format 2
+    (entry / MANIFEST).write_text(json.dumps(manifest))
+
+
 @pytest.mark.real
-@pytest.mark.parametrize("corruption", ["flipped_bytes", "truncated", "no_manifest"])
+@pytest.mark.parametrize("corruption", ["flipped_bytes", "truncated", "no_manifest", "old_format"])
 def test_corrupt_entry_detected_and_rebuilt_once(first_load, stand_in_reader, tmp_path, corruption):
     good_sha = json.loads((first_load[2] / MANIFEST).read_text())["weights_sha256"]
     entry = _copy_entry(first_load, tmp_path)
@@ -146,6 +157,8 @@ def test_corrupt_entry_detected_and_rebuilt_once(first_load, stand_in_reader, tm
         _flip_bytes(entry / WEIGHTS)  # same size: only the hash can tell
     elif corruption == "truncated":
         _truncate(entry / WEIGHTS)
+    elif corruption == "old_format":
+        _old_format(entry)
     else:
         _drop_manifest(entry)
     model = interp.load_model(SMOLLM2, cache_dir=tmp_path)
