@@ -128,8 +128,8 @@ class HeadOperator:
         shape = (*self.pattern.shape[:-2], n, n)
         refuse_materialise("the head operator A ⊗ W_O W_V", shape, self.W_O.dtype, max_bytes,
                            "use HeadOperator.apply(x), which never forms it")
-        W = (self.W_V @ self.W_O).T  # column convention W_OV [d_model, d_model]
-        A = self.pattern.to(W.dtype)
+        W = (self.W_V @ self.W_O).T.contiguous()  # column convention W_OV [d_model, d_model]
+        A = self.pattern.to(W.dtype).contiguous()
         if A.ndim == 2:
             return torch.kron(A, W)
         return torch.stack([torch.kron(a, W) for a in A])
