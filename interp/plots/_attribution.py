@@ -99,6 +99,10 @@ def attribution_heatmap(attribution: Any, *, prompt: Optional[int] = None, max_s
             z=grid, x=list(range(n_h)), y=list(range(n_l)), colorscale=DIVERGING, zmid=0.0, zmin=-zmax, zmax=zmax,
             hovertext=hover, hoverinfo="text", colorbar=dict(title="value", x=1.02, len=0.9), name="heads",
         ), row=1, col=1)
+    else:
+        unit = getattr(attribution, "unit", "")
+        fig.add_annotation(text=f"no per-head terms{f' (unit={unit!r})' if unit else ''}", showarrow=False,
+                           xref="x domain", yref="y domain", x=0.5, y=0.5, row=1, col=1)
     fig.update_xaxes(title_text="head", dtick=1 if n_h <= 20 else None, row=1, col=1)
     fig.update_yaxes(title_text="layer", autorange="reversed", dtick=1 if n_l <= 32 else None, row=1, col=1)
     if side:
