@@ -36,6 +36,18 @@ from interp.errors import (
     ShapeError,
     UnsupportedOperationError,
 )
+from interp.circuits import (
+    composition_scores,
+    copying_scores,
+    head_operator,
+    ov_circuit,
+    ov_diagonal_stats,
+    qk_circuit,
+    random_rotation,
+    rotate_residual,
+    virtual_weights,
+)
+from interp.errors import MemoryCapError
 from interp.plots import attention_patterns, export
 from interp.stream import Decomposition, trace
 from tiny_models import tiny_model
@@ -286,6 +298,65 @@ CASES = [
         lambda e, t: lambda: attention_patterns(e.gpt2, e.ids, ["L0.H9"])),
     Bad("attention_patterns: meta ids", ShapeError, "inputs",
         lambda e, t: lambda: attention_patterns(e.gpt2, e.ids.to("meta"), ["L0.H1"])),
+    # ---- circuits ------------------------------------------------------------------------
+    Bad("ov_circuit: model is None", ArgumentError, "model", lambda e, t: lambda: ov_circuit(None, 0, 0)),
+    Bad("composition_scores: model is a name", ArgumentError, "model", lambda e, t: lambda: composition_scores("gpt2")),
+    Bad("rotate_residual: model is the bridge", ArgumentError, "model",
+        lambda e, t: lambda: rotate_residual(e.llama.bridge, torch.eye(e.d))),
+    Bad("ov_circuit: layer out of range", ArgumentError, "layer", lambda e, t: lambda: ov_circuit(e.gpt2, 2, 0)),
+    Bad("ov_circuit: bool layer", ArgumentError, "layer", lambda e, t: lambda: ov_circuit(e.gpt2, True, 0)),
+    Bad("qk_circuit: negative head", ArgumentError, "head", lambda e, t: lambda: qk_circuit(e.gpt2, 0, -1)),
+    Bad("ov_circuit: full='yes'", ArgumentError, "full", lambda e, t: lambda: ov_circuit(e.gpt2, 0, 0, full="yes")),
+    Bad("ov_circuit: full circuit of an encoder", UnsupportedOperationError, "unembedding",
+        lambda e, t: lambda: ov_circuit(e.bert, 0, 0, full=True)),
+    Bad("qk_circuit: rel_pos on a learned-position model", ArgumentError, "rel_pos",
+        lambda e, t: lambda: qk_circuit(e.gpt2, 0, 0, rel_pos=2)),
+    Bad("qk_circuit: float rel_pos", ArgumentError, "rel_pos", lambda e, t: lambda: qk_circuit(e.llama, 0, 0, rel_pos=1.5)),
+    Bad("qk_circuit: rel_pos beyond the context", ArgumentError, "rel_pos",
+        lambda e, t: lambda: qk_circuit(e.llama, 0, 0, rel_pos=10**6)),
+    Bad("Circuit.AB over the memory cap", MemoryCapError, "max_bytes",
+        lambda e, t: lambda: ov_circuit(e.gpt2, 0, 0, full=True, max_bytes=1000).AB),
+    Bad("ov_circuit: max_bytes=0", ArgumentError, "max_bytes", lambda e, t: lambda: ov_circuit(e.gpt2, 0, 0, max_bytes=0)),
+    Bad("composition_scores: unknown kind", ArgumentError, "kind", lambda e, t: lambda: composition_scores(e.gpt2, "k")),
+    Bad("composition_scores: half dtype", ArgumentError, "dtype",
+        lambda e, t: lambda: composition_scores(e.gpt2, "K", dtype=torch.float16)),
+    Bad("copying_scores: encoder", UnsupportedOperationError, "unembedding", lambda e, t: lambda: copying_scores(e.bert)),
+    Bad("copying_scores: fold_norms='no'", ArgumentError, "fold_norms",
+        lambda e, t: lambda: copying_scores(e.gpt2, fold_norms="no")),
+    Bad("ov_diagonal_stats: k > d_vocab", ArgumentError, "k", lambda e, t: lambda: ov_diagonal_stats(e.gpt2, 0, 0, k=1000)),
+    Bad("virtual_weights: unknown src", LabelError, "src", lambda e, t: lambda: virtual_weights(e.gpt2, "L9.H0", "unembed")),
+    Bad("virtual_weights: read before the write", ArgumentError, "dst",
+        lambda e, t: lambda: virtual_weights(e.gpt2, "L1.H0", "L0.attn.q[H0]")),
+    Bad("virtual_weights: query-head index on a GQA k read", LabelError, "dst",
+        lambda e, t: lambda: virtual_weights(e.llama, "embed", "L1.attn.k[H3]")),
+    Bad("head_operator: rows do not sum to 1", ArgumentError, "pattern",
+        lambda e, t: lambda: head_operator(e.gpt2, 0, 0, torch.ones(3, 3))),
+    Bad("head_operator: NaN pattern", ArgumentError, "pattern",
+        lambda e, t: lambda: head_operator(e.gpt2, 0, 0, torch.full((3, 3), NAN))),
+    Bad("head_operator: non-square pattern", ShapeError, "pattern",
+        lambda e, t: lambda: head_operator(e.gpt2, 0, 0, torch.full((3, 2), 0.5))),
+    Bad("head_operator: meta pattern", ShapeError, "pattern",
+        lambda e, t: lambda: head_operator(e.gpt2, 0, 0, torch.full((3, 3), 1 / 3, device="meta"))),
+    Bad("HeadOperator.apply: wrong x shape", ShapeError, "x",
+        lambda e, t: lambda: head_operator(e.gpt2, 0, 0, torch.full((3, 3), 1 / 3)).apply(torch.ones(4, e.d))),
+    Bad("HeadOperator.apply: meta x", ShapeError, "x",
+        lambda e, t: lambda: head_operator(e.gpt2, 0, 0, torch.full((3, 3), 1 / 3)).apply(torch.ones(3, e.d, device="meta"))),
+    Bad("HeadOperator.matrix over the memory cap", MemoryCapError, "max_bytes",
+        lambda e, t: lambda: head_operator(e.gpt2, 0, 0, torch.full((3, 3), 1 / 3)).matrix(max_bytes=64)),
+    Bad("rotate_residual: R not orthogonal", ArgumentError, "R",
+        lambda e, t: lambda: rotate_residual(e.llama, torch.ones(e.d, e.d))),
+    Bad("rotate_residual: NaN in R", ArgumentError, "R",
+        lambda e, t: lambda: rotate_residual(e.llama, torch.full((e.d, e.d), NAN))),
+    Bad("rotate_residual: LayerNorm model with R·1 ≠ 1", ArgumentError, "R",
+        lambda e, t: lambda: rotate_residual(e.gpt2, random_rotation(e.d, seed=1))),
+    Bad("rotate_residual: post-norm model", UnsupportedOperationError, "post-norm",
+        lambda e, t: lambda: rotate_residual(e.bert, torch.eye(e.d))),
+    Bad("rotate_residual: R of the wrong size", ShapeError, "R", lambda e, t: lambda: rotate_residual(e.llama, torch.eye(e.d - 1))),
+    Bad("rotate_residual: meta R", ShapeError, "R",
+        lambda e, t: lambda: rotate_residual(e.llama, torch.eye(e.d, device="meta"))),
+    Bad("rotate_residual: numpy R", ShapeError, "R", lambda e, t: lambda: rotate_residual(e.llama, torch.eye(e.d).numpy())),
+    Bad("random_rotation: d_model=1", ArgumentError, "d_model", lambda e, t: lambda: random_rotation(1)),
+    Bad("random_rotation: seed='a'", ArgumentError, "seed", lambda e, t: lambda: random_rotation(8, seed="a")),
 ]
 
 
@@ -326,3 +397,64 @@ def test_bad_input(case: Bad, env: Env, tmp_path: Path, monkeypatch, alarm):
     assert type(err) is case.error, f"{type(err).__name__}: {err}"
     assert case.arg in str(err), f"message does not name {case.arg!r}: {err}"
     assert _files(tmp_path) == before, f"files left behind: {_files(tmp_path) - before}"
+
+
+# ---- unusual but valid inputs: they work and agree with the ordinary ones --------------------
+
+def test_noncontiguous_and_narrow_ids_equal_contiguous(env):
+    ids = torch.randint(4, 100, (6, 2), generator=torch.Generator().manual_seed(3)).T  # transposed: [2, 6]
+    assert not ids.is_contiguous()
+    ref = trace(env.gpt2, ids.contiguous()).decompose("unembed")
+    for variant in (ids, ids.to(torch.uint8), ids.to(torch.int32), ids.tolist()):
+        d = trace(env.gpt2, variant).decompose("unembed")
+        assert torch.equal(d.contributions, ref.contributions), type(variant)
+    a = attribute_logits(env.gpt2, ids, answer=5)
+    b = attribute_logits(env.gpt2, ids.contiguous(), answer=5)
+    assert torch.equal(a.values, b.values)
+
+
+def test_noncontiguous_directions_equal_contiguous(env):
+    U = torch.randn(env.d, 6, generator=torch.Generator().manual_seed(4))[:, ::2].T  # [3, d], strided
+    assert not U.is_contiguous()
+    tr = trace(env.gpt2, env.ids)
+    # equal up to float summation order (a strided operand may take another einsum path)
+    close = lambda a, b: torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6 * float(b.abs().max()))  # noqa: E731
+    close(tr.decompose("L1.mlp.in", project_onto=U).contributions,
+          tr.decompose("L1.mlp.in", project_onto=U.contiguous()).contributions)
+    u = U[1]
+    close(attribute_direction(env.bert, env.ids, u).values, attribute_direction(env.bert, env.ids, u.contiguous()).values)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_model_into_eigen_and_svd_code(dtype):
+    """bf16/fp16 weights into eigenvalue / SVD code: computed in fp32 or fp64 internally (no
+    'not implemented for BFloat16' crash), agreeing with the fp32 model to half precision."""
+    half, full = tiny_model("llama", dtype=dtype), tiny_model("llama")
+    for fn in (ov_circuit, qk_circuit):
+        ch, cf = fn(half, 1, 2), fn(full, 1, 2)
+        assert torch.allclose(ch.S.double(), cf.S.double(), rtol=0.05, atol=0.05 * float(cf.S.max()))
+        lh = ch.eigenvalues.abs().sort().values.double()
+        lf = cf.eigenvalues.abs().sort().values.double()
+        assert torch.allclose(lh, lf, rtol=0.1, atol=0.05 * float(lf.max()))
+        assert abs(float(ch.norm()) - float(cf.norm())) <= 0.02 * float(cf.norm())
+    ch = ov_circuit(half, 1, 2, full=True)
+    assert torch.isfinite(ch.eigenvalues).all() and torch.isfinite(ch.S).all()
+    assert torch.allclose(copying_scores(half).scores, copying_scores(full).scores, atol=0.05)
+    assert torch.allclose(composition_scores(half, "K").scores, composition_scores(full, "K").scores,
+                          atol=0.02, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_models_own_pattern_is_accepted(dtype):
+    """A bf16 model's own softmax rows sum to 1 only to bf16 precision; head_operator must accept
+    the model's pattern and reproduce the head's write to that precision."""
+    from interp.stream import as_batch, capture
+
+    m = tiny_model("gpt2", dtype=dtype)
+    ids = torch.randint(4, 100, (1, 40), generator=torch.Generator().manual_seed(5))
+    names = ["blocks.1.ln1.hook_out", "blocks.1.attn.hook_pattern", "blocks.1.attn.hook_z"]
+    acts, _ = capture(m, as_batch(m, ids), names)
+    op = head_operator(m, 1, 2, acts[names[1]][0, 2])
+    real = (acts[names[2]][0, :, 2] @ m.weights.W_O[1, 2]).float()
+    got = op.apply(acts[names[0]][0]).float()
+    assert float((got - real).abs().max()) <= 0.05 * float(real.abs().max())
