@@ -65,7 +65,7 @@ class _Steps:
     def __call__(self, name: str) -> Iterator[None]:
         if self._bar is not None:
             self._bar.set_postfix_str(name)
-        log.info("report: %s", name)
+        log.log(logging.DEBUG if self._bar is not None else logging.INFO, "report: %s", name)  # the bar shows it
         t0 = time.perf_counter()
         yield
         self.times[name] = round(time.perf_counter() - t0, 3)
