@@ -25,7 +25,7 @@ TransformerBridge exposes by default, which is what ``bridge.all_composition_sco
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import pandas as pd
 import torch
@@ -106,7 +106,7 @@ def _dst_factors(kind: str, W_Q: Tensor, W_K: Tensor, W_V: Tensor, W_O: Tensor) 
     return W_V, W_O
 
 
-def composition_scores(model: Any, kind: str = "K", *, fold_norms: bool = True, dtype: torch.dtype = torch.float32,
+def composition_scores(model: Any, kind: str = "K", *, fold_norms: bool = True, dtype: Optional[torch.dtype] = None,
                        chunk: int = 32) -> CompositionScores:
     """All-pairs ``kind``-composition scores ("Q", "K" or "V") as a [L, H, L, H] tensor.
 
@@ -118,6 +118,8 @@ def composition_scores(model: Any, kind: str = "K", *, fold_norms: bool = True, 
     if kind not in _KINDS:
         raise ArgumentError(f"kind={kind!r} is not a composition kind; use one of {list(_KINDS)}")
     check_bool(fold_norms, name="fold_norms")
+    if dtype is None:  # a float64 model (a high-precision check) gets float64 scores
+        dtype = torch.float64 if model.dtype == torch.float64 else torch.float32
     if dtype not in (torch.float32, torch.float64):
         raise ArgumentError(f"dtype={dtype!r} must be torch.float32 or torch.float64")
     check_positive_int(chunk, name="chunk")
@@ -145,5 +147,5 @@ def composition_scores(model: Any, kind: str = "K", *, fold_norms: bool = True, 
         scores[l, :, l + 1:, :] = sq.clamp_min(0).sqrt().reshape(H, L - l - 1, H)
     # 4. normalise
     scores = scores / (src_norm[:, :, None, None] * dst_norm[None, None, :, :])
-    return CompositionScores(kind=kind, scores=scores.to(torch.float32), convention=convention(model, fold_norms),
+    return CompositionScores(kind=kind, scores=scores, convention=convention(model, fold_norms),
                              model_name=model.name)

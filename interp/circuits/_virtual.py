@@ -22,7 +22,7 @@ k_i × d_model × k_j product per pair.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import pandas as pd
 import torch
@@ -121,11 +121,13 @@ def _grouped(model: Any, labels: list[str], parse, matrix, fold_norms: bool):
     return groups
 
 
-def virtual_weight_norms(model: Any, *, fold_norms: bool = True, dtype: torch.dtype = torch.float32,
+def virtual_weight_norms(model: Any, *, fold_norms: bool = True, dtype: Optional[torch.dtype] = None,
                          chunk: int = 32) -> VirtualWeightNorms:
     """‖W_O^src W_I^dst‖_F for all (write, read) pairs of the model (NaN where the read is earlier)."""
     check_model(model)
     check_bool(fold_norms, name="fold_norms")
+    if dtype is None:  # a float64 model (a high-precision check) gets float64 norms
+        dtype = torch.float64 if model.dtype == torch.float64 else torch.float32
     if dtype not in (torch.float32, torch.float64):
         raise ArgumentError(f"dtype={dtype!r} must be torch.float32 or torch.float64")
     check_positive_int(chunk, name="chunk")
@@ -148,6 +150,6 @@ def virtual_weight_norms(model: Any, *, fold_norms: bool = True, dtype: torch.dt
     r_ord = torch.tensor([parse_read(model, s).order(model) for s in reads], dtype=torch.float64)
     ok = (w_ord[:, None] < r_ord[None, :]).to(dev)
     vals = torch.where(ok, sq.clamp_min(0).sqrt(), torch.full_like(sq, float("nan")))
-    return VirtualWeightNorms(values=vals.float(), writes=writes, reads=reads,
+    return VirtualWeightNorms(values=vals.to(dtype), writes=writes, reads=reads,
                               convention=convention(model, fold_norms), model_name=model.name)
 
