@@ -49,14 +49,6 @@ def full_precision_norms(hf: torch.nn.Module) -> torch.nn.Module:
     return hf
 
 
-def tiny_model_exact(family: str, dtype: torch.dtype):
-    """tiny_model(family, dtype=dtype), but with HF's fp32-only RMSNorm computing in ``dtype``."""
-    from interp.models import model_from_hf
-
-    hf = full_precision_norms(tiny_hf_model(family, dtype=dtype))
-    return model_from_hf(hf, tiny_tokenizer(), name=f"tiny-{family}", dtype=dtype)
-
-
 def variant_hf(family: str, *, seed: int = 0, dtype=torch.float32, **overrides) -> torch.nn.Module:
     """A tiny HF model of ``family`` with config ``overrides`` (e.g. Llama ``attention_bias``),
     randomised like tiny_models.tiny_hf_model (non-trivial norm gains, biases)."""

@@ -15,6 +15,8 @@ import torch
 
 from interp.stream import trace
 
+from tiny_models import tiny_hf_model, tiny_model
+
 from ._hf_reference import (
     Reference,
     head_writes,
@@ -22,7 +24,6 @@ from ._hf_reference import (
     neuron_rows,
     output_bias,
     rel,
-    tiny_model_exact,
 )
 
 PROMPTS = ["w1 w2 w3 w4 w5 w6", "w7 w8 w9"]  # padded: the second row has padding
@@ -63,9 +64,9 @@ def _family(model) -> str:
 def case(request, family_model) -> Case:
     family = _family(family_model)
     dtype = request.param
-    # fp64: HF's LlamaRMSNorm rounds through fp32 even for fp64 inputs, so the fp64 models
-    # (and their references) compute that norm in fp64 (see test_llama_fp64_hf_norm_is_fp32).
-    model = family_model if dtype == torch.float32 else tiny_model_exact(family, dtype)
+    # fp64: HF's LlamaRMSNorm rounds through fp32 even for fp64 inputs; interp's loader makes it
+    # compute in fp64 for fp64 models, and the HF reference is patched the same way.
+    model = family_model if dtype == torch.float32 else tiny_model(family, dtype=dtype)
     tr = trace(model, PROMPTS)
     assert bool((tr.attention_mask == 0).any()), "the batch must contain padding"
     ref = hf_reference(family, tr.tokens, tr.attention_mask, dtype=dtype, exact_norms=dtype == torch.float64)
@@ -241,17 +242,21 @@ def test_projection_equals_full_contributions_times_U(case):
     assert rel(p.contributions, full.contributions.double() @ U.double().T, case.mask) <= case.tol
 
 
-# ---- fp64 caveat, made explicit -------------------------------------------------------------
+# ---- fp64 precision, made explicit ---------------------------------------------------------
 
-def test_llama_fp64_norm_computes_in_fp64():
-    """HF's LlamaRMSNorm computes in fp32 even for an fp64 model; interp's loader makes it compute
-    in fp64 when dtype=torch.float64 (interp.models._load._full_precision_norms), so a plain
-    fp64 Llama closes to fp64 rounding at every read behind an RMSNorm too (was ~1e-7)."""
-    from tiny_models import tiny_model
-
-    tr = trace(tiny_model("llama", dtype=torch.float64), PROMPTS)
-    errs = [tr.decompose(p).relative_error for p in tr.reads + tr.resid_points]
-    assert max(errs) <= 1e-12
+def test_llama_fp64_is_really_fp64():
+    """HF's LlamaRMSNorm computes in fp32 even for an fp64 model, which capped an fp64 Llama's
+    closure at ~1e-7 behind every RMSNorm; interp's loader now keeps fp64 models in fp64.
+    The unpatched HF module shows the island the loader removes."""
+    model = tiny_model("llama", dtype=torch.float64)
+    tr = trace(model, PROMPTS)
+    assert max(tr.decompose(p).relative_error for p in tr.reads + tr.resid_points) <= 1e-12
+    hf = tiny_hf_model("llama", dtype=torch.float64)  # HF as shipped
+    x = tr.activations["blocks.1.ln1.hook_in"]
+    with torch.no_grad():
+        hf_out = hf.model.layers[1].input_layernorm(x)
+    ours = tr.activations["blocks.1.ln1.hook_out"]
+    assert 1e-12 < rel(hf_out, ours, tr.attention_mask) <= 1e-6
 
 
 # ---- real models ----------------------------------------------------------------------------
