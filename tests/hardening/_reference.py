@@ -151,3 +151,28 @@ def rel(a: Tensor, b: Tensor, mask: Tensor) -> float:
 def word_ids(words: list[int]) -> list[int]:
     """Token ids of the tiny tokenizer's 'w{i}' words (the first 4 ids are specials)."""
     return [4 + w for w in words]
+
+
+def dense_weights(model, fold: bool):
+    """Dense float64 (W_Q, W_K, W_V, W_O, W_E, W_U) with each query head's own KV head, folded as
+    documented: pre-norm reads P·diag(γ)·W (LayerNorm) or diag(γ)·W (RMSNorm), writes W·P
+    (LayerNorm, pre and post); post-norm reads unfolded."""
+    w, a = model.weights, model.arch
+    kv = [a.kv_head(h) for h in range(a.n_heads)]
+    W_Q, W_K, W_V, W_O = w.W_Q.double(), w.W_K.double()[:, kv], w.W_V.double()[:, kv], w.W_O.double()
+    W_E = w.W_E.double()
+    W_U = None if w.W_U is None else w.W_U.double()
+    if not fold or a.norm == "none":
+        return W_Q, W_K, W_V, W_O, W_E, W_U
+    d = a.d_model
+    P = torch.eye(d, dtype=torch.float64) - torch.full((d, d), 1.0 / d, dtype=torch.float64)
+    ln = a.norm == "layernorm"
+    if a.norm_placement == "pre":
+        g1 = torch.diag_embed(w.ln1_w.double())[:, None]  # [L, 1, d, d]
+        read = (lambda g, W: P @ g @ W) if ln else (lambda g, W: g @ W)
+        W_Q, W_K, W_V = read(g1, W_Q), read(g1, W_K), read(g1, W_V)
+        if W_U is not None:
+            W_U = read(torch.diag(w.lnf_w.double()), W_U)
+    if ln:
+        W_O, W_E = W_O @ P, W_E @ P
+    return W_Q, W_K, W_V, W_O, W_E, W_U

@@ -20,7 +20,7 @@ from interp.attribution import attribute_direction, attribute_logits
 from interp.errors import ArgumentError
 from interp.stream import trace
 
-from ._reference import hf_points, models, point_ref, rel, word_ids
+from ._reference import dense_weights, hf_points, models, point_ref, rel, word_ids
 
 N_EXAMPLES = 50
 FAMILIES = ("gpt2", "llama", "neox", "bert")
@@ -248,31 +248,6 @@ from interp.stream._inputs import as_batch  # noqa: E402
 F64 = torch.float64
 
 
-def _fold(model, fold: bool):
-    """Dense float64 (W_Q, W_K, W_V, W_O, W_E, W_U) with each query head's own KV head, folded as
-    documented: pre-norm reads P·diag(γ)·W (LayerNorm) or diag(γ)·W (RMSNorm), writes W·P
-    (LayerNorm, pre and post); post-norm reads unfolded."""
-    w, a = model.weights, model.arch
-    kv = [a.kv_head(h) for h in range(a.n_heads)]
-    W_Q, W_K, W_V, W_O = w.W_Q.double(), w.W_K.double()[:, kv], w.W_V.double()[:, kv], w.W_O.double()
-    W_E = w.W_E.double()
-    W_U = None if w.W_U is None else w.W_U.double()
-    if not fold or a.norm == "none":
-        return W_Q, W_K, W_V, W_O, W_E, W_U
-    d = a.d_model
-    P = torch.eye(d, dtype=F64) - torch.full((d, d), 1.0 / d, dtype=F64)
-    ln = a.norm == "layernorm"
-    if a.norm_placement == "pre":
-        g1 = torch.diag_embed(w.ln1_w.double())[:, None]  # [L, 1, d, d]
-        read = (lambda g, W: P @ g @ W) if ln else (lambda g, W: g @ W)
-        W_Q, W_K, W_V = read(g1, W_Q), read(g1, W_K), read(g1, W_V)
-        if W_U is not None:
-            W_U = read(torch.diag(w.lnf_w.double()), W_U)
-    if ln:
-        W_O, W_E = W_O @ P, W_E @ P
-    return W_Q, W_K, W_V, W_O, W_E, W_U
-
-
 def _close(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-5) -> bool:
     a, b = a.double(), b.double()
     return float((a - b).abs().max()) <= rtol * max(float(b.abs().max()), 1e-30)
@@ -305,7 +280,7 @@ def head_choice(draw, families=FAMILIES):
 @given(choice=head_choice(), fold=st.booleans(), which=st.sampled_from(["ov", "qk"]), seed=seeds)
 def test_circuit_equals_materialised_product(choice, fold, which, seed):
     model, l, h = choice
-    W_Q, W_K, W_V, W_O, W_E, W_U = _fold(model, fold)
+    W_Q, W_K, W_V, W_O, W_E, W_U = dense_weights(model, fold)
     c = (ov_circuit if which == "ov" else qk_circuit)(model, l, h, fold_norms=fold)
     assert isinstance(c, Circuit)
     dense = W_V[l, h] @ W_O[l, h] if which == "ov" else W_Q[l, h] @ W_K[l, h].T  # [d, d]
@@ -340,7 +315,7 @@ def test_virtual_weight_equals_dense_product(m, fold, data):
         c = virtual_weights(model, src, dst, fold_norms=fold)
     except ArgumentError:
         assume(False)  # dst does not read after src: refused (the bad-input suite checks that)
-    W_Q, W_K, W_V, W_O, W_E, W_U = _fold(model, fold)
+    W_Q, W_K, W_V, W_O, W_E, W_U = dense_weights(model, fold)
     w = model.weights
     ln = a.norm == "layernorm"
     d = a.d_model
@@ -438,7 +413,7 @@ def test_head_operator_is_the_models_head(choice, batch):
 # ---- 8. composition scores: range, mask, scale invariance, dense reference -------------------
 
 def _comp_dense(model, kind, fold, s, d):
-    W_Q, W_K, W_V, W_O, *_ = _fold(model, fold)
+    W_Q, W_K, W_V, W_O, *_ = dense_weights(model, fold)
     WA = W_V[s] @ W_O[s]
     WB = {"Q": W_Q[d] @ W_K[d].T, "K": W_K[d] @ W_Q[d].T, "V": W_V[d] @ W_O[d]}[kind]
     fro = torch.linalg.matrix_norm
@@ -518,7 +493,7 @@ def test_copying_score_of_plus_minus_identity(m, sign, seed, data):
 @given(m=model_choice(families=DECODERS), fold=st.booleans())
 def test_copying_scores_match_dense_full_ov_eigenvalues(m, fold):
     model, _ = models(*m)
-    W_Q, W_K, W_V, W_O, W_E, W_U = _fold(model, fold)
+    W_Q, W_K, W_V, W_O, W_E, W_U = dense_weights(model, fold)
     cs = copying_scores(model, fold_norms=fold).scores
     a = model.arch
     for l in range(a.n_layers):
