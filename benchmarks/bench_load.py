@@ -4,8 +4,9 @@
    empty temporary cache: the GGUF is dequantized and the safetensors entry written.
 2. In fresh processes (what a user gets when starting a new session), time the cached
    ``load_model`` call ``--repeats`` times, with its steps timed apart: hashing the GGUF (the
-   cache key), reading the HF model while a worker thread checks the weights file's sha256
-   against the manifest, copying the weights into TL layout, booting the transformer-lens bridge.
+   cache key), verifying the entry against its manifest (size, header hash, sampled-block
+   hash; see interp/models/_gguf.py), reading the HF model, copying the weights into TL
+   layout, booting the transformer-lens bridge.
 3. Print both, the ratio, and whether the cached load meets the target (≤ 5 s on the project's
    2-core machines). Exit status 1 if it does not.
 
@@ -45,19 +46,18 @@ def timed(mod, name, label):
         finally:
             steps[label] = steps.get(label, 0.0) + time.perf_counter() - t
     setattr(mod, name, wrapper)
-import threading
 sha = _gguf.file_sha256
 def timed_sha(path):
     t = time.perf_counter()
     try:
         return sha(path)
     finally:
-        worker = threading.current_thread().name.startswith("interp-verify")
-        label = "  (sha256 of weights, in a worker)" if worker else "sha256 of GGUF (cache key)"
+        label = "sha256 of GGUF (cache key)" if str(path).endswith(".gguf") else "  (whole-file sha256 of weights)"
         steps[label] = steps.get(label, 0.0) + time.perf_counter() - t
 _gguf.file_sha256 = timed_sha
 timed(_gguf, "_read_gguf", "dequantize GGUF (must not run)")
-timed(_gguf, "_load_verified", "HF load + weights sha256 (overlapped)")
+timed(_gguf, "verify_entry", "verify entry (size, header, samples)")
+timed(_gguf, "_load_entry", "HF from_pretrained")
 timed(_load, "weights_from_hf", "weights -> TL layout")
 from transformer_lens.model_bridge import TransformerBridge
 boot = TransformerBridge.boot_transformers

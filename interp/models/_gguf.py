@@ -1,12 +1,23 @@
 """GGUF -> dequantized safetensors cache.
 
 The first load of a GGUF dequantizes it with ``transformers`` (tens of seconds); the result
-is saved in Hugging Face format under ``cache_dir/<stem>-<size>-<sha256[:16]>/`` so later
-loads take a few seconds. Writes are atomic (a temporary folder renamed into place once
-complete) and every read is verified against the manifest: the weights file's size, and its
-full sha256, computed in a worker thread while the model loads (so the ≈0.5 s it takes for
-smollm2's 540 MB mostly overlaps the load; see ``benchmarks/bench_load.py``). A model whose
-file fails the check is discarded, never returned. A corrupt entry is rebuilt once, then reported.
+is saved in Hugging Face format under ``cache_dir/<stem>-<size>-<sha256[:16]>/`` (the key is
+the GGUF's size and sha256) so later loads take a few seconds (``benchmarks/bench_load.py``).
+
+Writes are atomic: a temporary folder, renamed into place once the weights, tokenizer and
+manifest are complete. Every read is verified against the manifest before the weights are
+used, in two tiers so that a cached load does not re-hash 540 MB each time:
+
+* always: the weights file's size, and the sha256 of its safetensors header (every tensor's
+  name, dtype, shape and byte range);
+* if the file's mtime is the one recorded at write time: the sha256 of 64 evenly spaced
+  64 KiB blocks (4 MiB); if the mtime differs (the file was rewritten, copied or touched):
+  the sha256 of the whole file, recorded at write time.
+
+This catches truncation, rewritten or replaced files and gross corruption; what it does not
+catch is a silent bit flip outside the sampled blocks of a file whose mtime is untouched (disk
+rot) — :func:`verify_entry` with ``full=True`` checks the whole-file sha256 for that. A
+failing entry is rebuilt once, then reported as a :class:`~interp.errors.ModelLoadError`.
 """
 
 from __future__ import annotations
@@ -17,7 +28,6 @@ import logging
 import os
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
@@ -25,14 +35,16 @@ import torch
 
 from interp.errors import ModelLoadError
 
-__all__ = ["load_gguf_cached", "file_sha256"]
+__all__ = ["load_gguf_cached", "file_sha256", "verify_entry"]
 
 log = logging.getLogger(__name__)
 _MANIFEST = "interp-manifest.json"
 _WEIGHTS = "model.safetensors"
-#: Entry layout version; entries written by another version are rebuilt. 2: tied weights are
-#: stored under the input-embedding name (HF's convention), so loading initialises nothing.
-_FORMAT = 2
+#: Entry layout version; entries written by another version are rebuilt. 3: tied weights are
+#: stored under the input-embedding name (HF's convention, so loading initialises nothing);
+#: the manifest records the header / sampled-block hashes and the mtime.
+_FORMAT = 3
+_SAMPLES, _SAMPLE_BYTES = 64, 1 << 16
 
 
 def file_sha256(path: Path) -> str:
@@ -64,22 +76,84 @@ def _read_gguf(gguf: Path, dtype: torch.dtype) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+def _header_sha256(path: Path) -> str:
+    """sha256 of a safetensors file's header (8-byte length + JSON of names, dtypes, shapes, offsets)."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 0 < n < 1 << 27:
+            raise ValueError(f"{path} has no valid safetensors header")
+        header = f.read(n)
+    if len(header) != n:
+        raise ValueError(f"{path} is truncated inside its header")
+    return hashlib.sha256(head + header).hexdigest()
+
+
+def _sample_sha256(path: Path) -> str:
+    """sha256 of ``_SAMPLES`` evenly spaced ``_SAMPLE_BYTES`` blocks (first and last included)."""
+    size = path.stat().st_size
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for i in range(_SAMPLES):
+            f.seek(max(size - _SAMPLE_BYTES, 0) * i // (_SAMPLES - 1))
+            h.update(f.read(_SAMPLE_BYTES))
+    return h.hexdigest()
+
+
+def _fingerprint(weights: Path) -> dict[str, Any]:
+    """What the manifest records about the weights file (computed once, at write time)."""
+    return {
+        "weights_size": weights.stat().st_size, "weights_mtime_ns": weights.stat().st_mtime_ns,
+        "weights_header_sha256": _header_sha256(weights), "weights_sample_sha256": _sample_sha256(weights),
+        "weights_sha256": file_sha256(weights),
+    }
+
+
 def _manifest(entry: Path) -> Optional[dict[str, Any]]:
-    """The entry's manifest if it exists and the weights file has the recorded size, else None."""
+    """The entry's manifest if it is of this format and complete, else None."""
     try:
         manifest = json.loads((entry / _MANIFEST).read_text())
-        if manifest.get("format") != _FORMAT or (entry / _WEIGHTS).stat().st_size != manifest["weights_size"]:
+        keys = ("weights_size", "weights_mtime_ns", "weights_header_sha256", "weights_sample_sha256", "weights_sha256")
+        if manifest.get("format") != _FORMAT or any(k not in manifest for k in keys):
             return None
-        str(manifest["weights_sha256"])
         return manifest
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, TypeError, AttributeError):
         return None
 
 
-def _verify(entry: Path) -> bool:
-    """Full check of an entry: manifest, weights size and sha256."""
+def verify_entry(entry: Path, *, full: bool = False) -> bool:
+    """Whether a cache entry's weights file matches its manifest (see the module docstring).
+
+    ``full=True`` always hashes the whole file (≈0.5 s for smollm2 on a quiet 2-core machine).
+    """
     manifest = _manifest(entry)
-    return manifest is not None and file_sha256(entry / _WEIGHTS) == manifest["weights_sha256"]
+    if manifest is None:
+        return False
+    weights = entry / _WEIGHTS
+    try:
+        stat = weights.stat()
+        if stat.st_size != manifest["weights_size"] or _header_sha256(weights) != manifest["weights_header_sha256"]:
+            return False
+        if not full and stat.st_mtime_ns == manifest["weights_mtime_ns"]:
+            return _sample_sha256(weights) == manifest["weights_sample_sha256"]
+        if file_sha256(weights) != manifest["weights_sha256"]:
+            return False
+    except (OSError, ValueError):
+        return False
+    if stat.st_mtime_ns != manifest["weights_mtime_ns"]:  # copied/touched but intact: remember
+        _rewrite_manifest(entry, dict(manifest, weights_mtime_ns=stat.st_mtime_ns))
+    return True
+
+
+def _rewrite_manifest(entry: Path, manifest: dict[str, Any]) -> None:
+    """Atomically replace the manifest (best effort: a read-only cache just stays on the slow path)."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-manifest-", dir=entry)
+        with os.fdopen(fd, "w") as f:
+            json.dump(manifest, f, indent=1)
+        os.replace(tmp, entry / _MANIFEST)
+    except OSError as e:
+        log.debug("could not update the manifest of %s: %s", entry, e)
 
 
 def _save_dequantized(model: Any, folder: Path) -> None:
@@ -128,10 +202,16 @@ def _write_entry(gguf: Path, entry: Path, gguf_sha: str) -> None:
     try:
         _save_dequantized(model, tmp)
         tokenizer.save_pretrained(tmp)
-        weights = tmp / _WEIGHTS
+        try:
+            fingerprint = _fingerprint(tmp / _WEIGHTS)  # the rename below keeps the file's mtime
+        except ValueError as e:
+            raise ModelLoadError(
+                f"the weights just written for cache entry {str(entry)!r} are not valid safetensors "
+                f"({e}); the disk or cache_dir may be faulty: pass another cache_dir or set INTERP_CACHE"
+            ) from e
         manifest = {
             "format": _FORMAT, "gguf": gguf.name, "gguf_size": gguf.stat().st_size, "gguf_sha256": gguf_sha,
-            "weights_size": weights.stat().st_size, "weights_sha256": file_sha256(weights),
+            **fingerprint,
         }
         (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=1))
         if entry.exists():
@@ -139,7 +219,7 @@ def _write_entry(gguf: Path, entry: Path, gguf_sha: str) -> None:
         try:
             os.replace(tmp, entry)
         except OSError:
-            if not _verify(entry):  # not another process finishing the same entry first
+            if not verify_entry(entry):  # not another process finishing the same entry first
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError as e:
@@ -161,36 +241,13 @@ def _load_entry(entry: Path, dtype: torch.dtype) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _load_verified(entry: Path, dtype: torch.dtype) -> Optional[tuple[Any, Any]]:
-    """Load the entry while a worker thread hashes its weights file; None if the hash is wrong.
-
-    The sha256 of the weights (hashlib releases the GIL) overlaps the model load, so the full
-    verification costs little wall time; a model whose file fails it is discarded, never returned.
-    """
-    manifest = _manifest(entry)
-    if manifest is None:
-        return None
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="interp-verify") as pool:
-        digest = pool.submit(file_sha256, entry / _WEIGHTS)
-        try:
-            loaded = _load_entry(entry, dtype)
-        except Exception:
-            if digest.result() != manifest["weights_sha256"]:
-                return None  # corrupt weights: a verification failure, not a load failure
-            raise
-        if digest.result() != manifest["weights_sha256"]:
-            return None
-    return loaded
-
-
 def load_gguf_cached(gguf: Path, cache_dir: Path, dtype: torch.dtype) -> tuple[Any, Any, Path]:
     """The HF model and tokenizer of ``gguf``, through the safetensors cache; returns the entry path.
 
     1. Key the entry by the GGUF's size and sha256.
-    2. If the entry is missing, or its manifest / weights size is wrong, dequantize the GGUF
-       into a fresh entry.
-    3. Load the entry while verifying the weights' sha256 against the manifest.
-    4. If that fails (hash or load) and the entry was not just rebuilt, rebuild it once and
+    2. Verify the entry (module docstring); if it is missing or fails, dequantize the GGUF into
+       a fresh entry.
+    3. Load the entry. If that fails and the entry was not just rebuilt, rebuild it once and
        retry; a second failure is a :class:`ModelLoadError`.
     """
     if not gguf.is_file():
@@ -199,32 +256,27 @@ def load_gguf_cached(gguf: Path, cache_dir: Path, dtype: torch.dtype) -> tuple[A
     sha = file_sha256(gguf)
     entry = Path(cache_dir) / f"{gguf.stem}-{size}-{sha[:16]}"
     rebuilt = False
-    if _manifest(entry) is None:
+    if not verify_entry(entry):
         if entry.exists():
-            log.warning("cache entry %s is incomplete, has the wrong size or an older format; rebuilding it", entry)
+            log.warning("cache entry %s failed verification (corrupt, incomplete or an older format); "
+                        "rebuilding it", entry)
         else:
             log.info("dequantizing %s into the cache (first load only)", gguf.name)
         _write_entry(gguf, entry, sha)
         rebuilt = True
-    for _ in range(2):  # the entry as found, then (at most once) rebuilt
-        try:
-            loaded = _load_verified(entry, dtype)
-        except Exception as e:
-            if rebuilt:
-                raise _unloadable(entry, gguf, e) from e
-            log.warning("cache entry %s could not be loaded (%s); rebuilding it", entry, e)
-        else:
-            if loaded is not None:
-                return loaded[0], loaded[1], entry
-            if rebuilt:
-                raise ModelLoadError(
-                    f"cache entry {str(entry)!r} for {gguf.name} fails its sha256 check even after a "
-                    "rebuild; the disk or cache_dir may be faulty: delete it or pass another cache_dir"
-                )
-            log.warning("cache entry %s failed sha256 verification; rebuilding it", entry)
-        _write_entry(gguf, entry, sha)
-        rebuilt = True
-    raise AssertionError("unreachable")  # pragma: no cover
+    try:
+        model, tokenizer = _load_entry(entry, dtype)
+        return model, tokenizer, entry
+    except Exception as e:
+        if rebuilt:
+            raise _unloadable(entry, gguf, e) from e
+        log.warning("cache entry %s could not be loaded (%s); rebuilding it", entry, e)
+    _write_entry(gguf, entry, sha)
+    try:
+        model, tokenizer = _load_entry(entry, dtype)
+    except Exception as e:
+        raise _unloadable(entry, gguf, e) from e
+    return model, tokenizer, entry
 
 
 def _unloadable(entry: Path, gguf: Path, e: Exception) -> ModelLoadError:

@@ -168,6 +168,59 @@ def test_corrupt_entry_detected_and_rebuilt_once(first_load, stand_in_reader, tm
     assert _leftovers(tmp_path) == []
 
 
+def _sampled_offset(path: Path, i: int = 32) -> int:
+    """Start of the i-th of the 64 evenly spaced 64 KiB blocks the quick check hashes."""
+    return (path.stat().st_size - (1 << 16)) * i // 63
+
+
+def _flip_at(path: Path, offset: int, keep_mtime: bool) -> None:
+    st = path.stat()
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 0x01]))
+    if keep_mtime:  # as silent disk corruption would: content changed, mtime not
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.real
+def test_bit_flip_in_sampled_block_is_caught_with_mtime_untouched(first_load, stand_in_reader, tmp_path):
+    entry = _copy_entry(first_load, tmp_path)
+    _flip_at(entry / WEIGHTS, _sampled_offset(entry / WEIGHTS) + 1000, keep_mtime=True)
+    assert not _gguf.verify_entry(entry)
+    interp.load_model(SMOLLM2, cache_dir=tmp_path)
+    assert len(stand_in_reader) == 1
+
+
+@pytest.mark.real
+def test_quick_check_limits_are_as_documented(first_load, tmp_path):
+    """A bit flip outside the sampled blocks with the mtime untouched passes the quick check
+    (module docstring); ``verify_entry(full=True)`` catches it."""
+    entry = _copy_entry(first_load, tmp_path)
+    weights = entry / WEIGHTS
+    between = (_sampled_offset(weights, 10) + _sampled_offset(weights, 11)) // 2
+    _flip_at(weights, between, keep_mtime=True)
+    assert _gguf.verify_entry(entry) is True
+    assert _gguf.verify_entry(entry, full=True) is False
+
+
+@pytest.mark.real
+def test_copied_entry_with_new_mtime_is_verified_in_full_not_rebuilt(first_load, stand_in_reader, tmp_path):
+    src = first_load[2]
+    entry = tmp_path / "gguf" / src.name
+    entry.mkdir(parents=True)
+    for f in src.iterdir():
+        shutil.copy(f, entry / f.name)  # content only: new mtimes
+    assert (entry / WEIGHTS).stat().st_mtime_ns != (src / WEIGHTS).stat().st_mtime_ns
+    model = interp.load_model(SMOLLM2, cache_dir=tmp_path)
+    assert stand_in_reader == []  # intact: no rebuild
+    assert torch.equal(model.weights.W_E, first_load[1].weights.W_E)
+    manifest = json.loads((entry / MANIFEST).read_text())  # the new mtime is remembered
+    assert manifest["weights_mtime_ns"] == (entry / WEIGHTS).stat().st_mtime_ns
+    assert _leftovers(tmp_path) == []
+
+
 @pytest.mark.real
 def test_unloadable_entry_that_verifies_is_rebuilt_once(first_load, stand_in_reader, tmp_path):
     """Corruption the hash does not cover (config.json) surfaces at load time: rebuild once."""
@@ -189,9 +242,9 @@ def test_entry_that_keeps_failing_raises_after_one_rebuild(first_load, stand_in_
         (entry / "config.json").write_text("{ this is not json")
     real_save = _gguf._save_dequantized
 
-    def broken_disk_save(model, folder):  # every rebuild writes an unreadable weights file
+    def broken_disk_save(model, folder):  # every rebuild writes an unreadable config
         real_save(model, folder)
-        (folder / WEIGHTS).write_bytes(b"\x00" * 4096)
+        (folder / "config.json").write_text("{ this is not json")
 
     monkeypatch.setattr(_gguf, "_save_dequantized", broken_disk_save)
     with pytest.raises(ModelLoadError, match="even after a rebuild") as err:
@@ -229,6 +282,20 @@ def test_failure_while_writing_leaves_nothing(first_load, stand_in_reader, tmp_p
         interp.load_model(SMOLLM2, cache_dir=tmp_path)
     assert _leftovers(tmp_path) == []
     assert [p for p in (tmp_path / "gguf").iterdir()] == []  # no entry either
+
+
+@pytest.mark.real
+def test_writer_producing_invalid_weights_raises(first_load, stand_in_reader, tmp_path, monkeypatch):
+    real_save = _gguf._save_dequantized
+
+    def garbage(model, folder):
+        real_save(model, folder)
+        (folder / WEIGHTS).write_bytes(b"\x00" * 4096)
+
+    monkeypatch.setattr(_gguf, "_save_dequantized", garbage)
+    with pytest.raises(ModelLoadError, match="not valid safetensors"):
+        interp.load_model(SMOLLM2, cache_dir=tmp_path)
+    assert _leftovers(tmp_path) == [] and list((tmp_path / "gguf").iterdir()) == []
 
 
 @pytest.mark.real
