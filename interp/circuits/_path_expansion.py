@@ -1,0 +1,396 @@
+"""Path expansion of an attention-only transformer's logits, with attention patterns frozen.
+
+Elhage et al. 2021, "A Mathematical Framework for Transformer Circuits", sections "Path
+Expansion of Logits" (one layer) and "Path Expansion of Two-Layer Attention-Only
+Transformers". With every attention pattern A^h frozen from one forward pass, an
+attention-only transformer without norms is a sum of linear paths from the embeddings to the
+logits. With row-major activations X [pos, d_model] a head maps X ↦ A^h X W_V^h W_O^h
+(= (A^h ⊗ W_OV^h) X in the paper's notation), so
+
+    logits = X₀ W_U                                               direct path (order 0)
+           + Σ_h       A^h X₀ W_OV^h W_U                            one-head terms (order 1)
+           + Σ_{h1<h2} A^{h2} A^{h1} X₀ W_OV^{h1} W_OV^{h2} W_U      virtual attention heads (order 2)
+           + … + bias paths + b_U
+
+where X₀ = W_E[tokens] (+ W_pos for learned positions; the two are separate sources, "embed"
+and "pos_embed"), and "h1 < h2" means h1 sits in an earlier layer. A path of order k goes
+through k heads in strictly increasing layers; a model with L layers has paths up to order L,
+and the sum over all of them equals the logits exactly.
+
+Bias convention: a head's value bias writes A^h 1 b_V^h W_O^h = rowsum(A^h) b_V^h W_O^h (= b_V W_O
+on every unpadded position). It is folded, with b_O, into the layer's ``L{l}.attn_bias``
+source — per-head terms are the linear maps A ⊗ W_OV alone. Later heads read ``L{l}.attn_bias``
+like any other write, giving paths such as ``L0.attn_bias→L1.H2``.
+
+Norms (pre-norm LayerNorm / RMSNorm): with each norm's per-token scale σ frozen from the
+forward pass, N(x) = γ ⊙ P(x)/σ + β is affine (P centres for LayerNorm, is the identity for
+RMSNorm). Each head then reads N_l's linear part of every path, each β_l becomes a source
+``L{l}.ln1_bias`` read only by layer l's heads, and the final norm maps every term through
+its linear part and adds ``final_bias``. The expansion stays exact.
+
+Algorithm:
+ 1. Run the model once through the bridge, capturing ``blocks.{l}.attn.hook_pattern`` and the
+    inputs of the norms (hooks removed even if the forward raises).
+ 2. Start with the sources ``embed`` and ``pos_embed`` (writes to the residual stream).
+ 3. For each layer l: every path of order < ``order`` is passed through N_l's linear part and
+    each head (A^h (·) W_V^h W_O^h), giving a path one order higher; ``L{l}.ln1_bias`` likewise
+    (when the norm has a bias); then ``L{l}.attn_bias`` is added as a new source.
+ 4. Map all terms through the final norm's linear part (and add ``final_bias``); the logit
+    of ``answer`` at ``pos`` splits into one value per term: value = term · W_U[:, answer].
+
+The result keeps every term's final residual contribution, so other logits can be read with
+:meth:`PathExpansion.logit_values` without rerunning the model.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence, Union
+
+import einops
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from interp.errors import ArgumentError, MemoryCapError, ShapeError, UnsupportedOperationError
+
+__all__ = ["PathExpansion", "path_expansion"]
+
+log = logging.getLogger(__name__)
+
+ARROW = "→"
+MEMORY_CAP_BYTES = 4 * 2**30  # refuse to materialise more than 4 GiB of path contributions
+
+
+@dataclass(frozen=True, eq=False)
+class PathExpansion:
+    """Every path's contribution to the logits of one forward pass (patterns frozen).
+
+    ``labels[i]`` names path i from its source through its heads ("embed", "pos_embed→L0.H3",
+    "embed→L0.H1→L1.H2", "L0.attn_bias", "final_bias", …) and ``orders[i]`` is how many heads it
+    goes through (0: direct/bias, 1: one head, 2: virtual attention head, …).
+    ``contributions[i]`` is the path's term in what W_U reads (after the frozen final norm);
+    ``values[i, b]`` is its share of ``logit[b]`` = the model's logit of ``answer[b]`` at
+    position ``pos[b]``:  logit = Σ_i values[i] + unembed_bias, up to ``closure_error`` (the
+    largest |model logits − Σ terms W_U − b_U| over every position and token; it also measures
+    the truncation when ``order`` < n_layers).
+    """
+
+    labels: tuple[str, ...]
+    orders: tuple[int, ...]
+    contributions: Float[Tensor, "n_terms batch pos d_model"]
+    values: Float[Tensor, "n_terms batch"]
+    logit: Float[Tensor, "batch"]
+    unembed_bias: Float[Tensor, "batch"]
+    answer: Int[Tensor, "batch"]
+    pos: Int[Tensor, "batch"]
+    tokens: Int[Tensor, "batch pos"]
+    patterns: Float[Tensor, "n_layers batch n_heads pos pos"]
+    W_U: Float[Tensor, "d_model d_vocab"]
+    b_U: Float[Tensor, "d_vocab"]
+    order: int
+    closure_error: float
+    answer_str: tuple[str, ...] = ()
+
+    def index(self, label: str) -> int:
+        """Position of ``label`` in :attr:`labels` (LabelError lists close matches)."""
+        from interp.errors import LabelError
+
+        try:
+            return self.labels.index(label)
+        except ValueError:
+            near = [l for l in self.labels if label.split(ARROW)[-1] in l][:8]
+            raise LabelError(f"label={label!r} is not a path here; e.g. {near or list(self.labels[:8])}") from None
+
+    def value(self, label: str) -> Float[Tensor, "batch"]:
+        """The contribution of path ``label`` to the chosen logit, per batch row."""
+        return self.values[self.index(label)]
+
+    def logit_values(self, token: Union[int, Sequence[int], Tensor], *, pos: Union[int, Sequence[int], Tensor] = -1
+                     ) -> Float[Tensor, "n_terms batch"]:
+        """Each path's contribution to the logit of ``token`` at ``pos`` (other than the chosen one)."""
+        n_batch, n_pos = self.tokens.shape
+        tok = _per_row("token", token, n_batch, 0, self.W_U.shape[1])
+        p = _per_row("pos", pos, n_batch, -n_pos, n_pos) % n_pos
+        rows = torch.arange(n_batch, device=self.tokens.device)
+        at = self.contributions[:, rows, p]  # [n_terms, batch, d_model]
+        return einops.einsum(at, self.W_U[:, tok], "t b d, d b -> t b")
+
+    def _mean_or_row(self, batch: Optional[int]) -> Tensor:
+        if batch is None:
+            return self.values.mean(dim=1)
+        if not isinstance(batch, int) or not -self.values.shape[1] <= batch < self.values.shape[1]:
+            raise ArgumentError(f"batch={batch!r} must be None (mean over rows) or a row index < {self.values.shape[1]}")
+        return self.values[:, batch]
+
+    def top(self, k: int = 10, *, batch: Optional[int] = None, absolute: bool = False) -> list[tuple[str, float]]:
+        """The ``k`` paths that raise the chosen logit most (mean over rows unless ``batch``).
+
+        ``absolute=True`` ranks by |value| instead (paths that push either way).
+        """
+        if not isinstance(k, int) or k < 1:
+            raise ArgumentError(f"k={k!r} must be a positive int")
+        v = self._mean_or_row(batch)
+        key = v.abs() if absolute else v
+        idx = torch.argsort(key, descending=True, stable=True)[:k]
+        return [(self.labels[i], float(v[i])) for i in idx.tolist()]
+
+    def to_dataframe(self) -> Any:
+        """One row per (path, batch row): label, order, source, heads, batch, value, logit."""
+        import pandas as pd
+
+        vals = self.values.detach().cpu()
+        rows = []
+        for i, (label, order) in enumerate(zip(self.labels, self.orders)):
+            parts = label.split(ARROW)
+            for b in range(vals.shape[1]):
+                rows.append(dict(label=label, order=order, source=parts[0], heads=ARROW.join(parts[1:]),
+                                 batch=b, value=float(vals[i, b]), logit=float(self.logit[b])))
+        return pd.DataFrame(rows)
+
+    def plot(self, *, k: int = 20, batch: Optional[int] = None) -> Any:
+        """A horizontal bar chart of the ``k`` largest |contributions| (plotly Figure, not shown)."""
+        import plotly.graph_objects as go
+
+        top = self.top(k, batch=batch, absolute=True)
+        colours = {0: "#7f7f7f", 1: "#1f77b4", 2: "#d62728"}
+        orders = [self.orders[self.index(l)] for l, _ in top]
+        fig = go.Figure(go.Bar(
+            x=[v for _, v in top][::-1], y=[l for l, _ in top][::-1], orientation="h",
+            marker_color=[colours.get(o, "#9467bd") for o in orders][::-1],
+            hovertemplate="%{y}: %{x:.4f}<extra></extra>",
+        ))
+        which = "mean over batch" if batch is None else f"batch row {batch}"
+        ans = self.answer_str[0] if self.answer_str and len(set(self.answer_str)) == 1 else "answer"
+        fig.update_layout(
+            title=f"Path expansion (order ≤ {self.order}): contributions to logit[{ans}] ({which})",
+            xaxis_title="contribution to logit", yaxis_title="path (grey: direct/bias, blue: one head, red: virtual head)",
+            height=max(300, 22 * len(top) + 120), template="plotly_white",
+        )
+        return fig
+
+    def __repr__(self) -> str:
+        return (f"PathExpansion({len(self.labels)} paths up to order {self.order}, batch={self.values.shape[1]}, "
+                f"closure_error={self.closure_error:.2e})")
+
+
+def _per_row(name: str, value: Any, n: int, lo: int, hi: int) -> Tensor:
+    """An int, a sequence or an int tensor -> LongTensor [n] with entries in [lo, hi)."""
+    t = torch.as_tensor(value)
+    if t.is_floating_point() or t.dtype == torch.bool or t.ndim > 1:
+        raise ArgumentError(f"{name}={value!r} must be an int or one int per batch row")
+    t = t.long().reshape(-1)
+    if t.numel() == 1:
+        t = t.expand(n)
+    if t.numel() != n:
+        raise ShapeError(f"{name} has {t.numel()} entries; the batch has {n} rows")
+    if bool((t < lo).any()) or bool((t >= hi).any()):
+        raise ArgumentError(f"{name}={value!r} is out of range; allowed [{lo}, {hi - 1}]")
+    return t.clone()
+
+
+def _tokens(model: Any, inputs: Any) -> Int[Tensor, "batch pos"]:
+    """Token ids [batch, pos] from a string, equal-length strings, or an int tensor."""
+    arch = model.arch
+    if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs and all(isinstance(x, str) for x in inputs)):
+        texts = [inputs] if isinstance(inputs, str) else list(inputs)
+        rows = [model.to_tokens(t)[0] for t in texts]
+        if len({len(r) for r in rows}) != 1:
+            raise ArgumentError(
+                f"inputs tokenise to different lengths {sorted({len(r) for r in rows})}; path_expansion needs "
+                "equal lengths (no padding) — pass them one at a time or as an int tensor"
+            )
+        t = torch.stack(rows)
+    elif isinstance(inputs, Tensor):
+        t = inputs[None] if inputs.ndim == 1 else inputs
+        if t.ndim != 2:
+            raise ShapeError(f"inputs must be token ids [batch, pos], got shape {tuple(inputs.shape)}")
+        if t.is_floating_point() or t.dtype == torch.bool or t.is_complex():
+            raise ShapeError(f"inputs must be an integer tensor of token ids, got dtype {t.dtype}")
+        if t.numel() == 0:
+            raise ArgumentError(f"inputs is empty (shape {tuple(inputs.shape)})")
+        lo, hi = int(t.min()), int(t.max())
+        if lo < 0 or hi >= arch.d_vocab:
+            raise ArgumentError(f"inputs has token id {lo if lo < 0 else hi}; ids must be in [0, {arch.d_vocab - 1}]")
+    else:
+        raise ArgumentError(
+            f"inputs must be a string, a list of strings or an int tensor [batch, pos]; got {type(inputs).__name__}"
+        )
+    if t.shape[1] > arch.n_ctx:
+        raise ArgumentError(f"inputs has {t.shape[1]} positions; the model's context is n_ctx={arch.n_ctx}")
+    return t.to(device=model.device, dtype=torch.long).contiguous()
+
+
+def _check_model(model: Any, order: Any) -> None:
+    arch = getattr(model, "arch", None)
+    if arch is None or not hasattr(model, "weights") or not hasattr(model, "bridge"):
+        raise ArgumentError(f"model must be an interp Model, got {type(model).__name__}")
+    if not arch.attn_only:
+        raise UnsupportedOperationError(
+            f"path_expansion needs an attention-only model (no MLPs); model {arch.name!r} has MLPs "
+            f"(d_mlp={arch.d_mlp}). Use interp's toy models (interp.load_model('toy-attn-only-2l'))."
+        )
+    if not arch.has_unembed or model.weights.W_U is None:
+        raise UnsupportedOperationError(f"model {arch.name!r} has no unembedding, so it has no logits to expand")
+    if arch.norm_placement != "pre" or arch.parallel_attn_mlp:
+        raise UnsupportedOperationError(
+            f"path_expansion supports pre-norm blocks; model {arch.name!r} is {arch.norm_placement}-norm"
+        )
+    if not isinstance(order, int) or isinstance(order, bool) or order < 0:
+        raise ArgumentError(f"order={order!r} must be an int >= 0 (number of heads a path may go through)")
+
+
+def _count_terms(n_layers: int, n_heads: int, order: int, n_sources: int, ln_bias: bool) -> int:
+    """How many paths the expansion will hold (to refuse runaway memory before allocating)."""
+    by_order = [n_sources] + [0] * order  # by_order[k]: paths through k heads
+    for _ in range(n_layers):
+        new = [0] * (order + 1)
+        for k in range(order):
+            new[k + 1] += by_order[k] * n_heads
+        if ln_bias and order >= 1:
+            new[1] += n_heads
+        by_order = [a + b for a, b in zip(by_order, new)]
+        by_order[0] += 1  # L{l}.attn_bias
+    return sum(by_order) + (1 if ln_bias else 0)
+
+
+def _capture(model: Any, tokens: Tensor) -> tuple[Tensor, list[Tensor], list[Tensor], Optional[Tensor]]:
+    """One forward pass: logits, patterns per layer, norm inputs per layer, final-norm input."""
+    arch = model.arch
+    patterns: dict[int, Tensor] = {}
+    norm_in: dict[int, Tensor] = {}
+    final_in: list[Tensor] = []
+
+    def keep(store: dict[int, Tensor], l: int):
+        def hook(t: Tensor, hook: Any) -> None:
+            store[l] = t.detach().clone()
+
+        return hook
+
+    hooks = [(f"blocks.{l}.attn.hook_pattern", keep(patterns, l)) for l in range(arch.n_layers)]
+    if arch.norm != "none":
+        hooks += [(f"blocks.{l}.ln1.hook_in", keep(norm_in, l)) for l in range(arch.n_layers)]
+        hooks.append(("ln_final.hook_in", lambda t, hook: final_in.append(t.detach().clone())))
+    with torch.no_grad(), model.bridge.hooks(fwd_hooks=hooks):
+        logits = model.bridge(tokens)
+    missing = [l for l in range(arch.n_layers) if l not in patterns]
+    if missing:
+        raise UnsupportedOperationError(f"model {arch.name!r}: no attention pattern captured for layers {missing}")
+    return (logits.detach(), [patterns[l] for l in range(arch.n_layers)],
+            [norm_in[l] for l in range(arch.n_layers)] if arch.norm != "none" else [],
+            final_in[0] if final_in else None)
+
+
+def _norm_linear(x: Tensor, kind: str, eps: float, gain: Tensor) -> Callable[[Tensor], Tensor]:
+    """The frozen-scale linear part of the norm applied to ``x`` [batch, pos, d_model]."""
+    if kind == "layernorm":
+        sigma = (x.var(dim=-1, unbiased=False, keepdim=True) + eps).sqrt()
+        return lambda c: (c - c.mean(dim=-1, keepdim=True)) / sigma * gain
+    if kind == "rmsnorm":
+        sigma = (x.pow(2).mean(dim=-1, keepdim=True) + eps).sqrt()
+        return lambda c: c / sigma * gain
+    return lambda c: c
+
+
+def path_expansion(
+    model: Any,
+    inputs: Union[str, Sequence[str], Tensor],
+    *,
+    order: int = 2,
+    answer: Union[None, int, str, Sequence[int], Tensor] = None,
+    pos: Union[int, Sequence[int], Tensor] = -1,
+) -> PathExpansion:
+    """Expand an attention-only model's logits into paths through ≤ ``order`` heads.
+
+    ``answer`` picks the logit that :attr:`PathExpansion.values` splits: a token id, one id
+    per batch row, or a single-token string; None takes the model's own top prediction at
+    ``pos`` (default the last position). Raises UnsupportedOperationError for models with
+    MLPs, without an unembedding, or with post-norm blocks.
+    """
+    _check_model(model, order)
+    arch, w = model.arch, model.weights
+    tokens = _tokens(model, inputs)
+    n_batch, n_pos = tokens.shape
+    ln_bias = arch.norm == "layernorm"
+    n_sources = 1 + (w.W_pos is not None)
+    n_terms = _count_terms(arch.n_layers, arch.n_heads, order, n_sources, ln_bias)
+    need = n_terms * n_batch * n_pos * arch.d_model * torch.finfo(model.dtype).bits // 8
+    if need > MEMORY_CAP_BYTES:
+        raise MemoryCapError(
+            f"order={order} gives {n_terms} paths × inputs {tuple(tokens.shape)} × d_model {arch.d_model} = "
+            f"{need / 2**30:.1f} GiB (cap {MEMORY_CAP_BYTES / 2**30:.0f} GiB); lower order or shorten inputs"
+        )
+
+    logits, patterns, norm_in, final_in = _capture(model, tokens)
+
+    with torch.no_grad():
+        # paths: label -> (order, contribution to the residual stream [batch, pos, d_model])
+        paths: dict[str, tuple[int, Tensor]] = {"embed": (0, w.W_E[tokens])}
+        if w.W_pos is not None:
+            paths["pos_embed"] = (0, w.W_pos[:n_pos].expand(n_batch, n_pos, arch.d_model))
+        for l in range(arch.n_layers):
+            A = patterns[l]  # [batch, n_heads, query_pos, key_pos]
+            lin = _norm_linear(norm_in[l], arch.norm, arch.norm_eps, w.ln1_w[l]) if arch.norm != "none" else (lambda c: c)
+            readers = [(label, k, lin(c)) for label, (k, c) in paths.items() if k < order]
+            if ln_bias and order >= 1:
+                readers.append((f"L{l}.ln1_bias", 0, w.ln1_b[l].expand(n_batch, n_pos, arch.d_model)))
+            new: dict[str, tuple[int, Tensor]] = {}
+            for h in range(arch.n_heads):
+                kv = arch.kv_head(h)
+                W_V, W_O = w.W_V[l, kv], w.W_O[l, h]
+                for label, k, x in readers:
+                    v = x @ W_V  # [batch, key_pos, d_head]
+                    z = einops.einsum(A[:, h], v, "b q p, b p h -> b q h")
+                    new[f"{label}{ARROW}L{l}.H{h}"] = (k + 1, z @ W_O)
+            rowsum = A.sum(dim=-1)  # [batch, n_heads, query_pos]; 1 except fully masked rows
+            bias_V = einops.einsum(w.b_V[l][[arch.kv_head(h) for h in range(arch.n_heads)]], w.W_O[l],
+                                   "n h, n h d -> n d")  # each head's b_V W_O
+            attn_bias = w.b_O[l] + einops.einsum(rowsum, bias_V, "b n q, n d -> b q d")
+            paths.update(new)
+            paths[f"L{l}.attn_bias"] = (0, attn_bias)
+
+        final = (_norm_linear(final_in, arch.norm, arch.norm_eps, w.lnf_w) if arch.norm != "none" and final_in is not None
+                 else (lambda c: c))
+        labels = list(paths)
+        contributions = [final(c) for _, c in paths.values()]
+        orders = [k for k, _ in paths.values()]
+        if arch.norm == "layernorm":
+            labels.append("final_bias")
+            contributions.append(w.lnf_b.expand(n_batch, n_pos, arch.d_model))
+            orders.append(0)
+        contrib = torch.stack([c.expand(n_batch, n_pos, arch.d_model) for c in contributions])
+        W_U, b_U = w.W_U, (w.b_U if w.b_U is not None else torch.zeros(arch.d_vocab, dtype=model.dtype, device=model.device))
+        recon = contrib.sum(dim=0) @ W_U + b_U
+        closure = float((recon - logits).abs().max())
+
+        p = _per_row("pos", pos, n_batch, -n_pos, n_pos) % n_pos
+        rows = torch.arange(n_batch, device=tokens.device)
+        ans = _answer(model, answer, logits[rows, p], n_batch)
+        at = contrib[:, rows, p]  # [n_terms, batch, d_model]
+        values = einops.einsum(at, W_U[:, ans], "t b d, d b -> t b")
+
+    answer_str: tuple[str, ...] = ()
+    if model.tokenizer is not None:
+        answer_str = tuple(model.tokenizer.decode([int(a)]) for a in ans)
+    log.debug("path_expansion: %d paths, closure error %.2e", len(labels), closure)
+    return PathExpansion(
+        labels=tuple(labels), orders=tuple(orders), contributions=contrib, values=values,
+        logit=logits[rows, p, ans], unembed_bias=b_U[ans], answer=ans, pos=p, tokens=tokens,
+        patterns=torch.stack(patterns), W_U=W_U.detach().clone(), b_U=b_U.detach().clone(),
+        order=order, closure_error=closure, answer_str=answer_str,
+    )
+
+
+def _answer(model: Any, answer: Any, last_logits: Tensor, n_batch: int) -> Tensor:
+    """The answer token per batch row (None: the model's argmax at the chosen position)."""
+    if answer is None:
+        return last_logits.argmax(dim=-1)
+    if isinstance(answer, str):
+        if model.tokenizer is None:
+            raise ArgumentError(f"answer={answer!r} is a string but the model has no tokenizer; pass a token id")
+        ids = model.tokenizer(answer, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise ArgumentError(f"answer={answer!r} is {len(ids)} tokens {ids}; it must be exactly one token")
+        answer = ids[0]
+    return _per_row("answer", answer, n_batch, 0, model.arch.d_vocab).to(last_logits.device)
