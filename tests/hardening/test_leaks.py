@@ -21,7 +21,8 @@ import torch
 from interp._io import SaveLoadMixin
 from interp.attribution import LogitAttribution, attribute_direction, attribute_logits
 from interp.errors import ArgumentError
-from interp.plots import attention_patterns
+from interp.circuits import privileged_basis_report
+from interp.plots import attention_patterns, report
 from interp.stream import Decomposition, count_hooks, trace
 from tiny_models import tiny_model
 
@@ -57,11 +58,33 @@ def _runs(model) -> dict[str, Callable[[], Any]]:
         "attribute_direction": lambda: attribute_direction(model, PROMPTS, torch.ones(d)),
         "attention_patterns": lambda: attention_patterns(model, PROMPTS, ["L0.H0", "L1.H3"]),
     }
+    calls["privileged_basis_report"] = lambda: privileged_basis_report(model, PROMPTS)
+    calls["report(static=False)"] = lambda: report(
+        model, PROMPTS[0], answer="w3" if model.arch.has_unembed else None, out_dir=_scratch(), static=False)
     if model.arch.has_unembed:
         calls["attribute_logits(head)"] = lambda: attribute_logits(model, PROMPTS, answer="w3", wrong="w4")
         calls["attribute_logits(neuron, batch_size=1)"] = lambda: attribute_logits(
             model, PROMPTS, answer=3, unit="neuron", batch_size=1)
     return calls
+
+
+_SCRATCH: list[str] = []
+
+
+def _scratch() -> str:
+    import tempfile
+
+    _SCRATCH.append(tempfile.mkdtemp(prefix="interp-leak-report-"))
+    return _SCRATCH[-1]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _remove_scratch():
+    yield
+    import shutil
+
+    for d in _SCRATCH:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _hook_point(model, name: str):
@@ -230,14 +253,22 @@ def _equal(a: Any, b: Any) -> bool:
         return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):
         return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if hasattr(a, "equals") and not isinstance(a, torch.Tensor):  # pandas
+        return type(a) is type(b) and a.equals(b)
     if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
         return True  # NaN
     return a == b
 
 
 def _results(models) -> dict[str, list[Any]]:
-    """Examples of every result class, keyed by class name (several shapes of each)."""
-    g, b = models["gpt2"], models["bert"]
+    """Examples of every public result class, keyed by class name (several shapes of each).
+
+    Classes that do not (yet) have save/load are listed too: once they gain SaveLoadMixin their
+    round trip is tested automatically."""
+    import interp.circuits as C
+    from interp.plots import composition_edges
+
+    g, b, l = models["gpt2"], models["bert"], models["llama"]
     out: dict[str, list[Any]] = {}
     tr = trace(g, PROMPTS)
     out["Decomposition"] = [
@@ -247,9 +278,20 @@ def _results(models) -> dict[str, list[Any]]:
     ]
     out["LogitAttribution"] = [
         attribute_logits(g, PROMPTS, answer="w3", wrong="w4"),
-        attribute_logits(models["llama"], torch.tensor([[1, 5, 6]]), answer=7, unit="neuron"),
+        attribute_logits(l, torch.tensor([[1, 5, 6]]), answer=7, unit="neuron"),
         attribute_direction(b, PROMPTS, torch.randn(b.arch.d_model), unit="component"),
     ]
+    out["CompositionScores"] = [C.composition_scores(g, "K"), C.composition_scores(l, "V", fold_norms=False)]
+    out["HeadScores"] = [C.copying_scores(g), C.copying_scores(l)]
+    out["OVDiagonalStats"] = [C.ov_diagonal_stats(g, 1, 2)]
+    out["VirtualWeightNorms"] = [C.virtual_weight_norms(l)]
+    out["SubspaceOverlap"] = [C.write_subspace_overlap(g)]
+    out["ErasureTable"] = [C.erasure_candidates(g)]
+    out["PrivilegedBasisReport"] = [C.privileged_basis_report(g, PROMPTS), C.privileged_basis_report(
+        dataclasses.replace(g, tokenizer=None), torch.tensor([[1, 5, 6, 7, 8, 9]]))]
+    out["HeadOperator"] = [C.head_operator(l, 1, 3, torch.full((2, 4, 4), 0.25))]
+    out["AttentionPatterns"] = [attention_patterns(g, PROMPTS, ["L0.H1", "L1.H0"])]
+    out["CompositionGraph"] = [composition_edges(C.composition_scores(g, "Q"), max_edges=5)]
     return out
 
 
@@ -270,13 +312,20 @@ def test_every_result_class_has_a_round_trip_case(models):
 
 
 def test_save_load_round_trip(models, tmp_path):
+    saved = 0
     for cls_name, examples in _results(models).items():
+        assert all(type(r).__name__ == cls_name for r in examples)
+        if not isinstance(examples[0], SaveLoadMixin):
+            continue  # no save/load yet (reported); checked as soon as the class gains SaveLoadMixin
         for i, r in enumerate(examples):
+            saved += 1
             p = r.save(tmp_path / f"{cls_name}-{i}.safetensors")
             back = type(r).load(p)
             assert type(back) is type(r)
             for f in dataclasses.fields(r):
                 assert _equal(getattr(r, f.name), getattr(back, f.name)), (cls_name, i, f.name)
             # derived views agree too
-            assert back.top(3).equals(r.top(3)), (cls_name, i)
-    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".safetensors"] * sum(map(len, _results(models).values()))
+            if hasattr(r, "top"):
+                assert back.top(3).equals(r.top(3)), (cls_name, i)
+    assert saved >= 6
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".safetensors"] * saved
