@@ -594,3 +594,92 @@ def test_rotation_invariance(m, seed, batch, data):
         assert torch.allclose(composition_scores(model, kind).scores, composition_scores(rot, kind).scores,
                               rtol=1e-3, atol=1e-5, equal_nan=True), kind
     assert torch.allclose(copying_scores(model).scores, copying_scores(rot).scores, atol=1e-4)
+
+
+# ---- 12. path expansion sums to the logits (attention-only toys; DESIGN "Math" 10) -----------
+
+import functools  # noqa: E402
+
+from interp.circuits._path_expansion import path_expansion  # noqa: E402
+from interp.toy import ToyConfig, build_toy  # noqa: E402
+
+
+@functools.lru_cache(maxsize=64)
+def _toy(n_layers, n_heads, n_kv_heads, d_head, d_model, d_vocab, norm, positional, seed):
+    cfg = ToyConfig(n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, d_head=d_head, d_model=d_model,
+                    d_vocab=d_vocab, n_ctx=16, norm=norm, positional=positional, seed=seed)
+    return build_toy(cfg, name=f"toy-{seed}")
+
+
+@st.composite
+def toys(draw):
+    n_heads = draw(st.sampled_from([1, 2, 4]))
+    return _toy(
+        draw(st.integers(1, 3)), n_heads, draw(st.sampled_from([k for k in (1, 2, 4) if n_heads % k == 0])),
+        draw(st.sampled_from([4, 8])), draw(st.sampled_from([8, 16])), draw(st.integers(8, 30)),
+        draw(st.sampled_from(["none", "layernorm", "rmsnorm"])), draw(st.sampled_from(["learned", "rotary", "none"])),
+        draw(st.integers(0, 3)),
+    )
+
+
+@PROPERTY
+@given(model=toys(), data=st.data())
+def test_path_expansion_sums_to_the_logits(model, data):
+    a = model.arch
+    b, n = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 8))
+    tokens = torch.tensor(data.draw(st.lists(st.integers(0, a.d_vocab - 1), min_size=b * n, max_size=b * n))).reshape(b, n)
+    answer = data.draw(st.lists(st.integers(0, a.d_vocab - 1), min_size=b, max_size=b))
+    pos = data.draw(st.integers(-n, n - 1))
+    pe = path_expansion(model, tokens, order=a.n_layers, answer=answer, pos=pos)
+    with torch.no_grad():
+        logits = model.bridge(tokens).double()  # the model's own forward, no hooks
+    scale = float(logits.abs().max())
+    recon = pe.contributions.double().sum(0) @ model.weights.W_U.double() + model.weights.b_U.double()
+    assert float((recon - logits).abs().max()) <= 1e-4 * scale  # every position, every token
+    rows = torch.arange(b)
+    own = logits[rows, pos % n, torch.tensor(answer)]
+    assert float((pe.values.double().sum(0) + pe.unembed_bias.double() - own).abs().max()) <= 1e-4 * scale
+    assert max(pe.orders) == a.n_layers and len(pe.labels) == len(set(pe.labels)) == pe.values.shape[0]
+    for lab, k in zip(pe.labels, pe.orders):
+        assert lab.count("→L") == k, lab
+
+
+@PROPERTY
+@given(seed=st.integers(0, 3), positional=st.sampled_from(["learned", "rotary"]), data=st.data())
+def test_path_expansion_virtual_head_term(seed, positional, data):
+    """Without norms the order-2 term is A^{h2} A^{h1} X₀ W_OV^{h1} W_OV^{h2}: checked against the
+    model's own patterns (captured by transformer-lens) and the weights."""
+    model = _toy(2, 2, 2, 4, 8, 12, "none", positional, seed)
+    w = model.weights
+    n = data.draw(st.integers(2, 8))
+    tokens = torch.tensor(data.draw(st.lists(st.integers(0, 11), min_size=n, max_size=n)))[None]
+    h1, h2 = data.draw(st.integers(0, 1)), data.draw(st.integers(0, 1))
+    pe = path_expansion(model, tokens, order=2)
+    with torch.no_grad():
+        _, cache = model.bridge.run_with_cache(tokens, names_filter=lambda s: s.endswith("hook_pattern"))
+    A1, A2 = cache["blocks.0.attn.hook_pattern"][0, h1].double(), cache["blocks.1.attn.hook_pattern"][0, h2].double()
+    X0 = w.W_E[tokens[0]].double()
+    ov = lambda l, h: w.W_V[l, h].double() @ w.W_O[l, h].double()  # noqa: E731
+    ref = A2 @ A1 @ X0 @ ov(0, h1) @ ov(1, h2)
+    got = pe.contributions[pe.labels.index(f"embed→L0.H{h1}→L1.H{h2}")][0].double()
+    assert _close(got, ref, 1e-4)
+
+
+@PROPERTY
+@given(model=toys(), data=st.data())
+def test_toy_trace_closes_at_every_point(model, data):
+    """The stream decomposition on attention-only toys (no MLP, optional norms): every resid point
+    against transformer-lens's own cache, and the unembed read against the model's logits."""
+    a = model.arch
+    b, n = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 8))
+    tokens = torch.tensor(data.draw(st.lists(st.integers(0, a.d_vocab - 1), min_size=b * n, max_size=b * n))).reshape(b, n)
+    tr = trace(model, tokens)
+    with torch.no_grad():
+        logits, cache = model.bridge.run_with_cache(tokens, names_filter=lambda s: "hook_resid" in s)
+    ones = torch.ones_like(tokens)
+    for point in tr.resid_points:
+        assert rel(tr.decompose(point).contributions.sum(0), cache[point], ones) <= 1e-4, point
+    for point in tr.reads:
+        assert tr.decompose(point).relative_error <= 1e-4, point
+    u = tr.decompose("unembed").contributions.double().sum(0) @ model.weights.W_U.double() + model.weights.b_U.double()
+    assert rel(u, logits, ones) <= 1e-4
