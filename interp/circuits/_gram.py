@@ -1,12 +1,13 @@
 """Frobenius norms of many low-rank products at once, through packed Gram matrices.
 
 For thin factors, ‖X Y‖_F² = tr(Yᵀ Xᵀ X Y) = ⟨XᵀX, Y Yᵀ⟩  (DESIGN.md "Math" 8), an inner product
-of two symmetric d_model × d_model matrices. Packing each symmetric matrix into its upper
-triangle (off-diagonal entries counted twice on one side) turns *all* pairwise norms into one
-[n_left, F] × [F, n_right] matrix product, F = d_model (d_model + 1) / 2, instead of one
-d_head × d_model × d_head product per pair: for d_model = 576, d_head = 64 that is 0.33 MFLOP
-per pair instead of 4.7. Low-rank factors are first reduced to d_head-sized ones with a QR
-decomposition: for OV = W_V W_O with W_V = Q R, ‖W_V W_O Y‖ = ‖R W_O Y‖ (Q has orthonormal columns).
+of two symmetric d_model × d_model matrices. Packing each
+symmetric matrix into its upper block-triangle (entries off the diagonal blocks counted twice on
+one side) turns *all* pairwise norms into one [n_left, F] × [F, n_right] matrix product,
+F ≈ d_model²/2, instead of one d_head × d_model × d_head product per pair: for d_model = 576,
+d_head = 64 that is 0.37 MFLOP per pair instead of 4.7. Low-rank factors are first reduced to
+d_head-sized ones: for OV = W_V W_O and any R with RᵀR = W_VᵀW_V (a QR's R, or Λ^{1/2}Vᵀ from
+the d_head × d_head Gram matrix), ‖W_V W_O Y‖ = ‖R W_O Y‖.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-__all__ = ["qr_r", "packed_gram_left", "packed_gram_right", "triu_index", "chunks"]
+__all__ = ["gram_r", "packed_gram_left", "packed_gram_right", "pack_symmetric", "chunks"]
+
+_BLOCK = 64
 
 
 def chunks(n: int, size: int) -> Iterator[slice]:
@@ -25,33 +28,56 @@ def chunks(n: int, size: int) -> Iterator[slice]:
         yield slice(start, min(n, start + size))
 
 
-def triu_index(d: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """Flat indices of the upper triangle of a d×d matrix and the weight (1 diag, 2 off-diag)."""
-    r, c = torch.triu_indices(d, d, device=device)
-    return r * d + c, torch.where(r == c, 1.0, 2.0)
+def gram_r(A: Float[Tensor, "n d k"]) -> Float[Tensor, "n k k"]:
+    """A k×k factor R with RᵀR = AᵀA (so ‖A X‖_F = ‖R X‖_F for any X), for tall A [n, d, k].
+
+    Computed from the k×k Gram matrix in float64 (R = Λ^{1/2} Vᵀ with AᵀA = V Λ Vᵀ), which is
+    robust to rank deficiency and much faster than a batched QR of the tall matrices on CPU."""
+    G = A.transpose(-2, -1).double() @ A.double()  # [n, k, k]
+    lam, V = torch.linalg.eigh(G)
+    return (lam.clamp_min(0).sqrt()[..., :, None] * V.transpose(-2, -1)).to(A.dtype)
 
 
-def qr_r(A: Float[Tensor, "n d k"]) -> Float[Tensor, "n k k"]:
-    """The R factor of A = Q R (so AᵀA = RᵀR); A has more rows than columns."""
-    return torch.linalg.qr(A, mode="r").R
+def _blocks(d: int) -> list[tuple[int, int]]:
+    return [(s, min(d, s + _BLOCK)) for s in range(0, d, _BLOCK)]
 
 
-def _pack(G: Tensor, idx: Tensor, weight: Tensor | None) -> Tensor:
-    flat = G.reshape(G.shape[0], -1)[:, idx]  # [n, F]
-    return flat if weight is None else flat * weight.to(flat.dtype)
+def packed_size(d: int) -> int:
+    return sum((e - s) * (d - s) for s, e in _blocks(d))
 
 
-def packed_gram_left(B: Float[Tensor, "n k d"], *, weighted: bool, chunk: int = 32) -> Float[Tensor, "n F"]:
-    """Packed BᵀB [n, F] for row factors B [n, k, d] (the left factor's side of ⟨BᵀB, ·⟩)."""
+def packed_gram_left(B: Float[Tensor, "n k d"], *, weighted: bool) -> Float[Tensor, "n F"]:
+    """Packed BᵀB [n, F] for row factors B [n, k, d].
+
+    Layout: the upper block-triangle of the symmetric d×d Gram matrix in row blocks of 64
+    (block row [s:e] keeps columns s:d), F = Σ (e−s)(d−s) ≈ d²/2. With ``weighted`` the
+    entries right of each diagonal block are doubled (they stand for their mirror image too), so
+    ⟨X, Z⟩ = packed(X, weighted=False) · packed(Z, weighted=True)."""
     n, _, d = B.shape
-    idx, w = triu_index(d, B.device)
-    out = torch.empty(n, idx.shape[0], dtype=B.dtype, device=B.device)
-    for sl in chunks(n, chunk):
-        G = B[sl].transpose(-2, -1) @ B[sl]  # [c, d, d]
-        out[sl] = _pack(G, idx, w if weighted else None)
+    out = torch.empty(n, packed_size(d), dtype=B.dtype, device=B.device)
+    off = 0
+    for s, e in _blocks(d):
+        G = B[:, :, s:e].transpose(-2, -1) @ B[:, :, s:]  # [n, e−s, d−s], one block row
+        if weighted:
+            G[:, :, e - s:] *= 2
+        size = (e - s) * (d - s)
+        out[:, off:off + size] = G.reshape(n, size)
+        off += size
     return out
 
 
-def packed_gram_right(A: Float[Tensor, "n d k"], *, weighted: bool, chunk: int = 32) -> Float[Tensor, "n F"]:
-    """Packed A Aᵀ [n, F] for column factors A [n, d, k]."""
-    return packed_gram_left(A.transpose(-2, -1), weighted=weighted, chunk=chunk)
+def packed_gram_right(A: Float[Tensor, "n d k"], *, weighted: bool) -> Float[Tensor, "n F"]:
+    """Packed A Aᵀ [n, F] for column factors A [n, d, k] (same layout as packed_gram_left)."""
+    return packed_gram_left(A.transpose(-2, -1), weighted=weighted)
+
+
+def pack_symmetric(S: Float[Tensor, "n d d"], *, weighted: bool) -> Float[Tensor, "n F"]:
+    """A symmetric S [n, d, d] in the packed layout of :func:`packed_gram_left`."""
+    n, d, _ = S.shape
+    parts = []
+    for s, e in _blocks(d):
+        G = S[:, s:e, s:].clone()
+        if weighted:
+            G[:, :, e - s:] *= 2
+        parts.append(G.reshape(n, -1))
+    return torch.cat(parts, dim=1)

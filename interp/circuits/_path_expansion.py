@@ -97,6 +97,8 @@ class PathExpansion:
         """Position of ``label`` in :attr:`labels` (LabelError lists close matches)."""
         from interp.errors import LabelError
 
+        if not isinstance(label, str):
+            raise LabelError(f"label={label!r} must be a path label such as {self.labels[0]!r}")
         try:
             return self.labels.index(label)
         except ValueError:
@@ -177,7 +179,12 @@ class PathExpansion:
 
 def _per_row(name: str, value: Any, n: int, lo: int, hi: int) -> Tensor:
     """An int, a sequence or an int tensor -> LongTensor [n] with entries in [lo, hi)."""
-    t = torch.as_tensor(value)
+    if isinstance(value, Tensor) and value.device.type == "meta":
+        raise ShapeError(f"{name} is on the 'meta' device (a tensor without data); pass ints or a real tensor")
+    try:
+        t = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise ArgumentError(f"{name}={value!r} must be an int or one int per batch row") from None
     if t.is_floating_point() or t.dtype == torch.bool or t.ndim > 1:
         raise ArgumentError(f"{name}={value!r} must be an int or one int per batch row")
     t = t.long().reshape(-1)
@@ -203,6 +210,8 @@ def _tokens(model: Any, inputs: Any) -> Int[Tensor, "batch pos"]:
             )
         t = torch.stack(rows)
     elif isinstance(inputs, Tensor):
+        if inputs.device.type == "meta":
+            raise ShapeError("inputs is on the 'meta' device (a tensor without data); pass token ids on a real device")
         t = inputs[None] if inputs.ndim == 1 else inputs
         if t.ndim != 2:
             raise ShapeError(f"inputs must be token ids [batch, pos], got shape {tuple(inputs.shape)}")

@@ -39,7 +39,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp.circuits._common import check_model, check_bool, check_positive_int, convention, fold_write, folded_qkv
-from interp.circuits._gram import chunks, packed_gram_left, triu_index
+from interp.circuits._gram import chunks, pack_symmetric, packed_gram_left
 from interp.circuits._labels import parse_write, write_labels, write_matrix
 
 __all__ = ["SubspaceOverlap", "ErasureTable", "write_subspace_overlap", "erasure_candidates"]
@@ -185,14 +185,13 @@ def erasure_candidates(model: Any, *, k: int | None = None, screen: int = 200, f
     kv = torch.tensor([a.kv_head(h) for h in range(a.n_heads)], device=model.device)
     W_V = W_V[:, kv].double().reshape(-1, a.d_model, a.d_head)
     W_O = fold_write(model, model.weights.W_O, fold_norms).double().reshape(-1, a.d_head, a.d_model)
-    idx, wt = triu_index(a.d_model, model.device)
     # screen: tr(E) = ⟨sym(T_d), U_s U_sᵀ⟩ for all pairs
     Ps = packed_gram_left(Us.transpose(-2, -1).float(), weighted=False)  # [S, F] float32 (screen only)
     tr = torch.empty(len(srcs), W_V.shape[0], dtype=torch.float64)
     for sl in chunks(W_V.shape[0], 32):
         T = (W_V[sl] @ W_O[sl]).float()  # [c, d, d]
         Tsym = (T + T.transpose(-2, -1)) / 2
-        tr[:, sl] = (Ps @ (Tsym.reshape(T.shape[0], -1)[:, idx] * wt).T).double().cpu()
+        tr[:, sl] = (Ps @ pack_symmetric(Tsym, weighted=True).T).double().cpu()
     ranks = torch.tensor([min(k, int((Us[i].abs().sum(0) > 0).sum())) for i in range(len(srcs))], dtype=torch.float64)
     gain = tr / ranks.clamp_min(1)[:, None]
     src_order = torch.tensor([w.order(model) for w in src_objs], dtype=torch.float64)

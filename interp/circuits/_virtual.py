@@ -31,7 +31,7 @@ from torch import Tensor
 
 from interp.circuits._common import check_model, DEFAULT_MAX_BYTES, check_bool, check_positive_int, convention
 from interp.circuits._factored import Circuit
-from interp.circuits._gram import packed_gram_left, packed_gram_right
+from interp.circuits._gram import packed_gram_left, packed_gram_right, packed_size
 from interp.circuits._labels import (
     check_order,
     parse_read,
@@ -121,8 +121,8 @@ def _grouped(model: Any, labels: list[str], parse, matrix, fold_norms: bool):
     return groups
 
 
-def virtual_weight_norms(model: Any, *, fold_norms: bool = True, dtype: Optional[torch.dtype] = None,
-                         chunk: int = 32) -> VirtualWeightNorms:
+def virtual_weight_norms(model: Any, *, fold_norms: bool = True,
+                         dtype: Optional[torch.dtype] = None) -> VirtualWeightNorms:
     """‖W_O^src W_I^dst‖_F for all (write, read) pairs of the model (NaN where the read is earlier)."""
     check_model(model)
     check_bool(fold_norms, name="fold_norms")
@@ -130,21 +130,19 @@ def virtual_weight_norms(model: Any, *, fold_norms: bool = True, dtype: Optional
         dtype = torch.float64 if model.dtype == torch.float64 else torch.float32
     if dtype not in (torch.float32, torch.float64):
         raise ArgumentError(f"dtype={dtype!r} must be torch.float32 or torch.float64")
-    check_positive_int(chunk, name="chunk")
     writes, reads = write_labels(model), read_labels(model)
-    d = model.arch.d_model
-    F = d * (d + 1) // 2
+    F = packed_size(model.arch.d_model)
     dev = model.device
     Xw = torch.empty(len(writes), F, dtype=dtype, device=dev)  # packed W_Oᵀ W_O
     for _, items in _grouped(model, writes, parse_write, write_matrix, fold_norms).items():
         idx = [i for i, _ in items]
         B = torch.stack([write_matrix(model, w, fold_norms).to(dtype) for _, w in items])  # [n, k, d]
-        Xw[idx] = packed_gram_left(B, weighted=False, chunk=chunk)
+        Xw[idx] = packed_gram_left(B, weighted=False)
     Zr = torch.empty(len(reads), F, dtype=dtype, device=dev)  # packed W_I W_Iᵀ, off-diagonals doubled
     for _, items in _grouped(model, reads, parse_read, read_matrix, fold_norms).items():
         idx = [i for i, _ in items]
         A = torch.stack([read_matrix(model, r, fold_norms).to(dtype) for _, r in items])  # [n, d, k]
-        Zr[idx] = packed_gram_right(A, weighted=True, chunk=chunk)
+        Zr[idx] = packed_gram_right(A, weighted=True)
     sq = Xw @ Zr.T  # [n_writes, n_reads]
     w_ord = torch.tensor([parse_write(model, s).order(model) for s in writes], dtype=torch.float64)
     r_ord = torch.tensor([parse_read(model, s).order(model) for s in reads], dtype=torch.float64)
