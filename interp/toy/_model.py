@@ -35,7 +35,7 @@ import einops
 import torch
 from torch import Tensor
 
-from interp.errors import ArgumentError, ModelLoadError, ModelNotFoundError
+from interp.errors import ArgumentError, ExportError, ModelLoadError, ModelNotFoundError
 from interp.models._arch import ArchInfo
 from interp.models._model import Model
 from interp.models._weights import Weights
@@ -176,14 +176,17 @@ def save_toy(model: Model, path: Union[str, os.PathLike], *, config: ToyConfig,
     from safetensors.torch import save_file
 
     out = Path(path)
-    out.mkdir(parents=True, exist_ok=True)
     sd = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in native_state_dict(model.bridge).items()}
     if "head.bias" in sd and not sd["head.bias"].any():
         del sd["head.bias"]  # the bridge's synthetic zero bias: not a parameter of the native model
     vocab = [model.tokenizer.convert_ids_to_tokens(i) for i in range(config.d_vocab)]
-    save_file(sd, str(out / WEIGHTS_FILE), metadata={"format": FORMAT})
     meta = {"format": FORMAT, "config": config.to_dict(), "vocab": vocab, "training": training or {}}
-    (out / CONFIG_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        save_file(sd, str(out / WEIGHTS_FILE), metadata={"format": FORMAT})
+        (out / CONFIG_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+    except OSError as e:
+        raise ExportError(f"path={str(path)!r}: cannot write the toy folder ({e})") from e
     return out
 
 
@@ -196,8 +199,9 @@ def read_toy_config(path: Union[str, os.PathLike]) -> dict[str, Any]:
         meta = json.loads((p / CONFIG_FILE).read_text())
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"path={str(path)!r}: {CONFIG_FILE} is unreadable ({e})") from e
-    if meta.get("format") != FORMAT:
-        raise ModelLoadError(f"path={str(path)!r}: format={meta.get('format')!r}; expected {FORMAT!r}")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise ModelLoadError(f"path={str(path)!r}: format={got!r}; expected {FORMAT!r}")
     return meta
 
 
@@ -208,6 +212,8 @@ def load_toy(path: Union[str, os.PathLike], *, name: str, device: Any = "cpu",
     from safetensors.torch import load_file
 
     meta = read_toy_config(path)
+    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict) or not isinstance(meta.get("vocab"), list):
+        raise ModelLoadError(f"path={str(path)!r}: {CONFIG_FILE} lacks its 'config' object or 'vocab' list")
     config = ToyConfig.from_dict(meta["config"])
     try:
         sd = load_file(str(Path(path) / WEIGHTS_FILE))
