@@ -137,22 +137,28 @@ def _load_hf_unchecked(path_or_id: str, dtype: torch.dtype, trust_remote_code: b
     return model, tokenizer, has_head
 
 
+#: RMSNorm classes whose forward rounds through float32 (HF Llama; transformer-lens's native one).
+_FP32_RMSNORMS = ("LlamaRMSNorm", "NativeRMSNorm")
+
+
 def _rmsnorm_in_input_dtype(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
-    """LlamaRMSNorm.forward without its float32 round trip: γ ⊙ x / sqrt(mean(x²) + ε) in x's dtype."""
+    """RMSNorm.forward without its float32 round trip: γ ⊙ x / sqrt(mean(x²) + ε) in x's dtype."""
+    eps = self.variance_epsilon if hasattr(self, "variance_epsilon") else self.eps
     variance = hidden_states.pow(2).mean(-1, keepdim=True)
-    return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+    return self.weight * (hidden_states * torch.rsqrt(variance + eps))
 
 
 def _full_precision_norms(hf_model: Any) -> None:
-    """In float64, make HF's RMSNorms compute in float64.
+    """In float64, make RMSNorms compute in float64.
 
-    HF's LlamaRMSNorm upcasts to float32 and casts back, so a float64 Llama would round every
-    norm output to float32 precision (measured: closure 1e-7 instead of 1e-16 on a tiny Llama),
-    defeating the point of dtype=torch.float64 (checking a result at high precision). In float64
-    the norm is computed in float64 instead; other dtypes keep HF's numerics.
+    HF's LlamaRMSNorm (and transformer-lens's NativeRMSNorm, used by the toys) upcasts to
+    float32 and casts back, so a float64 model would round every norm output to float32
+    precision (measured: closure 1e-7 instead of 1e-16 on a tiny Llama), defeating the point of
+    dtype=torch.float64 (checking a result at high precision). In float64 the norm is computed
+    in float64 instead; other dtypes keep the original numerics.
     """
     for mod in hf_model.modules():
-        if type(mod).__name__ == "LlamaRMSNorm":
+        if type(mod).__name__ in _FP32_RMSNORMS:
             mod.forward = types.MethodType(_rmsnorm_in_input_dtype, mod)
 
 

@@ -156,6 +156,10 @@ def _boot(config: ToyConfig, *, name: str, device: Any, dtype: torch.dtype,
         with torch.no_grad():
             bridge.original_model.pos.weight.zero_()  # a learned table held at zero = no positions
     bridge.eval()
+    if dtype == torch.float64:
+        from interp.models._load import _full_precision_norms
+
+        _full_precision_norms(bridge.original_model)  # NativeRMSNorm rounds through float32 otherwise
     weights = toy_weights(native_state_dict(bridge), config)
     return Model(name=name, bridge=bridge, tokenizer=bridge.tokenizer, arch=toy_arch(config, name=name),
                  weights=weights, source=source, prepend_bos=True)
