@@ -47,7 +47,9 @@ from interp.circuits import (
     rotate_residual,
     virtual_weights,
 )
+from interp.circuits._path_expansion import path_expansion
 from interp.errors import MemoryCapError
+from interp.toy import ToyConfig, build_toy, load_toy, save_toy
 from interp.plots import attention_patterns, export
 from interp.stream import Decomposition, trace
 from tiny_models import tiny_model
@@ -57,6 +59,7 @@ TIME_LIMIT_S = 60  # a case that takes longer is a hang
 
 @dataclass
 class Env:
+    toy: Any  # a 2-layer attention-only toy
     gpt2: Any
     llama: Any
     bert: Any
@@ -72,8 +75,9 @@ class Env:
 def env() -> Env:
     gpt2, llama, bert = (tiny_model(f) for f in ("gpt2", "llama", "bert"))
     ids = torch.randint(4, 100, (2, 5), generator=torch.Generator().manual_seed(0))
+    toy = build_toy(ToyConfig(n_layers=2, n_heads=2, d_model=8, d_head=4, d_vocab=12, n_ctx=8))
     return Env(
-        gpt2=gpt2, llama=llama, bert=bert, notok=dataclasses.replace(gpt2, tokenizer=None), ids=ids,
+        toy=toy, gpt2=gpt2, llama=llama, bert=bert, notok=dataclasses.replace(gpt2, tokenizer=None), ids=ids,
         dec=trace(gpt2, ids).decompose("unembed"),
         padded_dec=trace(gpt2, ["w1 w2 w3", "w4"]).decompose("unembed"),
         attr=attribute_logits(gpt2, ids, answer=5, wrong=6), d=gpt2.arch.d_model,
@@ -357,6 +361,48 @@ CASES = [
     Bad("rotate_residual: numpy R", ShapeError, "R", lambda e, t: lambda: rotate_residual(e.llama, torch.eye(e.d).numpy())),
     Bad("random_rotation: d_model=1", ArgumentError, "d_model", lambda e, t: lambda: random_rotation(1)),
     Bad("random_rotation: seed='a'", ArgumentError, "seed", lambda e, t: lambda: random_rotation(8, seed="a")),
+    # ---- path expansion / toys -------------------------------------------------------------
+    Bad("path_expansion: model with MLPs", UnsupportedOperationError, "attention-only",
+        lambda e, t: lambda: path_expansion(e.gpt2, e.ids)),
+    Bad("path_expansion: model is None", ArgumentError, "model", lambda e, t: lambda: path_expansion(None, e.ids)),
+    Bad("path_expansion: negative order", ArgumentError, "order", lambda e, t: lambda: path_expansion(e.toy, e.ids % 12, order=-1)),
+    Bad("path_expansion: answer out of range", ArgumentError, "answer",
+        lambda e, t: lambda: path_expansion(e.toy, e.ids % 12, answer=12)),
+    Bad("path_expansion: multi-token answer", ArgumentError, "answer",
+        lambda e, t: lambda: path_expansion(e.toy, e.ids % 12, answer="cat dog")),
+    Bad("path_expansion: answer list of strings", ArgumentError, "answer",
+        lambda e, t: lambda: path_expansion(e.toy, e.ids % 12, answer=["cat", "dog"])),
+    Bad("path_expansion: answer per row, wrong count", ShapeError, "answer",
+        lambda e, t: lambda: path_expansion(e.toy, e.ids % 12, answer=[1, 2, 3])),
+    Bad("path_expansion: meta answer", ShapeError, "answer",
+        lambda e, t: lambda: path_expansion(e.toy, e.ids % 12, answer=torch.tensor([1, 2], device="meta"))),
+    Bad("path_expansion: pos='last'", ArgumentError, "pos", lambda e, t: lambda: path_expansion(e.toy, e.ids % 12, pos="last")),
+    Bad("path_expansion: pos out of range", ArgumentError, "pos", lambda e, t: lambda: path_expansion(e.toy, e.ids % 12, pos=5)),
+    Bad("path_expansion: meta ids", ShapeError, "inputs",
+        lambda e, t: lambda: path_expansion(e.toy, (e.ids % 12).to("meta"))),
+    Bad("path_expansion: longer than n_ctx", ArgumentError, "inputs",
+        lambda e, t: lambda: path_expansion(e.toy, torch.zeros(1, 9, dtype=torch.long))),
+    Bad("path_expansion: prompts of different lengths", ArgumentError, "inputs",
+        lambda e, t: lambda: path_expansion(e.toy, ["cat", "cat dog"])),
+    Bad("PathExpansion.value: int label", LabelError, "label",
+        lambda e, t: lambda: path_expansion(e.toy, e.ids % 12).value(3)),
+    Bad("PathExpansion.index: unknown path", LabelError, "label",
+        lambda e, t: lambda: path_expansion(e.toy, e.ids % 12).index("embed→L7.H0")),
+    Bad("ToyConfig: n_layers=0", ArgumentError, "n_layers", lambda e, t: lambda: ToyConfig(n_layers=0)),
+    Bad("ToyConfig: n_kv_heads not a divisor", ArgumentError, "n_kv_heads",
+        lambda e, t: lambda: ToyConfig(n_heads=4, n_kv_heads=3)),
+    Bad("build_toy: config as a dict", ArgumentError, "config", lambda e, t: lambda: build_toy({"n_layers": 2})),
+    Bad("load_toy: folder without files", ModelNotFoundError, "path", lambda e, t: lambda: load_toy(t, name="x")),
+    Bad("load_toy: config.json is a list", ModelLoadError, "path",
+        lambda e, t: (lambda: load_toy(t, name="x")) if ((t / "config.json").write_text("[1]")
+                                                         and (t / "model.safetensors").write_bytes(b"x")) else None),
+    Bad("load_toy: damaged config.json", ModelLoadError, "path",
+        lambda e, t: (lambda: load_toy(t, name="x")) if ((t / "config.json").write_text("{oops")
+                                                         and (t / "model.safetensors").write_bytes(b"x")) else None),
+    Bad("save_toy: path under a file", ExportError, "path",
+        lambda e, t: (lambda: save_toy(e.toy, t / "file" / "toy", config=ToyConfig(n_layers=2, n_heads=2, d_model=8,
+                                                                                      d_head=4, d_vocab=12, n_ctx=8)))
+        if (t / "file").write_text("x") else None),
 ]
 
 

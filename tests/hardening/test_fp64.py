@@ -200,3 +200,26 @@ def test_rotated_model_in_float64(family):
     assert _rel(l1[real], l0[real]) <= 1e-12
     tr = trace(rot, ids, attention_mask=mask)
     assert max(tr.decompose(p).relative_error for p in tr.reads + tr.resid_points) <= TOL
+
+
+@pytest.mark.parametrize("norm", ["none", "layernorm", "rmsnorm"])
+@pytest.mark.parametrize("positional", ["learned", "rotary"])
+def test_path_expansion_in_float64(norm, positional):
+    """Attention-only toys in float64: the paths sum to the model's own logits to ~1e-12, and the
+    trace of the toy closes to 1e-9."""
+    from interp.circuits._path_expansion import path_expansion
+    from interp.toy import ToyConfig, build_toy
+
+    cfg = ToyConfig(n_layers=3, n_heads=2, n_kv_heads=1, d_model=16, d_head=4, d_vocab=20, n_ctx=16,
+                    norm=norm, positional=positional, seed=4)
+    model = build_toy(cfg, dtype=F64)
+    assert model.dtype == F64
+    ids = torch.randint(0, 20, (2, 9), generator=torch.Generator().manual_seed(5))
+    pe = path_expansion(model, ids, order=3, answer=[3, 4])
+    assert pe.contributions.dtype == F64 and pe.values.dtype == F64
+    with torch.no_grad():
+        logits = model.bridge(ids)
+    recon = pe.contributions.sum(0) @ model.weights.W_U + model.weights.b_U
+    assert _rel(recon, logits) <= 1e-12
+    tr = trace(model, ids)
+    assert max(tr.decompose(p).relative_error for p in tr.reads + tr.resid_points) <= TOL

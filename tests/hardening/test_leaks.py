@@ -22,12 +22,21 @@ from interp._io import SaveLoadMixin
 from interp.attribution import LogitAttribution, attribute_direction, attribute_logits
 from interp.errors import ArgumentError
 from interp.circuits import privileged_basis_report
+from interp.circuits._path_expansion import path_expansion
 from interp.plots import attention_patterns, report
 from interp.stream import Decomposition, count_hooks, trace
 from tiny_models import tiny_model
 
-FAMILIES = ("gpt2", "llama", "neox", "bert")
+FAMILIES = ("gpt2", "llama", "neox", "bert", "toy")
 PROMPTS = ["w1 w2 w3 w4 w5", "w6 w7"]
+
+
+def _toy():
+    from interp.toy import ToyConfig, build_toy
+
+    # a LayerNorm toy whose vocabulary holds the prompts' words ('w1'…'w9' are toy words 64+)
+    return build_toy(ToyConfig(n_layers=2, n_heads=4, n_kv_heads=2, d_model=32, d_head=8, d_vocab=80, norm="layernorm"),
+                     name="toy")
 
 #: RSS growth allowed over 100 iterations after warm-up. One leaked trace of the loop's input
 #: ([4, 60] tokens) holds ~1 MB of activations, so 100 leaked traces would be ~100 MB.
@@ -44,7 +53,7 @@ def _one_thread():
 
 @pytest.fixture(scope="module")
 def models():
-    return {f: tiny_model(f) for f in FAMILIES}
+    return {f: (_toy() if f == "toy" else tiny_model(f)) for f in FAMILIES}
 
 
 def _runs(model) -> dict[str, Callable[[], Any]]:
@@ -61,6 +70,9 @@ def _runs(model) -> dict[str, Callable[[], Any]]:
     calls["privileged_basis_report"] = lambda: privileged_basis_report(model, PROMPTS)
     calls["report(static=False)"] = lambda: report(
         model, PROMPTS[0], answer="w3" if model.arch.has_unembed else None, out_dir=_scratch(), static=False)
+    if model.arch.attn_only:
+        calls["path_expansion"] = lambda: path_expansion(model, PROMPTS[:1], order=2)
+        del calls["trace(neurons=True)"]
     if model.arch.has_unembed:
         calls["attribute_logits(head)"] = lambda: attribute_logits(model, PROMPTS, answer="w3", wrong="w4")
         calls["attribute_logits(neuron, batch_size=1)"] = lambda: attribute_logits(
@@ -292,6 +304,7 @@ def _results(models) -> dict[str, list[Any]]:
     out["HeadOperator"] = [C.head_operator(l, 1, 3, torch.full((2, 4, 4), 0.25))]
     out["AttentionPatterns"] = [attention_patterns(g, PROMPTS, ["L0.H1", "L1.H0"])]
     out["CompositionGraph"] = [composition_edges(C.composition_scores(g, "Q"), max_edges=5)]
+    out["PathExpansion"] = [path_expansion(models["toy"], torch.tensor([[0, 5, 6, 7]]), order=2)]
     return out
 
 
