@@ -6,6 +6,18 @@ The curated public API (explicit re-exports only). See docs/api.md. Figure build
 
 from interp.errors import InterpError
 from interp.attribution import LogitAttribution, attribute_direction, attribute_logits
+from interp.circuits import (
+    CompositionScores,
+    HeadOperator,
+    HeadScores,
+    composition_scores,
+    copying_scores,
+    head_operator,
+    ov_circuit,
+    qk_circuit,
+    rotate_residual,
+    virtual_weights,
+)
 from interp.models import ArchInfo, CatalogEntry, Model, list_models, load_model
 from interp.plots import Exporter, export, report
 from interp.stream import Decomposition, ResidualTrace, trace
@@ -13,17 +25,27 @@ from interp.stream import Decomposition, ResidualTrace, trace
 __all__ = [
     "ArchInfo",
     "CatalogEntry",
+    "CompositionScores",
     "Decomposition",
     "Exporter",
+    "HeadOperator",
+    "HeadScores",
     "InterpError",
     "LogitAttribution",
     "Model",
     "ResidualTrace",
     "attribute_direction",
     "attribute_logits",
+    "composition_scores",
+    "copying_scores",
     "export",
+    "head_operator",
     "list_models",
     "load_model",
+    "ov_circuit",
+    "qk_circuit",
     "report",
+    "rotate_residual",
     "trace",
+    "virtual_weights",
 ]
