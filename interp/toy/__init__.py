@@ -1,14 +1,20 @@
-"""Toy attention-only transformers: build, train, load, and the shipped weights.
+"""Toy attention-only transformers: build, train, load, probe, and the shipped weights.
 
 See :mod:`interp.toy._model` for how the toys map onto interp's ArchInfo / Weights records,
-:mod:`interp.toy._data` for the synthetic data, and :mod:`interp.toy.train` for the recipe that
-reproduces ``weights/attn-only-1l`` and ``weights/attn-only-2l`` (catalog ``toy-attn-only-1l``/``-2l``).
+:mod:`interp.toy._data` for the synthetic data, :mod:`interp.toy._probes` for the induction
+probes and :mod:`interp.toy.train` for the recipe that reproduces ``weights/attn-only-1l`` and
+``weights/attn-only-2l`` (catalog ``toy-attn-only-1l`` / ``toy-attn-only-2l``). The training
+entry points (``train_toy``, ``Recipe``) live in :mod:`interp.toy.train`, which is also the
+``python -m interp.toy.train`` script.
 """
 
 from interp.toy._config import ToyConfig
 from interp.toy._data import random_tokens, repeated_tokens, span_copy_batch
 from interp.toy._model import build_toy, load_toy, save_toy
+from interp.toy._probes import attention_patterns, probe_report
+from interp.toy._skip_trigrams import skip_trigrams
 
 __all__ = [
-    "ToyConfig", "build_toy", "load_toy", "random_tokens", "repeated_tokens", "save_toy", "span_copy_batch",
+    "ToyConfig", "attention_patterns", "build_toy", "load_toy", "probe_report", "random_tokens",
+    "repeated_tokens", "save_toy", "skip_trigrams", "span_copy_batch",
 ]

@@ -67,9 +67,10 @@ class Recipe:
     max_span: Optional[int] = None  # None: (n_ctx - 1) // 2
     data_seed: int = 1
     eval_every: int = 500
+    threads: int = 1  # torch threads while training (tiny matmuls: more threads only add spin-waits)
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "eval_every"):
+        for name in ("steps", "batch_size", "eval_every", "threads"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ArgumentError(f"{name}={v!r} must be a positive int")
@@ -134,12 +135,23 @@ def train_toy(config: ToyConfig, recipe: Recipe = Recipe(), *, name: str = "toy"
     """Train a toy with ``recipe``; returns the trained :class:`Model` and its :class:`TrainingLog`.
 
     Trains the bare native module (no hooks: faster), then wraps the result in a bridge.
-    ``progress(step, loss, probe)`` is called at every evaluation.
+    ``progress(step, loss, probe)`` is called at every evaluation. torch's thread count is
+    set to ``recipe.threads`` for the run and restored afterwards.
     """
     if not isinstance(config, ToyConfig):
         raise ArgumentError(f"config must be a ToyConfig, got {type(config).__name__}")
     if not isinstance(recipe, Recipe):
         raise ArgumentError(f"recipe must be a Recipe, got {type(recipe).__name__}")
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(recipe.threads)
+    try:
+        return _train(config, recipe, name, progress)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _train(config: ToyConfig, recipe: Recipe, name: str,
+           progress: Optional[Callable[[int, float, dict[str, Any]], None]]) -> tuple[Model, TrainingLog]:
     net = _native_model(config).train()
     gen = torch.Generator().manual_seed(recipe.data_seed)
     opt = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=recipe.lr,
@@ -188,7 +200,7 @@ def train_toy(config: ToyConfig, recipe: Recipe = Recipe(), *, name: str = "toy"
     final = probe_report(model)
     return model, TrainingLog(config=config, recipe=recipe, steps=tuple(steps), loss=tuple(losses),
                               probes=tuple(probes), wall_seconds=wall, cpu_seconds=cpu,
-                              threads=torch.get_num_threads(), final=final)
+                              threads=recipe.threads, final=final)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -197,11 +209,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="folder to write config.json + model.safetensors")
     p.add_argument("--steps", type=int, default=None, help="override the recipe's step count")
     p.add_argument("--seed", type=int, default=None, help="override the init seed (data seed = seed + 1)")
-    p.add_argument("--threads", type=int, default=2, help="torch threads (results are bitwise-reproducible per count)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads while training (default 1: fastest here)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    torch.set_num_threads(args.threads)
     config, recipe = shipped_recipe(args.layers)
+    recipe = Recipe(**{**asdict(recipe), "threads": args.threads})
     if args.steps is not None:
         recipe = Recipe(**{**asdict(recipe), "steps": args.steps})
     if args.seed is not None:
