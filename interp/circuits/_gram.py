@@ -31,11 +31,17 @@ def chunks(n: int, size: int) -> Iterator[slice]:
 def gram_r(A: Float[Tensor, "n d k"]) -> Float[Tensor, "n k k"]:
     """A k×k factor R with RᵀR = AᵀA (so ‖A X‖_F = ‖R X‖_F for any X), for tall A [n, d, k].
 
-    Computed from the k×k Gram matrix in float64 (R = Λ^{1/2} Vᵀ with AᵀA = V Λ Vᵀ), which is
-    robust to rank deficiency and much faster than a batched QR of the tall matrices on CPU."""
+    From the k×k Gram matrix in float64: R = Lᵀ of its Cholesky factor (much faster than a
+    batched QR of the tall matrices on CPU); rank-deficient Grams, where Cholesky fails, fall
+    back to R = Λ^{1/2} Vᵀ from their eigendecomposition."""
     G = A.transpose(-2, -1).double() @ A.double()  # [n, k, k]
-    lam, V = torch.linalg.eigh(G)
-    return (lam.clamp_min(0).sqrt()[..., :, None] * V.transpose(-2, -1)).to(A.dtype)
+    L, info = torch.linalg.cholesky_ex(G)
+    R = L.transpose(-2, -1)
+    bad = info != 0
+    if bool(bad.any()):
+        lam, V = torch.linalg.eigh(G[bad])
+        R[bad] = lam.clamp_min(0).sqrt()[..., :, None] * V.transpose(-2, -1)
+    return R.to(A.dtype)
 
 
 def _blocks(d: int) -> list[tuple[int, int]]:
