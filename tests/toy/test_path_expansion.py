@@ -8,7 +8,7 @@ import torch
 from test_toy_training import VARIANTS, perturbed_toy
 from toy_reference import capture_patterns, ov, repeated, uniform
 
-from interp.circuits._path_expansion import PathExpansion, path_expansion
+from interp.circuits._path_expansion import PathExpansion, _count_terms, path_expansion
 from interp.errors import ArgumentError, LabelError, MemoryCapError, ShapeError, UnsupportedOperationError
 from interp.models import load_model
 
@@ -32,6 +32,9 @@ def test_closes_to_the_logits_with_and_without_norms(variant):
     assert torch.allclose(pe.values.sum(0) + pe.unembed_bias, pe.logit, atol=1e-4)
     assert torch.equal(pe.logit, logits[:, -1].gather(-1, pe.answer[:, None])[:, 0])
     assert torch.equal(pe.answer, logits[:, -1].argmax(-1))  # default answer: the model's top token
+    n_sources = 1 + (config.positional == "learned")
+    assert _count_terms(config.n_layers, config.n_heads, config.n_layers, n_sources,
+                        config.norm == "layernorm") == len(pe.labels)  # the memory estimate counts right
 
 
 def test_terms_equal_hand_built_products(toy2):
