@@ -139,7 +139,7 @@ def _boot(config: ToyConfig, *, name: str, device: Any, dtype: torch.dtype,
     from transformer_lens.model_bridge import TransformerBridge
     from transformer_lens.model_bridge.sources import native as _native  # noqa: F401  (registers boot_native)
 
-    from interp.models._load import _check_device, _check_dtype
+    from interp.models._load import _check_device, _check_dtype, _full_precision_norms
 
     dev, dtype = _check_device(device), _check_dtype(dtype)
     if len(vocab) != config.d_vocab:

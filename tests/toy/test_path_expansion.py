@@ -11,6 +11,7 @@ from toy_reference import capture_patterns, ov, repeated, uniform
 from interp.circuits._path_expansion import PathExpansion, _count_terms, path_expansion
 from interp.errors import ArgumentError, LabelError, MemoryCapError, ShapeError, UnsupportedOperationError
 from interp.models import load_model
+from interp.toy import build_toy
 
 N = 15
 
@@ -159,3 +160,12 @@ def test_no_hook_survives_an_exception(toy2, monkeypatch):
     assert all(not hp.fwd_hooks and not hp.bwd_hooks for hp in toy2.bridge.hook_dict.values())
     path_expansion(toy2, torch.tensor([[0, 2, 3]]))  # still works afterwards
     assert all(not hp.fwd_hooks for hp in toy2.bridge.hook_dict.values())
+
+
+@pytest.mark.parametrize("variant", ["layernorm-gqa", "rmsnorm-rotary"])
+def test_float64_closure_is_at_float64_precision(variant):
+    """In float64 the expansion is exact to rounding: no norm rounds through float32."""
+    config = VARIANTS[variant]
+    model = build_toy(config, dtype=torch.float64)
+    pe = path_expansion(model, uniform(2, config.n_ctx, config.d_vocab, seed=6), order=config.n_layers)
+    assert pe.contributions.dtype == torch.float64 and pe.closure_error < 1e-10
