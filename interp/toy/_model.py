@@ -26,7 +26,6 @@ record) and ``model.safetensors`` (the native module's own parameter names).
 from __future__ import annotations
 
 import json
-import logging
 import os
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -42,8 +41,6 @@ from interp.models._weights import Weights
 from interp.toy._config import BOS_ID, UNK_ID, ToyConfig, toy_words
 
 __all__ = ["build_toy", "load_toy", "save_toy", "toy_tokenizer", "toy_arch", "toy_weights", "native_state_dict"]
-
-log = logging.getLogger(__name__)
 
 FORMAT = "interp-toy/1"
 CONFIG_FILE = "config.json"
