@@ -19,6 +19,7 @@ from interp.circuits._factored import POSITION_NOTE, Circuit
 from interp.circuits._head_operator import HeadOperator, head_operator
 from interp.circuits._labels import read_labels, write_labels
 from interp.circuits._ov_qk import ov_circuit, qk_circuit
+from interp.circuits._path_expansion import PathExpansion, path_expansion
 from interp.circuits._rotation import random_rotation, rotate_residual
 from interp.circuits._subspace import ErasureTable, SubspaceOverlap, erasure_candidates, write_subspace_overlap
 from interp.circuits._virtual import VirtualWeightNorms, virtual_weight_norms, virtual_weights
@@ -30,6 +31,7 @@ __all__ = [
     "HeadOperator",
     "HeadScores",
     "OVDiagonalStats",
+    "PathExpansion",
     "POSITION_NOTE",
     "PrivilegedBasisReport",
     "SubspaceOverlap",
@@ -40,6 +42,7 @@ __all__ = [
     "head_operator",
     "ov_circuit",
     "ov_diagonal_stats",
+    "path_expansion",
     "privileged_basis_report",
     "qk_circuit",
     "random_rotation",

@@ -62,12 +62,12 @@ _CATALOG: tuple[CatalogEntry, ...] = (
         relpath="model", kind="hf_dir",
     ),
     CatalogEntry(
-        name="toy-attn-only-1l", family="gpt2",
+        name="toy-attn-only-1l", family="native",
         description="1-layer attention-only toy transformer trained by interp (skip-trigrams, copying)",
         n_params="<1M", package=None, module=None, relpath="toy/weights/attn-only-1l", kind="toy",
     ),
     CatalogEntry(
-        name="toy-attn-only-2l", family="gpt2",
+        name="toy-attn-only-2l", family="native",
         description="2-layer attention-only toy transformer trained by interp (induction heads)",
         n_params="<1M", package=None, module=None, relpath="toy/weights/attn-only-2l", kind="toy",
     ),
