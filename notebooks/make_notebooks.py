@@ -920,9 +920,7 @@ NB03 = [
     the logit of the correct next token at the second-to-last position (an induction prediction):
     """),
     code("""
-    from interp.circuits._path_expansion import path_expansion  # exported as interp.path_expansion by the lead
-
-    pe = path_expansion(toy, seqs, order=2, answer=seqs[:, -1], pos=-2)
+    pe = interp.path_expansion(toy, seqs, order=2, answer=seqs[:, -1], pos=-2)
     print(pe)
     print(f"closure error {pe.closure_error:.1e}: |model logits − Σ paths| over every position and token")
     by_order = pe.to_dataframe().groupby("order")["value"].sum() / len(seqs)
