@@ -15,7 +15,7 @@ Algorithm (never a d_model × d_model product per pair):
    ‖OV_s Y‖ = ‖M_s Y‖ for any Y.
 2. Likewise each destination W_B = A B: N_d = A R'ᵀ with R'ᵀR' = B Bᵀ, so ‖X W_B‖ = ‖X N_d‖.
 3. ‖M_s N_d‖_F² = ⟨M_sᵀ M_s, N_d N_dᵀ⟩: pack both symmetric Gram matrices (:mod:`._gram`) and get
-   all pairs from one [n_heads_total, F] × [F, n_heads_total] matrix product.
+   all pairs (s before d) from a few [n_src, F] × [F, n_dst] matrix products.
 4. Divide by ‖M_s‖_F ‖N_d‖_F; pairs whose destination is not in a later layer are NaN.
 
 Weights follow :mod:`interp.circuits._common` (``fold_norms=True``: transformer-lens's
@@ -141,12 +141,16 @@ def composition_scores(model: Any, kind: str = "K", *, fold_norms: bool = True,
     # 3. packed Grams; the off-diagonal weight 2 goes on the destination side only
     X = packed_gram_left(M, weighted=False).reshape(L, H, -1)  # [L, H, F]
     Z = packed_gram_right(N, weighted=True).reshape(L, H, -1)
-    # one GEMM for all pairs (a [H, F] × [F, ·] product per source layer would be memory-bound)
-    sq = X.reshape(L * H, -1) @ Z.reshape(L * H, -1).T  # [src, dst]
-    scores = sq.clamp_min(0).sqrt().reshape(L, H, L, H)
-    later = torch.arange(L, device=sq.device)
-    scores = torch.where((later[:, None] < later[None, :])[:, None, :, None], scores,
-                         torch.full_like(scores, float("nan")))
+    # src layers in ~6 groups, each against the destination layers after its first layer: ~45% fewer
+    # flops than one all-pairs GEMM, while each product stays large enough not to be memory-bound
+    scores = torch.full((L, H, L, H), float("nan"), dtype=dtype, device=model.device)
+    step = max(1, -(-L // 6))
+    for g0 in range(0, L - 1, step):
+        g1 = min(L - 1, g0 + step)
+        sq = X[g0:g1].reshape((g1 - g0) * H, -1) @ Z[g0 + 1:].reshape((L - g0 - 1) * H, -1).T
+        block = sq.clamp_min(0).sqrt().reshape(g1 - g0, H, L - g0 - 1, H)
+        for i, l in enumerate(range(g0, g1)):
+            scores[l, :, l + 1:] = block[i, :, l - g0:]
     # 4. normalise
     scores = scores / (src_norm[:, :, None, None] * dst_norm[None, None, :, :])
     return CompositionScores(kind=kind, scores=scores, convention=convention(model, fold_norms),

@@ -18,7 +18,8 @@ and W_U W_E [d_model, d_model] is shared by all heads (one d_vocab-long product 
 
 ``ov_diagonal_stats`` asks the same question row by row: for how many input tokens t is t the
 top-1 / top-k output of the full OV circuit? It streams the [d_vocab, d_vocab] product in row
-chunks (bounded memory) and counts, per row, the outputs strictly above the diagonal entry.
+chunks through one reused buffer (bounded memory) and compares each row's top-k with its
+diagonal entry (or, with ``exact_ranks=True``, counts every output above it).
 Weights follow the folding convention of :mod:`interp.circuits._common`.
 """
 
@@ -42,6 +43,7 @@ from interp.circuits._common import (
     fold_write,
     folded_qkv,
     folded_unembed,
+    folds_gains,
     need_unembed,
 )
 from interp.errors import ArgumentError
@@ -137,8 +139,9 @@ class OVDiagonalStats:
     """How often each token is its own top output under one head's full OV circuit.
 
     ``ranks`` [d_vocab]: for input token t, the number of output tokens with a strictly higher
-    entry than the diagonal (t, t) — 0 means t is the top-1 output. ``top1`` / ``topk``: the
-    fractions of tokens with rank 0 / rank < k.
+    entry than the diagonal (t, t) — 0 means t is the top-1 output — capped at ``k`` (k means
+    "k or more") unless computed with ``exact_ranks=True`` (``ranks_exact``). ``top1`` /
+    ``topk``: the fractions of tokens with rank 0 / rank < k.
     """
 
     layer: int
@@ -148,6 +151,7 @@ class OVDiagonalStats:
     topk: float
     ranks: Int[Tensor, "d_vocab"] = field(repr=False)
     diagonal: Float[Tensor, "d_vocab"] = field(repr=False)
+    ranks_exact: bool = False
     convention: str = ""
 
     @property
@@ -155,7 +159,7 @@ class OVDiagonalStats:
         return f"L{self.layer}.H{self.head}"
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per input token: token id, rank of itself, its diagonal entry."""
+        """One row per input token: token id, rank of itself (capped at k unless exact), diagonal entry."""
         return pd.DataFrame({"token": range(self.ranks.shape[0]), "rank": self.ranks.cpu().numpy(),
                              "diagonal": self.diagonal.double().cpu().numpy()})
 
@@ -166,54 +170,83 @@ class OVDiagonalStats:
         return df.sort_values(["rank", "diagonal"], ascending=[True, False]).head(k).reset_index(drop=True)
 
     def plot(self):
-        """Histogram of the self-ranks (log-spaced bins; a plotly Figure)."""
+        """Histogram of the self-ranks (a plotly Figure; log-spaced if the ranks are exact)."""
         import plotly.graph_objects as go
 
         r = self.ranks.double().cpu()
-        fig = go.Figure(go.Histogram(x=torch.log10(r + 1).numpy(), nbinsx=60))
+        x = torch.log10(r + 1).numpy() if self.ranks_exact else r.numpy()
+        fig = go.Figure(go.Histogram(x=x, nbinsx=60 if self.ranks_exact else self.k + 1))
         fig.update_layout(title=f"{self.label}: rank of each token in its own full-OV row "
                                 f"(top-1 {self.top1:.1%}, top-{self.k} {self.topk:.1%})",
-                          xaxis_title="log10(rank + 1)", yaxis_title="tokens")
+                          xaxis_title="log10(rank + 1)" if self.ranks_exact else f"rank (capped at {self.k})",
+                          yaxis_title="tokens")
         return fig
 
     def __repr__(self) -> str:
         return f"OVDiagonalStats({self.label}: top1={self.top1:.3f}, top{self.k}={self.topk:.3f})"
 
 
+def _full_ov_factors(model: Any, layer: int, head: int, fold_norms: bool) -> tuple[Tensor, Tensor]:
+    """(W_E W_V [d_vocab, d_head], W_O W_U [d_head, d_vocab]) with the folding convention, without
+    copying the [d_vocab, d_model] matrices: the folds act on the d_model side of the small factor."""
+    w = model.weights
+    g = model.arch.kv_head(head)
+    _, _, W_V = folded_qkv(model, fold_norms, layer=layer)
+    W_O = fold_write(model, w.W_O[layer, head], fold_norms)  # [d_head, d_model]
+    if fold_norms and folds_gains(model):
+        # W_E P · P diag(γ1) W_V = W_E · (folded W_V): the read is already centred
+        left = w.W_E @ W_V[g]
+        # W_O P · P diag(γ_f) W_U = ((W_O P) P ⊙ γ_f) W_U
+        if model.arch.norm == "layernorm":
+            W_O = W_O - W_O.mean(-1, keepdim=True)
+        right = (W_O * w.lnf_w) @ w.W_U
+    else:
+        left = fold_write(model, w.W_E, fold_norms) @ W_V[g]
+        right = W_O @ folded_unembed(model, fold_norms)
+    return left, right
+
+
 def ov_diagonal_stats(model: Any, layer: int, head: int, k: int = 5, *, fold_norms: bool = True,
-                      chunk_rows: Optional[int] = None, max_chunk_bytes: int = 256 << 20) -> OVDiagonalStats:
+                      exact_ranks: bool = False, chunk_rows: Optional[int] = None,
+                      max_chunk_bytes: int = 256 << 20) -> OVDiagonalStats:
     """Top-1 / top-``k`` self-prediction rates of head ``(layer, head)``'s full OV circuit.
 
-    Rows of W_E W_V W_O W_U are computed ``chunk_rows`` at a time (default: as many as fit in
-    ``max_chunk_bytes``, 256 MiB), so peak memory stays near 2 × max_chunk_bytes whatever d_vocab is.
+    Rows of W_E W_V W_O W_U are computed ``chunk_rows`` at a time into one reused buffer
+    (default: as many rows as fit in ``max_chunk_bytes``, 256 MiB), so memory stays near
+    max_chunk_bytes whatever d_vocab is. Per row, ``torch.topk(k)`` decides top-1 / top-k;
+    ``exact_ranks=True`` also counts every output above the diagonal (about 2× slower).
     """
     check_model(model)
     layer, head = check_layer(model, layer), check_head(model, head)
     check_positive_int(k, name="k")
     check_bool(fold_norms, name="fold_norms")
+    check_bool(exact_ranks, name="exact_ranks")
     need_unembed(model)
     V = model.arch.d_vocab
     if k > V:
         raise ArgumentError(f"k={k} exceeds d_vocab={V}")
     check_positive_int(max_chunk_bytes, name="max_chunk_bytes")
     if chunk_rows is None:
-        chunk_rows = max(1, max_chunk_bytes // (4 * V))
+        chunk_rows = max(1, min(V, max_chunk_bytes // (4 * V)))
     check_positive_int(chunk_rows, name="chunk_rows")
-    g = model.arch.kv_head(head)
-    _, _, W_V = folded_qkv(model, fold_norms, layer=layer)
-    left = fold_write(model, model.weights.W_E, fold_norms) @ W_V[g]  # [V, dh]
-    right = fold_write(model, model.weights.W_O[layer, head], fold_norms) @ folded_unembed(model, fold_norms)  # [dh, V]
+    left, right = _full_ov_factors(model, layer, head, fold_norms)
     ranks = torch.empty(V, dtype=torch.int64, device=left.device)
     diag = torch.empty(V, dtype=left.dtype, device=left.device)
+    buf = torch.empty(min(chunk_rows, V), V, dtype=left.dtype, device=left.device)
     with torch.no_grad():
         for start in range(0, V, chunk_rows):
             stop = min(V, start + chunk_rows)
-            rows = left[start:stop] @ right  # [c, V]
+            rows = torch.matmul(left[start:stop], right, out=buf[: stop - start])  # [c, V]
             ids = torch.arange(start, stop, device=rows.device)
             dg = rows[ids - start, ids]  # [c]
-            ranks[start:stop] = (rows > dg[:, None]).sum(dim=1)
+            if exact_ranks:  # 128 rows at a time: the count's int64 temporary is 8 bytes per entry
+                for s0 in range(0, stop - start, 128):
+                    s1 = min(stop - start, s0 + 128)
+                    ranks[start + s0:start + s1] = (rows[s0:s1] > dg[s0:s1, None]).sum(dim=1)
+            else:
+                top = rows.topk(k, dim=1, sorted=False).values  # [c, k]
+                ranks[start:stop] = (top > dg[:, None]).sum(dim=1)
             diag[start:stop] = dg
-            del rows
     return OVDiagonalStats(layer=layer, head=head, k=k, top1=float((ranks == 0).double().mean()),
                            topk=float((ranks < k).double().mean()), ranks=ranks, diagonal=diag,
-                           convention=convention(model, fold_norms))
+                           ranks_exact=exact_ranks, convention=convention(model, fold_norms))

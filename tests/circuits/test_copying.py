@@ -63,18 +63,25 @@ def test_ov_diagonal_stats_equal_dense_ranks(family_model):
     full = fm.A.double() @ fm.B.double()  # dense float64 reference
     diag = full.diagonal()
     ref_rank = (full > diag[:, None]).sum(1)
-    st = C.ov_diagonal_stats(m, 1, 3, k=5, chunk_rows=7)  # odd chunk size: exercises the chunk edges
-    # ranks agree except where float32 rounding can swap a near-tie with the diagonal entry
     off = (full - diag[:, None]).abs() + torch.eye(full.shape[0], dtype=full.dtype)
-    near_tie = (off < 1e-5 * full.abs().max()).any(1)
-    assert bool(((st.ranks == ref_rank) | near_tie).all())
-    assert int((st.ranks != ref_rank).sum()) <= 2
-    assert st.top1 == pytest.approx(float((st.ranks == 0).double().mean()))
-    assert st.topk == pytest.approx(float((st.ranks < 5).double().mean()))
+    near_tie = (off < 1e-5 * full.abs().max()).any(1)  # float32 rounding may swap these with the diagonal
+    exact = C.ov_diagonal_stats(m, 1, 3, k=5, exact_ranks=True, chunk_rows=7)  # odd chunks: exercises the edges
+    st = C.ov_diagonal_stats(m, 1, 3, k=5, chunk_rows=7)  # ranks capped at k
+    for got, ref in ((exact.ranks, ref_rank), (st.ranks, ref_rank.clamp(max=5))):
+        assert bool(((got == ref) | near_tie).all())
+        assert int((got != ref).sum()) <= 2
+    assert exact.ranks_exact and not st.ranks_exact and int(exact.ranks.max()) > 5 and int(st.ranks.max()) == 5
+    assert st.top1 == exact.top1 == pytest.approx(float((st.ranks == 0).double().mean()))
+    assert st.topk == exact.topk == pytest.approx(float((st.ranks < 5).double().mean()))
     assert abs(st.top1 - float((ref_rank == 0).double().mean())) <= 0.02
+    assert abs(st.topk - float((ref_rank < 5).double().mean())) <= 0.02
     torch.testing.assert_close(st.diagonal.double(), diag, atol=1e-5, rtol=1e-5)
+    fold_false = C.ov_diagonal_stats(m, 1, 3, fold_norms=False)
+    raw = C.ov_circuit(m, 1, 3, full=True, fold_norms=False)
+    torch.testing.assert_close(fold_false.diagonal.double(), (raw.A.double() @ raw.B.double()).diagonal(),
+                               atol=1e-5, rtol=1e-5)
     assert st.to_dataframe().shape == (full.shape[0], 3)
-    assert st.plot().data[0].type == "histogram"
+    assert st.plot().data[0].type == "histogram" and exact.plot().data[0].type == "histogram"
 
 
 def test_minilm_like_encoder_without_unembedding_is_refused(tiny_models):
