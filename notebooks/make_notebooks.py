@@ -222,6 +222,7 @@ NB01 = [
     code("""
     assert closure.relative_error.max() < 1e-4, closure  # DESIGN "Math" 1-3: exact up to fp32 rounding
     """),
+    runtime_cell(),
     md(r"""
     ## What we saw
 
@@ -234,7 +235,6 @@ NB01 = [
     * The embedding term is constant along a pre-norm stream and shrinks at every post-norm layer: in a
       post-norm model "what a head wrote" depends on where you look.
     """),
-    runtime_cell(),
 ]
 
 # --------------------------------------------------------------------------------------------------
@@ -316,8 +316,10 @@ NB02 = [
     md(r"""
     ## Attention patterns of the top heads
 
-    Where do the heads with the largest mean |attribution| look from the final token? Name-mover-like
-    heads attend from the last position to the indirect object.
+    Where do the heads with the largest mean |attribution| look from the final token? A head that attends
+    to a name and copies it raises that name's logit; one that attends to it and writes against it (a
+    "negative name mover" in the IOI circuit of Wang et al. 2022) lowers it. The printout gives each head's
+    most-attended key after position 0, where most heads park unused attention (the attention sink).
     """),
     code("""
     from interp.plots import attention_patterns
@@ -381,18 +383,21 @@ NB02 = [
     assert gap < 1e-3
     del tl_model
     """),
+    runtime_cell(),
     md(r"""
     ## What we saw
 
     * The logit difference splits exactly into 301 terms (270 heads, 30 MLPs, the embedding); the closure
       error against the model's own logits is ~1e-6, and the totals match the plain HF module.
-    * A handful of late heads and MLPs carry most of the IOI logit difference; the top heads' attention
-      from the final token shows where each one reads.
+    * A handful of late heads (layers 23–29) and MLPs carry most of the IOI logit difference. Their attention
+      from the final token tells them apart: L23.H1 and L23.H2 attend to " Mary" and push it up, L24.H4
+      attends to " Mary" and pushes it down, and the largest head, L23.H3, attends mostly to " John" yet
+      raises the difference — attention alone does not say what a head writes; its OV circuit does
+      (notebook 03).
     * The batched sweep gives per-head means that agree with the small set, with a progress bar and only
       `[n_terms, n_prompts]` kept in memory.
     * transformer-lens's compatibility-mode DLA gives the same per-head numbers to float rounding.
     """),
-    runtime_cell(),
 ]
 
 
@@ -595,6 +600,7 @@ NB04 = [
     print(f"DLA (Mary − John): {top.src} {a0[top.src].item():+.2f}, {top.dst} {a0[top.dst].item():+.2f}")
     er.plot()
     """),
+    runtime_cell(),
     md(r"""
     ## What we saw
 
@@ -612,7 +618,6 @@ NB04 = [
       subspaces (none fully negative-definite); on the IOI prompt the top pair's writes point against each
       other and their logit attributions have opposite signs.
     """),
-    runtime_cell(),
 ]
 
 # --------------------------------------------------------------------------------------------------
@@ -750,6 +755,7 @@ NB05 = [
     code("""
     shutil.rmtree(out)  # the temporary directory and everything exported into it
     """),
+    runtime_cell(),
     md(r"""
     ## What we saw
 
@@ -761,7 +767,6 @@ NB05 = [
     * One call writes the whole report, and its `results.json` carries the closure error of the
       attribution it shows.
     """),
-    runtime_cell(),
 ]
 
 # --------------------------------------------------------------------------------------------------
@@ -1013,6 +1018,7 @@ NB03 = [
     code("""
     plots.attention_patterns(model, ids[:1], [src, dst]).plot()
     """),
+    runtime_cell(),
     md(r"""
     ## What we saw
 
@@ -1031,7 +1037,6 @@ NB03 = [
       induct). Copying scores alone do not find them (dozens of heads copy), and the QK circuits of a
       rotary model need `rel_pos` to say anything about position.
     """),
-    runtime_cell(),
 ]
 
 NOTEBOOKS = {
