@@ -228,10 +228,11 @@ NB01 = [
 
     * A pre-norm model's residual stream is literally the sum of its writes: each term of a resid point is
       the raw write (head outputs match `resid_mid − resid_pre`, the MLP term matches `hook_mlp_out`), and
-      read points split exactly once the norm's scale is frozen — closure ~1e-7 relative in fp32.
-    * In the post-norm encoder the raw writes miss the hidden state by O(1); carrying each write through
-      every later Add & Norm (frozen σ, centring, γ) and counting each β as a write closes the
-      decomposition to the same ~1e-6 level.
+      read points split exactly once the norm's scale is frozen — closure ≤1e-6 relative in fp32 at every
+      point we checked.
+    * In the post-norm encoder the raw writes summed miss the hidden state by about a hundred times its
+      own size; carrying each write through every later Add & Norm (frozen σ, centring, γ) and counting
+      each β as a write closes the decomposition to the same ≤1e-6 level.
     * The embedding term is constant along a pre-norm stream and shrinks at every post-norm layer: in a
       post-norm model "what a head wrote" depends on where you look.
     """),
