@@ -86,7 +86,18 @@ def read_labels(model: Any) -> list[str]:
     return out
 
 
-def _bad(name: str, label: Any, valid: list[str], why: str = "") -> LabelError:
+class _Lazy:
+    """The list of valid labels, built only when an error message needs it."""
+
+    def __init__(self, fn, model: Any) -> None:
+        self.fn, self.model = fn, model
+
+    def get(self) -> list[str]:
+        return self.fn(self.model)
+
+
+def _bad(name: str, label: Any, lazy: "_Lazy", why: str = "") -> LabelError:
+    valid = lazy.get()
     ex = valid if len(valid) <= 6 else valid[:3] + ["…"] + valid[-3:]
     return LabelError(f"{name}={label!r} is not a {'write' if name == 'src' else 'read'} label of this model"
                       f"{why}; valid labels look like {ex}")
@@ -94,7 +105,7 @@ def _bad(name: str, label: Any, valid: list[str], why: str = "") -> LabelError:
 
 def parse_write(model: Any, label: Any, *, name: str = "src") -> Write:
     a = model.arch
-    valid = write_labels(model)
+    valid = _Lazy(write_labels, model)
     if not isinstance(label, str):
         raise _bad(name, label, valid)
     if label == "embed":
@@ -116,11 +127,11 @@ def parse_write(model: Any, label: Any, *, name: str = "src") -> Write:
 
 def parse_read(model: Any, label: Any, *, name: str = "dst") -> Read:
     a = model.arch
-    valid = read_labels(model)
+    valid = _Lazy(read_labels, model)
     if not isinstance(label, str):
         raise _bad(name, label, valid)
     if label == "unembed":
-        if "unembed" not in valid:
+        if not (a.has_unembed and model.weights.W_U is not None):
             raise UnsupportedOperationError(f"{name}='unembed': model {model.name!r} has no unembedding (W_U is None)")
         return Read(label, "unembed")
     if m := _ATTN_READ.fullmatch(label):

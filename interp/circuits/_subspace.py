@@ -45,13 +45,33 @@ from interp.circuits._labels import parse_write, write_labels, write_matrix
 __all__ = ["SubspaceOverlap", "ErasureTable", "write_subspace_overlap", "erasure_candidates"]
 
 
+def _row_bases(M: Tensor, rtol: float = 1e-6) -> tuple[Tensor, Tensor]:
+    """Orthonormal bases U [n, d, r] of the row spaces of M [n, r, d] (r ≤ d), zero-padded past each
+    rank, and the ranks [n]. Any orthonormal basis will do (overlaps, traces and eigenvalues of
+    UᵀXU do not depend on the choice): U = Mᵀ L⁻ᵀ with M Mᵀ = L Lᵀ (batched Cholesky, fast on CPU),
+    with a thin SVD for the rank-deficient or ill-conditioned ones."""
+    M = M.double()
+    n, r, _ = M.shape
+    L, info = torch.linalg.cholesky_ex(M @ M.transpose(-2, -1))  # [n, r, r]
+    dL = torch.diagonal(L, dim1=-2, dim2=-1).abs()
+    good = (info == 0) & (dL.min(-1).values > rtol * dL.max(-1).values)
+    U = torch.zeros(n, M.shape[2], r, dtype=torch.float64, device=M.device)
+    ranks = torch.full((n,), r, dtype=torch.int64, device=M.device)
+    if bool(good.any()):
+        U[good] = torch.linalg.solve_triangular(L[good], M[good], upper=False).transpose(-2, -1)
+    for i in (~good).nonzero().flatten().tolist():
+        _, S, Vh = torch.linalg.svd(M[i], full_matrices=False)
+        kk = int((S > rtol * S[0]).sum()) if S[0] > 0 else 0
+        U[i, :, :kk] = Vh[:kk].T
+        ranks[i] = kk
+    return U, ranks
+
+
 def _head_bases(model: Any, fold_norms: bool, rtol: float = 1e-6) -> tuple[Tensor, Tensor]:
     """(U [N, d, dh] orthonormal columns, zero-padded past each head's rank, ranks [N])."""
     a = model.arch
-    W_O = fold_write(model, model.weights.W_O, fold_norms).double().reshape(a.n_layers * a.n_heads, a.d_head, a.d_model)
-    U, S, _ = torch.linalg.svd(W_O.transpose(-2, -1), full_matrices=False)  # U [N, d, dh]
-    keep = S > rtol * S[:, :1]
-    return U * keep[:, None, :], keep.sum(-1)
+    W_O = fold_write(model, model.weights.W_O, fold_norms).reshape(a.n_layers * a.n_heads, a.d_head, a.d_model)
+    return _row_bases(W_O, rtol)
 
 
 @dataclass(frozen=True, eq=False)
@@ -149,19 +169,32 @@ class ErasureTable:
 
 
 def _write_bases(model: Any, labels: list[str], k: int, fold_norms: bool) -> Tensor:
-    """Top-k right singular directions [n, d, k] of each write's matrix (zero-padded past its rank)."""
+    """Top-k right singular directions [n, d, k] of each write's matrix (zero-padded past its rank).
+
+    A head's W_O has only d_head ≤ k rows: its whole row space is used, in any orthonormal basis."""
     out = torch.zeros(len(labels), model.arch.d_model, k, dtype=torch.float64, device=model.device)
+    heads = [i for i, lab in enumerate(labels) if parse_write(model, lab).kind == "head"]
+    if heads and k >= model.arch.d_head:
+        M = torch.stack([write_matrix(model, parse_write(model, labels[i]), fold_norms) for i in heads])
+        out[heads, :, : model.arch.d_head] = _row_bases(M)[0]
+    tall: dict[tuple[int, ...], list[int]] = {}  # MLPs' W_out, W_E: top-k eigenvectors of the d×d Gram
     for i, lab in enumerate(labels):
-        M = write_matrix(model, parse_write(model, lab), fold_norms).double()  # [rows, d]
-        if M.shape[0] <= M.shape[1]:  # a head's W_O [d_head, d]: thin SVD, ~40x faster than eigh of a rank-deficient Gram
-            _, S, Vh = torch.linalg.svd(M, full_matrices=False)
-            kk = min(k, int((S > S[0] * 1e-6).sum()))  # same cut as the eigenvalues' 1e-12 below
-            out[i, :, :kk] = Vh[:kk].T
+        if i in heads and k >= model.arch.d_head:
             continue
-        G = M.T @ M  # [d, d]; eigenvectors = right singular vectors
-        evals, evecs = torch.linalg.eigh(G)
-        kk = min(k, int((evals > evals[-1] * 1e-12).sum()))
-        out[i, :, :kk] = evecs[:, -kk:].flip(-1)
+        M = write_matrix(model, parse_write(model, lab), fold_norms)  # [rows, d]
+        if M.shape[0] > M.shape[1]:
+            tall.setdefault(tuple(M.shape), []).append(i)
+            continue
+        _, S, Vh = torch.linalg.svd(M.double(), full_matrices=False)  # thin SVD (a head with k < d_head)
+        kk = min(k, int((S > S[0] * 1e-6).sum()))
+        out[i, :, :kk] = Vh[:kk].T
+    for idx in tall.values():
+        G = torch.stack([(lambda M: M.T @ M)(write_matrix(model, parse_write(model, labels[i]), fold_norms).double())
+                         for i in idx])  # [n, d, d]
+        evals, evecs = torch.linalg.eigh(G)  # one batched call: eigh is the slow step
+        for j, i in enumerate(idx):
+            kk = min(k, int((evals[j] > evals[j, -1] * 1e-12).sum()))
+            out[i, :, :kk] = evecs[j, :, -kk:].flip(-1)
     return out
 
 

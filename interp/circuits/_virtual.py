@@ -29,7 +29,17 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.circuits._common import check_model, DEFAULT_MAX_BYTES, check_bool, check_positive_int, convention
+from interp.circuits._common import (
+    DEFAULT_MAX_BYTES,
+    check_bool,
+    check_model,
+    check_positive_int,
+    convention,
+    folded_mlp_in,
+    folded_qkv,
+    folded_unembed,
+    folded_writes,
+)
 from interp.circuits._factored import Circuit
 from interp.circuits._gram import packed_gram_left, packed_gram_right, packed_size
 from interp.circuits._labels import (
@@ -112,13 +122,33 @@ class VirtualWeightNorms:
         return f"VirtualWeightNorms({len(self.writes)} writes × {len(self.reads)} reads, {self.convention})"
 
 
-def _grouped(model: Any, labels: list[str], parse, matrix, fold_norms: bool):
-    """Group labels whose matrices share a shape so their Gram matrices can be built batched."""
-    groups: dict[tuple[int, ...], list[tuple[int, Any]]] = {}
-    for i, lab in enumerate(labels):
-        obj = parse(model, lab)
-        groups.setdefault(tuple(matrix(model, obj, fold_norms).shape), []).append((i, obj))
-    return groups
+def _write_stacks(model: Any, fold_norms: bool, dtype: torch.dtype):
+    """(labels, B [n, k, d_model]) per kind of write, folded, in write_labels' naming."""
+    a, w = model.arch, folded_writes(model, fold_norms)
+    L, H = a.n_layers, a.n_heads
+    yield ["embed"], w["W_E"][None]
+    if w["W_pos"] is not None:
+        yield ["pos_embed"], w["W_pos"][None]
+    yield [f"L{l}.H{h}" for l in range(L) for h in range(H)], w["W_O"].reshape(L * H, a.d_head, a.d_model)
+    if w["W_out"] is not None:
+        yield [f"L{l}.mlp" for l in range(L)], w["W_out"]
+
+
+def _read_stacks(model: Any, fold_norms: bool, dtype: torch.dtype):
+    """(labels, A [n, d_model, k]) per kind of read, folded, in read_labels' naming."""
+    a = model.arch
+    L, H, G = a.n_layers, a.n_heads, a.n_kv_heads
+    W_Q, W_K, W_V = folded_qkv(model, fold_norms)
+    yield [f"L{l}.attn.q[H{h}]" for l in range(L) for h in range(H)], W_Q.reshape(L * H, a.d_model, a.d_head)
+    yield [f"L{l}.attn.k[H{g}]" for l in range(L) for g in range(G)], W_K.reshape(L * G, a.d_model, a.d_head)
+    yield [f"L{l}.attn.v[H{g}]" for l in range(L) for g in range(G)], W_V.reshape(L * G, a.d_model, a.d_head)
+    if not a.attn_only:
+        W_in, W_gate = folded_mlp_in(model, fold_norms)
+        yield [f"L{l}.mlp.in" for l in range(L)], W_in
+        if W_gate is not None:
+            yield [f"L{l}.mlp.gate" for l in range(L)], W_gate
+    if a.has_unembed and model.weights.W_U is not None:
+        yield ["unembed"], folded_unembed(model, fold_norms)[None]
 
 
 def virtual_weight_norms(model: Any, *, fold_norms: bool = True,
@@ -133,16 +163,14 @@ def virtual_weight_norms(model: Any, *, fold_norms: bool = True,
     writes, reads = write_labels(model), read_labels(model)
     F = packed_size(model.arch.d_model)
     dev = model.device
+    w_row = {lab: i for i, lab in enumerate(writes)}
+    r_row = {lab: i for i, lab in enumerate(reads)}
     Xw = torch.empty(len(writes), F, dtype=dtype, device=dev)  # packed W_Oᵀ W_O
-    for _, items in _grouped(model, writes, parse_write, write_matrix, fold_norms).items():
-        idx = [i for i, _ in items]
-        B = torch.stack([write_matrix(model, w, fold_norms).to(dtype) for _, w in items])  # [n, k, d]
-        Xw[idx] = packed_gram_left(B, weighted=False)
-    Zr = torch.empty(len(reads), F, dtype=dtype, device=dev)  # packed W_I W_Iᵀ, off-diagonals doubled
-    for _, items in _grouped(model, reads, parse_read, read_matrix, fold_norms).items():
-        idx = [i for i, _ in items]
-        A = torch.stack([read_matrix(model, r, fold_norms).to(dtype) for _, r in items])  # [n, d, k]
-        Zr[idx] = packed_gram_right(A, weighted=True)
+    for labels, B in _write_stacks(model, fold_norms, dtype):
+        Xw[[w_row[x] for x in labels]] = packed_gram_left(B.to(dtype), weighted=False)
+    Zr = torch.empty(len(reads), F, dtype=dtype, device=dev)  # packed W_I W_Iᵀ, off-diagonal blocks doubled
+    for labels, A in _read_stacks(model, fold_norms, dtype):
+        Zr[[r_row[x] for x in labels]] = packed_gram_right(A.to(dtype), weighted=True)
     sq = Xw @ Zr.T  # [n_writes, n_reads]
     w_ord = torch.tensor([parse_write(model, s).order(model) for s in writes], dtype=torch.float64)
     r_ord = torch.tensor([parse_read(model, s).order(model) for s in reads], dtype=torch.float64)
