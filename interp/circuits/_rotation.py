@@ -153,7 +153,8 @@ def _hf_state(family: str, w: Any, n_layers: int) -> tuple[dict[str, Tensor], st
             sd[p + "self_attn.v_proj.bias"] = w.b_V[l].reshape(-1)
             sd[p + "self_attn.o_proj.weight"] = einops.rearrange(w.W_O[l], "n h m -> m (n h)")
             sd[p + "self_attn.o_proj.bias"] = w.b_O[l]
-            sd[p + "mlp.up_proj.weight"] = w.W_in[l].T
+            sd[p + "mlp.up_proj.weight"], sd[p + "mlp.up_proj.bias"] = w.W_in[l].T, w.b_in[l]
+            sd[p + "mlp.down_proj.bias"] = w.b_out[l]
             sd[p + "mlp.gate_proj.weight"] = w.W_gate[l].T
             sd[p + "mlp.down_proj.weight"] = w.W_out[l].T
             sd[p + "input_layernorm.weight"] = w.ln1_w[l]

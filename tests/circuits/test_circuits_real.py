@@ -68,3 +68,18 @@ def test_minilm_has_no_full_circuits(minilm):
     with pytest.raises(UnsupportedOperationError, match="no unembedding"):
         C.copying_scores(minilm)
     assert C.composition_scores(minilm, "Q").scores.shape == (6, 12, 6, 12)
+
+
+def test_smollm2_head_operator_reproduces_the_heads_write(smollm2):
+    """A ⊗ W_O W_V on the head's normalised input (ln1.hook_out) == z_h W_O^h from the model, all 9 heads."""
+    from circuits_reference import capture
+
+    m, layer = smollm2, 7
+    toks = m.to_tokens("When Mary and John went to the store, John gave a drink to")
+    cap = capture(m, toks, [f"blocks.{layer}.ln1.hook_out", f"blocks.{layer}.attn.hook_pattern",
+                            f"blocks.{layer}.attn.hook_z"])
+    x = cap[f"blocks.{layer}.ln1.hook_out"][0]
+    for h in range(m.arch.n_heads):
+        actual = cap[f"blocks.{layer}.attn.hook_z"][0, :, h] @ m.weights.W_O[layer, h]
+        got = C.head_operator(m, layer, h, cap[f"blocks.{layer}.attn.hook_pattern"][0, h]).apply(x)
+        assert float((got - actual).norm() / actual.norm()) < 1e-4
