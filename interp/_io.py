@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Type, TypeVar, Union
 
+import pandas as pd
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -24,10 +25,18 @@ __all__ = ["SaveLoadMixin"]
 
 T = TypeVar("T", bound="SaveLoadMixin")
 _FORMAT = "interp-result-v1"
+_FRAME = "__dataframe__"
+
+
+def _json_scalar(o: Any) -> Any:
+    """numpy/torch scalars (e.g. a DataFrame's numpy.bool_) as Python values; anything else is refused."""
+    if hasattr(o, "item") and getattr(o, "ndim", 0) == 0:
+        return o.item()
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
 
 
 class SaveLoadMixin:
-    """``result.save(path)`` / ``Result.load(path)`` for frozen dataclasses of tensors + JSON values."""
+    """``result.save(path)`` / ``Result.load(path)`` for frozen dataclasses of tensors, JSON values and DataFrames."""
 
     def save(self, path: Union[str, os.PathLike]) -> Path:
         if not isinstance(path, (str, os.PathLike)):
@@ -41,10 +50,15 @@ class SaveLoadMixin:
             v = getattr(self, f.name)
             if isinstance(v, torch.Tensor):
                 tensors[f.name] = v.detach().cpu().contiguous()
+            elif isinstance(v, pd.DataFrame):
+                split = v.to_dict(orient="split")  # Python floats: JSON keeps them bit-exact
+                frame = {"columns": [str(c) for c in split["columns"]], "data": split["data"],
+                         "dtypes": {str(c): str(t) for c, t in v.dtypes.items()}}
+                meta[f.name] = {_FRAME: frame}
             else:
                 meta[f.name] = v
         try:
-            header = json.dumps(meta)
+            header = json.dumps(meta, default=_json_scalar)
         except TypeError as e:
             raise ExportError(f"{type(self).__name__} has a field that cannot be saved as JSON: {e}") from e
         if not path.parent.is_dir():
@@ -83,6 +97,13 @@ class SaveLoadMixin:
         if not isinstance(fields, dict):
             raise ResultFormatError(f"path={str(path)!r} has a damaged {cls.__name__} header (fields is not a JSON object)")
         fields.update(tensors)
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            v = fields.get(f.name)
+            if isinstance(v, dict) and _FRAME in v:
+                frame = v[_FRAME]
+                fields[f.name] = pd.DataFrame(frame["data"], columns=frame["columns"]).astype(frame.get("dtypes", {}))
+            elif isinstance(v, list) and str(f.type).startswith(("tuple", "Tuple")):
+                fields[f.name] = tuple(v)  # JSON has no tuples
         names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         missing = names - set(fields)
         if missing:

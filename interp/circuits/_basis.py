@@ -30,6 +30,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp._io import SaveLoadMixin
 from interp.circuits._common import check_data, check_model, check_bool, check_positive_int
 from interp.circuits._rotation import random_rotation
 from interp.errors import ArgumentError, ShapeError
@@ -67,7 +68,7 @@ class _Moments:
 
 
 @dataclass(frozen=True, eq=False)
-class PrivilegedBasisReport:
+class PrivilegedBasisReport(SaveLoadMixin):
     """Excess kurtosis per coordinate: ``resid`` [n_layers, d_model] (residual stream after each block,
     own basis), ``resid_rotated`` [n_layers, d_model] (random orthogonal basis, the control),
     ``neurons`` [n_layers, d_mlp] (MLP activations; None for attention-only models)."""

@@ -33,6 +33,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp._io import SaveLoadMixin
 from interp.circuits._common import check_model, check_bool, check_positive_int, convention, fold_write, folded_qkv
 from interp.circuits._gram import gram_r, packed_gram_left, packed_gram_right
 from interp.errors import ArgumentError
@@ -43,7 +44,7 @@ _KINDS = ("Q", "K", "V")
 
 
 @dataclass(frozen=True, eq=False)
-class CompositionScores:
+class CompositionScores(SaveLoadMixin):
     """``scores`` [n_layers, n_heads, n_layers, n_heads] (src layer, src head, dst layer, dst head);
     NaN where the destination is not in a later layer (``mask`` is True where defined)."""
 

@@ -33,6 +33,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp._io import SaveLoadMixin
 from interp.circuits._common import (
     check_model,
     check_bool,
@@ -52,7 +53,7 @@ __all__ = ["HeadScores", "OVDiagonalStats", "copying_scores", "ov_diagonal_stats
 
 
 @dataclass(frozen=True, eq=False)
-class HeadScores:
+class HeadScores(SaveLoadMixin):
     """One number per attention head: ``scores`` [n_layers, n_heads], named by ``metric``."""
 
     metric: str
@@ -135,7 +136,7 @@ def copying_scores(model: Any, *, fold_norms: bool = True) -> HeadScores:
 
 
 @dataclass(frozen=True, eq=False)
-class OVDiagonalStats:
+class OVDiagonalStats(SaveLoadMixin):
     """How often each token is its own top output under one head's full OV circuit.
 
     ``ranks`` [d_vocab]: for input token t, the number of output tokens with a strictly higher

@@ -29,6 +29,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp._io import SaveLoadMixin
 from interp.circuits._common import check_data, check_model, DEFAULT_MAX_BYTES, check_head, check_layer, check_max_bytes, refuse_materialise
 from interp.circuits._factored import Circuit
 from interp.errors import ArgumentError, ShapeError
@@ -65,7 +66,7 @@ def _check_pattern(pattern: Any) -> Tensor:
 
 
 @dataclass(frozen=True, eq=False)
-class HeadOperator:
+class HeadOperator(SaveLoadMixin):
     """A ⊗ W_O W_V for one head and one (or a batch of) frozen attention pattern(s).
 
     ``pattern`` [pos, pos] or [batch, pos, pos]; ``W_V`` [d_model, d_head] (the KV head's),

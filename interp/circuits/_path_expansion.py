@@ -61,6 +61,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp._io import SaveLoadMixin
 from interp.errors import ArgumentError, MemoryCapError, ShapeError, UnsupportedOperationError
 
 __all__ = ["PathExpansion", "path_expansion"]
@@ -72,7 +73,7 @@ MEMORY_CAP_BYTES = 4 * 2**30  # refuse to materialise more than 4 GiB of path co
 
 
 @dataclass(frozen=True, eq=False)
-class PathExpansion:
+class PathExpansion(SaveLoadMixin):
     """Every path's contribution to the logits of one forward pass (patterns frozen).
 
     ``labels[i]`` names path i from its source through its heads ("embed", "pos_embed→L0.H3",

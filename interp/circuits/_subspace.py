@@ -38,6 +38,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp._io import SaveLoadMixin
 from interp.circuits._common import check_model, check_bool, check_positive_int, convention, fold_write, folded_qkv
 from interp.circuits._gram import chunks, pack_symmetric, packed_gram_left
 from interp.circuits._labels import parse_write, write_labels, write_matrix
@@ -75,7 +76,7 @@ def _head_bases(model: Any, fold_norms: bool, rtol: float = 1e-6) -> tuple[Tenso
 
 
 @dataclass(frozen=True, eq=False)
-class SubspaceOverlap:
+class SubspaceOverlap(SaveLoadMixin):
     """``overlap`` [n_layers, n_heads, n_layers, n_heads]: mean cos² of the principal angles between
     two heads' write subspaces (symmetric, 1 on the diagonal); ``baseline`` = d_head / d_model."""
 
@@ -131,7 +132,7 @@ def write_subspace_overlap(model: Any, *, fold_norms: bool = True) -> SubspaceOv
 
 
 @dataclass(frozen=True, eq=False)
-class ErasureTable:
+class ErasureTable(SaveLoadMixin):
     """Candidate (earlier write → later head) erasures, most negative ``mean_gain`` first.
 
     Columns: src, dst, mean_gain = tr(E)/k, max_eig / min_eig of the symmetric part S of

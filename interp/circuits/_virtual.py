@@ -29,6 +29,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp._io import SaveLoadMixin
 from interp.circuits._common import (
     DEFAULT_MAX_BYTES,
     check_bool,
@@ -76,7 +77,7 @@ def virtual_weights(model: Any, src: str, dst: str, *, fold_norms: bool = True,
 
 
 @dataclass(frozen=True, eq=False)
-class VirtualWeightNorms:
+class VirtualWeightNorms(SaveLoadMixin):
     """‖W_O^src W_I^dst‖_F for every write (rows) × read (columns); NaN where the read is not after the write."""
 
     values: Float[Tensor, "n_writes n_reads"] = field(repr=False)

@@ -22,6 +22,7 @@ from jaxtyping import Float
 from plotly.subplots import make_subplots
 from torch import Tensor
 
+from interp._io import SaveLoadMixin
 from interp.errors import ArgumentError, ShapeError
 from interp.plots._common import as_numpy, check_index, esc, fmt, parse_head, unique_token_labels
 
@@ -29,7 +30,7 @@ __all__ = ["AttentionPatterns", "attention_pattern_figure", "attention_patterns"
 
 
 @dataclass(frozen=True, eq=False)
-class AttentionPatterns:
+class AttentionPatterns(SaveLoadMixin):
     """Patterns [n_heads_selected, query_pos, key_pos] of one prompt, the head labels and tokens."""
 
     patterns: Float[Tensor, "head query_pos key_pos"] = field(repr=False)
