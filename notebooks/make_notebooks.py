@@ -535,11 +535,13 @@ NB04 = [
     """),
     code("""
     w = model.weights
-    head_ranks = torch.linalg.matrix_rank(w.W_O.flatten(0, 1).double())  # [n_layers * n_heads]
-    mlp_ranks = torch.linalg.matrix_rank(w.W_out.double())
-    print(f"rank of W_O^h: {sorted(set(head_ranks.tolist()))} of d_model={model.arch.d_model} "
-          f"({model.arch.d_head / model.arch.d_model:.1%} of the stream per head)")
-    print(f"rank of W_out: {sorted(set(mlp_ranks.tolist()))}")
+    W_O = w.W_O.flatten(0, 1).double()  # [n_layers * n_heads, d_head, d_model]
+    head_ranks = torch.linalg.matrix_rank(W_O @ W_O.transpose(-1, -2), hermitian=True)  # rank(W Wᵀ) = rank(W)
+    W_out = w.W_out[[0, 15, 29]].double()  # three layers: [3, d_mlp, d_model]
+    mlp_ranks = torch.linalg.matrix_rank(W_out.transpose(-1, -2) @ W_out, hermitian=True)
+    print(f"rank of W_O^h, all {len(head_ranks)} heads: {sorted(set(head_ranks.tolist()))} of "
+          f"d_model={model.arch.d_model} ({model.arch.d_head / model.arch.d_model:.1%} of the stream per head)")
+    print(f"rank of W_out in layers 0, 15, 29: {mlp_ranks.tolist()}")
     """),
     md(r"""
     Do different heads share their subspaces? Overlap = mean cos² of the principal angles between two heads'
