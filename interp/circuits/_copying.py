@@ -131,7 +131,8 @@ def copying_scores(model: Any, *, fold_norms: bool = True) -> HeadScores:
     K = _cyclic_products(model, fold_norms)
     lam = torch.linalg.eigvals(K)  # [L, H, dh] complex
     score = lam.real.sum(-1) / lam.abs().sum(-1).clamp_min(torch.finfo(torch.float64).tiny)
-    return HeadScores(metric="copying_score", scores=score.to(torch.float64 if model.dtype == torch.float64 else torch.float32), convention=convention(model, fold_norms),
+    out_dtype = torch.float64 if model.dtype == torch.float64 else torch.float32
+    return HeadScores(metric="copying_score", scores=score.to(out_dtype), convention=convention(model, fold_norms),
                       model_name=model.name)
 
 

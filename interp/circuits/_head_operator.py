@@ -30,7 +30,15 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp._io import SaveLoadMixin
-from interp.circuits._common import check_data, check_model, DEFAULT_MAX_BYTES, check_head, check_layer, check_max_bytes, refuse_materialise
+from interp.circuits._common import (
+    DEFAULT_MAX_BYTES,
+    check_data,
+    check_head,
+    check_layer,
+    check_max_bytes,
+    check_model,
+    refuse_materialise,
+)
 from interp.circuits._factored import Circuit
 from interp.errors import ArgumentError, ShapeError
 

@@ -220,6 +220,7 @@ def _build_hf(model: Any, w: Any) -> Any:
         raise UnsupportedOperationError(f"rotate_residual cannot write HF parameters {missing[:5]} of "
                                         f"{type(hf_old).__name__}")
     hf.load_state_dict(sd, strict=True)
+    log.debug("rotate_residual: built a fresh %s with untied embeddings (W_U = Rᵀ diag(γ_f) W_U)", type(hf).__name__)
     if bool((w.b_U != 0).any()):
         old = getattr(hf, head_name)
         if old.bias is None:  # fold β_f W_U into an unembedding bias the HF class lacks
@@ -228,6 +229,7 @@ def _build_hf(model: Any, w: Any) -> Any:
                 new.weight.copy_(old.weight)
                 new.bias.copy_(w.b_U.to(old.weight.dtype))
             setattr(hf, head_name, new)
+            log.debug("rotate_residual: %s gets a bias β_f W_U (the final LayerNorm's bias, folded)", head_name)
     return hf.eval()
 
 
