@@ -9,11 +9,12 @@ enables compatibility mode, so the bridge's logits are the HF model's).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import types
 from pathlib import Path
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import torch
 
@@ -192,6 +193,17 @@ def model_from_hf(
     )
 
 
+def _quietly(fn: Callable[..., Model]) -> Callable[..., Model]:
+    """Run ``fn`` with transformers' load chatter silenced (see :func:`_quiet_transformers`)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Model:
+        with _quiet_transformers():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
 @contextlib.contextmanager
 def _quiet_transformers() -> Iterator[None]:
     """Silence transformers' per-load report tables and weight-loading bars; restore them after."""
@@ -208,6 +220,7 @@ def _quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+@_quietly
 def load_model(
     name_or_path: Union[str, os.PathLike],
     *,
@@ -222,19 +235,6 @@ def load_model(
     are dequantized once and cached as safetensors under ``cache_dir`` (default
     ``$INTERP_CACHE`` or ``~/.cache/interp``). Remote code runs only with ``trust_remote_code=True``.
     """
-    with _quiet_transformers():
-        return _load(name_or_path, device=device, dtype=dtype, cache_dir=cache_dir,
-                     trust_remote_code=trust_remote_code)
-
-
-def _load(
-    name_or_path: Union[str, os.PathLike],
-    *,
-    device: Union[str, torch.device] = "cpu",
-    dtype: torch.dtype = torch.float32,
-    cache_dir: Optional[Union[str, os.PathLike]] = None,
-    trust_remote_code: bool = False,
-) -> Model:
     if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
         raise ArgumentError(f"name_or_path={name_or_path!r} must be a non-empty string or path")
     _check_device(device)
