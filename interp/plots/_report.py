@@ -173,6 +173,28 @@ def _top_heads(attr: Any, n: int) -> list[tuple[str, float]]:
     return heads[:n]
 
 
+
+def _export_static(figs: dict[str, Any], out: Path, exporter: Optional[Exporter], *,
+                   static: bool) -> tuple[dict[str, list[str]], dict[str, float]]:
+    """Each figure as PNG and SVG under ``out/figures`` through one browser; (files, seconds per file)."""
+    files: dict[str, list[str]] = {name: [] for name in figs}
+    seconds: dict[str, float] = {}
+    if not static:
+        return files, seconds
+    (out / "figures").mkdir(exist_ok=True)
+    ex = exporter if exporter is not None else Exporter()
+    try:
+        for name, fig in figs.items():
+            for suf in ("png", "svg"):
+                t0 = time.perf_counter()
+                ex.export(fig, out / "figures" / f"{name}.{suf}")
+                seconds[f"{name}.{suf}"] = round(time.perf_counter() - t0, 3)
+                files[name].append(f"figures/{name}.{suf}")
+    finally:
+        if exporter is None:
+            ex.close()
+    return files, seconds
+
 def report(
     model: Any,
     prompt: str,
@@ -324,24 +346,8 @@ def report(
             rs = residual_stream_norms(tr, pos=-1)
             results["residual_stream"] = {k: rs[k] for k in ("points", "stream", "groups", "group_norms", "closure")}
 
-        files: dict[str, list[str]] = {name: [] for name in figs}
-        export_times: dict[str, float] = {}
         with steps("static export"):
-            if static:
-                (out / "figures").mkdir(exist_ok=True)
-                own = exporter is None
-                ex = exporter if exporter is not None else Exporter()
-                try:
-                    for name, fig in figs.items():
-                        for suf in ("png", "svg"):
-                            t0 = time.perf_counter()
-                            ex.export(fig, out / "figures" / f"{name}.{suf}")
-                            export_times[f"{name}.{suf}"] = round(time.perf_counter() - t0, 3)
-                            files[name].append(f"figures/{name}.{suf}")
-                finally:
-                    if own:
-                        ex.close()
-        results["export_seconds"] = export_times
+            files, results["export_seconds"] = _export_static(figs, out, exporter, static=static)
     finally:
         steps.close()
     results["timings_seconds"] = dict(steps.times, total=round(time.perf_counter() - t_start, 3))
@@ -474,20 +480,8 @@ def circuits_report(model: Any, *, out_dir: Union[str, Path], max_edges: int = 3
                 results["copying_scores"] = getattr(cs, "scores", cs)
             except UnsupportedOperationError as e:
                 copying_note = str(e)
-        files: dict[str, list[str]] = {n: [] for n in figs}
         with steps("static export"):
-            if static:
-                (out / "figures").mkdir(exist_ok=True)
-                own = exporter is None
-                ex = exporter if exporter is not None else Exporter()
-                try:
-                    for name, fig in figs.items():
-                        for suf in ("png", "svg"):
-                            ex.export(fig, out / "figures" / f"{name}.{suf}")
-                            files[name].append(f"figures/{name}.{suf}")
-                finally:
-                    if own:
-                        ex.close()
+            files, _ = _export_static(figs, out, exporter, static=static)
     finally:
         steps.close()
     results["timings_seconds"] = dict(steps.times, total=round(time.perf_counter() - t_start, 3))
