@@ -145,9 +145,13 @@ def attribute_logits(
             if bool((b_U != 0).any()):
                 lab.append("unembed_bias")
                 vals = torch.cat([vals, bias[None].to(vals.dtype)])
-            # The model's own number: its unembedding of its own final-norm output.
-            with torch.inference_mode():
-                own = model.bridge.unembed(tr.activations["ln_final.hook_out"])[:, 0]  # [b, d_vocab]
+            # The model's own number: its unembedding of its own final-norm output, or (no final
+            # norm, e.g. the toys: the forward ran to the end) its own logits at those positions.
+            if "ln_final.hook_out" in tr.activations:
+                with torch.inference_mode():
+                    own = model.bridge.unembed(tr.activations["ln_final.hook_out"])[:, 0]  # [b, d_vocab]
+            else:
+                own = tr.logits[:, 0]
             rows = torch.arange(len(chunk), device=own.device)
             total = own[rows, a] - (own[rows, w_] if wr is not None else 0)
             if unit == "component":

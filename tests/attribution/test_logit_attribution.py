@@ -247,3 +247,20 @@ def test_minilm_direction_attribution_closes(minilm):
     r = attribute_direction(minilm, [a, b], u)
     torch.testing.assert_close(r.values.sum(0), pooled @ u, atol=1e-4, rtol=1e-4)
     assert r.relative_error <= 1e-4
+
+
+def test_attention_only_toy_without_norms():
+    """No final norm (the shipped toys): the total is the model's own logit from the full pass."""
+    from interp.toy import repeated_tokens
+
+    m = interp.load_model("toy-attn-only-2l")
+    assert m.arch.norm == "none"
+    toks = repeated_tokens(3, 10, m.arch.d_vocab, generator=torch.Generator().manual_seed(1))
+    answer = toks[:, 12]  # the token after the repeated one at pos 11: what induction predicts
+    a = attribute_logits(m, toks, answer=answer.tolist(), pos=11, unit="component")
+    with torch.no_grad():
+        logits = m.bridge(toks)
+    ref = logits[torch.arange(3), 11, answer]
+    torch.testing.assert_close(a.total, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a.values.sum(0), ref, atol=1e-4, rtol=1e-5)
+    assert a.top(1)["term"][0] == "L1.attn"  # the induction layer carries the prediction
