@@ -27,7 +27,9 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
-from transformer_lens import FactoredMatrix  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "circuits"))
+from circuits_reference import _tl_factors  # noqa: E402  (TL's factors, verbatim; shared with the tests)
 
 import interp  # noqa: E402
 from interp.circuits import composition_scores  # noqa: E402
@@ -35,16 +37,7 @@ from interp.circuits import composition_scores  # noqa: E402
 
 def tl_composition_scores(bridge, mode: str) -> torch.Tensor:
     """TL 4.3's all_composition_scores, final product chunked by source layer (NaN where masked)."""
-    W_V = bridge._expand_kv_heads(bridge.W_V)
-    W_O, W_Q = bridge.W_O, bridge.W_Q
-    W_K = bridge._expand_kv_heads(bridge.W_K)
-    left = FactoredMatrix(W_V, W_O)
-    if mode == "Q":
-        right = FactoredMatrix(W_Q, W_K.transpose(-2, -1))
-    elif mode == "K":
-        right = FactoredMatrix(W_Q, W_K.transpose(-2, -1)).T
-    else:
-        right = left
+    left, right = _tl_factors(bridge, mode)
     with torch.no_grad():
         new_left, new_right = left.collapse_l(), right.collapse_r()
         l_norms, r_norms = new_left.norm(dim=[-2, -1]), new_right.norm(dim=[-2, -1])

@@ -26,12 +26,6 @@ FAMILIES = ("gpt2", "llama", "neox", "bert")
 DECODERS = ("gpt2", "llama", "neox")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _batch():
