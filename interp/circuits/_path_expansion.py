@@ -62,6 +62,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp._io import SaveLoadMixin
+from interp._norms import apply_frozen, norm_scale
 from interp.errors import ArgumentError, MemoryCapError, ShapeError, UnsupportedOperationError
 
 __all__ = ["PathExpansion", "path_expansion"]
@@ -302,13 +303,8 @@ def _capture(model: Any, tokens: Tensor) -> tuple[Tensor, list[Tensor], list[Ten
 
 def _norm_linear(x: Tensor, kind: str, eps: float, gain: Tensor) -> Callable[[Tensor], Tensor]:
     """The frozen-scale linear part of the norm applied to ``x`` [batch, pos, d_model]."""
-    if kind == "layernorm":
-        sigma = (x.var(dim=-1, unbiased=False, keepdim=True) + eps).sqrt()
-        return lambda c: (c - c.mean(dim=-1, keepdim=True)) / sigma * gain
-    if kind == "rmsnorm":
-        sigma = (x.pow(2).mean(dim=-1, keepdim=True) + eps).sqrt()
-        return lambda c: c / sigma * gain
-    return lambda c: c
+    sigma = norm_scale(x, kind, eps)
+    return lambda c: apply_frozen(c, gain, sigma, kind)
 
 
 def path_expansion(

@@ -34,7 +34,7 @@ from interp.models import ArchInfo, Weights
 from interp.stream._capture import capture, run_forward
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch, as_batch, check_tensor_data, require_model
-from interp.stream._norms import frozen_direction, norm_scale
+from interp._norms import frozen_direction, norm_scale
 from interp.stream._program import Event, build_program, resid_hook_names
 
 __all__ = ["ResidualTrace", "trace", "trace_at", "capture_names"]
