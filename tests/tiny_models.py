@@ -66,17 +66,24 @@ def tiny_config(family: str, *, n_layers: int = 2):
     return c
 
 
-def tiny_hf_model(family: str, *, seed: int = 0, n_layers: int = 2, dtype=torch.float32):
-    """The plain HF model (eval mode), with non-trivial norm gains/biases so they matter."""
+def tiny_hf_model(family: str, *, seed: int = 0, n_layers: int = 2, dtype=torch.float32,
+                  bias_scale: float = 0.1, **config_overrides):
+    """The plain HF model (eval mode), with non-trivial norm gains/biases so they matter.
+
+    ``config_overrides`` set config attributes (e.g. Llama ``attention_bias=True``); biases get
+    ``bias_scale`` × N(0, 1) added.
+    """
     torch.manual_seed(seed)
     c = tiny_config(family, n_layers=n_layers)
+    for k, v in config_overrides.items():
+        setattr(c, k, v)
     m = transformers.BertForMaskedLM(c) if family == "bert" else transformers.AutoModelForCausalLM.from_config(c)
     with torch.no_grad():  # random gains and biases: an identity norm would hide bugs
         for name, p in m.named_parameters():
             if "norm" in name.lower() or "ln_" in name:
                 p.add_(0.3 * torch.randn_like(p))
             elif name.endswith("bias"):
-                p.add_(0.1 * torch.randn_like(p))
+                p.add_(bias_scale * torch.randn_like(p))
     return m.to(dtype).eval()
 
 

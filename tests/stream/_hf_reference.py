@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from tiny_models import tiny_config, tiny_hf_model, tiny_tokenizer
+from tiny_models import tiny_hf_model, tiny_tokenizer
 
 #: Module paths, relative to one HF layer, of the tensors the tests need, per family.
 SPEC = {
@@ -51,21 +51,8 @@ def full_precision_norms(hf: torch.nn.Module) -> torch.nn.Module:
 
 def variant_hf(family: str, *, seed: int = 0, dtype=torch.float32, **overrides) -> torch.nn.Module:
     """A tiny HF model of ``family`` with config ``overrides`` (e.g. Llama ``attention_bias``),
-    randomised like tiny_models.tiny_hf_model (non-trivial norm gains, biases)."""
-    import transformers
-
-    torch.manual_seed(seed)
-    c = tiny_config(family)
-    for k, v in overrides.items():
-        setattr(c, k, v)
-    m = transformers.BertForMaskedLM(c) if family == "bert" else transformers.AutoModelForCausalLM.from_config(c)
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if "norm" in name.lower() or "ln_" in name:
-                p.add_(0.3 * torch.randn_like(p))
-            elif name.endswith("bias"):
-                p.add_(0.3 * torch.randn_like(p))
-    return m.to(dtype).eval()
+    randomised like tiny_models.tiny_hf_model but with larger biases (0.3) so they matter."""
+    return tiny_hf_model(family, seed=seed, dtype=dtype, bias_scale=0.3, **overrides)
 
 
 def _get(root: torch.nn.Module, path: str) -> torch.nn.Module:
