@@ -1,0 +1,52 @@
+"""Argument checks shared by every public function: each raises a typed error naming the argument,
+the value it got and what is allowed."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+from interp.errors import ArgumentError
+
+__all__ = ["check_positive_int", "check_int_range", "check_choice", "check_bool", "check_positive_float"]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_positive_int(name: str, value: Any, *, allow_none: bool = False) -> Optional[int]:
+    """``value`` if it is an int ≥ 1 (or None when ``allow_none``), else an :class:`ArgumentError`."""
+    if value is None and allow_none:
+        return None
+    if not _is_int(value) or value < 1:
+        raise ArgumentError(f"{name}={value!r} must be a positive int" + (" or None" if allow_none else ""))
+    return int(value)
+
+
+def check_int_range(name: str, value: Any, low: int, high: int) -> int:
+    """``value`` if it is an int with low ≤ value < high, else an :class:`ArgumentError`."""
+    if not _is_int(value) or not low <= value < high:
+        raise ArgumentError(f"{name}={value!r} must be an int in [{low}, {high - 1}]")
+    return int(value)
+
+
+def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> Any:
+    """``value`` if it is one of ``allowed``, else an :class:`ArgumentError` listing them."""
+    allowed = list(allowed)
+    if not isinstance(value, (str, int, float, bool, type(None))) or value not in allowed:
+        raise ArgumentError(f"{name}={value!r} must be one of {allowed}")
+    return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` if it is a bool, else an :class:`ArgumentError`."""
+    if not isinstance(value, bool):
+        raise ArgumentError(f"{name}={value!r} must be True or False")
+    return value
+
+
+def check_positive_float(name: str, value: Any) -> float:
+    """``value`` as a float if it is a finite real > 0, else an :class:`ArgumentError`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < float("inf")):
+        raise ArgumentError(f"{name}={value!r} must be a finite number > 0")
+    return float(value)
