@@ -274,6 +274,18 @@ def figure_html(fig: go.Figure) -> str:
                        config={"displaylogo": False, "responsive": True})
 
 
+def figures_html(figs: list[go.Figure], *, title: str = "interp figures") -> str:
+    """One self-contained HTML page holding several figures that share one inlined plotly.js."""
+    import html as _html
+
+    config = {"displaylogo": False, "responsive": True}
+    divs = [fig.to_html(include_plotlyjs=(i == 0), include_mathjax=False, full_html=False, config=config)
+            for i, fig in enumerate(figs)]
+    body = "\n".join(f'<div class="interp-figure">{d}</div>' for d in divs)
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{_html.escape(title)}</title></head>"
+            f"<body>\n{body}\n</body></html>\n")
+
+
 def _size(fig: go.Figure, width: Optional[int], height: Optional[int]) -> tuple[int, int]:
     w = width or fig.layout.width or DEFAULT_SIZE[0]
     h = height or fig.layout.height or DEFAULT_SIZE[1]
@@ -297,9 +309,23 @@ def export(
     ``figure_or_result``: a plotly Figure, a figure dict, or any interp result with
     ``.plot()`` (graph results with ``to_json_dict()`` export their nodes/edges as .json).
     ``width``/``height``/``scale`` apply to static images (default: the figure's own size).
+    A list or tuple of figures/results exports to one ``.html`` page that shares a single inlined
+    plotly.js (or to one ``.json`` file holding a list of figure JSONs).
     Returns the written path.
     """
     p, suffix = _check_target(path)
+    if isinstance(figure_or_result, (list, tuple)):
+        if not figure_or_result:
+            raise ArgumentError("figure_or_result is an empty list: give at least one figure")
+        figs = [to_figure(f, name=f"figure_or_result[{i}]") for i, f in enumerate(figure_or_result)]
+        if suffix == ".html":
+            write_atomic(p, figures_html(figs, title=p.stem).encode())
+        elif suffix == ".json":
+            write_atomic(p, ("[" + ",".join(f.to_json() for f in figs) + "]").encode())
+        else:
+            raise ArgumentError(f"path={str(path)!r}: a list of {len(figs)} figures exports to .html (one page) or "
+                                f".json; export each figure to {suffix} separately")
+        return p
     if suffix == ".json" and callable(getattr(figure_or_result, "to_json_dict", None)):
         payload = figure_or_result.to_json_dict()
         if not payload.get("nodes") and not payload.get("edges"):
