@@ -32,9 +32,9 @@ def build_figures() -> dict:
 
     from tiny_models import tiny_model
     from interp.attribution import attribute_logits
-    from interp.plots import (attention_pattern_figure, attention_patterns, attribution_heatmap,
-                              attribution_waterfall, composition_graph, copying_score_map, residual_stream_figure)
-    from interp.stream import trace
+    from interp.plots import (attention_pattern_figure, attribution_heatmap, attribution_waterfall,
+                              composition_graph, copying_score_map, residual_stream_figure)
+    from interp.stream import attention_patterns, trace
 
     m = tiny_model("llama")
     prompt = "w1 w2 w3 w4 w5 w1 w2 w3"

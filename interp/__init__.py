@@ -21,7 +21,8 @@ from interp.circuits import (
     virtual_weights,
 )
 from interp.models import ArchInfo, CatalogEntry, Model, list_models, load_model
-from interp.plots import Exporter, export, report
+from interp.plots import Exporter, export
+from interp.report import circuits_report, report
 from interp.stream import Decomposition, ResidualTrace, trace
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "ResidualTrace",
     "attribute_direction",
     "attribute_logits",
+    "circuits_report",
     "composition_scores",
     "copying_scores",
     "export",

@@ -108,7 +108,7 @@ def _load(name: str):
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from interp.plots._report import report
+    from interp.report import report
 
     model = _load(args.model)
     decoder = model.arch.has_unembed and model.arch.norm_placement != "post"
@@ -125,7 +125,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_circuits(args: argparse.Namespace) -> int:
-    from interp.plots._report import circuits_report
+    from interp.report import circuits_report
 
     model = _load(args.model)
     t0 = time.perf_counter()

@@ -1,12 +1,23 @@
-"""Loading models: the offline catalog, GGUF caching, ArchInfo and frozen weights."""
+"""Loading models: the offline catalog, GGUF caching, the native (toy) format, tokenisation,
+ArchInfo and frozen weights.
+
+The lowest layer: it imports no other interp subpackage (only the top-level utility modules).
+"""
 
 from interp.models._arch import SUPPORTED_FAMILIES, ArchInfo
 from interp.models._catalog import CatalogEntry, list_models
 from interp.models._load import load_model, model_from_hf
 from interp.models._model import Model
+from interp.models._native import build_toy, load_toy, native_state_dict, read_toy_config, save_toy, toy_weights
+from interp.models._native_config import BOS_ID as TOY_BOS_ID
+from interp.models._native_config import FIRST_WORD_ID as TOY_FIRST_WORD_ID
+from interp.models._native_config import UNK_ID as TOY_UNK_ID
+from interp.models._native_config import ToyConfig, toy_words
+from interp.models._tokenize import Batch, tokenize
 from interp.models._weights import Weights
 
 __all__ = [
-    "ArchInfo", "CatalogEntry", "Model", "SUPPORTED_FAMILIES", "Weights",
-    "list_models", "load_model", "model_from_hf",
+    "ArchInfo", "Batch", "CatalogEntry", "Model", "SUPPORTED_FAMILIES", "TOY_BOS_ID", "TOY_FIRST_WORD_ID",
+    "TOY_UNK_ID", "ToyConfig", "Weights", "build_toy", "list_models", "load_model", "load_toy", "model_from_hf",
+    "native_state_dict", "read_toy_config", "save_toy", "tokenize", "toy_weights", "toy_words",
 ]

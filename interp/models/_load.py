@@ -249,7 +249,7 @@ def load_model(
             hf, tok, _ = load_gguf_cached(path, cache / "gguf", torch.float32)
             return model_from_hf(hf, tok, name=entry.name, device=device, dtype=dtype, source=str(path))
         if entry.kind == "toy":
-            from interp.toy import load_toy  # the toy package owns its format
+            from interp.models._native import load_toy  # local: _native builds on this module's helpers
 
             return load_toy(path, name=entry.name, device=device, dtype=dtype)
         hf, tok, has_head = _load_hf(str(path), torch.float32, trust_remote_code)

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.models._arch import ArchInfo
+from interp.models._tokenize import tokenize
 from interp.models._weights import Weights
 
 __all__ = ["Model"]
@@ -53,10 +54,8 @@ class Model:
         """Token ids as the bridge tokenises them (BOS prepended for decoders; [CLS]/[SEP] for BERT).
 
         A list of strings is right-padded with the tokenizer's pad token; use
-        :func:`interp.stream.tokenize` to also get the attention mask.
+        :func:`interp.models.tokenize` to also get the attention mask.
         """
-        from interp.stream._inputs import tokenize  # local: stream depends on models, not vice versa
-
         return tokenize(self, text).tokens
 
     def to_str_tokens(self, tokens: Union[str, Tensor, Sequence[int]]) -> list[str] | list[list[str]]:

@@ -1,42 +1,24 @@
-"""Turning user inputs (text, list of texts, token ids) into a checked token batch + mask."""
+"""Turning user inputs (text, list of texts, token ids) into a checked token batch + mask.
+
+Tokenisation itself (:func:`interp.models.tokenize`) belongs to the models layer."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
 import torch
-from jaxtyping import Int
 from torch import Tensor
 
 from interp.errors import ArgumentError, ShapeError
+from interp.models import Batch, Model, tokenize
 
-__all__ = ["Batch", "tokenize", "as_batch", "require_model", "check_tensor_data"]
+__all__ = ["Batch", "tokenize", "as_batch", "require_model", "check_tensor_data"]  # Batch, tokenize: from models
 
 Inputs = Union[str, Sequence[str], Tensor]
 
 
-@dataclass(frozen=True)
-class Batch:
-    """Token ids [batch, pos] and the attention mask (1 = real token, 0 = padding)."""
-
-    tokens: Int[Tensor, "batch pos"]
-    attention_mask: Int[Tensor, "batch pos"]
-
-    @property
-    def has_padding(self) -> bool:
-        return bool((self.attention_mask == 0).any())
-
-    def last_positions(self) -> Int[Tensor, "batch"]:
-        """Index of each row's last real token (right padding) or the last column (left padding)."""
-        pos = torch.arange(self.tokens.shape[1], device=self.tokens.device)
-        return (self.attention_mask.bool() * pos).amax(dim=1)
-
-
 def require_model(model: Any, *, name: str = "model") -> None:
     """ArgumentError unless ``model`` is an interp Model (not a bridge, an HF module or a name)."""
-    from interp.models import Model
-
     if not isinstance(model, Model):
         raise ArgumentError(
             f"{name}={model!r:.80} is a {type(model).__name__}, not an interp Model; "
@@ -48,42 +30,6 @@ def check_tensor_data(t: Tensor, name: str) -> None:
     """ShapeError for a tensor without data (the 'meta' device): nothing can be read from it."""
     if t.device.type == "meta":
         raise ShapeError(f"{name} is on the 'meta' device (a tensor without data); pass a tensor on a real device such as 'cpu'")
-
-
-def tokenize(model: Any, text: Union[str, Sequence[str]]) -> Batch:
-    """Tokenise like the bridge: BOS prepended for decoders that have one; [CLS] … [SEP] for BERT.
-
-    Several strings are right-padded; the mask marks the padding.
-    """
-    if model.tokenizer is None:
-        from interp.errors import UnsupportedOperationError
-
-        raise UnsupportedOperationError(
-            f"inputs={text!r:.60} is text, but model {model.name!r} has no tokenizer; "
-            "pass token ids (an int tensor [batch, pos]) instead"
-        )
-    tok = model._need_tokenizer()
-    texts = [text] if isinstance(text, str) else list(text)
-    if not texts or any(not isinstance(t, str) for t in texts):
-        raise ArgumentError(f"inputs must be a non-empty string or list of strings, got {text!r:.80}")
-    empty = [i for i, t in enumerate(texts) if not t.strip()]
-    if empty:
-        raise ArgumentError(
-            f"inputs has an empty (or blank) string at index {empty[0]}; every prompt needs at least one token"
-        )
-    rows = [tok(t, add_special_tokens=not model.arch.causal)["input_ids"] for t in texts]
-    if model.prepend_bos:
-        rows = [[tok.bos_token_id] + r for r in rows]
-    if any(len(r) == 0 for r in rows):
-        raise ArgumentError(f"inputs={text!r:.80} tokenises to an empty sequence")
-    n = max(len(r) for r in rows)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
-    tokens = torch.full((len(rows), n), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), n), dtype=torch.long)
-    for i, r in enumerate(rows):
-        tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, : len(r)] = 1
-    return Batch(tokens.to(model.device), mask.to(model.device))
 
 
 def as_batch(model: Any, inputs: Inputs, attention_mask: Optional[Tensor] = None) -> Batch:

@@ -25,7 +25,8 @@ from jaxtyping import Bool, Int
 from torch import Tensor
 
 from interp.errors import ArgumentError
-from interp.toy._config import BOS_ID, FIRST_WORD_ID
+from interp.models import TOY_BOS_ID as BOS_ID
+from interp.models import TOY_FIRST_WORD_ID as FIRST_WORD_ID
 
 __all__ = ["span_copy_batch", "repeated_tokens", "random_tokens"]
 

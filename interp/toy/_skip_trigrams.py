@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from interp.errors import ArgumentError, UnsupportedOperationError
-from interp.toy._config import FIRST_WORD_ID
+from interp.models import TOY_FIRST_WORD_ID as FIRST_WORD_ID
 
 __all__ = ["skip_trigrams"]
 

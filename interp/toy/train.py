@@ -40,10 +40,8 @@ import torch
 import torch.nn.functional as F
 
 from interp.errors import ArgumentError
-from interp.models._model import Model
-from interp.toy._config import ToyConfig
+from interp.models import Model, ToyConfig, build_toy, save_toy
 from interp.toy._data import span_copy_batch
-from interp.toy._model import _boot, default_vocab, save_toy
 from interp.toy._probes import probe_report
 
 __all__ = ["Recipe", "TrainingLog", "train_toy", "shipped_recipe", "main"]
@@ -161,9 +159,8 @@ def _train(config: ToyConfig, recipe: Recipe, name: str,
     t0, c0 = time.perf_counter(), time.process_time()
 
     def evaluate(step: int, loss: float) -> None:
-        model = _boot(config, name=name, device="cpu", dtype=torch.float32,
-                      state_dict={k: v.detach() for k, v in net.state_dict().items()},
-                      vocab=default_vocab(config), source="training")
+        model = build_toy(config, name=name, device="cpu", dtype=torch.float32,
+                          state_dict={k: v.detach() for k, v in net.state_dict().items()}, source="training")
         rep = probe_report(model, batch=100)
         steps.append(step), losses.append(round(loss, 4)), probes.append(rep)
         log.info("step %d loss %.3f probe second-half loss %.3f", step, loss, rep["loss_second_half"])
@@ -195,8 +192,8 @@ def _train(config: ToyConfig, recipe: Recipe, name: str,
 
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     net.eval()
-    model = _boot(config, name=name, device="cpu", dtype=torch.float32, state_dict=dict(net.state_dict()),
-                  vocab=default_vocab(config), source="trained by interp.toy.train")
+    model = build_toy(config, name=name, device="cpu", dtype=torch.float32, state_dict=dict(net.state_dict()),
+                      source="trained by interp.toy.train")
     final = probe_report(model)
     return model, TrainingLog(config=config, recipe=recipe, steps=tuple(steps), loss=tuple(losses),
                               probes=tuple(probes), wall_seconds=wall, cpu_seconds=cpu,

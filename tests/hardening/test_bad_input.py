@@ -50,8 +50,8 @@ from interp.circuits import (
 from interp.circuits._path_expansion import path_expansion
 from interp.errors import MemoryCapError
 from interp.toy import ToyConfig, build_toy, load_toy, save_toy
-from interp.plots import attention_patterns, export
-from interp.stream import Decomposition, trace
+from interp.plots import export
+from interp.stream import Decomposition, attention_patterns, trace
 from tiny_models import tiny_model
 
 TIME_LIMIT_S = 60  # a case that takes longer is a hang

@@ -21,8 +21,8 @@ from interp.attribution import LogitAttribution, attribute_direction, attribute_
 from interp.errors import ArgumentError
 from interp.circuits import privileged_basis_report
 from interp.circuits._path_expansion import path_expansion
-from interp.plots import attention_patterns, report
-from interp.stream import Decomposition, count_hooks, trace
+from interp.report import report
+from interp.stream import Decomposition, attention_patterns, count_hooks, trace
 from tiny_models import tiny_model
 
 FAMILIES = ("gpt2", "llama", "neox", "bert", "toy")

@@ -16,10 +16,10 @@ from transformer_lens import FactoredMatrix
 
 from interp.attribution import attribute_logits
 from interp.errors import ArgumentError, ShapeError
+from interp.stream import attention_patterns
 from interp.plots import (
     CompositionGraph,
     attention_pattern_figure,
-    attention_patterns,
     attribution_heatmap,
     attribution_waterfall,
     composition_edges,

@@ -73,8 +73,7 @@ def test_bridge_equals_native_module_and_reference_forward(name):
     from transformer_lens.config import TransformerBridgeConfig
     from transformer_lens.model_bridge.sources.native.model import NativeModel
 
-    from interp.toy._config import ToyConfig
-    from interp.toy._model import read_toy_config
+    from interp.models import ToyConfig, read_toy_config
 
     model = load_model(name)
     path = next(e for e in interp.list_models() if e.name == name).path()

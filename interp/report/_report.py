@@ -35,15 +35,20 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
+from interp.attribution import attribute_direction, attribute_logits
+from interp.attribution._answers import resolve_tokens
+from interp.circuits import composition_scores, copying_scores, ov_circuit
 from interp.errors import ArgumentError, ExportError, UnsupportedOperationError
-from interp.plots._attention import attention_pattern_figure, attention_patterns
+from interp.models import load_model
+from interp.plots._attention import attention_pattern_figure
 from interp.plots._attribution import attribution_heatmap, attribution_vector, attribution_waterfall
 from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_token_table, top_token_values
 from interp.plots._common import esc, fmt, parse_head, token_label
 from interp.plots._export import Exporter, find_browser, write_atomic
 from interp.plots._graph import composition_edges
-from interp.plots._html import Page, data_table, kv_table
 from interp.plots._stream import residual_stream_figure, residual_stream_norms
+from interp.report._html import Page, data_table, kv_table
+from interp.stream import attention_patterns, trace
 
 __all__ = ["report", "circuits_report"]
 
@@ -101,8 +106,6 @@ def _jsonable(x: Any) -> Any:
 
 def _resolve_model(model: Any) -> Any:
     if isinstance(model, str):
-        from interp.models import load_model
-
         return load_model(model)
     if not all(hasattr(model, a) for a in ("arch", "weights", "bridge")):
         raise ArgumentError(f"model is a {type(model).__name__}; pass an interp Model (interp.load_model) or a catalog name")
@@ -161,8 +164,6 @@ def _prediction(model: Any, tr: Any, answer_id: Optional[int], wrong_id: Optiona
 
 
 def _token_id(model: Any, spec: Any, arg: str) -> int:
-    from interp.attribution._answers import resolve_tokens
-
     return int(resolve_tokens(model, spec, 1, arg)[0])
 
 
@@ -217,8 +218,6 @@ def report(
     ``top_k``: alternatives listed for the prediction; ``static=False`` skips PNG/SVG (no
     browser needed). Returns the path of index.html.
     """
-    from interp.stream import trace  # noqa: PLC0415 - report is the one plots module that runs models
-
     if not isinstance(prompt, str) or not prompt.strip():
         raise ArgumentError(f"prompt={prompt!r:.60} must be a non-empty string")
     for name, v in (("n_heads", n_heads), ("top_k", top_k)):
@@ -257,13 +256,9 @@ def report(
                 pred = _prediction(model, tr, answer_id, wrong_id, top_k)
                 results["prediction"] = pred
             with steps("attribution"):
-                from interp.attribution import attribute_logits
-
                 attr = attribute_logits(model, prompt, answer=answer_id, wrong=wrong_id)
         else:
             with steps("attribution"):
-                from interp.attribution import attribute_direction
-
                 last = f"blocks.{arch.n_layers - 1}.hook_resid_post"
                 h = tr.activations[last][0].double()
                 m = tr.attention_mask[0].double()[:, None]
@@ -298,8 +293,6 @@ def report(
                 for i, lab in enumerate(head_labels)}
 
         with steps("composition scores"):
-            from interp.circuits import composition_scores
-
             comp = {k: composition_scores(model, kind=k) for k in ("Q", "K", "V")}
             graph = composition_edges(comp, heads=head_labels, max_edges=None,
                                       node_values=dict(top), node_value_name="attribution",
@@ -310,8 +303,6 @@ def report(
         with steps("copying scores"):
             copying_note = ""
             try:
-                from interp.circuits import copying_scores
-
                 cs = copying_scores(model)
                 figs["copying_scores"] = copying_score_map(cs)
                 cs_arr = getattr(cs, "scores", cs)
@@ -321,8 +312,6 @@ def report(
                 results["copying_scores"] = None
 
         with steps("OV circuit of the top head"):
-            from interp.circuits import ov_circuit
-
             l0, h0 = parse_head(head_labels[0])
             ov = ov_circuit(model, l0, h0)
             figs["ov_eigenvalues"] = ov_eigenvalue_figure(ov, label=f"{head_labels[0]} OV circuit")
@@ -463,8 +452,6 @@ def circuits_report(model: Any, *, out_dir: Union[str, Path], max_edges: int = 3
     copying_note = ""
     try:
         with steps("composition scores"):
-            from interp.circuits import composition_scores
-
             comp = {k: composition_scores(model, kind=k) for k in ("Q", "K", "V")}
             graph = composition_edges(comp, max_edges=max_edges,
                                       title=f"Strongest {max_edges} composition edges per kind — {model.name}")
@@ -473,8 +460,6 @@ def circuits_report(model: Any, *, out_dir: Union[str, Path], max_edges: int = 3
             write_atomic(out / "composition.json", graph.to_json().encode())
         with steps("copying scores"):
             try:
-                from interp.circuits import copying_scores
-
                 cs = copying_scores(model)
                 figs["copying_scores"] = copying_score_map(cs, title=f"Copying scores — {model.name}")
                 results["copying_scores"] = getattr(cs, "scores", cs)

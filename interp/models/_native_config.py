@@ -1,4 +1,4 @@
-"""ToyConfig: the shape of an interp toy transformer, and its translation to transformer-lens.
+"""ToyConfig: the shape of a native (toy) transformer, and its translation to transformer-lens.
 
 The toys are the models of "A Mathematical Framework for Transformer Circuits" (Elhage et al.
 2021, sections "Zero-Layer", "One-Layer" and "Two-Layer Attention-Only Transformers"): no MLPs,

@@ -1,4 +1,6 @@
-"""Toy attention-only transformers as interp Models: build, load, save.
+"""The native (toy) model format: attention-only TL-native transformers as interp Models.
+
+Build, load and save; the training recipe and the probes live in :mod:`interp.toy`.
 
 A toy is transformer-lens's TL-native model (``TransformerBridge.boot_native`` with
 ``attn_only=True``), so it runs through the same ``TransformerBridge`` / hook path as the
@@ -36,11 +38,13 @@ from torch import Tensor
 
 from interp.errors import ArgumentError, ExportError, ModelLoadError, ModelNotFoundError
 from interp.models._arch import ArchInfo
+from interp.models._load import _check_device, _check_dtype, _full_precision_norms
 from interp.models._model import Model
+from interp.models._native_config import BOS_ID, UNK_ID, ToyConfig, toy_words
 from interp.models._weights import Weights
-from interp.toy._config import BOS_ID, UNK_ID, ToyConfig, toy_words
 
-__all__ = ["build_toy", "load_toy", "save_toy", "toy_tokenizer", "toy_arch", "toy_weights", "native_state_dict"]
+__all__ = ["build_toy", "load_toy", "save_toy", "read_toy_config", "toy_tokenizer", "toy_arch", "toy_weights",
+           "native_state_dict", "default_vocab"]
 
 FORMAT = "interp-toy/1"
 CONFIG_FILE = "config.json"
@@ -69,6 +73,7 @@ def toy_tokenizer(vocab: list[str]) -> Any:
 
 
 def default_vocab(config: ToyConfig) -> list[str]:
+    """"<bos>", "<unk>" and the config's ``n_words`` content words."""
     return ["<bos>", "<unk>", *toy_words(config.n_words)]
 
 
@@ -136,8 +141,6 @@ def _boot(config: ToyConfig, *, name: str, device: Any, dtype: torch.dtype,
     from transformer_lens.model_bridge import TransformerBridge
     from transformer_lens.model_bridge.sources import native as _native  # noqa: F401  (registers boot_native)
 
-    from interp.models._load import _check_device, _check_dtype, _full_precision_norms
-
     dev, dtype = _check_device(device), _check_dtype(dtype)
     if len(vocab) != config.d_vocab:
         raise ArgumentError(f"vocab has {len(vocab)} entries; config.d_vocab={config.d_vocab}")
@@ -154,8 +157,6 @@ def _boot(config: ToyConfig, *, name: str, device: Any, dtype: torch.dtype,
             bridge.original_model.pos.weight.zero_()  # a learned table held at zero = no positions
     bridge.eval()
     if dtype == torch.float64:
-        from interp.models._load import _full_precision_norms
-
         _full_precision_norms(bridge.original_model)  # NativeRMSNorm rounds through float32 otherwise
     weights = toy_weights(native_state_dict(bridge), config)
     return Model(name=name, bridge=bridge, tokenizer=bridge.tokenizer, arch=toy_arch(config, name=name),
@@ -163,12 +164,18 @@ def _boot(config: ToyConfig, *, name: str, device: Any, dtype: torch.dtype,
 
 
 def build_toy(config: ToyConfig = ToyConfig(), *, name: str = "toy", device: Any = "cpu",
-              dtype: torch.dtype = torch.float32) -> Model:
-    """A freshly initialised toy (transformer-lens's native init, seeded by ``config.seed``)."""
+              dtype: torch.dtype = torch.float32, state_dict: Optional[dict[str, Tensor]] = None,
+              source: Optional[str] = None) -> Model:
+    """A toy with the default vocabulary: freshly initialised (transformer-lens's native init, seeded
+    by ``config.seed``), or holding ``state_dict`` (the native module's own parameter names)."""
     if not isinstance(config, ToyConfig):
         raise ArgumentError(f"config must be a ToyConfig, got {type(config).__name__}")
-    return _boot(config, name=name, device=device, dtype=dtype, state_dict=None,
-                 vocab=default_vocab(config), source=f"random init (seed {config.seed})")
+    if state_dict is not None and not isinstance(state_dict, dict):
+        raise ArgumentError(f"state_dict must be a dict of tensors or None, got {type(state_dict).__name__}")
+    if source is None:
+        source = f"random init (seed {config.seed})" if state_dict is None else "state dict"
+    return _boot(config, name=name, device=device, dtype=dtype, state_dict=state_dict,
+                 vocab=default_vocab(config), source=source)
 
 
 def save_toy(model: Model, path: Union[str, os.PathLike], *, config: ToyConfig,

@@ -1,0 +1,69 @@
+"""Tokenisation as the bridge does it: text -> token ids [batch, pos] + attention mask.
+
+BOS is prepended for decoders that have one; an encoder gets the tokenizer's own special tokens
+([CLS] … [SEP]); several strings are right-padded and the mask marks the padding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence, Union
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from interp.errors import ArgumentError, UnsupportedOperationError
+
+__all__ = ["Batch", "tokenize"]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Token ids [batch, pos] and the attention mask (1 = real token, 0 = padding)."""
+
+    tokens: Int[Tensor, "batch pos"]
+    attention_mask: Int[Tensor, "batch pos"]
+
+    @property
+    def has_padding(self) -> bool:
+        return bool((self.attention_mask == 0).any())
+
+    def last_positions(self) -> Int[Tensor, "batch"]:
+        """Index of each row's last real token (right padding) or the last column (left padding)."""
+        pos = torch.arange(self.tokens.shape[1], device=self.tokens.device)
+        return (self.attention_mask.bool() * pos).amax(dim=1)
+
+
+def tokenize(model: Any, text: Union[str, Sequence[str]]) -> Batch:
+    """Tokenise like the bridge: BOS prepended for decoders that have one; [CLS] … [SEP] for BERT.
+
+    Several strings are right-padded; the mask marks the padding.
+    """
+    if model.tokenizer is None:
+        raise UnsupportedOperationError(
+            f"inputs={text!r:.60} is text, but model {model.name!r} has no tokenizer; "
+            "pass token ids (an int tensor [batch, pos]) instead"
+        )
+    tok = model._need_tokenizer()
+    texts = [text] if isinstance(text, str) else list(text)
+    if not texts or any(not isinstance(t, str) for t in texts):
+        raise ArgumentError(f"inputs must be a non-empty string or list of strings, got {text!r:.80}")
+    empty = [i for i, t in enumerate(texts) if not t.strip()]
+    if empty:
+        raise ArgumentError(
+            f"inputs has an empty (or blank) string at index {empty[0]}; every prompt needs at least one token"
+        )
+    rows = [tok(t, add_special_tokens=not model.arch.causal)["input_ids"] for t in texts]
+    if model.prepend_bos:
+        rows = [[tok.bos_token_id] + r for r in rows]
+    if any(len(r) == 0 for r in rows):
+        raise ArgumentError(f"inputs={text!r:.80} tokenises to an empty sequence")
+    n = max(len(r) for r in rows)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+    tokens = torch.full((len(rows), n), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), n), dtype=torch.long)
+    for i, r in enumerate(rows):
+        tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = 1
+    return Batch(tokens.to(model.device), mask.to(model.device))

@@ -1,0 +1,12 @@
+"""The HTML reports: :func:`report` (one prompt through one model) and :func:`circuits_report`
+(weight-only pages).
+
+This layer composes the others: it loads a model (:mod:`interp.models`), runs the analyses
+(:mod:`interp.stream`, :mod:`interp.attribution`, :mod:`interp.circuits`) and turns their results
+into figures with :mod:`interp.plots`. Only :mod:`interp.cli` and the top-level :mod:`interp`
+import it.
+"""
+
+from interp.report._report import circuits_report, report
+
+__all__ = ["circuits_report", "report"]

@@ -1,0 +1,115 @@
+"""Attention patterns of chosen heads for one prompt, captured in one hooked forward pass.
+
+A head's pattern A^h[q, k] = softmax_k(x_q W_QK^h x_kᵀ / √d_head) (causally masked for
+decoders) is how much the query token at position q reads from the key token at k
+(Elhage et al. 2021 §2, "attention heads are independent and additive"; the head's output is
+(A^h ⊗ W_OV^h)·x). :func:`attention_patterns` captures ``blocks.{l}.attn.hook_pattern`` with
+:func:`interp.stream.capture`, keeping only the requested heads of one prompt; the figure is
+:func:`interp.plots.attention_pattern_figure` (``AttentionPatterns.plot``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence, Union
+
+import numpy as np
+import pandas as pd
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from interp._io import SaveLoadMixin
+from interp.errors import ArgumentError, LabelError
+from interp.stream._capture import capture
+from interp.stream._inputs import as_batch
+
+__all__ = ["AttentionPatterns", "attention_patterns"]
+
+_HEAD = re.compile(r"^L(\d+)\.H(\d+)$")
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionPatterns(SaveLoadMixin):
+    """Patterns [n_heads_selected, query_pos, key_pos] of one prompt, the head labels and tokens."""
+
+    patterns: Float[Tensor, "head query_pos key_pos"] = field(repr=False)
+    labels: list[str]
+    str_tokens: list[str] = field(repr=False)
+
+    def __getitem__(self, label: str) -> Tensor:
+        try:
+            return self.patterns[self.labels.index(label)]
+        except ValueError:
+            raise LabelError(f"label={label!r} is not one of the captured heads {self.labels}") from None
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """Long format: head, query position/token, key position/token, weight."""
+        p = self.patterns.detach().cpu().double().numpy()
+        h, q, k = np.meshgrid(np.arange(p.shape[0]), np.arange(p.shape[1]), np.arange(p.shape[2]), indexing="ij")
+        toks = np.array(self.str_tokens, dtype=object)
+        return pd.DataFrame({"head": np.array(self.labels, dtype=object)[h.ravel()], "query_pos": q.ravel(),
+                             "query_token": toks[q.ravel()], "key_pos": k.ravel(), "key_token": toks[k.ravel()],
+                             "weight": p.ravel()})
+
+    def top(self, k: int = 10) -> pd.DataFrame:
+        """The ``k`` largest (head, query, key) weights."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ArgumentError(f"k={k!r} must be a positive int")
+        return self.to_dataframe().sort_values("weight", ascending=False).head(k).reset_index(drop=True)
+
+    def plot(self, **kwargs: Any) -> Any:
+        """One heatmap per head (:func:`interp.plots.attention_pattern_figure`; a plotly Figure)."""
+        from interp.plots import attention_pattern_figure  # plots sits above stream: imported on use
+
+        return attention_pattern_figure(self.patterns, self.str_tokens, heads=self.labels, **kwargs)
+
+
+def _parse_heads(heads: Sequence[Any], n_layers: int, n_heads: int) -> list[tuple[int, int]]:
+    if isinstance(heads, (str, tuple)) and not (isinstance(heads, tuple) and heads and isinstance(heads[0], (tuple, str))):
+        heads = [heads]
+    out = []
+    for h in heads:
+        m = _HEAD.match(h) if isinstance(h, str) else None
+        lh = (int(m.group(1)), int(m.group(2))) if m else (
+            tuple(int(x) for x in h) if isinstance(h, (tuple, list)) else None)
+        if lh is None or len(lh) != 2 or not (0 <= lh[0] < n_layers and 0 <= lh[1] < n_heads):
+            raise ArgumentError(f"heads contains {h!r}; give labels like 'L3.H5' or (layer, head) pairs with "
+                                f"layer in [0, {n_layers - 1}] and head in [0, {n_heads - 1}]")
+        out.append(lh)
+    if not out:
+        raise ArgumentError("heads is empty; give at least one head such as 'L0.H0'")
+    return out
+
+
+def _check_index(value: Any, size: int, *, name: str, what: str) -> int:
+    """A python int in [-size, size) normalised to [0, size)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ArgumentError(f"{name}={value!r} must be an int")
+    v = int(value)
+    if not -size <= v < size:
+        raise ArgumentError(f"{name}={v} is out of range for {size} {what} (allowed: {-size}..{size - 1})")
+    return v % size
+
+
+def attention_patterns(
+    model: Any, inputs: Union[str, Sequence[str], Tensor], heads: Sequence[Any], *, batch: int = 0,
+) -> AttentionPatterns:
+    """Capture the patterns of ``heads`` (labels 'L3.H5' or (layer, head)) for one prompt.
+
+    One hooked forward pass; only the chosen heads of prompt ``batch`` are kept, and padding
+    positions are dropped.
+    """
+    b = as_batch(model, inputs)
+    arch = model.arch
+    hl = _parse_heads(heads, arch.n_layers, arch.n_heads)
+    bi = _check_index(batch, b.tokens.shape[0], name="batch", what="prompts")
+    layers = sorted({l for l, _ in hl})
+    names = [f"blocks.{l}.attn.hook_pattern" for l in layers]
+    acts, _ = capture(model, b, names, reducers={n: (lambda x: x[bi]) for n in names})
+    real = b.attention_mask[bi].bool()
+    pats = torch.stack([acts[f"blocks.{l}.attn.hook_pattern"][h][real][:, real] for l, h in hl]).float()
+    toks = model.to_str_tokens(b.tokens[bi][real]) if model.tokenizer is not None else [
+        str(int(t)) for t in b.tokens[bi][real]]
+    return AttentionPatterns(patterns=pats, labels=[f"L{l}.H{h}" for l, h in hl], str_tokens=list(toks))
