@@ -31,11 +31,24 @@ class ArchInfo:
     """What a model is, in the terms the decompositions need.
 
     ``family`` is the block family (one of :data:`SUPPORTED_FAMILIES`' values, or "native" for
-    transformer-lens native models such as interp's toys);
-    ``norm_eps`` the norms' epsilon; ``has_unembed`` is False for encoders analysed
-    through their hidden state (every BERT, MiniLM included; then ``Weights.W_U`` is None);
+    transformer-lens native models such as interp's toys) — a record of where the config came
+    from, never a thing to branch on;
+    ``norm_eps`` the norms' epsilon; ``has_unembed`` is the loader's flag (False for encoders
+    analysed through their hidden state: every BERT, MiniLM included; then ``Weights.W_U`` is None);
     ``compatibility_mode`` is True only if the
     bridge folded norms / centred weights (interp never does: weights are raw HF).
+
+    The capabilities code branches on, one answer per question (never the family name):
+
+    * :attr:`has_logits` — the model ends in a linear unembedding, logits = N_f(x) W_U + b_U, so
+      logits decompose exactly (decoders); False: analysed through the final hidden state (encoders);
+    * ``causal`` — causal self-attention (decoders: BOS prepended, no [CLS]/[SEP]); False: bidirectional;
+    * ``attn_bias`` / ``mlp_bias`` — the attention / MLP output projection has a bias (b_O / b_out),
+      read from the config (e.g. Llama's ``attention_bias`` / ``mlp_bias``);
+    * ``parallel_attn_mlp`` — x_out = x + Attn(N1(x)) + MLP(N2(x)); ``attn_only`` — no MLP sublayer;
+    * ``norm`` (kind) and ``norm_placement``; :attr:`group_size` and :meth:`kv_head` (GQA).
+
+    The block program (the order of writes and reads) is :func:`interp.models.build_program`.
     """
 
     name: str
@@ -60,6 +73,13 @@ class ArchInfo:
     rotary_dim: int = 0
     compatibility_mode: bool = False
     attn_only: bool = False  # no MLP sublayers (the toy models)
+    attn_bias: bool = True  # attention output projection has a bias b_O
+    mlp_bias: bool = True  # MLP output projection has a bias b_out
+
+    @property
+    def has_logits(self) -> bool:
+        """A linear unembedding after the last block (pre-norm decoders): logits decompose exactly."""
+        return self.has_unembed and self.norm_placement == "pre"
 
     @property
     def group_size(self) -> int:
@@ -106,6 +126,8 @@ def arch_from_hf_config(config: Any, *, name: str, has_unembed: bool = True) -> 
             parallel_attn_mlp=False, positional="rotary", causal=True,
             norm_eps=config.rms_norm_eps, gated_mlp=True, act_fn=config.hidden_act,
             has_unembed=has_unembed, rotary_dim=d_head,
+            attn_bias=bool(getattr(config, "attention_bias", False)),
+            mlp_bias=bool(getattr(config, "mlp_bias", False)),
         )
     if family == "gpt_neox":
         n_heads = config.num_attention_heads
@@ -122,6 +144,7 @@ def arch_from_hf_config(config: Any, *, name: str, has_unembed: bool = True) -> 
             causal=True, norm_eps=config.layer_norm_eps, gated_mlp=False,
             act_fn=config.hidden_act, has_unembed=has_unembed,
             rotary_dim=int(d_head * rotary_pct),
+            attn_bias=bool(getattr(config, "attention_bias", True)),
         )
     # bert. Its MLM head (dense -> GELU -> LayerNorm -> decoder) is not a linear unembedding,
     # so no exact logit decomposition exists through it: interp analyses BERT's hidden states

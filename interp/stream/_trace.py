@@ -4,7 +4,7 @@ Algorithm (Elhage et al. 2021, "A Mathematical Framework", §2 the residual stre
 "Math" 1–3). For a read point R and directions U [k, d_model] (the identity basis unless the
 caller projects):
 
-1. Walk the block program (:mod:`interp.stream._program`) backwards from R, carrying U and a
+1. Walk the block program (:func:`interp.models.build_program`) backwards from R, carrying U and a
    per-token scalar S (initially 1).
 2. At R's own pre-norm, and at every post-norm N passed on the way back, σ is frozen from the
    forward pass and N is linear: u·N(w) = (C Γ u)·w / σ, with C the centring (LayerNorm only)
@@ -30,12 +30,11 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.errors import ArgumentError, LabelError, ShapeError
-from interp.models import ArchInfo, Weights
+from interp.models import ArchInfo, Event, Weights, build_program, resid_hook_names
 from interp.stream._capture import capture, run_forward
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch, as_batch, check_tensor_data, require_model
 from interp._norms import frozen_direction, norm_scale
-from interp.stream._program import Event, build_program, resid_hook_names
 
 __all__ = ["ResidualTrace", "trace", "trace_at", "capture_names"]
 
@@ -127,11 +126,8 @@ class ResidualTrace:
 
     @property
     def program(self) -> list[Event]:
-        w = self.weights
         return build_program(self.arch, neuron_layers=self.neuron_layers,
-                             n_types=int("token_type_embed.hook_out" in self.activations),
-                             attn_bias=self.arch.family != "llama" or bool(w.b_O.any()),
-                             mlp_bias=self.arch.family != "llama" or bool(w.b_out.any()))
+                             n_types=int("token_type_embed.hook_out" in self.activations))
 
     @property
     def writes(self) -> list[str]:
@@ -365,7 +361,7 @@ def trace_at(
             x = x.expand(rows.numel(), *x.shape[1:])
         return x[rows, positions][:, None].clone()
 
-    stop = stop_before_unembed and arch.norm != "none" and arch.norm_placement == "pre" and arch.has_unembed
+    stop = stop_before_unembed and arch.norm != "none" and arch.has_logits
     if stop:
         names = [n for n in names if n != "ln_final.hook_out"]
     store: dict[str, Tensor] = {}

@@ -1,23 +1,32 @@
-"""The residual stream of each block family as an ordered program of events.
+"""The residual stream of each block family as an ordered program of events, and its order.
 
 An event is a *write* (a term joins the stream), a *norm* applied to the whole stream
 (post-norm models), a *read* (a sublayer's linear map sees the stream, through its own
 pre-norm if any) or a *resid* point (a ``blocks.{l}.hook_resid_*`` hook). Decomposing a read
-walks this list backwards (see :mod:`interp.stream._trace`).
+walks this list backwards (:mod:`interp.stream`); a read sees a write iff the write's event
+comes before the read's (:func:`sees`, used by :mod:`interp.circuits`).
 
 Pre-norm:  x_mid = x + Σ_h z_h W_O^h + b_O     (heads read N1(x));  x_out = x_mid + MLP(N2(x_mid))
 Parallel:  x_out = x + Σ_h z_h W_O^h + b_O + MLP(N2(x))            (heads read N1(x))
 Post-norm: x_mid = N1(x + Σ_h z_h W_O^h + b_O);  x_out = N2(x_mid + MLP(x_mid))
+
+so in a parallel block ``L3.mlp.in`` reads the stream before ``L3.H*`` write, in a sequential one after.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from interp.models import ArchInfo
+from interp.errors import LabelError
+from interp.models._arch import ArchInfo
 
-__all__ = ["Event", "build_program", "head_label", "resid_hook_names"]
+__all__ = ["Event", "build_program", "head_label", "program_position", "resid_hook_names", "sees"]
+
+
+_GATE = re.compile(r"L(\d+)\.mlp\.gate")
 
 
 @dataclass(frozen=True)
@@ -44,27 +53,13 @@ def resid_hook_names(arch: ArchInfo) -> list[str]:
     return names
 
 
-def _has_bias(arch: ArchInfo) -> bool:
-    return arch.family != "llama"
-
-
-def build_program(
-    arch: ArchInfo,
-    *,
-    neuron_layers: Sequence[int] = (),
-    n_types: int = 0,
-    attn_bias: Optional[bool] = None,
-    mlp_bias: Optional[bool] = None,
-) -> list[Event]:
+def build_program(arch: ArchInfo, *, neuron_layers: Sequence[int] = (), n_types: int = 0) -> list[Event]:
     """The ordered events of ``arch``'s forward pass (see module docstring).
 
-    ``attn_bias`` / ``mlp_bias``: whether the output projections carry a bias (an
-    ``L{l}.attn_bias`` write, and ``L{l}.mlp_bias`` when the MLP is split into neurons).
-    Default: every family but Llama; a Llama config with ``attention_bias`` / ``mlp_bias``
-    has them too, so :class:`~interp.stream.ResidualTrace` decides from the weights.
+    ``neuron_layers``: layers whose MLP write is split into one write per neuron (``L{l}.N{n}``,
+    plus ``L{l}.mlp_bias`` if ``arch.mlp_bias``); ``n_types``: a token-type embedding write
+    (BERT). An ``L{l}.attn_bias`` write follows the heads iff ``arch.attn_bias``.
     """
-    attn_bias = _has_bias(arch) if attn_bias is None else attn_bias
-    mlp_bias = _has_bias(arch) if mlp_bias is None else mlp_bias
     ev: list[Event] = [Event("write", "embed", sub="embed")]
     if arch.positional == "learned":
         ev.append(Event("write", "pos_embed", sub="pos_embed"))
@@ -89,7 +84,7 @@ def build_program(
             ev.append(Event("read", f"L{l}.mlp.in", layer=l, norm=mlp_norm))
         for h in range(arch.n_heads):
             ev.append(Event("write", head_label(l, h), layer=l, head=h, sub="head"))
-        if attn_bias:
+        if arch.attn_bias:
             ev.append(Event("write", f"L{l}.attn_bias", layer=l, sub="attn_bias"))
         if post:
             ev.append(Event("norm", f"L{l}.ln1", layer=l))
@@ -101,7 +96,7 @@ def build_program(
             if l in neuron_layers:
                 for n in range(arch.d_mlp):
                     ev.append(Event("write", f"L{l}.N{n}", layer=l, head=n, sub="neuron"))
-                if mlp_bias:
+                if arch.mlp_bias:
                     ev.append(Event("write", f"L{l}.mlp_bias", layer=l, sub="mlp_bias"))
             else:
                 ev.append(Event("write", f"L{l}.mlp", layer=l, sub="mlp"))
@@ -109,8 +104,34 @@ def build_program(
             ev.append(Event("norm", f"L{l}.ln2", layer=l))
             ev.append(Event("write", f"L{l}.ln2_bias", layer=l, sub="norm_bias", norm=f"L{l}.ln2"))
         ev.append(Event("resid", f"blocks.{l}.hook_resid_post", layer=l))
-    if arch.has_unembed and not post:
+    if arch.has_logits:
         ev.append(Event("read", "unembed", norm="final" if has_norm else None))
     else:
         ev.append(Event("read", "final"))
     return ev
+
+
+@functools.lru_cache(maxsize=64)
+def _positions(arch: ArchInfo) -> dict[str, int]:
+    """Write/read label -> index of its event in ``build_program(arch)``."""
+    return {e.label: i for i, e in enumerate(build_program(arch)) if e.kind in ("write", "read")}
+
+
+def program_position(arch: ArchInfo, label: str) -> int:
+    """Index in ``build_program(arch)`` of the event of write or read ``label``.
+
+    ``L{l}.mlp.gate`` (gated MLPs) reads the same normalised stream as ``L{l}.mlp.in``, so it
+    has its position. Neuron writes exist only in a program built with ``neuron_layers``.
+    """
+    pos = _positions(arch)
+    m = _GATE.fullmatch(label)
+    key = f"L{m.group(1)}.mlp.in" if m else label
+    if key in pos:
+        return pos[key]
+    raise LabelError(f"label={label!r} is not a write or read of {arch.name!r}'s block program; "
+                     f"valid labels look like {list(pos)[:3] + ['…'] + list(pos)[-3:]}")
+
+
+def sees(arch: ArchInfo, write: str, read: str) -> bool:
+    """True iff read ``read`` sees write ``write``: the write's event precedes the read's."""
+    return program_position(arch, write) < program_position(arch, read)
