@@ -30,12 +30,12 @@ import dataclasses
 import logging
 from typing import Any, Optional
 
-import einops
 import torch
 from torch import Tensor
 
 from interp.circuits._common import check_model, check_data
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
+from interp.models import hf_state_from_weights, hf_writable, model_from_hf
 
 __all__ = ["rotate_residual", "random_rotation"]
 
@@ -85,12 +85,16 @@ def _check_R(model: Any, R: Any, atol: float) -> Tensor:
 
 def _check_model(model: Any, R64: Tensor, atol: float) -> None:
     a = model.arch
-    if a.family not in ("gpt2", "llama", "gpt_neox"):
+    if a.norm_placement == "post":
         raise UnsupportedOperationError(
-            f"rotate_residual supports pre-norm Hugging Face families gpt2, llama, gpt_neox; model {model.name!r} "
-            f"is {a.family!r}" + (" (post-norm: the norm's gain multiplies the residual stream itself, and "
-                                  "diag(γ) R ≠ R diag(γ), so no rotated model is exactly equivalent)"
-                                  if a.norm_placement == "post" else "")
+            f"rotate_residual supports pre-norm models; model {model.name!r} is post-norm: the norm's gain "
+            "multiplies the residual stream itself, and diag(γ) R ≠ R diag(γ), so no rotated model is exactly "
+            "equivalent"
+        )
+    if not hf_writable(a):
+        raise UnsupportedOperationError(
+            f"rotate_residual builds a Hugging Face module from the rotated weights; model {model.name!r} "
+            f"(family {a.family!r}) has no TL -> Hugging Face weight map"
         )
     if a.norm == "layernorm":
         ones = torch.ones(a.d_model, dtype=torch.float64)
@@ -136,75 +140,13 @@ def rotated_weights(model: Any, R64: Tensor) -> Any:
     return new.to(device=model.device, dtype=model.dtype)
 
 
-# --- writing TL-layout weights back into a Hugging Face module ----------------------------------
-
-def _hf_state(family: str, w: Any, n_layers: int) -> tuple[dict[str, Tensor], str]:
-    """HF parameter name -> tensor for the rotated weights, and the unembedding module's name."""
-    sd: dict[str, Tensor] = {}
-    if family == "llama":
-        sd["model.embed_tokens.weight"] = w.W_E
-        for l in range(n_layers):
-            p = f"model.layers.{l}."
-            sd[p + "self_attn.q_proj.weight"] = einops.rearrange(w.W_Q[l], "n m h -> (n h) m")
-            sd[p + "self_attn.k_proj.weight"] = einops.rearrange(w.W_K[l], "n m h -> (n h) m")
-            sd[p + "self_attn.v_proj.weight"] = einops.rearrange(w.W_V[l], "n m h -> (n h) m")
-            sd[p + "self_attn.q_proj.bias"] = w.b_Q[l].reshape(-1)
-            sd[p + "self_attn.k_proj.bias"] = w.b_K[l].reshape(-1)
-            sd[p + "self_attn.v_proj.bias"] = w.b_V[l].reshape(-1)
-            sd[p + "self_attn.o_proj.weight"] = einops.rearrange(w.W_O[l], "n h m -> m (n h)")
-            sd[p + "self_attn.o_proj.bias"] = w.b_O[l]
-            sd[p + "mlp.up_proj.weight"], sd[p + "mlp.up_proj.bias"] = w.W_in[l].T, w.b_in[l]
-            sd[p + "mlp.down_proj.bias"] = w.b_out[l]
-            sd[p + "mlp.gate_proj.weight"] = w.W_gate[l].T
-            sd[p + "mlp.down_proj.weight"] = w.W_out[l].T
-            sd[p + "input_layernorm.weight"] = w.ln1_w[l]
-            sd[p + "post_attention_layernorm.weight"] = w.ln2_w[l]
-        sd["model.norm.weight"] = w.lnf_w
-        sd["lm_head.weight"] = w.W_U.T
-        return sd, "lm_head"
-    if family == "gpt2":
-        sd["transformer.wte.weight"] = w.W_E
-        sd["transformer.wpe.weight"] = w.W_pos
-        heads = lambda W: einops.rearrange(W, "n m h -> m (n h)")  # noqa: E731
-        for l in range(n_layers):
-            p = f"transformer.h.{l}."
-            sd[p + "attn.c_attn.weight"] = torch.cat([heads(w.W_Q[l]), heads(w.W_K[l]), heads(w.W_V[l])], dim=1)
-            sd[p + "attn.c_attn.bias"] = torch.cat([w.b_Q[l].reshape(-1), w.b_K[l].reshape(-1), w.b_V[l].reshape(-1)])
-            sd[p + "attn.c_proj.weight"] = einops.rearrange(w.W_O[l], "n h m -> (n h) m")
-            sd[p + "attn.c_proj.bias"] = w.b_O[l]
-            sd[p + "mlp.c_fc.weight"], sd[p + "mlp.c_fc.bias"] = w.W_in[l], w.b_in[l]
-            sd[p + "mlp.c_proj.weight"], sd[p + "mlp.c_proj.bias"] = w.W_out[l], w.b_out[l]
-            sd[p + "ln_1.weight"], sd[p + "ln_1.bias"] = w.ln1_w[l], w.ln1_b[l]
-            sd[p + "ln_2.weight"], sd[p + "ln_2.bias"] = w.ln2_w[l], w.ln2_b[l]
-        sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"] = w.lnf_w, w.lnf_b
-        sd["lm_head.weight"] = w.W_U.T
-        return sd, "lm_head"
-    # gpt_neox
-    sd["gpt_neox.embed_in.weight"] = w.W_E
-    for l in range(n_layers):
-        p = f"gpt_neox.layers.{l}."
-        sd[p + "attention.query_key_value.weight"] = einops.rearrange(
-            torch.stack([w.W_Q[l], w.W_K[l], w.W_V[l]]), "t n m h -> (n t h) m")
-        sd[p + "attention.query_key_value.bias"] = einops.rearrange(
-            torch.stack([w.b_Q[l], w.b_K[l], w.b_V[l]]), "t n h -> (n t h)")
-        sd[p + "attention.dense.weight"] = einops.rearrange(w.W_O[l], "n h m -> m (n h)")
-        sd[p + "attention.dense.bias"] = w.b_O[l]
-        sd[p + "mlp.dense_h_to_4h.weight"], sd[p + "mlp.dense_h_to_4h.bias"] = w.W_in[l].T, w.b_in[l]
-        sd[p + "mlp.dense_4h_to_h.weight"], sd[p + "mlp.dense_4h_to_h.bias"] = w.W_out[l].T, w.b_out[l]
-        sd[p + "input_layernorm.weight"], sd[p + "input_layernorm.bias"] = w.ln1_w[l], w.ln1_b[l]
-        sd[p + "post_attention_layernorm.weight"], sd[p + "post_attention_layernorm.bias"] = w.ln2_w[l], w.ln2_b[l]
-    sd["gpt_neox.final_layer_norm.weight"], sd["gpt_neox.final_layer_norm.bias"] = w.lnf_w, w.lnf_b
-    sd["lm_head.weight"] = w.W_U.T  # "embed_out" in older transformers; renamed in _build_hf
-    return sd, "lm_head"
-
-
 def _build_hf(model: Any, w: Any) -> Any:
     """A fresh HF module of the model's class holding the rotated weights ``w``."""
     hf_old = model.bridge.original_model
     config = copy.deepcopy(hf_old.config)
     config.tie_word_embeddings = False  # W_U = Rᵀ diag(γ_f) W_Eᵀ... no longer W_E'ᵀ
     hf = type(hf_old)(config).to(dtype=model.dtype)
-    values, head_name = _hf_state(model.arch.family, w, model.arch.n_layers)
+    values, head_name = hf_state_from_weights(w, model.arch)
     sd = hf.state_dict()
     params = dict(hf.named_parameters())
     if "lm_head.weight" not in params and "embed_out.weight" in params:
@@ -246,8 +188,6 @@ def rotate_residual(model: Any, R: Tensor, *, atol: float = 1e-5, name: Optional
         raise ArgumentError(f"atol={atol!r} must be a positive number")
     R64 = _check_R(model, R, float(atol))
     _check_model(model, R64, float(atol))
-    from interp.models import model_from_hf
-
     w = rotated_weights(model, R64)
     hf = _build_hf(model, w)
     new_name = name or f"{model.name}-rotated"

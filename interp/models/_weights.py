@@ -1,4 +1,5 @@
-"""Frozen per-layer weights in TransformerLens's layout, read straight from the HF module.
+"""Frozen per-layer weights in TransformerLens's layout, read straight from the HF module, and
+the inverse map (TL layout -> HF parameter names) that writes edited weights back.
 
 Row-vector convention (TL): a head's query is q = x W_Q + b_Q, its write is z W_O, so
 
@@ -23,9 +24,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp.errors import UnsupportedOperationError
 from interp.models._arch import ArchInfo
 
-__all__ = ["Weights", "weights_from_hf"]
+__all__ = ["Weights", "hf_state_from_weights", "hf_writable", "weights_from_hf"]
 
 
 @dataclass(frozen=True)
@@ -269,3 +271,87 @@ def _bert(sd: dict[str, Tensor], a: ArchInfo):
         ln_emb_w=_t(sd[e + "LayerNorm.weight"]), ln_emb_b=_t(sd[e + "LayerNorm.bias"]),
     )
     return per, glob
+
+
+# --- TL layout -> HF parameters (the inverse of the readers above) ------------------------------
+
+def _gpt2_to_hf(w: Weights, n_layers: int) -> dict[str, Tensor]:
+    sd: dict[str, Tensor] = {"transformer.wte.weight": w.W_E, "transformer.wpe.weight": w.W_pos}
+    heads = lambda W: einops.rearrange(W, "n m h -> m (n h)")  # noqa: E731
+    for l in range(n_layers):
+        p = f"transformer.h.{l}."
+        sd[p + "attn.c_attn.weight"] = torch.cat([heads(w.W_Q[l]), heads(w.W_K[l]), heads(w.W_V[l])], dim=1)
+        sd[p + "attn.c_attn.bias"] = torch.cat([w.b_Q[l].reshape(-1), w.b_K[l].reshape(-1), w.b_V[l].reshape(-1)])
+        sd[p + "attn.c_proj.weight"] = einops.rearrange(w.W_O[l], "n h m -> (n h) m")
+        sd[p + "attn.c_proj.bias"] = w.b_O[l]
+        sd[p + "mlp.c_fc.weight"], sd[p + "mlp.c_fc.bias"] = w.W_in[l], w.b_in[l]
+        sd[p + "mlp.c_proj.weight"], sd[p + "mlp.c_proj.bias"] = w.W_out[l], w.b_out[l]
+        sd[p + "ln_1.weight"], sd[p + "ln_1.bias"] = w.ln1_w[l], w.ln1_b[l]
+        sd[p + "ln_2.weight"], sd[p + "ln_2.bias"] = w.ln2_w[l], w.ln2_b[l]
+    sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"] = w.lnf_w, w.lnf_b
+    sd["lm_head.weight"] = w.W_U.T
+    return sd
+
+
+def _llama_to_hf(w: Weights, n_layers: int) -> dict[str, Tensor]:
+    sd: dict[str, Tensor] = {"model.embed_tokens.weight": w.W_E}
+    heads_in = lambda W: einops.rearrange(W, "n m h -> (n h) m")  # noqa: E731
+    for l in range(n_layers):
+        p = f"model.layers.{l}."
+        sd[p + "self_attn.q_proj.weight"] = heads_in(w.W_Q[l])
+        sd[p + "self_attn.k_proj.weight"] = heads_in(w.W_K[l])
+        sd[p + "self_attn.v_proj.weight"] = heads_in(w.W_V[l])
+        sd[p + "self_attn.q_proj.bias"] = w.b_Q[l].reshape(-1)
+        sd[p + "self_attn.k_proj.bias"] = w.b_K[l].reshape(-1)
+        sd[p + "self_attn.v_proj.bias"] = w.b_V[l].reshape(-1)
+        sd[p + "self_attn.o_proj.weight"] = einops.rearrange(w.W_O[l], "n h m -> m (n h)")
+        sd[p + "self_attn.o_proj.bias"] = w.b_O[l]
+        sd[p + "mlp.up_proj.weight"], sd[p + "mlp.up_proj.bias"] = w.W_in[l].T, w.b_in[l]
+        sd[p + "mlp.down_proj.bias"] = w.b_out[l]
+        sd[p + "mlp.gate_proj.weight"] = w.W_gate[l].T
+        sd[p + "mlp.down_proj.weight"] = w.W_out[l].T
+        sd[p + "input_layernorm.weight"] = w.ln1_w[l]
+        sd[p + "post_attention_layernorm.weight"] = w.ln2_w[l]
+    sd["model.norm.weight"] = w.lnf_w
+    sd["lm_head.weight"] = w.W_U.T
+    return sd
+
+
+def _neox_to_hf(w: Weights, n_layers: int) -> dict[str, Tensor]:
+    sd: dict[str, Tensor] = {"gpt_neox.embed_in.weight": w.W_E}
+    for l in range(n_layers):
+        p = f"gpt_neox.layers.{l}."
+        sd[p + "attention.query_key_value.weight"] = einops.rearrange(
+            torch.stack([w.W_Q[l], w.W_K[l], w.W_V[l]]), "t n m h -> (n t h) m")
+        sd[p + "attention.query_key_value.bias"] = einops.rearrange(
+            torch.stack([w.b_Q[l], w.b_K[l], w.b_V[l]]), "t n h -> (n t h)")
+        sd[p + "attention.dense.weight"] = einops.rearrange(w.W_O[l], "n h m -> m (n h)")
+        sd[p + "attention.dense.bias"] = w.b_O[l]
+        sd[p + "mlp.dense_h_to_4h.weight"], sd[p + "mlp.dense_h_to_4h.bias"] = w.W_in[l].T, w.b_in[l]
+        sd[p + "mlp.dense_4h_to_h.weight"], sd[p + "mlp.dense_4h_to_h.bias"] = w.W_out[l].T, w.b_out[l]
+        sd[p + "input_layernorm.weight"], sd[p + "input_layernorm.bias"] = w.ln1_w[l], w.ln1_b[l]
+        sd[p + "post_attention_layernorm.weight"], sd[p + "post_attention_layernorm.bias"] = w.ln2_w[l], w.ln2_b[l]
+    sd["gpt_neox.final_layer_norm.weight"], sd["gpt_neox.final_layer_norm.bias"] = w.lnf_w, w.lnf_b
+    sd["lm_head.weight"] = w.W_U.T  # "embed_out" in older transformers (the caller renames it)
+    return sd
+
+
+_TO_HF = {"gpt2": _gpt2_to_hf, "llama": _llama_to_hf, "gpt_neox": _neox_to_hf}
+
+
+def hf_writable(arch: ArchInfo) -> bool:
+    """True iff :func:`hf_state_from_weights` can write this architecture's weights back to HF."""
+    return arch.family in _TO_HF
+
+
+def hf_state_from_weights(w: Weights, arch: ArchInfo) -> tuple[dict[str, Tensor], str]:
+    """HF parameter name -> tensor for TL-layout weights ``w`` (the inverse of :func:`weights_from_hf`),
+    and the name of the unembedding module ("lm_head").
+
+    Every bias is written, zero or not (the caller drops zero ones its HF class has no parameter for).
+    """
+    if not hf_writable(arch):
+        raise UnsupportedOperationError(
+            f"model {arch.name!r} (family {arch.family!r}) has no TL -> Hugging Face weight map; "
+            f"supported: {sorted(_TO_HF)}")
+    return _TO_HF[arch.family](w, arch.n_layers), "lm_head"
