@@ -3,14 +3,15 @@
 Labels (DESIGN.md): writes ``embed``, ``pos_embed`` (learned positions only), ``L3.H5``,
 ``L3.mlp``; reads ``L3.attn.q[H5]`` (query head), ``L3.attn.k[H1]`` / ``L3.attn.v[H1]`` (KV head
 under GQA), ``L3.mlp.in`` (W_in, the up projection), ``L3.mlp.gate`` (gated MLPs only),
-``unembed``. A read sees a write iff the write happens earlier in the forward pass:
+``unembed``. A read sees a write iff the write's event precedes the read's in the model's block
+program (:func:`interp.models.build_program`; positions from :func:`interp.models.program_position`):
 
     sequential block (GPT-2, Llama, BERT):  attn reads < head writes < mlp reads < mlp writes
-    parallel block (GPT-NeoX):              attn reads = mlp reads  < head writes, mlp writes
+    parallel block (GPT-NeoX):              attn reads, mlp reads   < head writes, mlp writes
 
-so in a parallel block ``L3.mlp.in`` does not read ``L3.H*``. Post-norm models use the
-sequential order (every write still precedes the later reads; the norms between are not part of
-the virtual weight — see :mod:`interp.circuits._common`).
+so in a parallel block ``L3.mlp.in`` does not read ``L3.H*``. In post-norm models every write
+still precedes the later reads; the norms between are not part of the virtual weight — see
+:mod:`interp.circuits._common`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from torch import Tensor
 
 from interp.circuits._common import fold_read, fold_write, folded_unembed
 from interp.errors import LabelError, UnsupportedOperationError
+from interp.models import program_position
 
 __all__ = ["Write", "Read", "parse_write", "parse_read", "write_labels", "read_labels", "write_matrix", "read_matrix"]
 
@@ -39,10 +41,10 @@ class Write:
     layer: int = -1
     head: int = -1
 
-    def order(self, model: Any) -> float:
-        if self.kind in ("embed", "pos_embed"):
-            return -1.0
-        return self.layer + (0.5 if self.kind == "head" else 0.75)
+    def position(self, model: Any) -> int:
+        """Index of this write's event in the model's block program."""
+        key = {"head": f"L{self.layer}.H{self.head}", "mlp": f"L{self.layer}.mlp"}.get(self.kind, self.kind)
+        return program_position(model.arch, key)
 
 
 @dataclass(frozen=True)
@@ -52,12 +54,15 @@ class Read:
     layer: int = -1
     head: int = -1  # query head for q, KV head for k/v
 
-    def order(self, model: Any) -> float:
+    def position(self, model: Any) -> int:
+        """Index of this read's event in the model's block program (a gate reads where ``mlp.in`` does)."""
         if self.kind == "unembed":
-            return float("inf")
-        if self.kind in ("q", "k", "v") or model.arch.parallel_attn_mlp:
-            return self.layer + 0.25
-        return self.layer + 0.625
+            key = "unembed"
+        elif self.kind in ("q", "k", "v"):
+            key = f"L{self.layer}.attn.{self.kind}[H{self.head}]"
+        else:
+            key = f"L{self.layer}.{self.kind}"
+        return program_position(model.arch, key)
 
 
 def write_labels(model: Any) -> list[str]:
@@ -176,8 +181,8 @@ def read_matrix(model: Any, r: Read, fold_norms: bool) -> Tensor:
 
 
 def check_order(model: Any, w: Write, r: Read) -> Optional[str]:
-    """None if read ``r`` sees write ``w``, else the reason it does not."""
-    if w.order(model) < r.order(model):
+    """None if read ``r`` sees write ``w`` (``w``'s event precedes ``r``'s in the block program), else why not."""
+    if w.position(model) < r.position(model):
         return None
     if w.kind == "head" and r.kind.startswith("mlp") and w.layer == r.layer:
         return (f"in this parallel-block model ({model.arch.family}) L{r.layer}'s MLP reads the same residual "

@@ -42,6 +42,7 @@ from interp._io import SaveLoadMixin
 from interp.circuits._common import check_model, check_bool, check_positive_int, convention, fold_write, folded_qkv
 from interp.circuits._gram import chunks, pack_symmetric, packed_gram_left
 from interp.circuits._labels import parse_write, write_labels, write_matrix
+from interp.models import program_position
 
 __all__ = ["SubspaceOverlap", "ErasureTable", "write_subspace_overlap", "erasure_candidates"]
 
@@ -233,9 +234,11 @@ def erasure_candidates(model: Any, *, k: int | None = None, screen: int = 200, f
         tr[:, sl] = (Ps @ pack_symmetric(Tsym, weighted=True).T).double().cpu()
     ranks = torch.tensor([min(k, int((Us[i].abs().sum(0) > 0).sum())) for i in range(len(srcs))], dtype=torch.float64)
     gain = tr / ranks.clamp_min(1)[:, None]
-    src_order = torch.tensor([w.order(model) for w in src_objs], dtype=torch.float64)
-    dst_layer = torch.arange(a.n_layers).repeat_interleave(a.n_heads).to(torch.float64)
-    valid = src_order[:, None] < (dst_layer[None, :] + 0.25)
+    src_pos = torch.tensor([w.position(model) for w in src_objs])
+    # destination head j = l * n_heads + h reads its values at L{l}.attn.v[H{kv_head(h)}]
+    dst_pos = torch.tensor([program_position(a, f"L{l}.attn.v[H{a.kv_head(h)}]")
+                            for l in range(a.n_layers) for h in range(a.n_heads)])
+    valid = src_pos[:, None] < dst_pos[None, :]
     gain = torch.where(valid, gain, torch.full_like(gain, float("inf")))
     n_valid = int(valid.sum())
     flat = gain.reshape(-1)

@@ -173,8 +173,8 @@ def virtual_weight_norms(model: Any, *, fold_norms: bool = True,
     for labels, A in _read_stacks(model, fold_norms, dtype):
         Zr[[r_row[x] for x in labels]] = packed_gram_right(A.to(dtype), weighted=True)
     sq = Xw @ Zr.T  # [n_writes, n_reads]
-    w_ord = torch.tensor([parse_write(model, s).order(model) for s in writes], dtype=torch.float64)
-    r_ord = torch.tensor([parse_read(model, s).order(model) for s in reads], dtype=torch.float64)
+    w_ord = torch.tensor([parse_write(model, s).position(model) for s in writes])
+    r_ord = torch.tensor([parse_read(model, s).position(model) for s in reads])
     ok = (w_ord[:, None] < r_ord[None, :]).to(dev)
     vals = torch.where(ok, sq.clamp_min(0).sqrt(), torch.full_like(sq, float("nan")))
     return VirtualWeightNorms(values=vals.to(dtype), writes=writes, reads=reads,
