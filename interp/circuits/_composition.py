@@ -18,6 +18,10 @@ Algorithm (never a d_model × d_model product per pair):
    all pairs (s before d) from a few [n_src, F] × [F, n_dst] matrix products.
 4. Divide by ‖M_s‖_F ‖N_d‖_F; pairs whose destination is not in a later layer are NaN.
 
+With ``heads=[...]`` only the factors of those heads are formed (sources: the chosen heads with a
+chosen head in a later layer; destinations: the reverse) and step 3 is one [n_src, F] × [F, n_dst]
+product: each score is the same number as in the all-pairs tensor, the rest are NaN.
+
 Weights follow :mod:`interp.circuits._common` (``fold_norms=True``: transformer-lens's
 HookedTransformer / compatibility-mode convention; ``fold_norms=False``: the raw weights the
 TransformerBridge exposes by default, which is what ``bridge.all_composition_scores`` uses).
@@ -26,7 +30,7 @@ TransformerBridge exposes by default, which is what ``bridge.all_composition_sco
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import pandas as pd
 import torch
@@ -34,9 +38,11 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp._io import SaveLoadMixin
-from interp.circuits._common import check_model, check_bool, check_positive_int, convention, fold_write, folded_qkv
+from interp.circuits._common import (check_bool, check_model, check_positive_int, convention, fold_read, fold_write,
+                                     folded_qkv)
 from interp.circuits._gram import gram_r, packed_gram_left, packed_gram_right
-from interp.errors import ArgumentError
+from interp.errors import ArgumentError, LabelError
+from interp.labels import Head, as_label
 
 __all__ = ["CompositionScores", "composition_scores"]
 
@@ -46,12 +52,19 @@ _KINDS = ("Q", "K", "V")
 @dataclass(frozen=True, eq=False)
 class CompositionScores(SaveLoadMixin):
     """``scores`` [n_layers, n_heads, n_layers, n_heads] (src layer, src head, dst layer, dst head);
-    NaN where the destination is not in a later layer (``mask`` is True where defined)."""
+    NaN where the destination is not in a later layer (``mask`` is True where defined). ``heads``:
+    the head labels the scores were restricted to (``composition_scores(..., heads=...)``; pairs
+    outside them are NaN too), or None for all heads."""
 
     kind: str
     scores: Float[Tensor, "n_layers n_heads n_layers n_heads"] = field(repr=False)
     convention: str
     model_name: str = ""
+    heads: Optional[tuple[str, ...]] = None
+
+    def __post_init__(self) -> None:
+        if self.heads is not None:  # JSON (load) gives a list
+            object.__setattr__(self, "heads", tuple(self.heads))
 
     @property
     def mask(self) -> Tensor:
@@ -87,6 +100,9 @@ class CompositionScores(SaveLoadMixin):
         L, H = self.n_layers, self.n_heads
         z = self.scores.reshape(L * H, L * H).T.double().cpu().numpy()  # rows: dst, columns: src
         labels = [f"L{l}.H{h}" for l in range(L) for h in range(H)]
+        if self.heads is not None:  # only the chosen heads' rows and columns
+            keep = [labels.index(lab) for lab in self.heads]
+            z, labels = z[keep][:, keep], list(self.heads)
         fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, colorscale="Blues", zmin=0,
                                    colorbar={"title": "score"},
                                    hovertemplate="src %{x} → dst %{y}: %{z:.3f}<extra></extra>"))
@@ -96,7 +112,51 @@ class CompositionScores(SaveLoadMixin):
         return fig
 
     def __repr__(self) -> str:
-        return f"CompositionScores({self.kind}, shape {tuple(self.scores.shape)}, {self.convention})"
+        sub = "" if self.heads is None else f", {len(self.heads)} heads"
+        return f"CompositionScores({self.kind}, shape {tuple(self.scores.shape)}{sub}, {self.convention})"
+
+
+def _parse_heads(model: Any, heads: Any) -> list[tuple[int, int]]:
+    """``heads`` (labels "L3.H5", :class:`interp.labels.Head` or (layer, head) pairs) as sorted,
+    distinct (layer, head) pairs."""
+    L, H = model.arch.n_layers, model.arch.n_heads
+    allowed = f"labels like 'L{L - 1}.H{H - 1}' or (layer, head) pairs with layer < {L} and head < {H}"
+    if isinstance(heads, (str, bytes, Tensor)) or not isinstance(heads, Sequence) or len(heads) == 0:
+        raise ArgumentError(f"heads={heads!r:.80} must be a non-empty list of {allowed}")
+    out: set[tuple[int, int]] = set()
+    for item in heads:
+        if isinstance(item, (str, Head)):
+            try:
+                head = as_label(item, Head, name="heads")
+            except LabelError as e:
+                raise LabelError(f"{e}; give {allowed}") from None
+            lh = (head.layer, head.head)
+        elif (isinstance(item, (tuple, list)) and len(item) == 2
+              and all(isinstance(x, int) and not isinstance(x, bool) for x in item)):
+            lh = (item[0], item[1])
+        else:
+            raise LabelError(f"heads contains {item!r}; give {allowed}")
+        if not (0 <= lh[0] < L and 0 <= lh[1] < H):
+            raise LabelError(f"heads contains {item!r}, not a head of model {model.name!r} "
+                             f"(n_layers={L}, n_heads={H}); give {allowed}")
+        out.add(lh)
+    return sorted(out)
+
+
+def _factors(model: Any, kind: str, ls: Tensor, hs: Tensor, fold_norms: bool, dtype: torch.dtype,
+             side: str) -> Tensor:
+    """The reduced factors of heads (ls[i], hs[i]): M_s [n, dh, d] (side "src") or N_d [n, d, dh] ("dst")."""
+    a, w = model.arch, model.weights
+    kv = torch.tensor([a.kv_head(int(h)) for h in hs], dtype=torch.long, device=ls.device)
+    g = w.ln1_w[ls]  # [n, d]: each head's ln1 gain
+    W_V = fold_read(model, w.W_V[ls, kv], g, fold_norms).to(dtype)  # query head h reads KV head h // group
+    W_O = fold_write(model, w.W_O[ls, hs].to(dtype), fold_norms)
+    if side == "src":  # M_s = R(W_V^s) W_O^s
+        return gram_r(W_V) @ W_O
+    W_Q = fold_read(model, w.W_Q[ls, hs], g, fold_norms).to(dtype)
+    W_K = fold_read(model, w.W_K[ls, kv], g, fold_norms).to(dtype)
+    A, B = _dst_factors(kind, W_Q, W_K, W_V, W_O)  # N_d = A R(Bᵀ)ᵀ
+    return A @ gram_r(B.transpose(-2, -1)).transpose(-2, -1)
 
 
 def _dst_factors(kind: str, W_Q: Tensor, W_K: Tensor, W_V: Tensor, W_O: Tensor) -> tuple[Tensor, Tensor]:
@@ -108,13 +168,16 @@ def _dst_factors(kind: str, W_Q: Tensor, W_K: Tensor, W_V: Tensor, W_O: Tensor) 
     return W_V, W_O
 
 
-def composition_scores(model: Any, kind: str = "K", *, fold_norms: bool = True,
-                       dtype: Optional[torch.dtype] = None) -> CompositionScores:
+def composition_scores(model: Any, kind: str = "K", *, heads: Optional[Sequence[Any]] = None,
+                       fold_norms: bool = True, dtype: Optional[torch.dtype] = None) -> CompositionScores:
     """All-pairs ``kind``-composition scores ("Q", "K" or "V") as a [L, H, L, H] tensor.
 
-    ``dtype`` is the precision of the Gram products (float32 agrees with a float64 reference to
-    ~1e-7 on smollm2-135m; pass torch.float64 for more). Peak extra memory ≈ 2 × n_heads_total ×
-    d_model²/2 floats (≈ 0.4 GB for smollm2-135m in float32).
+    ``heads``: only the pairs among these heads (labels such as "L3.H5" or (layer, head) pairs),
+    computed from their factors alone; every other entry is NaN. ``dtype`` is the precision of the
+    Gram products (float32 agrees with a float64 reference to ~1e-7 on smollm2-135m; pass
+    torch.float64 for more). Peak extra memory ≈ 2 × n_heads_total ×
+    d_model²/2 floats (≈ 0.4 GB for smollm2-135m in float32); with ``heads``, len(heads) instead of
+    n_heads_total.
     """
     check_model(model)
     if kind not in _KINDS:
@@ -126,6 +189,8 @@ def composition_scores(model: Any, kind: str = "K", *, fold_norms: bool = True,
         raise ArgumentError(f"dtype={dtype!r} must be torch.float32 or torch.float64")
     a = model.arch
     L, H, d = a.n_layers, a.n_heads, a.d_model
+    if heads is not None:
+        return _subset_scores(model, kind, _parse_heads(model, heads), fold_norms, dtype)
     kv = torch.tensor([a.kv_head(h) for h in range(H)], device=model.device)
     W_Q, W_K, W_V = (t.to(dtype) for t in folded_qkv(model, fold_norms))
     W_K, W_V = W_K[:, kv], W_V[:, kv]  # query head h reads KV head h // group   [L, H, d, dh]
@@ -156,3 +221,25 @@ def composition_scores(model: Any, kind: str = "K", *, fold_norms: bool = True,
     scores = scores / (src_norm[:, :, None, None] * dst_norm[None, None, :, :])
     return CompositionScores(kind=kind, scores=scores, convention=convention(model, fold_norms),
                              model_name=model.name)
+
+
+def _subset_scores(model: Any, kind: str, sel: list[tuple[int, int]], fold_norms: bool,
+                   dtype: torch.dtype) -> CompositionScores:
+    """Scores among the heads ``sel`` only: factors of those heads, one [n_src, F] × [F, n_dst] product."""
+    L, H = model.arch.n_layers, model.arch.n_heads
+    dev = model.device
+    scores = torch.full((L, H, L, H), float("nan"), dtype=dtype, device=dev)
+    lo, hi = min(l for l, _ in sel), max(l for l, _ in sel)
+    src = [(l, h) for l, h in sel if l < hi]  # a source needs a chosen head in a later layer
+    dst = [(l, h) for l, h in sel if l > lo]
+    if src and dst:
+        (sl, sh), (dl, dh) = (torch.tensor(list(zip(*x)), dtype=torch.long, device=dev) for x in (src, dst))
+        M = _factors(model, kind, sl, sh, fold_norms, dtype, "src")  # [n_src, dh, d]
+        N = _factors(model, kind, dl, dh, fold_norms, dtype, "dst")  # [n_dst, d, dh]
+        sq = packed_gram_left(M, weighted=False) @ packed_gram_right(N, weighted=True).T  # [n_src, n_dst]
+        vals = sq.clamp_min(0).sqrt() / (M.flatten(1).norm(dim=1)[:, None] * N.flatten(1).norm(dim=1)[None, :])
+        later = sl[:, None] < dl[None, :]
+        i, j = later.nonzero(as_tuple=True)
+        scores[sl[i], sh[i], dl[j], dh[j]] = vals[i, j]
+    return CompositionScores(kind=kind, scores=scores, convention=convention(model, fold_norms),
+                             model_name=model.name, heads=tuple(f"L{l}.H{h}" for l, h in sel))
