@@ -111,7 +111,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from interp.report import report
 
     model = _load(args.model)
-    decoder = model.arch.has_unembed and model.arch.norm_placement != "post"
+    decoder = model.arch.has_logits
     prompt = args.prompt if args.prompt is not None else DEFAULT_PROMPT
     answer, wrong = args.answer, args.wrong
     if args.prompt is None and answer is None and wrong is None and decoder:

@@ -67,7 +67,7 @@ def attribute_direction(
         raise ShapeError(f"direction has {u.shape[0]} rows but there are {b} prompts")
     u = u.to(model.device, model.dtype)
     U = u[None, None] if u.ndim == 1 else u[:, None]  # [b|1, 1, d_model]
-    read = "final" if (arch.norm_placement == "post" or not arch.has_unembed) else "unembed"
+    read = "unembed" if arch.has_logits else "final"
     dec = trace(model, batch.tokens, attention_mask=batch.attention_mask).decompose(read, project_onto=U)
     contrib = dec.contributions[..., 0]  # [n_terms, b, pos]
     total = dec.total[..., 0]

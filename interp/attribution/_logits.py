@@ -90,7 +90,7 @@ def attribute_logits(
     arch = model.arch
     if unit not in UNITS:
         raise ArgumentError(f"unit={unit!r} is not allowed; use one of {UNITS}")
-    if not arch.has_unembed or arch.norm_placement == "post":
+    if not arch.has_logits:
         raise UnsupportedOperationError(
             f"model {model.name!r} is an encoder without an unembedding (logits are undefined); "
             "use interp.attribute_direction(model, inputs, direction) to attribute its hidden state"

@@ -222,10 +222,10 @@ def folded_writes(model: Any, fold_norms: bool) -> dict[str, Optional[Tensor]]:
 
 
 def need_unembed(model: Any) -> None:
-    if not model.arch.has_unembed or model.weights.W_U is None:
+    if not model.arch.has_logits:
         raise UnsupportedOperationError(
-            f"model {model.name!r} has no unembedding (arch.has_unembed={model.arch.has_unembed}, "
-            "weights.W_U is None): it is an encoder analysed through its hidden state, so circuits "
+            f"model {model.name!r} has no unembedding (arch.has_logits=False, weights.W_U is None): "
+            "it is an encoder analysed through its hidden state, so circuits "
             "ending in W_U (full OV/QK circuits, copying scores, the 'unembed' read) do not exist"
         )
 

@@ -86,7 +86,7 @@ def read_labels(model: Any) -> list[str]:
             out.append(f"L{l}.mlp.in")
             if model.weights.W_gate is not None:
                 out.append(f"L{l}.mlp.gate")
-    if a.has_unembed and model.weights.W_U is not None:
+    if a.has_logits:
         out.append("unembed")
     return out
 
@@ -136,7 +136,7 @@ def parse_read(model: Any, label: Any, *, name: str = "dst") -> Read:
     if not isinstance(label, str):
         raise _bad(name, label, valid)
     if label == "unembed":
-        if not (a.has_unembed and model.weights.W_U is not None):
+        if not a.has_logits:
             raise UnsupportedOperationError(f"{name}='unembed': model {model.name!r} has no unembedding (W_U is None)")
         return Read(label, "unembed")
     if m := _ATTN_READ.fullmatch(label):

@@ -250,7 +250,7 @@ def _check_model(model: Any, order: Any) -> None:
             f"path_expansion needs an attention-only model (no MLPs); model {arch.name!r} has MLPs "
             f"(d_mlp={arch.d_mlp}). Use interp's toy models (interp.load_model('toy-attn-only-2l'))."
         )
-    if not arch.has_unembed or model.weights.W_U is None:
+    if not arch.has_logits:
         raise UnsupportedOperationError(f"model {arch.name!r} has no unembedding, so it has no logits to expand")
     if arch.norm_placement != "pre" or arch.parallel_attn_mlp:
         raise UnsupportedOperationError(

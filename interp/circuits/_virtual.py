@@ -148,7 +148,7 @@ def _read_stacks(model: Any, fold_norms: bool, dtype: torch.dtype):
         yield [f"L{l}.mlp.in" for l in range(L)], W_in
         if W_gate is not None:
             yield [f"L{l}.mlp.gate" for l in range(L)], W_gate
-    if a.has_unembed and model.weights.W_U is not None:
+    if a.has_logits:
         yield ["unembed"], folded_unembed(model, fold_norms)[None]
 
 

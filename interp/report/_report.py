@@ -225,7 +225,7 @@ def report(
             raise ArgumentError(f"{name}={v!r} must be a positive int")
     model = _resolve_model(model)
     arch = model.arch
-    decoder = arch.has_unembed and arch.norm_placement != "post"
+    decoder = arch.has_logits
     if decoder and answer is None:
         raise ArgumentError(
             f"answer is required for a report on the decoder {model.name!r}: the single token whose logit is "

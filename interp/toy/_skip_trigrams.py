@@ -43,7 +43,7 @@ def skip_trigrams(model: Any, layer: int, head: int, *, k: int = 10, words_only:
         raise ArgumentError(f"head={head!r} must be an int in [0, {a.n_heads - 1}]")
     if not isinstance(k, int) or k < 1:
         raise ArgumentError(f"k={k!r} must be a positive int")
-    if w.W_U is None or model.tokenizer is None:
+    if not a.has_logits or model.tokenizer is None:
         raise UnsupportedOperationError(f"model {a.name!r} needs an unembedding and a tokenizer for skip-trigrams")
     if a.norm != "none":
         raise UnsupportedOperationError(
