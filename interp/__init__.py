@@ -6,6 +6,7 @@ The curated public API (explicit re-exports only). See docs/api.md. Figure build
 
 from interp.errors import InterpError
 from interp.attribution import LogitAttribution, attribute_direction, attribute_logits
+from interp.causal import KL, Direction, Logit, LogitDiff, LogProb, Metric, Prob
 from interp.circuits import (
     CompositionScores,
     HeadOperator,
@@ -30,13 +31,20 @@ __all__ = [
     "CatalogEntry",
     "CompositionScores",
     "Decomposition",
+    "Direction",
     "Exporter",
     "HeadOperator",
     "HeadScores",
     "InterpError",
+    "KL",
+    "Logit",
+    "LogitDiff",
+    "LogProb",
     "LogitAttribution",
+    "Metric",
     "Model",
     "PathExpansion",
+    "Prob",
     "ResidualTrace",
     "attribute_direction",
     "attribute_logits",

@@ -1,0 +1,35 @@
+"""Causal effects: metrics, activation patching, direct/indirect effects, path patching.
+
+Every analysis here runs patched forward passes and reads one metric per prompt
+(:mod:`interp.causal._metrics`); results follow the one result contract (:mod:`interp._result`).
+"""
+
+from interp.causal._metrics import (
+    KL,
+    BoundMetric,
+    CustomMetric,
+    Direction,
+    Logit,
+    LogitDiff,
+    LogProb,
+    Metric,
+    Prob,
+    as_metric,
+    final_norm,
+    readout,
+)
+
+__all__ = [
+    "BoundMetric",
+    "CustomMetric",
+    "Direction",
+    "KL",
+    "Logit",
+    "LogitDiff",
+    "LogProb",
+    "Metric",
+    "Prob",
+    "as_metric",
+    "final_norm",
+    "readout",
+]
