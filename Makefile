@@ -21,10 +21,10 @@ $(STAMP): pyproject.toml constraints.txt scripts/setup_system.sh
 	touch $(STAMP)
 
 test: setup
-	$(PY) -m pytest
+	$(VENV)/bin/lint-imports --no-cache && $(PY) -m pytest
 
 test-fast: setup
-	$(PY) -m pytest -m "not real and not slow"
+	$(VENV)/bin/lint-imports --no-cache && $(PY) -m pytest -m "not real and not slow"
 
 demo: setup
 	$(VENV)/bin/interp report --model smollm2-135m --out report/

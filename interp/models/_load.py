@@ -12,7 +12,6 @@ import contextlib
 import functools
 import logging
 import os
-import types
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Union
 
@@ -36,36 +35,13 @@ from interp.models._catalog import (
 )
 from interp.models._gguf import load_gguf_cached
 from interp.models._model import Model
+from interp.models._native import load_toy
+from interp.models._numerics import check_device, check_dtype, full_precision_norms
 from interp.models._weights import weights_from_hf
 
 __all__ = ["load_model", "model_from_hf"]
 
 log = logging.getLogger(__name__)
-
-_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-
-
-def _check_device(device: Union[str, torch.device]) -> torch.device:
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ArgumentError(f"device={device!r} is not a torch device; use 'cpu', 'cuda', 'cuda:0', 'mps'") from e
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ArgumentError(f"device={device!r} cannot be honoured: torch.cuda.is_available() is False; use 'cpu'")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ArgumentError(f"device={device!r} cannot be honoured: only {torch.cuda.device_count()} CUDA devices")
-    if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ArgumentError(f"device={device!r} cannot be honoured: MPS is not available; use 'cpu'")
-    if dev.type not in ("cpu", "cuda", "mps"):
-        raise ArgumentError(f"device={device!r} is not supported; use 'cpu', 'cuda[:N]' or 'mps'")
-    return dev
-
-
-def _check_dtype(dtype: Any) -> torch.dtype:
-    if dtype not in _DTYPES:
-        raise ArgumentError(f"dtype={dtype!r} is not supported; use one of {[str(d) for d in _DTYPES]}")
-    return dtype
-
 
 def _is_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
@@ -139,31 +115,6 @@ def _load_hf_unchecked(path_or_id: str, dtype: torch.dtype, trust_remote_code: b
     return model, tokenizer, has_head
 
 
-#: RMSNorm classes whose forward rounds through float32 (HF Llama; transformer-lens's native one).
-_FP32_RMSNORMS = ("LlamaRMSNorm", "NativeRMSNorm")
-
-
-def _rmsnorm_in_input_dtype(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
-    """RMSNorm.forward without its float32 round trip: γ ⊙ x / sqrt(mean(x²) + ε) in x's dtype."""
-    eps = self.variance_epsilon if hasattr(self, "variance_epsilon") else self.eps
-    variance = hidden_states.pow(2).mean(-1, keepdim=True)
-    return self.weight * (hidden_states * torch.rsqrt(variance + eps))
-
-
-def _full_precision_norms(hf_model: Any) -> None:
-    """In float64, make RMSNorms compute in float64.
-
-    HF's LlamaRMSNorm (and transformer-lens's NativeRMSNorm, used by the toys) upcasts to
-    float32 and casts back, so a float64 model would round every norm output to float32
-    precision (measured: closure 1e-7 instead of 1e-16 on a tiny Llama), defeating the point of
-    dtype=torch.float64 (checking a result at high precision). In float64 the norm is computed
-    in float64 instead; other dtypes keep the original numerics.
-    """
-    for mod in hf_model.modules():
-        if type(mod).__name__ in _FP32_RMSNORMS:
-            mod.forward = types.MethodType(_rmsnorm_in_input_dtype, mod)
-
-
 def model_from_hf(
     hf_model: Any,
     tokenizer: Any,
@@ -177,11 +128,11 @@ def model_from_hf(
     """Wrap an already-loaded HF model of a supported family in a bridge and read its weights."""
     from transformer_lens.model_bridge import TransformerBridge
 
-    dev, dtype = _check_device(device), _check_dtype(dtype)
+    dev, dtype = check_device(device), check_dtype(dtype)
     arch = arch_from_hf_config(hf_model.config, name=name, has_unembed=has_unembed)
     hf_model = hf_model.to(device=dev, dtype=dtype).eval()
     if dtype == torch.float64:
-        _full_precision_norms(hf_model)
+        full_precision_norms(hf_model)
     weights = weights_from_hf(hf_model, arch)  # before booting: the bridge re-parents modules
     bridge = TransformerBridge.boot_transformers(
         f"interp/{name}", hf_model=hf_model, tokenizer=tokenizer, device=dev, dtype=dtype
@@ -237,8 +188,8 @@ def load_model(
     """
     if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
         raise ArgumentError(f"name_or_path={name_or_path!r} must be a non-empty string or path")
-    _check_device(device)
-    _check_dtype(dtype)
+    check_device(device)
+    check_dtype(dtype)
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     name = str(name_or_path)
 
@@ -249,8 +200,6 @@ def load_model(
             hf, tok, _ = load_gguf_cached(path, cache / "gguf", torch.float32)
             return model_from_hf(hf, tok, name=entry.name, device=device, dtype=dtype, source=str(path))
         if entry.kind == "toy":
-            from interp.models._native import load_toy  # local: _native builds on this module's helpers
-
             return load_toy(path, name=entry.name, device=device, dtype=dtype)
         hf, tok, has_head = _load_hf(str(path), torch.float32, trust_remote_code)
         return model_from_hf(hf, tok, name=entry.name, device=device, dtype=dtype,

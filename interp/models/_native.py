@@ -38,9 +38,9 @@ from torch import Tensor
 
 from interp.errors import ArgumentError, ExportError, ModelLoadError, ModelNotFoundError
 from interp.models._arch import ArchInfo
-from interp.models._load import _check_device, _check_dtype, _full_precision_norms
 from interp.models._model import Model
 from interp.models._native_config import BOS_ID, UNK_ID, ToyConfig, toy_words
+from interp.models._numerics import check_device, check_dtype, full_precision_norms
 from interp.models._weights import Weights
 
 __all__ = ["build_toy", "load_toy", "save_toy", "read_toy_config", "toy_tokenizer", "toy_arch", "toy_weights",
@@ -141,7 +141,7 @@ def _boot(config: ToyConfig, *, name: str, device: Any, dtype: torch.dtype,
     from transformer_lens.model_bridge import TransformerBridge
     from transformer_lens.model_bridge.sources import native as _native  # noqa: F401  (registers boot_native)
 
-    dev, dtype = _check_device(device), _check_dtype(dtype)
+    dev, dtype = check_device(device), check_dtype(dtype)
     if len(vocab) != config.d_vocab:
         raise ArgumentError(f"vocab has {len(vocab)} entries; config.d_vocab={config.d_vocab}")
     bridge = TransformerBridge.boot_native(
@@ -157,7 +157,7 @@ def _boot(config: ToyConfig, *, name: str, device: Any, dtype: torch.dtype,
             bridge.original_model.pos.weight.zero_()  # a learned table held at zero = no positions
     bridge.eval()
     if dtype == torch.float64:
-        _full_precision_norms(bridge.original_model)  # NativeRMSNorm rounds through float32 otherwise
+        full_precision_norms(bridge.original_model)  # NativeRMSNorm rounds through float32 otherwise
     weights = toy_weights(native_state_dict(bridge), config)
     return Model(name=name, bridge=bridge, tokenizer=bridge.tokenizer, arch=toy_arch(config, name=name),
                  weights=weights, source=source, prepend_bos=True)

@@ -166,7 +166,7 @@ def test_float64(family, ids):
         if type(mod).__name__ == "LlamaRMSNorm":
             mod.forward = types.MethodType(_rmsnorm_fp64, mod)
     # HF's LlamaRMSNorm rounds through float32 even in float64; interp computes it in float64
-    # (interp.models._load._full_precision_norms), so the reference does too.
+    # (interp.models._numerics.full_precision_norms), so the reference does too.
     for mod in hf.modules():
         if type(mod).__name__ == "LlamaRMSNorm":
             mod.forward = lambda x, mod=mod: mod.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + mod.variance_epsilon))
