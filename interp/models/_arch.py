@@ -132,6 +132,11 @@ def arch_from_hf_config(config: Any, *, name: str, has_unembed: bool = True) -> 
     if family == "gpt_neox":
         n_heads = config.num_attention_heads
         d_head = config.hidden_size // n_heads
+        if not getattr(config, "attention_bias", True):
+            raise UnsupportedArchitectureError(
+                f"model {name!r} is GPT-NeoX with attention_bias=False; interp supports GPT-NeoX with attention "
+                "biases only (transformer-lens's NeoX bridge splits the fused query_key_value bias)"
+            )
         rotary_pct = getattr(config, "rotary_pct", None)
         if rotary_pct is None:
             rotary_pct = (getattr(config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0)
@@ -143,8 +148,7 @@ def arch_from_hf_config(config: Any, *, name: str, has_unembed: bool = True) -> 
             parallel_attn_mlp=bool(config.use_parallel_residual), positional="rotary",
             causal=True, norm_eps=config.layer_norm_eps, gated_mlp=False,
             act_fn=config.hidden_act, has_unembed=has_unembed,
-            rotary_dim=int(d_head * rotary_pct),
-            attn_bias=bool(getattr(config, "attention_bias", True)),
+            rotary_dim=int(d_head * rotary_pct), attn_bias=True,
         )
     # bert. Its MLM head (dense -> GELU -> LayerNorm -> decoder) is not a linear unembedding,
     # so no exact logit decomposition exists through it: interp analyses BERT's hidden states
