@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
@@ -161,6 +163,13 @@ def top_token_values(
     return rows, cols, vals.cpu().numpy(), idx.cpu().numpy()
 
 
+def _table_row_height(texts: Sequence[str], col_px: Sequence[int], *, font_px: int) -> int:
+    """Pixel height of a table row whose cells wrap ``texts`` into columns ``col_px`` wide."""
+    per_char = 0.56 * font_px  # a generous average glyph width (Open Sans), so estimates err taller
+    lines = max(max(1, math.ceil(len(t) * per_char / max(w - 16, 1))) for t, w in zip(texts, col_px))
+    return int(lines * (font_px + 5) + 10)
+
+
 def top_token_table(
     circuit: Any,
     tokens: Sequence[int],
@@ -191,13 +200,22 @@ def top_token_table(
     cells = [[name(t) for t in rows]]
     for j in range(vals.shape[1]):
         cells.append([f"{name(cols[idx[i, j]])}  ({vals[i, j]:.3g})" for i in range(len(rows))])
+    # Size the table to its content: a static export shows a plotly table only within its height
+    # (the rest would need scrolling), so every row's wrapped lines are counted up front.
+    n_cols = len(header)
+    col_px = [150] + [170] * (n_cols - 1)
+    row_h = [_table_row_height([c[i] for c in cells], col_px, font_px=11) for i in range(len(rows))]
+    head_h = _table_row_height(header, col_px, font_px=12)
+    margin = dict(t=90, b=20, l=20, r=20)
     fig = go.Figure(go.Table(
-        header=dict(values=header, fill_color="#e8eef7", align="left", font=dict(size=12)),
+        columnwidth=col_px,
+        header=dict(values=header, fill_color="#e8eef7", align="left", font=dict(size=12), height=head_h),
         cells=dict(values=cells, align="left", font=dict(size=11), height=24),
     ))
     scope = "the chosen tokens" if targets is None else ("the whole vocabulary" if targets == "all" else f"{len(cols)} tokens")
     fig.update_layout(
         title=f"Top tokens: {esc(label or f'full {kind} circuit')}<br><sup>restricted to {esc(scope)}</sup>",
-        width=min(1400, 220 + 170 * vals.shape[1]), height=150 + 26 * (len(rows) + 1), template="plotly_white",
+        width=sum(col_px) + margin["l"] + margin["r"],
+        height=margin["t"] + margin["b"] + head_h + sum(row_h) + 8, margin=margin, template="plotly_white",
     )
     return fig

@@ -1,0 +1,51 @@
+"""A static export of a table figure shows every row (plotly clips a table to its height, so the figure
+must be sized to its content), and the subtitle is not repeated."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from interp.plots import Exporter, export, top_token_table
+from plots_helpers import chromium_path, decode_png
+
+
+@pytest.fixture(scope="module")
+def exporter():
+    if chromium_path() is None:
+        pytest.fail("static export tests need Chromium (make test installs it; set BROWSER_PATH)")
+    with Exporter(browser_path=chromium_path()) as ex:
+        yield ex
+
+
+def _row_bands(png: np.ndarray) -> int:
+    """Number of table rows (header included) painted down the first column: runs of the cells' light
+    blue-grey fill, separated by the white grid lines."""
+    rgb = png[..., :3].astype(int)
+    col = rgb[:, 166]  # a pixel column in the first column's right padding, where no text reaches
+    fill = (np.abs(col - col.max(axis=0)).sum(axis=1) > 12) & (col.min(axis=1) > 200)  # tinted, not text
+    runs, prev = [], False
+    for y, f in enumerate(fill):
+        if f and not prev:
+            runs.append([y, y])
+        elif f:
+            runs[-1][1] = y
+        prev = f
+    return sum(1 for a, b in runs if b - a >= 10)
+
+
+@pytest.mark.parametrize("long_names", [False, True])
+def test_static_table_shows_every_row(tmp_path, exporter, long_names):
+    torch.manual_seed(0)
+    M = torch.randn(40, 40)
+    name = (lambda i: f" a rather long token string number {i}") if long_names else (lambda i: f" t{i}")
+    ids = list(range(0, 40, 3))  # 14 rows
+    fig = top_token_table(M, ids, k=5, decode=name, label="L0.H0 full OV")
+    png = decode_png(export(fig, tmp_path / "t.png", exporter=exporter).read_bytes())
+    assert _row_bands(png) == len(ids) + 1  # header + every row, none clipped
+
+
+def test_subtitle_once():
+    fig = top_token_table(torch.eye(6), [0, 1, 2], k=2, label="L0.H0 full OV")
+    assert fig.layout.title.text.count("restricted to") == 1
