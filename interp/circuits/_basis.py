@@ -110,19 +110,9 @@ class PrivilegedBasisReport(SaveLoadMixin):
 
     def plot(self):
         """Median excess kurtosis per layer for the three groups (a plotly Figure, log y)."""
-        import plotly.graph_objects as go
+        from interp.plots import privileged_basis_figure  # plots reads the result's attributes; imported on use
 
-        df = self.to_dataframe()
-        fig = go.Figure()
-        for name, label in (("resid", "residual stream (own basis)"), ("resid_rotated", "residual stream (random basis)"),
-                            ("neurons", "MLP neurons")):
-            if f"{name}_median" in df:
-                fig.add_trace(go.Scatter(x=df["layer"], y=df[f"{name}_median"].clip(lower=1e-3), mode="lines+markers",
-                                         name=label))
-        fig.update_layout(title=f"privileged basis: median excess kurtosis per coordinate"
-                                f"{f' — {self.model_name}' if self.model_name else ''} ({self.n_tokens} tokens)",
-                          xaxis_title="layer", yaxis_title="excess kurtosis (median)", yaxis_type="log")
-        return fig
+        return privileged_basis_figure(self)
 
     def __repr__(self) -> str:
         return f"PrivilegedBasisReport({self.resid.shape[0]} layers, {self.n_tokens} tokens)"

@@ -95,21 +95,9 @@ class CompositionScores(SaveLoadMixin):
 
     def plot(self):
         """Heatmap of all [src head, dst head] scores (a plotly Figure)."""
-        import plotly.graph_objects as go
+        from interp.plots import composition_score_map  # plots reads the result's attributes; imported on use
 
-        L, H = self.n_layers, self.n_heads
-        z = self.scores.reshape(L * H, L * H).T.double().cpu().numpy()  # rows: dst, columns: src
-        labels = [f"L{l}.H{h}" for l in range(L) for h in range(H)]
-        if self.heads is not None:  # only the chosen heads' rows and columns
-            keep = [labels.index(lab) for lab in self.heads]
-            z, labels = z[keep][:, keep], list(self.heads)
-        fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, colorscale="Blues", zmin=0,
-                                   colorbar={"title": "score"},
-                                   hovertemplate="src %{x} → dst %{y}: %{z:.3f}<extra></extra>"))
-        fig.update_layout(title=f"{self.kind}-composition scores{f' — {self.model_name}' if self.model_name else ''}",
-                          xaxis_title="source head (writes)", yaxis_title="destination head (reads)",
-                          yaxis={"autorange": "reversed"})
-        return fig
+        return composition_score_map(self)
 
     def __repr__(self) -> str:
         sub = "" if self.heads is None else f", {len(self.heads)} heads"

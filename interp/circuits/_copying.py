@@ -94,16 +94,9 @@ class HeadScores(SaveLoadMixin):
 
     def plot(self):
         """Layer × head heatmap (a plotly Figure)."""
-        import plotly.graph_objects as go
+        from interp.plots import head_score_map  # plots reads the result's attributes; imported on use
 
-        z = self.scores.double().cpu().numpy()
-        fig = go.Figure(go.Heatmap(z=z, x=[f"H{h}" for h in range(self.n_heads)],
-                                   y=[f"L{l}" for l in range(self.n_layers)], colorscale="RdBu", zmid=0,
-                                   colorbar={"title": self.metric},
-                                   hovertemplate="%{y}.%{x}: %{z:.3f}<extra></extra>"))
-        fig.update_layout(title=f"{self.metric}{f' — {self.model_name}' if self.model_name else ''}",
-                          xaxis_title="head", yaxis_title="layer", yaxis={"autorange": "reversed"})
-        return fig
+        return head_score_map(self)
 
     def __repr__(self) -> str:
         return f"HeadScores({self.metric}, shape {tuple(self.scores.shape)})"
@@ -173,16 +166,9 @@ class OVDiagonalStats(SaveLoadMixin):
 
     def plot(self):
         """Histogram of the self-ranks (a plotly Figure; log-spaced if the ranks are exact)."""
-        import plotly.graph_objects as go
+        from interp.plots import self_rank_histogram  # plots reads the result's attributes; imported on use
 
-        r = self.ranks.double().cpu()
-        x = torch.log10(r + 1).numpy() if self.ranks_exact else r.numpy()
-        fig = go.Figure(go.Histogram(x=x, nbinsx=60 if self.ranks_exact else self.k + 1))
-        fig.update_layout(title=f"{self.label}: rank of each token in its own full-OV row "
-                                f"(top-1 {self.top1:.1%}, top-{self.k} {self.topk:.1%})",
-                          xaxis_title="log10(rank + 1)" if self.ranks_exact else f"rank (capped at {self.k})",
-                          yaxis_title="tokens")
-        return fig
+        return self_rank_histogram(self)
 
     def __repr__(self) -> str:
         return f"OVDiagonalStats({self.label}: top1={self.top1:.3f}, top{self.k}={self.topk:.3f})"

@@ -163,24 +163,9 @@ class PathExpansion(SaveLoadMixin):
 
     def plot(self, *, k: int = 20, batch: Optional[int] = None) -> Any:
         """A horizontal bar chart of the ``k`` largest |contributions| (plotly Figure, not shown)."""
-        import plotly.graph_objects as go
+        from interp.plots import path_expansion_figure  # plots reads the result's attributes; imported on use
 
-        top = self.top(k, batch=batch, absolute=True)
-        colours = {0: "#7f7f7f", 1: "#1f77b4", 2: "#d62728"}
-        orders = [self.orders[self.index(l)] for l, _ in top]
-        fig = go.Figure(go.Bar(
-            x=[v for _, v in top][::-1], y=[l for l, _ in top][::-1], orientation="h",
-            marker_color=[colours.get(o, "#9467bd") for o in orders][::-1],
-            hovertemplate="%{y}: %{x:.4f}<extra></extra>",
-        ))
-        which = "mean over batch" if batch is None else f"batch row {batch}"
-        ans = self.answer_str[0] if self.answer_str and len(set(self.answer_str)) == 1 else "answer"
-        fig.update_layout(
-            title=f"Path expansion (order ≤ {self.order}): contributions to logit[{ans}] ({which})",
-            xaxis_title="contribution to logit", yaxis_title="path (grey: direct/bias, blue: one head, red: virtual head)",
-            height=max(300, 22 * len(top) + 120), template="plotly_white",
-        )
-        return fig
+        return path_expansion_figure(self, k=k, batch=batch)
 
     def __repr__(self) -> str:
         return (f"PathExpansion({len(self.labels)} paths up to order {self.order}, batch={self.values.shape[1]}, "

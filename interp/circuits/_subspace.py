@@ -103,16 +103,9 @@ class SubspaceOverlap(SaveLoadMixin):
 
     def plot(self):
         """Heatmap of all pairs (a plotly Figure)."""
-        import plotly.graph_objects as go
+        from interp.plots import subspace_overlap_map  # plots reads the result's attributes; imported on use
 
-        L, H = self.overlap.shape[:2]
-        lab = [f"L{l}.H{h}" for l in range(L) for h in range(H)]
-        fig = go.Figure(go.Heatmap(z=self.overlap.reshape(L * H, L * H).double().numpy(), x=lab, y=lab,
-                                   colorscale="Blues", zmin=0, zmax=1, colorbar={"title": "mean cos²"}))
-        fig.update_layout(title=f"write-subspace overlap (random baseline {self.baseline:.3f})"
-                                f"{f' — {self.model_name}' if self.model_name else ''}",
-                          yaxis={"autorange": "reversed"})
-        return fig
+        return subspace_overlap_map(self)
 
     def __repr__(self) -> str:
         return f"SubspaceOverlap(shape {tuple(self.overlap.shape)}, baseline {self.baseline:.3f})"
@@ -155,15 +148,9 @@ class ErasureTable(SaveLoadMixin):
 
     def plot(self):
         """Bar chart of the strongest candidates' mean gains (a plotly Figure)."""
-        import plotly.graph_objects as go
+        from interp.plots import erasure_figure  # plots reads the result's attributes; imported on use
 
-        df = self.top(min(30, max(1, len(self.table))))
-        fig = go.Figure(go.Bar(x=[f"{s} → {d}" for s, d in zip(df["src"], df["dst"])], y=df["mean_gain"],
-                               marker_color=["crimson" if n else "grey" for n in df["negative_definite"]]))
-        fig.update_layout(title=f"erasure candidates (red: negative-definite)"
-                                f"{f' — {self.model_name}' if self.model_name else ''}",
-                          yaxis_title="mean gain tr(E)/k")
-        return fig
+        return erasure_figure(self)
 
     def __repr__(self) -> str:
         n = int(self.table["negative_definite"].sum()) if len(self.table) else 0

@@ -110,14 +110,9 @@ class VirtualWeightNorms(SaveLoadMixin):
 
     def plot(self):
         """Heatmap of the norms, writes × reads (a plotly Figure)."""
-        import plotly.graph_objects as go
+        from interp.plots import virtual_weight_map  # plots reads the result's attributes; imported on use
 
-        fig = go.Figure(go.Heatmap(z=self.values.double().cpu().numpy(), x=self.reads, y=self.writes,
-                                   colorscale="Viridis", colorbar={"title": "‖W_O W_I‖_F"},
-                                   hovertemplate="%{y} → %{x}: %{z:.3g}<extra></extra>"))
-        fig.update_layout(title=f"virtual weight norms{f' — {self.model_name}' if self.model_name else ''}",
-                          xaxis_title="read", yaxis_title="write", yaxis={"autorange": "reversed"})
-        return fig
+        return virtual_weight_map(self)
 
     def __repr__(self) -> str:
         return f"VirtualWeightNorms({len(self.writes)} writes × {len(self.reads)} reads, {self.convention})"

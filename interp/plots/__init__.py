@@ -13,6 +13,16 @@ from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_
 from interp.plots._decomposition import decomposition_figure
 from interp.plots._export import Exporter, export
 from interp.plots._graph import CompositionGraph, composition_edges, composition_graph, composition_graph_json
+from interp.plots._scores import (
+    composition_score_map,
+    erasure_figure,
+    head_score_map,
+    path_expansion_figure,
+    privileged_basis_figure,
+    self_rank_histogram,
+    subspace_overlap_map,
+    virtual_weight_map,
+)
 from interp.plots._stream import residual_stream_figure
 
 __all__ = [
@@ -24,10 +34,18 @@ __all__ = [
     "composition_edges",
     "composition_graph",
     "composition_graph_json",
+    "composition_score_map",
     "copying_score_map",
     "decomposition_figure",
+    "erasure_figure",
     "export",
+    "head_score_map",
     "ov_eigenvalue_figure",
+    "path_expansion_figure",
+    "privileged_basis_figure",
     "residual_stream_figure",
+    "self_rank_histogram",
+    "subspace_overlap_map",
     "top_token_table",
+    "virtual_weight_map",
 ]
