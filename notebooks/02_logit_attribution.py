@@ -113,7 +113,7 @@ attribution_waterfall(attr, prompt=0, k=15)
 # most-attended key after position 0, where most heads park unused attention (the attention sink).
 
 # %%
-from interp.plots import attention_patterns
+from interp.stream import attention_patterns
 
 top_heads = [t for t in attr.top(40)["term"] if re.fullmatch(r"L\d+\.H\d+", t)][:6]
 pats = attention_patterns(model, prompts[0], top_heads)

@@ -53,7 +53,7 @@ T0 = time.perf_counter()
 # %%
 import pandas as pd
 
-from interp import circuits, plots
+from interp import circuits, plots, stream
 from interp.toy import attention_patterns as all_patterns, repeated_tokens
 
 toy = interp.load_model("toy-attn-only-2l")
@@ -173,7 +173,7 @@ print("previous-token score:\n", previous.round(decimals=2))
 nll = -torch.log_softmax(logits, -1)[:, :-1].gather(-1, seqs[:, 1:, None])[..., 0]
 print(f"loss, first half {nll[:, 1:n].mean().item():.2f} (ln n_words = "
       f"{torch.log(torch.tensor(toy.arch.d_vocab - 2.0)).item():.2f}); second half {nll[:, n + 1:].mean().item():.3f}")
-plots.attention_patterns(toy, seqs[:1], [f"L0.H{prev_head}", "L1.H1", "L1.H3"]).plot()
+stream.attention_patterns(toy, seqs[:1], [f"L0.H{prev_head}", "L1.H1", "L1.H3"]).plot()
 
 # %% [markdown]
 # ## 4. Path expansion: which paths write the prediction
@@ -275,7 +275,7 @@ print("top induction heads:", [f"L{i // 9}.H{i % 9} {v:.2f}" for v, i in zip(bes
 k_top
 
 # %%
-plots.attention_patterns(model, ids[:1], [src, dst]).plot()
+stream.attention_patterns(model, ids[:1], [src, dst]).plot()
 
 # %%
 print(f"notebook runtime: {time.perf_counter() - T0:.0f} s")

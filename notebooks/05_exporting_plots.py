@@ -50,7 +50,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from interp import circuits, plots
+from interp import circuits, plots, stream
 
 model = interp.load_model("smollm2-135m")
 prompt = "When John and Mary went to the shops, John gave the bag to"
@@ -69,7 +69,7 @@ dec = tr.decompose("L23.attn.q[H3]")
 attr = interp.attribute_logits(model, prompt, answer=" Mary", wrong=" John")
 print(dec, attr, sep="\n")
 heads = [t for t in attr.top(30)["term"] if re.fullmatch(r"L\d+\.H\d+", t)][:6]
-pats = plots.attention_patterns(model, prompt, heads)
+pats = stream.attention_patterns(model, prompt, heads)
 copying = interp.copying_scores(model)
 comp = {kind: interp.composition_scores(model, kind) for kind in ("Q", "K", "V")}
 ov = interp.ov_circuit(model, 23, 3)
