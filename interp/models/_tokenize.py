@@ -15,7 +15,7 @@ from torch import Tensor
 
 from interp.errors import ArgumentError, UnsupportedOperationError
 
-__all__ = ["Batch", "tokenize"]
+__all__ = ["Batch", "tokenize", "readable_token"]
 
 
 @dataclass(frozen=True)
@@ -67,3 +67,36 @@ def tokenize(model: Any, text: Union[str, Sequence[str]]) -> Batch:
         tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
         mask[i, : len(r)] = 1
     return Batch(tokens.to(model.device), mask.to(model.device))
+
+
+def _byte_decoder() -> dict[str, int]:
+    """The byte-level BPE alphabet (GPT-2, SmolLM2, Llama-3-style tokenizers) back to bytes: printable
+    bytes stand for themselves, the other 68 are shifted to code points 256, 257, ... in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    shifted = [b for b in range(256) if b not in printable]
+    return {**{chr(b): b for b in printable}, **{chr(256 + i): b for i, b in enumerate(shifted)}}
+
+
+def readable_token(tokenizer: Any, token_id: int) -> str:
+    """Token ``token_id`` as text a person can read in a figure.
+
+    ``tokenizer.decode`` turns a token holding part of a multi-byte UTF-8 character into U+FFFD
+    (or, drawn in some fonts, into look-alike glyphs); such a token is shown as its bytes instead,
+    escaped as ``\\xNN`` (e.g. ``\\xe2\\x80`` for the first two bytes of a curly quote).
+    """
+    text = tokenizer.decode([int(token_id)])
+    if "\ufffd" not in text:
+        return text
+    piece = tokenizer.convert_ids_to_tokens(int(token_id))
+    if not isinstance(piece, str):
+        return text
+    if piece.startswith("<0x") and piece.endswith(">"):  # SentencePiece byte fallback, e.g. <0xE2>
+        return "\\x" + piece[3:-1].lower()
+    dec = _byte_decoder()
+    if not all(c in dec for c in piece):
+        return text
+    raw = bytes(dec[c] for c in piece)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "".join(f"\\x{b:02x}" if b >= 0x80 else chr(b) for b in raw)

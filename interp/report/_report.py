@@ -39,7 +39,7 @@ from interp.attribution import attribute_direction, attribute_logits
 from interp.attribution._answers import resolve_tokens
 from interp.circuits import composition_scores, copying_scores, ov_circuit
 from interp.errors import ArgumentError, ExportError, UnsupportedOperationError
-from interp.models import load_model
+from interp.models import load_model, readable_token
 from interp.plots._attention import attention_pattern_figure
 from interp.plots._attribution import attribution_heatmap, attribution_vector, attribution_waterfall
 from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_token_table, top_token_values
@@ -140,7 +140,7 @@ def _model_card(model: Any) -> list[tuple[str, Any]]:
 
 def _decode(model: Any) -> Any:
     tok = getattr(model, "tokenizer", None)
-    return (lambda i: tok.decode([int(i)])) if tok is not None else (lambda i: f"#{int(i)}")
+    return (lambda i: readable_token(tok, int(i))) if tok is not None else (lambda i: f"#{int(i)}")
 
 
 def _prediction(model: Any, tr: Any, answer_id: Optional[int], wrong_id: Optional[int], k: int) -> dict[str, Any]:
@@ -325,7 +325,7 @@ def report(
                 ids = [i for i in ids if i not in getattr(model.tokenizer, "all_special_ids", [])] or ids
                 dec = _decode(model)
                 figs["ov_top_tokens"] = top_token_table(full, ids, k=min(5, len(ids)), decode=dec, kind="OV",
-                                                        label=f"{head_labels[0]} full OV, restricted to the prompt's tokens")
+                                                        label=f"{head_labels[0]} full OV (W_E W_OV W_U)")
                 rows, cols, vals, idx = top_token_values(full, ids, k=min(5, len(ids)))
                 results["ov_top_head"]["top_tokens"] = {
                     dec(r): [[dec(cols[j]), float(v)] for j, v in zip(idx[i], vals[i])] for i, r in enumerate(rows)}

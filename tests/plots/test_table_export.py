@@ -49,3 +49,27 @@ def test_static_table_shows_every_row(tmp_path, exporter, long_names):
 def test_subtitle_once():
     fig = top_token_table(torch.eye(6), [0, 1, 2], k=2, label="L0.H0 full OV")
     assert fig.layout.title.text.count("restricted to") == 1
+
+
+def test_partial_utf8_tokens_read_as_escaped_bytes():
+    from interp.models import readable_token
+
+    class ByteLevel:  # a byte-level BPE tokenizer's two views of a token (as GPT-2/SmolLM2 give them)
+        pieces = {0: "âĢ", 1: "Ġthe", 2: "âĢĻ"}
+
+        def decode(self, ids):
+            raw = bytes(_bytes(self.pieces[ids[0]]))
+            return raw.decode("utf-8", errors="replace")
+
+        def convert_ids_to_tokens(self, i):
+            return self.pieces[i]
+
+    def _bytes(piece):
+        from transformers.convert_slow_tokenizer import bytes_to_unicode  # the reference table
+        inv = {c: b for b, c in bytes_to_unicode().items()}
+        return [inv[c] for c in piece]
+
+    tok = ByteLevel()
+    assert readable_token(tok, 0) == "\\xe2\\x80"  # half a curly quote: its bytes, not U+FFFD
+    assert readable_token(tok, 1) == " the"
+    assert readable_token(tok, 2) == "\u2019"  # a whole character decodes normally
