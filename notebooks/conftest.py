@@ -2,6 +2,9 @@
 
 import pytest
 
+# NN_*.py are the notebooks' jupytext sources, not test modules: nbmake runs the paired .ipynb files.
+collect_ignore_glob = ["[0-9]*.py"]
+
 
 def pytest_collection_modifyitems(items):
     for item in items:
