@@ -6,7 +6,7 @@ The curated public API (explicit re-exports only). See docs/api.md. Figure build
 
 from interp.errors import InterpError
 from interp.attribution import LogitAttribution, attribute_direction, attribute_logits
-from interp.causal import KL, Direction, Logit, LogitDiff, LogProb, Metric, Prob
+from interp.causal import KL, Direction, Effects, Logit, LogitDiff, LogProb, Metric, PatchResult, Prob
 from interp.circuits import (
     CompositionScores,
     HeadOperator,
@@ -32,6 +32,7 @@ __all__ = [
     "CompositionScores",
     "Decomposition",
     "Direction",
+    "Effects",
     "Exporter",
     "HeadOperator",
     "HeadScores",
@@ -43,6 +44,7 @@ __all__ = [
     "LogitAttribution",
     "Metric",
     "Model",
+    "PatchResult",
     "PathExpansion",
     "Prob",
     "ResidualTrace",

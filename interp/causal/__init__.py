@@ -18,16 +18,19 @@ from interp.causal._metrics import (
     final_norm,
     readout,
 )
+from interp.causal._result import Effects, PatchResult
 
 __all__ = [
     "BoundMetric",
     "CustomMetric",
     "Direction",
+    "Effects",
     "KL",
     "Logit",
     "LogitDiff",
     "LogProb",
     "Metric",
+    "PatchResult",
     "Prob",
     "as_metric",
     "final_norm",
