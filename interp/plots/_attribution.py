@@ -25,7 +25,7 @@ from plotly.subplots import make_subplots
 
 from interp.errors import ArgumentError
 from interp.plots._common import (
-    DIVERGING, as_numpy, check_index, esc, fmt, head_grid_shape, parse_head, quoted, require_attr,
+    DIVERGING, as_numpy, closure_text, check_index, esc, fmt, head_grid_shape, parse_head, quoted, require_attr,
 )
 
 __all__ = ["attribution_heatmap", "attribution_waterfall", "attribution_vector"]
@@ -128,7 +128,7 @@ def attribution_heatmap(attribution: Any, *, prompt: Optional[int] = None, max_s
     if total is not None:
         sub.append(f"total {fmt(total)}")
     if ce is not None:
-        sub.append(f"closure error {float(ce):.1e}")
+        sub.append(closure_text(ce, getattr(attribution, "relative_error", None)))
     fig.update_layout(
         title=f"Attribution of {esc(target)}<br><sup>{' · '.join(sub)}</sup>",
         width=1000, height=max(420, 18 * n_l + 200, 20 * (min(len(side), max_side_terms) + 1) + 200),
@@ -170,7 +170,7 @@ def attribution_waterfall(attribution: Any, *, prompt: Optional[int] = None, k: 
     model_txt = f" (model: {fmt(total, 6)})" if total is not None else ""
     fig.update_layout(
         title=(f"{esc(target)}: top {len(top)} of {len(v)} terms sum to {fmt(s, 6)}{model_txt}"
-               f"<br><sup>{where} · closure error {closure:.1e}</sup>"),
+               f"<br><sup>{where} · {closure_text(closure)}</sup>"),
         xaxis=dict(title="term", type="category", tickangle=-45), yaxis_title="contribution",
         width=1000, height=520, template="plotly_white", showlegend=False,
     )

@@ -23,6 +23,7 @@ __all__ = [
     "KIND_COLOURS",
     "as_numpy",
     "check_index",
+    "closure_text",
     "esc",
     "fmt",
     "head_grid_shape",
@@ -122,6 +123,14 @@ def fmt(x: float, digits: int = 4) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
     return f"{x:.{digits}g}"
+
+
+def closure_text(absolute: Any, relative: Any = None) -> str:
+    """``closure error 2.9e-03 absolute (|Σ terms − total|), 1.2e-07 relative`` for figure titles."""
+    txt = f"closure error {float(absolute):.1e} absolute (|Σ terms − total|)"
+    if relative is not None:
+        txt += f", {float(relative):.1e} relative"
+    return txt
 
 
 def esc(s: Any) -> str:

@@ -1,6 +1,6 @@
 """Decomposition of one read point as a bar chart of its top writes.
 
-For a read point R at (batch b, position p) with terms c_i (``Decomposition.contributions``)
+For a read point R at (prompt b, position p) with terms c_i (``Decomposition.contributions``)
 and total t = Σ_i c_i, each term is drawn by its projection on the total,
 
     proj_i = c_i · t / ‖t‖,        Σ_i proj_i = ‖t‖,
@@ -19,13 +19,13 @@ import numpy as np
 import plotly.graph_objects as go
 
 from interp.errors import ArgumentError
-from interp.plots._common import as_numpy, check_index, esc, fmt, quoted, require_attr
+from interp.plots._common import as_numpy, check_index, closure_text, esc, fmt, quoted, require_attr
 
 __all__ = ["decomposition_figure", "decomposition_table"]
 
 
-def decomposition_table(decomposition: Any, *, batch: int = 0, pos: int = -1) -> dict[str, np.ndarray]:
-    """Per-term ``projection`` and ``norm`` at (batch, pos), the terms themselves [n_terms, k] and the
+def decomposition_table(decomposition: Any, *, prompt: int = 0, pos: int = -1) -> dict[str, np.ndarray]:
+    """Per-term ``projection`` and ``norm`` at (prompt, pos), the terms themselves [n_terms, k] and the
     total's norm (float64)."""
     require_attr(decomposition, ("labels", "contributions", "total"), name="decomposition",
                  expected="an interp Decomposition (from ResidualTrace.decompose)")
@@ -34,30 +34,30 @@ def decomposition_table(decomposition: Any, *, batch: int = 0, pos: int = -1) ->
     n_terms, n_b, n_p, _ = c.shape
     if n_terms == 0:
         raise ArgumentError(f"decomposition of {getattr(decomposition, 'point', '?')!r} has no terms to plot")
-    b = check_index(batch, n_b, name="batch", what="prompts")
+    b = check_index(prompt, n_b, name="prompt", what="prompts")
     p = check_index(pos, n_p, name="pos", what="positions")
     mask = getattr(decomposition, "attention_mask", None)
     if mask is not None and not bool(mask[b, p]):
-        raise ArgumentError(f"pos={pos} of prompt {batch} is padding; pick a real token")
+        raise ArgumentError(f"pos={pos} of prompt {prompt} is padding; pick a real token")
     cv, tv = c[:, b, p], t[b, p]
     tnorm = float(np.linalg.norm(tv))
     proj = cv @ tv / max(tnorm, 1e-30)
     return {"labels": np.array(decomposition.labels, dtype=object), "projection": proj,
-            "norm": np.linalg.norm(cv, axis=-1), "terms": cv, "total_norm": np.array(tnorm), "batch": np.array(b),
+            "norm": np.linalg.norm(cv, axis=-1), "terms": cv, "total_norm": np.array(tnorm), "prompt": np.array(b),
             "pos": np.array(p)}
 
 
-def decomposition_figure(decomposition: Any, *, batch: int = 0, pos: int = -1, k: int = 20) -> go.Figure:
-    """Horizontal bars of the top-``k`` writes' projections on the read's total at (batch, pos).
+def decomposition_figure(decomposition: Any, *, prompt: int = 0, pos: int = -1, k: int = 20) -> go.Figure:
+    """Horizontal bars of the top-``k`` writes' projections on the read's total at (prompt, pos).
 
     Bars (projection, signed) and diamonds (norm) per term; the remaining terms are one
     "other terms" bar; hover names the term, both numbers, and the token at ``pos``.
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ArgumentError(f"k={k!r} must be a positive int")
-    tab = decomposition_table(decomposition, batch=batch, pos=pos)
+    tab = decomposition_table(decomposition, prompt=prompt, pos=pos)
     labels, proj, norm = tab["labels"], tab["projection"], tab["norm"]
-    b, p = int(tab["batch"]), int(tab["pos"])
+    b, p = int(tab["prompt"]), int(tab["pos"])
     order = np.argsort(-np.abs(proj), kind="stable")
     top, rest = order[:k], order[k:]
     names = [str(labels[i]) for i in top]
@@ -87,7 +87,7 @@ def decomposition_figure(decomposition: Any, *, batch: int = 0, pos: int = -1, k
     ce = getattr(decomposition, "closure_error", float("nan"))
     fig.update_layout(
         title=(f"{esc(point)} at token {tok} (pos {p}): top {min(k, len(labels))} of {len(labels)} writes"
-               f"<br><sup>bars sum to ‖total‖ = {fmt(float(tab['total_norm']))}; closure error {ce:.1e}</sup>"),
+               f"<br><sup>bars sum to ‖total‖ = {fmt(float(tab['total_norm']))}; {closure_text(ce, getattr(decomposition, 'relative_error', None))}</sup>"),
         xaxis_title="projection on the total (bars) / norm (diamonds)", yaxis_title="write",
         width=900, height=max(380, 26 * len(y) + 140), template="plotly_white", barmode="overlay",
         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1),

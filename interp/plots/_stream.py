@@ -2,7 +2,7 @@
 
 One token's stream is a d_model vector that every sublayer reads from and writes to
 (Elhage et al. 2021 §2; seed 000: t² = t¹ + x, "the residual connection copies earlier
-information forward"). For the token at (batch, pos) this draws, at every resid point P
+information forward"). For the token at (prompt, pos) this draws, at every resid point P
 (``blocks.{l}.hook_resid_pre/mid/post``):
 
 * ‖x_P‖, the norm of the stream itself;
@@ -27,7 +27,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from interp.errors import ArgumentError
-from interp.plots._common import as_numpy, check_index, esc, fmt, quoted, require_attr, token_label
+from interp.plots._common import as_numpy, check_index, closure_text, esc, fmt, quoted, require_attr, token_label
 
 __all__ = ["residual_stream_figure", "residual_stream_norms"]
 
@@ -50,10 +50,10 @@ def _point_name(hook: str) -> str:
     return f"L{m.group(1)}.{m.group(2)}" if m else hook
 
 
-def residual_stream_norms(trace: Any, *, batch: int = 0, pos: int = -1) -> dict[str, Any]:
+def residual_stream_norms(trace: Any, *, prompt: int = 0, pos: int = -1) -> dict[str, Any]:
     """The numbers behind :func:`residual_stream_figure` (float64 numpy arrays).
 
-    ``points`` resid hook names; ``stream`` [n_points] ‖x_P‖ at (batch, pos); ``stream_all``
+    ``points`` resid hook names; ``stream`` [n_points] ‖x_P‖ at (prompt, pos); ``stream_all``
     [n_points, pos] the same for every position; ``groups`` write groups in stream order;
     ``group_norms`` [n_groups, n_points] ‖c_g(P)‖ (NaN before g joins); ``closure`` the
     largest closure error of the decompositions used.
@@ -64,11 +64,11 @@ def residual_stream_norms(trace: Any, *, batch: int = 0, pos: int = -1) -> dict[
     if not points:
         raise ArgumentError("trace has no resid points to plot")
     n_b, n_p = trace.tokens.shape
-    b = check_index(batch, n_b, name="batch", what="prompts")
+    b = check_index(prompt, n_b, name="prompt", what="prompts")
     p = check_index(pos, n_p, name="pos", what="positions")
     mask = getattr(trace, "attention_mask", None)
     if mask is not None and not bool(mask[b, p]):
-        raise ArgumentError(f"pos={pos} of prompt {batch} is padding; pick a real token")
+        raise ArgumentError(f"pos={pos} of prompt {prompt} is padding; pick a real token")
     arch = getattr(trace, "arch", None)
     additive = arch is not None and getattr(arch, "norm_placement", "pre") == "pre"
 
@@ -112,7 +112,7 @@ def residual_stream_norms(trace: Any, *, batch: int = 0, pos: int = -1) -> dict[
                 norms[groups.index(g), j] = val
         stream_all = np.stack(totals)
     return {"points": points, "stream": stream_all[:, p], "stream_all": stream_all, "groups": groups,
-            "group_norms": norms, "closure": closure, "batch": b, "pos": p}
+            "group_norms": norms, "closure": closure, "prompt": b, "pos": p}
 
 
 def _join_points(points: list[str], groups: list[str]) -> dict[str, int]:
@@ -148,7 +148,7 @@ def _log_colorbar(a: np.ndarray, title: str, domain: Any) -> dict[str, Any]:
                 len=d1 - d0, y=(d0 + d1) / 2, yanchor="middle")
 
 
-def residual_stream_figure(trace: Any, *, batch: int = 0, pos: int = -1) -> go.Figure:
+def residual_stream_figure(trace: Any, *, prompt: int = 0, pos: int = -1) -> go.Figure:
     """One token's residual stream: ‖stream‖ and ‖each write‖ per resid point, and what remains of each write.
 
     Top: line of ‖x_P‖ with bars of the attention / MLP write that joined just before P.
@@ -156,10 +156,10 @@ def residual_stream_figure(trace: Any, *, batch: int = 0, pos: int = -1) -> go.F
     heatmaps colour log10 of the norm (attention-sink tokens are orders of magnitude larger);
     their ``customdata`` holds the norms themselves.
     """
-    r = residual_stream_norms(trace, batch=batch, pos=pos)
+    r = residual_stream_norms(trace, prompt=prompt, pos=pos)
     points, groups, norms = r["points"], r["groups"], r["group_norms"]
     names = [_point_name(P) for P in points]
-    b, p = r["batch"], r["pos"]
+    b, p = r["prompt"], r["pos"]
     toks = getattr(trace, "str_tokens", None)
     row_toks = toks[b] if toks else [str(i) for i in range(trace.tokens.shape[1])]
     tok = token_label(row_toks[p])
@@ -220,7 +220,7 @@ def residual_stream_figure(trace: Any, *, batch: int = 0, pos: int = -1) -> go.F
     kind = f"{arch.norm_placement}-norm {arch.norm}" if arch is not None else ""
     fig.update_layout(
         title=(f"Residual stream of token {quoted(tok)} (pos {p}, prompt {b})"
-               f"<br><sup>{esc(getattr(arch, 'name', ''))} {esc(kind)} · closure error {r['closure']:.1e}</sup>"),
+               f"<br><sup>{esc(getattr(arch, 'name', ''))} {esc(kind)} · {closure_text(r['closure'])}</sup>"),
         width=1100, height=total_h, template="plotly_white", margin=dict(t=top, b=90),
         barmode="group", legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),
     )

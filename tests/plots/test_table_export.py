@@ -73,3 +73,18 @@ def test_partial_utf8_tokens_read_as_escaped_bytes():
     assert readable_token(tok, 0) == "\\xe2\\x80"  # half a curly quote: its bytes, not U+FFFD
     assert readable_token(tok, 1) == " the"
     assert readable_token(tok, 2) == "\u2019"  # a whole character decodes normally
+
+
+def test_closure_error_says_absolute_and_relative():
+    from interp import attribute_logits, trace
+    from interp.plots import attribution_heatmap, attribution_waterfall, decomposition_figure, residual_stream_figure
+    from tiny_models import tiny_model
+
+    model = tiny_model("gpt2")
+    attr = attribute_logits(model, "a b c d", answer=5, wrong=7)
+    for fig in (attribution_heatmap(attr), attribution_waterfall(attr)):
+        assert "absolute (|Σ terms − total|)" in fig.layout.title.text
+    assert f"{attr.relative_error:.1e} relative" in attribution_heatmap(attr).layout.title.text
+    tr = trace(model, "a b c d")
+    assert "absolute" in residual_stream_figure(tr).layout.title.text
+    assert "relative" in decomposition_figure(tr.decompose("unembed")).layout.title.text
