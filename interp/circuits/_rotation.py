@@ -126,14 +126,14 @@ def rotated_weights(model: Any, R64: Tensor) -> Any:
     W_K, b_K = read(w.W_K, w.b_K, g1, b1, "ld,lhdk->lhk")
     W_V, b_V = read(w.W_V, w.b_V, g1, b1, "ld,lhdk->lhk")
     W_in, b_in = read(w.W_in, w.b_in, w.ln2_w, w.ln2_b, "ld,ldm->lm")
-    W_gate = None if w.W_gate is None else read(w.W_gate, None, w.ln2_w, w.ln2_b, "")[0]
+    W_gate, b_gate = (None, w.b_gate) if w.W_gate is None else read(w.W_gate, w.b_gate, w.ln2_w, w.ln2_b, "ld,ldm->lm")
     W_U = Rt @ (w.lnf_w[:, None] * w.W_U)
     b_U = w.b_U + (w.lnf_b @ w.W_U if ln else 0)
     ones, zeros = torch.ones_like(w.ln1_w), torch.zeros_like(w.ln1_b)
     new = w.with_updates(
         W_E=w.W_E @ R64, W_pos=None if w.W_pos is None else w.W_pos @ R64,
         W_Q=W_Q, W_K=W_K, W_V=W_V, b_Q=b_Q, b_K=b_K, b_V=b_V, W_O=w.W_O @ R64, b_O=w.b_O @ R64,
-        W_in=W_in, b_in=b_in, W_gate=W_gate, W_out=w.W_out @ R64, b_out=w.b_out @ R64,
+        W_in=W_in, b_in=b_in, W_gate=W_gate, b_gate=b_gate, W_out=w.W_out @ R64, b_out=w.b_out @ R64,
         ln1_w=ones, ln1_b=zeros, ln2_w=ones.clone(), ln2_b=zeros.clone(),
         lnf_w=torch.ones_like(w.lnf_w), lnf_b=torch.zeros_like(w.lnf_b), W_U=W_U, b_U=b_U,
     )

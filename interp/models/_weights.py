@@ -60,6 +60,7 @@ class Weights:
     b_U: Optional[Float[Tensor, "d_vocab"]]
     ln_emb_w: Optional[Float[Tensor, "d_model"]] = None  # post-norm encoders' embedding norm
     ln_emb_b: Optional[Float[Tensor, "d_model"]] = None
+    b_gate: Optional[Float[Tensor, "n_layers d_mlp"]] = None  # gated MLPs (zeros unless the gate has a bias)
 
     def to(self, device: Any = None, dtype: Any = None) -> "Weights":
         """A copy with every tensor moved/cast."""
@@ -194,6 +195,7 @@ def _llama(sd: dict[str, Tensor], a: ArchInfo):
             "b_O": sd.get(b + "self_attn.o_proj.bias", zeros_d),
             "W_in": sd[b + "mlp.up_proj.weight"].T, "W_gate": sd[b + "mlp.gate_proj.weight"].T,
             "b_in": sd.get(b + "mlp.up_proj.bias", torch.zeros(a.d_mlp, dtype=wq.dtype, device=wq.device)),
+            "b_gate": sd.get(b + "mlp.gate_proj.bias", torch.zeros(a.d_mlp, dtype=wq.dtype, device=wq.device)),
             "W_out": sd[b + "mlp.down_proj.weight"].T, "b_out": sd.get(b + "mlp.down_proj.bias", zeros_d),
             "ln1_w": sd[b + "input_layernorm.weight"], "ln1_b": zeros_d,
             "ln2_w": sd[b + "post_attention_layernorm.weight"], "ln2_b": zeros_d,
@@ -309,6 +311,8 @@ def _llama_to_hf(w: Weights, n_layers: int) -> dict[str, Tensor]:
         sd[p + "mlp.up_proj.weight"], sd[p + "mlp.up_proj.bias"] = w.W_in[l].T, w.b_in[l]
         sd[p + "mlp.down_proj.bias"] = w.b_out[l]
         sd[p + "mlp.gate_proj.weight"] = w.W_gate[l].T
+        if w.b_gate is not None:
+            sd[p + "mlp.gate_proj.bias"] = w.b_gate[l]
         sd[p + "mlp.down_proj.weight"] = w.W_out[l].T
         sd[p + "input_layernorm.weight"] = w.ln1_w[l]
         sd[p + "post_attention_layernorm.weight"] = w.ln2_w[l]
