@@ -105,7 +105,9 @@ class SaveLoadMixin:
             elif isinstance(v, list) and str(f.type).startswith(("tuple", "Tuple")):
                 fields[f.name] = tuple(v)  # JSON has no tuples
         names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        missing = names - set(fields)
+        required = {f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        missing = required - set(fields)  # a field added later with a default reads old files
         if missing:
             raise ResultFormatError(f"path={str(path)!r} lacks fields {sorted(missing)} of {cls.__name__}")
         try:

@@ -3,72 +3,132 @@
 A result is a frozen dataclass of tensors, labels and JSON values — never the model — with:
 
     result[label]                 the value(s) of one labelled row (a label object or its text)
-    result.to_dataframe()         one row per label, a ``label_column`` column naming it
+    result.labels                 the row labels, in order
+    result.to_dataframe()         one row per label (long formats: several), a ``label_column`` column naming it
     result.top(k, *, by, absolute)  the k rows with the largest ``by`` (|by| if ``absolute``), a DataFrame
     result.plot(**options)        a plotly Figure (built by :mod:`interp.plots`, never shown)
     result.save(path) / Cls.load(path)   one ``.safetensors`` file (tensors + JSON metadata)
 
-The row argument that picks one prompt of a batch is called ``prompt`` everywhere.
+``top`` ranks by the class's documented ``default_by`` column; ``absolute`` defaults to the class's
+``default_absolute`` (True — rank by magnitude — unless the quantity is signed and "top" means
+"largest", e.g. copying scores). Results computed from norm-folded or raw weights say which in a
+typed ``fold_norms`` field. The row argument that picks one prompt of a batch is called ``prompt``
+everywhere.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Optional
+import warnings
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
 
 import pandas as pd
 
 from interp._io import SaveLoadMixin
-from interp._validate import check_positive_int
+from interp._validate import check_bool, check_positive_int
 from interp.errors import ArgumentError, LabelError
 
-__all__ = ["Result"]
+__all__ = ["Result", "prompt_alias"]
 
 
 class Result(SaveLoadMixin):
     """Base of every public result class (see the module docstring for the contract).
 
-    Subclasses set ``label_column`` (the DataFrame column holding the label, e.g. ``"term"``) and
-    ``default_by`` (the column ``top`` ranks by), and implement ``to_dataframe``, ``plot`` and
-    ``_row(index)`` (the value(s) of the i-th label); ``labels`` lists the row labels.
+    Subclasses set ``label_column`` (the DataFrame column holding the label, e.g. ``"term"``),
+    ``default_by`` (the column ``top`` ranks by) and ``default_absolute``, and implement ``labels``,
+    ``to_dataframe``, ``plot`` and ``_row(index)`` (the value(s) of the i-th label). ``top`` ranks the
+    rows of :meth:`_ranked_frame` (``to_dataframe()`` unless a class documents another table).
     """
 
     label_column: ClassVar[str] = "label"
     default_by: ClassVar[str] = "value"
-    labels: Any
+    default_absolute: ClassVar[bool] = True
+
+    if TYPE_CHECKING:
+
+        @property
+        def labels(self) -> Sequence[str]: ...
+
+    @property
+    def default_column(self) -> str:
+        """The column :meth:`top` ranks by when ``by`` is not given (``default_by`` unless an instance names it)."""
+        return self.default_by
+
+    # -- rows by label ------------------------------------------------------------------------------
 
     def _row(self, index: int) -> Any:
         raise NotImplementedError
 
     def _index(self, label: Any) -> int:
-        text = str(label) if not isinstance(label, str) else label
+        """Position of ``label`` (a label object or its text) in :attr:`labels`; LabelError otherwise."""
+        text = label if isinstance(label, str) else str(label)
+        labels = list(self.labels)
         try:
-            return list(self.labels).index(text)
+            return labels.index(text)
         except ValueError:
-            labels = list(self.labels)
             ex = labels if len(labels) <= 6 else labels[:3] + ["…"] + labels[-3:]
-            raise LabelError(f"label={label!r} is not a row of this {type(self).__name__}; rows look like {ex}") from None
+            raise LabelError(f"label={label!r} is not a row of this {type(self).__name__}; "
+                             f"its {len(labels)} rows look like {ex} (see .labels)") from None
 
     def __getitem__(self, label: Any) -> Any:
         return self._row(self._index(label))
 
     def __contains__(self, label: Any) -> bool:
-        return (str(label) if not isinstance(label, str) else label) in list(self.labels)
+        try:
+            self._index(label)
+        except LabelError:
+            return False
+        return True
+
+    # -- tables ----------------------------------------------------------------------------------------
 
     def to_dataframe(self) -> pd.DataFrame:
         raise NotImplementedError
 
-    def top(self, k: int = 10, *, by: Optional[str] = None, absolute: bool = True) -> pd.DataFrame:
-        """The ``k`` rows of :meth:`to_dataframe` with the largest ``by`` (its magnitude if ``absolute``)."""
+    def _ranked_frame(self) -> pd.DataFrame:
+        """The table :meth:`top` ranks (``to_dataframe()`` unless a class documents another)."""
+        return self.to_dataframe()
+
+    def _default_order(self, df: pd.DataFrame) -> Optional[pd.Index]:
+        """The row order of ``top()`` called without ``by``/``absolute``, for a class whose documented
+        default is not one column (None: rank by ``default_column``)."""
+        return None
+
+    def top(self, k: int = 10, *, by: Optional[str] = None, absolute: Optional[bool] = None) -> pd.DataFrame:
+        """The ``k`` rows with the largest ``by`` (its magnitude if ``absolute``), largest first.
+
+        ``by`` defaults to :attr:`default_column`, ``absolute`` to :attr:`default_absolute`.
+        """
+        return self._rank(self._ranked_frame(), k, by=by, absolute=absolute)
+
+    def _rank(self, df: pd.DataFrame, k: int, *, by: Optional[str], absolute: Optional[bool]) -> pd.DataFrame:
+        """``df``'s ``k`` top rows by the rule of :meth:`top` (stable: ties keep table order)."""
         check_positive_int("k", k)
-        df = self.to_dataframe()
-        by = self.default_by if by is None else by
-        if by not in df.columns:
-            numeric = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c])]
-            raise ArgumentError(f"by={by!r} is not a column of {type(self).__name__}.to_dataframe(); "
-                                f"numeric columns: {numeric}")
-        key = df[by].abs() if absolute else df[by]
-        order = key.sort_values(ascending=False, kind="stable").index
-        return df.loc[order].head(k).reset_index(drop=True)
+        if absolute is not None:
+            check_bool("absolute", absolute)
+        order = self._default_order(df) if by is None and absolute is None else None
+        if order is None:
+            col = self.default_column if by is None else by
+            if not isinstance(col, str) or col not in df.columns:
+                numeric = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c])]
+                raise ArgumentError(f"by={col!r} is not a column of {type(self).__name__}'s table; "
+                                    f"numeric columns: {numeric}")
+            use_abs = self.default_absolute if absolute is None else absolute
+            key = df[col].abs() if use_abs else df[col]
+            order = key.sort_values(ascending=False, kind="stable", na_position="last").index
+        return df.loc[order[:k]].reset_index(drop=True)
+
+    # -- figures ---------------------------------------------------------------------------------------
 
     def plot(self, **options: Any) -> Any:
         raise NotImplementedError
+
+
+def prompt_alias(prompt: Any, batch: Any, *, default: Any = 0, owner: str = "") -> tuple[Any, str]:
+    """The prompt row from ``prompt=`` or its deprecated spelling ``batch=``, and the name that was used
+    (so error messages name the argument the caller wrote)."""
+    if batch is None:
+        return (default if prompt is None else prompt), "prompt"
+    if prompt is not None:
+        raise ArgumentError(f"{owner}: give prompt= (batch= is its deprecated spelling), not both")
+    warnings.warn(f"{owner}(batch=...) is deprecated; use prompt=", DeprecationWarning, stacklevel=3)
+    return batch, "batch"

@@ -5,13 +5,25 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
+import numpy as np
+
 from interp.errors import ArgumentError
 
-__all__ = ["check_positive_int", "check_int_range", "check_choice", "check_bool", "check_positive_float"]
+__all__ = [
+    "check_bool",
+    "check_choice",
+    "check_finite_float",
+    "check_index",
+    "check_int_min",
+    "check_int_range",
+    "check_positive_float",
+    "check_positive_int",
+]
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """A Python or numpy integer, not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def check_positive_int(name: str, value: Any, *, allow_none: bool = False) -> Optional[int]:
@@ -49,4 +61,30 @@ def check_positive_float(name: str, value: Any) -> float:
     """``value`` as a float if it is a finite real > 0, else an :class:`ArgumentError`."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < float("inf")):
         raise ArgumentError(f"{name}={value!r} must be a finite number > 0")
+    return float(value)
+
+
+def check_int_min(name: str, value: Any, low: int) -> int:
+    """``value`` if it is an int ≥ ``low``, else an :class:`ArgumentError`."""
+    if not _is_int(value) or value < low:
+        raise ArgumentError(f"{name}={value!r} must be an int >= {low}")
+    return int(value)
+
+
+def check_index(name: str, value: Any, size: int, *, what: str) -> int:
+    """``value`` (an int in [−size, size), Python-style negative indices allowed) normalised to [0, size);
+    ``what`` names the axis in the message ("prompts", "positions")."""
+    if not _is_int(value):
+        raise ArgumentError(f"{name}={value!r} must be an int")
+    v = int(value)
+    if not -size <= v < size:
+        raise ArgumentError(f"{name}={v} is out of range for {size} {what} (allowed: {-size}..{size - 1})")
+    return v % size
+
+
+def check_finite_float(name: str, value: Any) -> float:
+    """``value`` as a float if it is a finite real number, else an :class:`ArgumentError`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(value):
+        raise ArgumentError(f"{name}={value!r} must be a finite number")
     return float(value)

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, ClassVar, Optional
 
 import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp._io import SaveLoadMixin
-from interp.errors import ArgumentError
+from interp._result import Result
+from interp._validate import check_index
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 __all__ = ["LogitAttribution"]
 
@@ -23,7 +26,7 @@ _HEAD = re.compile(r"L(\d+)\.H(\d+)$")
 
 
 @dataclass(frozen=True, eq=False)
-class LogitAttribution(SaveLoadMixin):
+class LogitAttribution(Result):
     """Per-term contributions to a scalar target, for each of N prompts.
 
     ``values`` [n_terms, N]; ``labels`` name the terms (``embed``, ``L3.H5``, ``L3.attn_bias``,
@@ -31,7 +34,13 @@ class LogitAttribution(SaveLoadMixin):
     number (``logit`` is an alias); ``target`` says what it is. Convention: value biases are not
     folded, so a head's term includes b_V W_O (transformer-lens's ``fold_value_biases`` would move
     it into ``attn_bias``; totals are unchanged).
+
+    Contract (:class:`interp._result.Result`): ``result["L3.H5"]`` is that term's values [N];
+    ``to_dataframe()`` has one row per term (column ``term``); ``top`` ranks by ``mean_abs``.
     """
+
+    label_column: ClassVar[str] = "term"
+    default_by: ClassVar[str] = "mean_abs"
 
     values: Float[Tensor, "n_terms batch"] = field(repr=False)
     labels: list[str]
@@ -69,17 +78,11 @@ class LogitAttribution(SaveLoadMixin):
         return grid
 
     def _prompt(self, prompt: int) -> int:
-        if not isinstance(prompt, int) or not -self.n_prompts <= prompt < self.n_prompts:
-            raise ArgumentError(f"prompt={prompt!r} is out of range for {self.n_prompts} prompts")
-        return prompt
+        return check_index("prompt", prompt, self.n_prompts, what="prompts")
 
-    def __getitem__(self, label: str) -> Tensor:
-        try:
-            return self.values[self.labels.index(label)]
-        except ValueError:
-            from interp.errors import LabelError
-
-            raise LabelError(f"label={label!r} is not a term; terms look like {self.labels[:6]}") from None
+    def _row(self, index: int) -> Tensor:
+        """The term's value for each prompt, [N]."""
+        return self.values[index]
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per term: mean and std over prompts, and each prompt's value (columns p0, p1...)."""
@@ -92,14 +95,7 @@ class LogitAttribution(SaveLoadMixin):
                 df[f"p{n}"] = v[:, n].numpy()
         return df
 
-    def top(self, k: int = 10) -> pd.DataFrame:
-        """The ``k`` terms with the largest mean absolute effect."""
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise ArgumentError(f"k={k!r} must be a positive int")
-        df = self.to_dataframe()
-        return df.sort_values("mean_abs", ascending=False).head(k).reset_index(drop=True)
-
-    def plot(self, *, prompt: Optional[int] = None):
+    def plot(self, *, prompt: Optional[int] = None) -> go.Figure:
         """Layer × head heatmap with the non-head terms beside it (a plotly Figure)."""
         from interp.plots import attribution_heatmap
 

@@ -9,28 +9,39 @@ into tables or plots.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
 
 import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp._io import SaveLoadMixin
-from interp.errors import ArgumentError
+from interp._result import Result, prompt_alias
+from interp._validate import check_index
+from interp.errors import ArgumentError, LabelError
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 __all__ = ["Decomposition"]
 
 
 @dataclass(frozen=True, eq=False)
-class Decomposition(SaveLoadMixin):
+class Decomposition(Result):
     """Exact split of the tensor at ``point`` into per-write terms.
 
     ``contributions`` [n_terms, batch, pos, k] with k = d_model (full) or the number of
     projection directions; ``total`` [batch, pos, k] is the model's own tensor there;
     ``closure_error`` = max |Σ contributions − total| over real positions, and
     ``relative_error`` = closure_error / max |total|.
+
+    Contract (:class:`interp._result.Result`): ``d["L3.H5"]`` is that term's contribution
+    [batch, pos, k]; ``to_dataframe(prompt=, pos=)`` has one row per term (column ``term``) at one
+    token; ``top`` ranks by |``projection``| on the total there.
     """
+
+    label_column: ClassVar[str] = "term"
+    default_by: ClassVar[str] = "projection"
 
     point: str
     labels: list[str]
@@ -43,7 +54,9 @@ class Decomposition(SaveLoadMixin):
     directions: Optional[Tensor] = field(default=None, repr=False)
 
     @classmethod
-    def build(cls, *, point, labels, contributions, total, attention_mask, str_tokens=None, directions=None):
+    def build(cls, *, point: str, labels: Sequence[str], contributions: Tensor, total: Tensor,
+              attention_mask: Tensor, str_tokens: Optional[list[list[str]]] = None,
+              directions: Optional[Tensor] = None) -> "Decomposition":
         mask = attention_mask.bool()[..., None]
         gap = ((contributions.sum(0) - total) * mask).abs()
         err = float(gap.max()) if gap.numel() else 0.0
@@ -58,14 +71,15 @@ class Decomposition(SaveLoadMixin):
     def is_projected(self) -> bool:
         return self.directions is not None
 
-    def __getitem__(self, label: str) -> Tensor:
+    def _row(self, index: int) -> Tensor:
         """The contribution of one term, [batch, pos, k]."""
+        return self.contributions[index]
+
+    def _index(self, label: Any) -> int:
         try:
-            return self.contributions[self.labels.index(label)]
+            return self.labels.index(label if isinstance(label, str) else str(label))
         except ValueError:
             import difflib
-
-            from interp.errors import LabelError
 
             near = difflib.get_close_matches(str(label), self.labels, n=5, cutoff=0.4)
             hint = f"nearest: {near}; " if near else ""
@@ -74,25 +88,25 @@ class Decomposition(SaveLoadMixin):
                 f"its {len(self.labels)} terms run {self.labels[0]!r} … {self.labels[-1]!r} (see .labels)"
             ) from None
 
-    def _at(self, batch: int, pos: int) -> tuple[Tensor, Tensor]:
+    def _at(self, prompt: Any, pos: Any, *, name: str = "prompt") -> tuple[Tensor, Tensor]:
+        """(contributions [n_terms, k], total [k]) at one real token; ``name``: how the caller spelt
+        the prompt argument."""
         b, p = self.total.shape[:2]
-        for name, v in (("batch", batch), ("pos", pos)):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise ArgumentError(f"{name}={v!r} must be an int")
-        if not -b <= batch < b:
-            raise ArgumentError(f"batch={batch} is out of range for {b} prompts")
-        if not -p <= pos < p:
-            raise ArgumentError(f"pos={pos} is out of range for {p} positions")
-        if not bool(self.attention_mask[batch, pos]):
-            raise ArgumentError(f"pos={pos} of prompt {batch} is padding")
-        return self.contributions[:, batch, pos], self.total[batch, pos]
+        bi = check_index(name, prompt, b, what="prompts")
+        pi = check_index("pos", pos, p, what="positions")
+        if not bool(self.attention_mask[bi, pi]):
+            raise ArgumentError(f"pos={pos} of prompt {prompt} is padding")
+        return self.contributions[:, bi, pi], self.total[bi, pi]
 
-    def to_dataframe(self, *, batch: int = 0, pos: int = -1) -> pd.DataFrame:
-        """One row per term at (batch, pos): its norm, its projection on the total, its share.
+    def to_dataframe(self, *, prompt: Optional[int] = None, pos: int = -1,
+                     batch: Optional[int] = None) -> pd.DataFrame:
+        """One row per term at (prompt, pos) (default: prompt 0, last position): its norm, its
+        projection on the total, its share. ``batch=`` is the deprecated spelling of ``prompt=``.
 
         ``projection`` = term · total / |total| (sums to |total| over terms).
         """
-        c, t = self._at(batch, pos)
+        row, name = prompt_alias(prompt, batch, owner="Decomposition.to_dataframe")
+        c, t = self._at(row, pos, name=name)
         c, t = c.double(), t.double()
         tnorm = t.norm().clamp_min(1e-30)
         proj = (c @ t) / tnorm
@@ -103,18 +117,19 @@ class Decomposition(SaveLoadMixin):
             "share": (proj / tnorm).cpu().numpy(),
         })
 
-    def top(self, k: int = 10, *, batch: int = 0, pos: int = -1) -> pd.DataFrame:
-        """The ``k`` terms with the largest |projection| on the total at (batch, pos)."""
-        if not isinstance(k, int) or k < 1:
-            raise ArgumentError(f"k={k!r} must be a positive int")
-        df = self.to_dataframe(batch=batch, pos=pos)
-        return df.reindex(df["projection"].abs().sort_values(ascending=False).index).head(k).reset_index(drop=True)
+    def top(self, k: int = 10, *, by: Optional[str] = None, absolute: Optional[bool] = None,
+            prompt: Optional[int] = None, pos: int = -1, batch: Optional[int] = None) -> pd.DataFrame:
+        """The ``k`` terms with the largest |projection| on the total at (prompt, pos) (or by ``by``);
+        ``batch=`` is the deprecated spelling of ``prompt=``."""
+        row, name = prompt_alias(prompt, batch, owner="Decomposition.top")
+        self._at(row, pos, name=name)  # bad rows are named as the caller spelt them
+        return self._rank(self.to_dataframe(prompt=row, pos=pos), k, by=by, absolute=absolute)
 
-    def plot(self, *, batch: int = 0, pos: int = -1, k: int = 20):
+    def plot(self, *, prompt: int = 0, pos: int = -1, k: int = 20) -> go.Figure:
         """Bar chart of the top-k terms' projections on the total (a plotly Figure)."""
         from interp.plots import decomposition_figure
 
-        return decomposition_figure(self, batch=batch, pos=pos, k=k)
+        return decomposition_figure(self, prompt=prompt, pos=pos, k=k)
 
     def __repr__(self) -> str:
         return (f"Decomposition({self.point!r}: {len(self.labels)} terms, shape "
