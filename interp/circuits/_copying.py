@@ -26,20 +26,19 @@ Weights follow the folding convention of :mod:`interp.circuits._common`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
 import pandas as pd
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp._io import SaveLoadMixin
+from interp._result import Result
+from interp._validate import check_bool, check_positive_int
 from interp.circuits._common import (
     check_model,
-    check_bool,
     check_head,
     check_layer,
-    check_positive_int,
     convention,
     fold_write,
     folded_qkv,
@@ -47,19 +46,35 @@ from interp.circuits._common import (
     folds_gains,
     need_unembed,
 )
-from interp.errors import ArgumentError
+from interp.errors import ArgumentError, LabelError
+from interp.labels import Head
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from interp.models import Model
 
 __all__ = ["HeadScores", "OVDiagonalStats", "copying_scores", "ov_diagonal_stats"]
 
 
 @dataclass(frozen=True, eq=False)
-class HeadScores(SaveLoadMixin):
-    """One number per attention head: ``scores`` [n_layers, n_heads], named by ``metric``."""
+class HeadScores(Result):
+    """One number per attention head: ``scores`` [n_layers, n_heads], named by ``metric``.
+
+    Contract (:class:`interp._result.Result`): ``s["L3.H5"]`` is that head's score; ``to_dataframe()``
+    has one row per head (column ``head``); ``top`` ranks by the score itself, largest first (signed:
+    a copying score of −1 is the opposite of copying, not a strong copier). ``fold_norms``: whether
+    the norm gains were folded into the weights (``convention`` says it in words).
+    """
+
+    label_column: ClassVar[str] = "head"
+    default_absolute: ClassVar[bool] = False
 
     metric: str
     scores: Float[Tensor, "n_layers n_heads"] = field(repr=False)
     convention: str = ""
     model_name: str = ""
+    fold_norms: bool = True
 
     @property
     def n_layers(self) -> int:
@@ -69,30 +84,37 @@ class HeadScores(SaveLoadMixin):
     def n_heads(self) -> int:
         return int(self.scores.shape[1])
 
-    def __getitem__(self, label: str) -> float:
-        import re
+    @property
+    def labels(self) -> list[str]:
+        """Head labels ``L{layer}.H{head}``, layer-major (the rows of :meth:`to_dataframe`)."""
+        return [str(Head(l, h)) for l in range(self.n_layers) for h in range(self.n_heads)]
 
-        m = re.fullmatch(r"L(\d+)\.H(\d+)", label) if isinstance(label, str) else None
-        if m is None or int(m.group(1)) >= self.n_layers or int(m.group(2)) >= self.n_heads:
-            from interp.errors import LabelError
+    @property
+    def default_column(self) -> str:
+        return self.metric
 
+    def _index(self, label: Any) -> int:
+        try:
+            head = Head.parse(label)
+        except LabelError:
+            head = None
+        if head is None or head.layer >= self.n_layers or head.head >= self.n_heads:
             raise LabelError(f"label={label!r} is not a head of this result; heads are L0.H0 … "
                              f"L{self.n_layers - 1}.H{self.n_heads - 1}")
-        return float(self.scores[int(m.group(1)), int(m.group(2))])
+        return head.layer * self.n_heads + head.head
+
+    def _row(self, index: int) -> float:
+        return float(self.scores.reshape(-1)[index])
 
     def to_dataframe(self) -> pd.DataFrame:
+        """One row per head: head label, layer, head_index and the score (column named ``metric``)."""
         L, H = self.n_layers, self.n_heads
         v = self.scores.double().cpu().reshape(-1).numpy()
-        return pd.DataFrame({"head": [f"L{l}.H{h}" for l in range(L) for h in range(H)],
+        return pd.DataFrame({"head": self.labels,
                              "layer": [l for l in range(L) for _ in range(H)],
                              "head_index": [h for _ in range(L) for h in range(H)], self.metric: v})
 
-    def top(self, k: int = 10) -> pd.DataFrame:
-        """The ``k`` heads with the highest score."""
-        check_positive_int(k, name="k")
-        return self.to_dataframe().sort_values(self.metric, ascending=False).head(k).reset_index(drop=True)
-
-    def plot(self):
+    def plot(self) -> go.Figure:
         """Layer × head heatmap (a plotly Figure)."""
         from interp.plots import head_score_map  # plots reads the result's attributes; imported on use
 
@@ -102,7 +124,7 @@ class HeadScores(SaveLoadMixin):
         return f"HeadScores({self.metric}, shape {tuple(self.scores.shape)})"
 
 
-def _cyclic_products(model: Any, fold_norms: bool) -> Float[Tensor, "n_layers n_heads d_head d_head"]:
+def _cyclic_products(model: Model, fold_norms: bool) -> Float[Tensor, "n_layers n_heads d_head d_head"]:
     """W_O^h (W_U W_E) W_V^g for every head (float64), the full OV circuits' cyclic products."""
     need_unembed(model)
     a = model.arch
@@ -116,28 +138,36 @@ def _cyclic_products(model: Any, fold_norms: bool) -> Float[Tensor, "n_layers n_
     return W_O @ UE @ W_V  # [L, H, dh, dh]
 
 
-def copying_scores(model: Any, *, fold_norms: bool = True) -> HeadScores:
+def copying_scores(model: Model, *, fold_norms: bool = True) -> HeadScores:
     """Σλ/Σ|λ| of every head's full OV circuit W_E W_V W_O W_U (eigenvalues from the d_head×d_head
     cyclic product). Models without an unembedding (MiniLM) raise UnsupportedOperationError."""
     check_model(model)
-    check_bool(fold_norms, name="fold_norms")
+    check_bool("fold_norms", fold_norms)
     K = _cyclic_products(model, fold_norms)
     lam = torch.linalg.eigvals(K)  # [L, H, dh] complex
     score = lam.real.sum(-1) / lam.abs().sum(-1).clamp_min(torch.finfo(torch.float64).tiny)
     out_dtype = torch.float64 if model.dtype == torch.float64 else torch.float32
     return HeadScores(metric="copying_score", scores=score.to(out_dtype), convention=convention(model, fold_norms),
-                      model_name=model.name)
+                      model_name=model.name, fold_norms=fold_norms)
 
 
 @dataclass(frozen=True, eq=False)
-class OVDiagonalStats(SaveLoadMixin):
+class OVDiagonalStats(Result):
     """How often each token is its own top output under one head's full OV circuit.
 
     ``ranks`` [d_vocab]: for input token t, the number of output tokens with a strictly higher
     entry than the diagonal (t, t) — 0 means t is the top-1 output — capped at ``k`` (k means
     "k or more") unless computed with ``exact_ranks=True`` (``ranks_exact``). ``top1`` /
     ``topk``: the fractions of tokens with rank 0 / rank < k.
+
+    Contract (:class:`interp._result.Result`): rows are input tokens, labelled by their id
+    (``stats[17]`` or ``stats["17"]`` is token 17's (rank, diagonal)); ``to_dataframe()`` column
+    ``token``; ``top()`` lists the tokens copied most strongly (rank 0 first, then the largest
+    diagonal entry); ``top(by="diagonal")`` ranks by |diagonal|.
     """
+
+    label_column: ClassVar[str] = "token"
+    default_by: ClassVar[str] = "diagonal"
 
     layer: int
     head: int
@@ -148,23 +178,39 @@ class OVDiagonalStats(SaveLoadMixin):
     diagonal: Float[Tensor, "d_vocab"] = field(repr=False)
     ranks_exact: bool = False
     convention: str = ""
+    fold_norms: bool = True
 
     @property
     def label(self) -> str:
-        return f"L{self.layer}.H{self.head}"
+        return str(Head(self.layer, self.head))
+
+    @property
+    def labels(self) -> list[str]:
+        """Token ids as text, ``"0"`` … ``str(d_vocab − 1)``."""
+        return [str(t) for t in range(self.ranks.shape[0])]
+
+    def _index(self, label: Union[int, str]) -> int:
+        n = int(self.ranks.shape[0])
+        t = label if isinstance(label, int) and not isinstance(label, bool) else (
+            int(label) if isinstance(label, str) and label.isdigit() else None)
+        if t is None or not 0 <= t < n:
+            raise LabelError(f"label={label!r} is not a token of this result; tokens are ids 0 … {n - 1}")
+        return t
+
+    def _row(self, index: int) -> tuple[int, float]:
+        """(rank of the token in its own row, diagonal entry)."""
+        return int(self.ranks[index]), float(self.diagonal[index])
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per input token: token id, rank of itself (capped at k unless exact), diagonal entry."""
         return pd.DataFrame({"token": range(self.ranks.shape[0]), "rank": self.ranks.cpu().numpy(),
                              "diagonal": self.diagonal.double().cpu().numpy()})
 
-    def top(self, k: int = 10) -> pd.DataFrame:
-        """The ``k`` tokens copied most strongly (rank 0 first, then the largest diagonal)."""
-        check_positive_int(k, name="k")
-        df = self.to_dataframe()
-        return df.sort_values(["rank", "diagonal"], ascending=[True, False]).head(k).reset_index(drop=True)
+    def _default_order(self, df: pd.DataFrame) -> pd.Index:
+        """Copied most strongly first: rank 0 first, then the largest diagonal entry."""
+        return df.sort_values(["rank", "diagonal"], ascending=[True, False], kind="stable").index
 
-    def plot(self):
+    def plot(self) -> go.Figure:
         """Histogram of the self-ranks (a plotly Figure; log-spaced if the ranks are exact)."""
         from interp.plots import self_rank_histogram  # plots reads the result's attributes; imported on use
 
@@ -174,7 +220,7 @@ class OVDiagonalStats(SaveLoadMixin):
         return f"OVDiagonalStats({self.label}: top1={self.top1:.3f}, top{self.k}={self.topk:.3f})"
 
 
-def _full_ov_factors(model: Any, layer: int, head: int, fold_norms: bool) -> tuple[Tensor, Tensor]:
+def _full_ov_factors(model: Model, layer: int, head: int, fold_norms: bool) -> tuple[Tensor, Tensor]:
     """(W_E W_V [d_vocab, d_head], W_O W_U [d_head, d_vocab]) with the folding convention, without
     copying the [d_vocab, d_model] matrices: the folds act on the d_model side of the small factor."""
     w = model.weights
@@ -194,7 +240,7 @@ def _full_ov_factors(model: Any, layer: int, head: int, fold_norms: bool) -> tup
     return left, right
 
 
-def ov_diagonal_stats(model: Any, layer: int, head: int, k: int = 5, *, fold_norms: bool = True,
+def ov_diagonal_stats(model: Model, layer: int, head: int, k: int = 5, *, fold_norms: bool = True,
                       exact_ranks: bool = False, chunk_rows: Optional[int] = None,
                       max_chunk_bytes: int = 256 << 20) -> OVDiagonalStats:
     """Top-1 / top-``k`` self-prediction rates of head ``(layer, head)``'s full OV circuit.
@@ -206,17 +252,17 @@ def ov_diagonal_stats(model: Any, layer: int, head: int, k: int = 5, *, fold_nor
     """
     check_model(model)
     layer, head = check_layer(model, layer), check_head(model, head)
-    check_positive_int(k, name="k")
-    check_bool(fold_norms, name="fold_norms")
-    check_bool(exact_ranks, name="exact_ranks")
+    check_positive_int("k", k)
+    check_bool("fold_norms", fold_norms)
+    check_bool("exact_ranks", exact_ranks)
     need_unembed(model)
     V = model.arch.d_vocab
     if k > V:
         raise ArgumentError(f"k={k} exceeds d_vocab={V}")
-    check_positive_int(max_chunk_bytes, name="max_chunk_bytes")
+    check_positive_int("max_chunk_bytes", max_chunk_bytes)
     if chunk_rows is None:
         chunk_rows = max(1, min(V, max_chunk_bytes // (4 * V)))
-    check_positive_int(chunk_rows, name="chunk_rows")
+    check_positive_int("chunk_rows", chunk_rows)
     left, right = _full_ov_factors(model, layer, head, fold_norms)
     ranks = torch.empty(V, dtype=torch.int64, device=left.device)
     diag = torch.empty(V, dtype=left.dtype, device=left.device)
@@ -237,4 +283,5 @@ def ov_diagonal_stats(model: Any, layer: int, head: int, k: int = 5, *, fold_nor
             diag[start:stop] = dg
     return OVDiagonalStats(layer=layer, head=head, k=k, top1=float((ranks == 0).double().mean()),
                            topk=float((ranks < k).double().mean()), ranks=ranks, diagonal=diag,
-                           ranks_exact=exact_ranks, convention=convention(model, fold_norms))
+                           ranks_exact=exact_ranks, convention=convention(model, fold_norms),
+                           fold_norms=fold_norms)
