@@ -6,7 +6,7 @@ The curated public API (explicit re-exports only). See docs/api.md. Figure build
 
 from interp.errors import InterpError
 from interp.attribution import LogitAttribution, attribute_direction, attribute_logits
-from interp.causal import KL, Direction, Effects, Logit, LogitDiff, LogProb, Metric, PatchResult, Prob
+from interp.causal import KL, Direction, Effects, Logit, LogitDiff, LogProb, Metric, PatchResult, Prob, patch
 from interp.circuits import (
     CompositionScores,
     HeadOperator,
@@ -58,6 +58,7 @@ __all__ = [
     "list_models",
     "load_model",
     "ov_circuit",
+    "patch",
     "path_expansion",
     "qk_circuit",
     "report",

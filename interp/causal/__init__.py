@@ -18,6 +18,7 @@ from interp.causal._metrics import (
     final_norm,
     readout,
 )
+from interp.causal._patch import patch
 from interp.causal._result import Effects, PatchResult
 
 __all__ = [
@@ -34,5 +35,6 @@ __all__ = [
     "Prob",
     "as_metric",
     "final_norm",
+    "patch",
     "readout",
 ]

@@ -1,0 +1,252 @@
+"""Shared setup of the causal analyses: checked inputs, node lists, the runs they need, reading the metric.
+
+A *node* is one activation a patch replaces: a head's output z_h (so its write z_h W_O^h), an MLP's
+output, an embedding write, a resid point, a head's q (a KV head's k, v), a head's attention
+pattern, or a whole attention layer's output. Nodes are named by :mod:`interp.labels`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from interp.causal._engine import Engine, RunCache
+from interp.causal._metrics import BoundMetric, Metric, as_metric
+from interp.errors import ArgumentError, LabelError, ShapeError
+from interp.labels import Attn, Embed, Head, HeadInput, Mlp, Resid, as_label
+from interp.models import Batch, resid_hook_names
+from interp.stream._inputs import as_batch
+
+__all__ = ["Node", "NODE_SETS", "resolve_nodes", "Pair", "make_pair", "metric_reader", "source_acts"]
+
+NODE_SETS = ("heads", "mlps", "components", "resid", "head_inputs", "patterns")
+_EMBED_SITE = {"token": "embed.token", "pos": "embed.pos", "type": "embed.type"}
+
+
+@dataclass(frozen=True)
+class Node:
+    """A patchable activation: its label, the engine site, layer (−1: embedding) and head (or None)."""
+
+    label: Any
+    site: str
+    layer: int
+    head: Optional[int] = None
+
+    @property
+    def text(self) -> str:
+        return str(self.label)
+
+
+def _embed_nodes(model: Any) -> list[Node]:
+    w = model.weights
+    out = [Node(Embed("token"), "embed.token", -1)]
+    if w.W_pos is not None and model.arch.positional == "learned":
+        out.append(Node(Embed("pos"), "embed.pos", -1))
+    if w.W_type is not None:
+        out.append(Node(Embed("type"), "embed.type", -1))
+    return out
+
+
+def _has_mlp(model: Any) -> bool:
+    return not model.arch.attn_only and model.weights.W_in.shape[-1] > 0
+
+
+def resolve_nodes(model: Any, nodes: Any, *, name: str = "nodes") -> tuple[list[Node], str]:
+    """(nodes, kind) from a node-set name or a list of labels; kind is the set name or "labels"."""
+    a = model.arch
+    L, H, Hkv = a.n_layers, a.n_heads, a.n_kv_heads
+    if isinstance(nodes, str) and nodes in NODE_SETS:
+        if nodes == "heads":
+            return [Node(Head(l, h), "z", l, h) for l in range(L) for h in range(H)], nodes
+        if nodes == "patterns":
+            return [Node(Head(l, h), "pattern", l, h) for l in range(L) for h in range(H)], nodes
+        if nodes == "mlps":
+            if not _has_mlp(model):
+                raise ArgumentError(f"{name}='mlps': model {model.name!r} has no MLP sublayers (attention-only)")
+            return [Node(Mlp(l), "mlp_out", l) for l in range(L)], nodes
+        if nodes == "components":
+            out = _embed_nodes(model)
+            for l in range(L):
+                out += [Node(Head(l, h), "z", l, h) for h in range(H)]
+                if _has_mlp(model):
+                    out.append(Node(Mlp(l), "mlp_out", l))
+            return out, nodes
+        if nodes == "resid":
+            out = []
+            for hook in resid_hook_names(a):
+                lab = as_label(hook, Resid)
+                out.append(Node(lab, f"resid_{lab.where}", lab.layer))
+            return out, nodes
+        out = []
+        for l in range(L):
+            out += [Node(HeadInput(l, "q", h), "q", l, h) for h in range(H)]
+            out += [Node(HeadInput(l, "k", h), "k", l, h) for h in range(Hkv)]
+            out += [Node(HeadInput(l, "v", h), "v", l, h) for h in range(Hkv)]
+        return out, nodes
+    if isinstance(nodes, str) or not isinstance(nodes, (list, tuple)) or not nodes:
+        raise ArgumentError(f"{name}={nodes!r} must be one of {list(NODE_SETS)} or a non-empty list of labels "
+                            "(e.g. ['L3.H5', 'L3.mlp', 'embed', 'blocks.3.hook_resid_pre', 'L3.attn.q[H5]'])")
+    out = []
+    for i, text in enumerate(nodes):
+        lab = as_label(text, (Head, Mlp, Embed, Resid, HeadInput, Attn), name=f"{name}[{i}]")
+        out.append(_check_node(model, lab, f"{name}[{i}]"))
+    if len({n.text for n in out}) != len(out):
+        raise ArgumentError(f"{name} lists a node twice; give each node once")
+    return out, "labels"
+
+
+def _check_node(model: Any, lab: Any, name: str) -> Node:
+    a = model.arch
+    layer = getattr(lab, "layer", -1)
+    if isinstance(lab, (Head, Mlp, Resid, HeadInput, Attn)) and not 0 <= layer < a.n_layers:
+        raise LabelError(f"{name}={str(lab)!r}: layer {layer} does not exist; layers are 0..{a.n_layers - 1}")
+    if isinstance(lab, Head):
+        if not 0 <= lab.head < a.n_heads:
+            raise LabelError(f"{name}={str(lab)!r}: head {lab.head} does not exist; heads are 0..{a.n_heads - 1}")
+        return Node(lab, "z", layer, lab.head)
+    if isinstance(lab, HeadInput):
+        n = a.n_heads if lab.which == "q" else a.n_kv_heads
+        if not 0 <= lab.head < n:
+            what = "query heads" if lab.which == "q" else "KV heads"
+            raise LabelError(f"{name}={str(lab)!r}: {lab.which} head {lab.head} does not exist; {what} are 0..{n - 1}")
+        return Node(lab, lab.which, layer, lab.head)
+    if isinstance(lab, Mlp):
+        if not _has_mlp(model):
+            raise LabelError(f"{name}={str(lab)!r}: model {model.name!r} has no MLPs")
+        return Node(lab, "mlp_out", layer)
+    if isinstance(lab, Attn):
+        return Node(lab, "attn_out", layer)
+    if isinstance(lab, Resid):
+        if str(lab) not in resid_hook_names(a):
+            raise LabelError(f"{name}={str(lab)!r} is not a resid point of this model "
+                             f"({'parallel blocks have no resid_mid' if lab.where == 'mid' else 'unknown'})")
+        return Node(lab, f"resid_{lab.where}", layer)
+    emb = {n.text: n for n in _embed_nodes(model)}
+    if str(lab) not in emb:
+        raise LabelError(f"{name}={str(lab)!r}: model {model.name!r} has no such embedding; it has {sorted(emb)}")
+    return emb[str(lab)]
+
+
+def _checked_batch(model: Any, inputs: Any, name: str) -> Batch:
+    try:
+        return as_batch(model, inputs)
+    except ArgumentError as e:
+        msg = str(e)
+        raise type(e)(msg.replace("inputs", name, 1) if msg.startswith("inputs") else f"{name}: {msg}") from None
+
+
+@dataclass
+class Pair:
+    """The checked clean (and corrupt) batches, the bound metric and the engine."""
+
+    engine: Engine
+    clean: Batch
+    corrupt: Optional[Batch]
+    metric: Metric
+    bound: BoundMetric
+
+    @property
+    def n_prompts(self) -> int:
+        return int(self.clean.tokens.shape[0])
+
+
+def make_pair(model: Any, clean: Any, corrupt: Any, metric: Any, *, need_corrupt: bool) -> Pair:
+    """Check clean/corrupt (same number of prompts, same token lengths) and bind the metric."""
+    cb = _checked_batch(model, clean, "clean")
+    kb = None
+    if corrupt is None:
+        if need_corrupt:
+            raise ArgumentError("corrupt=None: this analysis needs a corrupt input (strings or ids, "
+                                "one per clean prompt, each the same token length)")
+    else:
+        kb = _checked_batch(model, corrupt, "corrupt")
+        if kb.tokens.shape[0] != cb.tokens.shape[0]:
+            raise ShapeError(f"corrupt has {kb.tokens.shape[0]} prompts but clean has {cb.tokens.shape[0]}; "
+                             "give one corrupt prompt per clean prompt")
+        lc, lk = cb.attention_mask.sum(1), kb.attention_mask.sum(1)
+        if kb.tokens.shape[1] != cb.tokens.shape[1] or bool((lc != lk).any()):
+            i = int((lc != lk).nonzero()[0, 0]) if bool((lc != lk).any()) else 0
+            raise ShapeError(f"corrupt prompt {i} has {int(lk[i])} tokens but clean prompt {i} has {int(lc[i])}; "
+                             "each clean/corrupt pair must have the same token length (patching aligns positions)")
+    m = as_metric(metric, model)
+    return Pair(engine=Engine(model), clean=cb, corrupt=kb, metric=m, bound=m.bind(model, cb))
+
+
+def metric_reader(model: Any, bound: BoundMetric, base: RunCache, clean_out: Optional[Tensor]):
+    """``read(x [R, T, d], prompt [R], t0) -> [R]``: the metric of final residual rows carrying positions t0…"""
+
+    def read(x: Tensor, prompt: Tensor, t0: int) -> Tensor:
+        if bound.positions is None:  # pooled: the positions before t0 are the base run's
+            full = torch.cat([base.final[prompt, :t0], x], dim=1) if t0 > 0 else x  # type: ignore[index]
+            sel = bound.select(full, prompt)
+        else:
+            rows = torch.arange(x.shape[0], device=x.device)
+            sel = x[rows, bound.positions.to(x.device)[prompt] - t0]
+        return bound(bound.read(model, sel), prompt=prompt, clean=clean_out)
+
+    return read
+
+
+def metric_of(model: Any, bound: BoundMetric, run: RunCache, clean_out: Optional[Tensor]) -> Tensor:
+    """The metric [n_prompts] of a whole run."""
+    P = run.final.shape[0]  # type: ignore[union-attr]
+    return metric_reader(model, bound, run, clean_out)(run.final, torch.arange(P, device=run.final.device), 0)  # type: ignore[arg-type]
+
+
+def clean_output(model: Any, bound: BoundMetric, clean_run: RunCache) -> Optional[Tensor]:
+    """The clean run's metric input per prompt (only metrics that compare with it, e.g. KL, need it)."""
+    if not bound.needs_clean:
+        return None
+    return bound.read(model, bound.select(clean_run.final))  # type: ignore[arg-type]
+
+
+def source_acts(site: str, layer: int, run: RunCache) -> Tensor:
+    """The activation of ``site`` at ``layer`` of a captured run, [P, n, ...] ([P, H, n, n] for patterns)."""
+    if site.startswith("embed."):
+        return run.embed[site]
+    if site == "resid_pre":
+        return run.resid_pre[layer]
+    t = run.acts[site][layer]
+    if t is None:
+        raise RuntimeError(f"site {site} of layer {layer} was not captured")
+    return t
+
+
+def reference_acts(engine: Engine, model: Any, reference: Any, sites: set[str], ablation: str,
+                   n: int, n_prompts: int, seed: int) -> RunCache:
+    """A run-shaped cache whose activations are the mean over ``reference`` (``ablation="mean"``) or a
+    seeded random reference prompt per base prompt (``"resample"``), each [n_prompts, n, ...]."""
+    rb = _checked_batch(model, reference, "reference")
+    run = engine.run(rb.tokens, rb.attention_mask, capture=[s for s in sites if not s.startswith("embed") and s != "resid_pre"])
+    R, m = rb.tokens.shape
+    out = RunCache(acts={s: [] for s in run.acts})
+    if ablation == "resample":
+        if m != n or bool((rb.attention_mask == 0).any()):
+            raise ShapeError(f"reference prompts have {m} tokens (with padding: {bool((rb.attention_mask == 0).any())}); "
+                             f"ablation='resample' needs reference prompts of the clean prompts' length {n}, unpadded")
+        g = torch.Generator().manual_seed(seed)
+        pick = torch.randint(0, R, (n_prompts,), generator=g).to(rb.tokens.device)
+
+        def take(t: Tensor, pattern: bool = False) -> Tensor:
+            return t[pick]
+    else:
+        maskf = rb.attention_mask.to(model.dtype)
+        same = m == n and not bool((rb.attention_mask == 0).any())
+
+        def take(t: Tensor, pattern: bool = False) -> Tensor:
+            if same:  # the mean at each position over reference prompts
+                return t.mean(0, keepdim=True).expand(n_prompts, *t.shape[1:])
+            if pattern:
+                raise ShapeError(f"reference prompts have {m} tokens (or padding); a mean attention pattern needs "
+                                 f"reference prompts of the clean prompts' length {n}, unpadded")
+            w = maskf.reshape(R, m, *([1] * (t.ndim - 2)))
+            mean = (t * w).sum((0, 1)) / w.sum()  # over every real token of every reference prompt
+            return mean.expand(n_prompts, n, *t.shape[2:])
+    for s, layers in run.acts.items():
+        out.acts[s] = [None if t is None else (take(t, True) if s == "pattern" else take(t)) for t in layers]  # type: ignore[call-arg]
+    out.resid_pre = [take(t) for t in run.resid_pre]
+    out.embed = {k: take(t) for k, t in run.embed.items()}
+    return out

@@ -1,0 +1,476 @@
+"""A forward pass from the model's frozen weights with patch points, and the prefix-sharing sweep.
+
+Patching one node n of layer p changes nothing below p, so a *variant* (the base run with n's
+activation replaced) equals the base run up to p's input. The sweep (DESIGN-level identity,
+docs/math.md "Prefix sharing") therefore:
+
+1. runs the base input once, caching every layer's input x_p (and its keys/values);
+2. runs the source input(s) once, caching the activation of every node to patch;
+3. walks the layers with ONE growing batch: at layer p it appends a copy of x_p for every
+   variant patched at p, runs the whole batch through layer p with each new row's node replaced
+   by its source value, and goes on — so a variant costs L − p layers, not L;
+4. reads the metric at its position only (the final norm and the unembedding of one row per
+   variant, never the full-vocabulary unembedding at every position).
+
+Variants patched at one position t of a causal model differ from the base run only at positions
+≥ t: they carry only that suffix, attending to the base run's cached keys/values before t.
+The batch is cut into chunks of at most ``batch_size`` rows to bound memory.
+
+The forward itself is plain torch on :class:`interp.models.Weights` (TL layout), following the
+block program of :class:`interp.models.ArchInfo`: pre-norm, parallel or post-norm blocks,
+LayerNorm / RMSNorm / none, learned or rotary positions (rotate-half for Hugging Face models,
+adjacent pairs for the native toys; cos/sin from the model's own rotary module), GQA through a
+grouped matmul (query head h reads KV head h // group), softmax in at least float32. Its outputs
+match the bridge's to float rounding (tests/causal/test_engine.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional
+
+import torch
+from torch import Tensor
+
+from interp.errors import UnsupportedArchitectureError
+
+__all__ = ["Engine", "Patch", "RunCache", "SITES"]
+
+#: The activations a patch can replace (or, with ``add``, shift).
+SITES = ("embed.token", "embed.pos", "embed.type", "resid_pre", "q", "k", "v", "q_in", "k_in", "v_in",
+         "pattern", "z", "attn_out", "resid_mid", "mlp_in", "mlp_out", "resid_post", "final")
+_HEADED = ("q", "k", "v", "q_in", "k_in", "v_in", "pattern", "z")
+
+
+@dataclass
+class Patch:
+    """Replace (or with ``add``, shift) ``site`` of layer ``layer`` for some rows of the batch.
+
+    ``rows`` [n] index the rows; ``head`` [n] the head (query head for q/z/pattern, KV head for k/v)
+    or None; ``pos`` [n] one absolute position per row, or None for every position; ``value`` the
+    new values: [n, T, ...] (all positions; T = the rows' suffix length) or [n, ...] (one position).
+    For ``q_in``/``k_in``/``v_in``/``mlp_in`` (``add`` only) ``value`` is a residual-stream shift
+    [n, T, d_model] seen by that one reader only (path patching).
+    """
+
+    site: str
+    layer: int
+    rows: Tensor
+    value: Tensor
+    head: Optional[Tensor] = None
+    pos: Optional[Tensor] = None
+    add: bool = False
+
+
+@dataclass
+class RunCache:
+    """What a capture run kept: ``acts[site][layer]`` [batch, pos, ...], ``resid_pre[layer]``,
+    the final residual ``final`` [batch, pos, d_model], rotated keys/values per layer."""
+
+    acts: dict[str, list[Optional[Tensor]]] = field(default_factory=dict)
+    resid_pre: list[Tensor] = field(default_factory=list)
+    kv: list[tuple[Tensor, Tensor]] = field(default_factory=list)
+    embed: dict[str, Tensor] = field(default_factory=dict)
+    final: Optional[Tensor] = None
+    scales: dict[str, list[Tensor]] = field(default_factory=dict)
+
+
+def _find_modules(root: Any, name_suffix: str) -> list[Any]:
+    return [m for m in root.modules() if type(m).__name__.endswith(name_suffix)]
+
+
+class Engine:
+    """Forward passes of one model from its frozen weights, with patch points (see module docstring)."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        a, w = model.arch, model.weights
+        self.arch, self.w = a, w
+        if a.norm_placement not in ("pre", "post"):
+            raise UnsupportedArchitectureError(f"model {model.name!r}: norm_placement={a.norm_placement!r}")
+        L, H, Hkv, dh = a.n_layers, a.n_heads, a.n_kv_heads, a.d_head
+        self.L, self.H, self.Hkv, self.dh, self.G = L, H, Hkv, dh, H // Hkv
+        # fused q|k|v projection per layer: [L, d_model, (H + 2 Hkv) d_head]
+        flat = lambda W: W.permute(0, 2, 1, 3).reshape(L, a.d_model, -1)  # [L, n, m, h] -> [L, m, n h]
+        self.W_qkv = torch.cat([flat(w.W_Q), flat(w.W_K), flat(w.W_V)], dim=2).contiguous()
+        self.b_qkv = torch.cat([w.b_Q.reshape(L, -1), w.b_K.reshape(L, -1), w.b_V.reshape(L, -1)], dim=1)
+        self.W_O = w.W_O.reshape(L, H * dh, a.d_model)  # [L, (n h), m]
+        self.has_mlp = not a.attn_only and w.W_in.shape[-1] > 0
+        if self.has_mlp:
+            from transformers.activations import ACT2FN
+
+            if a.act_fn not in ACT2FN:
+                raise UnsupportedArchitectureError(f"model {model.name!r}: activation {a.act_fn!r} is unknown")
+            self.act = ACT2FN[a.act_fn]
+        self.scales = self._attention_scales()
+        self._rope_cache: dict[int, tuple[Tensor, Tensor]] = {}
+        self.interleaved = a.family == "native"
+        self.softmax_dtype = torch.float64 if model.dtype == torch.float64 else torch.float32
+
+    # ------------------------------------------------------------------ model facts
+
+    def _attention_scales(self) -> list[float]:
+        a = self.arch
+        hf = getattr(self.model.bridge, "original_model", None)
+        if a.family == "native" and hf is not None:
+            mods = _find_modules(hf, "NativeAttention")
+            if len(mods) == a.n_layers:
+                return [1.0 / float(m.scale) for m in mods]
+        cfg = getattr(hf, "config", None)
+        base = a.d_head ** -0.5
+        if a.family == "gpt2" and cfg is not None:
+            base = base if getattr(cfg, "scale_attn_weights", True) else 1.0
+            if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
+                return [base / (l + 1) for l in range(a.n_layers)]
+        return [base] * a.n_layers
+
+    def rope(self, n: int) -> tuple[Tensor, Tensor]:
+        """(cos, sin) [n, rotary_dim] for positions 0..n−1, from the model's own rotary module."""
+        if n in self._rope_cache:
+            return self._rope_cache[n]
+        hf = self.model.bridge.original_model
+        dev, dt = self.model.device, self.model.dtype
+        native = _find_modules(hf, "NativeRotary")
+        if native:
+            cos, sin = native[0].cos_cached[:n], native[0].sin_cached[:n]
+        else:
+            mods = [m for m in hf.modules() if type(m).__name__.endswith("RotaryEmbedding")]
+            if not mods:
+                raise UnsupportedArchitectureError(f"model {self.model.name!r} is rotary but has no rotary module")
+            x = torch.zeros(1, n, self.arch.d_model, device=dev, dtype=dt)
+            with torch.no_grad():
+                cos, sin = mods[0](x, torch.arange(n, device=dev)[None])
+            cos, sin = cos[0], sin[0]
+        out = (cos.to(dev, dt), sin.to(dev, dt))
+        self._rope_cache[n] = out
+        return out
+
+    def _rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """RoPE on x [R, T, n, d_head] with cos/sin [T, rotary_dim]."""
+        rd = cos.shape[-1]
+        xr, xp = x[..., :rd], x[..., rd:]
+        if self.interleaved:  # adjacent pairs (x0, x1) -> (−x1, x0)
+            rot = torch.stack((-xr[..., 1::2], xr[..., 0::2]), dim=-1).flatten(-2)
+        else:  # rotate_half: [x1, x2] -> [−x2, x1]
+            half = rd // 2
+            rot = torch.cat((-xr[..., half:], xr[..., :half]), dim=-1)
+        out = xr * cos[:, None] + rot * sin[:, None]
+        return torch.cat([out, xp], dim=-1) if xp.shape[-1] else out
+
+    def norm(self, x: Tensor, gain: Optional[Tensor], bias: Optional[Tensor]) -> Tensor:
+        a = self.arch
+        if a.norm == "none":
+            return x
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        if a.norm == "layernorm":
+            xf = xf - xf.mean(-1, keepdim=True)
+            y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + a.norm_eps)
+        else:
+            y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + a.norm_eps)
+        y = y.to(x.dtype) * gain
+        return y + bias if (bias is not None and a.norm == "layernorm") else y
+
+    def norm_scale(self, x: Tensor) -> Tensor:
+        """σ of a norm's input (the frozen scale): sqrt(var + ε) or sqrt(mean x² + ε); 1 without norms."""
+        a = self.arch
+        if a.norm == "none":
+            return torch.ones_like(x[..., :1])
+        xf = x - x.mean(-1, keepdim=True) if a.norm == "layernorm" else x
+        return torch.sqrt(xf.pow(2).mean(-1, keepdim=True) + a.norm_eps)
+
+    # ------------------------------------------------------------------ forward pieces
+
+    def embed_parts(self, tokens: Tensor) -> dict[str, Tensor]:
+        """The embedding writes of ``tokens`` [R, n]: token, learned position, token type."""
+        w = self.w
+        n = tokens.shape[1]
+        parts = {"embed.token": w.W_E[tokens]}
+        if w.W_pos is not None and self.arch.positional == "learned":
+            parts["embed.pos"] = w.W_pos[:n][None].expand(tokens.shape[0], n, -1)
+        if w.W_type is not None:
+            parts["embed.type"] = w.W_type[0][None, None].expand(tokens.shape[0], n, -1)
+        return parts
+
+    def embed(self, parts: dict[str, Tensor]) -> Tensor:
+        x = sum(parts.values())
+        w = self.w
+        if w.ln_emb_w is not None:
+            x = self._ln(x, w.ln_emb_w, w.ln_emb_b)
+        return x  # type: ignore[return-value]
+
+    def _ln(self, x: Tensor, gain: Tensor, bias: Optional[Tensor]) -> Tensor:
+        """A LayerNorm regardless of arch.norm (BERT's embedding norm)."""
+        xc = x - x.mean(-1, keepdim=True)
+        y = xc * torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + self.arch.norm_eps) * gain
+        return y + bias if bias is not None else y
+
+    def mlp(self, l: int, h: Tensor) -> Tensor:
+        w = self.w
+        pre = h @ w.W_in[l] + w.b_in[l]
+        act = self.act(h @ w.W_gate[l]) * pre if w.W_gate is not None else self.act(pre)
+        return act @ w.W_out[l] + w.b_out[l]
+
+    # ------------------------------------------------------------------ one layer
+
+    def layer(
+        self,
+        l: int,
+        x: Tensor,
+        *,
+        prompt: Tensor,
+        mask: Tensor,
+        t0: int = 0,
+        prefix: Optional[tuple[Tensor, Tensor]] = None,
+        patches: Iterable[Patch] = (),
+        capture: Optional[set[str]] = None,
+        store: Optional[dict[str, Tensor]] = None,
+    ) -> Tensor:
+        """Layer ``l`` on rows ``x`` [R, T, d_model] holding positions t0..t0+T−1 of prompts ``prompt``.
+
+        ``mask`` [n_prompts, n] is the key padding mask; ``prefix`` the base run's rotated keys and
+        values [n_prompts, Hkv, n, d_head] for the positions before t0 (causal models only).
+        """
+        a, w = self.arch, self.w
+        R, T, d = x.shape
+        H, Hkv, dh, G = self.H, self.Hkv, self.dh, self.G
+        by: dict[str, list[Patch]] = {}
+        for p in patches:
+            by.setdefault(p.site, []).append(p)
+        cap = capture or set()
+
+        def keep(site: str, t: Tensor) -> None:
+            if site in cap and store is not None:
+                store[site] = t
+
+        x = self._apply(x, by.get("resid_pre"), t0)
+        keep("resid_pre", x)
+        h1 = x if a.norm_placement == "post" else self.norm(x, w.ln1_w[l], w.ln1_b[l])
+        qkv = h1 @ self.W_qkv[l] + self.b_qkv[l]  # [R, T, (H + 2 Hkv) dh]
+        q = qkv[..., : H * dh].view(R, T, H, dh)
+        k = qkv[..., H * dh: (H + Hkv) * dh].view(R, T, Hkv, dh)
+        v = qkv[..., (H + Hkv) * dh:].view(R, T, Hkv, dh)
+        for site, t, W, b in (("q_in", q, w.W_Q, w.b_Q), ("k_in", k, w.W_K, w.b_K), ("v_in", v, w.W_V, w.b_V)):
+            for p in by.get(site, ()):  # one reader sees the residual shifted by p.value
+                hh = self.norm(x[p.rows] + p.value, w.ln1_w[l], w.ln1_b[l])
+                t[p.rows, :, p.head] = torch.einsum("ntm,nmh->nth", hh, W[l][p.head]) + b[l][p.head][:, None]
+        q = self._apply(q, by.get("q"), t0, headed=True)
+        k = self._apply(k, by.get("k"), t0, headed=True)
+        v = self._apply(v, by.get("v"), t0, headed=True)
+        keep("q", q), keep("k", k), keep("v", v)
+        if a.positional == "rotary":
+            cos, sin = self.rope(t0 + T)
+            q, k = self._rotate(q, cos[t0:], sin[t0:]), self._rotate(k, cos[t0:], sin[t0:])
+        k = k.transpose(1, 2)  # [R, Hkv, T, dh]
+        v = v.transpose(1, 2)
+        if store is not None and "kv" in cap:
+            store["kv_k"], store["kv_v"] = k, v
+        if t0 > 0:
+            if prefix is None:
+                raise RuntimeError("a suffix row needs the base run's keys/values")
+            k = torch.cat([prefix[0][prompt, :, :t0], k], dim=2)
+            v = torch.cat([prefix[1][prompt, :, :t0], v], dim=2)
+        N = t0 + T
+        qg = q.view(R, T, Hkv, G, dh).permute(0, 2, 3, 1, 4)  # [R, Hkv, G, T, dh]
+        scores = torch.matmul(qg, k[:, :, None].transpose(-1, -2)) * self.scales[l]  # [R, Hkv, G, T, N]
+        allowed = mask[prompt][:, None, None, None, :N].bool()  # key padding
+        if a.causal:
+            qpos = torch.arange(t0, N, device=x.device)
+            allowed = allowed & (torch.arange(N, device=x.device)[None, :] <= qpos[:, None])
+        scores = scores.to(self.softmax_dtype).masked_fill(~allowed, torch.finfo(self.softmax_dtype).min)
+        A = torch.softmax(scores, dim=-1).to(x.dtype).reshape(R, H, T, N)
+        A = self._apply(A, by.get("pattern"), t0, headed=True, pattern=True)
+        keep("pattern", A)
+        z = torch.matmul(A.view(R, Hkv, G, T, N), v[:, :, None])  # [R, Hkv, G, T, dh]
+        z = z.permute(0, 3, 1, 2, 4).reshape(R, T, H, dh)
+        z = self._apply(z, by.get("z"), t0, headed=True)
+        keep("z", z)
+        attn = z.reshape(R, T, H * dh) @ self.W_O[l] + w.b_O[l]
+        attn = self._apply(attn, by.get("attn_out"), t0)
+        keep("attn_out", attn)
+        if a.norm_placement == "post":
+            mid = self.norm(x + attn, w.ln1_w[l], w.ln1_b[l])
+        elif a.parallel_attn_mlp:
+            mid = x
+        else:
+            mid = x + attn
+        if not a.parallel_attn_mlp:
+            mid = self._apply(mid, by.get("resid_mid"), t0)
+            keep("resid_mid", mid)
+        if not self.has_mlp:
+            out = mid + attn if a.parallel_attn_mlp else mid
+        else:
+            h2 = mid if a.norm_placement == "post" else self.norm(mid, w.ln2_w[l], w.ln2_b[l])
+            for p in by.get("mlp_in", ()):
+                h2 = h2.clone() if h2 is mid else h2
+                h2[p.rows] = self.norm(mid[p.rows] + p.value, w.ln2_w[l], w.ln2_b[l])
+            m = self._apply(self.mlp(l, h2), by.get("mlp_out"), t0)
+            keep("mlp_out", m)
+            if a.norm_placement == "post":
+                out = self.norm(mid + m, w.ln2_w[l], w.ln2_b[l])
+            elif a.parallel_attn_mlp:
+                out = x + attn + m
+            else:
+                out = mid + m
+        out = self._apply(out, by.get("resid_post"), t0)
+        keep("resid_post", out)
+        return out
+
+    @staticmethod
+    def _apply(t: Tensor, patches: Optional[list[Patch]], t0: int, *, headed: bool = False,
+               pattern: bool = False) -> Tensor:
+        """``t`` with each patch written into its rows (a copy if anything changes)."""
+        if not patches:
+            return t
+        t = t.clone()
+        for p in patches:
+            if headed and p.head is None:
+                raise RuntimeError(f"patch of {p.site} needs heads")
+            if pattern:  # [R, H, T(query), N]
+                idx = (p.rows, p.head) if p.pos is None else (p.rows, p.head, p.pos - t0)
+            elif headed:  # [R, T, heads, dh]
+                idx = (p.rows, slice(None), p.head) if p.pos is None else (p.rows, p.pos - t0, p.head)
+            else:  # [R, T, d]
+                idx = (p.rows,) if p.pos is None else (p.rows, p.pos - t0)
+            if p.add:
+                t[idx] = t[idx] + p.value.to(t.dtype)
+            else:
+                t[idx] = p.value.to(t.dtype)
+        return t
+
+    # ------------------------------------------------------------------ whole runs
+
+    def run(self, tokens: Tensor, mask: Tensor, *, capture: Iterable[str] = (), keep_kv: bool = False,
+            keep_scales: bool = False) -> RunCache:
+        """One plain forward of ``tokens`` [P, n], keeping the ``capture`` sites of every layer, every
+        layer's input, the final residual (and with ``keep_kv`` the rotated keys/values)."""
+        cap = set(capture)
+        cache = RunCache(acts={s: [] for s in cap if not s.startswith("embed")})
+        P = tokens.shape[0]
+        prompt = torch.arange(P, device=tokens.device)
+        with torch.inference_mode():
+            parts = self.embed_parts(tokens)
+            cache.embed = parts
+            x = self.embed(parts)
+            layer_cap = cap | ({"kv"} if keep_kv else set()) | ({"resid_mid"} if keep_scales else set())
+            for l in range(self.L):
+                cache.resid_pre.append(x)
+                store: dict[str, Tensor] = {}
+                x = self.layer(l, x, prompt=prompt, mask=mask, capture=layer_cap, store=store)
+                for s in cache.acts:
+                    cache.acts[s].append(store.get(s))
+                if keep_kv:
+                    cache.kv.append((store["kv_k"], store["kv_v"]))
+                if keep_scales:
+                    self._keep_scales(cache, l, cache.resid_pre[-1], store, x)
+            cache.final = x
+        return cache
+
+    def _keep_scales(self, cache: RunCache, l: int, x: Tensor, store: dict[str, Tensor], out: Tensor) -> None:
+        """σ of every norm input of layer l (post-norm: N1's input x + attn, N2's input mid + mlp)."""
+        a = self.arch
+        if a.norm_placement == "post":
+            mid = store["resid_mid"]
+            s1 = self.norm_scale(x + store["attn_out"]) if "attn_out" in store else None
+            s2 = self.norm_scale(mid + store["mlp_out"]) if "mlp_out" in store else None
+            cache.scales.setdefault("ln1", []).append(s1)  # type: ignore[arg-type]
+            cache.scales.setdefault("ln2", []).append(s2)  # type: ignore[arg-type]
+
+    def sweep(
+        self,
+        base: RunCache,
+        tokens: Tensor,
+        mask: Tensor,
+        variants: list["Variant"],
+        read: Callable[[Tensor, Tensor], Tensor],
+        *,
+        batch_size: int,
+        progress: Any = None,
+    ) -> Tensor:
+        """The metric [n_variants] of every variant (see module docstring), computed by the growing
+        batch in chunks of at most ``batch_size`` rows.
+
+        ``read(final_rows [R, T, d_model], prompt [R], t0)`` -> metric [R] reads each row's metric from
+        its final residual (its positions t0…).
+        """
+        out = torch.empty(len(variants), dtype=self.model.dtype, device=self.model.device)
+        groups: dict[int, list[int]] = {}
+        for i, v in enumerate(variants):
+            groups.setdefault(v.t0, []).append(i)
+        with torch.inference_mode():
+            for t0, idx in sorted(groups.items()):
+                idx.sort(key=lambda i: variants[i].layer)
+                for c in range(0, len(idx), batch_size):
+                    chunk = idx[c: c + batch_size]
+                    vals = self._chunk(base, tokens, mask, [variants[i] for i in chunk], t0, read)
+                    out[torch.tensor(chunk, device=out.device)] = vals
+                    if progress is not None:
+                        progress.update(len(chunk))
+        return out
+
+    def _chunk(self, base: RunCache, tokens: Tensor, mask: Tensor, vs: list["Variant"], t0: int,
+               read: Callable[[Tensor, Tensor, int], Tensor]) -> Tensor:
+        dev = self.model.device
+        first = vs[0].layer
+        x = torch.empty(0, tokens.shape[1] - t0, self.arch.d_model, dtype=self.model.dtype, device=dev)
+        prompt = torch.empty(0, dtype=torch.long, device=dev)
+        j = 0
+        if first < 0:  # embedding variants: rebuild the embedding with one part replaced
+            emb = [v for v in vs if v.layer < 0]
+            j = len(emb)
+            pr = torch.tensor([v.prompt for v in emb], device=dev)
+            parts = {k: t[pr, t0:] for k, t in base.embed.items()}
+            for p in _merge([p for r, v in enumerate(emb) for p in v.patches(r, t0)]):
+                parts[p.site] = self._apply(parts[p.site], [p], t0)
+            x, prompt = self.embed(parts), pr
+        for l in range(max(first, 0), self.L + 1):
+            new = []
+            while j < len(vs) and vs[j].layer == l:
+                new.append(vs[j])
+                j += 1
+            patches: list[Patch] = []
+            if new:
+                R0 = x.shape[0]
+                pr = torch.tensor([v.prompt for v in new], device=dev)
+                start = base.resid_pre[l] if l < self.L else base.final
+                x = torch.cat([x, start[pr, t0:]])  # type: ignore[index]
+                prompt = torch.cat([prompt, pr])
+                patches = _merge([p for r, v in enumerate(new) for p in v.patches(R0 + r, t0)])
+            if l == self.L:  # after the last layer: only shifts of the final residual ("final")
+                for p in patches:
+                    x = self._apply(x, [p], t0)
+                break
+            x = self.layer(l, x, prompt=prompt, mask=mask, t0=t0,
+                           prefix=(base.kv[l] if t0 > 0 else None), patches=patches)
+        return read(x, prompt, t0)
+
+
+@dataclass
+class Variant:
+    """One patched run: ``make(row, t0)`` gives its patches once it joins the batch at ``layer``
+    (−1: at the embedding) as row ``row``; ``t0`` is the first position it carries."""
+
+    layer: int
+    prompt: int
+    t0: int
+    make: Callable[[int, int], list[Patch]]
+
+    def patches(self, row: int, t0: int) -> list[Patch]:
+        return self.make(row, t0)
+
+
+def _merge(patches: list[Patch]) -> list[Patch]:
+    """Merge single-row patches of the same kind into one batched patch per (site, layer, mode)."""
+    groups: dict[tuple, list[Patch]] = {}
+    for p in patches:
+        key = (p.site, p.layer, p.add, p.head is None, p.pos is None, tuple(p.value.shape[1:]))
+        groups.setdefault(key, []).append(p)
+    out = []
+    for (site, layer, add, _, _, _), ps in groups.items():
+        out.append(Patch(
+            site=site, layer=layer, add=add, rows=torch.cat([p.rows for p in ps]),
+            value=torch.cat([p.value for p in ps]),
+            head=None if ps[0].head is None else torch.cat([p.head for p in ps]),
+            pos=None if ps[0].pos is None else torch.cat([p.pos for p in ps]),
+        ))
+    return out

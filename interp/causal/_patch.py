@@ -1,0 +1,231 @@
+"""Activation patching of every node at once, exactly, by prefix sharing (docs/math.md, "Prefix sharing").
+
+For a node n with activation a_n and a metric M (Heimersheim & Nanda 2024, "How to use and
+interpret activation patching", arXiv 2404.15255):
+
+    denoise:  value(n) = M(corrupt run with a_n ← a_n(clean))          (sufficiency; transformer-lens's
+                                                                         ``get_act_patch_*`` convention)
+    noise:    value(n) = M(clean run with a_n ← a_n(ablation))          (necessity)
+
+with the ablation the corrupt run (interchange), zero, the mean over ``reference`` prompts, or a
+seeded random ``reference`` prompt (resample). Everything downstream of n is recomputed.
+
+Steps: (1) check the inputs and bind the metric; (2) one engine run of the clean and of the corrupt
+input, keeping every layer's input and the patched sites (plus the reference run for mean /
+resample); (3) one variant per node × prompt (× position for ``positions="each"``), swept by the
+growing batch of :mod:`interp.causal._engine`; (4) the metric at its position only.
+
+Skipped as exact no-ops (their value is the base run's): with the corrupt ablation in a causal model,
+positions before the first token where clean and corrupt differ (both runs agree there), so every
+variant carries only the positions from there on; with ``positions="each"``, patches at padding or
+after the metric position.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Callable, Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from interp._validate import check_bool, check_choice, check_positive_int
+from interp.causal._common import (
+    Node,
+    Pair,
+    clean_output,
+    make_pair,
+    metric_of,
+    metric_reader,
+    reference_acts,
+    resolve_nodes,
+    source_acts,
+)
+from interp.causal._engine import _HEADED, Engine, Patch, RunCache, Variant
+from interp.causal._result import PatchResult
+from interp.errors import ArgumentError
+from interp.stream._inputs import require_model
+
+__all__ = ["patch"]
+
+log = logging.getLogger(__name__)
+
+POSITIONS = ("all", "each")
+DIRECTIONS = ("denoise", "noise")
+ABLATIONS = ("corrupt", "zero", "mean", "resample")
+
+
+def check_ablation(direction: str, ablation: str, reference: Any) -> None:
+    """Typed errors for combinations that do not exist."""
+    if direction == "denoise" and ablation != "corrupt":
+        raise ArgumentError(f"ablation={ablation!r} applies to direction='noise' (the clean run with nodes "
+                            "ablated); direction='denoise' patches clean activations into the corrupt run")
+    if ablation in ("mean", "resample") and reference is None:
+        raise ArgumentError(f"ablation={ablation!r} needs reference= (prompts to take the {ablation} from)")
+    if ablation in ("corrupt", "zero") and reference is not None:
+        raise ArgumentError(f"reference is only used with ablation='mean' or 'resample', not ablation={ablation!r}")
+
+
+def default_batch_size(model: Any, n: int) -> int:
+    """Rows per chunk so that one layer's activations stay near 256 MB."""
+    a = model.arch
+    per_token = 6 * a.d_model + 3 * a.d_mlp + (a.n_heads + 2 * a.n_kv_heads) * a.d_head + 3 * a.n_heads * n
+    per_row = n * per_token * torch.finfo(model.dtype).bits // 8
+    return max(1, int(256e6 // max(per_row, 1)))
+
+
+def shared_prefix(pair: Pair) -> int:
+    """First position where any clean/corrupt pair differs (causal models: nothing before it changes)."""
+    if pair.corrupt is None or not pair.engine.arch.causal:
+        return 0
+    diff = (pair.clean.tokens != pair.corrupt.tokens).any(0)
+    return int(diff.nonzero()[0, 0]) if bool(diff.any()) else pair.clean.tokens.shape[1]
+
+
+def node_value(node: Node, src: Optional[RunCache], like: RunCache, prompt: int, t: Optional[int], t0: int) -> Tensor:
+    """The source value of ``node`` for one prompt: [1, T, ...] (all positions from t0) or [1, ...] (position t).
+    ``src=None`` means zero ablation (zeros shaped like ``like``'s activation)."""
+    act = source_acts(node.site, node.layer, src if src is not None else like)
+    if node.site == "pattern":
+        v = act[prompt, node.head, t0:] if t is None else act[prompt, node.head, t]
+    elif node.site in _HEADED:
+        v = act[prompt, t0:, node.head] if t is None else act[prompt, t, node.head]
+    else:
+        v = act[prompt, t0:] if t is None else act[prompt, t]
+    v = v[None]
+    return torch.zeros_like(v) if src is None else v
+
+
+def node_patch(node: Node, row: int, value: Tensor, t: Optional[int], device: Any) -> Patch:
+    return Patch(site=node.site, layer=node.layer, rows=torch.tensor([row], device=device), value=value,
+                 head=None if node.head is None else torch.tensor([node.head], device=device),
+                 pos=None if t is None else torch.tensor([t], device=device))
+
+
+def _variant(node: Node, src: Optional[RunCache], like: RunCache, prompt: int, t: Optional[int], t0: int,
+             device: Any) -> Variant:
+    def make(row: int, t0_: int) -> list[Patch]:
+        return [node_patch(node, row, node_value(node, src, like, prompt, t, t0_), t, device)]
+
+    # resid_post of layer l is the input of l + 1: join there (the patch still applies at the end of l)
+    return Variant(layer=node.layer, prompt=prompt, t0=t0, make=make)
+
+
+def capture_sites(nodes: Sequence[Node]) -> set[str]:
+    return {n.site for n in nodes if not n.site.startswith("embed.") and n.site != "resid_pre"}
+
+
+def run_pair(pair: Pair, sites: set[str], *, base: str, keep_kv: bool, keep_scales: bool = False
+             ) -> tuple[RunCache, Optional[RunCache]]:
+    """(clean run, corrupt run) with the sites captured; the base run keeps keys/values if asked."""
+    e = pair.engine
+    c = e.run(pair.clean.tokens, pair.clean.attention_mask, capture=sites,
+              keep_kv=keep_kv and base == "clean", keep_scales=keep_scales)
+    k = None
+    if pair.corrupt is not None:
+        k = e.run(pair.corrupt.tokens, pair.corrupt.attention_mask, capture=sites, keep_kv=keep_kv and base == "corrupt")
+    return c, k
+
+
+def patch(
+    model: Any,
+    clean: Any,
+    corrupt: Any = None,
+    *,
+    metric: Any,
+    nodes: Union[str, Sequence[Any]] = "heads",
+    positions: str = "all",
+    direction: str = "denoise",
+    ablation: str = "corrupt",
+    reference: Any = None,
+    batch_size: Optional[int] = None,
+    progress: bool = True,
+    seed: int = 0,
+) -> PatchResult:
+    """The metric after patching each node (see the module docstring for the conventions).
+
+    ``clean``/``corrupt``: strings, lists of strings or token ids, each pair the same token length
+    (``corrupt`` may be None when noising with ``ablation`` "zero", "mean" or "resample").
+    ``metric``: :class:`interp.LogitDiff`, :class:`interp.Logit`, :class:`interp.LogProb`,
+    :class:`interp.Prob`, :class:`interp.KL`, :class:`interp.Direction` or a callable on the logits.
+    ``nodes``: "heads", "mlps", "components" (embeddings, heads, MLPs), "resid" (every
+    ``hook_resid_*`` point), "head_inputs" (each head's q, each KV head's k and v), "patterns", or a
+    list of labels. ``positions``: "all" (each node at every position at once) or "each" (each node at
+    one position). ``batch_size``: rows of the growing batch per chunk (default: ~256 MB per layer).
+    ``seed``: the resample draw.
+    """
+    require_model(model)
+    check_choice("positions", positions, POSITIONS)
+    check_choice("direction", direction, DIRECTIONS)
+    check_choice("ablation", ablation, ABLATIONS)
+    check_bool("progress", progress)
+    check_positive_int("batch_size", batch_size, allow_none=True)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ArgumentError(f"seed={seed!r} must be an int")
+    check_ablation(direction, ablation, reference)
+    pair = make_pair(model, clean, corrupt, metric, need_corrupt=direction == "denoise" or ablation == "corrupt")
+    node_list, kind = resolve_nodes(model, nodes)
+    e = pair.engine
+    P, n = pair.clean.tokens.shape
+    causal = model.arch.causal
+    sites = capture_sites(node_list)
+    base_name = "corrupt" if direction == "denoise" else "clean"
+    c_run, k_run = run_pair(pair, sites, base=base_name, keep_kv=causal)
+    base_run = k_run if direction == "denoise" else c_run
+    base_batch = pair.corrupt if direction == "denoise" else pair.clean
+    if direction == "denoise":
+        src: Optional[RunCache] = c_run
+    elif ablation == "corrupt":
+        src = k_run
+    elif ablation == "zero":
+        src = None
+    else:
+        src = reference_acts(e, model, reference, sites, ablation, n, P, seed)
+    clean_out = clean_output(model, pair.bound, c_run)
+    clean_m = metric_of(model, pair.bound, c_run, clean_out)
+    corrupt_m = metric_of(model, pair.bound, k_run, clean_out) if k_run is not None else torch.full_like(clean_m, math.nan)
+    base_m = corrupt_m if direction == "denoise" else clean_m
+
+    share = shared_prefix(pair) if ablation == "corrupt" else 0
+    mpos = pair.bound.positions
+    mask = pair.clean.attention_mask
+    dev = model.device
+    # [nodes, P] or [nodes, pos, P], the base run's metric wherever a patch is a no-op
+    per_prompt = base_m.reshape(1, P).repeat(len(node_list), 1) if positions == "all" else \
+        base_m.reshape(1, 1, P).repeat(len(node_list), n, 1)
+    variants: list[Variant] = []
+    where: list[tuple] = []
+    for i, node in enumerate(node_list):
+        for p in range(P):
+            if positions == "all":
+                if share >= n:
+                    continue
+                variants.append(_variant(node, src, base_run, p, None, share if causal else 0, dev))
+                where.append((i, p))
+                continue
+            for t in range(n):
+                if not bool(mask[p, t]) or t < share or (causal and mpos is not None and t > int(mpos[p])):
+                    continue
+                variants.append(_variant(node, src, base_run, p, t, t if causal else 0, dev))
+                where.append((i, t, p))
+    bs = batch_size or default_batch_size(model, n)
+    log.info("patch: %d nodes, %d variants, batch_size %d, shared prefix %d", len(node_list), len(variants), bs, share)
+    if variants:
+        read = metric_reader(model, pair.bound, base_run, clean_out)
+        bar = tqdm(total=len(variants), desc=f"patch {kind}", unit="run", disable=not progress)
+        try:
+            vals = e.sweep(base_run, base_batch.tokens, mask, variants, read, batch_size=bs, progress=bar)
+        finally:
+            bar.close()
+        idx = torch.tensor(where, device=per_prompt.device)
+        per_prompt[tuple(idx.T)] = vals.to(per_prompt.dtype)
+    str_tokens = model.to_str_tokens(pair.clean.tokens[0]) if model.tokenizer is not None else None
+    return PatchResult(
+        values=per_prompt.mean(-1).cpu(), per_prompt=per_prompt.cpu(), labels=[nd.text for nd in node_list],
+        clean=float(clean_m.mean()), corrupt=float(corrupt_m.mean()), clean_per_prompt=clean_m.cpu(),
+        corrupt_per_prompt=corrupt_m.cpu(), metric=pair.bound.name, method="activation patching",
+        direction=direction, ablation=ablation, positions=positions, n_layers=model.arch.n_layers,
+        n_heads=model.arch.n_heads, str_tokens=str_tokens, details={"nodes": kind, "seed": seed},
+    )
