@@ -26,38 +26,49 @@ log = logging.getLogger("interp.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # -v/-q work before or after the subcommand: every parser shares them (SUPPRESS keeps a flag given
+    # before the subcommand from being reset by the subparser's default)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="log every step (debug level)")
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="no progress output, only errors")
     p = argparse.ArgumentParser(
-        prog="interp",
+        prog="interp", parents=[common],
         description="Exact mechanistic-interpretability reports of transformer models (offline).",
     )
-    p.add_argument("-v", "--verbose", action="store_true", help="log every step (debug level)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress output, only errors")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
-    m = sub.add_parser("models", help="list the catalog models and whether they are available offline",
+    m = sub.add_parser("models", parents=[common], help="list the catalog models and whether they are available offline",
                        description="List the catalog models, their family and size, and whether their files are "
                                    "installed on this machine (no network needed).")
     m.add_argument("--json", action="store_true", help="print the catalog as JSON")
 
     r = sub.add_parser(
-        "report", help="write an HTML report (+ PNG/SVG figures and results.json) for one prompt",
+        "report", parents=[common],
+        help="write an HTML report (+ PNG/SVG figures and results.json) for one prompt or several",
         description="Trace one prompt, attribute the answer's logit to every head and component, and write a "
                     "self-contained index.html with the model card, prediction, attribution heatmap and waterfall, "
                     "attention patterns of the top heads, their composition graph, copying scores, the top head's "
                     "OV circuit and the residual stream; every figure also as PNG and SVG; numbers in results.json.",
         epilog=f"With no arguments: --model {DEFAULT_MODEL} --prompt {DEFAULT_PROMPT!r} --answer {DEFAULT_ANSWER!r} "
-               f"--wrong {DEFAULT_WRONG!r} --out report/. Encoders (e.g. minilm-l6) take no --answer/--wrong.",
+               f"--wrong {DEFAULT_WRONG!r} --out report/. Without --answer the model's top prediction is attributed. "
+               "Several --prompt (or --prompts-file) write one report per prompt in OUT/prompt-01/, ... and an "
+               "OUT/index.html linking them. Encoders (e.g. minilm-l6) take no --answer/--wrong.",
     )
     r.add_argument("--model", default=DEFAULT_MODEL, help=f"catalog name or local path (default: {DEFAULT_MODEL})")
-    r.add_argument("--prompt", default=None, help="the prompt (default: the IOI prompt for the default model)")
-    r.add_argument("--answer", default=None, help="the single token whose logit is attributed (decoders)")
+    r.add_argument("--prompt", action="append", default=None,
+                   help="a prompt; repeat for several (default: the IOI prompt for the default model)")
+    r.add_argument("--prompts-file", default=None, help="a text file with one prompt per line (blank lines skipped)")
+    r.add_argument("--answer", default=None,
+                   help="the single token whose logit is attributed (decoders; default: the model's top prediction)")
     r.add_argument("--wrong", default=None, help="a competing token: attribute logit(answer) − logit(wrong)")
     r.add_argument("--out", default="report", help="output directory (default: report/)")
     r.add_argument("--heads", type=int, default=6, help="number of top heads to show in detail (default: 6)")
     r.add_argument("--top-k", type=int, default=10, help="alternatives listed for the prediction (default: 10)")
     r.add_argument("--no-static", action="store_true", help="skip PNG/SVG files (no browser needed)")
 
-    c = sub.add_parser("circuits", help="write weight-only pages: composition graph and copying scores",
+    c = sub.add_parser("circuits", parents=[common], help="write weight-only pages: composition graph and copying scores",
                        description="Weight-only circuit pages (no prompt): the strongest Q/K/V composition edges "
                                    "between heads, and every head's copying score; HTML, PNG, SVG and JSON.")
     c.add_argument("--model", default=DEFAULT_MODEL, help=f"catalog name or local path (default: {DEFAULT_MODEL})")
@@ -107,18 +118,39 @@ def _load(name: str):
     return model
 
 
+def _prompts(args: argparse.Namespace) -> list[str]:
+    from interp.errors import ArgumentError
+
+    prompts = list(args.prompt or [])
+    if args.prompts_file is not None:
+        try:
+            lines = open(args.prompts_file, encoding="utf-8").read().splitlines()
+        except OSError as e:
+            raise ArgumentError(f"--prompts-file={args.prompts_file!r} cannot be read: {e.strerror or e}") from None
+        prompts += [ln for ln in lines if ln.strip()]
+        if not prompts:
+            raise ArgumentError(f"--prompts-file={args.prompts_file!r} holds no prompts")
+    return prompts
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
-    from interp.report import report
+    from interp.report import report, report_index
 
     model = _load(args.model)
     decoder = model.arch.has_logits
-    prompt = args.prompt if args.prompt is not None else DEFAULT_PROMPT
+    prompts = _prompts(args) or [DEFAULT_PROMPT]
     answer, wrong = args.answer, args.wrong
-    if args.prompt is None and answer is None and wrong is None and decoder:
+    if not args.prompt and args.prompts_file is None and answer is None and wrong is None and decoder:
         answer, wrong = DEFAULT_ANSWER, DEFAULT_WRONG  # the IOI example that goes with the default prompt
     t0 = time.perf_counter()
-    path = report(model, prompt, answer=answer, wrong=wrong, out_dir=args.out, n_heads=args.heads,
-                  top_k=args.top_k, static=not args.no_static, progress=not args.quiet)
+    kw = dict(answer=answer, wrong=wrong, n_heads=args.heads, top_k=args.top_k, static=not args.no_static,
+              progress=not getattr(args, "quiet", False))
+    if len(prompts) == 1:
+        path = report(model, prompts[0], out_dir=args.out, **kw)
+    else:
+        pages = [report(model, pr, out_dir=os.path.join(args.out, f"prompt-{i + 1:02d}"), **kw)
+                 for i, pr in enumerate(prompts)]
+        path = report_index(pages, out_dir=args.out)
     log.info("report built in %.1f s", time.perf_counter() - t0)
     print(path)
     return 0
@@ -130,7 +162,7 @@ def _cmd_circuits(args: argparse.Namespace) -> int:
     model = _load(args.model)
     t0 = time.perf_counter()
     path = circuits_report(model, out_dir=args.out, max_edges=args.max_edges, static=not args.no_static,
-                           progress=not args.quiet)
+                           progress=not getattr(args, "quiet", False))
     log.info("circuit pages built in %.1f s", time.perf_counter() - t0)
     print(path)
     return 0
@@ -144,7 +176,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    _setup_logging(args.verbose, args.quiet)
+    _setup_logging(getattr(args, "verbose", False), getattr(args, "quiet", False))
     from interp.errors import InterpError
 
     try:

@@ -7,6 +7,7 @@ into figures with :mod:`interp.plots`. Only :mod:`interp.cli` and the top-level 
 import it.
 """
 
+from interp.report._index import report_index
 from interp.report._report import circuits_report, report
 
-__all__ = ["circuits_report", "report"]
+__all__ = ["circuits_report", "report", "report_index"]

@@ -211,10 +211,10 @@ def report(
 ) -> Path:
     """Write ``out_dir/index.html`` (self-contained), every figure as PNG and SVG, and ``results.json``.
 
-    ``model``: an interp Model or a catalog name; ``prompt``: one string; ``answer`` (required
-    for decoders) / ``wrong``: single tokens (string or id) whose logit (difference) is
-    attributed; encoders take neither (their hidden state is attributed along its own
-    direction). ``n_heads``: how many top heads get patterns / composition / OV views;
+    ``model``: an interp Model or a catalog name; ``prompt``: one string; ``answer`` / ``wrong``:
+    single tokens (string or id) whose logit (difference) is attributed — ``answer`` defaults to the
+    model's top prediction at the last position (recorded as ``answer_source`` in results.json);
+    encoders take neither (their hidden state is attributed along its own direction). ``n_heads``: how many top heads get patterns / composition / OV views;
     ``top_k``: alternatives listed for the prediction; ``static=False`` skips PNG/SVG (no
     browser needed). Returns the path of index.html.
     """
@@ -226,17 +226,12 @@ def report(
     model = _resolve_model(model)
     arch = model.arch
     decoder = arch.has_logits
-    if decoder and answer is None:
-        raise ArgumentError(
-            f"answer is required for a report on the decoder {model.name!r}: the single token whose logit is "
-            "attributed, e.g. answer=' Mary' (and optionally wrong=' John' for a logit difference)"
-        )
     if not decoder and (answer is not None or wrong is not None):
         raise ArgumentError(
             f"answer={answer!r}/wrong={wrong!r} given, but {model.name!r} is an encoder without an unembedding "
             "(no logits); omit them for a direction-based report of its hidden state"
         )
-    answer_id = _token_id(model, answer, "answer") if decoder else None
+    answer_id = _token_id(model, answer, "answer") if (decoder and answer is not None) else None
     wrong_id = _token_id(model, wrong, "wrong") if (decoder and wrong is not None) else None
     if static and exporter is None:
         find_browser()  # fail now (with install hints), not after minutes of work
@@ -251,6 +246,13 @@ def report(
             str_tokens = tr.str_tokens[0] if tr.str_tokens else [str(int(t)) for t in tr.tokens[0]]
             results["str_tokens"] = str_tokens
             results["token_ids"] = tr.tokens[0].tolist()
+            if decoder and answer_id is None:  # default answer: the model's own top prediction
+                last = int(tr.attention_mask[0].bool().nonzero().max())
+                answer_id = int(tr.logits[0, last].argmax())
+                if wrong_id == answer_id:  # logit(answer) − logit(wrong) would be 0 by construction
+                    wrong_id = None
+                    results["wrong_dropped"] = f"wrong={wrong!r} is the model's top prediction (the default answer)"
+            results["answer_source"] = "given" if answer is not None else ("top prediction" if decoder else None)
         if decoder:
             with steps("prediction"):
                 pred = _prediction(model, tr, answer_id, wrong_id, top_k)

@@ -74,12 +74,49 @@ def test_report_on_a_local_model_folder(tiny_dir, tmp_path):
 
 def test_report_errors_exit_2_with_a_message_and_no_output(tiny_dir, tmp_path):
     out = tmp_path / "never"
-    p = run("report", "--model", str(tiny_dir), "--prompt", "w1 w2", "--out", str(out), "--no-static")
+    p = run("report", "--model", str(tiny_dir), "--prompt", "w1 w2", "--answer", "w1 w2", "--out", str(out),
+            "--no-static")
     assert p.returncode == 2
-    assert "answer is required" in p.stderr and "Traceback" not in p.stderr
+    assert "single token" in p.stderr and "Traceback" not in p.stderr
     assert not out.exists()
     p = run("report", "--model", str(tmp_path / "no-such-model"), "--out", str(out))
     assert p.returncode == 2 and "no-such-model" in p.stderr and not out.exists()
+
+
+def test_report_without_answer_attributes_the_top_prediction_and_flags_go_anywhere(tiny_dir, tmp_path):
+    """No --answer: the model's own top prediction; -q works after the subcommand too."""
+    from interp import load_model
+
+    out = tmp_path / "rep"
+    p = run("report", "--model", str(tiny_dir), "--prompt", "w1 w2 w3 w1", "--out", str(out), "--no-static", "-q")
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.strip() == ""  # quiet: no progress
+    r = json.loads((out / "results.json").read_text())
+    model = load_model(str(tiny_dir))
+    with __import__("torch").no_grad():
+        logits = model.bridge(model.to_tokens("w1 w2 w3 w1"))[0, -1]
+    top = int(logits.argmax())
+    assert r["answer_source"] == "top prediction"
+    assert r["prediction"]["answer"]["id"] == top and r["prediction"]["answer"]["rank"] == 1
+    assert r["attribution"]["total"] == pytest.approx(float(logits[top]), abs=1e-4)
+    assert run("-q", "report", "--model", str(tiny_dir), "--prompt", "w1", "--out", str(tmp_path / "r2"),
+               "--no-static").returncode == 0
+
+
+def test_report_of_several_prompts_writes_one_report_each_and_an_index(tiny_dir, tmp_path):
+    out = tmp_path / "many"
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("w1 w2 w3\n\nw2 w3 w1 w2\n")
+    p = run("report", "--model", str(tiny_dir), "--prompt", "w3 w3", "--prompts-file", str(prompts),
+            "--answer", "w2", "--out", str(out), "--no-static", "-q")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == str(out / "index.html")
+    got = [json.loads((out / f"prompt-{i:02d}" / "results.json").read_text())["prompt"] for i in (1, 2, 3)]
+    assert got == ["w3 w3", "w1 w2 w3", "w2 w3 w1 w2"]
+    index = (out / "index.html").read_text()
+    for i in (1, 2, 3):
+        assert f'href="prompt-{i:02d}/index.html"' in index
+    assert external_resources(index) == [] and "plotly" not in index.lower()
 
 
 def test_circuits_command_writes_pages(tiny_dir, tmp_path):
