@@ -30,19 +30,24 @@ TransformerBridge exposes by default, which is what ``bridge.all_composition_sco
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
 
 import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp._io import SaveLoadMixin
-from interp.circuits._common import (check_bool, check_model, check_positive_int, convention, fold_read, fold_write,
-                                     folded_qkv)
+from interp._result import Result
+from interp._validate import check_bool
+from interp.circuits._common import check_model, convention, fold_read, fold_write, folded_qkv
 from interp.circuits._gram import gram_r, packed_gram_left, packed_gram_right
 from interp.errors import ArgumentError, LabelError
-from interp.labels import Head, as_label
+from interp.labels import ARROW, Head, as_label
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from interp.models import Model
 
 __all__ = ["CompositionScores", "composition_scores"]
 
@@ -50,17 +55,26 @@ _KINDS = ("Q", "K", "V")
 
 
 @dataclass(frozen=True, eq=False)
-class CompositionScores(SaveLoadMixin):
+class CompositionScores(Result):
     """``scores`` [n_layers, n_heads, n_layers, n_heads] (src layer, src head, dst layer, dst head);
     NaN where the destination is not in a later layer (``mask`` is True where defined). ``heads``:
     the head labels the scores were restricted to (``composition_scores(..., heads=...)``; pairs
-    outside them are NaN too), or None for all heads."""
+    outside them are NaN too), or None for all heads.
+
+    Contract (:class:`interp._result.Result`): rows are the defined pairs, labelled ``src→dst``
+    (``s["L0.H1→L1.H2"]`` or ``s[("L0.H1", "L1.H2")]`` is the score; NaN for an undefined pair);
+    ``to_dataframe()`` column ``pair``; ``top`` ranks by ``score``. ``fold_norms``: whether the
+    norm gains were folded into the weights (``convention`` says it in words)."""
+
+    label_column: ClassVar[str] = "pair"
+    default_by: ClassVar[str] = "score"
 
     kind: str
     scores: Float[Tensor, "n_layers n_heads n_layers n_heads"] = field(repr=False)
     convention: str
     model_name: str = ""
     heads: Optional[tuple[str, ...]] = None
+    fold_norms: bool = True
 
     def __post_init__(self) -> None:
         if self.heads is not None:  # JSON (load) gives a list
@@ -78,22 +92,38 @@ class CompositionScores(SaveLoadMixin):
     def n_heads(self) -> int:
         return int(self.scores.shape[1])
 
+    @property
+    def labels(self) -> list[str]:
+        """``src→dst`` of every defined pair, in :meth:`to_dataframe` order."""
+        return [f"{Head(a, b)}{ARROW}{Head(c, d)}" for a, b, c, d in self.mask.nonzero(as_tuple=False).tolist()]
+
+    def _index(self, label: Any) -> int:
+        """Flat index into ``scores`` of a pair given as ``"src→dst"`` or (src, dst) head labels."""
+        pair = tuple(label.split(ARROW, 1)) if isinstance(label, str) else label
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise LabelError(f"label={label!r} must be a head pair 'L0.H1{ARROW}L1.H2' or (src, dst)")
+        L, H = self.n_layers, self.n_heads
+        src, dst = (as_label(x, Head, name="label") for x in pair)
+        if not (src.layer < L and dst.layer < L and src.head < H and dst.head < H):
+            raise LabelError(f"label={label!r} names a head outside L0.H0 … L{L - 1}.H{H - 1}")
+        return ((src.layer * H + src.head) * L + dst.layer) * H + dst.head
+
+    def _row(self, index: int) -> float:
+        return float(self.scores.reshape(-1)[index])
+
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per defined (src, dst) pair: src, dst labels, layers, heads, score."""
+        """One row per defined (src, dst) pair: pair label ``src→dst``, src, dst labels, layers, heads, score."""
         idx = self.mask.nonzero(as_tuple=False)
         v = self.scores[self.mask].double().cpu().numpy()
         l1, h1, l2, h2 = (idx[:, i].cpu().numpy() for i in range(4))
+        src = [str(Head(int(a), int(b))) for a, b in zip(l1, h1)]
+        dst = [str(Head(int(a), int(b))) for a, b in zip(l2, h2)]
         return pd.DataFrame({
-            "src": [f"L{a}.H{b}" for a, b in zip(l1, h1)], "dst": [f"L{a}.H{b}" for a, b in zip(l2, h2)],
+            "pair": [f"{s}{ARROW}{d}" for s, d in zip(src, dst)], "src": src, "dst": dst,
             "src_layer": l1, "src_head": h1, "dst_layer": l2, "dst_head": h2, "score": v,
         })
 
-    def top(self, k: int = 10) -> pd.DataFrame:
-        """The ``k`` highest-scoring pairs."""
-        check_positive_int(k, name="k")
-        return self.to_dataframe().sort_values("score", ascending=False).head(k).reset_index(drop=True)
-
-    def plot(self):
+    def plot(self) -> go.Figure:
         """Heatmap of all [src head, dst head] scores (a plotly Figure)."""
         from interp.plots import composition_score_map  # plots reads the result's attributes; imported on use
 
@@ -104,7 +134,7 @@ class CompositionScores(SaveLoadMixin):
         return f"CompositionScores({self.kind}, shape {tuple(self.scores.shape)}{sub}, {self.convention})"
 
 
-def _parse_heads(model: Any, heads: Any) -> list[tuple[int, int]]:
+def _parse_heads(model: Model, heads: Any) -> list[tuple[int, int]]:
     """``heads`` (labels "L3.H5", :class:`interp.labels.Head` or (layer, head) pairs) as sorted,
     distinct (layer, head) pairs."""
     L, H = model.arch.n_layers, model.arch.n_heads
@@ -131,7 +161,7 @@ def _parse_heads(model: Any, heads: Any) -> list[tuple[int, int]]:
     return sorted(out)
 
 
-def _factors(model: Any, kind: str, ls: Tensor, hs: Tensor, fold_norms: bool, dtype: torch.dtype,
+def _factors(model: Model, kind: str, ls: Tensor, hs: Tensor, fold_norms: bool, dtype: torch.dtype,
              side: str) -> Tensor:
     """The reduced factors of heads (ls[i], hs[i]): M_s [n, dh, d] (side "src") or N_d [n, d, dh] ("dst")."""
     a, w = model.arch, model.weights
@@ -156,7 +186,7 @@ def _dst_factors(kind: str, W_Q: Tensor, W_K: Tensor, W_V: Tensor, W_O: Tensor) 
     return W_V, W_O
 
 
-def composition_scores(model: Any, kind: str = "K", *, heads: Optional[Sequence[Any]] = None,
+def composition_scores(model: Model, kind: str = "K", *, heads: Optional[Sequence[Any]] = None,
                        fold_norms: bool = True, dtype: Optional[torch.dtype] = None) -> CompositionScores:
     """All-pairs ``kind``-composition scores ("Q", "K" or "V") as a [L, H, L, H] tensor.
 
@@ -170,7 +200,7 @@ def composition_scores(model: Any, kind: str = "K", *, heads: Optional[Sequence[
     check_model(model)
     if kind not in _KINDS:
         raise ArgumentError(f"kind={kind!r} is not a composition kind; use one of {list(_KINDS)}")
-    check_bool(fold_norms, name="fold_norms")
+    check_bool("fold_norms", fold_norms)
     if dtype is None:  # a float64 model (a high-precision check) gets float64 scores
         dtype = torch.float64 if model.dtype == torch.float64 else torch.float32
     if dtype not in (torch.float32, torch.float64):
@@ -208,10 +238,10 @@ def composition_scores(model: Any, kind: str = "K", *, heads: Optional[Sequence[
     # 4. normalise
     scores = scores / (src_norm[:, :, None, None] * dst_norm[None, None, :, :])
     return CompositionScores(kind=kind, scores=scores, convention=convention(model, fold_norms),
-                             model_name=model.name)
+                             model_name=model.name, fold_norms=fold_norms)
 
 
-def _subset_scores(model: Any, kind: str, sel: list[tuple[int, int]], fold_norms: bool,
+def _subset_scores(model: Model, kind: str, sel: list[tuple[int, int]], fold_norms: bool,
                    dtype: torch.dtype) -> CompositionScores:
     """Scores among the heads ``sel`` only: factors of those heads, one [n_src, F] × [F, n_dst] product."""
     L, H = model.arch.n_layers, model.arch.n_heads
@@ -230,4 +260,5 @@ def _subset_scores(model: Any, kind: str, sel: list[tuple[int, int]], fold_norms
         i, j = later.nonzero(as_tuple=True)
         scores[sl[i], sh[i], dl[j], dh[j]] = vals[i, j]
     return CompositionScores(kind=kind, scores=scores, convention=convention(model, fold_norms),
-                             model_name=model.name, heads=tuple(f"L{l}.H{h}" for l, h in sel))
+                             model_name=model.name, heads=tuple(str(Head(l, h)) for l, h in sel),
+                             fold_norms=fold_norms)

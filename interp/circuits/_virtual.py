@@ -22,19 +22,18 @@ k_i × d_model × k_j product per pair.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Optional
 
 import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp._io import SaveLoadMixin
+from interp._result import Result
+from interp._validate import check_bool
 from interp.circuits._common import (
     DEFAULT_MAX_BYTES,
-    check_bool,
     check_model,
-    check_positive_int,
     convention,
     folded_mlp_in,
     folded_qkv,
@@ -52,12 +51,18 @@ from interp.circuits._labels import (
     write_labels,
     write_matrix,
 )
-from interp.errors import ArgumentError
+from interp.errors import ArgumentError, LabelError
+from interp.labels import ARROW, Edge
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from interp.models import Model
 
 __all__ = ["VirtualWeightNorms", "virtual_weights", "virtual_weight_norms"]
 
 
-def virtual_weights(model: Any, src: str, dst: str, *, fold_norms: bool = True,
+def virtual_weights(model: Model, src: str, dst: str, *, fold_norms: bool = True,
                     max_bytes: int = DEFAULT_MAX_BYTES) -> Circuit:
     """The virtual weight from write ``src`` to read ``dst``: W_O^src W_I^dst (row convention), factored.
 
@@ -66,7 +71,7 @@ def virtual_weights(model: Any, src: str, dst: str, *, fold_norms: bool = True,
     ``unembed``. LabelError for unknown labels, ArgumentError if ``dst`` does not read after ``src``.
     """
     check_model(model)
-    check_bool(fold_norms, name="fold_norms")
+    check_bool("fold_norms", fold_norms)
     w, r = parse_write(model, src), parse_read(model, dst)
     why = check_order(model, w, r)
     if why is not None:
@@ -77,38 +82,64 @@ def virtual_weights(model: Any, src: str, dst: str, *, fold_norms: bool = True,
 
 
 @dataclass(frozen=True, eq=False)
-class VirtualWeightNorms(SaveLoadMixin):
-    """‖W_O^src W_I^dst‖_F for every write (rows) × read (columns); NaN where the read is not after the write."""
+class VirtualWeightNorms(Result):
+    """‖W_O^src W_I^dst‖_F for every write (rows) × read (columns); NaN where the read is not after the write.
+
+    Contract (:class:`interp._result.Result`): rows are the defined (write, read) pairs, labelled as
+    edges ``src→dst`` (``t["L0.H1→L1.attn.k[H0]"]`` or ``t[("L0.H1", "L1.attn.k[H0]")]``; a pair
+    whose read is not after the write gives NaN); ``to_dataframe()`` column ``edge``; ``top`` ranks
+    by ``norm``. ``fold_norms``: whether the norm gains were folded into the weights.
+    """
+
+    label_column: ClassVar[str] = "edge"
+    default_by: ClassVar[str] = "norm"
 
     values: Float[Tensor, "n_writes n_reads"] = field(repr=False)
     writes: list[str]
     reads: list[str]
     convention: str = ""
     model_name: str = ""
+    fold_norms: bool = True
 
-    def __getitem__(self, key: tuple[str, str]) -> float:
+    def _pairs(self) -> Iterator[tuple[int, int]]:
+        """(write index, read index) of the defined pairs, row-major (the rows of :meth:`to_dataframe`)."""
+        idx = (~torch.isnan(self.values)).nonzero(as_tuple=False).cpu().tolist()
+        return ((i, j) for i, j in idx)
+
+    @property
+    def labels(self) -> list[str]:
+        """``src→dst`` of every defined pair, row-major."""
+        return [f"{self.writes[i]}{ARROW}{self.reads[j]}" for i, j in self._pairs()]
+
+    def _index(self, key: Any) -> int:
+        """Flat index write × n_reads + read of a pair given as (src, dst), ``"src→dst"`` or an Edge."""
+        if isinstance(key, Edge):
+            key = (str(key.writer), str(key.reader))
+        elif isinstance(key, str) and ARROW in key:
+            key = tuple(key.split(ARROW, 1))
+        if not (isinstance(key, tuple) and len(key) == 2):
+            raise LabelError(f"label={key!r} must be a (src, dst) pair or an edge 'src{ARROW}dst' such as "
+                             f"{self.writes[0] + ARROW + self.reads[0]!r}")
         src, dst = key
-        from interp.errors import LabelError
-
         if src not in self.writes:
             raise LabelError(f"src={src!r} is not a write of this table; writes look like {self.writes[:4]}")
         if dst not in self.reads:
             raise LabelError(f"dst={dst!r} is not a read of this table; reads look like {self.reads[:4]}")
-        return float(self.values[self.writes.index(src), self.reads.index(dst)])
+        return self.writes.index(src) * len(self.reads) + self.reads.index(dst)
+
+    def _row(self, index: int) -> float:
+        return float(self.values.reshape(-1)[index])
 
     def to_dataframe(self) -> pd.DataFrame:
-        """Long format, defined pairs only: src, dst, norm."""
+        """Long format, defined pairs only: edge (``src→dst``), src, dst, norm."""
         mask = ~torch.isnan(self.values)
-        idx = mask.nonzero(as_tuple=False).cpu().numpy()
-        return pd.DataFrame({"src": [self.writes[i] for i in idx[:, 0]], "dst": [self.reads[j] for j in idx[:, 1]],
+        pairs = list(self._pairs())
+        src = [self.writes[i] for i, _ in pairs]
+        dst = [self.reads[j] for _, j in pairs]
+        return pd.DataFrame({"edge": [f"{s}{ARROW}{d}" for s, d in zip(src, dst)], "src": src, "dst": dst,
                              "norm": self.values[mask].double().cpu().numpy()})
 
-    def top(self, k: int = 10) -> pd.DataFrame:
-        """The ``k`` largest virtual weights."""
-        check_positive_int(k, name="k")
-        return self.to_dataframe().sort_values("norm", ascending=False).head(k).reset_index(drop=True)
-
-    def plot(self):
+    def plot(self) -> go.Figure:
         """Heatmap of the norms, writes × reads (a plotly Figure)."""
         from interp.plots import virtual_weight_map  # plots reads the result's attributes; imported on use
 
@@ -118,7 +149,7 @@ class VirtualWeightNorms(SaveLoadMixin):
         return f"VirtualWeightNorms({len(self.writes)} writes × {len(self.reads)} reads, {self.convention})"
 
 
-def _write_stacks(model: Any, fold_norms: bool, dtype: torch.dtype):
+def _write_stacks(model: Model, fold_norms: bool, dtype: torch.dtype):
     """(labels, B [n, k, d_model]) per kind of write, folded, in write_labels' naming."""
     a, w = model.arch, folded_writes(model, fold_norms)
     L, H = a.n_layers, a.n_heads
@@ -130,7 +161,7 @@ def _write_stacks(model: Any, fold_norms: bool, dtype: torch.dtype):
         yield [f"L{l}.mlp" for l in range(L)], w["W_out"]
 
 
-def _read_stacks(model: Any, fold_norms: bool, dtype: torch.dtype):
+def _read_stacks(model: Model, fold_norms: bool, dtype: torch.dtype):
     """(labels, A [n, d_model, k]) per kind of read, folded, in read_labels' naming."""
     a = model.arch
     L, H, G = a.n_layers, a.n_heads, a.n_kv_heads
@@ -147,11 +178,11 @@ def _read_stacks(model: Any, fold_norms: bool, dtype: torch.dtype):
         yield ["unembed"], folded_unembed(model, fold_norms)[None]
 
 
-def virtual_weight_norms(model: Any, *, fold_norms: bool = True,
+def virtual_weight_norms(model: Model, *, fold_norms: bool = True,
                          dtype: Optional[torch.dtype] = None) -> VirtualWeightNorms:
     """‖W_O^src W_I^dst‖_F for all (write, read) pairs of the model (NaN where the read is earlier)."""
     check_model(model)
-    check_bool(fold_norms, name="fold_norms")
+    check_bool("fold_norms", fold_norms)
     if dtype is None:  # a float64 model (a high-precision check) gets float64 norms
         dtype = torch.float64 if model.dtype == torch.float64 else torch.float32
     if dtype not in (torch.float32, torch.float64):
@@ -173,5 +204,6 @@ def virtual_weight_norms(model: Any, *, fold_norms: bool = True,
     ok = (w_ord[:, None] < r_ord[None, :]).to(dev)
     vals = torch.where(ok, sq.clamp_min(0).sqrt(), torch.full_like(sq, float("nan")))
     return VirtualWeightNorms(values=vals.to(dtype), writes=writes, reads=reads,
-                              convention=convention(model, fold_norms), model_name=model.name)
+                              convention=convention(model, fold_norms), model_name=model.name,
+                              fold_norms=fold_norms)
 
