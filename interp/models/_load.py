@@ -124,6 +124,7 @@ def model_from_hf(
     dtype: torch.dtype = torch.float32,
     has_unembed: bool = True,
     source: str = "",
+    provenance: str = "",
 ) -> Model:
     """Wrap an already-loaded HF model of a supported family in a bridge and read its weights."""
     from transformer_lens.model_bridge import TransformerBridge
@@ -141,7 +142,14 @@ def model_from_hf(
     return Model(
         name=name, bridge=bridge, tokenizer=bridge.tokenizer, arch=arch, weights=weights,
         source=source, prepend_bos=arch.causal and bridge.tokenizer is not None and bridge.tokenizer.bos_token is not None,
+        provenance=_with_dtype(provenance or (f"Hugging Face model from {source}" if source else "a Hugging Face model"),
+                               dtype),
     )
+
+
+def _with_dtype(provenance: str, dtype: torch.dtype) -> str:
+    """The provenance, plus the cast when the analysis runs in another dtype than float32."""
+    return provenance if dtype == torch.float32 else f"{provenance}; cast to {str(dtype).replace('torch.', '')}"
 
 
 def _quietly(fn: Callable[..., Model]) -> Callable[..., Model]:
@@ -198,19 +206,21 @@ def load_model(
         path = entry.path()  # MissingPackageError names the pip command
         if entry.kind == "gguf":
             hf, tok, _ = load_gguf_cached(path, cache / "gguf", torch.float32)
-            return model_from_hf(hf, tok, name=entry.name, device=device, dtype=dtype, source=str(path))
+            return model_from_hf(hf, tok, name=entry.name, device=device, dtype=dtype, source=str(path),
+                                 provenance=entry.provenance)
         if entry.kind == "toy":
             return load_toy(path, name=entry.name, device=device, dtype=dtype)
         hf, tok, has_head = _load_hf(str(path), torch.float32, trust_remote_code)
         return model_from_hf(hf, tok, name=entry.name, device=device, dtype=dtype,
-                             has_unembed=has_head, source=str(path))
+                             has_unembed=has_head, source=str(path), provenance=entry.provenance)
 
     path = Path(name).expanduser()
     if path.suffix == ".gguf":
         if not path.exists():
             raise ModelNotFoundError(f"name_or_path={name!r}: no such .gguf file")
         hf, tok, _ = load_gguf_cached(path, cache / "gguf", torch.float32)
-        return model_from_hf(hf, tok, name=path.stem, device=device, dtype=dtype, source=str(path))
+        return model_from_hf(hf, tok, name=path.stem, device=device, dtype=dtype, source=str(path),
+                             provenance=f"GGUF file {path.name}, dequantized to float32 by interp")
     if path.exists():
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"name_or_path={name!r} is a folder without config.json; expected a Hugging Face model folder")
@@ -232,4 +242,5 @@ def load_model(
                 f"or a catalog name ({', '.join(catalog_names())})"
             ) from e
         raise unknown_model_error(name) from e
-    return model_from_hf(hf, tok, name=name, device=device, dtype=dtype, has_unembed=has_head, source=f"hub:{name}")
+    return model_from_hf(hf, tok, name=name, device=device, dtype=dtype, has_unembed=has_head, source=f"hub:{name}",
+                         provenance=f"Hugging Face hub model {name}")

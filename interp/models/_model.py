@@ -24,7 +24,8 @@ class Model:
     ``bridge`` is the transformer-lens ``TransformerBridge`` used for every forward pass (and
     its hook points); ``weights`` are the model's own (unfolded) weights in TL layout, which
     the pure weight maths in :mod:`interp.circuits` reads; ``arch`` says which block family
-    the decompositions must follow. ``source`` records where the weights came from.
+    the decompositions must follow. ``source`` records where the weights came from and
+    ``provenance`` what they are (e.g. a quantized release, dequantized), so results can say so.
     """
 
     name: str
@@ -34,6 +35,7 @@ class Model:
     weights: Weights
     source: str = ""
     prepend_bos: bool = field(default=True)
+    provenance: str = ""
 
     @property
     def device(self) -> torch.device:

@@ -160,7 +160,8 @@ def _boot(config: ToyConfig, *, name: str, device: Any, dtype: torch.dtype,
         full_precision_norms(bridge.original_model)  # NativeRMSNorm rounds through float32 otherwise
     weights = toy_weights(native_state_dict(bridge), config)
     return Model(name=name, bridge=bridge, tokenizer=bridge.tokenizer, arch=toy_arch(config, name=name),
-                 weights=weights, source=source, prepend_bos=True)
+                 weights=weights, source=source, prepend_bos=True,
+                 provenance=f"interp toy transformer ({source})" + ("" if dtype == torch.float32 else f"; {dtype}"))
 
 
 def build_toy(config: ToyConfig = ToyConfig(), *, name: str = "toy", device: Any = "cpu",

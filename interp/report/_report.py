@@ -134,7 +134,8 @@ def _model_card(model: Any) -> list[tuple[str, Any]]:
             ("positions", a.positional + (f" (rotary dim {a.rotary_dim})" if a.rotary_dim else "")),
             ("block", "parallel attention + MLP" if a.parallel_attn_mlp else ("attention only" if a.attn_only else "sequential")),
             ("MLP", f"{'gated ' if a.gated_mlp else ''}{a.act_fn}"), ("causal", a.causal),
-            ("unembedding", a.has_unembed), ("dtype / device", f"{model.dtype} / {model.device}")]
+            ("unembedding", a.has_unembed), ("dtype / device", f"{model.dtype} / {model.device}"),
+            ("weights", getattr(model, "provenance", "") or "—")]
     return rows
 
 
