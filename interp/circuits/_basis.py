@@ -23,17 +23,24 @@ sums per coordinate in float64, so memory does not grow with the number of token
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence, Union
 
 import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp._io import SaveLoadMixin
-from interp.circuits._common import check_data, check_model, check_bool, check_positive_int
+from interp._result import Result
+from interp._validate import check_bool
+from interp.circuits._common import check_data, check_model
 from interp.circuits._rotation import random_rotation
 from interp.errors import ArgumentError, ShapeError
+from interp.labels import Resid
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from interp.models import Model
 
 __all__ = ["PrivilegedBasisReport", "privileged_basis_report"]
 
@@ -68,10 +75,20 @@ class _Moments:
 
 
 @dataclass(frozen=True, eq=False)
-class PrivilegedBasisReport(SaveLoadMixin):
+class PrivilegedBasisReport(Result):
     """Excess kurtosis per coordinate: ``resid`` [n_layers, d_model] (residual stream after each block,
     own basis), ``resid_rotated`` [n_layers, d_model] (random orthogonal basis, the control),
-    ``neurons`` [n_layers, d_mlp] (MLP activations; None for attention-only models)."""
+    ``neurons`` [n_layers, d_mlp] (MLP activations; None for attention-only models).
+
+    Contract (:class:`interp._result.Result`): rows are the resid points after each block
+    (``rep["blocks.3.hook_resid_post"]`` is that layer's kurtosis per coordinate of each group, a
+    dict); ``to_dataframe()`` summarises each (column ``point``); ``top`` ranks single coordinates
+    (residual dims ``L3.resid[17]`` and neurons ``L3.N42``) by ``kurtosis``, largest first (signed).
+    """
+
+    label_column: ClassVar[str] = "point"
+    default_by: ClassVar[str] = "kurtosis"
+    default_absolute: ClassVar[bool] = False
 
     resid: Float[Tensor, "n_layers d_model"] = field(repr=False)
     resid_rotated: Float[Tensor, "n_layers d_model"] = field(repr=False)
@@ -79,15 +96,28 @@ class PrivilegedBasisReport(SaveLoadMixin):
     n_tokens: int
     model_name: str = ""
 
-    def to_dataframe(self) -> pd.DataFrame:
-        """Per layer: median / mean / max excess kurtosis of each group, and the share of
-        coordinates with κ > 10."""
-        rows = []
+    @property
+    def labels(self) -> list[str]:
+        """The resid point after each block, ``blocks.{l}.hook_resid_post``."""
+        return [str(Resid(l, "post")) for l in range(self.resid.shape[0])]
+
+    def _groups(self) -> dict[str, Tensor]:
         groups = {"resid": self.resid, "resid_rotated": self.resid_rotated}
         if self.neurons is not None:
             groups["neurons"] = self.neurons
-        for l in range(self.resid.shape[0]):
-            row: dict[str, Any] = {"layer": l}
+        return groups
+
+    def _row(self, index: int) -> dict[str, Tensor]:
+        """Layer ``index``'s excess kurtosis per coordinate, by group (resid, resid_rotated[, neurons])."""
+        return {name: k[index] for name, k in self._groups().items()}
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """Per layer (resid point after the block): median / mean / max excess kurtosis of each group,
+        and the share of coordinates with κ > 10."""
+        rows = []
+        groups = self._groups()
+        for l, point in enumerate(self.labels):
+            row: dict[str, Any] = {"point": point, "layer": l}
             for name, k in groups.items():
                 v = k[l].double()
                 row[f"{name}_median"] = float(v.median())
@@ -97,18 +127,16 @@ class PrivilegedBasisReport(SaveLoadMixin):
             rows.append(row)
         return pd.DataFrame(rows)
 
-    def top(self, k: int = 10) -> pd.DataFrame:
-        """The ``k`` most kurtotic coordinates (residual dims ``L3.resid[17]`` and neurons ``L3.N42``)."""
-        check_positive_int(k, name="k")
+    def _ranked_frame(self) -> pd.DataFrame:
+        """One row per coordinate: ``L3.resid[17]`` (kind resid) and ``L3.N42`` (kind neuron), kurtosis."""
         recs = []
         for l in range(self.resid.shape[0]):
             recs += [(f"L{l}.resid[{i}]", "resid", float(v)) for i, v in enumerate(self.resid[l])]
             if self.neurons is not None:
                 recs += [(f"L{l}.N{i}", "neuron", float(v)) for i, v in enumerate(self.neurons[l])]
-        df = pd.DataFrame(recs, columns=["coordinate", "kind", "kurtosis"])
-        return df.sort_values("kurtosis", ascending=False).head(k).reset_index(drop=True)
+        return pd.DataFrame(recs, columns=["coordinate", "kind", "kurtosis"])
 
-    def plot(self):
+    def plot(self) -> go.Figure:
         """Median excess kurtosis per layer for the three groups (a plotly Figure, log y)."""
         from interp.plots import privileged_basis_figure  # plots reads the result's attributes; imported on use
 
@@ -118,7 +146,7 @@ class PrivilegedBasisReport(SaveLoadMixin):
         return f"PrivilegedBasisReport({self.resid.shape[0]} layers, {self.n_tokens} tokens)"
 
 
-def _token_rows(model: Any, inputs: Union[str, Sequence[str], Tensor]) -> list[Tensor]:
+def _token_rows(model: Model, inputs: Union[str, Sequence[str], Tensor]) -> list[Tensor]:
     """One [1, pos] id tensor per prompt (strings run separately, so there is no padding)."""
     if isinstance(inputs, str):
         inputs = [inputs]
@@ -136,7 +164,7 @@ def _token_rows(model: Any, inputs: Union[str, Sequence[str], Tensor]) -> list[T
                         f"got {type(inputs).__name__}")
 
 
-def privileged_basis_report(model: Any, inputs: Union[str, Sequence[str], Tensor], *, drop_first: bool = True,
+def privileged_basis_report(model: Model, inputs: Union[str, Sequence[str], Tensor], *, drop_first: bool = True,
                             seed: int = 0) -> PrivilegedBasisReport:
     """Excess kurtosis of residual coordinates (own and random basis) vs MLP neurons over ``inputs``.
 
@@ -144,7 +172,7 @@ def privileged_basis_report(model: Any, inputs: Union[str, Sequence[str], Tensor
     outliers in most models). ``seed`` fixes the random basis of the control.
     """
     check_model(model)
-    check_bool(drop_first, name="drop_first")
+    check_bool("drop_first", drop_first)
     rows = _token_rows(model, inputs)
     a = model.arch
     first = 1 if drop_first else 0

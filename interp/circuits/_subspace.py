@@ -31,18 +31,26 @@ of its W_O^h (row convention) — a small subspace of the d_model-dimensional st
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp._io import SaveLoadMixin
-from interp.circuits._common import check_model, check_bool, check_positive_int, convention, fold_write, folded_qkv
+from interp._result import Result
+from interp._validate import check_bool, check_positive_int
+from interp.circuits._common import check_model, convention, fold_write, folded_qkv
 from interp.circuits._gram import chunks, pack_symmetric, packed_gram_left
 from interp.circuits._labels import parse_write, write_labels, write_matrix
+from interp.errors import LabelError
+from interp.labels import ARROW, Head, as_label
 from interp.models import program_position
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from interp.models import Model
 
 __all__ = ["SubspaceOverlap", "ErasureTable", "write_subspace_overlap", "erasure_candidates"]
 
@@ -69,7 +77,7 @@ def _row_bases(M: Tensor, rtol: float = 1e-6) -> tuple[Tensor, Tensor]:
     return U, ranks
 
 
-def _head_bases(model: Any, fold_norms: bool, rtol: float = 1e-6) -> tuple[Tensor, Tensor]:
+def _head_bases(model: Model, fold_norms: bool, rtol: float = 1e-6) -> tuple[Tensor, Tensor]:
     """(U [N, d, dh] orthonormal columns, zero-padded past each head's rank, ranks [N])."""
     a = model.arch
     W_O = fold_write(model, model.weights.W_O, fold_norms).reshape(a.n_layers * a.n_heads, a.d_head, a.d_model)
@@ -77,31 +85,61 @@ def _head_bases(model: Any, fold_norms: bool, rtol: float = 1e-6) -> tuple[Tenso
 
 
 @dataclass(frozen=True, eq=False)
-class SubspaceOverlap(SaveLoadMixin):
+class SubspaceOverlap(Result):
     """``overlap`` [n_layers, n_heads, n_layers, n_heads]: mean cos² of the principal angles between
-    two heads' write subspaces (symmetric, 1 on the diagonal); ``baseline`` = d_head / d_model."""
+    two heads' write subspaces (symmetric, 1 on the diagonal); ``baseline`` = d_head / d_model.
+
+    Contract (:class:`interp._result.Result`): rows are the unordered pairs of distinct heads,
+    labelled ``a→b`` with a before b (``ov["L0.H1→L1.H2"]``, either order or a (a, b) tuple, is the
+    overlap); ``to_dataframe()`` column ``pair``; ``top`` ranks by ``overlap``. ``fold_norms``:
+    whether LayerNorm writes were centred (``convention`` says it in words)."""
+
+    label_column: ClassVar[str] = "pair"
+    default_by: ClassVar[str] = "overlap"
 
     overlap: Float[Tensor, "n_layers n_heads n_layers n_heads"] = field(repr=False)
     baseline: float
     convention: str = ""
     model_name: str = ""
+    fold_norms: bool = True
+
+    def _heads(self) -> list[str]:
+        L, H = self.overlap.shape[:2]
+        return [str(Head(l, h)) for l in range(L) for h in range(H)]
+
+    @property
+    def labels(self) -> list[str]:
+        """``a→b`` for every pair of distinct heads, a before b (layer-major), in :meth:`to_dataframe` order."""
+        lab = self._heads()
+        i, j = torch.triu_indices(len(lab), len(lab), offset=1)
+        return [f"{lab[a]}{ARROW}{lab[b]}" for a, b in zip(i.tolist(), j.tolist())]
+
+    def _index(self, label: Any) -> int:
+        """Flat index a × n + b into the [n_heads_total, n_heads_total] overlap matrix."""
+        pair = tuple(label.split(ARROW, 1)) if isinstance(label, str) else label
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise LabelError(f"label={label!r} must be a head pair 'L0.H1{ARROW}L1.H2' or (a, b)")
+        L, H = self.overlap.shape[:2]
+        a, b = (as_label(x, Head, name="label") for x in pair)
+        if not all(x.layer < L and x.head < H for x in (a, b)):
+            raise LabelError(f"label={label!r} names a head outside L0.H0 … L{L - 1}.H{H - 1}")
+        return (a.layer * H + a.head) * L * H + b.layer * H + b.head
+
+    def _row(self, index: int) -> float:
+        return float(self.overlap.reshape(-1)[index])
 
     def to_dataframe(self) -> pd.DataFrame:
-        """One row per unordered pair of distinct heads."""
+        """One row per unordered pair of distinct heads: pair ``a→b``, head_a, head_b, overlap, vs_baseline."""
         L, H = self.overlap.shape[:2]
         flat = self.overlap.reshape(L * H, L * H)
         i, j = torch.triu_indices(L * H, L * H, offset=1)
         v = flat[i, j].double().numpy()
-        lab = [f"L{l}.H{h}" for l in range(L) for h in range(H)]
-        return pd.DataFrame({"head_a": [lab[x] for x in i.tolist()], "head_b": [lab[x] for x in j.tolist()],
+        lab = self._heads()
+        a, b = [lab[x] for x in i.tolist()], [lab[x] for x in j.tolist()]
+        return pd.DataFrame({"pair": [f"{x}{ARROW}{y}" for x, y in zip(a, b)], "head_a": a, "head_b": b,
                              "overlap": v, "vs_baseline": v / self.baseline})
 
-    def top(self, k: int = 10) -> pd.DataFrame:
-        """The ``k`` most overlapping pairs of distinct heads."""
-        check_positive_int(k, name="k")
-        return self.to_dataframe().sort_values("overlap", ascending=False).head(k).reset_index(drop=True)
-
-    def plot(self):
+    def plot(self) -> go.Figure:
         """Heatmap of all pairs (a plotly Figure)."""
         from interp.plots import subspace_overlap_map  # plots reads the result's attributes; imported on use
 
@@ -111,10 +149,10 @@ class SubspaceOverlap(SaveLoadMixin):
         return f"SubspaceOverlap(shape {tuple(self.overlap.shape)}, baseline {self.baseline:.3f})"
 
 
-def write_subspace_overlap(model: Any, *, fold_norms: bool = True) -> SubspaceOverlap:
+def write_subspace_overlap(model: Model, *, fold_norms: bool = True) -> SubspaceOverlap:
     """Principal-angle overlap between every pair of heads' write subspaces (row spaces of W_O^h)."""
     check_model(model)
-    check_bool(fold_norms, name="fold_norms")
+    check_bool("fold_norms", fold_norms)
     a = model.arch
     U, r = _head_bases(model, fold_norms)
     Ut = U.transpose(-2, -1).float()  # [N, dh, d]
@@ -122,31 +160,52 @@ def write_subspace_overlap(model: Any, *, fold_norms: bool = True) -> SubspaceOv
     ov = (sq.double() / torch.minimum(r[:, None], r[None, :]).clamp_min(1)).clamp(0, 1)
     return SubspaceOverlap(overlap=ov.float().reshape(a.n_layers, a.n_heads, a.n_layers, a.n_heads).cpu(),
                            baseline=a.d_head / a.d_model, convention=convention(model, fold_norms),
-                           model_name=model.name)
+                           model_name=model.name, fold_norms=fold_norms)
 
 
 @dataclass(frozen=True, eq=False)
-class ErasureTable(SaveLoadMixin):
+class ErasureTable(Result):
     """Candidate (earlier write → later head) erasures, most negative ``mean_gain`` first.
 
     Columns: src, dst, mean_gain = tr(E)/k, max_eig / min_eig of the symmetric part S of
-    E = U_sᵀ OV_d U_s, negative_definite (max_eig < 0)."""
+    E = U_sᵀ OV_d U_s, negative_definite (max_eig < 0).
+
+    Contract (:class:`interp._result.Result`): rows are candidates labelled ``src→dst``
+    (``t["L0.H1→L2.H3"]`` is that row as a dict); ``to_dataframe()`` column ``pair``; ``top()`` lists
+    the strongest erasures: negative-definite ones first, then the most negative ``mean_gain``
+    (``top(by=..., absolute=...)`` ranks by one column like every result). ``fold_norms``: whether
+    the norm gains were folded into the weights."""
+
+    label_column: ClassVar[str] = "pair"
+    default_by: ClassVar[str] = "mean_gain"
 
     table: pd.DataFrame = field(repr=False)
     k: int
     convention: str = ""
     model_name: str = ""
+    fold_norms: bool = True
+
+    @property
+    def labels(self) -> list[str]:
+        """``src→dst`` of every candidate, in table order."""
+        return [f"{s}{ARROW}{d}" for s, d in zip(self.table["src"], self.table["dst"])]
+
+    def _row(self, index: int) -> dict[str, Any]:
+        """The candidate's columns (src, dst, mean_gain, max_eig, min_eig, negative_definite)."""
+        return {c: self.table[c].iloc[index].item() if hasattr(self.table[c].iloc[index], "item")
+                else self.table[c].iloc[index] for c in self.table.columns}
 
     def to_dataframe(self) -> pd.DataFrame:
-        return self.table.copy()
+        """The candidates: pair ``src→dst`` and the table's columns."""
+        df = self.table.copy()
+        df.insert(0, "pair", self.labels)
+        return df
 
-    def top(self, k: int = 10) -> pd.DataFrame:
-        """The ``k`` strongest candidates (negative-definite ones first, then by mean gain)."""
-        check_positive_int(k, name="k")
-        return self.table.sort_values(["negative_definite", "mean_gain"], ascending=[False, True]).head(k)\
-            .reset_index(drop=True)
+    def _default_order(self, df: pd.DataFrame) -> pd.Index:
+        """Strongest erasure first: negative-definite candidates, then the most negative mean gain."""
+        return df.sort_values(["negative_definite", "mean_gain"], ascending=[False, True], kind="stable").index
 
-    def plot(self):
+    def plot(self) -> go.Figure:
         """Bar chart of the strongest candidates' mean gains (a plotly Figure)."""
         from interp.plots import erasure_figure  # plots reads the result's attributes; imported on use
 
@@ -157,7 +216,7 @@ class ErasureTable(SaveLoadMixin):
         return f"ErasureTable({len(self.table)} candidates, {n} negative-definite, k={self.k})"
 
 
-def _write_bases(model: Any, labels: list[str], k: int, fold_norms: bool) -> Tensor:
+def _write_bases(model: Model, labels: list[str], k: int, fold_norms: bool) -> Tensor:
     """Top-k right singular directions [n, d, k] of each write's matrix (zero-padded past its rank).
 
     A head's W_O has only d_head ≤ k rows: its whole row space is used, in any orthonormal basis."""
@@ -187,7 +246,7 @@ def _write_bases(model: Any, labels: list[str], k: int, fold_norms: bool) -> Ten
     return out
 
 
-def erasure_candidates(model: Any, *, k: int | None = None, screen: int = 200, fold_norms: bool = True,
+def erasure_candidates(model: Model, *, k: int | None = None, screen: int = 200, fold_norms: bool = True,
                        include_embed: bool = True, include_mlps: bool = True) -> ErasureTable:
     """Heads whose OV map is negative on an earlier write's subspace (see module docstring).
 
@@ -196,10 +255,10 @@ def erasure_candidates(model: Any, *, k: int | None = None, screen: int = 200, f
     (their top-k write directions) unless excluded; destinations: heads in later layers.
     """
     check_model(model)
-    check_bool(fold_norms, name="fold_norms")
-    check_positive_int(screen, name="screen")
+    check_bool("fold_norms", fold_norms)
+    check_positive_int("screen", screen)
     a = model.arch
-    k = a.d_head if k is None else check_positive_int(k, name="k")
+    k = a.d_head if k is None else check_positive_int("k", k)
     srcs = [s for s in write_labels(model) if s.startswith("L") and not s.endswith("mlp")]
     if include_mlps:
         srcs += [s for s in write_labels(model) if s.endswith(".mlp")]
@@ -240,4 +299,5 @@ def erasure_candidates(model: Any, *, k: int | None = None, screen: int = 200, f
                      "mean_gain": float(torch.trace(E) / U.shape[1]),
                      "max_eig": float(ev[-1]), "min_eig": float(ev[0]), "negative_definite": bool(ev[-1] < 0)})
     table = pd.DataFrame(rows, columns=["src", "dst", "mean_gain", "max_eig", "min_eig", "negative_definite"])
-    return ErasureTable(table=table, k=k, convention=convention(model, fold_norms), model_name=model.name)
+    return ErasureTable(table=table, k=k, convention=convention(model, fold_norms), model_name=model.name,
+                        fold_norms=fold_norms)
