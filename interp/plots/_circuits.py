@@ -75,12 +75,23 @@ def _eigenvalues(circuit: Any) -> np.ndarray:
     return ev.detach().cpu().to(torch.complex128).numpy()
 
 
+def _ratio_name(circuit: Any) -> str:
+    """What Σλ/Σ|λ| of ``circuit`` is called: the copying score only for a full OV circuit."""
+    A, B = (getattr(circuit, "A", None), getattr(circuit, "B", None))
+    full_ov = "full OV" in str(getattr(circuit, "label", ""))
+    if full_ov and A is not None and B is not None and A.shape[0] == B.shape[-1]:
+        return "copying score Σλ/Σ|λ| (of W_E W_OV W_U, as copying_scores)"
+    return "Σλ/Σ|λ| of this matrix (not the copying score, which uses the full OV circuit W_E W_OV W_U)"
+
+
 def ov_eigenvalue_figure(circuit: Any, *, label: Optional[str] = None) -> go.Figure:
     """Eigenvalues of one head's (Factored) OV circuit in the complex plane.
 
     ``circuit``: a transformer-lens FactoredMatrix (its ``.eigenvalues``: the nonzero ones,
-    via the small cyclic product) or a square matrix. The title gives Σλ/Σ|λ|. ``label``
-    defaults to the circuit's own ``.label``.
+    via the small cyclic product) or a square matrix. The title gives Σλ/Σ|λ| *of this matrix*;
+    only for a full OV circuit W_E W_OV W_U (``ov_circuit(..., full=True)``) is that the head's
+    copying score (``copying_scores``) — the title says which. ``label`` defaults to the
+    circuit's own ``.label``.
     """
     label = label or getattr(circuit, "label", "") or "OV circuit"
     ev = _eigenvalues(circuit)
@@ -99,7 +110,7 @@ def ov_eigenvalue_figure(circuit: Any, *, label: Optional[str] = None) -> go.Fig
     fig.add_shape(type="line", x0=-r, x1=r, y0=0, y1=0, line=dict(color="#aaa", width=1))
     fig.add_shape(type="line", x0=0, x1=0, y0=-r, y1=r, line=dict(color="#aaa", width=1))
     fig.update_layout(
-        title=f"Eigenvalues of {esc(label)}<br><sup>{ev.size} eigenvalues · Σλ/Σ|λ| = {score:.3f}</sup>",
+        title=f"Eigenvalues of {esc(label)}<br><sup>{ev.size} eigenvalues · {esc(_ratio_name(circuit))} = {score:.3f}</sup>",
         xaxis=dict(title="Re λ", range=[-r, r], zeroline=False),
         yaxis=dict(title="Im λ", range=[-r, r], scaleanchor="x", scaleratio=1, zeroline=False),
         width=620, height=620, template="plotly_white", showlegend=False,

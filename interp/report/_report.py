@@ -316,13 +316,15 @@ def report(
 
         with steps("OV circuit of the top head"):
             l0, h0 = parse_head(head_labels[0])
-            ov = ov_circuit(model, l0, h0)
-            figs["ov_eigenvalues"] = ov_eigenvalue_figure(ov, label=f"{head_labels[0]} OV circuit")
+            # decoders: the full OV circuit W_E W_OV W_U, whose Σλ/Σ|λ| is the copying score shown in the
+            # copying-score map; encoders: the residual-space W_V W_O (no unembedding), named as such
+            ov = ov_circuit(model, l0, h0, full=decoder)
+            figs["ov_eigenvalues"] = ov_eigenvalue_figure(ov)
             ev = ov.eigenvalues
-            results["ov_top_head"] = {"head": head_labels[0], "eigenvalues": ev,
-                                      "copying_ratio": float(ev.real.sum() / ev.abs().sum())}
+            results["ov_top_head"] = {"head": head_labels[0], "eigenvalues": ev, "matrix": ov.label,
+                                      "eigenvalue_ratio": float(ev.real.sum() / ev.abs().sum())}
             if decoder:
-                full = ov_circuit(model, l0, h0, full=True)
+                full = ov
                 ids = list(dict.fromkeys([int(t) for t in tr.tokens[0][tr.attention_mask[0].bool()]]
                                          + [answer_id] + ([wrong_id] if wrong_id is not None else [])))
                 ids = [i for i in ids if i not in getattr(model.tokenizer, "all_special_ids", [])] or ids

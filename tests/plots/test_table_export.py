@@ -88,3 +88,28 @@ def test_closure_error_says_absolute_and_relative():
     tr = trace(model, "a b c d")
     assert "absolute" in residual_stream_figure(tr).layout.title.text
     assert "relative" in decomposition_figure(tr.decompose("unembed")).layout.title.text
+
+
+def test_one_copying_number_per_head(tmp_path):
+    """The eigenvalue figure of a full OV circuit shows the copying score; of W_V W_O it says it is not."""
+    import json
+
+    from interp import copying_scores, ov_circuit
+    from interp.plots import ov_eigenvalue_figure
+    from interp.report import report
+    from tiny_models import tiny_model
+
+    model = tiny_model("llama")
+    cs = copying_scores(model)
+    full = ov_circuit(model, 1, 2, full=True)
+    dense = torch.linalg.eigvals(full.AB.double())  # independent: eigenvalues of the vocab² matrix
+    ratio = float(dense.real.sum() / dense.abs().sum())
+    title = ov_eigenvalue_figure(full).layout.title.text
+    assert "copying score" in title and f"{ratio:.3f}" in title
+    assert float(cs.scores[1, 2]) == pytest.approx(ratio, abs=1e-4)
+    assert "not the copying score" in ov_eigenvalue_figure(ov_circuit(model, 1, 2)).layout.title.text
+    out = report(model, "w1 w2 w3 w1", answer="w2", out_dir=tmp_path / "r", static=False)
+    r = json.loads((out.parent / "results.json").read_text())
+    head = r["ov_top_head"]["head"]
+    l, h = (int(x) for x in head[1:].split(".H"))
+    assert r["ov_top_head"]["eigenvalue_ratio"] == pytest.approx(float(cs.scores[l, h]), abs=1e-4)
