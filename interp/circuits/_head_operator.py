@@ -23,13 +23,14 @@ h // (n_heads / n_kv_heads).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
+import pandas as pd
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp._io import SaveLoadMixin
+from interp._result import Result
 from interp.circuits._common import (
     DEFAULT_MAX_BYTES,
     check_data,
@@ -40,7 +41,13 @@ from interp.circuits._common import (
     refuse_materialise,
 )
 from interp.circuits._factored import Circuit
-from interp.errors import ArgumentError, ShapeError
+from interp.errors import ArgumentError, LabelError, ShapeError
+from interp.labels import Head
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from interp.models import Model
 
 __all__ = ["HeadOperator", "head_operator"]
 
@@ -74,12 +81,22 @@ def _check_pattern(pattern: Any) -> Tensor:
 
 
 @dataclass(frozen=True, eq=False)
-class HeadOperator(SaveLoadMixin):
+class HeadOperator(Result):
     """A ⊗ W_O W_V for one head and one (or a batch of) frozen attention pattern(s).
 
     ``pattern`` [pos, pos] or [batch, pos, pos]; ``W_V`` [d_model, d_head] (the KV head's),
-    ``b_V`` [d_head], ``W_O`` [d_head, d_model]: raw weights, acting on the head's normalised input.
+    ``b_V`` [d_head], ``W_O`` [d_head, d_model]: raw weights (``fold_norms`` is False), acting on the
+    head's normalised input.
+
+    Contract (:class:`interp._result.Result`): rows are the operator's [d_model, d_model] blocks, one
+    per (query q, key k) — block (q, k) of A ⊗ W is A[q, k]·W, what position k sends to position q —
+    labelled ``k1→q3`` (``p0.k1→q3`` with a batch of patterns); ``op["k1→q3"]`` is that block (the
+    matching slice of :meth:`matrix`, without forming it); ``to_dataframe()`` column ``block`` with the
+    weight A[q, k] and the block's norm A[q, k]·‖W_OV‖_F, by which ``top`` ranks.
     """
+
+    label_column: ClassVar[str] = "block"
+    default_by: ClassVar[str] = "block_norm"
 
     layer: int
     head: int
@@ -91,7 +108,72 @@ class HeadOperator(SaveLoadMixin):
 
     @property
     def label(self) -> str:
-        return f"L{self.layer}.H{self.head}"
+        return str(Head(self.layer, self.head))
+
+    @property
+    def fold_norms(self) -> bool:
+        """Always False: the operator acts on the head's actual (normalised) input with raw weights."""
+        return False
+
+    @property
+    def n_prompts(self) -> Optional[int]:
+        """The pattern's batch size, or None for a single [pos, pos] pattern."""
+        return int(self.pattern.shape[0]) if self.pattern.ndim == 3 else None
+
+    def _block_label(self, b: Optional[int], q: int, k: int) -> str:
+        return f"{'' if b is None else f'p{b}.'}k{k}→q{q}"
+
+    def _blocks(self) -> list[tuple[Optional[int], int, int]]:
+        """(prompt or None, query, key) of every block, prompt-major then query-major."""
+        n = self.n_pos
+        prompts: list[Optional[int]] = [None] if self.n_prompts is None else list(range(self.n_prompts))
+        return [(b, q, k) for b in prompts for q in range(n) for k in range(n)]
+
+    @property
+    def labels(self) -> list[str]:
+        """``k{key}→q{query}`` per block (prefixed ``p{prompt}.`` for a batch of patterns)."""
+        return [self._block_label(b, q, k) for b, q, k in self._blocks()]
+
+    def _index(self, label: Any) -> int:
+        import re
+
+        m = re.fullmatch(r"(?:p(\d+)\.)?k(\d+)→q(\d+)", label) if isinstance(label, str) else None
+        n, nb = self.n_pos, self.n_prompts
+        if m is None or (m[1] is None) != (nb is None) or int(m[2]) >= n or int(m[3]) >= n \
+                or (nb is not None and int(m[1]) >= nb):
+            ex = self._block_label(None if nb is None else nb - 1, n - 1, 0)
+            raise LabelError(f"label={label!r} is not a block of this HeadOperator; blocks are labelled like "
+                             f"{ex!r} (key → query position{'' if nb is None else ', prompt p0…'})")
+        b = 0 if m[1] is None else int(m[1])
+        return (b * n + int(m[3])) * n + int(m[2])
+
+    def _ov_column(self) -> Tensor:
+        """W = (W_V W_O)ᵀ [d_model, d_model], the column-convention OV map of every block."""
+        return (self.W_V @ self.W_O).T
+
+    def _row(self, index: int) -> Tensor:
+        """Block (q, k) of A ⊗ W: A[q, k]·(W_V W_O)ᵀ, [d_model, d_model]."""
+        A = self.pattern if self.pattern.ndim == 3 else self.pattern[None]
+        W = self._ov_column()
+        return A.reshape(-1)[index].to(W.dtype) * W
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per block: block label, prompt (0 for a single pattern), query_pos, key_pos, weight
+        A[q, k] and block_norm = A[q, k]·‖W_V W_O‖_F."""
+        blocks = self._blocks()
+        A = (self.pattern if self.pattern.ndim == 3 else self.pattern[None]).detach().double().cpu().reshape(-1)
+        w_norm = float(torch.linalg.matrix_norm(self._ov_column().double()))
+        return pd.DataFrame({"block": self.labels, "prompt": [0 if b is None else b for b, _, _ in blocks],
+                             "query_pos": [q for _, q, _ in blocks], "key_pos": [k for _, _, k in blocks],
+                             "weight": A.numpy(), "block_norm": (A * w_norm).numpy()})
+
+    def plot(self, **options: Any) -> go.Figure:
+        """The pattern A as a heatmap (one panel per prompt; :func:`interp.plots.attention_pattern_figure`)."""
+        from interp.plots import attention_pattern_figure  # plots reads the result's attributes; imported on use
+
+        A = self.pattern if self.pattern.ndim == 3 else self.pattern[None]
+        names = [self.label] if self.n_prompts is None else [f"{self.label} prompt {b}" for b in range(A.shape[0])]
+        return attention_pattern_figure(A, heads=names, **options)
 
     @property
     def n_pos(self) -> int:
@@ -147,7 +229,7 @@ class HeadOperator(SaveLoadMixin):
         return f"HeadOperator({self.label}, kv_head={self.kv_head}, pattern {tuple(self.pattern.shape)})"
 
 
-def head_operator(model: Any, layer: int, head: int, pattern: Tensor) -> HeadOperator:
+def head_operator(model: Model, layer: int, head: int, pattern: Tensor) -> HeadOperator:
     """The head ``(layer, head)`` as A ⊗ W_O W_V for a frozen attention ``pattern``.
 
     ``pattern`` [pos, pos] or [batch, pos, pos] must be row-stochastic (e.g. the head's slice of
