@@ -54,16 +54,24 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Sequence, Union
 
 import einops
+import pandas as pd
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp._io import SaveLoadMixin
 from interp._norms import apply_frozen, norm_scale
-from interp.errors import ArgumentError, MemoryCapError, ShapeError, UnsupportedOperationError
+from interp._result import Result
+from interp._validate import check_index, check_int_min
+from interp.errors import ArgumentError, LabelError, MemoryCapError, ShapeError, UnsupportedOperationError
+from interp.labels import Path
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from interp.models import Model
 
 __all__ = ["PathExpansion", "path_expansion"]
 
@@ -74,7 +82,7 @@ MEMORY_CAP_BYTES = 4 * 2**30  # refuse to materialise more than 4 GiB of path co
 
 
 @dataclass(frozen=True, eq=False)
-class PathExpansion(SaveLoadMixin):
+class PathExpansion(Result):
     """Every path's contribution to the logits of one forward pass (patterns frozen).
 
     ``labels[i]`` names path i from its source through its heads ("embed", "pos_embed→L0.H3",
@@ -85,7 +93,15 @@ class PathExpansion(SaveLoadMixin):
     position ``pos[b]``:  logit = Σ_i values[i] + unembed_bias, up to ``closure_error`` (the
     largest |model logits − Σ terms W_U − b_U| over every position and token; it also measures
     the truncation when ``order`` < n_layers).
+
+    Contract (:class:`interp._result.Result`): ``pe["embed→L1.H2"]`` is the path's ``values`` row
+    [batch]; ``to_dataframe()`` has one row per (path, prompt) (column ``label``); ``top(k, prompt=)``
+    lists the paths that raise the chosen logit most (signed ``value``: the mean over prompts unless
+    ``prompt`` is given; ``absolute=True`` ranks by |value|). Weights are the raw ones with the norm
+    scales frozen (``fold_norms`` is False).
     """
+
+    default_absolute: ClassVar[bool] = False
 
     labels: tuple[str, ...]
     orders: tuple[int, ...]
@@ -103,10 +119,15 @@ class PathExpansion(SaveLoadMixin):
     closure_error: float
     answer_str: tuple[str, ...] = ()
 
-    def index(self, label: str) -> int:
-        """Position of ``label`` in :attr:`labels` (LabelError lists close matches)."""
-        from interp.errors import LabelError
+    @property
+    def fold_norms(self) -> bool:
+        """Always False: raw weights, each norm's scale frozen from the pass (an exact expansion)."""
+        return False
 
+    def index(self, label: Any) -> int:
+        """Position of ``label`` in :attr:`labels` (LabelError lists close matches)."""
+        if isinstance(label, Path):
+            label = str(label)
         if not isinstance(label, str):
             raise LabelError(f"label={label!r} must be a path label such as {self.labels[0]!r}")
         try:
@@ -115,9 +136,16 @@ class PathExpansion(SaveLoadMixin):
             near = [l for l in self.labels if label.split(ARROW)[-1] in l][:8]
             raise LabelError(f"label={label!r} is not a path here; e.g. {near or list(self.labels[:8])}") from None
 
+    def _index(self, label: Any) -> int:
+        return self.index(label)
+
+    def _row(self, index: int) -> Float[Tensor, "batch"]:
+        """The path's contribution to the chosen logit, per prompt."""
+        return self.values[index]
+
     def value(self, label: str) -> Float[Tensor, "batch"]:
-        """The contribution of path ``label`` to the chosen logit, per batch row."""
-        return self.values[self.index(label)]
+        """Deprecated spelling of ``pe[label]``: the path's contribution to the chosen logit, per prompt."""
+        return self[label]
 
     def logit_values(self, token: Union[int, Sequence[int], Tensor], *, pos: Union[int, Sequence[int], Tensor] = -1
                      ) -> Float[Tensor, "n_terms batch"]:
@@ -129,43 +157,44 @@ class PathExpansion(SaveLoadMixin):
         at = self.contributions[:, rows, p]  # [n_terms, batch, d_model]
         return einops.einsum(at, self.W_U[:, tok], "t b d, d b -> t b")
 
-    def _mean_or_row(self, batch: Optional[int]) -> Tensor:
-        if batch is None:
-            return self.values.mean(dim=1)
-        if not isinstance(batch, int) or not -self.values.shape[1] <= batch < self.values.shape[1]:
-            raise ArgumentError(f"batch={batch!r} must be None (mean over rows) or a row index < {self.values.shape[1]}")
-        return self.values[:, batch]
+    def path_table(self, *, prompt: Optional[int] = None) -> pd.DataFrame:
+        """One row per path: label, order, source, heads, value and logit — the mean over prompts, or
+        prompt ``prompt``'s."""
+        n = int(self.values.shape[1])
+        vals, logit = self.values.detach().double().cpu(), self.logit.detach().double().cpu()
+        if prompt is None:
+            v, lg = vals.mean(dim=1), float(logit.mean())
+        else:
+            b = check_index("prompt", prompt, n, what="prompts")
+            v, lg = vals[:, b], float(logit[b])
+        parts = [label.split(ARROW) for label in self.labels]
+        return pd.DataFrame({"label": list(self.labels), "order": list(self.orders), "source": [p[0] for p in parts],
+                             "heads": [ARROW.join(p[1:]) for p in parts], "value": v.numpy(),
+                             "logit": [lg] * len(self.labels)})
 
-    def top(self, k: int = 10, *, batch: Optional[int] = None, absolute: bool = False) -> list[tuple[str, float]]:
-        """The ``k`` paths that raise the chosen logit most (mean over rows unless ``batch``).
+    def top(self, k: int = 10, *, by: Optional[str] = None, absolute: Optional[bool] = None,
+            prompt: Optional[int] = None) -> pd.DataFrame:
+        """The ``k`` paths that raise the chosen logit most (by ``value``, the mean over prompts unless
+        ``prompt``), a DataFrame as :meth:`path_table`. ``absolute=True`` ranks by |value| instead
+        (paths that push either way)."""
+        return self._rank(self.path_table(prompt=prompt), k, by=by, absolute=absolute)
 
-        ``absolute=True`` ranks by |value| instead (paths that push either way).
-        """
-        if not isinstance(k, int) or k < 1:
-            raise ArgumentError(f"k={k!r} must be a positive int")
-        v = self._mean_or_row(batch)
-        key = v.abs() if absolute else v
-        idx = torch.argsort(key, descending=True, stable=True)[:k]
-        return [(self.labels[i], float(v[i])) for i in idx.tolist()]
-
-    def to_dataframe(self) -> Any:
-        """One row per (path, batch row): label, order, source, heads, batch, value, logit."""
-        import pandas as pd
-
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per (path, prompt): label, order, source, heads, prompt, value, logit."""
         vals = self.values.detach().cpu()
         rows = []
         for i, (label, order) in enumerate(zip(self.labels, self.orders)):
             parts = label.split(ARROW)
             for b in range(vals.shape[1]):
                 rows.append(dict(label=label, order=order, source=parts[0], heads=ARROW.join(parts[1:]),
-                                 batch=b, value=float(vals[i, b]), logit=float(self.logit[b])))
+                                 prompt=b, value=float(vals[i, b]), logit=float(self.logit[b])))
         return pd.DataFrame(rows)
 
-    def plot(self, *, k: int = 20, batch: Optional[int] = None) -> Any:
+    def plot(self, *, k: int = 20, prompt: Optional[int] = None) -> go.Figure:
         """A horizontal bar chart of the ``k`` largest |contributions| (plotly Figure, not shown)."""
         from interp.plots import path_expansion_figure  # plots reads the result's attributes; imported on use
 
-        return path_expansion_figure(self, k=k, batch=batch)
+        return path_expansion_figure(self, k=k, prompt=prompt)
 
     def __repr__(self) -> str:
         return (f"PathExpansion({len(self.labels)} paths up to order {self.order}, batch={self.values.shape[1]}, "
@@ -192,7 +221,7 @@ def _per_row(name: str, value: Any, n: int, lo: int, hi: int) -> Tensor:
     return t.clone()
 
 
-def _tokens(model: Any, inputs: Any) -> Int[Tensor, "batch pos"]:
+def _tokens(model: Model, inputs: Any) -> Int[Tensor, "batch pos"]:
     """Token ids [batch, pos] from a string, equal-length strings, or an int tensor."""
     arch = model.arch
     if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs and all(isinstance(x, str) for x in inputs)):
@@ -241,8 +270,7 @@ def _check_model(model: Any, order: Any) -> None:
         raise UnsupportedOperationError(
             f"path_expansion supports pre-norm blocks; model {arch.name!r} is {arch.norm_placement}-norm"
         )
-    if not isinstance(order, int) or isinstance(order, bool) or order < 0:
-        raise ArgumentError(f"order={order!r} must be an int >= 0 (number of heads a path may go through)")
+    check_int_min("order", order, 0)  # the number of heads a path may go through
 
 
 def _count_terms(n_layers: int, n_heads: int, order: int, n_sources: int, ln_bias: bool) -> int:
@@ -259,7 +287,7 @@ def _count_terms(n_layers: int, n_heads: int, order: int, n_sources: int, ln_bia
     return sum(by_order) + (1 if ln_bias else 0)
 
 
-def _capture(model: Any, tokens: Tensor) -> tuple[Tensor, list[Tensor], list[Tensor], Optional[Tensor]]:
+def _capture(model: Model, tokens: Tensor) -> tuple[Tensor, list[Tensor], list[Tensor], Optional[Tensor]]:
     """One forward pass: logits, patterns per layer, norm inputs per layer, final-norm input."""
     arch = model.arch
     patterns: dict[int, Tensor] = {}
@@ -293,7 +321,7 @@ def _norm_linear(x: Tensor, kind: str, eps: float, gain: Tensor) -> Callable[[Te
 
 
 def path_expansion(
-    model: Any,
+    model: Model,
     inputs: Union[str, Sequence[str], Tensor],
     *,
     order: int = 2,
@@ -381,7 +409,7 @@ def path_expansion(
     )
 
 
-def _answer(model: Any, answer: Any, last_logits: Tensor, n_batch: int) -> Tensor:
+def _answer(model: Model, answer: Any, last_logits: Tensor, n_batch: int) -> Tensor:
     """The answer token per batch row (None: the model's argmax at the chosen position)."""
     if answer is None:
         return last_logits.argmax(dim=-1)

@@ -75,17 +75,17 @@ def self_rank_histogram(stats: Any) -> go.Figure:
     return fig
 
 
-def path_expansion_figure(expansion: Any, *, k: int = 20, batch: Optional[int] = None) -> go.Figure:
-    """Horizontal bars of a PathExpansion's ``k`` largest |contributions|, coloured by path order."""
-    top = expansion.top(k, batch=batch, absolute=True)
+def path_expansion_figure(expansion: Any, *, k: int = 20, prompt: Optional[int] = None) -> go.Figure:
+    """Horizontal bars of a PathExpansion's ``k`` largest |contributions| (the mean over prompts unless
+    ``prompt``), coloured by path order."""
+    top = expansion.top(k, prompt=prompt, absolute=True)
     colours = {0: "#7f7f7f", 1: "#1f77b4", 2: "#d62728"}
-    orders = [expansion.orders[expansion.index(l)] for l, _ in top]
     fig = go.Figure(go.Bar(
-        x=[v for _, v in top][::-1], y=[l for l, _ in top][::-1], orientation="h",
-        marker_color=[colours.get(o, "#9467bd") for o in orders][::-1],
+        x=list(top["value"])[::-1], y=list(top["label"])[::-1], orientation="h",
+        marker_color=[colours.get(int(o), "#9467bd") for o in top["order"]][::-1],
         hovertemplate="%{y}: %{x:.4f}<extra></extra>",
     ))
-    which = "mean over batch" if batch is None else f"batch row {batch}"
+    which = "mean over prompts" if prompt is None else f"prompt {prompt}"
     answers = expansion.answer_str
     ans = answers[0] if answers and len(set(answers)) == 1 else "answer"
     fig.update_layout(

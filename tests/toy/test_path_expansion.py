@@ -16,6 +16,11 @@ from interp.toy import build_toy
 N = 15
 
 
+def _pairs(top):
+    """PathExpansion.top's DataFrame as the (label, value) pairs it used to return as a list."""
+    return list(zip(top["label"], top["value"]))
+
+
 @pytest.fixture(scope="module")
 def toy2():
     return load_model("toy-attn-only-2l")
@@ -93,7 +98,7 @@ def test_induction_reading_on_the_repeated_token(toy2):
     _, A = capture_patterns(toy2, tokens)
     pe = path_expansion(toy2, tokens[:, : q + 1], order=2, answer=tokens[:, q + 1])
     ind = A[1, :, :, q, q - N + 1].mean(0)  # induction mass of each layer-1 head at this query
-    top_label, top_value = pe.top(1)[0]
+    top_label, top_value = _pairs(pe.top(1))[0]
     assert top_label.startswith("embed→L1.H") and ind[int(top_label[-1])] >= 0.9, (pe.top(4), ind)
     prev = torch.stack([A[0, :, h, torch.arange(1, q + 1), torch.arange(0, q)].mean() for h in range(a.n_heads)])
     p = int(prev.argmax())
@@ -116,13 +121,13 @@ def test_result_helpers(toy2):
 
     pe = path_expansion(toy2, "cat dog sun cat", order=2, answer="dog")
     assert isinstance(pe, PathExpansion) and pe.answer_str == ("dog",)
-    top = pe.top(5)
+    top = _pairs(pe.top(5))
     assert len(top) == 5 and [v for _, v in top] == sorted([v for _, v in top], reverse=True)
     assert top[0][1] == pytest.approx(float(pe.values.max()))
     df = pe.to_dataframe()
     assert len(df) == len(pe.labels) and set(df.columns) >= {"label", "order", "source", "heads", "value"}
     assert isinstance(pe.plot(k=8), go.Figure)
-    assert pe.top(3, absolute=True)[0][1] == pytest.approx(float(pe.values[pe.values.abs().argmax()]))
+    assert _pairs(pe.top(3, absolute=True))[0][1] == pytest.approx(float(pe.values[pe.values.abs().argmax()]))
     with pytest.raises(LabelError, match="embed→L9.H9"):
         pe.value("embed→L9.H9")
 
