@@ -11,9 +11,10 @@ imported lazily by :func:`compile_program` only, never by ``import interp``.
 """
 
 from interp.groundtruth._edges import DEFAULT_IGNORED, TrueCircuit, edges_from_residual_labels, tracr_circuit
+from interp.groundtruth._induction import induction_circuit, induction_scores
 from interp.groundtruth._programs import PROGRAMS, ProgramSpec, TracrProgram, compile_program, program_names
 
 __all__ = [
     "DEFAULT_IGNORED", "PROGRAMS", "ProgramSpec", "TracrProgram", "TrueCircuit", "compile_program",
-    "edges_from_residual_labels", "program_names", "tracr_circuit",
+    "edges_from_residual_labels", "induction_circuit", "induction_scores", "program_names", "tracr_circuit",
 ]
