@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -20,10 +20,16 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp._io import SaveLoadMixin
-from interp.errors import ArgumentError, LabelError
+from interp._result import Result
+from interp._validate import check_index
+from interp.errors import ArgumentError
 from interp.stream._capture import capture
 from interp.stream._inputs import as_batch
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from interp.models import Model
 
 __all__ = ["AttentionPatterns", "attention_patterns"]
 
@@ -31,18 +37,23 @@ _HEAD = re.compile(r"^L(\d+)\.H(\d+)$")
 
 
 @dataclass(frozen=True, eq=False)
-class AttentionPatterns(SaveLoadMixin):
-    """Patterns [n_heads_selected, query_pos, key_pos] of one prompt, the head labels and tokens."""
+class AttentionPatterns(Result):
+    """Patterns [n_heads_selected, query_pos, key_pos] of one prompt, the head labels and tokens.
+
+    Contract (:class:`interp._result.Result`): ``ap["L3.H5"]`` is that head's pattern [query, key];
+    ``to_dataframe()`` has one row per (head, query, key) (column ``head``); ``top`` ranks by ``weight``.
+    """
+
+    label_column: ClassVar[str] = "head"
+    default_by: ClassVar[str] = "weight"
 
     patterns: Float[Tensor, "head query_pos key_pos"] = field(repr=False)
     labels: list[str]
     str_tokens: list[str] = field(repr=False)
 
-    def __getitem__(self, label: str) -> Tensor:
-        try:
-            return self.patterns[self.labels.index(label)]
-        except ValueError:
-            raise LabelError(f"label={label!r} is not one of the captured heads {self.labels}") from None
+    def _row(self, index: int) -> Tensor:
+        """The head's pattern [query_pos, key_pos]."""
+        return self.patterns[index]
 
     def to_dataframe(self) -> pd.DataFrame:
         """Long format: head, query position/token, key position/token, weight."""
@@ -53,13 +64,7 @@ class AttentionPatterns(SaveLoadMixin):
                              "query_token": toks[q.ravel()], "key_pos": k.ravel(), "key_token": toks[k.ravel()],
                              "weight": p.ravel()})
 
-    def top(self, k: int = 10) -> pd.DataFrame:
-        """The ``k`` largest (head, query, key) weights."""
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ArgumentError(f"k={k!r} must be a positive int")
-        return self.to_dataframe().sort_values("weight", ascending=False).head(k).reset_index(drop=True)
-
-    def plot(self, **kwargs: Any) -> Any:
+    def plot(self, **kwargs: Any) -> go.Figure:
         """One heatmap per head (:func:`interp.plots.attention_pattern_figure`; a plotly Figure)."""
         from interp.plots import attention_pattern_figure  # plots sits above stream: imported on use
 
@@ -83,28 +88,18 @@ def _parse_heads(heads: Sequence[Any], n_layers: int, n_heads: int) -> list[tupl
     return out
 
 
-def _check_index(value: Any, size: int, *, name: str, what: str) -> int:
-    """A python int in [-size, size) normalised to [0, size)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ArgumentError(f"{name}={value!r} must be an int")
-    v = int(value)
-    if not -size <= v < size:
-        raise ArgumentError(f"{name}={v} is out of range for {size} {what} (allowed: {-size}..{size - 1})")
-    return v % size
-
-
 def attention_patterns(
-    model: Any, inputs: Union[str, Sequence[str], Tensor], heads: Sequence[Any], *, batch: int = 0,
+    model: Model, inputs: Union[str, Sequence[str], Tensor], heads: Sequence[Any], *, prompt: int = 0,
 ) -> AttentionPatterns:
     """Capture the patterns of ``heads`` (labels 'L3.H5' or (layer, head)) for one prompt.
 
-    One hooked forward pass; only the chosen heads of prompt ``batch`` are kept, and padding
+    One hooked forward pass; only the chosen heads of prompt ``prompt`` are kept, and padding
     positions are dropped.
     """
     b = as_batch(model, inputs)
     arch = model.arch
     hl = _parse_heads(heads, arch.n_layers, arch.n_heads)
-    bi = _check_index(batch, b.tokens.shape[0], name="batch", what="prompts")
+    bi = check_index("prompt", prompt, b.tokens.shape[0], what="prompts")
     layers = sorted({l for l, _ in hl})
     names = [f"blocks.{l}.attn.hook_pattern" for l in layers]
     acts, _ = capture(model, b, names, reducers={n: (lambda x: x[bi]) for n in names})
