@@ -24,9 +24,10 @@ from interp.plots._common import as_numpy, check_index, closure_text, esc, fmt, 
 __all__ = ["decomposition_figure", "decomposition_table"]
 
 
-def decomposition_table(decomposition: Any, *, prompt: int = 0, pos: int = -1) -> dict[str, np.ndarray]:
-    """Per-term ``projection`` and ``norm`` at (prompt, pos), the terms themselves [n_terms, k] and the
-    total's norm (float64)."""
+def decomposition_table(decomposition: Any, *, prompt: int = 0, pos: Any = -1) -> dict[str, np.ndarray]:
+    """Per-term ``projection`` and ``norm`` at (prompt, pos) — ``pos="mean"``: averaged over the prompt's
+    real tokens (``pos`` is then reported as −1) — the terms themselves [n_terms, k] and the total's
+    norm (float64)."""
     require_attr(decomposition, ("labels", "contributions", "total"), name="decomposition",
                  expected="an interp Decomposition (from ResidualTrace.decompose)")
     c = as_numpy(decomposition.contributions, name="decomposition.contributions", ndim=4)
@@ -35,11 +36,15 @@ def decomposition_table(decomposition: Any, *, prompt: int = 0, pos: int = -1) -
     if n_terms == 0:
         raise ArgumentError(f"decomposition of {getattr(decomposition, 'point', '?')!r} has no terms to plot")
     b = check_index(prompt, n_b, name="prompt", what="prompts")
-    p = check_index(pos, n_p, name="pos", what="positions")
     mask = getattr(decomposition, "attention_mask", None)
-    if mask is not None and not bool(mask[b, p]):
-        raise ArgumentError(f"pos={pos} of prompt {prompt} is padding; pick a real token")
-    cv, tv = c[:, b, p], t[b, p]
+    if pos == "mean":  # the mean over the prompt's real tokens (a mean-pooled sentence embedding)
+        real = np.ones(n_p, dtype=bool) if mask is None else as_numpy(mask, name="attention_mask")[b].astype(bool)
+        cv, tv, p = c[:, b, real].mean(axis=1), t[b, real].mean(axis=0), -1
+    else:
+        p = check_index(pos, n_p, name="pos", what="positions")
+        if mask is not None and not bool(mask[b, p]):
+            raise ArgumentError(f"pos={pos} of prompt {prompt} is padding; pick a real token")
+        cv, tv = c[:, b, p], t[b, p]
     tnorm = float(np.linalg.norm(tv))
     proj = cv @ tv / max(tnorm, 1e-30)
     return {"labels": np.array(decomposition.labels, dtype=object), "projection": proj,
@@ -47,7 +52,7 @@ def decomposition_table(decomposition: Any, *, prompt: int = 0, pos: int = -1) -
             "pos": np.array(p)}
 
 
-def decomposition_figure(decomposition: Any, *, prompt: int = 0, pos: int = -1, k: int = 20) -> go.Figure:
+def decomposition_figure(decomposition: Any, *, prompt: int = 0, pos: Any = -1, k: int = 20) -> go.Figure:
     """Horizontal bars of the top-``k`` writes' projections on the read's total at (prompt, pos).
 
     Bars (projection, signed) and diamonds (norm) per term; the remaining terms are one
@@ -68,10 +73,14 @@ def decomposition_figure(decomposition: Any, *, prompt: int = 0, pos: int = -1, 
         vals.append(float(proj[rest].sum()))
         norms.append(float(np.linalg.norm(tab["terms"][rest].sum(0))))
     str_tokens = getattr(decomposition, "str_tokens", None)
-    tok = quoted(str_tokens[b][p]) if str_tokens else f"#{p}"  # quoted + escaped
     point = getattr(decomposition, "point", "read point")
+    if pos == "mean":
+        where = "mean over the prompt's tokens"
+    else:
+        tok = quoted(str_tokens[b][p]) if str_tokens else f"#{p}"  # quoted + escaped
+        where = f"token {tok} (pos {p})"
     hover = [f"term <b>{esc(n)}</b><br>projection on total: {fmt(v)}<br>norm: {fmt(m)}<br>"
-             f"read: {esc(point)} at token {tok} (pos {p}, prompt {b})"
+             f"read: {esc(point)} at {where}, prompt {b}"
              for n, v, m in zip(names, vals, norms)]
     y = names[::-1]  # largest at the top
     fig = go.Figure()
@@ -86,7 +95,7 @@ def decomposition_figure(decomposition: Any, *, prompt: int = 0, pos: int = -1, 
     ))
     ce = getattr(decomposition, "closure_error", float("nan"))
     fig.update_layout(
-        title=(f"{esc(point)} at token {tok} (pos {p}): top {min(k, len(labels))} of {len(labels)} writes"
+        title=(f"{esc(point)} at {where}: top {min(k, len(labels))} of {len(labels)} writes"
                f"<br><sup>bars sum to ‖total‖ = {fmt(float(tab['total_norm']))}; {closure_text(ce, getattr(decomposition, 'relative_error', None))}</sup>"),
         xaxis_title="projection on the total (bars) / norm (diamonds)", yaxis_title="write",
         width=900, height=max(380, 26 * len(y) + 140), template="plotly_white", barmode="overlay",

@@ -9,7 +9,7 @@ into tables or plots.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence, Union
 
 import pandas as pd
 import torch
@@ -52,11 +52,12 @@ class Decomposition(Result):
     relative_error: float
     str_tokens: Optional[list[list[str]]] = field(default=None, repr=False)
     directions: Optional[Tensor] = field(default=None, repr=False)
+    default_pos: Union[int, str] = -1
 
     @classmethod
     def build(cls, *, point: str, labels: Sequence[str], contributions: Tensor, total: Tensor,
               attention_mask: Tensor, str_tokens: Optional[list[list[str]]] = None,
-              directions: Optional[Tensor] = None) -> "Decomposition":
+              directions: Optional[Tensor] = None, default_pos: Union[int, str] = -1) -> "Decomposition":
         mask = attention_mask.bool()[..., None]
         gap = ((contributions.sum(0) - total) * mask).abs()
         err = float(gap.max()) if gap.numel() else 0.0
@@ -65,6 +66,7 @@ class Decomposition(Result):
             point=point, labels=list(labels), contributions=contributions, total=total,
             attention_mask=attention_mask, closure_error=err,
             relative_error=err / scale if scale > 0 else err, str_tokens=str_tokens, directions=directions,
+            default_pos=default_pos,
         )
 
     @property
@@ -89,19 +91,29 @@ class Decomposition(Result):
             ) from None
 
     def _at(self, prompt: Any, pos: Any, *, name: str = "prompt") -> tuple[Tensor, Tensor]:
-        """(contributions [n_terms, k], total [k]) at one real token; ``name``: how the caller spelt
-        the prompt argument."""
+        """(contributions [n_terms, k], total [k]) at one real token, or averaged over the prompt's real
+        tokens for ``pos="mean"`` (exact: the mean of sums is the sum of means); ``pos=None`` is
+        ``default_pos``. ``name``: how the caller spelt the prompt argument."""
         b, p = self.total.shape[:2]
         bi = check_index(name, prompt, b, what="prompts")
+        pos = self.default_pos if pos is None else pos
+        if pos == "mean":
+            real = self.attention_mask[bi].bool()
+            return self.contributions[:, bi, real].mean(dim=1), self.total[bi, real].mean(dim=0)
+        if isinstance(pos, str):
+            raise ArgumentError(f"pos={pos!r} must be an int position, 'mean' (the mean over real tokens) or None")
         pi = check_index("pos", pos, p, what="positions")
         if not bool(self.attention_mask[bi, pi]):
             raise ArgumentError(f"pos={pos} of prompt {prompt} is padding")
         return self.contributions[:, bi, pi], self.total[bi, pi]
 
-    def to_dataframe(self, *, prompt: Optional[int] = None, pos: int = -1,
+    def to_dataframe(self, *, prompt: Optional[int] = None, pos: Union[int, str, None] = None,
                      batch: Optional[int] = None) -> pd.DataFrame:
-        """One row per term at (prompt, pos) (default: prompt 0, last position): its norm, its
-        projection on the total, its share. ``batch=`` is the deprecated spelling of ``prompt=``.
+        """One row per term at (prompt, pos): its norm, its projection on the total, its share.
+
+        Defaults: prompt 0; ``pos=None`` is ``default_pos`` — the last real token for a causal model,
+        ``"mean"`` (the mean-pooled sentence embedding, as MiniLM pools) for an encoder, never its
+        trailing [SEP] by accident. ``batch=`` is the deprecated spelling of ``prompt=``.
 
         ``projection`` = term · total / |total| (sums to |total| over terms).
         """
@@ -118,18 +130,20 @@ class Decomposition(Result):
         })
 
     def top(self, k: int = 10, *, by: Optional[str] = None, absolute: Optional[bool] = None,
-            prompt: Optional[int] = None, pos: int = -1, batch: Optional[int] = None) -> pd.DataFrame:
+            prompt: Optional[int] = None, pos: Union[int, str, None] = None,
+            batch: Optional[int] = None) -> pd.DataFrame:
         """The ``k`` terms with the largest |projection| on the total at (prompt, pos) (or by ``by``);
         ``batch=`` is the deprecated spelling of ``prompt=``."""
         row, name = prompt_alias(prompt, batch, owner="Decomposition.top")
         self._at(row, pos, name=name)  # bad rows are named as the caller spelt them
         return self._rank(self.to_dataframe(prompt=row, pos=pos), k, by=by, absolute=absolute)
 
-    def plot(self, *, prompt: int = 0, pos: int = -1, k: int = 20) -> go.Figure:
-        """Bar chart of the top-k terms' projections on the total (a plotly Figure)."""
+    def plot(self, *, prompt: int = 0, pos: Union[int, str, None] = None, k: int = 20) -> go.Figure:
+        """Bar chart of the top-k terms' projections on the total at ``pos`` (``"mean"``: over the
+        prompt's real tokens; None: ``default_pos``) — a plotly Figure."""
         from interp.plots import decomposition_figure
 
-        return decomposition_figure(self, prompt=prompt, pos=pos, k=k)
+        return decomposition_figure(self, prompt=prompt, pos=self.default_pos if pos is None else pos, k=k)
 
     def __repr__(self) -> str:
         return (f"Decomposition({self.point!r}: {len(self.labels)} terms, shape "
