@@ -6,7 +6,7 @@ The curated public API (explicit re-exports only). See docs/api.md. Figure build
 
 from interp.errors import InterpError
 from interp.attribution import LogitAttribution, attribute_direction, attribute_logits
-from interp.causal import KL, Direction, Effects, Logit, LogitDiff, LogProb, Metric, PatchResult, Prob, patch
+from interp.causal import KL, Direction, Effects, Logit, LogitDiff, LogProb, Metric, PatchResult, Prob, effects, patch, path_patch
 from interp.circuits import (
     CompositionScores,
     HeadOperator,
@@ -53,12 +53,14 @@ __all__ = [
     "circuits_report",
     "composition_scores",
     "copying_scores",
+    "effects",
     "export",
     "head_operator",
     "list_models",
     "load_model",
     "ov_circuit",
     "patch",
+    "path_patch",
     "path_expansion",
     "qk_circuit",
     "report",

@@ -18,7 +18,9 @@ from interp.causal._metrics import (
     final_norm,
     readout,
 )
+from interp.causal._effects import effects
 from interp.causal._patch import patch
+from interp.causal._path import path_patch
 from interp.causal._result import Effects, PatchResult
 
 __all__ = [
@@ -34,7 +36,9 @@ __all__ = [
     "PatchResult",
     "Prob",
     "as_metric",
+    "effects",
     "final_norm",
     "patch",
+    "path_patch",
     "readout",
 ]

@@ -179,13 +179,13 @@ def metric_reader(model: Any, bound: BoundMetric, base: RunCache, clean_out: Opt
     """``read(x [R, T, d], prompt [R], t0) -> [R]``: the metric of final residual rows carrying positions t0…"""
 
     def read(x: Tensor, prompt: Tensor, t0: int) -> Tensor:
-        if bound.positions is None:  # pooled: the positions before t0 are the base run's
+        if bound.positions is None:  # pooled (after the per-position readout); positions before t0 are the base's
             full = torch.cat([base.final[prompt, :t0], x], dim=1) if t0 > 0 else x  # type: ignore[index]
-            sel = bound.select(full, prompt)
+            out = bound.select(bound.read(model, full), prompt)
         else:
             rows = torch.arange(x.shape[0], device=x.device)
-            sel = x[rows, bound.positions.to(x.device)[prompt] - t0]
-        return bound(bound.read(model, sel), prompt=prompt, clean=clean_out)
+            out = bound.read(model, x[rows, bound.positions.to(x.device)[prompt] - t0])
+        return bound(out, prompt=prompt, clean=clean_out)
 
     return read
 
@@ -200,6 +200,8 @@ def clean_output(model: Any, bound: BoundMetric, clean_run: RunCache) -> Optiona
     """The clean run's metric input per prompt (only metrics that compare with it, e.g. KL, need it)."""
     if not bound.needs_clean:
         return None
+    if bound.positions is None:
+        return bound.select(bound.read(model, clean_run.final))  # type: ignore[arg-type]
     return bound.read(model, bound.select(clean_run.final))  # type: ignore[arg-type]
 
 

@@ -106,7 +106,9 @@ class Engine:
         self.scales = self._attention_scales()
         self._rope_cache: dict[int, tuple[Tensor, Tensor]] = {}
         self.interleaved = a.family == "native"
-        self.softmax_dtype = torch.float64 if model.dtype == torch.float64 else torch.float32
+        # the attention softmax in the model's own precision: Hugging Face's Llama computes it in
+        # float32 whatever the dtype (so a float64 Llama rounds its patterns to float32 too)
+        self.softmax_dtype = torch.float64 if model.dtype == torch.float64 and a.family != "llama" else torch.float32
 
     # ------------------------------------------------------------------ model facts
 

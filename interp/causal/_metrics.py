@@ -196,7 +196,8 @@ class LogitDiff(Metric):
     def describe(self, model: Any) -> str:
         n = 1 if isinstance(self.answer, (str, int)) else len(self.answer)  # type: ignore[arg-type]
         a, w = resolve_tokens(model, self.answer, n, "answer"), resolve_tokens(model, self.wrong, n, "wrong")
-        return f"logit[{_tok_name(model, a)}] − logit[{_tok_name(model, w)}]" + _per_prompt(torch.cat([a, w]))
+        per = _per_prompt(a) or _per_prompt(w)
+        return f"logit[{_tok_name(model, a)}] − logit[{_tok_name(model, w)}]" + per
 
     def _fn(self, model: Any, n: int) -> Callable:
         a = resolve_tokens(model, self.answer, n, "answer").to(model.device)

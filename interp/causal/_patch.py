@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
@@ -167,12 +168,41 @@ def patch(
     check_ablation(direction, ablation, reference)
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=direction == "denoise" or ablation == "corrupt")
     node_list, kind = resolve_nodes(model, nodes)
+    sw = sweep_nodes(model, pair, node_list, positions=positions, direction=direction, ablation=ablation,
+                     reference=reference, batch_size=batch_size, progress=progress, seed=seed, desc=f"patch {kind}")
+    str_tokens = model.to_str_tokens(pair.clean.tokens[0]) if model.tokenizer is not None else None
+    return PatchResult(
+        values=sw.per_prompt.mean(-1).cpu(), per_prompt=sw.per_prompt.cpu(), labels=[nd.text for nd in node_list],
+        clean=float(sw.clean_m.mean()), corrupt=float(sw.corrupt_m.mean()), clean_per_prompt=sw.clean_m.cpu(),
+        corrupt_per_prompt=sw.corrupt_m.cpu(), metric=pair.bound.name, method="activation patching",
+        direction=direction, ablation=ablation, positions=positions, n_layers=model.arch.n_layers,
+        n_heads=model.arch.n_heads, str_tokens=str_tokens, details={"nodes": kind, "seed": seed},
+    )
+
+
+@dataclass
+class Sweep:
+    """One sweep's metric per node and prompt, the baselines, and the runs it made."""
+
+    per_prompt: Tensor  # [nodes, P] or [nodes, pos, P]
+    clean_m: Tensor
+    corrupt_m: Tensor
+    c_run: RunCache
+    k_run: Optional[RunCache]
+    src: Optional[RunCache]  # the source of the patched values (None: zero ablation)
+    clean_out: Optional[Tensor]
+
+
+def sweep_nodes(model: Any, pair: Pair, node_list: list[Node], *, positions: str, direction: str, ablation: str,
+                reference: Any, batch_size: Optional[int], progress: bool, seed: int, desc: str,
+                keep_scales: bool = False, extra_sites: Optional[set[str]] = None) -> Sweep:
+    """Steps 2–4 of the module docstring for checked inputs."""
     e = pair.engine
     P, n = pair.clean.tokens.shape
     causal = model.arch.causal
-    sites = capture_sites(node_list)
+    sites = capture_sites(node_list) | (extra_sites or set())
     base_name = "corrupt" if direction == "denoise" else "clean"
-    c_run, k_run = run_pair(pair, sites, base=base_name, keep_kv=causal)
+    c_run, k_run = run_pair(pair, sites, base=base_name, keep_kv=causal, keep_scales=keep_scales)
     base_run = k_run if direction == "denoise" else c_run
     base_batch = pair.corrupt if direction == "denoise" else pair.clean
     if direction == "denoise":
@@ -211,21 +241,15 @@ def patch(
                 variants.append(_variant(node, src, base_run, p, t, t if causal else 0, dev))
                 where.append((i, t, p))
     bs = batch_size or default_batch_size(model, n)
-    log.info("patch: %d nodes, %d variants, batch_size %d, shared prefix %d", len(node_list), len(variants), bs, share)
+    log.info("%s: %d nodes, %d variants, batch_size %d, shared prefix %d", desc, len(node_list), len(variants), bs, share)
     if variants:
         read = metric_reader(model, pair.bound, base_run, clean_out)
-        bar = tqdm(total=len(variants), desc=f"patch {kind}", unit="run", disable=not progress)
+        bar = tqdm(total=len(variants), desc=desc, unit="run", disable=not progress)
         try:
             vals = e.sweep(base_run, base_batch.tokens, mask, variants, read, batch_size=bs, progress=bar)
         finally:
             bar.close()
         idx = torch.tensor(where, device=per_prompt.device)
         per_prompt[tuple(idx.T)] = vals.to(per_prompt.dtype)
-    str_tokens = model.to_str_tokens(pair.clean.tokens[0]) if model.tokenizer is not None else None
-    return PatchResult(
-        values=per_prompt.mean(-1).cpu(), per_prompt=per_prompt.cpu(), labels=[nd.text for nd in node_list],
-        clean=float(clean_m.mean()), corrupt=float(corrupt_m.mean()), clean_per_prompt=clean_m.cpu(),
-        corrupt_per_prompt=corrupt_m.cpu(), metric=pair.bound.name, method="activation patching",
-        direction=direction, ablation=ablation, positions=positions, n_layers=model.arch.n_layers,
-        n_heads=model.arch.n_heads, str_tokens=str_tokens, details={"nodes": kind, "seed": seed},
-    )
+    return Sweep(per_prompt=per_prompt, clean_m=clean_m, corrupt_m=corrupt_m, c_run=c_run, k_run=k_run, src=src,
+                 clean_out=clean_out)

@@ -1,0 +1,164 @@
+"""Total, direct and indirect effect of every node (docs/math.md, "Direct effect = the ledger").
+
+For a node n with write a_n (a head's z_h W_O^h, an MLP's output, an embedding), the metric M and
+the noising ablation a_n → ã_n (the corrupt run's value, zero, a mean or a resample):
+
+    total(n)    = M(clean run with a_n ← ã_n, everything downstream recomputed) − M(clean)
+    direct(n)   = M(x_final + J_n (ã_n − a_n), final scale σ frozen) − M(x_final, σ frozen)
+    indirect(n) = total(n) − direct(n)
+
+where J_n carries a write to the final residual with every later node frozen at its clean value:
+the identity for pre-norm and parallel blocks, and for post-norm blocks every later Add & Norm
+with its scale frozen at the clean run's (γ ⊙ centre(·)/σ). With the final scale frozen the
+logits are linear in the final residual, so for a logit difference direct(n) is exactly the
+difference of n's direct-logit-attribution terms between the clean run and the run with only n
+replaced — the same number two ways (tests/causal/test_effects.py).
+
+Cost: one noising sweep (the total effects) and one batched readout of n_nodes rows (direct).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from interp._norms import apply_frozen
+from interp._validate import check_bool, check_choice, check_positive_int
+from interp.causal._common import Node, Pair, make_pair, resolve_nodes
+from interp.causal._engine import RunCache
+from interp.causal._patch import ABLATIONS, check_ablation, sweep_nodes
+from interp.causal._result import Effects
+from interp.errors import ArgumentError
+from interp.stream._inputs import require_model
+
+__all__ = ["effects", "node_write", "carry_to_final"]
+
+_WRITE_SITES = ("z", "mlp_out", "embed.token", "embed.pos", "embed.type")
+
+
+def node_write(model: Any, node: Node, run: Optional[RunCache], like: RunCache) -> Tensor:
+    """The node's write into the residual stream, [P, n, d_model] (zeros when ``run`` is None)."""
+    if node.site == "z":
+        z = (run if run is not None else like).acts["z"][node.layer]
+        out = z[:, :, node.head] @ model.weights.W_O[node.layer, node.head]  # type: ignore[index]
+    elif node.site == "mlp_out":
+        out = (run if run is not None else like).acts["mlp_out"][node.layer]  # type: ignore[assignment]
+    else:
+        out = (run if run is not None else like).embed[node.site]
+    return torch.zeros_like(out) if run is None else out  # type: ignore[arg-type]
+
+
+def carry_to_final(model: Any, node: Node, delta: Tensor, clean: RunCache, pos: Optional[Tensor]) -> Tensor:
+    """J_n δ: a change of n's write carried to the final residual with every later node frozen.
+
+    ``delta`` [P, m, d] at positions ``pos`` [P, m] (or every position when None). Post-norm: through
+    every later norm with its scale frozen at the clean run's; otherwise the identity.
+    """
+    a, w = model.arch, model.weights
+    if a.norm_placement != "post":
+        return delta
+
+    def sig(t: Tensor) -> Tensor:  # a clean σ [P, n, 1] at the positions of delta
+        return t if pos is None else torch.gather(t, 1, pos[..., None])
+
+    x = delta
+    if node.layer < 0:  # embeddings: the embedding norm, then every block
+        if w.ln_emb_w is not None:
+            parts = sum(clean.embed.values())
+            s = torch.sqrt(((parts - parts.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True) + a.norm_eps)
+            x = apply_frozen(x, w.ln_emb_w, sig(s), "layernorm")
+        start, in_ln2 = 0, False
+    else:
+        start, in_ln2 = node.layer, node.site == "mlp_out"
+    for l in range(start, a.n_layers):
+        if not (l == start and in_ln2):
+            x = apply_frozen(x, w.ln1_w[l], sig(clean.scales["ln1"][l]), a.norm)
+        x = apply_frozen(x, w.ln2_w[l], sig(clean.scales["ln2"][l]), a.norm)
+    return x
+
+
+def effects(
+    model: Any,
+    clean: Any,
+    corrupt: Any = None,
+    *,
+    metric: Any,
+    nodes: Union[str, Sequence[Any]] = "components",
+    ablation: str = "corrupt",
+    reference: Any = None,
+    batch_size: Optional[int] = None,
+    progress: bool = True,
+    seed: int = 0,
+) -> Effects:
+    """Total, direct and indirect effect of each node's write on ``metric`` (module docstring).
+
+    ``nodes``: "components" (embeddings, heads, MLPs), "heads", "mlps" or a list of such labels.
+    ``ablation``: "corrupt" (needs ``corrupt``), "zero", "mean" or "resample" (need ``reference``).
+    """
+    require_model(model)
+    check_choice("ablation", ablation, ABLATIONS)
+    check_bool("progress", progress)
+    check_positive_int("batch_size", batch_size, allow_none=True)
+    check_ablation("noise", ablation, reference)
+    if isinstance(nodes, str) and nodes not in ("components", "heads", "mlps"):
+        raise ArgumentError(f"nodes={nodes!r}: effects are defined for writes; use 'components', 'heads', 'mlps' "
+                            "or a list of head / MLP / embedding labels")
+    pair = make_pair(model, clean, corrupt, metric, need_corrupt=ablation == "corrupt")
+    node_list, kind = resolve_nodes(model, nodes)
+    bad = [nd.text for nd in node_list if nd.site not in _WRITE_SITES]
+    if bad:
+        raise ArgumentError(f"nodes={bad[:3]}: effects are defined for writes (heads, MLPs, embeddings), "
+                            "not resid points, head inputs or patterns")
+    post = model.arch.norm_placement == "post"
+    sw = sweep_nodes(model, pair, node_list, positions="all", direction="noise", ablation=ablation,
+                     reference=reference, batch_size=batch_size, progress=progress, seed=seed,
+                     desc=f"effects {kind}", keep_scales=post,
+                     extra_sites={"attn_out", "mlp_out", "resid_mid"} if post else set())
+    total = sw.per_prompt - sw.clean_m[None]
+    direct = _direct(model, pair, node_list, sw.c_run, sw.src, sw.clean_out)
+    indirect = total - direct
+    per = torch.stack([total, direct, indirect]).cpu()
+    return Effects(
+        total=total.mean(-1).cpu(), direct=direct.mean(-1).cpu(), indirect=indirect.mean(-1).cpu(), per_prompt=per,
+        labels=[nd.text for nd in node_list], clean=float(sw.clean_m.mean()), clean_per_prompt=sw.clean_m.cpu(),
+        metric=pair.bound.name, ablation=ablation, n_layers=model.arch.n_layers, n_heads=model.arch.n_heads,
+    )
+
+
+def _direct(model: Any, pair: Pair, node_list: list[Node], c_run: RunCache, src: Optional[RunCache],
+            clean_out: Optional[Tensor]) -> Tensor:
+    """direct [n_nodes, P]: one batched frozen-scale readout of x_final + J_n δ_n for every node."""
+    bound = pair.bound
+    P, n = pair.clean.tokens.shape
+    dev = model.device
+    final = c_run.final  # [P, n, d]
+    if bound.positions is None:
+        pos = None
+        x0 = final
+    else:
+        pos = bound.positions.to(dev)[:, None]  # [P, 1]
+        x0 = torch.gather(final, 1, pos[..., None].expand(P, 1, final.shape[-1]))  # type: ignore[arg-type]
+    from interp.causal._metrics import final_norm
+
+    _, sigma = final_norm(model, x0)  # the clean run's final scale at these positions: frozen
+    deltas = []
+    for nd in node_list:
+        d = node_write(model, nd, src, c_run) - node_write(model, nd, c_run, c_run)
+        if pos is not None:
+            d = torch.gather(d, 1, pos[..., None].expand(P, 1, d.shape[-1]))
+        deltas.append(carry_to_final(model, nd, d, c_run, pos))
+    D = torch.stack(deltas)  # [N, P, m, d]
+    N = D.shape[0]
+    prompt = torch.arange(P, device=dev).repeat(N)
+
+    def metric(x: Tensor, prompt_: Tensor) -> Tensor:  # x [R, m, d]
+        out = bound.read(model, x, scale=sigma[prompt_])
+        out = bound.select(out, prompt_) if pos is None else out[:, 0]
+        return bound(out, prompt=prompt_, clean=clean_out)
+
+    with torch.inference_mode():
+        base = metric(x0, torch.arange(P, device=dev))  # = the clean metric (its own scale)
+        patched = metric((x0[None] + D).reshape(N * P, *x0.shape[1:]), prompt)
+    return (patched.reshape(N, P) - base[None]).to(torch.float64 if model.dtype == torch.float64 else torch.float32)
