@@ -32,8 +32,9 @@ def build_figures() -> dict:
 
     from tiny_models import tiny_model
     from interp.attribution import attribute_logits
+    from interp.circuits import composition_graph
     from interp.plots import (attention_pattern_figure, attribution_heatmap, attribution_waterfall,
-                              composition_graph, copying_score_map, residual_stream_figure)
+                              copying_score_map, residual_stream_figure)
     from interp.stream import attention_patterns, trace
 
     m = tiny_model("llama")

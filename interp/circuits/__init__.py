@@ -16,6 +16,7 @@ from interp.circuits._basis import PrivilegedBasisReport, privileged_basis_repor
 from interp.circuits._composition import CompositionScores, composition_scores
 from interp.circuits._copying import HeadScores, OVDiagonalStats, copying_scores, ov_diagonal_stats
 from interp.circuits._factored import POSITION_NOTE, Circuit
+from interp.circuits._graph import CompositionGraph, composition_edges, composition_graph, composition_graph_json
 from interp.circuits._head_operator import HeadOperator, head_operator
 from interp.circuits._labels import read_labels, write_labels
 from interp.circuits._ov_qk import ov_circuit, qk_circuit
@@ -26,6 +27,7 @@ from interp.circuits._virtual import VirtualWeightNorms, virtual_weight_norms, v
 
 __all__ = [
     "Circuit",
+    "CompositionGraph",
     "CompositionScores",
     "ErasureTable",
     "HeadOperator",
@@ -36,6 +38,9 @@ __all__ = [
     "PrivilegedBasisReport",
     "SubspaceOverlap",
     "VirtualWeightNorms",
+    "composition_edges",
+    "composition_graph",
+    "composition_graph_json",
     "composition_scores",
     "copying_scores",
     "erasure_candidates",

@@ -12,7 +12,7 @@ from interp.plots._attribution import attribution_heatmap, attribution_waterfall
 from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_token_table
 from interp.plots._decomposition import decomposition_figure
 from interp.plots._export import Exporter, export
-from interp.plots._graph import CompositionGraph, composition_edges, composition_graph, composition_graph_json
+from interp.plots._graph import composition_graph_figure
 from interp.plots._scores import (
     composition_score_map,
     erasure_figure,
@@ -26,14 +26,11 @@ from interp.plots._scores import (
 from interp.plots._stream import residual_stream_figure
 
 __all__ = [
-    "CompositionGraph",
     "Exporter",
     "attention_pattern_figure",
     "attribution_heatmap",
     "attribution_waterfall",
-    "composition_edges",
-    "composition_graph",
-    "composition_graph_json",
+    "composition_graph_figure",
     "composition_score_map",
     "copying_score_map",
     "decomposition_figure",

@@ -37,7 +37,7 @@ import torch
 
 from interp.attribution import attribute_direction, attribute_logits
 from interp.attribution._answers import resolve_tokens
-from interp.circuits import composition_scores, copying_scores, ov_circuit
+from interp.circuits import composition_edges, composition_scores, copying_scores, ov_circuit
 from interp.errors import ArgumentError, ExportError, UnsupportedOperationError
 from interp.models import load_model, readable_token
 from interp.plots._attention import attention_pattern_figure
@@ -45,7 +45,6 @@ from interp.plots._attribution import attribution_heatmap, attribution_vector, a
 from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_token_table, top_token_values
 from interp.plots._common import esc, fmt, parse_head, token_label
 from interp.plots._export import Exporter, find_browser, write_atomic
-from interp.plots._graph import composition_edges
 from interp.plots._stream import residual_stream_figure, residual_stream_norms
 from interp.report._html import Page, data_table, kv_table
 from interp.stream import attention_patterns, trace

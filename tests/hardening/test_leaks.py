@@ -291,7 +291,7 @@ def _results(models) -> dict[str, list[Any]]:
     Classes that do not (yet) have save/load are listed too: once they gain SaveLoadMixin their
     round trip is tested automatically."""
     import interp.circuits as C
-    from interp.plots import composition_edges
+    from interp.circuits import composition_edges
 
     g, b, l = models["gpt2"], models["bert"], models["llama"]
     out: dict[str, list[Any]] = {}

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from interp.errors import ArgumentError, ExportError, InterpError
-from interp.plots import Exporter, composition_edges, export
+from interp.circuits import composition_edges
+from interp.plots import Exporter, export
 from interp.plots import _export as export_module
 from interp.stream import trace
 from plots_helpers import PNG_SIGNATURE, chromium_path, external_resources, png_size

@@ -17,14 +17,11 @@ from transformer_lens import FactoredMatrix
 from interp.attribution import attribute_logits
 from interp.errors import ArgumentError, ShapeError
 from interp.stream import attention_patterns
+from interp.circuits import CompositionGraph, composition_edges, composition_graph, composition_graph_json
 from interp.plots import (
-    CompositionGraph,
     attention_pattern_figure,
     attribution_heatmap,
     attribution_waterfall,
-    composition_edges,
-    composition_graph,
-    composition_graph_json,
     copying_score_map,
     decomposition_figure,
     ov_eigenvalue_figure,
