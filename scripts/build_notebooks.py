@@ -7,8 +7,9 @@
 2. run it top to bottom in a fresh ``python3`` kernel with ``notebooks/`` as the working directory;
 3. normalise what changes from run to run, so a rebuild only diffs where results changed: execution
    timestamps and the kernel's Python version are dropped, wall-clock timings and temporary paths in
-   printed text become ``…``, a tqdm progress widget becomes its final text line (no rate, no ETA) and
-   the widget state is dropped, cell ids become ``cell-00``, ``cell-01``, …;
+   printed text become ``…``, a tqdm progress widget becomes its final text line (no rate, no ETA;
+   bars of one-time cache fills are left out) and the widget state is dropped, consecutive prints
+   to one stream become one output, cell ids become ``cell-00``, ``cell-01``, …;
 4. write ``notebooks/<name>.ipynb`` next to the source (jupytext keeps the pair's metadata).
 
 A cell that raises stops the build with the error, and the ``.ipynb`` is left as it was.
@@ -32,6 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+# Progress bars shown only on a machine's first run (a one-time cache fill), dropped from the outputs.
+FIRST_RUN_ONLY = ("Converting and de-quantizing GGUF",)
 
 # (pattern, replacement) applied to printed text and text/plain outputs: only values that differ
 # between two runs of an unchanged notebook (timings, temporary paths, object addresses).
@@ -83,12 +86,15 @@ def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
                 out.text = scrub_text(out.text)
                 if out.name == "stderr" and not out.text.strip():
                     continue
+                if outputs and outputs[-1].output_type == "stream" and outputs[-1].name == out.name:
+                    outputs[-1].text += out.text  # where the kernel split a stream depends on timing
+                    continue
             elif out.output_type in ("display_data", "execute_result"):
                 data = out.get("data", {})
                 if WIDGET_VIEW in data:
                     text = _widget_text(data[WIDGET_VIEW].get("model_id", ""), widget_state)
-                    if text is None:
-                        continue  # a widget with nothing static to show
+                    if text is None or text.startswith(FIRST_RUN_ONLY):
+                        continue  # a widget with nothing static to show, or a first-run-only bar
                     data.clear()
                     data["text/plain"] = text
                 if isinstance(data.get("text/plain"), str):
