@@ -172,6 +172,9 @@ class PathExpansion(Result):
                              "heads": [ARROW.join(p[1:]) for p in parts], "value": v.numpy(),
                              "logit": [lg] * len(self.labels)})
 
+    def _ranked_frame(self) -> pd.DataFrame:
+        return self.path_table()
+
     def top(self, k: int = 10, *, by: Optional[str] = None, absolute: Optional[bool] = None,
             prompt: Optional[int] = None) -> pd.DataFrame:
         """The ``k`` paths that raise the chosen logit most (by ``value``, the mean over prompts unless

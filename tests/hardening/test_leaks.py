@@ -318,6 +318,11 @@ def _results(models) -> dict[str, list[Any]]:
     out["AttentionPatterns"] = [attention_patterns(g, PROMPTS, ["L0.H1", "L1.H0"])]
     out["CompositionGraph"] = [composition_edges(C.composition_scores(g, "Q"), max_edges=5)]
     out["PathExpansion"] = [path_expansion(models["toy"], torch.tensor([[0, 5, 6, 7]]), order=2)]
+    from interp.causal import LogitDiff, effects, patch
+
+    diff = LogitDiff("w12", "w13")
+    out["PatchResult"] = [patch(l, "w1 w2 w3 w4", "w1 w9 w3 w4", metric=diff, nodes="heads", progress=False)]
+    out["Effects"] = [effects(g, "w1 w2 w3 w4", "w1 w9 w3 w4", metric=diff, progress=False)]
     return out
 
 
@@ -328,7 +333,8 @@ def _all_result_classes() -> set[str]:
     while todo:
         c = todo.pop()
         if c.__name__ not in seen:
-            seen.add(c.__name__)
+            if dataclasses.is_dataclass(c):  # not the abstract bases (interp._result.Result)
+                seen.add(c.__name__)
             todo.extend(c.__subclasses__())
     return seen
 
