@@ -8,11 +8,14 @@ Writes (terms that join the residual stream)::
 
     embed  pos_embed  type_embed            Embed("token" | "pos" | "type")
     L3.H5                                   Head(3, 5)            a head's output z_h W_O^h
+    L3.H5[src=4]                            HeadSource(3, 5, 4)   the part of it read from source position 4,
+                                                                  A[dst, 4] · v_4 W_O^h
     L3.mlp                                  Mlp(3)                an MLP's output
     L3.N17                                  Neuron(3, 17)         one MLP neuron's write
     L3.attn_bias  L3.mlp_bias  unembed_bias Bias(3, "attn") ...   output-projection / unembedding biases
     L3.ln1_bias  L3.ln2_bias  embed_ln_bias  final_bias
                                             NormBias(Norm(...))   a frozen norm's β (its own term)
+    log_partition  wrong_lse_remainder      TargetTerm(...)       terms of a non-linear attribution target
 
 Reads (linear maps that see the stream)::
 
@@ -57,6 +60,8 @@ __all__ = [
     "Norm",
     "NormBias",
     "Attn",
+    "HeadSource",
+    "TargetTerm",
     "HeadInput",
     "MlpInput",
     "Output",
@@ -210,6 +215,39 @@ class Attn(_Label):
         return f"L{self.layer}.attn"
 
 
+@dataclass(frozen=True, eq=True, order=False)
+class HeadSource(_Label):
+    """The part of head ``head``'s output at a destination token read from source position ``src``:
+    A[dst, src] · v_src W_O^h (``L3.H5[src=4]``). Summed over ``src`` it is the head's term (``L3.H5``)."""
+
+    layer: int
+    head: int
+    src: int
+
+    def __str__(self) -> str:
+        return f"L{self.layer}.H{self.head}[src={self.src}]"
+
+    @property
+    def head_label(self) -> Head:
+        return Head(self.layer, self.head)
+
+
+@dataclass(frozen=True, eq=True, order=False)
+class TargetTerm(_Label):
+    """A term an attribution target adds beyond the model's writes: ``log_partition`` (−log Σ_v exp logit_v of a
+    log-probability target) or ``wrong_lse_remainder`` (the gap of a logsumexp over wrong tokens beyond its
+    softmax-weighted mean)."""
+
+    which: Literal["log_partition", "wrong_lse_remainder"]
+
+    def __str__(self) -> str:
+        return self.which
+
+    @property
+    def layer_index(self) -> int:
+        return 1 << 30
+
+
 # ---------------------------------------------------------------------------------------------
 # reads
 
@@ -306,7 +344,7 @@ class Edge(_Label):
         return self.reader.layer_index
 
 
-Label = Union[Write, Read, Norm, Resid, Path, Edge]
+Label = Union[Write, Read, Norm, Resid, Path, Edge, HeadSource, TargetTerm]
 
 # ---------------------------------------------------------------------------------------------
 # parsing
@@ -322,11 +360,14 @@ _FIXED: dict[str, _Label] = {
     "final_bias": NormBias(Norm(None, "final")),
     "unembed": Output("unembed"),
     "final": Output("final"),
+    "log_partition": TargetTerm("log_partition"),
+    "wrong_lse_remainder": TargetTerm("wrong_lse_remainder"),
 }
 _LAYERED = re.compile(r"L(\d+)\.(.+)")
 _RESID = re.compile(r"blocks\.(\d+)\.hook_resid_(pre|mid|post)")
 _IN_LAYER: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(r"H(\d+)"), lambda l, m: Head(l, int(m[1]))),
+    (re.compile(r"H(\d+)\[src=(\d+)\]"), lambda l, m: HeadSource(l, int(m[1]), int(m[2]))),
     (re.compile(r"N(\d+)"), lambda l, m: Neuron(l, int(m[1]))),
     (re.compile(r"mlp"), lambda l, m: Mlp(l)),
     (re.compile(r"attn"), lambda l, m: Attn(l)),
@@ -377,7 +418,7 @@ def parse(text: Any) -> Label:
     lab = _parse_one(text)
     if lab is None:
         raise LabelError(f"label={text!r} is not an interp label; labels look like 'embed', 'L3.H5', 'L3.mlp', "
-                         f"'L3.N17', 'L3.attn_bias', 'L3.ln1_bias', 'L3.attn.q[H5]', 'L3.mlp.in', 'unembed', "
+                         f"'L3.N17', 'L3.H5[src=4]', 'L3.attn_bias', 'L3.ln1_bias', 'L3.attn.q[H5]', 'L3.mlp.in', 'unembed', "
                          f"'blocks.3.hook_resid_pre', 'embed→L0.H1', 'L0.H3→L1.attn.k[H2]'")
     return lab  # type: ignore[return-value]
 

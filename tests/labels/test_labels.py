@@ -79,3 +79,22 @@ def test_head_labels_round_trip(layer, head, which):
     for lab in (L.Head(layer, head), L.HeadInput(layer, which, head), L.Neuron(layer, head),
                 L.Edge(L.Head(layer, head), L.HeadInput(layer + 1, which, head))):
         assert L.parse(str(lab)) == lab
+
+
+@given(st.integers(0, 999), st.integers(0, 999), st.integers(0, 99_999))
+def test_head_source_labels_round_trip(layer, head, src):
+    lab = L.HeadSource(layer, head, src)
+    assert str(lab) == f"L{layer}.H{head}[src={src}]"
+    assert L.parse(str(lab)) == lab and L.HeadSource.parse(str(lab)) == lab
+    assert lab.head_label == L.Head(layer, head)
+    assert isinstance(L.parse(f"L{layer}.H{head}"), L.Head)  # the plain head is still a Head
+
+
+def test_target_terms_and_bad_head_sources():
+    assert L.parse("log_partition") == L.TargetTerm("log_partition")
+    assert str(L.parse("wrong_lse_remainder")) == "wrong_lse_remainder"
+    for bad in ("L3.H5[src=]", "L3.H5[src=-1]", "L3.H5[4]", "L3.H5@4", "L3.H5[src=4"):
+        with pytest.raises(LabelError):
+            L.parse(bad)
+    with pytest.raises(LabelError, match="label='L3.H5\\[src=2\\]'"):
+        L.parse_write("L3.H5[src=2]")  # a part of a head's write, not a write of the block program
