@@ -14,6 +14,7 @@ __all__ = [
     "check_choice",
     "check_finite_float",
     "check_index",
+    "check_int",
     "check_int_min",
     "check_int_range",
     "check_positive_float",
@@ -62,6 +63,13 @@ def check_positive_float(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < float("inf")):
         raise ArgumentError(f"{name}={value!r} must be a finite number > 0")
     return float(value)
+
+
+def check_int(name: str, value: Any) -> int:
+    """``value`` if it is an int (not a bool), else an :class:`ArgumentError`."""
+    if not _is_int(value):
+        raise ArgumentError(f"{name}={value!r} must be an int")
+    return int(value)
 
 
 def check_int_min(name: str, value: Any, low: int) -> int:

@@ -39,6 +39,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp._validate import check_positive_int
 from interp.errors import ArgumentError, MemoryCapError, ShapeError, UnsupportedOperationError
 
 __all__ = [
@@ -47,8 +48,6 @@ __all__ = [
     "check_data",
     "check_layer",
     "check_head",
-    "check_bool",
-    "check_positive_int",
     "check_max_bytes",
     "centres_writes",
     "folds_gains",
@@ -103,22 +102,9 @@ def check_head(model: Any, head: Any, *, name: str = "head", kv: bool = False) -
     return head
 
 
-def check_bool(value: Any, *, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise ArgumentError(f"{name}={value!r} must be True or False")
-    return value
-
-
-def check_positive_int(value: Any, *, name: str) -> int:
-    if not _is_int(value) or value < 1:
-        raise ArgumentError(f"{name}={value!r} must be a positive int")
-    return value
-
-
 def check_max_bytes(value: Any) -> int:
-    if not _is_int(value) or value < 1:
-        raise ArgumentError(f"max_bytes={value!r} must be a positive int (bytes)")
-    return value
+    """``max_bytes`` as a positive int (a memory cap in bytes)."""
+    return check_positive_int("max_bytes", value)
 
 
 def nbytes_of(shape: tuple[int, ...], dtype: torch.dtype) -> int:

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from interp._validate import check_bool
 from interp.circuits._common import (
     check_model,
     DEFAULT_MAX_BYTES,
-    check_bool,
     check_head,
     check_layer,
     convention,
@@ -46,8 +46,8 @@ def ov_circuit(model: Any, layer: int, head: int, *, full: bool = False, fold_no
     """
     check_model(model)
     layer, head = check_layer(model, layer), check_head(model, head)
-    check_bool(full, name="full")
-    check_bool(fold_norms, name="fold_norms")
+    check_bool("full", full)
+    check_bool("fold_norms", fold_norms)
     g = model.arch.kv_head(head)
     _, _, W_V = folded_qkv(model, fold_norms, layer=layer)
     W_O = fold_write(model, model.weights.W_O[layer], fold_norms)
@@ -72,8 +72,8 @@ def qk_circuit(model: Any, layer: int, head: int, *, full: bool = False, rel_pos
     """
     check_model(model)
     layer, head = check_layer(model, layer), check_head(model, head)
-    check_bool(full, name="full")
-    check_bool(fold_norms, name="fold_norms")
+    check_bool("full", full)
+    check_bool("fold_norms", fold_norms)
     g = model.arch.kv_head(head)
     W_Q, W_K, _ = folded_qkv(model, fold_norms, layer=layer)
     A, Bt = W_Q[head], W_K[g]  # [d_model, d_head] each

@@ -33,6 +33,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from interp._validate import check_int, check_int_min
 from interp.circuits._common import check_model, check_data
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 from interp.models import hf_state_from_weights, hf_writable, model_from_hf
@@ -46,10 +47,8 @@ def random_rotation(d_model: int, *, fix_ones: bool = False, seed: int = 0,
                     dtype: torch.dtype = torch.float64) -> Tensor:
     """A random orthogonal [d_model, d_model] matrix (Haar, seeded); ``fix_ones=True`` makes R·1 = 1
     (a rotation of the hyperplane orthogonal to 1, as LayerNorm models need)."""
-    if not isinstance(d_model, int) or isinstance(d_model, bool) or d_model < 2:
-        raise ArgumentError(f"d_model={d_model!r} must be an int ≥ 2")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ArgumentError(f"seed={seed!r} must be an int")
+    check_int_min("d_model", d_model, 2)
+    check_int("seed", seed)
     g = torch.Generator().manual_seed(seed)
     n = d_model - 1 if fix_ones else d_model
     Q, Rr = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))
