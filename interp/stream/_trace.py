@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import difflib
 import operator
-import re
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
-import einops
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Int
 from torch import Tensor
 
 from interp.errors import ArgumentError, LabelError, ShapeError
@@ -34,49 +32,10 @@ from interp.models import ArchInfo, Event, Weights, build_program, resid_hook_na
 from interp.stream._capture import capture, run_forward
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch, as_batch, check_tensor_data, require_model
-from interp._norms import frozen_direction, norm_scale
+from interp.stream._projected import capture_projected
+from interp.stream._walk import fill, plan_walk, project_term, scale_chain, sigma
 
 __all__ = ["ResidualTrace", "trace", "trace_at", "capture_names"]
-
-
-def _norm_params(w: Weights, arch: ArchInfo, norm_id: str) -> tuple[Tensor, Tensor, str]:
-    """(γ, β, hook name of the norm's input) for a norm id."""
-    if norm_id == "final":
-        return w.lnf_w, w.lnf_b, "ln_final.hook_in"
-    if norm_id == "embed_ln":
-        return w.ln_emb_w, w.ln_emb_b, "embed_ln.hook_in"
-    m = re.fullmatch(r"L(\d+)\.ln([12])", norm_id)
-    l, which = int(m.group(1)), m.group(2)
-    if which == "1":
-        return w.ln1_w[l], w.ln1_b[l], f"blocks.{l}.ln1.hook_in"
-    return w.ln2_w[l], w.ln2_b[l], f"blocks.{l}.ln2.hook_in"
-
-
-def _norm_output_hook(norm_id: str) -> str:
-    if norm_id == "final":
-        return "ln_final.hook_out"
-    if norm_id == "embed_ln":
-        return "embed_ln.hook_out"
-    l, which = re.fullmatch(r"L(\d+)\.ln([12])", norm_id).groups()
-    return f"blocks.{l}.ln{which}.hook_out"
-
-
-def _total_hook(arch: ArchInfo, ev: Event) -> str:
-    """The hook holding the model's own tensor at a read or resid point."""
-    post = arch.norm_placement == "post"
-    if ev.kind == "resid":
-        if post and ev.label.endswith("hook_resid_mid"):
-            return f"blocks.{ev.layer}.ln1.hook_out"  # x_mid = N1(x + attn)
-        return ev.label
-    if ev.norm is not None:
-        return _norm_output_hook(ev.norm)
-    last = arch.n_layers - 1
-    if ev.label in ("final", "unembed"):
-        return f"blocks.{last}.hook_resid_post"
-    if ".attn." in ev.label:
-        return f"blocks.{ev.layer}.hook_resid_pre"
-    # mlp.in without a pre-norm
-    return f"blocks.{ev.layer}.ln1.hook_out" if post else f"blocks.{ev.layer}.hook_resid_mid"
 
 
 def capture_names(arch: ArchInfo, *, neuron_layers: Sequence[int] = (), has_types: bool = False) -> list[str]:
@@ -111,7 +70,8 @@ class ResidualTrace:
 
     Holds token ids, the captured activations and the model's weights (tensors only, never
     the model). ``writes`` and ``reads`` list the labels in stream order; ``decompose(label)``
-    returns a :class:`Decomposition`.
+    returns a :class:`Decomposition`. A trace made with ``trace(..., project=...)`` holds no
+    activations, only the decompositions of the reads it was asked for (``projected``).
     """
 
     arch: ArchInfo
@@ -123,11 +83,13 @@ class ResidualTrace:
     neuron_layers: tuple[int, ...] = ()
     project_onto: Optional[Tensor] = field(default=None, repr=False)
     logits: Optional[Tensor] = field(default=None, repr=False)
+    projected: Optional[dict[str, Decomposition]] = field(default=None, repr=False)
+    has_types: Optional[bool] = None  # a token-type embedding write; None: read from the activations
 
     @property
     def program(self) -> list[Event]:
-        return build_program(self.arch, neuron_layers=self.neuron_layers,
-                             n_types=int("token_type_embed.hook_out" in self.activations))
+        types = self.has_types if self.has_types is not None else "token_type_embed.hook_out" in self.activations
+        return build_program(self.arch, neuron_layers=self.neuron_layers, n_types=int(types))
 
     @property
     def writes(self) -> list[str]:
@@ -186,98 +148,43 @@ class ResidualTrace:
             raise ArgumentError("project_onto contains NaN or inf")
         return u.to(device=dev, dtype=dt), False
 
+    def _projected(self, read_label: str, project_onto: Optional[Tensor]) -> Decomposition:
+        """The decomposition a projection-mode trace computed during its pass."""
+        if read_label not in self.projected:
+            self._find(read_label)  # a LabelError if it is no read or resid point at all
+            raise LabelError(f"read_label={read_label!r} was not projected by this trace; it holds only "
+                             f"{sorted(self.projected)} (trace(..., project={{label: directions}})); trace "
+                             "again with this label in project, or without project to decompose any read")
+        if project_onto is not None:
+            raise ArgumentError("project_onto cannot be given for a trace made with project=...: it kept only "
+                                "the projections onto the directions given there; trace without project for others")
+        return self.projected[read_label]
+
     def decompose(self, read_label: str, *, project_onto: Optional[Tensor] = None) -> Decomposition:
         """Every earlier write's exact contribution to ``read_label`` (a read label or resid hook).
 
         Contributions are [n_terms, batch, pos, d_model], or [n_terms, batch, pos, k] when
         ``project_onto`` (or the trace's default directions) gives k directions.
         """
+        if self.projected is not None:
+            return self._projected(read_label, project_onto)
         idx = self._find(read_label)
-        prog = self.program
-        target = prog[idx]
         U, full = self._directions(project_onto if project_onto is not None else self.project_onto)
-        U0 = U  # the directions at the read itself; U is carried back through norms below
         acts, w, arch = self.activations, self.weights, self.arch
         b, p = self.tokens.shape
-        S = torch.ones(b, p, 1, dtype=U.dtype, device=U.device)
-        # The walk only *plans* each term (labels + a closure over the current U and S); the
-        # terms are then computed straight into one preallocated [n_terms, batch, pos, k]
-        # tensor, so the full decomposition is never held twice (no list + torch.stack).
-        blocks: list[tuple[list[str], Any]] = []  # in reverse stream order
-
-        def add(label: str | list[str], fn: Any) -> None:
-            blocks.append(([label] if isinstance(label, str) else label, fn))
-
-        def bias_term(vec: Tensor, U: Tensor, S: Tensor) -> Tensor:  # [b|1, 1, k] * [b, p, 1]
-            return torch.einsum("d,bkd->bk", vec, U)[:, None, :] * S
-
-        def pass_norm(norm_id: str, bias_label: str) -> None:
-            nonlocal U, S
-            gamma, beta, in_hook = _norm_params(w, arch, norm_id)
-            if arch.norm == "layernorm":
-                add(bias_label, lambda beta=beta, U=U, S=S: bias_term(beta, U, S))
-            sigma = norm_scale(acts[in_hook], arch.norm, arch.norm_eps).to(U.dtype)
-            U = frozen_direction(U, gamma, arch.norm)
-            S = S / sigma
-
-        def heads(l: int, U: Tensor, S: Tensor) -> Tensor:
-            z = acts[f"blocks.{l}.attn.hook_z"].to(U.dtype)  # [b, p, H, dh]
-            WOU = torch.einsum("hed,bkd->bhek", w.W_O[l], U)  # [b|1, H, dh, k]
-            return torch.einsum("bphe,bhek->hbpk", z, WOU.expand(b, -1, -1, -1)).mul_(S)
-
-        def neurons(l: int, U: Tensor, S: Tensor) -> Tensor:
-            a = acts[f"blocks.{l}.mlp.out.hook_in"].to(U.dtype)  # [b, p, d_mlp]
-            WU = torch.einsum("nd,bkd->bnk", w.W_out[l], U)  # [b|1, d_mlp, k]
-            return torch.einsum("bpn,bnk->nbpk", a, WU.expand(b, -1, -1)).mul_(S)
-
-        def stream_term(hook: str, U: Tensor, S: Tensor) -> Tensor:
-            x = acts[hook].to(U.dtype).expand(b, p, -1)
-            return torch.einsum("bpd,bkd->bpk", x, U).mul_(S)
-
-        if target.kind == "read" and target.norm is not None:
-            pass_norm(target.norm, "final_bias" if target.norm == "final" else f"{target.norm}_bias")
-
-        for ev in reversed(prog[:idx]):
-            if ev.kind == "norm":
-                continue  # handled through its bias write, which directly follows it
-            if ev.kind != "write":
-                continue
-            sub, l = ev.sub, ev.layer
-            if sub == "norm_bias":
-                pass_norm(ev.norm, ev.label)
-            elif sub == "head":
-                if ev.head != arch.n_heads - 1:
-                    continue  # all heads of a layer are added at once, at the last head
-                add([f"L{l}.H{h}" for h in range(arch.n_heads)], lambda l=l, U=U, S=S: heads(l, U, S))
-            elif sub == "attn_bias":
-                add(ev.label, lambda l=l, U=U, S=S: bias_term(w.b_O[l], U, S))
-            elif sub == "mlp":
-                add(ev.label, lambda l=l, U=U, S=S: stream_term(f"blocks.{l}.hook_mlp_out", U, S))
-            elif sub == "mlp_bias":
-                add(ev.label, lambda l=l, U=U, S=S: bias_term(w.b_out[l], U, S))
-            elif sub == "neuron":
-                if ev.head != arch.d_mlp - 1:
-                    continue
-                add([f"L{l}.N{n}" for n in range(arch.d_mlp)], lambda l=l, U=U, S=S: neurons(l, U, S))
-            else:  # embed, pos_embed, type_embed
-                hook = {"embed": "embed.hook_out", "pos_embed": "pos_embed.hook_out",
-                        "type_embed": "token_type_embed.hook_out"}[sub]
-                add(ev.label, lambda hook=hook, U=U, S=S: stream_term(hook, U, S))
-
-        blocks.reverse()
-        labels = [lab for labs, _ in blocks for lab in labs]
-        contributions = torch.empty(len(labels), b, p, U0.shape[1], dtype=U0.dtype, device=U0.device)
-        i = 0
-        for labs, fn in blocks:
-            n = len(labs)
-            contributions[i:i + n] = fn() if n > 1 else fn()[None]  # broadcasts [b|1, p|1, k]
-            i += n
-        actual = acts[_total_hook(arch, target)].to(U.dtype)
-        total = actual if full else torch.einsum("bpd,bkd->bpk", actual, U0)
+        plan = plan_walk(arch, w, self.program, idx, U)
+        S = scale_chain([sigma(acts[h], arch, U.dtype) for h in plan.norm_hooks], b, p, U)
+        # each term is computed only when it is written into the preallocated result (fill), so the
+        # full decomposition is never held twice
+        terms = [(lambda t=t: project_term(t, acts.get(t.hook), w, b, p)) for t in plan.terms]
+        contributions = fill(plan, terms, S, b, p, in_place=True)
+        actual = acts[plan.total_hook].to(U.dtype)
+        total = actual if full else torch.einsum("bpd,bkd->bpk", actual, plan.U0)
+        labels = plan.labels
         return Decomposition.build(
             point=read_label, labels=labels, contributions=contributions, total=total,
             attention_mask=self.attention_mask, str_tokens=self.str_tokens,
-            directions=None if full else U0,
+            directions=None if full else plan.U0, default_pos=-1 if arch.causal else "mean",
         )
 
 
@@ -288,11 +195,16 @@ def trace(
     attention_mask: Optional[Tensor] = None,
     neurons: Union[bool, Sequence[int]] = False,
     project_onto: Optional[Tensor] = None,
+    project: Optional[Mapping[str, Tensor]] = None,
 ) -> ResidualTrace:
     """Run ``model`` once on ``inputs`` with capture hooks and return a :class:`ResidualTrace`.
 
     ``neurons``: True (every layer) or a list of layers whose MLP writes split into neurons.
     ``project_onto``: default directions [k, d_model] for every ``decompose`` of this trace.
+    ``project``: {read label: directions [k, d_model] or [batch, k, d_model]}: projection mode —
+    each write is projected on those directions as the pass produces it and no activation is
+    kept (memory ≈ a plain forward pass); ``decompose`` then serves exactly these reads, with the
+    numbers a full trace would give.
     """
     require_model(model)
     arch = model.arch
@@ -316,17 +228,45 @@ def trace(
     if neuron_layers and arch.attn_only:
         raise ArgumentError(f"neurons={neurons!r}: model {model.name!r} is attention-only (no MLP neurons)")
     has_types = "token_type_embed.hook_out" in model.bridge.hook_dict
+    str_tokens = model.to_str_tokens(batch.tokens) if model.tokenizer is not None else None
+    if project is not None:
+        return _trace_projected(model, batch, project, project_onto, neuron_layers, has_types, str_tokens)
     names = capture_names(arch, neuron_layers=neuron_layers, has_types=has_types)
     acts, logits = capture(model, batch, names)
-    str_tokens = model.to_str_tokens(batch.tokens) if model.tokenizer is not None else None
     tr = ResidualTrace(
         arch=arch, tokens=batch.tokens, attention_mask=batch.attention_mask, str_tokens=str_tokens,
         activations=acts, weights=model.weights, neuron_layers=neuron_layers,
-        logits=logits if torch.is_tensor(logits) else None,
+        logits=logits if torch.is_tensor(logits) else None, has_types=has_types,
     )
     if project_onto is not None:
         tr._directions(project_onto)  # validate now, not at the first decompose
         object.__setattr__(tr, "project_onto", project_onto)
+    return tr
+
+
+def _trace_projected(model: Any, batch: Batch, project: Any, project_onto: Any, neuron_layers: tuple[int, ...],
+                     has_types: bool, str_tokens: Any) -> ResidualTrace:
+    """trace(..., project=...): validate, plan every read's walk, project during the pass."""
+    if project_onto is not None:
+        raise ArgumentError("give project_onto (default directions of a full trace) or project (projection mode), "
+                            "not both")
+    if not isinstance(project, Mapping) or not project:
+        raise ArgumentError(f"project={project!r:.80} must be a non-empty dict {{read label: directions [k, d_model]}}")
+    tr = ResidualTrace(
+        arch=model.arch, tokens=batch.tokens, attention_mask=batch.attention_mask, str_tokens=str_tokens,
+        activations={}, weights=model.weights, neuron_layers=neuron_layers, has_types=has_types,
+    )
+    prog = tr.program
+    plans = {}
+    for label, directions in project.items():
+        idx = tr._find(label)
+        if directions is None:
+            raise ShapeError(f"project[{label!r}] is None; give directions [k, d_model={model.arch.d_model}]")
+        U, _ = tr._directions(directions)
+        plans[label] = plan_walk(model.arch, model.weights, prog, idx, U)
+    decs, logits = capture_projected(model, batch, plans, str_tokens)
+    object.__setattr__(tr, "projected", decs)
+    object.__setattr__(tr, "logits", logits if torch.is_tensor(logits) else None)
     return tr
 
 
@@ -387,4 +327,5 @@ def trace_at(
     return ResidualTrace(
         arch=arch, tokens=tokens, attention_mask=torch.ones_like(tokens), str_tokens=None,
         activations=store, weights=model.weights, neuron_layers=tuple(neuron_layers), logits=logits,
+        has_types=has_types,
     )

@@ -1,0 +1,191 @@
+"""The backward walk behind every decomposition, split into what the weights fix and what a pass gives.
+
+Walking the block program backwards from a read R with directions U (see :mod:`interp.stream._trace`)
+changes U only at norms, by weights alone (U ← C Γ U), so *which direction each write is projected
+on* is known before any forward pass. What a pass adds is the activations and, at each norm, the
+per-token scale σ. Hence a term is
+
+    term_w = (w · U_w) · S_j,     S_0 = 1,  S_{j+1} = S_j / σ_j     (σ_j: the j-th norm met walking back)
+
+and the walk is planned once as a list of :class:`Term` (labels, the hook whose activation is
+projected, U_w, j) plus the norms' input hooks. :meth:`ResidualTrace.decompose` evaluates a plan on
+captured activations; ``trace(..., project=...)`` evaluates each projection w · U_w inside the
+forward pass, as the activation is produced, and keeps only σ and the [.., batch, pos, k] results.
+Both use :func:`project_term` and :func:`scale_chain`, so they give the same numbers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from interp._norms import frozen_direction, norm_scale
+from interp.models import ArchInfo, Event, Weights
+
+__all__ = ["Term", "Plan", "plan_walk", "project_term", "sigma", "scale_chain", "fill", "norm_params", "total_hook"]
+
+
+def norm_params(w: Weights, arch: ArchInfo, norm_id: str) -> tuple[Tensor, Tensor, str]:
+    """(γ, β, hook name of the norm's input) for a norm id."""
+    if norm_id == "final":
+        return w.lnf_w, w.lnf_b, "ln_final.hook_in"
+    if norm_id == "embed_ln":
+        return w.ln_emb_w, w.ln_emb_b, "embed_ln.hook_in"
+    m = re.fullmatch(r"L(\d+)\.ln([12])", norm_id)
+    l, which = int(m.group(1)), m.group(2)
+    if which == "1":
+        return w.ln1_w[l], w.ln1_b[l], f"blocks.{l}.ln1.hook_in"
+    return w.ln2_w[l], w.ln2_b[l], f"blocks.{l}.ln2.hook_in"
+
+
+def _norm_output_hook(norm_id: str) -> str:
+    if norm_id == "final":
+        return "ln_final.hook_out"
+    if norm_id == "embed_ln":
+        return "embed_ln.hook_out"
+    l, which = re.fullmatch(r"L(\d+)\.ln([12])", norm_id).groups()
+    return f"blocks.{l}.ln{which}.hook_out"
+
+
+def total_hook(arch: ArchInfo, ev: Event) -> str:
+    """The hook holding the model's own tensor at a read or resid point."""
+    post = arch.norm_placement == "post"
+    if ev.kind == "resid":
+        if post and ev.label.endswith("hook_resid_mid"):
+            return f"blocks.{ev.layer}.ln1.hook_out"  # x_mid = N1(x + attn)
+        return ev.label
+    if ev.norm is not None:
+        return _norm_output_hook(ev.norm)
+    last = arch.n_layers - 1
+    if ev.label in ("final", "unembed"):
+        return f"blocks.{last}.hook_resid_post"
+    if ".attn." in ev.label:
+        return f"blocks.{ev.layer}.hook_resid_pre"
+    # mlp.in without a pre-norm
+    return f"blocks.{ev.layer}.ln1.hook_out" if post else f"blocks.{ev.layer}.hook_resid_mid"
+
+
+@dataclass(frozen=True, eq=False)
+class Term:
+    """One block of terms: ``labels`` (several for heads / neurons of a layer), how to project,
+    the directions U [b|1, k, d_model] at this write and the number of norms between it and the read."""
+
+    labels: list[str]
+    kind: str  # "bias" | "heads" | "neurons" | "stream"
+    hook: Optional[str]  # the activation projected (None for a bias)
+    U: Tensor
+    stage: int
+    layer: int = -1
+    vector: Optional[Tensor] = None  # the bias, for kind "bias"
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """The walk from one read: its terms in stream order, the input hooks of the norms met walking
+    back (σ_0, σ_1, ...), the hook of the model's own tensor there, and the read's directions U0."""
+
+    terms: list[Term]
+    norm_hooks: list[str]
+    total_hook: str
+    U0: Tensor
+
+    @property
+    def labels(self) -> list[str]:
+        return [lab for t in self.terms for lab in t.labels]
+
+
+def plan_walk(arch: ArchInfo, w: Weights, prog: list[Event], idx: int, U: Tensor) -> Plan:
+    """Walk ``prog`` backwards from event ``idx`` carrying U through every norm on the way."""
+    U0 = U
+    target = prog[idx]
+    terms: list[Term] = []  # reverse stream order
+    norm_hooks: list[str] = []
+
+    def add(labels: list[str], kind: str, hook: Optional[str], layer: int = -1, vector: Optional[Tensor] = None):
+        terms.append(Term(labels, kind, hook, U, len(norm_hooks), layer, vector))
+
+    def pass_norm(norm_id: str, bias_label: str) -> None:
+        nonlocal U
+        gamma, beta, in_hook = norm_params(w, arch, norm_id)
+        if arch.norm == "layernorm":
+            add([bias_label], "bias", None, vector=beta)
+        norm_hooks.append(in_hook)
+        U = frozen_direction(U, gamma, arch.norm)
+
+    if target.kind == "read" and target.norm is not None:
+        pass_norm(target.norm, "final_bias" if target.norm == "final" else f"{target.norm}_bias")
+    for ev in reversed(prog[:idx]):
+        if ev.kind != "write":
+            continue  # a post-norm is handled through its bias write, which directly follows it
+        sub, l = ev.sub, ev.layer
+        if sub == "norm_bias":
+            pass_norm(ev.norm, ev.label)
+        elif sub == "head":
+            if ev.head == arch.n_heads - 1:  # all heads of a layer at once, at the last head
+                add([f"L{l}.H{h}" for h in range(arch.n_heads)], "heads", f"blocks.{l}.attn.hook_z", l)
+        elif sub == "attn_bias":
+            add([ev.label], "bias", None, l, w.b_O[l])
+        elif sub == "mlp":
+            add([ev.label], "stream", f"blocks.{l}.hook_mlp_out", l)
+        elif sub == "mlp_bias":
+            add([ev.label], "bias", None, l, w.b_out[l])
+        elif sub == "neuron":
+            if ev.head == arch.d_mlp - 1:
+                add([f"L{l}.N{n}" for n in range(arch.d_mlp)], "neurons", f"blocks.{l}.mlp.out.hook_in", l)
+        else:  # embed, pos_embed, type_embed
+            hook = {"embed": "embed.hook_out", "pos_embed": "pos_embed.hook_out",
+                    "type_embed": "token_type_embed.hook_out"}[sub]
+            add([ev.label], "stream", hook)
+    terms.reverse()
+    return Plan(terms=terms, norm_hooks=norm_hooks, total_hook=total_hook(arch, target), U0=U0)
+
+
+def project_term(t: Term, x: Optional[Tensor], w: Weights, b: int, p: int) -> Tensor:
+    """w · U for one term, before the norm scales: [n, b, p, k] (heads / neurons), [b, p, k]
+    (a stream activation) or [b|1, 1, k] (a bias). ``x`` is the term's captured activation."""
+    U = t.U
+    if t.kind == "bias":
+        return torch.einsum("d,bkd->bk", t.vector, U)[:, None, :]
+    if t.kind == "heads":
+        z = x.to(U.dtype)  # [b, p, H, dh]
+        WOU = torch.einsum("hed,bkd->bhek", w.W_O[t.layer], U)  # [b|1, H, dh, k]
+        return torch.einsum("bphe,bhek->hbpk", z, WOU.expand(b, -1, -1, -1))
+    if t.kind == "neurons":
+        a = x.to(U.dtype)  # [b, p, d_mlp]
+        WU = torch.einsum("nd,bkd->bnk", w.W_out[t.layer], U)  # [b|1, d_mlp, k]
+        return torch.einsum("bpn,bnk->nbpk", a, WU.expand(b, -1, -1))
+    return torch.einsum("bpd,bkd->bpk", x.to(U.dtype).expand(b, p, -1), U)
+
+
+def sigma(x: Tensor, arch: ArchInfo, dtype: torch.dtype) -> Tensor:
+    """The frozen scale σ [b, p, 1] of a norm whose input is ``x``."""
+    return norm_scale(x, arch.norm, arch.norm_eps).to(dtype)
+
+
+def scale_chain(sigmas: list[Tensor], b: int, p: int, like: Tensor) -> list[Tensor]:
+    """[S_0, S_1, ...]: S_0 = 1 [b, p, 1], S_{j+1} = S_j / σ_j."""
+    S = [torch.ones(b, p, 1, dtype=like.dtype, device=like.device)]
+    for s in sigmas:
+        S.append(S[-1] / s)
+    return S
+
+
+def fill(plan: Plan, projected: list[Any], S: list[Tensor], b: int, p: int, *, in_place: bool) -> Tensor:
+    """The [n_terms, b, p, k] contributions: each term's projection times its S_j, written straight
+    into one preallocated tensor. ``projected[i]`` is term i's projection (or a callable giving it,
+    so a full-basis decomposition never holds two [n, b, p, d_model] blocks at once)."""
+    U0 = plan.U0
+    out = torch.empty(len(plan.labels), b, p, U0.shape[1], dtype=U0.dtype, device=U0.device)
+    i = 0
+    for t, proj in zip(plan.terms, projected):
+        v = proj() if callable(proj) else proj
+        s = S[t.stage]
+        v = v * s if (t.kind == "bias" or not in_place) else v.mul_(s)  # a bias broadcasts [b|1, 1, k]
+        n = len(t.labels)
+        out[i:i + n] = v if n > 1 else v[None]
+        i += n
+    return out
