@@ -1,4 +1,4 @@
-"""Logits decomposed by head: exact direct logit attribution (DESIGN "Math" 5).
+"""Logits decomposed by head: exact direct logit attribution (docs/math.md §5).
 
 With the final norm's scale σ frozen from the forward pass,
 
@@ -6,12 +6,17 @@ With the final norm's scale σ frozen from the forward pass,
 
 exactly; for a difference, u = W_U[:, answer] − W_U[:, wrong]. Per head the term is
 z_h · (W_O^h u') / σ with u' = centre(γ ⊙ u) (LayerNorm) or γ ⊙ u (RMSNorm), so only the
-attributed position's z is kept and nothing of size [heads, batch, pos, d_model] exists.
+attributed positions' z are kept and nothing of size [heads, batch, pos, d_model] exists.
+Targets beyond one logit (multi-token answers, sets of wrong tokens, log-probabilities) are
+weighted sums of such logits plus terms of their own (:mod:`interp.attribution._targets`).
 
-Steps per batch: (1) tokenise and find each prompt's position; (2) one forward pass that
-gathers every needed activation at that position and stops at the final norm's input;
-(3) the model's own ln_final + unembed on those positions give the logit; (4) the
-backward-walk decomposition (:mod:`interp.stream`) projected on u gives the terms.
+Steps per batch of prompts: (1) tokenise, find each prompt's position, and lay out the reads (a
+multi-token candidate gets its own teacher-forced row); (2) one forward pass that gathers every
+needed activation at the read positions and stops at the final norm's input; (3) the model's own
+ln_final + unembed at those positions give each candidate's score, hence the coefficients of the
+reads and the model's own target; (4) the backward-walk decomposition (:mod:`interp.stream`)
+projected on Σ coef · W_U[:, token] at each read position gives the terms (``unit="head_source"``:
+each head's term split over its source positions, :mod:`interp.attribution._sources`).
 """
 
 from __future__ import annotations
@@ -24,16 +29,20 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp.attribution._answers import TokenSpec, resolve_positions, resolve_tokens
+from interp._validate import check_positive_int
+from interp.attribution._answers import TokenSpec, resolve_positions
 from interp.attribution._result import LogitAttribution
+from interp.attribution._sources import head_source_terms, require_head_sources
+from interp.attribution._targets import Targets, coefficients, combine, plan_reads, resolve_targets
 from interp.errors import ArgumentError, UnsupportedOperationError
-from interp.stream._inputs import as_batch, require_model
-from interp.stream._trace import trace_at
+from interp.labels import Head, HeadSource, parse
+from interp.stream._inputs import Batch, as_batch, require_model
+from interp.stream._trace_at import trace_at
 
 __all__ = ["attribute_logits"]
 
 log = logging.getLogger(__name__)
-UNITS = ("head", "component", "neuron")
+UNITS = ("head", "component", "neuron", "head_source")
 
 
 def _prompts(inputs: Any) -> tuple[list[Any], bool]:
@@ -67,24 +76,141 @@ def _components(labels: list[str], values: Tensor) -> tuple[list[str], Tensor]:
     return out_labels, torch.stack(rows)
 
 
+def _rows_batch(model: Any, rows: list[list[int]], like: Batch) -> Batch:
+    """Right-padded token rows as a checked batch (the prompts' own batch when nothing was added)."""
+    if len(rows) == like.tokens.shape[0]:
+        return like
+    n = max(len(r) for r in rows)
+    tokens = torch.zeros(len(rows), n, dtype=torch.long)
+    mask = torch.zeros(len(rows), n, dtype=torch.long)
+    for i, r in enumerate(rows):
+        tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = 1
+    return as_batch(model, tokens, mask)
+
+
+def _chunk(model: Any, batch: Batch, p: Tensor, targets: Targets, start: int, neuron_layers: tuple[int, ...],
+           unit: str) -> dict[str, Any]:
+    """Attribute one batch of prompts: values [n_terms, b] (+ head sources), totals, texts, tokens."""
+    arch, W_U, b_U = model.arch, model.weights.W_U, model.weights.b_U
+    b = batch.tokens.shape[0]
+    lengths = batch.attention_mask.sum(1).tolist()
+    ids = [batch.tokens[i, : lengths[i]].tolist() for i in range(b)]
+    rows, row_pos, reads = plan_reads(ids, p.tolist(), targets, start)
+    rb = _rows_batch(model, rows, batch)
+    K = max(len(r) for r in row_pos)
+    P = torch.tensor([r + [r[0]] * (K - len(r)) for r in row_pos], dtype=torch.long)  # [R, K]
+    valid = torch.tensor([[1] * len(r) + [0] * (K - len(r)) for r in row_pos], dtype=torch.bool)
+    keep = ("patterns", "v") if unit == "head_source" else ()
+    tr = trace_at(model, rb, P, neuron_layers=neuron_layers, stop_before_unembed=True, keep=keep)
+    # the model's own logits at the read positions: its unembedding of its own final-norm output, or
+    # (no final norm, e.g. the toys: the forward ran to the end) its own logits there
+    if "ln_final.hook_out" in tr.activations:
+        with torch.inference_mode():
+            own = model.bridge.unembed(tr.activations["ln_final.hook_out"])  # [R, K, d_vocab]
+    else:
+        own = tr.logits
+    own = own.to(W_U.dtype)
+    lse = torch.logsumexp(own, dim=-1) if targets.kind == "logprob" else None  # [R, K]
+    dev = W_U.device
+    n_cand = 1 + (max(len(targets.wrongs[start + i]) for i in range(b)) if targets.wrongs is not None else 0)
+    scores = torch.zeros(b, n_cand, dtype=own.dtype, device=own.device)
+    for r in reads:
+        s = own[r.row, r.j, r.token] - (lse[r.row, r.j] if lse is not None else 0)
+        scores[r.prompt, r.cand] += s
+    coef, total, remainder = [], [], []
+    for i in range(b):
+        k = 1 + (len(targets.wrongs[start + i]) if targets.wrongs is not None else 0)
+        coef.append(coefficients(targets, scores[i, :k]))
+        t, rem = combine(targets, scores[i, :k])
+        total.append(t)
+        remainder.append(rem)
+    R = len(rows)
+    u = torch.zeros(R, K, W_U.shape[0], dtype=W_U.dtype, device=dev)
+    bias = torch.zeros(b, dtype=W_U.dtype, device=dev)
+    log_z = torch.zeros(b, dtype=W_U.dtype, device=dev)
+    has_bias = b_U is not None and bool((b_U != 0).any())
+    for r in reads:
+        c = coef[r.prompt][r.cand]
+        u[r.row, r.j] += c * W_U[:, r.token]
+        if has_bias:
+            bias[r.prompt] += c * b_U[r.token]
+        if lse is not None:
+            log_z[r.prompt] -= c * lse[r.row, r.j]
+    dec = tr.decompose("unembed", project_onto=u)
+    per_row = (dec.contributions.diagonal(dim1=2, dim2=3) * valid.to(dec.contributions.dtype)).sum(-1)  # [n, R]
+    owner = torch.tensor([i for i in range(b)] + [0] * (R - b), dtype=torch.long)
+    for r in reads:
+        owner[r.row] = r.prompt
+    vals = torch.zeros(per_row.shape[0], b, dtype=per_row.dtype).index_add_(1, owner, per_row.cpu())
+    labels = list(dec.labels)
+    extra = []
+    if has_bias:
+        extra.append(("unembed_bias", bias))
+    if targets.kind == "logprob":
+        extra.append(("log_partition", log_z))
+    if targets.wrongs is not None and targets.agg == "logsumexp":
+        extra.append(("wrong_lse_remainder", torch.stack(remainder)))
+    if extra:
+        labels += [lab for lab, _ in extra]
+        vals = torch.cat([vals, torch.stack([x.cpu().to(vals.dtype) for _, x in extra])])
+    out: dict[str, Any] = {"labels": labels, "values": vals, "total": torch.stack(total).cpu().to(vals.dtype)}
+    if unit == "head_source":
+        hs = head_source_terms(model, tr.activations, u, valid)  # [R, L, H, S]
+        out["sources"] = torch.zeros(b, *hs.shape[1:], dtype=hs.dtype).index_add_(0, owner, hs.cpu())
+    # the tokens each prompt is read in: its own, or its answer's teacher-forced context
+    ans_row = [i for i in range(b)]
+    for r in reads:
+        if r.cand == 0:
+            ans_row[r.prompt] = r.row
+    out["row_ids"] = [rows[ans_row[i]] for i in range(b)]
+    return out
+
+
+def _expand_sources(labels: list[str], values: Tensor, sources: Tensor) -> tuple[list[str], Tensor]:
+    """Replace each head's row by its per-source rows ``L{l}.H{h}[src=s]`` (sources [N, L, H, S])."""
+    out_labels: list[str] = []
+    rows: list[Tensor] = []
+    S = sources.shape[-1]
+    for lab, v in zip(labels, values):
+        h = parse(lab)
+        if isinstance(h, Head):
+            out_labels += [str(HeadSource(h.layer, h.head, s)) for s in range(S)]
+            rows.append(sources[:, h.layer, h.head, :].T)  # [S, N]
+        else:
+            out_labels.append(lab)
+            rows.append(v[None])
+    return out_labels, torch.cat(rows)
+
+
 def attribute_logits(
     model: Any,
     inputs: Union[str, Sequence[str], Tensor],
     *,
     answer: TokenSpec,
-    wrong: Optional[TokenSpec] = None,
+    wrong: Optional[Any] = None,
     pos: Union[int, Sequence[int]] = -1,
     unit: str = "head",
+    target: str = "logit",
+    wrong_agg: str = "mean",
+    multi_token: bool = False,
     batch_size: Optional[int] = None,
     progress: Optional[bool] = None,
 ) -> LogitAttribution:
     """Split the logit of ``answer`` (minus ``wrong``'s, if given) at ``pos`` into every term.
 
     ``inputs``: one prompt, a list of prompts (streamed in batches of ``batch_size``) or token
-    ids [batch, pos]. ``answer``/``wrong``: a single-token string, a token id, or one per prompt.
+    ids [batch, pos]. ``answer``: a single-token string, a token id, or one per prompt.
+    ``wrong``: the same, or a set of tokens shared by every prompt (``{" London", " Berlin"}``), or per
+    prompt a list of tokens; several wrong tokens combine by ``wrong_agg`` — "mean" (linear: exact)
+    or "logsumexp" (split to first order with the softmax weights over the wrong set at the real pass;
+    the remainder is the term ``wrong_lse_remainder``). ``target``: "logit" or "logprob" (log p =
+    logit − log Σ exp logits: the log-partition is the term ``log_partition``). ``multi_token``:
+    answers (and wrongs) may be several tokens, each read teacher-forced at its own position, summed.
     ``pos``: int (negative counts back from each prompt's last real token) or one per prompt.
-    ``unit``: "head" | "component" | "neuron". The result's ``closure_error`` is the largest
-    |Σ terms − model's own logit (difference)| over prompts.
+    ``unit``: "head" | "component" | "neuron" | "head_source" (each head's term split over the source
+    positions it reads, ``L3.H5[src=4]``; pre-norm decoders). The result's ``closure_error`` is the
+    largest |Σ terms − the model's own target| over prompts.
     """
     require_model(model)
     arch = model.arch
@@ -95,30 +221,28 @@ def attribute_logits(
             f"model {model.name!r} is an encoder without an unembedding (logits are undefined); "
             "use interp.attribute_direction(model, inputs, direction) to attribute its hidden state"
         )
+    if unit == "head_source":
+        require_head_sources(model, "unit='head_source'")
     items, is_text = _prompts(inputs)
     n = len(items)
     if batch_size is None:
         batch_size = n if n <= 16 else 8
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ArgumentError(f"batch_size={batch_size!r} must be a positive int")
+    check_positive_int("batch_size", batch_size)
     if isinstance(pos, bool) or not isinstance(pos, (int, Tensor, list, tuple)):
         raise ArgumentError(f"pos={pos!r} must be an int or a per-prompt list of ints")
     if isinstance(pos, (list, tuple)) and len(pos) != n:
         raise ArgumentError(f"pos has {len(pos)} entries but there are {n} prompts")
     if progress is not None and not isinstance(progress, bool):
         raise ArgumentError(f"progress={progress!r} must be True, False or None (automatic)")
-    ans = resolve_tokens(model, answer, n, "answer")
-    if ans is None:
-        raise ArgumentError("answer is required: the token whose logit is attributed")
-    wr = resolve_tokens(model, wrong, n, "wrong")
+    targets = resolve_targets(model, answer, wrong, n, multi_token=multi_token, target=target, wrong_agg=wrong_agg)
+    if targets.multi_token and not arch.causal:
+        raise UnsupportedOperationError(f"multi_token answers are teacher-forced, which needs a causal model; "
+                                        f"{model.name!r} is bidirectional")
     neuron_layers = tuple(range(arch.n_layers)) if unit == "neuron" else ()
-    W_U, b_U = model.weights.W_U, model.weights.b_U
     show = progress if progress is not None else n > batch_size
 
-    all_values: list[Tensor] = []
-    totals: list[Tensor] = []
+    chunks: list[dict[str, Any]] = []
     positions: list[Tensor] = []
-    labels: list[str] = []
     bar = tqdm(total=n, desc="attribute_logits", unit="prompt", disable=not show)
     try:
         for start in range(0, n, batch_size):
@@ -130,56 +254,37 @@ def attribute_logits(
                 if len(lens) != 1:
                     raise ArgumentError(f"token-id prompts have different lengths {sorted(lens)}; pass a rectangular tensor")
                 batch = as_batch(model, torch.stack(chunk))
-            p = resolve_positions(pos, batch.attention_mask.cpu(), offset=start).to(batch.tokens.device)
-            tr = trace_at(model, batch, p, neuron_layers=neuron_layers, stop_before_unembed=True)
-            a = ans[start: start + len(chunk)].to(W_U.device)
-            u = W_U[:, a].T  # [b, d_model]
-            bias = b_U[a]
-            if wr is not None:
-                w_ = wr[start: start + len(chunk)].to(W_U.device)
-                u = u - W_U[:, w_].T
-                bias = bias - b_U[w_]
-            dec = tr.decompose("unembed", project_onto=u[:, None, :])
-            vals = dec.contributions[:, :, 0, 0]  # [n_terms, b]
-            lab = list(dec.labels)
-            if bool((b_U != 0).any()):
-                lab.append("unembed_bias")
-                vals = torch.cat([vals, bias[None].to(vals.dtype)])
-            # The model's own number: its unembedding of its own final-norm output, or (no final
-            # norm, e.g. the toys: the forward ran to the end) its own logits at those positions.
-            if "ln_final.hook_out" in tr.activations:
-                with torch.inference_mode():
-                    own = model.bridge.unembed(tr.activations["ln_final.hook_out"])[:, 0]  # [b, d_vocab]
-            else:
-                own = tr.logits[:, 0]
-            rows = torch.arange(len(chunk), device=own.device)
-            total = own[rows, a] - (own[rows, w_] if wr is not None else 0)
-            if unit == "component":
-                lab, vals = _components(lab, vals)
-            if not labels:
-                labels = lab
-            all_values.append(vals.detach())
-            totals.append(total.detach().to(vals.dtype))
-            positions.append(p.cpu())
+            p = resolve_positions(pos, batch.attention_mask.cpu(), offset=start)
+            chunks.append(_chunk(model, batch, p, targets, start, neuron_layers, unit))
+            positions.append(p)
             bar.update(len(chunk))
     finally:
         bar.close()
-    values = torch.cat(all_values, dim=1)
-    total = torch.cat(totals)
+    labels = chunks[0]["labels"]
+    values = torch.cat([c["values"] for c in chunks], dim=1)
+    total = torch.cat([c["total"] for c in chunks])
+    if unit == "head_source":
+        S = max(c["sources"].shape[-1] for c in chunks)
+        src = torch.cat([torch.nn.functional.pad(c["sources"], (0, S - c["sources"].shape[-1])) for c in chunks])
+        labels, values = _expand_sources(labels, values, src)
+    elif unit == "component":
+        labels, values = _components(labels, values)
     gap = (values.sum(0) - total).abs()
     err = float(gap.max())
     scale = float(total.abs().max())
     tok = model.tokenizer
-    name = (lambda t: repr(tok.decode([int(t)]))) if tok is not None else (lambda t: f"#{int(t)}")
-    target = (f"logit[{name(ans[0])}]" + (f" − logit[{name(wr[0])}]" if wr is not None else "")
-              + (" (per-prompt tokens)" if n > 1 and (bool((ans != ans[0]).any()) or (wr is not None and bool((wr != wr[0]).any()))) else ""))
+    name = (lambda c: repr(tok.decode(list(c)))) if tok is not None else (lambda c: "+".join(f"#{t}" for t in c))
+    texts = [targets.text(i, name) for i in range(n)]
     log.info("attribute_logits: %d prompts, closure error %.3g", n, err)
-    str_tokens = None
-    if is_text and tok is not None:
-        str_tokens = model.to_str_tokens(as_batch(model, items[0]).tokens)[0]
+    row_ids = [r for c in chunks for r in c["row_ids"]]
+    prompt_str_tokens = [list(map(tok.decode, ([t] for t in r))) for r in row_ids] if tok is not None else None
     return LogitAttribution(
-        values=values, labels=labels, total=total, target=target, unit=unit,
+        values=values, labels=labels, total=total, target=targets.overall_text(texts), unit=unit,
         n_layers=arch.n_layers, n_heads=arch.n_heads, closure_error=err,
         relative_error=err / scale if scale > 0 else err, positions=torch.cat(positions),
-        prompts=list(items) if is_text else None, str_tokens=str_tokens,
+        prompts=list(items) if is_text else None,
+        str_tokens=prompt_str_tokens[0] if (prompt_str_tokens and is_text) else None,
+        answer_ids=targets.answer_ids(), wrong_ids=targets.wrong_ids(), prompt_str_tokens=prompt_str_tokens,
+        prompt_targets=texts, target_kind=targets.kind,
+        wrong_agg=targets.agg if targets.wrongs is not None and any(len(w) > 1 for w in targets.wrongs) else None,
     )

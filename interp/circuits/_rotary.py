@@ -28,6 +28,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp._validate import check_int
 from interp.errors import ArgumentError, UnsupportedOperationError
 
 __all__ = ["rope_frequencies", "rope_matrix", "relative_rotation"]
@@ -90,8 +91,7 @@ def rope_matrix(inv_freq: Tensor, scaling: float, d_head: int, pos: int) -> Floa
 
 def relative_rotation(model: Any, rel_pos: Any) -> Float[Tensor, "d_head d_head"]:
     """M_Δ = G(Δ) G(0)ᵀ (float64): q M_Δ kᵀ is the score of a query Δ positions after its key."""
-    if not isinstance(rel_pos, int) or isinstance(rel_pos, bool):
-        raise ArgumentError(f"rel_pos={rel_pos!r} must be an int (query position minus key position)")
+    check_int("rel_pos", rel_pos)  # query position minus key position
     inv, scaling = rope_frequencies(model)
     n_ctx = model.arch.n_ctx
     if not -n_ctx < rel_pos < n_ctx:

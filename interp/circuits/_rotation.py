@@ -33,7 +33,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from interp._validate import check_int, check_int_min
+from interp._validate import check_int, check_int_min, check_positive_float
 from interp.circuits._common import check_model, check_data
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 from interp.models import hf_state_from_weights, hf_writable, model_from_hf
@@ -183,8 +183,7 @@ def rotate_residual(model: Any, R: Tensor, *, atol: float = 1e-5, name: Optional
     module holding them. Composition and copying scores (fold_norms=True) and DLA are unchanged.
     """
     check_model(model)
-    if not isinstance(atol, (int, float)) or isinstance(atol, bool) or not atol > 0:
-        raise ArgumentError(f"atol={atol!r} must be a positive number")
+    check_positive_float("atol", atol)
     R64 = _check_R(model, R, float(atol))
     _check_model(model, R64, float(atol))
     w = rotated_weights(model, R64)

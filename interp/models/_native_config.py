@@ -19,6 +19,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal, Optional
 
+from interp._validate import check_positive_int
 from interp.errors import ArgumentError
 
 __all__ = ["ToyConfig", "BOS_ID", "UNK_ID", "FIRST_WORD_ID", "toy_words"]
@@ -66,9 +67,7 @@ class ToyConfig:
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "n_heads", "d_model", "d_head", "n_ctx"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ArgumentError(f"{name}={v!r} must be a positive int")
+            check_positive_int(name, getattr(self, name))
         if not isinstance(self.d_vocab, int) or self.d_vocab < FIRST_WORD_ID + 2:
             raise ArgumentError(f"d_vocab={self.d_vocab!r} must be an int >= {FIRST_WORD_ID + 2} (<bos>, <unk>, 2+ words)")
         if self.n_kv_heads is not None and (

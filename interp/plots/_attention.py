@@ -15,6 +15,7 @@ from typing import Any, Optional, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from interp._validate import check_positive_int
 from interp.errors import ArgumentError, ShapeError
 from interp.plots._common import as_numpy, esc, fmt, unique_token_labels
 
@@ -51,8 +52,7 @@ def attention_pattern_figure(
     toks = list(str_tokens) if str_tokens is not None else [str(i) for i in range(nk)]
     if len(toks) != nk:
         raise ArgumentError(f"str_tokens has {len(toks)} tokens but the patterns have {nk} key positions")
-    if isinstance(cols, bool) or not isinstance(cols, int) or cols < 1:
-        raise ArgumentError(f"cols={cols!r} must be a positive int")
+    check_positive_int("cols", cols)
     kl = unique_token_labels(toks)
     ql = kl[nk - nq:]  # query positions are the last nq positions
     c = min(cols, n)

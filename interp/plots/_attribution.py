@@ -23,6 +23,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from interp._validate import check_positive_int
 from interp.errors import ArgumentError
 from interp.plots._common import (
     DIVERGING, as_numpy, closure_text, check_index, esc, fmt, head_grid_shape, parse_head, quoted, require_attr,
@@ -143,8 +144,7 @@ def attribution_waterfall(attribution: Any, *, prompt: Optional[int] = None, k: 
     The bars sum to Σ terms; the model's own number (``.total``) and the closure error
     |Σ terms − total| are printed in the title.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ArgumentError(f"k={k!r} must be a positive int")
+    check_positive_int("k", k)
     labels, v, total = attribution_vector(attribution, prompt=prompt)
     target, where = _context(attribution, prompt)
     top = np.sort(np.argsort(-np.abs(v), kind="stable")[:k])  # stream order

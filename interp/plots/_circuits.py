@@ -21,6 +21,7 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
+from interp._validate import check_positive_int
 from interp.errors import ArgumentError, ShapeError
 from interp.plots._common import DIVERGING, as_numpy, esc, fmt, token_label
 
@@ -148,8 +149,7 @@ def top_token_values(
     ``targets``: None = the same ``tokens`` (the circuit restricted to them), ``"all"`` = the
     whole output vocabulary, or a list of ids.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ArgumentError(f"k={k!r} must be a positive int")
+    check_positive_int("k", k)
     A, B = _factors(circuit)
     n_rows = A.shape[0]
     n_cols = A.shape[1] if B is None else B.shape[1]

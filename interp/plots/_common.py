@@ -15,6 +15,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
+from interp._validate import check_index as _check_index
 from interp.errors import ArgumentError, ShapeError
 
 __all__ = [
@@ -82,13 +83,8 @@ def require_attr(obj: Any, attrs: Sequence[str], *, name: str, expected: str) ->
 
 
 def check_index(value: Any, size: int, *, name: str, what: str) -> int:
-    """A python int in [-size, size) normalised to [0, size)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ArgumentError(f"{name}={value!r} must be an int")
-    v = int(value)
-    if not -size <= v < size:
-        raise ArgumentError(f"{name}={v} is out of range for {size} {what} (allowed: {-size}..{size - 1})")
-    return v % size
+    """A python int in [-size, size) normalised to [0, size) (:func:`interp._validate.check_index`)."""
+    return _check_index(name, value, size, what=what)
 
 
 def head_grid_shape(labels: Sequence[str], obj: Any = None) -> tuple[int, int]:

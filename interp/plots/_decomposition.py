@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from interp._validate import check_positive_int
 from interp.errors import ArgumentError
 from interp.plots._common import as_numpy, check_index, closure_text, esc, fmt, quoted, require_attr
 
@@ -58,8 +59,7 @@ def decomposition_figure(decomposition: Any, *, prompt: int = 0, pos: Any = -1, 
     Bars (projection, signed) and diamonds (norm) per term; the remaining terms are one
     "other terms" bar; hover names the term, both numbers, and the token at ``pos``.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ArgumentError(f"k={k!r} must be a positive int")
+    check_positive_int("k", k)
     tab = decomposition_table(decomposition, prompt=prompt, pos=pos)
     labels, proj, norm = tab["labels"], tab["projection"], tab["norm"]
     b, p = int(tab["prompt"]), int(tab["pos"])

@@ -38,6 +38,7 @@ import torch
 from interp.attribution import attribute_direction, attribute_logits
 from interp.attribution._answers import resolve_tokens
 from interp.circuits import composition_edges, composition_scores, copying_scores, ov_circuit
+from interp._validate import check_positive_int
 from interp.errors import ArgumentError, ExportError, UnsupportedOperationError
 from interp.models import load_model, readable_token
 from interp.plots._attention import attention_pattern_figure
@@ -220,9 +221,8 @@ def report(
     """
     if not isinstance(prompt, str) or not prompt.strip():
         raise ArgumentError(f"prompt={prompt!r:.60} must be a non-empty string")
-    for name, v in (("n_heads", n_heads), ("top_k", top_k)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ArgumentError(f"{name}={v!r} must be a positive int")
+    check_positive_int("n_heads", n_heads)
+    check_positive_int("top_k", top_k)
     model = _resolve_model(model)
     arch = model.arch
     decoder = arch.has_logits
@@ -444,8 +444,7 @@ def circuits_report(model: Any, *, out_dir: Union[str, Path], max_edges: int = 3
     figures as PNG/SVG; returns the index path.
     """
     model = _resolve_model(model)
-    if isinstance(max_edges, bool) or not isinstance(max_edges, int) or max_edges < 1:
-        raise ArgumentError(f"max_edges={max_edges!r} must be a positive int")
+    check_positive_int("max_edges", max_edges)
     if static and exporter is None:
         find_browser()
     out = _prepare_out_dir(out_dir)

@@ -24,6 +24,7 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
+from interp._validate import check_int_min
 from interp.errors import ArgumentError
 from interp.models import TOY_BOS_ID as BOS_ID
 from interp.models import TOY_FIRST_WORD_ID as FIRST_WORD_ID
@@ -32,8 +33,7 @@ __all__ = ["span_copy_batch", "repeated_tokens", "random_tokens"]
 
 
 def _check(name: str, value: int, lo: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < lo:
-        raise ArgumentError(f"{name}={value!r} must be an int >= {lo}")
+    check_int_min(name, value, lo)
 
 
 def span_copy_batch(

@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from interp.errors import ArgumentError, UnsupportedOperationError
+from interp._validate import check_int_range, check_positive_int
+from interp.errors import UnsupportedOperationError
 from interp.models import TOY_FIRST_WORD_ID as FIRST_WORD_ID
 
 __all__ = ["skip_trigrams"]
@@ -37,12 +38,9 @@ def skip_trigrams(model: Any, layer: int, head: int, *, k: int = 10, words_only:
     import pandas as pd
 
     a, w = model.arch, model.weights
-    if not isinstance(layer, int) or not 0 <= layer < a.n_layers:
-        raise ArgumentError(f"layer={layer!r} must be an int in [0, {a.n_layers - 1}]")
-    if not isinstance(head, int) or not 0 <= head < a.n_heads:
-        raise ArgumentError(f"head={head!r} must be an int in [0, {a.n_heads - 1}]")
-    if not isinstance(k, int) or k < 1:
-        raise ArgumentError(f"k={k!r} must be a positive int")
+    check_int_range("layer", layer, 0, a.n_layers)
+    check_int_range("head", head, 0, a.n_heads)
+    check_positive_int("k", k)
     if not a.has_logits or model.tokenizer is None:
         raise UnsupportedOperationError(f"model {a.name!r} needs an unembedding and a tokenizer for skip-trigrams")
     if a.norm != "none":

@@ -39,6 +39,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from interp._validate import check_positive_int
 from interp.errors import ArgumentError
 from interp.models import Model, ToyConfig, build_toy, save_toy
 from interp.toy._data import span_copy_batch
@@ -69,9 +70,7 @@ class Recipe:
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "eval_every", "threads"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ArgumentError(f"{name}={v!r} must be a positive int")
+            check_positive_int(name, getattr(self, name))
         if not self.lr > 0:
             raise ArgumentError(f"lr={self.lr!r} must be > 0")
 
