@@ -9,6 +9,7 @@ figures are in :mod:`interp.report`.
 
 from interp.plots._attention import attention_pattern_figure
 from interp.plots._attribution import attribution_heatmap, attribution_waterfall
+from interp.plots._causal import effects_figure, patch_figure
 from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_token_table
 from interp.plots._decomposition import decomposition_figure
 from interp.plots._export import Exporter, export
@@ -34,10 +35,12 @@ __all__ = [
     "composition_score_map",
     "copying_score_map",
     "decomposition_figure",
+    "effects_figure",
     "erasure_figure",
     "export",
     "head_score_map",
     "ov_eigenvalue_figure",
+    "patch_figure",
     "path_expansion_figure",
     "privileged_basis_figure",
     "residual_stream_figure",
