@@ -68,7 +68,7 @@ def attribute_direction(
     u = u.to(model.device, model.dtype)
     U = u[None, None] if u.ndim == 1 else u[:, None]  # [b|1, 1, d_model]
     read = "unembed" if arch.has_logits else "final"
-    dec = trace(model, batch.tokens, attention_mask=batch.attention_mask).decompose(read, project_onto=U)
+    dec = trace(model, batch.tokens, attention_mask=batch.attention_mask, project={read: U}).decompose(read)
     contrib = dec.contributions[..., 0]  # [n_terms, b, pos]
     total = dec.total[..., 0]
     mask = batch.attention_mask.to(contrib.dtype)
