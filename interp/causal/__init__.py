@@ -1,4 +1,5 @@
-"""Causal effects: metrics, activation patching, direct/indirect effects, path patching.
+"""Causal effects: metrics, activation patching, direct/indirect effects, path patching, attribution
+patching.
 
 Every analysis here runs patched forward passes and reads one metric per prompt
 (:mod:`interp.causal._metrics`); results follow the one result contract (:mod:`interp._result`).
@@ -18,6 +19,7 @@ from interp.causal._metrics import (
     final_norm,
     readout,
 )
+from interp.causal._atp import attribution_patch
 from interp.causal._effects import effects
 from interp.causal._patch import patch
 from interp.causal._path import path_patch
@@ -36,6 +38,7 @@ __all__ = [
     "PatchResult",
     "Prob",
     "as_metric",
+    "attribution_patch",
     "effects",
     "final_norm",
     "patch",

@@ -1,0 +1,400 @@
+"""Attribution patching (AtP): every node's patching effect to first order, from two forwards and one backward.
+
+Patching node n (replacing its activation a_n in a *base* run by its value in a *source* run) changes the
+metric M by, to first order in Δa_n = a_n(source) − a_n(base),
+
+    M(base | do(a_n ← a_n(source))) − M(base)  ≈  Δa_n · ∂M/∂a_n |_base              (Nanda 2023; Kramár et al. 2024)
+
+with the gradient taken in the base run. ``direction`` picks the runs as :func:`interp.patch` does:
+"denoise" (default) runs the corrupt input and patches in clean activations (gradient at the corrupt
+input, Nanda's convention); "noise" runs the clean input and patches in corrupt ones (gradient at the
+clean input, AtP's convention in Kramár et al.). ``values`` are M(base) + estimate, the estimate of what
+:func:`interp.patch` with the same arguments returns.
+
+Nodes are read at bridge hooks: a head's output through its z (z_h W_O^h is linear in z_h, so
+Δz_h·∂M/∂z_h = Δ(z_h W_O^h)·∂M/∂(z_h W_O^h)); an MLP's output; an embedding; a resid point; a head's
+q, or a KV head's k or v (an affine map of the head's input, so patching the input or the vector is
+the same first-order term).
+
+**QK fix** (``qk_fix=True``; Kramár et al. 2024 §3.1.1, "AtP*"). A query or key enters M through a
+softmax, which saturates: a large change of a score may move the pattern a lot while its gradient is
+~0. For q and k nodes the fix computes the attention pattern A' exactly with the patched query / key
+and linearises only after the softmax:
+
+    query q_t of head h:   ĉ = (A'_t − A_t) · ∂M/∂A_t,        A'_t = softmax(ℓ_t with q_t(source))
+    key k_s of KV head g:  ĉ = Σ_{h ∈ g} Σ_t (A'_t − A_t) · ∂M/∂A_t,   A'_t = softmax(ℓ_t + Δ_ts e_s),
+                           Δ_ts = scale · q_t · (k_s(source) − k_s(base))
+
+One key changes one score per row, so with p = A_ts, p' = sigmoid(logit(p) + Δ_ts) the new row is
+A'_ts = p', A'_tj = A_tj (1 − p')/(1 − p) (j ≠ s), and
+
+    (A'_t − A_t) · g_t = (p' − p) (g_ts − m_t,−s),   m_t,−s = Σ_{j≠s} A_tj g_tj / (1 − p)
+
+(the mean of g under the row renormalised without s) — O(T²) per head for every key at once instead
+of a softmax per key. For the one key per row with p > ½, m_t,−s is computed from the scores with s
+masked (no cancellation in 1 − p). Other nodes keep the plain estimate: a head's output, an MLP, a
+resid point or a value does not reach M through its own softmax (for a head's output Δz is the exact
+change of the head's attention output, softmax included).
+
+Steps: (1) the source run (no gradient) keeps every node's activation (and rotated q/k for the fix);
+(2) the base run keeps the same with their autograd graph and stops after the last block; M is read at
+its position; (3) one ``autograd.grad`` of Σ_prompts M gives ∂M/∂a_n for every node (and ∂M/∂A where
+the fix needs it); (4) ĉ(n) = Σ Δa_n·∂M/∂a_n per prompt and position. Parameters are never touched:
+gradients are taken with respect to activations only, hooks are removed in a ``finally``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from interp._validate import check_bool, check_choice
+from interp.causal._common import _checked_batch, resolve_nodes
+from interp.causal._metrics import as_metric
+from interp.causal._result import PatchResult
+from interp.errors import ShapeError, UnsupportedOperationError
+from interp.stream._inputs import require_model
+
+__all__ = ["attribution_patch", "key_fix_each"]
+
+log = logging.getLogger(__name__)
+
+_EMBED_HOOKS = {"token": "embed.hook_out", "pos": "pos_embed.hook_out", "type": "token_type_embed.hook_out"}
+
+
+@dataclass
+class _Site:
+    """One hook whose activation holds some nodes: a headed tensor [b, p, n, d] (``slots`` pick the
+    heads) or a stream tensor [b, p, d] (one node)."""
+
+    hook: str
+    kind: str  # "z" | "q" | "k" | "v" | "pattern" | "attn" (all heads' z summed) | "stream"
+    layer: int
+    slots: list[int]
+    labels: list[str]
+
+
+class _Stop(Exception):
+    """Raised in the last block's resid_post hook: nothing after it is needed."""
+
+
+def _resid_hook(arch: Any, name: str) -> str:
+    """The hook holding resid point ``name``'s stream. The bridge's ``hook_resid_mid`` is ln2's input: the
+    mid stream in a pre-norm block, but x_mid + MLP in a post-norm one, where x_mid = N1(x + attn) is
+    ln1's output."""
+    if arch.norm_placement == "post" and name.endswith("hook_resid_mid"):
+        return name.replace("hook_resid_mid", "ln1.hook_out")
+    return name
+
+
+def _plan(model: Any, nodes: Any) -> list[_Site]:
+    """The hooks to read for ``nodes`` (a node set or labels, resolved as :func:`interp.patch` resolves
+    them: same labels, same order), consecutive nodes of one hook grouped."""
+    arch = model.arch
+    resolved, _ = resolve_nodes(model, nodes)
+    sites: list[_Site] = []
+    for n in resolved:
+        if n.site in ("z", "q", "k", "v", "pattern"):
+            hook, kind, slot = f"blocks.{n.layer}.attn.hook_{n.site}", n.site, n.head
+        elif n.site == "attn_out":  # Σ_h z_h W_O^h + b_O is affine in the z's: its term is the heads' sum
+            hook, kind, slot = f"blocks.{n.layer}.attn.hook_z", "attn", None
+        elif n.site == "mlp_out":
+            hook, kind, slot = f"blocks.{n.layer}.hook_mlp_out", "stream", None
+        elif n.site.startswith("embed."):
+            hook, kind, slot = _EMBED_HOOKS[n.site.split(".")[1]], "stream", None
+        elif n.site.startswith("resid_"):
+            hook, kind, slot = _resid_hook(arch, n.text), "stream", None
+        else:
+            raise UnsupportedOperationError(f"nodes: attribution patching has no estimate for {n.text!r} (site {n.site})")
+        last = sites[-1] if sites else None
+        if slot is not None and last is not None and last.hook == hook and last.kind == kind:
+            last.slots.append(slot)
+            last.labels.append(n.text)
+        else:
+            sites.append(_Site(hook, kind, n.layer, [] if slot is None else [slot], [n.text]))
+    return sites
+
+
+def _pair(model: Any, clean: Any, corrupt: Any) -> tuple[Any, Any]:
+    """Clean and corrupt batches of equal shape, pair by pair the same token length."""
+    bc, bk = _checked_batch(model, clean, "clean"), _checked_batch(model, corrupt, "corrupt")
+    if bk.tokens.shape[0] != bc.tokens.shape[0]:
+        raise ShapeError(f"corrupt has {bk.tokens.shape[0]} prompts but clean has {bc.tokens.shape[0]}; "
+                         "give one corrupt prompt per clean prompt")
+    lc, lk = bc.attention_mask.sum(1), bk.attention_mask.sum(1)
+    if bk.tokens.shape[1] != bc.tokens.shape[1] or bool((lc != lk).any()):
+        i = int((lc != lk).nonzero()[0, 0]) if bool((lc != lk).any()) else 0
+        raise ShapeError(f"corrupt prompt {i} has {int(lk[i])} tokens but clean prompt {i} has {int(lc[i])}; "
+                         "each clean/corrupt pair must have the same token length (patching aligns positions)")
+    return bc, bk
+
+
+def _attention_scale(model: Any, layer: int) -> float:
+    """The score scale of ``layer``'s attention (the HF module's ``scaling``, else 1/√d_head, GPT-2's flags)."""
+    a = model.arch
+    try:
+        hf = model.bridge.blocks[layer].attn.original_component
+    except (AttributeError, IndexError, TypeError):
+        hf = None
+    s = getattr(hf, "scaling", None)
+    if isinstance(s, (int, float)):
+        return float(s)
+    scale = a.d_head ** -0.5
+    cfg = getattr(getattr(model.bridge, "original_model", None), "config", None)
+    if cfg is not None and not getattr(cfg, "scale_attn_weights", True):
+        scale = 1.0
+    if cfg is not None and getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
+        scale /= layer + 1
+    return scale
+
+
+def _qk_hooks(model: Any, layer: int) -> list[str]:
+    """Hooks from which the scores' queries and keys are rebuilt: q, k, and (rotary) cos, sin."""
+    names = [f"blocks.{layer}.attn.hook_q", f"blocks.{layer}.attn.hook_k"]
+    if model.arch.positional == "rotary":
+        names += [f"blocks.{layer}.attn.hook_cos", f"blocks.{layer}.attn.hook_sin"]
+        missing = [n for n in names if n not in model.bridge.hook_dict]
+        if missing:
+            raise UnsupportedOperationError(f"qk_fix=True: model {model.name!r} has no hooks {missing}")
+    return names
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+    """RoPE on x [b, T, n, d] with cos/sin [b|1, T, rotary_dim] (rotate-half, or adjacent pairs)."""
+    rd = cos.shape[-1]
+    xr, xp = x[..., :rd], x[..., rd:]
+    if interleaved:
+        rot = torch.stack((-xr[..., 1::2], xr[..., 0::2]), dim=-1).flatten(-2)
+    else:
+        rot = torch.cat((-xr[..., rd // 2:], xr[..., : rd // 2]), dim=-1)
+    out = xr * cos[:, :, None] + rot * sin[:, :, None]
+    return torch.cat([out, xp], dim=-1)
+
+
+def _qk(model: Any, store: dict[str, Tensor], names: list[str]) -> tuple[Tensor, Tensor]:
+    """The (rotated) queries [b, T, H, d] and keys [b, T, G, d] that meet in the scores, in float64."""
+    q, k = (store[n].detach().double() for n in names[:2])
+    if len(names) == 4:
+        cos, sin = (store[n].detach().double() for n in names[2:])
+        inter = model.arch.family == "native"
+        q, k = _rotate(q, cos, sin, inter), _rotate(k, cos, sin, inter)
+    return q, k
+
+
+def _run(model: Any, batch: Any, names: list[str], final: str, *, grad: bool) -> dict[str, Tensor]:
+    """One forward pass keeping ``names`` (with their graph if ``grad``), stopped after hook ``final``."""
+    bridge = model.bridge
+    store: dict[str, Tensor] = {}
+
+    def keep(name: str, stop: bool):
+        def hook(x: Tensor, hook: Any = None) -> Tensor:
+            store[name] = x if grad else x.detach()
+            if stop:
+                raise _Stop
+            return x
+
+        return hook
+
+    def leaf(name: str):  # the graph must start somewhere if the user froze the parameters
+        def hook(x: Tensor, hook: Any = None) -> Tensor:
+            y = x if x.requires_grad else x.detach().requires_grad_(True)
+            if name in names:
+                store[name] = y
+            return y
+
+        return hook
+
+    fwd = []
+    if grad:
+        fwd += [(h, leaf(h)) for h in _EMBED_HOOKS.values() if h in bridge.hook_dict]
+    fwd += [(n, keep(n, n == final)) for n in dict.fromkeys(names + [final])
+            if not (grad and n in _EMBED_HOOKS.values())]
+    ctx = torch.enable_grad() if grad else torch.no_grad()
+    try:
+        with ctx, bridge.hooks(fwd_hooks=fwd):
+            bridge(batch.tokens, attention_mask=batch.attention_mask)
+    except _Stop:
+        pass
+    if final not in store:
+        raise UnsupportedOperationError(f"model {model.name!r}: hook {final!r} did not fire during the forward pass")
+    return store
+
+
+def _valid_keys(mask: Tensor, T: int, causal: bool) -> Tensor:
+    """[b, 1, T, T] bool: query t may attend key s (key padding, and s ≤ t when causal)."""
+    v = mask.bool()[:, None, None, :].expand(-1, 1, T, T)
+    if causal:
+        v = v & torch.ones(T, T, dtype=torch.bool, device=mask.device).tril()
+    return v
+
+
+def _softmax(scores: Tensor, valid: Tensor) -> Tensor:
+    return torch.softmax(scores.masked_fill(~valid, float("-inf")), dim=-1).nan_to_num(0.0)
+
+
+def key_fix_each(scores: Tensor, valid: Tensor, grad: Tensor, delta: Tensor) -> Tensor:
+    """Σ_t (A'_t − A_t)·g_t for every key s patched alone: [..., T_k] from scores/grad/delta [..., T_q, T_k].
+
+    ``scores`` ℓ (any value where ``valid`` is False), ``grad`` g = ∂M/∂A, ``delta`` Δ_ts the change of
+    score (t, s) when key s is patched. Uses (A'_t − A_t)·g_t = (p' − p)(g_ts − m_t,−s) with
+    p' = sigmoid(logit p + Δ) (module docstring); exact, O(T²), stable when a row is saturated.
+    """
+    neg = torch.tensor(float("-inf"), dtype=scores.dtype, device=scores.device)
+    l = torch.where(valid, scores, neg)
+    lse = torch.logsumexp(l, dim=-1, keepdim=True)  # [..., T, 1]
+    A = torch.exp(l - lse).nan_to_num(0.0)
+    top = l.argmax(dim=-1, keepdim=True)
+    is_top = torch.zeros_like(valid).scatter_(-1, top, True) & valid
+    l_wo = l.scatter(-1, top, float("-inf"))  # the row without its largest entry
+    lse_wo = torch.logsumexp(l_wo, dim=-1, keepdim=True)
+    # log Σ_{j≠s} e^{ℓ_j}: from lse for p ≤ ½ (every entry but the row's largest), directly for the largest
+    lse_minus = torch.where(is_top, lse_wo, lse + torch.log1p(-A.clamp(max=0.5)))
+    p_new = torch.sigmoid(l - lse_minus + delta)
+    Ag = (A * grad).sum(-1, keepdim=True)
+    m_rest = (Ag - A * grad) / (1 - A.clamp(max=0.5))
+    m_top = (torch.softmax(l_wo, dim=-1).nan_to_num(0.0) * grad).sum(-1, keepdim=True)
+    m = torch.where(is_top, m_top.expand_as(m_rest), m_rest)
+    c = torch.where(valid, (p_new - A) * (grad - m), torch.zeros((), dtype=A.dtype, device=A.device))
+    return c.sum(dim=-2)
+
+
+def _qk_fix_layer(kind: str, Qb: Tensor, Kb: Tensor, Qs: Tensor, Ks: Tensor, A: Tensor, gA: Tensor,
+                  scale: float, valid: Tensor, group: int, each: bool, tol: float, where: str) -> Tensor:
+    """The fixed estimates of one layer's q (per query head) or k (per KV head) nodes.
+
+    Inputs as captured: Q [b, T, H, d], K [b, T, G, d], A and gA [b, H, T, T]. Returns [b, T, n] for
+    ``each`` (n = H for q, G for k; the position is the query's / key's) else [b, n].
+    """
+    f = torch.float64
+    Qb, Kb, Qs, Ks = (x.to(f).transpose(1, 2) for x in (Qb, Kb, Qs, Ks))  # [b, n, T, d]
+    Kb_h, Ks_h = Kb.repeat_interleave(group, dim=1), Ks.repeat_interleave(group, dim=1)  # query head h -> KV h // group
+    g = gA.detach().to(f)
+    scores = scale * Qb @ Kb_h.transpose(-1, -2)  # [b, H, T, T]
+    A0 = _softmax(scores, valid)
+    real_q = valid.any(-1, keepdim=True)  # query rows with at least one key
+    gap = float(((A0 - A.detach().to(f)).abs() * real_q).max()) if A.numel() else 0.0
+    if gap > tol:
+        raise UnsupportedOperationError(
+            f"qk_fix=True: could not reproduce the attention pattern of {where} from its queries and keys "
+            f"(max |Δ| = {gap:.2e}); this attention variant is not supported by the QK fix")
+    b, H, T, _ = g.shape
+    if kind == "q":
+        A1 = _softmax(scale * Qs @ Kb_h.transpose(-1, -2), valid)
+        c = ((A1 - A0) * g).sum(-1)  # [b, H, T]: the query at t patched
+        return c.transpose(1, 2) if each else c.sum(-1)
+    if each:
+        delta = scale * Qb @ (Ks_h - Kb_h).transpose(-1, -2)
+        c = key_fix_each(scores, valid.expand(b, H, T, T), g, delta)  # [b, H, T_k]
+    else:
+        A1 = _softmax(scale * Qb @ Ks_h.transpose(-1, -2), valid)
+        c = ((A1 - A0) * g).sum(-1).sum(-1)  # [b, H]
+    c = c.reshape(b, H // group, group, *c.shape[2:]).sum(2)  # KV head g: its query heads
+    return c.transpose(1, 2) if each else c
+
+
+def attribution_patch(
+    model: Any,
+    clean: Union[str, Sequence[str], Tensor],
+    corrupt: Union[str, Sequence[str], Tensor],
+    *,
+    metric: Any,
+    nodes: Union[str, Sequence[Any]] = "components",
+    positions: str = "all",
+    direction: str = "denoise",
+    qk_fix: bool = False,
+) -> PatchResult:
+    """Every node's patching effect to first order (AtP), or with ``qk_fix`` AtP*'s exact-softmax fix for
+    queries and keys — two forwards and one backward for all nodes (see the module docstring).
+
+    ``nodes``: "heads", "mlps", "components" (embeddings, heads, MLPs), "resid", "head_inputs" (each head's
+    q, each KV head's k and v) or a list of labels. ``positions``: "all" (the node patched at every position)
+    or "each" (at one position; values [n_nodes, pos]). ``direction``: "denoise" (run corrupt, patch in clean;
+    gradient at corrupt) or "noise" (run clean, patch in corrupt; gradient at clean). Returns a
+    :class:`PatchResult` whose ``values`` estimate what :func:`interp.patch` returns for the same arguments.
+    """
+    require_model(model)
+    arch = model.arch
+    check_choice("positions", positions, ("all", "each"))
+    check_choice("direction", direction, ("denoise", "noise"))
+    check_bool("qk_fix", qk_fix)
+    if torch.is_inference_mode_enabled():
+        raise UnsupportedOperationError("attribution_patch takes gradients: call it outside torch.inference_mode()")
+    m = as_metric(metric, model)
+    sites = _plan(model, nodes)
+    bc, bk = _pair(model, clean, corrupt)
+    base_b, src_b = (bk, bc) if direction == "denoise" else (bc, bk)
+    bound = m.bind(model, bc)
+    final = f"blocks.{arch.n_layers - 1}.hook_resid_post"
+    names = [s.hook for s in sites]
+    fix_layers = sorted({s.layer for s in sites if qk_fix and s.kind in ("q", "k")})
+    qk = {l: _qk_hooks(model, l) for l in fix_layers}
+    src_names = names + [h for l in fix_layers for h in qk[l]]
+    pattern = {l: f"blocks.{l}.attn.hook_pattern" for l in fix_layers}
+    base_names = src_names + list(pattern.values())
+
+    src = _run(model, src_b, list(dict.fromkeys(src_names)), final, grad=False)
+    base = _run(model, base_b, list(dict.fromkeys(base_names)), final, grad=True)
+    with torch.no_grad():
+        out_src = bound.read(model, bound.select(src[final]))
+    out_base = bound.read(model, bound.select(base[final]))
+    clean_out = (out_src if direction == "denoise" else out_base).detach()
+    M_base = bound(out_base, clean=clean_out)
+    with torch.no_grad():
+        M_src = bound(out_src, clean=clean_out)
+    wrt = list(dict.fromkeys(names + list(pattern.values())))
+    grads = dict(zip(wrt, torch.autograd.grad(M_base.sum(), [base[n] for n in wrt], allow_unused=True)))
+    M_base = M_base.detach()
+
+    B, T = base_b.tokens.shape
+    each = positions == "each"
+    valid = _valid_keys(base_b.attention_mask, T, arch.causal)
+    tol = max(1e-4, 100 * torch.finfo(model.dtype).eps)
+    per_node: list[Tensor] = []  # each [b] or [b, T]
+    for site in sites:
+        a_b, a_s = base[site.hook].detach(), src[site.hook]
+        gr = grads[site.hook]
+        if gr is None:
+            gr = torch.zeros_like(a_b)
+        prod = (a_s - a_b) * gr
+        if site.kind == "stream":
+            c = prod.sum(-1)[..., None]  # [b, T, 1]
+        elif site.kind == "attn":
+            c = prod.sum((-1, -2))[..., None]
+        elif site.kind == "pattern":  # [b, H, T(query), T(key)]: a pattern's position is its query's
+            c = prod.sum(-1).transpose(1, 2)[:, :, site.slots]
+        else:
+            c = prod.sum(-1)[:, :, site.slots]  # [b, T, n]
+        c = c if each else c.sum(1)
+        if site.kind in ("q", "k") and qk_fix:
+            Qb, Kb = _qk(model, base, qk[site.layer])
+            Qs, Ks = _qk(model, src, qk[site.layer])
+            fixed = _qk_fix_layer(site.kind, Qb, Kb, Qs, Ks, base[pattern[site.layer]], grads[pattern[site.layer]],
+                                  _attention_scale(model, site.layer), valid, arch.group_size, each, tol,
+                                  f"layer {site.layer}")
+            c = fixed[..., site.slots].to(c.dtype)
+        per_node.extend(c[..., i] for i in range(c.shape[-1]))
+    est = torch.stack(per_node).detach()  # [n, b] or [n, b, T]
+    if each:
+        est = est.transpose(1, 2)  # [n, T, b]
+        per_prompt = M_base.to(est.dtype) + est
+    else:
+        per_prompt = M_base.to(est.dtype)[None] + est
+    labels = [lab for s in sites for lab in s.labels]
+    M_clean, M_corrupt = (M_src, M_base) if direction == "denoise" else (M_base, M_src)
+    str_tokens = model.to_str_tokens(bc.tokens[0]) if model.tokenizer is not None else None
+    log.info("attribution_patch: %d nodes, positions=%s, direction=%s, qk_fix=%s", len(labels), positions,
+             direction, qk_fix)
+    return PatchResult(
+        values=per_prompt.mean(-1).cpu(), per_prompt=per_prompt.cpu(), labels=labels,
+        clean=float(M_clean.mean()), corrupt=float(M_corrupt.mean()),
+        clean_per_prompt=M_clean.detach().cpu(), corrupt_per_prompt=M_corrupt.detach().cpu(),
+        metric=bound.name, method="attribution patching", direction=direction, ablation="corrupt",
+        positions=positions, n_layers=arch.n_layers, n_heads=arch.n_heads, str_tokens=str_tokens,
+        details={"qk_fix": qk_fix, "gradient_at": "corrupt" if direction == "denoise" else "clean",
+                 "estimate": "M(base) + Σ (a_n(source) − a_n(base))·∂M/∂a_n at base"
+                             + ("; q/k nodes: exact softmax, linear in the pattern" if qk_fix else "")},
+    )
