@@ -6,7 +6,10 @@ The curated public API (explicit re-exports only). See docs/api.md. Figure build
 
 from interp.errors import InterpError
 from interp.attribution import LogitAttribution, attribute_direction, attribute_logits
-from interp.causal import KL, Direction, Effects, Logit, LogitDiff, LogProb, Metric, PatchResult, Prob, effects, patch, path_patch
+from interp.causal import (
+    KL, Direction, Effects, Logit, LogitDiff, LogProb, Metric, PatchResult, Prob, attribution_patch, effects, patch,
+    path_patch,
+)
 from interp.circuits import (
     CompositionScores,
     HeadOperator,
@@ -50,6 +53,7 @@ __all__ = [
     "ResidualTrace",
     "attribute_direction",
     "attribute_logits",
+    "attribution_patch",
     "circuits_report",
     "composition_scores",
     "copying_scores",
