@@ -5,7 +5,7 @@ The curated public API (explicit re-exports only). See docs/api.md. Figure build
 """
 
 from interp.errors import InterpError
-from interp.attribution import LogitAttribution, attribute_direction, attribute_logits
+from interp.attribution import LogitAttribution, OVAt, attribute_direction, attribute_logits, ov_at
 from interp.causal import (
     KL, Direction, Effects, Logit, LogitDiff, LogProb, Metric, PatchResult, Prob, attribution_patch, effects, patch,
     path_patch,
@@ -47,6 +47,7 @@ __all__ = [
     "LogitAttribution",
     "Metric",
     "Model",
+    "OVAt",
     "PatchResult",
     "PathExpansion",
     "Prob",
@@ -62,6 +63,7 @@ __all__ = [
     "head_operator",
     "list_models",
     "load_model",
+    "ov_at",
     "ov_circuit",
     "patch",
     "path_patch",

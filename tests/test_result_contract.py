@@ -122,6 +122,7 @@ FACTORIES: dict[str, Callable[[dict], Any]] = {
                                                  nodes="heads", progress=False),
     "Effects": lambda m: interp.causal.effects(m["gpt2"], "w1 w2 w3 w4", "w1 w9 w3 w4", metric=_causal_metric(),
                                                progress=False),
+    "OVAt": lambda m: interp.ov_at(m["llama"], PROMPTS, 1, 2, src=2, prompt=1),
 }
 
 
@@ -247,13 +248,19 @@ def _check_effects(r, label, v, rows):
     assert all(_close(row[c], x) for c, x in zip(("total", "direct", "indirect"), v))
 
 
+def _check_ov_at(r, label, v, rows):
+    (row,) = rows.to_dict("records")
+    t = int(label)
+    assert _close(v, r.logits[t]) and _close(row["logit"], v) and _close(row["weighted"], v * r.weight)
+
+
 ROW_CHECKS: dict[str, Callable[[Any, str, Any, pd.DataFrame], None]] = {
     "LogitAttribution": _check_logit_attribution, "Decomposition": _check_decomposition,
     "HeadScores": _check_head_scores, "OVDiagonalStats": _check_ov_diagonal, "VirtualWeightNorms": _check_virtual,
     "CompositionScores": _check_composition, "CompositionGraph": _check_graph, "HeadOperator": _check_head_operator,
     "PathExpansion": _check_path_expansion, "PrivilegedBasisReport": _check_privileged,
     "SubspaceOverlap": _check_overlap, "ErasureTable": _check_erasure, "AttentionPatterns": _check_attention,
-    "PatchResult": _check_patch, "Effects": _check_effects,
+    "PatchResult": _check_patch, "Effects": _check_effects, "OVAt": _check_ov_at,
 }
 
 

@@ -24,6 +24,7 @@ from interp.plots._scores import (
     subspace_overlap_map,
     virtual_weight_map,
 )
+from interp.plots._sources import head_source_heatmap, source_ov_figure
 from interp.plots._stream import residual_stream_figure
 
 __all__ = [
@@ -39,12 +40,14 @@ __all__ = [
     "erasure_figure",
     "export",
     "head_score_map",
+    "head_source_heatmap",
     "ov_eigenvalue_figure",
     "patch_figure",
     "path_expansion_figure",
     "privileged_basis_figure",
     "residual_stream_figure",
     "self_rank_histogram",
+    "source_ov_figure",
     "subspace_overlap_map",
     "top_token_table",
     "virtual_weight_map",

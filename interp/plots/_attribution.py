@@ -57,16 +57,26 @@ def attribution_vector(attribution: Any, *, prompt: Optional[int] = None) -> tup
 
 
 def _context(attribution: Any, prompt: Optional[int]) -> tuple[str, str]:
-    """(target description, where — HTML-safe, token quoted) for titles and hover."""
+    """(target description, where — HTML-safe, token quoted) for titles and hover.
+
+    One prompt's figure names that prompt's target (``prompt_targets``) and the token it is read at
+    (``prompt_str_tokens``; results without them have ``str_tokens`` of prompt 0 only)."""
     target = str(getattr(attribution, "target", "") or "logit")
-    toks = getattr(attribution, "str_tokens", None)
-    positions = getattr(attribution, "positions", None)
     n = as_numpy(attribution.values, name="attribution.values").reshape(len(attribution.labels), -1).shape[1]
-    where = "mean over prompts" if (prompt is None and n > 1) else f"prompt {0 if prompt is None else prompt}"
-    if toks and positions is not None and (prompt == 0 or (prompt is None and n == 1)):
-        try:  # str_tokens are prompt 0's
-            p = int(as_numpy(positions, name="positions").reshape(-1)[0])
-            where = f"at token {quoted(toks[p])} (pos {p})" if p >= 0 else "mean over tokens"
+    i = 0 if (prompt is None and n == 1) else prompt
+    per_target = getattr(attribution, "prompt_targets", None)
+    if i is not None and per_target and i < len(per_target):
+        target = str(per_target[i])
+    per_tokens = getattr(attribution, "prompt_str_tokens", None)
+    toks = per_tokens[i] if (i is not None and per_tokens and i < len(per_tokens)) else (
+        getattr(attribution, "str_tokens", None) if i == 0 else None)
+    positions = getattr(attribution, "positions", None)
+    where = "mean over prompts" if i is None else f"prompt {i}"
+    if toks and positions is not None and i is not None:
+        try:
+            p = int(as_numpy(positions, name="positions").reshape(-1)[i])
+            at = f"at token {quoted(toks[p])} (pos {p})" if p >= 0 else "mean over tokens"
+            where = at if n == 1 else f"prompt {i}, {at}"
         except (IndexError, ValueError):
             pass
     return target, where

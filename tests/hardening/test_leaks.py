@@ -305,7 +305,12 @@ def _results(models) -> dict[str, list[Any]]:
         attribute_logits(g, PROMPTS, answer="w3", wrong="w4"),
         attribute_logits(l, torch.tensor([[1, 5, 6]]), answer=7, unit="neuron"),
         attribute_direction(b, PROMPTS, torch.randn(b.arch.d_model), unit="component"),
+        attribute_logits(l, PROMPTS, answer="w3 w4", wrong=[{"w5", "w6"}, "w8 w9"], multi_token=True,
+                         target="logprob", wrong_agg="logsumexp", unit="head_source"),
     ]
+    from interp.attribution import ov_at
+
+    out["OVAt"] = [ov_at(l, PROMPTS, 1, 2, src=1, prompt=1), ov_at(models["toy"], torch.tensor([[0, 5, 6, 7]]), 1, 0, src=2)]
     out["CompositionScores"] = [C.composition_scores(g, "K"), C.composition_scores(l, "V", fold_norms=False)]
     out["HeadScores"] = [C.copying_scores(g), C.copying_scores(l)]
     out["OVDiagonalStats"] = [C.ov_diagonal_stats(g, 1, 2)]

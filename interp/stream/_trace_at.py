@@ -1,0 +1,101 @@
+"""trace_at(): a trace that keeps only chosen positions of each prompt, gathered during the pass.
+
+Attribution reads the stream at one position per prompt (or a few: a teacher-forced multi-token
+answer reads one position per answer token), so every activation is gathered at ``positions``
+[batch, k] as the forward pass produces it and the trace's pos axis has length k. Memory is
+O(n_layers · batch · k · d_model), not O(· pos ·). The decomposition at a kept position equals the
+full trace's there, term by term (the walk is per position).
+
+``keep`` (see :mod:`interp.stream._keep`) adds attention internals: each pattern's *query* axis is
+gathered at ``positions`` and its key axis kept whole ([batch, n_heads, k, pos]); queries are gathered
+like the stream, keys and values are kept at every position ([batch, pos, n_kv_heads, d_head]) — what a
+head reads from every source position.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+from interp.stream._capture import run_forward
+from interp.stream._inputs import Batch
+from interp.stream._keep import check_keep, keep_hooks
+from interp.stream._trace import ResidualTrace, capture_names
+
+__all__ = ["trace_at"]
+
+
+class _StopForward(Exception):
+    """Raised inside a hook to end the forward pass once everything needed is captured."""
+
+
+def trace_at(
+    model: Any,
+    batch: Batch,
+    positions: Int[Tensor, "batch *k"],
+    *,
+    neuron_layers: Sequence[int] = (),
+    stop_before_unembed: bool = False,
+    keep: Sequence[str] = (),
+) -> ResidualTrace:
+    """A :class:`ResidualTrace` holding positions ``positions[b]`` of each prompt only.
+
+    ``positions``: [batch] (the pos axis has length 1) or [batch, k]. With ``stop_before_unembed``
+    (pre-norm decoders) the forward pass ends at the final norm's input — the full-vocabulary
+    unembedding at every position is never computed — and the final norm's output at the kept
+    positions is recomputed with the model's own ``ln_final`` module (bitwise what the full pass
+    would give). ``keep``: attention internals to keep (module docstring).
+    """
+    arch = model.arch
+    keep = check_keep(keep)
+    has_types = "token_type_embed.hook_out" in model.bridge.hook_dict
+    names = capture_names(arch, neuron_layers=neuron_layers, has_types=has_types)
+    b = batch.tokens.shape[0]
+    rows = torch.arange(b, device=batch.tokens.device)[:, None]  # [b, 1]
+    positions = positions.to(batch.tokens.device)
+    pos2 = positions[:, None] if positions.ndim == 1 else positions  # [b, k]
+
+    def at_pos(x: Tensor) -> Tensor:
+        if x.shape[0] == 1 and b > 1:
+            x = x.expand(b, *x.shape[1:])
+        return x[rows, pos2].clone()  # [b, k, ...]
+
+    def queries(x: Tensor) -> Tensor:  # a pattern [b, H, q, k] gathered on its query axis -> [b, H, k_kept, k]
+        return x[rows, :, pos2].permute(0, 2, 1, 3).clone()
+
+    reducers = {n: at_pos for n in names}
+    extra = keep_hooks(model, keep)
+    for item, hooks in extra.items():
+        for n in hooks:
+            reducers[n] = queries if item == "patterns" else at_pos if item == "q" else (lambda x: x.clone())
+    stop = stop_before_unembed and arch.norm != "none" and arch.has_logits
+    if stop:
+        reducers.pop("ln_final.hook_out", None)
+    store: dict[str, Tensor] = {}
+
+    def grab(name: str):
+        reduce = reducers[name]
+
+        def hook(x: Tensor, hook: Any = None) -> Tensor:
+            store[name] = reduce(x.detach())
+            if stop and name == "ln_final.hook_in":
+                raise _StopForward
+            return x
+
+        return hook
+
+    logits = None
+    try:
+        out = run_forward(model, batch, [(n, grab(n)) for n in reducers])
+        logits = out[rows, pos2] if torch.is_tensor(out) else None
+    except _StopForward:
+        with torch.inference_mode():
+            store["ln_final.hook_out"] = model.bridge.ln_final(store["ln_final.hook_in"])
+    tokens = batch.tokens[rows, pos2]
+    return ResidualTrace(
+        arch=arch, tokens=tokens, attention_mask=torch.ones_like(tokens), str_tokens=None,
+        activations=store, weights=model.weights, neuron_layers=tuple(neuron_layers), logits=logits,
+    )
