@@ -39,7 +39,7 @@ from torch import Tensor
 
 from interp.errors import ArgumentError
 from interp.labels import Edge, Embed, Head, HeadInput, Mlp, MlpInput, Output, parse
-from interp.models import Weights
+from interp.models import ArchInfo, Weights, sees
 
 __all__ = ["TrueCircuit", "tracr_circuit", "edges_from_residual_labels", "DEFAULT_IGNORED"]
 
@@ -103,11 +103,15 @@ def edges_from_residual_labels(
     weights: Weights,
     residual_labels: Sequence[str],
     *,
+    arch: ArchInfo,
     ignored: Sequence[str] = DEFAULT_IGNORED,
     atol: float = 0.0,
     name: str = "tracr",
 ) -> TrueCircuit:
-    """The true edges of a labelled-residual model (see the module docstring for the rule)."""
+    """The true edges of a labelled-residual model (see the module docstring for the rule).
+
+    "w precedes r" is the model's block program (:func:`interp.models.sees`).
+    """
     labels = [str(x) for x in residual_labels]
     d_model = weights.W_E.shape[1]
     if len(labels) != d_model:
@@ -122,24 +126,24 @@ def edges_from_residual_labels(
     W = weights.to(dtype=torch.float64, device="cpu")
     L, H = W.W_Q.shape[0], W.W_Q.shape[1]
 
-    writers: list[tuple[Any, int, Tensor]] = [  # (label, layer it writes in: -1 = before block 0, mask)
-        (Embed("token"), -1, _nonzero_columns(W.W_E, atol)),
-        (Embed("pos"), -1, _nonzero_columns(W.W_pos, atol)),
+    writers: list[tuple[Any, Tensor]] = [  # (label, which dimensions it writes)
+        (Embed("token"), _nonzero_columns(W.W_E, atol)),
+        (Embed("pos"), _nonzero_columns(W.W_pos, atol)),
     ]
-    readers: list[tuple[Any, float, Tensor]] = []  # (label, "time" it reads at, mask)
+    readers: list[tuple[Any, Tensor]] = []  # (label, which dimensions it reads)
     for l in range(L):
         for h in range(H):
-            writers.append((Head(l, h), 2 * l, _nonzero_columns(W.W_O[l, h], atol)))
+            writers.append((Head(l, h), _nonzero_columns(W.W_O[l, h], atol)))
             for which, M in (("q", W.W_Q), ("k", W.W_K), ("v", W.W_V)):
-                readers.append((HeadInput(l, which, h), 2 * l, _nonzero_rows(M[l, h], atol)))
-        writers.append((Mlp(l), 2 * l + 1, _nonzero_columns(W.W_out[l], atol)))
-        readers.append((MlpInput(l, "in"), 2 * l + 1, _nonzero_rows(W.W_in[l], atol)))
-    readers.append((Output("unembed"), 2 * L, _nonzero_rows(W.W_U, atol)))
+                readers.append((HeadInput(l, which, h), _nonzero_rows(M[l, h], atol)))
+        writers.append((Mlp(l), _nonzero_columns(W.W_out[l], atol)))
+        readers.append((MlpInput(l, "in"), _nonzero_rows(W.W_in[l], atol)))
+    readers.append((Output("unembed"), _nonzero_rows(W.W_U, atol)))
 
     edges, via = [], []
-    for wlab, wt, wmask in writers:
-        for rlab, rt, rmask in readers:
-            if wt >= rt:  # the reader runs before (or in the same sublayer as) the writer
+    for wlab, wmask in writers:
+        for rlab, rmask in readers:
+            if not sees(arch, str(wlab), str(rlab)):
                 continue
             shared = wmask & rmask & keep
             if shared.any():
@@ -162,5 +166,5 @@ def tracr_circuit(program: Any, *, ignored: Sequence[str] | None = None, atol: f
             raise ArgumentError(f"program={type(program).__name__} is not a TracrProgram (no .{attr}); "
                                 "use interp.groundtruth.compile_program")
     ignored = ("one", program.bos_label) if ignored is None else tuple(ignored)
-    return edges_from_residual_labels(program.model.weights, program.residual_labels, ignored=ignored, atol=atol,
-                                      name=f"tracr-{program.name}")
+    return edges_from_residual_labels(program.model.weights, program.residual_labels, arch=program.model.arch,
+                                      ignored=ignored, atol=atol, name=f"tracr-{program.name}")
