@@ -7,8 +7,8 @@ The curated public API (explicit re-exports only). See docs/api.md. Figure build
 from interp.errors import InterpError
 from interp.attribution import LogitAttribution, OVAt, attribute_direction, attribute_logits, ov_at
 from interp.causal import (
-    KL, Direction, Effects, Logit, LogitDiff, LogProb, Metric, PatchResult, Prob, attribution_patch, effects, patch,
-    path_patch,
+    KL, Direction, Effects, Logit, LogitDiff, LogitLens, LogProb, Metric, PatchResult, Prob, attribution_patch, effects,
+    logit_lens, patch, path_patch,
 )
 from interp.circuits import (
     CompositionScores,
@@ -43,6 +43,7 @@ __all__ = [
     "KL",
     "Logit",
     "LogitDiff",
+    "LogitLens",
     "LogProb",
     "LogitAttribution",
     "Metric",
@@ -63,6 +64,7 @@ __all__ = [
     "head_operator",
     "list_models",
     "load_model",
+    "logit_lens",
     "ov_at",
     "ov_circuit",
     "patch",

@@ -1,5 +1,5 @@
 """Causal effects: metrics, activation patching, direct/indirect effects, path patching, attribution
-patching.
+patching, the logit lens.
 
 Every analysis here runs patched forward passes and reads one metric per prompt
 (:mod:`interp.causal._metrics`); results follow the one result contract (:mod:`interp._result`).
@@ -22,6 +22,7 @@ from interp.causal._metrics import (
 from interp.causal._atp import attribution_patch
 from interp.causal._effects import effects
 from interp.causal._patch import patch
+from interp.causal._lens import LogitLens, logit_lens
 from interp.causal._path import path_patch
 from interp.causal._result import Effects, PatchResult
 
@@ -33,6 +34,7 @@ __all__ = [
     "KL",
     "Logit",
     "LogitDiff",
+    "LogitLens",
     "LogProb",
     "Metric",
     "PatchResult",
@@ -41,6 +43,7 @@ __all__ = [
     "attribution_patch",
     "effects",
     "final_norm",
+    "logit_lens",
     "patch",
     "path_patch",
     "readout",

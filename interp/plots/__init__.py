@@ -14,6 +14,7 @@ from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_
 from interp.plots._decomposition import decomposition_figure
 from interp.plots._export import Exporter, export
 from interp.plots._graph import composition_graph_figure
+from interp.plots._lens import logit_lens_figure
 from interp.plots._scores import (
     composition_score_map,
     erasure_figure,
@@ -41,6 +42,7 @@ __all__ = [
     "export",
     "head_score_map",
     "head_source_heatmap",
+    "logit_lens_figure",
     "ov_eigenvalue_figure",
     "patch_figure",
     "path_expansion_figure",

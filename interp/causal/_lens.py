@@ -1,0 +1,263 @@
+"""The logit lens: the model's prediction read off the residual stream at every resid point.
+
+At a resid point with stream x (one vector per prompt and position) the readout is the
+unembedding of the final norm applied to x (nostalgebraist 2020, "interpreting GPT: the logit lens"):
+
+    readout(x) = N_f(x) W_U + b_U,        N_f(x) = γ ⊙ centre(x) / σ + β   (RMSNorm: no centre, no β)
+
+The one choice is σ, the final norm's scale:
+
+* ``scale="recomputed"`` (the usual lens): σ = σ(x), the scale x itself would get; each readout is
+  what the model would predict if the blocks after the point were skipped.
+* ``scale="frozen"``: σ = σ_f, the scale of the real pass's final-norm input (the last resid point).
+  N_f is then one affine map for every point, so with x = Σ_{writes w before the point} w the readout
+  is Σ_w (w's direct logit attribution) + β W_U + b_U — the per-point readouts are cumulative sums of
+  ``attribute_logits``' terms, and the last one is the model's logits exactly.
+
+At the last resid point σ(x) = σ_f, so both lenses end at the model's own logits; the gap is reported
+as ``closure_error``. Mixing the two up (freezing where the lens should recompute, or the reverse in
+DLA) is a classic bug: the lens answers "what would the model say here", DLA "who wrote the answer".
+
+Steps: (1) one forward pass capturing every resid point and the final norm's input; (2) per point,
+normalise, unembed and keep only the top-k tokens and the asked-for token logits (the full
+[points, batch, pos, d_vocab] tensor is never held); (3) compare the last point with the logits.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional, Sequence, Union
+
+import pandas as pd
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from interp._result import Result
+from interp._validate import check_choice, check_positive_int
+from interp.attribution._answers import TokenSpec, resolve_positions, resolve_tokens
+from interp.causal._metrics import final_norm, readout
+from interp.errors import ArgumentError, UnsupportedOperationError
+from interp.labels import Resid
+from interp.stream._capture import capture
+from interp.stream._inputs import as_batch, require_model
+
+__all__ = ["LogitLens", "logit_lens", "lens_points"]
+
+log = logging.getLogger(__name__)
+SCALES = ("recomputed", "frozen")
+
+
+def lens_points(arch: Any) -> list[Resid]:
+    """The resid points read, in stream order, each stream state once.
+
+    ``blocks.{l}.hook_resid_post`` is ``blocks.{l+1}.hook_resid_pre``, so only layer 0's
+    ``resid_pre`` (the embeddings) is kept; then each layer's ``resid_mid`` (sequential blocks with
+    an MLP) and ``resid_post``.
+    """
+    points = [Resid(0, "pre")]
+    for l in range(arch.n_layers):
+        if not arch.parallel_attn_mlp and not arch.attn_only:
+            points.append(Resid(l, "mid"))
+        points.append(Resid(l, "post"))
+    return points
+
+
+@dataclass(frozen=True, eq=False)
+class LogitLens(Result):
+    """The prediction read at every resid point (rows, ``labels``) for every prompt and kept position.
+
+    ``top_tokens`` / ``top_logits`` / ``top_probs`` [points, batch, pos, k]: the k tokens with the largest
+    readout at each point (probabilities are the softmax over the whole vocabulary). ``target_values``
+    [points, batch, pos]: the readout of ``answer`` (minus ``wrong``'s) when asked for, else None.
+    ``positions`` [batch, pos] are the kept positions (``attention_mask`` marks the real ones);
+    ``closure_error`` is max |last readout − the model's logits| over the vocabulary and real positions.
+    ``result[label]`` is a dict of that point's tensors.
+    """
+
+    label_column: ClassVar[str] = "point"
+    default_by: ClassVar[str] = "value"
+
+    labels: list[str]
+    scale: str
+    top_tokens: Int[Tensor, "point batch pos k"] = field(repr=False)
+    top_logits: Float[Tensor, "point batch pos k"] = field(repr=False)
+    top_probs: Float[Tensor, "point batch pos k"] = field(repr=False)
+    target_values: Optional[Float[Tensor, "point batch pos"]] = field(repr=False)
+    target: Optional[str]
+    tokens: Int[Tensor, "batch n_ctx"] = field(repr=False)
+    positions: Int[Tensor, "batch pos"] = field(repr=False)
+    attention_mask: Int[Tensor, "batch pos"] = field(repr=False)
+    decoded: dict[str, str] = field(repr=False)
+    str_tokens: Optional[list[list[str]]] = field(repr=False)
+    n_layers: int
+    closure_error: float
+    relative_error: float
+
+    @property
+    def n_prompts(self) -> int:
+        return int(self.top_tokens.shape[1])
+
+    def token_str(self, token_id: int) -> str:
+        """A token id as text (``#id`` when the model had no tokenizer)."""
+        return self.decoded.get(str(int(token_id)), f"#{int(token_id)}")
+
+    def _row(self, index: int) -> dict[str, Optional[Tensor]]:
+        return {"top_tokens": self.top_tokens[index], "top_logits": self.top_logits[index],
+                "top_probs": self.top_probs[index],
+                "target": None if self.target_values is None else self.target_values[index]}
+
+    def layer_of(self, label: str) -> float:
+        """A point's depth for plotting: resid_pre of layer l → l, resid_mid → l + 0.5, resid_post → l + 1."""
+        r = Resid.parse(label)
+        return r.layer + {"pre": 0.0, "mid": 0.5, "post": 1.0}[r.where]
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per (point, prompt, real kept position): the input token there, the top token, its
+        logit and probability, and ``value`` — the target's readout if one was asked for, else the
+        top token's logit."""
+        P, B, S, _ = self.top_tokens.shape
+        mask = self.attention_mask.bool()
+        rows = []
+        tt, tl, tp = self.top_tokens[..., 0], self.top_logits[..., 0].double(), self.top_probs[..., 0].double()
+        tv = None if self.target_values is None else self.target_values.double()
+        for i, lab in enumerate(self.labels):
+            depth = self.layer_of(lab)
+            for b in range(B):
+                for s in range(S):
+                    if not bool(mask[b, s]):
+                        continue
+                    p = int(self.positions[b, s])
+                    tok = int(self.tokens[b, p])
+                    row = {"point": lab, "depth": depth, "prompt": b, "pos": p,
+                           "input_token": self.str_tokens[b][p] if self.str_tokens else f"#{tok}",
+                           "top_token": self.token_str(int(tt[i, b, s])), "top_logit": float(tl[i, b, s]),
+                           "top_prob": float(tp[i, b, s])}
+                    if tv is not None:
+                        row["target"] = float(tv[i, b, s])
+                    row["value"] = row["target"] if tv is not None else row["top_logit"]
+                    rows.append(row)
+        return pd.DataFrame(rows)
+
+    def plot(self, *, prompt: int = 0, value: str = "auto") -> Any:
+        """Points × positions heatmap for one prompt: the top token at each cell (text), coloured by
+        its probability (``value="top"``) or by the target's readout (``value="target"``; "auto" picks
+        it when a target was asked for)."""
+        from interp.plots import logit_lens_figure
+
+        return logit_lens_figure(self, prompt=prompt, value=value)
+
+    def __repr__(self) -> str:
+        P, B, S, k = self.top_tokens.shape
+        return (f"LogitLens(scale={self.scale!r}: {P} resid points × {B} prompts × {S} positions, top {k}"
+                f"{f', target {self.target}' if self.target else ''}, closure_error={self.closure_error:.2e})")
+
+
+def logit_lens(
+    model: Any,
+    inputs: Union[str, Sequence[str], Tensor],
+    *,
+    scale: str = "recomputed",
+    answer: Optional[TokenSpec] = None,
+    wrong: Optional[TokenSpec] = None,
+    top_k: int = 5,
+    pos: Optional[Union[int, Sequence[int]]] = None,
+) -> LogitLens:
+    """The model's prediction read at every resid point (the logit lens; see the module docstring).
+
+    ``scale``: "recomputed" (each point's own final-norm scale, the usual lens) or "frozen" (the real
+    pass's final scale: readouts are cumulative sums of the direct logit attribution terms).
+    ``answer`` / ``wrong``: a token (or one per prompt) whose readout (difference) is kept at every point.
+    ``top_k``: how many top tokens to keep. ``pos``: None (every position) or one position (int, negative
+    counting back from each prompt's last real token; or one per prompt).
+    """
+    require_model(model)
+    arch = model.arch
+    check_choice("scale", scale, SCALES)
+    check_positive_int("top_k", top_k)
+    if not arch.has_logits:
+        raise UnsupportedOperationError(
+            f"model {model.name!r} is an encoder without an unembedding (no logits to read); read its hidden "
+            "state along a direction with interp.attribute_direction(model, inputs, direction) instead"
+        )
+    if top_k > arch.d_vocab:
+        raise ArgumentError(f"top_k={top_k} must be at most d_vocab={arch.d_vocab}")
+    batch = as_batch(model, inputs)
+    B, N = batch.tokens.shape
+    ans = resolve_tokens(model, answer, B, "answer")
+    wr = resolve_tokens(model, wrong, B, "wrong")
+    if wr is not None and ans is None:
+        raise ArgumentError("wrong is given without answer; the lens reads logit[answer] − logit[wrong]")
+    dev = batch.tokens.device
+    if pos is None:
+        positions = torch.arange(N, device=dev).expand(B, N)
+        keep_mask = batch.attention_mask
+    else:
+        if isinstance(pos, bool) or not isinstance(pos, (int, list, tuple, Tensor)):
+            raise ArgumentError(f"pos={pos!r} must be None (every position), an int or one int per prompt")
+        if isinstance(pos, (list, tuple)) and len(pos) != B:
+            raise ArgumentError(f"pos has {len(pos)} entries but there are {B} prompts")
+        positions = resolve_positions(pos, batch.attention_mask.cpu()).to(dev)[:, None]
+        keep_mask = torch.ones_like(positions)
+
+    points = lens_points(arch)
+    last = f"blocks.{arch.n_layers - 1}.hook_resid_post"
+    rows = torch.arange(B, device=dev)[:, None]
+
+    def gather(x: Tensor) -> Tensor:  # keep only the asked-for positions, as they are captured
+        return x[rows, positions]
+
+    names = [str(p) for p in points]
+    store, logits = capture(model, batch, names, reducers={n: gather for n in names})
+    if not torch.is_tensor(logits):
+        raise UnsupportedOperationError(f"model {model.name!r} returned no logits tensor from its forward pass")
+    own = gather(logits)  # [B, S, d_vocab]
+
+    W_U = model.weights.W_U
+    _, sigma_f = final_norm(model, store[last])  # the final norm's input is the last resid point
+
+    P, S, k = len(points), positions.shape[1], top_k
+    top_tokens = torch.empty(P, B, S, k, dtype=torch.long, device=dev)
+    top_logits = torch.empty(P, B, S, k, dtype=W_U.dtype, device=dev)
+    top_probs = torch.empty_like(top_logits)
+    target_values = None if ans is None else torch.empty(P, B, S, dtype=W_U.dtype, device=dev)
+    closure = 0.0
+    with torch.inference_mode():
+        for i, name in enumerate(names):
+            x = store.pop(name)  # [B, S, d_model]; freed as we go
+            lg = readout(model, x, "logits", scale=sigma_f if scale == "frozen" else None)  # [B, S, d_vocab]
+            vals, idx = lg.topk(k, dim=-1)
+            top_tokens[i], top_logits[i] = idx, vals
+            top_probs[i] = (vals - lg.logsumexp(dim=-1, keepdim=True)).exp()
+            if target_values is not None:
+                t = lg.gather(-1, ans.to(dev)[:, None, None].expand(B, S, 1))[..., 0]
+                if wr is not None:
+                    t = t - lg.gather(-1, wr.to(dev)[:, None, None].expand(B, S, 1))[..., 0]
+                target_values[i] = t
+            if name == last:
+                gap = (lg - own.to(lg.dtype)).abs().amax(dim=-1)  # [B, S]
+                closure = float(gap[keep_mask.bool()].max())
+                scale_ref = float(own[keep_mask.bool()].abs().max())
+    tok = model.tokenizer
+    ids = set(top_tokens.unique().tolist())
+    for t in (ans, wr):
+        if t is not None:
+            ids |= set(t.tolist())
+    decoded = {str(i): tok.decode([i]) for i in sorted(ids)} if tok is not None else {}
+    target = None
+    if ans is not None:
+        name = (lambda t: repr(decoded.get(str(int(t)), f"#{int(t)}")))
+        per = B > 1 and (bool((ans != ans[0]).any()) or (wr is not None and bool((wr != wr[0]).any())))
+        target = (f"logit[{name(ans[0])}]" + (f" − logit[{name(wr[0])}]" if wr is not None else "")
+                  + (" (per-prompt tokens)" if per else ""))
+    log.info("logit_lens(scale=%s): %d points, closure error %.3g", scale, P, closure)
+    return LogitLens(
+        labels=names, scale=scale, top_tokens=top_tokens.cpu(), top_logits=top_logits.cpu(),
+        top_probs=top_probs.cpu(), target_values=None if target_values is None else target_values.cpu(),
+        target=target, tokens=batch.tokens.cpu(), positions=positions.cpu().contiguous(),
+        attention_mask=keep_mask.cpu().contiguous(), decoded=decoded,
+        str_tokens=model.to_str_tokens(batch.tokens) if tok is not None else None,
+        n_layers=arch.n_layers, closure_error=closure,
+        relative_error=closure / scale_ref if scale_ref > 0 else closure,
+    )
