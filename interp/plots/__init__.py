@@ -8,8 +8,10 @@ figures are in :mod:`interp.report`.
 """
 
 from interp.plots._attention import attention_pattern_figure
+from interp.plots._attention_view import AttentionView, attention_view
 from interp.plots._attribution import attribution_heatmap, attribution_waterfall
 from interp.plots._causal import effects_figure, patch_figure
+from interp.plots._circuit_graph import circuit_graph_figure
 from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_token_table
 from interp.plots._decomposition import decomposition_figure
 from interp.plots._export import Exporter, export
@@ -29,10 +31,13 @@ from interp.plots._sources import head_source_heatmap, source_ov_figure
 from interp.plots._stream import residual_stream_figure
 
 __all__ = [
+    "AttentionView",
     "Exporter",
     "attention_pattern_figure",
+    "attention_view",
     "attribution_heatmap",
     "attribution_waterfall",
+    "circuit_graph_figure",
     "composition_graph_figure",
     "composition_score_map",
     "copying_score_map",

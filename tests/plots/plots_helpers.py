@@ -131,3 +131,65 @@ def render_in_chromium(url: str, *, width: int = 1200, height: int = 2000, timeo
             if u.startswith(("http://", "https://", "ws://", "wss://")) and p.get("initiator") != "not an origin":
                 page_urls.append(u)
         return shot.read_bytes(), page_urls
+
+
+def probe_in_chromium(url: str, init_script: str, *, timeout: float = 120.0, width: int = 1400,
+                      height: int = 1000) -> object:
+    """Open ``url`` in headless Chromium (driven over the DevTools protocol by choreographer) with
+    ``init_script`` run before the page's own scripts, and return ``window.__probe`` once the page's
+    scripts have set it (JSON values only). The measurement is the page's: the script times events with
+    ``performance.now()`` inside the page, the polling here only collects the result."""
+    import asyncio
+    import time as _time
+
+    import choreographer
+
+    chrome = chromium_path()
+    assert chrome, "no chromium"
+
+    async def run() -> object:
+        async with choreographer.Browser(path=chrome, headless=True) as browser:
+            tab = await browser.create_tab("about:blank", width=width, height=height, window=True)
+            await tab.send_command("Page.enable")
+            await tab.send_command("Page.addScriptToEvaluateOnNewDocument", params={"source": init_script})
+            await tab.send_command("Page.navigate", params={"url": url})
+            deadline = _time.monotonic() + timeout
+            while _time.monotonic() < deadline:
+                r = await tab.send_command("Runtime.evaluate", params={
+                    "expression": f"(location.href === {json.dumps(url)} && window.__probe !== undefined) ? "
+                                  "JSON.stringify(window.__probe) : null", "returnByValue": True})
+                value = r.get("result", {}).get("result", {}).get("value")
+                if value is not None:
+                    return json.loads(value)
+                await asyncio.sleep(0.05)
+            raise TimeoutError(f"the page {url} set no window.__probe within {timeout} s")
+
+    return asyncio.run(run())
+
+
+#: An init script for :func:`probe_in_chromium` that times the first ``Plotly.newPlot`` of a page: it
+#: wraps plotly.js's entry point when the page defines ``window.Plotly`` and records, in ms since the
+#: navigation started, when ``newPlot`` was called and when the figure emitted ``plotly_afterplot``
+#: (plotly.js emits it in a promise callback after drawing, so a listener attached right after the call
+#: sees it), plus the number of SVG paths drawn.
+TIME_NEWPLOT = """
+(function () {
+  Object.defineProperty(window, "Plotly", {configurable: true, set: function (P) {
+    Object.defineProperty(window, "Plotly", {value: P, writable: true, configurable: true});
+    var orig = P.newPlot;
+    P.newPlot = function (gd) {
+      var el = typeof gd === "string" ? document.getElementById(gd) : gd;
+      var start = performance.now();
+      var out = orig.apply(this, arguments);
+      el.on("plotly_afterplot", function () {
+        if (window.__probe === undefined) {
+          window.__probe = {start: start, afterplot: performance.now(),
+                            paths: el.querySelectorAll("path").length,
+                            traces: el.querySelectorAll("g.trace").length};
+        }
+      });
+      return out;
+    };
+  }});
+})();
+"""

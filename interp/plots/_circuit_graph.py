@@ -1,0 +1,458 @@
+"""The circuit viewer: an edge-level circuit graph (writer → reader) as one interactive plotly figure.
+
+An edge joins a writer (an embedding, a head's output z_h W_O^h, an MLP's output, a bias) to a later
+reader (a query head's q input, a KV head's k or v input, an MLP's input, the logits). Its score is what
+the caller computed — e.g. edge attribution patching, score(w → r) = (a_w(corrupt) − a_w(clean)) · ∂M/∂x_r,
+with the exact patching effect where it was computed (Syed et al. 2023; Conmy et al. 2023).
+
+Layout: x is the forward order — the embeddings, then per layer its attention column and its MLP column
+(only the columns that have nodes), then the output; y is the index within the layer (head h at y = h).
+A head is one node: its output leaves the node, and its inputs are ports on its left — q beside the
+head, k and v further left. Under GQA a KV head's k and v ports sit at the middle of the query heads
+that share them and are joined to each. Edge width and opacity grow with |score| (``n_bins`` bins of
+|score| / max |score|); colour is the sign (blue positive, red negative).
+
+Size and speed: the edges are drawn by 2 × ``n_bins`` line traces whose segments are separated by gaps
+(NaN), coordinates as float32 typed arrays, and one invisible marker trace at the edges' midpoints
+carries their hover text — a dozen traces for thousands of edges, never one trace per edge. Only the
+``max_edges`` edges with the largest |score| are drawn (the subtitle says how many of how many).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from interp import labels as L
+from interp._validate import check_int_range, check_positive_int
+from interp.errors import ArgumentError, LabelError, ShapeError
+from interp.plots._common import as_numpy, esc, fmt
+
+__all__ = ["circuit_graph_figure", "circuit_layout"]
+
+#: Edge colours per |score| bin, weakest first (RdBu's blue and red halves).
+_POS = ["#92c5de", "#4393c3", "#2166ac", "#1a4f8a", "#053061"]
+_NEG = ["#f4a582", "#d6604d", "#b2182b", "#8c0d25", "#67001f"]
+_PORT_DX = {"q": 0.2, "k": 0.36, "v": 0.36, "in": 0.2, "gate": 0.2}
+_KV_DY = 0.17
+
+
+@dataclass(frozen=True)
+class _Node:
+    label: str
+    kind: str  # "head" | "port" | "mlp" | "embed" | "output" | "bias" | "neuron" | "other"
+    x: float
+    y: float
+    owner: str  # the node a port belongs to ("" for non-ports)
+
+
+def _bin_colours(n_bins: int, palette: list[str]) -> list[str]:
+    if n_bins <= len(palette):
+        idx = np.round(np.linspace(0, len(palette) - 1, n_bins)).astype(int)
+        return [palette[i] for i in idx]
+    return [palette[min(len(palette) - 1, i * len(palette) // n_bins)] for i in range(n_bins)]
+
+
+def _split_edge(edge: Any, i: int) -> tuple[str, str]:
+    text = str(edge) if isinstance(edge, L.Edge) else edge
+    if not isinstance(text, str):
+        raise ArgumentError(f"edges[{i}]={edge!r} must be an edge label such as 'L0.H3→L1.attn.k[H2]' (str or Edge)")
+    w, sep, r = text.partition(L.ARROW)
+    if not sep:
+        raise LabelError(f"edges[{i}]={text!r} is not an edge label: expected 'writer{L.ARROW}reader', "
+                         f"e.g. 'L0.H3{L.ARROW}L1.attn.k[H2]'")
+    return w, r
+
+
+class _Grid:
+    """Places every node: columns in forward order, heads by index, ports beside their head."""
+
+    def __init__(self, writers: Sequence[Any], readers: Sequence[Any], n_layers: Optional[int], n_heads: Optional[int],
+                 n_kv_heads: Optional[int]) -> None:
+        labs = [*writers, *readers]
+        heads = [lab.head for lab in labs if isinstance(lab, L.Head)]
+        heads += [lab.head for lab in labs if isinstance(lab, L.HeadInput) and lab.which == "q"]
+        kv = [lab.head for lab in labs if isinstance(lab, L.HeadInput) and lab.which != "q"]
+        layers = [lab.layer for lab in labs if getattr(lab, "layer", None) is not None]
+        self.n_layers = n_layers if n_layers is not None else (max(layers) + 1 if layers else 0)
+        self.n_heads = n_heads if n_heads is not None else max([*heads, *kv, 0]) + 1
+        n_kv = n_kv_heads if n_kv_heads is not None else (max(kv) + 1 if kv else self.n_heads)
+        # GQA: query head h reads KV head h // group; an inferred n_kv that does not divide n_heads is not a grouping
+        self.group = self.n_heads // n_kv if 0 < n_kv <= self.n_heads and self.n_heads % n_kv == 0 else 1
+        self.centre = (self.n_heads - 1) / 2
+        cols = {(-1, 0)}  # embeddings
+        for lab in labs:
+            cols.add(self._column(lab))
+        self.columns = sorted(cols)
+        self.x_of = {c: float(i) for i, c in enumerate(self.columns)}
+        self._neuron_rank: dict[tuple[int, int], int] = {}
+        for lab in sorted({lab for lab in labs if isinstance(lab, L.Neuron)}, key=lambda n: (n.layer, n.index)):
+            self._neuron_rank[(lab.layer, lab.index)] = sum(1 for k in self._neuron_rank if k[0] == lab.layer)
+
+    def _column(self, lab: Any) -> tuple[int, int]:
+        """(layer, 0 attention | 1 MLP | 2 after the MLP); (-1, 0) the embeddings, (big, 0) the output."""
+        if isinstance(lab, (L.Embed,)) or (isinstance(lab, L.NormBias) and lab.norm.which == "embed_ln"):
+            return (-1, 0)
+        if isinstance(lab, L.Output) or (isinstance(lab, L.NormBias) and lab.norm.which == "final") or (
+                isinstance(lab, L.Bias) and lab.sublayer == "unembed"):
+            return (1 << 30, 0)
+        if isinstance(lab, (L.Head, L.HeadInput, L.Attn)):
+            return (lab.layer, 0)
+        if isinstance(lab, L.Bias):
+            return (lab.layer, 0 if lab.sublayer == "attn" else 1)
+        if isinstance(lab, (L.Mlp, L.MlpInput, L.Neuron)):
+            return (lab.layer, 1)
+        if isinstance(lab, L.NormBias):
+            return (lab.norm.layer, 0 if lab.norm.which == "ln1" else 1)
+        return (lab.layer_index, 1)
+
+    def tick_text(self) -> list[str]:
+        out = []
+        for layer, sub in self.columns:
+            out.append("embed" if layer == -1 else "output" if layer == 1 << 30 else f"L{layer} {'attn' if sub == 0 else 'mlp'}")
+        return out
+
+    def place(self, lab: Any) -> _Node:
+        x = self.x_of[self._column(lab)]
+        c, nh, s = self.centre, self.n_heads, str(lab)
+        if isinstance(lab, L.Head):
+            return _Node(s, "head", x, float(lab.head), "")
+        if isinstance(lab, L.HeadInput):
+            if lab.which == "q":
+                return _Node(s, "port", x - _PORT_DX["q"], float(lab.head), str(L.Head(lab.layer, lab.head)))
+            mid = lab.head * self.group + (self.group - 1) / 2  # the middle of the query heads sharing this KV head
+            dy = -_KV_DY if lab.which == "k" else _KV_DY
+            return _Node(s, "port", x - _PORT_DX[lab.which], mid + dy, "")
+        if isinstance(lab, L.Mlp):
+            return _Node(s, "mlp", x, c, "")
+        if isinstance(lab, L.MlpInput):
+            return _Node(s, "port", x - _PORT_DX[lab.which], c + (0.3 if lab.which == "gate" else 0.0), str(L.Mlp(lab.layer)))
+        if isinstance(lab, L.Neuron):
+            return _Node(s, "neuron", x, c + 1.0 + 0.5 * self._neuron_rank[(lab.layer, lab.index)], "")
+        if isinstance(lab, L.Embed):
+            return _Node(s, "embed", x, c + {"token": 0.0, "pos": 1.5, "type": -1.5}[lab.which], "")
+        if isinstance(lab, L.Output):
+            return _Node(s, "output", x, c, "")
+        if isinstance(lab, L.Attn):
+            return _Node(s, "other", x, -1.0, "")
+        if isinstance(lab, L.Bias):
+            return _Node(s, "bias", x + 0.25, float(nh) if lab.sublayer == "attn" else c + 1.5, "")
+        if isinstance(lab, L.NormBias):
+            return _Node(s, "bias", x + 0.4, float(nh) + 0.5, "")
+        return _Node(s, "other", x, float(nh) + 1.0, "")
+
+    def kv_readers(self, lab: Any) -> list[str]:
+        """The query heads that read through a KV port (joined to it by thin lines)."""
+        return [str(L.Head(lab.layer, h)) for h in range(lab.head * self.group, (lab.head + 1) * self.group)]
+
+
+def _read_inputs(edges: Any, scores: Any, exact: Any, n_layers: Any, n_heads: Any, n_kv_heads: Any,
+                 title: Optional[str]) -> tuple[list[str], np.ndarray, Optional[np.ndarray], Any, Any, Any, str]:
+    """Plain attributes from a result (``.edges``, ``.scores``, optional ``.exact``) or the arguments."""
+    if hasattr(edges, "edges") and hasattr(edges, "scores"):
+        res = edges
+        edges, scores = res.edges, res.scores if scores is None else scores
+        exact = getattr(res, "exact", None) if exact is None else exact
+        arch = getattr(res, "arch", None)
+
+        def count(attr: str, given: Any) -> Any:
+            v = getattr(res, attr, None) if given is None else given
+            v = getattr(arch, attr, None) if v is None else v
+            return v if isinstance(v, int) and not isinstance(v, bool) else given
+
+        n_layers, n_heads, n_kv_heads = count("n_layers", n_layers), count("n_heads", n_heads), count("n_kv_heads", n_kv_heads)
+        if title is None:
+            method = getattr(res, "method", None)
+            title = f"Circuit graph ({method})" if isinstance(method, str) else None
+    if scores is None:
+        raise ArgumentError("scores is None: give one score per edge (or a result with .edges and .scores)")
+    if isinstance(edges, (str, bytes)) or not isinstance(edges, Sequence):
+        raise ArgumentError(f"edges must be a sequence of edge labels, got {type(edges).__name__}")
+    edges = [str(e) if isinstance(e, L.Edge) else e for e in edges]
+    s = as_numpy(scores, name="scores")
+    if s.ndim != 1:
+        raise ShapeError(f"scores must be one number per edge (1-D), got shape {tuple(s.shape)}")
+    if len(s) != len(edges):
+        raise ShapeError(f"scores has {len(s)} values for {len(edges)} edges")
+    if len(edges) == 0:
+        raise ArgumentError("edges is empty: there is no edge to draw")
+    bad = np.flatnonzero(~np.isfinite(s))
+    if len(bad):
+        raise ArgumentError(f"scores[{int(bad[0])}]={s[bad[0]]!r} (edge {edges[bad[0]]!r}) is not finite; "
+                            f"{len(bad)} non-finite scores in all")
+    ex = None
+    if exact is not None:
+        if isinstance(exact, Mapping):
+            unknown = [k for k in exact if str(k) not in set(edges)]
+            if unknown:
+                raise LabelError(f"exact names {len(unknown)} edges that are not in edges, e.g. {str(unknown[0])!r}")
+            ex = np.full(len(edges), np.nan)
+            pos = {e: i for i, e in enumerate(edges)}
+            for k, v in exact.items():
+                ex[pos[str(k)]] = float(v)
+        else:
+            ex = as_numpy(exact, name="exact").reshape(-1)
+            if len(ex) != len(edges):
+                raise ShapeError(f"exact has {len(ex)} values for {len(edges)} edges (NaN where not computed)")
+    return edges, s, ex, n_layers, n_heads, n_kv_heads, title or "Circuit graph"
+
+
+def _info_lines(info: Optional[Mapping[str, Any]]) -> list[str]:
+    """``key: value`` hover lines; numbers formatted, text escaped, lists one item per line."""
+    out = []
+    for k, v in (info or {}).items():
+        if isinstance(v, (list, tuple)):
+            items = [fmt(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else esc(x) for x in v]
+            out.append(f"{esc(k)}:<br>&nbsp;&nbsp;" + "<br>&nbsp;&nbsp;".join(items))
+        elif isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool):
+            out.append(f"{esc(k)}: {fmt(float(v))}")
+        else:
+            out.append(f"{esc(k)}: {esc(v)}")
+    return out
+
+
+def circuit_layout(edges: Sequence[Any], *, n_layers: Optional[int] = None, n_heads: Optional[int] = None,
+                   n_kv_heads: Optional[int] = None) -> dict[str, tuple[float, float]]:
+    """The (x, y) of every node the edges touch (heads, ports, MLPs, embeddings, output), as drawn."""
+    w_txt, r_txt = zip(*(_split_edge(e, i) for i, e in enumerate(edges))) if len(edges) else ((), ())
+    parsed = {t: L.parse(t) for t in {*w_txt, *r_txt}}
+    grid = _Grid([parsed[t] for t in w_txt], [parsed[t] for t in r_txt], n_layers, n_heads, n_kv_heads)
+    out = {}
+    for lab in parsed.values():
+        node = grid.place(lab)
+        out[node.label] = (node.x, node.y)
+    return out
+
+
+def circuit_graph_figure(
+    edges: Any,
+    scores: Any = None,
+    *,
+    exact: Any = None,
+    node_info: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    node_value: str = "DLA",
+    max_edges: int = 5000,
+    n_bins: int = 5,
+    n_layers: Optional[int] = None,
+    n_heads: Optional[int] = None,
+    n_kv_heads: Optional[int] = None,
+    score_name: str = "score",
+    title: Optional[str] = None,
+) -> go.Figure:
+    """The circuit graph: nodes by layer, edge width/opacity by |score|, colour by sign, hover on edges and nodes.
+
+    ``edges``: edge labels ``'L0.H3→L1.attn.k[H2]'`` (str or :class:`interp.labels.Edge`), or a result
+    with ``.edges`` and ``.scores`` (and optionally ``.exact``, ``.n_layers``/``.n_heads``/``.n_kv_heads``);
+    ``scores``: one finite number per edge; ``exact``: the exact patching effect per edge (NaN where not
+    computed) or a mapping edge → effect — shown in the edge's hover; ``node_info``: per node label
+    (``'L3.H5'``, ``'L3.mlp'``, a port ``'L3.attn.q[H5]'``) a mapping of hover lines, e.g.
+    ``{"DLA": 0.41, "attends to": "“ Mary”@4 0.62", "OV top tokens": ["“ Mary” → “ Mary” 3.1"]}``; nodes
+    are coloured by the numeric entry ``node_value``. ``max_edges``: draw the edges with the largest
+    |score| (the subtitle says how many were left out); ``n_heads`` / ``n_kv_heads``: the model's head
+    counts (else read from the labels; give them under GQA when not every KV head appears).
+    """
+    edges, s, ex, n_layers, n_heads, n_kv_heads, title = _read_inputs(edges, scores, exact, n_layers, n_heads,
+                                                                      n_kv_heads, title)
+    check_positive_int("max_edges", max_edges)
+    check_int_range("n_bins", n_bins, 1, 10)
+    for name, v in (("n_layers", n_layers), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
+        check_positive_int(name, v, allow_none=True)
+    if node_info is not None and not isinstance(node_info, Mapping):
+        raise ArgumentError(f"node_info must be a mapping node label -> {{name: value}}, got {type(node_info).__name__}")
+    n_total = len(edges)
+    order = np.argsort(-np.abs(s), kind="stable")[:max_edges]
+    keep = np.sort(order)  # drawn edges, in the caller's order
+    w_txt, r_txt = [], []
+    for i in keep:
+        w, r = _split_edge(edges[i], int(i))
+        w_txt.append(w)
+        r_txt.append(r)
+    parsed: dict[str, Any] = {}
+    for t in {*w_txt, *r_txt}:
+        try:
+            parsed[t] = L.parse(t)
+        except LabelError as e:
+            raise LabelError(f"edges holds {t!r}, which is not a label: {e}") from None
+    for i, (w, r) in enumerate(zip(w_txt, r_txt)):
+        if not isinstance(parsed[w], L._WRITES) or not isinstance(parsed[r], L._READS):
+            raise LabelError(f"edges[{int(keep[i])}]={edges[keep[i]]!r} must join a write (embed, L3.H5, L3.mlp, ...) "
+                             f"to a read (L3.attn.q[H5], L3.attn.k[H1], L3.mlp.in, unembed)")
+    grid = _Grid([parsed[t] for t in w_txt], [parsed[t] for t in r_txt], n_layers, n_heads, n_kv_heads)
+    nodes: dict[str, _Node] = {}
+    for t in {*w_txt, *r_txt}:
+        node = grid.place(parsed[t])
+        nodes[node.label] = node
+    for t in (node_info or {}):  # nodes the caller describes are drawn even without a drawn edge
+        try:
+            lab = L.parse(t)
+        except LabelError:
+            continue
+        if isinstance(lab, (*L._WRITES, *L._READS)) and t not in nodes:
+            try:
+                node = grid.place(lab)
+            except KeyError:  # a column no edge opened
+                continue
+            nodes[node.label] = node
+    for node in list(nodes.values()):  # a q or MLP port implies its owner node
+        if node.owner and node.owner not in nodes:
+            nodes[node.owner] = grid.place(L.parse(node.owner))
+    kv_joins = [(t, h) for t in {*r_txt} if isinstance(parsed[t], L.HeadInput) and parsed[t].which != "q"
+                for h in grid.kv_readers(parsed[t])]
+    for _, h in kv_joins:
+        if h not in nodes:
+            nodes[h] = grid.place(L.parse(h))
+
+    ss = s[keep]
+    wx = np.array([nodes[w].x for w in w_txt], dtype=np.float64)
+    wy = np.array([nodes[w].y for w in w_txt], dtype=np.float64)
+    rx = np.array([nodes[r].x for r in r_txt], dtype=np.float64)
+    ry = np.array([nodes[r].y for r in r_txt], dtype=np.float64)
+    cy = (wy + ry) / 2 - _bend(wx, rx)  # control points (y grows downwards: minus lifts the arc)
+    smax = float(np.abs(ss).max()) or 1.0
+    frac = np.abs(ss) / smax
+    bins = np.minimum((frac * n_bins).astype(int), n_bins - 1)
+
+    fig = go.Figure()
+    # structure: ports joined to their heads / MLP (one thin grey path under everything)
+    joins = [(node, nodes[node.owner]) for node in nodes.values() if node.owner and node.owner in nodes]
+    joins += [(nodes[t], nodes[h]) for t, h in kv_joins]
+    shapes: list[dict[str, Any]] = []
+    if joins:
+        shapes.append(dict(type="path", xref="x", yref="y", layer="below", line=dict(color="#bbbbbb", width=0.8),
+                           path=_segments([a.x for a, _ in joins], [a.y for a, _ in joins],
+                                          [b.x for _, b in joins], [b.y for _, b in joins])))
+    # edges: one path per (|score| bin, sign) holding all its segments, weakest first so strong edges are on top
+    pos_c, neg_c = _bin_colours(n_bins, _POS), _bin_colours(n_bins, _NEG)
+    for b in range(n_bins):
+        for positive, colours, word in ((True, pos_c, "> 0"), (False, neg_c, "≤ 0")):
+            sel = np.flatnonzero((bins == b) & ((ss > 0) if positive else (ss <= 0)))
+            if not len(sel):
+                continue
+            lo, hi = b / n_bins * smax, (b + 1) / n_bins * smax
+            shapes.append(dict(
+                type="path", xref="x", yref="y", layer="below",
+                path=_curves(wx[sel], wy[sel], rx[sel], ry[sel], cy[sel]),
+                line=dict(color=colours[b], width=round(0.6 + 5.4 * (b + 1) / n_bins, 2)),
+                opacity=round(0.3 + 0.7 * (b + 1) / n_bins, 3), showlegend=True, legendrank=100 + b,
+                name=f"{word}: |{esc(score_name)}| {fmt(lo, 2)}–{fmt(hi, 2)} ({len(sel)})",
+            ))
+    # hover targets at the edges' midpoints: invisible markers, of which plotly draws one (maxdisplayed)
+    # while hovering finds every point — thousands of SVG elements would cost more than the edges
+    hov = []
+    for k, i in enumerate(keep):
+        h = f"<b>{esc(w_txt[k])} {L.ARROW} {esc(r_txt[k])}</b><br>{esc(score_name)} {fmt(float(s[i]))}"
+        if ex is not None:
+            h += f"<br>exact patching effect {fmt(float(ex[i]))}" if math.isfinite(ex[i]) else "<br>exact effect not computed"
+        hov.append(h)
+    fig.add_trace(go.Scatter(
+        x=((wx + rx) / 2).astype(np.float32), y=(0.25 * wy + 0.25 * ry + 0.5 * cy).astype(np.float32), mode="markers",
+        marker=dict(size=8, color="rgba(0,0,0,0)", maxdisplayed=1), hovertext=hov, hoverinfo="text",
+        showlegend=False, name="edges",
+    ))
+    # nodes: degree and summed scores over every given edge (not only the drawn ones)
+    deg_in: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    deg_out: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for e, v in zip(edges, s):
+        w, _, r = str(e).partition(L.ARROW)
+        deg_out[w][0] += 1
+        deg_out[w][1] += float(v)
+        deg_in[r][0] += 1
+        deg_in[r][1] += float(v)
+    info = node_info or {}
+    groups: dict[str, list[_Node]] = defaultdict(list)
+    for node in nodes.values():
+        groups["port" if node.kind == "port" else "node"].append(node)
+    for kind, members in groups.items():
+        members.sort(key=lambda n: (n.x, n.y))
+        hover, colour = [], []
+        for n in members:
+            lines = [f"<b>{esc(n.label)}</b>" + _kind_note(n, parsed_lab=L.parse(n.label), grid=grid)]
+            lines += _info_lines(info.get(n.label))
+            if n.label in deg_out:
+                c, t = deg_out[n.label]
+                lines.append(f"out: {int(c)} edges, Σ {esc(score_name)} {fmt(t)}")
+            if n.label in deg_in:
+                c, t = deg_in[n.label]
+                lines.append(f"in: {int(c)} edges, Σ {esc(score_name)} {fmt(t)}")
+            hover.append("<br>".join(lines))
+            v = (info.get(n.label) or {}).get(node_value)
+            colour.append(float(v) if isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) else math.nan)
+        z = np.array(colour, dtype=float)
+        marker: dict[str, Any] = dict(line=dict(color="#333", width=1))
+        if kind == "port":
+            marker.update(size=7, color="#ffffff", symbol="circle")
+        else:
+            marker.update(size=[_SIZE.get(n.kind, 12) for n in members],
+                          symbol=[_SYMBOL.get(n.kind, "circle") for n in members])
+            if np.isfinite(z).any():
+                zmax = float(np.nanmax(np.abs(z))) or 1.0
+                marker.update(color=np.where(np.isfinite(z), z, 0.0), colorscale="RdBu", cmid=0.0, cmin=-zmax,
+                              cmax=zmax, colorbar=dict(title=esc(node_value), x=1.02, len=0.5))
+            else:
+                marker.update(color="#dddddd")
+        fig.add_trace(go.Scatter(
+            x=[n.x for n in members], y=[n.y for n in members],
+            mode="markers" if kind == "port" else "markers+text",
+            text=None if kind == "port" else [_short(n) for n in members], textposition="top center",
+            textfont=dict(size=9), marker=marker, hovertext=hover, hoverinfo="text", showlegend=False,
+            name="inputs (q, k, v, mlp.in)" if kind == "port" else "nodes",
+        ))
+    shown = f"{len(keep):,} of {n_total:,} edges (largest |{score_name}|)" if len(keep) < n_total else f"{n_total:,} edges"
+    sub = (f"{shown}, {len(nodes)} nodes · width and opacity ∝ |{score_name}|, blue > 0, red < 0 · "
+           "hover an edge's middle or a node")
+    fig.update_layout(
+        title=f"{esc(title)}<br><sup>{sub}</sup>",
+        xaxis=dict(tickmode="array", tickvals=list(range(len(grid.columns))), ticktext=grid.tick_text(),
+                   zeroline=False, showgrid=False, range=[-0.8, len(grid.columns) - 0.4]),
+        yaxis=dict(title="head", autorange="reversed", zeroline=False, showgrid=False,
+                   dtick=1 if grid.n_heads <= 24 else None),
+        width=int(min(2400, max(900, 120 * len(grid.columns) + 250))),
+        height=int(min(2400, max(500, 34 * (grid.n_heads + 3) + 220))),
+        template="plotly_white", hovermode="closest", hoverlabel=dict(align="left"), shapes=shapes,
+        legend=dict(orientation="h", yanchor="top", y=-0.08, xanchor="left", x=0, font=dict(size=10),
+                    title=dict(text=f"edges ({esc(score_name)})")),
+    )
+    return fig
+
+
+_SIZE = {"head": 15, "mlp": 17, "embed": 15, "output": 19, "bias": 8, "neuron": 7, "other": 10}
+_SYMBOL = {"head": "circle", "mlp": "square", "embed": "diamond", "output": "star", "bias": "triangle-up",
+           "neuron": "circle", "other": "circle"}
+
+
+def _segments(x0: Any, y0: Any, x1: Any, y1: Any) -> str:
+    """An SVG path of separate straight segments (x0, y0) → (x1, y1), in data coordinates."""
+    return "".join(f"M{a:.4g},{b:.4g}L{c:.4g},{d:.4g}" for a, b, c, d in zip(x0, y0, x1, y1))
+
+
+def _bend(x0: np.ndarray, x1: np.ndarray) -> np.ndarray:
+    """How far an edge's control point lifts above its chord: longer edges arc higher, so an edge that skips
+    layers does not run through the nodes of the layers it skips."""
+    return np.minimum(0.3 * np.sqrt(np.abs(x1 - x0)), 1.4)
+
+
+def _curves(x0: Any, y0: Any, x1: Any, y1: Any, cy: Any) -> str:
+    """An SVG path of separate quadratic Bézier curves (x0, y0) → (x1, y1) with control points ((x0+x1)/2, cy)."""
+    return "".join(f"M{a:.4g},{b:.4g}Q{(a + c) / 2:.4g},{e:.4g} {c:.4g},{d:.4g}" for a, b, c, d, e in zip(x0, y0, x1, y1, cy))
+
+
+def _short(n: _Node) -> str:
+    return n.label.split(".", 1)[1] if n.kind in ("head", "neuron") and "." in n.label else n.label
+
+
+def _kind_note(n: _Node, *, parsed_lab: Any, grid: _Grid) -> str:
+    lab = parsed_lab
+    if isinstance(lab, L.HeadInput):
+        if lab.which == "q":
+            return f" — query input of head {lab.head}"
+        qs = grid.kv_readers(lab)
+        shared = f", read by query heads {', '.join(h.split('.')[-1] for h in qs)}" if grid.group > 1 else ""
+        return f" — {'key' if lab.which == 'k' else 'value'} input of KV head {lab.head}{shared}"
+    if isinstance(lab, L.MlpInput):
+        return " — MLP input" if lab.which == "in" else " — MLP gate input"
+    return ""
