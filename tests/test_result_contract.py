@@ -123,6 +123,7 @@ FACTORIES: dict[str, Callable[[dict], Any]] = {
     "Effects": lambda m: interp.causal.effects(m["gpt2"], "w1 w2 w3 w4", "w1 w9 w3 w4", metric=_causal_metric(),
                                                progress=False),
     "OVAt": lambda m: interp.ov_at(m["llama"], PROMPTS, 1, 2, src=2, prompt=1),
+    "LogitLens": lambda m: interp.logit_lens(m["llama"], ["w1 w2 w3 w4 w5", "w6 w7 w8"], answer="w3", top_k=3),
 }
 
 
@@ -254,13 +255,24 @@ def _check_ov_at(r, label, v, rows):
     assert _close(v, r.logits[t]) and _close(row["logit"], v) and _close(row["weighted"], v * r.weight)
 
 
+def _check_lens(r, label, v, rows):
+    i = r.labels.index(label)
+    assert torch.equal(v["top_tokens"], r.top_tokens[i]) and torch.equal(v["target"], r.target_values[i])
+    assert len(rows) == int(r.attention_mask.sum())  # one row per real kept position of every prompt
+    for row in rows.to_dict("records"):
+        b, s = row["prompt"], int((r.positions[row["prompt"]] == row["pos"]).nonzero()[0, 0])
+        assert _close(row["target"], v["target"][b, s]) and _close(row["value"], v["target"][b, s])
+        assert _close(row["top_prob"], v["top_probs"][b, s, 0]) and _close(row["top_logit"], v["top_logits"][b, s, 0])
+        assert row["top_token"] == r.token_str(int(v["top_tokens"][b, s, 0]))
+
+
 ROW_CHECKS: dict[str, Callable[[Any, str, Any, pd.DataFrame], None]] = {
     "LogitAttribution": _check_logit_attribution, "Decomposition": _check_decomposition,
     "HeadScores": _check_head_scores, "OVDiagonalStats": _check_ov_diagonal, "VirtualWeightNorms": _check_virtual,
     "CompositionScores": _check_composition, "CompositionGraph": _check_graph, "HeadOperator": _check_head_operator,
     "PathExpansion": _check_path_expansion, "PrivilegedBasisReport": _check_privileged,
     "SubspaceOverlap": _check_overlap, "ErasureTable": _check_erasure, "AttentionPatterns": _check_attention,
-    "PatchResult": _check_patch, "Effects": _check_effects, "OVAt": _check_ov_at,
+    "PatchResult": _check_patch, "Effects": _check_effects, "OVAt": _check_ov_at, "LogitLens": _check_lens,
 }
 
 

@@ -328,6 +328,12 @@ def _results(models) -> dict[str, list[Any]]:
     diff = LogitDiff("w12", "w13")
     out["PatchResult"] = [patch(l, "w1 w2 w3 w4", "w1 w9 w3 w4", metric=diff, nodes="heads", progress=False)]
     out["Effects"] = [effects(g, "w1 w2 w3 w4", "w1 w9 w3 w4", metric=diff, progress=False)]
+    from interp.causal import attribution_patch, logit_lens
+
+    out["PatchResult"].append(attribution_patch(l, "w1 w2 w3 w4", "w1 w9 w3 w4", metric=diff, nodes="head_inputs",
+                                                positions="each", qk_fix=True))
+    out["LogitLens"] = [logit_lens(g, PROMPTS, answer="w3", wrong="w4", top_k=3),
+                        logit_lens(models["toy"], torch.tensor([[0, 5, 6, 7]]), scale="frozen", top_k=2, pos=-1)]
     return out
 
 
