@@ -6,7 +6,7 @@ A result is a frozen dataclass of tensors, labels and JSON values — never the 
     result.labels                 the row labels, in order
     result.to_dataframe()         one row per label (long formats: several), a ``label_column`` column naming it
     result.top(k, *, by, absolute)  the k rows with the largest ``by`` (|by| if ``absolute``), a DataFrame
-    result.plot(**options)        a plotly Figure (built by :mod:`interp.plots`, never shown)
+    result.plot(...)              a plotly Figure (built by :mod:`interp.plots`, never shown)
     result.save(path) / Cls.load(path)   one ``.safetensors`` file (tensors + JSON metadata)
 
 ``top`` ranks by the class's documented ``default_by`` column; ``absolute`` defaults to the class's
@@ -26,6 +26,9 @@ import pandas as pd
 from interp._io import SaveLoadMixin
 from interp._validate import check_bool, check_positive_int
 from interp.errors import ArgumentError, LabelError
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 __all__ = ["Result", "prompt_alias"]
 
@@ -119,7 +122,8 @@ class Result(SaveLoadMixin):
 
     # -- figures ---------------------------------------------------------------------------------------
 
-    def plot(self, **options: Any) -> Any:
+    def plot(self) -> go.Figure:
+        """The result's figure (subclasses add keyword options)."""
         raise NotImplementedError
 
 

@@ -3,7 +3,7 @@ the value it got and what is allowed."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Literal, Optional, overload
 
 import numpy as np
 
@@ -25,6 +25,12 @@ __all__ = [
 def _is_int(value: Any) -> bool:
     """A Python or numpy integer, not a bool."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+@overload
+def check_positive_int(name: str, value: Any, *, allow_none: Literal[False] = False) -> int: ...
+@overload
+def check_positive_int(name: str, value: Any, *, allow_none: bool) -> Optional[int]: ...
 
 
 def check_positive_int(name: str, value: Any, *, allow_none: bool = False) -> Optional[int]:

@@ -410,7 +410,7 @@ def parse(text: Any) -> Label:
         parts = [_parse_one(p) for p in (first, *rest)]
         if all(p is not None for p in parts):
             if len(parts) == 2 and isinstance(parts[0], _WRITES) and isinstance(parts[1], _READS):
-                return Edge(parts[0], parts[1])  # type: ignore[arg-type]
+                return Edge(parts[0], parts[1])
             if isinstance(parts[0], _WRITES) and all(isinstance(p, Head) for p in parts[1:]):
                 return Path(parts[0], tuple(parts[1:]))  # type: ignore[arg-type]
         raise LabelError(f"label={text!r} is neither a path (a write then heads, e.g. 'embed→L0.H1→L1.H2') "

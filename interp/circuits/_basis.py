@@ -51,7 +51,7 @@ class _Moments:
     def __init__(self) -> None:
         self.n = 0
         self.shift: Optional[Tensor] = None
-        self.s = [None, None, None, None]  # Σy, Σy², Σy³, Σy⁴
+        self.s: list[Tensor] = []  # Σy, Σy², Σy³, Σy⁴ (from the first batch on)
 
     def add(self, x: Tensor) -> None:  # x [n_tok, k]
         x = x.detach().to("cpu", torch.float64)

@@ -33,7 +33,7 @@ included in QK (transformer-lens convention).
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, TypedDict
 
 import torch
 from jaxtyping import Float
@@ -41,6 +41,9 @@ from torch import Tensor
 
 from interp._validate import check_positive_int
 from interp.errors import ArgumentError, MemoryCapError, ShapeError, UnsupportedOperationError
+
+if TYPE_CHECKING:
+    from interp.models import Model
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -87,14 +90,14 @@ def check_data(t: Tensor, *, name: str) -> Tensor:
     return t
 
 
-def check_layer(model: Any, layer: Any, *, name: str = "layer") -> int:
+def check_layer(model: Model, layer: Any, *, name: str = "layer") -> int:
     n = model.arch.n_layers
     if not _is_int(layer) or not 0 <= layer < n:
         raise ArgumentError(f"{name}={layer!r} is out of range; the model has layers 0..{n - 1} (n_layers={n})")
     return layer
 
 
-def check_head(model: Any, head: Any, *, name: str = "head", kv: bool = False) -> int:
+def check_head(model: Model, head: Any, *, name: str = "head", kv: bool = False) -> int:
     n = model.arch.n_kv_heads if kv else model.arch.n_heads
     what = "KV heads" if kv else "heads"
     if not _is_int(head) or not 0 <= head < n:
@@ -112,10 +115,11 @@ def nbytes_of(shape: tuple[int, ...], dtype: torch.dtype) -> int:
 
 
 def fmt_bytes(n: int) -> str:
+    x = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
-        n /= 1024
+        if x < 1024 or unit == "TiB":
+            return f"{x:.1f} {unit}" if unit != "B" else f"{n} B"
+        x /= 1024
     return f"{n} B"  # pragma: no cover
 
 
@@ -131,15 +135,15 @@ def refuse_materialise(what: str, shape: tuple[int, ...], dtype: torch.dtype, ma
 
 # --- the folding convention -------------------------------------------------------------------
 
-def centres_writes(model: Any) -> bool:
+def centres_writes(model: Model) -> bool:
     return model.arch.norm == "layernorm"
 
 
-def folds_gains(model: Any) -> bool:
+def folds_gains(model: Model) -> bool:
     return model.arch.norm in ("layernorm", "rmsnorm") and model.arch.norm_placement == "pre"
 
 
-def convention(model: Any, fold_norms: bool) -> str:
+def convention(model: Model, fold_norms: bool) -> str:
     """A one-line statement of which weights a result was computed on."""
     if not fold_norms:
         return "raw weights (norm gains not folded, writes not centred)"
@@ -153,7 +157,7 @@ def convention(model: Any, fold_norms: bool) -> str:
     return "read weights folded with the LayerNorm before them (P diag(γ) W), writes centred (W P)"
 
 
-def fold_read(model: Any, W: Tensor, gain: Optional[Tensor], fold_norms: bool) -> Tensor:
+def fold_read(model: Model, W: Tensor, gain: Optional[Tensor], fold_norms: bool) -> Tensor:
     """C diag(γ) W for a read weight ``W [..., d_model, k]`` and the gain ``γ [..., d_model]``
     of the norm in front of it (broadcast over W's leading dims)."""
     if not fold_norms or not folds_gains(model) or gain is None:
@@ -164,14 +168,14 @@ def fold_read(model: Any, W: Tensor, gain: Optional[Tensor], fold_norms: bool) -
     return W
 
 
-def fold_write(model: Any, W: Tensor, fold_norms: bool) -> Tensor:
+def fold_write(model: Model, W: Tensor, fold_norms: bool) -> Tensor:
     """W P for a write weight ``W [..., k, d_model]`` (LayerNorm models only)."""
     if fold_norms and centres_writes(model):
         return W - W.mean(dim=-1, keepdim=True)
     return W
 
 
-def folded_qkv(model: Any, fold_norms: bool, *, layer: Optional[int] = None) -> tuple[Tensor, Tensor, Tensor]:
+def folded_qkv(model: Model, fold_norms: bool, *, layer: Optional[int] = None) -> tuple[Tensor, Tensor, Tensor]:
     """(W_Q [L, H, d, dh], W_K [L, Hkv, d, dh], W_V [L, Hkv, d, dh]) with ln1's gain folded;
     one layer's [H, d, dh] / [Hkv, d, dh] slices if ``layer`` is given."""
     w = model.weights
@@ -181,7 +185,7 @@ def folded_qkv(model: Any, fold_norms: bool, *, layer: Optional[int] = None) -> 
             fold_read(model, w.W_V[sl], g, fold_norms))
 
 
-def folded_mlp_in(model: Any, fold_norms: bool) -> tuple[Tensor, Optional[Tensor]]:
+def folded_mlp_in(model: Model, fold_norms: bool) -> tuple[Tensor, Optional[Tensor]]:
     """(W_in [L, d, d_mlp], W_gate or None) with ln2's gain folded."""
     w = model.weights
     _need_mlp(model)
@@ -190,13 +194,18 @@ def folded_mlp_in(model: Any, fold_norms: bool) -> tuple[Tensor, Optional[Tensor
     return fold_read(model, w.W_in, g, fold_norms), gate
 
 
-def folded_unembed(model: Any, fold_norms: bool) -> Float[Tensor, "d_model d_vocab"]:
-    need_unembed(model)
-    w = model.weights
-    return fold_read(model, w.W_U, w.lnf_w, fold_norms)
+def folded_unembed(model: Model, fold_norms: bool) -> Float[Tensor, "d_model d_vocab"]:
+    return fold_read(model, need_unembed(model), model.weights.lnf_w, fold_norms)
 
 
-def folded_writes(model: Any, fold_norms: bool) -> dict[str, Optional[Tensor]]:
+class FoldedWrites(TypedDict):
+    W_E: Tensor
+    W_pos: Optional[Tensor]
+    W_O: Tensor
+    W_out: Optional[Tensor]
+
+
+def folded_writes(model: Model, fold_norms: bool) -> FoldedWrites:
     """W_E, W_pos, W_O, W_out, centred for LayerNorm models."""
     w = model.weights
     return {
@@ -207,15 +216,18 @@ def folded_writes(model: Any, fold_norms: bool) -> dict[str, Optional[Tensor]]:
     }
 
 
-def need_unembed(model: Any) -> None:
-    if not model.arch.has_logits:
+def need_unembed(model: Model) -> Tensor:
+    """The model's unembedding W_U [d_model, d_vocab]; UnsupportedOperationError for a model without one."""
+    W_U = model.weights.W_U
+    if not model.arch.has_logits or W_U is None:
         raise UnsupportedOperationError(
             f"model {model.name!r} has no unembedding (arch.has_logits=False, weights.W_U is None): "
             "it is an encoder analysed through its hidden state, so circuits "
             "ending in W_U (full OV/QK circuits, copying scores, the 'unembed' read) do not exist"
         )
+    return W_U
 
 
-def _need_mlp(model: Any) -> None:
+def _need_mlp(model: Model) -> None:
     if model.arch.attn_only:
         raise UnsupportedOperationError(f"model {model.name!r} is attention-only: it has no MLP weights")

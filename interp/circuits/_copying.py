@@ -227,13 +227,13 @@ def _full_ov_factors(model: Model, layer: int, head: int, fold_norms: bool) -> t
     g = model.arch.kv_head(head)
     _, _, W_V = folded_qkv(model, fold_norms, layer=layer)
     W_O = fold_write(model, w.W_O[layer, head], fold_norms)  # [d_head, d_model]
-    if fold_norms and folds_gains(model):
+    if fold_norms and folds_gains(model) and w.lnf_w is not None:
         # W_E P · P diag(γ1) W_V = W_E · (folded W_V): the read is already centred
         left = w.W_E @ W_V[g]
         # W_O P · P diag(γ_f) W_U = ((W_O P) P ⊙ γ_f) W_U
         if model.arch.norm == "layernorm":
             W_O = W_O - W_O.mean(-1, keepdim=True)
-        right = (W_O * w.lnf_w) @ w.W_U
+        right = (W_O * w.lnf_w) @ need_unembed(model)
     else:
         left = fold_write(model, w.W_E, fold_norms) @ W_V[g]
         right = W_O @ folded_unembed(model, fold_norms)

@@ -49,7 +49,7 @@ class Circuit(FactoredMatrix):
         self.meta = dict(meta)
 
     @property
-    def AB(self) -> torch.Tensor:  # type: ignore[override]
+    def AB(self) -> torch.Tensor:
         """The dense product A @ B, refused past ``max_bytes`` (MemoryCapError)."""
         refuse_materialise(
             f"circuit {self.label or 'product'} (.AB)", tuple(self.shape), self.A.dtype, self.max_bytes,

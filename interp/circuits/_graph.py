@@ -243,7 +243,7 @@ def composition_edges(
         for i in order:
             l1, h1, l2, h2 = (int(x) for x in idx[i])
             edges.append({"src": str(Head(l1, h1)), "dst": str(Head(l2, h2)), "kind": k, "score": float(vals[i])})
-    labels = set()
+    labels: set[str] = set()
     for e in edges:
         labels.update((e["src"], e["dst"]))
     if keep is not None:

@@ -63,6 +63,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp._norms import apply_frozen, norm_scale
+from interp.circuits._common import need_unembed
 from interp._result import Result
 from interp._validate import check_index, check_int_min
 from interp.errors import ArgumentError, LabelError, MemoryCapError, ShapeError, UnsupportedOperationError
@@ -380,17 +381,18 @@ def path_expansion(
             paths.update(new)
             paths[f"L{l}.attn_bias"] = (0, attn_bias)
 
-        final = (_norm_linear(final_in, arch.norm, arch.norm_eps, w.lnf_w) if arch.norm != "none" and final_in is not None
-                 else (lambda c: c))
+        final = (_norm_linear(final_in, arch.norm, arch.norm_eps, w.lnf_w)
+                 if arch.norm != "none" and final_in is not None and w.lnf_w is not None else (lambda c: c))
         labels = list(paths)
         contributions = [final(c) for _, c in paths.values()]
         orders = [k for k, _ in paths.values()]
-        if arch.norm == "layernorm":
+        if arch.norm == "layernorm" and w.lnf_b is not None:
             labels.append("final_bias")
             contributions.append(w.lnf_b.expand(n_batch, n_pos, arch.d_model))
             orders.append(0)
         contrib = torch.stack([c.expand(n_batch, n_pos, arch.d_model) for c in contributions])
-        W_U, b_U = w.W_U, (w.b_U if w.b_U is not None else torch.zeros(arch.d_vocab, dtype=model.dtype, device=model.device))
+        W_U = need_unembed(model)  # _check_model refused models without one
+        b_U = w.b_U if w.b_U is not None else torch.zeros(arch.d_vocab, dtype=model.dtype, device=model.device)
         recon = contrib.sum(dim=0) @ W_U + b_U
         closure = float((recon - logits).abs().max())
 

@@ -64,7 +64,7 @@ def rope_frequencies(model: Any) -> tuple[Float[Tensor, "half"], float]:
         return inv, 1.0
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    fn = ROPE_INIT_FUNCTIONS.get(rope_type)
+    fn = ROPE_INIT_FUNCTIONS.get(str(rope_type))
     if fn is None:
         raise UnsupportedOperationError(f"model {model.name!r} uses rope_type={rope_type!r}, unknown to transformers")
     inv, scaling = fn(cfg, "cpu")

@@ -153,12 +153,13 @@ def _write_stacks(model: Model, fold_norms: bool, dtype: torch.dtype):
     """(labels, B [n, k, d_model]) per kind of write, folded, in write_labels' naming."""
     a, w = model.arch, folded_writes(model, fold_norms)
     L, H = a.n_layers, a.n_heads
-    yield ["embed"], w["W_E"][None]
-    if w["W_pos"] is not None:
-        yield ["pos_embed"], w["W_pos"][None]
-    yield [f"L{l}.H{h}" for l in range(L) for h in range(H)], w["W_O"].reshape(L * H, a.d_head, a.d_model)
-    if w["W_out"] is not None:
-        yield [f"L{l}.mlp" for l in range(L)], w["W_out"]
+    W_E, W_pos, W_O, W_out = w["W_E"], w["W_pos"], w["W_O"], w["W_out"]
+    yield ["embed"], W_E[None]
+    if W_pos is not None:
+        yield ["pos_embed"], W_pos[None]
+    yield [f"L{l}.H{h}" for l in range(L) for h in range(H)], W_O.reshape(L * H, a.d_head, a.d_model)
+    if W_out is not None:
+        yield [f"L{l}.mlp" for l in range(L)], W_out
 
 
 def _read_stacks(model: Model, fold_norms: bool, dtype: torch.dtype):

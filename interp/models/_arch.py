@@ -97,7 +97,7 @@ class ArchInfo:
 def arch_from_hf_config(config: Any, *, name: str, has_unembed: bool = True) -> ArchInfo:
     """Build an :class:`ArchInfo` from a ``transformers`` config, or refuse the architecture."""
     model_type = getattr(config, "model_type", None)
-    family = SUPPORTED_FAMILIES.get(model_type)
+    family = SUPPORTED_FAMILIES.get(str(model_type))
     if family is None:
         raise UnsupportedArchitectureError(
             f"model {name!r} has architecture model_type={model_type!r}; interp supports "

@@ -99,8 +99,11 @@ def toy_weights(sd: dict[str, Tensor], config: ToyConfig) -> Weights:
     """Read a native state dict into interp's TL-layout :class:`Weights` (detached copies)."""
     L, H, Hkv, d = config.n_layers, config.n_heads, config.kv_heads, config.d_model
     ref = sd["tok_embed.weight"]
-    opts = dict(dtype=ref.dtype, device=ref.device)
-    ones, zeros = torch.ones(L, d, **opts), torch.zeros(L, d, **opts)
+
+    def z(*shape: int) -> Tensor:
+        return torch.zeros(*shape, dtype=ref.dtype, device=ref.device)
+
+    ones, zeros = torch.ones(L, d, dtype=ref.dtype, device=ref.device), z(L, d)
 
     def per_layer(fn) -> Tensor:
         return torch.stack([fn(f"layers.{l}.") for l in range(L)]).detach().clone()
@@ -127,12 +130,12 @@ def toy_weights(sd: dict[str, Tensor], config: ToyConfig) -> Weights:
         b_K=per_layer(lambda p: sd[p + "attn.k.bias"].reshape(Hkv, -1)),
         b_V=per_layer(lambda p: sd[p + "attn.v.bias"].reshape(Hkv, -1)),
         b_O=per_layer(lambda p: sd[p + "attn.o.bias"]),
-        W_in=torch.zeros(L, d, 0, **opts), W_gate=None, b_in=torch.zeros(L, 0, **opts),
-        W_out=torch.zeros(L, 0, d, **opts), b_out=zeros.clone(),
+        W_in=z(L, d, 0), W_gate=None, b_in=z(L, 0),
+        W_out=z(L, 0, d), b_out=zeros.clone(),
         ln1_w=ln1_w, ln1_b=ln1_b, ln2_w=ones.clone(), ln2_b=zeros.clone(),
         lnf_w=lnf_w, lnf_b=lnf_b,
         W_U=sd["head.weight"].detach().T.contiguous().clone(),
-        b_U=sd["head.bias"].detach().clone() if "head.bias" in sd else torch.zeros(config.d_vocab, **opts),
+        b_U=sd["head.bias"].detach().clone() if "head.bias" in sd else z(config.d_vocab),
     )
 
 
@@ -144,7 +147,7 @@ def _boot(config: ToyConfig, *, name: str, device: Any, dtype: torch.dtype,
     dev, dtype = check_device(device), check_dtype(dtype)
     if len(vocab) != config.d_vocab:
         raise ArgumentError(f"vocab has {len(vocab)} entries; config.d_vocab={config.d_vocab}")
-    bridge = TransformerBridge.boot_native(
+    bridge = TransformerBridge.boot_native(  # type: ignore[attr-defined]  # set by the sources.native import
         config.bridge_config(), tokenizer=toy_tokenizer(vocab), device=dev, dtype=dtype, model_name=name
     )
     if state_dict is not None:

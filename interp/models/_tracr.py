@@ -241,7 +241,8 @@ def model_from_tracr(
     dev, dtype = check_device(device), check_dtype(dtype)
     sd = tracr_state_dict(compiled, output_label, dtype=dtype)
     cfg = _bridge_config(compiled, sd)
-    bridge = TransformerBridge.boot_native(cfg, tokenizer=_tokenizer(compiled), device=dev, dtype=dtype, model_name=name)
+    bridge = TransformerBridge.boot_native(  # type: ignore[attr-defined]  # set by the sources.native import
+        cfg, tokenizer=_tokenizer(compiled), device=dev, dtype=dtype, model_name=name)
     full = dict(sd, **{"head.bias": torch.zeros(cfg["d_vocab_out"], dtype=dtype)})
     # strict=False: the bridge also lists alias keys for the MLP's in/out adapters, which the native
     # module's fc_in/fc_out fill; instead, every native parameter is checked to hold its value.

@@ -114,8 +114,8 @@ def unique_token_labels(tokens: Sequence[str]) -> list[str]:
     return [f"{i}:{token_label(t)}" for i, t in enumerate(tokens)]
 
 
-def fmt(x: float, digits: int = 4) -> str:
-    """A number for hover text and tables (no 'nan' surprises)."""
+def fmt(x: Optional[float], digits: int = 4) -> str:
+    """A number for hover text and tables (no 'nan' surprises; None and NaN show as —)."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
     return f"{x:.{digits}g}"

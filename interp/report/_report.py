@@ -45,6 +45,7 @@ from interp.plots._attention import attention_pattern_figure
 from interp.plots._attribution import attribution_heatmap, attribution_vector, attribution_waterfall
 from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_token_table, top_token_values
 from interp.plots._common import esc, fmt, parse_head, token_label
+from interp.labels import Head
 from interp.plots._export import Exporter, find_browser, write_atomic
 from interp.plots._stream import residual_stream_figure, residual_stream_norms
 from interp.report._html import Page, data_table, kv_table
@@ -165,7 +166,10 @@ def _prediction(model: Any, tr: Any, answer_id: Optional[int], wrong_id: Optiona
 
 
 def _token_id(model: Any, spec: Any, arg: str) -> int:
-    return int(resolve_tokens(model, spec, 1, arg)[0])
+    ids = resolve_tokens(model, spec, 1, arg)
+    if ids is None:
+        raise ArgumentError(f"{arg} is required here (got None)")
+    return int(ids[0])
 
 
 def _top_heads(attr: Any, n: int) -> list[tuple[str, float]]:
@@ -246,7 +250,7 @@ def report(
             str_tokens = tr.str_tokens[0] if tr.str_tokens else [str(int(t)) for t in tr.tokens[0]]
             results["str_tokens"] = str_tokens
             results["token_ids"] = tr.tokens[0].tolist()
-            if decoder and answer_id is None:  # default answer: the model's own top prediction
+            if decoder and answer_id is None and tr.logits is not None:  # default: the model's top prediction
                 last = int(tr.attention_mask[0].bool().nonzero().max())
                 answer_id = int(tr.logits[0, last].argmax())
                 if wrong_id == answer_id:  # logit(answer) − logit(wrong) would be 0 by construction
@@ -254,6 +258,8 @@ def report(
                     results["wrong_dropped"] = f"wrong={wrong!r} is the model's top prediction (the default answer)"
             results["answer_source"] = "given" if answer is not None else ("top prediction" if decoder else None)
         if decoder:
+            if answer_id is None:  # a decoder's trace has logits, so the default answer was set above
+                raise UnsupportedOperationError(f"model {model.name!r}: the trace has no logits to read a prediction from")
             with steps("prediction"):
                 pred = _prediction(model, tr, answer_id, wrong_id, top_k)
                 results["prediction"] = pred
@@ -261,8 +267,8 @@ def report(
                 attr = attribute_logits(model, prompt, answer=answer_id, wrong=wrong_id)
         else:
             with steps("attribution"):
-                last = f"blocks.{arch.n_layers - 1}.hook_resid_post"
-                h = tr.activations[last][0].double()
+                final_point = f"blocks.{arch.n_layers - 1}.hook_resid_post"
+                h = tr.activations[final_point][0].double()
                 m = tr.attention_mask[0].double()[:, None]
                 pooled = (h * m).sum(0) / m.sum()
                 direction = (pooled / pooled.norm()).to(model.dtype)
@@ -314,7 +320,8 @@ def report(
                 results["copying_scores"] = None
 
         with steps("OV circuit of the top head"):
-            l0, h0 = parse_head(head_labels[0])
+            top_head = Head.parse(head_labels[0])
+            l0, h0 = top_head.layer, top_head.head
             # decoders: the full OV circuit W_E W_OV W_U, whose Σλ/Σ|λ| is the copying score shown in the
             # copying-score map; encoders: the residual-space W_V W_O (no unembedding), named as such
             ov = ov_circuit(model, l0, h0, full=decoder)
@@ -324,8 +331,8 @@ def report(
                                       "eigenvalue_ratio": float(ev.real.sum() / ev.abs().sum())}
             if decoder:
                 full = ov
-                ids = list(dict.fromkeys([int(t) for t in tr.tokens[0][tr.attention_mask[0].bool()]]
-                                         + [answer_id] + ([wrong_id] if wrong_id is not None else [])))
+                extra = [t for t in (answer_id, wrong_id) if t is not None]
+                ids = list(dict.fromkeys([int(t) for t in tr.tokens[0][tr.attention_mask[0].bool()]] + extra))
                 ids = [i for i in ids if i not in getattr(model.tokenizer, "all_special_ids", [])] or ids
                 dec = _decode(model)
                 figs["ov_top_tokens"] = top_token_table(full, ids, k=min(5, len(ids)), decode=dec, kind="OV",

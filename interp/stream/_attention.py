@@ -105,6 +105,6 @@ def attention_patterns(
     acts, _ = capture(model, b, names, reducers={n: (lambda x: x[bi]) for n in names})
     real = b.attention_mask[bi].bool()
     pats = torch.stack([acts[f"blocks.{l}.attn.hook_pattern"][h][real][:, real] for l, h in hl]).float()
-    toks = model.to_str_tokens(b.tokens[bi][real]) if model.tokenizer is not None else [
-        str(int(t)) for t in b.tokens[bi][real]]
-    return AttentionPatterns(patterns=pats, labels=[f"L{l}.H{h}" for l, h in hl], str_tokens=list(toks))
+    ids = b.tokens[bi][real]  # one row: to_str_tokens gives one string per token
+    toks = [str(t) for t in model.to_str_tokens(ids)] if model.tokenizer is not None else [str(int(t)) for t in ids]
+    return AttentionPatterns(patterns=pats, labels=[f"L{l}.H{h}" for l, h in hl], str_tokens=toks)

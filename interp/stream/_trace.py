@@ -150,15 +150,16 @@ class ResidualTrace:
 
     def _projected(self, read_label: str, project_onto: Optional[Tensor]) -> Decomposition:
         """The decomposition a projection-mode trace computed during its pass."""
-        if read_label not in self.projected:
+        projected = self.projected or {}
+        if read_label not in projected:
             self._find(read_label)  # a LabelError if it is no read or resid point at all
             raise LabelError(f"read_label={read_label!r} was not projected by this trace; it holds only "
-                             f"{sorted(self.projected)} (trace(..., project={{label: directions}})); trace "
+                             f"{sorted(projected)} (trace(..., project={{label: directions}})); trace "
                              "again with this label in project, or without project to decompose any read")
         if project_onto is not None:
             raise ArgumentError("project_onto cannot be given for a trace made with project=...: it kept only "
                                 "the projections onto the directions given there; trace without project for others")
-        return self.projected[read_label]
+        return projected[read_label]
 
     def decompose(self, read_label: str, *, project_onto: Optional[Tensor] = None) -> Decomposition:
         """Every earlier write's exact contribution to ``read_label`` (a read label or resid hook).

@@ -120,7 +120,7 @@ def _native_model(config: ToyConfig) -> torch.nn.Module:
     with torch.random.fork_rng(devices=[]):  # do not disturb the caller's RNG
         m = NativeModel(cfg)
         initialize_native_model(m, cfg)
-    if config.positional == "none":
+    if config.positional == "none" and m.pos is not None:
         with torch.no_grad():
             m.pos.weight.zero_()
         m.pos.weight.requires_grad_(False)
@@ -161,7 +161,9 @@ def _train(config: ToyConfig, recipe: Recipe, name: str,
         model = build_toy(config, name=name, device="cpu", dtype=torch.float32,
                           state_dict={k: v.detach() for k, v in net.state_dict().items()}, source="training")
         rep = probe_report(model, batch=100)
-        steps.append(step), losses.append(round(loss, 4)), probes.append(rep)
+        steps.append(step)
+        losses.append(round(loss, 4))
+        probes.append(rep)
         log.info("step %d loss %.3f probe second-half loss %.3f", step, loss, rep["loss_second_half"])
         if progress is not None:
             progress(step, loss, rep)
