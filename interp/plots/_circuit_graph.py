@@ -375,10 +375,14 @@ def circuit_graph_figure(
             lines += _info_lines(info.get(n.label))
             if n.label in deg_out:
                 c, t = deg_out[n.label]
-                lines.append(f"out: {int(c)} edges, Σ {esc(score_name)} {fmt(t)}")
+                lines.append(f"out: {_n_edges(c)}, Σ {esc(score_name)} {fmt(t)}")
             if n.label in deg_in:
                 c, t = deg_in[n.label]
-                lines.append(f"in: {int(c)} edges, Σ {esc(score_name)} {fmt(t)}")
+                lines.append(f"in: {_n_edges(c)}, Σ {esc(score_name)} {fmt(t)}")
+            for port in _input_ports(n, grid):  # a head's or an MLP's inputs are read through its ports
+                if port in deg_in:
+                    c, t = deg_in[port]
+                    lines.append(f"in via {esc(port)}: {_n_edges(c)}, Σ {esc(score_name)} {fmt(t)}")
             hover.append("<br>".join(lines))
             v = (info.get(n.label) or {}).get(node_value)
             colour.append(float(v) if isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) else math.nan)
@@ -439,6 +443,22 @@ def _bend(x0: np.ndarray, x1: np.ndarray) -> np.ndarray:
 def _curves(x0: Any, y0: Any, x1: Any, y1: Any, cy: Any) -> str:
     """An SVG path of separate quadratic Bézier curves (x0, y0) → (x1, y1) with control points ((x0+x1)/2, cy)."""
     return "".join(f"M{a:.4g},{b:.4g}Q{(a + c) / 2:.4g},{e:.4g} {c:.4g},{d:.4g}" for a, b, c, d, e in zip(x0, y0, x1, y1, cy))
+
+
+def _input_ports(n: _Node, grid: _Grid) -> list[str]:
+    """The read labels through which a head (its q, its KV head's k and v) or an MLP (in, gate) is read."""
+    lab = L.parse(n.label)
+    if isinstance(lab, L.Head):
+        g = lab.head // grid.group
+        return [str(L.HeadInput(lab.layer, "q", lab.head)), str(L.HeadInput(lab.layer, "k", g)),
+                str(L.HeadInput(lab.layer, "v", g))]
+    if isinstance(lab, L.Mlp):
+        return [str(L.MlpInput(lab.layer, "in")), str(L.MlpInput(lab.layer, "gate"))]
+    return []
+
+
+def _n_edges(n: float) -> str:
+    return "1 edge" if int(n) == 1 else f"{int(n)} edges"
 
 
 def _short(n: _Node) -> str:
