@@ -3,7 +3,7 @@
 For the standard probe (``<bos>`` + n distinct random words + the same n words, Olsson et al.
 2022, "In-context Learning and Induction Heads", section 2) and query positions q ∈ [n+1, 2n]:
 
-    prev_token_score(h)  = mean_q A^h[q, q-1]          (on random sequences, q ≥ 1)
+    prev_token_score(h)  = mean_q A^h[q, q-1]          (on random sequences of seq_len tokens, q ≥ 1)
     induction_score(h)   = mean_q A^h[q, q-n+1]        (attention to the token after the
                                                         previous occurrence of x[q])
     loss_first / second  = mean loss of the predictions made at positions 1…n-1 (tokens 2…n)
@@ -11,6 +11,12 @@ For the standard probe (``<bos>`` + n distinct random words + the same n words, 
 
 The first half is unpredictable (ideal loss ln n_words); the second half is predictable by
 induction. Patterns are read from ``blocks.{l}.attn.hook_pattern`` through the bridge.
+
+Memory: a pass over [batch, pos] tokens holds the logits [batch, pos, d_vocab] and, inside each
+layer, attention scores [batch, n_heads, pos, pos]. So the probe lengths come from the caller, with
+defaults that do not grow with the model's context (``DEFAULT_SEQ_LEN``: the toys' whole 32-token
+context, 128 tokens of a real model's 8,192), and a call whose estimated peak exceeds ``max_bytes``
+is refused with :class:`~interp.errors.MemoryCapError` before anything is allocated.
 """
 
 from __future__ import annotations
@@ -22,44 +28,116 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp._validate import check_int_range, check_positive_int
+from interp.errors import MemoryCapError, ShapeError
+from interp.models import TOY_FIRST_WORD_ID as FIRST_WORD_ID
 from interp.toy._data import random_tokens, repeated_tokens
 
-__all__ = ["attention_patterns", "probe_report"]
+__all__ = ["DEFAULT_SEQ_LEN", "MAX_BYTES", "attention_patterns", "probe_report"]
+
+#: Default probe length: the random sequence's length and 2n + 1 for the repeated one (each capped
+#: by the model's context).
+DEFAULT_SEQ_LEN: int = 128
+#: Default cap on a probe's estimated peak memory (1 GiB).
+MAX_BYTES: int = 1 << 30
 
 
-def attention_patterns(model: Any, tokens: Int[Tensor, "batch pos"]
-                       ) -> tuple[Float[Tensor, "batch pos d_vocab"], Float[Tensor, "n_layers batch n_heads pos pos"]]:
-    """Logits and every layer's attention pattern for ``tokens`` (hooks removed on exit)."""
+def _pass_bytes(model: Any, batch: int, pos: int, *, logits: bool, keep_patterns: bool) -> int:
+    """Estimated peak bytes of one forward pass over [batch, pos] tokens (see the module docstring)."""
+    a = model.arch
+    e = torch.empty((), dtype=model.dtype).element_size()
+    need = 3 * batch * a.n_heads * pos * pos * e  # one layer's scores, softmax and pattern
+    need += batch * pos * (4 * a.d_model + 2 * a.d_mlp) * e  # the stream and one layer's activations
+    if logits:
+        need += batch * pos * a.d_vocab * (e + 4)  # logits and their float log-softmax
+    if keep_patterns:
+        need += a.n_layers * batch * a.n_heads * pos * pos * e
+    return need
+
+
+def _refuse(what: str, need: int, max_bytes: int, hint: str) -> None:
+    if need > max_bytes:
+        raise MemoryCapError(f"{what} needs about {need / 2**20:,.0f} MiB, over the cap max_bytes={max_bytes} "
+                             f"({max_bytes / 2**20:,.0f} MiB); {hint}")
+
+
+class _Stop(Exception):
+    """Ends a forward pass once the last layer's pattern is read (its logits are not needed)."""
+
+
+def _run(model: Any, tokens: Tensor, reduce: Any, *, need_logits: bool) -> tuple[Any, list[Tensor]]:
+    """One pass with every layer's pattern reduced by ``reduce`` as it is produced (hooks removed on exit)."""
+    L = model.arch.n_layers
     store: dict[int, Tensor] = {}
 
     def keep(l: int):
         def hook(t: Tensor, hook: Any) -> None:
-            store[l] = t.detach().clone()
+            store[l] = reduce(t.detach())
+            if l == L - 1 and not need_logits:
+                raise _Stop
 
         return hook
 
-    hooks = [(f"blocks.{l}.attn.hook_pattern", keep(l)) for l in range(model.arch.n_layers)]
+    hooks = [(f"blocks.{l}.attn.hook_pattern", keep(l)) for l in range(L)]
+    logits = None
     with torch.no_grad(), model.bridge.hooks(fwd_hooks=hooks):
-        logits = model.bridge(tokens.to(model.device))
-    return logits.detach(), torch.stack([store[l] for l in range(model.arch.n_layers)])
+        try:
+            logits = model.bridge(tokens.to(model.device))
+        except _Stop:
+            pass
+    return logits, [store[l] for l in range(L)]
 
 
-def probe_report(model: Any, *, n: int | None = None, batch: int = 200, seed: int = 1234) -> dict[str, Any]:
-    """Per-head previous-token / induction scores and the probe's first/second-half losses."""
+def attention_patterns(model: Any, tokens: Int[Tensor, "batch pos"], *, max_bytes: int = MAX_BYTES
+                       ) -> tuple[Float[Tensor, "batch pos d_vocab"], Float[Tensor, "n_layers batch n_heads pos pos"]]:
+    """Logits and every layer's attention pattern for ``tokens`` (hooks removed on exit).
+
+    Refused with MemoryCapError when the logits and the n_layers patterns would exceed ``max_bytes``.
+    """
+    check_positive_int("max_bytes", max_bytes)
+    if not isinstance(tokens, Tensor) or tokens.ndim != 2:
+        raise ShapeError(f"tokens must be an int tensor [batch, pos]; got {getattr(tokens, 'shape', type(tokens).__name__)}")
+    b, p = tokens.shape
+    _refuse(f"attention_patterns on tokens {tuple(tokens.shape)}", _pass_bytes(model, b, p, logits=True, keep_patterns=True),
+            max_bytes, "pass fewer or shorter sequences, or raise max_bytes")
+    logits, pats = _run(model, tokens, lambda t: t.clone(), need_logits=True)
+    return logits.detach(), torch.stack(pats)
+
+
+def probe_report(model: Any, *, n: int | None = None, seq_len: int | None = None, batch: int = 200,
+                 seed: int = 1234, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
+    """Per-head previous-token / induction scores and the probe's first/second-half losses.
+
+    ``n``: distinct words in the repeated probe (2n + 1 tokens); default min((n_ctx − 1) // 2,
+    (DEFAULT_SEQ_LEN − 1) // 2). ``seq_len``: length of the random sequences that give the
+    previous-token scores; default min(n_ctx, DEFAULT_SEQ_LEN). ``batch`` sequences of each.
+    Raises MemoryCapError, before any pass, if either pass's estimated peak exceeds ``max_bytes``.
+    """
     arch = model.arch
-    n = (arch.n_ctx - 1) // 2 if n is None else n
+    check_positive_int("batch", batch)
+    check_positive_int("max_bytes", max_bytes)
+    n_max = min((arch.n_ctx - 1) // 2, arch.d_vocab - FIRST_WORD_ID)
+    if n is None:
+        n = min(n_max, (DEFAULT_SEQ_LEN - 1) // 2)
+    check_int_range("n", n, 2, n_max + 1)  # 2n + 1 tokens within n_ctx, n distinct words
+    seq_len = min(arch.n_ctx, DEFAULT_SEQ_LEN) if seq_len is None else seq_len
+    check_int_range("seq_len", seq_len, 2, arch.n_ctx + 1)
+    need = max(_pass_bytes(model, batch, 2 * n + 1, logits=True, keep_patterns=False),
+               _pass_bytes(model, batch, seq_len, logits=False, keep_patterns=False))
+    _refuse(f"probe_report(n={n}, seq_len={seq_len}, batch={batch}) on {arch.name!r}", need, max_bytes,
+            "lower batch, n or seq_len, or raise max_bytes")
     g = torch.Generator().manual_seed(seed)
     rep = repeated_tokens(batch, n, arch.d_vocab, generator=g)
-    rnd = random_tokens(batch, arch.n_ctx, arch.d_vocab, generator=g)
-    logits, pat_rep = attention_patterns(model, rep)
-    _, pat_rnd = attention_patterns(model, rnd)
+    rnd = random_tokens(batch, seq_len, arch.d_vocab, generator=g)
     q = torch.arange(n + 1, 2 * n + 1)
-    induction = pat_rep[:, :, :, q, q - n + 1].mean(dim=(1, 3))  # [n_layers, n_heads]
-    qr = torch.arange(1, arch.n_ctx)
-    prev = pat_rnd[:, :, :, qr, qr - 1].mean(dim=(1, 3))
+    qr = torch.arange(1, seq_len)
+    logits, ind = _run(model, rep, lambda A: A[:, :, q, q - n + 1], need_logits=True)  # each [batch, n_heads, n]
+    _, prv = _run(model, rnd, lambda A: A[:, :, qr, qr - 1], need_logits=False)
+    induction = torch.stack(ind).mean(dim=(1, 3))  # [n_layers, n_heads]
+    prev = torch.stack(prv).mean(dim=(1, 3))
     nll = -F.log_softmax(logits.float(), dim=-1)[:, :-1].gather(-1, rep[:, 1:, None].to(logits.device))[..., 0]
     return {
-        "n": n, "batch": batch, "seed": seed,
+        "n": n, "seq_len": seq_len, "batch": batch, "seed": seed,
         "prev_token_score": [[round(float(v), 4) for v in row] for row in prev],
         "induction_score": [[round(float(v), 4) for v in row] for row in induction],
         # nll[:, p] is the loss of predicting token p+1
