@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
     from interp.models import Model
+    from interp.plots import AttentionView
 
 __all__ = ["AttentionPatterns", "attention_patterns"]
 
@@ -69,6 +70,14 @@ class AttentionPatterns(Result):
         from interp.plots import attention_pattern_figure  # plots sits above stream: imported on use
 
         return attention_pattern_figure(self.patterns, self.str_tokens, heads=self.labels, **kwargs)
+
+    def view(self, **kwargs: Any) -> AttentionView:
+        """An interactive view: hover a token to see where each head attends from it and to it
+        (:func:`interp.plots.attention_view`; self-contained HTML + JavaScript, shown by Jupyter,
+        written by ``interp.export(view, "x.html")``)."""
+        from interp.plots import attention_view  # plots sits above stream: imported on use
+
+        return attention_view(self, **kwargs)
 
 
 def _parse_heads(heads: Sequence[Any], n_layers: int, n_heads: int) -> list[tuple[int, int]]:
