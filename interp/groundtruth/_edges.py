@@ -24,6 +24,14 @@ query attending to nothing falls back on BOS). Both are constant across inputs a
 an edge through them carries no information about the input, and any mean or resample ablation
 leaves them unchanged.
 
+The rule is the zero-ablation truth (ACDC's tracr ground truth is zero-ablation too): zeroing any
+one true edge's write on the non-ignored dimensions changes the logits on some input, and the circuit
+alone reproduces every logit. Ablations that keep the position (per-position mean, resample from other
+inputs) cannot see some true edges at all: every ``pos_embed`` edge (its write depends on the position
+only), and reverse's ``embed → L0.attn.q/k`` (its "all true" selector reads the token one-hot, whose sum
+is 1 at every position). A method scored under those ablations against this truth misses them by
+construction, not by fault.
+
 The edge is recorded with the subspaces (labels before the colon) it goes through; since each
 subspace has one writer in tracr, this equals the subspace-level rule "w writes subspace X, r reads X".
 """
