@@ -301,7 +301,8 @@ def report(
                 for i, lab in enumerate(head_labels)}
 
         with steps("composition scores"):
-            comp = {k: composition_scores(model, kind=k) for k in ("Q", "K", "V")}
+            # only the pairs among the heads shown: their factors, not all n_heads_total² pairs
+            comp = {k: composition_scores(model, kind=k, heads=head_labels) for k in ("Q", "K", "V")}
             graph = composition_edges(comp, heads=head_labels, max_edges=None,
                                       node_values=dict(top), node_value_name="attribution",
                                       title=f"Composition between the top {len(head_labels)} heads")

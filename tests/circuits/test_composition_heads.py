@@ -115,3 +115,33 @@ def test_smollm2_subset(smollm2):
         for src, dst in [((0, 1), (3, 5)), ((15, 8), (29, 1))]:
             ref = _dense_pair(smollm2, kind, True, src, dst)
             assert abs(float(sub.scores[src + dst]) - ref) <= 1e-5, (kind, src, dst)
+
+
+def test_report_composition_graph_uses_the_full_scores_of_its_heads(tmp_path, monkeypatch):
+    """report() computes composition only among the heads it shows; its edges carry the all-pairs values."""
+    import importlib
+    import json
+
+    R = importlib.import_module("interp.report._report")  # interp.report is also the function's name
+
+    calls = []
+
+    def spy(model, kind="K", **kw):
+        calls.append(kw.get("heads"))
+        return C.composition_scores(model, kind, **kw)
+
+    monkeypatch.setattr(R, "composition_scores", spy)
+    m = tiny_model("llama", n_layers=3)
+    out = tmp_path / "rep"
+    R.report(m, "w1 w2 w3 w4 w1 w2", answer="w3", out_dir=out, n_heads=5, static=False)
+    r = json.loads((out / "results.json").read_text())
+    shown = [h["head"] for h in r["top_heads"]]
+    assert len(calls) == 3 and all(list(c) == shown for c in calls)
+    edges = r["composition"]["edges"]
+    full = {k: C.composition_scores(m, k).scores for k in "QKV"}
+    want = sum(1 for s in shown for d in shown if Head.parse(s).layer < Head.parse(d).layer)
+    assert len(edges) == 3 * want > 0
+    for e in edges:
+        assert e["src"] in shown and e["dst"] in shown
+        s, d = Head.parse(e["src"]), Head.parse(e["dst"])
+        assert e["score"] == pytest.approx(float(full[e["kind"]][s.layer, s.head, d.layer, d.head]), rel=1e-5)
