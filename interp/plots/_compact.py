@@ -19,14 +19,14 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-__all__ = ["compact_figures_html", "gzip_b64"]
+__all__ = ["compact_figure", "compact_figures_html", "compact_runtime", "compact_status", "gzip_b64"]
 
 _CONFIG = {"displaylogo": False, "responsive": True}
 
 # Decompress a gzip+base64 block into text; then run plotly.js once and draw every figure in order.
 _LOADER = """
 (function () {
-  var status = document.getElementById("interp-status");
+  var status = document.getElementById("interp-status") || document.createElement("p");
   function block(id) {
     var s = atob(document.getElementById(id).textContent.trim()), n = s.length, b = new Uint8Array(n);
     for (var i = 0; i < n; i++) b[i] = s.charCodeAt(i);
@@ -68,21 +68,33 @@ def _plotlyjs_block() -> str:
     return gzip_b64(get_plotlyjs().encode())
 
 
+def compact_figure(fig: go.Figure, key: str) -> str:
+    """A figure's ``<div>`` and its gzip-compressed JSON block (drawn by :func:`compact_runtime`'s script).
+
+    ``key`` must be unique in the page (it names the div and the data block)."""
+    w, h = fig.layout.width, fig.layout.height
+    style = (f"width:{int(w)}px;max-width:100%;" if w else "") + f"height:{int(h) if h else 500}px"
+    return (f'<div class="interp-figure" id="interp-fig-{key}" data-spec="interp-spec-{key}" style="{style}"></div>'
+            f'<script type="application/gzip" id="interp-spec-{key}">{gzip_b64(fig.to_json().encode())}</script>')
+
+
+def compact_status() -> str:
+    """The line that says the figures are being drawn (or why they cannot be); place it before them."""
+    return '<p id="interp-status" style="font-family:sans-serif;color:#555">Drawing the figures…</p>'
+
+
+def compact_runtime() -> str:
+    """plotly.js (compressed) and the script that draws every compact figure of the page; place it last."""
+    loader = _LOADER.replace("CONFIG", json.dumps(_CONFIG))
+    return (f'<script type="application/gzip" id="interp-plotlyjs">{_plotlyjs_block()}</script>'
+            f"<script>{loader}</script>")
+
+
 def compact_figures_html(figs: Sequence[go.Figure], *, title: str = "interp figures") -> str:
     """One self-contained page drawing ``figs`` from gzip-compressed plotly.js and figure JSON."""
-    divs, blocks = [], []
-    for i, fig in enumerate(figs):
-        w, h = fig.layout.width, fig.layout.height
-        style = (f"width:{int(w)}px;max-width:100%;" if w else "") + f"height:{int(h) if h else 500}px"
-        divs.append(f'<div class="interp-figure" id="interp-fig-{i}" data-spec="interp-spec-{i}" style="{style}"></div>')
-        blocks.append(f'<script type="application/gzip" id="interp-spec-{i}">{gzip_b64(fig.to_json().encode())}</script>')
-    loader = _LOADER.replace("CONFIG", json.dumps(_CONFIG))
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<title>{html.escape(title)}</title></head><body>\n"
-        '<p id="interp-status" style="font-family:sans-serif;color:#555">Drawing the figures…</p>\n'
-        + "\n".join(divs)
-        + f'\n<script type="application/gzip" id="interp-plotlyjs">{_plotlyjs_block()}</script>\n'
-        + "\n".join(blocks)
-        + f"\n<script>{loader}</script>\n</body></html>\n"
+        f"<title>{html.escape(title)}</title></head><body>\n{compact_status()}\n"
+        + "\n".join(compact_figure(fig, str(i)) for i, fig in enumerate(figs))
+        + f"\n{compact_runtime()}\n</body></html>\n"
     )
