@@ -163,12 +163,13 @@ def _read_inputs(edges: Any, scores: Any, exact: Any, n_layers: Any, n_heads: An
         def count(attr: str, given: Any) -> Any:
             v = getattr(res, attr, None) if given is None else given
             v = getattr(arch, attr, None) if v is None else v
-            return v if isinstance(v, int) and not isinstance(v, bool) else given
+            return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else given  # 0: not known
 
         n_layers, n_heads, n_kv_heads = count("n_layers", n_layers), count("n_heads", n_heads), count("n_kv_heads", n_kv_heads)
         if title is None:
-            method = getattr(res, "method", None)
-            title = f"Circuit graph ({method})" if isinstance(method, str) else None
+            parts = [str(v) for v in (getattr(res, "model_name", None), getattr(res, "method", None)) if v]
+            metric = getattr(res, "metric", None)
+            title = "Circuit graph" + (f" — {', '.join(parts)}" if parts else "") + (f"; metric {metric}" if metric else "")
     if scores is None:
         raise ArgumentError("scores is None: give one score per edge (or a result with .edges and .scores)")
     if isinstance(edges, (str, bytes)) or not isinstance(edges, Sequence):
@@ -181,10 +182,10 @@ def _read_inputs(edges: Any, scores: Any, exact: Any, n_layers: Any, n_heads: An
         raise ShapeError(f"scores has {len(s)} values for {len(edges)} edges")
     if len(edges) == 0:
         raise ArgumentError("edges is empty: there is no edge to draw")
-    bad = np.flatnonzero(~np.isfinite(s))
+    bad = np.flatnonzero(np.isinf(s))
     if len(bad):
-        raise ArgumentError(f"scores[{int(bad[0])}]={s[bad[0]]!r} (edge {edges[bad[0]]!r}) is not finite; "
-                            f"{len(bad)} non-finite scores in all")
+        raise ArgumentError(f"scores[{int(bad[0])}]={s[bad[0]]!r} (edge {edges[bad[0]]!r}) is infinite; "
+                            f"{len(bad)} infinite scores in all (NaN marks an edge without a score)")
     ex = None
     if exact is not None:
         if isinstance(exact, Mapping):
@@ -248,7 +249,7 @@ def circuit_graph_figure(
 
     ``edges``: edge labels ``'L0.H3→L1.attn.k[H2]'`` (str or :class:`interp.labels.Edge`), or a result
     with ``.edges`` and ``.scores`` (and optionally ``.exact``, ``.n_layers``/``.n_heads``/``.n_kv_heads``);
-    ``scores``: one finite number per edge; ``exact``: the exact patching effect per edge (NaN where not
+    ``scores``: one number per edge (NaN: an edge without a score, drawn dotted grey); ``exact``: the exact patching effect per edge (NaN where not
     computed) or a mapping edge → effect — shown in the edge's hover; ``node_info``: per node label
     (``'L3.H5'``, ``'L3.mlp'``, a port ``'L3.attn.q[H5]'``) a mapping of hover lines, e.g.
     ``{"DLA": 0.41, "attends to": "“ Mary”@4 0.62", "OV top tokens": ["“ Mary” → “ Mary” 3.1"]}``; nodes
@@ -265,7 +266,7 @@ def circuit_graph_figure(
     if node_info is not None and not isinstance(node_info, Mapping):
         raise ArgumentError(f"node_info must be a mapping node label -> {{name: value}}, got {type(node_info).__name__}")
     n_total = len(edges)
-    order = np.argsort(-np.abs(s), kind="stable")[:max_edges]
+    order = np.argsort(-np.nan_to_num(np.abs(s), nan=-1.0), kind="stable")[:max_edges]  # NaN (no score) last
     keep = np.sort(order)  # drawn edges, in the caller's order
     w_txt, r_txt = [], []
     for i in keep:
@@ -313,9 +314,11 @@ def circuit_graph_figure(
     rx = np.array([nodes[r].x for r in r_txt], dtype=np.float64)
     ry = np.array([nodes[r].y for r in r_txt], dtype=np.float64)
     cy = (wy + ry) / 2 - _bend(wx, rx)  # control points (y grows downwards: minus lifts the arc)
-    smax = float(np.abs(ss).max()) or 1.0
-    frac = np.abs(ss) / smax
-    bins = np.minimum((frac * n_bins).astype(int), n_bins - 1)
+    scored = np.isfinite(ss)
+    smax = float(np.abs(ss[scored]).max()) if scored.any() else 0.0
+    smax = smax or 1.0
+    frac = np.where(scored, np.abs(ss), 0.0) / smax
+    bins = np.where(scored, np.minimum((frac * n_bins).astype(int), n_bins - 1), -1)  # -1: no score
 
     fig = go.Figure()
     # structure: ports joined to their heads / MLP (one thin grey path under everything)
@@ -328,6 +331,12 @@ def circuit_graph_figure(
                                           [b.x for _, b in joins], [b.y for _, b in joins])))
     # edges: one path per (|score| bin, sign) holding all its segments, weakest first so strong edges are on top
     pos_c, neg_c = _bin_colours(n_bins, _POS), _bin_colours(n_bins, _NEG)
+    unscored = np.flatnonzero(bins < 0)
+    if len(unscored):
+        shapes.append(dict(type="path", xref="x", yref="y", layer="below", showlegend=True, legendrank=99,
+                           path=_curves(wx[unscored], wy[unscored], rx[unscored], ry[unscored], cy[unscored]),
+                           line=dict(color="#888888", width=1.0, dash="dot"), opacity=0.6,
+                           name=f"no {esc(score_name)} ({len(unscored)})"))
     for b in range(n_bins):
         for positive, colours, word in ((True, pos_c, "> 0"), (False, neg_c, "≤ 0")):
             sel = np.flatnonzero((bins == b) & ((ss > 0) if positive else (ss <= 0)))
@@ -360,9 +369,9 @@ def circuit_graph_figure(
     for e, v in zip(edges, s):
         w, _, r = str(e).partition(L.ARROW)
         deg_out[w][0] += 1
-        deg_out[w][1] += float(v)
+        deg_out[w][1] += float(v) if math.isfinite(v) else 0.0
         deg_in[r][0] += 1
-        deg_in[r][1] += float(v)
+        deg_in[r][1] += float(v) if math.isfinite(v) else 0.0
     info = node_info or {}
     groups: dict[str, list[_Node]] = defaultdict(list)
     for node in nodes.values():

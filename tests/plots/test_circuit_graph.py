@@ -159,6 +159,19 @@ def test_max_edges_keeps_the_largest_scores_and_says_so():
     assert sum(len(c) for *_, c in _edge_shapes(fig)) == 3
 
 
+def test_edges_without_scores_are_drawn_apart_and_last():
+    unscored = SCORES.copy()
+    unscored[[0, 5]] = np.nan  # e.g. a circuit given as a list of edges
+    fig = circuit_graph_figure(EDGES, unscored, n_heads=4)
+    (grey,) = [sh for sh in fig.layout.shapes if sh.name and sh.name.startswith("no score")]
+    assert "(2)" in grey.name and len(_CURVE.findall(grey.path)) == 2
+    assert sum(len(c) for *_, c in _edge_shapes(fig)) == len(EDGES)
+    (hover_trace,) = [t for t in fig.data if t.name == "edges"]
+    assert "score —" in hover_trace.hovertext[0]
+    top = circuit_graph_figure(EDGES, unscored, n_heads=4, max_edges=10)  # the unscored two are left out
+    assert not [sh for sh in top.layout.shapes if sh.name and sh.name.startswith("no score")]
+
+
 class _FakeEdgeScores:
     """What an edge-attribution result exposes: edge labels, scores, optional exact effects, head counts."""
 
@@ -172,7 +185,7 @@ class _FakeEdgeScores:
 
 def test_reads_a_result_by_attributes():
     fig = circuit_graph_figure(_FakeEdgeScores())
-    assert "eap-ig" in fig.layout.title.text
+    assert "Circuit graph — eap-ig" in fig.layout.title.text
     nodes = _nodes(fig)
     assert 2 <= nodes["L1.attn.k[H1]"][1] <= 3  # the GQA grouping came from the result's head counts
 
@@ -181,7 +194,7 @@ def test_bad_input_raises_typed_errors():
     with pytest.raises(ShapeError, match="scores has 2 values for 12 edges"):
         circuit_graph_figure(EDGES, [1.0, 2.0])
     bad = SCORES.copy()
-    bad[3] = np.nan
+    bad[3] = np.inf
     with pytest.raises(ArgumentError, match=r"scores\[3\]"):
         circuit_graph_figure(EDGES, bad)
     with pytest.raises(LabelError, match="L0.H1"):
