@@ -1,0 +1,318 @@
+"""circuit_report(): an edge-level circuit of one task in one model -> a folder that opens with no network.
+
+Steps (each timed; the times go into ``results.json``):
+
+1. Score every edge of the circuit graph with EAP or EAP-IG (:func:`interp.edges.edge_attribution`):
+   score(w → r) = (a_w(corrupt) − a_w(clean)) · ∂M/∂x_r carried to w's write, the gradient averaged over
+   ``ig_steps`` points of the corrupt → clean path for EAP-IG. The completeness error is reported.
+2. Patch the ``n_exact`` edges with the largest |score| exactly (:func:`interp.edges.edge_patch`): only
+   the reader sees the writer's corrupt value; the exact effect is shown beside the score.
+3. Faithfulness of the top-k circuits over circuit sizes under each ablation, with CPR and CMD
+   (:func:`interp.edges.faithfulness_curve`), and the smallest size that recovers ≥ 80 %.
+4. Node information for the viewer's hover: each head's and MLP's direct logit attribution on the clean
+   prompts (logit-difference metrics; :func:`interp.attribute_logits`), each head's top attended source
+   tokens from the last position of the first clean prompt (:func:`interp.stream.attention_patterns`), and
+   for the heads with the most edge weight what their full OV circuit W_E W_OV W_U maps their most
+   attended token to (:func:`interp.circuits.ov_circuit`).
+5. Write ``index.html`` (the circuit graph of the ``max_edges`` strongest edges, the faithfulness curves,
+   the tables and an attention view of the top heads; plotly.js compressed in the page so that it stays
+   near 2 MB, :mod:`interp.plots._compact`), ``edges.json`` (every edge with its score and exact effect),
+   ``faithfulness.json`` and ``results.json``; with ``static=True`` also PNG/SVG of the figures.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from interp._validate import check_bool, check_int_min, check_positive_int
+from interp.attribution import attribute_logits
+from interp.causal import LogitDiff
+from interp.circuits import ov_circuit
+from interp.edges import edge_attribution, edge_patch, faithfulness_curve
+from interp.errors import ArgumentError, InterpError
+from interp.labels import Head, Mlp, parse
+from interp.plots._attention_view import attention_view
+from interp.plots._circuit_graph import circuit_graph_figure
+from interp.plots._common import esc, fmt
+from interp.plots._export import Exporter, find_browser, write_atomic
+from interp.report._html import Page, data_table, kv_table
+from interp.report._report import (_decode, _export_static, _jsonable, _model_card, _prepare_out_dir, _resolve_model,
+                                   _Steps)
+from interp.stream import attention_patterns
+
+__all__ = ["circuit_report"]
+
+log = logging.getLogger(__name__)
+
+METHODS = ("eap", "eap-ig")
+
+
+def _q(tok: str) -> str:
+    """A token quoted as plain text (the figure escapes hover text itself)."""
+    return "“" + tok.replace("\n", "\\n") + "”"
+
+
+def _resolve_task(task: Any, model: Any, n_prompts: Optional[int]) -> Any:
+    """A task name (``interp.load_task``) or an object with ``clean``, ``corrupt`` and ``metric``."""
+    if isinstance(task, str):
+        from interp import edges
+
+        load = getattr(edges, "load_task", None)
+        if load is None:
+            raise ArgumentError(f"task={task!r}: this installation has no shipped tasks; pass an object with "
+                                ".clean, .corrupt and .metric")
+        return load(task, model, **({"n": n_prompts} if n_prompts is not None else {}))
+    missing = [a for a in ("clean", "corrupt", "metric") if not hasattr(task, a)]
+    if missing:
+        raise ArgumentError(f"task is a {type(task).__name__} without {missing}; give a task name such as 'ioi' or an "
+                            "object with .clean and .corrupt prompts and a .metric (e.g. interp.LogitDiff)")
+    return task
+
+
+def _head_scores(edges: Sequence[str], scores: np.ndarray) -> dict[str, float]:
+    """Σ |score| of the edges out of and into each head (its q/k/v ports count for every head they feed)."""
+    out: dict[str, float] = {}
+    for e, s in zip(edges, np.abs(np.nan_to_num(scores))):
+        w, r = e.split("→")
+        for lab in (w, r):
+            node = parse(lab)
+            if isinstance(node, Head):
+                out[lab] = out.get(lab, 0.0) + float(s)
+            elif getattr(node, "which", None) == "q":
+                h = str(Head(node.layer, node.head))
+                out[h] = out.get(h, 0.0) + float(s)
+    return out
+
+
+def _dla(model: Any, task: Any, nodes: set[str]) -> tuple[dict[str, float], str]:
+    """Mean direct logit attribution of each node on the clean prompts, for a logit-difference metric."""
+    m = task.metric
+    if not isinstance(m, LogitDiff) or not model.arch.has_logits:
+        return {}, "direct logit attribution needs a logit-difference metric on a model with logits"
+    attr = attribute_logits(model, task.clean, answer=m.answer, wrong=m.wrong, pos=m.pos, unit="head")
+    vals = attr.values.double().mean(-1)
+    return {lab: float(v) for lab, v in zip(attr.labels, vals) if lab in nodes}, (
+        f"closure error {float(attr.closure_error):.1e}")
+
+
+def _attention_summary(model: Any, task: Any, heads: list[str], k: int = 3) -> tuple[Any, dict[str, str], dict[str, int]]:
+    """Each head's top ``k`` attended source tokens from the last position of the first clean prompt."""
+    pats = attention_patterns(model, task.clean, heads, prompt=0)
+    toks = pats.str_tokens
+    summary, top_src = {}, {}
+    for i, h in enumerate(pats.labels):
+        row = pats.patterns[i, -1].double()
+        order = torch.argsort(row, descending=True)[:k].tolist()
+        summary[h] = ", ".join(f"{_q(toks[j])}@{j} {row[j]:.2f}" for j in order)
+        rest = [j for j in torch.argsort(row, descending=True).tolist() if j > 0]  # position 0: the attention sink
+        top_src[h] = rest[0] if rest else order[0]
+    return pats, summary, top_src
+
+
+def _ov_tokens(model: Any, task: Any, heads: list[str], src_pos: dict[str, int], k: int = 3) -> dict[str, str]:
+    """What each head's full OV circuit maps its most attended source token to (the top ``k`` output tokens)."""
+    from interp.stream import as_batch
+
+    tokens = as_batch(model, task.clean).tokens[0]
+    dec = _decode(model)
+    out = {}
+    for h in heads:
+        lab = Head.parse(h)
+        src = int(tokens[src_pos[h]])
+        ov = ov_circuit(model, lab.layer, lab.head, full=True)
+        row = (ov.A[src] @ ov.B).double()  # [d_vocab]: W_E[src] W_OV W_U
+        top = torch.topk(row, k)
+        out[h] = f"{_q(dec(src))} → " + ", ".join(f"{_q(dec(int(i)))} {float(v):.3g}"
+                                                      for v, i in zip(top.values, top.indices))
+    return out
+
+
+def circuit_report(
+    model: Any,
+    task: Any = "ioi",
+    *,
+    out_dir: Union[str, Path],
+    method: str = "eap-ig",
+    ig_steps: int = 5,
+    n_prompts: Optional[int] = None,
+    max_edges: int = 2000,
+    n_exact: int = 20,
+    ablations: Sequence[str] = ("zero", "mean", "resample"),
+    sizes: Optional[Sequence[float]] = None,
+    n_ov_heads: int = 16,
+    static: bool = False,
+    exporter: Optional[Exporter] = None,
+    progress: bool = False,
+) -> Path:
+    """Write ``out_dir/index.html`` (circuit graph, faithfulness curves, tables), ``edges.json``,
+    ``faithfulness.json`` and ``results.json``; returns the index path (see the module docstring).
+
+    ``model``: an interp Model or a catalog name; ``task``: a task name (``"ioi"``, ...) or an object with
+    ``clean`` / ``corrupt`` prompts and a ``metric``; ``method``: "eap" or "eap-ig" (``ig_steps`` points);
+    ``max_edges``: edges drawn in the graph (the strongest); ``n_exact``: edges patched exactly;
+    ``ablations`` / ``sizes``: the faithfulness curve's (``sizes`` default: MIB's fractions);
+    ``n_ov_heads``: heads whose OV top tokens are computed; ``static``: also PNG/SVG (needs a browser).
+    """
+    model = _resolve_model(model)
+    if method not in METHODS:
+        raise ArgumentError(f"method={method!r} must be one of {list(METHODS)}")
+    check_positive_int("max_edges", max_edges)
+    check_int_min("n_exact", n_exact, 0)
+    check_int_min("n_ov_heads", n_ov_heads, 0)
+    check_bool("static", static)
+    check_bool("progress", progress)
+    if static and exporter is None:
+        find_browser()
+    task = _resolve_task(task, model, n_prompts)
+    out = _prepare_out_dir(out_dir)
+    task_name = str(getattr(task, "name", None) or type(task).__name__)
+    steps = _Steps(total=6, progress=progress, desc=f"circuit {model.name} {task_name}")
+    t_start = time.perf_counter()
+    res: dict[str, Any] = {"model": dict(_model_card(model)), "task": task_name, "method": method}
+    figs: dict[str, Any] = {}
+    try:
+        with steps("edge attribution"):
+            sc = edge_attribution(model, task.clean, task.corrupt, metric=task.metric, method=method,
+                                  ig_steps=ig_steps, progress=progress)
+        with steps("exact edge patching"):
+            if n_exact:
+                top = [sc.edges[i] for i in torch.argsort(sc.scores.abs(), descending=True)[:n_exact].tolist()]
+                sc = sc.with_exact(edge_patch(model, task.clean, task.corrupt, top, metric=task.metric,
+                                              progress=progress))
+        with steps("faithfulness curve"):
+            kw = {"sizes": sizes} if sizes is not None else {}
+            curve = faithfulness_curve(model, task.clean, task.corrupt, sc, metric=task.metric,
+                                       ablations=tuple(ablations), progress=progress, **kw)
+            figs["faithfulness"] = curve.plot()
+        scores = sc.scores.double().numpy()
+        drawn = np.argsort(-np.abs(scores), kind="stable")[:max_edges]
+        nodes = {x for i in drawn for x in sc.edges[i].split("→")}
+        heads_by_weight = sorted(_head_scores([sc.edges[i] for i in drawn], scores[drawn]).items(), key=lambda t: -t[1])
+        heads = [h for h, _ in heads_by_weight]
+        with steps("node information"):
+            info: dict[str, dict[str, Any]] = {}
+            dla, dla_note = _dla(model, task, nodes | set(heads))
+            for lab, v in dla.items():
+                info.setdefault(lab, {})["DLA"] = v
+            pats, summary, src = _attention_summary(model, task, heads) if heads else (None, {}, {})
+            for h, s in summary.items():
+                info.setdefault(h, {})["attends to (last token)"] = s
+            ov_note = ""
+            if model.arch.has_logits and heads and n_ov_heads:
+                try:
+                    for h, s in _ov_tokens(model, task, heads[:n_ov_heads], src).items():
+                        info.setdefault(h, {})["OV top tokens"] = s
+                except InterpError as e:  # e.g. a model whose OV circuit cannot be materialised
+                    ov_note = str(e)
+        with steps("figures"):
+            figs["circuit_graph"] = circuit_graph_figure(sc, node_info=info, max_edges=max_edges)
+            view = pats.view(title=f"Attention of the {min(6, len(heads))} heads with the most edge weight") \
+                if pats is not None else None
+            if view is not None and len(heads) > 6:
+                view = attention_view(pats.patterns[:6], pats.str_tokens, heads=pats.labels[:6], title=view.title)
+        with steps("write"):
+            files, _ = _export_static({k: figs[k] for k in ("faithfulness",)}, out, exporter, static=static)
+            _write_json(out, model, task_name, sc, curve)
+    finally:
+        steps.close()
+    res.update(_summary(sc, curve, dla_note, ov_note, n_drawn=len(drawn)))
+    res["timings_seconds"] = dict(steps.times, total=round(time.perf_counter() - t_start, 3))
+    write_atomic(out / "results.json", json.dumps(_jsonable(res), indent=1).encode())
+    page = _page(model, task, task_name, sc, curve, figs, files, view, res)
+    index = out / "index.html"
+    write_atomic(index, page.render().encode())
+    log.info("circuit report written to %s in %.1f s", index, time.perf_counter() - t_start)
+    return index
+
+
+def _write_json(out: Path, model: Any, task_name: str, sc: Any, curve: Any) -> None:
+    df = sc.to_dataframe()
+    exact = df["exact"].tolist() if "exact" in df else [math.nan] * len(df)
+    edges = [{"edge": e, "writer": w, "reader": r, "score": float(s), "exact": x}
+             for e, w, r, s, x in zip(df["edge"], df["writer"], df["reader"], df["score"], exact)]
+    meta = {"model": model.name, "task": task_name, "method": sc.method, "ig_steps": sc.ig_steps,
+            "metric": sc.metric, "convention": sc.convention, "clean": sc.clean, "corrupt": sc.corrupt,
+            "completeness": sc.completeness, "completeness_of": sc.completeness_of,
+            "completeness_error": sc.completeness_error, "n_edges": len(edges), "edges": edges}
+    write_atomic(out / "edges.json", json.dumps(_jsonable(meta)).encode())
+    fa = {"method": curve.method, "metric": curve.metric, "n_total": curve.n_total,
+          "points": curve.to_dataframe().to_dict(orient="records"), "areas": curve.areas().to_dict(orient="records"),
+          "smallest_80": {a: curve.smallest(0.8, ablation=a) for a in curve.ablations}}
+    write_atomic(out / "faithfulness.json", json.dumps(_jsonable(fa), indent=1).encode())
+
+
+def _summary(sc: Any, curve: Any, dla_note: str, ov_note: str, *, n_drawn: int) -> dict[str, Any]:
+    ex = sc.exact.double().numpy() if sc.exact is not None else np.full(len(sc.edges), np.nan)
+    have = np.isfinite(ex)
+    rank_corr = None
+    if have.sum() >= 3:
+        a, b = sc.scores.double().numpy()[have], ex[have]
+        ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+        rank_corr = float(np.corrcoef(ra, rb)[0, 1]) if ra.std() and rb.std() else None
+    return {"metric": sc.metric, "clean": sc.clean, "corrupt": sc.corrupt, "n_edges": len(sc.edges),
+            "n_drawn": n_drawn, "n_prompts": sc.n_prompts, "completeness": sc.completeness,
+            "completeness_of": sc.completeness_of, "completeness_error": sc.completeness_error,
+            "n_exact": int(have.sum()), "spearman_score_vs_exact": rank_corr,
+            "cpr": dict(zip(curve.ablations, curve.cpr.tolist())), "cmd": dict(zip(curve.ablations, curve.cmd.tolist())),
+            "smallest_80": {a: curve.smallest(0.8, ablation=a) for a in curve.ablations},
+            "dla_note": dla_note, "ov_note": ov_note}
+
+
+def _page(model: Any, task: Any, task_name: str, sc: Any, curve: Any, figs: dict[str, Any], files: dict[str, list[str]],
+          view: Any, r: dict[str, Any]) -> Page:
+    page = Page(title=f"interp circuit — {model.name}, {task_name}",
+                subtitle=f"{esc(sc.method.upper())} over {len(sc.edges):,} edges · metric {esc(sc.metric)} "
+                         f"· {sc.n_prompts} prompt pairs", compact=True)
+    page.section("Model", kv_table(_model_card(model)), anchor="model")
+    clean0, corrupt0 = (task.clean[0], task.corrupt[0]) if isinstance(task.clean, (list, tuple)) else ("—", "—")
+    rows = [("task", task_name), ("prompt pairs", sc.n_prompts), ("first clean prompt", clean0),
+            ("first corrupt prompt", corrupt0), ("metric", sc.metric), ("M(clean)", fmt(sc.clean)),
+            ("M(corrupt)", fmt(sc.corrupt)), ("method", sc.method + (f", {sc.ig_steps} steps" if sc.method == "eap-ig" else "")),
+            ("completeness", f"Σ scores ({sc.completeness_of}) = {fmt(sc.completeness)} vs M(corrupt) − M(clean) = "
+                             f"{fmt(sc.target)}; error {sc.completeness_error:.2e}"),
+            ("sign convention", sc.convention)]
+    page.section("Task and scores", kv_table(rows), anchor="task")
+    shown = f"the {r['n_drawn']:,} edges with the largest |score|" if r["n_drawn"] < len(sc.edges) else "every edge"
+    page.section("Circuit graph", page.figure(figs["circuit_graph"]), anchor="graph",
+                 note=f"Edge attribution scores, {shown}: width and opacity grow with |score|, blue > 0, red < 0. "
+                      "Hover an edge's middle for its score (and exact patching effect where computed); hover a head "
+                      "for its direct logit attribution, where its last token looks, and what its OV circuit copies. "
+                      "All edges with their scores: <a href='edges.json'>edges.json</a>.")
+    df = sc.to_dataframe()
+    df = df.reindex(df["score"].abs().sort_values(ascending=False, kind="stable").index).head(25)
+    rows = [[f"<code>{esc(e)}</code>", fmt(s), fmt(x) if x == x else "—"]
+            for e, s, x in zip(df["edge"], df["score"], df["exact"] if "exact" in df else [math.nan] * len(df))]
+    corr = r["spearman_score_vs_exact"]
+    note = (f"Exact effect: M with only the reader seeing the writer's corrupt value − M(clean) "
+            f"({r['n_exact']} edges patched; Spearman rank correlation with the scores "
+            f"{fmt(corr, 3) if corr is not None else '—'}).")
+    page.section("Top edges", data_table(["edge", "score", "exact effect"], rows, numeric=[False, True, True]),
+                 anchor="edges", note=note)
+    rows = [[esc(a), f"{float(p):.3f}", f"{float(c):.3f}", fmt(r["smallest_80"][a], 3)]
+            for a, p, c in zip(curve.ablations, curve.cpr, curve.cmd)]
+    body = (page.figure(figs["faithfulness"], files=files.get("faithfulness", []))
+            + data_table(["ablation", "CPR (area under faithfulness)", "CMD (area of |1 − faithfulness|)",
+                          "smallest k with faithfulness ≥ 0.8"], rows, numeric=[False, True, True, True])
+            + "<p class='files'>numbers: <a href='faithfulness.json'>faithfulness.json</a></p>")
+    page.section("Faithfulness", body, anchor="faithfulness",
+                 note="Faithfulness (M(C) − M(∅)) / (M(all) − M(∅)) of the top-k circuits, every edge outside the "
+                      "circuit ablated (norms, attention and MLPs recomputed in that run).")
+    if view is not None:
+        page.section("Attention of the top heads", view.to_html(), anchor="attention",
+                     note="Hover a token: where each head attends from it (→) and which tokens attend to it (←); "
+                          "first clean prompt.")
+    notes = [n for n in (r.get("dla_note"), r.get("ov_note")) if n]
+    t = r["timings_seconds"]
+    body = data_table(["step", "time"], [[esc(k), f"{v:.2f} s"] for k, v in t.items()], numeric=[False, True])
+    body += "".join(f"<p class='note'>{esc(n)}</p>" for n in notes)
+    body += "<p class='files'>numbers: <a href='results.json'>results.json</a></p>"
+    page.section("Provenance", body, anchor="provenance")
+    return page
