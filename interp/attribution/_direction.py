@@ -97,4 +97,6 @@ def attribute_direction(
         n_heads=arch.n_heads, closure_error=err, relative_error=err / scale if scale > 0 else err,
         positions=positions.cpu(), prompts=[inputs] if isinstance(inputs, str) else (list(inputs) if isinstance(inputs, (list, tuple)) else None),
         str_tokens=dec.str_tokens[0] if dec.str_tokens else None,
+        prompt_str_tokens=[row[: int(n)] for row, n in zip(dec.str_tokens, batch.attention_mask.sum(1))]
+        if dec.str_tokens else None, target_kind="direction",
     )
