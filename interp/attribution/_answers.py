@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from interp.errors import ArgumentError
+from interp.models import Model
 from interp.stream._inputs import check_tensor_data
 
 __all__ = ["resolve_tokens", "resolve_positions"]
@@ -15,7 +16,7 @@ __all__ = ["resolve_tokens", "resolve_positions"]
 TokenSpec = Union[str, int, Sequence[Union[str, int]], Tensor]
 
 
-def _one_token(model: Any, value: Union[str, int], arg: str) -> int:
+def _one_token(model: Model, value: Union[str, int], arg: str) -> int:
     d_vocab = model.arch.d_vocab
     if isinstance(value, bool):
         raise ArgumentError(f"{arg}={value!r} must be a token string or id, not a bool")
@@ -37,7 +38,7 @@ def _one_token(model: Any, value: Union[str, int], arg: str) -> int:
     raise ArgumentError(f"{arg}={value!r} must be a string (one token), a token id, or a per-prompt list of them")
 
 
-def resolve_tokens(model: Any, spec: Optional[TokenSpec], n_prompts: int, arg: str) -> Optional[Tensor]:
+def resolve_tokens(model: Model, spec: Optional[TokenSpec], n_prompts: int, arg: str) -> Optional[Tensor]:
     """Token ids [n_prompts] from a single token or a per-prompt list."""
     if spec is None:
         return None

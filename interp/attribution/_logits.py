@@ -38,6 +38,7 @@ from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.labels import Head, HeadSource, parse
 from interp.stream._inputs import Batch, as_batch, require_model
 from interp.stream._trace_at import trace_at
+from interp.models import Model
 
 __all__ = ["attribute_logits"]
 
@@ -76,7 +77,7 @@ def _components(labels: list[str], values: Tensor) -> tuple[list[str], Tensor]:
     return out_labels, torch.stack(rows)
 
 
-def _rows_batch(model: Any, rows: list[list[int]], like: Batch) -> Batch:
+def _rows_batch(model: Model, rows: list[list[int]], like: Batch) -> Batch:
     """Right-padded token rows as a checked batch (the prompts' own batch when nothing was added)."""
     if len(rows) == like.tokens.shape[0]:
         return like
@@ -89,10 +90,12 @@ def _rows_batch(model: Any, rows: list[list[int]], like: Batch) -> Batch:
     return as_batch(model, tokens, mask)
 
 
-def _chunk(model: Any, batch: Batch, p: Tensor, targets: Targets, start: int, neuron_layers: tuple[int, ...],
+def _chunk(model: Model, batch: Batch, p: Tensor, targets: Targets, start: int, neuron_layers: tuple[int, ...],
            unit: str) -> dict[str, Any]:
     """Attribute one batch of prompts: values [n_terms, b] (+ head sources), totals, texts, tokens."""
     arch, W_U, b_U = model.arch, model.weights.W_U, model.weights.b_U
+    if W_U is None:  # attribute_logits refuses models without logits before it gets here
+        raise UnsupportedOperationError(f"model {model.name!r} has no unembedding: there are no logits to attribute")
     b = batch.tokens.shape[0]
     lengths = batch.attention_mask.sum(1).tolist()
     ids = [batch.tokens[i, : lengths[i]].tolist() for i in range(b)]
@@ -108,8 +111,10 @@ def _chunk(model: Any, batch: Batch, p: Tensor, targets: Targets, start: int, ne
     if "ln_final.hook_out" in tr.activations:
         with torch.inference_mode():
             own = model.bridge.unembed(tr.activations["ln_final.hook_out"])  # [R, K, d_vocab]
-    else:
+    elif tr.logits is not None:
         own = tr.logits
+    else:
+        raise UnsupportedOperationError(f"model {model.name!r}: the pass kept neither the final norm's output nor logits")
     own = own.to(W_U.dtype)
     lse = torch.logsumexp(own, dim=-1) if targets.kind == "logprob" else None  # [R, K]
     dev = W_U.device
@@ -133,7 +138,7 @@ def _chunk(model: Any, batch: Batch, p: Tensor, targets: Targets, start: int, ne
     for r in reads:
         c = coef[r.prompt][r.cand]
         u[r.row, r.j] += c * W_U[:, r.token]
-        if has_bias:
+        if has_bias and b_U is not None:
             bias[r.prompt] += c * b_U[r.token]
         if lse is not None:
             log_z[r.prompt] -= c * lse[r.row, r.j]
@@ -184,7 +189,7 @@ def _expand_sources(labels: list[str], values: Tensor, sources: Tensor) -> tuple
 
 
 def attribute_logits(
-    model: Any,
+    model: Model,
     inputs: Union[str, Sequence[str], Tensor],
     *,
     answer: TokenSpec,

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from interp.circuits._common import fold_read, fold_write, folded_unembed
 from interp.errors import LabelError, UnsupportedOperationError
-from interp.models import program_position
+from interp.models import Model, program_position
 
 __all__ = ["Write", "Read", "parse_write", "parse_read", "write_labels", "read_labels", "write_matrix", "read_matrix"]
 
@@ -41,7 +41,7 @@ class Write:
     layer: int = -1
     head: int = -1
 
-    def position(self, model: Any) -> int:
+    def position(self, model: Model) -> int:
         """Index of this write's event in the model's block program."""
         key = {"head": f"L{self.layer}.H{self.head}", "mlp": f"L{self.layer}.mlp"}.get(self.kind, self.kind)
         return program_position(model.arch, key)
@@ -54,7 +54,7 @@ class Read:
     layer: int = -1
     head: int = -1  # query head for q, KV head for k/v
 
-    def position(self, model: Any) -> int:
+    def position(self, model: Model) -> int:
         """Index of this read's event in the model's block program (a gate reads where ``mlp.in`` does)."""
         if self.kind == "unembed":
             key = "unembed"
@@ -65,7 +65,7 @@ class Read:
         return program_position(model.arch, key)
 
 
-def write_labels(model: Any) -> list[str]:
+def write_labels(model: Model) -> list[str]:
     a = model.arch
     out = ["embed"] + (["pos_embed"] if model.weights.W_pos is not None else [])
     for l in range(a.n_layers):
@@ -75,7 +75,7 @@ def write_labels(model: Any) -> list[str]:
     return out
 
 
-def read_labels(model: Any) -> list[str]:
+def read_labels(model: Model) -> list[str]:
     a = model.arch
     out: list[str] = []
     for l in range(a.n_layers):
@@ -94,7 +94,7 @@ def read_labels(model: Any) -> list[str]:
 class _Lazy:
     """The list of valid labels, built only when an error message needs it."""
 
-    def __init__(self, fn, model: Any) -> None:
+    def __init__(self, fn, model: Model) -> None:
         self.fn, self.model = fn, model
 
     def get(self) -> list[str]:
@@ -108,7 +108,7 @@ def _bad(name: str, label: Any, lazy: "_Lazy", why: str = "") -> LabelError:
                       f"{why}; valid labels look like {ex}")
 
 
-def parse_write(model: Any, label: Any, *, name: str = "src") -> Write:
+def parse_write(model: Model, label: Any, *, name: str = "src") -> Write:
     a = model.arch
     valid = _Lazy(write_labels, model)
     if not isinstance(label, str):
@@ -130,7 +130,7 @@ def parse_write(model: Any, label: Any, *, name: str = "src") -> Write:
     raise _bad(name, label, valid)
 
 
-def parse_read(model: Any, label: Any, *, name: str = "dst") -> Read:
+def parse_read(model: Model, label: Any, *, name: str = "dst") -> Read:
     a = model.arch
     valid = _Lazy(read_labels, model)
     if not isinstance(label, str):
@@ -154,12 +154,14 @@ def parse_read(model: Any, label: Any, *, name: str = "dst") -> Read:
     raise _bad(name, label, valid)
 
 
-def write_matrix(model: Any, w: Write, fold_norms: bool) -> Tensor:
+def write_matrix(model: Model, w: Write, fold_norms: bool) -> Tensor:
     """The write's output weight [k, d_model] (rows: its internal directions)."""
     W = model.weights
     if w.kind == "embed":
         M = W.W_E
     elif w.kind == "pos_embed":
+        if W.W_pos is None:
+            raise LabelError(f"model {model.name!r} has no learned position embedding (no 'pos_embed' write)")
         M = W.W_pos
     elif w.kind == "head":
         M = W.W_O[w.layer, w.head]
@@ -168,7 +170,7 @@ def write_matrix(model: Any, w: Write, fold_norms: bool) -> Tensor:
     return fold_write(model, M, fold_norms)
 
 
-def read_matrix(model: Any, r: Read, fold_norms: bool) -> Tensor:
+def read_matrix(model: Model, r: Read, fold_norms: bool) -> Tensor:
     """The read's input weight [d_model, k] (columns: its internal directions), norm gain folded."""
     W = model.weights
     if r.kind == "unembed":
@@ -176,11 +178,13 @@ def read_matrix(model: Any, r: Read, fold_norms: bool) -> Tensor:
     if r.kind in ("q", "k", "v"):
         M = {"q": W.W_Q, "k": W.W_K, "v": W.W_V}[r.kind][r.layer, r.head]
         return fold_read(model, M, W.ln1_w[r.layer], fold_norms)
-    M = W.W_in[r.layer] if r.kind == "mlp.in" else W.W_gate[r.layer]
+    if r.kind == "mlp.gate" and W.W_gate is None:
+        raise LabelError(f"model {model.name!r} has no gated MLP (no 'L{r.layer}.mlp.gate' read)")
+    M = W.W_in[r.layer] if r.kind == "mlp.in" or W.W_gate is None else W.W_gate[r.layer]
     return fold_read(model, M, W.ln2_w[r.layer], fold_norms)
 
 
-def check_order(model: Any, w: Write, r: Read) -> Optional[str]:
+def check_order(model: Model, w: Write, r: Read) -> Optional[str]:
     """None if read ``r`` sees write ``w`` (``w``'s event precedes ``r``'s in the block program), else why not."""
     if w.position(model) < r.position(model):
         return None

@@ -32,12 +32,13 @@ from interp.circuits._common import (
     folded_unembed,
 )
 from interp.circuits._factored import POSITION_NOTE, Circuit
+from interp.models import Model
 from interp.circuits._rotary import relative_rotation
 
 __all__ = ["ov_circuit", "qk_circuit"]
 
 
-def ov_circuit(model: Any, layer: int, head: int, *, full: bool = False, fold_norms: bool = True,
+def ov_circuit(model: Model, layer: int, head: int, *, full: bool = False, fold_norms: bool = True,
                max_bytes: int = DEFAULT_MAX_BYTES) -> Circuit:
     """The OV circuit of query head ``head`` in ``layer``: W_V^g W_O^h, or W_E W_V^g W_O^h W_U if ``full``.
 
@@ -61,7 +62,7 @@ def ov_circuit(model: Any, layer: int, head: int, *, full: bool = False, fold_no
                    layer=layer, head=head, kv_head=g)
 
 
-def qk_circuit(model: Any, layer: int, head: int, *, full: bool = False, rel_pos: Optional[int] = None,
+def qk_circuit(model: Model, layer: int, head: int, *, full: bool = False, rel_pos: Optional[int] = None,
                fold_norms: bool = True, max_bytes: int = DEFAULT_MAX_BYTES) -> Circuit:
     """The QK circuit of query head ``head`` in ``layer``: W_Q^h W_K^gᵀ (× W_E on both sides if ``full``).
 

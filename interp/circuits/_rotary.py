@@ -29,12 +29,13 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp._validate import check_int
+from interp.models import Model
 from interp.errors import ArgumentError, UnsupportedOperationError
 
 __all__ = ["rope_frequencies", "rope_matrix", "relative_rotation"]
 
 
-def _hf_config(model: Any) -> Any:
+def _hf_config(model: Model) -> Any:
     hf = getattr(model.bridge, "original_model", None)
     cfg = getattr(hf, "config", None)
     if cfg is None:
@@ -44,7 +45,7 @@ def _hf_config(model: Any) -> Any:
     return cfg
 
 
-def rope_frequencies(model: Any) -> tuple[Float[Tensor, "half"], float]:
+def rope_frequencies(model: Model) -> tuple[Float[Tensor, "half"], float]:
     """(inv_freq [rotary_dim/2] float64, attention_scaling) as Hugging Face computes them."""
     arch = model.arch
     if arch.positional != "rotary":
@@ -89,7 +90,7 @@ def rope_matrix(inv_freq: Tensor, scaling: float, d_head: int, pos: int) -> Floa
     return G
 
 
-def relative_rotation(model: Any, rel_pos: Any) -> Float[Tensor, "d_head d_head"]:
+def relative_rotation(model: Model, rel_pos: Any) -> Float[Tensor, "d_head d_head"]:
     """M_Δ = G(Δ) G(0)ᵀ (float64): q M_Δ kᵀ is the score of a query Δ positions after its key."""
     check_int("rel_pos", rel_pos)  # query position minus key position
     inv, scaling = rope_frequencies(model)

@@ -36,7 +36,7 @@ from torch import Tensor
 from interp._validate import check_int, check_int_min, check_positive_float
 from interp.circuits._common import check_model, check_data
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
-from interp.models import hf_state_from_weights, hf_writable, model_from_hf
+from interp.models import Model, Weights, hf_state_from_weights, hf_writable, model_from_hf
 
 __all__ = ["rotate_residual", "random_rotation"]
 
@@ -63,7 +63,7 @@ def random_rotation(d_model: int, *, fix_ones: bool = False, seed: int = 0,
     return Q.to(dtype)
 
 
-def _check_R(model: Any, R: Any, atol: float) -> Tensor:
+def _check_R(model: Model, R: Any, atol: float) -> Tensor:
     d = model.arch.d_model
     if not isinstance(R, Tensor):
         raise ShapeError(f"R must be a torch.Tensor [d_model, d_model] = [{d}, {d}], got {type(R).__name__}")
@@ -107,7 +107,7 @@ def _check_model(model: Any, R64: Tensor, atol: float) -> None:
             )
 
 
-def rotated_weights(model: Any, R64: Tensor) -> Any:
+def rotated_weights(model: Model, R64: Tensor) -> Weights:
     """The rotated, gain-folded Weights (float64 maths, cast back to the model's dtype)."""
     w = model.weights.to(dtype=torch.float64, device="cpu")
     Rt = R64.T
@@ -126,20 +126,26 @@ def rotated_weights(model: Any, R64: Tensor) -> Any:
     W_V, b_V = read(w.W_V, w.b_V, g1, b1, "ld,lhdk->lhk")
     W_in, b_in = read(w.W_in, w.b_in, w.ln2_w, w.ln2_b, "ld,ldm->lm")
     W_gate, b_gate = (None, w.b_gate) if w.W_gate is None else read(w.W_gate, w.b_gate, w.ln2_w, w.ln2_b, "ld,ldm->lm")
-    W_U = Rt @ (w.lnf_w[:, None] * w.W_U)
-    b_U = w.b_U + (w.lnf_b @ w.W_U if ln else 0)
+    lnf_w, W_U0 = w.lnf_w, w.W_U
+    if lnf_w is None or W_U0 is None:
+        raise UnsupportedOperationError(f"rotate_residual needs a final norm and an unembedding; model "
+                                        f"{model.name!r} lacks {'the final norm' if lnf_w is None else 'W_U'}")
+    lnf_b = w.lnf_b if w.lnf_b is not None else torch.zeros_like(lnf_w)
+    b_U0 = w.b_U if w.b_U is not None else torch.zeros(W_U0.shape[1], dtype=W_U0.dtype, device=W_U0.device)
+    W_U = Rt @ (lnf_w[:, None] * W_U0)
+    b_U = b_U0 + (lnf_b @ W_U0 if ln else 0)
     ones, zeros = torch.ones_like(w.ln1_w), torch.zeros_like(w.ln1_b)
     new = w.with_updates(
         W_E=w.W_E @ R64, W_pos=None if w.W_pos is None else w.W_pos @ R64,
         W_Q=W_Q, W_K=W_K, W_V=W_V, b_Q=b_Q, b_K=b_K, b_V=b_V, W_O=w.W_O @ R64, b_O=w.b_O @ R64,
         W_in=W_in, b_in=b_in, W_gate=W_gate, b_gate=b_gate, W_out=w.W_out @ R64, b_out=w.b_out @ R64,
         ln1_w=ones, ln1_b=zeros, ln2_w=ones.clone(), ln2_b=zeros.clone(),
-        lnf_w=torch.ones_like(w.lnf_w), lnf_b=torch.zeros_like(w.lnf_b), W_U=W_U, b_U=b_U,
+        lnf_w=torch.ones_like(lnf_w), lnf_b=torch.zeros_like(lnf_b), W_U=W_U, b_U=b_U,
     )
     return new.to(device=model.device, dtype=model.dtype)
 
 
-def _build_hf(model: Any, w: Any) -> Any:
+def _build_hf(model: Model, w: Any) -> Any:
     """A fresh HF module of the model's class holding the rotated weights ``w``."""
     hf_old = model.bridge.original_model
     config = copy.deepcopy(hf_old.config)
@@ -174,7 +180,7 @@ def _build_hf(model: Any, w: Any) -> Any:
     return hf.eval()
 
 
-def rotate_residual(model: Any, R: Tensor, *, atol: float = 1e-5, name: Optional[str] = None) -> Any:
+def rotate_residual(model: Model, R: Tensor, *, atol: float = 1e-5, name: Optional[str] = None) -> Model:
     """A new Model whose residual stream is the original's times R (x ↦ x R), computing the same logits.
 
     RMSNorm models accept any orthogonal R; LayerNorm models only R with R·1 = 1 (ArgumentError,

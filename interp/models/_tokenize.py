@@ -7,13 +7,16 @@ BOS is prepended for decoders that have one; an encoder gets the tokenizer's own
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, Sequence, Union
 
 import torch
 from jaxtyping import Int
 from torch import Tensor
 
 from interp.errors import ArgumentError, UnsupportedOperationError
+
+if TYPE_CHECKING:
+    from interp.models._model import Model
 
 __all__ = ["Batch", "tokenize", "readable_token"]
 
@@ -35,7 +38,7 @@ class Batch:
         return (self.attention_mask.bool() * pos).amax(dim=1)
 
 
-def tokenize(model: Any, text: Union[str, Sequence[str]]) -> Batch:
+def tokenize(model: Model, text: Union[str, Sequence[str]]) -> Batch:
     """Tokenise like the bridge: BOS prepended for decoders that have one; [CLS] … [SEP] for BERT.
 
     Several strings are right-padded; the mask marks the padding.

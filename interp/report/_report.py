@@ -40,7 +40,7 @@ from interp.attribution._answers import resolve_tokens
 from interp.circuits import composition_edges, composition_scores, copying_scores, ov_circuit
 from interp._validate import check_positive_int
 from interp.errors import ArgumentError, ExportError, UnsupportedOperationError
-from interp.models import load_model, readable_token
+from interp.models import Model, load_model, readable_token
 from interp.plots._attention import attention_pattern_figure
 from interp.plots._attribution import attribution_heatmap, attribution_vector, attribution_waterfall
 from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_token_table, top_token_values
@@ -105,10 +105,10 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
-def _resolve_model(model: Any) -> Any:
+def _resolve_model(model: Any) -> Model:
     if isinstance(model, str):
         return load_model(model)
-    if not all(hasattr(model, a) for a in ("arch", "weights", "bridge")):
+    if not isinstance(model, Model):
         raise ArgumentError(f"model is a {type(model).__name__}; pass an interp Model (interp.load_model) or a catalog name")
     return model
 
@@ -126,7 +126,7 @@ def _prepare_out_dir(out_dir: Any) -> Path:
     return out
 
 
-def _model_card(model: Any) -> list[tuple[str, Any]]:
+def _model_card(model: Model) -> list[tuple[str, Any]]:
     a = model.arch
     rows = [("name", model.name), ("family", a.family), ("source", getattr(model, "source", "") or "—"),
             ("layers", a.n_layers), ("heads (query / KV)", f"{a.n_heads} / {a.n_kv_heads}"),
@@ -140,12 +140,12 @@ def _model_card(model: Any) -> list[tuple[str, Any]]:
     return rows
 
 
-def _decode(model: Any) -> Any:
+def _decode(model: Model) -> Any:
     tok = getattr(model, "tokenizer", None)
     return (lambda i: readable_token(tok, int(i))) if tok is not None else (lambda i: f"#{int(i)}")
 
 
-def _prediction(model: Any, tr: Any, answer_id: Optional[int], wrong_id: Optional[int], k: int) -> dict[str, Any]:
+def _prediction(model: Model, tr: Any, answer_id: Optional[int], wrong_id: Optional[int], k: int) -> dict[str, Any]:
     """Top-k next tokens at the last real position, and the answer/wrong tokens' rank and probability."""
     mask = tr.attention_mask[0].bool()
     last = int(mask.nonzero().max())
@@ -165,7 +165,7 @@ def _prediction(model: Any, tr: Any, answer_id: Optional[int], wrong_id: Optiona
     return out
 
 
-def _token_id(model: Any, spec: Any, arg: str) -> int:
+def _token_id(model: Model, spec: Any, arg: str) -> int:
     ids = resolve_tokens(model, spec, 1, arg)
     if ids is None:
         raise ArgumentError(f"{arg} is required here (got None)")
@@ -202,7 +202,7 @@ def _export_static(figs: dict[str, Any], out: Path, exporter: Optional[Exporter]
     return files, seconds
 
 def report(
-    model: Any,
+    model: Union[str, Model],
     prompt: str,
     *,
     answer: Any = None,
@@ -362,7 +362,7 @@ def report(
     return index
 
 
-def _page(model: Any, prompt: str, r: dict[str, Any], figs: dict[str, go.Figure], files: dict[str, list[str]], *,
+def _page(model: Model, prompt: str, r: dict[str, Any], figs: dict[str, go.Figure], files: dict[str, list[str]], *,
           decoder: bool, copying_note: str) -> Page:
     a = r["attribution"]
     toks = r["str_tokens"]
@@ -444,7 +444,7 @@ def _page(model: Any, prompt: str, r: dict[str, Any], figs: dict[str, go.Figure]
     return page
 
 
-def circuits_report(model: Any, *, out_dir: Union[str, Path], max_edges: int = 30, static: bool = True,
+def circuits_report(model: Union[str, Model], *, out_dir: Union[str, Path], max_edges: int = 30, static: bool = True,
                     exporter: Optional[Exporter] = None, progress: bool = False) -> Path:
     """Weight-only pages: the composition graph of the strongest edges over all heads, copying scores.
 

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from interp.stream._inputs import Batch
+from interp.models import Model
 
 __all__ = ["capture", "run_forward", "count_hooks"]
 
@@ -29,7 +30,7 @@ def _capture_fn(store: dict[str, Tensor], key: str, reduce: Optional[Reducer]) -
     return hook
 
 
-def run_forward(model: Any, batch: Batch, fwd_hooks: list, **kwargs: Any) -> Any:
+def run_forward(model: Model, batch: Batch, fwd_hooks: list, **kwargs: Any) -> Any:
     """``bridge(tokens)`` with temporary hooks; the attention mask is always passed."""
     bridge = model.bridge
     with torch.inference_mode(), bridge.hooks(fwd_hooks=fwd_hooks):
@@ -37,7 +38,7 @@ def run_forward(model: Any, batch: Batch, fwd_hooks: list, **kwargs: Any) -> Any
 
 
 def capture(
-    model: Any,
+    model: Model,
     batch: Batch,
     names: Iterable[str],
     *,

@@ -32,7 +32,7 @@ def check_tensor_data(t: Tensor, name: str) -> None:
         raise ShapeError(f"{name} is on the 'meta' device (a tensor without data); pass a tensor on a real device such as 'cpu'")
 
 
-def as_batch(model: Any, inputs: Inputs, attention_mask: Optional[Tensor] = None) -> Batch:
+def as_batch(model: Model, inputs: Inputs, attention_mask: Optional[Tensor] = None) -> Batch:
     """Validate ``inputs`` (text or int tensor [batch, pos]) against the model; return a Batch."""
     require_model(model)
     arch = model.arch

@@ -21,14 +21,14 @@ from __future__ import annotations
 import difflib
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union, cast
 
 import torch
 from jaxtyping import Int
 from torch import Tensor
 
 from interp.errors import ArgumentError, LabelError, ShapeError
-from interp.models import ArchInfo, Event, Weights, build_program, resid_hook_names
+from interp.models import ArchInfo, Event, Model, Weights, build_program, resid_hook_names
 from interp.stream._capture import capture, run_forward
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch, as_batch, check_tensor_data, require_model
@@ -190,7 +190,7 @@ class ResidualTrace:
 
 
 def trace(
-    model: Any,
+    model: Model,
     inputs: Union[str, Sequence[str], Tensor],
     *,
     attention_mask: Optional[Tensor] = None,
@@ -229,7 +229,8 @@ def trace(
     if neuron_layers and arch.attn_only:
         raise ArgumentError(f"neurons={neurons!r}: model {model.name!r} is attention-only (no MLP neurons)")
     has_types = "token_type_embed.hook_out" in model.bridge.hook_dict
-    str_tokens = model.to_str_tokens(batch.tokens) if model.tokenizer is not None else None
+    # [batch, pos] ids: one list of strings per prompt
+    str_tokens = cast(list[list[str]], model.to_str_tokens(batch.tokens)) if model.tokenizer is not None else None
     if project is not None:
         return _trace_projected(model, batch, project, project_onto, neuron_layers, has_types, str_tokens)
     names = capture_names(arch, neuron_layers=neuron_layers, has_types=has_types)
@@ -245,7 +246,7 @@ def trace(
     return tr
 
 
-def _trace_projected(model: Any, batch: Batch, project: Any, project_onto: Any, neuron_layers: tuple[int, ...],
+def _trace_projected(model: Model, batch: Batch, project: Any, project_onto: Any, neuron_layers: tuple[int, ...],
                      has_types: bool, str_tokens: Any) -> ResidualTrace:
     """trace(..., project=...): validate, plan every read's walk, project during the pass."""
     if project_onto is not None:
@@ -276,7 +277,7 @@ class _StopForward(Exception):
 
 
 def trace_at(
-    model: Any,
+    model: Model,
     batch: Batch,
     positions: Int[Tensor, "batch"],
     *,

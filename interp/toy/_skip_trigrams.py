@@ -23,12 +23,12 @@ import torch
 
 from interp._validate import check_int_range, check_positive_int
 from interp.errors import UnsupportedOperationError
-from interp.models import TOY_FIRST_WORD_ID as FIRST_WORD_ID
+from interp.models import Model, TOY_FIRST_WORD_ID as FIRST_WORD_ID
 
 __all__ = ["skip_trigrams"]
 
 
-def skip_trigrams(model: Any, layer: int, head: int, *, k: int = 10, words_only: bool = True) -> Any:
+def skip_trigrams(model: Model, layer: int, head: int, *, k: int = 10, words_only: bool = True) -> Any:
     """The ``k`` strongest skip-trigrams of head ``L{layer}.H{head}`` as a pandas DataFrame.
 
     Columns: source, destination, output (token strings), ov (output logit boost from the
@@ -48,10 +48,13 @@ def skip_trigrams(model: Any, layer: int, head: int, *, k: int = 10, words_only:
             f"skip_trigrams reads raw circuits; model {a.name!r} has norm={a.norm!r} (use a norm='none' toy)"
         )
     kv = a.kv_head(head)
+    W_U = w.W_U
+    if W_U is None:
+        raise UnsupportedOperationError(f"model {a.name!r} needs an unembedding for skip-trigrams")
     first = FIRST_WORD_ID if words_only else 0
     E = w.W_E[first:].double()  # [n_tok, d_model]
     with torch.no_grad():
-        ov = (E @ w.W_V[layer, kv].double()) @ (w.W_O[layer, head].double() @ w.W_U[:, first:].double())
+        ov = (E @ w.W_V[layer, kv].double()) @ (w.W_O[layer, head].double() @ W_U[:, first:].double())
         qk = (E @ w.W_Q[layer, head].double()) @ (E @ w.W_K[layer, kv].double()).T / math.sqrt(a.d_head)
         qk = qk - qk.mean(dim=1, keepdim=True)  # [dst, src] advantage over an average source
         top = torch.topk(ov.flatten(), k=min(k, ov.numel()))
