@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from interp.errors import UnsupportedArchitectureError
@@ -94,8 +95,9 @@ class Engine:
         # fused q|k|v projection per layer: [L, d_model, (H + 2 Hkv) d_head]
         flat = lambda W: W.permute(0, 2, 1, 3).reshape(L, a.d_model, -1)  # [L, n, m, h] -> [L, m, n h]
         self.W_qkv = torch.cat([flat(w.W_Q), flat(w.W_K), flat(w.W_V)], dim=2).contiguous()
-        self.b_qkv = torch.cat([w.b_Q.reshape(L, -1), w.b_K.reshape(L, -1), w.b_V.reshape(L, -1)], dim=1)
+        self.b_qkv = _nonzero(torch.cat([w.b_Q.reshape(L, -1), w.b_K.reshape(L, -1), w.b_V.reshape(L, -1)], dim=1))
         self.W_O = w.W_O.reshape(L, H * dh, a.d_model)  # [L, (n h), m]
+        self.b_O = _nonzero(w.b_O)
         self.has_mlp = not a.attn_only and w.W_in.shape[-1] > 0
         if self.has_mlp:
             from transformers.activations import ACT2FN
@@ -103,6 +105,11 @@ class Engine:
             if a.act_fn not in ACT2FN:
                 raise UnsupportedArchitectureError(f"model {model.name!r}: activation {a.act_fn!r} is unknown")
             self.act = ACT2FN[a.act_fn]
+            # gated MLPs: one GEMM for [gate | up]
+            self.W_in = torch.cat([w.W_gate, w.W_in], dim=2).contiguous() if w.W_gate is not None else w.W_in
+            self.b_in = _nonzero(torch.cat([torch.zeros_like(w.b_in), w.b_in], dim=1) if w.W_gate is not None else w.b_in)
+            self.b_out = _nonzero(w.b_out)
+        self._masks: dict[tuple, Tensor] = {}
         self.scales = self._attention_scales()
         self._rope_cache: dict[int, tuple[Tensor, Tensor]] = {}
         self.interleaved = a.family == "native"
@@ -149,22 +156,51 @@ class Engine:
         return out
 
     def _rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """RoPE on x [R, T, n, d_head] with cos/sin [T, rotary_dim]."""
+        """RoPE on x [R, T, n, d_head] with cos/sin [T, rotary_dim].
+
+        rotate_half(x) ⊙ sin = swap_halves(x) ⊙ sin', sin' = [−sin₁, sin₂] (adjacent pairs likewise), so
+        rope(x) = x ⊙ cos + swap(x) ⊙ sin' without a negation pass."""
         rd = cos.shape[-1]
-        xr, xp = x[..., :rd], x[..., rd:]
+        xr, xp = (x, None) if rd == x.shape[-1] else (x[..., :rd], x[..., rd:])
         if self.interleaved:  # adjacent pairs (x0, x1) -> (−x1, x0)
-            rot = torch.stack((-xr[..., 1::2], xr[..., 0::2]), dim=-1).flatten(-2)
+            swap = xr.unflatten(-1, (rd // 2, 2)).flip(-1).flatten(-2)
+            sgn = torch.tensor([-1.0, 1.0], dtype=sin.dtype, device=sin.device).repeat(rd // 2)
         else:  # rotate_half: [x1, x2] -> [−x2, x1]
             half = rd // 2
-            rot = torch.cat((-xr[..., half:], xr[..., :half]), dim=-1)
-        out = xr * cos[:, None] + rot * sin[:, None]
-        return torch.cat([out, xp], dim=-1) if xp.shape[-1] else out
+            swap = torch.cat((xr[..., half:], xr[..., :half]), dim=-1)
+            sgn = torch.cat([-torch.ones(half, dtype=sin.dtype, device=sin.device),
+                             torch.ones(half, dtype=sin.dtype, device=sin.device)])
+        out = torch.addcmul(xr * cos[:, None], swap, (sin * sgn)[:, None])
+        return out if xp is None else torch.cat([out, xp], dim=-1)
+
+    def _allowed(self, mask: Tensor, prompt: Tensor, t0: int, T: int) -> Optional[Tensor]:
+        """The attention mask [R | 1, 1, T, N] (True = may attend), or None when nothing is masked."""
+        N = t0 + T
+        full = bool(mask[:, :N].all())
+        key = (mask.data_ptr(), tuple(mask.shape), t0, T, full)
+        if key not in self._masks:
+            allowed = mask[:, None, :N].bool() if not full else torch.ones(1, 1, N, dtype=torch.bool, device=mask.device)
+            if self.arch.causal:
+                qpos = torch.arange(t0, N, device=mask.device)
+                allowed = allowed & (torch.arange(N, device=mask.device)[None, :] <= qpos[:, None])
+            elif full:
+                allowed = None  # type: ignore[assignment]
+            self._masks = {key: allowed}  # type: ignore[dict-item]  # one entry: a sweep uses one mask
+        allowed = self._masks[key]
+        if allowed is None:
+            return None
+        return allowed[:, None] if full else allowed[prompt][:, None]
 
     def norm(self, x: Tensor, gain: Optional[Tensor], bias: Optional[Tensor]) -> Tensor:
         a = self.arch
         if a.norm == "none":
             return x
-        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        if x.dtype in (torch.float32, torch.float64):  # the fused kernels
+            d = (x.shape[-1],)
+            if a.norm == "layernorm":
+                return F.layer_norm(x, d, gain, bias, a.norm_eps)
+            return F.rms_norm(x, d, gain, a.norm_eps)
+        xf = x.float()
         if a.norm == "layernorm":
             xf = xf - xf.mean(-1, keepdim=True)
             y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + a.norm_eps)
@@ -208,10 +244,13 @@ class Engine:
         return y + bias if bias is not None else y
 
     def mlp(self, l: int, h: Tensor) -> Tensor:
-        w = self.w
-        pre = h @ w.W_in[l] + w.b_in[l]
-        act = self.act(h @ w.W_gate[l]) * pre if w.W_gate is not None else self.act(pre)
-        return act @ w.W_out[l] + w.b_out[l]
+        pre = _linear(h, self.W_in[l], None if self.b_in is None else self.b_in[l])
+        if self.w.W_gate is not None:
+            gate, up = pre.chunk(2, dim=-1)
+            act = self.act(gate) * up
+        else:
+            act = self.act(pre)
+        return _linear(act, self.w.W_out[l], None if self.b_out is None else self.b_out[l])
 
     # ------------------------------------------------------------------ one layer
 
@@ -248,21 +287,22 @@ class Engine:
         x = self._apply(x, by.get("resid_pre"), t0)
         keep("resid_pre", x)
         h1 = x if a.norm_placement == "post" else self.norm(x, w.ln1_w[l], w.ln1_b[l])
-        qkv = h1 @ self.W_qkv[l] + self.b_qkv[l]  # [R, T, (H + 2 Hkv) dh]
-        q = qkv[..., : H * dh].view(R, T, H, dh)
-        k = qkv[..., H * dh: (H + Hkv) * dh].view(R, T, Hkv, dh)
-        v = qkv[..., (H + Hkv) * dh:].view(R, T, Hkv, dh)
+        qkv = _linear(h1, self.W_qkv[l], None if self.b_qkv is None else self.b_qkv[l])  # [R, T, (H + 2 Hkv) dh]
+        qkv = qkv.view(R, T, H + 2 * Hkv, dh)
+        q, k, v = qkv[:, :, :H], qkv[:, :, H: H + Hkv], qkv[:, :, H + Hkv:]
         for site, t, W, b in (("q_in", q, w.W_Q, w.b_Q), ("k_in", k, w.W_K, w.b_K), ("v_in", v, w.W_V, w.b_V)):
             for p in by.get(site, ()):  # one reader sees the residual shifted by p.value
                 hh = self.norm(x[p.rows] + p.value, w.ln1_w[l], w.ln1_b[l])
                 t[p.rows, :, p.head] = torch.einsum("ntm,nmh->nth", hh, W[l][p.head]) + b[l][p.head][:, None]
-        q = self._apply(q, by.get("q"), t0, headed=True)
-        k = self._apply(k, by.get("k"), t0, headed=True)
-        v = self._apply(v, by.get("v"), t0, headed=True)
+        for site, t in (("q", q), ("k", k), ("v", v)):  # in place: qkv is this call's own tensor
+            self._apply(t, by.get(site), t0, headed=True, inplace=True)
+        q, k, v = qkv[:, :, :H], qkv[:, :, H: H + Hkv], qkv[:, :, H + Hkv:]
         keep("q", q), keep("k", k), keep("v", v)
         if a.positional == "rotary":
             cos, sin = self.rope(t0 + T)
-            q, k = self._rotate(q, cos[t0:], sin[t0:]), self._rotate(k, cos[t0:], sin[t0:])
+            qk = self._rotate(qkv[:, :, : H + Hkv], cos[t0:], sin[t0:])  # q and k in one pass
+            q, k = qk[:, :, :H], qk[:, :, H:]
+        q = q.transpose(1, 2)  # [R, H, T, dh]
         k = k.transpose(1, 2)  # [R, Hkv, T, dh]
         v = v.transpose(1, 2)
         if store is not None and "kv" in cap:
@@ -273,21 +313,25 @@ class Engine:
             k = torch.cat([prefix[0][prompt, :, :t0], k], dim=2)
             v = torch.cat([prefix[1][prompt, :, :t0], v], dim=2)
         N = t0 + T
-        qg = q.view(R, T, Hkv, G, dh).permute(0, 2, 3, 1, 4)  # [R, Hkv, G, T, dh]
-        scores = torch.matmul(qg, k[:, :, None].transpose(-1, -2)) * self.scales[l]  # [R, Hkv, G, T, N]
-        allowed = mask[prompt][:, None, None, None, :N].bool()  # key padding
-        if a.causal:
-            qpos = torch.arange(t0, N, device=x.device)
-            allowed = allowed & (torch.arange(N, device=x.device)[None, :] <= qpos[:, None])
-        scores = scores.to(self.softmax_dtype).masked_fill(~allowed, torch.finfo(self.softmax_dtype).min)
-        A = torch.softmax(scores, dim=-1).to(x.dtype).reshape(R, H, T, N)
-        A = self._apply(A, by.get("pattern"), t0, headed=True, pattern=True)
-        keep("pattern", A)
-        z = torch.matmul(A.view(R, Hkv, G, T, N), v[:, :, None])  # [R, Hkv, G, T, dh]
-        z = z.permute(0, 3, 1, 2, 4).reshape(R, T, H, dh)
+        allowed = self._allowed(mask, prompt, t0, T)  # [R | 1, 1, T, N] or None
+        need_pattern = "pattern" in by or "pattern" in cap or self.softmax_dtype != self.model.dtype
+        if not need_pattern:  # fused attention: z = softmax(q kᵀ · scale + mask) v
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=self.scales[l], enable_gqa=G > 1)
+            z = z.transpose(1, 2)  # [R, T, H, dh]
+        else:
+            qg = q.reshape(R, Hkv, G, T, dh)
+            scores = torch.matmul(qg, k[:, :, None].transpose(-1, -2)) * self.scales[l]  # [R, Hkv, G, T, N]
+            scores = scores.to(self.softmax_dtype)
+            if allowed is not None:
+                scores = scores.masked_fill(~allowed[:, :, None], torch.finfo(self.softmax_dtype).min)
+            A = torch.softmax(scores, dim=-1).to(x.dtype).reshape(R, H, T, N)
+            A = self._apply(A, by.get("pattern"), t0, headed=True, pattern=True)
+            keep("pattern", A)
+            z = torch.matmul(A.view(R, Hkv, G, T, N), v[:, :, None])  # [R, Hkv, G, T, dh]
+            z = z.reshape(R, H, T, dh).transpose(1, 2)
         z = self._apply(z, by.get("z"), t0, headed=True)
         keep("z", z)
-        attn = z.reshape(R, T, H * dh) @ self.W_O[l] + w.b_O[l]
+        attn = _linear(z.reshape(R, T, H * dh), self.W_O[l], None if self.b_O is None else self.b_O[l])
         attn = self._apply(attn, by.get("attn_out"), t0)
         keep("attn_out", attn)
         if a.norm_placement == "post":
@@ -320,11 +364,11 @@ class Engine:
 
     @staticmethod
     def _apply(t: Tensor, patches: Optional[list[Patch]], t0: int, *, headed: bool = False,
-               pattern: bool = False) -> Tensor:
-        """``t`` with each patch written into its rows (a copy if anything changes)."""
+               pattern: bool = False, inplace: bool = False) -> Tensor:
+        """``t`` with each patch written into its rows (a copy if anything changes, unless ``inplace``)."""
         if not patches:
             return t
-        t = t.clone()
+        t = t if inplace else t.clone()
         for p in patches:
             if headed and p.head is None:
                 raise RuntimeError(f"patch of {p.site} needs heads")
@@ -476,3 +520,15 @@ def _merge(patches: list[Patch]) -> list[Patch]:
             pos=None if ps[0].pos is None else torch.cat([p.pos for p in ps]),
         ))
     return out
+
+
+def _nonzero(b: Tensor) -> Optional[Tensor]:
+    """``b``, or None when it is all zeros (no bias add at all)."""
+    return b if bool(b.any()) else None
+
+
+def _linear(x: Tensor, W: Tensor, b: Optional[Tensor]) -> Tensor:
+    """x W + b over the last axis, the bias fused into the GEMM (addmm)."""
+    x2 = x.reshape(-1, x.shape[-1])
+    y = x2 @ W if b is None else torch.addmm(b, x2, W)
+    return y.view(*x.shape[:-1], W.shape[-1])
