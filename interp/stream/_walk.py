@@ -24,22 +24,38 @@ import torch
 from torch import Tensor
 
 from interp._norms import frozen_direction, norm_scale
+from interp.errors import ArgumentError, LabelError, UnsupportedArchitectureError
 from interp.models import ArchInfo, Event, Weights
 
 __all__ = ["Term", "Plan", "plan_walk", "project_term", "sigma", "scale_chain", "fill", "norm_params", "total_hook"]
 
 
-def norm_params(w: Weights, arch: ArchInfo, norm_id: str) -> tuple[Tensor, Tensor, str]:
-    """(γ, β, hook name of the norm's input) for a norm id."""
+_BLOCK_NORM = re.compile(r"L(\d+)\.ln([12])")
+
+
+def _block_norm(norm_id: str) -> tuple[int, str]:
+    """(layer, "1" | "2") of a block norm id ``L{l}.ln1`` / ``L{l}.ln2``."""
+    m = _BLOCK_NORM.fullmatch(norm_id)
+    if m is None:
+        raise LabelError(f"norm id {norm_id!r} is not 'final', 'embed_ln', 'L{{layer}}.ln1' or 'L{{layer}}.ln2'")
+    return int(m.group(1)), m.group(2)
+
+
+def norm_params(w: Weights, arch: ArchInfo, norm_id: str) -> tuple[Tensor, Optional[Tensor], str]:
+    """(γ, β or None, hook name of the norm's input) for a norm id."""
+    gamma: Optional[Tensor]
+    beta: Optional[Tensor]
     if norm_id == "final":
-        return w.lnf_w, w.lnf_b, "ln_final.hook_in"
-    if norm_id == "embed_ln":
-        return w.ln_emb_w, w.ln_emb_b, "embed_ln.hook_in"
-    m = re.fullmatch(r"L(\d+)\.ln([12])", norm_id)
-    l, which = int(m.group(1)), m.group(2)
-    if which == "1":
-        return w.ln1_w[l], w.ln1_b[l], f"blocks.{l}.ln1.hook_in"
-    return w.ln2_w[l], w.ln2_b[l], f"blocks.{l}.ln2.hook_in"
+        gamma, beta, hook = w.lnf_w, w.lnf_b, "ln_final.hook_in"
+    elif norm_id == "embed_ln":
+        gamma, beta, hook = w.ln_emb_w, w.ln_emb_b, "embed_ln.hook_in"
+    else:
+        l, which = _block_norm(norm_id)
+        g, b = (w.ln1_w, w.ln1_b) if which == "1" else (w.ln2_w, w.ln2_b)
+        gamma, beta, hook = g[l], b[l], f"blocks.{l}.ln{which}.hook_in"
+    if gamma is None:
+        raise UnsupportedArchitectureError(f"model {arch.name!r}: the weights have no gain for norm {norm_id!r}")
+    return gamma, beta, hook
 
 
 def _norm_output_hook(norm_id: str) -> str:
@@ -47,7 +63,7 @@ def _norm_output_hook(norm_id: str) -> str:
         return "ln_final.hook_out"
     if norm_id == "embed_ln":
         return "embed_ln.hook_out"
-    l, which = re.fullmatch(r"L(\d+)\.ln([12])", norm_id).groups()
+    l, which = _block_norm(norm_id)
     return f"blocks.{l}.ln{which}.hook_out"
 
 
@@ -111,7 +127,7 @@ def plan_walk(arch: ArchInfo, w: Weights, prog: list[Event], idx: int, U: Tensor
     def pass_norm(norm_id: str, bias_label: str) -> None:
         nonlocal U
         gamma, beta, in_hook = norm_params(w, arch, norm_id)
-        if arch.norm == "layernorm":
+        if arch.norm == "layernorm" and beta is not None:  # a LayerNorm without bias adds nothing
             add([bias_label], "bias", None, vector=beta)
         norm_hooks.append(in_hook)
         U = frozen_direction(U, gamma, arch.norm)
@@ -122,7 +138,7 @@ def plan_walk(arch: ArchInfo, w: Weights, prog: list[Event], idx: int, U: Tensor
         if ev.kind != "write":
             continue  # a post-norm is handled through its bias write, which directly follows it
         sub, l = ev.sub, ev.layer
-        if sub == "norm_bias":
+        if sub == "norm_bias" and ev.norm is not None:
             pass_norm(ev.norm, ev.label)
         elif sub == "head":
             if ev.head == arch.n_heads - 1:  # all heads of a layer at once, at the last head
@@ -150,6 +166,8 @@ def project_term(t: Term, x: Optional[Tensor], w: Weights, b: int, p: int) -> Te
     U = t.U
     if t.kind == "bias":
         return torch.einsum("d,bkd->bk", t.vector, U)[:, None, :]
+    if x is None:
+        raise ArgumentError(f"term {t.labels[0]!r} needs the activation captured at {t.hook!r}")
     if t.kind == "heads":
         z = x.to(U.dtype)  # [b, p, H, dh]
         WOU = torch.einsum("hed,bkd->bhek", w.W_O[t.layer], U)  # [b|1, H, dh, k]
