@@ -290,6 +290,7 @@ def report(
         with steps("attention patterns"):
             pats = attention_patterns(model, prompt, head_labels)
             figs["attention_patterns"] = attention_pattern_figure(pats)
+            attention_view_html = pats.view(title=f"Attention of the top {len(head_labels)} heads").to_html()
             last_q = pats.patterns[:, -1]  # [n_heads, key_pos]: where the final token looks
             rest = last_q[:, 1:]  # without position 0, where attention sinks put their mass
             results["attention_from_last_token"] = {
@@ -355,7 +356,8 @@ def report(
     results["generated"] = {"at": _dt.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version(),
                             "torch": torch.__version__}
     write_atomic(out / "results.json", json.dumps(_jsonable(results), indent=1).encode())
-    page = _page(model, prompt, results, figs, files, decoder=decoder, copying_note=copying_note)
+    page = _page(model, prompt, results, figs, files, decoder=decoder, copying_note=copying_note,
+                 attention_view=attention_view_html)
     index = out / "index.html"
     write_atomic(index, page.render().encode())
     log.info("report written to %s in %.1f s", index, time.perf_counter() - t_start)
@@ -363,7 +365,7 @@ def report(
 
 
 def _page(model: Model, prompt: str, r: dict[str, Any], figs: dict[str, go.Figure], files: dict[str, list[str]], *,
-          decoder: bool, copying_note: str) -> Page:
+          decoder: bool, copying_note: str, attention_view: str = "") -> Page:
     a = r["attribution"]
     toks = r["str_tokens"]
     sub = f"prompt: <span class='tok'>{esc(prompt)}</span> · {len(toks)} tokens"
@@ -409,9 +411,11 @@ def _page(model: Model, prompt: str, r: dict[str, Any], figs: dict[str, go.Figur
                      f"{att['weight_after_first']:.3f}" if after is not None else "—"])
     body = (data_table(["head", "attribution", "last token attends most to", "weight", "… apart from position 0",
                         "weight"], rows, numeric=[False, True, False, True, False, True])
+            + attention_view
             + page.figure(figs["attention_patterns"], files=files.get("attention_patterns", [])))
     page.section("Top heads and their attention patterns", body, anchor="heads",
-                 note="The heads with the largest |attribution|, and where each position looks.")
+                 note="The heads with the largest |attribution|, and where each position looks: hover a token of the "
+                      "interactive view to see where each head attends from it and which tokens attend to it.")
     comp = r["composition"]
     edge_rows = [[f"<code>{esc(e['src'])}</code>", f"<code>{esc(e['dst'])}</code>", e["kind"], f"{e['score']:.4f}"]
                  for e in sorted(comp["edges"], key=lambda e: -e["score"])[:15]]

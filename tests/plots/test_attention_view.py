@@ -6,6 +6,8 @@ Hugging Face model's attention weights (``output_attentions=True``), not with in
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -124,3 +126,21 @@ def test_export_and_bad_input(tmp_path):
     with pytest.raises(ArgumentError, match="at most 512 tokens"):
         attention_view(torch.ones(1, 1, 600))
     assert not list(tmp_path.iterdir())
+
+
+def test_report_embeds_the_attention_view(tmp_path):
+    from interp.report import report
+
+    m = tiny_model("gpt2")
+    index = report(m, PROMPT, answer="w3", wrong="w4", out_dir=tmp_path / "rep", n_heads=2, static=False)
+    html = index.read_text()
+    section = html.split('id="heads"', 1)[1].split("</section>", 1)[0]
+    assert "interp-attention-view" in section and external_resources(html) == []
+    if chromium_path() is not None:  # the view works inside the report page too
+        r = probe_in_chromium(index.resolve().as_uri(), HOVER.replace("POS", "2"))
+        results = json.loads((tmp_path / "rep" / "results.json").read_text())
+        heads = [h["head"] for h in results["top_heads"]][:2]
+        assert [h["head"] for h in r["after"]] == heads
+        for h, shown in zip(heads, r["after"]):
+            row = results["attention_from_last_token"][h]["pattern_row"]  # the last token's row, from results.json
+            np.testing.assert_allclose(np.array(r["before"][heads.index(h)]["from"], dtype=float), row, atol=6e-5)
