@@ -274,7 +274,7 @@ def circuit_graph_figure(
         w_txt.append(w)
         r_txt.append(r)
     parsed: dict[str, Any] = {}
-    for t in {*w_txt, *r_txt}:
+    for t in sorted({*w_txt, *r_txt}):
         try:
             parsed[t] = L.parse(t)
         except LabelError as e:
@@ -285,7 +285,7 @@ def circuit_graph_figure(
                              f"to a read (L3.attn.q[H5], L3.attn.k[H1], L3.mlp.in, unembed)")
     grid = _Grid([parsed[t] for t in w_txt], [parsed[t] for t in r_txt], n_layers, n_heads, n_kv_heads)
     nodes: dict[str, _Node] = {}
-    for t in {*w_txt, *r_txt}:
+    for t in sorted({*w_txt, *r_txt}):
         node = grid.place(parsed[t])
         nodes[node.label] = node
     for t in (node_info or {}):  # nodes the caller describes are drawn even without a drawn edge
@@ -302,7 +302,7 @@ def circuit_graph_figure(
     for node in list(nodes.values()):  # a q or MLP port implies its owner node
         if node.owner and node.owner not in nodes:
             nodes[node.owner] = grid.place(L.parse(node.owner))
-    kv_joins = [(t, h) for t in {*r_txt} if isinstance(parsed[t], L.HeadInput) and parsed[t].which != "q"
+    kv_joins = [(t, h) for t in sorted(set(r_txt)) if isinstance(parsed[t], L.HeadInput) and parsed[t].which != "q"
                 for h in grid.kv_readers(parsed[t])]
     for _, h in kv_joins:
         if h not in nodes:
@@ -376,8 +376,10 @@ def circuit_graph_figure(
     groups: dict[str, list[_Node]] = defaultdict(list)
     for node in nodes.values():
         groups["port" if node.kind == "port" else "node"].append(node)
-    for kind, members in groups.items():
-        members.sort(key=lambda n: (n.x, n.y))
+    for kind in ("node", "port"):  # a fixed trace order: the figure is the same on every run
+        members = sorted(groups.get(kind, []), key=lambda n: (n.x, n.y, n.label))
+        if not members:
+            continue
         hover, colour = [], []
         for n in members:
             lines = [f"<b>{esc(n.label)}</b>" + _kind_note(n, parsed_lab=L.parse(n.label), grid=grid)]

@@ -308,3 +308,16 @@ def test_hovering_an_edge_and_a_node_in_chromium(tmp_path):
                               for t in targets)
     assert any("L0.H1 → L1.attn.k[H1]" in t and "score 1.5" in t for t in edge_hover), edge_hover
     assert any("L1.H2" in t and "DLA: 0.4321" in t for t in node_hover), node_hover
+
+
+def test_figure_is_the_same_whatever_the_hash_seed():
+    """Set iteration order changes with PYTHONHASHSEED; the figure (and so notebooks and pages) must not."""
+    import subprocess
+    import sys
+
+    code = ("import hashlib, numpy as np; from interp.plots import circuit_graph_figure; "
+            f"print(hashlib.sha1(circuit_graph_figure({EDGES!r}, np.array({SCORES.tolist()!r}), n_heads=4, "
+            "n_kv_heads=2).to_json().encode()).hexdigest())")
+    digests = {subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed}, check=True,
+                              capture_output=True, text=True).stdout for seed in ("1", "2")}
+    assert len(digests) == 1
