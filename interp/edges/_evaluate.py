@@ -1,0 +1,334 @@
+"""Circuit evaluation by edge ablation, and faithfulness curves over circuit sizes (MIB's CPR and CMD).
+
+A circuit C is a set of edges. One run of the clean input in which every reader r reads
+
+    x_r = Σ_{w: (w→r) ∈ C} a_w(this run) + Σ_{w: (w→r) ∉ C} ã_w + biases
+
+with ã_w the ablated value (the corrupt run's write, zero, the mean over reference prompts or a
+resample) and every norm, attention pattern and MLP recomputed in that run (post-norm: each reader
+replays its own copy of the stream through every Add & Norm). C = every edge is the clean run exactly;
+C = ∅ is the ablated run (corrupt ablation: the corrupt run). Faithfulness (Hanna et al. 2024; MIB,
+arXiv 2504.13151):
+
+    f(C) = (M(C) − M(∅)) / (M(all) − M(∅))          on the mean metric over prompts
+
+``faithfulness_curve`` evaluates the top-k circuits of an :class:`EdgeScores` for k ∈ {0.1%, 0.2%, 0.5%,
+1%, 2%, 5%, 10%, 20%, 50%, 100%} of the edges (as MIB: n = int(k·N) edges by |score|, then pruned) and
+reports the areas on a linear k axis (trapezoids): CPR = ∫ f dk (higher is better), CMD = ∫ |1 − f| dk
+(0 is best).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional, Sequence
+
+import pandas as pd
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from interp._result import Result
+from interp._validate import check_bool, check_choice
+from interp.causal._common import clean_output, make_pair
+from interp.causal._patch import ABLATIONS
+from interp.edges import _select
+from interp.edges._attribution import MetricReader
+from interp.edges._forward import EdgeForward
+from interp.edges._graph import CircuitGraph, circuit_graph
+from interp.edges._patch import ablated_writes, check_edge_ablation
+from interp.edges._scores import EdgeCircuit, EdgeScores
+from interp.errors import ArgumentError
+from interp.stream._inputs import require_model
+
+__all__ = ["evaluate_circuit", "faithfulness_curve", "CircuitEvaluation", "FaithfulnessCurve", "MIB_SIZES",
+           "circuit_mask"]
+
+MIB_SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def circuit_mask(graph: CircuitGraph, circuit: Any, *, name: str = "circuit") -> Tensor:
+    """Bool [n_edges]: the graph's edges that are in ``circuit`` (an EdgeCircuit, an object with ``.edges``
+    such as a ground-truth circuit, or a list of edge labels); a LabelError names an edge the graph lacks."""
+    edges = getattr(circuit, "edges", circuit)
+    if isinstance(edges, str) or not isinstance(edges, (list, tuple)):
+        raise ArgumentError(f"{name}={circuit!r:.80} must be an EdgeCircuit (EdgeScores.circuit(...)), a circuit "
+                            "with .edges, or a list of edge labels such as ['L0.H3→L1.attn.k[H1]']")
+    keep = torch.zeros(graph.n_edges, dtype=torch.bool)
+    if edges:
+        keep[graph.indices(edges, name=name)] = True
+    return keep
+
+
+def _K(graph: CircuitGraph, keep: Tensor) -> Tensor:
+    """[W, R] 1.0 where an edge exists and is ablated (not in the circuit)."""
+    K = graph.mask.clone().float()
+    K[graph.edge_writer[keep], graph.edge_reader[keep]] = 0.0
+    return K
+
+
+@dataclass(frozen=True, eq=False)
+class CircuitEvaluation(Result):
+    """The metric with a circuit's edges kept and every other edge ablated, and the two ends of the scale.
+
+    Rows ``circuit`` (M(C)), ``all edges`` (M(all) — the clean run) and ``no edges`` (M(∅) — the ablated
+    run); ``value`` the mean over prompts, ``per_prompt`` [3, n_prompts]; ``faithfulness`` =
+    (M(C) − M(∅)) / (M(all) − M(∅)) of the means. Contract: ``result["circuit"]`` the circuit's mean metric.
+    """
+
+    label_column: ClassVar[str] = "run"
+    default_by: ClassVar[str] = "value"
+    default_absolute: ClassVar[bool] = False
+
+    values: Tensor = field(repr=False)  # [3]: circuit, all edges, no edges
+    per_prompt: Tensor = field(repr=False)  # [3, n_prompts]
+    n_edges: int
+    n_total: int
+    ablation: str
+    metric: str
+    model_name: str = ""
+    details: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def labels(self) -> list[str]:
+        return ["circuit", "all edges", "no edges"]
+
+    @property
+    def circuit(self) -> float:
+        return float(self.values[0])
+
+    @property
+    def full(self) -> float:
+        return float(self.values[1])
+
+    @property
+    def empty(self) -> float:
+        return float(self.values[2])
+
+    @property
+    def faithfulness(self) -> float:
+        gap = self.full - self.empty
+        return (self.circuit - self.empty) / gap if gap else math.nan
+
+    def _row(self, index: int) -> float:
+        return float(self.values[index])
+
+    def __repr__(self) -> str:
+        return (f"CircuitEvaluation({self.model_name!r}: {self.n_edges:,} of {self.n_total:,} edges, {self.ablation} "
+                f"ablation, {self.metric}: circuit {self.circuit:.4g}, all edges {self.full:.4g}, no edges "
+                f"{self.empty:.4g}; faithfulness {self.faithfulness:.3f})")
+
+    def to_dataframe(self) -> pd.DataFrame:
+        gap = self.full - self.empty
+        v = self.values.double()
+        return pd.DataFrame({"run": self.labels, "value": v.numpy(),
+                             "faithfulness": ((v - self.empty) / gap).numpy() if gap else [math.nan] * 3,
+                             "n_edges": [self.n_edges, self.n_total, 0]})
+
+    def plot(self, **options: Any) -> Any:
+        import plotly.graph_objects as go
+
+        df = self.to_dataframe()
+        fig = go.Figure(go.Bar(x=df["run"], y=df["value"], text=[f"{f:.2f}" for f in df["faithfulness"]],
+                               hovertemplate="%{x}: %{y:.4g}<br>faithfulness %{text}<extra></extra>"))
+        fig.update_layout(title=f"circuit of {self.n_edges:,} edges ({self.ablation} ablation): faithfulness "
+                                f"{self.faithfulness:.3f}", yaxis_title=self.metric)
+        return fig
+
+
+@dataclass(frozen=True, eq=False)
+class FaithfulnessCurve(Result):
+    """Faithfulness of the top-k circuits over circuit sizes, per ablation, with CPR and CMD (module docstring).
+
+    ``sizes`` the fractions k; ``n_edges`` [n_sizes] edges kept before pruning (int(k·N)); ``kept`` [n_ablations,
+    n_sizes] after; ``faithfulness`` and ``values`` (mean M(C)) [n_ablations, n_sizes]; ``full`` / ``empty``
+    [n_ablations]; ``cpr`` / ``cmd`` [n_ablations]. Rows are labelled ``"{ablation}@{k}"`` (``resample@0.01``).
+    """
+
+    label_column: ClassVar[str] = "point"
+    default_by: ClassVar[str] = "faithfulness"
+    default_absolute: ClassVar[bool] = False
+
+    sizes: list[float]
+    ablations: list[str]
+    n_edges: Tensor = field(repr=False)
+    kept: Tensor = field(repr=False)
+    faithfulness: Tensor = field(repr=False)
+    values: Tensor = field(repr=False)
+    full: Tensor = field(repr=False)
+    empty: Tensor = field(repr=False)
+    cpr: Tensor = field(repr=False)
+    cmd: Tensor = field(repr=False)
+    n_total: int
+    method: str
+    metric: str
+    model_name: str = ""
+    details: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def labels(self) -> list[str]:
+        return [f"{a}@{k:g}" for a in self.ablations for k in self.sizes]
+
+    def _row(self, index: int) -> float:
+        i, j = divmod(index, len(self.sizes))
+        return float(self.faithfulness[i, j])
+
+    def areas(self) -> pd.DataFrame:
+        """CPR and CMD per ablation."""
+        return pd.DataFrame({"ablation": self.ablations, "cpr": self.cpr.double().numpy(), "cmd": self.cmd.double().numpy()})
+
+    def smallest(self, target: float = 0.8, *, ablation: Optional[str] = None) -> float:
+        """The smallest size k on the grid whose circuit reaches faithfulness ≥ ``target`` (NaN if none)."""
+        i = self.ablations.index(ablation) if ablation is not None else 0
+        ok = [k for k, f in zip(self.sizes, self.faithfulness[i].tolist()) if f >= target]
+        return min(ok) if ok else math.nan
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{a}: CPR {float(p):.3f} CMD {float(c):.3f}" for a, p, c in zip(self.ablations, self.cpr, self.cmd))
+        return f"FaithfulnessCurve({self.model_name!r}, {self.method} scores, {len(self.sizes)} sizes; {parts})"
+
+    def to_dataframe(self) -> pd.DataFrame:
+        rows = []
+        for i, a in enumerate(self.ablations):
+            for j, k in enumerate(self.sizes):
+                rows.append({"point": f"{a}@{k:g}", "ablation": a, "k": k, "n_edges": int(self.n_edges[j]),
+                             "kept": int(self.kept[i, j]), "faithfulness": float(self.faithfulness[i, j]),
+                             "value": float(self.values[i, j])})
+        return pd.DataFrame(rows)
+
+    def plot(self, **options: Any) -> Any:
+        import plotly.graph_objects as go
+
+        fig = go.Figure()
+        for i, a in enumerate(self.ablations):
+            fig.add_trace(go.Scatter(x=list(self.sizes), y=self.faithfulness[i].tolist(), mode="lines+markers",
+                                     name=f"{a} (CPR {float(self.cpr[i]):.2f}, CMD {float(self.cmd[i]):.2f})",
+                                     hovertemplate="k=%{x:.3g}<br>faithfulness %{y:.3f}<extra></extra>"))
+        fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
+        fig.update_layout(title=f"faithfulness of the top-k {self.method} circuits ({self.model_name}, {self.metric})",
+                          xaxis=dict(title="fraction of edges k", type="log"), yaxis_title="faithfulness")
+        return fig
+
+
+def _setup(model: Any, clean: Any, corrupt: Any, metric: Any, ablation: str, reference: Any):
+    require_model(model)
+    check_edge_ablation(ablation, reference, corrupt)
+    pair = make_pair(model, clean, corrupt, metric, need_corrupt=ablation == "corrupt")
+    graph = circuit_graph(model)
+    return pair, graph, EdgeForward(model, graph, pair.engine)
+
+
+def _reader(model: Any, pair: Any) -> Any:
+    bound = pair.bound
+    clean_out = None
+    if bound.needs_clean:
+        clean_out = clean_output(model, bound, pair.engine.run(pair.clean.tokens, pair.clean.attention_mask))
+    P = pair.clean.tokens.shape[0]
+    return MetricReader(model, bound, torch.arange(P, device=model.device), clean_out)
+
+
+def evaluate_circuit(
+    model: Any,
+    clean: Any,
+    corrupt: Any = None,
+    circuit: Any = (),
+    *,
+    metric: Any,
+    ablation: str = "corrupt",
+    reference: Any = None,
+    seed: int = 0,
+) -> CircuitEvaluation:
+    """M(circuit), M(all edges) and M(no edges) with out-of-circuit edges ablated (see the module docstring).
+
+    ``circuit``: an :class:`EdgeCircuit`, a circuit with ``.edges`` (e.g. a ground-truth circuit) or a list of
+    edge labels. ``ablation``: "corrupt" (needs ``corrupt``), "zero", "mean" or "resample" (from
+    ``reference``, by default the corrupt prompts). ``seed``: the resample draw.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ArgumentError(f"seed={seed!r} must be an int")
+    pair, graph, fw = _setup(model, clean, corrupt, metric, ablation, reference)
+    keep = circuit_mask(graph, circuit)
+    abl = ablated_writes(model, pair, fw, ablation, reference, seed)
+    read = _reader(model, pair)
+    t, m = pair.clean.tokens, pair.clean.attention_mask
+    runs = [fw.evaluate(t, m, abl, _K(graph, keep), read),
+            fw.evaluate(t, m, abl, torch.zeros_like(graph.mask, dtype=torch.float32), read),
+            fw.evaluate(t, m, abl, graph.mask.float(), read)]
+    per = torch.stack(runs).double().cpu()
+    return CircuitEvaluation(values=per.mean(1), per_prompt=per, n_edges=int(keep.sum()), n_total=graph.n_edges,
+                             ablation=ablation, metric=pair.bound.name, model_name=model.name, details={"seed": seed})
+
+
+def faithfulness_curve(
+    model: Any,
+    clean: Any,
+    corrupt: Any,
+    scores: EdgeScores,
+    *,
+    metric: Any,
+    ablations: Sequence[str] = ("zero", "mean", "resample"),
+    reference: Any = None,
+    sizes: Sequence[float] = MIB_SIZES,
+    absolute: bool = True,
+    prune: bool = True,
+    seed: int = 0,
+    progress: bool = True,
+) -> FaithfulnessCurve:
+    """Faithfulness of the top-k circuits of ``scores`` for each k in ``sizes`` and each ablation, with CPR/CMD.
+
+    ``reference``: the prompts mean and resample ablations draw from (default: the corrupt prompts).
+    """
+    if not isinstance(scores, EdgeScores):
+        raise ArgumentError(f"scores={type(scores).__name__} must be the EdgeScores of interp.edge_attribution")
+    check_bool("absolute", absolute)
+    check_bool("prune", prune)
+    check_bool("progress", progress)
+    if isinstance(ablations, str) or not ablations:
+        raise ArgumentError(f"ablations={ablations!r} must be a non-empty list of {list(ABLATIONS)}")
+    for a in ablations:
+        check_choice("ablations[]", a, ABLATIONS)
+    ks = [float(k) for k in sizes]
+    if not ks or any(not 0 < k <= 1 for k in ks) or ks != sorted(ks):
+        raise ArgumentError(f"sizes={list(sizes)!r} must be increasing fractions in (0, 1]")
+    pair, graph, fw = _setup(model, clean, corrupt, metric, ablations[0], None)
+    if list(scores.edges) != list(graph.edges):
+        raise ArgumentError(f"scores are for another graph ({len(scores.edges)} edges of {scores.model_name!r}); "
+                            f"{model.name!r} has {graph.n_edges}")
+    N = graph.n_edges
+    n_edges = [int(k * N) for k in ks]
+    masks = []
+    for n in n_edges:
+        keep = _select.top_n(scores.scores, n, absolute=absolute)
+        masks.append(_select.prune(graph, keep) if prune else keep)
+    read = _reader(model, pair)
+    t, m = pair.clean.tokens, pair.clean.attention_mask
+    full = fw.evaluate(t, m, None, torch.zeros_like(graph.mask, dtype=torch.float32), read).double().mean()
+    F = torch.zeros(len(ablations), len(ks), dtype=torch.float64)
+    V = torch.zeros_like(F)
+    empty = torch.zeros(len(ablations), dtype=torch.float64)
+    bar = tqdm(total=len(ablations) * (len(ks) + 1), desc="faithfulness_curve", unit="run", disable=not progress)
+    try:
+        for i, a in enumerate(ablations):
+            if a == "corrupt" and pair.corrupt is None:
+                raise ArgumentError("ablations includes 'corrupt' but corrupt=None")
+            ref = reference if a in ("mean", "resample") else None
+            abl = ablated_writes(model, pair, fw, a, ref, seed)
+            empty[i] = fw.evaluate(t, m, abl, graph.mask.float(), read).double().mean()
+            bar.update(1)
+            for j, keep in enumerate(masks):
+                V[i, j] = fw.evaluate(t, m, abl, _K(graph, keep), read).double().mean()
+                bar.update(1)
+            gap = full - empty[i]
+            F[i] = (V[i] - empty[i]) / gap if gap else math.nan
+    finally:
+        bar.close()
+    x = torch.tensor(ks, dtype=torch.float64)
+    cpr = torch.stack([torch.trapezoid(F[i], x) for i in range(len(ablations))])
+    cmd = torch.stack([torch.trapezoid((1 - F[i]).abs(), x) for i in range(len(ablations))])
+    kept = torch.tensor([[int(k.sum()) for k in masks]] * len(ablations))
+    return FaithfulnessCurve(sizes=ks, ablations=list(ablations), n_edges=torch.tensor(n_edges), kept=kept,
+                             faithfulness=F, values=V, full=full.repeat(len(ablations)), empty=empty, cpr=cpr, cmd=cmd,
+                             n_total=N, method=scores.method, metric=pair.bound.name, model_name=model.name,
+                             details={"absolute": absolute, "prune": prune, "seed": seed,
+                                      "reference": "given" if reference is not None else "the corrupt prompts"})

@@ -1,0 +1,228 @@
+"""Exact edge patching: only reader r sees writer w's ablated value; everything else is recomputed.
+
+For an edge w → r, metric M and the noising ablation a_w → ã_w (the corrupt run's value, zero, a mean or
+a resample, as in :func:`interp.patch`):
+
+    value(w → r) = M(clean run in which r's input is the stream with a_w replaced by ã_w)
+
+Every other reader reads the clean stream; r's own norm (pre-norm), or every Add & Norm between w and r
+(post-norm: r's own copy of the stream replayed from w with every norm recomputed), sees the change;
+downstream of r everything is recomputed, r's changed output included. It is the oracle the
+first-order scores of :func:`interp.edge_attribution` estimate: score(w → r) ≈ value(w → r) − M(clean).
+
+Upstream of r's layer a patched run equals the clean run, so each (edge, prompt) is one variant of the
+patching engine's growing batch (:mod:`interp.causal._engine`) joining at r's layer with r's output —
+its q (a KV head's k or v), its MLP's output, or the final residual the metric reads — computed from the
+clean run's cache: many edges are rows of one batch, prefix-shared, and (corrupt ablation, causal models)
+only the positions from the first one where clean and corrupt differ are carried.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from interp._validate import check_bool, check_choice, check_positive_int
+from interp.causal._common import clean_output, make_pair, metric_of, metric_reader, reference_acts
+from interp.causal._engine import Engine, Patch, RunCache, Variant
+from interp.causal._patch import ABLATIONS, default_batch_size, shared_prefix
+from interp.causal._result import PatchResult
+from interp.edges._forward import EdgeForward
+from interp.edges._graph import CircuitGraph, ReaderInfo, WriterInfo, circuit_graph
+from interp.errors import ArgumentError
+from interp.stream._inputs import require_model
+
+__all__ = ["edge_patch", "ablated_writes", "check_edge_ablation"]
+
+_SITES = {"z", "mlp_out", "attn_out", "resid_mid"}
+
+
+def check_edge_ablation(ablation: str, reference: Any, corrupt: Any) -> None:
+    """Typed errors for ablations that cannot run (mean and resample take ``reference`` or the corrupt prompts)."""
+    check_choice("ablation", ablation, ABLATIONS)
+    if ablation in ("mean", "resample") and reference is None and corrupt is None:
+        raise ArgumentError(f"ablation={ablation!r} needs reference= (prompts to take the {ablation} from) "
+                            "or corrupt prompts to use as the reference")
+    if ablation in ("corrupt", "zero") and reference is not None:
+        raise ArgumentError(f"reference is only used with ablation='mean' or 'resample', not ablation={ablation!r}")
+
+
+def ablated_writes(model: Any, pair: Any, fw: EdgeForward, ablation: str, reference: Any, seed: int,
+                   k_run: Optional[RunCache] = None) -> Optional[Tensor]:
+    """ã [P, W, T, d] for every writer: the corrupt run's writes, None (zero), the mean over the reference
+    prompts (per position when they have the clean length, else over every token) or a seeded resample."""
+    e = pair.engine
+    if ablation == "zero":
+        return None
+    if ablation == "corrupt":
+        if k_run is None:
+            k_run = e.run(pair.corrupt.tokens, pair.corrupt.attention_mask, capture={"z", "mlp_out"})
+        return fw.writes_of(k_run)
+    P, n = pair.clean.tokens.shape
+    ref = reference if reference is not None else pair.corrupt.tokens
+    src = reference_acts(e, model, ref, {"z", "mlp_out"}, ablation, n, P, seed)
+    return fw.writes_of(src)
+
+
+class _Replay:
+    """What reader r reads in the clean run when only it sees writer w shifted by δ (module docstring)."""
+
+    def __init__(self, fw: EdgeForward, run: RunCache):
+        self.fw, self.e, self.run = fw, fw.e, run
+        self.a, self.w = fw.a, fw.w
+
+    def _n1(self, l: int, x: Tensor) -> Tensor:
+        return self.e.norm(x, self.w.ln1_w[l], self.w.ln1_b[l])
+
+    def _n2(self, l: int, x: Tensor) -> Tensor:
+        return self.e.norm(x, self.w.ln2_w[l], self.w.ln2_b[l])
+
+    def stream(self, wi: WriterInfo, ri: ReaderInfo, p: int, delta: Tensor) -> Tensor:
+        """r's input stream [T, d] (before its own norm) with w's write shifted by ``delta`` [T, d]."""
+        a, run = self.a, self.run
+        L = a.n_layers
+        if a.norm_placement != "post":
+            if ri.kind == "out":
+                base = run.final[p]  # type: ignore[index]
+            elif ri.kind == "mlp" and not a.parallel_attn_mlp:
+                base = run.acts["resid_mid"][ri.layer][p]  # type: ignore[index]
+            else:
+                base = run.resid_pre[ri.layer][p]
+            return base + delta
+        # post-norm: replay the stream from w's write to r's read, every Add & Norm recomputed
+        if wi.kind == "embed":
+            V = sum(t[p] for t in run.embed.values()) + delta
+            if self.w.ln_emb_w is not None:
+                V = self.e._ln(V, self.w.ln_emb_w, self.w.ln_emb_b)
+            l, stage = 0, "pre"
+        elif wi.kind == "head":
+            V = self._n1(wi.layer, run.resid_pre[wi.layer][p] + run.acts["attn_out"][wi.layer][p] + delta)  # type: ignore[index]
+            l, stage = wi.layer, "mid"
+        else:
+            V = self._n2(wi.layer, run.acts["resid_mid"][wi.layer][p] + run.acts["mlp_out"][wi.layer][p] + delta)  # type: ignore[index]
+            l, stage = wi.layer + 1, "pre"
+        while True:
+            if stage == "pre":
+                if ri.kind in ("q", "k", "v") and ri.layer == l:
+                    return V
+                if l == L:
+                    return V
+                V = self._n1(l, V + run.acts["attn_out"][l][p])  # type: ignore[index]
+                stage = "mid"
+            else:
+                if ri.kind == "mlp" and ri.layer == l:
+                    return V
+                if self.fw.has_mlp:
+                    V = self._n2(l, V + run.acts["mlp_out"][l][p])  # type: ignore[index]
+                l, stage = l + 1, "pre"
+
+    def patch(self, ri: ReaderInfo, V: Tensor, row: int, t0: int) -> Patch:
+        """The engine patch that gives reader r the input ``V`` [T, d] (its output recomputed from it)."""
+        a, w, dev = self.a, self.w, V.device
+        rows = torch.tensor([row], device=dev)
+        V = V[t0:]
+        post = a.norm_placement == "post"
+        if ri.kind in ("q", "k", "v"):
+            l, h = ri.layer, ri.head
+            x = V if post else self._n1(l, V)
+            W, b = {"q": (w.W_Q, w.b_Q), "k": (w.W_K, w.b_K), "v": (w.W_V, w.b_V)}[ri.kind]
+            val = x @ W[l, h] + b[l, h]
+            return Patch(site=ri.kind, layer=l, rows=rows, head=torch.tensor([h], device=dev), value=val[None])
+        if ri.kind == "mlp":
+            l = ri.layer
+            x = V if post else self._n2(l, V)
+            return Patch(site="mlp_out", layer=l, rows=rows, value=self.e.mlp(l, x)[None])
+        return Patch(site="final", layer=a.n_layers, rows=rows, value=V[None])
+
+
+def edge_patch(
+    model: Any,
+    clean: Any,
+    corrupt: Any = None,
+    edges: Sequence[Any] = (),
+    *,
+    metric: Any,
+    ablation: str = "corrupt",
+    reference: Any = None,
+    batch_size: Optional[int] = None,
+    progress: bool = True,
+    seed: int = 0,
+) -> PatchResult:
+    """The metric with each edge exactly patched, one value per edge (see the module docstring).
+
+    ``edges``: edge labels (``"L0.H3→L1.attn.k[H1]"``, :class:`~interp.labels.Edge`) of
+    :func:`interp.circuit_graph`. ``ablation``: "corrupt" (needs ``corrupt``), "zero", "mean" or
+    "resample" (from ``reference``, by default the corrupt prompts). Returns a :class:`interp.PatchResult`
+    with ``method="edge patching"``, ``direction="noise"``; its ``effect`` is what edge scores estimate.
+    """
+    require_model(model)
+    check_bool("progress", progress)
+    check_positive_int("batch_size", batch_size, allow_none=True)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ArgumentError(f"seed={seed!r} must be an int")
+    check_edge_ablation(ablation, reference, corrupt)
+    if isinstance(edges, str) or not isinstance(edges, (list, tuple)) or not edges:
+        raise ArgumentError(f"edges={edges!r:.80} must be a non-empty list of edge labels, e.g. "
+                            "['L0.H3→L1.attn.k[H1]', 'L1.mlp→unembed']")
+    pair = make_pair(model, clean, corrupt, metric, need_corrupt=ablation == "corrupt")
+    graph = circuit_graph(model)
+    idx = graph.indices(edges).tolist()
+    if len(set(idx)) != len(idx):
+        raise ArgumentError("edges lists an edge twice; give each edge once")
+    values, clean_m, corrupt_m = sweep_edges(model, pair, graph, idx, ablation, reference, seed, batch_size, progress)
+    str_tokens = model.to_str_tokens(pair.clean.tokens[0]) if model.tokenizer is not None else None
+    return PatchResult(
+        values=values.mean(-1).cpu(), per_prompt=values.cpu(), labels=[graph.edges[i] for i in idx],
+        clean=float(clean_m.mean()), corrupt=float(corrupt_m.mean()), clean_per_prompt=clean_m.cpu(),
+        corrupt_per_prompt=corrupt_m.cpu(), metric=pair.bound.name, method="edge patching", direction="noise",
+        ablation=ablation, positions="all", n_layers=model.arch.n_layers, n_heads=model.arch.n_heads,
+        str_tokens=str_tokens, details={"seed": seed},
+    )
+
+
+def sweep_edges(model: Any, pair: Any, graph: CircuitGraph, idx: list[int], ablation: str, reference: Any,
+                seed: int, batch_size: Optional[int], progress: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(values [n_edges, P], M(clean) [P], M(corrupt) [P]) for the checked inputs."""
+    e: Engine = pair.engine
+    fw = EdgeForward(model, graph, e)
+    P, n = pair.clean.tokens.shape
+    causal = model.arch.causal
+    c_run = e.run(pair.clean.tokens, pair.clean.attention_mask, capture=_SITES, keep_kv=causal)
+    k_run = None
+    if pair.corrupt is not None:
+        k_run = e.run(pair.corrupt.tokens, pair.corrupt.attention_mask, capture={"z", "mlp_out"})
+    abl = ablated_writes(model, pair, fw, ablation, reference, seed, k_run)
+    writes = fw.writes_of(c_run)
+    clean_out = clean_output(model, pair.bound, c_run)
+    clean_m = metric_of(model, pair.bound, c_run, clean_out)
+    corrupt_m = metric_of(model, pair.bound, k_run, clean_out) if k_run is not None else torch.full_like(clean_m, float("nan"))
+    share = min(shared_prefix(pair), n - 1) if ablation == "corrupt" else 0
+    t0 = share if causal else 0
+    replay = _Replay(fw, c_run)
+    dev = model.device
+
+    def variant(ei: int, p: int) -> Variant:
+        wi = graph.writer_info[int(graph.edge_writer[ei])]
+        ri = graph.reader_info[int(graph.edge_reader[ei])]
+        w_i = int(graph.edge_writer[ei])
+
+        def make(row: int, t0_: int) -> list[Patch]:
+            ab = abl[p, w_i] if abl is not None else torch.zeros_like(writes[p, w_i])
+            V = replay.stream(wi, ri, p, ab - writes[p, w_i])
+            return [replay.patch(ri, V, row, t0_)]
+
+        return Variant(layer=ri.layer, prompt=p, t0=t0, make=make)
+
+    variants = [variant(i, p) for i in idx for p in range(P)]
+    read = metric_reader(model, pair.bound, c_run, clean_out)
+    bar = tqdm(total=len(variants), desc="edge_patch", unit="run", disable=not progress)
+    try:
+        with torch.inference_mode():
+            vals = e.sweep(c_run, pair.clean.tokens, pair.clean.attention_mask, variants, read,
+                           batch_size=batch_size or default_batch_size(model, n), progress=bar)
+    finally:
+        bar.close()
+    return vals.reshape(len(idx), P).to(clean_m.dtype), clean_m, corrupt_m
