@@ -1,4 +1,4 @@
-"""The ``interp`` command: ``interp models``, ``interp report``, ``interp circuits``.
+"""The ``interp`` command: ``interp models``, ``interp report``, ``interp circuits``, ``interp circuit``.
 
 ``interp report`` with no arguments writes a report of smollm2-135m on the indirect-object
 prompt "When John and Mary went to the shops, John gave the bag to" (answer " Mary", wrong
@@ -75,6 +75,23 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", default="circuits", help="output directory (default: circuits/)")
     c.add_argument("--max-edges", type=int, default=30, help="strongest edges per kind to draw (default: 30)")
     c.add_argument("--no-static", action="store_true", help="skip PNG/SVG files (no browser needed)")
+
+    e = sub.add_parser(
+        "circuit", parents=[common], help="discover an edge-level circuit of a task and write its interactive graph page",
+        description="Score every edge (writer → reader) of the model's circuit graph on a task with EAP or EAP-IG, "
+                    "patch the top edges exactly, measure faithfulness curves (CPR/CMD) under zero, mean and resample "
+                    "ablation, and write a self-contained index.html (interactive circuit graph, curves, tables), "
+                    "edges.json (every edge's score) and faithfulness.json.",
+        epilog="Example: interp circuit --model smollm2-135m --task ioi --out circuit/")
+    e.add_argument("--model", default=DEFAULT_MODEL, help=f"catalog name or local path (default: {DEFAULT_MODEL})")
+    e.add_argument("--task", default="ioi", help="a shipped task: ioi, induction, ... (default: ioi)")
+    e.add_argument("--out", default="circuit", help="output directory (default: circuit/)")
+    e.add_argument("--method", default="eap-ig", choices=["eap", "eap-ig"], help="edge scores (default: eap-ig)")
+    e.add_argument("--ig-steps", type=int, default=5, help="EAP-IG points on the corrupt → clean path (default: 5)")
+    e.add_argument("--prompts", type=int, default=None, help="prompt pairs drawn from the task (default: the task's)")
+    e.add_argument("--max-edges", type=int, default=2000, help="strongest edges drawn in the graph (default: 2000)")
+    e.add_argument("--exact", type=int, default=20, help="top edges patched exactly (default: 20)")
+    e.add_argument("--static", action="store_true", help="also write the faithfulness curve as PNG/SVG (needs a browser)")
     return p
 
 
@@ -168,6 +185,19 @@ def _cmd_circuits(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_circuit(args: argparse.Namespace) -> int:
+    from interp.report import circuit_report
+
+    model = _load(args.model)
+    t0 = time.perf_counter()
+    path = circuit_report(model, args.task, out_dir=args.out, method=args.method, ig_steps=args.ig_steps,
+                          n_prompts=args.prompts, max_edges=args.max_edges, n_exact=args.exact, static=args.static,
+                          progress=not getattr(args, "quiet", False))
+    log.info("circuit page built in %.1f s", time.perf_counter() - t0)
+    print(path)
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``interp`` console script."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the catalog is offline: never wait on the hub
@@ -180,7 +210,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from interp.errors import InterpError
 
     try:
-        return {"models": _cmd_models, "report": _cmd_report, "circuits": _cmd_circuits}[args.command](args)
+        return {"models": _cmd_models, "report": _cmd_report, "circuits": _cmd_circuits,
+                "circuit": _cmd_circuit}[args.command](args)
     except InterpError as e:
         print(f"interp {args.command}: error: {e}", file=sys.stderr)
         return 2
