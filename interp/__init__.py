@@ -26,7 +26,7 @@ from interp.circuits import (
 )
 from interp.models import ArchInfo, CatalogEntry, Model, list_models, load_model
 from interp.plots import Exporter, export
-from interp.report import circuits_report, report
+from interp.report import circuit_report, circuits_report, report
 from interp.stream import Decomposition, ResidualTrace, trace
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "attribute_direction",
     "attribute_logits",
     "attribution_patch",
+    "circuit_report",
     "circuits_report",
     "composition_scores",
     "copying_scores",
