@@ -104,3 +104,59 @@ def test_smollm2_probe_report_stays_small():
     assert r["delta"] < 600 * 2**20, f"probe_report peaked {r['delta'] / 2**20:.0f} MiB above the loaded model"
     assert r["loss"] == r["loss"]  # a number, not NaN
     assert "max_bytes" in r["refused"] and "n=4000" in r["refused"]
+
+
+# ---- skip_trigrams: the full OV / QK circuits are streamed, never vocab × vocab ----------------
+
+def test_skip_trigrams_in_blocks_equal_the_materialised_circuits():
+    import math
+
+    from interp.toy import skip_trigrams
+
+    toy1 = load_model("toy-attn-only-1l")
+    w, a = toy1.weights, toy1.arch
+    E = w.W_E[2:].double()  # words only
+    for h in range(a.n_heads):
+        kv = a.kv_head(h)
+        ov = (E @ w.W_V[0, kv].double() @ w.W_O[0, h].double()) @ w.W_U[:, 2:].double()
+        qk = (E @ w.W_Q[0, h].double()) @ (E @ w.W_K[0, kv].double()).T / math.sqrt(a.d_head)
+        qk = qk - qk.mean(1, keepdim=True)
+        top = torch.topk(ov.flatten(), 8)
+        for chunk in (256 << 20, 1000):  # one block; a few rows per block
+            t = skip_trigrams(toy1, 0, h, k=8, max_chunk_bytes=chunk)
+            assert list(t["ov"]) == pytest.approx(top.values.tolist(), rel=1e-12)
+            ids = lambda col: [toy1.tokenizer.convert_tokens_to_ids(x) - 2 for x in t[col]]  # noqa: E731
+            src, out, dst = ids("source"), ids("output"), ids("destination")
+            assert [s * ov.shape[1] + o for s, o in zip(src, out)] == top.indices.tolist()
+            assert dst == [int(qk[:, s].argmax()) for s in src]
+            assert list(t["qk"]) == pytest.approx([float(qk[d, s]) for d, s in zip(dst, src)], rel=1e-9)
+    with pytest.raises(ArgumentError, match="max_chunk_bytes"):
+        skip_trigrams(toy1, 0, 0, max_chunk_bytes=0)
+
+
+_SKIP_CHILD = textwrap.dedent("""
+    import gc, json, psutil
+    from interp.toy import ToyConfig, build_toy, skip_trigrams
+    m = build_toy(ToyConfig(n_layers=1, n_heads=2, d_model=16, d_head=8, d_vocab=12000))
+    gc.collect()
+    before = psutil.Process().memory_info().rss
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    t = skip_trigrams(m, 0, 1, k=5, max_chunk_bytes=64 << 20)
+    hwm = [int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]
+    print("RESULT " + json.dumps({"delta": hwm - before, "rows": len(t)}))
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux's VmHWM reset")
+def test_skip_trigrams_memory_does_not_grow_with_vocab_squared():
+    """d_vocab = 12,000: the two float64 vocab² circuits were 2.3 GB (4.4 GB peak measured); now one
+    64 MiB block plus vocab × d_head factors."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-c", _SKIP_CHILD], capture_output=True, text=True, env=env, timeout=600)
+    line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+    assert out.returncode == 0 and line, out.stderr[-3000:]
+    r = json.loads(line[0][len("RESULT "):])
+    assert r["rows"] == 5
+    assert r["delta"] < 200 * 2**20, f"skip_trigrams peaked {r['delta'] / 2**20:.0f} MiB"
