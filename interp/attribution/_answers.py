@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union, overload
 
 import torch
 from torch import Tensor
@@ -38,8 +38,16 @@ def _one_token(model: Model, value: Union[str, int], arg: str) -> int:
     raise ArgumentError(f"{arg}={value!r} must be a string (one token), a token id, or a per-prompt list of them")
 
 
+@overload
+def resolve_tokens(model: Model, spec: TokenSpec, n_prompts: int, arg: str) -> Tensor: ...
+@overload
+def resolve_tokens(model: Model, spec: None, n_prompts: int, arg: str) -> None: ...
+@overload
+def resolve_tokens(model: Model, spec: Optional[TokenSpec], n_prompts: int, arg: str) -> Optional[Tensor]: ...
+
+
 def resolve_tokens(model: Model, spec: Optional[TokenSpec], n_prompts: int, arg: str) -> Optional[Tensor]:
-    """Token ids [n_prompts] from a single token or a per-prompt list."""
+    """Token ids [n_prompts] from a single token or a per-prompt list (None for None)."""
     if spec is None:
         return None
     if isinstance(spec, Tensor):

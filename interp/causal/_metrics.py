@@ -194,7 +194,7 @@ class LogitDiff(Metric):
                                 "use interp.Logit(token) for a single logit")
 
     def describe(self, model: Any) -> str:
-        n = 1 if isinstance(self.answer, (str, int)) else len(self.answer)  # type: ignore[arg-type]
+        n = 1 if isinstance(self.answer, (str, int)) else len(self.answer)
         a, w = resolve_tokens(model, self.answer, n, "answer"), resolve_tokens(model, self.wrong, n, "wrong")
         per = _per_prompt(a) or _per_prompt(w)
         return f"logit[{_tok_name(model, a)}] − logit[{_tok_name(model, w)}]" + per
@@ -217,7 +217,7 @@ class _OneToken(Metric):
     _what: ClassVar[str] = "logit"
 
     def describe(self, model: Any) -> str:
-        n = 1 if isinstance(self.token, (str, int)) else len(self.token)  # type: ignore[arg-type]
+        n = 1 if isinstance(self.token, (str, int)) else len(self.token)
         t = resolve_tokens(model, self.token, n, "token")
         return f"{self._what}[{_tok_name(model, t)}]" + _per_prompt(t)
 
