@@ -79,7 +79,7 @@ __all__ = ["PathExpansion", "path_expansion"]
 log = logging.getLogger(__name__)
 
 ARROW = "→"
-MEMORY_CAP_BYTES = 4 * 2**30  # refuse to materialise more than 4 GiB of path contributions
+MEMORY_CAP_BYTES = 4 * 2**30  # refuse a call whose estimated peak exceeds 4 GiB
 
 
 @dataclass(frozen=True, eq=False)
@@ -346,11 +346,17 @@ def path_expansion(
     ln_bias = arch.norm == "layernorm"
     n_sources = 1 + (w.W_pos is not None)
     n_terms = _count_terms(arch.n_layers, arch.n_heads, order, n_sources, ln_bias)
-    need = n_terms * n_batch * n_pos * arch.d_model * torch.finfo(model.dtype).bits // 8
+    # held at the peak: the paths, their final-norm images (norm models) and the stacked result; the
+    # logits and their reconstruction [batch, pos, d_vocab]; every layer's pattern [batch, heads, pos, pos]
+    e = torch.finfo(model.dtype).bits // 8
+    copies = 3 if arch.norm != "none" else 2
+    need = e * n_batch * n_pos * (copies * n_terms * arch.d_model + 2 * arch.d_vocab
+                                  + arch.n_layers * arch.n_heads * n_pos)
     if need > MEMORY_CAP_BYTES:
         raise MemoryCapError(
-            f"order={order} gives {n_terms} paths × inputs {tuple(tokens.shape)} × d_model {arch.d_model} = "
-            f"{need / 2**30:.1f} GiB (cap {MEMORY_CAP_BYTES / 2**30:.0f} GiB); lower order or shorten inputs"
+            f"order={order} gives {n_terms} paths × inputs {tuple(tokens.shape)} × d_model {arch.d_model} "
+            f"(× {copies} copies) plus logits [.., d_vocab={arch.d_vocab}] and patterns: {need / 2**30:.1f} GiB "
+            f"(cap {MEMORY_CAP_BYTES / 2**30:.0f} GiB); lower order or shorten inputs"
         )
 
     logits, patterns, norm_in, final_in = _capture(model, tokens)
