@@ -230,7 +230,7 @@ def logit_lens(
             vals, idx = lg.topk(k, dim=-1)
             top_tokens[i], top_logits[i] = idx, vals
             top_probs[i] = (vals - lg.logsumexp(dim=-1, keepdim=True)).exp()
-            if target_values is not None:
+            if target_values is not None and ans is not None:
                 t = lg.gather(-1, ans.to(dev)[:, None, None].expand(B, S, 1))[..., 0]
                 if wr is not None:
                     t = t - lg.gather(-1, wr.to(dev)[:, None, None].expand(B, S, 1))[..., 0]
@@ -241,15 +241,15 @@ def logit_lens(
                 scale_ref = float(own[keep_mask.bool()].abs().max())
     tok = model.tokenizer
     ids = set(top_tokens.unique().tolist())
-    for t in (ans, wr):
-        if t is not None:
-            ids |= set(t.tolist())
+    for given in (ans, wr):
+        if given is not None:
+            ids |= set(given.tolist())
     decoded = {str(i): tok.decode([i]) for i in sorted(ids)} if tok is not None else {}
     target = None
     if ans is not None:
-        name = (lambda t: repr(decoded.get(str(int(t)), f"#{int(t)}")))
+        tok_name = (lambda t: repr(decoded.get(str(int(t)), f"#{int(t)}")))
         per = B > 1 and (bool((ans != ans[0]).any()) or (wr is not None and bool((wr != wr[0]).any())))
-        target = (f"logit[{name(ans[0])}]" + (f" − logit[{name(wr[0])}]" if wr is not None else "")
+        target = (f"logit[{tok_name(ans[0])}]" + (f" − logit[{tok_name(wr[0])}]" if wr is not None else "")
                   + (" (per-prompt tokens)" if per else ""))
     log.info("logit_lens(scale=%s): %d points, closure error %.3g", scale, P, closure)
     return LogitLens(

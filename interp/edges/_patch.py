@@ -86,7 +86,7 @@ class _Replay:
         L = a.n_layers
         if a.norm_placement != "post":
             if ri.kind == "out":
-                base = run.final[p]  # type: ignore[index]
+                base = run.final[p]
             elif ri.kind == "mlp" and not a.parallel_attn_mlp:
                 base = run.acts["resid_mid"][ri.layer][p]  # type: ignore[index]
             else:

@@ -63,7 +63,7 @@ def _simple_figure(df: pd.DataFrame, title: str, k: int = 30) -> Any:
 
 def _viewer(obj: Any, **options: Any) -> Any:
     try:
-        from interp.plots import circuit_graph_figure  # type: ignore[attr-defined]
+        from interp.plots import circuit_graph_figure
     except ImportError:
         return None
     return circuit_graph_figure(obj, **options)

@@ -39,7 +39,7 @@ subspace has one writer in tracr, this equals the subspace-level rule "w writes 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence, Union
+from typing import Any, Iterable, Literal, Sequence, Union
 
 import pandas as pd
 import torch
@@ -132,21 +132,25 @@ def edges_from_residual_labels(
     keep = torch.tensor([x not in set(ignored) for x in labels])
     subspace = [x.split(":", 1)[0] for x in labels]
     W = weights.to(dtype=torch.float64, device="cpu")
+    W_pos, W_U = W.W_pos, W.W_U
+    if W_pos is None or W_U is None:  # checked above on the model's own dtype; the cast keeps them
+        raise ArgumentError("weights must have learned positions (W_pos) and an unembedding (W_U)")
     L, H = W.W_Q.shape[0], W.W_Q.shape[1]
+    qkv: tuple[tuple[Literal["q", "k", "v"], Tensor], ...] = (("q", W.W_Q), ("k", W.W_K), ("v", W.W_V))
 
     writers: list[tuple[Any, Tensor]] = [  # (label, which dimensions it writes)
         (Embed("token"), _nonzero_columns(W.W_E, atol)),
-        (Embed("pos"), _nonzero_columns(W.W_pos, atol)),
+        (Embed("pos"), _nonzero_columns(W_pos, atol)),
     ]
     readers: list[tuple[Any, Tensor]] = []  # (label, which dimensions it reads)
     for l in range(L):
         for h in range(H):
             writers.append((Head(l, h), _nonzero_columns(W.W_O[l, h], atol)))
-            for which, M in (("q", W.W_Q), ("k", W.W_K), ("v", W.W_V)):
+            for which, M in qkv:
                 readers.append((HeadInput(l, which, h), _nonzero_rows(M[l, h], atol)))
         writers.append((Mlp(l), _nonzero_columns(W.W_out[l], atol)))
         readers.append((MlpInput(l, "in"), _nonzero_rows(W.W_in[l], atol)))
-    readers.append((Output("unembed"), _nonzero_rows(W.W_U, atol)))
+    readers.append((Output("unembed"), _nonzero_rows(W_U, atol)))
 
     edges, via = [], []
     for wlab, wmask in writers:

@@ -67,7 +67,7 @@ def logit_lens_figure(lens: Any, *, prompt: int = 0, value: str = "auto", max_te
             extra = f"<br>{esc(target)} = {fmt(tv[i, s])}" if tv is not None else ""
             row.append(f"<b>{esc(y[i])}</b><br>pos {int(positions[s])} {quoted(tok)}<br>{tops}{extra}")
         hover.append(row)
-    if value == "target":
+    if value == "target" and tv is not None:  # (value "target" was refused above for a lens without one)
         z = tv[:, cols]
         zmax = float(np.nanmax(np.abs(z))) or 1.0
         heat = go.Heatmap(z=z, x=x, y=y, colorscale=DIVERGING, zmid=0.0, zmin=-zmax, zmax=zmax, text=text,
