@@ -124,6 +124,8 @@ FACTORIES: dict[str, Callable[[dict], Any]] = {
     "Effects": lambda m: interp.causal.effects(m["gpt2"], "w1 w2 w3 w4", "w1 w9 w3 w4", metric=_causal_metric(),
                                                progress=False),
     "OVAt": lambda m: interp.ov_at(m["llama"], PROMPTS, 1, 2, src=2, prompt=1),
+    "AttentionPatternBatch": lambda m: interp.stream.attention_patterns(
+        m["llama"], ["w1 w2 w3", "w4 w5 w6 w7 w8"], ["L0.H1", "L1.H3"], prompt=None),
     "LogitLens": lambda m: interp.logit_lens(m["llama"], ["w1 w2 w3 w4 w5", "w6 w7 w8"], answer="w3", top_k=3),
 }
 
@@ -250,6 +252,14 @@ def _check_effects(r, label, v, rows):
     assert all(_close(row[c], x) for c, x in zip(("total", "direct", "indirect"), v))
 
 
+def _check_attention_batch(r, label, v, rows):
+    assert torch.equal(v, r.patterns[r.labels.index(label)])  # [prompt, query, key]
+    for b in range(r.n_prompts):
+        n = int(r.attention_mask[b].sum())
+        got = rows[rows["prompt"] == b].pivot(index="query_pos", columns="key_pos", values="weight").to_numpy()
+        np.testing.assert_allclose(got, v[b, :n, :n].double().numpy(), rtol=1e-6)
+
+
 def _check_ov_at(r, label, v, rows):
     (row,) = rows.to_dict("records")
     t = int(label)
@@ -274,6 +284,7 @@ ROW_CHECKS: dict[str, Callable[[Any, str, Any, pd.DataFrame], None]] = {
     "PathExpansion": _check_path_expansion, "PrivilegedBasisReport": _check_privileged,
     "SubspaceOverlap": _check_overlap, "ErasureTable": _check_erasure, "AttentionPatterns": _check_attention,
     "PatchResult": _check_patch, "Effects": _check_effects, "OVAt": _check_ov_at, "LogitLens": _check_lens,
+    "AttentionPatternBatch": _check_attention_batch,
 }
 
 

@@ -1,12 +1,12 @@
 """The residual stream: read/write points, hooked capture (incl. attention patterns), exact decomposition."""
 
-from interp.stream._attention import AttentionPatterns, attention_patterns
+from interp.stream._attention import AttentionPatternBatch, AttentionPatterns, attention_patterns
 from interp.stream._capture import capture, count_hooks
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch, as_batch, tokenize
 from interp.stream._trace import ResidualTrace, trace
 
 __all__ = [
-    "AttentionPatterns", "Batch", "Decomposition", "ResidualTrace", "as_batch", "attention_patterns", "capture",
-    "count_hooks", "tokenize", "trace",
+    "AttentionPatternBatch", "AttentionPatterns", "Batch", "Decomposition", "ResidualTrace", "as_batch",
+    "attention_patterns", "capture", "count_hooks", "tokenize", "trace",
 ]

@@ -5,14 +5,16 @@ decoders) is how much the query token at position q reads from the key token at 
 (Elhage et al. 2021 §2, "attention heads are independent and additive"; the head's output is
 (A^h ⊗ W_OV^h)·x). :func:`attention_patterns` captures ``blocks.{l}.attn.hook_pattern`` with
 :func:`interp.stream.capture`, keeping only the requested heads of one prompt; the figure is
-:func:`interp.plots.attention_pattern_figure` (``AttentionPatterns.plot``).
+:func:`interp.plots.attention_pattern_figure` (``AttentionPatterns.plot``). With ``prompt=None`` it
+keeps every prompt of a padded batch at once (:class:`AttentionPatternBatch`): weights at padded
+query or key positions are set to 0, and ``batch.prompt(i)`` is prompt i's :class:`AttentionPatterns`.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from interp.models import Model
     from interp.plots import AttentionView
 
-__all__ = ["AttentionPatterns", "attention_patterns"]
+__all__ = ["AttentionPatterns", "AttentionPatternBatch", "attention_patterns"]
 
 _HEAD = re.compile(r"^L(\d+)\.H(\d+)$")
 
@@ -80,6 +82,60 @@ class AttentionPatterns(Result):
         return attention_view(self, **kwargs)
 
 
+@dataclass(frozen=True, eq=False)
+class AttentionPatternBatch(Result):
+    """Patterns [n_heads_selected, prompt, query_pos, key_pos] of every prompt of a padded batch.
+
+    Weights at padding (query or key) are 0; ``attention_mask`` [prompt, pos] marks real tokens and
+    ``str_tokens[i]`` are prompt i's real tokens. ``prompt(i)`` is prompt i's
+    :class:`AttentionPatterns` (padding dropped) for its figure and interactive view.
+
+    Contract (:class:`interp._result.Result`): ``b["L3.H5"]`` is that head's patterns [prompt, query,
+    key]; ``to_dataframe()`` has one row per (head, prompt, real query, real key) (column ``head``);
+    ``top`` ranks by ``weight``.
+    """
+
+    label_column: ClassVar[str] = "head"
+    default_by: ClassVar[str] = "weight"
+
+    patterns: Float[Tensor, "head prompt query_pos key_pos"] = field(repr=False)
+    labels: list[str]
+    attention_mask: Tensor = field(repr=False)
+    str_tokens: list[list[str]] = field(repr=False)
+
+    @property
+    def n_prompts(self) -> int:
+        return int(self.patterns.shape[1])
+
+    def _row(self, index: int) -> Tensor:
+        """The head's patterns [prompt, query_pos, key_pos]."""
+        return self.patterns[index]
+
+    def prompt(self, prompt: int) -> AttentionPatterns:
+        """Prompt ``prompt``'s patterns with its padding dropped."""
+        i = check_index("prompt", prompt, self.n_prompts, what="prompts")
+        real = self.attention_mask[i].bool()
+        return AttentionPatterns(patterns=self.patterns[:, i][:, real][:, :, real], labels=list(self.labels),
+                                 str_tokens=list(self.str_tokens[i]))
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """Long format over real tokens: head, prompt, query position/token, key position/token, weight."""
+        frames = []
+        for i in range(self.n_prompts):
+            df = self.prompt(i).to_dataframe()
+            df.insert(1, "prompt", i)
+            frames.append(df)
+        return pd.concat(frames, ignore_index=True)
+
+    def plot(self, *, prompt: int = 0, **kwargs: Any) -> go.Figure:
+        """Prompt ``prompt``'s heatmaps (:meth:`AttentionPatterns.plot`)."""
+        return self.prompt(prompt).plot(**kwargs)
+
+    def __repr__(self) -> str:
+        return (f"AttentionPatternBatch({len(self.labels)} heads × {self.n_prompts} prompts, "
+                f"pos={self.patterns.shape[-1]}: {self.labels[:4]}{' …' if len(self.labels) > 4 else ''})")
+
+
 def _parse_heads(heads: Sequence[Any], n_layers: int, n_heads: int) -> list[tuple[int, int]]:
     if isinstance(heads, (str, tuple)) and not (isinstance(heads, tuple) and heads and isinstance(heads[0], (tuple, str))):
         heads = [heads]
@@ -98,16 +154,19 @@ def _parse_heads(heads: Sequence[Any], n_layers: int, n_heads: int) -> list[tupl
 
 
 def attention_patterns(
-    model: Model, inputs: Union[str, Sequence[str], Tensor], heads: Sequence[Any], *, prompt: int = 0,
-) -> AttentionPatterns:
-    """Capture the patterns of ``heads`` (labels 'L3.H5' or (layer, head)) for one prompt.
+    model: Model, inputs: Union[str, Sequence[str], Tensor], heads: Sequence[Any], *, prompt: Optional[int] = 0,
+) -> Union[AttentionPatterns, AttentionPatternBatch]:
+    """Capture the patterns of ``heads`` (labels 'L3.H5' or (layer, head)) for one prompt, or for
+    every prompt with ``prompt=None`` (an :class:`AttentionPatternBatch`, padding zeroed).
 
-    One hooked forward pass; only the chosen heads of prompt ``prompt`` are kept, and padding
-    positions are dropped.
+    One hooked forward pass; only the chosen heads (of prompt ``prompt``) are kept, and padding
+    positions are dropped (one prompt) or masked to 0 (all prompts).
     """
     b = as_batch(model, inputs)
     arch = model.arch
     hl = _parse_heads(heads, arch.n_layers, arch.n_heads)
+    if prompt is None:
+        return _all_prompts(model, b, hl)
     bi = check_index("prompt", prompt, b.tokens.shape[0], what="prompts")
     layers = sorted({l for l, _ in hl})
     names = [f"blocks.{l}.attn.hook_pattern" for l in layers]
@@ -117,3 +176,23 @@ def attention_patterns(
     ids = b.tokens[bi][real]  # one row: to_str_tokens gives one string per token
     toks = [str(t) for t in model.to_str_tokens(ids)] if model.tokenizer is not None else [str(int(t)) for t in ids]
     return AttentionPatterns(patterns=pats, labels=[f"L{l}.H{h}" for l, h in hl], str_tokens=toks)
+
+
+def _all_prompts(model: Model, b: Any, hl: list[tuple[int, int]]) -> AttentionPatternBatch:
+    """Every prompt's patterns of heads ``hl`` from one pass, padding zeroed."""
+    layers = sorted({l for l, _ in hl})
+    names = [f"blocks.{l}.attn.hook_pattern" for l in layers]
+    keep = {l: sorted({h for ll, h in hl if ll == l}) for l in layers}
+    acts, _ = capture(model, b, names, reducers={f"blocks.{l}.attn.hook_pattern": (lambda x, hs=keep[l]: x[:, hs])
+                                                  for l in layers})
+    mask = b.attention_mask.bool()
+    real = (mask[:, :, None] & mask[:, None, :])[None]  # [1, prompt, q, k]
+    pats = torch.stack([acts[f"blocks.{l}.attn.hook_pattern"][:, keep[l].index(h)] for l, h in hl]).float()
+    pats = torch.where(real, pats, torch.zeros((), dtype=pats.dtype))
+    toks = []
+    for i in range(b.tokens.shape[0]):
+        ids = b.tokens[i][mask[i]]
+        toks.append([str(t) for t in model.to_str_tokens(ids)] if model.tokenizer is not None
+                    else [str(int(t)) for t in ids])
+    return AttentionPatternBatch(patterns=pats.cpu(), labels=[f"L{l}.H{h}" for l, h in hl],
+                                 attention_mask=b.attention_mask.cpu(), str_tokens=toks)

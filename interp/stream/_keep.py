@@ -9,15 +9,21 @@ under GQA), and its output is z_h = A^h v_g. ``trace(..., keep=...)`` keeps, per
     "v"         blocks.{l}.attn.hook_v          [batch, pos, n_kv_heads, d_head]  (b_V included)
 
 so that q·kᵀ/√d_head, masked and softmaxed, is the pattern, and the pattern times v is hook_z.
+Rotary models: the bridge's ``hook_q``/``hook_k`` hold q and k before the rotation (and not every
+family fires ``hook_rot_q``), so the rotation is applied here from the pass's own ``hook_cos`` /
+``hook_sin`` (rotate-half layout over the first ``rotary_dim`` dimensions, as the HF models do).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import Tensor
 
 from interp.errors import ArgumentError
 
-__all__ = ["KEEP", "check_keep", "keep_hooks"]
+__all__ = ["KEEP", "check_keep", "keep_hooks", "kept_tensor"]
 
 KEEP = ("patterns", "q", "k", "v")
 
@@ -37,23 +43,42 @@ def check_keep(keep: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
+_HOOK = {"patterns": "hook_pattern", "q": "hook_q", "k": "hook_k", "v": "hook_v", "cos": "hook_cos", "sin": "hook_sin"}
+
+
 def keep_hooks(model: Any, keep: Sequence[str]) -> dict[str, list[str]]:
-    """{keep item: [hook name of layer 0, 1, ...]} for this model's bridge."""
+    """{keep item: [hook name of layer 0, 1, ...]} for this model's bridge (plus "cos"/"sin" when a
+    rotary model keeps q or k)."""
     hooks = model.bridge.hook_dict
+    items = list(keep)
+    if model.arch.positional == "rotary" and {"q", "k"} & set(items):
+        items += ["cos", "sin"]
     out: dict[str, list[str]] = {}
-    for item in keep:
-        names = []
-        for l in range(model.arch.n_layers):
-            base = f"blocks.{l}.attn."
-            if item == "patterns":
-                name = base + "hook_pattern"
-            elif item in ("q", "k"):
-                rot = base + f"hook_rot_{item}"
-                name = rot if (model.arch.positional == "rotary" and rot in hooks) else base + f"hook_{item}"
-            else:
-                name = base + "hook_v"
-            if name not in hooks:
-                raise ArgumentError(f"keep={tuple(keep)!r}: this model's bridge has no hook {name!r} for {item!r}")
-            names.append(name)
+    for item in items:
+        names = [f"blocks.{l}.attn.{_HOOK[item]}" for l in range(model.arch.n_layers)]
+        missing = [n for n in names if n not in hooks]
+        if missing:
+            raise ArgumentError(f"keep={tuple(keep)!r}: this model's bridge has no hook {missing[0]!r} for {item!r}")
         out[item] = names
     return out
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """RoPE in the rotate-half layout on the first cos.shape[-1] dims of x [batch, pos, heads, d_head]."""
+    rd = cos.shape[-1]
+    cos, sin = cos[:, :, None].to(x.dtype), sin[:, :, None].to(x.dtype)  # [b|1, pos, 1, rd]
+    r, rest = x[..., :rd], x[..., rd:]
+    half = torch.cat([-r[..., rd // 2:], r[..., : rd // 2]], dim=-1)
+    return torch.cat([r * cos + half * sin, rest], dim=-1)
+
+
+def kept_tensor(acts: Mapping[str, Tensor], kept: Mapping[str, list[str]], item: str) -> Tensor:
+    """A kept item stacked over layers (q and k rotated for rotary models)."""
+    hooks = kept.get(item)
+    if not hooks:
+        raise ArgumentError(f"this trace did not keep {item!r}; trace again with keep=({item!r},) "
+                            f"(allowed items: {', '.join(KEEP)})")
+    xs = [acts[h] for h in hooks]
+    if item in ("q", "k") and "cos" in kept:
+        xs = [_rotate(x, acts[c], acts[s]) for x, c, s in zip(xs, kept["cos"], kept["sin"])]
+    return torch.stack(xs)

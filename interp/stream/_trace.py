@@ -20,22 +20,25 @@ from __future__ import annotations
 
 import difflib
 import operator
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union, cast
 
 import torch
-from jaxtyping import Int
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.errors import ArgumentError, LabelError, ShapeError
 from interp.models import ArchInfo, Event, Model, Weights, build_program, resid_hook_names
-from interp.stream._capture import capture, run_forward
+from interp.stream._capture import capture
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch, as_batch, check_tensor_data, require_model
+from interp.stream._keep import check_keep, keep_hooks, kept_tensor
 from interp.stream._projected import capture_projected
 from interp.stream._walk import fill, plan_walk, project_term, scale_chain, sigma
 
-__all__ = ["ResidualTrace", "trace", "trace_at", "capture_names"]
+__all__ = ["ResidualTrace", "trace", "capture_names"]
 
 
 def capture_names(arch: ArchInfo, *, neuron_layers: Sequence[int] = (), has_types: bool = False) -> list[str]:
@@ -72,6 +75,10 @@ class ResidualTrace:
     the model). ``writes`` and ``reads`` list the labels in stream order; ``decompose(label)``
     returns a :class:`Decomposition`. A trace made with ``trace(..., project=...)`` holds no
     activations, only the decompositions of the reads it was asked for (``projected``).
+    ``trace(..., keep=("patterns", "q", "k", "v"))`` also keeps the attention internals, stacked over
+    layers by :attr:`patterns`, :attr:`q`, :attr:`k`, :attr:`v` (:mod:`interp.stream._keep`).
+    ``save(path)`` / ``ResidualTrace.load(path)`` keep a trace in one ``.safetensors`` file
+    (:mod:`interp.stream._trace_io`); a loaded trace decomposes exactly as the original.
     """
 
     arch: ArchInfo
@@ -85,11 +92,48 @@ class ResidualTrace:
     logits: Optional[Tensor] = field(default=None, repr=False)
     projected: Optional[dict[str, Decomposition]] = field(default=None, repr=False)
     has_types: Optional[bool] = None  # a token-type embedding write; None: read from the activations
+    kept: Optional[dict[str, list[str]]] = field(default=None, repr=False)  # keep item -> hook per layer
 
     @property
     def program(self) -> list[Event]:
         types = self.has_types if self.has_types is not None else "token_type_embed.hook_out" in self.activations
         return build_program(self.arch, neuron_layers=self.neuron_layers, n_types=int(types))
+
+    def _kept(self, item: str) -> Tensor:
+        return kept_tensor(self.activations, self.kept or {}, item)
+
+    @property
+    def patterns(self) -> Float[Tensor, "n_layers batch n_heads query_pos key_pos"]:
+        """Every head's attention pattern A[q, k] (``keep=("patterns",)``; padding keys hold ~0)."""
+        return self._kept("patterns")
+
+    @property
+    def q(self) -> Float[Tensor, "n_layers batch pos n_heads d_head"]:
+        """Queries as the attention scores use them (after RoPE for rotary models; ``keep=("q",)``)."""
+        return self._kept("q")
+
+    @property
+    def k(self) -> Float[Tensor, "n_layers batch pos n_kv_heads d_head"]:
+        """Keys as the attention scores use them (after RoPE for rotary models; ``keep=("k",)``)."""
+        return self._kept("k")
+
+    @property
+    def v(self) -> Float[Tensor, "n_layers batch pos n_kv_heads d_head"]:
+        """Values, b_V included (``keep=("v",)``)."""
+        return self._kept("v")
+
+    def save(self, path: Union[str, os.PathLike]) -> Path:
+        """Write the trace to one ``.safetensors`` file (activations, tokens, the weights decompose reads)."""
+        from interp.stream._trace_io import save_trace
+
+        return save_trace(self, path)
+
+    @classmethod
+    def load(cls, path: Union[str, os.PathLike]) -> "ResidualTrace":
+        """Read a trace written by :meth:`save`; it decomposes bit for bit as the original."""
+        from interp.stream._trace_io import load_trace
+
+        return load_trace(cls, path)
 
     @property
     def writes(self) -> list[str]:
@@ -122,7 +166,7 @@ class ResidualTrace:
 
     def _directions(self, project_onto: Optional[Tensor]) -> tuple[Tensor, bool]:
         """U as [batch or 1, k, d_model] and whether it is the full identity basis."""
-        d, dev, dt = self.arch.d_model, self.tokens.device, self.weights.W_E.dtype
+        d, dev, dt = self.arch.d_model, self.tokens.device, self.weights.W_O.dtype
         if project_onto is None:
             return torch.eye(d, device=dev, dtype=dt)[None], True
         try:
@@ -197,6 +241,7 @@ def trace(
     neurons: Union[bool, Sequence[int]] = False,
     project_onto: Optional[Tensor] = None,
     project: Optional[Mapping[str, Tensor]] = None,
+    keep: Sequence[str] = (),
 ) -> ResidualTrace:
     """Run ``model`` once on ``inputs`` with capture hooks and return a :class:`ResidualTrace`.
 
@@ -206,6 +251,9 @@ def trace(
     each write is projected on those directions as the pass produces it and no activation is
     kept (memory ≈ a plain forward pass); ``decompose`` then serves exactly these reads, with the
     numbers a full trace would give.
+    ``keep``: attention internals to keep as well, any of "patterns", "q", "k", "v" (the trace's
+    :attr:`~ResidualTrace.patterns` [n_layers, batch, n_heads, pos, pos], ``q``/``k``/``v``
+    [n_layers, batch, pos, heads, d_head]); patterns cost n_layers · batch · n_heads · pos² floats.
     """
     require_model(model)
     arch = model.arch
@@ -231,14 +279,20 @@ def trace(
     has_types = "token_type_embed.hook_out" in model.bridge.hook_dict
     # [batch, pos] ids: one list of strings per prompt
     str_tokens = cast(list[list[str]], model.to_str_tokens(batch.tokens)) if model.tokenizer is not None else None
+    keep = check_keep(keep)
     if project is not None:
+        if keep:
+            raise ArgumentError(f"keep={keep!r} is not available with project=... (projection mode keeps no "
+                                "activation); trace without project to keep attention internals")
         return _trace_projected(model, batch, project, project_onto, neuron_layers, has_types, str_tokens)
+    kept = keep_hooks(model, keep) if keep else None
     names = capture_names(arch, neuron_layers=neuron_layers, has_types=has_types)
+    names += [h for hooks in (kept or {}).values() for h in hooks]
     acts, logits = capture(model, batch, names)
     tr = ResidualTrace(
         arch=arch, tokens=batch.tokens, attention_mask=batch.attention_mask, str_tokens=str_tokens,
         activations=acts, weights=model.weights, neuron_layers=neuron_layers,
-        logits=logits if torch.is_tensor(logits) else None, has_types=has_types,
+        logits=logits if torch.is_tensor(logits) else None, has_types=has_types, kept=kept,
     )
     if project_onto is not None:
         tr._directions(project_onto)  # validate now, not at the first decompose
@@ -270,64 +324,3 @@ def _trace_projected(model: Model, batch: Batch, project: Any, project_onto: Any
     object.__setattr__(tr, "projected", decs)
     object.__setattr__(tr, "logits", logits if torch.is_tensor(logits) else None)
     return tr
-
-
-class _StopForward(Exception):
-    """Raised inside a hook to end the forward pass once everything needed is captured."""
-
-
-def trace_at(
-    model: Model,
-    batch: Batch,
-    positions: Int[Tensor, "batch"],
-    *,
-    neuron_layers: Sequence[int] = (),
-    stop_before_unembed: bool = False,
-) -> ResidualTrace:
-    """A :class:`ResidualTrace` holding only one position per prompt (pos axis of length 1).
-
-    Every captured activation is gathered at ``positions[b]`` as it is produced, so memory is
-    O(n_layers · batch · d_model). With ``stop_before_unembed`` (pre-norm decoders) the forward
-    pass ends at the final norm's input — the full-vocabulary unembedding at every position is
-    never computed — and the final norm's output at the kept positions is recomputed with the
-    model's own ``ln_final`` module (bitwise what the full pass would give).
-    """
-    arch = model.arch
-    has_types = "token_type_embed.hook_out" in model.bridge.hook_dict
-    names = capture_names(arch, neuron_layers=neuron_layers, has_types=has_types)
-    rows = torch.arange(batch.tokens.shape[0], device=batch.tokens.device)
-    positions = positions.to(batch.tokens.device)
-
-    def at_pos(x: Tensor) -> Tensor:
-        if x.shape[0] == 1 and rows.numel() > 1:
-            x = x.expand(rows.numel(), *x.shape[1:])
-        return x[rows, positions][:, None].clone()
-
-    stop = stop_before_unembed and arch.norm != "none" and arch.has_logits
-    if stop:
-        names = [n for n in names if n != "ln_final.hook_out"]
-    store: dict[str, Tensor] = {}
-
-    def grab(name: str):
-        def hook(x: Tensor, hook: Any = None) -> Tensor:
-            store[name] = at_pos(x.detach())
-            if stop and name == "ln_final.hook_in":
-                raise _StopForward
-            return x
-
-        return hook
-
-    hooks = [(n, grab(n)) for n in dict.fromkeys(names)]
-    logits = None
-    try:
-        out = run_forward(model, batch, hooks)
-        logits = out[rows, positions][:, None] if torch.is_tensor(out) else None
-    except _StopForward:
-        with torch.inference_mode():
-            store["ln_final.hook_out"] = model.bridge.ln_final(store["ln_final.hook_in"])
-    tokens = batch.tokens[rows, positions][:, None]
-    return ResidualTrace(
-        arch=arch, tokens=tokens, attention_mask=torch.ones_like(tokens), str_tokens=None,
-        activations=store, weights=model.weights, neuron_layers=tuple(neuron_layers), logits=logits,
-        has_types=has_types,
-    )

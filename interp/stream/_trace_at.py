@@ -20,6 +20,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from interp.errors import ArgumentError
 from interp.stream._capture import run_forward
 from interp.stream._inputs import Batch
 from interp.stream._keep import check_keep, keep_hooks
@@ -66,6 +67,9 @@ def trace_at(
     def queries(x: Tensor) -> Tensor:  # a pattern [b, H, q, k] gathered on its query axis -> [b, H, k_kept, k]
         return x[rows, :, pos2].permute(0, 2, 1, 3).clone()
 
+    if "q" in keep and arch.positional == "rotary":
+        raise ArgumentError("keep=('q',) of a rotary model is available from trace(), not from a position-gathered "
+                            "trace (its rotation needs every position's angle)")
     reducers = {n: at_pos for n in names}
     extra = keep_hooks(model, keep)
     for item, hooks in extra.items():

@@ -321,6 +321,7 @@ def _results(models) -> dict[str, list[Any]]:
         dataclasses.replace(g, tokenizer=None), torch.tensor([[1, 5, 6, 7, 8, 9]]))]
     out["HeadOperator"] = [C.head_operator(l, 1, 3, torch.full((2, 4, 4), 0.25))]
     out["AttentionPatterns"] = [attention_patterns(g, PROMPTS, ["L0.H1", "L1.H0"])]
+    out["AttentionPatternBatch"] = [attention_patterns(l, PROMPTS, ["L0.H1", "L1.H0"], prompt=None)]
     out["CompositionGraph"] = [composition_edges(C.composition_scores(g, "Q"), max_edges=5)]
     out["PathExpansion"] = [path_expansion(models["toy"], torch.tensor([[0, 5, 6, 7]]), order=2)]
     from interp.causal import LogitDiff, effects, patch

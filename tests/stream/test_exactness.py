@@ -327,12 +327,12 @@ def test_minilm_final_hidden_state_closes_and_matches_hf(minilm):
     print("\nminilm closure:", {k: f"{v:.1e}" for k, v in errs.items()})
 
 
-# ---- position-gathered traces (interp.stream._trace.trace_at, used by attribution) ----------
+# ---- position-gathered traces (interp.stream._trace_at.trace_at, used by attribution) ----------
 
 @pytest.mark.parametrize("stop", [False, True], ids=["full-pass", "stop-before-unembed"])
 def test_trace_at_equals_full_trace_at_those_positions(case, stop):
     from interp.stream import as_batch, count_hooks
-    from interp.stream._trace import trace_at
+    from interp.stream._trace_at import trace_at
 
     batch = as_batch(case.model, PROMPTS)
     pos = batch.last_positions()
