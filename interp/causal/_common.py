@@ -180,7 +180,7 @@ def metric_reader(model: Any, bound: BoundMetric, base: RunCache, clean_out: Opt
 
     def read(x: Tensor, prompt: Tensor, t0: int) -> Tensor:
         if bound.positions is None:  # pooled (after the per-position readout); positions before t0 are the base's
-            full = torch.cat([base.final[prompt, :t0], x], dim=1) if t0 > 0 else x  # type: ignore[index]
+            full = torch.cat([base.final[prompt, :t0], x], dim=1) if t0 > 0 else x
             out = bound.select(bound.read(model, full), prompt)
         else:
             rows = torch.arange(x.shape[0], device=x.device)
@@ -192,8 +192,8 @@ def metric_reader(model: Any, bound: BoundMetric, base: RunCache, clean_out: Opt
 
 def metric_of(model: Any, bound: BoundMetric, run: RunCache, clean_out: Optional[Tensor]) -> Tensor:
     """The metric [n_prompts] of a whole run."""
-    P = run.final.shape[0]  # type: ignore[union-attr]
-    return metric_reader(model, bound, run, clean_out)(run.final, torch.arange(P, device=run.final.device), 0)  # type: ignore[arg-type]
+    P = run.final.shape[0]
+    return metric_reader(model, bound, run, clean_out)(run.final, torch.arange(P, device=run.final.device), 0)
 
 
 def clean_output(model: Any, bound: BoundMetric, clean_run: RunCache) -> Optional[Tensor]:
@@ -201,8 +201,8 @@ def clean_output(model: Any, bound: BoundMetric, clean_run: RunCache) -> Optiona
     if not bound.needs_clean:
         return None
     if bound.positions is None:
-        return bound.select(bound.read(model, clean_run.final))  # type: ignore[arg-type]
-    return bound.read(model, bound.select(clean_run.final))  # type: ignore[arg-type]
+        return bound.select(bound.read(model, clean_run.final))
+    return bound.read(model, bound.select(clean_run.final))
 
 
 def source_acts(site: str, layer: int, run: RunCache) -> Tensor:
@@ -248,7 +248,7 @@ def reference_acts(engine: Engine, model: Any, reference: Any, sites: set[str], 
             mean = (t * w).sum((0, 1)) / w.sum()  # over every real token of every reference prompt
             return mean.expand(n_prompts, n, *t.shape[2:])
     for s, layers in run.acts.items():
-        out.acts[s] = [None if t is None else (take(t, True) if s == "pattern" else take(t)) for t in layers]  # type: ignore[call-arg]
+        out.acts[s] = [None if t is None else (take(t, True) if s == "pattern" else take(t)) for t in layers]
     out.resid_pre = [take(t) for t in run.resid_pre]
     out.embed = {k: take(t) for k, t in run.embed.items()}
     return out

@@ -40,14 +40,20 @@ _WRITE_SITES = ("z", "mlp_out", "embed.token", "embed.pos", "embed.type")
 
 def node_write(model: Any, node: Node, run: Optional[RunCache], like: RunCache) -> Tensor:
     """The node's write into the residual stream, [P, n, d_model] (zeros when ``run`` is None)."""
+    src = run if run is not None else like
     if node.site == "z":
-        z = (run if run is not None else like).acts["z"][node.layer]
-        out = z[:, :, node.head] @ model.weights.W_O[node.layer, node.head]  # type: ignore[index]
+        z = src.acts["z"][node.layer]
+        if z is None or node.head is None:
+            raise RuntimeError("head outputs were not captured")
+        out = z[:, :, node.head] @ model.weights.W_O[node.layer, node.head]
     elif node.site == "mlp_out":
-        out = (run if run is not None else like).acts["mlp_out"][node.layer]  # type: ignore[assignment]
+        m = src.acts["mlp_out"][node.layer]
+        if m is None:
+            raise RuntimeError("MLP outputs were not captured")
+        out = m
     else:
-        out = (run if run is not None else like).embed[node.site]
-    return torch.zeros_like(out) if run is None else out  # type: ignore[arg-type]
+        out = src.embed[node.site]
+    return torch.zeros_like(out) if run is None else out
 
 
 def carry_to_final(model: Any, node: Node, delta: Tensor, clean: RunCache, pos: Optional[Tensor]) -> Tensor:
@@ -66,7 +72,7 @@ def carry_to_final(model: Any, node: Node, delta: Tensor, clean: RunCache, pos: 
     x = delta
     if node.layer < 0:  # embeddings: the embedding norm, then every block
         if w.ln_emb_w is not None:
-            parts = sum(clean.embed.values())
+            parts = torch.stack(list(clean.embed.values())).sum(0)
             s = torch.sqrt(((parts - parts.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True) + a.norm_eps)
             x = apply_frozen(x, w.ln_emb_w, sig(s), "layernorm")
         start, in_ln2 = 0, False
@@ -139,7 +145,7 @@ def _direct(model: Any, pair: Pair, node_list: list[Node], c_run: RunCache, src:
         x0 = final
     else:
         pos = bound.positions.to(dev)[:, None]  # [P, 1]
-        x0 = torch.gather(final, 1, pos[..., None].expand(P, 1, final.shape[-1]))  # type: ignore[arg-type]
+        x0 = torch.gather(final, 1, pos[..., None].expand(P, 1, final.shape[-1]))
     from interp.causal._metrics import final_norm
 
     _, sigma = final_norm(model, x0)  # the clean run's final scale at these positions: frozen

@@ -73,7 +73,7 @@ class RunCache:
     resid_pre: list[Tensor] = field(default_factory=list)
     kv: list[tuple[Tensor, Tensor]] = field(default_factory=list)
     embed: dict[str, Tensor] = field(default_factory=dict)
-    final: Optional[Tensor] = None
+    final: Tensor = field(default_factory=lambda: torch.empty(0))
     scales: dict[str, list[Tensor]] = field(default_factory=dict)
 
 
@@ -109,7 +109,7 @@ class Engine:
             self.W_in = torch.cat([w.W_gate, w.W_in], dim=2).contiguous() if w.W_gate is not None else w.W_in
             self.b_in = _nonzero(torch.cat([torch.zeros_like(w.b_in), w.b_in], dim=1) if w.W_gate is not None else w.b_in)
             self.b_out = _nonzero(w.b_out)
-        self._masks: dict[tuple, Tensor] = {}
+        self._masks: dict[tuple, Optional[Tensor]] = {}
         self.scales = self._attention_scales()
         self._rope_cache: dict[int, tuple[Tensor, Tensor]] = {}
         self.interleaved = a.family == "native"
@@ -179,19 +179,20 @@ class Engine:
         full = bool(mask[:, :N].all())
         key = (mask.data_ptr(), tuple(mask.shape), t0, T, full)
         if key not in self._masks:
-            allowed = mask[:, None, :N].bool() if not full else torch.ones(1, 1, N, dtype=torch.bool, device=mask.device)
+            allowed: Optional[Tensor] = mask[:, None, :N].bool() if not full else \
+                torch.ones(1, 1, N, dtype=torch.bool, device=mask.device)
             if self.arch.causal:
                 qpos = torch.arange(t0, N, device=mask.device)
-                allowed = allowed & (torch.arange(N, device=mask.device)[None, :] <= qpos[:, None])
+                allowed = allowed & (torch.arange(N, device=mask.device)[None, :] <= qpos[:, None])  # type: ignore[operator]
             elif full:
-                allowed = None  # type: ignore[assignment]
-            self._masks = {key: allowed}  # type: ignore[dict-item]  # one entry: a sweep uses one mask
+                allowed = None
+            self._masks = {key: allowed}  # one entry: a sweep uses one mask
         allowed = self._masks[key]
         if allowed is None:
             return None
         return allowed[:, None] if full else allowed[prompt][:, None]
 
-    def norm(self, x: Tensor, gain: Optional[Tensor], bias: Optional[Tensor]) -> Tensor:
+    def norm(self, x: Tensor, gain: Tensor, bias: Optional[Tensor]) -> Tensor:
         a = self.arch
         if a.norm == "none":
             return x
@@ -231,11 +232,14 @@ class Engine:
         return parts
 
     def embed(self, parts: dict[str, Tensor]) -> Tensor:
-        x = sum(parts.values())
+        vals = list(parts.values())
+        x = vals[0]
+        for t in vals[1:]:
+            x = x + t
         w = self.w
         if w.ln_emb_w is not None:
             x = self._ln(x, w.ln_emb_w, w.ln_emb_b)
-        return x  # type: ignore[return-value]
+        return x
 
     def _ln(self, x: Tensor, gain: Tensor, bias: Optional[Tensor]) -> Tensor:
         """A LayerNorm regardless of arch.norm (BERT's embedding norm)."""
@@ -297,7 +301,9 @@ class Engine:
         for site, t in (("q", q), ("k", k), ("v", v)):  # in place: qkv is this call's own tensor
             self._apply(t, by.get(site), t0, headed=True, inplace=True)
         q, k, v = qkv[:, :, :H], qkv[:, :, H: H + Hkv], qkv[:, :, H + Hkv:]
-        keep("q", q), keep("k", k), keep("v", v)
+        keep("q", q)
+        keep("k", k)
+        keep("v", v)
         if a.positional == "rotary":
             cos, sin = self.rope(t0 + T)
             qk = self._rotate(qkv[:, :, : H + Hkv], cos[t0:], sin[t0:])  # q and k in one pass
@@ -372,6 +378,7 @@ class Engine:
         for p in patches:
             if headed and p.head is None:
                 raise RuntimeError(f"patch of {p.site} needs heads")
+            idx: tuple[Any, ...]
             if pattern:  # [R, H, T(query), N]
                 idx = (p.rows, p.head) if p.pos is None else (p.rows, p.head, p.pos - t0)
             elif headed:  # [R, T, heads, dh]
@@ -428,7 +435,7 @@ class Engine:
         tokens: Tensor,
         mask: Tensor,
         variants: list["Variant"],
-        read: Callable[[Tensor, Tensor], Tensor],
+        read: Callable[[Tensor, Tensor, int], Tensor],
         *,
         batch_size: int,
         progress: Any = None,
@@ -479,7 +486,7 @@ class Engine:
                 R0 = x.shape[0]
                 pr = torch.tensor([v.prompt for v in new], device=dev)
                 start = base.resid_pre[l] if l < self.L else base.final
-                x = torch.cat([x, start[pr, t0:]])  # type: ignore[index]
+                x = torch.cat([x, start[pr, t0:]])
                 prompt = torch.cat([prompt, pr])
                 patches = _merge([p for r, v in enumerate(new) for p in v.patches(R0 + r, t0)])
             if l == self.L:  # after the last layer: only shifts of the final residual ("final")
@@ -516,8 +523,8 @@ def _merge(patches: list[Patch]) -> list[Patch]:
         out.append(Patch(
             site=site, layer=layer, add=add, rows=torch.cat([p.rows for p in ps]),
             value=torch.cat([p.value for p in ps]),
-            head=None if ps[0].head is None else torch.cat([p.head for p in ps]),
-            pos=None if ps[0].pos is None else torch.cat([p.pos for p in ps]),
+            head=None if ps[0].head is None else torch.cat([p.head for p in ps if p.head is not None]),
+            pos=None if ps[0].pos is None else torch.cat([p.pos for p in ps if p.pos is not None]),
         ))
     return out
 

@@ -16,9 +16,12 @@ callable on the hidden state) applies, and a logit metric raises an error naming
 The shared interface, used by every causal and edge analysis::
 
     bound = metric.bind(model, batch)          # tokens resolved, positions fixed, per prompt
-    x = bound.select(resid_final, prompt)      # [rows, d_model]: the metric position (or pool)
+    x = bound.select(resid_final, prompt)      # [rows, d_model]: the metric position
     out = bound.read(model, x)                 # logits [rows, d_vocab] or hidden [rows, d_model]
     m = bound(out, prompt=prompt, clean=clean_out)   # [rows]; clean_out only for KL
+
+(For a mean-pooled metric, ``bound.positions`` is None: read every position, then pool —
+``bound.select(bound.read(model, resid_final), prompt)`` — so a decoder's final norm applies per token.)
 
 ``prompt`` [rows] says which prompt each row belongs to (a batch of variants repeats prompts);
 ``clean`` is the clean run's ``out`` per prompt [n_prompts, d_out]. Every function here is

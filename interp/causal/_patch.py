@@ -205,6 +205,8 @@ def sweep_nodes(model: Any, pair: Pair, node_list: list[Node], *, positions: str
     c_run, k_run = run_pair(pair, sites, base=base_name, keep_kv=causal, keep_scales=keep_scales)
     base_run = k_run if direction == "denoise" else c_run
     base_batch = pair.corrupt if direction == "denoise" else pair.clean
+    if base_run is None or base_batch is None:
+        raise ArgumentError("corrupt=None: direction='denoise' runs the corrupt input")
     if direction == "denoise":
         src: Optional[RunCache] = c_run
     elif ablation == "corrupt":

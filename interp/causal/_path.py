@@ -57,7 +57,7 @@ def _sender(model: Any, sender: Any) -> Node:
     return node
 
 
-def _receivers(model: Any, receivers: Any, via: str, sender: Node) -> list[tuple[Any, int, int]]:
+def _receivers(model: Any, receivers: Any, via: Any, sender: Node) -> list[tuple[Any, int, int]]:
     """[(label, layer, head or −1)] — each receiver's reading input, checked to come after the sender."""
     a = model.arch
     if via == "logits":
@@ -82,7 +82,7 @@ def _receivers(model: Any, receivers: Any, via: str, sender: Node) -> list[tuple
         return [(HeadInput(l, via, h), l, h) for l in range(first_head_layer, a.n_layers) for h in range(n)]
     if not isinstance(receivers, (list, tuple)) or not receivers:
         raise ArgumentError(f"receivers={receivers!r} must be 'all', 'heads', 'mlps' or a non-empty list of labels")
-    out = []
+    out: list[tuple[Any, int, int]] = []
     for i, r in enumerate(receivers):
         name = f"receivers[{i}]"
         if via == "mlp":
