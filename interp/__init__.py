@@ -24,6 +24,10 @@ from interp.circuits import (
     rotate_residual,
     virtual_weights,
 )
+from interp.edges import (
+    CircuitEvaluation, CircuitGraph, EdgeCircuit, EdgeScores, FaithfulnessCurve, Task, circuit_graph, edge_attribution,
+    edge_patch, evaluate_circuit, faithfulness_curve, load_task,
+)
 from interp.models import ArchInfo, CatalogEntry, Model, list_models, load_model
 from interp.plots import Exporter, export
 from interp.report import circuit_report, circuits_report, report
@@ -32,6 +36,18 @@ from interp.stream import Decomposition, ResidualTrace, trace
 __all__ = [
     "ArchInfo",
     "CatalogEntry",
+    "CircuitEvaluation",
+    "CircuitGraph",
+    "EdgeCircuit",
+    "EdgeScores",
+    "FaithfulnessCurve",
+    "Task",
+    "circuit_graph",
+    "edge_attribution",
+    "edge_patch",
+    "evaluate_circuit",
+    "faithfulness_curve",
+    "load_task",
     "CompositionScores",
     "Decomposition",
     "Direction",

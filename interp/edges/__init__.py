@@ -18,6 +18,7 @@ from interp.edges._evaluate import (
 from interp.edges._graph import CircuitGraph, circuit_graph
 from interp.edges._patch import edge_patch
 from interp.edges._scores import EdgeCircuit, EdgeScores
+from interp.edges._tasks import TASKS, Task, load_task
 
 __all__ = [
     "CircuitEvaluation",
@@ -26,9 +27,12 @@ __all__ = [
     "EdgeScores",
     "FaithfulnessCurve",
     "MIB_SIZES",
+    "TASKS",
+    "Task",
     "circuit_graph",
     "edge_attribution",
     "edge_patch",
     "evaluate_circuit",
     "faithfulness_curve",
+    "load_task",
 ]

@@ -175,11 +175,11 @@ def _chunk(model: Any, pair: Any, fw: EdgeForward, idx: Tensor, steps: int, ig_a
     clean_out = None
     if bound.needs_clean:
         c_run = e.run(ct, cm)
-        clean_out = clean_output(model, _sub(bound, idx), c_run)
-        clean_out = _scatter(clean_out, idx, bound.n_prompts)
+        sub_out = clean_output(model, _sub(bound, idx), c_run)  # not None: the metric needs the clean run
+        clean_out = None if sub_out is None else _scatter(sub_out, idx, bound.n_prompts)
     read = MetricReader(model, bound, idx, clean_out)
     with torch.no_grad():
-        M_k = read(k_run.final)  # type: ignore[arg-type]
+        M_k = read(k_run.final)
     frozen = scale == "frozen"
     one_gemm = not fw.post and ig_at == "inputs"
     G_sum: Optional[Tensor] = None
@@ -197,18 +197,26 @@ def _chunk(model: Any, pair: Any, fw: EdgeForward, idx: Tensor, steps: int, ig_a
         if one_gemm:
             G_sum = gp.G if G_sum is None else G_sum.add_(gp.G)
         else:
-            S = fw.scores(dA, gp.G, gp.norm_in, frozen=frozen)  # type: ignore[arg-type]
+            if dA is None:  # the first pass (α = 1) keeps its writes
+                raise RuntimeError("edge attribution: no write differences before the first gradient")
+            S = fw.scores(dA, gp.G, gp.norm_in, frozen=frozen)
             S_sum = S if S_sum is None else S_sum.add_(S)
         del gp
         bar.update(1)
-    S_all = fw.scores(dA, G_sum, {}, frozen=frozen) if one_gemm else S_sum  # type: ignore[arg-type]
-    S_all = S_all / steps  # type: ignore[operator]
+    if one_gemm and dA is not None and G_sum is not None:
+        S_all = fw.scores(dA, G_sum, {}, frozen=frozen) / steps
+    elif not one_gemm and S_sum is not None:
+        S_all = S_sum / steps
+    else:  # steps >= 1, so the loop ran and the α = 1 pass set dA and G (or S)
+        raise RuntimeError("edge attribution: the gradient loop produced no scores")
     per = S_all[:, g.edge_writer.to(S_all.device), g.edge_reader.to(S_all.device)]  # [p, E]
     if ig_at == "activations" and steps > 1:
         comp = per.double().sum(1)
     else:
         comp = S_all[:, tok_w].double().sum(1)
-    return per.T.double().cpu(), comp.cpu(), M_c.double().cpu(), M_k.double().cpu()  # type: ignore[union-attr]
+    if M_c is None:
+        raise RuntimeError("edge attribution: the clean pass gave no metric")
+    return per.T.double().cpu(), comp.cpu(), M_c.double().cpu(), M_k.double().cpu()
 
 
 def _sub(bound: BoundMetric, idx: Tensor) -> BoundMetric:

@@ -1,0 +1,278 @@
+"""Tasks for circuit discovery: clean/corrupt prompt pairs with a logit-difference metric, generated offline.
+
+A :class:`Task` is a list of clean prompts, a corrupt prompt per clean one (the same token length), and
+per prompt the answer token and the wrong token, so that its metric is
+
+    M = logit[answer] − logit[wrong]       at each prompt's last token          (:class:`interp.LogitDiff`)
+
+Users build one from their own prompts (``Task(name, clean, corrupt, answer, wrong)``); three are shipped:
+
+* ``ioi`` — indirect object identification (Wang et al. 2022, arXiv 2211.00593): templates in ABBA and BABA
+  order ("When Mary and John went to the store, John gave a drink to" → " Mary", wrong " John"); the corrupt
+  prompt is the same sentence with three other names (A, B, B → C, D, E), so no name is repeated; names are
+  kept only if they are one token (with their leading space) for the model's tokenizer;
+* ``induction`` — ``<bos>`` + n random tokens + the first n − 1 of them again, answer the n-th token (an
+  induction head copies it); the corrupt prompt has a different first half, so the repeat has no
+  earlier occurrence; wrong is the corrupt half's n-th token;
+* ``factual`` — country → capital ("The capital of France is" → " Paris"), corrupt = another country of the
+  same token length, wrong = that country's capital (first token of each capital).
+
+Every prompt of a generated task has the same token length (the most common length among the candidates),
+so mean and resample ablations work position by position.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from interp._validate import check_int_min, check_positive_int
+from interp.causal._metrics import LogitDiff
+from interp.errors import ArgumentError, UnsupportedOperationError
+from interp.models import tokenize
+from interp.stream._inputs import require_model
+
+__all__ = ["Task", "load_task", "TASKS", "IOI_NAMES", "IOI_TEMPLATES", "CAPITALS"]
+
+TASKS = ("ioi", "induction", "factual")
+
+IOI_NAMES = (
+    "Mary", "John", "Tom", "James", "Alice", "Bob", "Sarah", "David", "Michael", "Emma", "Anna", "Paul", "Mark",
+    "Lisa", "Kate", "Jack", "Peter", "Laura", "Daniel", "Rachel", "Sam", "Ben", "Dan", "Max", "Alex", "Chris",
+    "Steve", "Rose", "Amy", "Emily", "Grace", "Jane", "Ryan", "Kevin", "Brian", "Eric", "Adam", "Frank", "George",
+    "Henry", "Jason", "Joe", "Justin", "Luke", "Matt", "Nick", "Richard", "Robert", "Scott", "Thomas", "William",
+    "Andrew", "Anthony", "Charles", "Edward", "Jessica", "Linda", "Susan", "Karen", "Nancy", "Betty", "Helen",
+)
+#: BABA order ({B} first): "{B} and {A} …, {B} gave … to" → {A}; the ABBA version swaps the first two names.
+IOI_TEMPLATES = (
+    "Then, {B} and {A} went to the {PLACE}. {B} gave a {OBJECT} to",
+    "Then, {B} and {A} had a lot of fun at the {PLACE}. {B} gave a {OBJECT} to",
+    "Then, {B} and {A} were working at the {PLACE}. {B} decided to give a {OBJECT} to",
+    "Then, {B} and {A} were thinking about going to the {PLACE}. {B} wanted to give a {OBJECT} to",
+    "After {B} and {A} went to the {PLACE}, {B} gave a {OBJECT} to",
+    "When {B} and {A} got a {OBJECT} at the {PLACE}, {B} decided to give it to",
+    "When {B} and {A} got a {OBJECT} at the {PLACE}, {B} decided to give the {OBJECT} to",
+    "While {B} and {A} were working at the {PLACE}, {B} gave a {OBJECT} to",
+    "While {B} and {A} were commuting to the {PLACE}, {B} gave a {OBJECT} to",
+    "After the lunch, {B} and {A} went to the {PLACE}. {B} gave a {OBJECT} to",
+    "Afterwards, {B} and {A} went to the {PLACE}. {B} gave a {OBJECT} to",
+    "Friends {B} and {A} found a {OBJECT} at the {PLACE}. {B} gave it to",
+)
+IOI_PLACES = ("store", "garden", "restaurant", "school", "hospital", "office", "house", "station", "park", "beach")
+IOI_OBJECTS = ("ring", "kiss", "bone", "basketball", "computer", "necklace", "drink", "snack", "book", "flower")
+
+CAPITALS = (
+    ("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Japan", "Tokyo"),
+    ("China", "Beijing"), ("Russia", "Moscow"), ("England", "London"), ("Egypt", "Cairo"), ("Greece", "Athens"),
+    ("Canada", "Ottawa"), ("Australia", "Canberra"), ("Turkey", "Ankara"), ("Iran", "Tehran"), ("Iraq", "Baghdad"),
+    ("Kenya", "Nairobi"), ("Norway", "Oslo"), ("Sweden", "Stockholm"), ("Finland", "Helsinki"),
+    ("Denmark", "Copenhagen"), ("Poland", "Warsaw"), ("Austria", "Vienna"), ("Hungary", "Budapest"),
+    ("Portugal", "Lisbon"), ("Ireland", "Dublin"), ("Belgium", "Brussels"), ("Netherlands", "Amsterdam"),
+    ("Switzerland", "Bern"), ("Thailand", "Bangkok"), ("Vietnam", "Hanoi"), ("Indonesia", "Jakarta"),
+    ("Peru", "Lima"), ("Chile", "Santiago"), ("Cuba", "Havana"), ("Ukraine", "Kyiv"), ("Philippines", "Manila"),
+    ("Pakistan", "Islamabad"), ("Nigeria", "Abuja"), ("Morocco", "Rabat"), ("Argentina", "Buenos Aires"),
+    ("Scotland", "Edinburgh"), ("Wales", "Cardiff"), ("Israel", "Jerusalem"), ("Syria", "Damascus"),
+    ("Lebanon", "Beirut"), ("Afghanistan", "Kabul"), ("Nepal", "Kathmandu"), ("Mongolia", "Ulaanbaatar"),
+)
+FACT_TEMPLATES = ("The capital of {C} is", "The capital city of {C} is", "{C}'s capital city is")
+
+TokenSpecs = Sequence[Union[str, int]]
+
+
+@dataclass(frozen=True)
+class Task:
+    """Clean/corrupt prompt pairs with per-prompt answer and wrong tokens (see the module docstring).
+
+    ``clean`` / ``corrupt``: lists of strings or int tensors [n, pos]; ``answer`` / ``wrong``: one token
+    (string or id) per prompt. :attr:`metric` is ``LogitDiff(answer, wrong)`` at each prompt's last token.
+    """
+
+    name: str
+    clean: Union[list, Tensor] = field(repr=False)
+    corrupt: Union[list, Tensor] = field(repr=False)
+    answer: list = field(repr=False)
+    wrong: list = field(repr=False)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        n = len(self.clean)
+        if n == 0:
+            raise ArgumentError(f"task {self.name!r}: clean is empty; give at least one prompt")
+        for arg in ("corrupt", "answer", "wrong"):
+            v = getattr(self, arg)
+            if isinstance(v, str) or len(v) != n:
+                raise ArgumentError(f"task {self.name!r}: {arg} has {len(v) if not isinstance(v, str) else 'a string, not'} "
+                                    f"entries but clean has {n}; give one per clean prompt")
+        if isinstance(self.clean, Tensor) != isinstance(self.corrupt, Tensor):
+            raise ArgumentError(f"task {self.name!r}: clean and corrupt must both be text or both be token ids")
+        object.__setattr__(self, "answer", list(self.answer))
+        object.__setattr__(self, "wrong", list(self.wrong))
+
+    @property
+    def n(self) -> int:
+        return len(self.clean)
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def metric(self) -> LogitDiff:
+        """logit[answer] − logit[wrong] at each prompt's last token."""
+        return LogitDiff(answer=list(self.answer), wrong=list(self.wrong))
+
+    def head(self, n: int) -> "Task":
+        """The first ``n`` pairs."""
+        n = check_positive_int("n", n)
+        if n > self.n:
+            raise ArgumentError(f"n={n} is more than the task's {self.n} pairs")
+        return replace(self, clean=self.clean[:n], corrupt=self.corrupt[:n], answer=self.answer[:n], wrong=self.wrong[:n])
+
+    def check(self, model: Any) -> None:
+        """A typed error if a pair differs in token length or an answer/wrong token is not one token for ``model``."""
+        from interp.causal._common import make_pair
+
+        make_pair(model, self.clean, self.corrupt, self.metric, need_corrupt=True)
+
+
+def _single_token(model: Any, text: str) -> Optional[int]:
+    ids = model.tokenizer(text, add_special_tokens=False)["input_ids"]
+    return int(ids[0]) if len(ids) == 1 else None
+
+
+def _lengths(model: Any, prompts: list[str]) -> list[int]:
+    return tokenize(model, prompts).attention_mask.sum(1).tolist()
+
+
+def _modal(model: Any, rows: list[tuple], n: int, what: str) -> list[tuple]:
+    """The rows whose clean and corrupt prompts (rows[i][0], rows[i][1]) all share the most common token length."""
+    lc = _lengths(model, [r[0] for r in rows])
+    lk = _lengths(model, [r[1] for r in rows])
+    ok = [(r, a) for r, a, b in zip(rows, lc, lk) if a == b]
+    if not ok:
+        raise UnsupportedOperationError(f"{what}: no clean/corrupt pair tokenises to equal lengths for {model.name!r}")
+    counts: dict[int, int] = {}
+    for _, a in ok:
+        counts[a] = counts.get(a, 0) + 1
+    best = max(counts, key=lambda k: (counts[k], -k))
+    kept = [r for r, a in ok if a == best]
+    if len(kept) < n:
+        raise UnsupportedOperationError(f"{what}: only {len(kept)} pairs of one token length ({best}) for "
+                                        f"{model.name!r}; ask for n <= {len(kept)}")
+    return kept[:n]
+
+
+def _ioi(model: Any, n: int, seed: int) -> Task:
+    names = [x for x in IOI_NAMES if _single_token(model, " " + x) is not None]
+    if len(names) < 5:
+        raise UnsupportedOperationError(f"task 'ioi': only {len(names)} of the candidate names are single tokens for "
+                                        f"{model.name!r}'s tokenizer; IOI needs at least 5")
+    rng = random.Random(seed)
+    rows = []
+    for i in range(8 * n):
+        t = IOI_TEMPLATES[i % len(IOI_TEMPLATES)]
+        A, B, C, D, E = rng.sample(names, 5)
+        place, obj = rng.choice(IOI_PLACES), rng.choice(IOI_OBJECTS)
+        abba = i % 2 == 0
+        first = t.replace("{B} and {A}", "{A} and {B}") if abba else t
+        clean = first.format(A=A, B=B, PLACE=place, OBJECT=obj)
+        # three other names: the two of the pair and the repeated subject each replaced by a different one
+        x, y = (C, D)
+        corrupt = first.replace("{A} and {B}", "{X} and {Y}").replace("{B} and {A}", "{Y} and {X}") \
+            .replace("{B}", "{Z}").format(X=x, Y=y, Z=E, PLACE=place, OBJECT=obj)
+        rows.append((clean, corrupt, " " + A, " " + B, "ABBA" if abba else "BABA"))
+    kept = _modal(model, rows, n, "task 'ioi'")
+    return Task("ioi", [r[0] for r in kept], [r[1] for r in kept], [r[2] for r in kept], [r[3] for r in kept],
+                description=f"indirect object identification, {sum(r[4] == 'ABBA' for r in kept)} ABBA and "
+                            f"{sum(r[4] == 'BABA' for r in kept)} BABA prompts; corrupt: three other names; "
+                            "metric logit[IO] − logit[S]")
+
+
+def _factual(model: Any, n: Optional[int], seed: int) -> Task:
+    rng = random.Random(seed)
+    rows = [(ti, t.format(C=c), _first_token(model, " " + cap)) for ti, t in enumerate(FACT_TEMPLATES)
+            for c, cap in CAPITALS]
+    lengths = _lengths(model, [r[1] for r in rows])
+    counts: dict[int, int] = {}
+    for L in lengths:
+        counts[L] = counts.get(L, 0) + 1
+    best = max(counts, key=lambda k: (counts[k], -k))
+    group = [r for r, L in zip(rows, lengths) if L == best]
+    out = []
+    for ti, prompt, a in group:  # the corrupt prompt: the same template with another country of this length
+        others = [r for r in group if r[0] == ti and r[2] != a]
+        if others:
+            o = rng.choice(others)
+            out.append((prompt, o[1], a, o[2]))
+    rng.shuffle(out)
+    want = len(out) if n is None else n
+    if want > len(out):
+        raise UnsupportedOperationError(f"task 'factual': only {len(out)} prompts of one token length for "
+                                        f"{model.name!r}; ask for n <= {len(out)}")
+    out = out[:want]
+    return Task("factual", [r[0] for r in out], [r[1] for r in out], [r[2] for r in out], [r[3] for r in out],
+                description="country → capital; corrupt: another country of the same token length; metric "
+                            "logit[capital] − logit[the other country's capital] (first token of each)")
+
+
+def _first_token(model: Any, text: str) -> int:
+    return int(model.tokenizer(text, add_special_tokens=False)["input_ids"][0])
+
+
+def _induction(model: Any, n: int, seed: int, length: int) -> Task:
+    a = model.arch
+    total = 1 + 2 * length - 1
+    if total > a.n_ctx:
+        raise ArgumentError(f"length={length}: the prompts would have {total} tokens; {model.name!r} has n_ctx={a.n_ctx}")
+    from interp.models import TOY_BOS_ID, TOY_FIRST_WORD_ID
+
+    if a.family == "native":
+        bos, low = TOY_BOS_ID, TOY_FIRST_WORD_ID
+    else:
+        tok = model.tokenizer
+        bos = getattr(tok, "bos_token_id", None) if tok is not None else None
+        special = set(getattr(tok, "all_special_ids", []) or []) if tok is not None else set()
+        low = max(special) + 1 if special else 0
+        low = min(low, a.d_vocab - 2 * length)
+    if a.d_vocab - low < 2 * length:
+        raise ArgumentError(f"length={length}: the vocabulary has only {a.d_vocab - low} ordinary tokens")
+    g = torch.Generator().manual_seed(seed)
+    clean, corrupt, ans, wrong = [], [], [], []
+    for _ in range(n):
+        perm = torch.randperm(a.d_vocab - low, generator=g)[: 2 * length] + low
+        s, r = perm[:length], perm[length:]
+        head = [bos] if bos is not None else []
+        clean.append(head + s.tolist() + s[:-1].tolist())
+        corrupt.append(head + r.tolist() + s[:-1].tolist())
+        ans.append(int(s[-1]))
+        wrong.append(int(r[-1]))
+    return Task("induction", torch.tensor(clean), torch.tensor(corrupt), ans, wrong,
+                description=f"{length} random tokens then the first {length - 1} again; answer the {length}-th token; "
+                            "corrupt: a different first half; wrong: its last token")
+
+
+def load_task(name: str, model: Any, *, n: Optional[int] = None, seed: int = 0, length: int = 10) -> Task:
+    """A shipped task for ``model`` (see the module docstring): "ioi" (n defaults to 100), "induction" (50
+    prompts of 2·``length`` tokens) or "factual" (every pair of the modal length). Deterministic in ``seed``."""
+    require_model(model)
+    if not isinstance(name, str) or name not in TASKS:
+        raise ArgumentError(f"name={name!r} is not a task; tasks are {list(TASKS)} (or build interp.Task from your "
+                            "own prompts)")
+    if not model.arch.has_logits:
+        raise UnsupportedOperationError(f"task {name!r} reads logits: model {model.name!r} has none (an encoder); "
+                                        "build an interp.Task with your own prompts and use interp.Direction")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ArgumentError(f"seed={seed!r} must be an int")
+    if n is not None:
+        n = check_positive_int("n", n)
+    if name == "induction":
+        length = check_int_min("length", length, 2)
+        return _induction(model, 50 if n is None else n, seed, length)
+    if model.tokenizer is None:
+        raise UnsupportedOperationError(f"task {name!r} is text: model {model.name!r} has no tokenizer")
+    if name == "ioi":
+        return _ioi(model, 100 if n is None else n, seed)
+    return _factual(model, n, seed)
