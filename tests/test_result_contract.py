@@ -62,6 +62,8 @@ NOT_RESULTS = {
     "ProgramSpec": "the specification of a compiled ground-truth program",
     "TracrProgram": "a compiled ground-truth program (a model and its residual labels)",
     "TrueCircuit": "a circuit known by construction (a reference to score results against), not a computed result",
+    "CircuitGraph": "a model's graph structure (writers, readers, edges), not a computed table",
+    "Task": "a prompt set with its metric (the input of an analysis)",
 }
 
 
@@ -97,6 +99,17 @@ def models():
     return {f: tiny_model(f) for f in ("gpt2", "llama", "neox", "bert")} | {"toy": load_model("toy-attn-only-2l")}
 
 
+EDGE_CLEAN, EDGE_CORRUPT = ["w1 w2 w3 w4", "w5 w6 w7 w8"], ["w1 w9 w3 w4", "w5 w9 w7 w8"]
+_EDGE_CACHE: dict = {}
+
+
+def _edge_scores(m):
+    if "s" not in _EDGE_CACHE:
+        _EDGE_CACHE["s"] = interp.edge_attribution(m["gpt2"], EDGE_CLEAN, EDGE_CORRUPT, metric=_causal_metric(),
+                                                   progress=False)
+    return _EDGE_CACHE["s"]
+
+
 def _causal_metric():
     from interp.causal import LogitDiff
 
@@ -127,6 +140,12 @@ FACTORIES: dict[str, Callable[[dict], Any]] = {
     "AttentionPatternBatch": lambda m: interp.stream.attention_patterns(
         m["llama"], ["w1 w2 w3", "w4 w5 w6 w7 w8"], ["L0.H1", "L1.H3"], prompt=None),
     "LogitLens": lambda m: interp.logit_lens(m["llama"], ["w1 w2 w3 w4 w5", "w6 w7 w8"], answer="w3", top_k=3),
+    "EdgeScores": lambda m: _edge_scores(m),
+    "EdgeCircuit": lambda m: _edge_scores(m).circuit(n=12),
+    "CircuitEvaluation": lambda m: interp.evaluate_circuit(m["gpt2"], EDGE_CLEAN, EDGE_CORRUPT, _edge_scores(m).circuit(n=12),
+                                                           metric=_causal_metric()),
+    "FaithfulnessCurve": lambda m: interp.faithfulness_curve(m["gpt2"], EDGE_CLEAN, EDGE_CORRUPT, _edge_scores(m),
+                                                             metric=_causal_metric(), sizes=(0.05, 0.2, 1.0), progress=False),
 }
 
 
@@ -277,6 +296,28 @@ def _check_lens(r, label, v, rows):
         assert row["top_token"] == r.token_str(int(v["top_tokens"][b, s, 0]))
 
 
+def _check_edge_rows(r, label, v, rows):
+    (row,) = rows.to_dict("records")
+    i = r.labels.index(label)
+    w, rd = label.split("→")
+    assert _close(v, r.scores[i]) and _close(row["score"], v) and (row["writer"], row["reader"]) == (w, rd)
+
+
+def _check_circuit_evaluation(r, label, v, rows):
+    (row,) = rows.to_dict("records")
+    i = r.labels.index(label)
+    assert _close(v, r.values[i]) and _close(row["value"], v) and _close(v, r.per_prompt[i].double().mean())
+    assert _close(row["faithfulness"], (v - r.empty) / (r.full - r.empty))
+
+
+def _check_faithfulness_curve(r, label, v, rows):
+    (row,) = rows.to_dict("records")
+    a, k = label.split("@")
+    i, j = r.ablations.index(a), r.sizes.index(float(k))
+    assert _close(v, r.faithfulness[i, j]) and _close(row["faithfulness"], v) and row["ablation"] == a
+    assert _close(v, (r.values[i, j] - r.empty[i]) / (r.full[i] - r.empty[i]))
+
+
 ROW_CHECKS: dict[str, Callable[[Any, str, Any, pd.DataFrame], None]] = {
     "LogitAttribution": _check_logit_attribution, "Decomposition": _check_decomposition,
     "HeadScores": _check_head_scores, "OVDiagonalStats": _check_ov_diagonal, "VirtualWeightNorms": _check_virtual,
@@ -285,6 +326,8 @@ ROW_CHECKS: dict[str, Callable[[Any, str, Any, pd.DataFrame], None]] = {
     "SubspaceOverlap": _check_overlap, "ErasureTable": _check_erasure, "AttentionPatterns": _check_attention,
     "PatchResult": _check_patch, "Effects": _check_effects, "OVAt": _check_ov_at, "LogitLens": _check_lens,
     "AttentionPatternBatch": _check_attention_batch,
+    "EdgeScores": _check_edge_rows, "EdgeCircuit": _check_edge_rows,
+    "CircuitEvaluation": _check_circuit_evaluation, "FaithfulnessCurve": _check_faithfulness_curve,
 }
 
 

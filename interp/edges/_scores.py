@@ -183,7 +183,8 @@ class EdgeScores(Result):
         idx = torch.nonzero(keep).flatten()
         return EdgeCircuit(edges=[self.edges[i] for i in idx.tolist()], scores=self.scores[idx].clone(),
                            n_total=len(self.edges), selection=how + (", pruned" if prune else ""),
-                           model_name=self.model_name, pruned=chosen - int(keep.sum()))
+                           model_name=self.model_name, pruned=chosen - int(keep.sum()), n_layers=self.n_layers,
+                           n_heads=self.n_heads, n_kv_heads=self.n_kv_heads)
 
     def with_exact(self, patched: Any) -> "EdgeScores":
         """A copy whose ``exact`` holds the effects of an :func:`interp.edge_patch` result on its edges."""
@@ -224,6 +225,9 @@ class EdgeCircuit(Result):
     selection: str = "given"
     model_name: str = ""
     pruned: int = 0
+    n_layers: int = 0
+    n_heads: int = 0
+    n_kv_heads: int = 0
 
     @property
     def labels(self) -> list[str]:
