@@ -40,6 +40,7 @@ from interp.circuits._common import (
     check_head,
     check_layer,
     convention,
+    fold_read,
     fold_write,
     folded_qkv,
     folded_unembed,
@@ -124,15 +125,22 @@ class HeadScores(Result):
         return f"HeadScores({self.metric}, shape {tuple(self.scores.shape)})"
 
 
+_VOCAB_BLOCK = 4096  # vocabulary rows per block of the W_U W_E product
+
+
 def _cyclic_products(model: Model, fold_norms: bool) -> Float[Tensor, "n_layers n_heads d_head d_head"]:
     """W_O^h (W_U W_E) W_V^g for every head (float64), the full OV circuits' cyclic products."""
-    need_unembed(model)
-    a = model.arch
-    W_U = folded_unembed(model, fold_norms).double()  # [d, V]
-    W_E = fold_write(model, model.weights.W_E, fold_norms).double()  # [V, d]
-    UE = W_U @ W_E  # [d, d], the one vocab-long product
+    W_U_raw = need_unembed(model)
+    a, w = model.arch, model.weights
+    # UE = W_U W_E [d, d], the one vocab-long product, summed over vocab blocks (the folds act on
+    # the d_model side, so they apply block by block): no float64 copy of either [V, d] matrix
+    d, V = a.d_model, W_U_raw.shape[1]
+    UE = torch.zeros(d, d, dtype=torch.float64, device=W_U_raw.device)
+    for s in range(0, V, _VOCAB_BLOCK):
+        U = fold_read(model, W_U_raw[:, s:s + _VOCAB_BLOCK], w.lnf_w, fold_norms).double()  # [d, block]
+        UE += U @ fold_write(model, w.W_E[s:s + _VOCAB_BLOCK], fold_norms).double()
     _, _, W_V = folded_qkv(model, fold_norms)
-    kv = torch.tensor([a.kv_head(h) for h in range(a.n_heads)], device=W_U.device)
+    kv = torch.tensor([a.kv_head(h) for h in range(a.n_heads)], device=W_U_raw.device)
     W_V = W_V[:, kv].double()  # [L, H, d, dh]
     W_O = fold_write(model, model.weights.W_O, fold_norms).double()  # [L, H, dh, d]
     return W_O @ UE @ W_V  # [L, H, dh, dh]
