@@ -1,0 +1,223 @@
+"""Checking circuit-discovery methods against circuits known by construction: edge scores and ROC AUC.
+
+For a :class:`~interp.groundtruth.DiscoveryTask` (a model, its true circuit, prompts grouped by length),
+a method and an ablation, every edge w → r of the model's circuit graph gets one number, the mean over
+the task's prompts of the absolute effect the method assigns to ablating that one edge:
+
+    s(w → r) = (1/P) Σ_p | Δ_p(w → r) |
+
+    Δ_p = M_p(clean, only r sees ã_w) − M_p(clean)                               "edge-patching" (exact)
+    Δ_p = (ã_w − a_w) · ∂M_p/∂x_r |clean                                          "eap"
+    Δ_p = (ã_w − a_w) · (1/m) Σ_{k=1..m} ∂M_p/∂x_r |(α = k/m on ablated → clean)   "eap-ig" (inputs path)
+
+with ã_w the ablated write: zero, the mean over the task's inputs of that length at each position
+("mean"), or the write on the input's resample partner ("resample"). The edges are then ranked by s
+and compared with the truth by ROC AUC (:func:`interp.groundtruth.roc_auc`).
+
+"acdc" is the greedy search of Conmy et al. 2023 (section 3; ACDC's ``TLACDCExperiment``): visit the
+readers from the metric backwards (reverse program order) and, for each reader, its incoming edges from
+the latest writer to the earliest; ablate the edge on top of every edge already removed, and keep it
+removed if the distance D(C) = (1/P) Σ_p |M_p(C) − M_p(clean)| grows by less than τ. It returns a set,
+not a ranking: its ROC is traced by sweeping τ (each τ one (FPR, TPR) point; the curve closed at (0, 0)
+and (1, 1) and integrated by trapezoids), as ACDC's own AUCs are.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from interp._validate import check_choice, check_positive_int
+from interp.errors import ArgumentError
+from interp.groundtruth._auc import roc_auc
+from interp.groundtruth._tasks import DiscoveryTask, PromptGroup
+
+__all__ = ["METHODS", "ABLATIONS", "EdgeRanking", "edge_ranking", "discovery_table", "ACDC_TAUS"]
+
+log = logging.getLogger(__name__)
+
+METHODS = ("eap", "eap-ig", "edge-patching", "acdc")
+ABLATIONS = ("zero", "mean", "resample")
+ACDC_TAUS = tuple(float(10.0 ** e) for e in torch.linspace(-5, 0, 11).tolist())
+
+
+@dataclass(frozen=True, eq=False)
+class EdgeRanking:
+    """One method's scores of every edge of a task's model, and how they rank the true edges.
+
+    ``scores`` [n_edges] (graph order; for "acdc" the largest τ at which the edge survived, 0 if never);
+    ``truth`` [n_edges] bool; ``auc`` the edge ROC AUC (for "acdc" from the τ sweep's ROC points ``roc``).
+    """
+
+    task: str
+    method: str
+    ablation: str
+    edges: tuple[str, ...] = field(repr=False)
+    scores: Tensor = field(repr=False)
+    truth: Tensor = field(repr=False)
+    auc: float
+    seconds: float
+    details: dict = field(default_factory=dict, repr=False)
+
+    def to_dataframe(self) -> pd.DataFrame:
+        return pd.DataFrame({"edge": list(self.edges), "score": self.scores.double().numpy(),
+                             "true": self.truth.numpy()}).sort_values("score", ascending=False, kind="stable")
+
+    def missed(self) -> list[str]:
+        """True edges ranked below the best-ranked false edge (what keeps the AUC below 1)."""
+        s = self.scores.double()
+        best_false = float(s[~self.truth].max()) if bool((~self.truth).any()) else float("-inf")
+        return [e for e, v, t in zip(self.edges, s.tolist(), self.truth.tolist()) if t and v <= best_false]
+
+
+def _ablation_args(group: PromptGroup, ablation: str) -> dict[str, Any]:
+    """edge_patch / evaluate_circuit arguments for one group: resample = the partner prompts as corrupt."""
+    if ablation == "resample":
+        return {"corrupt": group.corrupt, "ablation": "corrupt"}
+    if ablation == "mean":
+        return {"corrupt": None, "ablation": "mean", "reference": group.clean}
+    return {"corrupt": None, "ablation": "zero"}
+
+
+def _eap(model: Any, group: PromptGroup, ablation: str, steps: int) -> Tensor:
+    """Per-prompt EAP / EAP-IG (inputs path) effects [n_edges, P] with the ablated writes of ``ablation``."""
+    from interp.causal._common import make_pair
+    from interp.edges._attribution import MetricReader
+    from interp.edges._forward import EdgeForward
+    from interp.edges._graph import circuit_graph
+    from interp.edges._patch import ablated_writes
+
+    args = _ablation_args(group, ablation)
+    pair = make_pair(model, group.clean, args["corrupt"], group.metric, need_corrupt=ablation == "resample")
+    graph = circuit_graph(model)
+    fw = EdgeForward(model, graph, pair.engine)
+    if fw.post:
+        raise ArgumentError(f"model {model.name!r} is post-norm; the ground-truth models are norm-free or pre-norm")
+    abl = ablated_writes(model, pair, fw, args["ablation"], args.get("reference"), 0)
+    P, T = pair.clean.tokens.shape
+    if abl is None:
+        abl = torch.zeros(P, len(graph.writers), T, model.arch.d_model, dtype=model.dtype, device=model.device)
+    read = MetricReader(model, pair.bound, torch.arange(P, device=model.device), None)
+    ct, cm = pair.clean.tokens, pair.clean.attention_mask
+    G_sum: Optional[Tensor] = None
+    dA: Optional[Tensor] = None
+    for k in range(steps, 0, -1):  # α = 1 (the clean run) first: its writes give ΔA
+        gp = fw.gradient(ct, cm, read, mix=None if k == steps else (abl, k / steps, "inputs"), keep_writes=k == steps)
+        if k == steps:
+            dA = abl - gp.writes  # type: ignore[operator]
+        G_sum = gp.G if G_sum is None else G_sum.add_(gp.G)
+    S = fw.scores(dA, G_sum / steps, {}, frozen=False)  # type: ignore[arg-type, operator]  # [P, W, R]
+    return S[:, graph.edge_writer, graph.edge_reader].T.double().cpu()  # [E, P]
+
+
+def _patching(model: Any, group: PromptGroup, ablation: str, edges: Sequence[str]) -> Tensor:
+    """Per-prompt exact edge-patching effects [n_edges, P]."""
+    from interp.edges import edge_patch
+
+    args = _ablation_args(group, ablation)
+    corrupt = args.pop("corrupt")
+    res = edge_patch(model, group.clean, corrupt, list(edges), metric=group.metric, progress=False, **args)
+    return (res.per_prompt - res.clean_per_prompt[None]).double()
+
+
+def _acdc(model: Any, group_args: list[tuple[PromptGroup, dict]], graph: Any, taus: Sequence[float]) -> dict[float, Tensor]:
+    """The edges ACDC keeps at each τ: {τ: bool [n_edges]} (module docstring)."""
+    from interp.edges import evaluate_circuit
+
+    def distance(keep: Tensor) -> float:
+        tot, n = 0.0, 0
+        for g, args in group_args:
+            ev = evaluate_circuit(model, g.clean, args["corrupt"], [graph.edges[i] for i in torch.nonzero(keep).flatten().tolist()],
+                                  metric=g.metric, **{k: v for k, v in args.items() if k != "corrupt"})
+            d = (ev.per_prompt[0] - ev.per_prompt[1]).abs()
+            tot, n = tot + float(d.sum()), n + d.numel()
+        return tot / n
+
+    # readers from the metric backwards; each reader's edges from the latest writer to the earliest
+    er, ew = graph.edge_reader.tolist(), graph.edge_writer.tolist()
+    order = sorted(range(graph.n_edges), key=lambda i: (-er[i], -ew[i]))
+    out = {}
+    for tau in taus:
+        keep = torch.ones(graph.n_edges, dtype=torch.bool)
+        current = 0.0
+        for i in order:
+            keep[i] = False
+            d = distance(keep)
+            if d - current < tau:
+                current = d
+            else:
+                keep[i] = True
+        out[tau] = keep
+    return out
+
+
+def _sweep_auc(sets: dict[float, Tensor], truth: Tensor) -> float:
+    """ROC AUC of a thresholded method: (FPR, TPR) per τ, closed at (0, 0) and (1, 1), trapezoids."""
+    pts = {(0.0, 0.0), (1.0, 1.0)}
+    n_pos, n_neg = int(truth.sum()), int((~truth).sum())
+    for keep in sets.values():
+        pts.add((int((keep & ~truth).sum()) / n_neg, int((keep & truth).sum()) / n_pos))
+    xs, ys = zip(*sorted(pts))
+    # several TPRs at one FPR: the step goes up at that FPR (take the sorted order, which climbs it)
+    return float(sum((xs[i + 1] - xs[i]) * (ys[i + 1] + ys[i]) / 2 for i in range(len(xs) - 1)))
+
+
+def edge_ranking(task: DiscoveryTask, method: str, ablation: str, *, ig_steps: int = 5,
+                 taus: Sequence[float] = ACDC_TAUS) -> EdgeRanking:
+    """Score every edge of ``task``'s model with ``method`` under ``ablation`` and compute its edge ROC AUC."""
+    from interp.edges import circuit_graph
+
+    check_choice("method", method, METHODS)
+    check_choice("ablation", ablation, ABLATIONS)
+    check_positive_int("ig_steps", ig_steps)
+    if not isinstance(task, DiscoveryTask):
+        raise ArgumentError(f"task={type(task).__name__} must be a DiscoveryTask (tracr_task / induction_task)")
+    model = task.model
+    graph = circuit_graph(model)
+    truth = task.truth.truth(graph.edges)
+    t0 = time.perf_counter()
+    details: dict[str, Any] = {}
+    if method == "acdc":
+        sets = _acdc(model, [(g, _ablation_args(g, ablation)) for g in task.groups], graph, taus)
+        scores = torch.zeros(graph.n_edges, dtype=torch.float64)
+        for tau in sorted(sets):  # the largest τ at which the edge survives
+            scores[sets[tau]] = tau
+        auc = _sweep_auc(sets, truth)
+        details["kept"] = {tau: int(k.sum()) for tau, k in sets.items()}
+    else:
+        per = []
+        for g in task.groups:
+            if method == "edge-patching":
+                per.append(_patching(model, g, ablation, graph.edges))
+            else:
+                per.append(_eap(model, g, ablation, ig_steps if method == "eap-ig" else 1))
+        effects = torch.cat(per, dim=1)  # [E, all prompts]
+        scores = effects.abs().mean(1)
+        auc = roc_auc(scores, truth)
+        details["signed"] = effects.mean(1)
+    seconds = time.perf_counter() - t0
+    out = EdgeRanking(task=task.name, method=method, ablation=ablation, edges=tuple(graph.edges), scores=scores,
+                      truth=truth, auc=auc, seconds=seconds, details=details)
+    log.info("%s %s %s: AUC %.4f (%.1f s)", task.name, method, ablation, auc, seconds)
+    return out
+
+
+def discovery_table(tasks: Sequence[DiscoveryTask], *, methods: Sequence[str] = METHODS,
+                    ablations: Sequence[str] = ABLATIONS, ig_steps: int = 5) -> tuple[pd.DataFrame, list[EdgeRanking]]:
+    """Edge ROC AUC of every method × ablation × task: (a long table, the rankings behind it)."""
+    rows, rankings = [], []
+    for task in tasks:
+        for m in methods:
+            for a in ablations:
+                r = edge_ranking(task, m, a, ig_steps=ig_steps)
+                rankings.append(r)
+                rows.append({"model": task.name, "method": m, "ablation": a, "auc": r.auc,
+                             "true": int(r.truth.sum()), "edges": len(r.edges), "missed": len(r.missed()),
+                             "seconds": r.seconds})
+    return pd.DataFrame(rows), rankings

@@ -1,0 +1,39 @@
+"""Edge attribution on norm-free models with MLPs (the tracr programs): an MLP's input gradient is the MLP's own.
+
+Regression: without a norm before the MLP, the MLP's input was the residual tensor itself, so its
+gradient also carried every path that skips the MLP, and edges into an MLP with zero weights scored as
+much as edges to the logits.
+"""
+
+import torch
+
+import interp.edges as E
+from interp.groundtruth._discovery import _eap
+from interp.groundtruth._tasks import tracr_task
+
+
+def test_edges_into_an_empty_mlp_score_zero(tracr_programs):
+    p = tracr_programs("frac_prevs")  # layer 1 has an attention head and an all-zero MLP
+    W = p.model.weights
+    assert W.W_in[1].abs().max() == 0 and W.W_out[1].abs().max() == 0
+    task = tracr_task(p, lengths=[4], max_inputs=20)
+    graph = E.circuit_graph(p.model)
+    into = [i for i, e in enumerate(graph.edges) if e.endswith("→L1.mlp.in")]
+    assert len(into) >= 3
+    for ablation in ("zero", "resample"):
+        effects = _eap(p.model, task.groups[0], ablation, 1)  # [E, P]
+        assert effects[into].abs().max() == 0, ablation
+        head_out = graph.edges.index("L1.H0→unembed")
+        assert effects[head_out].abs().max() > 0.01, ablation
+
+
+def test_eap_under_resample_equals_edge_attribution(tracr_programs):
+    """The ground-truth scorer's EAP with the resample partners as corrupt = interp.edge_attribution's."""
+    p = tracr_programs("reverse")
+    g = tracr_task(p, lengths=[3], max_inputs=12).groups[0]
+    mine = _eap(p.model, g, "resample", 1)
+    ref = E.edge_attribution(p.model, g.clean, g.corrupt, metric=g.metric, progress=False)
+    assert torch.allclose(mine, ref.per_prompt.double(), atol=1e-6, rtol=1e-5)
+    mine_ig = _eap(p.model, g, "resample", 3)
+    ref_ig = E.edge_attribution(p.model, g.clean, g.corrupt, metric=g.metric, method="eap-ig", ig_steps=3, progress=False)
+    assert torch.allclose(mine_ig, ref_ig.per_prompt.double(), atol=1e-6, rtol=1e-5)
