@@ -45,9 +45,10 @@ gradients are taken with respect to activations only, hooks are removed in a ``f
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Iterator, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -213,7 +214,7 @@ def _run(model: Any, batch: Any, names: list[str], final: str, *, grad: bool) ->
         fwd += [(h, leaf(h)) for h in _EMBED_HOOKS.values() if h in bridge.hook_dict]
     fwd += [(n, keep(n, n == final)) for n in dict.fromkeys(names + [final])
             if not (grad and n in _EMBED_HOOKS.values())]
-    ctx = torch.enable_grad() if grad else torch.no_grad()
+    ctx = _activations_only(bridge) if grad else torch.inference_mode()
     try:
         with ctx, bridge.hooks(fwd_hooks=fwd):
             bridge(batch.tokens, attention_mask=batch.attention_mask)
@@ -222,6 +223,21 @@ def _run(model: Any, batch: Any, names: list[str], final: str, *, grad: bool) ->
     if final not in store:
         raise UnsupportedOperationError(f"model {model.name!r}: hook {final!r} did not fire during the forward pass")
     return store
+
+
+@contextlib.contextmanager
+def _activations_only(module: Any) -> Iterator[None]:
+    """Grad mode with every parameter's ``requires_grad`` off (the graph then holds activations only: no
+    tensor is kept for a weight gradient nobody asks for); the flags are restored in a ``finally``."""
+    on = [p for p in module.parameters() if p.requires_grad]
+    try:
+        for p in on:
+            p.requires_grad_(False)
+        with torch.enable_grad():
+            yield
+    finally:
+        for p in on:
+            p.requires_grad_(True)
 
 
 def _valid_keys(mask: Tensor, T: int, causal: bool) -> Tensor:
@@ -262,12 +278,12 @@ def key_fix_each(scores: Tensor, valid: Tensor, grad: Tensor, delta: Tensor) -> 
     return c.sum(dim=-2)
 
 
-def _qk_fix_layer(kind: str, Qb: Tensor, Kb: Tensor, Qs: Tensor, Ks: Tensor, A: Tensor, gA: Tensor,
-                  scale: float, valid: Tensor, group: int, each: bool, tol: float, where: str) -> Tensor:
-    """The fixed estimates of one layer's q (per query head) or k (per KV head) nodes.
+def _qk_fix_layer(kinds: set[str], Qb: Tensor, Kb: Tensor, Qs: Tensor, Ks: Tensor, A: Tensor, gA: Tensor,
+                  scale: float, valid: Tensor, group: int, each: bool, tol: float, where: str) -> dict[str, Tensor]:
+    """The fixed estimates of one layer's q (per query head) and/or k (per KV head) nodes.
 
-    Inputs as captured: Q [b, T, H, d], K [b, T, G, d], A and gA [b, H, T, T]. Returns [b, T, n] for
-    ``each`` (n = H for q, G for k; the position is the query's / key's) else [b, n].
+    Inputs as captured: Q [b, T, H, d], K [b, T, G, d], A and gA [b, H, T, T]. Returns ``{kind: [b, T, n]}``
+    for ``each`` (n = H for q, G for k; the position is the query's / key's) else ``{kind: [b, n]}``.
     """
     f = torch.float64
     Qb, Kb, Qs, Ks = (x.to(f).transpose(1, 2) for x in (Qb, Kb, Qs, Ks))  # [b, n, T, d]
@@ -282,18 +298,21 @@ def _qk_fix_layer(kind: str, Qb: Tensor, Kb: Tensor, Qs: Tensor, Ks: Tensor, A: 
             f"qk_fix=True: could not reproduce the attention pattern of {where} from its queries and keys "
             f"(max |Δ| = {gap:.2e}); this attention variant is not supported by the QK fix")
     b, H, T, _ = g.shape
-    if kind == "q":
+    out: dict[str, Tensor] = {}
+    if "q" in kinds:
         A1 = _softmax(scale * Qs @ Kb_h.transpose(-1, -2), valid)
         c = ((A1 - A0) * g).sum(-1)  # [b, H, T]: the query at t patched
-        return c.transpose(1, 2) if each else c.sum(-1)
-    if each:
-        delta = scale * Qb @ (Ks_h - Kb_h).transpose(-1, -2)
-        c = key_fix_each(scores, valid.expand(b, H, T, T), g, delta)  # [b, H, T_k]
-    else:
-        A1 = _softmax(scale * Qb @ Ks_h.transpose(-1, -2), valid)
-        c = ((A1 - A0) * g).sum(-1).sum(-1)  # [b, H]
-    c = c.reshape(b, H // group, group, *c.shape[2:]).sum(2)  # KV head g: its query heads
-    return c.transpose(1, 2) if each else c
+        out["q"] = c.transpose(1, 2) if each else c.sum(-1)
+    if "k" in kinds:
+        if each:
+            delta = scale * Qb @ (Ks_h - Kb_h).transpose(-1, -2)
+            c = key_fix_each(scores, valid.expand(b, H, T, T), g, delta)  # [b, H, T_k]
+        else:
+            A1 = _softmax(scale * Qb @ Ks_h.transpose(-1, -2), valid)
+            c = ((A1 - A0) * g).sum(-1).sum(-1)  # [b, H]
+        c = c.reshape(b, H // group, group, *c.shape[2:]).sum(2)  # KV head g: its query heads
+        out["k"] = c.transpose(1, 2) if each else c
+    return out
 
 
 def attribution_patch(
@@ -335,24 +354,33 @@ def attribution_patch(
     src_names = names + [h for l in fix_layers for h in qk[l]]
     pattern = {l: f"blocks.{l}.attn.hook_pattern" for l in fix_layers}
     base_names = src_names + list(pattern.values())
-
-    src = _run(model, src_b, list(dict.fromkeys(src_names)), final, grad=False)
-    base = _run(model, base_b, list(dict.fromkeys(base_names)), final, grad=True)
-    with torch.no_grad():
-        out_src = bound.read(model, bound.select(src[final]))
-    out_base = bound.read(model, bound.select(base[final]))
-    clean_out = (out_src if direction == "denoise" else out_base).detach()
-    M_base = bound(out_base, clean=clean_out)
-    with torch.no_grad():
-        M_src = bound(out_src, clean=clean_out)
     wrt = list(dict.fromkeys(names + list(pattern.values())))
-    grads = dict(zip(wrt, torch.autograd.grad(M_base.sum(), [base[n] for n in wrt], allow_unused=True)))
+
+    src = _run(model, src_b, list(dict.fromkeys(src_names)), final, grad=False)  # inference tensors
+    base = _run(model, base_b, list(dict.fromkeys(base_names)), final, grad=True)
+    with torch.inference_mode():
+        out_src = bound.read(model, bound.select(src[final]))
+    out_src = out_src.clone()  # a normal tensor: KL's clean reference enters the gradient run
+    with torch.enable_grad():
+        out_base = bound.read(model, bound.select(base[final]))
+        clean_out = out_src if direction == "denoise" else out_base.detach()
+        M_base = bound(out_base, clean=clean_out)
+        grads = dict(zip(wrt, torch.autograd.grad(M_base.sum(), [base[n] for n in wrt], allow_unused=True)))
     M_base = M_base.detach()
+    with torch.inference_mode():
+        M_src = bound(out_src, clean=clean_out).clone()
 
     B, T = base_b.tokens.shape
     each = positions == "each"
     valid = _valid_keys(base_b.attention_mask, T, arch.causal)
     tol = max(1e-4, 100 * torch.finfo(model.dtype).eps)
+    fixed: dict[int, dict[str, Tensor]] = {}
+    for l in fix_layers:  # every q and k estimate of the layer from one rebuilt pattern
+        Qb, Kb = _qk(model, base, qk[l])
+        Qs, Ks = _qk(model, src, qk[l])
+        kinds = {s.kind for s in sites if s.layer == l and s.kind in ("q", "k")}
+        fixed[l] = _qk_fix_layer(kinds, Qb, Kb, Qs, Ks, base[pattern[l]], grads[pattern[l]],
+                                 _attention_scale(model, l), valid, arch.group_size, each, tol, f"layer {l}")
     per_node: list[Tensor] = []  # each [b] or [b, T]
     for site in sites:
         a_b, a_s = base[site.hook].detach(), src[site.hook]
@@ -370,12 +398,7 @@ def attribution_patch(
             c = prod.sum(-1)[:, :, site.slots]  # [b, T, n]
         c = c if each else c.sum(1)
         if site.kind in ("q", "k") and qk_fix:
-            Qb, Kb = _qk(model, base, qk[site.layer])
-            Qs, Ks = _qk(model, src, qk[site.layer])
-            fixed = _qk_fix_layer(site.kind, Qb, Kb, Qs, Ks, base[pattern[site.layer]], grads[pattern[site.layer]],
-                                  _attention_scale(model, site.layer), valid, arch.group_size, each, tol,
-                                  f"layer {site.layer}")
-            c = fixed[..., site.slots].to(c.dtype)
+            c = fixed[site.layer][site.kind][..., site.slots].to(c.dtype)
         per_node.extend(c[..., i] for i in range(c.shape[-1]))
     est = torch.stack(per_node).detach()  # [n, b] or [n, b, T]
     if each:
