@@ -22,7 +22,8 @@
 #
 # 1. attribute the logit difference by head and print the closure error against the model's own logits;
 # 2. plot the layer × head heatmap and a waterfall of the largest terms;
-# 3. look at the attention patterns of the top heads;
+# 3. look at the attention patterns of the top heads, split each head's term by source position and read
+#    what it copies from there (`unit="head_source"`, `interp.ov_at`);
 # 4. run a small dataset sweep in batches (with a progress bar);
 # 5. compare against transformer-lens's own `direct_logit_attribution` on one prompt.
 #
@@ -125,6 +126,42 @@ for i, head in enumerate(pats.labels):
 pats.plot()
 
 # %% [markdown]
+# ## By source position: what each head reads, and what it copies from there
+#
+# A head's term is exactly a sum over the positions it attends to: its output at the final token is
+# Σ_src A[dst, src] · v_src W_O, so with the final norm frozen its term splits into one term per source
+# token, `L23.H3[src=4]` (docs/math.md §5; the value bias goes with the sources, weighted by A, and the
+# split still sums to the head's term exactly). `unit="head_source"` gives all of them; the heatmap shows
+# the heads with the largest terms against the prompt's tokens.
+
+# %%
+src = interp.attribute_logits(model, prompts[0], answer=answers[0], wrong=wrongs[0], unit="head_source")
+by_head = interp.attribute_logits(model, prompts[0], answer=answers[0], wrong=wrongs[0])
+print(src)
+print("max |Σ_src term − head term| =", f"{(src.head_matrix() - by_head.head_matrix()).abs().max().item():.1e}")
+src.plot(prompt=0)
+
+# %% [markdown]
+# For each of the top heads: the source that contributes most, its attention weight, and what the head
+# copies from it — `interp.ov_at` carries v_src W_O through the final norm with the scale frozen at the final
+# token (the real pass's σ) and reads it as logits. Times the attention weight, the answer − wrong entry of
+# those logits is exactly the head's term from that source.
+
+# %%
+mary, john = (model.tokenizer(x, add_special_tokens=False)["input_ids"][0] for x in (answers[0], wrongs[0]))
+toks0 = src.prompt_str_tokens[0]
+grid = src.source_matrix(prompt=0)  # [n_layers, n_heads, n_src]
+for head in top_heads[:4]:
+    l, h = (int(x) for x in head[1:].split(".H"))
+    s = int(grid[l, h].abs().argmax())
+    ov = interp.ov_at(model, prompts[0], l, h, src=s)
+    term = ov.weight * (ov.logits[mary] - ov.logits[john]).item()
+    top = [ov.token_strs[str(t)] for t in ov.logits.topk(5).indices.tolist()]
+    print(f"{head}: from {toks0[s]!r} (pos {s}, A = {ov.weight:.2f}) term {grid[l, h, s].item():+.2f} "
+          f"(= A × logit diff of the copy {term:+.2f}); copies {top}")
+ov.plot()
+
+# %% [markdown]
 # ## A small dataset sweep
 #
 # `attribute_logits` streams any number of prompts in batches (`batch_size`) with a progress bar and
@@ -187,6 +224,8 @@ print(f"notebook runtime: {time.perf_counter() - T0:.0f} s")
 #   attends to " Mary" and pushes it down, and the largest head, L23.H3, attends mostly to " John" yet
 #   raises the difference — attention alone does not say what a head writes; its OV circuit does
 #   (notebook 03).
+# * By source position, each top head's term comes mostly from one token of the prompt, and `ov_at` shows
+#   what the head copies from it; the per-source terms sum back to the head's term to float rounding.
 # * The batched sweep gives per-head means that agree with the small set, with a progress bar and only
 #   `[n_terms, n_prompts]` kept in memory.
 # * transformer-lens's compatibility-mode DLA gives the same per-head numbers to float rounding.

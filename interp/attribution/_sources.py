@@ -32,6 +32,7 @@ from interp._result import Result
 from interp._validate import check_index, check_int, check_positive_int
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Head
+from interp.models import readable_token
 from interp.stream._capture import capture
 from interp.stream._inputs import as_batch, require_model
 
@@ -92,8 +93,8 @@ class OVAt(Result):
     is exactly the ``L{l}.H{h}[src=s]`` term of :func:`interp.attribute_logits` for the logit of t.
 
     Contract (:class:`interp._result.Result`): rows are vocabulary tokens labelled by id (``r[17]`` or
-    ``r["17"]`` is token 17's logit); ``to_dataframe()`` columns ``token``, ``token_str`` (decoded for the
-    top and bottom ``k`` tokens), ``logit``, ``weighted``; ``top`` ranks by the signed ``logit`` (what the
+    ``r["17"]`` is token 17's logit); ``to_dataframe()`` columns ``token``, ``token_str`` (readable text of
+    the top and bottom ``k`` tokens), ``logit``, ``weighted``; ``top`` ranks by the signed ``logit`` (what the
     head copies here, largest first).
     """
 
@@ -191,7 +192,7 @@ def ov_at(model: Any, inputs: Union[str, list, Tensor], layer: int, head: int, *
     if model.tokenizer is not None:
         kk = min(k, logits.shape[0])
         ids = torch.cat([logits.topk(kk).indices, (-logits).topk(kk).indices]).tolist()
-        strs = {str(t): model.tokenizer.decode([t]) for t in ids}
+        strs = {str(t): readable_token(model.tokenizer, t) for t in ids}  # byte pieces as \xNN escapes
         toks = model.to_str_tokens(batch.tokens[bi, :n_real])
     return OVAt(layer=layer, head=head, src=s, dst=d, prompt=bi, weight=weight, logits=logits.cpu(),
                 src_token=toks[s] if toks else None, dst_token=toks[d] if toks else None, token_strs=strs)

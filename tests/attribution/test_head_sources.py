@@ -13,6 +13,7 @@ import interp
 from interp.attribution import OVAt, attribute_logits, ov_at
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.labels import HeadSource
+from interp.models import readable_token
 from interp.plots import head_source_heatmap
 from interp.plots._common import quoted
 from tiny_models import tiny_model
@@ -125,7 +126,7 @@ def test_ov_at_is_the_per_source_term_divided_by_the_pattern(family):
     top = r.top(3)
     assert list(top["token"]) == r.logits.topk(3).indices.tolist()
     if m.tokenizer is not None:
-        assert r.token_strs[str(int(top["token"][0]))] == m.tokenizer.decode([int(top["token"][0])])
+        assert r.token_strs[str(int(top["token"][0]))] == readable_token(m.tokenizer, int(top["token"][0]))
         ids = inputs[0] if torch.is_tensor(inputs) else m.to_tokens(inputs)[0]
         assert r.src_token == m.to_str_tokens(ids)[s]
 
