@@ -104,11 +104,11 @@ class _Grid:
         if isinstance(lab, (L.Head, L.HeadInput, L.Attn)):
             return (lab.layer, 0)
         if isinstance(lab, L.Bias):
-            return (lab.layer, 0 if lab.sublayer == "attn" else 1)
+            return (lab.layer_index, 0 if lab.sublayer == "attn" else 1)
         if isinstance(lab, (L.Mlp, L.MlpInput, L.Neuron)):
             return (lab.layer, 1)
         if isinstance(lab, L.NormBias):
-            return (lab.norm.layer, 0 if lab.norm.which == "ln1" else 1)
+            return (lab.layer_index, 0 if lab.norm.which == "ln1" else 1)
         return (lab.layer_index, 1)
 
     def tick_text(self) -> list[str]:
@@ -366,8 +366,8 @@ def circuit_graph_figure(
     # nodes: degree and summed scores over every given edge (not only the drawn ones)
     deg_in: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     deg_out: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    for e, v in zip(edges, s):
-        w, _, r = str(e).partition(L.ARROW)
+    for edge, v in zip(edges, s):
+        w, _, r = str(edge).partition(L.ARROW)
         deg_out[w][0] += 1
         deg_out[w][1] += float(v) if math.isfinite(v) else 0.0
         deg_in[r][0] += 1
@@ -385,15 +385,15 @@ def circuit_graph_figure(
             lines = [f"<b>{esc(n.label)}</b>" + _kind_note(n, parsed_lab=L.parse(n.label), grid=grid)]
             lines += _info_lines(info.get(n.label))
             if n.label in deg_out:
-                c, t = deg_out[n.label]
-                lines.append(f"out: {_n_edges(c)}, Σ {esc(score_name)} {fmt(t)}")
+                n_e, tot = deg_out[n.label]
+                lines.append(f"out: {_n_edges(n_e)}, Σ {esc(score_name)} {fmt(tot)}")
             if n.label in deg_in:
-                c, t = deg_in[n.label]
-                lines.append(f"in: {_n_edges(c)}, Σ {esc(score_name)} {fmt(t)}")
+                n_e, tot = deg_in[n.label]
+                lines.append(f"in: {_n_edges(n_e)}, Σ {esc(score_name)} {fmt(tot)}")
             for port in _input_ports(n, grid):  # a head's or an MLP's inputs are read through its ports
                 if port in deg_in:
-                    c, t = deg_in[port]
-                    lines.append(f"in via {esc(port)}: {_n_edges(c)}, Σ {esc(score_name)} {fmt(t)}")
+                    n_e, tot = deg_in[port]
+                    lines.append(f"in via {esc(port)}: {_n_edges(n_e)}, Σ {esc(score_name)} {fmt(tot)}")
             hover.append("<br>".join(lines))
             v = (info.get(n.label) or {}).get(node_value)
             colour.append(float(v) if isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) else math.nan)

@@ -36,9 +36,9 @@ from interp._validate import check_bool, check_int_min, check_positive_int
 from interp.attribution import attribute_logits
 from interp.causal import LogitDiff
 from interp.circuits import ov_circuit
-from interp.edges import edge_attribution, edge_patch, faithfulness_curve
+from interp.edges import MIB_SIZES, edge_attribution, edge_patch, faithfulness_curve
 from interp.errors import ArgumentError, InterpError
-from interp.labels import Head, Mlp, parse
+from interp.labels import Head, HeadInput, Mlp, parse
 from interp.plots._attention_view import attention_view
 from interp.plots._circuit_graph import circuit_graph_figure
 from interp.plots._common import esc, fmt
@@ -86,7 +86,7 @@ def _head_scores(edges: Sequence[str], scores: np.ndarray) -> dict[str, float]:
             node = parse(lab)
             if isinstance(node, Head):
                 out[lab] = out.get(lab, 0.0) + float(s)
-            elif getattr(node, "which", None) == "q":
+            elif isinstance(node, HeadInput) and node.which == "q":
                 h = str(Head(node.layer, node.head))
                 out[h] = out.get(h, 0.0) + float(s)
     return out
@@ -97,6 +97,8 @@ def _dla(model: Any, task: Any, nodes: set[str]) -> tuple[dict[str, float], str]
     m = task.metric
     if not isinstance(m, LogitDiff) or not model.arch.has_logits:
         return {}, "direct logit attribution needs a logit-difference metric on a model with logits"
+    if isinstance(m.pos, str):
+        return {}, f"direct logit attribution reads one position per prompt; the metric pools pos={m.pos!r}"
     attr = attribute_logits(model, task.clean, answer=m.answer, wrong=m.wrong, pos=m.pos, unit="head")
     vals = attr.values.double().mean(-1)
     return {lab: float(v) for lab, v in zip(attr.labels, vals) if lab in nodes}, (
@@ -188,9 +190,9 @@ def circuit_report(
                 sc = sc.with_exact(edge_patch(model, task.clean, task.corrupt, top, metric=task.metric,
                                               progress=progress))
         with steps("faithfulness curve"):
-            kw = {"sizes": sizes} if sizes is not None else {}
             curve = faithfulness_curve(model, task.clean, task.corrupt, sc, metric=task.metric,
-                                       ablations=tuple(ablations), progress=progress, **kw)
+                                       ablations=tuple(ablations), progress=progress,
+                                       sizes=MIB_SIZES if sizes is None else sizes)
             figs["faithfulness"] = curve.plot()
         scores = sc.scores.double().numpy()
         drawn = np.argsort(-np.abs(scores), kind="stable")[:max_edges]
@@ -216,7 +218,7 @@ def circuit_report(
             figs["circuit_graph"] = circuit_graph_figure(sc, node_info=info, max_edges=max_edges)
             view = pats.view(title=f"Attention of the {min(6, len(heads))} heads with the most edge weight") \
                 if pats is not None else None
-            if view is not None and len(heads) > 6:
+            if pats is not None and view is not None and len(heads) > 6:
                 view = attention_view(pats.patterns[:6], pats.str_tokens, heads=pats.labels[:6], title=view.title)
         with steps("write"):
             files, _ = _export_static({k: figs[k] for k in ("faithfulness",)}, out, exporter, static=static)
@@ -288,19 +290,19 @@ def _page(model: Any, task: Any, task_name: str, sc: Any, curve: Any, figs: dict
                       "All edges with their scores: <a href='edges.json'>edges.json</a>.")
     df = sc.to_dataframe()
     df = df.reindex(df["score"].abs().sort_values(ascending=False, kind="stable").index).head(25)
-    rows = [[f"<code>{esc(e)}</code>", fmt(s), fmt(x) if x == x else "—"]
+    edge_rows = [[f"<code>{esc(e)}</code>", fmt(s), fmt(x) if x == x else "—"]
             for e, s, x in zip(df["edge"], df["score"], df["exact"] if "exact" in df else [math.nan] * len(df))]
     corr = r["spearman_score_vs_exact"]
     note = (f"Exact effect: M with only the reader seeing the writer's corrupt value − M(clean) "
             f"({r['n_exact']} edges patched; Spearman rank correlation with the scores "
             f"{fmt(corr, 3) if corr is not None else '—'}).")
-    page.section("Top edges", data_table(["edge", "score", "exact effect"], rows, numeric=[False, True, True]),
+    page.section("Top edges", data_table(["edge", "score", "exact effect"], edge_rows, numeric=[False, True, True]),
                  anchor="edges", note=note)
-    rows = [[esc(a), f"{float(p):.3f}", f"{float(c):.3f}", fmt(r["smallest_80"][a], 3)]
+    curve_rows = [[esc(a), f"{float(p):.3f}", f"{float(c):.3f}", fmt(r["smallest_80"][a], 3)]
             for a, p, c in zip(curve.ablations, curve.cpr, curve.cmd)]
     body = (page.figure(figs["faithfulness"], files=files.get("faithfulness", []))
             + data_table(["ablation", "CPR (area under faithfulness)", "CMD (area of |1 − faithfulness|)",
-                          "smallest k with faithfulness ≥ 0.8"], rows, numeric=[False, True, True, True])
+                          "smallest k with faithfulness ≥ 0.8"], curve_rows, numeric=[False, True, True, True])
             + "<p class='files'>numbers: <a href='faithfulness.json'>faithfulness.json</a></p>")
     page.section("Faithfulness", body, anchor="faithfulness",
                  note="Faithfulness (M(C) − M(∅)) / (M(all) − M(∅)) of the top-k circuits, every edge outside the "

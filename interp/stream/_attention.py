@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Sequence, Union, overload
 
 import numpy as np
 import pandas as pd
@@ -153,6 +153,14 @@ def _parse_heads(heads: Sequence[Any], n_layers: int, n_heads: int) -> list[tupl
     return out
 
 
+@overload
+def attention_patterns(model: Model, inputs: Union[str, Sequence[str], Tensor], heads: Sequence[Any], *,
+                       prompt: int = 0) -> AttentionPatterns: ...
+@overload
+def attention_patterns(model: Model, inputs: Union[str, Sequence[str], Tensor], heads: Sequence[Any], *,
+                       prompt: None) -> AttentionPatternBatch: ...
+
+
 def attention_patterns(
     model: Model, inputs: Union[str, Sequence[str], Tensor], heads: Sequence[Any], *, prompt: Optional[int] = 0,
 ) -> Union[AttentionPatterns, AttentionPatternBatch]:
@@ -178,13 +186,17 @@ def attention_patterns(
     return AttentionPatterns(patterns=pats, labels=[f"L{l}.H{h}" for l, h in hl], str_tokens=toks)
 
 
+def _heads_of(hs: list[int]) -> Callable[[Tensor], Tensor]:
+    """A capture reducer keeping heads ``hs`` of a [batch, n_heads, q, k] pattern."""
+    return lambda x: x[:, hs]
+
+
 def _all_prompts(model: Model, b: Any, hl: list[tuple[int, int]]) -> AttentionPatternBatch:
     """Every prompt's patterns of heads ``hl`` from one pass, padding zeroed."""
     layers = sorted({l for l, _ in hl})
     names = [f"blocks.{l}.attn.hook_pattern" for l in layers]
     keep = {l: sorted({h for ll, h in hl if ll == l}) for l in layers}
-    acts, _ = capture(model, b, names, reducers={f"blocks.{l}.attn.hook_pattern": (lambda x, hs=keep[l]: x[:, hs])
-                                                  for l in layers})
+    acts, _ = capture(model, b, names, reducers={f"blocks.{l}.attn.hook_pattern": _heads_of(keep[l]) for l in layers})
     mask = b.attention_mask.bool()
     real = (mask[:, :, None] & mask[:, None, :])[None]  # [1, prompt, q, k]
     pats = torch.stack([acts[f"blocks.{l}.attn.hook_pattern"][:, keep[l].index(h)] for l, h in hl]).float()

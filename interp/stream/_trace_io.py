@@ -122,7 +122,8 @@ def load_trace(cls: type, path: Union[str, os.PathLike]) -> Any:
     try:
         fields = json.loads(meta["fields"])
         arch = ArchInfo(**fields["arch"])
-        weights = Weights(**{f.name: None for f in dataclasses.fields(Weights)}).with_updates(
+        blank: dict[str, Any] = {f.name: None for f in dataclasses.fields(Weights)}  # only what decompose reads is saved
+        weights = Weights(**blank).with_updates(
             **{name: tensors[f"w/{name}"] for name in fields["weights"]})
         projected = None
         if fields["projected"] is not None:
