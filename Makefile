@@ -21,10 +21,10 @@ $(STAMP): pyproject.toml constraints.txt scripts/setup_system.sh
 	touch $(STAMP)
 
 test: setup
-	$(VENV)/bin/lint-imports --no-cache && $(PY) -m pytest
+	$(VENV)/bin/lint-imports --no-cache && $(PY) -m mypy && $(PY) -m pytest
 
 test-fast: setup
-	$(VENV)/bin/lint-imports --no-cache && $(PY) -m pytest -m "not real and not slow"
+	$(VENV)/bin/lint-imports --no-cache && $(PY) -m mypy && $(PY) -m pytest -m "not real and not slow"
 
 demo: setup
 	$(VENV)/bin/interp report --model smollm2-135m --out report/
@@ -37,4 +37,4 @@ bench: setup
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) report .pytest_cache
+	rm -rf $(VENV) report .pytest_cache .mypy_cache
