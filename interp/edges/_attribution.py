@@ -47,6 +47,7 @@ from interp.edges._forward import EdgeForward
 from interp.edges._graph import CircuitGraph, circuit_graph
 from interp.edges._scores import EdgeScores
 from interp.errors import ArgumentError, UnsupportedOperationError
+from interp.models import Model
 from interp.stream._inputs import require_model
 
 __all__ = ["edge_attribution", "METHODS", "MetricReader"]
@@ -64,7 +65,7 @@ class MetricReader:
     encoders), ``head(y)`` = M from it (the metric position or the mean over real tokens, then the
     unembedding for logit metrics). ``reader(x)`` = head(norm(x)). Refuses metrics without a gradient."""
 
-    def __init__(self, model: Any, bound: BoundMetric, prompt: Tensor, clean_out: Optional[Tensor], *,
+    def __init__(self, model: Model, bound: BoundMetric, prompt: Tensor, clean_out: Optional[Tensor], *,
                  name: str = "metric"):
         self.model, self.bound, self.prompt, self.clean_out, self.name = model, bound, prompt, clean_out, name
 
@@ -90,7 +91,7 @@ class MetricReader:
 
 
 def edge_attribution(
-    model: Any,
+    model: Model,
     clean: Any,
     corrupt: Any,
     *,
@@ -163,7 +164,7 @@ def _default_batch(graph: CircuitGraph, arch: Any, T: int) -> int:
     return max(1, int(1e9 // max(per_prompt, 1)))
 
 
-def _chunk(model: Any, pair: Any, fw: EdgeForward, idx: Tensor, steps: int, ig_at: str, scale: str, tok_w: int,
+def _chunk(model: Model, pair: Any, fw: EdgeForward, idx: Tensor, steps: int, ig_at: str, scale: str, tok_w: int,
            bar: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Scores [n_edges, p], completeness sums [p], M(clean) [p], M(corrupt) [p] for the prompts ``idx``."""
     e, g = pair.engine, fw.g

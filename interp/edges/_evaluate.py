@@ -40,6 +40,7 @@ from interp.edges._graph import CircuitGraph, circuit_graph
 from interp.edges._patch import ablated_writes, check_edge_ablation
 from interp.edges._scores import EdgeCircuit, EdgeScores
 from interp.errors import ArgumentError
+from interp.models import Model
 from interp.stream._inputs import require_model
 
 __all__ = ["evaluate_circuit", "faithfulness_curve", "CircuitEvaluation", "FaithfulnessCurve", "MIB_SIZES",
@@ -211,7 +212,7 @@ class FaithfulnessCurve(Result):
         return fig
 
 
-def _setup(model: Any, clean: Any, corrupt: Any, metric: Any, ablation: str, reference: Any):
+def _setup(model: Model, clean: Any, corrupt: Any, metric: Any, ablation: str, reference: Any):
     require_model(model)
     check_edge_ablation(ablation, reference, corrupt)
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=ablation == "corrupt")
@@ -219,7 +220,7 @@ def _setup(model: Any, clean: Any, corrupt: Any, metric: Any, ablation: str, ref
     return pair, graph, EdgeForward(model, graph, pair.engine)
 
 
-def _reader(model: Any, pair: Any) -> Any:
+def _reader(model: Model, pair: Any) -> Any:
     bound = pair.bound
     clean_out = None
     if bound.needs_clean:
@@ -229,7 +230,7 @@ def _reader(model: Any, pair: Any) -> Any:
 
 
 def evaluate_circuit(
-    model: Any,
+    model: Model,
     clean: Any,
     corrupt: Any = None,
     circuit: Any = (),
@@ -261,7 +262,7 @@ def evaluate_circuit(
 
 
 def faithfulness_curve(
-    model: Any,
+    model: Model,
     clean: Any,
     corrupt: Any,
     scores: EdgeScores,

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from interp.causal._engine import Engine, RunCache
+from interp.models import Model
 from interp.edges._graph import CircuitGraph
 
 __all__ = ["EdgeForward", "GradientPass", "norm_vjp"]
@@ -72,7 +73,7 @@ class GradientPass:
 class EdgeForward:
     """Forward passes of one model over its circuit graph (see the module docstring)."""
 
-    def __init__(self, model: Any, graph: CircuitGraph, engine: Optional[Engine] = None):
+    def __init__(self, model: Model, graph: CircuitGraph, engine: Optional[Engine] = None):
         self.model, self.g = model, graph
         self.e = engine if engine is not None else Engine(model)
         a = model.arch

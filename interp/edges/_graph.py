@@ -226,7 +226,8 @@ def graph_from_edges(edges: Iterable[str], *, model_name: str = "", n_layers: in
     w_names = dict.fromkeys(p[0] for p in pairs)
     r_names = dict.fromkeys(p[1] for p in pairs)
     winfo = sorted((_writer_info(t) for t in w_names),
-                   key=lambda w: (w.layer, {"embed": 0, "head": 1, "mlp": 2}[w.kind], w.head, w.site))
+                   key=lambda w: (w.layer, {"embed": 0, "head": 1, "mlp": 2}[w.kind], w.head,
+                                  {"embed.token": 0, "embed.pos": 1, "embed.type": 2}.get(w.site, 0)))
     rinfo = sorted((_reader_info(t, n_layers) for t in r_names),
                    key=lambda r: (r.layer, _READER_ORDER[r.kind], r.head))
     wpos = {w.label: i for i, w in enumerate(winfo)}

@@ -34,6 +34,7 @@ from interp.edges._forward import EdgeForward
 from interp.edges._graph import CircuitGraph, ReaderInfo, WriterInfo, circuit_graph
 from interp.errors import ArgumentError
 from interp.stream._inputs import require_model
+from interp.models import Model
 
 __all__ = ["edge_patch", "ablated_writes", "check_edge_ablation"]
 
@@ -50,7 +51,7 @@ def check_edge_ablation(ablation: str, reference: Any, corrupt: Any) -> None:
         raise ArgumentError(f"reference is only used with ablation='mean' or 'resample', not ablation={ablation!r}")
 
 
-def ablated_writes(model: Any, pair: Any, fw: EdgeForward, ablation: str, reference: Any, seed: int,
+def ablated_writes(model: Model, pair: Any, fw: EdgeForward, ablation: str, reference: Any, seed: int,
                    k_run: Optional[RunCache] = None) -> Optional[Tensor]:
     """ã [P, W, T, d] for every writer: the corrupt run's writes, None (zero), the mean over the reference
     prompts (per position when they have the clean length, else over every token) or a seeded resample."""
@@ -139,7 +140,7 @@ class _Replay:
 
 
 def edge_patch(
-    model: Any,
+    model: Model,
     clean: Any,
     corrupt: Any = None,
     edges: Sequence[Any] = (),
@@ -183,7 +184,7 @@ def edge_patch(
     )
 
 
-def sweep_edges(model: Any, pair: Any, graph: CircuitGraph, idx: list[int], ablation: str, reference: Any,
+def sweep_edges(model: Model, pair: Any, graph: CircuitGraph, idx: list[int], ablation: str, reference: Any,
                 seed: int, batch_size: Optional[int], progress: bool) -> tuple[Tensor, Tensor, Tensor]:
     """(values [n_edges, P], M(clean) [P], M(corrupt) [P]) for the checked inputs."""
     e: Engine = pair.engine

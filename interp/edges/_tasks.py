@@ -139,8 +139,12 @@ class Task:
 
 
 def _single_token(model: Any, text: str) -> Optional[int]:
-    ids = model.tokenizer(text, add_special_tokens=False)["input_ids"]
-    return int(ids[0]) if len(ids) == 1 else None
+    """The id of ``text`` if it is one token that decodes back to it (not an unknown-word token)."""
+    tok = model.tokenizer
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1 or ids[0] == getattr(tok, "unk_token_id", None) or tok.decode(ids).strip() != text.strip():
+        return None
+    return int(ids[0])
 
 
 def _lengths(model: Any, prompts: list[str]) -> list[int]:
