@@ -36,11 +36,13 @@ masked (no cancellation in 1 − p). Other nodes keep the plain estimate: a head
 resid point or a value does not reach M through its own softmax (for a head's output Δz is the exact
 change of the head's attention output, softmax included).
 
-Steps: (1) the source run (no gradient) keeps every node's activation (and rotated q/k for the fix);
+Steps: (1) the source run (inference mode) keeps every node's activation (and rotated q/k for the fix);
 (2) the base run keeps the same with their autograd graph and stops after the last block; M is read at
 its position; (3) one ``autograd.grad`` of Σ_prompts M gives ∂M/∂a_n for every node (and ∂M/∂A where
-the fix needs it); (4) ĉ(n) = Σ Δa_n·∂M/∂a_n per prompt and position. Parameters are never touched:
-gradients are taken with respect to activations only, hooks are removed in a ``finally``.
+the fix needs it); (4) ĉ(n) = Σ Δa_n·∂M/∂a_n per prompt and position. Gradients are taken with respect
+to activations only: for the gradient run every parameter's ``requires_grad`` is switched off (the graph
+starts at the embeddings) and restored in a ``finally``, as the hooks are removed — after an exception or a
+KeyboardInterrupt too.
 """
 
 from __future__ import annotations
