@@ -117,28 +117,26 @@ class LogitLens(Result):
         """One row per (point, prompt, real kept position): the input token there, the top token, its
         logit and probability, and ``value`` — the target's readout if one was asked for, else the
         top token's logit."""
-        P, B, S, _ = self.top_tokens.shape
-        mask = self.attention_mask.bool()
-        rows = []
-        tt, tl, tp = self.top_tokens[..., 0], self.top_logits[..., 0].double(), self.top_probs[..., 0].double()
-        tv = None if self.target_values is None else self.target_values.double()
-        for i, lab in enumerate(self.labels):
-            depth = self.layer_of(lab)
-            for b in range(B):
-                for s in range(S):
-                    if not bool(mask[b, s]):
-                        continue
-                    p = int(self.positions[b, s])
-                    tok = int(self.tokens[b, p])
-                    row = {"point": lab, "depth": depth, "prompt": b, "pos": p,
-                           "input_token": self.str_tokens[b][p] if self.str_tokens else f"#{tok}",
-                           "top_token": self.token_str(int(tt[i, b, s])), "top_logit": float(tl[i, b, s]),
-                           "top_prob": float(tp[i, b, s])}
-                    if tv is not None:
-                        row["target"] = float(tv[i, b, s])
-                    row["value"] = row["target"] if tv is not None else row["top_logit"]
-                    rows.append(row)
-        return pd.DataFrame(rows)
+        P = len(self.labels)
+        b, s = self.attention_mask.bool().nonzero(as_tuple=True)  # real kept cells, prompt-major
+        pos = self.positions[b, s]
+        n = int(b.numel())
+        ids = self.tokens[b, pos].tolist()
+        inputs = ([self.str_tokens[i][p] for i, p in zip(b.tolist(), pos.tolist())] if self.str_tokens
+                  else [f"#{t}" for t in ids])
+        top = self.top_tokens[:, b, s, 0].reshape(-1).tolist()
+        df = pd.DataFrame({
+            "point": [lab for lab in self.labels for _ in range(n)],
+            "depth": [self.layer_of(lab) for lab in self.labels for _ in range(n)],
+            "prompt": b.repeat(P).numpy(), "pos": pos.repeat(P).numpy(), "input_token": inputs * P,
+            "top_token": [self.token_str(t) for t in top],
+            "top_logit": self.top_logits[:, b, s, 0].double().reshape(-1).numpy(),
+            "top_prob": self.top_probs[:, b, s, 0].double().reshape(-1).numpy(),
+        })
+        if self.target_values is not None:
+            df["target"] = self.target_values[:, b, s].double().reshape(-1).numpy()
+        df["value"] = df["target"] if self.target_values is not None else df["top_logit"]
+        return df
 
     def plot(self, *, prompt: int = 0, value: str = "auto") -> Any:
         """Points × positions heatmap for one prompt: the top token at each cell (text), coloured by
