@@ -1,4 +1,4 @@
-"""Norm linearisation with the per-token scale frozen from the forward pass (DESIGN "Math" 2).
+"""Norm linearisation with the per-token scale frozen from the forward pass (docs/math.md §3).
 
     LayerNorm(x) = γ ⊙ (x − mean(x)) / σ + β,   σ = sqrt(var(x) + ε)
     RMSNorm(x)   = γ ⊙ x / σ,                   σ = sqrt(mean(x²) + ε)

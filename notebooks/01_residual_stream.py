@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 01 · The residual stream, decomposed exactly
 #
-# **What this shows.** The residual-stream view of a transformer (seed 000; Elhage et al. 2021, §2):
+# **What this shows.** The residual-stream view of a transformer (Elhage et al. 2021, §2):
 # each token carries one `d_model`-dimensional vector from the embedding to the unembedding, and every
 # sublayer *reads* from it and *writes* back into it. We
 #
@@ -24,7 +24,7 @@
 #    points;
 # 2. decompose a residual point and a read point (the query input of one head) into per-head / per-MLP
 #    terms and print the **closure error** |Σ terms − the model's own tensor|;
-# 3. do the same for the post-norm **MiniLM** encoder (seeds 001, 003, 004: "Add & Norm"), where the raw
+# 3. do the same for the post-norm **MiniLM** encoder ("Add & Norm"), where the raw
 #    writes do *not* add up to the hidden state, and show how interp carries every write through each
 #    later norm with the norm's scale frozen from the forward pass.
 #
@@ -55,7 +55,7 @@ T0 = time.perf_counter()
 #
 # $$x_\text{mid} = x + \text{Attn}(N_1(x)), \qquad x_\text{out} = x_\text{mid} + \text{MLP}(N_2(x_\text{mid})),$$
 #
-# with one final norm before the unembedding. (Seed 003 writes the pre-norm residual as
+# with one final norm before the unembedding. (A common mis-statement writes the pre-norm residual as
 # $t^3 = t^2 + t^1$ with $t^1 = \text{LN}(x)$, i.e. it adds the *normalised* input back; that is wrong —
 # the un-normalised $x$ is carried forward, which is why the stream stays additive.)
 # So the residual stream at any point is the sum of everything written before it: the embedding, each
@@ -111,7 +111,7 @@ q.plot(k=15)
 
 # %% [markdown]
 # The same token's whole stream, layer by layer: the norm of the stream at every resid point, and how
-# large each sublayer's write is (seed 000's picture). In a pre-norm model a write, once added, stays in
+# large each sublayer's write is (the residual-stream picture). In a pre-norm model a write, once added, stays in
 # the stream unchanged.
 
 # %%
@@ -123,7 +123,7 @@ residual_stream_figure(tr, pos=-1)
 # ## Post-norm: Add & Norm rescales everything already in the stream
 #
 # The original Transformer and BERT (MiniLM is a 6-layer BERT) put the norm *after* the residual
-# addition (seeds 001, 004):
+# addition ("Add & Norm"):
 #
 # $$x_\text{mid} = N_1(x + \text{Attn}(x)), \qquad x_\text{out} = N_2(x_\text{mid} + \text{MLP}(x_\text{mid})).$$
 #
@@ -202,7 +202,7 @@ print("worst relative closure error:", f"{closure.relative_error.max():.1e}")
 closure
 
 # %%
-assert closure.relative_error.max() < 1e-4, closure  # DESIGN "Math" 1-3: exact up to fp32 rounding
+assert closure.relative_error.max() < 1e-4, closure  # docs/math.md §2-4: exact up to fp32 rounding
 
 # %%
 print(f"notebook runtime: {time.perf_counter() - T0:.0f} s")

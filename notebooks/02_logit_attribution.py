@@ -18,7 +18,7 @@
 #
 # **What this shows.** Direct logit attribution (DLA) made exact: with the final norm's scale frozen
 # from the forward pass, the logit difference logit(answer) − logit(wrong) is *exactly* the sum of one
-# term per head, MLP and embedding (DESIGN "Math" 5). On an indirect-object (IOI) prompt set we
+# term per head, MLP and embedding (docs/math.md §5). On an indirect-object (IOI) prompt set we
 #
 # 1. attribute the logit difference by head and print the closure error against the model's own logits;
 # 2. plot the layer × head heatmap and a waterfall of the largest terms;

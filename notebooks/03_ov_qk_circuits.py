@@ -17,7 +17,7 @@
 # # 03 · OV and QK circuits: A ⊗ W_O W_V, from a toy to smollm2
 #
 # **What this shows.** With its attention pattern A frozen, a head is the linear map
-# h(X) = A X W_V W_O — in the paper's notation (A ⊗ W_O W_V)·x (Elhage et al. 2021; seed 002 §6). *Where*
+# h(X) = A X W_V W_O — in the paper's notation (A ⊗ W_O W_V)·x (Elhage et al. 2021). *Where*
 # a head looks is its QK circuit W_Q W_Kᵀ, *what* it moves is its OV circuit W_V W_O. On the 2-layer
 # attention-only toy (**toy-attn-only-2l**, trained by interp on sequences with repeated spans) we
 #
@@ -179,7 +179,7 @@ stream.attention_patterns(toy, seqs[:1], [f"L0.H{prev_head}", "L1.H1", "L1.H3"])
 # ## 4. Path expansion: which paths write the prediction
 #
 # With every pattern frozen, this norm-free attention-only model's logits are *exactly* a sum of paths
-# (DESIGN "Math" 10): the direct path W_E W_U, one-head paths A^h ⊗ W_E W_OV^h W_U, and virtual-head paths
+# (docs/math.md §14): the direct path W_E W_U, one-head paths A^h ⊗ W_E W_OV^h W_U, and virtual-head paths
 # through two heads A^{h2}A^{h1} ⊗ W_E W_OV^{h1} W_OV^{h2} W_U (plus positional and bias sources). Expand
 # the logit of the correct next token at the second-to-last position (an induction prediction):
 

@@ -14,9 +14,9 @@
 # ---
 
 # %% [markdown]
-# # 04 · Seed 002's claims, tested: basis, privileged basis, subspaces, erasure
+# # 04 · The Framework paper's basis claims, tested: basis, privileged basis, subspaces, erasure
 #
-# **What this shows.** Seed 002 (notes on Elhage et al. 2021, "A Mathematical Framework for Transformer
+# **What this shows.** Elhage et al. 2021 ("A Mathematical Framework for Transformer
 # Circuits") makes four claims about the residual stream. We test each on **smollm2-135m**:
 #
 # 1. **No privileged basis, so rotations are free.** Rotating the stream's basis (x ↦ x R, R orthogonal)

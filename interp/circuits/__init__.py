@@ -3,7 +3,7 @@
 Pure weight maths over a Model's frozen weights (no hooks, no forward passes — except
 ``privileged_basis_report``, which needs activations, and ``head_operator``, which takes a
 pattern you give it). Elhage et al. 2021, "A Mathematical Framework for Transformer Circuits";
-seed 002; DESIGN.md "Math" 4, 6–9. Conventions:
+docs/math.md §6–12. Conventions:
 
 * transformer-lens's row-vector layout (x W), its ``FactoredMatrix`` for every product;
 * GQA: query head h reads KV head h // (n_heads / n_kv_heads);

@@ -1,6 +1,6 @@
 """Is a basis privileged? Kurtosis of residual-stream coordinates vs MLP neuron activations.
 
-Elhage et al. 2021 ("A Mathematical Framework …", §"Privileged basis"), seed 002 §2a. Nothing in
+Elhage et al. 2021 ("A Mathematical Framework …", §"Privileged basis"); docs/math.md §13. Nothing in
 a transformer's arithmetic singles out the residual stream's coordinates (any rotation gives an
 equivalent model, :func:`rotate_residual`), whereas an elementwise nonlinearity makes MLP
 neurons a privileged basis. A privileged basis shows up as heavy-tailed coordinates: features

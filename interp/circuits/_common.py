@@ -2,7 +2,7 @@
 
 Norm folding (``fold_norms=True``, the default everywhere in :mod:`interp.circuits`). A pre-norm
 sublayer reads ``N(x) W + b``; with the norm's per-token scale σ frozen, N is linear
-(DESIGN.md, "Math" 2):
+(docs/math.md §3):
 
     LayerNorm:  N(x) = (x P / σ) diag(γ) + β,   P = I − 11ᵀ/d   (centring)
     RMSNorm:    N(x) = (x / σ) diag(γ)

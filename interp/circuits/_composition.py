@@ -1,7 +1,7 @@
 """Q-, K- and V-composition scores between every pair of attention heads.
 
 Elhage et al. 2021 ("A Mathematical Framework for Transformer Circuits", §"Composition scores"),
-DESIGN.md "Math" 7. For a source head s in an earlier layer and a destination head d (query
+docs/math.md §10. For a source head s in an earlier layer and a destination head d (query
 head index; under GQA its KV head is h // (n_heads / n_kv_heads)), in transformer-lens's row
 convention:
 

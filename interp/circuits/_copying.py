@@ -1,7 +1,7 @@
 """Copying scores and diagonal statistics of each head's full OV circuit W_E W_OV W_U.
 
 Elhage et al. 2021 ("A Mathematical Framework for Transformer Circuits", §"Copying / primitive
-in-context learning" and "Detecting copying behavior"), DESIGN.md "Math" 8. A head that copies
+in-context learning" and "Detecting copying behavior"), docs/math.md §11. A head that copies
 maps token t to a higher logit for t itself: its full OV circuit [d_vocab, d_vocab] has mostly
 positive eigenvalues. The copying score is
 

@@ -3,7 +3,7 @@
 A circuit such as W_OV = W_V W_O ([d_model, d_model], rank ≤ d_head) or the full OV circuit
 W_E W_V W_O W_U ([d_vocab, d_vocab]) is kept as its two thin factors A [.., ldim, mdim] and
 B [.., mdim, rdim]; everything useful (norm, SVD, eigenvalues via BA, products with vectors)
-is computed from them (Framework paper, "Virtual weights and low rank", and DESIGN.md "Math" 8).
+is computed from them (Framework paper, "Virtual weights and low rank", and docs/math.md §11).
 
 ``Circuit`` subclasses ``transformer_lens.FactoredMatrix`` so every FactoredMatrix method works
 (``.A .B .BA .T .svd() .eigenvalues .norm() @``); what it adds:

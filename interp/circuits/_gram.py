@@ -1,6 +1,6 @@
 """Frobenius norms of many low-rank products at once, through packed Gram matrices.
 
-For thin factors, ‖X Y‖_F² = tr(Yᵀ Xᵀ X Y) = ⟨XᵀX, Y Yᵀ⟩  (DESIGN.md "Math" 8), an inner product
+For thin factors, ‖X Y‖_F² = tr(Yᵀ Xᵀ X Y) = ⟨XᵀX, Y Yᵀ⟩  (docs/math.md §11), an inner product
 of two symmetric d_model × d_model matrices. Packing each
 symmetric matrix into its upper block-triangle (entries off the diagonal blocks counted twice on
 one side) turns *all* pairwise norms into one [n_left, F] × [F, n_right] matrix product,

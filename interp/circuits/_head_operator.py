@@ -1,7 +1,7 @@
 """A single attention head as a tensor product: h(x) = (A ⊗ W_O W_V) · x.
 
 Elhage et al. 2021 ("A Mathematical Framework for Transformer Circuits", §"Attention heads as
-tensor products"), DESIGN.md "Math" 4. With the attention pattern A [pos, pos] frozen, a head is
+tensor products"), docs/math.md §8. With the attention pattern A [pos, pos] frozen, a head is
 linear in its input. In the row-major (transformer-lens) layout X [pos, d_model]:
 
     head_out = A (X W_V + 1 b_V) W_O  =  A X W_V W_O  +  1 (b_V W_O)          (rows of A sum to 1)

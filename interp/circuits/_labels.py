@@ -1,6 +1,6 @@
 """Write and read labels of the residual stream, their weights, and their order.
 
-Labels (DESIGN.md): writes ``embed``, ``pos_embed`` (learned positions only), ``L3.H5``,
+Labels (:mod:`interp.labels`): writes ``embed``, ``pos_embed`` (learned positions only), ``L3.H5``,
 ``L3.mlp``; reads ``L3.attn.q[H5]`` (query head), ``L3.attn.k[H1]`` / ``L3.attn.v[H1]`` (KV head
 under GQA), ``L3.mlp.in`` (W_in, the up projection), ``L3.mlp.gate`` (gated MLPs only),
 ``unembed``. A read sees a write iff the write's event precedes the read's in the model's block

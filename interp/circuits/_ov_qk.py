@@ -2,7 +2,7 @@
 Transformer Circuits", §"Attention heads are independent and additive" / "OV and QK circuits").
 
 Row-vector (transformer-lens) convention, for query head h of layer l reading KV head
-g = h // (n_heads / n_kv_heads) (GQA; DESIGN.md "Pitfalls"):
+g = h // (n_heads / n_kv_heads) (GQA; docs/math.md, conventions):
 
     OV^h   = W_V^g W_O^h                        [d_model, d_model], rank ≤ d_head
     QK^h   = W_Q^h W_K^gᵀ                       [d_model, d_model]; score = x_q QK x_kᵀ / sqrt(d_head)

@@ -1,7 +1,7 @@
 """Rotating the residual stream's basis: a new, exactly equivalent model.
 
-Seed 002 §2b ("Xoay cơ sở"), Elhage et al. 2021 §"Residual stream … no privileged basis",
-DESIGN.md "Math" 9. With x ↦ x R (row convention, R orthogonal), every weight that touches the
+Elhage et al. 2021 §"Residual stream … no privileged basis",
+docs/math.md §12. With x ↦ x R (row convention, R orthogonal), every weight that touches the
 stream changes so that the computation is the same:
 
     writes:  W_E → W_E R,  W_pos → W_pos R,  W_O → W_O R,  W_out → W_out R,  b_O → b_O R,  b_out → b_out R

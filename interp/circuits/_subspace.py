@@ -1,6 +1,6 @@
 """Residual-stream bandwidth: how heads' write subspaces overlap, and who erases whom.
 
-Seed 002 §4 ("Không gian con và thông lượng"), Elhage et al. 2021 §"Subspaces and residual
+Elhage et al. 2021 §"Subspaces and residual
 stream bandwidth" and "memory management". Each head writes into the d_head-dimensional row space
 of its W_O^h (row convention) — a small subspace of the d_model-dimensional stream.
 

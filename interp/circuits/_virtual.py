@@ -1,7 +1,7 @@
 """Virtual weights: how a later component reads what an earlier one wrote.
 
 Elhage et al. 2021 ("A Mathematical Framework for Transformer Circuits", §"Virtual weights"),
-seed 002 §3, DESIGN.md "Math" 6. The residual stream is a sum of writes, so a read weight W_I^j
+docs/math.md §9. The residual stream is a sum of writes, so a read weight W_I^j
 applied to the stream sees each earlier write i through the product W_I^j W_O^i (column
 convention). In transformer-lens's row convention the same map is
 

@@ -1,6 +1,6 @@
 """ArchInfo: the shape and block structure of a model, read off its Hugging Face config.
 
-interp supports four block families (DESIGN.md, "Math"):
+interp supports four block families (docs/math.md §1):
 
 * pre-norm LayerNorm (GPT-2):            x_mid = x + Attn(N1(x));  x_out = x_mid + MLP(N2(x_mid))
 * pre-norm RMSNorm + GQA + RoPE (Llama): same, N = RMSNorm, KV heads shared by groups of query heads

@@ -1,7 +1,7 @@
 """Logit attribution figures: a layer × head heatmap with the non-head terms beside it, and a waterfall.
 
 With the final norm's scale frozen, a logit (or logit difference) is exactly a sum of terms
-(DESIGN "Math" 5; Elhage et al. 2021 §3 "direct path" / direct logit attribution):
+(docs/math.md §5; Elhage et al. 2021 §3 "direct path" / direct logit attribution):
 
     logit = Σ_{l,h} DLA(L{l}.H{h}) + Σ_l DLA(L{l}.mlp) + DLA(embed) + … + biases
 

@@ -1,7 +1,7 @@
-"""The residual stream of one token, layer by layer (seed 000's picture), for pre- and post-norm models.
+"""The residual stream of one token, layer by layer (the residual-stream picture), for pre- and post-norm models.
 
 One token's stream is a d_model vector that every sublayer reads from and writes to
-(Elhage et al. 2021 §2; seed 000: t² = t¹ + x, "the residual connection copies earlier
+(Elhage et al. 2021 §2: t² = t¹ + x, "the residual connection copies earlier
 information forward"). For the token at (prompt, pos) this draws, at every resid point P
 (``blocks.{l}.hook_resid_pre/mid/post``):
 
@@ -12,7 +12,7 @@ information forward"). For the token at (prompt, pos) this draws, at every resid
 
 Pre-norm (and parallel / attention-only) streams are additive: x_P = Σ_{w before P} w, so
 c_g(P) is the raw write for every later P and one decomposition of the last point suffices.
-Post-norm streams pass every earlier write through each later norm (DESIGN "Math" 3), so each
+Post-norm streams pass every earlier write through each later norm (docs/math.md §4), so each
 point is decomposed on its own (``ResidualTrace.decompose``), with the norm scales frozen
 from the forward pass; there c_g(P) shrinks or grows from point to point.
 """

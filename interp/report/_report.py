@@ -3,7 +3,7 @@
 Steps (each timed; the times go into ``results.json``):
 
 1. Trace the prompt once (:func:`interp.trace`): the prediction and its top-k alternatives
-   (decoders), and the residual stream of the last token (seed 000's picture).
+   (decoders), and the residual stream of the last token (the residual-stream picture).
 2. Attribute the answer's logit (minus the wrong answer's, if given) to every head, MLP,
    embedding and bias with the final norm frozen (:func:`interp.attribute_logits`; DESIGN
    "Math" 5) — the heatmap, the waterfall and the closure error |Σ terms − model logit|.

@@ -6,7 +6,7 @@ source start ``s`` to a random later start ``t ≥ s + m``::
 
     x[t + i] = x[s + i]        for i in 0 … m-1
 
-Random offsets matter (DESIGN.md, "Notes from prototypes"): with the repeat always at the
+Random offsets matter (found while building the recipe): with the repeat always at the
 same offset a two-layer model solves it with *positional* attention. With random offsets the
 only way to predict ``x[t+i+1]`` is the induction algorithm of Olsson et al. 2022 ("In-context
 Learning and Induction Heads", section 2): find the earlier occurrence of the current token

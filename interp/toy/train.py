@@ -10,8 +10,8 @@ sequences (a random span copied to a random later offset), as
 
 The second term up-weights the tokens only induction can predict; the first keeps the model
 calibrated (ln n_words) on unpredictable tokens. Why it gets over the induction plateau
-quickly (Olsson et al. 2022 describe the plateau and the phase change; DESIGN.md, "Notes from
-prototypes", measured it on these machines):
+quickly (Olsson et al. 2022 describe the plateau and the phase change; both were seen while
+building this recipe — benchmarks/bench_toy_training.py measures it):
 
 * random offsets — a fixed offset is solved by positional attention instead of induction;
 * learned positions and a short context (32) — the previous-token head is a positional head,

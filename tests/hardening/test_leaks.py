@@ -1,4 +1,4 @@
-"""Leaks and state (issue 9; DESIGN "Math" 11 and "Pitfalls"):
+"""Leaks and state (docs/math.md §15, and pitfalls other tools hit: hooks left behind, leaks):
 
 * no hook of ours remains on the bridge after any public call that runs the model — including
   calls that raise mid-forward (a RuntimeError or a KeyboardInterrupt from inside a hook point,

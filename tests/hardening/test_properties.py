@@ -1,4 +1,4 @@
-"""Property tests (hypothesis) for the identities of DESIGN.md "Math" 1–11, on tiny random models of
+"""Property tests (hypothesis) for the identities of docs/math.md, on tiny random models of
 every family (GPT-2 LayerNorm pre-norm, Llama RMSNorm + GQA + RoPE, NeoX parallel, BERT post-norm).
 
 Costs (2-core CI): models are built once per (family, seed, n_layers) and cached for the module
@@ -218,7 +218,7 @@ def test_padding_invariance(m, batch, data):
 
 
 # =============================================================================================
-# Circuits: pure weight maths (DESIGN "Math" 4, 6–9). References are dense matrices built here
+# Circuits: pure weight maths (docs/math.md §6–12). References are dense matrices built here
 # from the model's weights with the documented folding convention restated independently.
 # =============================================================================================
 
@@ -588,7 +588,7 @@ def test_rotation_invariance(m, seed, batch, data):
     assert torch.allclose(copying_scores(model).scores, copying_scores(rot).scores, atol=1e-4)
 
 
-# ---- 12. path expansion sums to the logits (attention-only toys; DESIGN "Math" 10) -----------
+# ---- 12. path expansion sums to the logits (attention-only toys; docs/math.md §14) -----------
 
 import functools  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 Every check is against something computed independently of interp's loader: a separately
 built plain Hugging Face model with the same seed (its logits, hidden states and attention
-probabilities), or the block equations of DESIGN.md ("Math") evaluated by hand from the
+probabilities), or the block equations of docs/math.md §1 evaluated by hand from the
 ``Weights`` tensors. The bridge's own hooks are only used where the check is about them
 (q/k/v/z, which other subpackages read by hook name).
 """
@@ -212,7 +212,7 @@ def _mlp_out(w, arch, layer, x):
 
 
 def _block(w, arch, layer, x, pattern):
-    """One block from the Weights alone (DESIGN.md, Math), given the attention probabilities."""
+    """One block from the Weights alone (docs/math.md §1), given the attention probabilities."""
     n1 = lambda t: _norm(t, w.ln1_w[layer], w.ln1_b[layer], arch)  # noqa: E731
     n2 = lambda t: _norm(t, w.ln2_w[layer], w.ln2_b[layer], arch)  # noqa: E731
     if arch.norm_placement == "post":

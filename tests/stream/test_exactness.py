@@ -1,4 +1,4 @@
-"""Exactness of the residual-stream ledger (issue 3; DESIGN "Math" 1-3).
+"""Exactness of the residual-stream ledger (docs/math.md §2-4).
 
 Every decomposition must (a) close: Σ contributions == total at every read and resid point,
 and (b) be right: the totals and the per-component terms equal tensors read off a separately

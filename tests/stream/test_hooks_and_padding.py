@@ -1,5 +1,5 @@
 """Padding never leaks into real positions; a trace changes nothing and leaves no hook behind
-(DESIGN "Math" 11), even when the forward pass raises or is interrupted."""
+(docs/math.md §15), even when the forward pass raises or is interrupted."""
 
 from __future__ import annotations
 
