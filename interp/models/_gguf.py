@@ -124,7 +124,7 @@ def _manifest(entry: Path) -> Optional[dict[str, Any]]:
 def verify_entry(entry: Path, *, full: bool = False) -> bool:
     """Whether a cache entry's weights file matches its manifest (see the module docstring).
 
-    ``full=True`` always hashes the whole file (≈0.5 s for smollm2 on a quiet 2-core machine).
+    ``full=True`` always hashes the whole file (slower than the sampled check; benchmarks/bench_load.py).
     """
     manifest = _manifest(entry)
     if manifest is None:
