@@ -16,17 +16,15 @@ so in a parallel block ``L3.mlp.in`` reads the stream before ``L3.H*`` write, in
 from __future__ import annotations
 
 import functools
-import re
-from dataclasses import dataclass
-from typing import Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence, Union
 
 from interp.errors import LabelError
+from interp.labels import Bias, Embed, Head, HeadInput, Label, Mlp, MlpInput, Neuron, Norm, NormBias, Output, Resid
+from interp.labels import parse as parse_label
 from interp.models._arch import ArchInfo
 
 __all__ = ["Event", "build_program", "head_label", "program_position", "resid_hook_names", "sees"]
-
-
-_GATE = re.compile(r"L(\d+)\.mlp\.gate")
 
 
 @dataclass(frozen=True)
@@ -37,19 +35,25 @@ class Event:
     head: int = -1  # head (write) or KV/query head (read)
     norm: Optional[str] = None  # for reads: the pre-norm id applied at the read, or None
     sub: str = ""  # write kind: embed|pos_embed|type_embed|head|attn_bias|mlp|neuron|mlp_bias|norm_bias
+    node: Optional[Label] = field(default=None, compare=False)  # the typed label (``str(node) == label``)
+
+
+def _event(kind: str, node: Any, **kw: Any) -> Event:
+    """An event named by typed label ``node`` (its text is the event's ``label``)."""
+    return Event(kind, str(node), node=node, **kw)
 
 
 def head_label(layer: int, head: int) -> str:
-    return f"L{layer}.H{head}"
+    return str(Head(layer, head))
 
 
 def resid_hook_names(arch: ArchInfo) -> list[str]:
     names = []
     for l in range(arch.n_layers):
-        names.append(f"blocks.{l}.hook_resid_pre")
+        names.append(str(Resid(l, "pre")))
         if not arch.parallel_attn_mlp and not arch.attn_only:
-            names.append(f"blocks.{l}.hook_resid_mid")
-        names.append(f"blocks.{l}.hook_resid_post")
+            names.append(str(Resid(l, "mid")))
+        names.append(str(Resid(l, "post")))
     return names
 
 
@@ -60,54 +64,56 @@ def build_program(arch: ArchInfo, *, neuron_layers: Sequence[int] = (), n_types:
     plus ``L{l}.mlp_bias`` if ``arch.mlp_bias``); ``n_types``: a token-type embedding write
     (BERT). An ``L{l}.attn_bias`` write follows the heads iff ``arch.attn_bias``.
     """
-    ev: list[Event] = [Event("write", "embed", sub="embed")]
+    ev: list[Event] = [_event("write", Embed("token"), sub="embed")]
     if arch.positional == "learned":
-        ev.append(Event("write", "pos_embed", sub="pos_embed"))
+        ev.append(_event("write", Embed("pos"), sub="pos_embed"))
     if n_types:
-        ev.append(Event("write", "type_embed", sub="type_embed"))
+        ev.append(_event("write", Embed("type"), sub="type_embed"))
     post = arch.norm_placement == "post"
     has_norm = arch.norm != "none"
     norm_bias = arch.norm == "layernorm"
     if post:
-        ev.append(Event("norm", "embed_ln"))
-        ev.append(Event("write", "embed_ln_bias", sub="norm_bias", norm="embed_ln"))
+        embed_ln = Norm(None, "embed_ln")
+        ev.append(_event("norm", embed_ln))
+        ev.append(_event("write", NormBias(embed_ln), sub="norm_bias", norm=str(embed_ln)))
     for l in range(arch.n_layers):
-        ev.append(Event("resid", f"blocks.{l}.hook_resid_pre", layer=l))
-        attn_norm = f"L{l}.ln1" if (has_norm and not post) else None
-        mlp_norm = f"L{l}.ln2" if (has_norm and not post) else None
+        ev.append(_event("resid", Resid(l, "pre"), layer=l))
+        ln1, ln2 = Norm(l, "ln1"), Norm(l, "ln2")
+        attn_norm = str(ln1) if (has_norm and not post) else None
+        mlp_norm = str(ln2) if (has_norm and not post) else None
         for h in range(arch.n_heads):
-            ev.append(Event("read", f"L{l}.attn.q[H{h}]", layer=l, head=h, norm=attn_norm))
+            ev.append(_event("read", HeadInput(l, "q", h), layer=l, head=h, norm=attn_norm))
         for g in range(arch.n_kv_heads):
-            ev.append(Event("read", f"L{l}.attn.k[H{g}]", layer=l, head=g, norm=attn_norm))
-            ev.append(Event("read", f"L{l}.attn.v[H{g}]", layer=l, head=g, norm=attn_norm))
+            ev.append(_event("read", HeadInput(l, "k", g), layer=l, head=g, norm=attn_norm))
+            ev.append(_event("read", HeadInput(l, "v", g), layer=l, head=g, norm=attn_norm))
         if arch.parallel_attn_mlp and not arch.attn_only:
-            ev.append(Event("read", f"L{l}.mlp.in", layer=l, norm=mlp_norm))
+            ev.append(_event("read", MlpInput(l, "in"), layer=l, norm=mlp_norm))
         for h in range(arch.n_heads):
-            ev.append(Event("write", head_label(l, h), layer=l, head=h, sub="head"))
+            ev.append(_event("write", Head(l, h), layer=l, head=h, sub="head"))
         if arch.attn_bias:
-            ev.append(Event("write", f"L{l}.attn_bias", layer=l, sub="attn_bias"))
+            ev.append(_event("write", Bias(l, "attn"), layer=l, sub="attn_bias"))
         if post:
-            ev.append(Event("norm", f"L{l}.ln1", layer=l))
-            ev.append(Event("write", f"L{l}.ln1_bias", layer=l, sub="norm_bias", norm=f"L{l}.ln1"))
+            ev.append(_event("norm", ln1, layer=l))
+            ev.append(_event("write", NormBias(ln1), layer=l, sub="norm_bias", norm=str(ln1)))
         if not arch.parallel_attn_mlp and not arch.attn_only:
-            ev.append(Event("resid", f"blocks.{l}.hook_resid_mid", layer=l))
-            ev.append(Event("read", f"L{l}.mlp.in", layer=l, norm=mlp_norm))
+            ev.append(_event("resid", Resid(l, "mid"), layer=l))
+            ev.append(_event("read", MlpInput(l, "in"), layer=l, norm=mlp_norm))
         if not arch.attn_only:
             if l in neuron_layers:
                 for n in range(arch.d_mlp):
-                    ev.append(Event("write", f"L{l}.N{n}", layer=l, head=n, sub="neuron"))
+                    ev.append(_event("write", Neuron(l, n), layer=l, head=n, sub="neuron"))
                 if arch.mlp_bias:
-                    ev.append(Event("write", f"L{l}.mlp_bias", layer=l, sub="mlp_bias"))
+                    ev.append(_event("write", Bias(l, "mlp"), layer=l, sub="mlp_bias"))
             else:
-                ev.append(Event("write", f"L{l}.mlp", layer=l, sub="mlp"))
+                ev.append(_event("write", Mlp(l), layer=l, sub="mlp"))
         if post:
-            ev.append(Event("norm", f"L{l}.ln2", layer=l))
-            ev.append(Event("write", f"L{l}.ln2_bias", layer=l, sub="norm_bias", norm=f"L{l}.ln2"))
-        ev.append(Event("resid", f"blocks.{l}.hook_resid_post", layer=l))
+            ev.append(_event("norm", ln2, layer=l))
+            ev.append(_event("write", NormBias(ln2), layer=l, sub="norm_bias", norm=str(ln2)))
+        ev.append(_event("resid", Resid(l, "post"), layer=l))
     if arch.has_logits:
-        ev.append(Event("read", "unembed", norm="final" if has_norm else None))
+        ev.append(_event("read", Output("unembed"), norm="final" if has_norm else None))
     else:
-        ev.append(Event("read", "final"))
+        ev.append(_event("read", Output("final")))
     return ev
 
 
@@ -117,21 +123,27 @@ def _positions(arch: ArchInfo) -> dict[str, int]:
     return {e.label: i for i, e in enumerate(build_program(arch)) if e.kind in ("write", "read")}
 
 
-def program_position(arch: ArchInfo, label: str) -> int:
+def program_position(arch: ArchInfo, label: Union[str, Label]) -> int:
     """Index in ``build_program(arch)`` of the event of write or read ``label``.
 
     ``L{l}.mlp.gate`` (gated MLPs) reads the same normalised stream as ``L{l}.mlp.in``, so it
     has its position. Neuron writes exist only in a program built with ``neuron_layers``.
     """
     pos = _positions(arch)
-    m = _GATE.fullmatch(label)
-    key = f"L{m.group(1)}.mlp.in" if m else label
+    key = str(label)
+    if key not in pos:
+        try:
+            lab = parse_label(label)
+        except LabelError:
+            lab = None
+        if isinstance(lab, MlpInput) and lab.which == "gate":
+            key = str(MlpInput(lab.layer, "in"))
     if key in pos:
         return pos[key]
     raise LabelError(f"label={label!r} is not a write or read of {arch.name!r}'s block program; "
                      f"valid labels look like {list(pos)[:3] + ['…'] + list(pos)[-3:]}")
 
 
-def sees(arch: ArchInfo, write: str, read: str) -> bool:
+def sees(arch: ArchInfo, write: Union[str, Label], read: Union[str, Label]) -> bool:
     """True iff read ``read`` sees write ``write``: the write's event precedes the read's."""
     return program_position(arch, write) < program_position(arch, read)
