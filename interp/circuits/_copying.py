@@ -101,7 +101,7 @@ class HeadScores(Result):
             head = None
         if head is None or head.layer >= self.n_layers or head.head >= self.n_heads:
             raise LabelError(f"label={label!r} is not a head of this result; heads are L0.H0 … "
-                             f"L{self.n_layers - 1}.H{self.n_heads - 1}")
+                             f"{Head(self.n_layers - 1, self.n_heads - 1)}")
         return head.layer * self.n_heads + head.head
 
     def _row(self, index: int) -> float:

@@ -16,22 +16,17 @@ still precedes the later reads; the norms between are not part of the virtual we
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from torch import Tensor
 
+from interp import labels as L
 from interp.circuits._common import fold_read, fold_write, folded_unembed
 from interp.errors import LabelError, UnsupportedOperationError
 from interp.models import Model, program_position
 
 __all__ = ["Write", "Read", "parse_write", "parse_read", "write_labels", "read_labels", "write_matrix", "read_matrix"]
-
-_HEAD = re.compile(r"L(\d+)\.H(\d+)")
-_MLP = re.compile(r"L(\d+)\.mlp")
-_ATTN_READ = re.compile(r"L(\d+)\.attn\.([qkv])\[H(\d+)\]")
-_MLP_READ = re.compile(r"L(\d+)\.mlp\.(in|gate)")
 
 
 @dataclass(frozen=True)
@@ -40,11 +35,11 @@ class Write:
     kind: str  # "embed" | "pos_embed" | "head" | "mlp"
     layer: int = -1
     head: int = -1
+    node: Optional[L.Write] = field(default=None, compare=False)  # the typed label (``str(node) == label``)
 
     def position(self, model: Model) -> int:
         """Index of this write's event in the model's block program."""
-        key = {"head": f"L{self.layer}.H{self.head}", "mlp": f"L{self.layer}.mlp"}.get(self.kind, self.kind)
-        return program_position(model.arch, key)
+        return program_position(model.arch, self.node if self.node is not None else self.label)
 
 
 @dataclass(frozen=True)
@@ -53,42 +48,57 @@ class Read:
     kind: str  # "q" | "k" | "v" | "mlp.in" | "mlp.gate" | "unembed"
     layer: int = -1
     head: int = -1  # query head for q, KV head for k/v
+    node: Optional[L.Read] = field(default=None, compare=False)  # the typed label (``str(node) == label``)
 
     def position(self, model: Model) -> int:
         """Index of this read's event in the model's block program (a gate reads where ``mlp.in`` does)."""
-        if self.kind == "unembed":
-            key = "unembed"
-        elif self.kind in ("q", "k", "v"):
-            key = f"L{self.layer}.attn.{self.kind}[H{self.head}]"
-        else:
-            key = f"L{self.layer}.{self.kind}"
-        return program_position(model.arch, key)
+        return program_position(model.arch, self.node if self.node is not None else self.label)
+
+
+def _write_nodes(model: Model) -> list[L.Write]:
+    a = model.arch
+    out: list[L.Write] = [L.Embed("token")]
+    if model.weights.W_pos is not None:
+        out.append(L.Embed("pos"))
+    for l in range(a.n_layers):
+        out += [L.Head(l, h) for h in range(a.n_heads)]
+        if not a.attn_only:
+            out.append(L.Mlp(l))
+    return out
+
+
+def _read_nodes(model: Model) -> list[L.Read]:
+    a = model.arch
+    out: list[L.Read] = []
+    for l in range(a.n_layers):
+        out += [L.HeadInput(l, "q", h) for h in range(a.n_heads)]
+        out += [L.HeadInput(l, "k", g) for g in range(a.n_kv_heads)]
+        out += [L.HeadInput(l, "v", g) for g in range(a.n_kv_heads)]
+        if not a.attn_only:
+            out.append(L.MlpInput(l, "in"))
+            if model.weights.W_gate is not None:
+                out.append(L.MlpInput(l, "gate"))
+    if a.has_logits:
+        out.append(L.Output("unembed"))
+    return out
 
 
 def write_labels(model: Model) -> list[str]:
-    a = model.arch
-    out = ["embed"] + (["pos_embed"] if model.weights.W_pos is not None else [])
-    for l in range(a.n_layers):
-        out += [f"L{l}.H{h}" for h in range(a.n_heads)]
-        if not a.attn_only:
-            out.append(f"L{l}.mlp")
-    return out
+    return [str(w) for w in _write_nodes(model)]
 
 
 def read_labels(model: Model) -> list[str]:
-    a = model.arch
-    out: list[str] = []
-    for l in range(a.n_layers):
-        out += [f"L{l}.attn.q[H{h}]" for h in range(a.n_heads)]
-        out += [f"L{l}.attn.k[H{g}]" for g in range(a.n_kv_heads)]
-        out += [f"L{l}.attn.v[H{g}]" for g in range(a.n_kv_heads)]
-        if not a.attn_only:
-            out.append(f"L{l}.mlp.in")
-            if model.weights.W_gate is not None:
-                out.append(f"L{l}.mlp.gate")
-    if a.has_logits:
-        out.append("unembed")
-    return out
+    return [str(r) for r in _read_nodes(model)]
+
+
+def _grammar(label: Any) -> Optional[L.Label]:
+    """``label`` (text) as a label of the grammar, or None; a label object is not accepted here (as before)."""
+    if not isinstance(label, str):
+        return None
+    try:
+        return L.parse(label)
+    except LabelError:
+        return None
 
 
 class _Lazy:
@@ -111,46 +121,46 @@ def _bad(name: str, label: Any, lazy: "_Lazy", why: str = "") -> LabelError:
 def parse_write(model: Model, label: Any, *, name: str = "src") -> Write:
     a = model.arch
     valid = _Lazy(write_labels, model)
-    if not isinstance(label, str):
+    lab = _grammar(label)
+    if lab is None:
         raise _bad(name, label, valid)
-    if label == "embed":
-        return Write(label, "embed")
-    if label == "pos_embed":
+    if lab == L.Embed("token"):
+        return Write(label, "embed", node=lab)
+    if lab == L.Embed("pos"):
         if model.weights.W_pos is None:
             raise _bad(name, label, valid, f" (positional={a.positional!r}: no learned position embedding)")
-        return Write(label, "pos_embed")
-    if m := _HEAD.fullmatch(label):
-        l, h = int(m.group(1)), int(m.group(2))
-        if l < a.n_layers and h < a.n_heads:
-            return Write(label, "head", l, h)
-    if (m := _MLP.fullmatch(label)) and not a.attn_only:
-        l = int(m.group(1))
-        if l < a.n_layers:
-            return Write(label, "mlp", l)
+        return Write(label, "pos_embed", node=lab)
+    if isinstance(lab, L.Head):
+        if lab.layer < a.n_layers and lab.head < a.n_heads:
+            return Write(label, "head", lab.layer, lab.head, node=lab)
+    if isinstance(lab, L.Mlp) and not a.attn_only:
+        if lab.layer < a.n_layers:
+            return Write(label, "mlp", lab.layer, node=lab)
     raise _bad(name, label, valid)
 
 
 def parse_read(model: Model, label: Any, *, name: str = "dst") -> Read:
     a = model.arch
     valid = _Lazy(read_labels, model)
-    if not isinstance(label, str):
+    lab = _grammar(label)
+    if lab is None:
         raise _bad(name, label, valid)
-    if label == "unembed":
+    if lab == L.Output("unembed"):
         if not a.has_logits:
             raise UnsupportedOperationError(f"{name}='unembed': model {model.name!r} has no unembedding (W_U is None)")
-        return Read(label, "unembed")
-    if m := _ATTN_READ.fullmatch(label):
-        l, kind, h = int(m.group(1)), m.group(2), int(m.group(3))
+        return Read(label, "unembed", node=lab)
+    if isinstance(lab, L.HeadInput):
+        l, kind, h = lab.layer, lab.which, lab.head
         n = a.n_heads if kind == "q" else a.n_kv_heads
         if l < a.n_layers and h < n:
-            return Read(label, kind, l, h)
+            return Read(label, kind, l, h, node=lab)
         if l < a.n_layers and kind != "q" and h < a.n_heads:
             raise _bad(name, label, valid, f" (k and v are indexed by KV head 0..{a.n_kv_heads - 1}; query head "
-                                           f"{h} reads KV head {a.kv_head(h)}, i.e. L{l}.attn.{kind}[H{a.kv_head(h)}])")
-    if (m := _MLP_READ.fullmatch(label)) and not a.attn_only:
-        l, which = int(m.group(1)), m.group(2)
+                                           f"{h} reads KV head {a.kv_head(h)}, i.e. {L.HeadInput(l, kind, a.kv_head(h))})")
+    if isinstance(lab, L.MlpInput) and not a.attn_only:
+        l, which = lab.layer, lab.which
         if l < a.n_layers and (which == "in" or model.weights.W_gate is not None):
-            return Read(label, f"mlp.{which}", l)
+            return Read(label, f"mlp.{which}", l, node=lab)
     raise _bad(name, label, valid)
 
 
@@ -179,7 +189,7 @@ def read_matrix(model: Model, r: Read, fold_norms: bool) -> Tensor:
         M = {"q": W.W_Q, "k": W.W_K, "v": W.W_V}[r.kind][r.layer, r.head]
         return fold_read(model, M, W.ln1_w[r.layer], fold_norms)
     if r.kind == "mlp.gate" and W.W_gate is None:
-        raise LabelError(f"model {model.name!r} has no gated MLP (no 'L{r.layer}.mlp.gate' read)")
+        raise LabelError(f"model {model.name!r} has no gated MLP (no '{L.MlpInput(r.layer, 'gate')}' read)")
     M = W.W_in[r.layer] if r.kind == "mlp.in" or W.W_gate is None else W.W_gate[r.layer]
     return fold_read(model, M, W.ln2_w[r.layer], fold_norms)
 

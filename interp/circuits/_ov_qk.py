@@ -32,8 +32,9 @@ from interp.circuits._common import (
     folded_unembed,
 )
 from interp.circuits._factored import POSITION_NOTE, Circuit
-from interp.models import Model
+from interp.labels import Head
 from interp.circuits._rotary import relative_rotation
+from interp.models import Model
 
 __all__ = ["ov_circuit", "qk_circuit"]
 
@@ -53,11 +54,11 @@ def ov_circuit(model: Model, layer: int, head: int, *, full: bool = False, fold_
     _, _, W_V = folded_qkv(model, fold_norms, layer=layer)
     W_O = fold_write(model, model.weights.W_O[layer], fold_norms)
     A, B = W_V[g], W_O[head]  # [d_model, d_head], [d_head, d_model]
-    label = f"L{layer}.H{head} OV"
+    label = f"{Head(layer, head)} OV"
     if full:
         A = fold_write(model, model.weights.W_E, fold_norms) @ A  # [d_vocab, d_head]
         B = B @ folded_unembed(model, fold_norms)  # [d_head, d_vocab]
-        label = f"L{layer}.H{head} full OV (W_E … W_U)"
+        label = f"{Head(layer, head)} full OV (W_E … W_U)"
     return Circuit(A, B, label=label, convention=convention(model, fold_norms), max_bytes=max_bytes,
                    layer=layer, head=head, kv_head=g)
 
@@ -78,7 +79,7 @@ def qk_circuit(model: Model, layer: int, head: int, *, full: bool = False, rel_p
     g = model.arch.kv_head(head)
     W_Q, W_K, _ = folded_qkv(model, fold_norms, layer=layer)
     A, Bt = W_Q[head], W_K[g]  # [d_model, d_head] each
-    note, label = "", f"L{layer}.H{head} QK"
+    note, label = "", f"{Head(layer, head)} QK"
     if rel_pos is not None:
         M = relative_rotation(model, rel_pos).to(A.dtype).to(A.device)  # [d_head, d_head]
         A = A @ M

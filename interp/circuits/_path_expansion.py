@@ -67,7 +67,7 @@ from interp.circuits._common import need_unembed
 from interp._result import Result
 from interp._validate import check_index, check_int_min
 from interp.errors import ArgumentError, LabelError, MemoryCapError, ShapeError, UnsupportedOperationError
-from interp.labels import Path
+from interp.labels import ARROW, Bias, Head, Norm, NormBias, Path
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -78,7 +78,6 @@ __all__ = ["PathExpansion", "path_expansion"]
 
 log = logging.getLogger(__name__)
 
-ARROW = "→"
 MEMORY_CAP_BYTES = 4 * 2**30  # refuse a call whose estimated peak exceeds 4 GiB
 
 
@@ -371,7 +370,7 @@ def path_expansion(
             lin = _norm_linear(norm_in[l], arch.norm, arch.norm_eps, w.ln1_w[l]) if arch.norm != "none" else (lambda c: c)
             readers = [(label, k, lin(c)) for label, (k, c) in paths.items() if k < order]
             if ln_bias and order >= 1:
-                readers.append((f"L{l}.ln1_bias", 0, w.ln1_b[l].expand(n_batch, n_pos, arch.d_model)))
+                readers.append((str(NormBias(Norm(l, "ln1"))), 0, w.ln1_b[l].expand(n_batch, n_pos, arch.d_model)))
             new: dict[str, tuple[int, Tensor]] = {}
             for h in range(arch.n_heads):
                 kv = arch.kv_head(h)
@@ -379,13 +378,13 @@ def path_expansion(
                 for label, k, x in readers:
                     v = x @ W_V  # [batch, key_pos, d_head]
                     z = einops.einsum(A[:, h], v, "b q p, b p h -> b q h")
-                    new[f"{label}{ARROW}L{l}.H{h}"] = (k + 1, z @ W_O)
+                    new[f"{label}{ARROW}{Head(l, h)}"] = (k + 1, z @ W_O)
             rowsum = A.sum(dim=-1)  # [batch, n_heads, query_pos]; 1 except fully masked rows
             bias_V = einops.einsum(w.b_V[l][[arch.kv_head(h) for h in range(arch.n_heads)]], w.W_O[l],
                                    "n h, n h d -> n d")  # each head's b_V W_O
             attn_bias = w.b_O[l] + einops.einsum(rowsum, bias_V, "b n q, n d -> b q d")
             paths.update(new)
-            paths[f"L{l}.attn_bias"] = (0, attn_bias)
+            paths[str(Bias(l, "attn"))] = (0, attn_bias)
 
         final = (_norm_linear(final_in, arch.norm, arch.norm_eps, w.lnf_w)
                  if arch.norm != "none" and final_in is not None and w.lnf_w is not None else (lambda c: c))

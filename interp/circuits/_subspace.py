@@ -44,7 +44,7 @@ from interp.circuits._common import check_model, convention, fold_write, folded_
 from interp.circuits._gram import chunks, pack_symmetric, packed_gram_left
 from interp.circuits._labels import parse_write, write_labels, write_matrix
 from interp.errors import LabelError
-from interp.labels import ARROW, Head, as_label
+from interp.labels import ARROW, Head, HeadInput, as_label
 from interp.models import program_position
 
 if TYPE_CHECKING:
@@ -282,7 +282,7 @@ def erasure_candidates(model: Model, *, k: int | None = None, screen: int = 200,
     gain = tr / ranks.clamp_min(1)[:, None]
     src_pos = torch.tensor([w.position(model) for w in src_objs])
     # destination head j = l * n_heads + h reads its values at L{l}.attn.v[H{kv_head(h)}]
-    dst_pos = torch.tensor([program_position(a, f"L{l}.attn.v[H{a.kv_head(h)}]")
+    dst_pos = torch.tensor([program_position(a, HeadInput(l, "v", a.kv_head(h)))
                             for l in range(a.n_layers) for h in range(a.n_heads)])
     valid = src_pos[:, None] < dst_pos[None, :]
     gain = torch.where(valid, gain, torch.full_like(gain, float("inf")))
@@ -295,7 +295,7 @@ def erasure_candidates(model: Model, *, k: int | None = None, screen: int = 200,
         U = Us[i][:, : int(ranks[i])]
         E = (U.T @ W_V[j]) @ (W_O[j] @ U)  # [k, k]
         ev = torch.linalg.eigvalsh((E + E.T) / 2)
-        rows.append({"src": srcs[i], "dst": f"L{j // a.n_heads}.H{j % a.n_heads}",
+        rows.append({"src": srcs[i], "dst": str(Head(*divmod(j, a.n_heads))),
                      "mean_gain": float(torch.trace(E) / U.shape[1]),
                      "max_eig": float(ev[-1]), "min_eig": float(ev[0]), "negative_definite": bool(ev[-1] < 0)})
     table = pd.DataFrame(rows, columns=["src", "dst", "mean_gain", "max_eig", "min_eig", "negative_definite"])

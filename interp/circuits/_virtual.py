@@ -52,7 +52,7 @@ from interp.circuits._labels import (
     write_matrix,
 )
 from interp.errors import ArgumentError, LabelError
-from interp.labels import ARROW, Edge
+from interp.labels import ARROW, Edge, Head, HeadInput, Mlp, MlpInput
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -157,9 +157,9 @@ def _write_stacks(model: Model, fold_norms: bool, dtype: torch.dtype):
     yield ["embed"], W_E[None]
     if W_pos is not None:
         yield ["pos_embed"], W_pos[None]
-    yield [f"L{l}.H{h}" for l in range(L) for h in range(H)], W_O.reshape(L * H, a.d_head, a.d_model)
+    yield [str(Head(l, h)) for l in range(L) for h in range(H)], W_O.reshape(L * H, a.d_head, a.d_model)
     if W_out is not None:
-        yield [f"L{l}.mlp" for l in range(L)], W_out
+        yield [str(Mlp(l)) for l in range(L)], W_out
 
 
 def _read_stacks(model: Model, fold_norms: bool, dtype: torch.dtype):
@@ -167,14 +167,14 @@ def _read_stacks(model: Model, fold_norms: bool, dtype: torch.dtype):
     a = model.arch
     L, H, G = a.n_layers, a.n_heads, a.n_kv_heads
     W_Q, W_K, W_V = folded_qkv(model, fold_norms)
-    yield [f"L{l}.attn.q[H{h}]" for l in range(L) for h in range(H)], W_Q.reshape(L * H, a.d_model, a.d_head)
-    yield [f"L{l}.attn.k[H{g}]" for l in range(L) for g in range(G)], W_K.reshape(L * G, a.d_model, a.d_head)
-    yield [f"L{l}.attn.v[H{g}]" for l in range(L) for g in range(G)], W_V.reshape(L * G, a.d_model, a.d_head)
+    yield [str(HeadInput(l, "q", h)) for l in range(L) for h in range(H)], W_Q.reshape(L * H, a.d_model, a.d_head)
+    yield [str(HeadInput(l, "k", g)) for l in range(L) for g in range(G)], W_K.reshape(L * G, a.d_model, a.d_head)
+    yield [str(HeadInput(l, "v", g)) for l in range(L) for g in range(G)], W_V.reshape(L * G, a.d_model, a.d_head)
     if not a.attn_only:
         W_in, W_gate = folded_mlp_in(model, fold_norms)
-        yield [f"L{l}.mlp.in" for l in range(L)], W_in
+        yield [str(MlpInput(l, "in")) for l in range(L)], W_in
         if W_gate is not None:
-            yield [f"L{l}.mlp.gate" for l in range(L)], W_gate
+            yield [str(MlpInput(l, "gate")) for l in range(L)], W_gate
     if a.has_logits:
         yield ["unembed"], folded_unembed(model, fold_norms)[None]
 
