@@ -8,11 +8,28 @@ the task's prompts of the absolute effect the method assigns to ablating that on
 
     Δ_p = M_p(clean, only r sees ã_w) − M_p(clean)                               "edge-patching" (exact)
     Δ_p = (ã_w − a_w) · ∂M_p/∂x_r |clean                                          "eap"
-    Δ_p = (ã_w − a_w) · (1/m) Σ_{k=1..m} ∂M_p/∂x_r |(α = k/m on ablated → clean)   "eap-ig" (inputs path)
+    Δ_p = (ã_w − a_w) · (1/m) Σ_{k=1..m} ∂M_p/∂x_r |(α = k/m on ablated → clean)   "eap-ig", "eap-ig-act"
 
 with ã_w the ablated write: zero, the mean over the task's inputs of that length at each position
-("mean"), or the write on the input's resample partner ("resample"). The edges are then ranked by s
-and compared with the truth by ROC AUC (:func:`interp.groundtruth.roc_auc`).
+("mean"), or the write on the input's resample partner ("resample"). EAP-IG's path moves the token
+embedding only ("eap-ig", Hanna et al.'s EAP-IG-inputs: e = ẽ + α(e − ẽ)) or every write at once
+("eap-ig-act": a_w ← α a_w + (1 − α) ã_w, with ã_w − a_w taken at each point; the path zero ablation
+implies, since it also removes the positional embedding). Scores below ``NOISE`` = 1e-5 of
+the largest are set to 0: float32 cannot order them (a saturated softmax's gradient, 1e-8, against an
+exact 0 would otherwise decide a rank). The edges are then ranked by s and compared with the truth by
+ROC AUC (:func:`interp.groundtruth.roc_auc`).
+
+No ablation can reveal an edge along which it changes nothing. An ablation that keeps the position
+(mean per position, resample from an input of the same length) leaves every positional write as it is,
+and every write that depends on the length only (reverse's length and opp_idx); zero ablation removes
+the constant channels too (tracr's ``one`` and BOS dimensions, which the truth ignores), so the edges
+through them matter. Besides the AUC against the truth, each ranking reports it against the *testable*
+truth of its ablation, a property of the ablation and the weights, never of a method:
+
+    testable(w → r) ⇔ w → r is true (constant channels counted)  and
+                      ∃ prompt, position: (ã_w − a_w) W_r ≠ 0        (what r reads from w changes)
+
+with W_r the reader's input matrix (W_Q^h, W_K^h, W_V^h, W_in, W_U; the models here have no norms).
 
 "acdc" is the greedy search of Conmy et al. 2023 (section 3; ACDC's ``TLACDCExperiment``): visit the
 readers from the metric backwards (reverse program order) and, for each reader, its incoming edges from
@@ -37,13 +54,15 @@ from interp._validate import check_choice, check_positive_int
 from interp.errors import ArgumentError
 from interp.groundtruth._auc import roc_auc
 from interp.groundtruth._tasks import DiscoveryTask, PromptGroup
+from interp.models import Model
 
-__all__ = ["METHODS", "ABLATIONS", "EdgeRanking", "edge_ranking", "discovery_table", "ACDC_TAUS"]
+__all__ = ["METHODS", "ABLATIONS", "EdgeRanking", "edge_ranking", "discovery_table", "testable_edges", "ACDC_TAUS"]
 
 log = logging.getLogger(__name__)
 
-METHODS = ("eap", "eap-ig", "edge-patching", "acdc")
+METHODS = ("eap", "eap-ig", "eap-ig-act", "edge-patching", "acdc")
 ABLATIONS = ("zero", "mean", "resample")
+NOISE = 1e-5
 ACDC_TAUS = tuple(float(10.0 ** e) for e in torch.linspace(-5, 0, 11).tolist())
 
 
@@ -52,7 +71,9 @@ class EdgeRanking:
     """One method's scores of every edge of a task's model, and how they rank the true edges.
 
     ``scores`` [n_edges] (graph order; for "acdc" the largest τ at which the edge survived, 0 if never);
-    ``truth`` [n_edges] bool; ``auc`` the edge ROC AUC (for "acdc" from the τ sweep's ROC points ``roc``).
+    ``truth`` [n_edges] bool; ``auc`` the edge ROC AUC (for "acdc" from the τ sweep's ROC points);
+    ``testable`` [n_edges] the true edges this ablation can reveal and ``auc_testable`` the AUC against
+    them (module docstring; NaN when there are none).
     """
 
     task: str
@@ -62,18 +83,29 @@ class EdgeRanking:
     scores: Tensor = field(repr=False)
     truth: Tensor = field(repr=False)
     auc: float
+    testable: Tensor = field(repr=False)
+    auc_testable: float
     seconds: float
     details: dict = field(default_factory=dict, repr=False)
 
     def to_dataframe(self) -> pd.DataFrame:
         return pd.DataFrame({"edge": list(self.edges), "score": self.scores.double().numpy(),
-                             "true": self.truth.numpy()}).sort_values("score", ascending=False, kind="stable")
+                             "true": self.truth.numpy(), "testable": self.testable.numpy()}
+                            ).sort_values("score", ascending=False, kind="stable")
 
-    def missed(self) -> list[str]:
-        """True edges ranked below the best-ranked false edge (what keeps the AUC below 1)."""
+    def missed(self, *, testable: bool = False) -> list[str]:
+        """True (or testable) edges ranked at or below the best false one (what keeps the AUC below 1)."""
         s = self.scores.double()
-        best_false = float(s[~self.truth].max()) if bool((~self.truth).any()) else float("-inf")
-        return [e for e, v, t in zip(self.edges, s.tolist(), self.truth.tolist()) if t and v <= best_false]
+        t = self.testable if testable else self.truth
+        best_false = float(s[~t].max()) if bool((~t).any()) else float("-inf")
+        return [e for e, v, x in zip(self.edges, s.tolist(), t.tolist()) if x and v <= best_false]
+
+    def outranking(self, *, testable: bool = False) -> list[str]:
+        """False edges ranked at or above the worst true (or testable) one."""
+        s = self.scores.double()
+        t = self.testable if testable else self.truth
+        worst = float(s[t].min()) if bool(t.any()) else float("inf")
+        return [e for e, v, x in zip(self.edges, s.tolist(), t.tolist()) if not x and v >= worst]
 
 
 def _ablation_args(group: PromptGroup, ablation: str) -> dict[str, Any]:
@@ -85,8 +117,9 @@ def _ablation_args(group: PromptGroup, ablation: str) -> dict[str, Any]:
     return {"corrupt": None, "ablation": "zero"}
 
 
-def _eap(model: Any, group: PromptGroup, ablation: str, steps: int) -> Tensor:
-    """Per-prompt EAP / EAP-IG (inputs path) effects [n_edges, P] with the ablated writes of ``ablation``."""
+def _eap(model: Model, group: PromptGroup, ablation: str, steps: int, ig_at: str = "inputs") -> Tensor:
+    """Per-prompt EAP / EAP-IG effects [n_edges, P] with the ablated writes of ``ablation`` (``ig_at``: the
+    path of "inputs" or "activations", as :func:`interp.edge_attribution`)."""
     from interp.causal._common import make_pair
     from interp.edges._attribution import MetricReader
     from interp.edges._forward import EdgeForward
@@ -105,18 +138,66 @@ def _eap(model: Any, group: PromptGroup, ablation: str, steps: int) -> Tensor:
         abl = torch.zeros(P, len(graph.writers), T, model.arch.d_model, dtype=model.dtype, device=model.device)
     read = MetricReader(model, pair.bound, torch.arange(P, device=model.device), None)
     ct, cm = pair.clean.tokens, pair.clean.attention_mask
+    every = ig_at == "activations"
     G_sum: Optional[Tensor] = None
+    S: Optional[Tensor] = None
     dA: Optional[Tensor] = None
     for k in range(steps, 0, -1):  # α = 1 (the clean run) first: its writes give ΔA
-        gp = fw.gradient(ct, cm, read, mix=None if k == steps else (abl, k / steps, "inputs"), keep_writes=k == steps)
-        if k == steps:
+        gp = fw.gradient(ct, cm, read, mix=None if k == steps else (abl, k / steps, ig_at),
+                         keep_writes=k == steps or every)
+        if k == steps or every:
             dA = abl - gp.writes  # type: ignore[operator]
-        G_sum = gp.G if G_sum is None else G_sum.add_(gp.G)
-    S = fw.scores(dA, G_sum / steps, {}, frozen=False)  # type: ignore[arg-type, operator]  # [P, W, R]
+        if every:  # ΔA changes along the path: one product per point
+            S_k = fw.scores(dA, gp.G, {}, frozen=False)  # type: ignore[arg-type]
+            S = S_k if S is None else S.add_(S_k)
+        else:
+            G_sum = gp.G if G_sum is None else G_sum.add_(gp.G)
+    if not every:
+        S = fw.scores(dA, G_sum, {}, frozen=False)  # type: ignore[arg-type]
+    S = S / steps  # type: ignore[operator]  # [P, W, R]
     return S[:, graph.edge_writer, graph.edge_reader].T.double().cpu()  # [E, P]
 
 
-def _patching(model: Any, group: PromptGroup, ablation: str, edges: Sequence[str]) -> Tensor:
+def _reader_matrix(model: Any, kind: str, layer: int, head: int) -> Tensor:
+    """The matrix a reader reads the residual through: [d_model, k]."""
+    w = model.weights
+    return {"q": lambda: w.W_Q[layer, head], "k": lambda: w.W_K[layer, head], "v": lambda: w.W_V[layer, head],
+            "mlp": lambda: w.W_in[layer], "out": lambda: w.W_U}[kind]()
+
+
+def testable_edges(task: DiscoveryTask, ablation: str, *, atol: float = 1e-5) -> Tensor:
+    """Bool [n_edges]: the true edges (constant channels counted) along which ``ablation`` changes what the
+    reader reads on some prompt of ``task`` (module docstring)."""
+    from interp.causal._common import make_pair
+    from interp.edges._forward import EdgeForward
+    from interp.edges._graph import circuit_graph
+    from interp.edges._patch import ablated_writes
+
+    check_choice("ablation", ablation, ABLATIONS)
+    model = task.model
+    if model.arch.norm != "none":
+        raise ArgumentError(f"model {model.name!r} has norms; testable edges are defined for norm-free models")
+    graph = circuit_graph(model)
+    changes = torch.zeros(len(graph.writers), len(graph.readers), dtype=torch.bool)
+    for g in task.groups:
+        args = _ablation_args(g, ablation)
+        pair = make_pair(model, g.clean, args["corrupt"], g.metric, need_corrupt=ablation == "resample")
+        fw = EdgeForward(model, graph, pair.engine)
+        a = fw.writes_of(pair.engine.run(pair.clean.tokens, pair.clean.attention_mask, capture={"z", "mlp_out"}))
+        abl = ablated_writes(model, pair, fw, args["ablation"], args.get("reference"), 0)
+        D = -a if abl is None else abl - a  # [P, W, T, d]
+        for r, ri in enumerate(graph.reader_info):
+            seen = (D @ _reader_matrix(model, ri.kind, ri.layer, ri.head)).abs().amax(dim=(0, 2, 3)) > atol  # [W]
+            changes[:, r] |= seen.cpu()
+    truth = (task.connected or task.truth).truth(graph.edges)
+    return truth & changes[graph.edge_writer, graph.edge_reader]
+
+
+def _auc_or_nan(scores: Tensor, truth: Tensor) -> float:
+    return roc_auc(scores, truth) if bool(truth.any()) and bool((~truth).any()) else float("nan")
+
+
+def _patching(model: Model, group: PromptGroup, ablation: str, edges: Sequence[str]) -> Tensor:
     """Per-prompt exact edge-patching effects [n_edges, P]."""
     from interp.edges import edge_patch
 
@@ -126,7 +207,7 @@ def _patching(model: Any, group: PromptGroup, ablation: str, edges: Sequence[str
     return (res.per_prompt - res.clean_per_prompt[None]).double()
 
 
-def _acdc(model: Any, group_args: list[tuple[PromptGroup, dict]], graph: Any, taus: Sequence[float]) -> dict[float, Tensor]:
+def _acdc(model: Model, group_args: list[tuple[PromptGroup, dict]], graph: Any, taus: Sequence[float]) -> dict[float, Tensor]:
     """The edges ACDC keeps at each τ: {τ: bool [n_edges]} (module docstring)."""
     from interp.edges import evaluate_circuit
 
@@ -159,6 +240,8 @@ def _acdc(model: Any, group_args: list[tuple[PromptGroup, dict]], graph: Any, ta
 
 def _sweep_auc(sets: dict[float, Tensor], truth: Tensor) -> float:
     """ROC AUC of a thresholded method: (FPR, TPR) per τ, closed at (0, 0) and (1, 1), trapezoids."""
+    if not bool(truth.any()) or bool(truth.all()):
+        return float("nan")
     pts = {(0.0, 0.0), (1.0, 1.0)}
     n_pos, n_neg = int(truth.sum()), int((~truth).sum())
     for keep in sets.values():
@@ -181,6 +264,7 @@ def edge_ranking(task: DiscoveryTask, method: str, ablation: str, *, ig_steps: i
     model = task.model
     graph = circuit_graph(model)
     truth = task.truth.truth(graph.edges)
+    testable = testable_edges(task, ablation)
     t0 = time.perf_counter()
     details: dict[str, Any] = {}
     if method == "acdc":
@@ -188,7 +272,7 @@ def edge_ranking(task: DiscoveryTask, method: str, ablation: str, *, ig_steps: i
         scores = torch.zeros(graph.n_edges, dtype=torch.float64)
         for tau in sorted(sets):  # the largest τ at which the edge survives
             scores[sets[tau]] = tau
-        auc = _sweep_auc(sets, truth)
+        auc, auc_t = _sweep_auc(sets, truth), _sweep_auc(sets, testable)
         details["kept"] = {tau: int(k.sum()) for tau, k in sets.items()}
     else:
         per = []
@@ -196,14 +280,16 @@ def edge_ranking(task: DiscoveryTask, method: str, ablation: str, *, ig_steps: i
             if method == "edge-patching":
                 per.append(_patching(model, g, ablation, graph.edges))
             else:
-                per.append(_eap(model, g, ablation, ig_steps if method == "eap-ig" else 1))
+                steps = 1 if method == "eap" else ig_steps
+                per.append(_eap(model, g, ablation, steps, "activations" if method == "eap-ig-act" else "inputs"))
         effects = torch.cat(per, dim=1)  # [E, all prompts]
         scores = effects.abs().mean(1)
-        auc = roc_auc(scores, truth)
+        scores = torch.where(scores <= NOISE * scores.max(), torch.zeros_like(scores), scores)
+        auc, auc_t = roc_auc(scores, truth), _auc_or_nan(scores, testable)
         details["signed"] = effects.mean(1)
     seconds = time.perf_counter() - t0
     out = EdgeRanking(task=task.name, method=method, ablation=ablation, edges=tuple(graph.edges), scores=scores,
-                      truth=truth, auc=auc, seconds=seconds, details=details)
+                      truth=truth, auc=auc, testable=testable, auc_testable=auc_t, seconds=seconds, details=details)
     log.info("%s %s %s: AUC %.4f (%.1f s)", task.name, method, ablation, auc, seconds)
     return out
 
@@ -218,6 +304,6 @@ def discovery_table(tasks: Sequence[DiscoveryTask], *, methods: Sequence[str] = 
                 r = edge_ranking(task, m, a, ig_steps=ig_steps)
                 rankings.append(r)
                 rows.append({"model": task.name, "method": m, "ablation": a, "auc": r.auc,
-                             "true": int(r.truth.sum()), "edges": len(r.edges), "missed": len(r.missed()),
-                             "seconds": r.seconds})
+                             "auc_testable": r.auc_testable, "true": int(r.truth.sum()),
+                             "testable": int(r.testable.sum()), "edges": len(r.edges), "seconds": r.seconds})
     return pd.DataFrame(rows), rankings

@@ -38,6 +38,7 @@ from interp.causal import Metric
 from interp.errors import ArgumentError
 from interp.groundtruth._edges import TrueCircuit, tracr_circuit
 from interp.groundtruth._induction import induction_circuit
+from interp.models import Model
 
 __all__ = ["OutputMargin", "PromptGroup", "DiscoveryTask", "tracr_task", "induction_task"]
 
@@ -48,13 +49,13 @@ class OutputMargin(Metric):
     with ``answer=None``, M = logit[0] (a numerical output's one logit)."""
 
     answer: Optional[Sequence[int]]
-    pos: Sequence[int] = ()  # type: ignore[assignment]
+    pos: Sequence[int] = ()
 
-    def describe(self, model: Any) -> str:
+    def describe(self, model: Model) -> str:
         return "logit[0] (numerical output)" if self.answer is None else "logit[answer] − mean other logit"
 
-    def _fn(self, model: Any, n: int) -> Any:
-        width = model.weights.W_U.shape[1]
+    def _fn(self, model: Model, n: int) -> Any:
+        width = model.weights.need("W_U").shape[1]
         if self.answer is None:
             if width != 1:
                 raise ArgumentError(f"answer=None reads one numerical logit, but model {model.name!r} has {width}")
@@ -99,13 +100,19 @@ class PromptGroup:
 
 @dataclass(frozen=True, eq=False)
 class DiscoveryTask:
-    """A model with a known circuit and the prompts to discover it on (module docstring)."""
+    """A model with a known circuit and the prompts to discover it on (module docstring).
+
+    ``truth`` is the circuit; ``connected`` the same rule with the constant channels counted (tracr's
+    ``one`` and BOS dimensions: what an ablation that also removes constants, zero ablation, can reveal),
+    or None when the model has no such channels (the truth then stands for both).
+    """
 
     name: str
-    model: Any = field(repr=False)
+    model: Model = field(repr=False)
     truth: TrueCircuit = field(repr=False)
     groups: tuple[PromptGroup, ...] = field(repr=False)
     description: str = ""
+    connected: Optional[TrueCircuit] = field(default=None, repr=False)  # the truth with constant channels counted
 
     @property
     def n_prompts(self) -> int:
@@ -157,11 +164,12 @@ def tracr_task(program: Any, *, lengths: Optional[Sequence[int]] = None, max_inp
         groups.append(_group(ids, _derangement(len(inputs), g), answers, range(1, n + 1)))
     what = "the value (numerical)" if program.numerical else "the program's output"
     return DiscoveryTask(name=program.name, model=program.model, truth=truth, groups=tuple(groups),
+                         connected=tracr_circuit(program, ignored=()),
                          description=f"tracr {program.name}: every output position of inputs of lengths "
                                      f"{lengths}; M = margin of {what}")
 
 
-def induction_task(model: Any, *, circuit: Optional[TrueCircuit] = None, n_seqs: int = 8, n: Optional[int] = None,
+def induction_task(model: Model, *, circuit: Optional[TrueCircuit] = None, n_seqs: int = 8, n: Optional[int] = None,
                    seed: int = 1) -> DiscoveryTask:
     """The induction task of an attention-only toy (module docstring); its truth is :func:`induction_circuit`
     (found with its own seed; ``seed`` here draws the task's sequences)."""

@@ -37,3 +37,12 @@ def test_eap_under_resample_equals_edge_attribution(tracr_programs):
     mine_ig = _eap(p.model, g, "resample", 3)
     ref_ig = E.edge_attribution(p.model, g.clean, g.corrupt, metric=g.metric, method="eap-ig", ig_steps=3, progress=False)
     assert torch.allclose(mine_ig, ref_ig.per_prompt.double(), atol=1e-6, rtol=1e-5)
+
+
+def test_eap_ig_activations_equals_edge_attribution(tracr_programs):
+    p = tracr_programs("sort")
+    g = tracr_task(p, lengths=[3], max_inputs=10).groups[0]
+    mine = _eap(p.model, g, "resample", 3, "activations")
+    ref = E.edge_attribution(p.model, g.clean, g.corrupt, metric=g.metric, method="eap-ig", ig_steps=3,
+                             ig_at="activations", progress=False)
+    assert torch.allclose(mine, ref.per_prompt.double(), atol=1e-6, rtol=1e-5)
