@@ -12,7 +12,6 @@ query or key positions are set to 0, and ``batch.prompt(i)`` is prompt i's :clas
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Sequence, Union, overload
 
@@ -24,7 +23,8 @@ from torch import Tensor
 
 from interp._result import Result
 from interp._validate import check_index
-from interp.errors import ArgumentError
+from interp.errors import ArgumentError, LabelError
+from interp.labels import Head
 from interp.stream._capture import capture
 from interp.stream._inputs import as_batch
 
@@ -35,9 +35,6 @@ if TYPE_CHECKING:
     from interp.plots import AttentionView
 
 __all__ = ["AttentionPatterns", "AttentionPatternBatch", "attention_patterns"]
-
-_HEAD = re.compile(r"^L(\d+)\.H(\d+)$")
-
 
 @dataclass(frozen=True, eq=False)
 class AttentionPatterns(Result):
@@ -136,13 +133,23 @@ class AttentionPatternBatch(Result):
                 f"pos={self.patterns.shape[-1]}: {self.labels[:4]}{' …' if len(self.labels) > 4 else ''})")
 
 
+def _head_label(h: Any) -> Optional[Head]:
+    """``h`` as a head label (``'L3.H5'`` or a :class:`~interp.labels.Head`), or None."""
+    if not isinstance(h, (str, Head)):
+        return None
+    try:
+        return Head.parse(h)
+    except LabelError:
+        return None
+
+
 def _parse_heads(heads: Sequence[Any], n_layers: int, n_heads: int) -> list[tuple[int, int]]:
     if isinstance(heads, (str, tuple)) and not (isinstance(heads, tuple) and heads and isinstance(heads[0], (tuple, str))):
         heads = [heads]
     out = []
     for h in heads:
-        m = _HEAD.match(h) if isinstance(h, str) else None
-        lh = (int(m.group(1)), int(m.group(2))) if m else (
+        lab = _head_label(h)
+        lh = (lab.layer, lab.head) if lab is not None else (
             tuple(int(x) for x in h) if isinstance(h, (tuple, list)) else None)
         if lh is None or len(lh) != 2 or not (0 <= lh[0] < n_layers and 0 <= lh[1] < n_heads):
             raise ArgumentError(f"heads contains {h!r}; give labels like 'L3.H5' or (layer, head) pairs with "
@@ -183,7 +190,7 @@ def attention_patterns(
     pats = torch.stack([acts[f"blocks.{l}.attn.hook_pattern"][h][real][:, real] for l, h in hl]).float()
     ids = b.tokens[bi][real]  # one row: to_str_tokens gives one string per token
     toks = [str(t) for t in model.to_str_tokens(ids)] if model.tokenizer is not None else [str(int(t)) for t in ids]
-    return AttentionPatterns(patterns=pats, labels=[f"L{l}.H{h}" for l, h in hl], str_tokens=toks)
+    return AttentionPatterns(patterns=pats, labels=[str(Head(l, h)) for l, h in hl], str_tokens=toks)
 
 
 def _heads_of(hs: list[int]) -> Callable[[Tensor], Tensor]:
@@ -206,5 +213,5 @@ def _all_prompts(model: Model, b: Any, hl: list[tuple[int, int]]) -> AttentionPa
         ids = b.tokens[i][mask[i]]
         toks.append([str(t) for t in model.to_str_tokens(ids)] if model.tokenizer is not None
                     else [str(int(t)) for t in ids])
-    return AttentionPatternBatch(patterns=pats.cpu(), labels=[f"L{l}.H{h}" for l, h in hl],
+    return AttentionPatternBatch(patterns=pats.cpu(), labels=[str(Head(l, h)) for l, h in hl],
                                  attention_mask=b.attention_mask.cpu(), str_tokens=toks)

@@ -16,7 +16,6 @@ Both use :func:`project_term` and :func:`scale_chain`, so they give the same num
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -25,20 +24,27 @@ from torch import Tensor
 
 from interp._norms import frozen_direction, norm_scale
 from interp.errors import ArgumentError, LabelError, UnsupportedArchitectureError
+from interp.labels import Head, Neuron, Norm, NormBias
 from interp.models import ArchInfo, Event, Weights
 
 __all__ = ["Term", "Plan", "plan_walk", "project_term", "sigma", "scale_chain", "fill", "norm_params", "total_hook"]
 
 
-_BLOCK_NORM = re.compile(r"L(\d+)\.ln([12])")
-
-
 def _block_norm(norm_id: str) -> tuple[int, str]:
     """(layer, "1" | "2") of a block norm id ``L{l}.ln1`` / ``L{l}.ln2``."""
-    m = _BLOCK_NORM.fullmatch(norm_id)
-    if m is None:
+    try:
+        lab = Norm.parse(norm_id)
+    except LabelError:
+        lab = None
+    if lab is None or lab.layer is None:
         raise LabelError(f"norm id {norm_id!r} is not 'final', 'embed_ln', 'L{{layer}}.ln1' or 'L{{layer}}.ln2'")
-    return int(m.group(1)), m.group(2)
+    return lab.layer, lab.which[-1]
+
+
+def _norm_bias_label(norm_id: str) -> str:
+    """The β term of norm id ``norm_id`` (``final`` → ``final_bias``, ``L3.ln1`` → ``L3.ln1_bias``)."""
+    norm = Norm(None, "final") if norm_id == "final" else Norm.parse(norm_id)
+    return str(NormBias(norm))
 
 
 def norm_params(w: Weights, arch: ArchInfo, norm_id: str) -> tuple[Tensor, Optional[Tensor], str]:
@@ -133,7 +139,7 @@ def plan_walk(arch: ArchInfo, w: Weights, prog: list[Event], idx: int, U: Tensor
         U = frozen_direction(U, gamma, arch.norm)
 
     if target.kind == "read" and target.norm is not None:
-        pass_norm(target.norm, "final_bias" if target.norm == "final" else f"{target.norm}_bias")
+        pass_norm(target.norm, _norm_bias_label(target.norm))
     for ev in reversed(prog[:idx]):
         if ev.kind != "write":
             continue  # a post-norm is handled through its bias write, which directly follows it
@@ -142,7 +148,7 @@ def plan_walk(arch: ArchInfo, w: Weights, prog: list[Event], idx: int, U: Tensor
             pass_norm(ev.norm, ev.label)
         elif sub == "head":
             if ev.head == arch.n_heads - 1:  # all heads of a layer at once, at the last head
-                add([f"L{l}.H{h}" for h in range(arch.n_heads)], "heads", f"blocks.{l}.attn.hook_z", l)
+                add([str(Head(l, h)) for h in range(arch.n_heads)], "heads", f"blocks.{l}.attn.hook_z", l)
         elif sub == "attn_bias":
             add([ev.label], "bias", None, l, w.b_O[l])
         elif sub == "mlp":
@@ -151,7 +157,7 @@ def plan_walk(arch: ArchInfo, w: Weights, prog: list[Event], idx: int, U: Tensor
             add([ev.label], "bias", None, l, w.b_out[l])
         elif sub == "neuron":
             if ev.head == arch.d_mlp - 1:
-                add([f"L{l}.N{n}" for n in range(arch.d_mlp)], "neurons", f"blocks.{l}.mlp.out.hook_in", l)
+                add([str(Neuron(l, n)) for n in range(arch.d_mlp)], "neurons", f"blocks.{l}.mlp.out.hook_in", l)
         else:  # embed, pos_embed, type_embed
             hook = {"embed": "embed.hook_out", "pos_embed": "pos_embed.hook_out",
                     "type_embed": "token_type_embed.hook_out"}[sub]
