@@ -10,12 +10,16 @@ Layout: x is the forward order — the embeddings, then per layer its attention 
 A head is one node: its output leaves the node, and its inputs are ports on its left — q beside the
 head, k and v further left. Under GQA a KV head's k and v ports sit at the middle of the query heads
 that share them and are joined to each. Edge width and opacity grow with |score| (``n_bins`` bins of
-|score| / max |score|); colour is the sign (blue positive, red negative).
+√(|score| / max |score|) — square-root spacing, so that a heavy-tailed score distribution does not leave
+all but the largest edge in the faintest bin; ``scale="linear"`` for even spacing); colour is the sign
+(blue positive, red negative).
 
-Size and speed: the edges are drawn by 2 × ``n_bins`` line traces whose segments are separated by gaps
-(NaN), coordinates as float32 typed arrays, and one invisible marker trace at the edges' midpoints
-carries their hover text — a dozen traces for thousands of edges, never one trace per edge. Only the
-``max_edges`` edges with the largest |score| are drawn (the subtitle says how many of how many).
+Size and speed: the edges of one (bin, sign) group are one SVG path of quadratic curves (a layout shape:
+2 × ``n_bins`` paths in all, each with its legend entry), and one trace of invisible markers at the curves'
+midpoints carries every edge's hover text; plotly draws only one of those markers (``maxdisplayed``) while
+hovering still finds them all. Line traces with gaps would draw one SVG element per segment and a marker
+per edge another, which costs more than a second for 5,000 edges; this draws a few dozen elements plus
+the nodes. Only the ``max_edges`` edges with the largest |score| are drawn (the subtitle says how many).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from interp import labels as L
-from interp._validate import check_int_range, check_positive_int
+from interp._validate import check_choice, check_int_range, check_positive_int
 from interp.errors import ArgumentError, LabelError, ShapeError
 from interp.plots._common import as_numpy, esc, fmt
 
@@ -120,6 +124,7 @@ class _Grid:
     def place(self, lab: Any) -> _Node:
         x = self.x_of[self._column(lab)]
         c, nh, s = self.centre, self.n_heads, str(lab)
+        cm = math.floor(c) + 0.5  # MLPs sit between two head rows, so their labels clear the heads'
         if isinstance(lab, L.Head):
             return _Node(s, "head", x, float(lab.head), "")
         if isinstance(lab, L.HeadInput):
@@ -129,9 +134,9 @@ class _Grid:
             dy = -_KV_DY if lab.which == "k" else _KV_DY
             return _Node(s, "port", x - _PORT_DX[lab.which], mid + dy, "")
         if isinstance(lab, L.Mlp):
-            return _Node(s, "mlp", x, c, "")
+            return _Node(s, "mlp", x, cm, "")
         if isinstance(lab, L.MlpInput):
-            return _Node(s, "port", x - _PORT_DX[lab.which], c + (0.3 if lab.which == "gate" else 0.0), str(L.Mlp(lab.layer)))
+            return _Node(s, "port", x - _PORT_DX[lab.which], cm + (0.3 if lab.which == "gate" else 0.0), str(L.Mlp(lab.layer)))
         if isinstance(lab, L.Neuron):
             return _Node(s, "neuron", x, c + 1.0 + 0.5 * self._neuron_rank[(lab.layer, lab.index)], "")
         if isinstance(lab, L.Embed):
@@ -239,6 +244,7 @@ def circuit_graph_figure(
     node_value: str = "DLA",
     max_edges: int = 5000,
     n_bins: int = 5,
+    scale: str = "sqrt",
     n_layers: Optional[int] = None,
     n_heads: Optional[int] = None,
     n_kv_heads: Optional[int] = None,
@@ -255,12 +261,14 @@ def circuit_graph_figure(
     ``{"DLA": 0.41, "attends to": "“ Mary”@4 0.62", "OV top tokens": ["“ Mary” → “ Mary” 3.1"]}``; nodes
     are coloured by the numeric entry ``node_value``. ``max_edges``: draw the edges with the largest
     |score| (the subtitle says how many were left out); ``n_heads`` / ``n_kv_heads``: the model's head
-    counts (else read from the labels; give them under GQA when not every KV head appears).
+    counts (else read from the labels; give them under GQA when not every KV head appears);
+    ``n_bins`` / ``scale``: how |score| maps to width and opacity ("sqrt" or "linear" bin spacing).
     """
     edges, s, ex, n_layers, n_heads, n_kv_heads, title = _read_inputs(edges, scores, exact, n_layers, n_heads,
                                                                       n_kv_heads, title)
     check_positive_int("max_edges", max_edges)
     check_int_range("n_bins", n_bins, 1, 10)
+    check_choice("scale", scale, ("sqrt", "linear"))
     for name, v in (("n_layers", n_layers), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
         check_positive_int(name, v, allow_none=True)
     if node_info is not None and not isinstance(node_info, Mapping):
@@ -318,6 +326,7 @@ def circuit_graph_figure(
     smax = float(np.abs(ss[scored]).max()) if scored.any() else 0.0
     smax = smax or 1.0
     frac = np.where(scored, np.abs(ss), 0.0) / smax
+    frac = np.sqrt(frac) if scale == "sqrt" else frac
     bins = np.where(scored, np.minimum((frac * n_bins).astype(int), n_bins - 1), -1)  # -1: no score
 
     fig = go.Figure()
@@ -342,7 +351,8 @@ def circuit_graph_figure(
             sel = np.flatnonzero((bins == b) & ((ss > 0) if positive else (ss <= 0)))
             if not len(sel):
                 continue
-            lo, hi = b / n_bins * smax, (b + 1) / n_bins * smax
+            lo, hi = (b / n_bins, (b + 1) / n_bins) if scale == "linear" else ((b / n_bins) ** 2, ((b + 1) / n_bins) ** 2)
+            lo, hi = lo * smax, hi * smax
             shapes.append(dict(
                 type="path", xref="x", yref="y", layer="below",
                 path=_curves(wx[sel], wy[sel], rx[sel], ry[sel], cy[sel]),
@@ -473,7 +483,7 @@ def _n_edges(n: float) -> str:
 
 
 def _short(n: _Node) -> str:
-    return n.label.split(".", 1)[1] if n.kind in ("head", "neuron") and "." in n.label else n.label
+    return n.label.split(".", 1)[1] if n.kind in ("head", "neuron", "mlp") and "." in n.label else n.label
 
 
 def _kind_note(n: _Node, *, parsed_lab: Any, grid: _Grid) -> str:

@@ -325,3 +325,25 @@ def test_figure_is_the_same_whatever_the_hash_seed():
     other = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed}, check=True,
                            capture_output=True, text=True).stdout.strip()
     assert other == here
+
+
+def test_bins_are_square_root_spaced_unless_linear():
+    edges = ["L0.H0→unembed", "L0.H1→unembed", "L0.H2→unembed"]
+    scores = [1.0, 0.3, 0.03]  # √: 1, 0.548, 0.173 → bins 4, 2, 0 of 5; linear: 1, 0.3, 0.03 → bins 4, 1, 0
+
+    def widths(scale):
+        fig = circuit_graph_figure(edges, scores, scale=scale)
+        nodes = _nodes(fig)
+        out = []
+        for e in edges:
+            w, r = e.split("→")
+            (width,) = [wd for _, wd, _, cs in _edge_shapes(fig) for c in cs
+                        if _close(c[1], nodes[w][1]) and _close(c[5], nodes[r][1])]
+            out.append(width)
+        return out
+
+    sq, lin = widths("sqrt"), widths("linear")
+    ladder = [round(0.6 + 5.4 * (b + 1) / 5, 2) for b in range(5)]  # the width of each bin
+    assert sq == [ladder[4], ladder[2], ladder[0]] and lin == [ladder[4], ladder[1], ladder[0]]
+    with pytest.raises(ArgumentError, match="scale"):
+        circuit_graph_figure(edges, scores, scale="log")
