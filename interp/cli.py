@@ -88,9 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", default="circuit", help="output directory (default: circuit/)")
     e.add_argument("--method", default="eap-ig", choices=["eap", "eap-ig"], help="edge scores (default: eap-ig)")
     e.add_argument("--ig-steps", type=int, default=5, help="EAP-IG points on the corrupt → clean path (default: 5)")
-    e.add_argument("--prompts", type=int, default=None, help="prompt pairs drawn from the task (default: the task's)")
+    e.add_argument("--prompts", type=int, default=16, help="prompt pairs drawn from the task (default: 16)")
     e.add_argument("--max-edges", type=int, default=2000, help="strongest edges drawn in the graph (default: 2000)")
     e.add_argument("--exact", type=int, default=20, help="top edges patched exactly (default: 20)")
+    e.add_argument("--ablations", default="zero,mean,resample",
+                   help="faithfulness-curve ablations, comma-separated (default: zero,mean,resample)")
+    e.add_argument("--sizes", default=None,
+                   help="faithfulness-curve circuit sizes as fractions of the edges, comma-separated, increasing "
+                        "(default: 0.001,0.002,0.005,0.01,0.02,0.05,0.1,0.2,0.5,1 as in MIB)")
     e.add_argument("--static", action="store_true", help="also write the faithfulness curve as PNG/SVG (needs a browser)")
     return p
 
@@ -188,11 +193,18 @@ def _cmd_circuits(args: argparse.Namespace) -> int:
 def _cmd_circuit(args: argparse.Namespace) -> int:
     from interp.report import circuit_report
 
+    from interp.errors import ArgumentError
+
+    ablations = tuple(a.strip() for a in args.ablations.split(",") if a.strip())
+    try:
+        sizes = None if args.sizes is None else tuple(float(k) for k in args.sizes.split(",") if k.strip())
+    except ValueError:
+        raise ArgumentError(f"--sizes={args.sizes!r} must be comma-separated numbers, e.g. 0.01,0.1,1") from None
     model = _load(args.model)
     t0 = time.perf_counter()
     path = circuit_report(model, args.task, out_dir=args.out, method=args.method, ig_steps=args.ig_steps,
-                          n_prompts=args.prompts, max_edges=args.max_edges, n_exact=args.exact, static=args.static,
-                          progress=not getattr(args, "quiet", False))
+                          n_prompts=args.prompts, max_edges=args.max_edges, n_exact=args.exact, ablations=ablations,
+                          sizes=sizes, static=args.static, progress=not getattr(args, "quiet", False))
     log.info("circuit page built in %.1f s", time.perf_counter() - t0)
     print(path)
     return 0

@@ -39,6 +39,7 @@ from interp.circuits import ov_circuit
 from interp.edges import MIB_SIZES, edge_attribution, edge_patch, faithfulness_curve
 from interp.errors import ArgumentError, InterpError
 from interp.labels import Head, HeadInput, Mlp, parse
+from interp.models import Model
 from interp.plots._attention_view import attention_view
 from interp.plots._circuit_graph import circuit_graph_figure
 from interp.plots._common import esc, fmt
@@ -60,7 +61,7 @@ def _q(tok: str) -> str:
     return "“" + tok.replace("\n", "\\n") + "”"
 
 
-def _resolve_task(task: Any, model: Any, n_prompts: Optional[int]) -> Any:
+def _resolve_task(task: Any, model: Model, n_prompts: Optional[int]) -> Any:
     """A task name (``interp.load_task``) or an object with ``clean``, ``corrupt`` and ``metric``."""
     if isinstance(task, str):
         from interp import edges
@@ -92,7 +93,7 @@ def _head_scores(edges: Sequence[str], scores: np.ndarray) -> dict[str, float]:
     return out
 
 
-def _dla(model: Any, task: Any, nodes: set[str]) -> tuple[dict[str, float], str]:
+def _dla(model: Model, task: Any, nodes: set[str]) -> tuple[dict[str, float], str]:
     """Mean direct logit attribution of each node on the clean prompts, for a logit-difference metric."""
     m = task.metric
     if not isinstance(m, LogitDiff) or not model.arch.has_logits:
@@ -105,7 +106,7 @@ def _dla(model: Any, task: Any, nodes: set[str]) -> tuple[dict[str, float], str]
         f"closure error {float(attr.closure_error):.1e}")
 
 
-def _attention_summary(model: Any, task: Any, heads: list[str], k: int = 3) -> tuple[Any, dict[str, str], dict[str, int]]:
+def _attention_summary(model: Model, task: Any, heads: list[str], k: int = 3) -> tuple[Any, dict[str, str], dict[str, int]]:
     """Each head's top ``k`` attended source tokens from the last position of the first clean prompt."""
     pats = attention_patterns(model, task.clean, heads, prompt=0)
     toks = pats.str_tokens
@@ -119,7 +120,7 @@ def _attention_summary(model: Any, task: Any, heads: list[str], k: int = 3) -> t
     return pats, summary, top_src
 
 
-def _ov_tokens(model: Any, task: Any, heads: list[str], src_pos: dict[str, int], k: int = 3) -> dict[str, str]:
+def _ov_tokens(model: Model, task: Any, heads: list[str], src_pos: dict[str, int], k: int = 3) -> dict[str, str]:
     """What each head's full OV circuit maps its most attended source token to (the top ``k`` output tokens)."""
     from interp.stream import as_batch
 
@@ -138,13 +139,13 @@ def _ov_tokens(model: Any, task: Any, heads: list[str], src_pos: dict[str, int],
 
 
 def circuit_report(
-    model: Any,
+    model: Union[str, Model],
     task: Any = "ioi",
     *,
     out_dir: Union[str, Path],
     method: str = "eap-ig",
     ig_steps: int = 5,
-    n_prompts: Optional[int] = None,
+    n_prompts: Optional[int] = 16,
     max_edges: int = 2000,
     n_exact: int = 20,
     ablations: Sequence[str] = ("zero", "mean", "resample"),
@@ -158,7 +159,8 @@ def circuit_report(
     ``faithfulness.json`` and ``results.json``; returns the index path (see the module docstring).
 
     ``model``: an interp Model or a catalog name; ``task``: a task name (``"ioi"``, ...) or an object with
-    ``clean`` / ``corrupt`` prompts and a ``metric``; ``method``: "eap" or "eap-ig" (``ig_steps`` points);
+    ``clean`` / ``corrupt`` prompts and a ``metric``; ``n_prompts``: pairs drawn from a named task (None: the
+    task's own default); ``method``: "eap" or "eap-ig" (``ig_steps`` points);
     ``max_edges``: edges drawn in the graph (the strongest); ``n_exact``: edges patched exactly;
     ``ablations`` / ``sizes``: the faithfulness curve's (``sizes`` default: MIB's fractions);
     ``n_ov_heads``: heads whose OV top tokens are computed; ``static``: also PNG/SVG (needs a browser).
@@ -235,7 +237,7 @@ def circuit_report(
     return index
 
 
-def _write_json(out: Path, model: Any, task_name: str, sc: Any, curve: Any) -> None:
+def _write_json(out: Path, model: Model, task_name: str, sc: Any, curve: Any) -> None:
     df = sc.to_dataframe()
     exact = df["exact"].tolist() if "exact" in df else [math.nan] * len(df)
     edges = [{"edge": e, "writer": w, "reader": r, "score": float(s), "exact": x}
@@ -268,14 +270,19 @@ def _summary(sc: Any, curve: Any, dla_note: str, ov_note: str, *, n_drawn: int) 
             "dla_note": dla_note, "ov_note": ov_note}
 
 
-def _page(model: Any, task: Any, task_name: str, sc: Any, curve: Any, figs: dict[str, Any], files: dict[str, list[str]],
+def _page(model: Model, task: Any, task_name: str, sc: Any, curve: Any, figs: dict[str, Any], files: dict[str, list[str]],
           view: Any, r: dict[str, Any]) -> Page:
     page = Page(title=f"interp circuit — {model.name}, {task_name}",
                 subtitle=f"{esc(sc.method.upper())} over {len(sc.edges):,} edges · metric {esc(sc.metric)} "
                          f"· {sc.n_prompts} prompt pairs", compact=True)
     page.section("Model", kv_table(_model_card(model)), anchor="model")
-    clean0, corrupt0 = (task.clean[0], task.corrupt[0]) if isinstance(task.clean, (list, tuple)) else ("—", "—")
-    rows = [("task", task_name), ("prompt pairs", sc.n_prompts), ("first clean prompt", clean0),
+    if isinstance(task.clean, (list, tuple)):
+        clean0, corrupt0 = task.clean[0], task.corrupt[0]
+    else:  # token ids
+        clean0, corrupt0 = (" ".join(model.to_str_tokens(t[0])) if model.tokenizer is not None else str(t[0].tolist())
+                            for t in (task.clean, task.corrupt))
+    rows = [("task", task_name)] + ([("description", task.description)] if getattr(task, "description", "") else [])
+    rows += [("prompt pairs", sc.n_prompts), ("first clean prompt", clean0),
             ("first corrupt prompt", corrupt0), ("metric", sc.metric), ("M(clean)", fmt(sc.clean)),
             ("M(corrupt)", fmt(sc.corrupt)), ("method", sc.method + (f", {sc.ig_steps} steps" if sc.method == "eap-ig" else "")),
             ("completeness", f"Σ scores ({sc.completeness_of}) = {fmt(sc.completeness)} vs M(corrupt) − M(clean) = "

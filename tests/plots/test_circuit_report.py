@@ -144,3 +144,43 @@ def test_cli_unknown_task_exits_2(capsys, tmp_path):
     assert main(["circuit", "--model", "toy-attn-only-2l", "--task", "no-such-task", "--out", str(tmp_path / "c"),
                  "-q"]) == 2
     assert "task" in capsys.readouterr().err
+
+
+def test_cli_on_the_toy_with_a_shipped_task(tmp_path, capsys):
+    out = tmp_path / "toy"
+    assert main(["circuit", "--model", "toy-attn-only-2l", "--task", "induction", "--prompts", "6", "--method", "eap",
+                 "--exact", "3", "--ablations", "zero,resample", "--sizes", "0.1,1", "--out", str(out), "-q"]) == 0
+    assert capsys.readouterr().out.strip().endswith("index.html")
+    r = json.loads((out / "results.json").read_text())
+    assert r["task"] == "induction" and r["n_prompts"] == 6 and set(r["cpr"]) == {"zero", "resample"}
+    assert r["n_edges"] == interp.edges.circuit_graph(interp.load_model("toy-attn-only-2l")).n_edges
+    assert main(["circuit", "--model", "toy-attn-only-2l", "--task", "induction", "--sizes", "1,x",
+                 "--out", str(tmp_path / "bad"), "-q"]) == 2
+    assert main(["circuit", "--model", "toy-attn-only-2l", "--task", "induction", "--ablations", "nope",
+                 "--out", str(tmp_path / "bad2"), "-q"]) == 2
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_smollm2_ioi_circuit_page(tmp_path):
+    """``interp circuit`` on smollm2 IOI (kept small: 4 pairs, EAP, two curve points): the page stays under 3 MB,
+    every one of the ~70,000 edges is listed, and M(clean) is the logit difference of the plain HF model."""
+    out = tmp_path / "smol"
+    assert main(["circuit", "--model", "smollm2-135m", "--task", "ioi", "--prompts", "4", "--method", "eap",
+                 "--exact", "5", "--max-edges", "2000", "--ablations", "resample", "--sizes", "0.05,1",
+                 "--out", str(out), "-q"]) == 0
+    index = out / "index.html"
+    size = index.stat().st_size
+    print(f"\nsmollm2 IOI circuit page: {size / 1e6:.2f} MB")
+    assert size <= 3_000_000 and external_resources(index.read_text()) == []
+    e = json.loads((out / "edges.json").read_text())
+    m = interp.load_model("smollm2-135m")
+    assert e["n_edges"] == interp.edges.circuit_graph(m).n_edges > 60_000
+    task = interp.edges.load_task("ioi", m, n=4)
+    vals = []
+    for p, a, w in zip(task.clean, task.answer, task.wrong):
+        with torch.no_grad():  # the model's own logits, from a plain forward of the HF module
+            logits = m.bridge.original_model(m.to_tokens(p)).logits[0, -1].double()
+        ai, wi = (t if isinstance(t, int) else m.tokenizer(t, add_special_tokens=False)["input_ids"][0] for t in (a, w))
+        vals.append(float(logits[ai] - logits[wi]))
+    assert e["clean"] == pytest.approx(float(np.mean(vals)), abs=1e-3)
