@@ -1,7 +1,9 @@
 """export(figure_or_result, path): write a figure as .html, .png, .svg, .pdf or .json, atomically.
 
 * ``.html`` — self-contained: plotly.js is inlined (``include_plotlyjs=True``), no MathJax,
-  so the file opens with no network access.
+  so the file opens with no network access. ``compact=True`` gzip-compresses plotly.js and the
+  figures inside the page (about 2 MB instead of 4.8 MB + the figures; :mod:`interp.plots._compact`).
+  HTML views (objects with ``to_html_page()``, e.g. the attention view) are written as their page.
 * ``.png`` / ``.svg`` / ``.pdf`` — rendered by kaleido 1.x in a headless Chrome/Chromium. The
   browser is found from ``BROWSER_PATH``, kaleido's own download (``kaleido_get_chrome``) or
   the usual names (``chromium``, ``chromium-browser``, ``google-chrome``) on PATH. Starting it
