@@ -36,9 +36,9 @@ from interp.attribution._sources import head_source_terms, require_head_sources
 from interp.attribution._targets import Targets, coefficients, combine, plan_reads, resolve_targets
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.labels import Head, HeadSource, parse
+from interp.models import Model
 from interp.stream._inputs import Batch, as_batch, require_model
 from interp.stream._trace_at import trace_at
-from interp.models import Model
 
 __all__ = ["attribute_logits"]
 

@@ -20,7 +20,7 @@ times A[dst, src], is that source's term for the logit of t.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union, cast
 
 import pandas as pd
 import torch
@@ -33,6 +33,7 @@ from interp._validate import check_index, check_int, check_positive_int
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Head
 from interp.models import readable_token
+from interp.models import Model
 from interp.stream._capture import capture
 from interp.stream._inputs import as_batch, require_model
 
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["head_source_terms", "require_head_sources", "ov_at", "OVAt"]
 
 
-def require_head_sources(model: Any, what: str) -> None:
+def require_head_sources(model: Model, what: str) -> None:
     """UnsupportedOperationError unless a head's write meets at most the final norm before the logits."""
     if model.arch.norm_placement == "post":
         raise UnsupportedOperationError(
@@ -50,7 +51,7 @@ def require_head_sources(model: Any, what: str) -> None:
             "source position is not implemented there (use unit='head')")
 
 
-def head_source_terms(model: Any, acts: dict[str, Tensor], u: Tensor, valid: Tensor) -> Float[Tensor, "row layer head src"]:
+def head_source_terms(model: Model, acts: dict[str, Tensor], u: Tensor, valid: Tensor) -> Float[Tensor, "row layer head src"]:
     """Σ over kept positions j of A[dst_j, src] · (v_src · W_O^h u'_j) / σ_j, per batch row.
 
     ``acts``: a position-gathered trace's activations with ``keep=("patterns", "v")``; ``u``
@@ -62,7 +63,7 @@ def head_source_terms(model: Any, acts: dict[str, Tensor], u: Tensor, valid: Ten
         g = u
     else:
         sigma = norm_scale(acts["ln_final.hook_in"], arch.norm, arch.norm_eps).to(dt)  # [r, k, 1]
-        g = frozen_direction(u, w.lnf_w.to(dt), arch.norm) / sigma
+        g = frozen_direction(u, w.need("lnf_w").to(dt), arch.norm) / sigma
     g = g * valid[..., None].to(dt)
     kv = torch.tensor([arch.kv_head(h) for h in range(arch.n_heads)], device=u.device)
     out = []
@@ -153,7 +154,7 @@ class OVAt(Result):
                 f"({self.dst_token!r}), A={self.weight:.3f}: top {names})")
 
 
-def ov_at(model: Any, inputs: Union[str, list, Tensor], layer: int, head: int, *, src: int, dst: int = -1,
+def ov_at(model: Model, inputs: Union[str, list, Tensor], layer: int, head: int, *, src: int, dst: int = -1,
           prompt: int = 0, k: int = 20) -> OVAt:
     """The logits of head ``(layer, head)``'s copy of source position ``src`` (docstring of :class:`OVAt`).
 
@@ -184,8 +185,8 @@ def ov_at(model: Any, inputs: Union[str, list, Tensor], layer: int, head: int, *
     copy = v @ w.W_O[layer, head]  # [d_model]
     if arch.norm != "none":
         sigma = norm_scale(acts["ln_final.hook_in"][d], arch.norm, arch.norm_eps).to(dt)
-        copy = apply_frozen(copy, w.lnf_w, sigma, arch.norm)
-    logits = (copy @ w.W_U).detach()
+        copy = apply_frozen(copy, w.need("lnf_w"), sigma, arch.norm)
+    logits = (copy @ w.need("W_U")).detach()
     weight = float(acts[hp][head, d, s])
     strs: dict[str, str] = {}
     toks = None
@@ -193,6 +194,6 @@ def ov_at(model: Any, inputs: Union[str, list, Tensor], layer: int, head: int, *
         kk = min(k, logits.shape[0])
         ids = torch.cat([logits.topk(kk).indices, (-logits).topk(kk).indices]).tolist()
         strs = {str(t): readable_token(model.tokenizer, t) for t in ids}  # byte pieces as \xNN escapes
-        toks = model.to_str_tokens(batch.tokens[bi, :n_real])
+        toks = cast(list[str], model.to_str_tokens(batch.tokens[bi, :n_real]))  # one row: one string per token
     return OVAt(layer=layer, head=head, src=s, dst=d, prompt=bi, weight=weight, logits=logits.cpu(),
                 src_token=toks[s] if toks else None, dst_token=toks[d] if toks else None, token_strs=strs)

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from interp.attribution._answers import _one_token
 from interp.errors import ArgumentError
+from interp.models import Model
 from interp.stream._inputs import check_tensor_data
 
 __all__ = ["Targets", "resolve_targets", "Read", "plan_reads", "TARGETS", "WRONG_AGGS"]
@@ -108,7 +109,7 @@ def _pad(rows: list[list[int]], *, squeeze: bool) -> Tensor:
 
 # ---- resolving user specs ------------------------------------------------------------------------
 
-def _candidate(model: Any, value: Any, arg: str, multi: bool) -> Candidate:
+def _candidate(model: Model, value: Any, arg: str, multi: bool) -> Candidate:
     """One candidate: a single token (str / id), or with ``multi`` any text or a tuple of ids."""
     if multi and isinstance(value, tuple):
         if not value:
@@ -137,7 +138,7 @@ def _ints(spec: Tensor, arg: str) -> Tensor:
     return spec
 
 
-def _answers(model: Any, spec: Any, n: int, multi: bool) -> list[Candidate]:
+def _answers(model: Model, spec: Any, n: int, multi: bool) -> list[Candidate]:
     if spec is None:
         raise ArgumentError("answer is required: the token whose logit is attributed")
     if isinstance(spec, Tensor):
@@ -154,7 +155,7 @@ def _answers(model: Any, spec: Any, n: int, multi: bool) -> list[Candidate]:
     return [_candidate(model, v, f"answer[{i}]", multi) for i, v in enumerate(spec)]
 
 
-def _wrong_set(model: Any, value: Any, arg: str, multi: bool) -> list[Candidate]:
+def _wrong_set(model: Model, value: Any, arg: str, multi: bool) -> list[Candidate]:
     """A per-prompt entry: one candidate, or a list / set of them (a tuple of ids is a sequence under multi)."""
     if isinstance(value, (list, set, frozenset)) or (isinstance(value, tuple) and not multi):
         items = list(value)
@@ -166,7 +167,7 @@ def _wrong_set(model: Any, value: Any, arg: str, multi: bool) -> list[Candidate]
     return sorted(cands) if isinstance(value, (set, frozenset)) else cands  # a set has no order: by token id
 
 
-def _wrongs(model: Any, spec: Any, n: int, multi: bool) -> Optional[list[list[Candidate]]]:
+def _wrongs(model: Model, spec: Any, n: int, multi: bool) -> Optional[list[list[Candidate]]]:
     if spec is None:
         return None
     if isinstance(spec, Tensor):
@@ -191,7 +192,7 @@ def _wrongs(model: Any, spec: Any, n: int, multi: bool) -> Optional[list[list[Ca
     return [_wrong_set(model, v, f"wrong[{i}]", multi) for i, v in enumerate(spec)]
 
 
-def resolve_targets(model: Any, answer: Any, wrong: Any, n: int, *, multi_token: bool, target: str,
+def resolve_targets(model: Model, answer: Any, wrong: Any, n: int, *, multi_token: bool, target: str,
                     wrong_agg: str) -> Targets:
     """Check and resolve ``answer``/``wrong`` for ``n`` prompts (module docstring)."""
     if not isinstance(multi_token, bool):

@@ -50,7 +50,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Iterator, Optional, Sequence, Union, cast
 
 import torch
 from torch import Tensor
@@ -60,6 +60,7 @@ from interp.causal._common import _checked_batch, resolve_nodes
 from interp.causal._metrics import as_metric
 from interp.causal._result import PatchResult
 from interp.errors import ShapeError, UnsupportedOperationError
+from interp.models import Model
 from interp.stream._inputs import require_model
 
 __all__ = ["attribution_patch", "key_fix_each"]
@@ -94,7 +95,7 @@ def _resid_hook(arch: Any, name: str) -> str:
     return name
 
 
-def _plan(model: Any, nodes: Any) -> list[_Site]:
+def _plan(model: Model, nodes: Any) -> list[_Site]:
     """The hooks to read for ``nodes`` (a node set or labels, resolved as :func:`interp.patch` resolves
     them: same labels, same order), consecutive nodes of one hook grouped."""
     arch = model.arch
@@ -122,7 +123,7 @@ def _plan(model: Any, nodes: Any) -> list[_Site]:
     return sites
 
 
-def _pair(model: Any, clean: Any, corrupt: Any) -> tuple[Any, Any]:
+def _pair(model: Model, clean: Any, corrupt: Any) -> tuple[Any, Any]:
     """Clean and corrupt batches of equal shape, pair by pair the same token length."""
     bc, bk = _checked_batch(model, clean, "clean"), _checked_batch(model, corrupt, "corrupt")
     if bk.tokens.shape[0] != bc.tokens.shape[0]:
@@ -136,7 +137,7 @@ def _pair(model: Any, clean: Any, corrupt: Any) -> tuple[Any, Any]:
     return bc, bk
 
 
-def _attention_scale(model: Any, layer: int) -> float:
+def _attention_scale(model: Model, layer: int) -> float:
     """The score scale of ``layer``'s attention (the HF module's ``scaling``, else 1/√d_head, GPT-2's flags)."""
     a = model.arch
     try:
@@ -155,7 +156,7 @@ def _attention_scale(model: Any, layer: int) -> float:
     return scale
 
 
-def _qk_hooks(model: Any, layer: int) -> list[str]:
+def _qk_hooks(model: Model, layer: int) -> list[str]:
     """Hooks from which the scores' queries and keys are rebuilt: q, k, and (rotary) cos, sin."""
     names = [f"blocks.{layer}.attn.hook_q", f"blocks.{layer}.attn.hook_k"]
     if model.arch.positional == "rotary":
@@ -178,7 +179,7 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
     return torch.cat([out, xp], dim=-1)
 
 
-def _qk(model: Any, store: dict[str, Tensor], names: list[str]) -> tuple[Tensor, Tensor]:
+def _qk(model: Model, store: dict[str, Tensor], names: list[str]) -> tuple[Tensor, Tensor]:
     """The (rotated) queries [b, T, H, d] and keys [b, T, G, d] that meet in the scores, in float64."""
     q, k = (store[n].detach().double() for n in names[:2])
     if len(names) == 4:
@@ -188,7 +189,7 @@ def _qk(model: Any, store: dict[str, Tensor], names: list[str]) -> tuple[Tensor,
     return q, k
 
 
-def _run(model: Any, batch: Any, names: list[str], final: str, *, grad: bool) -> dict[str, Tensor]:
+def _run(model: Model, batch: Any, names: list[str], final: str, *, grad: bool) -> dict[str, Tensor]:
     """One forward pass keeping ``names`` (with their graph if ``grad``), stopped after hook ``final``."""
     bridge = model.bridge
     store: dict[str, Tensor] = {}
@@ -318,7 +319,7 @@ def _qk_fix_layer(kinds: set[str], Qb: Tensor, Kb: Tensor, Qs: Tensor, Ks: Tenso
 
 
 def attribution_patch(
-    model: Any,
+    model: Model,
     clean: Union[str, Sequence[str], Tensor],
     corrupt: Union[str, Sequence[str], Tensor],
     *,
@@ -410,7 +411,7 @@ def attribution_patch(
         per_prompt = M_base.to(est.dtype)[None] + est
     labels = [lab for s in sites for lab in s.labels]
     M_clean, M_corrupt = (M_src, M_base) if direction == "denoise" else (M_base, M_src)
-    str_tokens = model.to_str_tokens(bc.tokens[0]) if model.tokenizer is not None else None
+    str_tokens = cast(list[str], model.to_str_tokens(bc.tokens[0])) if model.tokenizer is not None else None
     log.info("attribution_patch: %d nodes, positions=%s, direction=%s, qk_fix=%s", len(labels), positions,
              direction, qk_fix)
     return PatchResult(

@@ -18,6 +18,7 @@ from interp.causal._metrics import BoundMetric, Metric, as_metric
 from interp.errors import ArgumentError, LabelError, ShapeError
 from interp.labels import Attn, Embed, Head, HeadInput, Mlp, Resid, as_label
 from interp.models import Batch, resid_hook_names
+from interp.models import Model
 from interp.stream._inputs import as_batch
 
 __all__ = ["Node", "NODE_SETS", "resolve_nodes", "Pair", "make_pair", "metric_reader", "source_acts"]
@@ -40,7 +41,7 @@ class Node:
         return str(self.label)
 
 
-def _embed_nodes(model: Any) -> list[Node]:
+def _embed_nodes(model: Model) -> list[Node]:
     w = model.weights
     out = [Node(Embed("token"), "embed.token", -1)]
     if w.W_pos is not None and model.arch.positional == "learned":
@@ -50,11 +51,11 @@ def _embed_nodes(model: Any) -> list[Node]:
     return out
 
 
-def _has_mlp(model: Any) -> bool:
+def _has_mlp(model: Model) -> bool:
     return not model.arch.attn_only and model.weights.W_in.shape[-1] > 0
 
 
-def resolve_nodes(model: Any, nodes: Any, *, name: str = "nodes") -> tuple[list[Node], str]:
+def resolve_nodes(model: Model, nodes: Any, *, name: str = "nodes") -> tuple[list[Node], str]:
     """(nodes, kind) from a node-set name or a list of labels; kind is the set name or "labels"."""
     a = model.arch
     L, H, Hkv = a.n_layers, a.n_heads, a.n_kv_heads
@@ -98,7 +99,7 @@ def resolve_nodes(model: Any, nodes: Any, *, name: str = "nodes") -> tuple[list[
     return out, "labels"
 
 
-def _check_node(model: Any, lab: Any, name: str) -> Node:
+def _check_node(model: Model, lab: Any, name: str) -> Node:
     a = model.arch
     layer = getattr(lab, "layer", -1)
     if isinstance(lab, (Head, Mlp, Resid, HeadInput, Attn)) and not 0 <= layer < a.n_layers:
@@ -130,7 +131,7 @@ def _check_node(model: Any, lab: Any, name: str) -> Node:
     return emb[str(lab)]
 
 
-def _checked_batch(model: Any, inputs: Any, name: str) -> Batch:
+def _checked_batch(model: Model, inputs: Any, name: str) -> Batch:
     try:
         return as_batch(model, inputs)
     except ArgumentError as e:
@@ -153,7 +154,7 @@ class Pair:
         return int(self.clean.tokens.shape[0])
 
 
-def make_pair(model: Any, clean: Any, corrupt: Any, metric: Any, *, need_corrupt: bool) -> Pair:
+def make_pair(model: Model, clean: Any, corrupt: Any, metric: Any, *, need_corrupt: bool) -> Pair:
     """Check clean/corrupt (same number of prompts, same token lengths) and bind the metric."""
     cb = _checked_batch(model, clean, "clean")
     kb = None
@@ -175,7 +176,7 @@ def make_pair(model: Any, clean: Any, corrupt: Any, metric: Any, *, need_corrupt
     return Pair(engine=Engine(model), clean=cb, corrupt=kb, metric=m, bound=m.bind(model, cb))
 
 
-def metric_reader(model: Any, bound: BoundMetric, base: RunCache, clean_out: Optional[Tensor]):
+def metric_reader(model: Model, bound: BoundMetric, base: RunCache, clean_out: Optional[Tensor]):
     """``read(x [R, T, d], prompt [R], t0) -> [R]``: the metric of final residual rows carrying positions t0…"""
 
     def read(x: Tensor, prompt: Tensor, t0: int) -> Tensor:
@@ -190,13 +191,13 @@ def metric_reader(model: Any, bound: BoundMetric, base: RunCache, clean_out: Opt
     return read
 
 
-def metric_of(model: Any, bound: BoundMetric, run: RunCache, clean_out: Optional[Tensor]) -> Tensor:
+def metric_of(model: Model, bound: BoundMetric, run: RunCache, clean_out: Optional[Tensor]) -> Tensor:
     """The metric [n_prompts] of a whole run."""
     P = run.final.shape[0]
     return metric_reader(model, bound, run, clean_out)(run.final, torch.arange(P, device=run.final.device), 0)
 
 
-def clean_output(model: Any, bound: BoundMetric, clean_run: RunCache) -> Optional[Tensor]:
+def clean_output(model: Model, bound: BoundMetric, clean_run: RunCache) -> Optional[Tensor]:
     """The clean run's metric input per prompt (only metrics that compare with it, e.g. KL, need it)."""
     if not bound.needs_clean:
         return None
@@ -217,7 +218,7 @@ def source_acts(site: str, layer: int, run: RunCache) -> Tensor:
     return t
 
 
-def reference_acts(engine: Engine, model: Any, reference: Any, sites: set[str], ablation: str,
+def reference_acts(engine: Engine, model: Model, reference: Any, sites: set[str], ablation: str,
                    n: int, n_prompts: int, seed: int) -> RunCache:
     """A run-shaped cache whose activations are the mean over ``reference`` (``ablation="mean"``) or a
     seeded random reference prompt per base prompt (``"resample"``), each [n_prompts, n, ...]."""

@@ -31,6 +31,7 @@ from interp.causal._engine import RunCache
 from interp.causal._patch import ABLATIONS, check_ablation, sweep_nodes
 from interp.causal._result import Effects
 from interp.errors import ArgumentError
+from interp.models import Model
 from interp.stream._inputs import require_model
 
 __all__ = ["effects", "node_write", "carry_to_final"]
@@ -38,7 +39,7 @@ __all__ = ["effects", "node_write", "carry_to_final"]
 _WRITE_SITES = ("z", "mlp_out", "embed.token", "embed.pos", "embed.type")
 
 
-def node_write(model: Any, node: Node, run: Optional[RunCache], like: RunCache) -> Tensor:
+def node_write(model: Model, node: Node, run: Optional[RunCache], like: RunCache) -> Tensor:
     """The node's write into the residual stream, [P, n, d_model] (zeros when ``run`` is None)."""
     src = run if run is not None else like
     if node.site == "z":
@@ -56,7 +57,7 @@ def node_write(model: Any, node: Node, run: Optional[RunCache], like: RunCache) 
     return torch.zeros_like(out) if run is None else out
 
 
-def carry_to_final(model: Any, node: Node, delta: Tensor, clean: RunCache, pos: Optional[Tensor]) -> Tensor:
+def carry_to_final(model: Model, node: Node, delta: Tensor, clean: RunCache, pos: Optional[Tensor]) -> Tensor:
     """J_n δ: a change of n's write carried to the final residual with every later node frozen.
 
     ``delta`` [P, m, d] at positions ``pos`` [P, m] (or every position when None). Post-norm: through
@@ -86,7 +87,7 @@ def carry_to_final(model: Any, node: Node, delta: Tensor, clean: RunCache, pos: 
 
 
 def effects(
-    model: Any,
+    model: Model,
     clean: Any,
     corrupt: Any = None,
     *,
@@ -133,7 +134,7 @@ def effects(
     )
 
 
-def _direct(model: Any, pair: Pair, node_list: list[Node], c_run: RunCache, src: Optional[RunCache],
+def _direct(model: Model, pair: Pair, node_list: list[Node], c_run: RunCache, src: Optional[RunCache],
             clean_out: Optional[Tensor]) -> Tensor:
     """direct [n_nodes, P]: one batched frozen-scale readout of x_final + J_n δ_n for every node."""
     bound = pair.bound

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from interp.errors import UnsupportedArchitectureError
+from interp.models import Model
 
 __all__ = ["Engine", "Patch", "RunCache", "SITES"]
 
@@ -84,7 +85,7 @@ def _find_modules(root: Any, name_suffix: str) -> list[Any]:
 class Engine:
     """Forward passes of one model from its frozen weights, with patch points (see module docstring)."""
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Model):
         self.model = model
         a, w = model.arch, model.weights
         self.arch, self.w = a, w

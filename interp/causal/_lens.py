@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, Sequence, Union
+from typing import Any, ClassVar, Optional, Sequence, Union, cast
 
 import pandas as pd
 import torch
@@ -40,6 +40,7 @@ from interp.attribution._answers import TokenSpec, resolve_positions, resolve_to
 from interp.causal._metrics import final_norm, readout
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.labels import Resid
+from interp.models import Model
 from interp.stream._capture import capture
 from interp.stream._inputs import as_batch, require_model
 
@@ -153,7 +154,7 @@ class LogitLens(Result):
 
 
 def logit_lens(
-    model: Any,
+    model: Model,
     inputs: Union[str, Sequence[str], Tensor],
     *,
     scale: str = "recomputed",
@@ -212,7 +213,7 @@ def logit_lens(
         raise UnsupportedOperationError(f"model {model.name!r} returned no logits tensor from its forward pass")
     own = gather(logits)  # [B, S, d_vocab]
 
-    W_U = model.weights.W_U
+    W_U = model.weights.need("W_U")
     _, sigma_f = final_norm(model, store[last])  # the final norm's input is the last resid point
 
     P, S, k = len(points), positions.shape[1], top_k
@@ -255,7 +256,7 @@ def logit_lens(
         top_probs=top_probs.cpu(), target_values=None if target_values is None else target_values.cpu(),
         target=target, tokens=batch.tokens.cpu(), positions=positions.cpu().contiguous(),
         attention_mask=keep_mask.cpu().contiguous(), decoded=decoded,
-        str_tokens=model.to_str_tokens(batch.tokens) if tok is not None else None,
+        str_tokens=cast(list[list[str]], model.to_str_tokens(batch.tokens)) if tok is not None else None,  # [B, pos]
         n_layers=arch.n_layers, closure_error=closure,
         relative_error=closure / scale_ref if scale_ref > 0 else closure,
     )

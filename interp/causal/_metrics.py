@@ -41,6 +41,7 @@ from interp._norms import norm_scale
 from interp.attribution._answers import TokenSpec, resolve_positions, resolve_tokens
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 from interp.models import Batch
+from interp.models import Model
 
 __all__ = [
     "Metric",
@@ -60,7 +61,7 @@ __all__ = [
 PosSpec = Union[int, Sequence[int], str]
 
 
-def final_norm(model: Any, x: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+def final_norm(model: Model, x: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
     """(N_f(x), σ): the decoder's final norm applied to ``x``, with σ recomputed or frozen at ``scale``.
 
     Post-norm encoders have no final norm (their last block ends in one): N_f is the identity.
@@ -76,13 +77,13 @@ def final_norm(model: Any, x: Float[Tensor, "... d_model"], scale: Optional[Tens
     return y, sigma
 
 
-def readout(model: Any, x: Float[Tensor, "... d_model"], space: str, scale: Optional[Tensor] = None) -> Tensor:
+def readout(model: Model, x: Float[Tensor, "... d_model"], space: str, scale: Optional[Tensor] = None) -> Tensor:
     """The metric's input from the final residual ``x``: logits N_f(x) W_U + b_U, or the hidden N_f(x)."""
     y, _ = final_norm(model, x, scale)
     if space == "hidden":
         return y
     w = model.weights
-    out = y @ w.W_U
+    out = y @ w.need("W_U")
     return out + w.b_U if w.b_U is not None else out
 
 
@@ -114,7 +115,7 @@ class BoundMetric:
         rows = torch.arange(hidden.shape[0], device=hidden.device)
         return hidden[rows, self.positions.to(hidden.device)[p]]
 
-    def read(self, model: Any, x: Float[Tensor, "rows d_model"], scale: Optional[Tensor] = None) -> Tensor:
+    def read(self, model: Model, x: Float[Tensor, "rows d_model"], scale: Optional[Tensor] = None) -> Tensor:
         """Logits (logit metrics) or the final hidden state (direction metrics) of final residuals ``x``."""
         return readout(model, x, self.space, scale)
 
@@ -142,13 +143,13 @@ class Metric:
     needs_clean: ClassVar[bool] = False
     pos: PosSpec = -1
 
-    def describe(self, model: Any) -> str:
+    def describe(self, model: Model) -> str:
         return type(self).__name__
 
-    def _fn(self, model: Any, n: int) -> Callable[[Tensor, Tensor, Optional[Tensor]], Tensor]:
+    def _fn(self, model: Model, n: int) -> Callable[[Tensor, Tensor, Optional[Tensor]], Tensor]:
         raise NotImplementedError
 
-    def check(self, model: Any) -> None:
+    def check(self, model: Model) -> None:
         """An error naming ``metric`` if this metric cannot read this model's output."""
         if self.space == "logits" and not model.arch.has_logits:
             raise UnsupportedOperationError(
@@ -156,7 +157,7 @@ class Metric:
                 f"hidden state); use interp.Direction(direction) or a callable on the hidden state"
             )
 
-    def bind(self, model: Any, batch: Batch) -> BoundMetric:
+    def bind(self, model: Model, batch: Batch) -> BoundMetric:
         """This metric for ``batch``'s prompts: tokens resolved per prompt, metric positions fixed."""
         self.check(model)
         mask = batch.attention_mask
@@ -174,7 +175,7 @@ class Metric:
                            mask=mask, needs_clean=self.needs_clean, fn=self._fn(model, n))
 
 
-def _tok_name(model: Any, t: Tensor) -> str:
+def _tok_name(model: Model, t: Tensor) -> str:
     tok = model.tokenizer
     return repr(tok.decode([int(t[0])])) if tok is not None else f"#{int(t[0])}"
 
@@ -196,13 +197,13 @@ class LogitDiff(Metric):
             raise ArgumentError(f"LogitDiff(answer={self.answer!r}, wrong={self.wrong!r}) needs both tokens; "
                                 "use interp.Logit(token) for a single logit")
 
-    def describe(self, model: Any) -> str:
+    def describe(self, model: Model) -> str:
         n = 1 if isinstance(self.answer, (str, int)) else len(self.answer)
         a, w = resolve_tokens(model, self.answer, n, "answer"), resolve_tokens(model, self.wrong, n, "wrong")
         per = _per_prompt(a) or _per_prompt(w)
         return f"logit[{_tok_name(model, a)}] − logit[{_tok_name(model, w)}]" + per
 
-    def _fn(self, model: Any, n: int) -> Callable:
+    def _fn(self, model: Model, n: int) -> Callable:
         a = resolve_tokens(model, self.answer, n, "answer").to(model.device)
         w = resolve_tokens(model, self.wrong, n, "wrong").to(model.device)
 
@@ -219,7 +220,7 @@ class _OneToken(Metric):
     pos: PosSpec = -1
     _what: ClassVar[str] = "logit"
 
-    def describe(self, model: Any) -> str:
+    def describe(self, model: Model) -> str:
         n = 1 if isinstance(self.token, (str, int)) else len(self.token)
         t = resolve_tokens(model, self.token, n, "token")
         return f"{self._what}[{_tok_name(model, t)}]" + _per_prompt(t)
@@ -227,7 +228,7 @@ class _OneToken(Metric):
     def _transform(self, out: Tensor) -> Tensor:
         return out
 
-    def _fn(self, model: Any, n: int) -> Callable:
+    def _fn(self, model: Model, n: int) -> Callable:
         t = resolve_tokens(model, self.token, n, "token").to(model.device)
 
         def fn(out: Tensor, p: Tensor, _: Optional[Tensor]) -> Tensor:
@@ -271,10 +272,10 @@ class KL(Metric):
     pos: PosSpec = -1
     needs_clean: ClassVar[bool] = True
 
-    def describe(self, model: Any) -> str:
+    def describe(self, model: Model) -> str:
         return "KL(clean ‖ patched)"
 
-    def _fn(self, model: Any, n: int) -> Callable:
+    def _fn(self, model: Model, n: int) -> Callable:
         def fn(out: Tensor, p: Tensor, clean: Optional[Tensor]) -> Tensor:
             lc = torch.log_softmax(clean, dim=-1)  # type: ignore[arg-type]
             lp = torch.log_softmax(out, dim=-1)
@@ -293,11 +294,11 @@ class Direction(Metric):
     pos: PosSpec = "mean"
     space: ClassVar[str] = "hidden"
 
-    def describe(self, model: Any) -> str:
+    def describe(self, model: Model) -> str:
         where = "mean-pooled" if self.pos == "mean" else f"at pos {self.pos}"
         return f"final hidden state · direction ({where})"
 
-    def _fn(self, model: Any, n: int) -> Callable:
+    def _fn(self, model: Model, n: int) -> Callable:
         d = model.arch.d_model
         u = self.direction
         if not isinstance(u, Tensor) or u.is_complex() or not u.is_floating_point():
@@ -325,13 +326,13 @@ class CustomMetric(Metric):
     pos: PosSpec = -1
     space: str = "logits"  # type: ignore[misc]
 
-    def describe(self, model: Any) -> str:
+    def describe(self, model: Model) -> str:
         return getattr(self.fn_, "__name__", type(self.fn_).__name__)
 
-    def check(self, model: Any) -> None:
+    def check(self, model: Model) -> None:
         return None
 
-    def _fn(self, model: Any, n: int) -> Callable:
+    def _fn(self, model: Model, n: int) -> Callable:
         f = self.fn_
 
         def fn(out: Tensor, p: Tensor, _: Optional[Tensor]) -> Tensor:
@@ -340,7 +341,7 @@ class CustomMetric(Metric):
         return fn
 
 
-def as_metric(metric: Any, model: Any, *, name: str = "metric") -> Metric:
+def as_metric(metric: Any, model: Model, *, name: str = "metric") -> Metric:
     """``metric`` as a :class:`Metric` for ``model`` (a callable becomes a :class:`CustomMetric`)."""
     if isinstance(metric, Metric):
         metric.check(model)

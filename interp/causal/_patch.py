@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union, cast
 
 import torch
 from torch import Tensor
@@ -47,6 +47,7 @@ from interp.causal._common import (
 from interp.causal._engine import _HEADED, Engine, Patch, RunCache, Variant
 from interp.causal._result import PatchResult
 from interp.errors import ArgumentError
+from interp.models import Model
 from interp.stream._inputs import require_model
 
 __all__ = ["patch"]
@@ -69,7 +70,7 @@ def check_ablation(direction: str, ablation: str, reference: Any) -> None:
         raise ArgumentError(f"reference is only used with ablation='mean' or 'resample', not ablation={ablation!r}")
 
 
-def default_batch_size(model: Any, n: int) -> int:
+def default_batch_size(model: Model, n: int) -> int:
     """Rows per chunk so that one layer's activations stay near 256 MB."""
     a = model.arch
     per_token = 6 * a.d_model + 3 * a.d_mlp + (a.n_heads + 2 * a.n_kv_heads) * a.d_head + 3 * a.n_heads * n
@@ -131,7 +132,7 @@ def run_pair(pair: Pair, sites: set[str], *, base: str, keep_kv: bool, keep_scal
 
 
 def patch(
-    model: Any,
+    model: Model,
     clean: Any,
     corrupt: Any = None,
     *,
@@ -170,7 +171,7 @@ def patch(
     node_list, kind = resolve_nodes(model, nodes)
     sw = sweep_nodes(model, pair, node_list, positions=positions, direction=direction, ablation=ablation,
                      reference=reference, batch_size=batch_size, progress=progress, seed=seed, desc=f"patch {kind}")
-    str_tokens = model.to_str_tokens(pair.clean.tokens[0]) if model.tokenizer is not None else None
+    str_tokens = cast(list[str], model.to_str_tokens(pair.clean.tokens[0])) if model.tokenizer is not None else None
     return PatchResult(
         values=sw.per_prompt.mean(-1).cpu(), per_prompt=sw.per_prompt.cpu(), labels=[nd.text for nd in node_list],
         clean=float(sw.clean_m.mean()), corrupt=float(sw.corrupt_m.mean()), clean_per_prompt=sw.clean_m.cpu(),
@@ -193,7 +194,7 @@ class Sweep:
     clean_out: Optional[Tensor]
 
 
-def sweep_nodes(model: Any, pair: Pair, node_list: list[Node], *, positions: str, direction: str, ablation: str,
+def sweep_nodes(model: Model, pair: Pair, node_list: list[Node], *, positions: str, direction: str, ablation: str,
                 reference: Any, batch_size: Optional[int], progress: bool, seed: int, desc: str,
                 keep_scales: bool = False, extra_sites: Optional[set[str]] = None) -> Sweep:
     """Steps 2–4 of the module docstring for checked inputs."""

@@ -22,7 +22,7 @@ has no single meaning there.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union, cast
 
 import torch
 from torch import Tensor
@@ -44,6 +44,7 @@ from interp.causal._patch import ABLATIONS, check_ablation, default_batch_size, 
 from interp.causal._result import PatchResult
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Embed, Head, HeadInput, Mlp, MlpInput, Output, as_label
+from interp.models import Model
 from interp.stream._inputs import require_model
 
 __all__ = ["path_patch"]
@@ -51,13 +52,13 @@ __all__ = ["path_patch"]
 VIA = ("q", "k", "v", "mlp", "logits")
 
 
-def _sender(model: Any, sender: Any) -> Node:
+def _sender(model: Model, sender: Any) -> Node:
     lab = as_label(sender, (Head, Mlp, Embed), name="sender")
     node = _check_node(model, lab, "sender")
     return node
 
 
-def _receivers(model: Any, receivers: Any, via: Any, sender: Node) -> list[tuple[Any, int, int]]:
+def _receivers(model: Model, receivers: Any, via: Any, sender: Node) -> list[tuple[Any, int, int]]:
     """[(label, layer, head or −1)] — each receiver's reading input, checked to come after the sender."""
     a = model.arch
     if via == "logits":
@@ -112,7 +113,7 @@ def _receivers(model: Any, receivers: Any, via: Any, sender: Node) -> list[tuple
 
 
 def path_patch(
-    model: Any,
+    model: Model,
     clean: Any,
     corrupt: Any = None,
     *,
@@ -183,7 +184,7 @@ def path_patch(
     finally:
         bar.close()
     per_prompt = vals.reshape(len(recv), P).to(clean_m.dtype)
-    str_tokens = model.to_str_tokens(pair.clean.tokens[0]) if model.tokenizer is not None else None
+    str_tokens = cast(list[str], model.to_str_tokens(pair.clean.tokens[0])) if model.tokenizer is not None else None
     return PatchResult(
         values=per_prompt.mean(-1).cpu(), per_prompt=per_prompt.cpu(), labels=[str(r[0]) for r in recv],
         clean=float(clean_m.mean()), corrupt=float(corrupt_m.mean()), clean_per_prompt=clean_m.cpu(),

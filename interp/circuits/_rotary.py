@@ -29,8 +29,8 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp._validate import check_int
-from interp.models import Model
 from interp.errors import ArgumentError, UnsupportedOperationError
+from interp.models import Model
 
 __all__ = ["rope_frequencies", "rope_matrix", "relative_rotation"]
 

@@ -233,6 +233,7 @@ def _induction(model: Any, n: int, seed: int, length: int) -> Task:
         raise ArgumentError(f"length={length}: the prompts would have {total} tokens; {model.name!r} has n_ctx={a.n_ctx}")
     from interp.models import TOY_BOS_ID, TOY_FIRST_WORD_ID
 
+    bos: Optional[int]
     if a.family == "native":
         bos, low = TOY_BOS_ID, TOY_FIRST_WORD_ID
     else:

@@ -33,6 +33,7 @@ import torch
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.groundtruth._edges import TrueCircuit
 from interp.labels import Edge, Embed, Head, HeadInput, Output
+from interp.models import Model
 from interp.toy import attention_patterns, random_tokens, repeated_tokens
 
 __all__ = ["induction_circuit", "induction_scores"]
@@ -40,7 +41,7 @@ __all__ = ["induction_circuit", "induction_scores"]
 _FIRST_WORD = 2  # the toys' vocabulary: <bos>, <unk>, words…
 
 
-def induction_scores(model: Any, *, n: Optional[int] = None, batch: int = 100, seed: int = 0) -> dict[str, torch.Tensor]:
+def induction_scores(model: Model, *, n: Optional[int] = None, batch: int = 100, seed: int = 0) -> dict[str, torch.Tensor]:
     """``prev_token`` and ``induction`` scores [n_layers, n_heads] (see the module docstring)."""
     arch = model.arch
     if not arch.has_logits or not arch.attn_only:
@@ -61,7 +62,7 @@ def induction_scores(model: Any, *, n: Optional[int] = None, batch: int = 100, s
     }
 
 
-def induction_circuit(model: Any, *, threshold: float = 0.5, n: Optional[int] = None, batch: int = 100,
+def induction_circuit(model: Model, *, threshold: float = 0.5, n: Optional[int] = None, batch: int = 100,
                       seed: int = 0) -> TrueCircuit:
     """The induction circuit of an attention-only toy (e.g. ``toy-attn-only-2l``); see the module docstring.
 

@@ -24,7 +24,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.errors import ModelLoadError, UnsupportedOperationError
+from interp.errors import UnsupportedOperationError
 from interp.models._arch import ArchInfo
 
 __all__ = ["Weights", "hf_state_from_weights", "hf_writable", "weights_from_hf"]
@@ -69,6 +69,14 @@ class Weights:
             v = getattr(self, f.name)
             moved[f.name] = None if v is None else v.to(device=device, dtype=dtype)
         return Weights(**moved)
+
+    def need(self, name: str) -> Tensor:
+        """The weight ``name`` (e.g. ``"W_U"``, ``"lnf_w"``), or an UnsupportedOperationError naming it
+        when this model has none (an encoder has no W_U, a norm-free model no final-norm gain)."""
+        v = getattr(self, name)
+        if v is None:
+            raise UnsupportedOperationError(f"this model has no weights.{name}, which this operation needs")
+        return v
 
     def with_updates(self, **updates: Any) -> "Weights":
         """A copy with some fields replaced (used by basis rotation)."""
@@ -277,16 +285,8 @@ def _bert(sd: dict[str, Tensor], a: ArchInfo):
 
 # --- TL layout -> HF parameters (the inverse of the readers above) ------------------------------
 
-def _need(w: Weights, name: str) -> Tensor:
-    """Weight ``name``, which this family's Hugging Face layout requires (ModelLoadError if it is None)."""
-    v = getattr(w, name)
-    if v is None:
-        raise ModelLoadError(f"weights.{name} is None, but this family's Hugging Face layout needs it")
-    return v
-
-
 def _gpt2_to_hf(w: Weights, n_layers: int) -> dict[str, Tensor]:
-    sd: dict[str, Tensor] = {"transformer.wte.weight": w.W_E, "transformer.wpe.weight": _need(w, "W_pos")}
+    sd: dict[str, Tensor] = {"transformer.wte.weight": w.W_E, "transformer.wpe.weight": w.need("W_pos")}
     heads = lambda W: einops.rearrange(W, "n m h -> m (n h)")  # noqa: E731
     for l in range(n_layers):
         p = f"transformer.h.{l}."
@@ -298,8 +298,8 @@ def _gpt2_to_hf(w: Weights, n_layers: int) -> dict[str, Tensor]:
         sd[p + "mlp.c_proj.weight"], sd[p + "mlp.c_proj.bias"] = w.W_out[l], w.b_out[l]
         sd[p + "ln_1.weight"], sd[p + "ln_1.bias"] = w.ln1_w[l], w.ln1_b[l]
         sd[p + "ln_2.weight"], sd[p + "ln_2.bias"] = w.ln2_w[l], w.ln2_b[l]
-    sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"] = _need(w, "lnf_w"), _need(w, "lnf_b")
-    sd["lm_head.weight"] = _need(w, "W_U").T
+    sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"] = w.need("lnf_w"), w.need("lnf_b")
+    sd["lm_head.weight"] = w.need("W_U").T
     return sd
 
 
@@ -318,14 +318,14 @@ def _llama_to_hf(w: Weights, n_layers: int) -> dict[str, Tensor]:
         sd[p + "self_attn.o_proj.bias"] = w.b_O[l]
         sd[p + "mlp.up_proj.weight"], sd[p + "mlp.up_proj.bias"] = w.W_in[l].T, w.b_in[l]
         sd[p + "mlp.down_proj.bias"] = w.b_out[l]
-        sd[p + "mlp.gate_proj.weight"] = _need(w, "W_gate")[l].T
+        sd[p + "mlp.gate_proj.weight"] = w.need("W_gate")[l].T
         if w.b_gate is not None:
             sd[p + "mlp.gate_proj.bias"] = w.b_gate[l]
         sd[p + "mlp.down_proj.weight"] = w.W_out[l].T
         sd[p + "input_layernorm.weight"] = w.ln1_w[l]
         sd[p + "post_attention_layernorm.weight"] = w.ln2_w[l]
-    sd["model.norm.weight"] = _need(w, "lnf_w")
-    sd["lm_head.weight"] = _need(w, "W_U").T
+    sd["model.norm.weight"] = w.need("lnf_w")
+    sd["lm_head.weight"] = w.need("W_U").T
     return sd
 
 
@@ -343,8 +343,8 @@ def _neox_to_hf(w: Weights, n_layers: int) -> dict[str, Tensor]:
         sd[p + "mlp.dense_4h_to_h.weight"], sd[p + "mlp.dense_4h_to_h.bias"] = w.W_out[l].T, w.b_out[l]
         sd[p + "input_layernorm.weight"], sd[p + "input_layernorm.bias"] = w.ln1_w[l], w.ln1_b[l]
         sd[p + "post_attention_layernorm.weight"], sd[p + "post_attention_layernorm.bias"] = w.ln2_w[l], w.ln2_b[l]
-    sd["gpt_neox.final_layer_norm.weight"], sd["gpt_neox.final_layer_norm.bias"] = _need(w, "lnf_w"), _need(w, "lnf_b")
-    sd["lm_head.weight"] = _need(w, "W_U").T  # "embed_out" in older transformers (the caller renames it)
+    sd["gpt_neox.final_layer_norm.weight"], sd["gpt_neox.final_layer_norm.bias"] = w.need("lnf_w"), w.need("lnf_b")
+    sd["lm_head.weight"] = w.need("W_U").T  # "embed_out" in older transformers (the caller renames it)
     return sd
 
 

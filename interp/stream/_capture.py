@@ -13,8 +13,8 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 import torch
 from torch import Tensor
 
-from interp.stream._inputs import Batch
 from interp.models import Model
+from interp.stream._inputs import Batch
 
 __all__ = ["capture", "run_forward", "count_hooks"]
 

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from interp.errors import ArgumentError
+from interp.models import Model
 
 __all__ = ["KEEP", "check_keep", "keep_hooks", "kept_tensor"]
 
@@ -46,7 +47,7 @@ def check_keep(keep: Any) -> tuple[str, ...]:
 _HOOK = {"patterns": "hook_pattern", "q": "hook_q", "k": "hook_k", "v": "hook_v", "cos": "hook_cos", "sin": "hook_sin"}
 
 
-def keep_hooks(model: Any, keep: Sequence[str]) -> dict[str, list[str]]:
+def keep_hooks(model: Model, keep: Sequence[str]) -> dict[str, list[str]]:
     """{keep item: [hook name of layer 0, 1, ...]} for this model's bridge (plus "cos"/"sin" when a
     rotary model keeps q or k)."""
     hooks = model.bridge.hook_dict

@@ -25,6 +25,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from interp.models import Model
 from interp.stream._capture import run_forward
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch
@@ -33,7 +34,7 @@ from interp.stream._walk import Plan, project_term, scale_chain, sigma
 __all__ = ["capture_projected"]
 
 
-def capture_projected(model: Any, batch: Batch, plans: dict[str, Plan], str_tokens: Any
+def capture_projected(model: Model, batch: Batch, plans: dict[str, Plan], str_tokens: Any
                       ) -> tuple[dict[str, Decomposition], Any]:
     """Run once; return {read label: its projected Decomposition} and the forward's output.
 

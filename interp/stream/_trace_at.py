@@ -21,6 +21,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from interp.errors import ArgumentError
+from interp.models import Model
 from interp.stream._capture import run_forward
 from interp.stream._inputs import Batch
 from interp.stream._keep import check_keep, keep_hooks
@@ -34,7 +35,7 @@ class _StopForward(Exception):
 
 
 def trace_at(
-    model: Any,
+    model: Model,
     batch: Batch,
     positions: Int[Tensor, "batch *k"],
     *,

@@ -31,6 +31,7 @@ from torch import Tensor
 from interp._validate import check_int_range, check_positive_int
 from interp.errors import MemoryCapError, ShapeError
 from interp.models import TOY_FIRST_WORD_ID as FIRST_WORD_ID
+from interp.models import Model
 from interp.toy._data import random_tokens, repeated_tokens
 
 __all__ = ["DEFAULT_SEQ_LEN", "MAX_BYTES", "attention_patterns", "probe_report"]
@@ -42,7 +43,7 @@ DEFAULT_SEQ_LEN: int = 128
 MAX_BYTES: int = 1 << 30
 
 
-def _pass_bytes(model: Any, batch: int, pos: int, *, logits: bool, keep_patterns: bool) -> int:
+def _pass_bytes(model: Model, batch: int, pos: int, *, logits: bool, keep_patterns: bool) -> int:
     """Estimated peak bytes of one forward pass over [batch, pos] tokens (see the module docstring)."""
     a = model.arch
     e = torch.empty((), dtype=model.dtype).element_size()
@@ -65,7 +66,7 @@ class _Stop(Exception):
     """Ends a forward pass once the last layer's pattern is read (its logits are not needed)."""
 
 
-def _run(model: Any, tokens: Tensor, reduce: Any, *, need_logits: bool) -> tuple[Any, list[Tensor]]:
+def _run(model: Model, tokens: Tensor, reduce: Any, *, need_logits: bool) -> tuple[Any, list[Tensor]]:
     """One pass with every layer's pattern reduced by ``reduce`` as it is produced (hooks removed on exit)."""
     L = model.arch.n_layers
     store: dict[int, Tensor] = {}
@@ -88,7 +89,7 @@ def _run(model: Any, tokens: Tensor, reduce: Any, *, need_logits: bool) -> tuple
     return logits, [store[l] for l in range(L)]
 
 
-def attention_patterns(model: Any, tokens: Int[Tensor, "batch pos"], *, max_bytes: int = MAX_BYTES
+def attention_patterns(model: Model, tokens: Int[Tensor, "batch pos"], *, max_bytes: int = MAX_BYTES
                        ) -> tuple[Float[Tensor, "batch pos d_vocab"], Float[Tensor, "n_layers batch n_heads pos pos"]]:
     """Logits and every layer's attention pattern for ``tokens`` (hooks removed on exit).
 
@@ -104,7 +105,7 @@ def attention_patterns(model: Any, tokens: Int[Tensor, "batch pos"], *, max_byte
     return logits.detach(), torch.stack(pats)
 
 
-def probe_report(model: Any, *, n: int | None = None, seq_len: int | None = None, batch: int = 200,
+def probe_report(model: Model, *, n: int | None = None, seq_len: int | None = None, batch: int = 200,
                  seed: int = 1234, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
     """Per-head previous-token / induction scores and the probe's first/second-half losses.
 
