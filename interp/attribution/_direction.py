@@ -20,6 +20,7 @@ from interp.attribution._answers import resolve_positions
 from interp.attribution._logits import _components
 from interp.attribution._result import LogitAttribution
 from interp.errors import ArgumentError, ShapeError
+from interp.models import Model
 from interp.stream._inputs import as_batch, check_tensor_data, require_model
 from interp.stream._trace import trace
 
@@ -27,7 +28,7 @@ __all__ = ["attribute_direction"]
 
 
 def attribute_direction(
-    model: Any,
+    model: Model,
     inputs: Union[str, Sequence[str], Tensor],
     direction: Tensor,
     *,

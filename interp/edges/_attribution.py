@@ -78,7 +78,7 @@ class MetricReader:
             h = b.select(y, self.prompt)
         else:
             h = y[torch.arange(y.shape[0], device=y.device), b.positions.to(y.device)[self.prompt]]
-        out = h if b.space == "hidden" else (h @ w.W_U + w.b_U if w.b_U is not None else h @ w.W_U)
+        out = h if b.space == "hidden" else (h @ w.need("W_U") + w.b_U if w.b_U is not None else h @ w.need("W_U"))
         M = b(out, prompt=self.prompt, clean=self.clean_out)
         if torch.is_grad_enabled() and (not M.is_floating_point() or not M.requires_grad):
             raise ArgumentError(f"{self.name}={b.name!r} returned {M.dtype} values without a gradient; edge "

@@ -19,7 +19,7 @@ only the positions from the first one where clean and corrupt differ are carried
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
 import torch
 from torch import Tensor
@@ -174,7 +174,7 @@ def edge_patch(
     if len(set(idx)) != len(idx):
         raise ArgumentError("edges lists an edge twice; give each edge once")
     values, clean_m, corrupt_m = sweep_edges(model, pair, graph, idx, ablation, reference, seed, batch_size, progress)
-    str_tokens = model.to_str_tokens(pair.clean.tokens[0]) if model.tokenizer is not None else None
+    str_tokens = cast(list[str], model.to_str_tokens(pair.clean.tokens[0])) if model.tokenizer is not None else None
     return PatchResult(
         values=values.mean(-1).cpu(), per_prompt=values.cpu(), labels=[graph.edges[i] for i in idx],
         clean=float(clean_m.mean()), corrupt=float(corrupt_m.mean()), clean_per_prompt=clean_m.cpu(),
