@@ -27,7 +27,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union, cast
 
 import numpy as np
 import torch
@@ -279,7 +279,8 @@ def _page(model: Model, task: Any, task_name: str, sc: Any, curve: Any, figs: di
     if isinstance(task.clean, (list, tuple)):
         clean0, corrupt0 = task.clean[0], task.corrupt[0]
     else:  # token ids
-        clean0, corrupt0 = (" ".join(model.to_str_tokens(t[0])) if model.tokenizer is not None else str(t[0].tolist())
+        clean0, corrupt0 = (" ".join(cast(list[str], model.to_str_tokens(t[0]))) if model.tokenizer is not None  # one row
+                            else str(t[0].tolist())
                             for t in (task.clean, task.corrupt))
     rows = [("task", task_name)] + ([("description", task.description)] if getattr(task, "description", "") else [])
     rows += [("prompt pairs", sc.n_prompts), ("first clean prompt", clean0),
