@@ -347,6 +347,23 @@ def test_qk_fix_beats_plain_atp_when_attention_saturates():
     assert err_fixed < 0.5 * err_plain, (float(err_fixed), float(err_plain), float(moved))
 
 
+def test_qk_fix_is_exact_for_the_last_layer_of_an_attention_only_model():
+    """Without norms, the logits are linear in the last layer's patterns: linearising after the softmax
+    is then no approximation, so AtP* of its q and k nodes equals exact activation patching (interp.patch,
+    the engine's own forward) — while the trained toy's saturated attention leaves plain AtP far off."""
+    toy = interp.load_model("toy-attn-only-2l")
+    clean, corrupt = torch.tensor([[0, 5, 6, 7, 5, 6]]), torch.tensor([[0, 5, 9, 7, 5, 6]])
+    metric = interp.Logit(7)
+    labels = [f"L1.attn.q[H{h}]" for h in range(4)] + [f"L1.attn.k[H{h}]" for h in range(4)]
+    exact = interp.patch(toy, clean, corrupt, metric=metric, nodes=labels, positions="each", progress=False)
+    fixed = attribution_patch(toy, clean, corrupt, metric=metric, nodes=labels, positions="each", qk_fix=True)
+    plain = attribution_patch(toy, clean, corrupt, metric=metric, nodes=labels, positions="each")
+    mass = float(exact.effect.abs().sum())
+    assert mass > 1.0
+    torch.testing.assert_close(fixed.values, exact.values, rtol=1e-4, atol=1e-4)
+    assert float((plain.effect - exact.effect).abs().sum()) > 0.5 * mass
+
+
 def test_qk_fix_leaves_other_nodes_alone():
     model = tiny_model("llama")
     m = LogitDiff(A, W)
