@@ -32,6 +32,7 @@ from torch import Tensor
 from interp.errors import LabelError
 from interp.labels import Edge, Embed, Head, HeadInput, Mlp, MlpInput, Output, as_label
 from interp.models import program_position
+from interp.models import Model
 
 __all__ = ["CircuitGraph", "circuit_graph", "WriterInfo", "ReaderInfo"]
 
@@ -59,11 +60,11 @@ class ReaderInfo:
     head: int
 
 
-def _has_mlp(model: Any) -> bool:
+def _has_mlp(model: Model) -> bool:
     return not model.arch.attn_only and model.weights.W_in.shape[-1] > 0
 
 
-def _writers(model: Any) -> list[WriterInfo]:
+def _writers(model: Model) -> list[WriterInfo]:
     a, w = model.arch, model.weights
     out = [WriterInfo(str(Embed("token")), "embed", -1, -1, "embed.token")]
     if w.W_pos is not None and a.positional == "learned":
@@ -78,7 +79,7 @@ def _writers(model: Any) -> list[WriterInfo]:
     return out
 
 
-def _readers(model: Any) -> list[ReaderInfo]:
+def _readers(model: Model) -> list[ReaderInfo]:
     a = model.arch
     out: list[ReaderInfo] = []
     mlp = _has_mlp(model)
@@ -170,7 +171,7 @@ class CircuitGraph:
                              "writer_layer": [x.layer for x in w], "reader_layer": [x.layer for x in r]})
 
 
-def circuit_graph(model: Any) -> CircuitGraph:
+def circuit_graph(model: Model) -> CircuitGraph:
     """The circuit graph of ``model``: its writers, readers and every writer → later-reader edge.
 
     >>> g = circuit_graph(model)     # doctest: +SKIP

@@ -34,6 +34,7 @@ from interp._validate import check_int_min, check_positive_int
 from interp.causal._metrics import LogitDiff
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.models import tokenize
+from interp.models import Model
 from interp.stream._inputs import require_model
 
 __all__ = ["Task", "load_task", "TASKS", "IOI_NAMES", "IOI_TEMPLATES", "CAPITALS"]
@@ -131,14 +132,14 @@ class Task:
             raise ArgumentError(f"n={n} is more than the task's {self.n} pairs")
         return replace(self, clean=self.clean[:n], corrupt=self.corrupt[:n], answer=self.answer[:n], wrong=self.wrong[:n])
 
-    def check(self, model: Any) -> None:
+    def check(self, model: Model) -> None:
         """A typed error if a pair differs in token length or an answer/wrong token is not one token for ``model``."""
         from interp.causal._common import make_pair
 
         make_pair(model, self.clean, self.corrupt, self.metric, need_corrupt=True)
 
 
-def _single_token(model: Any, text: str) -> Optional[int]:
+def _single_token(model: Model, text: str) -> Optional[int]:
     """The id of ``text`` if it is one token that decodes back to it (not an unknown-word token)."""
     tok = model.tokenizer
     ids = tok(text, add_special_tokens=False)["input_ids"]
@@ -147,11 +148,11 @@ def _single_token(model: Any, text: str) -> Optional[int]:
     return int(ids[0])
 
 
-def _lengths(model: Any, prompts: list[str]) -> list[int]:
+def _lengths(model: Model, prompts: list[str]) -> list[int]:
     return tokenize(model, prompts).attention_mask.sum(1).tolist()
 
 
-def _modal(model: Any, rows: list[tuple], n: int, what: str) -> list[tuple]:
+def _modal(model: Model, rows: list[tuple], n: int, what: str) -> list[tuple]:
     """The rows whose clean and corrupt prompts (rows[i][0], rows[i][1]) all share the most common token length."""
     lc = _lengths(model, [r[0] for r in rows])
     lk = _lengths(model, [r[1] for r in rows])
@@ -169,7 +170,7 @@ def _modal(model: Any, rows: list[tuple], n: int, what: str) -> list[tuple]:
     return kept[:n]
 
 
-def _ioi(model: Any, n: int, seed: int) -> Task:
+def _ioi(model: Model, n: int, seed: int) -> Task:
     names = [x for x in IOI_NAMES if _single_token(model, " " + x) is not None]
     if len(names) < 5:
         raise UnsupportedOperationError(f"task 'ioi': only {len(names)} of the candidate names are single tokens for "
@@ -195,7 +196,7 @@ def _ioi(model: Any, n: int, seed: int) -> Task:
                             "metric logit[IO] − logit[S]")
 
 
-def _factual(model: Any, n: Optional[int], seed: int) -> Task:
+def _factual(model: Model, n: Optional[int], seed: int) -> Task:
     rng = random.Random(seed)
     rows = [(ti, t.format(C=c), _first_token(model, " " + cap)) for ti, t in enumerate(FACT_TEMPLATES)
             for c, cap in CAPITALS]
@@ -222,11 +223,11 @@ def _factual(model: Any, n: Optional[int], seed: int) -> Task:
                             "logit[capital] − logit[the other country's capital] (first token of each)")
 
 
-def _first_token(model: Any, text: str) -> int:
+def _first_token(model: Model, text: str) -> int:
     return int(model.tokenizer(text, add_special_tokens=False)["input_ids"][0])
 
 
-def _induction(model: Any, n: int, seed: int, length: int) -> Task:
+def _induction(model: Model, n: int, seed: int, length: int) -> Task:
     a = model.arch
     total = 1 + 2 * length - 1
     if total > a.n_ctx:
@@ -259,7 +260,7 @@ def _induction(model: Any, n: int, seed: int, length: int) -> Task:
                             "corrupt: a different first half; wrong: its last token")
 
 
-def load_task(name: str, model: Any, *, n: Optional[int] = None, seed: int = 0, length: int = 10) -> Task:
+def load_task(name: str, model: Model, *, n: Optional[int] = None, seed: int = 0, length: int = 10) -> Task:
     """A shipped task for ``model`` (see the module docstring): "ioi" (n defaults to 100), "induction" (50
     prompts of 2·``length`` tokens) or "factual" (every pair of the modal length). Deterministic in ``seed``."""
     require_model(model)
