@@ -7,7 +7,6 @@ A sweep keeps every prompt's target: its answer and wrong token ids, its target 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Optional
 
@@ -17,16 +16,23 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp._result import Result
-from interp.errors import ArgumentError
+from interp.errors import ArgumentError, LabelError
 from interp._validate import check_index
-from interp.labels import HeadSource, parse
+from interp.labels import Head, HeadSource, parse
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 __all__ = ["LogitAttribution"]
 
-_HEAD = re.compile(r"L(\d+)\.H(\d+)$")
+
+def _head_or_none(label: str) -> Optional[Head]:
+    """``label`` as a :class:`~interp.labels.Head` (``L3.H5``), or None for any other term."""
+    try:
+        lab = parse(label)
+    except LabelError:
+        return None
+    return lab if isinstance(lab, Head) else None
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,9 +97,9 @@ class LogitAttribution(Result):
         v = self.mean() if prompt is None else self.values[:, self._prompt(prompt)]
         grid = torch.full((self.n_layers, self.n_heads), float("nan"), dtype=v.dtype)
         for i, lab in enumerate(self.labels):
-            m = _HEAD.match(lab)
-            if m:
-                grid[int(m.group(1)), int(m.group(2))] = v[i]
+            head = _head_or_none(lab)
+            if head is not None:
+                grid[head.layer, head.head] = v[i]
         return grid
 
     def source_matrix(self, *, prompt: Optional[int] = None) -> Float[Tensor, "n_layers n_heads src"]:

@@ -13,7 +13,6 @@ unpatched runs, and ``normalized = (values − corrupt) / (clean − corrupt)`` 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
@@ -24,27 +23,39 @@ from torch import Tensor
 
 from interp._result import Result
 from interp._validate import check_index
+from interp.errors import LabelError
+from interp.labels import Edge, Head, NormBias, Path, parse
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 __all__ = ["PatchResult", "Effects"]
 
-_HEAD = re.compile(r"L(\d+)\.H(\d+)$")
-_LAYER = re.compile(r"(?:L|blocks\.)(\d+)\.")
+
+
+def _parsed(label: Any) -> Any:
+    """``label`` as an :mod:`interp.labels` label, or None if it is not one."""
+    try:
+        return parse(label)
+    except LabelError:
+        return None
 
 
 def _layer_of(label: str) -> int:
-    m = _LAYER.match(label)
-    return int(m.group(1)) if m else -1
+    """The layer a node label names (its writer's / source's for an edge or path), −1 for none."""
+    lab = _parsed(label)
+    lab = lab.writer if isinstance(lab, Edge) else lab.source if isinstance(lab, Path) else lab
+    lab = lab.norm if isinstance(lab, NormBias) else lab
+    layer = getattr(lab, "layer", None)
+    return layer if isinstance(layer, int) else -1
 
 
 def _head_grid(labels: list[str], v: Tensor, n_layers: int, n_heads: int) -> Tensor:
     grid = torch.full((n_layers, n_heads, *v.shape[1:]), float("nan"), dtype=torch.float64)
     for i, lab in enumerate(labels):
-        m = _HEAD.match(lab)
-        if m:
-            grid[int(m.group(1)), int(m.group(2))] = v[i].double()
+        head = _parsed(lab)
+        if isinstance(head, Head):
+            grid[head.layer, head.head] = v[i].double()
     return grid
 
 
