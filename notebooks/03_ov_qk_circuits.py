@@ -133,7 +133,7 @@ k_reads = [f"L1.attn.k[H{h}]" for h in range(toy.arch.n_heads)]
 print("\n‖W_O^src W_K^dst‖_F (virtual weights into layer-1 keys):")
 print(pd.DataFrame({src: [vw[src, r] for r in k_reads] for src in [f"L0.H{h}" for h in range(4)]},
                    index=k_reads).round(1).to_string())
-plots.composition_graph(comp, max_edges=6, title="Q/K/V composition — toy-attn-only-2l")
+circuits.composition_graph(comp, max_edges=6, title="Q/K/V composition — toy-attn-only-2l")
 
 # %% [markdown]
 # **(c) The composed QK circuit matches tokens.** A layer-1 head's key at position j contains the
@@ -238,7 +238,7 @@ k_comp = interp.composition_scores(model, "K")
 print(k_comp)
 k_top = k_comp.top(10)[["src", "dst", "score"]]
 print(k_top.to_string(index=False))
-plots.composition_graph(k_comp, max_edges=15, title="Strongest K-composition edges — smollm2-135m")
+circuits.composition_graph(k_comp, max_edges=15, title="Strongest K-composition edges — smollm2-135m")
 
 # %% [markdown]
 # One source head feeds the keys of a cluster of heads in the next layers — the shape of an induction

@@ -75,8 +75,8 @@ comp = {kind: interp.composition_scores(model, kind) for kind in ("Q", "K", "V")
 ov = interp.ov_circuit(model, 23, 3)
 full_ov = interp.ov_circuit(model, 23, 3, full=True)
 ids = [i for i in dict.fromkeys(tr.tokens[0].tolist()) if i not in model.tokenizer.all_special_ids]
-graph = plots.composition_edges(comp, heads=heads, max_edges=None,
-                                node_values={h: attr[h].item() for h in heads}, node_value_name="DLA")
+graph = circuits.composition_edges(comp, heads=heads, max_edges=None,
+                                   node_values={h: attr[h].item() for h in heads}, node_value_name="DLA")
 erasure = circuits.erasure_candidates(model, screen=30)
 graph.top(5)
 
@@ -91,7 +91,7 @@ figures = {
     "copying_scores": plots.copying_score_map(copying),
     "ov_eigenvalues": plots.ov_eigenvalue_figure(ov),
     "ov_top_tokens": plots.top_token_table(full_ov, ids, k=4, decode=lambda i: model.tokenizer.decode([i])),
-    "composition_graph": plots.composition_graph(graph),
+    "composition_graph": plots.composition_graph_figure(graph),
     # results' own .plot()
     "composition_K": comp["K"].plot(),
     "erasure": erasure.plot(),
