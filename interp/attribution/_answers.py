@@ -17,12 +17,15 @@ TokenSpec = Union[str, int, Sequence[Union[str, int]], Tensor]
 
 
 def _one_token(model: Model, value: Union[str, int], arg: str) -> int:
-    d_vocab = model.arch.d_vocab
+    """A target token id, checked against the model's *output* width: W_U's columns, which are not the input
+    vocabulary when the two differ (a tracr program reads {BOS, 1, 2, 3} and outputs a histogram count)."""
+    W_U = model.weights.W_U
+    d_vocab = int(W_U.shape[1]) if W_U is not None else model.arch.d_vocab
     if isinstance(value, bool):
         raise ArgumentError(f"{arg}={value!r} must be a token string or id, not a bool")
     if isinstance(value, int):
         if not 0 <= value < d_vocab:
-            raise ArgumentError(f"{arg}={value} is not a token id: ids are in [0, {d_vocab - 1}]")
+            raise ArgumentError(f"{arg}={value} is not an output token id: ids are in [0, {d_vocab - 1}]")
         return value
     if isinstance(value, str):
         if model.tokenizer is None:
