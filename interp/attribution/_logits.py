@@ -22,7 +22,6 @@ each head's term split over its source positions, :mod:`interp.attribution._sour
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any, Optional, Sequence, Union
 
 import torch
@@ -34,8 +33,8 @@ from interp.attribution._answers import TokenSpec, resolve_positions
 from interp.attribution._result import LogitAttribution
 from interp.attribution._sources import head_source_terms, require_head_sources
 from interp.attribution._targets import Targets, coefficients, combine, plan_reads, resolve_targets
-from interp.errors import ArgumentError, UnsupportedOperationError
-from interp.labels import Head, HeadSource, parse
+from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
+from interp.labels import Attn, Bias, Head, HeadSource, parse
 from interp.models import Model
 from interp.stream._inputs import Batch, as_batch, require_model
 from interp.stream._trace_at import trace_at
@@ -60,14 +59,26 @@ def _prompts(inputs: Any) -> tuple[list[Any], bool]:
     raise ArgumentError(f"inputs must be a string, a non-empty list of strings or an int tensor [batch, pos]; got {inputs!r:.60}")
 
 
+def _component_of(label: str) -> str:
+    """``L{l}.attn`` for a head ``L{l}.H{h}`` or attention bias ``L{l}.attn_bias``, else ``label`` itself."""
+    try:
+        lab = parse(label)
+    except LabelError:
+        return label
+    if isinstance(lab, Head):
+        return str(Attn(lab.layer))
+    if isinstance(lab, Bias) and lab.sublayer == "attn" and lab.layer is not None:
+        return str(Attn(lab.layer))
+    return label
+
+
 def _components(labels: list[str], values: Tensor) -> tuple[list[str], Tensor]:
     """Merge heads and attention bias of each layer into ``L{l}.attn`` (unit='component')."""
     out_labels: list[str] = []
     rows: list[Tensor] = []
     index: dict[str, int] = {}
     for lab, v in zip(labels, values):
-        m = re.match(r"L(\d+)\.(H\d+|attn_bias)$", lab)
-        key = f"L{m.group(1)}.attn" if m else lab
+        key = _component_of(lab)
         if key in index:
             rows[index[key]] = rows[index[key]] + v
         else:

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from interp.edges._graph import CircuitGraph
+from interp.labels import Head, Mlp
 
 __all__ = ["top_n", "above_threshold", "greedy", "prune"]
 
@@ -69,11 +70,11 @@ def _components(g: CircuitGraph) -> tuple[list[str], list[int], list[list[int]]]
         if r.kind == "out":
             r_comp.append([1])
         elif r.kind == "q":
-            r_comp.append([comp(f"L{r.layer}.H{r.head}")])
+            r_comp.append([comp(str(Head(r.layer, r.head)))])
         elif r.kind in ("k", "v"):
-            r_comp.append([comp(f"L{r.layer}.H{h}") for h in range(r.head * group, (r.head + 1) * group)])
+            r_comp.append([comp(str(Head(r.layer, h))) for h in range(r.head * group, (r.head + 1) * group)])
         else:
-            r_comp.append([comp(f"L{r.layer}.mlp")])
+            r_comp.append([comp(str(Mlp(r.layer)))])
     return names, w_comp, r_comp
 
 
