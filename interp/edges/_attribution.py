@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 from interp._validate import check_bool, check_choice, check_positive_int
 from interp.causal._common import clean_output, make_pair
 from interp.causal._metrics import BoundMetric, final_norm
-from interp.edges._forward import EdgeForward
+from interp.edges._forward import Acts, EdgeForward
 from interp.edges._graph import CircuitGraph, circuit_graph
 from interp.edges._scores import EdgeScores
 from interp.errors import ArgumentError, UnsupportedOperationError
@@ -172,7 +172,7 @@ def _chunk(model: Model, pair: Any, fw: EdgeForward, idx: Tensor, steps: int, ig
     kt, km = pair.corrupt.tokens[idx], pair.corrupt.attention_mask[idx]
     bound = pair.bound
     k_run = e.run(kt, km, capture={"z", "mlp_out"})
-    abl = fw.writes_of(k_run)  # the corrupt writes [p, W, T, d]
+    abl = Acts.of(k_run)  # the corrupt writes
     clean_out = None
     if bound.needs_clean:
         c_run = e.run(ct, cm)
@@ -190,11 +190,11 @@ def _chunk(model: Model, pair: Any, fw: EdgeForward, idx: Tensor, steps: int, ig
     for k in range(steps, 0, -1):  # α = 1 (the clean run) first: its writes give ΔA
         alpha = k / steps
         gp = fw.gradient(ct, cm, read, scale=scale, mix=None if k == steps else (abl, alpha, ig_at),
-                         keep_writes=(k == steps) or ig_at == "activations")
+                         keep=(k == steps) or ig_at == "activations")
         if k == steps:
             M_c = gp.M
-        if gp.writes is not None and (k == steps or ig_at == "activations"):
-            dA = abl - gp.writes
+        if gp.acts is not None and (k == steps or ig_at == "activations"):
+            dA = fw.delta(abl, gp.acts)
         if one_gemm:
             G_sum = gp.G if G_sum is None else G_sum.add_(gp.G)
         else:

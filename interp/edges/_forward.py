@@ -23,17 +23,19 @@ Two passes:
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+from functools import reduce
 from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
 from interp.causal._engine import Engine, RunCache
-from interp.models import Model
 from interp.edges._graph import CircuitGraph
+from interp.models import Model
 
-__all__ = ["EdgeForward", "GradientPass", "norm_vjp"]
+__all__ = ["Acts", "EdgeForward", "GradientPass", "norm_vjp"]
 
 
 def norm_vjp(g: Tensor, x: Tensor, gain: Optional[Tensor], kind: str, eps: float, *, frozen: bool) -> Tensor:
@@ -59,13 +61,37 @@ def norm_vjp(g: Tensor, x: Tensor, gain: Optional[Tensor], kind: str, eps: float
 
 
 @dataclass
+class Acts:
+    """A run's writes, compactly: the embedding parts [P, T, d], each layer's z [P, T, H, d_head] (head h
+    writes z_h W_O^h) and each MLP's output [P, T, d] (None without MLPs). ``None`` in place of an Acts
+    means zero ablation (every write 0)."""
+
+    embed: dict[str, Tensor]
+    z: list[Tensor]
+    mlp: list[Optional[Tensor]]
+
+    @classmethod
+    def of(cls, run: RunCache) -> "Acts":
+        """From an engine run that captured ``z`` and ``mlp_out``."""
+        z = run.acts["z"]
+        if any(t is None for t in z):
+            raise RuntimeError("edges: the run did not capture z")
+        return cls(embed=dict(run.embed), z=list(z), mlp=list(run.acts.get("mlp_out", [None] * len(z))))  # type: ignore[arg-type]
+
+    def select(self, idx: Tensor) -> "Acts":
+        """The prompts ``idx``."""
+        return Acts(embed={k: v[idx] for k, v in self.embed.items()}, z=[t[idx] for t in self.z],
+                    mlp=[None if t is None else t[idx] for t in self.mlp])
+
+
+@dataclass
 class GradientPass:
     """What :meth:`EdgeForward.gradient` returns: ``G`` [P, R, T, d] (each reader's gradient at the
-    stream it reads, see the module docstring), the writes of this pass ``writes`` [P, W, T, d] (or
-    None), the post-norm stream norms' inputs (for carrying gradients back through them) and ``M`` [P]."""
+    stream it reads, see the module docstring), this pass's writes ``acts`` (before mixing; None unless
+    asked), the post-norm stream norms' inputs (for carrying gradients back through them) and ``M`` [P]."""
 
     G: Tensor
-    writes: Optional[Tensor]
+    acts: Optional[Acts]
     norm_in: dict[str, Tensor]
     M: Tensor
 
@@ -138,46 +164,64 @@ class EdgeForward:
         """Each head's write z_h W_O^h, [P, H, T, d_model]."""
         return torch.einsum("pthe,hed->phtd", z, self.w.W_O[l])
 
-    def writes_of(self, run: RunCache) -> Tensor:
-        """Every writer's value in a captured engine run (sites z, mlp_out): [P, W, T, d_model]."""
-        parts = run.embed
-        ref = next(iter(parts.values()))
+    def delta(self, abl: Optional[Acts], this: Acts) -> Tensor:
+        """ã_w − a_w for every writer, [P, W, T, d] (heads through Δz: one product per layer)."""
+        ref = next(iter(this.embed.values()))
         P, T, d = ref.shape
         out = torch.empty(P, self.W, T, d, dtype=ref.dtype, device=ref.device)
         for site, i in self.embed_idx.items():
-            out[:, i] = parts[site]
+            out[:, i] = (abl.embed[site] - this.embed[site]) if abl is not None else -this.embed[site]
         for l in range(self.a.n_layers):
-            out[:, self.head0[l]: self.head0[l] + self.H] = self.head_writes(l, run.acts["z"][l])  # type: ignore[arg-type]
+            dz = (abl.z[l] - this.z[l]) if abl is not None else -this.z[l]
+            out[:, self.head0[l]: self.head0[l] + self.H] = self.head_writes(l, dz)
             if self.mlp_w[l] >= 0:
-                out[:, self.mlp_w[l]] = run.acts["mlp_out"][l]  # type: ignore[index]
+                m = this.mlp[l]
+                if m is None:
+                    raise RuntimeError(f"edges: no MLP output of layer {l} in the run")
+                out[:, self.mlp_w[l]] = (abl.mlp[l] - m) if abl is not None else -m  # type: ignore[operator]
         return out
+
+    def writer_delta(self, abl: Optional[Acts], this: Acts, i: int, p: int) -> Tensor:
+        """ã_w − a_w of writer ``i`` for prompt ``p``, [T, d]."""
+        wi = self.g.writer_info[i]
+        if wi.kind == "embed":
+            a = this.embed[wi.site][p]
+            return (abl.embed[wi.site][p] - a) if abl is not None else -a
+        if wi.kind == "head":
+            z = this.z[wi.layer][p, :, wi.head]
+            dz = (abl.z[wi.layer][p, :, wi.head] - z) if abl is not None else -z
+            return dz @ self.w.W_O[wi.layer, wi.head]
+        m = this.mlp[wi.layer][p]  # type: ignore[index]
+        return (abl.mlp[wi.layer][p] - m) if abl is not None else -m  # type: ignore[index]
 
     # ------------------------------------------------------------------ gradient pass
 
     def gradient(self, tokens: Tensor, mask: Tensor, read: Any, *, scale: str = "recomputed",
-                 mix: Optional[tuple[Tensor, float, str]] = None, keep_writes: bool = False) -> GradientPass:
+                 mix: Optional[tuple[Optional[Acts], float, str]] = None, keep: bool = False) -> GradientPass:
         """Each reader's gradient at the stream it reads (module docstring), one forward + one backward.
 
         ``read`` reads the metric: ``read.norm(x_final)`` the final norm, ``read.head(y)`` M [P] from its
         output (the metric reader's gradient is taken there, then carried through that norm). ``mix`` =
-        (ablated writes [P, W, T, d], α, "inputs" | "activations"): writes mixed α a_w + (1 − α) ã_w,
-        the token embedding only or every write. ``keep_writes``: also return this pass's writes (before mixing).
+        (ablated writes, α, "inputs" | "activations"): writes mixed α a_w + (1 − α) ã_w, the token embedding
+        only or every write. ``keep``: also return this pass's writes (before mixing).
         """
         e, a, w = self.e, self.a, self.w
         P, T = tokens.shape
         frozen = scale == "frozen"
         abl, alpha, which = mix if mix is not None else (None, 1.0, "")
-        every = which == "activations"
-        writes = torch.empty(P, self.W, T, a.d_model, dtype=self.model.dtype, device=tokens.device) if keep_writes else None
+        mixing = mix is not None and alpha != 1.0
+        every = mixing and which == "activations"
+        zs: list[Tensor] = []
+        ms: list[Optional[Tensor]] = []
         norm_in: dict[str, Tensor] = {}
         with torch.enable_grad():
             parts = dict(e.embed_parts(tokens))
-            for site, i in self.embed_idx.items():
-                if writes is not None:
-                    writes[:, i] = parts[site]
-                if abl is not None and (every or site == "embed.token") and alpha != 1.0:
-                    parts[site] = alpha * parts[site] + (1 - alpha) * abl[:, i]
-            x0 = sum(parts.values())
+            kept = dict(parts)
+            for site in self.embed_idx:
+                if mixing and (every or site == "embed.token"):
+                    ab = abl.embed[site] if abl is not None else torch.zeros_like(parts[site])
+                    parts[site] = alpha * parts[site] + (1 - alpha) * ab
+            x0 = reduce(operator.add, parts.values())  # Σ in order, without sum()'s leading 0
             if w.ln_emb_w is not None:
                 norm_in["embed_ln"] = x0.detach()
             x = e.embed(parts).detach().requires_grad_(True)  # the graph starts at the embedded stream
@@ -189,14 +233,11 @@ class EdgeForward:
                 qkv = self._ln1(l, x) @ self.W_qkv[l] + self.b_qkv[l]
                 handles.append(qkv)
                 z = self._attend(l, *self._split(qkv), mask)
+                zs.append(z.detach())
                 attn = z.reshape(P, T, -1) @ self.W_O[l] + w.b_O[l]
-                hl = self.head0[l]
-                if writes is not None or every:
-                    hw = self.head_writes(l, z.detach())
-                    if writes is not None:
-                        writes[:, hl: hl + self.H] = hw
-                if every and alpha != 1.0:
-                    attn = alpha * attn + (1 - alpha) * (abl[:, hl: hl + self.H].sum(1) + w.b_O[l])  # type: ignore[index]
+                if every:
+                    ab = abl.z[l].reshape(P, T, -1) @ self.W_O[l] if abl is not None else 0.0
+                    attn = alpha * attn + (1 - alpha) * (ab + w.b_O[l])
                 if self.post:
                     norm_in[f"ln1.{l}"] = (x + attn).detach()
                     mid = e.norm(x + attn, w.ln1_w[l], w.ln1_b[l])
@@ -206,17 +247,16 @@ class EdgeForward:
                     mid = x + attn
                 if not self.has_mlp:
                     x = mid + attn if a.parallel_attn_mlp else mid
+                    ms.append(None)
                     continue
                 mids.append(mid.detach())
-                # the MLP's own copy of its input: without a norm (post-norm, or norm-free models such as tracr's)
-                # _ln2 would return `mid` itself, and its gradient would include the residual path past the MLP
-                h2 = mid * 1.0 if self.post or a.norm == "none" else self._ln2(l, mid)
+                h2 = mid * 1.0 if self.post else self._ln2(l, mid)  # the MLP's own copy of its input
                 handles.append(h2)
                 m = e.mlp(l, h2)
-                if writes is not None:
-                    writes[:, self.mlp_w[l]] = m.detach()
-                if every and alpha != 1.0:
-                    m = alpha * m + (1 - alpha) * abl[:, self.mlp_w[l]]  # type: ignore[index]
+                ms.append(m.detach())
+                if every:
+                    ab_m = abl.mlp[l] if abl is not None else torch.zeros_like(m)
+                    m = alpha * m + (1 - alpha) * ab_m  # type: ignore[operator]
                 if self.post:
                     norm_in[f"ln2.{l}"] = (mid + m).detach()
                     x = e.norm(mid + m, w.ln2_w[l], w.ln2_b[l])
@@ -227,30 +267,55 @@ class EdgeForward:
             y = read.norm(x)
             M = read.head(y)
             grads = torch.autograd.grad(M.sum(), handles + [y], allow_unused=True)
-        M = M.detach()
-        G = torch.zeros(P, self.R, T, a.d_model, dtype=self.model.dtype, device=tokens.device)
+        G = torch.empty(P, self.R, T, a.d_model, dtype=self.model.dtype, device=tokens.device)
         per = 2 if self.has_mlp else 1
-        H, Gk = self.H, self.G
+        n = self.H + 2 * self.G
         for l in range(a.n_layers):
+            r0 = self.q0[l]
             gq = grads[per * l]
-            if gq is not None:
-                gq_, gk_, gv_ = self._split(gq)
-                r0 = self.q0[l]
-                G[:, r0: r0 + H] = torch.einsum("pthe,hde->phtd", gq_, w.W_Q[l])
-                G[:, r0 + H: r0 + H + Gk] = torch.einsum("pthe,hde->phtd", gk_, w.W_K[l])
-                G[:, r0 + H + Gk: r0 + H + 2 * Gk] = torch.einsum("pthe,hde->phtd", gv_, w.W_V[l])
-                if not self.post:
-                    sl = slice(r0, r0 + H + 2 * Gk)
-                    G[:, sl] = norm_vjp(G[:, sl], xin[l][:, None], w.ln1_w[l], a.norm, a.norm_eps, frozen=frozen)
-            if self.has_mlp and grads[per * l + 1] is not None:
-                g2 = grads[per * l + 1]
-                r = self.mlp_r[l]
-                G[:, r] = g2 if self.post else norm_vjp(g2, mids[l], w.ln2_w[l], a.norm, a.norm_eps, frozen=frozen)
-        if grads[-1] is not None:
-            gy = grads[-1]
+            G[:, r0: r0 + n] = 0.0 if gq is None else self._qkv_grad(l, gq, xin[l], frozen).transpose(0, 1)
+            if self.has_mlp:
+                g2, r = grads[per * l + 1], self.mlp_r[l]
+                if g2 is None:
+                    G[:, r] = 0.0
+                else:
+                    G[:, r] = g2 if self.post else norm_vjp(g2, mids[l], w.ln2_w[l], a.norm, a.norm_eps, frozen=frozen)
+        gy = grads[-1]
+        if gy is None:
+            G[:, self.out_r] = 0.0
+        else:
             own = not self.post and a.norm != "none" and w.lnf_w is not None  # the metric's read has a final norm
             G[:, self.out_r] = norm_vjp(gy, x.detach(), w.lnf_w, a.norm, a.norm_eps, frozen=frozen) if own else gy
-        return GradientPass(G=G, writes=writes, norm_in=norm_in, M=M)
+        acts = Acts(embed=kept, z=zs, mlp=ms) if keep else None
+        return GradientPass(G=G, acts=acts, norm_in=norm_in, M=M.detach())
+
+    def _qkv_grad(self, l: int, g: Tensor, x: Tensor, frozen: bool) -> Tensor:
+        """[n, P, T, d]: each q/k/v reader's gradient g_j (at its projection's output) carried to the stream:
+        W_j g_j, then (pre-norm) through ln1's Jacobian at x, Jᵀu = (C(γ⊙u) − x̂ (x̂·γ⊙u)/d)/σ (frozen: the
+        first term) — with γ folded into W_j and 1/σ into g_j, so the d_model-sized work is one batched
+        product over the readers and two in-place passes."""
+        a = self.a
+        P, T = g.shape[:2]
+        n, dh, d = self.H + 2 * self.G, self.dh, a.d_model
+        W = self.W_qkv[l]  # [d, n dh]
+        plain = self.post or a.norm == "none"
+        if not plain:
+            ln = a.norm == "layernorm"
+            xc = x - x.mean(-1, keepdim=True) if ln else x
+            sigma = torch.sqrt(xc.pow(2).mean(-1, keepdim=True) + a.norm_eps)  # [P, T, 1]
+            W = W * self.w.ln1_w[l][:, None]  # γ folded: [d, n dh]
+            g = g / sigma
+        gj = g.reshape(P * T, n, dh).transpose(0, 1)  # [n, P T, dh]
+        out = torch.bmm(gj, W.view(d, n, dh).permute(1, 2, 0)).view(n, P, T, d)  # W_j g_j per reader
+        if plain:
+            return out
+        if ln:  # centre: the mean over d of each row, Σ_e mean_i(W[i, e]) g[e]
+            out.sub_(torch.einsum("jxe,je->jx", gj, W.view(d, n, dh).mean(0)).view(n, P, T, 1))
+        if not frozen:
+            xh = xc / sigma
+            c = ((xh @ W).view(P * T, n, dh).transpose(0, 1) * gj).sum(-1) / d  # x̂·(γ⊙u)/d, [n, P T]
+            out.addcmul_(xh[None], c.view(n, P, T, 1), value=-1.0)
+        return out
 
     # ------------------------------------------------------------------ scores
 
@@ -258,14 +323,22 @@ class EdgeForward:
         """[P, W, R]: Σ_{t,d} ΔA_w · J_{w→r}ᵀ g_r for every writer/reader pair that is an edge (0 elsewhere).
 
         Pre-norm and parallel blocks: J is the identity (g_r already went through r's own norm), one
-        batched GEMM ΔA·Gᵀ, masked. Post-norm: g_r is carried back through each Add & Norm between w and r
-        (its Jacobian at ``norm_in``), one GEMM per stretch of writers between two norms.
+        batched GEMM ΔA·Gᵀ, masked — cut into a few blocks of readers by layer, each multiplying only the
+        writers that come before its last reader (the pairs of a writer after its reader are never formed).
+        Post-norm: g_r is carried back through each Add & Norm between w and r (its Jacobian at
+        ``norm_in``), one GEMM per stretch of writers between two norms.
         """
         P, W, T, d = dA.shape
         R = G.shape[1]
         mask = self.g.mask.to(dA.device)
         if not self.post:
-            S = torch.bmm(dA.reshape(P, W, T * d), G.reshape(P, R, T * d).transpose(1, 2))
+            S = torch.zeros(P, W, R, dtype=dA.dtype, device=dA.device)
+            L = self.a.n_layers
+            cuts = sorted({0, *(round(L * k / 4) for k in range(1, 4)), L})
+            for l0, l1 in zip(cuts[:-1], cuts[1:]):
+                r0, r1 = self.q0[l0], (self.q0[l1] if l1 < L else R)
+                nw = self.head0[l1] if l1 < L else W
+                S[:, :nw, r0:r1] = torch.bmm(dA[:, :nw].reshape(P, nw, T * d), G[:, r0:r1].reshape(P, r1 - r0, T * d).transpose(1, 2))
             return S * mask
         a, w = self.a, self.w
         S = torch.zeros(P, W, R, dtype=dA.dtype, device=dA.device)
@@ -294,10 +367,10 @@ class EdgeForward:
 
     # ------------------------------------------------------------------ circuit evaluation
 
-    def evaluate(self, tokens: Tensor, mask: Tensor, abl: Optional[Tensor], K: Tensor, read: Any) -> Tensor:
+    def evaluate(self, tokens: Tensor, mask: Tensor, abl: Optional[Acts], K: Tensor, read: Any) -> Tensor:
         """The metric [P] with every edge's reader seeing (1 − K_wr) a_w + K_wr ã_w (module docstring).
 
-        ``abl`` [P, W, T, d] the ablated writes (None: zero); ``K`` [W, R] (1 = the edge is ablated).
+        ``abl`` the ablated writes (None: zero); ``K`` [W, R] (1 = the edge is ablated).
         """
         e, a, w = self.e, self.a, self.w
         P, T = tokens.shape
@@ -307,73 +380,96 @@ class EdgeForward:
         D = torch.empty(P, self.W, T, d, dtype=dt, device=dev)  # ã_w − a_w(this run)
         H, Gk = self.H, self.G
 
-        def abl_of(i0: int, i1: int) -> Tensor:
-            return abl[:, i0:i1] if abl is not None else torch.zeros(P, i1 - i0, T, d, dtype=dt, device=dev)
+        def head_delta(l: int, z: Tensor) -> Tensor:
+            return self.head_writes(l, (abl.z[l] - z) if abl is not None else -z)
+
+        def mlp_delta(l: int, m: Tensor) -> Tensor:
+            return (abl.mlp[l] - m) if abl is not None else -m  # type: ignore[operator]
 
         with torch.inference_mode():
             parts = e.embed_parts(tokens)
             for site, i in self.embed_idx.items():
-                D[:, i] = abl_of(i, i + 1)[:, 0] - parts[site]
+                D[:, i] = (abl.embed[site] - parts[site]) if abl is not None else -parts[site]
             if self.post:
-                return self._evaluate_post(tokens, mask, parts, D, abl_of, K, read)
+                return self._evaluate_post(tokens, mask, parts, D, head_delta, mlp_delta, K, read)
             x = e.embed(parts)
             S = D[:, : self.n_embed].sum(1)  # Σ D over the writers so far
+            vis = self.g.mask.to(dev)
             for l in range(a.n_layers):
                 nw = self.head0[l]
                 r0 = self.q0[l]
-                rs = list(range(r0, r0 + H + 2 * Gk)) + ([self.mlp_r[l]] if a.parallel_attn_mlp and self.has_mlp else [])
-                inp = self._inputs(x, D, S, K, nw, rs)
-                if inp is None:
+                n = H + 2 * Gk
+                cols = list(range(r0, r0 + n)) + ([self.mlp_r[l]] if self.has_mlp else [])
+                top = nw + (H if self.has_mlp and not a.parallel_attn_mlp else 0)  # the MLP may read this layer's heads
+                C, comp = self._coef(K[:top, cols], vis[:top, cols])
+                corr = self._mix(D, C, 0, nw)  # [P, n (+1), T d] from the writers before this layer
+                if corr is None and not bool(comp[:n].any()):
                     q, k, v = self._split(self._ln1(l, x) @ self.W_qkv[l] + self.b_qkv[l])
                 else:
-                    hn = self._ln1(l, inp[:, :, : H + 2 * Gk])  # [P, T, H + 2G, d], each reader's own norm
-                    q = torch.einsum("pthd,hde->pthe", hn[:, :, :H], w.W_Q[l]) + w.b_Q[l]
-                    k = torch.einsum("pthd,hde->pthe", hn[:, :, H: H + Gk], w.W_K[l]) + w.b_K[l]
-                    v = torch.einsum("pthd,hde->pthe", hn[:, :, H + Gk: H + 2 * Gk], w.W_V[l]) + w.b_V[l]
+                    inp = x[:, None] + comp[:n, None, None].to(dt) * S[:, None]  # [P, n, T, d]
+                    if corr is not None:
+                        inp = inp + corr[:, :n].view(P, n, T, d)
+                    q, k, v = self._project(l, self._ln1(l, inp))
                 z = self._attend(l, q, k, v, mask)
-                hw = self.head_writes(l, z)
-                D[:, nw: nw + H] = abl_of(nw, nw + H) - hw
+                D[:, nw: nw + H] = head_delta(l, z)
                 attn = z.reshape(P, T, -1) @ self.W_O[l] + w.b_O[l]
+                S_before = S
+                S = S + D[:, nw: nw + H].sum(1)
                 if not self.has_mlp:
-                    S = S + D[:, nw: nw + H].sum(1)
                     x = x + attn
                     continue
-                if a.parallel_attn_mlp:
-                    h_in = x if inp is None else inp[:, :, -1]
-                    S = S + D[:, nw: nw + H].sum(1)
-                else:
-                    S = S + D[:, nw: nw + H].sum(1)
-                    mid = x + attn
-                    one = self._inputs(mid, D, S, K, nw + H, [self.mlp_r[l]])
-                    h_in = mid if one is None else one[:, :, 0]
+                base, Sm = (x, S_before) if a.parallel_attn_mlp else (x + attn, S)
+                h_in = base + comp[n].to(dt) * Sm if bool(comp[n]) else base
+                if corr is not None:
+                    h_in = h_in + corr[:, n].view(P, T, d)
+                extra = None if a.parallel_attn_mlp else self._mix(D, C[:, n:], nw, nw + H)
+                if extra is not None:
+                    h_in = h_in + extra[:, 0].view(P, T, d)
                 m = e.mlp(l, self._ln2(l, h_in))
-                D[:, self.mlp_w[l]] = abl_of(self.mlp_w[l], self.mlp_w[l] + 1)[:, 0] - m
+                D[:, self.mlp_w[l]] = mlp_delta(l, m)
                 S = S + D[:, self.mlp_w[l]]
                 x = x + attn + m
-            fin = self._inputs(x, D, S, K, self.W, [self.out_r])
-            return read(x if fin is None else fin[:, :, 0])
+            C, comp = self._coef(K[:, [self.out_r]], vis[:, [self.out_r]])
+            fin = self._mix(D, C, 0, self.W)
+            xf = x + S if bool(comp[0]) else x
+            return read(xf if fin is None else xf + fin[:, 0].view(P, T, d))
 
-    def _inputs(self, x: Tensor, D: Tensor, S: Tensor, K: Tensor, nw: int, readers: list[int]) -> Optional[Tensor]:
-        """Readers' inputs [P, T, n, d] = x + Σ_w K_wr D_w over the ``nw`` writers before them (None: all
-        K zero). Readers with mostly ablated edges use the complement, x + S − Σ_w (1 − K_wr) D_w, so the
-        GEMM runs over whichever set of writers is smaller."""
-        Kc = K[:nw, readers]  # [nw, n]
-        if not bool((Kc != 0).any()):
+    def _coef(self, Kc: Tensor, vis: Tensor) -> tuple[Tensor, Tensor]:
+        """(C, comp) for readers' columns ``Kc`` [w, n]: a reader whose edges are mostly ablated uses the
+        complement, x_r = x + S − Σ_w (1 − K_wr) D_w (comp True, C = K − 1 on its edges), else
+        x_r = x + Σ_w K_wr D_w (C = K): the product runs over whichever set of writers is smaller."""
+        n_vis = vis.sum(0)
+        comp = Kc.sum(0) > n_vis / 2
+        C = torch.where(comp[None], (Kc - 1) * vis, Kc)
+        return C, comp
+
+    def _mix(self, D: Tensor, C: Tensor, lo: int, hi: int) -> Optional[Tensor]:
+        """Σ_{w ∈ [lo, hi)} C[w, r] D_w for each column r of C, [P, n, T d] (None: all zero). Few writers are
+        gathered; many are read in place (a view of D's contiguous writer range)."""
+        Cs = C[lo:hi]
+        rows = torch.nonzero((Cs != 0).any(1)).flatten()
+        if rows.numel() == 0:
             return None
-        comp = Kc.sum(0) > nw / 2
-        C = torch.where(comp[None], Kc - 1, Kc)
-        rows = (C != 0).any(1)
-        P, T, d = x.shape
-        if bool(rows.any()):
-            Dw = D[:, :nw][:, rows]  # [P, w', T, d]
-            corr = torch.einsum("wr,pwx->prx", C[rows], Dw.reshape(P, Dw.shape[1], -1)).view(P, -1, T, d)
+        P = D.shape[0]
+        if rows.numel() <= (hi - lo) // 4:
+            Dv = D[:, lo + rows]
+            Cs = Cs[rows]
         else:
-            corr = torch.zeros(P, len(readers), T, d, dtype=x.dtype, device=x.device)
-        base = x[:, None] + comp.to(x.dtype)[None, :, None, None] * S[:, None]
-        return (base + corr).transpose(1, 2)  # [P, T, n, d]
+            a, b = int(rows[0]), int(rows[-1]) + 1
+            Dv, Cs = D[:, lo + a: lo + b], Cs[a:b]
+        return torch.matmul(Cs.T.to(D.dtype), Dv.reshape(P, Dv.shape[1], -1))
 
-    def _evaluate_post(self, tokens: Tensor, mask: Tensor, parts: dict[str, Tensor], D: Tensor, abl_of: Any,
-                       K: Tensor, read: Any) -> Tensor:
+    def _project(self, l: int, hn: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q [P, T, H, dh], k, v [P, T, G, dh] from each reader's own normalised input hn [P, n, T, d]."""
+        P, n, T, d = hn.shape
+        W = self.W_qkv[l].view(d, n, self.dh).permute(1, 0, 2)  # [n, d, dh]
+        out = torch.bmm(hn.transpose(0, 1).reshape(n, P * T, d), W)  # [n, P T, dh]
+        out = out.view(n, P, T, self.dh).permute(1, 2, 0, 3) + self.b_qkv[l].view(n, self.dh)  # [P, T, n, dh]
+        H, G = self.H, self.G
+        return out[:, :, :H], out[:, :, H: H + G], out[:, :, H + G:]
+
+    def _evaluate_post(self, tokens: Tensor, mask: Tensor, parts: dict[str, Tensor], D: Tensor, head_delta: Any,
+                       mlp_delta: Any, K: Tensor, read: Any) -> Tensor:
         """Post-norm: each reader with an ablated edge reads its own copy V_r of the stream, replayed with
         its ablated writers' values and every Add & Norm recomputed on it."""
         e, a, w = self.e, self.a, self.w
@@ -386,7 +482,7 @@ class EdgeForward:
         def add(V: Tensor, i0: int, i1: int) -> Tensor:  # V += Σ_{w in [i0, i1)} K_ws D_w
             return V + torch.einsum("ws,pwtd->pstd", Ks[i0:i1], D[:, i0:i1])
 
-        x0 = sum(parts.values())
+        x0 = reduce(operator.add, parts.values())  # Σ in order, without sum()'s leading 0
         V = add(x0[:, None].expand(P, len(special), T, a.d_model), 0, self.n_embed)
         if w.ln_emb_w is not None:
             V, x = e._ln(V, w.ln_emb_w, w.ln_emb_b), e._ln(x0, w.ln_emb_w, w.ln_emb_b)
@@ -406,8 +502,7 @@ class EdgeForward:
             v = torch.einsum("pthd,hde->pthe", hn[:, :, H + Gk:], w.W_V[l]) + w.b_V[l]
             z = self._attend(l, q, k, v, mask)
             nw = self.head0[l]
-            hw = self.head_writes(l, z)
-            D[:, nw: nw + H] = abl_of(nw, nw + H) - hw
+            D[:, nw: nw + H] = head_delta(l, z)
             attn = z.reshape(P, T, -1) @ self.W_O[l] + w.b_O[l]
             V = e.norm(add(V + attn[:, None], nw, nw + H), w.ln1_w[l], w.ln1_b[l])
             mid = e.norm(x + attn, w.ln1_w[l], w.ln1_b[l])
@@ -417,7 +512,7 @@ class EdgeForward:
             h_in = inputs(mid, [self.mlp_r[l]])[:, :, 0]
             m = e.mlp(l, h_in)
             i = self.mlp_w[l]
-            D[:, i] = abl_of(i, i + 1)[:, 0] - m
+            D[:, i] = mlp_delta(l, m)
             V = e.norm(add(V + m[:, None], i, i + 1), w.ln2_w[l], w.ln2_b[l])
             x = e.norm(mid + m, w.ln2_w[l], w.ln2_b[l])
         return read(inputs(x, [self.out_r])[:, :, 0])

@@ -30,11 +30,11 @@ from interp.causal._common import clean_output, make_pair, metric_of, metric_rea
 from interp.causal._engine import Engine, Patch, RunCache, Variant
 from interp.causal._patch import ABLATIONS, default_batch_size, shared_prefix
 from interp.causal._result import PatchResult
-from interp.edges._forward import EdgeForward
+from interp.edges._forward import Acts, EdgeForward
 from interp.edges._graph import CircuitGraph, ReaderInfo, WriterInfo, circuit_graph
 from interp.errors import ArgumentError
-from interp.stream._inputs import require_model
 from interp.models import Model
+from interp.stream._inputs import require_model
 
 __all__ = ["edge_patch", "ablated_writes", "check_edge_ablation"]
 
@@ -52,20 +52,20 @@ def check_edge_ablation(ablation: str, reference: Any, corrupt: Any) -> None:
 
 
 def ablated_writes(model: Model, pair: Any, fw: EdgeForward, ablation: str, reference: Any, seed: int,
-                   k_run: Optional[RunCache] = None) -> Optional[Tensor]:
-    """ã [P, W, T, d] for every writer: the corrupt run's writes, None (zero), the mean over the reference
-    prompts (per position when they have the clean length, else over every token) or a seeded resample."""
+                   k_run: Optional[RunCache] = None) -> Optional[Acts]:
+    """ã for every writer: the corrupt run's writes, None (zero), the mean over the reference prompts (per
+    position when they have the clean length, else over every token) or a seeded resample."""
     e = pair.engine
     if ablation == "zero":
         return None
     if ablation == "corrupt":
         if k_run is None:
             k_run = e.run(pair.corrupt.tokens, pair.corrupt.attention_mask, capture={"z", "mlp_out"})
-        return fw.writes_of(k_run)
+        return Acts.of(k_run)
     P, n = pair.clean.tokens.shape
     ref = reference if reference is not None else pair.corrupt.tokens
     src = reference_acts(e, model, ref, {"z", "mlp_out"}, ablation, n, P, seed)
-    return fw.writes_of(src)
+    return Acts.of(src)
 
 
 class _Replay:
@@ -196,7 +196,7 @@ def sweep_edges(model: Model, pair: Any, graph: CircuitGraph, idx: list[int], ab
     if pair.corrupt is not None:
         k_run = e.run(pair.corrupt.tokens, pair.corrupt.attention_mask, capture={"z", "mlp_out"})
     abl = ablated_writes(model, pair, fw, ablation, reference, seed, k_run)
-    writes = fw.writes_of(c_run)
+    this = Acts.of(c_run)
     clean_out = clean_output(model, pair.bound, c_run)
     clean_m = metric_of(model, pair.bound, c_run, clean_out)
     corrupt_m = metric_of(model, pair.bound, k_run, clean_out) if k_run is not None else torch.full_like(clean_m, float("nan"))
@@ -211,8 +211,7 @@ def sweep_edges(model: Model, pair: Any, graph: CircuitGraph, idx: list[int], ab
         w_i = int(graph.edge_writer[ei])
 
         def make(row: int, t0_: int) -> list[Patch]:
-            ab = abl[p, w_i] if abl is not None else torch.zeros_like(writes[p, w_i])
-            V = replay.stream(wi, ri, p, ab - writes[p, w_i])
+            V = replay.stream(wi, ri, p, fw.writer_delta(abl, this, w_i, p))
             return [replay.patch(ri, V, row, t0_)]
 
         return Variant(layer=ri.layer, prompt=p, t0=t0, make=make)
