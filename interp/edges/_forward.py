@@ -250,7 +250,9 @@ class EdgeForward:
                     ms.append(None)
                     continue
                 mids.append(mid.detach())
-                h2 = mid * 1.0 if self.post else self._ln2(l, mid)  # the MLP's own copy of its input
+                # the MLP's own copy of its input: without a norm (post-norm, or norm-free models such as tracr's)
+                # _ln2 would return `mid` itself, and its gradient would include the residual path past the MLP
+                h2 = mid * 1.0 if self.post or a.norm == "none" else self._ln2(l, mid)
                 handles.append(h2)
                 m = e.mlp(l, h2)
                 ms.append(m.detach())
