@@ -33,8 +33,11 @@ with W_r the reader's input matrix (W_Q^h, W_K^h, W_V^h, W_in, W_U; the models h
 
 "acdc" is the greedy search of Conmy et al. 2023 (section 3; ACDC's ``TLACDCExperiment``): visit the
 readers from the metric backwards (reverse program order) and, for each reader, its incoming edges from
-the latest writer to the earliest; ablate the edge on top of every edge already removed, and keep it
-removed if the distance D(C) = (1/P) Σ_p |M_p(C) − M_p(clean)| grows by less than τ. It returns a set,
+the latest writer to the earliest (a reader whose component has lost every edge out is left out of the
+circuit with all its edges, as ACDC drops such nodes); ablate the edge on top of every edge already removed, and keep it
+removed if the distance D(C) = (1/P) Σ_p |M_p(C) − M_p(clean)| grows by less than τ·D(∅) (τ relative to
+the distance of the fully ablated model, so one grid fits every model; D by circuit evaluation, every
+reader's input recomputed as in :func:`interp.evaluate_circuit`). It returns a set,
 not a ranking: its ROC is traced by sweeping τ (each τ one (FPR, TPR) point; the curve closed at (0, 0)
 and (1, 1) and integrated by trapezoids), as ACDC's own AUCs are.
 """
@@ -63,7 +66,7 @@ log = logging.getLogger(__name__)
 METHODS = ("eap", "eap-ig", "eap-ig-act", "edge-patching", "acdc")
 ABLATIONS = ("zero", "mean", "resample")
 NOISE = 1e-5
-ACDC_TAUS = tuple(float(10.0 ** e) for e in torch.linspace(-5, 0, 11).tolist())
+ACDC_TAUS = tuple(float(10.0 ** e) for e in torch.linspace(-4, 0, 9).tolist())  # × D(∅)
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,10 +135,8 @@ def _eap(model: Model, group: PromptGroup, ablation: str, steps: int, ig_at: str
     fw = EdgeForward(model, graph, pair.engine)
     if fw.post:
         raise ArgumentError(f"model {model.name!r} is post-norm; the ground-truth models are norm-free or pre-norm")
-    abl = ablated_writes(model, pair, fw, args["ablation"], args.get("reference"), 0)
-    P, T = pair.clean.tokens.shape
-    if abl is None:
-        abl = torch.zeros(P, len(graph.writers), T, model.arch.d_model, dtype=model.dtype, device=model.device)
+    abl = ablated_writes(model, pair, fw, args["ablation"], args.get("reference"), 0)  # None: zero
+    P = pair.clean.tokens.shape[0]
     read = MetricReader(model, pair.bound, torch.arange(P, device=model.device), None)
     ct, cm = pair.clean.tokens, pair.clean.attention_mask
     every = ig_at == "activations"
@@ -143,10 +144,9 @@ def _eap(model: Model, group: PromptGroup, ablation: str, steps: int, ig_at: str
     S: Optional[Tensor] = None
     dA: Optional[Tensor] = None
     for k in range(steps, 0, -1):  # α = 1 (the clean run) first: its writes give ΔA
-        gp = fw.gradient(ct, cm, read, mix=None if k == steps else (abl, k / steps, ig_at),
-                         keep_writes=k == steps or every)
+        gp = fw.gradient(ct, cm, read, mix=None if k == steps else (abl, k / steps, ig_at), keep=k == steps or every)
         if k == steps or every:
-            dA = abl - gp.writes  # type: ignore[operator]
+            dA = fw.delta(abl, gp.acts)  # type: ignore[arg-type]  # ã_w − a_w [P, W, T, d]
         if every:  # ΔA changes along the path: one product per point
             S_k = fw.scores(dA, gp.G, {}, frozen=False)  # type: ignore[arg-type]
             S = S_k if S is None else S.add_(S_k)
@@ -169,7 +169,7 @@ def testable_edges(task: DiscoveryTask, ablation: str, *, atol: float = 1e-5) ->
     """Bool [n_edges]: the true edges (constant channels counted) along which ``ablation`` changes what the
     reader reads on some prompt of ``task`` (module docstring)."""
     from interp.causal._common import make_pair
-    from interp.edges._forward import EdgeForward
+    from interp.edges._forward import Acts, EdgeForward
     from interp.edges._graph import circuit_graph
     from interp.edges._patch import ablated_writes
 
@@ -183,9 +183,9 @@ def testable_edges(task: DiscoveryTask, ablation: str, *, atol: float = 1e-5) ->
         args = _ablation_args(g, ablation)
         pair = make_pair(model, g.clean, args["corrupt"], g.metric, need_corrupt=ablation == "resample")
         fw = EdgeForward(model, graph, pair.engine)
-        a = fw.writes_of(pair.engine.run(pair.clean.tokens, pair.clean.attention_mask, capture={"z", "mlp_out"}))
+        a = Acts.of(pair.engine.run(pair.clean.tokens, pair.clean.attention_mask, capture={"z", "mlp_out"}))
         abl = ablated_writes(model, pair, fw, args["ablation"], args.get("reference"), 0)
-        D = -a if abl is None else abl - a  # [P, W, T, d]
+        D = fw.delta(abl, a)  # ã_w − a_w [P, W, T, d]
         for r, ri in enumerate(graph.reader_info):
             seen = (D @ _reader_matrix(model, ri.kind, ri.layer, ri.head)).abs().amax(dim=(0, 2, 3)) > atol  # [W]
             changes[:, r] |= seen.cpu()
@@ -207,34 +207,69 @@ def _patching(model: Model, group: PromptGroup, ablation: str, edges: Sequence[s
     return (res.per_prompt - res.clean_per_prompt[None]).double()
 
 
-def _acdc(model: Model, group_args: list[tuple[PromptGroup, dict]], graph: Any, taus: Sequence[float]) -> dict[float, Tensor]:
-    """The edges ACDC keeps at each τ: {τ: bool [n_edges]} (module docstring)."""
-    from interp.edges import evaluate_circuit
+def _acdc(model: Model, task: DiscoveryTask, ablation: str, graph: Any, taus: Sequence[float]) -> tuple[dict[float, Tensor], float]:
+    """The edges ACDC keeps at each τ (relative to D(∅), the distance with every edge ablated):
+    ({τ: bool [n_edges]}, D(∅)); module docstring."""
+    from interp.causal._common import make_pair
+    from interp.edges._attribution import MetricReader
+    from interp.edges._forward import EdgeForward
+    from interp.edges._patch import ablated_writes
+
+    runs = []  # per group: (forward, tokens, mask, ablated writes, metric reader, M(clean))
+    for g in task.groups:
+        args = _ablation_args(g, ablation)
+        pair = make_pair(model, g.clean, args["corrupt"], g.metric, need_corrupt=ablation == "resample")
+        fw = EdgeForward(model, graph, pair.engine)
+        abl = ablated_writes(model, pair, fw, args["ablation"], args.get("reference"), 0)
+        read = MetricReader(model, pair.bound, torch.arange(g.n_prompts, device=model.device), None)
+        t, m = pair.clean.tokens, pair.clean.attention_mask
+        runs.append((fw, t, m, abl, read, fw.evaluate(t, m, abl, torch.zeros_like(graph.mask, dtype=torch.float32), read)))
+    P = sum(g.n_prompts for g in task.groups)
+    ew, er = graph.edge_writer, graph.edge_reader
 
     def distance(keep: Tensor) -> float:
-        tot, n = 0.0, 0
-        for g, args in group_args:
-            ev = evaluate_circuit(model, g.clean, args["corrupt"], [graph.edges[i] for i in torch.nonzero(keep).flatten().tolist()],
-                                  metric=g.metric, **{k: v for k, v in args.items() if k != "corrupt"})
-            d = (ev.per_prompt[0] - ev.per_prompt[1]).abs()
-            tot, n = tot + float(d.sum()), n + d.numel()
-        return tot / n
+        K = graph.mask.float()
+        K[ew[keep], er[keep]] = 0.0  # 1 = ablated
+        return sum(float((fw.evaluate(t, m, abl, K, read) - clean).abs().sum()) for fw, t, m, abl, read, clean in runs) / P
 
+    empty = distance(torch.zeros(graph.n_edges, dtype=torch.bool))
+    writer_of = _reader_writers(graph)  # reader -> the writers of its component (a KV head: its query heads)
     # readers from the metric backwards; each reader's edges from the latest writer to the earliest
-    er, ew = graph.edge_reader.tolist(), graph.edge_writer.tolist()
-    order = sorted(range(graph.n_edges), key=lambda i: (-er[i], -ew[i]))
+    order = sorted(range(graph.n_edges), key=lambda i: (-int(er[i]), -int(ew[i])))
     out = {}
     for tau in taus:
         keep = torch.ones(graph.n_edges, dtype=torch.bool)
         current = 0.0
         for i in order:
+            r = int(er[i])
+            if writer_of[r] and not bool(keep[torch.isin(ew, torch.tensor(writer_of[r]))].any()):
+                keep[i] = False  # the reader's component lost every edge out: it is no longer in the circuit
+                continue
             keep[i] = False
             d = distance(keep)
-            if d - current < tau:
+            if d - current < tau * empty:
                 current = d
             else:
                 keep[i] = True
         out[tau] = keep
+    return out, empty
+
+
+def _reader_writers(graph: Any) -> list[list[int]]:
+    """For each reader, the writers of its component (a head's q: that head; a KV head's k/v: the query heads
+    sharing it; an MLP's input: the MLP); [] for the metric's read."""
+    index = {w: i for i, w in enumerate(graph.writers)}
+    group = graph.n_heads // graph.n_kv_heads if graph.n_kv_heads else 1
+    out: list[list[int]] = []
+    for r in graph.reader_info:
+        if r.kind == "q":
+            out.append([index[f"L{r.layer}.H{r.head}"]])
+        elif r.kind in ("k", "v"):
+            out.append([index[f"L{r.layer}.H{h}"] for h in range(r.head * group, (r.head + 1) * group)])
+        elif r.kind == "mlp":
+            out.append([index[f"L{r.layer}.mlp"]])
+        else:
+            out.append([])
     return out
 
 
@@ -268,7 +303,8 @@ def edge_ranking(task: DiscoveryTask, method: str, ablation: str, *, ig_steps: i
     t0 = time.perf_counter()
     details: dict[str, Any] = {}
     if method == "acdc":
-        sets = _acdc(model, [(g, _ablation_args(g, ablation)) for g in task.groups], graph, taus)
+        sets, empty = _acdc(model, task, ablation, graph, taus)
+        details["empty_distance"] = empty
         scores = torch.zeros(graph.n_edges, dtype=torch.float64)
         for tau in sorted(sets):  # the largest τ at which the edge survives
             scores[sets[tau]] = tau

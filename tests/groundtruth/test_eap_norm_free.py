@@ -16,15 +16,18 @@ def test_edges_into_an_empty_mlp_score_zero(tracr_programs):
     p = tracr_programs("frac_prevs")  # layer 1 has an attention head and an all-zero MLP
     W = p.model.weights
     assert W.W_in[1].abs().max() == 0 and W.W_out[1].abs().max() == 0
-    task = tracr_task(p, lengths=[4], max_inputs=20)
+    g = tracr_task(p, lengths=[4], max_inputs=20).groups[0]
     graph = E.circuit_graph(p.model)
     into = [i for i, e in enumerate(graph.edges) if e.endswith("→L1.mlp.in")]
+    head_out = graph.edges.index("L1.H0→unembed")
     assert len(into) >= 3
-    for ablation in ("zero", "resample"):
-        effects = _eap(p.model, task.groups[0], ablation, 1)  # [E, P]
-        assert effects[into].abs().max() == 0, ablation
-        head_out = graph.edges.index("L1.H0→unembed")
-        assert effects[head_out].abs().max() > 0.01, ablation
+    for method in ("eap", "eap-ig"):
+        res = E.edge_attribution(p.model, g.clean, g.corrupt, metric=g.metric, method=method, progress=False)
+        assert res.per_prompt[into].abs().max() == 0, method
+        assert res.per_prompt[head_out].abs().max() > 0.01, method
+    effects = _eap(p.model, g, "zero", 1)  # [E, P], zero ablation
+    assert effects[into].abs().max() == 0
+    assert effects[head_out].abs().max() > 0.01
 
 
 def test_eap_under_resample_equals_edge_attribution(tracr_programs):
