@@ -35,7 +35,7 @@ from interp._validate import check_bool
 from interp.circuits._common import check_data, check_model
 from interp.circuits._rotation import random_rotation
 from interp.errors import ArgumentError, ShapeError
-from interp.labels import Resid
+from interp.labels import Neuron, Resid
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -133,7 +133,7 @@ class PrivilegedBasisReport(Result):
         for l in range(self.resid.shape[0]):
             recs += [(f"L{l}.resid[{i}]", "resid", float(v)) for i, v in enumerate(self.resid[l])]
             if self.neurons is not None:
-                recs += [(f"L{l}.N{i}", "neuron", float(v)) for i, v in enumerate(self.neurons[l])]
+                recs += [(str(Neuron(l, i)), "neuron", float(v)) for i, v in enumerate(self.neurons[l])]
         return pd.DataFrame(recs, columns=["coordinate", "kind", "kurtosis"])
 
     def plot(self) -> go.Figure:

@@ -105,7 +105,7 @@ class CompositionScores(Result):
         L, H = self.n_layers, self.n_heads
         src, dst = (as_label(x, Head, name="label") for x in pair)
         if not (src.layer < L and dst.layer < L and src.head < H and dst.head < H):
-            raise LabelError(f"label={label!r} names a head outside L0.H0 … L{L - 1}.H{H - 1}")
+            raise LabelError(f"label={label!r} names a head outside {Head(0, 0)} … {Head(L - 1, H - 1)}")
         return ((src.layer * H + src.head) * L + dst.layer) * H + dst.head
 
     def _row(self, index: int) -> float:
@@ -138,7 +138,7 @@ def _parse_heads(model: Model, heads: Any) -> list[tuple[int, int]]:
     """``heads`` (labels "L3.H5", :class:`interp.labels.Head` or (layer, head) pairs) as sorted,
     distinct (layer, head) pairs."""
     L, H = model.arch.n_layers, model.arch.n_heads
-    allowed = f"labels like 'L{L - 1}.H{H - 1}' or (layer, head) pairs with layer < {L} and head < {H}"
+    allowed = f"labels like '{Head(L - 1, H - 1)}' or (layer, head) pairs with layer < {L} and head < {H}"
     if isinstance(heads, (str, bytes, Tensor)) or not isinstance(heads, Sequence) or len(heads) == 0:
         raise ArgumentError(f"heads={heads!r:.80} must be a non-empty list of {allowed}")
     out: set[tuple[int, int]] = set()

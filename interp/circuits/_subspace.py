@@ -122,7 +122,7 @@ class SubspaceOverlap(Result):
         L, H = self.overlap.shape[:2]
         a, b = (as_label(x, Head, name="label") for x in pair)
         if not all(x.layer < L and x.head < H for x in (a, b)):
-            raise LabelError(f"label={label!r} names a head outside L0.H0 … L{L - 1}.H{H - 1}")
+            raise LabelError(f"label={label!r} names a head outside {Head(0, 0)} … {Head(L - 1, H - 1)}")
         return (a.layer * H + a.head) * L * H + b.layer * H + b.head
 
     def _row(self, index: int) -> float:

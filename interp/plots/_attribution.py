@@ -25,6 +25,7 @@ from plotly.subplots import make_subplots
 
 from interp._validate import check_positive_int
 from interp.errors import ArgumentError
+from interp.labels import Head
 from interp.plots._common import (
     DIVERGING, as_numpy, closure_text, check_index, esc, fmt, head_grid_shape, parse_head, quoted, require_attr,
 )
@@ -104,7 +105,7 @@ def attribution_heatmap(attribution: Any, *, prompt: Optional[int] = None, max_s
                         subplot_titles=("heads (layer × head)", "other terms"))
     if has_heads:
         zmax = float(np.nanmax(np.abs(grid))) or 1.0
-        hover = [[f"term <b>L{l}.H{h}</b><br>value: {fmt(grid[l, h])}<br>{esc(target)}<br>{where}"
+        hover = [[f"term <b>{Head(l, h)}</b><br>value: {fmt(grid[l, h])}<br>{esc(target)}<br>{where}"
                   for h in range(n_h)] for l in range(n_l)]
         fig.add_trace(go.Heatmap(
             z=grid, x=list(range(n_h)), y=list(range(n_l)), colorscale=DIVERGING, zmid=0.0, zmin=-zmax, zmax=zmax,

@@ -25,6 +25,7 @@ from plotly.subplots import make_subplots
 
 from interp._validate import check_choice, check_positive_int
 from interp.errors import ArgumentError
+from interp.labels import Head
 from interp.plots._common import DIVERGING, as_numpy, esc, fmt, head_grid_shape, parse_head, require_attr, \
     unique_token_labels
 
@@ -105,7 +106,7 @@ def patch_figure(result: Any, *, what: str = "auto", prompt: Optional[int] = Non
                         subplot_titles=(("heads (layer × head)",) if has_heads else ()) + (("other nodes",) if side else ()))
     if has_heads:
         zmax = float(np.nanmax(np.abs(grid))) or 1.0
-        hover = [[f"node <b>L{l}.H{h}</b><br>{title}: {fmt(grid[l, h])}" for h in range(n_h)] for l in range(n_l)]
+        hover = [[f"node <b>{Head(l, h)}</b><br>{title}: {fmt(grid[l, h])}" for h in range(n_h)] for l in range(n_l)]
         fig.add_trace(go.Heatmap(z=grid, x=list(range(n_h)), y=list(range(n_l)), colorscale=DIVERGING, zmid=0.0,
                                  zmin=-zmax, zmax=zmax, hovertext=hover, hoverinfo="text",
                                  colorbar=dict(title=title, x=1.02, len=0.9)), row=1, col=1)

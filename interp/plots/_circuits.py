@@ -23,6 +23,7 @@ import torch
 
 from interp._validate import check_positive_int
 from interp.errors import ArgumentError, ShapeError
+from interp.labels import Head
 from interp.plots._common import DIVERGING, as_numpy, esc, fmt, token_label
 
 __all__ = ["copying_score_map", "ov_eigenvalue_figure", "top_token_table", "top_token_values"]
@@ -43,7 +44,7 @@ def copying_score_map(scores: Any, *, title: str = "Copying scores") -> go.Figur
         raise ShapeError(f"scores must be a non-empty [n_layers, n_heads] array, got shape {z.shape}")
     n_l, n_h = z.shape
     name = str(getattr(scores, "metric", "") or getattr(scores, "name", "") or "copying score")
-    hover = [[f"head <b>L{l}.H{h}</b><br>{esc(name)}: {fmt(z[l, h])}" for h in range(n_h)] for l in range(n_l)]
+    hover = [[f"head <b>{Head(l, h)}</b><br>{esc(name)}: {fmt(z[l, h])}" for h in range(n_h)] for l in range(n_l)]
     zmax = max(1.0, float(np.nanmax(np.abs(z)))) if np.isfinite(z).any() else 1.0
     fig = go.Figure(go.Heatmap(
         z=z, x=list(range(n_h)), y=list(range(n_l)), colorscale=DIVERGING, zmid=0.0, zmin=-zmax, zmax=zmax,
@@ -51,7 +52,7 @@ def copying_score_map(scores: Any, *, title: str = "Copying scores") -> go.Figur
     ))
     flat = np.where(np.isfinite(z), z, -np.inf).ravel()
     best = np.argsort(-flat)[: min(5, flat.size)]
-    best_txt = ", ".join(f"L{i // n_h}.H{i % n_h} {z.flat[i]:.2f}" for i in best)
+    best_txt = ", ".join(f"{Head(*divmod(int(i), n_h))} {z.flat[i]:.2f}" for i in best)
     fig.update_layout(
         title=f"{esc(title)}<br><sup>Σλ/Σ|λ| of W_E W_OV W_U; highest: {esc(best_txt)}</sup>",
         xaxis=dict(title="head", dtick=1 if n_h <= 20 else None),

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import html
 import math
-import re
 from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
 
 from interp._validate import check_index as _check_index
-from interp.errors import ArgumentError, ShapeError
+from interp.errors import ArgumentError, LabelError, ShapeError
+from interp.labels import Head
 
 __all__ = [
     "DIVERGING",
-    "HEAD_LABEL",
     "KIND_COLOURS",
     "as_numpy",
     "check_index",
@@ -42,13 +41,15 @@ DIVERGING = "RdBu"
 #: Colours of the Q/K/V composition kinds (also used for their legend entries).
 KIND_COLOURS = {"Q": "#1f77b4", "K": "#d62728", "V": "#2ca02c"}
 
-HEAD_LABEL = re.compile(r"^L(\d+)\.H(\d+)$")
-
-
-def parse_head(label: str) -> Optional[tuple[int, int]]:
-    """``'L3.H5'`` -> (3, 5); any other label -> None."""
-    m = HEAD_LABEL.match(label)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+def parse_head(label: Any) -> Optional[tuple[int, int]]:
+    """``'L3.H5'`` (or a :class:`~interp.labels.Head`) -> (3, 5); any other label -> None."""
+    if not isinstance(label, (str, Head)):
+        return None
+    try:
+        head = Head.parse(label)
+    except LabelError:
+        return None
+    return head.layer, head.head
 
 
 def as_numpy(x: Any, *, name: str, ndim: Optional[int] = None, dtype: Any = np.float64) -> np.ndarray:

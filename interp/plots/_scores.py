@@ -12,6 +12,8 @@ from typing import Any, Optional
 import numpy as np
 import plotly.graph_objects as go
 
+from interp.labels import Head
+
 __all__ = [
     "composition_score_map", "erasure_figure", "head_score_map", "path_expansion_figure",
     "privileged_basis_figure", "self_rank_histogram", "subspace_overlap_map", "virtual_weight_map",
@@ -39,7 +41,7 @@ def composition_score_map(scores: Any) -> go.Figure:
     """Heatmap of all [src head, dst head] scores of a CompositionScores-like result (rows: dst)."""
     L, H = scores.n_layers, scores.n_heads
     z = scores.scores.reshape(L * H, L * H).T.double().cpu().numpy()  # rows: dst, columns: src
-    labels = [f"L{l}.H{h}" for l in range(L) for h in range(H)]
+    labels = [str(Head(l, h)) for l in range(L) for h in range(H)]
     heads = getattr(scores, "heads", None)
     if heads is not None:  # only the chosen heads' rows and columns
         keep = [labels.index(lab) for lab in heads]
@@ -99,7 +101,7 @@ def path_expansion_figure(expansion: Any, *, k: int = 20, prompt: Optional[int] 
 def subspace_overlap_map(overlap: Any) -> go.Figure:
     """Heatmap of the write-subspace overlap (mean cos²) of all head pairs."""
     L, H = overlap.overlap.shape[:2]
-    lab = [f"L{l}.H{h}" for l in range(L) for h in range(H)]
+    lab = [str(Head(l, h)) for l in range(L) for h in range(H)]
     fig = go.Figure(go.Heatmap(z=overlap.overlap.reshape(L * H, L * H).double().cpu().numpy(), x=lab, y=lab,
                                colorscale="Blues", zmin=0, zmax=1, colorbar={"title": "mean cos²"}))
     fig.update_layout(title=f"write-subspace overlap (random baseline {overlap.baseline:.3f}){_of(overlap)}",

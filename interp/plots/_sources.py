@@ -62,9 +62,9 @@ def head_source_heatmap(attribution: Any, *, prompt: int = 0, heads: Optional[Se
     n_src = len(toks) if toks else 1 + max(s for row in cells.values() for s in row)
     z = np.array([[cells[h].get(s, 0.0) for s in range(n_src)] for h in chosen])
     xs = unique_token_labels(toks) if toks else [str(s) for s in range(n_src)]
-    ys = [f"L{l}.H{h} (Σ {fmt(sums[(l, h)], 3)})" for l, h in chosen]
+    ys = [f"{Head(l, h)} (Σ {fmt(sums[(l, h)], 3)})" for l, h in chosen]
     target, where = _context(attribution, i)
-    hover = [[f"term <b>L{l}.H{h}[src={s}]</b><br>source {quoted(toks[s]) if toks else s} (pos {s})<br>"
+    hover = [[f"term <b>{HeadSource(l, h, s)}</b><br>source {quoted(toks[s]) if toks else s} (pos {s})<br>"
               f"value: {fmt(z[r, s])}<br>head total: {fmt(sums[(l, h)])}<br>{esc(target)}"
               for s in range(n_src)] for r, (l, h) in enumerate(chosen)]
     zmax = float(np.abs(z).max()) or 1.0

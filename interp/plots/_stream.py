@@ -19,35 +19,41 @@ from the forward pass; there c_g(P) shrinks or grows from point to point.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from interp.errors import ArgumentError
+from interp.errors import ArgumentError, LabelError
+from interp.labels import Attn, Bias, Head, HeadSource, Mlp, Norm, NormBias, Resid, parse
 from interp.plots._common import as_numpy, check_index, closure_text, esc, fmt, quoted, require_attr, token_label
 
 __all__ = ["residual_stream_figure", "residual_stream_norms"]
 
-_LAYER = re.compile(r"^L(\d+)\.(.+)$")
-
-
 def write_group(label: str) -> str:
     """The sublayer a write label belongs to: 'embed', 'L{l}.attn' or 'L{l}.mlp'."""
-    m = _LAYER.match(label)
-    if not m:
+    try:
+        lab: Any = parse(label)
+    except LabelError:
+        return "embed"
+    norm = lab.norm if isinstance(lab, NormBias) else None
+    layer = norm.layer if isinstance(norm, Norm) else getattr(lab, "layer", None)
+    if not isinstance(layer, int):
         return "embed"  # embed, pos_embed, type_embed, embed_ln_bias
-    l, rest = m.group(1), m.group(2)
-    if rest.startswith("H") or rest in ("attn_bias", "ln1_bias"):
-        return f"L{l}.attn"
-    return f"L{l}.mlp"  # mlp, N{n}, mlp_bias, ln2_bias
+    if (isinstance(lab, (Head, HeadSource, Attn)) or (isinstance(lab, Bias) and lab.sublayer == "attn")
+            or (norm is not None and norm.which == "ln1")):
+        return str(Attn(layer))
+    return str(Mlp(layer))  # mlp, N{n}, mlp_bias, ln2_bias
 
 
 def _point_name(hook: str) -> str:
-    m = re.fullmatch(r"blocks\.(\d+)\.hook_resid_(pre|mid|post)", hook)
-    return f"L{m.group(1)}.{m.group(2)}" if m else hook
+    """A resid hook's short name, ``blocks.3.hook_resid_pre`` -> ``L3.pre`` (other names unchanged)."""
+    try:
+        lab = Resid.parse(hook)
+    except LabelError:
+        return hook
+    return f"L{lab.layer}.{lab.where}"  # a display name, not a label of the grammar
 
 
 def residual_stream_norms(trace: Any, *, prompt: int = 0, pos: int = -1) -> dict[str, Any]:
