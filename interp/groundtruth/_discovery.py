@@ -57,6 +57,7 @@ from interp._validate import check_choice, check_positive_int
 from interp.errors import ArgumentError
 from interp.groundtruth._auc import roc_auc
 from interp.groundtruth._tasks import DiscoveryTask, PromptGroup
+from interp.labels import Head, Mlp
 from interp.models import Model
 
 __all__ = ["METHODS", "ABLATIONS", "EdgeRanking", "edge_ranking", "discovery_table", "testable_edges", "ACDC_TAUS"]
@@ -263,11 +264,11 @@ def _reader_writers(graph: Any) -> list[list[int]]:
     out: list[list[int]] = []
     for r in graph.reader_info:
         if r.kind == "q":
-            out.append([index[f"L{r.layer}.H{r.head}"]])
+            out.append([index[str(Head(r.layer, r.head))]])
         elif r.kind in ("k", "v"):
-            out.append([index[f"L{r.layer}.H{h}"] for h in range(r.head * group, (r.head + 1) * group)])
+            out.append([index[str(Head(r.layer, h))] for h in range(r.head * group, (r.head + 1) * group)])
         elif r.kind == "mlp":
-            out.append([index[f"L{r.layer}.mlp"]])
+            out.append([index[str(Mlp(r.layer))]])
         else:
             out.append([])
     return out
