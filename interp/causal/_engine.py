@@ -201,7 +201,9 @@ class Engine:
             d = (x.shape[-1],)
             if a.norm == "layernorm":
                 return F.layer_norm(x, d, gain, bias, a.norm_eps)
-            return F.rms_norm(x, d, gain, a.norm_eps)
+            # RMSNorm in three passes (one fused reduction): γ ⊙ x / sqrt(‖x‖²/d + ε)
+            r = (torch.linalg.vector_norm(x, 2, dim=-1, keepdim=True).square_() / d[0]).add_(a.norm_eps).rsqrt_()
+            return (x * r).mul_(gain)
         xf = x.float()
         if a.norm == "layernorm":
             xf = xf - xf.mean(-1, keepdim=True)
@@ -271,6 +273,7 @@ class Engine:
         patches: Iterable[Patch] = (),
         capture: Optional[set[str]] = None,
         store: Optional[dict[str, Tensor]] = None,
+        inplace: bool = False,
     ) -> Tensor:
         """Layer ``l`` on rows ``x`` [R, T, d_model] holding positions t0..t0+T−1 of prompts ``prompt``.
 
@@ -289,7 +292,7 @@ class Engine:
             if site in cap and store is not None:
                 store[site] = t
 
-        x = self._apply(x, by.get("resid_pre"), t0)
+        x = self._apply(x, by.get("resid_pre"), t0, inplace=inplace)
         keep("resid_pre", x)
         h1 = x if a.norm_placement == "post" else self.norm(x, w.ln1_w[l], w.ln1_b[l])
         qkv = _linear(h1, self.W_qkv[l], None if self.b_qkv is None else self.b_qkv[l])  # [R, T, (H + 2 Hkv) dh]
@@ -317,8 +320,12 @@ class Engine:
         if t0 > 0:
             if prefix is None:
                 raise RuntimeError("a suffix row needs the base run's keys/values")
-            k = torch.cat([prefix[0][prompt, :, :t0], k], dim=2)
-            v = torch.cat([prefix[1][prompt, :, :t0], v], dim=2)
+            if prefix[0].shape[0] == 1:  # one prompt: a broadcast view, not a gather
+                pk, pv = (t[:, :, :t0].expand(R, -1, -1, -1) for t in prefix)
+            else:
+                pk, pv = prefix[0][prompt, :, :t0], prefix[1][prompt, :, :t0]
+            k = torch.cat([pk, k], dim=2)
+            v = torch.cat([pv, v], dim=2)
         N = t0 + T
         allowed = self._allowed(mask, prompt, t0, T)  # [R | 1, 1, T, N] or None
         need_pattern = "pattern" in by or "pattern" in cap or self.softmax_dtype != self.model.dtype
@@ -341,14 +348,15 @@ class Engine:
         attn = _linear(z.reshape(R, T, H * dh), self.W_O[l], None if self.b_O is None else self.b_O[l])
         attn = self._apply(attn, by.get("attn_out"), t0)
         keep("attn_out", attn)
+        # ``inplace`` (the sweep's own rows): the residual is updated in place, x += attn, x += mlp
         if a.norm_placement == "post":
             mid = self.norm(x + attn, w.ln1_w[l], w.ln1_b[l])
         elif a.parallel_attn_mlp:
             mid = x
         else:
-            mid = x + attn
+            mid = x.add_(attn) if inplace else x + attn
         if not a.parallel_attn_mlp:
-            mid = self._apply(mid, by.get("resid_mid"), t0)
+            mid = self._apply(mid, by.get("resid_mid"), t0, inplace=inplace)
             keep("resid_mid", mid)
         if not self.has_mlp:
             out = mid + attn if a.parallel_attn_mlp else mid
@@ -362,10 +370,10 @@ class Engine:
             if a.norm_placement == "post":
                 out = self.norm(mid + m, w.ln2_w[l], w.ln2_b[l])
             elif a.parallel_attn_mlp:
-                out = x + attn + m
+                out = x.add_(attn.add_(m)) if inplace else x + attn + m
             else:
-                out = mid + m
-        out = self._apply(out, by.get("resid_post"), t0)
+                out = mid.add_(m) if inplace else mid + m
+        out = self._apply(out, by.get("resid_post"), t0, inplace=inplace)
         keep("resid_post", out)
         return out
 
@@ -466,7 +474,9 @@ class Engine:
                read: Callable[[Tensor, Tensor, int], Tensor]) -> Tensor:
         dev = self.model.device
         first = vs[0].layer
-        x = torch.empty(0, tokens.shape[1] - t0, self.arch.d_model, dtype=self.model.dtype, device=dev)
+        # every row of the chunk, allocated once: rows join by writing into it, layers update it in place
+        X = torch.empty(len(vs), tokens.shape[1] - t0, self.arch.d_model, dtype=self.model.dtype, device=dev)
+        x = X[:0]
         prompt = torch.empty(0, dtype=torch.long, device=dev)
         j = 0
         if first < 0:  # embedding variants: rebuild the embedding with one part replaced
@@ -476,7 +486,8 @@ class Engine:
             parts = {k: t[pr, t0:] for k, t in base.embed.items()}
             for p in _merge([p for r, v in enumerate(emb) for p in v.patches(r, t0)]):
                 parts[p.site] = self._apply(parts[p.site], [p], t0)
-            x, prompt = self.embed(parts), pr
+            X[:j] = self.embed(parts)
+            x, prompt = X[:j], pr
         for l in range(max(first, 0), self.L + 1):
             new = []
             while j < len(vs) and vs[j].layer == l:
@@ -487,15 +498,18 @@ class Engine:
                 R0 = x.shape[0]
                 pr = torch.tensor([v.prompt for v in new], device=dev)
                 start = base.resid_pre[l] if l < self.L else base.final
-                x = torch.cat([x, start[pr, t0:]])
+                X[R0: R0 + len(new)] = start[pr, t0:]
+                x = X[: R0 + len(new)]
                 prompt = torch.cat([prompt, pr])
                 patches = _merge([p for r, v in enumerate(new) for p in v.patches(R0 + r, t0)])
             if l == self.L:  # after the last layer: only shifts of the final residual ("final")
                 for p in patches:
                     x = self._apply(x, [p], t0)
                 break
-            x = self.layer(l, x, prompt=prompt, mask=mask, t0=t0,
-                           prefix=(base.kv[l] if t0 > 0 else None), patches=patches)
+            out = self.layer(l, x, prompt=prompt, mask=mask, t0=t0,
+                             prefix=(base.kv[l] if t0 > 0 else None), patches=patches, inplace=True)
+            if out.data_ptr() != x.data_ptr():  # post-norm blocks return a new tensor
+                x.copy_(out)
         return read(x, prompt, t0)
 
 
