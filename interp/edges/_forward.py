@@ -125,11 +125,56 @@ class EdgeForward:
 
     # ------------------------------------------------------------------ pieces
 
+    # The differentiable pieces are this module's own (the engine's are written for inference and may work in
+    # place); they compute what the engine computes, which is tested against the bridge.
+
+    def norm(self, x: Tensor, gain: Optional[Tensor], bias: Optional[Tensor], kind: Optional[str] = None) -> Tensor:
+        """LayerNorm / RMSNorm (``kind`` defaults to the model's) over the last axis, autograd-safe."""
+        kind = kind or self.a.norm
+        if kind == "none":
+            return x
+        d, eps = (x.shape[-1],), self.a.norm_eps
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        if kind == "layernorm":
+            y = torch.nn.functional.layer_norm(xf, d, gain.to(xf.dtype) if gain is not None else None,
+                                               bias.to(xf.dtype) if bias is not None else None, eps)
+        else:
+            y = torch.nn.functional.rms_norm(xf, d, gain.to(xf.dtype) if gain is not None else None, eps)
+        return y.to(x.dtype)
+
+    def embed(self, parts: dict[str, Tensor]) -> Tensor:
+        """Σ of the embedding parts, then the embedding norm (post-norm encoders)."""
+        x0 = reduce(operator.add, parts.values())  # Σ in order, without sum()'s leading 0
+        w = self.w
+        return x0 if w.ln_emb_w is None else self.norm(x0, w.ln_emb_w, w.ln_emb_b, "layernorm")
+
+    def mlp(self, l: int, h: Tensor) -> Tensor:
+        """The MLP of layer ``l`` on its (normalised) input: act(h W_gate) ⊙ (h W_in + b_in), or act(h W_in + b_in)."""
+        w = self.w
+        pre = h @ w.W_in[l] + w.b_in[l]
+        if w.W_gate is not None:
+            gate = h @ w.W_gate[l] + (w.b_gate[l] if w.b_gate is not None else 0.0)
+            act = self.e.act(gate) * pre
+        else:
+            act = self.e.act(pre)
+        return act @ w.W_out[l] + w.b_out[l]
+
+    def _rope(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """RoPE on x [P, T, n, d_head] with cos/sin [T, rotary_dim] (rotate-half; adjacent pairs for the toys)."""
+        rd = cos.shape[-1]
+        xr, xp = x[..., :rd], x[..., rd:]
+        if self.a.family == "native":
+            rot = torch.stack((-xr[..., 1::2], xr[..., 0::2]), dim=-1).flatten(-2)
+        else:
+            rot = torch.cat((-xr[..., rd // 2:], xr[..., : rd // 2]), dim=-1)
+        out = xr * cos[:, None] + rot * sin[:, None]
+        return torch.cat([out, xp], dim=-1) if xp.shape[-1] else out
+
     def _ln1(self, l: int, x: Tensor) -> Tensor:
-        return x if self.post else self.e.norm(x, self.w.ln1_w[l], self.w.ln1_b[l])
+        return x if self.post else self.norm(x, self.w.ln1_w[l], self.w.ln1_b[l])
 
     def _ln2(self, l: int, x: Tensor) -> Tensor:
-        return x if self.post else self.e.norm(x, self.w.ln2_w[l], self.w.ln2_b[l])
+        return x if self.post else self.norm(x, self.w.ln2_w[l], self.w.ln2_b[l])
 
     def _split(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         P, T = qkv.shape[:2]
@@ -144,7 +189,7 @@ class EdgeForward:
         H, G, dh = self.H, self.G, self.dh
         if a.positional == "rotary":
             cos, sin = (t.clone() for t in e.rope(T))  # the engine may have cached them in inference mode
-            q, k = e._rotate(q, cos, sin), e._rotate(k, cos, sin)
+            q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
         k, v = k.transpose(1, 2), v.transpose(1, 2)  # [P, G, T, dh]
         allowed = mask[:, None, None, :].bool()  # [P, 1, 1, T] key padding
         if a.causal:
@@ -224,7 +269,7 @@ class EdgeForward:
             x0 = reduce(operator.add, parts.values())  # Σ in order, without sum()'s leading 0
             if w.ln_emb_w is not None:
                 norm_in["embed_ln"] = x0.detach()
-            x = e.embed(parts).detach().requires_grad_(True)  # the graph starts at the embedded stream
+            x = self.embed(parts).detach().requires_grad_(True)  # the graph starts at the embedded stream
             handles: list[Tensor] = []
             xin: list[Tensor] = []  # the stream each layer's q/k/v read (before ln1), detached
             mids: list[Tensor] = []  # the stream each MLP reads (before ln2)
@@ -240,7 +285,7 @@ class EdgeForward:
                     attn = alpha * attn + (1 - alpha) * (ab + w.b_O[l])
                 if self.post:
                     norm_in[f"ln1.{l}"] = (x + attn).detach()
-                    mid = e.norm(x + attn, w.ln1_w[l], w.ln1_b[l])
+                    mid = self.norm(x + attn, w.ln1_w[l], w.ln1_b[l])
                 elif a.parallel_attn_mlp:
                     mid = x
                 else:
@@ -254,14 +299,14 @@ class EdgeForward:
                 # _ln2 would return `mid` itself, and its gradient would include the residual path past the MLP
                 h2 = mid * 1.0 if self.post or a.norm == "none" else self._ln2(l, mid)
                 handles.append(h2)
-                m = e.mlp(l, h2)
+                m = self.mlp(l, h2)
                 ms.append(m.detach())
                 if every:
                     ab_m = abl.mlp[l] if abl is not None else torch.zeros_like(m)
                     m = alpha * m + (1 - alpha) * ab_m  # type: ignore[operator]
                 if self.post:
                     norm_in[f"ln2.{l}"] = (mid + m).detach()
-                    x = e.norm(mid + m, w.ln2_w[l], w.ln2_b[l])
+                    x = self.norm(mid + m, w.ln2_w[l], w.ln2_b[l])
                 elif a.parallel_attn_mlp:
                     x = x + attn + m
                 else:
@@ -394,7 +439,7 @@ class EdgeForward:
                 D[:, i] = (abl.embed[site] - parts[site]) if abl is not None else -parts[site]
             if self.post:
                 return self._evaluate_post(tokens, mask, parts, D, head_delta, mlp_delta, K, read)
-            x = e.embed(parts)
+            x = self.embed(parts)
             S = D[:, : self.n_embed].sum(1)  # Σ D over the writers so far
             vis = self.g.mask.to(dev)
             for l in range(a.n_layers):
@@ -427,7 +472,7 @@ class EdgeForward:
                 extra = None if a.parallel_attn_mlp else self._mix(D, C[:, n:], nw, nw + H)
                 if extra is not None:
                     h_in = h_in + extra[:, 0].view(P, T, d)
-                m = e.mlp(l, self._ln2(l, h_in))
+                m = self.mlp(l, self._ln2(l, h_in))
                 D[:, self.mlp_w[l]] = mlp_delta(l, m)
                 S = S + D[:, self.mlp_w[l]]
                 x = x + attn + m
@@ -487,7 +532,7 @@ class EdgeForward:
         x0 = reduce(operator.add, parts.values())  # Σ in order, without sum()'s leading 0
         V = add(x0[:, None].expand(P, len(special), T, a.d_model), 0, self.n_embed)
         if w.ln_emb_w is not None:
-            V, x = e._ln(V, w.ln_emb_w, w.ln_emb_b), e._ln(x0, w.ln_emb_w, w.ln_emb_b)
+            V, x = (self.norm(t, w.ln_emb_w, w.ln_emb_b, "layernorm") for t in (V, x0))
         else:
             x = x0
         pos = {r: i for i, r in enumerate(special)}
@@ -506,15 +551,15 @@ class EdgeForward:
             nw = self.head0[l]
             D[:, nw: nw + H] = head_delta(l, z)
             attn = z.reshape(P, T, -1) @ self.W_O[l] + w.b_O[l]
-            V = e.norm(add(V + attn[:, None], nw, nw + H), w.ln1_w[l], w.ln1_b[l])
-            mid = e.norm(x + attn, w.ln1_w[l], w.ln1_b[l])
+            V = self.norm(add(V + attn[:, None], nw, nw + H), w.ln1_w[l], w.ln1_b[l])
+            mid = self.norm(x + attn, w.ln1_w[l], w.ln1_b[l])
             if not self.has_mlp:
                 x = mid
                 continue
             h_in = inputs(mid, [self.mlp_r[l]])[:, :, 0]
-            m = e.mlp(l, h_in)
+            m = self.mlp(l, h_in)
             i = self.mlp_w[l]
             D[:, i] = mlp_delta(l, m)
-            V = e.norm(add(V + m[:, None], i, i + 1), w.ln2_w[l], w.ln2_b[l])
-            x = e.norm(mid + m, w.ln2_w[l], w.ln2_b[l])
+            V = self.norm(add(V + m[:, None], i, i + 1), w.ln2_w[l], w.ln2_b[l])
+            x = self.norm(mid + m, w.ln2_w[l], w.ln2_b[l])
         return read(inputs(x, [self.out_r])[:, :, 0])

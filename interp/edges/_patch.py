@@ -76,10 +76,10 @@ class _Replay:
         self.a, self.w = fw.a, fw.w
 
     def _n1(self, l: int, x: Tensor) -> Tensor:
-        return self.e.norm(x, self.w.ln1_w[l], self.w.ln1_b[l])
+        return self.fw.norm(x, self.w.ln1_w[l], self.w.ln1_b[l])
 
     def _n2(self, l: int, x: Tensor) -> Tensor:
-        return self.e.norm(x, self.w.ln2_w[l], self.w.ln2_b[l])
+        return self.fw.norm(x, self.w.ln2_w[l], self.w.ln2_b[l])
 
     def stream(self, wi: WriterInfo, ri: ReaderInfo, p: int, delta: Tensor) -> Tensor:
         """r's input stream [T, d] (before its own norm) with w's write shifted by ``delta`` [T, d]."""
@@ -97,7 +97,7 @@ class _Replay:
         if wi.kind == "embed":
             V = sum(t[p] for t in run.embed.values()) + delta
             if self.w.ln_emb_w is not None:
-                V = self.e._ln(V, self.w.ln_emb_w, self.w.ln_emb_b)
+                V = self.fw.norm(V, self.w.ln_emb_w, self.w.ln_emb_b, "layernorm")
             l, stage = 0, "pre"
         elif wi.kind == "head":
             V = self._n1(wi.layer, run.resid_pre[wi.layer][p] + run.acts["attn_out"][wi.layer][p] + delta)  # type: ignore[index]
@@ -135,7 +135,7 @@ class _Replay:
         if ri.kind == "mlp":
             l = ri.layer
             x = V if post else self._n2(l, V)
-            return Patch(site="mlp_out", layer=l, rows=rows, value=self.e.mlp(l, x)[None])
+            return Patch(site="mlp_out", layer=l, rows=rows, value=self.fw.mlp(l, x)[None])
         return Patch(site="final", layer=a.n_layers, rows=rows, value=V[None])
 
 

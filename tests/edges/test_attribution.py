@@ -1,4 +1,4 @@
-"""EAP and EAP-IG against an independent per-edge computation, the graph, and the identities (docs/math.md §16-17).
+"""EAP and EAP-IG against an independent per-edge computation, the graph, and the identities (docs/math.md §22-24).
 
 The reference (tests/edges/_reference.py) rebuilds every reader's input from the writes with the HF
 modules' own parameters; its per-edge derivatives come from autograd with one coefficient per edge.

@@ -1,4 +1,4 @@
-"""Exact edge patching and circuit evaluation against the independent reference and the HF model (docs/math.md §18)."""
+"""Exact edge patching and circuit evaluation against the independent reference and the HF model (docs/math.md §25)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Circuit selection: top-n, threshold, greedy from the metric, node-level pruning (docs/math.md §19)."""
+"""Circuit selection: top-n, threshold, greedy from the metric, node-level pruning (docs/math.md §25)."""
 
 from __future__ import annotations
 
