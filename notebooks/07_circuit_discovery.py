@@ -1,0 +1,162 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 07 · Circuit discovery on edges: EAP, EAP-IG, exact edge patching, faithfulness
+#
+# **What this shows.** A circuit is a set of edges writer → reader: an embedding, a head's output or an MLP's
+# output into a later head's q, a KV head's k or v, an MLP's input, or the logits. We
+#
+# 1. count the edges of the circuit graph (`interp.circuit_graph`) of the attention-only toy and of smollm2;
+# 2. on the toy's **induction** task, score every edge with edge attribution patching (EAP) and its
+#    integrated-gradients variant (EAP-IG), patch *every* edge exactly (`interp.edge_patch`) to rank-correlate
+#    the scores with the truth, and check the top edges against the induction circuit read from the attention
+#    patterns;
+# 3. measure how much of the answer the top-k circuits recover when every other edge is ablated
+#    (`interp.faithfulness_curve`, CPR and CMD as in MIB) under corrupt, resample, zero and mean ablation, and
+#    draw the circuit viewer (`EdgeScores.plot()`);
+# 4. build smollm2's graph and its IOI task (the inputs of the same analysis on a 135M-parameter model).
+#
+# Scores estimate the *noising* effect of an edge: M(clean with only that edge's writer corrupted for that
+# reader) − M(clean). Offline, a few minutes on 2 CPU cores.
+
+# %%
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything below runs offline
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+import logging
+import time
+
+import plotly.io as pio
+import torch
+from scipy.stats import spearmanr
+
+import interp
+from interp.groundtruth import induction_circuit
+from interp.labels import Edge, HeadInput, Output, parse
+
+logging.getLogger("transformers").setLevel(logging.ERROR)
+pio.renderers.default = "plotly_mimetype+png"  # interactive in Jupyter; a PNG copy where JavaScript does not run
+torch.manual_seed(0)
+T0 = time.perf_counter()
+
+
+def rho(a, b):
+    """Spearman rank correlation of two 1-d tensors."""
+    return spearmanr(a.double().numpy(), b.double().numpy()).statistic
+
+
+# %% [markdown]
+# ## The toy: induction in a two-layer attention-only model
+#
+# `toy-attn-only-2l` has 4 heads per layer and no MLPs, so its graph is small enough to patch every edge. The
+# induction task repeats 10 random tokens; the answer at the last position is the token that followed the
+# current one the first time (the corrupt prompt has another first half, so there is nothing to copy).
+
+# %%
+toy = interp.load_model("toy-attn-only-2l")
+toy_graph = interp.circuit_graph(toy)
+print(toy_graph)
+ind_task = interp.load_task("induction", toy, n=40, length=10)
+print(ind_task)
+truth = induction_circuit(toy)  # read from attention patterns on repeated random tokens
+print("previous-token heads:", truth.details["previous_token_heads"], " induction heads:", truth.details["induction_heads"])
+
+# %%
+kw = dict(metric=ind_task.metric, progress=False)
+toy_eap = interp.edge_attribution(toy, ind_task.clean, ind_task.corrupt, method="eap", **kw)
+toy_ig = interp.edge_attribution(toy, ind_task.clean, ind_task.corrupt, method="eap-ig", ig_steps=5, **kw)
+toy_exact = interp.edge_patch(toy, ind_task.clean, ind_task.corrupt, list(toy_graph.edges), **kw)
+print(toy_eap)
+print(toy_ig)
+print(f"Spearman with exact edge patching over all {toy_graph.n_edges} edges: "
+      f"EAP {rho(toy_eap.scores, toy_exact.effect):.3f}, EAP-IG {rho(toy_ig.scores, toy_exact.effect):.3f}")
+
+# %% [markdown]
+# The top edges by |EAP-IG score|, with their exact effect. The circuit we expect: the previous-token head
+# feeds the induction heads' **keys**, and the induction heads write the answer to the **logits**.
+
+# %%
+prev = [parse(h) for h in truth.details["previous_token_heads"]]
+ind = [parse(h) for h in truth.details["induction_heads"]]
+k_edges = {str(Edge(p, HeadInput(i.layer, "k", toy.arch.kv_head(i.head)))) for p in prev for i in ind if p.layer < i.layer}
+out_edges = {str(Edge(i, Output("unembed"))) for i in ind}
+exact_of = dict(zip(toy_exact.labels, toy_exact.effect.tolist()))
+eap_of = dict(zip(toy_eap.edges, toy_eap.scores.tolist()))
+top = toy_ig.top(12)[["edge", "score"]].rename(columns={"score": "EAP-IG"})
+top["EAP"] = [eap_of[e] for e in top["edge"]]
+top["exact"] = [exact_of[e] for e in top["edge"]]
+top["expected"] = ["prev → induction k" if e in k_edges else "induction → logits" if e in out_edges else ""
+                   for e in top["edge"]]
+print(f"in the top 12 of {toy_graph.n_edges}: {len(set(top['edge']) & k_edges)} of {len(k_edges)} previous-token → "
+      f"induction-key edges, {len(set(top['edge']) & out_edges)} of {len(out_edges)} induction → logits edges")
+top.round(3)
+
+# %%
+toy_curve = interp.faithfulness_curve(toy, ind_task.clean, ind_task.corrupt, toy_ig, metric=ind_task.metric,
+                                      ablations=("corrupt", "resample", "zero", "mean"), progress=False)
+print(toy_curve)
+ev = interp.evaluate_circuit(toy, ind_task.clean, ind_task.corrupt, toy_ig.circuit(n=20), metric=ind_task.metric)
+print(f"top-20 EAP-IG edges, pruned, corrupt ablation: {ev}")
+toy_curve.to_dataframe().pivot(index="k", columns="ablation", values="faithfulness").round(3)
+
+# %%
+toy_ig.with_exact(toy_exact).plot()
+
+# %% [markdown]
+# ## smollm2-135m: indirect object identification
+#
+# smollm2 has 30 layers of 9 query heads sharing 3 KV heads (GQA) and an MLP each; a KV head's k and v are
+# one reader each, shared by its 3 query heads.
+
+# %%
+model = interp.load_model("smollm2-135m")
+graph = interp.circuit_graph(model)
+print(graph)
+kinds = graph.to_dataframe()["reader"].str.extract(r"\.(attn\.[qkv]|mlp)|(unembed)").fillna("").sum(axis=1)
+print("edges by reader input:", kinds.value_counts().to_dict())
+ioi = interp.load_task("ioi", model, n=8)
+print(ioi)
+for c, k in list(zip(ioi.clean, ioi.corrupt))[:2]:
+    print(f"  {c!r}\n  {k!r}")
+
+# %%
+print(f"notebook runtime: {time.perf_counter() - T0:.0f} s")
+
+# %% [markdown]
+# ## What we saw
+#
+# * The toy's graph has 106 edges (10 writers, 25 readers); smollm2's has 70,651 (301 writers, 481 readers:
+#   39,420 edges into queries, 13,140 each into the keys and values of the 3 KV heads per layer, 4,650 into
+#   MLPs, 301 into the logits).
+# * On 40 induction prompts (logit difference 9.87 clean, −0.01 corrupt), EAP-IG ranks the 106 edges closer to
+#   exact edge patching than EAP: Spearman 0.924 vs 0.872. Its completeness sum over the edges out of the
+#   embedding is −12.5 for a target of −9.88 (error 27 % with 5 steps; EAP's is −25, 153 %).
+# * The top 12 edges by |EAP-IG| hold all four induction heads → logits edges (there the three numbers agree:
+#   the edge is the head's direct effect) and 3 of the 4 previous-token head L0.H3 → induction-key edges; the
+#   rest are the embedding into the values of L0.H3 and the induction heads. Both methods underestimate the
+#   key edges (L0.H3 → L1.attn.k[H1]: EAP-IG −1.21, EAP −0.79, exact −3.44) and the embedding → L0.H3 value
+#   edge (−3.53 / −4.65 vs −9.60).
+# * The top 20 EAP-IG edges (19 % of the graph), pruned, keep the logit difference at 9.93 of 9.87 when every
+#   other edge gets its corrupt value (faithfulness 1.007); the corrupt-ablation curve reaches 1.00 at 20 % of
+#   the edges (CPR 0.875, CMD 0.126). Under resample, zero and mean ablation the same circuits recover almost
+#   nothing below 100 % of the edges (faithfulness ≤ 0.06; CPR 0.25–0.29). The scores were computed against
+#   the corrupt run, so they rank the edges for that contrast; why the other ablations need far more edges
+#   (e.g. which ablated writes break the kept ones) is not examined here.
+# * Not in this notebook: EAP / EAP-IG, exact edge patching and faithfulness curves on smollm2 IOI. A version
+#   with 8 IOI pairs (EAP, EAP-IG with 5 steps, 80 patched edges, curves under three ablations) ran for over
+#   15 minutes on this shared 2-core machine without finishing, too slow for a notebook that runs in the
+#   test suite; `interp.report.circuit_report(model, "ioi", ...)` produces that analysis as a report.
