@@ -289,3 +289,14 @@ def test_kl_metric(pairs64):
                           ig_at="activations", progress=False)
     assert float(ig.scores.abs().max()) > 0 and ig.corrupt > 0
     assert ig.completeness_error < 0.25 * ig.target
+
+
+@pytest.mark.parametrize("fam", ["llama", "bert"])
+def test_padded_batch_equals_prompts_one_by_one(pairs64, fam):
+    """Prompts of different lengths in one batch (right padding) score as each prompt alone."""
+    model, _ = pairs64[fam]
+    clean, corrupt = ["w1 w2 w3 w4 w5 w6", "w7 w8 w9"], ["w1 w2 w30 w4 w5 w6", "w7 w31 w9"]
+    both = edge_attribution(model, clean, corrupt, metric=_metric(model, fam), progress=False)
+    for i in range(2):
+        alone = edge_attribution(model, clean[i], corrupt[i], metric=_metric(model, fam), progress=False)
+        torch.testing.assert_close(both.per_prompt[:, i], alone.per_prompt[:, 0], rtol=1e-7, atol=1e-10)

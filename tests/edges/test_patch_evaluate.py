@@ -148,3 +148,19 @@ def test_scores_estimate_the_exact_effects(pairs64):
     both = s.with_exact(r)
     assert both.exact is not None and torch.isnan(both.exact).sum() == len(s.edges) - len(top)
     assert both.to_dataframe().set_index("edge").loc[top[0], "exact"] == pytest.approx(float(r.effect[0]))
+
+
+@pytest.mark.parametrize("fam", ["llama", "bert"])
+def test_padded_batch_evaluates_and_patches_each_prompt_alone(pairs64, fam):
+    model, _ = pairs64[fam]
+    clean, corrupt = ["w1 w2 w3 w4 w5 w6", "w7 w8 w9"], ["w1 w2 w30 w4 w5 w6", "w7 w31 w9"]
+    g = circuit_graph(model)
+    circuit = [e for i, e in enumerate(g.edges) if i % 3 == 0]
+    edges = _some_edges(g, seed=2, n=4)
+    ev = evaluate_circuit(model, clean, corrupt, circuit, metric=_metric(model, fam))
+    pt = edge_patch(model, clean, corrupt, edges, metric=_metric(model, fam), progress=False)
+    for i in range(2):
+        one = evaluate_circuit(model, clean[i], corrupt[i], circuit, metric=_metric(model, fam))
+        torch.testing.assert_close(ev.per_prompt[:, i], one.per_prompt[:, 0], **TOL.get(fam, dict(rtol=1e-9, atol=1e-9)))
+        alone = edge_patch(model, clean[i], corrupt[i], edges, metric=_metric(model, fam), progress=False)
+        torch.testing.assert_close(pt.per_prompt[:, i], alone.per_prompt[:, 0], **TOL.get(fam, dict(rtol=1e-9, atol=1e-9)))
