@@ -280,9 +280,9 @@ class EdgeForward:
                 z = self._attend(l, *self._split(qkv), mask)
                 zs.append(z.detach())
                 attn = z.reshape(P, T, -1) @ self.W_O[l] + w.b_O[l]
-                if every:
-                    ab = abl.z[l].reshape(P, T, -1) @ self.W_O[l] if abl is not None else 0.0
-                    attn = alpha * attn + (1 - alpha) * (ab + w.b_O[l])
+                if every:  # the ablated attention output (b_O alone when the ablation zeroes z)
+                    ab = w.b_O[l] if abl is None else abl.z[l].reshape(P, T, -1) @ self.W_O[l] + w.b_O[l]
+                    attn = alpha * attn + (1 - alpha) * ab
                 if self.post:
                     norm_in[f"ln1.{l}"] = (x + attn).detach()
                     mid = self.norm(x + attn, w.ln1_w[l], w.ln1_b[l])

@@ -155,7 +155,9 @@ def _eap(model: Model, group: PromptGroup, ablation: str, steps: int, ig_at: str
             G_sum = gp.G if G_sum is None else G_sum.add_(gp.G)
     if not every:
         S = fw.scores(dA, G_sum, {}, frozen=False)  # type: ignore[arg-type]
-    S = S / steps  # type: ignore[operator]  # [P, W, R]
+    if S is None:  # steps ≥ 1 always sets it
+        raise ArgumentError(f"steps={steps!r} must be a positive int")
+    S = S / steps  # [P, W, R]
     return S[:, graph.edge_writer, graph.edge_reader].T.double().cpu()  # [E, P]
 
 
