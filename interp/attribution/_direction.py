@@ -5,7 +5,7 @@ mean-pooled sentence embedding h̄ = Σ_p m_p h_p / Σ_p m_p). For any direction
 
     h·u = Σ_terms  (term carried through every later post-norm with frozen σ) · u
 
-exactly (DESIGN "Math" 3); pooling is linear, so h̄·u splits the same way. Works for
+exactly (docs/math.md §4); pooling is linear, so h̄·u splits the same way. Works for
 decoders too (the read is then the final norm's output, ``unembed``).
 """
 
