@@ -157,22 +157,28 @@ class Engine:
         return out
 
     def _rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """RoPE on x [R, T, n, d_head] with cos/sin [T, rotary_dim].
+        """RoPE on x [R, T, n, d_head] with cos/sin [T, rotary_dim], written straight into one new tensor.
 
-        rotate_half(x) ⊙ sin = swap_halves(x) ⊙ sin', sin' = [−sin₁, sin₂] (adjacent pairs likewise), so
-        rope(x) = x ⊙ cos + swap(x) ⊙ sin' without a negation pass."""
+        rotate-half layout, halves x₁ | x₂ (cos, sin repeat over the halves):
+            rope(x) = [x₁ cos − x₂ sin,  x₂ cos + x₁ sin]
+        adjacent pairs (x₀, x₁) the same per pair. The pass-through coordinates (partial rotary) are copied."""
         rd = cos.shape[-1]
-        xr, xp = (x, None) if rd == x.shape[-1] else (x[..., :rd], x[..., rd:])
-        if self.interleaved:  # adjacent pairs (x0, x1) -> (−x1, x0)
-            swap = xr.unflatten(-1, (rd // 2, 2)).flip(-1).flatten(-2)
-            sgn = torch.tensor([-1.0, 1.0], dtype=sin.dtype, device=sin.device).repeat(rd // 2)
-        else:  # rotate_half: [x1, x2] -> [−x2, x1]
-            half = rd // 2
-            swap = torch.cat((xr[..., half:], xr[..., :half]), dim=-1)
-            sgn = torch.cat([-torch.ones(half, dtype=sin.dtype, device=sin.device),
-                             torch.ones(half, dtype=sin.dtype, device=sin.device)])
-        out = torch.addcmul(xr * cos[:, None], swap, (sin * sgn)[:, None])
-        return out if xp is None else torch.cat([out, xp], dim=-1)
+        out = torch.empty_like(x)
+        if rd < x.shape[-1]:
+            out[..., rd:] = x[..., rd:]
+        c, s_ = cos[:, None], sin[:, None]  # [T, 1, rd]
+        if self.interleaved:
+            a_, b_, o1, o2 = x[..., 0:rd:2], x[..., 1:rd:2], out[..., 0:rd:2], out[..., 1:rd:2]
+            c1, s1 = c[..., 0::2], s_[..., 0::2]
+        else:
+            h = rd // 2
+            a_, b_, o1, o2 = x[..., :h], x[..., h:rd], out[..., :h], out[..., h:rd]
+            c1, s1 = c[..., :h], s_[..., :h]
+        torch.mul(a_, c1, out=o1)
+        o1.addcmul_(b_, s1, value=-1.0)
+        torch.mul(b_, c1, out=o2)
+        o2.addcmul_(a_, s1)
+        return out
 
     def _allowed(self, mask: Tensor, prompt: Tensor, t0: int, T: int) -> Optional[Tensor]:
         """The attention mask [R | 1, 1, T, N] (True = may attend), or None when nothing is masked."""
