@@ -235,26 +235,33 @@ def _acdc(model: Model, task: DiscoveryTask, ablation: str, graph: Any, taus: Se
         K[ew[keep], er[keep]] = 0.0  # 1 = ablated
         return sum(float((fw.evaluate(t, m, abl, K, read) - clean).abs().sum()) for fw, t, m, abl, read, clean in runs) / P
 
-    empty = distance(torch.zeros(graph.n_edges, dtype=torch.bool))
+    cache: dict[bytes, float] = {}
+
+    def cached(keep: Tensor) -> float:  # runs at neighbouring τ often share a state: evaluate it once
+        key = keep.numpy().tobytes()
+        if key not in cache:
+            cache[key] = distance(keep)
+        return cache[key]
+
+    empty = cached(torch.zeros(graph.n_edges, dtype=torch.bool))
     writer_of = _reader_writers(graph)  # reader -> the writers of its component (a KV head: its query heads)
     # readers from the metric backwards; each reader's edges from the latest writer to the earliest
     order = sorted(range(graph.n_edges), key=lambda i: (-int(er[i]), -int(ew[i])))
-    out = {}
-    for tau in taus:
-        keep = torch.ones(graph.n_edges, dtype=torch.bool)
-        current = 0.0
-        for i in order:
-            r = int(er[i])
+    keeps = {tau: torch.ones(graph.n_edges, dtype=torch.bool) for tau in taus}
+    current = {tau: 0.0 for tau in taus}
+    for i in order:  # every τ in lockstep
+        r = int(er[i])
+        for tau, keep in keeps.items():
             if writer_of[r] and not bool(keep[torch.isin(ew, torch.tensor(writer_of[r]))].any()):
                 keep[i] = False  # the reader's component lost every edge out: it is no longer in the circuit
                 continue
             keep[i] = False
-            d = distance(keep)
-            if d - current < tau * empty:
-                current = d
+            d = cached(keep)
+            if d - current[tau] < tau * empty:
+                current[tau] = d
             else:
                 keep[i] = True
-        out[tau] = keep
+    out = keeps
     return out, empty
 
 
