@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 
 from interp.errors import ExportError, ResultFormatError
 
-__all__ = ["SaveLoadMixin"]
+__all__ = ["SaveLoadMixin", "read_safetensors", "write_safetensors"]
 
 T = TypeVar("T", bound="SaveLoadMixin")
 _FORMAT = "interp-result-v1"
@@ -33,6 +33,35 @@ def _json_scalar(o: Any) -> Any:
     if hasattr(o, "item") and getattr(o, "ndim", 0) == 0:
         return o.item()
     raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+
+
+def write_safetensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """Write ``tensors`` + ``metadata`` to ``path`` atomically (a temporary file, then os.replace)."""
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".safetensors", dir=path.parent)
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata=metadata)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_safetensors(path: Any, *, what: str) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """(path, metadata, tensors) of a saved file, or a ResultFormatError naming ``path`` (``what``: what
+    the file should hold, for the message)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ResultFormatError(f"path={path!r} must be a str or os.PathLike naming a .safetensors file")
+    path = Path(path)
+    if not path.is_file():
+        raise ResultFormatError(f"path={str(path)!r} does not exist")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:  # safetensors raises its own error types on bad headers
+        raise ResultFormatError(f"path={str(path)!r} is not a readable {what} ({e}); the file may be truncated") from e
+    return path, meta, tensors
 
 
 class SaveLoadMixin:
@@ -63,29 +92,12 @@ class SaveLoadMixin:
             raise ExportError(f"{type(self).__name__} has a field that cannot be saved as JSON: {e}") from e
         if not path.parent.is_dir():
             raise ExportError(f"path={str(path)!r}: directory {str(path.parent)!r} does not exist")
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".safetensors", dir=path.parent)
-        os.close(fd)
-        try:
-            save_file(tensors, tmp, metadata={"format": _FORMAT, "class": type(self).__name__, "fields": header})
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_safetensors(path, tensors, {"format": _FORMAT, "class": type(self).__name__, "fields": header})
         return path
 
     @classmethod
     def load(cls: Type[T], path: Union[str, os.PathLike]) -> T:
-        if not isinstance(path, (str, os.PathLike)):
-            raise ResultFormatError(f"path={path!r} must be a str or os.PathLike naming a .safetensors file")
-        path = Path(path)
-        if not path.is_file():
-            raise ResultFormatError(f"path={str(path)!r} does not exist")
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                meta = f.metadata() or {}
-                tensors = {k: f.get_tensor(k) for k in f.keys()}
-        except Exception as e:  # safetensors raises its own error types on bad headers
-            raise ResultFormatError(f"path={str(path)!r} is not a readable interp result ({e}); the file may be truncated") from e
+        path, meta, tensors = read_safetensors(path, what="interp result")
         if meta.get("format") != _FORMAT or meta.get("class") != cls.__name__:
             raise ResultFormatError(
                 f"path={str(path)!r} holds {meta.get('class', 'no interp result')!r}, not a {cls.__name__}"

@@ -18,14 +18,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Union
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 
+from interp._io import read_safetensors, write_safetensors
 from interp.errors import ExportError, ResultFormatError
 from interp.models import ArchInfo, Weights
 from interp.stream._decomposition import Decomposition
@@ -92,30 +90,13 @@ def save_trace(tr: Any, path: Union[str, os.PathLike]) -> Path:
         header = json.dumps(fields)
     except TypeError as e:
         raise ExportError(f"this ResidualTrace has a field that cannot be saved as JSON: {e}") from e
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".safetensors", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata={"format": _FORMAT, "class": "ResidualTrace", "fields": header})
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_safetensors(path, tensors, {"format": _FORMAT, "class": "ResidualTrace", "fields": header})
     return path
 
 
 def load_trace(cls: type, path: Union[str, os.PathLike]) -> Any:
     """Read a trace written by :func:`save_trace`."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise ResultFormatError(f"path={path!r} must be a str or os.PathLike naming a .safetensors file")
-    path = Path(path)
-    if not path.is_file():
-        raise ResultFormatError(f"path={str(path)!r} does not exist")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except Exception as e:  # safetensors raises its own error types on bad headers
-        raise ResultFormatError(f"path={str(path)!r} is not a readable interp trace ({e}); the file may be truncated") from e
+    path, meta, tensors = read_safetensors(path, what="interp trace")
     if meta.get("format") != _FORMAT:
         raise ResultFormatError(f"path={str(path)!r} holds {meta.get('class', 'no interp trace')!r}, not a ResidualTrace "
                                 "(saved with ResidualTrace.save)")

@@ -335,6 +335,16 @@ def _results(models) -> dict[str, list[Any]]:
                                                 positions="each", qk_fix=True))
     out["LogitLens"] = [logit_lens(g, PROMPTS, answer="w3", wrong="w4", top_k=3),
                         logit_lens(models["toy"], torch.tensor([[0, 5, 6, 7]]), scale="frozen", top_k=2, pos=-1)]
+    from interp.edges import edge_attribution, evaluate_circuit, faithfulness_curve
+
+    clean, corrupt = ["w1 w2 w3 w4", "w5 w6 w7 w8"], ["w1 w9 w3 w4", "w5 w9 w7 w8"]
+    scores = edge_attribution(l, clean, corrupt, metric=diff, progress=False)
+    out["EdgeScores"] = [scores, edge_attribution(g, clean, corrupt, metric=diff, method="eap-ig", ig_steps=2,
+                                                  progress=False)]
+    out["EdgeCircuit"] = [scores.circuit(n=10)]
+    out["CircuitEvaluation"] = [evaluate_circuit(l, clean, corrupt, scores.circuit(n=10), metric=diff)]
+    out["FaithfulnessCurve"] = [faithfulness_curve(l, clean, corrupt, scores, metric=diff, sizes=(0.1, 1.0),
+                                                   progress=False)]
     return out
 
 
