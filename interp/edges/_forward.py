@@ -1,8 +1,9 @@
 """The edge-level forward pass: every reader's input its own, and each reader's gradient on its own.
 
-Built on the patching engine's pieces (:class:`interp.causal._engine.Engine`: norms, rotary, the
-attention scale, the MLP, embeddings — the same numerics, tested against the bridge) with the one
-thing a node-level forward does not have: a head's q, a KV head's k and v, an MLP's input and the
+Plain torch on the model's frozen weights, as the patching engine (:class:`interp.causal._engine.Engine`,
+whose attention scales, rotary tables, activation and embedding lookup it reuses; its norms, MLP and
+rotation are re-stated here without in-place operations, so autograd can run through them), with the
+one thing a node-level forward does not have: a head's q, a KV head's k and v, an MLP's input and the
 metric's read each get an input of their own.
 
 Two passes:
