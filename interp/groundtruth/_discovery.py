@@ -105,11 +105,11 @@ class EdgeRanking:
         return [e for e, v, x in zip(self.edges, s.tolist(), t.tolist()) if x and v <= best_false]
 
     def outranking(self, *, testable: bool = False) -> list[str]:
-        """False edges ranked at or above the worst true (or testable) one."""
+        """False edges with a nonzero score ranked at or above the worst true (or testable) one."""
         s = self.scores.double()
         t = self.testable if testable else self.truth
         worst = float(s[t].min()) if bool(t.any()) else float("inf")
-        return [e for e, v, x in zip(self.edges, s.tolist(), t.tolist()) if not x and v >= worst]
+        return [e for e, v, x in zip(self.edges, s.tolist(), t.tolist()) if not x and v >= worst and v > 0]
 
 
 def _ablation_args(group: PromptGroup, ablation: str) -> dict[str, Any]:

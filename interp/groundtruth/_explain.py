@@ -1,7 +1,7 @@
 """Why a ranking falls short of AUC 1: each misplaced edge put in one of five classes.
 
-A true edge ranked at or below the best false edge is *missed*; a false edge ranked at or above the worst
-true edge *outranks*. Each is classified from facts that do not depend on the method being judged — the
+A true edge ranked at or below the best false edge is *missed*; a false edge with a nonzero score ranked at
+or above the worst true edge *outranks* (false edges tied with a missed true edge at 0 are the miss's cost). Each is classified from facts that do not depend on the method being judged — the
 testable truth of the ablation (:func:`interp.groundtruth.testable_edges`) and the exact single-edge
 effect (edge patching, the oracle) under the same ablation:
 
@@ -51,7 +51,7 @@ def misplaced(ranking: Any, oracle: Optional[Any] = None, *, atol: float = 1e-6)
                 out["inert"].append(e)
             else:
                 out["first-order"].append(e)
-        elif not bool(truth[i]) and float(s[i]) >= worst_true:
+        elif not bool(truth[i]) and float(s[i]) >= worst_true and float(s[i]) > 0:  # a 0 was not scored high
             if bool(testable[i]) or (exact is not None and float(exact[i]) > atol):
                 out["off-circuit"].append(e)
             else:
