@@ -1,7 +1,8 @@
 """Why a ranking falls short of AUC 1: each misplaced edge put in one of five classes.
 
-A true edge ranked at or below the best false edge is *missed*; a false edge with a nonzero score ranked at
-or above the worst true edge *outranks* (false edges tied with a missed true edge at 0 are the miss's cost). Each is classified from facts that do not depend on the method being judged — the
+A false edge with a nonzero score ranked at or above the worst true edge *outranks*; a true edge ranked at or
+below the best false edge that has no effect of its own is *missed* (false edges tied with a missed true edge
+at 0 are the miss's cost, not outranking). Each is classified from facts that do not depend on the method being judged — the
 testable truth of the ablation (:func:`interp.groundtruth.testable_edges`) and the exact single-edge
 effect (edge patching, the oracle) under the same ablation:
 
@@ -41,10 +42,14 @@ def misplaced(ranking: Any, oracle: Optional[Any] = None, *, atol: float = 1e-6)
     truth, testable = ranking.truth, ranking.testable
     exact = oracle.scores.double() if oracle is not None else None
     out: dict[str, list[str]] = {c: [] for c in CLASSES}
-    best_false = float(s[~truth].max()) if bool((~truth).any()) else float("-inf")
+    # false edges that move the output (constant channels, components outside the mechanism) are reported as
+    # off-circuit; a true edge counts as missed only below a false edge that does not
+    effect = testable.clone() if exact is None else testable | (exact > atol)
+    plain = ~truth & ~effect
+    best_plain = float(s[plain].max()) if bool(plain.any()) else float("-inf")
     worst_true = float(s[truth].min()) if bool(truth.any()) else float("inf")
     for i, e in enumerate(ranking.edges):
-        if bool(truth[i]) and float(s[i]) <= best_false:
+        if bool(truth[i]) and float(s[i]) <= best_plain:
             if not bool(testable[i]):
                 out["blind"].append(e)
             elif exact is not None and float(exact[i]) <= atol:
@@ -52,10 +57,7 @@ def misplaced(ranking: Any, oracle: Optional[Any] = None, *, atol: float = 1e-6)
             else:
                 out["first-order"].append(e)
         elif not bool(truth[i]) and float(s[i]) >= worst_true and float(s[i]) > 0:  # a 0 was not scored high
-            if bool(testable[i]) or (exact is not None and float(exact[i]) > atol):
-                out["off-circuit"].append(e)
-            else:
-                out["spurious"].append(e)
+            out["off-circuit" if bool(effect[i]) else "spurious"].append(e)
     return out
 
 
