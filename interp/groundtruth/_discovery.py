@@ -297,8 +297,10 @@ def _sweep_auc(sets: dict[float, Tensor], truth: Tensor) -> float:
 
 
 def edge_ranking(task: DiscoveryTask, method: str, ablation: str, *, ig_steps: int = 5,
-                 taus: Sequence[float] = ACDC_TAUS) -> EdgeRanking:
-    """Score every edge of ``task``'s model with ``method`` under ``ablation`` and compute its edge ROC AUC."""
+                 taus: Sequence[float] = ACDC_TAUS, testable: Optional[Tensor] = None) -> EdgeRanking:
+    """Score every edge of ``task``'s model with ``method`` under ``ablation`` and compute its edge ROC AUC.
+
+    ``testable``: :func:`testable_edges` of this task and ablation, if already computed (it is otherwise)."""
     from interp.edges import circuit_graph
 
     check_choice("method", method, METHODS)
@@ -309,7 +311,7 @@ def edge_ranking(task: DiscoveryTask, method: str, ablation: str, *, ig_steps: i
     model = task.model
     graph = circuit_graph(model)
     truth = task.truth.truth(graph.edges)
-    testable = testable_edges(task, ablation)
+    testable = testable_edges(task, ablation) if testable is None else testable
     t0 = time.perf_counter()
     details: dict[str, Any] = {}
     if method == "acdc":
