@@ -279,6 +279,8 @@ def faithfulness_curve(
     """Faithfulness of the top-k circuits of ``scores`` for each k in ``sizes`` and each ablation, with CPR/CMD.
 
     ``reference``: the prompts mean and resample ablations draw from (default: the corrupt prompts).
+    ``absolute``: rank by |score| (default) or, when False, by −score (the edges whose corruption lowers the
+    metric most: MIB's signed ranking, whose metric is a loss).
     """
     if not isinstance(scores, EdgeScores):
         raise ArgumentError(f"scores={type(scores).__name__} must be the EdgeScores of interp.edge_attribution")

@@ -150,7 +150,8 @@ class EdgeScores(Result):
     def circuit(self, n: Optional[int] = None, *, threshold: Optional[float] = None, method: str = "top",
                 absolute: bool = True, prune: bool = True) -> "EdgeCircuit":
         """The circuit of the ``n`` best edges (``method="top"`` or ``"greedy"`` from the metric) or of every edge
-        with |score| ≥ ``threshold``; ``prune`` then removes edges from unfed writers / into unproductive readers."""
+        with |score| ≥ ``threshold``; ``prune`` then removes edges from unfed writers / into unproductive readers.
+        ``absolute=False`` ranks by −score: the edges whose corruption lowers the metric most."""
         from interp.edges import _select
 
         check_bool("absolute", absolute)
@@ -170,13 +171,13 @@ class EdgeScores(Result):
         g = _graph_of(self)
         if threshold is not None:
             keep = _select.above_threshold(self.scores, threshold, absolute=absolute)
-            how = f"|score| ≥ {threshold:g}" if absolute else f"score ≥ {threshold:g}"
+            how = f"|score| ≥ {threshold:g}" if absolute else f"−score ≥ {threshold:g}"
         elif method == "greedy":
             keep = _select.greedy(g, self.scores, n, absolute=absolute)  # type: ignore[arg-type]
             how = f"greedy {n} from the metric"
         else:
             keep = _select.top_n(self.scores, n, absolute=absolute)  # type: ignore[arg-type]
-            how = f"top {n} by {'|score|' if absolute else 'score'}"
+            how = f"top {n} by {'|score|' if absolute else '−score'}"
         chosen = int(keep.sum())
         if prune:
             keep = _select.prune(g, keep)
