@@ -12,14 +12,16 @@ Workloads:
    shaped model from config with random weights, one 16-token prompt — time (target: interp ≥ 10× faster)
    and agreement on the shared edges (TL's per-position edges summed over positions; TL takes the gradient
    at its corrupt input and scores clean − corrupt, so interp runs with the two swapped; target ≤ 1e-4);
-3. findings on IOI (16 pairs): Spearman rank correlation of EAP and EAP-IG scores with exact edge
-   patching (``interp.edge_patch``) on the top 200 edges (by |EAP-IG|) and on 200 random edges; the
-   smallest circuit (share of edges, top-n by |EAP-IG| then pruned) recovering ≥ 80% of the logit
-   difference under resample ablation; CPR and CMD of EAP and EAP-IG under zero, mean and resample
-   ablation (MIB's ten circuit sizes; reference prompts for mean/resample: another draw of IOI corrupt
-   prompts of the same length).
+3. findings on IOI (16 pairs): Spearman rank correlation of EAP (and EAP with the norms' scale frozen) and
+   EAP-IG scores with exact edge patching (``interp.edge_patch``) on the top 200 edges (by |EAP-IG|) and on
+   200 random edges; the smallest circuit (share of edges, top-n by EAP-IG then pruned; bisection on n)
+   recovering ≥ 80% of the logit difference under resample ablation (and under the corrupt counterfactual);
+   CPR and CMD of EAP and EAP-IG under zero, mean and resample ablation (MIB's ten circuit sizes; CPR from
+   the signed ranking, CMD from |score|, as MIB reports them; reference prompts for mean/resample: another
+   draw of IOI corrupt prompts of the same length — resample draws one of them per clean prompt, usually
+   of another template).
 
-    python benchmarks/bench_edges.py [--threads N] [--iters 2] [--skip-tl] [--skip-findings]
+    python benchmarks/bench_edges.py [--threads N] [--iters 2] [--skip-cost] [--skip-tl] [--skip-findings]
 
 On a shared, loaded machine use ``--threads 1``: with two threads every small operation waits for the slower
 thread, which inflates the many-small-operation workloads (circuit evaluation) in wall and CPU time alike.
@@ -167,6 +169,7 @@ def _tl_reader(n) -> str:
 def findings(m, task) -> None:
     print(f"\n3. findings on IOI ({task.n} pairs)")
     eap = interp.edge_attribution(m, task.clean, task.corrupt, metric=task.metric, progress=False)
+    frozen = interp.edge_attribution(m, task.clean, task.corrupt, metric=task.metric, scale="frozen", progress=False)
     ig = interp.edge_attribution(m, task.clean, task.corrupt, metric=task.metric, method="eap-ig", progress=False)
     print(f"   {eap!r}\n   {ig!r}")
     print("   top 8 edges by |EAP-IG|: " + ", ".join(f"{e} {v:+.3f}" for e, v in ig.top(8)[["edge", "score"]].values))
@@ -183,29 +186,38 @@ def findings(m, task) -> None:
         x = [eff[e] for e in edges]
         r_eap = spearmanr([eap[e] for e in edges], x).statistic
         r_ig = spearmanr([ig[e] for e in edges], x).statistic
-        print(f"   Spearman with exact edge patching, {name:10s}: EAP {r_eap:.3f}, EAP-IG {r_ig:.3f}")
+        r_fz = spearmanr([frozen[e] for e in edges], x).statistic
+        print(f"   Spearman with exact edge patching, {name:10s}: EAP {r_eap:.3f}, EAP-IG {r_ig:.3f} "
+              f"(EAP with the norms' scale frozen: {r_fz:.3f})")
     # reference prompts for mean / resample: another draw of IOI corrupt prompts of the task's length
     ref = interp.load_task("ioi", m, n=32, seed=1).corrupt
     L = tokenize(m, task.clean).tokens.shape[1]
     if tokenize(m, ref).tokens.shape[1] != L:
         ref = None
     print(f"   reference for mean/resample: {'32 other IOI corrupt prompts' if ref else 'the corrupt prompts'}")
-    smallest_circuit(m, task, ig, ref)
+    for ablation in ("resample", "corrupt"):
+        for absolute in (False, True):
+            smallest_circuit(m, task, ig, ref if ablation == "resample" else None, ablation, absolute)
+    print("   faithfulness curves (MIB sizes 0.1% … 100%); CPR from the signed ranking (−score: the edges whose "
+          "corruption lowers the logit difference most), CMD from |score| — as MIB reports them")
     for s in (eap, ig):
-        fc = interp.faithfulness_curve(m, task.clean, task.corrupt, s, metric=task.metric, reference=ref, progress=False)
-        for a in fc.ablations:
-            i = fc.ablations.index(a)
-            curve = " ".join(f"{f:.2f}" for f in fc.faithfulness[i].tolist())
-            print(f"   {s.method.upper():6s} {a:8s}: CPR {float(fc.cpr[i]):.3f}  CMD {float(fc.cmd[i]):.3f}   f(k) = {curve}")
+        curves = {a: interp.faithfulness_curve(m, task.clean, task.corrupt, s, metric=task.metric, reference=ref,
+                                               absolute=a, progress=False) for a in (False, True)}
+        for i, ab in enumerate(curves[True].ablations):
+            sg, ab_ = curves[False], curves[True]
+            print(f"   {s.method.upper():6s} {ab:8s}: CPR {float(sg.cpr[i]):.3f} (|score|: {float(ab_.cpr[i]):.3f})  "
+                  f"CMD {float(ab_.cmd[i]):.3f} (signed: {float(sg.cmd[i]):.3f})")
+            print(f"          f(k) signed  {' '.join(f'{f:5.2f}' for f in sg.faithfulness[i].tolist())}")
+            print(f"          f(k) |score| {' '.join(f'{f:5.2f}' for f in ab_.faithfulness[i].tolist())}")
 
 
-def smallest_circuit(m, task, scores, ref) -> None:
-    """The smallest n (top-n by |score|, pruned) with faithfulness ≥ 0.8 under resample ablation (bisection)."""
+def smallest_circuit(m, task, scores, ref, ablation: str, absolute: bool) -> None:
+    """The smallest n (top-n, pruned) with faithfulness ≥ 0.8 under ``ablation`` (bisection on n)."""
     g = interp.circuit_graph(m)
 
     def faith(n: int) -> float:
-        return interp.evaluate_circuit(m, task.clean, task.corrupt, scores.circuit(n=n), metric=task.metric,
-                                       ablation="resample", reference=ref).faithfulness
+        return interp.evaluate_circuit(m, task.clean, task.corrupt, scores.circuit(n=n, absolute=absolute),
+                                       metric=task.metric, ablation=ablation, reference=ref).faithfulness
 
     lo, hi = 0, g.n_edges
     while hi - lo > max(1, g.n_edges // 2000):
@@ -214,9 +226,10 @@ def smallest_circuit(m, task, scores, ref) -> None:
             hi = mid
         else:
             lo = mid
-    c = scores.circuit(n=hi)
-    print(f"   smallest circuit with faithfulness >= 0.8 under resample ablation: top {hi:,} edges by "
-          f"|{scores.method.upper()}| ({hi / g.n_edges:.2%}), {len(c):,} after pruning ({len(c) / g.n_edges:.2%}); "
+    c = scores.circuit(n=hi, absolute=absolute)
+    rank = "|score|" if absolute else "−score"
+    print(f"   smallest circuit with faithfulness >= 0.8 under {ablation} ablation, {scores.method.upper()} by {rank}: "
+          f"top {hi:,} edges ({hi / g.n_edges:.2%}), {len(c):,} after pruning ({len(c) / g.n_edges:.2%}); "
           f"faithfulness {faith(hi):.3f}")
 
 
@@ -224,6 +237,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--iters", type=int, default=2)
+    ap.add_argument("--skip-cost", action="store_true")
     ap.add_argument("--skip-tl", action="store_true")
     ap.add_argument("--skip-findings", action="store_true")
     args = ap.parse_args()
@@ -231,7 +245,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     m = interp.load_model("smollm2-135m")
     task = interp.load_task("ioi", m, n=16)
-    cost(m, task, args.iters)
+    if not args.skip_cost:
+        cost(m, task, args.iters)
     if not args.skip_tl:
         tl_comparison()
     if not args.skip_findings:
