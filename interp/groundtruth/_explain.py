@@ -1,8 +1,8 @@
 """Why a ranking falls short of AUC 1: each misplaced edge put in one of five classes.
 
-A false edge with a nonzero score ranked at or above the worst true edge *outranks*; a true edge ranked at or
-below the best false edge that has no effect of its own is *missed* (false edges tied with a missed true edge
-at 0 are the miss's cost, not outranking). Each is classified from facts that do not depend on the method being judged — the
+A false edge with a nonzero score ranked at or above the worst *findable* true edge (testable, with an exact
+effect) *outranks*; a true edge ranked at or below the best false edge that has no effect of its own is
+*missed* (false edges tied with a missed true edge at 0 are the miss's cost, not outranking). Each is classified from facts that do not depend on the method being judged — the
 testable truth of the ablation (:func:`interp.groundtruth.testable_edges`) and the exact single-edge
 effect (edge patching, the oracle) under the same ablation:
 
@@ -47,7 +47,11 @@ def misplaced(ranking: Any, oracle: Optional[Any] = None, *, atol: float = 1e-6)
     effect = testable.clone() if exact is None else testable | (exact > atol)
     plain = ~truth & ~effect
     best_plain = float(s[plain].max()) if bool(plain.any()) else float("-inf")
-    worst_true = float(s[truth].min()) if bool(truth.any()) else float("inf")
+    # outranking is judged against the true edges a method could find (testable, with an exact effect): the
+    # blind and inert ones sit at 0 whatever the method does, and their cost is counted as theirs
+    findable = truth & testable & (exact > atol) if exact is not None else truth & testable
+    ref = findable if bool(findable.any()) else truth
+    worst_true = float(s[ref].min()) if bool(ref.any()) else float("inf")
     for i, e in enumerate(ranking.edges):
         if bool(truth[i]) and float(s[i]) <= best_plain:
             if not bool(testable[i]):
