@@ -273,11 +273,13 @@ class EdgeForward:
             x = self.embed(parts).detach().requires_grad_(True)  # the graph starts at the embedded stream
             handles: list[Tensor] = []
             xin: list[Tensor] = []  # the stream each layer's q/k/v read (before ln1), detached
+            qkvs: list[Tensor] = []  # their projections, detached
             mids: list[Tensor] = []  # the stream each MLP reads (before ln2)
             for l in range(a.n_layers):
                 xin.append(x.detach())
                 qkv = self._ln1(l, x) @ self.W_qkv[l] + self.b_qkv[l]
                 handles.append(qkv)
+                qkvs.append(qkv.detach())
                 z = self._attend(l, *self._split(qkv), mask)
                 zs.append(z.detach())
                 attn = z.reshape(P, T, -1) @ self.W_O[l] + w.b_O[l]
@@ -321,7 +323,7 @@ class EdgeForward:
         for l in range(a.n_layers):
             r0 = self.q0[l]
             gq = grads[per * l]
-            G[:, r0: r0 + n] = 0.0 if gq is None else self._qkv_grad(l, gq, xin[l], frozen).transpose(0, 1)
+            G[:, r0: r0 + n] = 0.0 if gq is None else self._qkv_grad(l, gq, xin[l], qkvs[l], frozen).transpose(0, 1)
             if self.has_mlp:
                 g2, r = grads[per * l + 1], self.mlp_r[l]
                 if g2 is None:
@@ -337,11 +339,12 @@ class EdgeForward:
         acts = Acts(embed=kept, z=zs, mlp=ms) if keep else None
         return GradientPass(G=G, acts=acts, norm_in=norm_in, M=M.detach())
 
-    def _qkv_grad(self, l: int, g: Tensor, x: Tensor, frozen: bool) -> Tensor:
+    def _qkv_grad(self, l: int, g: Tensor, x: Tensor, qkv: Tensor, frozen: bool) -> Tensor:
         """[n, P, T, d]: each q/k/v reader's gradient g_j (at its projection's output) carried to the stream:
         W_j g_j, then (pre-norm) through ln1's Jacobian at x, Jᵀu = (C(γ⊙u) − x̂ (x̂·γ⊙u)/d)/σ (frozen: the
         first term) — with γ folded into W_j and 1/σ into g_j, so the d_model-sized work is one batched
-        product over the readers and two in-place passes."""
+        product over the readers and two in-place passes. x̂·(γ⊙W_j g_j) = ((γ⊙x̂) W_j)·g_j, and (γ⊙x̂) W is
+        the forward's own projection ``qkv`` less its biases (b_qkv, and β W for LayerNorm)."""
         a = self.a
         P, T = g.shape[:2]
         n, dh, d = self.H + 2 * self.G, self.dh, a.d_model
@@ -361,7 +364,10 @@ class EdgeForward:
             out.sub_(torch.einsum("jxe,je->jx", gj, W.view(d, n, dh).mean(0)).view(n, P, T, 1))
         if not frozen:
             xh = xc / sigma
-            c = ((xh @ W).view(P * T, n, dh).transpose(0, 1) * gj).sum(-1) / d  # x̂·(γ⊙u)/d, [n, P T]
+            proj = qkv - self.b_qkv[l]  # (γ⊙x̂ + β) W
+            if ln and self.w.ln1_b[l] is not None:
+                proj = proj - self.w.ln1_b[l] @ self.W_qkv[l]
+            c = (proj.reshape(P * T, n, dh).transpose(0, 1) * gj).sum(-1) / d  # x̂·(γ⊙u)/d, [n, P T]
             out.addcmul_(xh[None], c.view(n, P, T, 1), value=-1.0)
         return out
 
