@@ -12,7 +12,11 @@ corrupt: the same sentence with two other names, same token length):
 4. interp.effects for all 300 components (target ≤ 3× the exact head sweep of workload 1);
 5. peak RSS of each workload against a plain forward's (target ≤ 3×), sampled from /proc.
 
-The machine is shared: ratios measured in this run matter, not absolute times.
+The machine is shared: ratios measured in this run matter, not absolute times. When other processes
+hold the cores, torch's intra-op threads stall on each other at every small op (measured on a busy 2-core
+machine: a 3 MB elementwise op took 12 ms with 2 threads and 0.4 ms with 1; a plain forward 4.8 s vs
+0.3 s), which inflates transformer-lens's many small forwards far more than interp's large batches;
+``--threads 1`` gives both sides the same, stable footing.
 
     python benchmarks/bench_patching.py [--skip-tl-batch] [--threads N]
 """

@@ -64,6 +64,9 @@ NOT_RESULTS = {
     "TrueCircuit": "a circuit known by construction (a reference to score results against), not a computed result",
     "CircuitGraph": "a model's graph structure (writers, readers, edges), not a computed table",
     "Task": "a prompt set with its metric (the input of an analysis)",
+    "OutputMargin": "a metric specification",
+    "PromptGroup": "equal-length prompts with their resample partners (the input of an analysis)",
+    "DiscoveryTask": "a model with a known circuit and its prompts (the input of a discovery benchmark)",
 }
 
 
@@ -110,6 +113,12 @@ def _edge_scores(m):
     return _EDGE_CACHE["s"]
 
 
+def _edge_ranking(m):
+    from interp.groundtruth import edge_ranking, induction_task
+
+    return edge_ranking(induction_task(m["toy"], n_seqs=3, n=6), "eap", "resample")
+
+
 def _causal_metric():
     from interp.causal import LogitDiff
 
@@ -144,6 +153,7 @@ FACTORIES: dict[str, Callable[[dict], Any]] = {
     "EdgeCircuit": lambda m: _edge_scores(m).circuit(n=12),
     "CircuitEvaluation": lambda m: interp.evaluate_circuit(m["gpt2"], EDGE_CLEAN, EDGE_CORRUPT, _edge_scores(m).circuit(n=12),
                                                            metric=_causal_metric()),
+    "EdgeRanking": lambda m: _edge_ranking(m),
     "FaithfulnessCurve": lambda m: interp.faithfulness_curve(m["gpt2"], EDGE_CLEAN, EDGE_CORRUPT, _edge_scores(m),
                                                              metric=_causal_metric(), sizes=(0.05, 0.2, 1.0), progress=False),
 }
@@ -303,6 +313,13 @@ def _check_edge_rows(r, label, v, rows):
     assert _close(v, r.scores[i]) and _close(row["score"], v) and (row["writer"], row["reader"]) == (w, rd)
 
 
+def _check_edge_ranking(r, label, v, rows):
+    (row,) = rows.to_dict("records")
+    i = r.labels.index(label)
+    assert _close(v, r.scores[i]) and _close(row["score"], v) and _close(row["signed"], r.signed[i])
+    assert bool(row["true"]) == bool(r.truth[i]) and bool(row["testable"]) == bool(r.testable[i])
+
+
 def _check_circuit_evaluation(r, label, v, rows):
     (row,) = rows.to_dict("records")
     i = r.labels.index(label)
@@ -327,7 +344,7 @@ ROW_CHECKS: dict[str, Callable[[Any, str, Any, pd.DataFrame], None]] = {
     "PatchResult": _check_patch, "Effects": _check_effects, "OVAt": _check_ov_at, "LogitLens": _check_lens,
     "AttentionPatternBatch": _check_attention_batch,
     "EdgeScores": _check_edge_rows, "EdgeCircuit": _check_edge_rows,
-    "CircuitEvaluation": _check_circuit_evaluation, "FaithfulnessCurve": _check_faithfulness_curve,
+    "EdgeRanking": _check_edge_ranking, "CircuitEvaluation": _check_circuit_evaluation, "FaithfulnessCurve": _check_faithfulness_curve,
 }
 
 

@@ -47,18 +47,22 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
 
 import pandas as pd
 import torch
 from torch import Tensor
 
+from interp._result import Result
 from interp._validate import check_choice, check_positive_int
 from interp.errors import ArgumentError
 from interp.groundtruth._auc import roc_auc
 from interp.groundtruth._tasks import DiscoveryTask, PromptGroup
 from interp.labels import Head, Mlp
 from interp.models import Model
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 __all__ = ["METHODS", "ABLATIONS", "EdgeRanking", "edge_ranking", "discovery_table", "testable_edges", "ACDC_TAUS"]
 
@@ -71,14 +75,20 @@ ACDC_TAUS = tuple(float(10.0 ** e) for e in torch.linspace(-4, 0, 9).tolist())  
 
 
 @dataclass(frozen=True, eq=False)
-class EdgeRanking:
+class EdgeRanking(Result):
     """One method's scores of every edge of a task's model, and how they rank the true edges.
 
     ``scores`` [n_edges] (graph order; for "acdc" the largest τ at which the edge survived, 0 if never);
-    ``truth`` [n_edges] bool; ``auc`` the edge ROC AUC (for "acdc" from the τ sweep's ROC points);
-    ``testable`` [n_edges] the true edges this ablation can reveal and ``auc_testable`` the AUC against
-    them (module docstring; NaN when there are none).
+    ``signed`` [n_edges] the mean signed effect Δ (None for "acdc"); ``truth`` [n_edges] bool; ``auc`` the
+    edge ROC AUC (for "acdc" from the τ sweep's ROC points); ``testable`` [n_edges] the true edges this
+    ablation can reveal and ``auc_testable`` the AUC against them (module docstring; NaN when there are
+    none). ``ranking["L0.H3→L1.attn.k[H0]"]`` is that edge's score; ``top`` ranks by score; ``plot()``
+    is the ROC curve.
     """
+
+    label_column: ClassVar[str] = "edge"
+    default_by: ClassVar[str] = "score"
+    default_absolute: ClassVar[bool] = False
 
     task: str
     method: str
@@ -90,12 +100,27 @@ class EdgeRanking:
     testable: Tensor = field(repr=False)
     auc_testable: float
     seconds: float
+    signed: Optional[Tensor] = field(default=None, repr=False)
     details: dict = field(default_factory=dict, repr=False)
 
+    @property
+    def labels(self) -> list[str]:
+        return list(self.edges)
+
+    def _row(self, index: int) -> float:
+        return float(self.scores[index])
+
     def to_dataframe(self) -> pd.DataFrame:
-        return pd.DataFrame({"edge": list(self.edges), "score": self.scores.double().numpy(),
-                             "true": self.truth.numpy(), "testable": self.testable.numpy()}
-                            ).sort_values("score", ascending=False, kind="stable")
+        """One row per edge in graph order: score, signed effect (NaN for "acdc"), true, testable."""
+        signed = self.signed.double().numpy() if self.signed is not None else float("nan")
+        return pd.DataFrame({"edge": list(self.edges), "score": self.scores.double().numpy(), "signed": signed,
+                             "true": self.truth.numpy(), "testable": self.testable.numpy()})
+
+    def plot(self) -> go.Figure:
+        """The ROC curve of the ranking against the truth (:func:`interp.plots.edge_roc_figure`)."""
+        from interp.plots import edge_roc_figure
+
+        return edge_roc_figure(self)
 
     def missed(self, *, testable: bool = False) -> list[str]:
         """True (or testable) edges ranked at or below the best false one (what keeps the AUC below 1)."""
@@ -314,6 +339,7 @@ def edge_ranking(task: DiscoveryTask, method: str, ablation: str, *, ig_steps: i
     testable = testable_edges(task, ablation) if testable is None else testable
     t0 = time.perf_counter()
     details: dict[str, Any] = {}
+    signed: Optional[Tensor] = None
     if method == "acdc":
         sets, empty = _acdc(model, task, ablation, graph, taus)
         details["empty_distance"] = empty
@@ -321,7 +347,7 @@ def edge_ranking(task: DiscoveryTask, method: str, ablation: str, *, ig_steps: i
         for tau in sorted(sets):  # the largest τ at which the edge survives
             scores[sets[tau]] = tau
         auc, auc_t = _sweep_auc(sets, truth), _sweep_auc(sets, testable)
-        details["kept"] = {tau: int(k.sum()) for tau, k in sets.items()}
+        details["kept"] = {f"{tau:g}": int(k.sum()) for tau, k in sets.items()}  # τ → edges kept (JSON keys)
     else:
         per = []
         for g in task.groups:
@@ -334,10 +360,11 @@ def edge_ranking(task: DiscoveryTask, method: str, ablation: str, *, ig_steps: i
         scores = effects.abs().mean(1)
         scores = torch.where(scores <= NOISE * scores.max(), torch.zeros_like(scores), scores)
         auc, auc_t = roc_auc(scores, truth), _auc_or_nan(scores, testable)
-        details["signed"] = effects.mean(1)
+        signed = effects.mean(1)
     seconds = time.perf_counter() - t0
     out = EdgeRanking(task=task.name, method=method, ablation=ablation, edges=tuple(graph.edges), scores=scores,
-                      truth=truth, auc=auc, testable=testable, auc_testable=auc_t, seconds=seconds, details=details)
+                      truth=truth, auc=auc, testable=testable, auc_testable=auc_t, seconds=seconds, signed=signed,
+                      details=details)
     log.info("%s %s %s: AUC %.4f (%.1f s)", task.name, method, ablation, auc, seconds)
     return out
 

@@ -17,6 +17,7 @@ from interp.plots._decomposition import decomposition_figure
 from interp.plots._export import Exporter, export
 from interp.plots._graph import composition_graph_figure
 from interp.plots._lens import logit_lens_figure
+from interp.plots._roc import edge_roc_figure
 from interp.plots._scores import (
     composition_score_map,
     erasure_figure,
@@ -42,6 +43,7 @@ __all__ = [
     "composition_score_map",
     "copying_score_map",
     "decomposition_figure",
+    "edge_roc_figure",
     "effects_figure",
     "erasure_figure",
     "export",

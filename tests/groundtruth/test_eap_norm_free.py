@@ -59,6 +59,7 @@ def test_eap_equals_finite_differences_of_hooked_runs(tracr_programs):
 
     from interp.labels import parse
 
+    nonzero = {}
     for name in ("hist", "reverse"):
         p = tracr_programs(name)
         g = tracr_task(p, lengths=[3], max_inputs=6).groups[0]
@@ -75,7 +76,7 @@ def test_eap_equals_finite_differences_of_hooked_runs(tracr_programs):
             return right - (lg.sum(-1) - right) / (lg.shape[-1] - 1)
 
         eps = 1e-3
-        nonzero = 0
+        nonzero[name] = 0
         for i, e in enumerate(graph.edges):
             w = e.split("→")[0]
             up = {k: v - eps * v if k == w else v for k, v in own.items()}  # x_r − (a_w − ablated) = x_r + ε(0 − a_w)
@@ -83,5 +84,9 @@ def test_eap_equals_finite_differences_of_hooked_runs(tracr_programs):
             fd = (M(run_with_edges(m, g.clean, removed=[parse(e)], ablated=up))
                   - M(run_with_edges(m, g.clean, removed=[parse(e)], ablated=down))) / (2 * eps)
             assert torch.allclose(mine[i], fd, atol=2e-3, rtol=1e-2), (name, e, mine[i], fd)
-            nonzero += int(fd.abs().max() > 0.01)
-        assert nonzero >= 3, (name, nonzero)  # the comparison is not vacuous
+            nonzero[name] += int(fd.abs().max() > 0.01)
+    # not vacuous: each program has edges with a derivative of order 1 (two each: tracr's MLPs are step
+    # functions and its attention saturated softmax, flat almost everywhere, so most edges have a zero
+    # derivative under zero ablation: hist embed→L0.mlp.in, L0.mlp→unembed; reverse embed→L3.attn.v[H0],
+    # L3.H0→unembed); the rest are compared too, at zero
+    assert min(nonzero.values()) >= 2, nonzero
