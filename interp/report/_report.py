@@ -14,7 +14,11 @@ Steps (each timed; the times go into ``results.json``):
    circuit of the top head (eigenvalues; its full OV circuit restricted to the prompt's
    tokens).
 4. Copying scores of every head (:func:`interp.circuits.copying_scores`).
-5. Write every figure as PNG and SVG (one reused browser, :class:`Exporter`),
+5. Causal effects of every head on the attributed metric (:func:`interp.causal.effects`): noising
+   with the ``corrupt`` prompt's head outputs (zero ablation when none is given); per head
+   total = M(head replaced, downstream recomputed) − M(clean), direct = the same with every later
+   node and the final norm's scale frozen (the change of its attribution term), indirect = total − direct.
+6. Write every figure as PNG and SVG (one reused browser, :class:`Exporter`),
    ``results.json`` with the numbers, and ``index.html`` last (self-contained: plotly.js
    inlined, no external resources), each atomically.
 """
@@ -37,9 +41,10 @@ import torch
 
 from interp.attribution import attribute_direction, attribute_logits
 from interp.attribution._answers import resolve_tokens
+from interp.causal import Direction, Logit, LogitDiff, effects
 from interp.circuits import composition_edges, composition_scores, copying_scores, ov_circuit
 from interp._validate import check_positive_int
-from interp.errors import ArgumentError, ExportError, UnsupportedOperationError
+from interp.errors import ArgumentError, ExportError, ShapeError, UnsupportedOperationError
 from interp.models import Model, load_model, readable_token
 from interp.plots._attention import attention_pattern_figure
 from interp.plots._attribution import attribution_heatmap, attribution_vector, attribution_waterfall
@@ -49,7 +54,7 @@ from interp.labels import Head
 from interp.plots._export import Exporter, find_browser, write_atomic
 from interp.plots._stream import residual_stream_figure, residual_stream_norms
 from interp.report._html import Page, data_table, kv_table
-from interp.stream import attention_patterns, trace
+from interp.stream import as_batch, attention_patterns, trace
 
 __all__ = ["report", "circuits_report"]
 
@@ -172,6 +177,32 @@ def _token_id(model: Model, spec: Any, arg: str) -> int:
     return int(ids[0])
 
 
+def _check_corrupt(model: Model, prompt: str, corrupt: Any) -> None:
+    """``corrupt`` must be a prompt of the same token length as ``prompt`` (noising aligns positions)."""
+    if corrupt is None:
+        return
+    if not isinstance(corrupt, str) or not corrupt.strip():
+        raise ArgumentError(f"corrupt={corrupt!r:.60} must be a non-empty string (a prompt of the same token "
+                            "length as prompt) or None (zero ablation)")
+    lc = int(as_batch(model, prompt).attention_mask.sum())
+    lk = int(as_batch(model, corrupt).attention_mask.sum())
+    if lc != lk:
+        raise ShapeError(f"corrupt={corrupt!r:.60} has {lk} tokens but prompt has {lc}; the corrupt prompt must "
+                         "have the same token length (noising replaces each head's output position by position)")
+
+
+def _last_metric(model: Model, tr: Any, answer_id: Optional[int], wrong_id: Optional[int],
+                 direction: Optional[torch.Tensor]) -> float:
+    """The effects metric on a traced run: logit[a] (− logit[w]) at the last real token, or h̄ · u."""
+    mask = tr.attention_mask[0].bool()
+    if direction is None:
+        logits = tr.logits[0, int(mask.nonzero().max())].double()
+        return float(logits[answer_id] - (logits[wrong_id] if wrong_id is not None else 0.0))
+    h = tr.activations[f"blocks.{model.arch.n_layers - 1}.hook_resid_post"][0].double()
+    m = mask.double()[:, None]
+    return float(((h * m).sum(0) / m.sum()) @ direction.double())
+
+
 def _top_heads(attr: Any, n: int) -> list[tuple[str, float]]:
     labels, v, _ = attribution_vector(attr, prompt=0)
     heads = [(lab, float(x)) for lab, x in zip(labels, v) if parse_head(lab) is not None]
@@ -207,6 +238,7 @@ def report(
     *,
     answer: Any = None,
     wrong: Any = None,
+    corrupt: Optional[str] = None,
     out_dir: Union[str, Path],
     n_heads: int = 6,
     top_k: int = 10,
@@ -219,7 +251,10 @@ def report(
     ``model``: an interp Model or a catalog name; ``prompt``: one string; ``answer`` / ``wrong``:
     single tokens (string or id) whose logit (difference) is attributed — ``answer`` defaults to the
     model's top prediction at the last position (recorded as ``answer_source`` in results.json);
-    encoders take neither (their hidden state is attributed along its own direction). ``n_heads``: how many top heads get patterns / composition / OV views;
+    encoders take neither (their hidden state is attributed along its own direction). ``corrupt``: a
+    prompt of the same token length; each head's output is replaced by its value on it (noising) for
+    the causal-effects section — without it, by zero. ``n_heads``: how many top heads get patterns /
+    composition / OV views (and rows in the effects table);
     ``top_k``: alternatives listed for the prediction; ``static=False`` skips PNG/SVG (no
     browser needed). Returns the path of index.html.
     """
@@ -237,10 +272,11 @@ def report(
         )
     answer_id = _token_id(model, answer, "answer") if (decoder and answer is not None) else None
     wrong_id = _token_id(model, wrong, "wrong") if (decoder and wrong is not None) else None
+    _check_corrupt(model, prompt, corrupt)
     if static and exporter is None:
         find_browser()  # fail now (with install hints), not after minutes of work
     out = _prepare_out_dir(out_dir)
-    steps = _Steps(total=9, progress=progress, desc=f"report {model.name}")
+    steps = _Steps(total=10 if decoder else 9, progress=progress, desc=f"report {model.name}")
     t_start = time.perf_counter()
     figs: dict[str, go.Figure] = {}
     results: dict[str, Any] = {"model": dict(_model_card(model)), "arch": arch.to_dict(), "prompt": prompt}
@@ -265,7 +301,10 @@ def report(
                 results["prediction"] = pred
             with steps("attribution"):
                 attr = attribute_logits(model, prompt, answer=answer_id, wrong=wrong_id)
-        else:
+            # the causal effects read the metric the attribution decomposes
+            metric: Any = LogitDiff(answer_id, wrong_id) if wrong_id is not None else Logit(answer_id)
+        direction: Optional[torch.Tensor] = None
+        if not decoder:
             with steps("attribution"):
                 final_point = f"blocks.{arch.n_layers - 1}.hook_resid_post"
                 h = tr.activations[final_point][0].double()
@@ -273,6 +312,7 @@ def report(
                 pooled = (h * m).sum(0) / m.sum()
                 direction = (pooled / pooled.norm()).to(model.dtype)
                 attr = attribute_direction(model, prompt, direction, pos="mean")
+                metric = Direction(direction, pos="mean")  # the same unit direction of the same pooled state
                 results["embedding_norm"] = float(pooled.norm())
         labels, values, total = attribution_vector(attr, prompt=0)
         results["attribution"] = {
@@ -286,6 +326,24 @@ def report(
         top = _top_heads(attr, n_heads)
         results["top_heads"] = [{"head": lab, "value": v} for lab, v in top]
         head_labels = [lab for lab, _ in top]
+
+        with steps("causal effects"):
+            effects_note = ""
+            try:
+                eff = effects(model, prompt, corrupt, metric=metric, nodes="heads",
+                              ablation="corrupt" if corrupt is not None else "zero", progress=progress)
+            except UnsupportedOperationError as e:
+                effects_note = str(e)
+                results["effects"] = None
+            else:
+                figs["causal_effects"] = eff.plot()
+                corrupt_m = (None if corrupt is None else
+                             _last_metric(model, trace(model, corrupt), answer_id, wrong_id, direction))
+                results["effects"] = {
+                    "ablation": "corrupt" if corrupt is not None else "zero (no corrupt prompt given)",
+                    "corrupt_prompt": corrupt, "metric": eff.metric, "clean": eff.clean, "corrupt": corrupt_m,
+                    "heads": [{"head": lab, "total": float(eff.total[i]), "direct": float(eff.direct[i]),
+                               "indirect": float(eff.indirect[i])} for i, lab in enumerate(eff.labels)]}
 
         with steps("attention patterns"):
             pats = attention_patterns(model, prompt, head_labels)
@@ -357,7 +415,7 @@ def report(
                             "torch": torch.__version__}
     write_atomic(out / "results.json", json.dumps(_jsonable(results), indent=1).encode())
     page = _page(model, prompt, results, figs, files, decoder=decoder, copying_note=copying_note,
-                 attention_view=attention_view_html)
+                 attention_view=attention_view_html, effects_note=effects_note, n_rows=n_heads)
     index = out / "index.html"
     write_atomic(index, page.render().encode())
     log.info("report written to %s in %.1f s", index, time.perf_counter() - t_start)
@@ -365,7 +423,8 @@ def report(
 
 
 def _page(model: Model, prompt: str, r: dict[str, Any], figs: dict[str, go.Figure], files: dict[str, list[str]], *,
-          decoder: bool, copying_note: str, attention_view: str = "") -> Page:
+          decoder: bool, copying_note: str, attention_view: str = "", effects_note: str = "",
+          n_rows: int = 6) -> Page:
     a = r["attribution"]
     toks = r["str_tokens"]
     sub = f"prompt: <span class='tok'>{esc(prompt)}</span> · {len(toks)} tokens"
@@ -401,6 +460,7 @@ def _page(model: Model, prompt: str, r: dict[str, Any], figs: dict[str, go.Figur
     page.section("Attribution by head and component", body, anchor="attribution",
                  note="Direct attribution with the final norm's scale frozen from this forward pass: every head, MLP, "
                       "embedding and bias gets an exact share, and the shares add up to the model's number.")
+    _effects_section(page, r, figs, files, decoder=decoder, note=effects_note, n_rows=n_rows)
     rows = []
     for h in r["top_heads"]:
         att = r["attention_from_last_token"][h["head"]]
@@ -446,6 +506,39 @@ def _page(model: Model, prompt: str, r: dict[str, Any], figs: dict[str, go.Figur
     page.section("Provenance", data_table(["step", "time"], rows, numeric=[False, True])
                  + "<p class='files'>numbers: <a href='results.json'>results.json</a></p>", anchor="provenance")
     return page
+
+
+EFFECTS_TITLE = "Causal effects: total vs direct effect per head"
+
+
+def _effects_section(page: Page, r: dict[str, Any], figs: dict[str, go.Figure], files: dict[str, list[str]], *,
+                     decoder: bool, note: str, n_rows: int) -> None:
+    e = r.get("effects")
+    if e is None:
+        page.section(EFFECTS_TITLE, f"<p>Not computed for this model: {esc(note)}</p>", anchor="effects")
+        return
+    if e["corrupt"] is not None:
+        how = (f"Noising: the clean prompt is run with one head's output replaced by its value on the corrupt prompt "
+               f"<span class='tok'>{esc(e['corrupt_prompt'])}</span>.")
+        base = f"clean = <b>{fmt(e['clean'])}</b>, corrupt = <b>{fmt(e['corrupt'])}</b>"
+    else:
+        how = ("Ablation: <b>zero (no corrupt prompt given)</b> — each head's output is set to zero in the clean run "
+               "(pass <code>corrupt=</code> / <code>--corrupt</code> to replace it by a corrupt prompt's instead).")
+        base = f"clean = <b>{fmt(e['clean'])}</b>"
+    frozen = ("everything downstream (later heads and MLPs) frozen and the final norm's scale frozen at the clean run "
+              "— equal to the change of its direct-logit-attribution term" if decoder else
+              "everything downstream (later heads, MLPs and every later norm's scale) frozen at the clean run — equal "
+              "to the change of its attribution term along the direction")
+    what = (f"Total: the change of the metric with everything downstream recomputed. Direct: the head's output "
+            f"replaced with {frozen}. Indirect = total − direct: what the head does through later components.")
+    rows = [[f"<code>{esc(h['head'])}</code>", fmt(h["total"]), fmt(h["direct"]), fmt(h["indirect"])]
+            for h in sorted(e["heads"], key=lambda h: -abs(h["total"]))[:n_rows]]
+    body = (f"<p>{how} Metric <code>{esc(e['metric'])}</code>: {base}.</p><p>{what}</p>"
+            + data_table(["head", "total", "direct", "indirect"], rows, numeric=[False, True, True, True])
+            + page.figure(figs["causal_effects"], files=files.get("causal_effects", [])))
+    page.section(EFFECTS_TITLE, body, anchor="effects",
+                 note=f"The top {len(rows)} of {len(e['heads'])} heads by |total effect|; every head is in "
+                      "results.json.")
 
 
 def circuits_report(model: Union[str, Model], *, out_dir: Union[str, Path], max_edges: int = 30, static: bool = True,

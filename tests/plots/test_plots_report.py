@@ -17,7 +17,7 @@ from plots_helpers import PNG_SIGNATURE, chromium_path, decode_png, external_res
 from tiny_models import tiny_hf_model, tiny_model
 
 PROMPT = "w1 w2 w3 w4 w1 w2"
-FIGURES = {"attribution_heatmap", "attribution_waterfall", "attention_patterns", "composition_graph",
+FIGURES = {"attribution_heatmap", "attribution_waterfall", "causal_effects", "attention_patterns", "composition_graph",
            "copying_scores", "ov_eigenvalues", "ov_top_tokens", "residual_stream"}
 needs_browser = pytest.mark.skipif(chromium_path() is None, reason="needs Chromium (apt-get install chromium)")
 
