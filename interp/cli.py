@@ -49,12 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="write an HTML report (+ PNG/SVG figures and results.json) for one prompt or several",
         description="Trace one prompt, attribute the answer's logit to every head and component, and write a "
                     "self-contained index.html with the model card, prediction, attribution heatmap and waterfall, "
-                    "attention patterns of the top heads, their composition graph, copying scores, the top head's "
-                    "OV circuit and the residual stream; every figure also as PNG and SVG; numbers in results.json.",
+                    "causal effects of every head (total vs direct), attention patterns of the top heads, their "
+                    "composition graph, copying scores, the top head's OV circuit and the residual stream; every figure also as PNG and SVG; numbers in results.json.",
         epilog=f"With no arguments: --model {DEFAULT_MODEL} --prompt {DEFAULT_PROMPT!r} --answer {DEFAULT_ANSWER!r} "
                f"--wrong {DEFAULT_WRONG!r} --out report/. Without --answer the model's top prediction is attributed. "
                "Several --prompt (or --prompts-file) write one report per prompt in OUT/prompt-01/, ... and an "
-               "OUT/index.html linking them. Encoders (e.g. minilm-l6) take no --answer/--wrong.",
+               "OUT/index.html linking them. Encoders (e.g. minilm-l6) take no --answer/--wrong. Without --corrupt the "
+               "causal effects zero-ablate each head.",
     )
     r.add_argument("--model", default=DEFAULT_MODEL, help=f"catalog name or local path (default: {DEFAULT_MODEL})")
     r.add_argument("--prompt", action="append", default=None,
@@ -63,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--answer", default=None,
                    help="the single token whose logit is attributed (decoders; default: the model's top prediction)")
     r.add_argument("--wrong", default=None, help="a competing token: attribute logit(answer) − logit(wrong)")
+    r.add_argument("--corrupt", action="append", default=None,
+                   help="a corrupt prompt of the same token length: each head's output is replaced by its value on "
+                        "it for the total/direct effects (default: zero ablation); with several prompts, one "
+                        "--corrupt per --prompt, in order")
     r.add_argument("--out", default="report", help="output directory (default: report/)")
     r.add_argument("--heads", type=int, default=6, help="number of top heads to show in detail (default: 6)")
     r.add_argument("--top-k", type=int, default=10, help="alternatives listed for the prediction (default: 10)")
@@ -156,6 +161,7 @@ def _prompts(args: argparse.Namespace) -> list[str]:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from interp.errors import ArgumentError
     from interp.report import report, report_index
 
     model = _load(args.model)
@@ -164,13 +170,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
     answer, wrong = args.answer, args.wrong
     if not args.prompt and args.prompts_file is None and answer is None and wrong is None and decoder:
         answer, wrong = DEFAULT_ANSWER, DEFAULT_WRONG  # the IOI example that goes with the default prompt
+    corrupts = list(args.corrupt or [])
+    if corrupts and len(corrupts) != len(prompts):
+        raise ArgumentError(f"--corrupt: {len(corrupts)} corrupt prompt(s) for {len(prompts)} prompts; "
+                            "give one --corrupt per prompt (in the same order) or none")
     t0 = time.perf_counter()
     kw = dict(answer=answer, wrong=wrong, n_heads=args.heads, top_k=args.top_k, static=not args.no_static,
               progress=not getattr(args, "quiet", False))
     if len(prompts) == 1:
-        path = report(model, prompts[0], out_dir=args.out, **kw)
+        path = report(model, prompts[0], corrupt=corrupts[0] if corrupts else None, out_dir=args.out, **kw)
     else:
-        pages = [report(model, pr, out_dir=os.path.join(args.out, f"prompt-{i + 1:02d}"), **kw)
+        pages = [report(model, pr, corrupt=corrupts[i] if corrupts else None,
+                        out_dir=os.path.join(args.out, f"prompt-{i + 1:02d}"), **kw)
                  for i, pr in enumerate(prompts)]
         path = report_index(pages, out_dir=args.out)
     log.info("report built in %.1f s", time.perf_counter() - t0)

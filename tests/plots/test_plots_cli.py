@@ -103,6 +103,37 @@ def test_report_without_answer_attributes_the_top_prediction_and_flags_go_anywhe
                "--no-static").returncode == 0
 
 
+def test_report_corrupt_reaches_the_causal_effects(tiny_dir, tmp_path):
+    """--corrupt: the effects section noises with that prompt (its baseline checked on the bridge)."""
+    import torch
+
+    from interp import load_model
+
+    out = tmp_path / "rep"
+    p = run("report", "--model", str(tiny_dir), "--prompt", "w1 w2 w3 w1", "--answer", "w2", "--wrong", "w3",
+            "--corrupt", "w4 w5 w3 w4", "--out", str(out), "--no-static", "-q")
+    assert p.returncode == 0, p.stderr
+    e = json.loads((out / "results.json").read_text())["effects"]
+    assert e["ablation"] == "corrupt" and e["corrupt_prompt"] == "w4 w5 w3 w4"
+    model = load_model(str(tiny_dir))
+    a, w = model.tokenizer.convert_tokens_to_ids(["w2", "w3"])
+    with torch.no_grad():
+        lk = model.bridge(model.to_tokens("w4 w5 w3 w4"))[0, -1]
+    assert e["corrupt"] == pytest.approx(float(lk[a] - lk[w]), abs=1e-4)
+    assert "Causal effects: total vs direct effect per head" in (out / "index.html").read_text()
+
+
+def test_report_corrupt_errors_exit_2(tiny_dir, tmp_path):
+    out = tmp_path / "never"
+    p = run("report", "--model", str(tiny_dir), "--prompt", "w1 w2 w3 w1", "--corrupt", "w4 w5",
+            "--out", str(out), "--no-static", "-q")
+    assert p.returncode == 2 and "corrupt=" in p.stderr and "Traceback" not in p.stderr
+    p = run("report", "--model", str(tiny_dir), "--prompt", "w1 w2", "--prompt", "w3 w1", "--corrupt", "w4 w5",
+            "--out", str(out), "--no-static", "-q")
+    assert p.returncode == 2 and "--corrupt: 1 corrupt prompt(s) for 2 prompts" in p.stderr
+    assert not out.exists()
+
+
 def test_report_of_several_prompts_writes_one_report_each_and_an_index(tiny_dir, tmp_path):
     out = tmp_path / "many"
     prompts = tmp_path / "prompts.txt"
