@@ -27,7 +27,10 @@
 # 3. measure how much of the answer the top-k circuits recover when every other edge is ablated
 #    (`interp.faithfulness_curve`, CPR and CMD as in MIB) under corrupt, resample, zero and mean ablation, and
 #    draw the circuit viewer (`EdgeScores.plot()`);
-# 4. build smollm2's graph and its IOI task (the inputs of the same analysis on a 135M-parameter model).
+# 4. run the same analysis on smollm2-135m's indirect-object-identification (IOI) task: all 70,651 edges
+#    scored, 80 of them patched exactly, faithfulness curves under four ablations, the viewer;
+#
+# 5. check the methods against a circuit known by construction (a tracr-compiled program).
 #
 # Scores estimate the *noising* effect of an edge: M(clean with only that edge's writer corrupted for that
 # reader) − M(clean). Offline, a few minutes on 2 CPU cores.
@@ -134,6 +137,59 @@ for c, k in list(zip(ioi.clean, ioi.corrupt))[:2]:
     print(f"  {c!r}\n  {k!r}")
 
 # %% [markdown]
+# Every one of the 70,651 edges scored by EAP (one forward on each prompt and one backward) and by EAP-IG (5
+# points on the corrupt → clean path of the token embeddings). The completeness line checks each method: the
+# scores of the edges out of the embedding should sum to M(corrupt) − M(clean).
+
+# %%
+t = time.perf_counter()
+kw = dict(metric=ioi.metric, progress=False)
+eap = interp.edge_attribution(model, ioi.clean, ioi.corrupt, method="eap", **kw)
+ig = interp.edge_attribution(model, ioi.clean, ioi.corrupt, method="eap-ig", ig_steps=5, **kw)
+print(eap)
+print(ig)
+print(f"both: {time.perf_counter() - t:.1f} s")
+
+# %% [markdown]
+# The oracle on a sample: exact edge patching (only that reader sees the writer's corrupt value, everything
+# else recomputed) of the 40 edges EAP-IG ranks highest and 40 edges drawn at random.
+
+# %%
+g = torch.Generator().manual_seed(0)
+top_edges = list(ig.top(40)["edge"])
+rand_edges = [ig.edges[i] for i in torch.randperm(graph.n_edges, generator=g)[:40].tolist()]
+exact = interp.edge_patch(model, ioi.clean, ioi.corrupt, top_edges + rand_edges, **kw)
+ex = dict(zip(exact.labels, exact.effect.tolist()))
+eap_of, ig_of = dict(zip(eap.edges, eap.scores.tolist())), dict(zip(ig.edges, ig.scores.tolist()))
+for name, edges in (("top 40", top_edges), ("40 random", rand_edges)):
+    x = torch.tensor([ex[e] for e in edges])
+    print(f"Spearman with exact edge patching, {name:9s}: EAP {rho(torch.tensor([eap_of[e] for e in edges]), x):.3f}, "
+          f"EAP-IG {rho(torch.tensor([ig_of[e] for e in edges]), x):.3f}")
+tab = ig.top(10)[["edge", "score"]].rename(columns={"score": "EAP-IG"})
+tab["EAP"] = [eap_of[e] for e in tab["edge"]]
+tab["exact"] = [ex[e] for e in tab["edge"]]
+tab.round(3)
+
+# %% [markdown]
+# How much of the logit difference do the top edges carry? Each circuit size keeps the top-k edges by |EAP-IG|
+# (pruned of edges that lead nowhere) and ablates every other edge; faithfulness is
+# (M(circuit) − M(ablated)) / (M(clean) − M(ablated)).
+
+# %%
+t = time.perf_counter()
+curve = interp.faithfulness_curve(model, ioi.clean, ioi.corrupt, ig, metric=ioi.metric,
+                                  ablations=("corrupt", "resample", "mean", "zero"), progress=False)
+print(curve, f"({time.perf_counter() - t:.0f} s)")
+curve.to_dataframe().pivot(index="k", columns="ablation", values="faithfulness").round(3)
+
+# %% [markdown]
+# The circuit viewer on the 300 edges EAP-IG ranks highest (hover an edge for its score and, for the 80 patched
+# edges, its exact effect; hover a node for its role).
+
+# %%
+ig.with_exact(exact).plot(max_edges=300)
+
+# %% [markdown]
 # ## Checking a method against ground truth
 #
 # The scores above are judged against exact patching and against a circuit read off attention patterns. A
@@ -217,7 +273,15 @@ print(f"notebook runtime: {time.perf_counter() - T0:.0f} s")
 #   gradient is zero there. EAP-IG, along either path, scores 0.556–1.000 depending on the path and the
 #   ablation: its 5 points land on the MLP's step or step over it.
 #   docs/groundtruth.md has the full table (four programs, the toy, ACDC) and explains each cell.
-# * Not in this notebook: EAP / EAP-IG, exact edge patching and faithfulness curves on smollm2 IOI. A version
-#   with 8 IOI pairs (EAP, EAP-IG with 5 steps, 80 patched edges, curves under three ablations) ran for over
-#   15 minutes on this shared 2-core machine without finishing, too slow for a notebook that runs in the
-#   test suite; `interp.report.circuit_report(model, "ioi", ...)` produces that analysis as a report.
+# * smollm2 IOI (8 pairs; logit difference 3.49 clean, −1.13 corrupt): EAP-IG's completeness error is 0.23
+#   of 4.62 (4.9 %), EAP's 4.45 (96 %: the first-order picture fails at the embedding → first MLP edge, which
+#   EAP scores +0.42 and exact patching −4.48). Against exact patching of 80 edges, Spearman on the top 40 is
+#   0.769 for EAP and 0.859 for EAP-IG; on 40 random edges, whose effects are mostly near zero, 0.975 and 0.720.
+#   The top edges are the late heads' direct writes (L23.H3 → logits −2.41, exact −2.34; L29.H0 +0.93) and a
+#   few K/Q/V-composition edges (L16.H0 → L17's keys, L23.H3 → L24.H4's query).
+# * The corrupt-ablation curve recovers 78 % of the logit difference with 2 % of the edges and 96 % with 50 %
+#   (CPR 0.920); mean ablation 80 % at 2 % (CPR 0.771), resample 61 % at 50 % (CPR 0.593), under zero
+#   ablation no circuit below 100 % is faithful (values from −0.95 to 0.36, CPR 0.257: zeroing a write moves
+#   the residual stream far off its distribution). Curves
+#   are not monotone in k: adding edges can add writers whose effects cancel. The scores were computed against
+#   the corrupt run; `benchmarks/bench_edges.py` measures the same on 16 pairs with 200-edge samples.
