@@ -345,6 +345,12 @@ def _results(models) -> dict[str, list[Any]]:
     out["CircuitEvaluation"] = [evaluate_circuit(l, clean, corrupt, scores.circuit(n=10), metric=diff)]
     out["FaithfulnessCurve"] = [faithfulness_curve(l, clean, corrupt, scores, metric=diff, sizes=(0.1, 1.0),
                                                    progress=False)]
+    from interp.groundtruth import edge_ranking, induction_task
+    from interp.models import load_model
+
+    task = induction_task(load_model("toy-attn-only-2l"), n_seqs=2, n=3)  # the shipped, norm-free toy
+    out["EdgeRanking"] = [edge_ranking(task, "eap", "mean"),  # signed effects
+                          edge_ranking(task, "acdc", "zero", taus=(0.01, 0.1))]  # no signed effects; details
     return out
 
 
