@@ -425,13 +425,17 @@ class EdgeForward:
         """The metric [P] with every edge's reader seeing (1 − K_wr) a_w + K_wr ã_w (module docstring).
 
         ``abl`` the ablated writes (None: zero); ``K`` [W, R] (1 = the edge is ablated).
+
+        Pre-norm and parallel blocks: one buffer B [2 + W, P, T, d] holds the clean stream x, S = Σ D_w over
+        the writers so far and each D_w = ã_w − a_w(this run), writer-major, so that the inputs of a layer's
+        readers, x_r = x + comp_r S + Σ_w C_wr D_w (:meth:`_coef`), are one product Cᵀ B over B's rows
+        (:meth:`_mix`) and each reader's norm is applied after its projection (:meth:`_read_qkv`).
         """
         e, a, w = self.e, self.a, self.w
         P, T = tokens.shape
         d = a.d_model
         K = (K.to(self.model.dtype) * self.g.mask.to(K.device)).to(tokens.device)
         dev, dt = tokens.device, self.model.dtype
-        D = torch.empty(P, self.W, T, d, dtype=dt, device=dev)  # ã_w − a_w(this run)
         H, Gk = self.H, self.G
 
         def head_delta(l: int, z: Tensor) -> Tensor:
@@ -442,51 +446,108 @@ class EdgeForward:
 
         with torch.inference_mode():
             parts = e.embed_parts(tokens)
-            for site, i in self.embed_idx.items():
-                D[:, i] = (abl.embed[site] - parts[site]) if abl is not None else -parts[site]
             if self.post:
-                return self._evaluate_post(tokens, mask, parts, D, head_delta, mlp_delta, K, read)
-            x = self.embed(parts)
-            S = D[:, : self.n_embed].sum(1)  # Σ D over the writers so far
-            vis = self.g.mask.to(dev)
-            for l in range(a.n_layers):
-                nw = self.head0[l]
-                r0 = self.q0[l]
-                n = H + 2 * Gk
-                cols = list(range(r0, r0 + n)) + ([self.mlp_r[l]] if self.has_mlp else [])
-                top = nw + (H if self.has_mlp and not a.parallel_attn_mlp else 0)  # the MLP may read this layer's heads
-                C, comp = self._coef(K[:top, cols], vis[:top, cols])
-                corr = self._mix(D, C, 0, nw)  # [P, n (+1), T d] from the writers before this layer
-                if corr is None and not bool(comp[:n].any()):
-                    q, k, v = self._split(self._ln1(l, x) @ self.W_qkv[l] + self.b_qkv[l])
+                Dp = torch.empty(P, self.W, T, d, dtype=dt, device=dev)  # ã_w − a_w(this run)
+                for site, i in self.embed_idx.items():
+                    Dp[:, i] = (abl.embed[site] - parts[site]) if abl is not None else -parts[site]
+                return self._evaluate_post(tokens, mask, parts, Dp, head_delta, mlp_delta, K, read)
+            B = torch.empty(2 + self.W, P, T, d, dtype=dt, device=dev)
+            x, S, D = B[0], B[1], B[2:]  # updated in place: B's rows are what the products read
+            x.copy_(self.embed(parts))
+            for site, i in self.embed_idx.items():
+                if abl is not None:
+                    torch.sub(abl.embed[site], parts[site], out=D[i])
                 else:
-                    inp = x[:, None] + comp[:n, None, None].to(dt) * S[:, None]  # [P, n, T, d]
-                    if corr is not None:
-                        inp = inp + corr[:, :n].view(P, n, T, d)
-                    q, k, v = self._project(l, self._ln1(l, inp))
+                    torch.neg(parts[site], out=D[i])
+            torch.sum(D[: self.n_embed], 0, out=S)
+            vis = self.g.mask.to(dev)
+            n = H + 2 * Gk
+            L = a.n_layers
+            # each layer's readers (the metric's as layer L): C, comp and the columns whose input is not x
+            specs: list[tuple[int, Tensor, Tensor, list[int]]] = []
+            for l in range(L + 1):
+                if l < L:
+                    cols = list(range(self.q0[l], self.q0[l] + n)) + ([self.mlp_r[l]] if self.has_mlp else [])
+                    nw = self.head0[l]
+                    top = nw + (H if self.has_mlp and not a.parallel_attn_mlp else 0)  # the MLP may read this layer's heads
+                else:
+                    cols, nw, top = [self.out_r], self.W, self.W
+                C, comp = self._coef(K[:top, cols], vis[:top, cols])
+                own = (comp | (C != 0).any(0)).tolist()
+                if l == L:
+                    sel = [0] if own[0] else []
+                else:
+                    sel = (list(range(n)) if any(own[:n]) else []) + ([n] if self.has_mlp and own[n] else [])
+                specs.append((nw, C, comp, sel))
+            blk = 4  # the inputs of a block of layers' readers from one pass over the writers before it
+            dx = torch.zeros_like(x)  # x − x at the block's start
+            ws = torch.empty(blk * (n + 1), P * T * d, dtype=dt, device=dev)  # their room, reused block to block
+            Xs: list[Optional[Tensor]] = []
+            l0 = 0
+            for l in range(L + 1):
+                nw, C, comp, sel = specs[l]
+                if l % blk == 0:
+                    l0, Xs = l, self._block(B, specs, l, min(l + blk, L + 1), ws)
+                    dx.zero_()
+                X = Xs[l - l0]
+                if X is not None and l > l0:  # the writers since the block's start: x's change and their D
+                    X.add_(dx.view(P * T, d))
+                    w0 = specs[l0][0]
+                    coef = C[w0:nw, sel] + comp[sel].to(dt)
+                    X.view(len(sel), -1).addmm_(coef.T, D[w0:nw].reshape(nw - w0, -1))
+                if l == L:
+                    return read(x if X is None else X[0].view(P, T, d))
+                mix_qkv, mix_mlp = bool(sel) and sel[0] == 0, bool(sel) and sel[-1] == n
+                if mix_qkv:
+                    q, k, v = self._read_qkv(l, X[:n], P, T)  # type: ignore[index]
+                else:
+                    q, k, v = self._split(self._ln1(l, x) @ self.W_qkv[l] + self.b_qkv[l])
                 z = self._attend(l, q, k, v, mask)
-                D[:, nw: nw + H] = head_delta(l, z)
+                dz = (abl.z[l] - z) if abl is not None else -z
+                Dh = D[nw: nw + H]
+                torch.bmm(dz.permute(2, 0, 1, 3).reshape(H, P * T, self.dh), w.W_O[l], out=Dh.view(H, P * T, d))
                 attn = z.reshape(P, T, -1) @ self.W_O[l] + w.b_O[l]
-                S_before = S
-                S = S + D[:, nw: nw + H].sum(1)
                 if not self.has_mlp:
-                    x = x + attn
+                    S.add_(Dh.sum(0))
+                    x.add_(attn)
+                    dx.add_(attn)
                     continue
-                base, Sm = (x, S_before) if a.parallel_attn_mlp else (x + attn, S)
-                h_in = base + comp[n].to(dt) * Sm if bool(comp[n]) else base
-                if corr is not None:
-                    h_in = h_in + corr[:, n].view(P, T, d)
-                extra = None if a.parallel_attn_mlp else self._mix(D, C[:, n:], nw, nw + H)
-                if extra is not None:
-                    h_in = h_in + extra[:, 0].view(P, T, d)
+                if a.parallel_attn_mlp:  # reads x and S before this layer's heads
+                    h_in = X[-1].view(P, T, d) if mix_mlp else x  # type: ignore[index]
+                elif mix_mlp:  # x + attn + comp (S + Σ_h D_h) + Σ_w C_w D_w, the heads' part as one product
+                    h_in = X[-1].view(P, T, d)  # type: ignore[index]
+                    h_in.add_(attn)
+                    ch = C[nw: nw + H, n] + comp[n].to(dt)
+                    if bool((ch != 0).any()):
+                        h_in.view(1, -1).addmm_(ch[None], Dh.reshape(H, -1))
+                else:
+                    h_in = x + attn
+                S.add_(Dh.sum(0))
                 m = self.mlp(l, self._ln2(l, h_in))
-                D[:, self.mlp_w[l]] = mlp_delta(l, m)
-                S = S + D[:, self.mlp_w[l]]
-                x = x + attn + m
-            C, comp = self._coef(K[:, [self.out_r]], vis[:, [self.out_r]])
-            fin = self._mix(D, C, 0, self.W)
-            xf = x + S if bool(comp[0]) else x
-            return read(xf if fin is None else xf + fin[:, 0].view(P, T, d))
+                i = self.mlp_w[l]
+                if abl is not None:
+                    torch.sub(abl.mlp[l], m, out=D[i])  # type: ignore[arg-type]
+                else:
+                    torch.neg(m, out=D[i])
+                S.add_(D[i])
+                x.add_(attn).add_(m)
+                dx.add_(attn).add_(m)
+            raise AssertionError("unreachable")
+
+    def _block(self, B: Tensor, specs: list[tuple[int, Tensor, Tensor, list[int]]], l0: int, l1: int, out: Tensor
+               ) -> list[Optional[Tensor]]:
+        """The inputs [|sel|, P T, d] of layers l0 … l1 − 1's own readers (``specs``: nw, C, comp, sel) from the
+        writers before layer l0 (x and S as they are now), one product (None: a layer without such readers)."""
+        nw0 = specs[l0][0]
+        Cs, comps, sizes = [], [], []
+        for nw, C, comp, sel in specs[l0:l1]:
+            Cs.append(C[:nw0, sel])
+            comps.append(comp[sel])
+            sizes.append(len(sel))
+        if not sum(sizes):
+            return [None] * (l1 - l0)
+        X = self._mix(B, torch.cat(Cs, 1), torch.cat(comps), nw0, out[: sum(sizes)])
+        return [t if t.shape[0] else None for t in X.split(sizes)]
 
     def _coef(self, Kc: Tensor, vis: Tensor) -> tuple[Tensor, Tensor]:
         """(C, comp) for readers' columns ``Kc`` [w, n]: a reader whose edges are mostly ablated uses the
@@ -497,28 +558,44 @@ class EdgeForward:
         C = torch.where(comp[None], (Kc - 1) * vis, Kc)
         return C, comp
 
-    def _mix(self, D: Tensor, C: Tensor, lo: int, hi: int) -> Optional[Tensor]:
-        """Σ_{w ∈ [lo, hi)} C[w, r] D_w for each column r of C, [P, n, T d] (None: all zero). Few writers are
-        gathered; many are read in place (a view of D's contiguous writer range)."""
-        Cs = C[lo:hi]
-        rows = torch.nonzero((Cs != 0).any(1)).flatten()
-        if rows.numel() == 0:
-            return None
-        P = D.shape[0]
-        if rows.numel() <= (hi - lo) // 4:
-            Dv = D[:, lo + rows]
-            Cs = Cs[rows]
+    def _mix(self, B: Tensor, C: Tensor, comp: Tensor, hi: int, out: Optional[Tensor] = None) -> Tensor:
+        """x + comp_r S + Σ_{w < hi} C[w, r] D_w for each column r of C, [n, P T, d], as one product over the
+        rows of B = [x, S, D_0, D_1, …] (evaluate's buffer): the rows it uses gathered when they are few, else
+        B's leading rows in place, up to the last writer used."""
+        Cx = torch.cat([torch.ones_like(C[:1]), comp[None].to(C.dtype), C[:hi]])  # [2 + hi, n]
+        rows = torch.nonzero((Cx[2:] != 0).any(1)).flatten()
+        P, T, d = B.shape[1:]
+        if rows.numel() <= hi // 4:
+            idx = torch.cat([torch.arange(2, device=rows.device), rows + 2])
+            Bv, Cx = B.index_select(0, idx), Cx[idx]
         else:
-            a, b = int(rows[0]), int(rows[-1]) + 1
-            Dv, Cs = D[:, lo + a: lo + b], Cs[a:b]
-        return torch.matmul(Cs.T.to(D.dtype), Dv.reshape(P, Dv.shape[1], -1))
+            Bv = B[: int(rows[-1]) + 3]
+            Cx = Cx[: Bv.shape[0]]
+        Cx = Cx.T.to(B.dtype)
+        if out is None:
+            return torch.mm(Cx, Bv.view(Bv.shape[0], -1)).view(-1, P * T, d)
+        return torch.mm(Cx, Bv.view(Bv.shape[0], -1), out=out).view(-1, P * T, d)
 
-    def _project(self, l: int, hn: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """q [P, T, H, dh], k, v [P, T, G, dh] from each reader's own normalised input hn [P, n, T, d]."""
-        P, n, T, d = hn.shape
+    def _read_qkv(self, l: int, X: Tensor, P: int, T: int) -> tuple[Tensor, Tensor, Tensor]:
+        """q [P, T, H, dh], k, v [P, T, G, dh] from each q/k/v reader's own input X [n, P T, d] (changed in
+        place): N(x_r) W_r + b_r. Pre-norm in full precision: ((x_r − μ) ⊙ γ) W_r / σ_r + β W_r + b_r (RMS: no
+        μ, no β) — the norm's gain folded into W and its scale applied after the product, on d_head columns."""
+        n, PT, d = X.shape
         W = self.W_qkv[l].view(d, n, self.dh).permute(1, 0, 2)  # [n, d, dh]
-        out = torch.bmm(hn.transpose(0, 1).reshape(n, P * T, d), W)  # [n, P T, dh]
-        out = out.view(n, P, T, self.dh).permute(1, 2, 0, 3) + self.b_qkv[l].view(n, self.dh)  # [P, T, n, dh]
+        b = self.b_qkv[l].view(n, self.dh)
+        kind = self.a.norm
+        if self.post or kind == "none" or X.dtype in (torch.float16, torch.bfloat16):
+            out = torch.bmm(self._ln1(l, X), W)
+        else:
+            gain, beta = self.w.ln1_w[l], self.w.ln1_b[l]
+            if kind == "layernorm":
+                X.sub_(X.mean(-1, keepdim=True))
+                if beta is not None:
+                    b = b + (beta @ self.W_qkv[l]).view(n, self.dh)
+            ms = torch.linalg.vector_norm(X, dim=-1, keepdim=True).square_().div_(d)  # mean square, [n, P T, 1]
+            out = torch.bmm(X, W * gain[:, None] if gain is not None else W)
+            out.mul_(ms.add_(self.a.norm_eps).rsqrt_())
+        out = out.view(n, P, T, self.dh).permute(1, 2, 0, 3) + b  # [P, T, n, dh]
         H, G = self.H, self.G
         return out[:, :, :H], out[:, :, H: H + G], out[:, :, H + G:]
 

@@ -8,8 +8,9 @@ import torch
 import interp
 from interp.causal import Direction, LogitDiff
 from interp.edges import circuit_graph, edge_patch, evaluate_circuit
+from interp.models import model_from_hf
 from interp.stream import as_batch
-from tiny_models import tiny_hf_model, tiny_model
+from tiny_models import tiny_hf_model, tiny_model, tiny_tokenizer
 
 from .conftest import CLEAN, CORRUPT, Reference, direction
 from .test_attribution import _batches, _hf_metric, _metric
@@ -164,3 +165,25 @@ def test_padded_batch_evaluates_and_patches_each_prompt_alone(pairs64, fam):
         torch.testing.assert_close(ev.per_prompt[:, i], one.per_prompt[:, 0], **TOL.get(fam, dict(rtol=1e-9, atol=1e-9)))
         alone = edge_patch(model, clean[i], corrupt[i], edges, metric=_metric(model, fam), progress=False)
         torch.testing.assert_close(pt.per_prompt[:, i], alone.per_prompt[:, 0], **TOL.get(fam, dict(rtol=1e-9, atol=1e-9)))
+
+
+@pytest.mark.parametrize("fam", ["gpt2", "llama", "neox"])
+@pytest.mark.parametrize("share", [0.05, 0.4, 0.9])
+def test_deep_circuit_evaluation_equals_the_reference(fam, share):
+    """Seven layers (evaluation builds its readers' inputs a block of layers at a time, then adds the writers
+    since the block's start): sparse, medium and dense circuits against the reference, float64."""
+    model = model_from_hf(tiny_hf_model(fam, n_layers=7, dtype=torch.float64), tiny_tokenizer(), name=f"tiny-{fam}",
+                          dtype=torch.float64)
+    hf = tiny_hf_model(fam, n_layers=7, dtype=torch.float64)
+    ref = Reference(hf, fam, model.tokenizer, direction(hf.config.hidden_size, torch.float64))
+    g = circuit_graph(model)
+    keep = torch.rand(g.n_edges, generator=torch.Generator().manual_seed(2)) < share
+    circuit = [e for e, k in zip(g.edges, keep.tolist()) if k]
+    ev = evaluate_circuit(model, CLEAN, CORRUPT, circuit, metric=_metric(model, fam))
+    coef = ref.edge_matrix().to(model.dtype)
+    for e in circuit:
+        w, rd = e.split("→")
+        coef[ref.wi[w], ref.ri[rd]] = 0.0
+    abl = _abl(ref, model, "corrupt")
+    torch.testing.assert_close(ev.per_prompt[0].to(model.dtype), _ref_M(ref, model, coef, abl),
+                               **TOL.get(fam, dict(rtol=1e-9, atol=1e-9)))
