@@ -131,6 +131,7 @@ def effects(
         total=total.mean(-1).cpu(), direct=direct.mean(-1).cpu(), indirect=indirect.mean(-1).cpu(), per_prompt=per,
         labels=[nd.text for nd in node_list], clean=float(sw.clean_m.mean()), clean_per_prompt=sw.clean_m.cpu(),
         metric=pair.bound.name, ablation=ablation, n_layers=model.arch.n_layers, n_heads=model.arch.n_heads,
+        corrupt=float(sw.corrupt_m.mean()),
     )
 
 

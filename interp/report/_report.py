@@ -191,18 +191,6 @@ def _check_corrupt(model: Model, prompt: str, corrupt: Any) -> None:
                          "have the same token length (noising replaces each head's output position by position)")
 
 
-def _last_metric(model: Model, tr: Any, answer_id: Optional[int], wrong_id: Optional[int],
-                 direction: Optional[torch.Tensor]) -> float:
-    """The effects metric on a traced run: logit[a] (− logit[w]) at the last real token, or h̄ · u."""
-    mask = tr.attention_mask[0].bool()
-    if direction is None:
-        logits = tr.logits[0, int(mask.nonzero().max())].double()
-        return float(logits[answer_id] - (logits[wrong_id] if wrong_id is not None else 0.0))
-    h = tr.activations[f"blocks.{model.arch.n_layers - 1}.hook_resid_post"][0].double()
-    m = mask.double()[:, None]
-    return float(((h * m).sum(0) / m.sum()) @ direction.double())
-
-
 def _top_heads(attr: Any, n: int) -> list[tuple[str, float]]:
     labels, v, _ = attribution_vector(attr, prompt=0)
     heads = [(lab, float(x)) for lab, x in zip(labels, v) if parse_head(lab) is not None]
@@ -303,8 +291,7 @@ def report(
                 attr = attribute_logits(model, prompt, answer=answer_id, wrong=wrong_id)
             # the causal effects read the metric the attribution decomposes
             metric: Any = LogitDiff(answer_id, wrong_id) if wrong_id is not None else Logit(answer_id)
-        direction: Optional[torch.Tensor] = None
-        if not decoder:
+        else:
             with steps("attribution"):
                 final_point = f"blocks.{arch.n_layers - 1}.hook_resid_post"
                 h = tr.activations[final_point][0].double()
@@ -337,11 +324,10 @@ def report(
                 results["effects"] = None
             else:
                 figs["causal_effects"] = eff.plot()
-                corrupt_m = (None if corrupt is None else
-                             _last_metric(model, trace(model, corrupt), answer_id, wrong_id, direction))
                 results["effects"] = {
                     "ablation": "corrupt" if corrupt is not None else "zero (no corrupt prompt given)",
-                    "corrupt_prompt": corrupt, "metric": eff.metric, "clean": eff.clean, "corrupt": corrupt_m,
+                    "corrupt_prompt": corrupt, "metric": eff.metric, "clean": eff.clean,
+                    "corrupt": eff.corrupt if corrupt is not None else None,
                     "heads": [{"head": lab, "total": float(eff.total[i]), "direct": float(eff.direct[i]),
                                "indirect": float(eff.indirect[i])} for i, lab in enumerate(eff.labels)]}
 
