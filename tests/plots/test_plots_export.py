@@ -158,14 +158,21 @@ def test_many_exports_reuse_one_browser_process(tmp_path):
     def browsers():
         return {p.pid for p in me.children(recursive=True) if "chrom" in p.name().lower()}
 
+    def main_process(pids):  # the browser itself: the chromium process whose parent is not chromium
+        return {p for p in pids if psutil.Process(p).ppid() not in pids}
+
     before = browsers()  # e.g. the module's shared exporter
     with Exporter() as ex:
         ex.export(_fig(), tmp_path / "0.png")
         mine = browsers() - before
         assert mine
+        main = main_process(mine)
         for i in range(1, 5):
             ex.export(_fig(), tmp_path / f"{i}.{'svg' if i % 2 else 'png'}")
-        assert browsers() - before == mine and ex.n_rendered == 5
+        # no process started after the first export, and the same browser still runs (a helper process of
+        # chromium may exit on its own between exports: that is not a new browser)
+        now = browsers() - before
+        assert now <= mine and main and main <= now and ex.n_rendered == 5
     for _ in range(50):  # closed with the Exporter
         if not (browsers() & mine):
             break
