@@ -87,13 +87,23 @@ def build_parser() -> argparse.ArgumentParser:
                     "patch the top edges exactly, measure faithfulness curves (CPR/CMD) under zero, mean and resample "
                     "ablation, and write a self-contained index.html (interactive circuit graph, curves, tables), "
                     "edges.json (every edge's score) and faithfulness.json.",
-        epilog="Example: interp circuit --model smollm2-135m --task ioi --out circuit/")
+        epilog="Example: interp circuit --model smollm2-135m --task ioi --out circuit/. Your own task: "
+               "--pairs pairs.jsonl, one JSON object per line, e.g. {\"clean\": \"The capital of France is\", "
+               "\"corrupt\": \"The capital of Spain is\", \"answer\": \" Paris\", \"wrong\": \" Madrid\"} "
+               "(optional \"metric\": logit_diff, logprob, prob or logit); each line is checked on load.")
     e.add_argument("--model", default=DEFAULT_MODEL, help=f"catalog name or local path (default: {DEFAULT_MODEL})")
-    e.add_argument("--task", default="ioi", help="a shipped task: ioi, induction, ... (default: ioi)")
+    e.add_argument("--task", default=None,
+                   help="a shipped task: ioi, induction, factual (default: ioi unless --pairs is given)")
+    e.add_argument("--pairs", default=None, metavar="FILE",
+                   help="your own task: a JSON Lines file, one pair per line with clean, corrupt, answer, wrong "
+                        "(optional metric); clean and corrupt must have the same token length")
+    e.add_argument("--multi-token", default="error", choices=["error", "first"],
+                   help="with --pairs: an answer/wrong of several tokens is an error (default) or keeps its first token")
     e.add_argument("--out", default="circuit", help="output directory (default: circuit/)")
     e.add_argument("--method", default="eap-ig", choices=["eap", "eap-ig"], help="edge scores (default: eap-ig)")
     e.add_argument("--ig-steps", type=int, default=5, help="EAP-IG points on the corrupt → clean path (default: 5)")
-    e.add_argument("--prompts", type=int, default=16, help="prompt pairs drawn from the task (default: 16)")
+    e.add_argument("--prompts", type=int, default=None,
+                   help="prompt pairs drawn from the task (default: 16 of a shipped task, every pair of --pairs)")
     e.add_argument("--max-edges", type=int, default=2000, help="strongest edges drawn in the graph (default: 2000)")
     e.add_argument("--exact", type=int, default=20, help="top edges patched exactly (default: 20)")
     e.add_argument("--ablations", default="zero,mean,resample",
@@ -211,10 +221,28 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
         sizes = None if args.sizes is None else tuple(float(k) for k in args.sizes.split(",") if k.strip())
     except ValueError:
         raise ArgumentError(f"--sizes={args.sizes!r} must be comma-separated numbers, e.g. 0.01,0.1,1") from None
+    if args.pairs is not None and args.task is not None:
+        raise ArgumentError(f"--task={args.task!r} and --pairs={args.pairs!r}: give one of them")
+    if args.prompts is not None and args.prompts < 1:
+        raise ArgumentError(f"--prompts={args.prompts} must be a positive number of pairs")
+    if args.pairs is None and args.task is not None:
+        from interp.edges import TASKS
+
+        if args.task not in TASKS:
+            raise ArgumentError(f"--task={args.task!r} is not a shipped task; shipped tasks are {list(TASKS)}; for "
+                                "your own prompts pass --pairs FILE (JSON Lines: clean, corrupt, answer, wrong)")
     model = _load(args.model)
+    task: object = args.task or "ioi"
+    n_prompts = 16 if args.prompts is None else args.prompts
+    if args.pairs is not None:
+        from interp.edges import Task
+
+        own = Task.from_jsonl(args.pairs, model, multi_token=args.multi_token)
+        log.info("loaded %d pairs from %s", own.n, args.pairs)
+        task = own.head(args.prompts) if args.prompts is not None and args.prompts < own.n else own
     t0 = time.perf_counter()
-    path = circuit_report(model, args.task, out_dir=args.out, method=args.method, ig_steps=args.ig_steps,
-                          n_prompts=args.prompts, max_edges=args.max_edges, n_exact=args.exact, ablations=ablations,
+    path = circuit_report(model, task, out_dir=args.out, method=args.method, ig_steps=args.ig_steps,
+                          n_prompts=n_prompts, max_edges=args.max_edges, n_exact=args.exact, ablations=ablations,
                           sizes=sizes, static=args.static, progress=not getattr(args, "quiet", False))
     log.info("circuit page built in %.1f s", time.perf_counter() - t0)
     print(path)

@@ -5,7 +5,10 @@ per prompt the answer token and the wrong token, so that its metric is
 
     M = logit[answer] − logit[wrong]       at each prompt's last token          (:class:`interp.LogitDiff`)
 
-Users build one from their own prompts (``Task(name, clean, corrupt, answer, wrong)``); three are shipped:
+Users build one from their own prompts (``Task(name, clean, corrupt, answer, wrong, model=model)``, which checks
+every pair's token lengths and tokens when built) or from a JSON Lines file (:meth:`Task.from_jsonl`, one object per
+pair with ``clean``, ``corrupt``, ``answer``, ``wrong`` and an optional ``metric``, checked line by line); three are
+shipped:
 
 * ``ioi`` — indirect object identification (Wang et al. 2022, arXiv 2211.00593): templates in ABBA and BABA
   order ("When Mary and John went to the store, John gave a drink to" → " Mary", wrong " John"); the corrupt
@@ -23,23 +26,34 @@ so mean and resample ablations work position by position.
 
 from __future__ import annotations
 
+import json
+import os
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import InitVar, dataclass, field, replace
 from typing import Any, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
 
 from interp._validate import check_int_min, check_positive_int
-from interp.causal._metrics import LogitDiff
+from interp.causal._metrics import Logit, LogitDiff, LogProb, Metric, Prob
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.models import tokenize
 from interp.models import Model
 from interp.stream._inputs import require_model
 
-__all__ = ["Task", "load_task", "TASKS", "IOI_NAMES", "IOI_TEMPLATES", "CAPITALS"]
+__all__ = ["Task", "load_task", "TASKS", "TASK_METRICS", "IOI_NAMES", "IOI_TEMPLATES", "CAPITALS"]
 
 TASKS = ("ioi", "induction", "factual")
+#: a task's metric, by name: what :attr:`Task.metric` reads at each prompt's last token
+TASK_METRICS = {
+    "logit_diff": "logit[answer] − logit[wrong]",
+    "logprob": "log softmax(logits)[answer] (wrong unused)",
+    "prob": "softmax(logits)[answer] (wrong unused)",
+    "logit": "logit[answer] (wrong unused)",
+}
+MULTI_TOKEN = ("error", "first")
+_PAIR_KEYS = ("clean", "corrupt", "answer", "wrong")
 
 IOI_NAMES = (
     "Mary", "John", "Tom", "James", "Alice", "Bob", "Sarah", "David", "Michael", "Emma", "Anna", "Paul", "Mark",
@@ -89,7 +103,14 @@ class Task:
     """Clean/corrupt prompt pairs with per-prompt answer and wrong tokens (see the module docstring).
 
     ``clean`` / ``corrupt``: lists of strings or int tensors [n, pos]; ``answer`` / ``wrong``: one token
-    (string or id) per prompt. :attr:`metric` is ``LogitDiff(answer, wrong)`` at each prompt's last token.
+    (string or id) per prompt; ``metric_name``: one of :data:`TASK_METRICS` (default ``"logit_diff"``, so
+    :attr:`metric` is ``LogitDiff(answer, wrong)`` at each prompt's last token).
+
+    When the task is checked: a Task holds no model, and whether two strings have the same token length
+    depends on the tokenizer. Pass ``model=`` (not stored) to check every pair when the Task is built —
+    equal token lengths, one token per answer/wrong (:meth:`check`); without it, token-id tensors are still
+    checked for equal shapes, but text pairs are checked only when an analysis first runs the task.
+    :meth:`from_jsonl` always takes the model and checks each record, naming its line.
     """
 
     name: str
@@ -98,8 +119,10 @@ class Task:
     answer: list = field(repr=False)
     wrong: list = field(repr=False)
     description: str = ""
+    metric_name: str = "logit_diff"
+    model: InitVar[Optional[Model]] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, model: Optional[Model]) -> None:
         n = len(self.clean)
         if n == 0:
             raise ArgumentError(f"task {self.name!r}: clean is empty; give at least one prompt")
@@ -110,8 +133,16 @@ class Task:
                                     f"entries but clean has {n}; give one per clean prompt")
         if isinstance(self.clean, Tensor) != isinstance(self.corrupt, Tensor):
             raise ArgumentError(f"task {self.name!r}: clean and corrupt must both be text or both be token ids")
+        if isinstance(self.clean, Tensor) and tuple(self.clean.shape) != tuple(self.corrupt.shape):
+            raise ArgumentError(f"task {self.name!r}: clean has shape {tuple(self.clean.shape)} but corrupt has "
+                                f"{tuple(self.corrupt.shape)}; each clean/corrupt pair must have the same token length")
+        if not isinstance(self.metric_name, str) or self.metric_name not in TASK_METRICS:
+            raise ArgumentError(f"metric_name={self.metric_name!r} is not a task metric; choose one of "
+                                f"{list(TASK_METRICS)}")
         object.__setattr__(self, "answer", list(self.answer))
         object.__setattr__(self, "wrong", list(self.wrong))
+        if model is not None:
+            self.check(model)
 
     @property
     def n(self) -> int:
@@ -121,8 +152,14 @@ class Task:
         return self.n
 
     @property
-    def metric(self) -> LogitDiff:
-        """logit[answer] − logit[wrong] at each prompt's last token."""
+    def metric(self) -> Metric:
+        """The task's metric at each prompt's last token (``metric_name``; by default logit[answer] − logit[wrong])."""
+        if self.metric_name == "logprob":
+            return LogProb(list(self.answer))
+        if self.metric_name == "prob":
+            return Prob(list(self.answer))
+        if self.metric_name == "logit":
+            return Logit(list(self.answer))
         return LogitDiff(answer=list(self.answer), wrong=list(self.wrong))
 
     def head(self, n: int) -> "Task":
@@ -135,8 +172,111 @@ class Task:
     def check(self, model: Model) -> None:
         """A typed error if a pair differs in token length or an answer/wrong token is not one token for ``model``."""
         from interp.causal._common import make_pair
+        from interp.attribution._answers import resolve_tokens
 
+        require_model(model)
         make_pair(model, self.clean, self.corrupt, self.metric, need_corrupt=True)
+        resolve_tokens(model, list(self.wrong), self.n, "wrong")  # also when the metric does not read it
+
+    @classmethod
+    def from_jsonl(cls, path: Union[str, "os.PathLike[str]"], model: Model, *, name: Optional[str] = None,
+                   multi_token: str = "error", description: str = "") -> "Task":
+        """A task from a JSON Lines file, checked for ``model`` record by record.
+
+        Each non-blank line is one pair: ``{"clean": str, "corrupt": str, "answer": str | int, "wrong": str | int}``
+        and optionally ``"metric"`` (one of :data:`TASK_METRICS`; every line that gives one must give the same,
+        default ``"logit_diff"``). Checked on load, each error naming the file and line: the JSON, the keys,
+        the types, equal token lengths of ``clean`` and ``corrupt`` (tokenised as the analyses do, BOS
+        included), and that ``answer`` / ``wrong`` are one token. A text answer of several tokens is an error
+        unless ``multi_token="first"``, which keeps its first token (as the shipped factual task does with
+        multi-token capitals). ``name`` defaults to the file's stem.
+        """
+        require_model(model)
+        if multi_token not in MULTI_TOKEN:
+            raise ArgumentError(f"multi_token={multi_token!r} must be one of {list(MULTI_TOKEN)}")
+        if not isinstance(path, (str, os.PathLike)):
+            raise ArgumentError(f"path={path!r} must be a path to a JSON Lines file")
+        if not model.arch.has_logits:
+            raise UnsupportedOperationError(f"path={str(path)!r}: a task reads logits; model {model.name!r} has none "
+                                            "(an encoder)")
+        if model.tokenizer is None:
+            raise UnsupportedOperationError(f"path={str(path)!r}: the pairs are text, but model {model.name!r} has "
+                                            "no tokenizer")
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except OSError as e:
+            raise ArgumentError(f"path={str(path)!r} cannot be read: {e.strerror or e}") from None
+        where = lambda i: f"{os.fspath(path)}, line {i}"  # noqa: E731
+        recs: list[tuple[int, dict]] = []
+        metric_name: Optional[str] = None
+        for i, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ArgumentError(f"{where(i)}: not valid JSON ({e.msg}); each line must be one JSON object") from None
+            if not isinstance(rec, dict):
+                raise ArgumentError(f"{where(i)}: a {type(rec).__name__}, not a JSON object with keys {list(_PAIR_KEYS)}")
+            missing = [k for k in _PAIR_KEYS if k not in rec]
+            if missing:
+                raise ArgumentError(f"{where(i)}: missing key(s) {missing}; each pair needs {list(_PAIR_KEYS)} "
+                                    "(and optionally 'metric')")
+            extra = sorted(set(rec) - set(_PAIR_KEYS) - {"metric"})
+            if extra:
+                raise ArgumentError(f"{where(i)}: unknown key(s) {extra}; allowed: {list(_PAIR_KEYS) + ['metric']}")
+            for k in ("clean", "corrupt"):
+                if not isinstance(rec[k], str) or not rec[k].strip():
+                    raise ArgumentError(f"{where(i)}: {k}={rec[k]!r} must be a non-empty string")
+            for k in ("answer", "wrong"):
+                if isinstance(rec[k], bool) or not isinstance(rec[k], (str, int)):
+                    raise ArgumentError(f"{where(i)}: {k}={rec[k]!r} must be a token string or a token id")
+            if "metric" in rec:
+                m = rec["metric"]
+                if not isinstance(m, str) or m not in TASK_METRICS:
+                    raise ArgumentError(f"{where(i)}: metric={m!r} is not a task metric; choose one of "
+                                        f"{list(TASK_METRICS)}")
+                if metric_name is not None and m != metric_name:
+                    raise ArgumentError(f"{where(i)}: metric={m!r} but an earlier line has {metric_name!r}; a task "
+                                        "has one metric")
+                metric_name = m
+            recs.append((i, rec))
+        if not recs:
+            raise ArgumentError(f"path={os.fspath(path)!r} holds no pairs; give one JSON object per line")
+        lc = _lengths(model, [r["clean"] for _, r in recs])
+        lk = _lengths(model, [r["corrupt"] for _, r in recs])
+        answers, wrongs = [], []
+        for (i, rec), a, b in zip(recs, lc, lk):
+            if a != b:
+                raise ArgumentError(f"{where(i)}: clean has {a} tokens but corrupt has {b} for {model.name!r}'s "
+                                    f"tokenizer (clean={rec['clean']!r}, corrupt={rec['corrupt']!r}); each pair "
+                                    "must have the same token length (patching aligns positions)")
+            answers.append(_pair_token(model, rec["answer"], f"{where(i)}: answer", multi_token))
+            wrongs.append(_pair_token(model, rec["wrong"], f"{where(i)}: wrong", multi_token))
+        stem = os.path.splitext(os.path.basename(os.fspath(path)))[0]
+        return cls(stem if name is None else name, [r["clean"] for _, r in recs], [r["corrupt"] for _, r in recs],
+                   answers, wrongs, description=description or f"{len(recs)} pairs from {os.path.basename(os.fspath(path))}",
+                   metric_name=metric_name or "logit_diff", model=model)
+
+
+def _pair_token(model: Model, value: Union[str, int], where: str, multi_token: str) -> Union[str, int]:
+    """``value`` if it is one output token (a string or an id), its first token id under ``multi_token="first"``."""
+    d_out = int(model.weights.W_U.shape[1]) if model.weights.W_U is not None else model.arch.d_vocab
+    if isinstance(value, int):
+        if not 0 <= value < d_out:
+            raise ArgumentError(f"{where}={value} is not an output token id: ids are in [0, {d_out - 1}]")
+        return value
+    ids = model.tokenizer(value, add_special_tokens=False)["input_ids"]
+    if len(ids) == 1:
+        return value
+    if not ids:
+        raise ArgumentError(f"{where}={value!r} tokenises to nothing; give one token")
+    if multi_token == "first":
+        return int(ids[0])
+    pieces = [model.tokenizer.decode([t]) for t in ids]
+    raise ArgumentError(f"{where}={value!r} is {len(ids)} tokens {pieces}; give one token, or pass "
+                        "multi_token='first' (CLI: --multi-token first) to keep its first token")
 
 
 def _single_token(model: Model, text: str) -> Optional[int]:
