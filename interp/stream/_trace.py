@@ -130,7 +130,7 @@ class ResidualTrace:
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike]) -> "ResidualTrace":
-        """Read a trace written by :meth:`save`; it decomposes bit for bit as the original."""
+        """Read a trace written by :meth:`save`; its tensors are the original's bit for bit; it decomposes as the original (to float rounding)."""
         from interp.stream._trace_io import load_trace
 
         return load_trace(cls, path)

@@ -4,7 +4,8 @@ A trace is its token ids, attention mask, captured activations (or, for a projec
 the decompositions it computed) and the weights a decomposition reads. The file keeps exactly
 those weights — W_O, b_O, b_out, W_out (neuron layers only) and every norm's γ and β — not the
 embeddings, unembedding or q/k/v/MLP-input weights, so a loaded trace decomposes every read and
-resid point bit for bit as the original did, while its ``weights`` hold None in the other fields.
+resid point as the original did (to float rounding: the stored tensors are bit for bit the same, the
+summation order of a matmul depends on the kernel), while its ``weights`` hold None in the other fields.
 
 Layout: tensors ``tokens``, ``attention_mask``, ``logits``, ``project_onto``, ``act/<hook name>``,
 ``w/<weight name>``, ``proj/<i>/<field>``; header metadata ``format`` = "interp-trace-v1" and
