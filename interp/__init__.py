@@ -31,7 +31,7 @@ from interp.edges import (
 from interp.models import ArchInfo, CatalogEntry, Model, list_models, load_model
 from interp.plots import Exporter, export
 from interp.report import circuit_report, circuits_report, report
-from interp.stream import Decomposition, ResidualTrace, trace
+from interp.stream import Decomposition, Predictions, ResidualTrace, predict, trace
 
 __all__ = [
     "ArchInfo",
@@ -67,6 +67,7 @@ __all__ = [
     "OVAt",
     "PatchResult",
     "PathExpansion",
+    "Predictions",
     "Prob",
     "ResidualTrace",
     "attribute_direction",
@@ -87,6 +88,7 @@ __all__ = [
     "patch",
     "path_patch",
     "path_expansion",
+    "predict",
     "qk_circuit",
     "report",
     "rotate_residual",

@@ -154,6 +154,7 @@ FACTORIES: dict[str, Callable[[dict], Any]] = {
     "CircuitEvaluation": lambda m: interp.evaluate_circuit(m["gpt2"], EDGE_CLEAN, EDGE_CORRUPT, _edge_scores(m).circuit(n=12),
                                                            metric=_causal_metric()),
     "EdgeRanking": lambda m: _edge_ranking(m),
+    "Predictions": lambda m: interp.predict(m["gpt2"], ["w1 w2 w3 w4 w5", "w6 w7 w8"], k=4),
     "FaithfulnessCurve": lambda m: interp.faithfulness_curve(m["gpt2"], EDGE_CLEAN, EDGE_CORRUPT, _edge_scores(m),
                                                              metric=_causal_metric(), sizes=(0.05, 0.2, 1.0), progress=False),
 }
@@ -335,7 +336,17 @@ def _check_faithfulness_curve(r, label, v, rows):
     assert _close(v, (r.values[i, j] - r.empty[i]) / (r.full[i] - r.empty[i]))
 
 
+def _check_predictions(r, label, v, rows):
+    i = r.labels.index(label)
+    assert torch.equal(v, r.label_probs[i]) and v.shape == (r.n_prompts,)
+    assert len(rows) >= 1
+    for row in rows.to_dict("records"):  # the label's rows: the prompts whose top k hold it
+        assert row["token_id"] == r.label_ids[i] and _close(row["prob"], v[row["prompt"]])
+        assert _close(row["prob"], r.top_probs[row["prompt"], row["rank"] - 1])
+
+
 ROW_CHECKS: dict[str, Callable[[Any, str, Any, pd.DataFrame], None]] = {
+    "Predictions": _check_predictions,
     "LogitAttribution": _check_logit_attribution, "Decomposition": _check_decomposition,
     "HeadScores": _check_head_scores, "OVDiagonalStats": _check_ov_diagonal, "VirtualWeightNorms": _check_virtual,
     "CompositionScores": _check_composition, "CompositionGraph": _check_graph, "HeadOperator": _check_head_operator,

@@ -17,6 +17,7 @@ from interp.plots._decomposition import decomposition_figure
 from interp.plots._export import Exporter, export
 from interp.plots._graph import composition_graph_figure
 from interp.plots._lens import logit_lens_figure
+from interp.plots._predict import predictions_figure
 from interp.plots._roc import edge_roc_figure
 from interp.plots._scores import (
     composition_score_map,
@@ -53,6 +54,7 @@ __all__ = [
     "ov_eigenvalue_figure",
     "patch_figure",
     "path_expansion_figure",
+    "predictions_figure",
     "privileged_basis_figure",
     "residual_stream_figure",
     "self_rank_histogram",

@@ -4,9 +4,10 @@ from interp.stream._attention import AttentionPatternBatch, AttentionPatterns, a
 from interp.stream._capture import capture, count_hooks
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch, as_batch, tokenize
+from interp.stream._predict import Predictions, predict
 from interp.stream._trace import ResidualTrace, trace
 
 __all__ = [
-    "AttentionPatternBatch", "AttentionPatterns", "Batch", "Decomposition", "ResidualTrace", "as_batch",
-    "attention_patterns", "capture", "count_hooks", "tokenize", "trace",
+    "AttentionPatternBatch", "AttentionPatterns", "Batch", "Decomposition", "Predictions", "ResidualTrace", "as_batch",
+    "attention_patterns", "capture", "count_hooks", "predict", "tokenize", "trace",
 ]
