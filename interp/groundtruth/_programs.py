@@ -16,6 +16,10 @@ sort           ``make_sort(tokens, tokens, max_seq_len=5, min_key=1)``     {1, 2
 hist           ``make_hist()`` — selector width of same-token              {a, b, c}       5
 =============  ==========================================================  ==============  ====
 
+Your own program: ``compile_program(sop, vocab=..., max_seq_len=...)`` compiles any RASP SOp (e.g. tracr's
+``lib.make_shuffle_dyck`` or ``lib.make_count_less_freq``); the unembedding reads the subspace of the
+program's own label (``sop.label``), or ``output_label`` where you need another.
+
 reverse and frac_prevs ("proportion") with these vocabularies are the tracr tasks of ACDC
 (Conmy et al. 2023, section 4.1). Compiling needs the optional ``groundtruth`` extra
 (``pip install 'interp[groundtruth]'``: tracr-pypi, a CPU jax, dm-haiku, chex); tracr and jax are
@@ -155,27 +159,68 @@ class TracrProgram:
 
 
 def compile_program(
-    name: str,
+    program: Any,
     *,
+    vocab: Optional[Sequence[Value]] = None,
+    max_seq_len: Optional[int] = None,
+    output_label: Optional[str] = None,
     device: Union[str, torch.device] = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> TracrProgram:
-    """Compile program ``name`` (one of :func:`program_names`) with tracr and load it as a Model."""
-    if name not in PROGRAMS:
-        raise ArgumentError(f"name={name!r} is not a known program; choose one of {program_names()}")
-    spec = PROGRAMS[name]
+    """Compile ``program`` with tracr and load it as a Model: a shipped name (one of :func:`program_names`,
+    which brings its own vocabulary and length) or your own tracr RASP program (a ``rasp.SOp``, e.g. one of
+    ``tracr.compiler.lib``'s) with its input ``vocab`` and ``max_seq_len``.
+
+    The unembedding reads the output SOp's residual subspace, found by the program's own label
+    (``program.label``); ``output_label`` names another subspace where a user needs one (it must be one of
+    the compiled model's residual names). The result feeds :func:`tracr_task` / :func:`edge_ranking` as a
+    shipped program does.
+    """
     compiling, lib, rasp = _tracr()
-    program = spec.build(lib, rasp)
-    compiled = compiling.compile_rasp_to_model(program, vocab=set(spec.vocab), max_seq_len=spec.max_seq_len,
-                                               compiler_bos=BOS)
+    if isinstance(program, str):
+        if program not in PROGRAMS:
+            raise ArgumentError(f"program={program!r} is not a known program; choose one of {program_names()} or "
+                                "pass a tracr RASP program (rasp.SOp) with vocab= and max_seq_len=")
+        for arg, v in (("vocab", vocab), ("max_seq_len", max_seq_len)):
+            if v is not None:
+                raise ArgumentError(f"{arg}={v!r}: the shipped program {program!r} has its own {arg} "
+                                    f"({getattr(PROGRAMS[program], arg)!r}); {arg} is for a RASP program you pass")
+        spec = PROGRAMS[program]
+        sop = spec.build(lib, rasp)
+        name, values, n, description = program, spec.vocab, spec.max_seq_len, spec.description
+    else:
+        if not isinstance(program, rasp.SOp):
+            raise ArgumentError(f"program={type(program).__name__} must be a shipped name ({program_names()}) or a "
+                                "tracr RASP program (a rasp.SOp, e.g. tracr.compiler.lib.make_sort_unique(...))")
+        if vocab is None or isinstance(vocab, (str, bytes)) or not isinstance(vocab, (set, frozenset, list, tuple)) \
+                or len(vocab) == 0:
+            raise ArgumentError(f"vocab={vocab!r} must be a non-empty set or sequence of the program's input "
+                                "values (e.g. {1, 2, 3} or ['a', 'b'])")
+        if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 1:
+            raise ArgumentError(f"max_seq_len={max_seq_len!r} must be a positive int: the longest input the "
+                                "compiled model reads (BOS not counted)")
+        if BOS in vocab:
+            raise ArgumentError(f"vocab has {BOS!r}, the compiler's BOS token; use other values")
+        sop = program
+        name = str(program.label)
+        values = tuple(sorted(set(vocab), key=lambda v: (type(v).__name__, v))) if isinstance(vocab, (set, frozenset)) \
+            else tuple(dict.fromkeys(vocab))
+        n, description = max_seq_len, f"RASP program {name!r}"
+    if output_label is not None and not isinstance(output_label, str):
+        raise ArgumentError(f"output_label={output_label!r} must be a residual subspace name (a str) or None")
+    try:
+        compiled = compiling.compile_rasp_to_model(sop, vocab=set(values), max_seq_len=n, compiler_bos=BOS)
+    except (ValueError, TypeError, KeyError, NotImplementedError) as e:
+        raise ArgumentError(f"program={name!r}: tracr cannot compile it with vocab={list(values)}, "
+                            f"max_seq_len={n}: {e}") from e
     numerical = tracr_is_numerical(compiled)
-    output_label = tracr_output_label(compiled, program.label if numerical else None)
-    values: tuple[Value, ...] = ()
+    label = tracr_output_label(compiled, output_label if output_label is not None else str(sop.label))
+    out_values: tuple[Value, ...] = ()
     if not numerical:
         by_column = {int(j): v for v, j in compiled.output_encoder.encoding_map.items()}
-        values = tuple(by_column[j] for j in range(len(by_column)))
-    model = model_from_tracr(compiled, name=f"tracr-{name}", output_label=output_label, device=device, dtype=dtype,
-                             source=f"tracr-compiled RASP program {name!r}: {spec.description}")
-    return TracrProgram(name=name, program=program, compiled=compiled, model=model, vocab=spec.vocab,
-                        max_seq_len=spec.max_seq_len, residual_labels=tuple(compiled.residual_labels),
-                        output_label=output_label, numerical=numerical, output_values=values)
+        out_values = tuple(by_column[j] for j in range(len(by_column)))
+    model = model_from_tracr(compiled, name=f"tracr-{name}", output_label=label, device=device, dtype=dtype,
+                             source=f"tracr-compiled RASP program {name!r}: {description}")
+    return TracrProgram(name=name, program=sop, compiled=compiled, model=model, vocab=tuple(values),
+                        max_seq_len=n, residual_labels=tuple(compiled.residual_labels),
+                        output_label=label, numerical=numerical, output_values=out_values)
