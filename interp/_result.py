@@ -11,9 +11,12 @@ A result is a frozen dataclass of tensors, labels and JSON values — never the 
 
 ``top`` ranks by the class's documented ``default_by`` column; ``absolute`` defaults to the class's
 ``default_absolute`` (True — rank by magnitude — unless the quantity is signed and "top" means
-"largest", e.g. copying scores). Results computed from norm-folded or raw weights say which in a
-typed ``fold_norms`` field. The row argument that picks one prompt of a batch is called ``prompt``
-everywhere.
+"largest", e.g. copying scores). ``absolute`` has one meaning everywhere: True ranks by the magnitude of
+the quantity, False by its signed value, largest first. Where the default column is itself a magnitude
+(``LogitAttribution``'s ``mean_abs``, the mean of |value| over prompts), ``absolute=False`` without ``by``
+ranks by the signed column it summarises (``signed_by``: ``mean``), so it never repeats ``top()``.
+Results computed from norm-folded or raw weights say which in a typed ``fold_norms`` field. The row
+argument that picks one prompt of a batch is called ``prompt`` everywhere.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class Result(SaveLoadMixin):
     label_column: ClassVar[str] = "label"
     default_by: ClassVar[str] = "value"
     default_absolute: ClassVar[bool] = True
+    #: the signed column ``top(absolute=False)`` ranks by when ``default_by`` is a magnitude (None: ``default_by``)
+    signed_by: ClassVar[Optional[str]] = None
 
     if TYPE_CHECKING:
 
@@ -99,7 +104,9 @@ class Result(SaveLoadMixin):
     def top(self, k: int = 10, *, by: Optional[str] = None, absolute: Optional[bool] = None) -> pd.DataFrame:
         """The ``k`` rows with the largest ``by`` (its magnitude if ``absolute``), largest first.
 
-        ``by`` defaults to :attr:`default_column`, ``absolute`` to :attr:`default_absolute`.
+        ``by`` defaults to :attr:`default_column`, ``absolute`` to :attr:`default_absolute`; with
+        ``absolute=False`` and no ``by``, a class whose default column is a magnitude ranks by its signed
+        counterpart :attr:`signed_by` (e.g. ``mean`` for ``mean_abs``).
         """
         return self._rank(self._ranked_frame(), k, by=by, absolute=absolute)
 
@@ -110,7 +117,12 @@ class Result(SaveLoadMixin):
             check_bool("absolute", absolute)
         order = self._default_order(df) if by is None and absolute is None else None
         if order is None:
-            col = self.default_column if by is None else by
+            if by is not None:
+                col = by
+            elif absolute is False and self.signed_by is not None:
+                col = self.signed_by
+            else:
+                col = self.default_column
             if not isinstance(col, str) or col not in df.columns:
                 numeric = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c])]
                 raise ArgumentError(f"by={col!r} is not a column of {type(self).__name__}'s table; "

@@ -4,9 +4,20 @@ Every error a user can trigger by passing something wrong is an :class:`InterpEr
 subclass whose message names the argument, the value it got and what is allowed.
 They also subclass the builtin exception a Python user would expect (``ValueError``,
 ``FileNotFoundError``...), so generic handlers keep working.
+
+Input that is allowed but probably not what was meant (an answer token without its leading space, an
+ablation that cannot differ from another, attribution scores far from their completeness target) warns
+with an :class:`InterpWarning` subclass instead; the message names the argument, the value and the fix.
+Filter them like any warning: ``warnings.simplefilter("ignore", interp.TokenSpacingWarning)``, or
+``"error"`` to make them raise.
 """
 
 from __future__ import annotations
+
+import sys
+import warnings
+from types import FrameType
+from typing import Optional
 
 __all__ = [
     "InterpError",
@@ -22,6 +33,10 @@ __all__ = [
     "MemoryCapError",
     "ExportError",
     "ResultFormatError",
+    "InterpWarning",
+    "TokenSpacingWarning",
+    "AblationWarning",
+    "CompletenessWarning",
 ]
 
 
@@ -78,3 +93,33 @@ class ExportError(InterpError, OSError):
 
 class ResultFormatError(InterpError, ValueError):
     """A saved result file that is missing, truncated, or holds another kind of result."""
+
+
+class InterpWarning(UserWarning):
+    """Base class of every warning interp gives for input that runs but probably does not mean what was meant."""
+
+
+class TokenSpacingWarning(InterpWarning):
+    """An answer / wrong / metric token without a leading space follows a prompt that does not end in one,
+    while its space-prefixed form is a single token (``"Rome"`` after ``"… is"``, where ``" Rome"`` was
+    probably meant); the message names the spaced form."""
+
+
+class AblationWarning(InterpWarning):
+    """An ablation that cannot give a different distribution from another one (mean or resample ablation
+    over a single reference prompt is that prompt, i.e. the corrupt ablation)."""
+
+
+class CompletenessWarning(InterpWarning):
+    """Attribution scores whose completeness sum is far from what it should add up to (M(corrupt) −
+    M(clean)): the first-order estimate is poor; more integration steps or another method is the fix."""
+
+
+def warn_user(message: str, category: type[InterpWarning]) -> None:
+    """``warnings.warn(message, category)`` attributed to the first caller outside interp (the user's line),
+    whatever depth of interp's own calls it is given from."""
+    frame: Optional[FrameType] = sys._getframe(1)
+    level = 2
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "interp":
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)

@@ -10,7 +10,8 @@ skip the contract, and a new non-result is a decision someone wrote down.
 For each result: ``r[label]`` on its first label equals that label's row(s) of ``to_dataframe()``
 (checked against the tensors by hand, per class), the DataFrame has the label column, ``top(3)`` has
 ≤ 3 rows ordered by the class's default column (|·| when ``default_absolute``), ``top(by=...,
-absolute=False)`` ranks signed, ``plot()`` is a plotly Figure, and ``save``/``load`` round-trips every
+absolute=False)`` ranks signed, ``top(absolute=...)`` has one meaning (|·| or signed, ``signed_by`` where the
+default column is a magnitude), ``plot()`` is a plotly Figure, and ``save``/``load`` round-trips every
 field (tensors bit-for-bit, labels equal).
 """
 
@@ -479,6 +480,12 @@ def test_result_contract(name, models, results, tmp_path):
         _assert_ranked(top, full, col, cls.default_absolute, 3)
     _assert_ranked(r.top(3, by=col, absolute=True), full, col, True, 3)
     _assert_ranked(r.top(3, by=col, absolute=False), full, col, False, 3)
+    # one meaning of ``absolute`` without ``by``: True ranks by |quantity|, False by the signed quantity —
+    # the signed column a magnitude default summarises (``signed_by``, e.g. mean for mean_abs), else the default
+    signed = cls.signed_by or col
+    assert signed in full.columns and pd.api.types.is_numeric_dtype(full[signed]), (name, signed)
+    _assert_ranked(r.top(3, absolute=True), full, col, True, 3)
+    _assert_ranked(r.top(3, absolute=False), full, signed, False, 3)
     other = [c for c in full.columns if c != col and pd.api.types.is_numeric_dtype(full[c])
              and not pd.api.types.is_bool_dtype(full[c])]
     if other:

@@ -1,4 +1,8 @@
-"""Resolving answer/wrong tokens and attributed positions for a batch of prompts."""
+"""Resolving answer/wrong tokens and attributed positions for a batch of prompts.
+
+:func:`warn_unspaced` is the one check of a token string's leading space against the prompt it follows
+(every analysis that reads a token after a prompt calls it once its positions are known).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,11 @@ from typing import Any, Optional, Sequence, Union, overload
 import torch
 from torch import Tensor
 
-from interp.errors import ArgumentError
+from interp.errors import ArgumentError, TokenSpacingWarning, warn_user
 from interp.models import Model
 from interp.stream._inputs import check_tensor_data
 
-__all__ = ["resolve_tokens", "resolve_positions"]
+__all__ = ["resolve_tokens", "resolve_positions", "warn_unspaced"]
 
 TokenSpec = Union[str, int, Sequence[Union[str, int]], Tensor]
 
@@ -95,3 +99,50 @@ def resolve_positions(pos: Union[int, Sequence[int], Tensor], mask: Tensor, offs
             raise ArgumentError(f"pos={p} points at padding in prompt {offset + i} (it has {L} real tokens)")
         out.append(q)
     return torch.tensor(out, dtype=torch.long)
+
+
+def _strings(spec: Any, n: int, arg: str) -> list[tuple[str, str, list[int]]]:
+    """(argument name, token string, prompts it is read for) of every string in a token spec."""
+    if isinstance(spec, str):
+        return [(arg, spec, list(range(n)))]
+    if isinstance(spec, (set, frozenset)):
+        return [(arg, v, list(range(n))) for v in sorted(x for x in spec if isinstance(x, str))]
+    out: list[tuple[str, str, list[int]]] = []
+    if isinstance(spec, (list, tuple)) and len(spec) == n:
+        for i, v in enumerate(spec):
+            items = sorted(x for x in v if isinstance(x, str)) if isinstance(v, (set, frozenset)) else (
+                list(v) if isinstance(v, (list, tuple)) else [v])
+            out += [(f"{arg}[{i}]", x, [i]) for x in items if isinstance(x, str)]
+    return out
+
+
+def warn_unspaced(model: Model, spec: Any, arg: str, tokens: Tensor, positions: Optional[Tensor], *,
+                  owner: str = "") -> None:
+    """A :class:`interp.TokenSpacingWarning` for each token string of ``spec`` (an answer, wrong or metric
+    token: a string, a set, or one entry per prompt) that has no leading space, is read after a prompt token
+    that does not end in whitespace (``tokens[i, positions[i]]``), and whose space-prefixed form is a single
+    other token: ``wrong="Rome"`` after "The capital of Spain is" reads logit['Rome'], not logit[' Rome'].
+    Token ids are never checked (they say exactly which token is meant)."""
+    tok = model.tokenizer
+    if tok is None or positions is None or spec is None or isinstance(spec, (int, Tensor)):
+        return
+    n = int(tokens.shape[0])
+    for name, text, prompts in _strings(spec, n, arg):
+        if not text or text[0].isspace():
+            continue
+        spaced = tok(" " + text, add_special_tokens=False)["input_ids"]
+        plain = tok(text, add_special_tokens=False)["input_ids"]
+        if len(spaced) != 1 or list(spaced) == list(plain) or spaced[0] == getattr(tok, "unk_token_id", None):
+            continue
+        for i in prompts:
+            before = tok.decode([int(tokens[i, int(positions[i])])])
+            if before and not before[-1].isspace():
+                where = f" (prompt {i})" if n > 1 else ""
+                got = f"{text!r} (id {plain[0]})" if len(plain) == 1 else f"{text!r} (ids {list(plain)})"
+                warn_user(
+                    f"{owner + ': ' if owner else ''}{name}={text!r} has no leading space "
+                    f"and follows {before!r}{where}, which does not end in one: the logit read is {got}, not the "
+                    f"space-prefixed word {' ' + text!r} (id {spaced[0]}) that usually comes next. Pass "
+                    f"{name}={' ' + text!r} if that is meant; to keep {text!r}, pass its token id or filter "
+                    "interp.TokenSpacingWarning", TokenSpacingWarning)
+                break

@@ -29,7 +29,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._validate import check_positive_int
-from interp.attribution._answers import TokenSpec, resolve_positions
+from interp.attribution._answers import TokenSpec, resolve_positions, warn_unspaced
 from interp.attribution._result import LogitAttribution
 from interp.attribution._sources import head_source_terms, require_head_sources
 from interp.attribution._targets import Targets, coefficients, combine, plan_reads, resolve_targets
@@ -259,6 +259,7 @@ def attribute_logits(
 
     chunks: list[dict[str, Any]] = []
     positions: list[Tensor] = []
+    before: list[Tensor] = []
     bar = tqdm(total=n, desc="attribute_logits", unit="prompt", disable=not show)
     try:
         for start in range(0, n, batch_size):
@@ -273,9 +274,13 @@ def attribute_logits(
             p = resolve_positions(pos, batch.attention_mask.cpu(), offset=start)
             chunks.append(_chunk(model, batch, p, targets, start, neuron_layers, unit))
             positions.append(p)
+            before.append(batch.tokens.cpu()[torch.arange(len(p)), p])
             bar.update(len(chunk))
     finally:
         bar.close()
+    last = torch.cat(before)[:, None]  # the token each answer follows
+    for arg, spec in (("answer", answer), ("wrong", wrong)):
+        warn_unspaced(model, spec, arg, last, torch.zeros(n, dtype=torch.long), owner="attribute_logits")
     labels = chunks[0]["labels"]
     values = torch.cat([c["values"] for c in chunks], dim=1)
     total = torch.cat([c["total"] for c in chunks])

@@ -52,11 +52,14 @@ class LogitAttribution(Result):
     the context its tokens are read in), ``prompt_targets``. ``str_tokens`` is prompt 0's tokens.
 
     Contract (:class:`interp._result.Result`): ``result["L3.H5"]`` is that term's values [N];
-    ``to_dataframe()`` has one row per term (column ``term``); ``top`` ranks by ``mean_abs``.
+    ``to_dataframe()`` has one row per term (column ``term``); ``top`` ranks by ``mean_abs`` (the mean of
+    |value| over prompts; ``absolute=True`` is the same), ``top(absolute=False)`` by the signed ``mean``,
+    largest first (the terms that push the target up most).
     """
 
     label_column: ClassVar[str] = "term"
     default_by: ClassVar[str] = "mean_abs"
+    signed_by: ClassVar[Optional[str]] = "mean"
 
     values: Float[Tensor, "n_terms batch"] = field(repr=False)
     labels: list[str]

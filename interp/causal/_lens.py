@@ -36,7 +36,7 @@ from torch import Tensor
 
 from interp._result import Result
 from interp._validate import check_choice, check_positive_int
-from interp.attribution._answers import TokenSpec, resolve_positions, resolve_tokens
+from interp.attribution._answers import TokenSpec, resolve_positions, resolve_tokens, warn_unspaced
 from interp.causal._metrics import final_norm, readout
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.labels import Resid
@@ -199,6 +199,10 @@ def logit_lens(
             raise ArgumentError(f"pos has {len(pos)} entries but there are {B} prompts")
         positions = resolve_positions(pos, batch.attention_mask.cpu()).to(dev)[:, None]
         keep_mask = torch.ones_like(positions)
+    # the answer is read after the given position (every position: the last real token, where it comes next)
+    after = batch.last_positions() if pos is None else positions[:, 0]
+    for arg, spec in (("answer", answer), ("wrong", wrong)):
+        warn_unspaced(model, spec, arg, batch.tokens, after, owner="logit_lens")
 
     points = lens_points(arch)
     last = f"blocks.{arch.n_layers - 1}.hook_resid_post"

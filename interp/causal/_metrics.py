@@ -38,7 +38,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp._norms import norm_scale
-from interp.attribution._answers import TokenSpec, resolve_positions, resolve_tokens
+from interp.attribution._answers import TokenSpec, resolve_positions, resolve_tokens, warn_unspaced
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 from interp.models import Batch
 from interp.models import Model
@@ -149,6 +149,10 @@ class Metric:
     def _fn(self, model: Model, n: int) -> Callable[[Tensor, Tensor, Optional[Tensor]], Tensor]:
         raise NotImplementedError
 
+    def _token_specs(self) -> list[tuple[str, Any]]:
+        """(argument name, token spec) of the tokens this metric reads (checked for a missing leading space)."""
+        return []
+
     def check(self, model: Model) -> None:
         """An error naming ``metric`` if this metric cannot read this model's output."""
         if self.space == "logits" and not model.arch.has_logits:
@@ -171,8 +175,11 @@ class Metric:
             if isinstance(pos, (list, tuple)) and len(pos) != n:
                 raise ArgumentError(f"pos has {len(pos)} entries but there are {n} prompts")
             positions = resolve_positions(pos, mask.cpu()).to(mask.device)
+        fn = self._fn(model, n)
+        for arg, spec in self._token_specs():
+            warn_unspaced(model, spec, arg, batch.tokens, positions, owner=type(self).__name__)
         return BoundMetric(name=self.describe(model), space=self.space, n_prompts=n, positions=positions,
-                           mask=mask, needs_clean=self.needs_clean, fn=self._fn(model, n))
+                           mask=mask, needs_clean=self.needs_clean, fn=fn)
 
 
 def _tok_name(model: Model, t: Tensor) -> str:
@@ -196,6 +203,9 @@ class LogitDiff(Metric):
         if self.answer is None or self.wrong is None:
             raise ArgumentError(f"LogitDiff(answer={self.answer!r}, wrong={self.wrong!r}) needs both tokens; "
                                 "use interp.Logit(token) for a single logit")
+
+    def _token_specs(self) -> list[tuple[str, Any]]:
+        return [("answer", self.answer), ("wrong", self.wrong)]
 
     def describe(self, model: Model) -> str:
         n = 1 if isinstance(self.answer, (str, int)) else len(self.answer)
@@ -227,6 +237,9 @@ class _OneToken(Metric):
 
     def _transform(self, out: Tensor) -> Tensor:
         return out
+
+    def _token_specs(self) -> list[tuple[str, Any]]:
+        return [("token", self.token)]
 
     def _fn(self, model: Model, n: int) -> Callable:
         t = resolve_tokens(model, self.token, n, "token").to(model.device)

@@ -7,7 +7,7 @@ families (pre-norm LayerNorm / RMSNorm with GQA, parallel, post-norm) through a 
 results follow the one result contract (:mod:`interp._result`). The equations are in docs/math.md.
 """
 
-from interp.edges._attribution import edge_attribution
+from interp.edges._attribution import COMPLETENESS_TOLERANCE, edge_attribution
 from interp.edges._evaluate import (
     MIB_SIZES,
     CircuitEvaluation,
@@ -21,6 +21,7 @@ from interp.edges._scores import EdgeCircuit, EdgeScores
 from interp.edges._tasks import TASKS, Task, load_task
 
 __all__ = [
+    "COMPLETENESS_TOLERANCE",
     "CircuitEvaluation",
     "CircuitGraph",
     "EdgeCircuit",

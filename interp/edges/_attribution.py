@@ -46,15 +46,18 @@ from interp.causal._metrics import BoundMetric, final_norm
 from interp.edges._forward import Acts, EdgeForward
 from interp.edges._graph import CircuitGraph, circuit_graph
 from interp.edges._scores import EdgeScores
-from interp.errors import ArgumentError, UnsupportedOperationError
+from interp.errors import ArgumentError, CompletenessWarning, UnsupportedOperationError, warn_user
 from interp.models import Model
 from interp.stream._inputs import require_model
 
-__all__ = ["edge_attribution", "METHODS", "MetricReader"]
+__all__ = ["edge_attribution", "METHODS", "MetricReader", "COMPLETENESS_TOLERANCE", "check_completeness"]
 
 log = logging.getLogger(__name__)
 
 METHODS = ("eap", "eap-ig")
+#: ``edge_attribution`` warns (:class:`interp.CompletenessWarning`) when a result's completeness error exceeds
+#: this fraction of |M(corrupt) − M(clean)|: its scores are then a poor first-order estimate of the effects.
+COMPLETENESS_TOLERANCE = 0.1
 IG_AT = ("inputs", "activations")
 SCALES = ("recomputed", "frozen")
 
@@ -96,7 +99,7 @@ def edge_attribution(
     corrupt: Any,
     *,
     metric: Any,
-    method: str = "eap",
+    method: str = "eap-ig",
     ig_steps: int = 5,
     ig_at: str = "inputs",
     scale: str = "recomputed",
@@ -106,10 +109,14 @@ def edge_attribution(
     """EAP or EAP-IG scores of every edge of ``model``'s circuit graph (see the module docstring).
 
     ``clean`` / ``corrupt``: prompts (strings or token ids), pairwise of equal token length. ``metric``: an
-    interp metric (:class:`interp.LogitDiff`, ...) or a callable on the logits. ``method``: "eap" or "eap-ig"
-    (``ig_steps`` path points, at the "inputs" or the "activations"). ``scale``: "recomputed" (the norms'
-    true Jacobians) or "frozen" (σ held). ``batch_size``: prompts per forward (default: all, or fewer so that
-    the writes and gradients of a chunk stay near 1 GB).
+    interp metric (:class:`interp.LogitDiff`, ...) or a callable on the logits. ``method``: "eap-ig" (default;
+    ``ig_steps`` path points, at the "inputs" or the "activations") or "eap" (one gradient, at the clean run:
+    ``ig_steps`` + 1 times cheaper, and far from complete where the metric saturates). ``scale``: "recomputed"
+    (the norms' true Jacobians) or "frozen" (σ held). ``batch_size``: prompts per forward (default: all, or
+    fewer so that the writes and gradients of a chunk stay near 1 GB).
+
+    An :class:`interp.CompletenessWarning` is given when the result's ``completeness_error`` exceeds
+    :data:`COMPLETENESS_TOLERANCE` (10 %) of |M(corrupt) − M(clean)|.
     """
     require_model(model)
     check_choice("method", method, METHODS)
@@ -156,7 +163,27 @@ def edge_attribution(
         details={"batch_size": bs, "path": "α = k/m, k = 1..m" if method == "eap-ig" else "gradient at clean"},
     )
     log.info("%r", out)
+    check_completeness(out)
     return out
+
+
+def check_completeness(scores: EdgeScores, tolerance: float = COMPLETENESS_TOLERANCE) -> None:
+    """Warn (:class:`interp.CompletenessWarning`) when ``scores.completeness_error`` exceeds ``tolerance`` ×
+    |M(corrupt) − M(clean)| (nothing to compare when the two runs give the same metric)."""
+    target, err = scores.target, scores.completeness_error
+    if not (math.isfinite(target) and math.isfinite(err)) or target == 0 or err <= tolerance * abs(target):
+        return
+    if scores.method == "eap":
+        fix = "use method='eap-ig' (the default; the gradient averaged over the corrupt → clean path)"
+    elif scores.scale == "frozen":
+        fix = "use scale='recomputed' (completeness holds for the norms' true Jacobians) or raise ig_steps"
+    else:
+        fix = f"raise ig_steps (now {scores.ig_steps})"
+    warn_user(
+        f"edge_attribution(method={scores.method!r}): the completeness sum ({scores.completeness_of}) is "
+        f"{scores.completeness:.4g} but M(corrupt) − M(clean) = {target:.4g}: an error of {err:.3g} "
+        f"({err / abs(target):.1%} > {tolerance:.0%}), so the scores are a poor estimate of the edges' effects; {fix}",
+        CompletenessWarning)
 
 
 def _default_batch(graph: CircuitGraph, arch: Any, T: int) -> int:

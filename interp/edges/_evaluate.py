@@ -39,12 +39,13 @@ from interp.edges._forward import EdgeForward
 from interp.edges._graph import CircuitGraph, circuit_graph
 from interp.edges._patch import ablated_writes, check_edge_ablation
 from interp.edges._scores import EdgeCircuit, EdgeScores
-from interp.errors import ArgumentError
+from interp.errors import AblationWarning, ArgumentError, warn_user
 from interp.models import Model
+from interp.stream import as_batch
 from interp.stream._inputs import require_model
 
 __all__ = ["evaluate_circuit", "faithfulness_curve", "CircuitEvaluation", "FaithfulnessCurve", "MIB_SIZES",
-           "circuit_mask"]
+           "circuit_mask", "check_reference_spread"]
 
 MIB_SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
@@ -52,6 +53,14 @@ MIB_SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 def circuit_mask(graph: CircuitGraph, circuit: Any, *, name: str = "circuit") -> Tensor:
     """Bool [n_edges]: the graph's edges that are in ``circuit`` (an EdgeCircuit, an object with ``.edges``
     such as a ground-truth circuit, or a list of edge labels); a LabelError names an edge the graph lacks."""
+    if circuit is None:
+        raise ArgumentError(f"{name} is required: pass the circuit to evaluate, e.g. scores.circuit(n=200) (the 200 "
+                            "best edges of an EdgeScores), a circuit with .edges, or a list of edge labels; [] "
+                            "evaluates the empty circuit")
+    if isinstance(circuit, EdgeScores):
+        raise ArgumentError(f"{name}={circuit!r:.120} holds a score for every edge ({len(circuit.edges):,}), not a "
+                            f"circuit: evaluating it keeps every edge (faithfulness 1 by construction). Pass "
+                            f"scores.circuit(n=…) (the n best edges) or scores.circuit(threshold=…)")
     edges = getattr(circuit, "edges", circuit)
     if isinstance(edges, str) or not isinstance(edges, (list, tuple)):
         raise ArgumentError(f"{name}={circuit!r:.80} must be an EdgeCircuit (EdgeScores.circuit(...)), a circuit "
@@ -60,6 +69,45 @@ def circuit_mask(graph: CircuitGraph, circuit: Any, *, name: str = "circuit") ->
     if edges:
         keep[graph.indices(edges, name=name)] = True
     return keep
+
+
+def check_reference_spread(model: Model, pair: Any, ablations: Sequence[str], reference: Any, *,
+                           arg: str = "ablations") -> None:
+    """Mean and resample ablation over one distinct reference prompt are that prompt's run. With the default
+    reference (the corrupt prompts) they are then the corrupt ablation: an :class:`AblationWarning` says so;
+    a ``reference`` given explicitly that is the single corrupt prompt is an ArgumentError (it cannot give a
+    different distribution); one other prompt warns (mean and resample are both ablation with it)."""
+    spread = [a for a in dict.fromkeys(ablations) if a in ("mean", "resample")]
+    if not spread or (reference is None and pair.corrupt is None):
+        return
+    rb = pair.corrupt if reference is None else as_batch(model, reference)
+    rows = torch.unique(rb.tokens, dim=0)
+    if rows.shape[0] > 1:
+        return
+    n = pair.clean.tokens.shape[1]
+    per_position = rb.tokens.shape[1] == n and not bool((rb.attention_mask == 0).any())
+    same = [a for a in spread if a == "resample" or per_position]  # a mean over every token of another length differs
+    if not same:
+        return
+    what = f"{arg}={same[0]!r}" if len(same) == 1 else f"{arg} {same[0]!r} and {same[1]!r}"
+    it = "it is" if len(same) == 1 else "both are"
+    corrupt_rows = None if pair.corrupt is None else torch.unique(pair.corrupt.tokens, dim=0)
+    is_corrupt = corrupt_rows is not None and corrupt_rows.shape == rows.shape and bool(torch.equal(corrupt_rows, rows))
+    keep = [a for a in ablations if a not in same] if arg == "ablations" else []
+    drop = (f"leave them out ({arg}={tuple(keep)!r})" if keep else
+            "use ablation='corrupt' (what they reduce to) or 'zero'")
+    fix = (f"pass reference= with several prompts of the clean prompts' length (the distribution to draw from), "
+           f"use more prompt pairs, or {drop}")
+    if reference is not None and is_corrupt:
+        raise ArgumentError(f"reference={reference!r:.80} is the single corrupt prompt: with {what}, {it} the corrupt "
+                            f"ablation, not a different distribution; {fix}")
+    if reference is None:
+        msg = (f"{what} with reference=None {'draws' if len(same) == 1 else 'draw'} from the corrupt prompts, and there is 1 distinct corrupt prompt: "
+               f"{it} the corrupt ablation (the same numbers); {fix}")
+    else:
+        msg = (f"reference={reference!r:.80} has 1 distinct prompt: with {what}, {it} ablation with that one prompt "
+               f"(mean = resample); {fix}")
+    warn_user(msg, AblationWarning)
 
 
 def _K(graph: CircuitGraph, keep: Tensor) -> Tensor:
@@ -233,7 +281,7 @@ def evaluate_circuit(
     model: Model,
     clean: Any,
     corrupt: Any = None,
-    circuit: Any = (),
+    circuit: Any = None,
     *,
     metric: Any,
     ablation: str = "corrupt",
@@ -242,14 +290,16 @@ def evaluate_circuit(
 ) -> CircuitEvaluation:
     """M(circuit), M(all edges) and M(no edges) with out-of-circuit edges ablated (see the module docstring).
 
-    ``circuit``: an :class:`EdgeCircuit`, a circuit with ``.edges`` (e.g. a ground-truth circuit) or a list of
-    edge labels. ``ablation``: "corrupt" (needs ``corrupt``), "zero", "mean" or "resample" (from
+    ``circuit`` (required): an :class:`EdgeCircuit` (``scores.circuit(n=…)``), a circuit with ``.edges`` (e.g.
+    a ground-truth circuit) or a list of edge labels (``[]``: the empty circuit). An :class:`EdgeScores` itself
+    is refused (it lists every edge). ``ablation``: "corrupt" (needs ``corrupt``), "zero", "mean" or "resample" (from
     ``reference``, by default the corrupt prompts). ``seed``: the resample draw.
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ArgumentError(f"seed={seed!r} must be an int")
     pair, graph, fw = _setup(model, clean, corrupt, metric, ablation, reference)
     keep = circuit_mask(graph, circuit)
+    check_reference_spread(model, pair, [ablation], reference, arg="ablation")
     abl = ablated_writes(model, pair, fw, ablation, reference, seed)
     read = _reader(model, pair)
     t, m = pair.clean.tokens, pair.clean.attention_mask
@@ -268,7 +318,7 @@ def faithfulness_curve(
     scores: EdgeScores,
     *,
     metric: Any,
-    ablations: Sequence[str] = ("zero", "mean", "resample"),
+    ablations: Sequence[str] = ("corrupt", "zero", "mean", "resample"),
     reference: Any = None,
     sizes: Sequence[float] = MIB_SIZES,
     absolute: bool = True,
@@ -278,7 +328,11 @@ def faithfulness_curve(
 ) -> FaithfulnessCurve:
     """Faithfulness of the top-k circuits of ``scores`` for each k in ``sizes`` and each ablation, with CPR/CMD.
 
-    ``reference``: the prompts mean and resample ablations draw from (default: the corrupt prompts).
+    ``ablations``: any of "corrupt" (the counterfactual ablation of MIB's circuit track: each out-of-circuit
+    edge carries the corrupt prompt's value; first by default, the one :meth:`FaithfulnessCurve.smallest`
+    reads), "zero", "mean", "resample". ``reference``: the prompts mean and resample ablations draw from
+    (default: the corrupt prompts — with a single prompt pair both are then the corrupt ablation, and an
+    :class:`interp.AblationWarning` says so).
     ``absolute``: rank by |score| (default) or, when False, by −score (the edges whose corruption lowers the
     metric most: MIB's signed ranking, whose metric is a loss).
     """
@@ -294,10 +348,14 @@ def faithfulness_curve(
     ks = [float(k) for k in sizes]
     if not ks or any(not 0 < k <= 1 for k in ks) or ks != sorted(ks):
         raise ArgumentError(f"sizes={list(sizes)!r} must be increasing fractions in (0, 1]")
+    if "corrupt" in ablations and corrupt is None:
+        raise ArgumentError(f"ablations={list(ablations)!r} includes 'corrupt' but corrupt=None: pass the corrupt "
+                            "prompts, or leave 'corrupt' out (e.g. ablations=('zero',))")
     pair, graph, fw = _setup(model, clean, corrupt, metric, ablations[0], None)
     if list(scores.edges) != list(graph.edges):
         raise ArgumentError(f"scores are for another graph ({len(scores.edges)} edges of {scores.model_name!r}); "
                             f"{model.name!r} has {graph.n_edges}")
+    check_reference_spread(model, pair, ablations, reference)
     N = graph.n_edges
     n_edges = [int(k * N) for k in ks]
     masks = []

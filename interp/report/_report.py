@@ -40,7 +40,7 @@ import plotly.graph_objects as go
 import torch
 
 from interp.attribution import attribute_direction, attribute_logits
-from interp.attribution._answers import resolve_tokens
+from interp.attribution._answers import resolve_tokens, warn_unspaced
 from interp.causal import Direction, Logit, LogitDiff, effects
 from interp.circuits import composition_edges, composition_scores, copying_scores, ov_circuit
 from interp._validate import check_positive_int
@@ -260,6 +260,10 @@ def report(
         )
     answer_id = _token_id(model, answer, "answer") if (decoder and answer is not None) else None
     wrong_id = _token_id(model, wrong, "wrong") if (decoder and wrong is not None) else None
+    if decoder and (answer is not None or wrong is not None):
+        b = as_batch(model, prompt)
+        for arg, spec in (("answer", answer), ("wrong", wrong)):
+            warn_unspaced(model, spec, arg, b.tokens, b.last_positions(), owner="report")
     _check_corrupt(model, prompt, corrupt)
     if static and exporter is None:
         find_browser()  # fail now (with install hints), not after minutes of work

@@ -159,6 +159,19 @@ def test_result_views():
     assert torch.allclose(a.mean(), a.values.mean(1))
 
 
+def test_top_absolute_false_ranks_by_the_signed_mean():
+    """``top(k, absolute=False)`` is not ``top(k)``: the default column is mean_abs (a magnitude), so the signed
+    ranking reads ``mean`` — the terms that push the target up most — and ``absolute=True`` is the default."""
+    a = attribute_logits(tiny_model("llama"), ["w1 w2 w3 w4", "w5 w6 w7 w8"], answer="w3", wrong="w4")
+    df = a.to_dataframe()
+    assert (df["mean"] < 0).any() and df.loc[df["mean_abs"].idxmax(), "mean"] < 0  # a negative term leads by |·|
+    signed, default = a.top(5, absolute=False), a.top(5)
+    assert list(signed["term"]) != list(default["term"])
+    assert list(signed["term"]) == list(df.sort_values("mean", ascending=False, kind="stable")["term"][:5])
+    assert list(a.top(5, absolute=True)["term"]) == list(default["term"])
+    assert list(a.top(5, by="mean_abs", absolute=False)["term"]) == list(default["term"])  # by= is taken as given
+
+
 @pytest.mark.parametrize(
     "kwargs, err, word",
     [

@@ -93,7 +93,7 @@ def test_graph_is_every_writer_to_every_later_reader(pairs64, fam):
 def test_eap_equals_per_edge_autograd(pairs64, fam, scale):
     """score(w→r) = ∂M/∂β_wr of the reference, where only r's input moves by β_wr·(a_w(corrupt) − a_w(clean))."""
     model, ref = pairs64[fam]
-    s = edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, fam), scale=scale, progress=False)
+    s = edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, fam), method="eap", scale=scale, progress=False)
     want = _ref_eap(ref, model, frozen=scale == "frozen")
     assert set(want) == set(s.edges)
     _close(s, want, rtol=1e-6, atol_frac=1e-7 if fam != "llama" else 1e-5)
@@ -145,7 +145,7 @@ def test_eap_ig_completeness_error_shrinks(pairs64, fam, ig_at):
     model, _ = pairs64[fam]
     errs = [edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, fam), method="eap-ig", ig_steps=m,
                              ig_at=ig_at, progress=False).completeness_error for m in (1, 8, 64)]
-    target = abs(edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, fam), progress=False).target)
+    target = abs(edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, fam), method="eap", progress=False).target)
     assert errs[2] < errs[0], errs  # a right Riemann sum: the error falls like 1/m, not always monotonically
     assert errs[2] < 0.05 * target, (errs, target)
 
@@ -228,7 +228,7 @@ def test_reader_sums_equal_the_linearised_input_change(pairs64, fam):
     score of r's linearised input change — with Δx_r the HF model's own residual-stream difference (a
     pre-norm stream is the sum of its writes, so Σ_w Δa_w = Δx_r)."""
     model, ref = pairs64[fam]
-    s = edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, fam), progress=False)
+    s = edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, fam), method="eap", progress=False)
     df = s.to_dataframe()
     sums = df.groupby("reader")["score"].sum()
     want = _hf_reader_tangents(model, ref, fam)
@@ -241,7 +241,7 @@ def test_reader_sums_post_norm_equal_the_chained_linearisation(pairs64):
     """Post-norm (BERT): Σ_w score(w → r) = (Σ_w J_{w→r} Δa_w)·∂M/∂x_r, the linearised change of r's input
     through every Add & Norm — by the reference with one coefficient per reader on every incoming edge."""
     model, ref = pairs64["bert"]
-    s = edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, "bert"), progress=False)
+    s = edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, "bert"), method="eap", progress=False)
     sums = s.to_dataframe().groupby("reader")["score"].sum()
     bc, bk = _batches(model)
     _, wk = _ref_writes(ref, bk)
@@ -283,7 +283,7 @@ def test_batch_size_chunks_give_the_same_scores(pairs64):
 def test_kl_metric(pairs64):
     """KL(clean ‖ ·) sits at its minimum on the clean run: EAP's gradient there is zero; EAP-IG's path is not."""
     model, _ = pairs64["gpt2"]
-    eap = edge_attribution(model, CLEAN, CORRUPT, metric=interp.KL(), progress=False)
+    eap = edge_attribution(model, CLEAN, CORRUPT, metric=interp.KL(), method="eap", progress=False)
     assert float(eap.scores.abs().max()) < 1e-12 and eap.clean == pytest.approx(0.0, abs=1e-12)
     ig = edge_attribution(model, CLEAN, CORRUPT, metric=interp.KL(), method="eap-ig", ig_steps=8,
                           ig_at="activations", progress=False)

@@ -37,7 +37,7 @@ def test_smollm2_ioi_task(smollm2):
 def test_smollm2_ioi_edges(smollm2):
     """EAP on IOI finds the name movers' direct edges; evaluating every edge is the model's own run."""
     t = interp.load_task("ioi", smollm2, n=8)
-    s = interp.edge_attribution(smollm2, t.clean, t.corrupt, metric=t.metric, progress=False)
+    s = interp.edge_attribution(smollm2, t.clean, t.corrupt, metric=t.metric, method="eap", progress=False)
     top = set(s.top(10)["edge"])
     assert "L23.H3→unembed" in top, sorted(top)
     hf = smollm2.bridge.original_model

@@ -140,7 +140,8 @@ def test_resample_ablation_draws_reference_prompts(pairs64):
 def test_scores_estimate_the_exact_effects(pairs64):
     """EAP is the first-order term of edge patching: on a tiny model its estimate tracks the exact effect."""
     model, _ = pairs64["llama"]
-    s = interp.edges.edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, "llama"), progress=False)
+    s = interp.edges.edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, "llama"), method="eap",
+                                      progress=False)
     top = list(s.top(10)["edge"])
     r = edge_patch(model, CLEAN, CORRUPT, top, metric=_metric(model, "llama"), progress=False)
     est = torch.tensor([s[e] for e in top], dtype=torch.float64)

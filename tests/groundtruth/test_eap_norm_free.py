@@ -35,7 +35,7 @@ def test_eap_under_resample_equals_edge_attribution(tracr_programs):
     p = tracr_programs("reverse")
     g = tracr_task(p, lengths=[3], max_inputs=12).groups[0]
     mine = _eap(p.model, g, "resample", 1)
-    ref = E.edge_attribution(p.model, g.clean, g.corrupt, metric=g.metric, progress=False)
+    ref = E.edge_attribution(p.model, g.clean, g.corrupt, metric=g.metric, method="eap", progress=False)
     assert torch.allclose(mine, ref.per_prompt.double(), atol=1e-6, rtol=1e-5)
     mine_ig = _eap(p.model, g, "resample", 3)
     ref_ig = E.edge_attribution(p.model, g.clean, g.corrupt, metric=g.metric, method="eap-ig", ig_steps=3, progress=False)
