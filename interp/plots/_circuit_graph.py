@@ -42,6 +42,10 @@ __all__ = ["circuit_graph_figure", "circuit_layout"]
 #: Edge colours per |score| bin, weakest first (RdBu's blue and red halves).
 _POS = ["#92c5de", "#4393c3", "#2166ac", "#1a4f8a", "#053061"]
 _NEG = ["#f4a582", "#d6604d", "#b2182b", "#8c0d25", "#67001f"]
+#: above this many columns the axis names layers only and node labels are left to the hover
+_DENSE_COLUMNS = 28
+#: the plot area's width the marker sizes assume (a 1,400 px window, less the page's and the figure's margins)
+_PLOT_PX = 1100.0
 _PORT_DX = {"q": 0.2, "k": 0.36, "v": 0.36, "in": 0.2, "gate": 0.2}
 _KV_DY = 0.17
 
@@ -115,11 +119,17 @@ class _Grid:
             return (lab.layer_index, 0 if lab.norm.which == "ln1" else 1)
         return (lab.layer_index, 1)
 
-    def tick_text(self) -> list[str]:
-        out = []
+    def ticks(self, *, short: bool = False) -> tuple[list[float], list[str]]:
+        """The x axis's ticks: one per column ("L3 attn", "L3 mlp"), or with ``short`` one per layer ("L3",
+        between its columns)."""
+        xs: dict[str, list[float]] = {}
         for layer, sub in self.columns:
-            out.append("embed" if layer == -1 else "output" if layer == 1 << 30 else f"L{layer} {'attn' if sub == 0 else 'mlp'}")
-        return out
+            if layer in (-1, 1 << 30):
+                name = ("emb" if short else "embed") if layer == -1 else ("out" if short else "output")
+            else:
+                name = f"L{layer}" if short else f"L{layer} {'attn' if sub == 0 else 'mlp'}"
+            xs.setdefault(name, []).append(self.x_of[(layer, sub)])
+        return [sum(v) / len(v) for v in xs.values()], list(xs)
 
     def place(self, lab: Any) -> _Node:
         x = self.x_of[self._column(lab)]
@@ -250,6 +260,9 @@ def circuit_graph_figure(
     n_kv_heads: Optional[int] = None,
     score_name: str = "score",
     title: Optional[str] = None,
+    steps: Optional[Sequence[Any]] = None,
+    step_labels: Optional[Sequence[str]] = None,
+    active: Optional[int] = None,
 ) -> go.Figure:
     """The circuit graph: nodes by layer, edge width/opacity by |score|, colour by sign, hover on edges and nodes.
 
@@ -263,6 +276,15 @@ def circuit_graph_figure(
     |score| (the subtitle says how many were left out); ``n_heads`` / ``n_kv_heads``: the model's head
     counts (else read from the labels; give them under GQA when not every KV head appears);
     ``n_bins`` / ``scale``: how |score| maps to width and opacity ("sqrt" or "linear" bin spacing).
+
+    ``steps``: nested circuits to choose between with a slider in the figure (works offline, in the page):
+    each a list of edge labels or an object with ``.edges`` (an ``EdgeCircuit``), every edge one of
+    ``edges``; ``step_labels`` names each on the slider; ``active`` is the one drawn first (default the
+    last). Each step draws its own edges and the nodes they touch, with the same layout, bins and colours
+    for every step; ``max_edges`` is not used then (the steps say what is drawn).
+
+    The figure has no fixed width (it fills its container); with many layers the columns are labelled by
+    layer only, node labels are left to the hover and markers shrink, so that 30 layers fit in 1,400 px.
     """
     edges, s, ex, n_layers, n_heads, n_kv_heads, title = _read_inputs(edges, scores, exact, n_layers, n_heads,
                                                                       n_kv_heads, title)
@@ -274,8 +296,16 @@ def circuit_graph_figure(
     if node_info is not None and not isinstance(node_info, Mapping):
         raise ArgumentError(f"node_info must be a mapping node label -> {{name: value}}, got {type(node_info).__name__}")
     n_total = len(edges)
-    order = np.argsort(-np.nan_to_num(np.abs(s), nan=-1.0), kind="stable")[:max_edges]  # NaN (no score) last
-    keep = np.sort(order)  # drawn edges, in the caller's order
+    sets = _read_steps(steps, step_labels, edges) if steps is not None else None
+    if sets is None:
+        order = np.argsort(-np.nan_to_num(np.abs(s), nan=-1.0), kind="stable")[:max_edges]  # NaN (no score) last
+        keep = np.sort(order)  # drawn edges, in the caller's order
+    else:
+        keep = np.array(sorted(set().union(*(set(st) for st, _ in sets))), dtype=np.int64)
+        if active is None:
+            active = len(sets) - 1
+        check_int_range("active", active, -len(sets), len(sets))
+        active %= len(sets)
     w_txt, r_txt = [], []
     for i in keep:
         w, r = _split_edge(edges[i], int(i))
@@ -296,7 +326,7 @@ def circuit_graph_figure(
     for t in sorted({*w_txt, *r_txt}):
         node = grid.place(parsed[t])
         nodes[node.label] = node
-    for t in (node_info or {}):  # nodes the caller describes are drawn even without a drawn edge
+    for t in (node_info or {}) if sets is None else ():  # described nodes are drawn even without a drawn edge
         try:
             lab = L.parse(t)
         except LabelError:
@@ -310,11 +340,12 @@ def circuit_graph_figure(
     for node in list(nodes.values()):  # a q or MLP port implies its owner node
         if node.owner and node.owner not in nodes:
             nodes[node.owner] = grid.place(L.parse(node.owner))
-    kv_joins = [(t, h) for t in sorted(set(r_txt)) if isinstance(parsed[t], L.HeadInput) and parsed[t].which != "q"
-                for h in grid.kv_readers(parsed[t])]
-    for _, h in kv_joins:
-        if h not in nodes:
-            nodes[h] = grid.place(L.parse(h))
+    kv_of = {t: grid.kv_readers(parsed[t]) for t in sorted(set(r_txt))
+             if isinstance(parsed[t], L.HeadInput) and parsed[t].which != "q"}
+    for hs in kv_of.values():
+        for h in hs:
+            if h not in nodes:
+                nodes[h] = grid.place(L.parse(h))
 
     ss = s[keep]
     wx = np.array([nodes[w].x for w in w_txt], dtype=np.float64)
@@ -328,120 +359,132 @@ def circuit_graph_figure(
     frac = np.where(scored, np.abs(ss), 0.0) / smax
     frac = np.sqrt(frac) if scale == "sqrt" else frac
     bins = np.where(scored, np.minimum((frac * n_bins).astype(int), n_bins - 1), -1)  # -1: no score
-
-    fig = go.Figure()
-    # structure: ports joined to their heads / MLP (one thin grey path under everything)
-    joins = [(node, nodes[node.owner]) for node in nodes.values() if node.owner and node.owner in nodes]
-    joins += [(nodes[t], nodes[h]) for t, h in kv_joins]
-    shapes: list[dict[str, Any]] = []
-    if joins:
-        shapes.append(dict(type="path", xref="x", yref="y", layer="below", line=dict(color="#bbbbbb", width=0.8),
-                           path=_segments([a.x for a, _ in joins], [a.y for a, _ in joins],
-                                          [b.x for _, b in joins], [b.y for _, b in joins])))
-    # edges: one path per (|score| bin, sign) holding all its segments, weakest first so strong edges are on top
     pos_c, neg_c = _bin_colours(n_bins, _POS), _bin_colours(n_bins, _NEG)
-    unscored = np.flatnonzero(bins < 0)
-    if len(unscored):
-        shapes.append(dict(type="path", xref="x", yref="y", layer="below", showlegend=True, legendrank=99,
-                           path=_curves(wx[unscored], wy[unscored], rx[unscored], ry[unscored], cy[unscored]),
-                           line=dict(color="#888888", width=1.0, dash="dot"), opacity=0.6,
-                           name=f"no {esc(score_name)} ({len(unscored)})"))
-    for b in range(n_bins):
-        for positive, colours, word in ((True, pos_c, "> 0"), (False, neg_c, "≤ 0")):
-            sel = np.flatnonzero((bins == b) & ((ss > 0) if positive else (ss <= 0)))
-            if not len(sel):
-                continue
-            lo, hi = (b / n_bins, (b + 1) / n_bins) if scale == "linear" else ((b / n_bins) ** 2, ((b + 1) / n_bins) ** 2)
-            lo, hi = lo * smax, hi * smax
-            shapes.append(dict(
-                type="path", xref="x", yref="y", layer="below",
-                path=_curves(wx[sel], wy[sel], rx[sel], ry[sel], cy[sel]),
-                line=dict(color=colours[b], width=round(0.6 + 5.4 * (b + 1) / n_bins, 2)),
-                opacity=round(0.3 + 0.7 * (b + 1) / n_bins, 3), showlegend=True, legendrank=100 + b,
-                name=f"{word}: |{esc(score_name)}| {fmt(lo, 2)}–{fmt(hi, 2)} ({len(sel)})",
-            ))
-    # hover targets at the edges' midpoints: invisible markers, of which plotly draws one (maxdisplayed)
-    # while hovering finds every point — thousands of SVG elements would cost more than the edges
+    # hover text at the edges' midpoints (invisible markers, of which plotly draws one: maxdisplayed)
     hov = []
     for k, i in enumerate(keep):
         h = f"<b>{esc(w_txt[k])} {L.ARROW} {esc(r_txt[k])}</b><br>{esc(score_name)} {fmt(float(s[i]))}"
         if ex is not None:
             h += f"<br>exact patching effect {fmt(float(ex[i]))}" if math.isfinite(ex[i]) else "<br>exact effect not computed"
         hov.append(h)
-    fig.add_trace(go.Scatter(
-        x=((wx + rx) / 2).astype(np.float32), y=(0.25 * wy + 0.25 * ry + 0.5 * cy).astype(np.float32), mode="markers",
-        marker=dict(size=8, color="rgba(0,0,0,0)", maxdisplayed=1), hovertext=hov, hoverinfo="text",
-        showlegend=False, name="edges",
-    ))
-    # nodes: degree and summed scores over every given edge (not only the drawn ones)
-    deg_in: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    deg_out: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    for edge, v in zip(edges, s):
-        w, _, r = str(edge).partition(L.ARROW)
-        deg_out[w][0] += 1
-        deg_out[w][1] += float(v) if math.isfinite(v) else 0.0
-        deg_in[r][0] += 1
-        deg_in[r][1] += float(v) if math.isfinite(v) else 0.0
-    info = node_info or {}
-    groups: dict[str, list[_Node]] = defaultdict(list)
-    for node in nodes.values():
-        groups["port" if node.kind == "port" else "node"].append(node)
-    for kind in ("node", "port"):  # a fixed trace order: the figure is the same on every run
-        members = sorted(groups.get(kind, []), key=lambda n: (n.x, n.y, n.label))
-        if not members:
+    mid_x = ((wx + rx) / 2).astype(np.float32)
+    mid_y = (0.25 * wy + 0.25 * ry + 0.5 * cy).astype(np.float32)
+    node_hover, node_value_of = _node_hovers(nodes, edges, s, node_info, node_value, score_name, grid)
+    z_all = np.array([v for v in node_value_of.values() if math.isfinite(v)], dtype=float)
+    zmax = float(np.abs(z_all).max()) if len(z_all) else 0.0
+    n_cols = len(grid.columns)
+    dense = n_cols > _DENSE_COLUMNS
+    shrink = min(1.0, math.sqrt(_PLOT_PX / (n_cols + 0.4) / 40.0))  # markers shrink as columns get narrower
+
+    def draw(sel: np.ndarray, labels: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+        """Shapes, the three traces' data (edge hovers, nodes, ports) and the subtitle of the edges ``sel``."""
+        shown_nodes = [nodes[t] for t in sorted(set(labels))]
+        have = set(labels)
+        joins = [(n, nodes[n.owner]) for n in shown_nodes if n.owner and n.owner in have]
+        joins += [(nodes[t], nodes[h]) for t in sorted(have & set(kv_of)) for h in kv_of[t] if h in have]
+        shapes: list[dict[str, Any]] = []
+        if joins:  # structure: ports joined to their heads / MLP (one thin grey path under everything)
+            shapes.append(dict(type="path", xref="x", yref="y", layer="below", line=dict(color="#bbbbbb", width=0.8),
+                               path=_segments([a.x for a, _ in joins], [a.y for a, _ in joins],
+                                              [b.x for _, b in joins], [b.y for _, b in joins])))
+        b_sel, s_sel = bins[sel], ss[sel]
+        unscored = sel[b_sel < 0]
+        if len(unscored):
+            shapes.append(dict(type="path", xref="x", yref="y", layer="below", showlegend=True, legendrank=99,
+                               path=_curves(wx[unscored], wy[unscored], rx[unscored], ry[unscored], cy[unscored]),
+                               line=dict(color="#888888", width=1.0, dash="dot"), opacity=0.6,
+                               name=f"no {esc(score_name)} ({len(unscored)})"))
+        # edges: one path per (|score| bin, sign) holding all its curves, weakest first so strong edges are on top
+        for b in range(n_bins):
+            for positive, colours, word in ((True, pos_c, "> 0"), (False, neg_c, "≤ 0")):
+                one = sel[(b_sel == b) & ((s_sel > 0) if positive else (s_sel <= 0))]
+                if not len(one):
+                    continue
+                lo, hi = (b / n_bins, (b + 1) / n_bins) if scale == "linear" else ((b / n_bins) ** 2, ((b + 1) / n_bins) ** 2)
+                shapes.append(dict(
+                    type="path", xref="x", yref="y", layer="below",
+                    path=_curves(wx[one], wy[one], rx[one], ry[one], cy[one]),
+                    line=dict(color=colours[b], width=round(0.6 + 5.4 * (b + 1) / n_bins, 2)),
+                    opacity=round(0.3 + 0.7 * (b + 1) / n_bins, 3), showlegend=True, legendrank=100 + b,
+                    name=f"{word}: |{esc(score_name)}| {fmt(lo * smax, 2)}–{fmt(hi * smax, 2)} ({len(one)})",
+                ))
+        traces = [dict(x=mid_x[sel].tolist(), y=mid_y[sel].tolist(), hovertext=[hov[k] for k in sel], text=None,
+                       size=8, symbol="circle", color="rgba(0,0,0,0)")]
+        for kind in ("node", "port"):  # a fixed trace order: the figure is the same on every run
+            members = sorted((n for n in shown_nodes if (n.kind == "port") == (kind == "port")),
+                             key=lambda n: (n.x, n.y, n.label))
+            z = np.array([node_value_of[n.label] for n in members], dtype=float)
+            traces.append(dict(
+                x=[n.x for n in members], y=[n.y for n in members], hovertext=[node_hover[n.label] for n in members],
+                text=None if kind == "port" or dense else [_short(n) for n in members],
+                size=max(4, round(7 * shrink)) if kind == "port" else
+                [max(6, round(_SIZE.get(n.kind, 12) * shrink)) for n in members],
+                symbol="circle" if kind == "port" else [_SYMBOL.get(n.kind, "circle") for n in members],
+                color="#ffffff" if kind == "port" else
+                (np.where(np.isfinite(z), z, 0.0).tolist() if zmax else "#dddddd")))
+        shown = (f"{len(sel):,} of {n_total:,} edges (largest |{score_name}|)" if sets is None and len(sel) < n_total
+                 else f"{len(sel):,} of {n_total:,} edges" if len(sel) < n_total else f"{n_total:,} edges")
+        sub = (f"{shown}, {len(shown_nodes)} nodes · width and opacity ∝ |{score_name}|, blue > 0, red < 0 · "
+               "hover an edge's middle or a node")
+        return shapes, traces, sub
+
+    pos_in_keep = {int(i): k for k, i in enumerate(keep)}
+    views: list[tuple[np.ndarray, list[str], str]] = []
+    if sets is None:
+        views.append((np.arange(len(keep)), [*w_txt, *r_txt, *nodes], ""))
+    else:
+        for st, step_name in sets:
+            sel = np.array(sorted(pos_in_keep[int(i)] for i in st), dtype=np.int64)
+            labels = [*(w_txt[k] for k in sel), *(r_txt[k] for k in sel)]
+            labels += [nodes[t].owner for t in labels if nodes[t].owner]
+            labels += [h for t in labels if t in kv_of for h in kv_of[t]]
+            views.append((sel, labels, step_name))
+    drawn = [draw(sel, labels) for sel, labels, _ in views]
+    first = drawn[active if sets is not None and active is not None else 0]
+    fig = go.Figure()
+    edge_tr, node_tr, port_tr = first[1]
+    fig.add_trace(go.Scatter(x=edge_tr["x"], y=edge_tr["y"], mode="markers", hovertext=edge_tr["hovertext"],
+                             marker=dict(size=8, color="rgba(0,0,0,0)", maxdisplayed=1), hoverinfo="text",
+                             showlegend=False, name="edges"))
+    for kind, tr in (("node", node_tr), ("port", port_tr)):
+        if sets is None and not tr["x"]:
             continue
-        hover, colour = [], []
-        for n in members:
-            lines = [f"<b>{esc(n.label)}</b>" + _kind_note(n, parsed_lab=L.parse(n.label), grid=grid)]
-            lines += _info_lines(info.get(n.label))
-            if n.label in deg_out:
-                n_e, tot = deg_out[n.label]
-                lines.append(f"out: {_n_edges(n_e)}, Σ {esc(score_name)} {fmt(tot)}")
-            if n.label in deg_in:
-                n_e, tot = deg_in[n.label]
-                lines.append(f"in: {_n_edges(n_e)}, Σ {esc(score_name)} {fmt(tot)}")
-            for port in _input_ports(n, grid):  # a head's or an MLP's inputs are read through its ports
-                if port in deg_in:
-                    n_e, tot = deg_in[port]
-                    lines.append(f"in via {esc(port)}: {_n_edges(n_e)}, Σ {esc(score_name)} {fmt(tot)}")
-            hover.append("<br>".join(lines))
-            v = (info.get(n.label) or {}).get(node_value)
-            colour.append(float(v) if isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) else math.nan)
-        z = np.array(colour, dtype=float)
-        marker: dict[str, Any] = dict(line=dict(color="#333", width=1))
-        if kind == "port":
-            marker.update(size=7, color="#ffffff", symbol="circle")
-        else:
-            marker.update(size=[_SIZE.get(n.kind, 12) for n in members],
-                          symbol=[_SYMBOL.get(n.kind, "circle") for n in members])
-            if np.isfinite(z).any():
-                zmax = float(np.nanmax(np.abs(z))) or 1.0
-                marker.update(color=np.where(np.isfinite(z), z, 0.0), colorscale="RdBu", cmid=0.0, cmin=-zmax,
-                              cmax=zmax, colorbar=dict(title=esc(node_value), x=1.02, len=0.5))
-            else:
-                marker.update(color="#dddddd")
+        marker: dict[str, Any] = dict(line=dict(color="#333", width=1), size=tr["size"], symbol=tr["symbol"],
+                                      color=tr["color"])
+        if kind == "node" and zmax:
+            marker.update(colorscale="RdBu", cmid=0.0, cmin=-zmax, cmax=zmax,
+                          colorbar=dict(title=esc(node_value), x=1.02, len=0.5))
         fig.add_trace(go.Scatter(
-            x=[n.x for n in members], y=[n.y for n in members],
-            mode="markers" if kind == "port" else "markers+text",
-            text=None if kind == "port" else [_short(n) for n in members], textposition="top center",
-            textfont=dict(size=9), marker=marker, hovertext=hover, hoverinfo="text", showlegend=False,
-            name="inputs (q, k, v, mlp.in)" if kind == "port" else "nodes",
-        ))
-    shown = f"{len(keep):,} of {n_total:,} edges (largest |{score_name}|)" if len(keep) < n_total else f"{n_total:,} edges"
-    sub = (f"{shown}, {len(nodes)} nodes · width and opacity ∝ |{score_name}|, blue > 0, red < 0 · "
-           "hover an edge's middle or a node")
+            x=tr["x"], y=tr["y"], mode="markers" if kind == "port" or dense else "markers+text", text=tr["text"],
+            textposition="top center", textfont=dict(size=9), marker=marker, hovertext=tr["hovertext"],
+            hoverinfo="text", showlegend=False, name="inputs (q, k, v, mlp.in)" if kind == "port" else "nodes"))
+    n_tr = len(fig.data)
+    head = f"{esc(title)}<br><sup>"
     fig.update_layout(
-        title=f"{esc(title)}<br><sup>{sub}</sup>",
-        xaxis=dict(tickmode="array", tickvals=list(range(len(grid.columns))), ticktext=grid.tick_text(),
-                   zeroline=False, showgrid=False, range=[-0.8, len(grid.columns) - 0.4]),
+        title=dict(text=head + first[2] + "</sup>", yref="container", y=1.0, yanchor="top", pad=dict(t=12)),
+        xaxis=dict(tickmode="array", tickvals=grid.ticks(short=dense)[0], ticktext=grid.ticks(short=dense)[1],
+                   zeroline=False, showgrid=False, range=[-0.8, n_cols - 0.4], tickangle=0,
+                   title="layer (each layer: its attention heads, then its MLP)" if dense else None),
         yaxis=dict(title="head", autorange="reversed", zeroline=False, showgrid=False,
                    dtick=1 if grid.n_heads <= 24 else None),
-        width=int(min(2400, max(900, 120 * len(grid.columns) + 250))),
-        height=int(min(2400, max(500, 34 * (grid.n_heads + 3) + 220))),
-        template="plotly_white", hovermode="closest", hoverlabel=dict(align="left"), shapes=shapes,
-        legend=dict(orientation="h", yanchor="top", y=-0.08, xanchor="left", x=0, font=dict(size=10),
+        autosize=True,
+        height=int(min(2400, max(520, 34 * (grid.n_heads + 3) + 240)) + (90 if sets is not None else 0)),
+        template="plotly_white", hovermode="closest", hoverlabel=dict(align="left"), shapes=first[0],
+        margin=dict(l=60, r=30, t=90 if sets is None else 140, b=60),
+        legend=dict(orientation="h", yanchor="top", y=-0.1 if dense else -0.08, xanchor="left", x=0, font=dict(size=10),
                     title=dict(text=f"edges ({esc(score_name)})")),
     )
+    if sets is not None:
+        keys = ("x", "y", "hovertext", "text", "size", "symbol", "color")
+        fig.update_layout(sliders=[dict(
+            active=active, x=0, len=1, y=1.0, yanchor="bottom", pad=dict(t=0, b=36),
+            currentvalue=dict(visible=False), font=dict(size=10),
+            steps=[dict(method="update", label=lab, args=[
+                {("marker." + k if k in ("size", "symbol", "color") else k): [tr[k] for tr in trs][:n_tr]
+                 for k in keys},
+                {"shapes": shapes, "title.text": head + sub + "</sup>"}, list(range(n_tr))])
+                for (_, _, lab), (shapes, trs, sub) in zip(views, drawn)],
+        )])
     return fig
 
 
@@ -464,6 +507,59 @@ def _bend(x0: np.ndarray, x1: np.ndarray) -> np.ndarray:
 def _curves(x0: Any, y0: Any, x1: Any, y1: Any, cy: Any) -> str:
     """An SVG path of separate quadratic Bézier curves (x0, y0) → (x1, y1) with control points ((x0+x1)/2, cy)."""
     return "".join(f"M{a:.4g},{b:.4g}Q{(a + c) / 2:.4g},{e:.4g} {c:.4g},{d:.4g}" for a, b, c, d, e in zip(x0, y0, x1, y1, cy))
+
+
+def _read_steps(steps: Any, step_labels: Any, edges: list[str]) -> list[tuple[list[int], str]]:
+    """(indices into ``edges``, slider label) per step; every step's edges must be among ``edges``."""
+    if isinstance(steps, (str, bytes)) or not isinstance(steps, Sequence) or not steps:
+        raise ArgumentError(f"steps must be a non-empty list of circuits (lists of edge labels or objects with "
+                            f".edges), got {type(steps).__name__}")
+    if step_labels is not None and (isinstance(step_labels, str) or len(step_labels) != len(steps)):
+        raise ArgumentError(f"step_labels must name each of the {len(steps)} steps, got {step_labels!r:.80}")
+    pos = {e: i for i, e in enumerate(edges)}
+    out = []
+    for j, st in enumerate(steps):
+        st = getattr(st, "edges", st)
+        if isinstance(st, (str, bytes)) or not isinstance(st, Sequence):
+            raise ArgumentError(f"steps[{j}] must be a list of edge labels or have .edges, got {type(st).__name__}")
+        missing = [str(e) for e in st if str(e) not in pos]
+        if missing:
+            raise LabelError(f"steps[{j}] names {len(missing)} edges that are not in edges, e.g. {missing[0]!r}")
+        label = str(step_labels[j]) if step_labels is not None else f"{len(st):,} edges"
+        out.append(([pos[str(e)] for e in st], label))
+    return out
+
+
+def _node_hovers(nodes: Mapping[str, _Node], edges: list[str], s: np.ndarray, node_info: Any, node_value: str,
+                 score_name: str, grid: _Grid) -> tuple[dict[str, str], dict[str, float]]:
+    """Each node's hover text and colour value; degrees and summed scores over every given edge."""
+    deg_in: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    deg_out: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for edge, v in zip(edges, s):
+        w, _, r = str(edge).partition(L.ARROW)
+        deg_out[w][0] += 1
+        deg_out[w][1] += float(v) if math.isfinite(v) else 0.0
+        deg_in[r][0] += 1
+        deg_in[r][1] += float(v) if math.isfinite(v) else 0.0
+    info = node_info or {}
+    hover, value = {}, {}
+    for n in nodes.values():
+        lines = [f"<b>{esc(n.label)}</b>" + _kind_note(n, parsed_lab=L.parse(n.label), grid=grid)]
+        lines += _info_lines(info.get(n.label))
+        if n.label in deg_out:
+            n_e, tot = deg_out[n.label]
+            lines.append(f"out: {_n_edges(n_e)}, Σ {esc(score_name)} {fmt(tot)}")
+        if n.label in deg_in:
+            n_e, tot = deg_in[n.label]
+            lines.append(f"in: {_n_edges(n_e)}, Σ {esc(score_name)} {fmt(tot)}")
+        for port in _input_ports(n, grid):  # a head's or an MLP's inputs are read through its ports
+            if port in deg_in:
+                n_e, tot = deg_in[port]
+                lines.append(f"in via {esc(port)}: {_n_edges(n_e)}, Σ {esc(score_name)} {fmt(tot)}")
+        hover[n.label] = "<br>".join(lines)
+        v = (info.get(n.label) or {}).get(node_value) if n.kind != "port" else None
+        value[n.label] = float(v) if isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) else math.nan
+    return hover, value
 
 
 def _input_ports(n: _Node, grid: _Grid) -> list[str]:

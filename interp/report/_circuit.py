@@ -34,7 +34,7 @@ import torch
 
 from interp._validate import check_bool, check_int_min, check_positive_int
 from interp.attribution import attribute_logits
-from interp.causal import LogitDiff
+from interp.causal import Logit, LogitDiff, LogProb, Prob
 from interp.circuits import ov_circuit
 from interp.edges import MIB_SIZES, edge_attribution, edge_patch, faithfulness_curve
 from interp.errors import ArgumentError, InterpError
@@ -54,6 +54,9 @@ __all__ = ["circuit_report"]
 log = logging.getLogger(__name__)
 
 METHODS = ("eap", "eap-ig")
+#: the ablation whose faithfulness picks the circuit drawn first, in order of preference: the closest to the
+#: corruption the scores measure (the corrupt run, then a resample or the mean of the corrupt prompts)
+_PREFERRED_ABLATIONS = ("corrupt", "resample", "mean", "zero")
 
 
 def _q(tok: str) -> str:
@@ -138,6 +141,74 @@ def _ov_tokens(model: Model, task: Any, heads: list[str], src_pos: dict[str, int
     return out
 
 
+def _tokens_text(model: Model, spec: Any) -> list[str]:
+    """A metric's token argument as quoted text, one entry per prompt (one entry for a shared token)."""
+    items = spec.tolist() if isinstance(spec, torch.Tensor) else spec
+    items = [items] if isinstance(items, (str, int)) else list(items)
+    dec = _decode(model)
+    return [repr(t) if isinstance(t, str) else repr(dec(int(t))) for t in items]
+
+
+def _metric_text(model: Model, task: Any, sc: Any) -> str:
+    """What the metric is for the task as a whole (not prompt 0's tokens alone): the formula, the position
+    it is read at, whose tokens it reads and the mean over the prompts, e.g. ``logit[answer] − logit[wrong]
+    at each prompt's last token, each prompt with its own answer and wrong token (' Madrid' vs ' Rome', …);
+    mean over 16 prompts``."""
+    m, n = task.metric, sc.n_prompts
+    pos = getattr(m, "pos", None)
+    where = ("at each prompt's last token" if pos == -1 else "mean over each prompt's tokens" if pos == "mean"
+             else f"at position {pos}" if isinstance(pos, int) else "at each prompt's own position")
+    if isinstance(m, LogitDiff):
+        a, w = _tokens_text(model, m.answer), _tokens_text(model, m.wrong)
+        if len(set(a)) <= 1 and len(set(w)) <= 1:
+            return f"logit[{a[0]}] − logit[{w[0]}] {where}; mean over {n} prompts"
+        pairs = ", ".join(f"{x} vs {y}" for x, y in list(zip(a, w))[:3]) + (", …" if len(a) > 3 else "")
+        return (f"logit[answer] − logit[wrong] {where}, each prompt with its own answer and wrong token "
+                f"({pairs}); mean over {n} prompts")
+    if isinstance(m, (Logit, LogProb, Prob)):
+        what = {Logit: "logit", LogProb: "log p", Prob: "p"}[type(m)]
+        t = _tokens_text(model, m.token)
+        if len(set(t)) <= 1:
+            return f"{what}[{t[0]}] {where}; mean over {n} prompts"
+        ex = ", ".join(t[:3]) + (", …" if len(t) > 3 else "")
+        return f"{what}[answer] {where}, each prompt with its own answer token ({ex}); mean over {n} prompts"
+    return f"{sc.metric}; mean over {n} prompts"
+
+
+def _graph_steps(sc: Any, curve: Any, max_edges: int, target: float) -> dict[str, Any]:
+    """The graph's slider: the circuits the faithfulness curve evaluated (top-n by |score|, pruned) with at
+    most ``max_edges`` edges, then the ``max_edges`` strongest edges; the step drawn first is the smallest
+    circuit whose faithfulness reaches ``target`` under the preferred ablation, else the largest circuit."""
+    abl = next((a for a in _PREFERRED_ABLATIONS if a in curve.ablations), curve.ablations[0])
+    i = curve.ablations.index(abl)
+    circuits: list[list[str]] = []
+    labels: list[str] = []
+    faith: list[Optional[float]] = []
+    for j, n in enumerate(curve.n_edges.tolist()):
+        if not 0 < n <= max_edges:
+            continue
+        c = sc.circuit(n=int(n))  # the circuit the curve evaluated: the top n by |score|, pruned
+        if int(curve.kept[i, j]) != len(c.edges):
+            log.warning("circuit of the top %d edges has %d edges after pruning, the curve evaluated %d", n,
+                        len(c.edges), int(curve.kept[i, j]))
+        f = float(curve.faithfulness[i, j])
+        if not c.edges or (circuits and c.edges == circuits[-1]):
+            continue
+        circuits.append(list(c.edges))
+        labels.append(f"{len(c.edges):,} edges · F {f:.2f}" if math.isfinite(f) else f"{len(c.edges):,} edges")
+        faith.append(f if math.isfinite(f) else None)
+    order = torch.argsort(sc.scores.abs().nan_to_num(nan=-1.0), descending=True, stable=True)[:max_edges]
+    top = [sc.edges[k] for k in sorted(order.tolist())]
+    if not circuits or set(top) != set(circuits[-1]):
+        circuits.append(top)
+        labels.append(f"top {len(top):,} by |score|")
+        faith.append(None)
+    ok = [k for k, f in enumerate(faith) if f is not None and f >= target]
+    active = ok[0] if ok else len(circuits) - 1
+    return {"circuits": circuits, "labels": labels, "faithfulness": faith, "active": active, "ablation": abl,
+            "reached": bool(ok)}
+
+
 def circuit_report(
     model: Union[str, Model],
     task: Any = "ioi",
@@ -151,6 +222,7 @@ def circuit_report(
     ablations: Sequence[str] = ("zero", "mean", "resample"),
     sizes: Optional[Sequence[float]] = None,
     n_ov_heads: int = 16,
+    target: float = 0.8,
     static: bool = False,
     exporter: Optional[Exporter] = None,
     progress: bool = False,
@@ -164,6 +236,11 @@ def circuit_report(
     ``max_edges``: edges drawn in the graph (the strongest); ``n_exact``: edges patched exactly;
     ``ablations`` / ``sizes``: the faithfulness curve's (``sizes`` default: MIB's fractions);
     ``n_ov_heads``: heads whose OV top tokens are computed; ``static``: also PNG/SVG (needs a browser).
+
+    The graph has a slider over the circuits the faithfulness curve evaluated (the top-k edges by |score|,
+    pruned, for each k of ``sizes`` with at most ``max_edges`` edges) and the ``max_edges`` strongest edges;
+    it opens on the smallest circuit whose faithfulness reaches ``target`` (under the first of corrupt,
+    resample, mean, zero among ``ablations``), or on the largest when none does — the page says which.
     """
     model = _resolve_model(model)
     if method not in METHODS:
@@ -171,6 +248,8 @@ def circuit_report(
     check_positive_int("max_edges", max_edges)
     check_int_min("n_exact", n_exact, 0)
     check_int_min("n_ov_heads", n_ov_heads, 0)
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
+        raise ArgumentError(f"target={target!r} must be a faithfulness in (0, 1], e.g. 0.8")
     check_bool("static", static)
     check_bool("progress", progress)
     if static and exporter is None:
@@ -197,7 +276,9 @@ def circuit_report(
                                        sizes=MIB_SIZES if sizes is None else sizes)
             figs["faithfulness"] = curve.plot()
         scores = sc.scores.double().numpy()
-        drawn = np.argsort(-np.abs(scores), kind="stable")[:max_edges]
+        gsteps = _graph_steps(sc, curve, max_edges, target)
+        pos = {e: i for i, e in enumerate(sc.edges)}
+        drawn = np.array(sorted({pos[e] for st in gsteps["circuits"] for e in st}), dtype=np.int64)
         nodes = {x for i in drawn for x in sc.edges[i].split("→")}
         heads_by_weight = sorted(_head_scores([sc.edges[i] for i in drawn], scores[drawn]).items(), key=lambda t: -t[1])
         heads = [h for h, _ in heads_by_weight]
@@ -217,7 +298,10 @@ def circuit_report(
                 except InterpError as e:  # e.g. a model whose OV circuit cannot be materialised
                     ov_note = str(e)
         with steps("figures"):
-            figs["circuit_graph"] = circuit_graph_figure(sc, node_info=info, max_edges=max_edges)
+            figs["circuit_graph"] = circuit_graph_figure(
+                sc, node_info=info, steps=gsteps["circuits"], step_labels=gsteps["labels"], active=gsteps["active"],
+                title=f"Circuit graph — {model.name}, {sc.method}")
+            figs["faithfulness"].update_layout(title=f"Faithfulness of the top-k {sc.method} circuits ({model.name})")
             view = pats.view(title=f"Attention of the {min(6, len(heads))} heads with the most edge weight") \
                 if pats is not None else None
             if pats is not None and view is not None and len(heads) > 6:
@@ -228,6 +312,11 @@ def circuit_report(
     finally:
         steps.close()
     res.update(_summary(sc, curve, dla_note, ov_note, n_drawn=len(drawn)))
+    res["metric_for_task"] = _metric_text(model, task, sc)
+    res["graph_steps"] = [{"label": lab, "n_edges": len(st), "faithfulness": f}
+                          for lab, st, f in zip(gsteps["labels"], gsteps["circuits"], gsteps["faithfulness"])]
+    res["graph_default"] = {"step": gsteps["active"], "n_edges": len(gsteps["circuits"][gsteps["active"]]),
+                            "target": target, "ablation": gsteps["ablation"], "reached": gsteps["reached"]}
     res["timings_seconds"] = dict(steps.times, total=round(time.perf_counter() - t_start, 3))
     write_atomic(out / "results.json", json.dumps(_jsonable(res), indent=1).encode())
     page = _page(model, task, task_name, sc, curve, figs, files, view, res)
@@ -272,9 +361,10 @@ def _summary(sc: Any, curve: Any, dla_note: str, ov_note: str, *, n_drawn: int) 
 
 def _page(model: Model, task: Any, task_name: str, sc: Any, curve: Any, figs: dict[str, Any], files: dict[str, list[str]],
           view: Any, r: dict[str, Any]) -> Page:
+    metric = r["metric_for_task"]
     page = Page(title=f"interp circuit — {model.name}, {task_name}",
-                subtitle=f"{esc(sc.method.upper())} over {len(sc.edges):,} edges · metric {esc(sc.metric)} "
-                         f"· {sc.n_prompts} prompt pairs", compact=True)
+                subtitle=f"{esc(sc.method.upper())} over {len(sc.edges):,} edges · {sc.n_prompts} prompt pairs · "
+                         f"metric {esc(metric)}", compact=True, wide=True)
     page.section("Model", kv_table(_model_card(model)), anchor="model")
     if isinstance(task.clean, (list, tuple)):
         clean0, corrupt0 = task.clean[0], task.corrupt[0]
@@ -284,15 +374,25 @@ def _page(model: Model, task: Any, task_name: str, sc: Any, curve: Any, figs: di
                             for t in (task.clean, task.corrupt))
     rows = [("task", task_name)] + ([("description", task.description)] if getattr(task, "description", "") else [])
     rows += [("prompt pairs", sc.n_prompts), ("first clean prompt", clean0),
-            ("first corrupt prompt", corrupt0), ("metric", sc.metric), ("M(clean)", fmt(sc.clean)),
+            ("first corrupt prompt", corrupt0), ("metric", metric)]
+    if sc.metric.endswith("(per-prompt tokens)"):
+        rows += [("the first pair's metric", sc.metric[: -len("(per-prompt tokens)")].rstrip())]
+    rows += [("M(clean)", fmt(sc.clean)),
             ("M(corrupt)", fmt(sc.corrupt)), ("method", sc.method + (f", {sc.ig_steps} steps" if sc.method == "eap-ig" else "")),
             ("completeness", f"Σ scores ({sc.completeness_of}) = {fmt(sc.completeness)} vs M(corrupt) − M(clean) = "
                              f"{fmt(sc.target)}; error {sc.completeness_error:.2e}"),
             ("sign convention", sc.convention)]
     page.section("Task and scores", kv_table(rows), anchor="task")
-    shown = f"the {r['n_drawn']:,} edges with the largest |score|" if r["n_drawn"] < len(sc.edges) else "every edge"
+    d, steps = r["graph_default"], r["graph_steps"]
+    first = (f"It opens on the smallest circuit whose faithfulness reaches {fmt(d['target'], 2)} under "
+             f"{esc(d['ablation'])} ablation: {d['n_edges']:,} edges" if d["reached"] else
+             f"No circuit with at most {steps[-1]['n_edges']:,} edges reached faithfulness {fmt(d['target'], 2)} under "
+             f"{esc(d['ablation'])} ablation; it opens on the largest, {d['n_edges']:,} edges")
     page.section("Circuit graph", page.figure(figs["circuit_graph"]), anchor="graph",
-                 note=f"Edge attribution scores, {shown}: width and opacity grow with |score|, blue > 0, red < 0. "
+                 note=f"{first}. The slider above the graph draws the other circuits the faithfulness curve evaluated "
+                      f"(the top-k edges by |score|, pruned; F = faithfulness under {esc(d['ablation'])} ablation) "
+                      f"and the {steps[-1]['n_edges']:,} strongest edges. "
+                      "Width and opacity grow with |score|, blue > 0, red < 0. "
                       "Hover an edge's middle for its score (and exact patching effect where computed); hover a head "
                       "for its direct logit attribution, where its last token looks, and what its OV circuit copies. "
                       "All edges with their scores: <a href='edges.json'>edges.json</a>.")

@@ -44,19 +44,24 @@ code, .tok { font-family: ui-monospace, Menlo, Consolas, monospace; background: 
 nav a { margin-right: 12px; font-size: 13px; }
 """
 
+#: a wide page: the column fills the window (figures without a fixed width resize to it)
+_WIDE = "main { max-width: none; padding: 12px 24px 48px 24px; }\n"
+
 
 @dataclass
 class Page:
     """Sections of HTML (figures, tables, text) assembled into one self-contained page.
 
     ``compact=True``: plotly.js and each figure are gzip-compressed in the page and drawn by the browser
-    (:mod:`interp.plots._compact`; ~2 MB instead of 4.8 MB + the figures' JSON)."""
+    (:mod:`interp.plots._compact`; ~2 MB instead of 4.8 MB + the figures' JSON). ``wide=True``: the page's
+    column takes the window's whole width (for figures with many layers) instead of at most 1,200 px."""
 
     title: str
     subtitle: str = ""
     parts: list[str] = field(default_factory=list)
     toc: list[tuple[str, str]] = field(default_factory=list)
     compact: bool = False
+    wide: bool = False
     _n_fig: int = 0
 
     def section(self, title: str, body: str, *, anchor: Optional[str] = None, note: str = "") -> None:
@@ -74,8 +79,9 @@ class Page:
         # "</" could close the <script> element early if a token contains "</script>"
         spec = fig.to_json().replace("</", "<\\/")
         config = json.dumps({"displaylogo": False, "responsive": True})
-        w, h = fig.layout.width or 900, fig.layout.height or 500
-        return (f'<div id="{div_id}" style="width:{int(w)}px;max-width:100%;height:{int(h)}px"></div>'
+        w, h = fig.layout.width, fig.layout.height or 500
+        width = f"width:{int(w)}px;max-width:100%" if w else "width:100%"  # no width: the figure fills the section
+        return (f'<div id="{div_id}" style="{width};height:{int(h)}px"></div>'
                 f'<script>(function(){{var s={spec};Plotly.newPlot("{div_id}", s.data, s.layout, {config});}})();</script>'
                 f"{self._links(files)}")
 
@@ -92,7 +98,7 @@ class Page:
         status, runtime = (compact_status(), compact_runtime()) if self.compact and self._n_fig else ("", "")
         return (
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{esc(self.title)}</title><style>{_CSS}</style>{head_js}</head><body>"
+            f"<title>{esc(self.title)}</title><style>{_CSS}{_WIDE if self.wide else ''}</style>{head_js}</head><body>"
             f"<header><h1>{esc(self.title)}</h1><p>{self.subtitle}</p><nav>{nav}</nav></header>"
             f"<main>{status}{''.join(self.parts)}</main>{runtime}</body></html>\n"
         )
