@@ -58,9 +58,10 @@ def circuit_mask(graph: CircuitGraph, circuit: Any, *, name: str = "circuit") ->
                             "best edges of an EdgeScores), a circuit with .edges, or a list of edge labels; [] "
                             "evaluates the empty circuit")
     if isinstance(circuit, EdgeScores):
-        raise ArgumentError(f"{name}={circuit!r:.120} holds a score for every edge ({len(circuit.edges):,}), not a "
-                            f"circuit: evaluating it keeps every edge (faithfulness 1 by construction). Pass "
-                            f"scores.circuit(n=…) (the n best edges) or scores.circuit(threshold=…)")
+        raise ArgumentError(f"{name}=EdgeScores({circuit.model_name!r}, {circuit.method}) holds a score for every "
+                            f"edge ({len(circuit.edges):,}), not a circuit: evaluating it keeps every edge (faithfulness "
+                            "1 by construction). Pass scores.circuit(n=…) (the n best edges) or "
+                            "scores.circuit(threshold=…)")
     edges = getattr(circuit, "edges", circuit)
     if isinstance(edges, str) or not isinstance(edges, (list, tuple)):
         raise ArgumentError(f"{name}={circuit!r:.80} must be an EdgeCircuit (EdgeScores.circuit(...)), a circuit "
