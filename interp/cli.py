@@ -106,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prompt pairs drawn from the task (default: 16 of a shipped task, every pair of --pairs)")
     e.add_argument("--max-edges", type=int, default=2000, help="strongest edges drawn in the graph (default: 2000)")
     e.add_argument("--exact", type=int, default=20, help="top edges patched exactly (default: 20)")
-    e.add_argument("--ablations", default="zero,mean,resample",
-                   help="faithfulness-curve ablations, comma-separated (default: zero,mean,resample)")
+    e.add_argument("--ablations", default="corrupt,zero,mean,resample",
+                   help="faithfulness-curve ablations, comma-separated (default: corrupt,zero,mean,resample)")
     e.add_argument("--sizes", default=None,
                    help="faithfulness-curve circuit sizes as fractions of the edges, comma-separated, increasing "
                         "(default: 0.001,0.002,0.005,0.01,0.02,0.05,0.1,0.2,0.5,1 as in MIB)")

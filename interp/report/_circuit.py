@@ -219,7 +219,7 @@ def circuit_report(
     n_prompts: Optional[int] = 16,
     max_edges: int = 2000,
     n_exact: int = 20,
-    ablations: Sequence[str] = ("zero", "mean", "resample"),
+    ablations: Sequence[str] = ("corrupt", "zero", "mean", "resample"),
     sizes: Optional[Sequence[float]] = None,
     n_ov_heads: int = 16,
     target: float = 0.8,
