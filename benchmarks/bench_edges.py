@@ -60,7 +60,7 @@ def cost(m, task, iters: int) -> None:
             hf(b.tokens, attention_mask=b.attention_mask)
 
     def eap():
-        return interp.edge_attribution(m, task.clean, task.corrupt, metric=task.metric, progress=False)
+        return interp.edge_attribution(m, task.clean, task.corrupt, metric=task.metric, method="eap", progress=False)
 
     def eap_ig():
         return interp.edge_attribution(m, task.clean, task.corrupt, metric=task.metric, method="eap-ig",
@@ -131,7 +131,7 @@ def tl_comparison() -> None:
     t = time.perf_counter()
     # transformer-lens: gradient at its corrupt input, scores (clean − corrupt)·g; interp: at its clean input,
     # (corrupt − clean)·g — the same number with the inputs swapped
-    s = interp.edge_attribution(m, corrupt, clean, metric=interp.LogitDiff(A, W), progress=False)
+    s = interp.edge_attribution(m, corrupt, clean, metric=interp.LogitDiff(A, W), method="eap", progress=False)
     t_i = time.perf_counter() - t
     agg: dict[str, float] = {}
     for (w, r), v in res.edge_scores.items():
@@ -168,8 +168,9 @@ def _tl_reader(n) -> str:
 
 def findings(m, task) -> None:
     print(f"\n3. findings on IOI ({task.n} pairs)")
-    eap = interp.edge_attribution(m, task.clean, task.corrupt, metric=task.metric, progress=False)
-    frozen = interp.edge_attribution(m, task.clean, task.corrupt, metric=task.metric, scale="frozen", progress=False)
+    eap = interp.edge_attribution(m, task.clean, task.corrupt, metric=task.metric, method="eap", progress=False)
+    frozen = interp.edge_attribution(m, task.clean, task.corrupt, metric=task.metric, method="eap", scale="frozen",
+                                     progress=False)
     ig = interp.edge_attribution(m, task.clean, task.corrupt, metric=task.metric, method="eap-ig", progress=False)
     print(f"   {eap!r}\n   {ig!r}")
     print("   top 8 edges by |EAP-IG|: " + ", ".join(f"{e} {v:+.3f}" for e, v in ig.top(8)[["edge", "score"]].values))
