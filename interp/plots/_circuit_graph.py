@@ -11,8 +11,9 @@ A head is one node: its output leaves the node, and its inputs are ports on its 
 head, k and v further left. Under GQA a KV head's k and v ports sit at the middle of the query heads
 that share them and are joined to each. Edge width and opacity grow with |score| (``n_bins`` bins of
 √(|score| / max |score|) — square-root spacing, so that a heavy-tailed score distribution does not leave
-all but the largest edge in the faintest bin; ``scale="linear"`` for even spacing); colour is the sign
-(blue positive, red negative).
+all but the largest edge in the faintest bin; ``scale="linear"`` for even spacing, ``scale="log"`` for bins
+of equal ratio between the smallest and the largest |score| drawn, for scores that span decades); colour is
+the sign (blue positive, red negative).
 
 Size and speed: the edges of one (bin, sign) group are one SVG path of quadratic curves (a layout shape:
 2 × ``n_bins`` paths in all, each with its legend entry), and one trace of invisible markers at the curves'
@@ -275,7 +276,7 @@ def circuit_graph_figure(
     are coloured by the numeric entry ``node_value``. ``max_edges``: draw the edges with the largest
     |score| (the subtitle says how many were left out); ``n_heads`` / ``n_kv_heads``: the model's head
     counts (else read from the labels; give them under GQA when not every KV head appears);
-    ``n_bins`` / ``scale``: how |score| maps to width and opacity ("sqrt" or "linear" bin spacing).
+    ``n_bins`` / ``scale``: how |score| maps to width and opacity ("sqrt", "linear" or "log" bin spacing).
 
     ``steps``: nested circuits to choose between with a slider in the figure (works offline, in the page):
     each a list of edge labels or an object with ``.edges`` (an ``EdgeCircuit``), every edge one of
@@ -290,7 +291,7 @@ def circuit_graph_figure(
                                                                       n_kv_heads, title)
     check_positive_int("max_edges", max_edges)
     check_int_range("n_bins", n_bins, 1, 10)
-    check_choice("scale", scale, ("sqrt", "linear"))
+    check_choice("scale", scale, ("sqrt", "linear", "log"))
     for name, v in (("n_layers", n_layers), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
         check_positive_int(name, v, allow_none=True)
     if node_info is not None and not isinstance(node_info, Mapping):
@@ -357,7 +358,16 @@ def circuit_graph_figure(
     smax = float(np.abs(ss[scored]).max()) if scored.any() else 0.0
     smax = smax or 1.0
     frac = np.where(scored, np.abs(ss), 0.0) / smax
-    frac = np.sqrt(frac) if scale == "sqrt" else frac
+    nonzero = frac[scored & (frac > 0)]
+    fmin = float(nonzero.min()) if len(nonzero) and nonzero.min() < 1 else 0.0  # log: the smallest |score| drawn
+    if scale == "sqrt":
+        frac = np.sqrt(frac)
+    elif scale == "log":
+        frac = np.clip(np.log(np.maximum(frac, fmin or 1.0) / fmin) / -math.log(fmin), 0, 1) if fmin else (frac > 0) * 1.0
+
+    def edge_of(q: float) -> float:
+        """The |score| at fraction q of the bin scale."""
+        return smax * (q if scale == "linear" else q * q if scale == "sqrt" else fmin ** (1 - q) if fmin else q)
     bins = np.where(scored, np.minimum((frac * n_bins).astype(int), n_bins - 1), -1)  # -1: no score
     pos_c, neg_c = _bin_colours(n_bins, _POS), _bin_colours(n_bins, _NEG)
     # hover text at the edges' midpoints (invisible markers, of which plotly draws one: maxdisplayed)
@@ -400,13 +410,13 @@ def circuit_graph_figure(
                 one = sel[(b_sel == b) & ((s_sel > 0) if positive else (s_sel <= 0))]
                 if not len(one):
                     continue
-                lo, hi = (b / n_bins, (b + 1) / n_bins) if scale == "linear" else ((b / n_bins) ** 2, ((b + 1) / n_bins) ** 2)
+                lo, hi = edge_of(b / n_bins), edge_of((b + 1) / n_bins)
                 shapes.append(dict(
                     type="path", xref="x", yref="y", layer="below",
                     path=_curves(wx[one], wy[one], rx[one], ry[one], cy[one]),
                     line=dict(color=colours[b], width=round(0.6 + 5.4 * (b + 1) / n_bins, 2)),
                     opacity=round(0.3 + 0.7 * (b + 1) / n_bins, 3), showlegend=True, legendrank=100 + b,
-                    name=f"{word}: |{esc(score_name)}| {fmt(lo * smax, 2)}–{fmt(hi * smax, 2)} ({len(one)})",
+                    name=f"{word}: |{esc(score_name)}| {fmt(lo, 2)}–{fmt(hi, 2)} ({len(one)})",
                 ))
         traces = [dict(x=mid_x[sel].tolist(), y=mid_y[sel].tolist(), hovertext=[hov[k] for k in sel], text=None,
                        size=8, symbol="circle", color="rgba(0,0,0,0)")]

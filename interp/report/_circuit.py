@@ -300,7 +300,7 @@ def circuit_report(
         with steps("figures"):
             figs["circuit_graph"] = circuit_graph_figure(
                 sc, node_info=info, steps=gsteps["circuits"], step_labels=gsteps["labels"], active=gsteps["active"],
-                title=f"Circuit graph — {model.name}, {sc.method}")
+                scale="log", title=f"Circuit graph — {model.name}, {sc.method}")
             figs["faithfulness"].update_layout(title=f"Faithfulness of the top-k {sc.method} circuits ({model.name})")
             view = pats.view(title=f"Attention of the {min(6, len(heads))} heads with the most edge weight") \
                 if pats is not None else None
@@ -392,7 +392,8 @@ def _page(model: Model, task: Any, task_name: str, sc: Any, curve: Any, figs: di
                  note=f"{first}. The slider above the graph draws the other circuits the faithfulness curve evaluated "
                       f"(the top-k edges by |score|, pruned; F = faithfulness under {esc(d['ablation'])} ablation) "
                       f"and the {steps[-1]['n_edges']:,} strongest edges. "
-                      "Width and opacity grow with |score|, blue > 0, red < 0. "
+                      "Width and opacity grow with |score| (bins of equal ratio: scores span decades), blue > 0, "
+                      "red < 0. "
                       "Hover an edge's middle for its score (and exact patching effect where computed); hover a head "
                       "for its direct logit attribution, where its last token looks, and what its OV circuit copies. "
                       "All edges with their scores: <a href='edges.json'>edges.json</a>.")

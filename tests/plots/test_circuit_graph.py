@@ -346,4 +346,4 @@ def test_bins_are_square_root_spaced_unless_linear():
     ladder = [round(0.6 + 5.4 * (b + 1) / 5, 2) for b in range(5)]  # the width of each bin
     assert sq == [ladder[4], ladder[2], ladder[0]] and lin == [ladder[4], ladder[1], ladder[0]]
     with pytest.raises(ArgumentError, match="scale"):
-        circuit_graph_figure(edges, scores, scale="log")
+        circuit_graph_figure(edges, scores, scale="cube")

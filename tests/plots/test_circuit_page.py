@@ -104,6 +104,20 @@ def test_graph_figure_fills_its_container_and_has_a_slider():
         assert len(hover) == len(st) and all(any(e.replace("→", " → ") in h for h in hover) for e in st)
 
 
+def test_log_bins_separate_scores_that_span_decades():
+    """scale="log": bins of equal ratio between the smallest and largest |score|, so scores a decade apart get
+    their own widths (with "sqrt" all but the largest would share the faintest bin)."""
+    edges = ["embed→L0.attn.q[H0]", "embed→L0.attn.q[H1]", "embed→L0.mlp.in", "L0.mlp→unembed"]
+    scores = [1.0, -0.1, 0.01, 0.001]
+
+    def widths(scale):
+        fig = circuit_graph_figure(edges, scores, n_bins=4, scale=scale)
+        return sorted(sh.line.width for sh in fig.layout.shapes if sh.name)
+
+    assert len(set(widths("log"))) == 4
+    assert len(set(widths("sqrt"))) < 4  # 0.01 and 0.001 share the faintest bin
+
+
 def _chromium() -> str:
     path = chromium_path()
     if path is None:
@@ -141,10 +155,27 @@ def _point(page, x: float, y: float) -> tuple[float, float]:
 
 
 def test_page_in_chromium_at_1400px_offline_fits_hovers_and_slides(deep_report, tmp_path):
+    out, index = deep_report
+    _check_in_chromium(out, index, N_LAYERS, tmp_path)
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_smollm2_factual_page_in_chromium(tmp_path):
+    """``interp circuit`` with the shipped factual task on smollm2 (30 layers, its defaults: EAP-IG, 2,000 edges,
+    three ablations): the same checks in the browser; the screenshot shows all 30 layers."""
+    from interp.cli import main
+
+    out = tmp_path / "factual"
+    assert main(["circuit", "--model", "smollm2-135m", "--task", "factual", "--out", str(out), "-q"]) == 0
+    _check_in_chromium(out, out / "index.html", 30, tmp_path)
+
+
+def _check_in_chromium(out: Path, index: Path, n_layers: int, shots: Path) -> None:
+    """Open the page at 1,400 px with every network request refused and check what a reader sees."""
     from playwright.sync_api import sync_playwright
 
     chrome = _chromium()
-    out, index = deep_report
     r, _, e = _faith(out)
     by_edge = {x["edge"]: x for x in e["edges"]}
     attempted: list[str] = []
@@ -170,9 +201,9 @@ def test_page_in_chromium_at_1400px_offline_fits_hovers_and_slides(deep_report, 
             assert errors == [] and attempted == []
             page.locator("#graph").scroll_into_view_if_needed()
             m = page.evaluate(_MEASURE)
-            shot = tmp_path / "circuit-graph-1400.png"
+            shot = shots / f"circuit-graph-{n_layers}-layers-1400.png"
             page.locator("#graph").screenshot(path=str(shot))
-            page.screenshot(path=str(tmp_path / "circuit-page-1400.png"), full_page=True)
+            page.screenshot(path=str(shots / "circuit-page-1400.png"), full_page=True)
             if os.environ.get("INTERP_SCREENSHOTS"):  # keep them for a person to look at
                 shutil.copy(shot, Path(os.environ["INTERP_SCREENSHOTS"]) / shot.name)
 
@@ -184,7 +215,7 @@ def test_page_in_chromium_at_1400px_offline_fits_hovers_and_slides(deep_report, 
             assert 0 <= left and right <= WIDTH
             # every layer's label is drawn, inside the figure and the window
             names = [t[0] for t in m["ticks"]]
-            assert [f"L{i}" for i in range(N_LAYERS)] == [n for n in names if n.startswith("L")], names
+            assert [f"L{i}" for i in range(n_layers)] == [n for n in names if n.startswith("L")], names
             for name, l0, r0, t0, b0 in m["ticks"]:
                 assert left <= l0 and r0 <= right and r0 <= WIDTH, (name, l0, r0, left, right)
             ticks = sorted(m["ticks"], key=lambda t: t[1])
