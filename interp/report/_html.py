@@ -79,9 +79,8 @@ class Page:
         # "</" could close the <script> element early if a token contains "</script>"
         spec = fig.to_json().replace("</", "<\\/")
         config = json.dumps({"displaylogo": False, "responsive": True})
-        w, h = fig.layout.width, fig.layout.height or 500
-        width = f"width:{int(w)}px;max-width:100%" if w else "width:100%"  # no width: the figure fills the section
-        return (f'<div id="{div_id}" style="{width};height:{int(h)}px"></div>'
+        w, h = fig.layout.width or 900, fig.layout.height or 500
+        return (f'<div id="{div_id}" style="width:{int(w)}px;max-width:100%;height:{int(h)}px"></div>'
                 f'<script>(function(){{var s={spec};Plotly.newPlot("{div_id}", s.data, s.layout, {config});}})();</script>'
                 f"{self._links(files)}")
 
