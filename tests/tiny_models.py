@@ -17,6 +17,11 @@ import interp
 from interp.models import model_from_hf
 
 FAMILIES = ("gpt2", "llama", "neox", "bert")
+#: The families added on the same block maths as capabilities (tests/models/test_more_families.py runs
+#: every analysis on each): Qwen 2 (q/k/v biases), Mistral (a sliding window of 3), Gemma ((1 + w) gains,
+#: √d embedding scale, query_pre_attn_scalar, MQA), Phi-3 (fused matrices, partial rotary), GPT-J
+#: (parallel block with one norm, adjacent-pair partial rotary, lm_head bias).
+MORE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj")
 VOCAB = 100
 
 
@@ -55,6 +60,28 @@ def tiny_config(family: str, *, n_layers: int = 2):
             num_hidden_layers=n_layers, num_attention_heads=4, hidden_size=32, intermediate_size=64,
             max_position_embeddings=64, use_parallel_residual=True, rotary_pct=0.25, **common,
         )
+    elif family == "qwen2":
+        c = transformers.Qwen2Config(
+            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
+            intermediate_size=64, max_position_embeddings=64, **common,
+        )
+    elif family == "mistral":
+        c = transformers.MistralConfig(
+            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, head_dim=8,
+            intermediate_size=64, max_position_embeddings=64, sliding_window=3, **common,
+        )
+    elif family == "gemma":
+        c = transformers.GemmaConfig(
+            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=1, hidden_size=32, head_dim=8,
+            intermediate_size=64, max_position_embeddings=64, query_pre_attn_scalar=16, **common,
+        )
+    elif family == "phi3":
+        c = transformers.Phi3Config(
+            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
+            intermediate_size=64, max_position_embeddings=64, partial_rotary_factor=0.5, **common,
+        )
+    elif family == "gptj":
+        c = transformers.GPTJConfig(n_layer=n_layers, n_head=4, n_embd=32, n_positions=64, rotary_dim=4, **common)
     elif family == "bert":
         c = transformers.BertConfig(
             num_hidden_layers=n_layers, num_attention_heads=4, hidden_size=32, intermediate_size=64,
@@ -84,6 +111,8 @@ def tiny_hf_model(family: str, *, seed: int = 0, n_layers: int = 2, dtype=torch.
                 p.add_(0.3 * torch.randn_like(p))
             elif name.endswith("bias"):
                 p.add_(bias_scale * torch.randn_like(p))
+        if family == "gptj":  # GPT-J's lm_head has a bias (zero at init)
+            m.lm_head.bias.add_(bias_scale * torch.randn_like(m.lm_head.bias))
     return m.to(dtype).eval()
 
 

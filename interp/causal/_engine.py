@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from interp.errors import UnsupportedArchitectureError
-from interp.models import Model
+from interp.models import Model, rotary_tables
 
 __all__ = ["Engine", "Patch", "RunCache", "SITES"]
 
@@ -78,10 +78,6 @@ class RunCache:
     scales: dict[str, list[Tensor]] = field(default_factory=dict)
 
 
-def _find_modules(root: Any, name_suffix: str) -> list[Any]:
-    return [m for m in root.modules() if type(m).__name__.endswith(name_suffix)]
-
-
 class Engine:
     """Forward passes of one model from its frozen weights, with patch points (see module docstring)."""
 
@@ -111,50 +107,20 @@ class Engine:
             self.b_in = _nonzero(torch.cat([torch.zeros_like(w.b_in), w.b_in], dim=1) if w.W_gate is not None else w.b_in)
             self.b_out = _nonzero(w.b_out)
         self._masks: dict[tuple, Optional[Tensor]] = {}
-        self.scales = self._attention_scales()
+        self.scales = [a.attn_scale(l) for l in range(L)]
         self._rope_cache: dict[int, tuple[Tensor, Tensor]] = {}
-        self.interleaved = a.family == "native"
-        # the attention softmax in the model's own precision: Hugging Face's Llama computes it in
-        # float32 whatever the dtype (so a float64 Llama rounds its patterns to float32 too)
-        self.softmax_dtype = torch.float64 if model.dtype == torch.float64 and a.family != "llama" else torch.float32
+        self.interleaved = a.rotary_interleaved
+        # the attention softmax in the model's own precision: Hugging Face's Llama-shaped models compute it
+        # in float32 whatever the dtype (so a float64 Llama rounds its patterns to float32 too)
+        self.softmax_dtype = torch.float64 if model.dtype == torch.float64 and not a.softmax_fp32 else torch.float32
 
     # ------------------------------------------------------------------ model facts
 
-    def _attention_scales(self) -> list[float]:
-        a = self.arch
-        hf = getattr(self.model.bridge, "original_model", None)
-        if a.family == "native" and hf is not None:
-            mods = _find_modules(hf, "NativeAttention")
-            if len(mods) == a.n_layers:
-                return [1.0 / float(m.scale) for m in mods]
-        cfg = getattr(hf, "config", None)
-        base = a.d_head ** -0.5
-        if a.family == "gpt2" and cfg is not None:
-            base = base if getattr(cfg, "scale_attn_weights", True) else 1.0
-            if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
-                return [base / (l + 1) for l in range(a.n_layers)]
-        return [base] * a.n_layers
-
     def rope(self, n: int) -> tuple[Tensor, Tensor]:
         """(cos, sin) [n, rotary_dim] for positions 0..n−1, from the model's own rotary module."""
-        if n in self._rope_cache:
-            return self._rope_cache[n]
-        hf = self.model.bridge.original_model
-        dev, dt = self.model.device, self.model.dtype
-        native = _find_modules(hf, "NativeRotary")
-        if native:
-            cos, sin = native[0].cos_cached[:n], native[0].sin_cached[:n]
-        else:
-            mods = [m for m in hf.modules() if type(m).__name__.endswith("RotaryEmbedding")]
-            if not mods:
-                raise UnsupportedArchitectureError(f"model {self.model.name!r} is rotary but has no rotary module")
-            x = torch.zeros(1, n, self.arch.d_model, device=dev, dtype=dt)
-            with torch.no_grad():
-                cos, sin = mods[0](x, torch.arange(n, device=dev)[None])
-            cos, sin = cos[0], sin[0]
-        out = (cos.to(dev, dt), sin.to(dev, dt))
-        self._rope_cache[n] = out
-        return out
+        if n not in self._rope_cache:
+            self._rope_cache[n] = rotary_tables(self.model, n)
+        return self._rope_cache[n]
 
     def _rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         """RoPE on x [R, T, n, d_head] with cos/sin [T, rotary_dim], written straight into one new tensor.
@@ -180,20 +146,25 @@ class Engine:
         o2.addcmul_(a_, s1)
         return out
 
-    def _allowed(self, mask: Tensor, prompt: Tensor, t0: int, T: int) -> Optional[Tensor]:
-        """The attention mask [R | 1, 1, T, N] (True = may attend), or None when nothing is masked."""
+    def _allowed(self, mask: Tensor, prompt: Tensor, t0: int, T: int, window: int = 0) -> Optional[Tensor]:
+        """The attention mask [R | 1, 1, T, N] (True = may attend), or None when nothing is masked.
+        With a sliding ``window`` w a query at t sees keys t−w+1…t only (a patched row's keys too)."""
         N = t0 + T
         full = bool(mask[:, :N].all())
-        key = (mask.data_ptr(), tuple(mask.shape), t0, T, full)
+        key = (mask.data_ptr(), tuple(mask.shape), t0, T, full, window)
         if key not in self._masks:
             allowed: Optional[Tensor] = mask[:, None, :N].bool() if not full else \
                 torch.ones(1, 1, N, dtype=torch.bool, device=mask.device)
             if self.arch.causal:
-                qpos = torch.arange(t0, N, device=mask.device)
-                allowed = allowed & (torch.arange(N, device=mask.device)[None, :] <= qpos[:, None])  # type: ignore[operator]
+                qpos = torch.arange(t0, N, device=mask.device)[:, None]
+                kpos = torch.arange(N, device=mask.device)[None, :]
+                near = (kpos <= qpos) & (kpos > qpos - window) if window else kpos <= qpos
+                allowed = allowed & near  # type: ignore[operator]
             elif full:
                 allowed = None
-            self._masks = {key: allowed}  # one entry: a sweep uses one mask
+            if len(self._masks) > 8:  # a sweep uses one mask per window size
+                self._masks.clear()
+            self._masks[key] = allowed
         allowed = self._masks[key]
         if allowed is None:
             return None
@@ -333,7 +304,7 @@ class Engine:
             k = torch.cat([pk, k], dim=2)
             v = torch.cat([pv, v], dim=2)
         N = t0 + T
-        allowed = self._allowed(mask, prompt, t0, T)  # [R | 1, 1, T, N] or None
+        allowed = self._allowed(mask, prompt, t0, T, a.window(l))  # [R | 1, 1, T, N] or None
         need_pattern = "pattern" in by or "pattern" in cap or self.softmax_dtype != self.model.dtype
         if not need_pattern:  # fused attention: z = softmax(q kᵀ · scale + mask) v
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=self.scales[l], enable_gqa=G > 1)

@@ -4,7 +4,7 @@ ArchInfo and frozen weights.
 The lowest layer: it imports no other interp subpackage (only the top-level utility modules).
 """
 
-from interp.models._arch import SUPPORTED_FAMILIES, ArchInfo
+from interp.models._arch import NOT_YET_SUPPORTED, SUPPORTED_FAMILIES, ArchInfo
 from interp.models._catalog import CatalogEntry, list_models
 from interp.models._load import load_model, model_from_hf
 from interp.models._model import Model
@@ -13,15 +13,24 @@ from interp.models._native_config import BOS_ID as TOY_BOS_ID
 from interp.models._native_config import FIRST_WORD_ID as TOY_FIRST_WORD_ID
 from interp.models._native_config import UNK_ID as TOY_UNK_ID
 from interp.models._native_config import ToyConfig, toy_words
-from interp.models._program import Event, build_program, head_label, program_position, resid_hook_names, sees
+from interp.models._rotary import rotary_tables
+from interp.models._program import (
+    Event,
+    build_program,
+    head_label,
+    norm_hook,
+    program_position,
+    resid_hook_names,
+    sees,
+)
 from interp.models._tokenize import Batch, readable_token, tokenize
 from interp.models._tracr import model_from_tracr
 from interp.models._weights import Weights, hf_state_from_weights, hf_writable
 
 __all__ = [
-    "ArchInfo", "Batch", "CatalogEntry", "Event", "Model", "SUPPORTED_FAMILIES", "TOY_BOS_ID", "TOY_FIRST_WORD_ID",
+    "ArchInfo", "Batch", "NOT_YET_SUPPORTED", "CatalogEntry", "Event", "Model", "SUPPORTED_FAMILIES", "TOY_BOS_ID", "TOY_FIRST_WORD_ID",
     "TOY_UNK_ID", "ToyConfig", "Weights", "build_program", "build_toy", "head_label", "hf_state_from_weights",
-    "hf_writable", "list_models", "load_model", "load_toy", "model_from_hf", "model_from_tracr", "native_state_dict",
-    "program_position", "read_toy_config", "readable_token", "resid_hook_names", "save_toy", "sees", "tokenize", "toy_weights",
+    "hf_writable", "list_models", "load_model", "norm_hook", "load_toy", "model_from_hf", "model_from_tracr", "native_state_dict",
+    "program_position", "read_toy_config", "readable_token", "resid_hook_names", "rotary_tables", "save_toy", "sees", "tokenize", "toy_weights",
     "toy_words",
 ]

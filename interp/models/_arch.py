@@ -10,19 +10,39 @@ interp supports four block families (docs/math.md §1):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import difflib
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 from interp.errors import UnsupportedArchitectureError
 
-__all__ = ["ArchInfo", "SUPPORTED_FAMILIES", "arch_from_hf_config"]
+__all__ = ["ArchInfo", "NOT_YET_SUPPORTED", "SUPPORTED_FAMILIES", "arch_from_hf_config", "with_module_scales"]
 
-#: HF ``model_type`` -> interp family name.
+#: HF ``model_type`` -> interp family name. Families that share a block structure share a reader:
+#: Qwen 2, Mistral, Gemma and Phi-3 are Llama-shaped (pre-norm RMSNorm, GQA, rotary, gated MLP) with
+#: capabilities of their own below; GPT-J is a parallel block with one norm for both sublayers.
 SUPPORTED_FAMILIES: dict[str, str] = {
     "gpt2": "gpt2",
     "llama": "llama",
+    "qwen2": "qwen2",
+    "mistral": "mistral",
+    "gemma": "gemma",
+    "phi3": "phi3",
+    "gptj": "gptj",
     "gpt_neox": "gpt_neox",
     "bert": "bert",
+}
+
+#: Families transformers knows but interp does not model yet, and the capability each lacks: a model of
+#: one is refused (never analysed with a forward that would silently differ from its own).
+NOT_YET_SUPPORTED: dict[str, str] = {
+    "qwen3": "per-head RMSNorm of queries and keys (QK-norm)",
+    "gemma2": "sandwich norms (a norm on each sublayer's output) and attention/final logit soft-capping",
+    "gemma3_text": "sandwich norms, per-head QK-norm and two rotary tables (local and global layers)",
+    "gemma3": "sandwich norms, per-head QK-norm and two rotary tables (local and global layers)",
+    "olmo2": "post-sublayer norms without pre-norms, and QK-norm over the whole projection",
+    "mixtral": "mixture-of-experts MLP blocks",
+    "olmoe": "mixture-of-experts MLP blocks",
 }
 
 
@@ -75,11 +95,26 @@ class ArchInfo:
     attn_only: bool = False  # no MLP sublayers (the toy models)
     attn_bias: bool = True  # attention output projection has a bias b_O
     mlp_bias: bool = True  # MLP output projection has a bias b_out
+    attn_scales: tuple[float, ...] = ()  # the score scale of each layer; () = d_head^-1/2 everywhere
+    sliding_windows: tuple[int, ...] = ()  # per layer: a query sees the last w keys only; 0 / () = global
+    rotary_interleaved: bool = False  # RoPE rotates adjacent pairs (x0, x1) (GPT-J, the toys), not halves
+    shared_block_norm: bool = False  # a parallel block's attention and MLP read one norm (GPT-J): ln2 = ln1
+    softmax_fp32: bool = False  # the model's own attention softmax runs in float32 whatever the dtype
+    embed_scale: float = 1.0  # the embedding is multiplied by this (Gemma: √d_model); folded into W_E
 
     @property
     def has_logits(self) -> bool:
         """A linear unembedding after the last block (pre-norm decoders): logits decompose exactly."""
         return self.has_unembed and self.norm_placement == "pre"
+
+    def attn_scale(self, layer: int) -> float:
+        """The factor on layer ``layer``'s attention scores q·k (d_head^-1/2 unless the model says otherwise:
+        Gemma's ``query_pre_attn_scalar``^-1/2, GPT-2's per-layer flags, the toys' own)."""
+        return self.attn_scales[layer] if self.attn_scales else self.d_head ** -0.5
+
+    def window(self, layer: int) -> int:
+        """Layer ``layer``'s sliding window w (query t sees keys t−w+1…t), 0 when it attends globally."""
+        return self.sliding_windows[layer] if self.sliding_windows else 0
 
     @property
     def group_size(self) -> int:
@@ -99,14 +134,34 @@ def arch_from_hf_config(config: Any, *, name: str, has_unembed: bool = True) -> 
     model_type = getattr(config, "model_type", None)
     family = SUPPORTED_FAMILIES.get(str(model_type))
     if family is None:
+        missing = NOT_YET_SUPPORTED.get(str(model_type))
+        why = f" (interp does not model its {missing} yet)" if missing else ""
+        near = difflib.get_close_matches(str(model_type), list(SUPPORTED_FAMILIES), n=1, cutoff=0.5)
         raise UnsupportedArchitectureError(
-            f"model {name!r} has architecture model_type={model_type!r}; interp supports "
+            f"model {name!r} has architecture model_type={model_type!r}{why}; interp supports "
             f"{sorted(SUPPORTED_FAMILIES)} (pre-norm LayerNorm, pre-norm RMSNorm+GQA+RoPE, "
-            "parallel attn/MLP, post-norm encoder)"
+            "parallel attn/MLP, post-norm encoder)" + (f"; the nearest supported family is {near[0]!r}" if near else "")
+        )
+    if family in ("llama", "qwen2", "mistral", "gemma", "phi3"):
+        return _llama_like(config, name=name, family=family, has_unembed=has_unembed)
+    if family == "gptj":
+        d_model, n_heads = config.n_embd, config.n_head
+        d_head = d_model // n_heads
+        return ArchInfo(
+            name=name, family=family, n_layers=config.n_layer, n_heads=n_heads, n_kv_heads=n_heads,
+            d_model=d_model, d_head=d_head, d_mlp=config.n_inner or 4 * d_model, d_vocab=config.vocab_size,
+            n_ctx=config.n_positions, norm="layernorm", norm_placement="pre", parallel_attn_mlp=True,
+            positional="rotary", causal=True, norm_eps=config.layer_norm_epsilon, gated_mlp=False,
+            act_fn=config.activation_function, has_unembed=has_unembed,
+            rotary_dim=config.rotary_dim or d_head, rotary_interleaved=True, shared_block_norm=True,
+            attn_bias=False, mlp_bias=True, softmax_fp32=True,
         )
     if family == "gpt2":
         d_model, n_heads = config.n_embd, config.n_head
+        base = (d_model // n_heads) ** -0.5 if getattr(config, "scale_attn_weights", True) else 1.0
+        by_layer = bool(getattr(config, "scale_attn_by_inverse_layer_idx", False))
         return ArchInfo(
+            attn_scales=tuple(base / (l + 1) if by_layer else base for l in range(config.n_layer)) if by_layer or base == 1.0 else (),
             name=name, family=family, n_layers=config.n_layer, n_heads=n_heads,
             n_kv_heads=n_heads, d_model=d_model, d_head=d_model // n_heads,
             d_mlp=config.n_inner or 4 * d_model, d_vocab=config.vocab_size,
@@ -114,20 +169,6 @@ def arch_from_hf_config(config: Any, *, name: str, has_unembed: bool = True) -> 
             parallel_attn_mlp=False, positional="learned", causal=True,
             norm_eps=config.layer_norm_epsilon, gated_mlp=False,
             act_fn=config.activation_function, has_unembed=has_unembed,
-        )
-    if family == "llama":
-        n_heads = config.num_attention_heads
-        d_head = getattr(config, "head_dim", None) or config.hidden_size // n_heads
-        return ArchInfo(
-            name=name, family=family, n_layers=config.num_hidden_layers, n_heads=n_heads,
-            n_kv_heads=config.num_key_value_heads or n_heads, d_model=config.hidden_size,
-            d_head=d_head, d_mlp=config.intermediate_size, d_vocab=config.vocab_size,
-            n_ctx=config.max_position_embeddings, norm="rmsnorm", norm_placement="pre",
-            parallel_attn_mlp=False, positional="rotary", causal=True,
-            norm_eps=config.rms_norm_eps, gated_mlp=True, act_fn=config.hidden_act,
-            has_unembed=has_unembed, rotary_dim=d_head,
-            attn_bias=bool(getattr(config, "attention_bias", False)),
-            mlp_bias=bool(getattr(config, "mlp_bias", False)),
         )
     if family == "gpt_neox":
         n_heads = config.num_attention_heads
@@ -163,3 +204,59 @@ def arch_from_hf_config(config: Any, *, name: str, has_unembed: bool = True) -> 
         norm_eps=config.layer_norm_eps, gated_mlp=False, act_fn=config.hidden_act,
         has_unembed=False,
     )
+
+
+def _llama_like(config: Any, *, name: str, family: str, has_unembed: bool) -> ArchInfo:
+    """Pre-norm RMSNorm + GQA + rotary + gated MLP, with each family's capabilities read off its config:
+    Qwen 2's q/k/v biases (in the weights), Mistral's and Qwen 2's sliding windows, Gemma's embedding
+    scale √d_model (its (1 + w) norm gains are folded into the weights; every family's score scale is
+    read off the loaded modules, :func:`with_module_scales`), Phi-3's partial rotary factor."""
+    n_heads = config.num_attention_heads
+    n_layers = config.num_hidden_layers
+    d_head = getattr(config, "head_dim", None) or config.hidden_size // n_heads
+    rope = getattr(config, "rope_parameters", None) or {}
+    partial = getattr(config, "partial_rotary_factor", None) or rope.get("partial_rotary_factor", 1.0) or 1.0
+    return ArchInfo(
+        name=name, family=family, n_layers=n_layers, n_heads=n_heads,
+        n_kv_heads=getattr(config, "num_key_value_heads", None) or n_heads, d_model=config.hidden_size,
+        d_head=d_head, d_mlp=config.intermediate_size, d_vocab=config.vocab_size,
+        n_ctx=config.max_position_embeddings, norm="rmsnorm", norm_placement="pre",
+        parallel_attn_mlp=False, positional="rotary", causal=True,
+        norm_eps=config.rms_norm_eps, gated_mlp=True,
+        act_fn=getattr(config, "hidden_activation", None) or config.hidden_act,
+        has_unembed=has_unembed, rotary_dim=int(d_head * partial),
+        attn_bias=bool(getattr(config, "attention_bias", False)),
+        mlp_bias=bool(getattr(config, "mlp_bias", False)),
+        sliding_windows=_sliding_windows(config, n_layers),
+        softmax_fp32=True,
+        embed_scale=float(config.hidden_size) ** 0.5 if family == "gemma" else 1.0,
+    )
+
+
+def _sliding_windows(config: Any, n_layers: int) -> tuple[int, ...]:
+    """Each layer's sliding window from the config (``layer_types`` where the config has them, else one
+    ``sliding_window`` for every layer, as Mistral does); () when every layer attends globally."""
+    w = getattr(config, "sliding_window", None)
+    if not w or getattr(config, "use_sliding_window", True) is False:
+        return ()
+    types = getattr(config, "layer_types", None)
+    out = tuple(int(w) if types is None or types[l] == "sliding_attention" else 0 for l in range(n_layers))
+    return out if any(out) else ()
+
+
+def with_module_scales(arch: ArchInfo, hf_model: Any) -> ArchInfo:
+    """``arch`` with each layer's attention score scale read off the loaded module itself (its
+    ``scaling``, as Llama-shaped, Gemma, NeoX and BERT attention keep it; GPT-J's ``scale_attn`` divisor),
+    so the scale is the model's own even where a config flag (Gemma's ``query_pre_attn_scalar``) is
+    used by one version of a family and ignored by another. Unchanged when the modules hold none."""
+    found: list[float] = []
+    for m in hf_model.modules():
+        if not type(m).__name__.endswith(("Attention", "SelfAttention")):
+            continue
+        if isinstance(getattr(m, "scaling", None), (int, float)):
+            found.append(float(m.scaling))
+        elif getattr(m, "scale_attn", None) is not None and type(m).__name__ == "GPTJAttention":
+            found.append(1.0 / float(m.scale_attn))
+    if len(found) != arch.n_layers:
+        return arch
+    return replace(arch, attn_scales=tuple(found))

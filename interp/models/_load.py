@@ -25,7 +25,7 @@ from interp.errors import (
     OfflineError,
     UnsupportedArchitectureError,
 )
-from interp.models._arch import SUPPORTED_FAMILIES, arch_from_hf_config
+from interp.models._arch import SUPPORTED_FAMILIES, arch_from_hf_config, with_module_scales
 from interp.models._catalog import (
     catalog_entry,
     catalog_names,
@@ -134,6 +134,7 @@ def model_from_hf(
     hf_model = hf_model.to(device=dev, dtype=dtype).eval()
     if dtype == torch.float64:
         full_precision_norms(hf_model)
+    arch = with_module_scales(arch, hf_model)
     weights = weights_from_hf(hf_model, arch)  # before booting: the bridge re-parents modules
     bridge = TransformerBridge.boot_transformers(
         f"interp/{name}", hf_model=hf_model, tokenizer=tokenizer, device=dev, dtype=dtype

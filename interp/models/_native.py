@@ -27,6 +27,8 @@ record) and ``model.safetensors`` (the native module's own parameter names).
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 from pathlib import Path
@@ -86,6 +88,7 @@ def toy_arch(config: ToyConfig, *, name: str) -> ArchInfo:
         parallel_attn_mlp=False, positional=config.positional, causal=True,
         norm_eps=config.norm_eps, gated_mlp=False, act_fn="none", has_unembed=True,
         rotary_dim=config.d_head if config.positional == "rotary" else 0, attn_only=True,
+        rotary_interleaved=True,
     )
 
 
@@ -162,7 +165,11 @@ def _boot(config: ToyConfig, *, name: str, device: Any, dtype: torch.dtype,
     if dtype == torch.float64:
         full_precision_norms(bridge.original_model)  # NativeRMSNorm rounds through float32 otherwise
     weights = toy_weights(native_state_dict(bridge), config)
-    return Model(name=name, bridge=bridge, tokenizer=bridge.tokenizer, arch=toy_arch(config, name=name),
+    arch = toy_arch(config, name=name)
+    attn = [m for m in bridge.original_model.modules() if type(m).__name__ == "NativeAttention"]
+    if len(attn) == config.n_layers:  # the scores' factor is the module's own (1 / its ``scale``)
+        arch = dataclasses.replace(arch, attn_scales=tuple(1.0 / float(m.scale) for m in attn))
+    return Model(name=name, bridge=bridge, tokenizer=bridge.tokenizer, arch=arch,
                  weights=weights, source=source, prepend_bos=True,
                  provenance=f"interp toy transformer ({source})" + ("" if dtype == torch.float32 else f"; {dtype}"))
 

@@ -47,6 +47,13 @@ def head_label(layer: int, head: int) -> str:
     return str(Head(layer, head))
 
 
+def norm_hook(arch: ArchInfo, layer: int, which: str) -> str:
+    """The bridge's hook prefix of block ``layer``'s norm ``which`` ("1" or "2"): ``blocks.{l}.ln{which}``,
+    except that a block whose two sublayers read one norm (``ArchInfo.shared_block_norm``, GPT-J) has
+    only ``ln1`` — its MLP reads that norm's output too."""
+    return f"blocks.{layer}.ln{'1' if arch.shared_block_norm else which}"
+
+
 def resid_hook_names(arch: ArchInfo) -> list[str]:
     names = []
     for l in range(arch.n_layers):

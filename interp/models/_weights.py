@@ -106,7 +106,8 @@ def _split_heads_out(w: Tensor, n: int) -> Tensor:
 def weights_from_hf(hf_model: torch.nn.Module, arch: ArchInfo) -> Weights:
     """Read the weights of a loaded HF model of a supported family into TL layout."""
     sd = dict(hf_model.state_dict())  # detached tensors sharing the model's storage
-    builder = {"gpt2": _gpt2, "llama": _llama, "gpt_neox": _neox, "bert": _bert}[arch.family]
+    builder = {"gpt2": _gpt2, "llama": _llama, "qwen2": _llama, "mistral": _llama, "gemma": _llama,
+               "phi3": _llama, "gptj": _gptj, "gpt_neox": _neox, "bert": _bert}[arch.family]
     with torch.no_grad():
         per_layer, glob = builder(sd, arch)
         stacked = {k: _stack(v) for k, v in per_layer.items()}
@@ -187,35 +188,78 @@ def _llama(sd: dict[str, Tensor], a: ArchInfo):
     def bias(key: str, n: int, ref: Tensor) -> Tensor:
         return sd[key].reshape(n, dh) if key in sd else torch.zeros(n, dh, dtype=ref.dtype, device=ref.device)
 
+    # Gemma's RMSNorm multiplies by (1 + w): the gain the block applies is 1 + w, kept here as the gain
+    gain = (lambda w: w + 1.0) if a.family == "gemma" else (lambda w: w)
+
     def layer(l: int) -> dict[str, Tensor]:
         b = f"model.layers.{l}."
-        wq = sd[b + "self_attn.q_proj.weight"]
+        if b + "self_attn.qkv_proj.weight" in sd:  # Phi-3: q | k | v rows in one matrix
+            wq, wk, wv = sd[b + "self_attn.qkv_proj.weight"].split([H * dh, Hkv * dh, Hkv * dh], dim=0)
+        else:
+            wq, wk, wv = (sd[b + f"self_attn.{n}_proj.weight"] for n in "qkv")
+        if b + "mlp.gate_up_proj.weight" in sd:  # Phi-3: gate | up rows in one matrix
+            w_gate, w_up = sd[b + "mlp.gate_up_proj.weight"].chunk(2, dim=0)
+        else:
+            w_gate, w_up = sd[b + "mlp.gate_proj.weight"], sd[b + "mlp.up_proj.weight"]
         o = sd[b + "self_attn.o_proj.weight"]
         zeros_d = torch.zeros(a.d_model, dtype=wq.dtype, device=wq.device)
         return {
             "W_Q": _split_heads_in(wq, H),
-            "W_K": _split_heads_in(sd[b + "self_attn.k_proj.weight"], Hkv),
-            "W_V": _split_heads_in(sd[b + "self_attn.v_proj.weight"], Hkv),
+            "W_K": _split_heads_in(wk, Hkv),
+            "W_V": _split_heads_in(wv, Hkv),
             "b_Q": bias(b + "self_attn.q_proj.bias", H, wq),
             "b_K": bias(b + "self_attn.k_proj.bias", Hkv, wq),
             "b_V": bias(b + "self_attn.v_proj.bias", Hkv, wq),
             "W_O": _split_heads_out(o, H),
             "b_O": sd.get(b + "self_attn.o_proj.bias", zeros_d),
-            "W_in": sd[b + "mlp.up_proj.weight"].T, "W_gate": sd[b + "mlp.gate_proj.weight"].T,
+            "W_in": w_up.T, "W_gate": w_gate.T,
             "b_in": sd.get(b + "mlp.up_proj.bias", torch.zeros(a.d_mlp, dtype=wq.dtype, device=wq.device)),
             "b_gate": sd.get(b + "mlp.gate_proj.bias", torch.zeros(a.d_mlp, dtype=wq.dtype, device=wq.device)),
             "W_out": sd[b + "mlp.down_proj.weight"].T, "b_out": sd.get(b + "mlp.down_proj.bias", zeros_d),
-            "ln1_w": sd[b + "input_layernorm.weight"], "ln1_b": zeros_d,
-            "ln2_w": sd[b + "post_attention_layernorm.weight"], "ln2_b": zeros_d,
+            "ln1_w": gain(sd[b + "input_layernorm.weight"]), "ln1_b": zeros_d,
+            "ln2_w": gain(sd[b + "post_attention_layernorm.weight"]), "ln2_b": zeros_d,
         }
 
     per = _collect(a.n_layers, layer)
     W_E = _t(sd["model.embed_tokens.weight"])
     W_U = _t(sd["lm_head.weight"]).T.contiguous() if "lm_head.weight" in sd else W_E.T.contiguous()
+    if a.embed_scale != 1.0:  # Gemma: x₀ = W_E[t] · √d_model, the factor cast to the model's dtype first
+        W_E = W_E * torch.tensor(a.embed_scale, dtype=W_E.dtype)
     glob = dict(
-        W_E=W_E, W_pos=None, W_type=None, lnf_w=_t(sd["model.norm.weight"]),
+        W_E=W_E, W_pos=None, W_type=None, lnf_w=gain(_t(sd["model.norm.weight"])),
         lnf_b=torch.zeros(a.d_model, dtype=W_E.dtype, device=W_E.device),
         W_U=W_U, b_U=torch.zeros(a.d_vocab, dtype=W_E.dtype, device=W_E.device),
+    )
+    return per, glob
+
+
+def _gptj(sd: dict[str, Tensor], a: ArchInfo):
+    """GPT-J: one LayerNorm ``ln_1`` feeds both sublayers of its parallel block (kept as ln1 and ln2)."""
+    H = a.n_heads
+
+    def layer(l: int) -> dict[str, Tensor]:
+        b = f"transformer.h.{l}."
+        wq = sd[b + "attn.q_proj.weight"]
+        zeros_h = torch.zeros(H, a.d_head, dtype=wq.dtype, device=wq.device)
+        return {
+            "W_Q": _split_heads_in(wq, H), "W_K": _split_heads_in(sd[b + "attn.k_proj.weight"], H),
+            "W_V": _split_heads_in(sd[b + "attn.v_proj.weight"], H),
+            "b_Q": zeros_h, "b_K": zeros_h, "b_V": zeros_h,
+            "W_O": _split_heads_out(sd[b + "attn.out_proj.weight"], H),
+            "b_O": torch.zeros(a.d_model, dtype=wq.dtype, device=wq.device),
+            "W_in": sd[b + "mlp.fc_in.weight"].T, "b_in": sd[b + "mlp.fc_in.bias"],
+            "W_out": sd[b + "mlp.fc_out.weight"].T, "b_out": sd[b + "mlp.fc_out.bias"],
+            "ln1_w": sd[b + "ln_1.weight"], "ln1_b": sd[b + "ln_1.bias"],
+            "ln2_w": sd[b + "ln_1.weight"], "ln2_b": sd[b + "ln_1.bias"],
+        }
+
+    per = _collect(a.n_layers, layer)
+    W_E = _t(sd["transformer.wte.weight"])
+    glob = dict(
+        W_E=W_E, W_pos=None, W_type=None, W_gate=None,
+        lnf_w=_t(sd["transformer.ln_f.weight"]), lnf_b=_t(sd["transformer.ln_f.bias"]),
+        W_U=_t(sd["lm_head.weight"]).T.contiguous(),
+        b_U=_t(sd["lm_head.bias"]) if "lm_head.bias" in sd else torch.zeros(a.d_vocab, dtype=W_E.dtype, device=W_E.device),
     )
     return per, glob
 
@@ -348,7 +392,10 @@ def _neox_to_hf(w: Weights, n_layers: int) -> dict[str, Tensor]:
     return sd
 
 
-_TO_HF = {"gpt2": _gpt2_to_hf, "llama": _llama_to_hf, "gpt_neox": _neox_to_hf}
+# Qwen 2 and Mistral keep Llama's parameter names and raw gains; Gemma (folded gains and embedding
+# scale), Phi-3 (fused matrices) and GPT-J have no writer yet: rotating them is refused by type.
+_TO_HF = {"gpt2": _gpt2_to_hf, "llama": _llama_to_hf, "qwen2": _llama_to_hf, "mistral": _llama_to_hf,
+          "gpt_neox": _neox_to_hf}
 
 
 def hf_writable(arch: ArchInfo) -> bool:

@@ -56,7 +56,7 @@ def capture_names(arch: ArchInfo, *, neuron_layers: Sequence[int] = (), has_type
         names.append(f"blocks.{l}.attn.hook_z")
         if arch.norm != "none":
             names += [f"blocks.{l}.ln1.hook_in", f"blocks.{l}.ln1.hook_out"]
-            if not arch.attn_only:
+            if not arch.attn_only and not arch.shared_block_norm:
                 names += [f"blocks.{l}.ln2.hook_in", f"blocks.{l}.ln2.hook_out"]
         if not arch.attn_only:
             names.append(f"blocks.{l}.hook_mlp_out")

@@ -25,7 +25,7 @@ from torch import Tensor
 from interp._norms import frozen_direction, norm_scale
 from interp.errors import ArgumentError, LabelError, UnsupportedArchitectureError
 from interp.labels import Head, Neuron, Norm, NormBias
-from interp.models import ArchInfo, Event, Weights
+from interp.models import ArchInfo, Event, Weights, norm_hook
 
 __all__ = ["Term", "Plan", "plan_walk", "project_term", "sigma", "scale_chain", "fill", "norm_params", "total_hook"]
 
@@ -58,19 +58,19 @@ def norm_params(w: Weights, arch: ArchInfo, norm_id: str) -> tuple[Tensor, Optio
     else:
         l, which = _block_norm(norm_id)
         g, b = (w.ln1_w, w.ln1_b) if which == "1" else (w.ln2_w, w.ln2_b)
-        gamma, beta, hook = g[l], b[l], f"blocks.{l}.ln{which}.hook_in"
+        gamma, beta, hook = g[l], b[l], f"{norm_hook(arch, l, which)}.hook_in"
     if gamma is None:
         raise UnsupportedArchitectureError(f"model {arch.name!r}: the weights have no gain for norm {norm_id!r}")
     return gamma, beta, hook
 
 
-def _norm_output_hook(norm_id: str) -> str:
+def _norm_output_hook(arch: ArchInfo, norm_id: str) -> str:
     if norm_id == "final":
         return "ln_final.hook_out"
     if norm_id == "embed_ln":
         return "embed_ln.hook_out"
     l, which = _block_norm(norm_id)
-    return f"blocks.{l}.ln{which}.hook_out"
+    return f"{norm_hook(arch, l, which)}.hook_out"
 
 
 def total_hook(arch: ArchInfo, ev: Event) -> str:
@@ -81,7 +81,7 @@ def total_hook(arch: ArchInfo, ev: Event) -> str:
             return f"blocks.{ev.layer}.ln1.hook_out"  # x_mid = N1(x + attn)
         return ev.label
     if ev.norm is not None:
-        return _norm_output_hook(ev.norm)
+        return _norm_output_hook(arch, ev.norm)
     last = arch.n_layers - 1
     if ev.label in ("final", "unembed"):
         return f"blocks.{last}.hook_resid_post"
