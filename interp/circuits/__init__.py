@@ -15,6 +15,7 @@ docs/math.md §6–12. Conventions:
 from interp.circuits._basis import PrivilegedBasisReport, privileged_basis_report
 from interp.circuits._composition import CompositionScores, composition_scores
 from interp.circuits._copying import HeadScores, OVDiagonalStats, copying_scores, ov_diagonal_stats
+from interp.circuits._embedding import EFFECTIVE_EMBEDDING, effective_embedding
 from interp.circuits._factored import POSITION_NOTE, Circuit
 from interp.circuits._graph import CompositionGraph, composition_edges, composition_graph, composition_graph_json
 from interp.circuits._head_operator import HeadOperator, head_operator
@@ -29,6 +30,7 @@ __all__ = [
     "Circuit",
     "CompositionGraph",
     "CompositionScores",
+    "EFFECTIVE_EMBEDDING",
     "ErasureTable",
     "HeadOperator",
     "HeadScores",
@@ -43,6 +45,7 @@ __all__ = [
     "composition_graph_json",
     "composition_scores",
     "copying_scores",
+    "effective_embedding",
     "erasure_candidates",
     "head_operator",
     "ov_circuit",

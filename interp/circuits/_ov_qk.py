@@ -8,6 +8,7 @@ g = h // (n_heads / n_kv_heads) (GQA; docs/math.md, conventions):
     QK^h   = W_Q^h W_K^gᵀ                       [d_model, d_model]; score = x_q QK x_kᵀ / sqrt(d_head)
     QK^h_Δ = W_Q^h M_Δ W_K^gᵀ                   rotary models, query Δ positions after the key
     full OV = W_E OV^h W_U                      [d_vocab, d_vocab]  (still factored: A = W_E W_V, B = W_O W_U)
+              (``embedding="effective"``: W_E + MLP_0(N2_0(W_E)) in place of W_E; ``_embedding``)
     full QK = W_E QK^h W_Eᵀ                     [d_vocab, d_vocab]
 
 with the norm folding of :mod:`interp.circuits._common` (``fold_norms=True``: read weights carry
@@ -21,6 +22,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from interp._validate import check_bool
+from interp.errors import ArgumentError
 from interp.circuits._common import (
     check_model,
     DEFAULT_MAX_BYTES,
@@ -31,6 +33,7 @@ from interp.circuits._common import (
     fold_write,
     folded_unembed,
 )
+from interp.circuits._embedding import effective_embedding
 from interp.circuits._factored import POSITION_NOTE, Circuit
 from interp.labels import Head
 from interp.circuits._rotary import relative_rotation
@@ -40,27 +43,41 @@ __all__ = ["ov_circuit", "qk_circuit"]
 
 
 def ov_circuit(model: Model, layer: int, head: int, *, full: bool = False, fold_norms: bool = True,
-               max_bytes: int = DEFAULT_MAX_BYTES) -> Circuit:
+               embedding: str = "raw", max_bytes: int = DEFAULT_MAX_BYTES) -> Circuit:
     """The OV circuit of query head ``head`` in ``layer``: W_V^g W_O^h, or W_E W_V^g W_O^h W_U if ``full``.
 
     Returns a :class:`Circuit` (a transformer-lens FactoredMatrix); its ``.AB`` is capped at
     ``max_bytes``. ``full=True`` needs an unembedding (UnsupportedOperationError otherwise).
+    ``embedding`` (``full=True`` only): ``"raw"`` starts the full circuit from the token embedding
+    W_E (whose Σλ/Σ|λ| is the copying score); ``"effective"`` from
+    :func:`~interp.circuits.effective_embedding`, W_E + MLP_0(N2_0(W_E)) — the token embedding
+    through block 0's MLP, which is what later heads actually read.
     """
     check_model(model)
     layer, head = check_layer(model, layer), check_head(model, head)
     check_bool("full", full)
     check_bool("fold_norms", fold_norms)
+    if embedding not in ("raw", "effective"):
+        raise ArgumentError(f"embedding={embedding!r}; allowed: 'raw' (the token embedding W_E) or 'effective' "
+                            "(W_E + MLP_0(N2_0(W_E)), the token embedding through block 0's MLP)")
+    if embedding != "raw" and not full:
+        raise ArgumentError(f"embedding={embedding!r} needs full=True: only the full circuit W_E W_OV W_U "
+                            "starts from an embedding")
     g = model.arch.kv_head(head)
     _, _, W_V = folded_qkv(model, fold_norms, layer=layer)
     W_O = fold_write(model, model.weights.W_O[layer], fold_norms)
     A, B = W_V[g], W_O[head]  # [d_model, d_head], [d_head, d_model]
     label = f"{Head(layer, head)} OV"
     if full:
-        A = fold_write(model, model.weights.W_E, fold_norms) @ A  # [d_vocab, d_head]
         B = B @ folded_unembed(model, fold_norms)  # [d_head, d_vocab]
-        label = f"{Head(layer, head)} full OV (W_E … W_U)"
+        if embedding == "effective":
+            A = effective_embedding(model, fold_norms=fold_norms) @ A  # [d_vocab, d_head]
+            label = f"{Head(layer, head)} full OV (W_E,eff … W_U)"
+        else:
+            A = fold_write(model, model.weights.W_E, fold_norms) @ A  # [d_vocab, d_head]
+            label = f"{Head(layer, head)} full OV (W_E … W_U)"
     return Circuit(A, B, label=label, convention=convention(model, fold_norms), max_bytes=max_bytes,
-                   layer=layer, head=head, kv_head=g)
+                   layer=layer, head=head, kv_head=g, embedding=embedding if full else None)
 
 
 def qk_circuit(model: Model, layer: int, head: int, *, full: bool = False, rel_pos: Optional[int] = None,
