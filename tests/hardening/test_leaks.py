@@ -324,6 +324,10 @@ def _results(models) -> dict[str, list[Any]]:
     out["AttentionPatternBatch"] = [attention_patterns(l, PROMPTS, ["L0.H1", "L1.H0"], prompt=None)]
     out["CompositionGraph"] = [composition_edges(C.composition_scores(g, "Q"), max_edges=5)]
     out["PathExpansion"] = [path_expansion(models["toy"], torch.tensor([[0, 5, 6, 7]]), order=2)]
+    from interp.stream import predict
+
+    out["Predictions"] = [predict(g, PROMPTS, k=3), predict(dataclasses.replace(l, tokenizer=None),
+                                                            torch.tensor([[1, 5, 6], [1, 7, 8]]), k=2, pos=[1, -1])]
     from interp.causal import LogitDiff, effects, patch
 
     diff = LogitDiff("w12", "w13")
