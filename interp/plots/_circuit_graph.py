@@ -363,7 +363,8 @@ def circuit_graph_figure(
     if scale == "sqrt":
         frac = np.sqrt(frac)
     elif scale == "log":
-        frac = np.clip(np.log(np.maximum(frac, fmin or 1.0) / fmin) / -math.log(fmin), 0, 1) if fmin else (frac > 0) * 1.0
+        frac = (np.clip(np.log(np.maximum(frac, fmin) / fmin) / -math.log(fmin), 0, 1) if fmin
+                else (frac > 0).astype(np.float64))
 
     def edge_of(q: float) -> float:
         """The |score| at fraction q of the bin scale."""
@@ -469,14 +470,17 @@ def circuit_graph_figure(
             textposition="top center", textfont=dict(size=9), marker=marker, hovertext=tr["hovertext"],
             hoverinfo="text", showlegend=False, name="inputs (q, k, v, mlp.in)" if kind == "port" else "nodes"))
     n_tr = len(fig.data)
+    # with steps, one y range for all of them (every node and arc of the union), so nothing moves between steps
+    ys = [n.y for n in nodes.values()] + cy.tolist() + [0.0, float(grid.n_heads - 1)]
+    y_range = [max(ys) + 0.5, min(ys) - 0.3]  # reversed: head 0 on top
     head = f"{esc(title)}<br><sup>"
     fig.update_layout(
         title=dict(text=head + first[2] + "</sup>", yref="container", y=1.0, yanchor="top", pad=dict(t=12)),
         xaxis=dict(tickmode="array", tickvals=grid.ticks(short=dense)[0], ticktext=grid.ticks(short=dense)[1],
                    zeroline=False, showgrid=False, range=[-0.8, n_cols - 0.4], tickangle=0,
                    title="layer (each layer: its attention heads, then its MLP)" if dense else None),
-        yaxis=dict(title="head", autorange="reversed", zeroline=False, showgrid=False,
-                   dtick=1 if grid.n_heads <= 24 else None),
+        yaxis=dict(title="head", zeroline=False, showgrid=False, dtick=1 if grid.n_heads <= 24 else None,
+                   **(dict(autorange="reversed") if sets is None else dict(range=y_range))),
         autosize=True,
         height=int(min(2400, max(520, 34 * (grid.n_heads + 3) + 240)) + (90 if sets is not None else 0)),
         template="plotly_white", hovermode="closest", hoverlabel=dict(align="left"), shapes=first[0],

@@ -175,6 +175,10 @@ def _metric_text(model: Model, task: Any, sc: Any) -> str:
     return f"{sc.metric}; mean over {n} prompts"
 
 
+def _n_edges(n: int) -> str:
+    return "1 edge" if n == 1 else f"{n:,} edges"
+
+
 def _graph_steps(sc: Any, curve: Any, max_edges: int, target: float) -> dict[str, Any]:
     """The graph's slider: the circuits the faithfulness curve evaluated (top-n by |score|, pruned) with at
     most ``max_edges`` edges, then the ``max_edges`` strongest edges; the step drawn first is the smallest
@@ -195,7 +199,8 @@ def _graph_steps(sc: Any, curve: Any, max_edges: int, target: float) -> dict[str
         if not c.edges or (circuits and c.edges == circuits[-1]):
             continue
         circuits.append(list(c.edges))
-        labels.append(f"{len(c.edges):,} edges · F {f:.2f}" if math.isfinite(f) else f"{len(c.edges):,} edges")
+        n_text = _n_edges(len(c.edges))
+        labels.append(f"{n_text} · F {f:.2f}" if math.isfinite(f) else n_text)
         faith.append(f if math.isfinite(f) else None)
     order = torch.argsort(sc.scores.abs().nan_to_num(nan=-1.0), descending=True, stable=True)[:max_edges]
     top = [sc.edges[k] for k in sorted(order.tolist())]
@@ -385,9 +390,9 @@ def _page(model: Model, task: Any, task_name: str, sc: Any, curve: Any, figs: di
     page.section("Task and scores", kv_table(rows), anchor="task")
     d, steps = r["graph_default"], r["graph_steps"]
     first = (f"It opens on the smallest circuit whose faithfulness reaches {fmt(d['target'], 2)} under "
-             f"{esc(d['ablation'])} ablation: {d['n_edges']:,} edges" if d["reached"] else
+             f"{esc(d['ablation'])} ablation: {_n_edges(d['n_edges'])}" if d["reached"] else
              f"No circuit with at most {steps[-1]['n_edges']:,} edges reached faithfulness {fmt(d['target'], 2)} under "
-             f"{esc(d['ablation'])} ablation; it opens on the largest, {d['n_edges']:,} edges")
+             f"{esc(d['ablation'])} ablation; it opens on the largest, {_n_edges(d['n_edges'])}")
     page.section("Circuit graph", page.figure(figs["circuit_graph"]), anchor="graph",
                  note=f"{first}. The slider above the graph draws the other circuits the faithfulness curve evaluated "
                       f"(the top-k edges by |score|, pruned; F = faithfulness under {esc(d['ablation'])} ablation) "
