@@ -5,7 +5,9 @@
   equal those of the d_head × d_head cyclic product, and score = Σλ / Σ|λ| ∈ [−1, 1]
   (1 for a pure copier, −1 for an anti-copier). The map shows it per layer × head.
 * Eigenvalue scatter: λ_i of one head's OV circuit (``FactoredMatrix.eigenvalues``) as points
-  of the complex plane; mostly-positive-real eigenvalues mean the head copies.
+  of the complex plane; mostly-positive-real eigenvalues mean the head copies. When one
+  eigenvalue dominates (max|λ| / median|λ| > 20) the radius is log-scaled, ρ = log10(1 + |λ|/s),
+  angle kept, so the small ones stay visible.
 * Top-token table: rows are chosen input tokens; for each, the ``k`` output tokens with the
   largest entry of the full OV (or QK) circuit, computed from the factors as
   A[rows] @ B[:, cols] so the [d_vocab, d_vocab] matrix is never formed.
@@ -81,12 +83,28 @@ def _ratio_name(circuit: Any) -> str:
     """What Σλ/Σ|λ| of ``circuit`` is called: the copying score only for a full OV circuit."""
     A, B = (getattr(circuit, "A", None), getattr(circuit, "B", None))
     full_ov = "full OV" in str(getattr(circuit, "label", ""))
+    if full_ov and (getattr(circuit, "meta", None) or {}).get("embedding") == "effective":
+        return "Σλ/Σ|λ| of W_E,eff W_OV W_U (not the copying score, which starts from the raw W_E)"
     if full_ov and A is not None and B is not None and A.shape[0] == B.shape[-1]:
         return "copying score Σλ/Σ|λ| (of W_E W_OV W_U, as copying_scores)"
     return "Σλ/Σ|λ| of this matrix (not the copying score, which uses the full OV circuit W_E W_OV W_U)"
 
 
-def ov_eigenvalue_figure(circuit: Any, *, label: Optional[str] = None) -> go.Figure:
+#: ``scale="auto"`` switches to the log-radius scale when max|λ| / median|λ| exceeds this (the median
+#: eigenvalue would sit within 5 % of the plot's radius on a linear scale).
+LOG_SCALE_RATIO = 20.0
+
+
+def _log_radius(mags: np.ndarray) -> tuple[np.ndarray, float]:
+    """(ρ, s): ρ = log10(1 + |λ|/s) with s a power of ten a decade below the smallest eigenvalue that
+    is not a numerical zero (|λ| > 1e-6 max|λ|), so every such eigenvalue plots at ρ ≥ log10(11)."""
+    top = float(mags.max())
+    live = mags[mags > 1e-6 * top]
+    s = 10.0 ** (math.floor(math.log10(float(live.min()))) - 1)
+    return np.log10(1.0 + mags / s), s
+
+
+def ov_eigenvalue_figure(circuit: Any, *, label: Optional[str] = None, scale: str = "auto") -> go.Figure:
     """Eigenvalues of one head's (Factored) OV circuit in the complex plane.
 
     ``circuit``: a transformer-lens FactoredMatrix (its ``.eigenvalues``: the nonzero ones,
@@ -94,7 +112,15 @@ def ov_eigenvalue_figure(circuit: Any, *, label: Optional[str] = None) -> go.Fig
     only for a full OV circuit W_E W_OV W_U (``ov_circuit(..., full=True)``) is that the head's
     copying score (``copying_scores``) — the title says which. ``label`` defaults to the
     circuit's own ``.label``.
+
+    ``scale``: ``"linear"`` plots λ itself; ``"log"`` keeps each eigenvalue's angle arg λ and plots
+    it at radius ρ = log10(1 + |λ|/s) (s: a power of ten a decade below the smallest nonzero |λ|,
+    stated on the axes, with circles at round |λ|), so one dominant eigenvalue does not squash the
+    rest into a dot; ``"auto"`` (default) picks ``"log"`` when max|λ| / median|λ| > 20
+    (:data:`LOG_SCALE_RATIO`). The hover always shows the true λ.
     """
+    if scale not in ("auto", "linear", "log"):
+        raise ArgumentError(f"scale={scale!r}; allowed: 'auto', 'linear', 'log'")
     label = label or getattr(circuit, "label", "") or "OV circuit"
     ev = _eigenvalues(circuit)
     if ev.size == 0:
@@ -103,19 +129,43 @@ def ov_eigenvalue_figure(circuit: Any, *, label: Optional[str] = None) -> go.Fig
     score = float(ev.real.sum() / mags.sum()) if mags.sum() > 0 else float("nan")
     hover = [f"λ<sub>{i}</sub> = {fmt(z.real)} {'+' if z.imag >= 0 else '−'} {fmt(abs(z.imag))}i<br>|λ| = {fmt(m)}"
              f"<br>{esc(label)}" for i, (z, m) in enumerate(zip(ev, mags))]
+    top = float(mags.max())
+    if scale == "auto":
+        med = float(np.median(mags))
+        scale = "log" if top > 0 and (med == 0 or top / med > LOG_SCALE_RATIO) else "linear"
+    if scale == "log" and top > 0:
+        rho, s = _log_radius(mags)
+        unit = np.divide(ev, mags, out=np.zeros_like(ev), where=mags > 0)  # e^{i arg λ}
+        x, y = rho * unit.real, rho * unit.imag
+        r = float(rho.max()) * 1.1
+        how = f"log10(1 + |λ|/s), s = {fmt(s)}"
+        x_title, y_title = f"Re λ/|λ| · {how}", f"Im λ/|λ| · {how}"
+        scale_note = (f" · log radial scale: radius = {how}, angle = arg λ; |λ| spans "
+                      f"{fmt(float(mags[mags > 0].min()))}…{fmt(top)}")
+    else:
+        scale = "linear"
+        x, y = ev.real, ev.imag
+        r = top * 1.1 or 1.0
+        x_title, y_title, scale_note = "Re λ", "Im λ", ""
     fig = go.Figure(go.Scatter(
-        x=ev.real, y=ev.imag, mode="markers", name="eigenvalues",
+        x=x, y=y, mode="markers", name="eigenvalues",
         marker=dict(size=8, color=np.where(ev.real >= 0, "#2166ac", "#b2182b"), line=dict(color="#333", width=0.5)),
-        hovertext=hover, hoverinfo="text",
+        hovertext=hover, hoverinfo="text", customdata=np.stack([ev.real, ev.imag], axis=1),
     ))
-    r = float(mags.max()) * 1.1 or 1.0
+    if scale == "log":  # circles at round |λ| = s·10^k so the log radius can be read
+        for k in range(1, int(math.log10(top / s)) + 1):
+            rk = math.log10(1.0 + 10.0 ** k)
+            fig.add_shape(type="circle", x0=-rk, x1=rk, y0=-rk, y1=rk, line=dict(color="#ddd", width=1, dash="dot"))
+            fig.add_annotation(x=rk * 0.7071, y=rk * 0.7071, text=f"|λ|={fmt(s * 10.0 ** k)}", showarrow=False,
+                               font=dict(size=9, color="#888"), xanchor="left", yanchor="bottom")
     fig.add_shape(type="line", x0=-r, x1=r, y0=0, y1=0, line=dict(color="#aaa", width=1))
     fig.add_shape(type="line", x0=0, x1=0, y0=-r, y1=r, line=dict(color="#aaa", width=1))
     fig.update_layout(
-        title=f"Eigenvalues of {esc(label)}<br><sup>{ev.size} eigenvalues · {esc(_ratio_name(circuit))} = {score:.3f}</sup>",
-        xaxis=dict(title="Re λ", range=[-r, r], zeroline=False),
-        yaxis=dict(title="Im λ", range=[-r, r], scaleanchor="x", scaleratio=1, zeroline=False),
-        width=620, height=620, template="plotly_white", showlegend=False,
+        title=f"Eigenvalues of {esc(label)}<br><sup>{ev.size} eigenvalues · {esc(_ratio_name(circuit))} = {score:.3f}"
+              f"{esc(scale_note)}</sup>",
+        xaxis=dict(title=x_title, range=[-r, r], zeroline=False),
+        yaxis=dict(title=y_title, range=[-r, r], scaleanchor="x", scaleratio=1, zeroline=False),
+        width=620, height=620, template="plotly_white", showlegend=False, meta=dict(scale=scale),
     )
     return fig
 
@@ -191,12 +241,14 @@ def top_token_table(
     decode: Optional[Callable[[int], str]] = None,
     kind: str = "OV",
     label: Optional[str] = None,
+    caption: str = "",
 ) -> go.Figure:
     """Table: for each chosen input token, the top-``k`` tokens of a full OV or QK circuit.
 
     OV (W_E W_OV W_U): row = token attended to, columns = output tokens whose logits it raises.
     QK (W_E W_QK W_Eᵀ): row = query token, columns = key tokens it attends to most.
     ``decode`` maps a token id to its string (e.g. ``lambda i: model.tokenizer.decode([i])``).
+    ``caption``: a line under the title (e.g. which token embedding the rows start from).
     """
     if kind not in ("OV", "QK"):
         raise ArgumentError(f"kind={kind!r}; allowed: 'OV', 'QK'")
@@ -218,7 +270,7 @@ def top_token_table(
     col_px = [150] + [170] * (n_cols - 1)
     row_h = [_table_row_height([c[i] for c in cells], col_px, font_px=11) for i in range(len(rows))]
     head_h = _table_row_height(header, col_px, font_px=12)
-    margin = dict(t=90, b=20, l=20, r=20)
+    margin = dict(t=110 if caption else 90, b=20, l=20, r=20)
     fig = go.Figure(go.Table(
         columnwidth=col_px,
         header=dict(values=header, fill_color="#e8eef7", align="left", font=dict(size=12), height=head_h),
@@ -226,7 +278,8 @@ def top_token_table(
     ))
     scope = "the chosen tokens" if targets is None else ("the whole vocabulary" if targets == "all" else f"{len(cols)} tokens")
     fig.update_layout(
-        title=f"Top tokens: {esc(label or f'full {kind} circuit')}<br><sup>restricted to {esc(scope)}</sup>",
+        title=f"Top tokens: {esc(label or f'full {kind} circuit')}<br><sup>restricted to {esc(scope)}"
+              + (f"<br>{esc(caption)}" if caption else "") + "</sup>",
         width=sum(col_px) + margin["l"] + margin["r"],
         height=margin["t"] + margin["b"] + head_h + sum(row_h) + 8, margin=margin, template="plotly_white",
     )

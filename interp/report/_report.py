@@ -11,8 +11,9 @@ Steps (each timed; the times go into ``results.json``):
    own direction (:func:`interp.attribution.attribute_direction`), so the terms sum to ‖h̄‖.
 3. The top heads by |attribution|: their attention patterns on the prompt, the Q/K/V
    composition graph between them (:func:`interp.circuits.composition_scores`), and the OV
-   circuit of the top head (eigenvalues; its full OV circuit restricted to the prompt's
-   tokens).
+   circuit of the top head (eigenvalues, log-radius when one dominates; its full OV circuit
+   restricted to the prompt's tokens, read through the effective token embedding
+   :func:`interp.circuits.effective_embedding` where the model has one, the caption says which).
 4. Copying scores of every head (:func:`interp.circuits.copying_scores`).
 5. Causal effects of every head on the attributed metric (:func:`interp.causal.effects`): noising
    with the ``corrupt`` prompt's head outputs (zero ablation when none is given); per head
@@ -42,7 +43,13 @@ import torch
 from interp.attribution import attribute_direction, attribute_logits
 from interp.attribution._answers import resolve_tokens, warn_unspaced
 from interp.causal import Direction, Logit, LogitDiff, effects
-from interp.circuits import composition_edges, composition_scores, copying_scores, ov_circuit
+from interp.circuits import (
+    EFFECTIVE_EMBEDDING,
+    composition_edges,
+    composition_scores,
+    copying_scores,
+    ov_circuit,
+)
 from interp._validate import check_positive_int
 from interp.errors import ArgumentError, ExportError, ShapeError, UnsupportedOperationError
 from interp.models import Model, load_model, readable_token
@@ -380,14 +387,24 @@ def report(
             results["ov_top_head"] = {"head": head_labels[0], "eigenvalues": ev, "matrix": ov.label,
                                       "eigenvalue_ratio": float(ev.real.sum() / ev.abs().sum())}
             if decoder:
-                full = ov
+                # the table reads the head through the effective embedding (the token embedding through
+                # block 0's MLP, what later heads actually see); models without one use the raw W_E
+                try:
+                    full = ov_circuit(model, l0, h0, full=True, embedding="effective")
+                    emb, emb_caption = "effective", f"rows: {EFFECTIVE_EMBEDDING}"
+                except UnsupportedOperationError as e:
+                    full, emb = ov, "raw"
+                    emb_caption = f"rows: the raw token embedding W_E (no effective embedding: {e})"
                 extra = [t for t in (answer_id, wrong_id) if t is not None]
                 ids = list(dict.fromkeys([int(t) for t in tr.tokens[0][tr.attention_mask[0].bool()]] + extra))
                 ids = [i for i in ids if i not in getattr(model.tokenizer, "all_special_ids", [])] or ids
                 dec = _decode(model)
+                name = "W_E,eff W_OV W_U" if emb == "effective" else "W_E W_OV W_U"
                 figs["ov_top_tokens"] = top_token_table(full, ids, k=min(5, len(ids)), decode=dec, kind="OV",
-                                                        label=f"{head_labels[0]} full OV (W_E W_OV W_U)")
+                                                        label=f"{head_labels[0]} full OV ({name})",
+                                                        caption=emb_caption)
                 rows, cols, vals, idx = top_token_values(full, ids, k=min(5, len(ids)))
+                results["ov_top_head"]["top_tokens_embedding"] = {"embedding": emb, "caption": emb_caption}
                 results["ov_top_head"]["top_tokens"] = {
                     dec(r): [[dec(cols[j]), float(v)] for j, v in zip(idx[i], vals[i])] for i, r in enumerate(rows)}
 
@@ -485,8 +502,12 @@ def _page(model: Model, prompt: str, r: dict[str, Any], figs: dict[str, go.Figur
     if "ov_top_tokens" in figs:
         body += page.figure(figs["ov_top_tokens"], files=files.get("ov_top_tokens", []))
     page.section(f"OV circuit of {r['top_heads'][0]['head']}", body, anchor="ov",
-                 note="Eigenvalues of W_V W_O (positive real: the head copies what it reads); for decoders, "
-                      "the full OV circuit W_E W_V W_O W_U restricted to the prompt's tokens.")
+                 note="Eigenvalues of the full OV circuit W_E W_V W_O W_U (W_V W_O for encoders; positive real: "
+                      "the head copies what it reads); for decoders, the top-token table of the full OV circuit "
+                      "restricted to the prompt's tokens, its rows read through "
+                      + ("the effective token embedding W_E + MLP₀(N₂(W_E)) (the embedding through block 0's MLP)"
+                         if (r["ov_top_head"].get("top_tokens_embedding") or {}).get("embedding") == "effective"
+                         else "the raw token embedding W_E") + ".")
     page.section("Residual stream of the last token",
                  page.figure(figs["residual_stream"], files=files.get("residual_stream", [])), anchor="stream",
                  note="Norm of the stream at every resid point, of each sublayer's write, and of what remains of "

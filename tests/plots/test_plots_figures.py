@@ -297,6 +297,41 @@ def test_ov_eigenvalue_figure_matches_dense_eigenvalues(gpt2):
         ov_eigenvalue_figure(FactoredMatrix(W.W_V[0], W.W_O[0]))
 
 
+def _spectrum(values):
+    """A FactoredMatrix [8, 8] of hidden dim len(values) whose nonzero eigenvalues are ``values`` (a rotated
+    diagonal: A = Q[:, :k] diag(values), B = Q[:, :k]ᵀ)."""
+    g = torch.Generator().manual_seed(0)
+    Q, _ = torch.linalg.qr(torch.randn(8, 8, generator=g, dtype=torch.float64))
+    k = len(values)
+    return FactoredMatrix(Q[:, :k] * torch.tensor(values, dtype=torch.float64), Q[:, :k].T.contiguous())
+
+
+def test_ov_eigenvalue_figure_log_radius_when_one_eigenvalue_dominates():
+    values = [1.3e5, 40.0, 12.0, -3.0, 0.7, 0.2]
+    fig = ov_eigenvalue_figure(_spectrum(values), label="L23.H4 full OV")
+    (sc,) = fig.data
+    radius = np.hypot(np.array(sc.x), np.array(sc.y))
+    # every eigenvalue readable: the smallest plots at >= 5 % of the largest's radius (on a linear plot: 1.5e-6)
+    assert radius.min() >= 0.05 * radius.max()
+    assert fig.layout.meta["scale"] == "log"
+    assert "log10(1 + |λ|/s), s = 0.01" in fig.layout.xaxis.title.text
+    assert "log radial scale" in fig.layout.title.text
+    # the angle is kept (sign of real eigenvalues), the order of magnitudes too, and the hover keeps the true λ
+    true = np.array(sc.customdata)[:, 0]
+    np.testing.assert_allclose(np.sort(true), np.sort(values), rtol=1e-9)
+    np.testing.assert_array_equal(np.sign(sc.x), np.sign(true))
+    assert list(np.argsort(radius)) == list(np.argsort(np.abs(true)))
+    assert any("|λ| = 0.2" in h for h in sc.hovertext) and any("1.3e+05" in h for h in sc.hovertext)
+    # a spread-out spectrum stays linear (λ itself), and the scale can be forced either way
+    flat = ov_eigenvalue_figure(_spectrum([3.0, -2.0, 1.0, 0.5]))
+    assert flat.layout.meta["scale"] == "linear" and flat.layout.xaxis.title.text == "Re λ"
+    np.testing.assert_allclose(np.sort(flat.data[0].x), [-2.0, 0.5, 1.0, 3.0], atol=1e-9)
+    assert ov_eigenvalue_figure(_spectrum(values), scale="linear").layout.meta["scale"] == "linear"
+    assert ov_eigenvalue_figure(_spectrum([3.0, 1.0]), scale="log").layout.meta["scale"] == "log"
+    with pytest.raises(ArgumentError, match="scale='symlog'"):
+        ov_eigenvalue_figure(_spectrum(values), scale="symlog")
+
+
 def test_top_token_table_matches_the_dense_full_circuit(gpt2):
     W = gpt2.weights
     fm = FactoredMatrix(W.W_E @ W.W_V[0, 1], W.W_O[0, 1] @ W.W_U)

@@ -161,3 +161,40 @@ def test_minilm_report_is_direction_based(minilm, tmp_path):
     assert a["closure_error"] < 1e-3 * abs(a["total"])
     assert a["total"] == pytest.approx(r["embedding_norm"], rel=1e-4)
     assert "residual_stream" in r and index.is_file()
+
+
+def test_report_ov_table_reads_through_the_effective_embedding_and_says_so(tmp_path):
+    """The OV top-token table starts from W_E + MLP₀(N₂(W_E)) (what later heads read), and its caption and the
+    section's note name that embedding; an attention-only model has none: its table says it uses the raw W_E."""
+    from interp.circuits import effective_embedding, ov_circuit
+    from interp.labels import Head
+    from interp.models import ToyConfig, build_toy, toy_words
+
+    m = tiny_model("gpt2")
+    index = report(m, PROMPT, answer="w3", wrong="w4", out_dir=tmp_path / "gpt2", n_heads=2, static=False)
+    r = json.loads((tmp_path / "gpt2" / "results.json").read_text())
+    ov = r["ov_top_head"]
+    assert ov["top_tokens_embedding"]["embedding"] == "effective"
+    assert "W_E + MLP₀(N₂(W_E))" in ov["top_tokens_embedding"]["caption"]
+    text = index.read_text()
+    assert "through block 0" in text and "W_E,eff W_OV W_U" in text  # the table's caption and title
+    assert "rows read through the effective token embedding" in text  # the section's note
+    # the table's numbers are the effective-embedding circuit's (not the raw one's)
+    h = Head.parse(ov["head"])
+    eff = ov_circuit(m, h.layer, h.head, full=True, embedding="effective")
+    assert torch.allclose(eff.A[:, :1], effective_embedding(m) @ ov_circuit(m, h.layer, h.head).A[:, :1])
+    first_row = next(iter(ov["top_tokens"].values()))
+    ids = list(dict.fromkeys(m.to_tokens(PROMPT)[0].tolist() + [m.tokenizer.convert_tokens_to_ids(t)
+                                                                 for t in ("w3", "w4")]))
+    ids = [i for i in ids if i not in m.tokenizer.all_special_ids]
+    sub = (eff.A[ids] @ eff.B[:, ids]).double()  # the circuit restricted to the prompt's tokens
+    assert [v for _, v in first_row] == pytest.approx(sub[0].topk(len(first_row)).values.tolist(), rel=1e-5)
+
+    toy = build_toy(ToyConfig())
+    words = toy_words(4)
+    index = report(toy, " ".join(words + words[:2]), answer=words[2], out_dir=tmp_path / "toy", n_heads=2,
+                   static=False)
+    r = json.loads((tmp_path / "toy" / "results.json").read_text())
+    assert r["ov_top_head"]["top_tokens_embedding"]["embedding"] == "raw"
+    assert "rows: the raw token embedding W_E" in r["ov_top_head"]["top_tokens_embedding"]["caption"]
+    assert "rows read through the raw token embedding W_E" in index.read_text()
