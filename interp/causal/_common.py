@@ -15,13 +15,14 @@ from torch import Tensor
 
 from interp.causal._engine import Engine, RunCache
 from interp.causal._metrics import BoundMetric, Metric, as_metric
-from interp.errors import ArgumentError, LabelError, ShapeError
+from interp.errors import AblationWarning, ArgumentError, LabelError, ShapeError, warn_user
 from interp.labels import Attn, Embed, Head, HeadInput, Mlp, Resid, as_label
 from interp.models import Batch, resid_hook_names
 from interp.models import Model
 from interp.stream._inputs import as_batch
 
-__all__ = ["Node", "NODE_SETS", "resolve_nodes", "Pair", "make_pair", "metric_reader", "source_acts"]
+__all__ = ["Node", "NODE_SETS", "resolve_nodes", "Pair", "make_pair", "metric_reader", "source_acts",
+           "check_reference_spread"]
 
 NODE_SETS = ("heads", "mlps", "components", "resid", "head_inputs", "patterns")
 _EMBED_SITE = {"token": "embed.token", "pos": "embed.pos", "type": "embed.type"}
@@ -204,6 +205,45 @@ def clean_output(model: Model, bound: BoundMetric, clean_run: RunCache) -> Optio
     if bound.positions is None:
         return bound.select(bound.read(model, clean_run.final))
     return bound.read(model, bound.select(clean_run.final))
+
+
+def check_reference_spread(model: Model, pair: Any, ablations: Sequence[str], reference: Any, *,
+                           arg: str = "ablations") -> None:
+    """Mean and resample ablation over one distinct reference prompt are that prompt's run. With the default
+    reference (the corrupt prompts) they are then the corrupt ablation: an :class:`AblationWarning` says so;
+    a ``reference`` given explicitly that is the single corrupt prompt is an ArgumentError (it cannot give a
+    different distribution); one other prompt warns (mean and resample are both ablation with it)."""
+    spread = [a for a in dict.fromkeys(ablations) if a in ("mean", "resample")]
+    if not spread or (reference is None and pair.corrupt is None):
+        return
+    rb = pair.corrupt if reference is None else as_batch(model, reference)
+    rows = torch.unique(rb.tokens, dim=0)
+    if rows.shape[0] > 1:
+        return
+    n = pair.clean.tokens.shape[1]
+    per_position = rb.tokens.shape[1] == n and not bool((rb.attention_mask == 0).any())
+    same = [a for a in spread if a == "resample" or per_position]  # a mean over every token of another length differs
+    if not same:
+        return
+    what = f"{arg}={same[0]!r}" if len(same) == 1 else f"{arg} {same[0]!r} and {same[1]!r}"
+    it = "it is" if len(same) == 1 else "both are"
+    corrupt_rows = None if pair.corrupt is None else torch.unique(pair.corrupt.tokens, dim=0)
+    is_corrupt = corrupt_rows is not None and corrupt_rows.shape == rows.shape and bool(torch.equal(corrupt_rows, rows))
+    keep = [a for a in ablations if a not in same] if arg == "ablations" else []
+    drop = (f"leave them out ({arg}={tuple(keep)!r})" if keep else
+            "use ablation='corrupt' (what they reduce to) or 'zero'")
+    fix = (f"pass reference= with several prompts of the clean prompts' length (the distribution to draw from), "
+           f"use more prompt pairs, or {drop}")
+    if reference is not None and is_corrupt:
+        raise ArgumentError(f"reference={reference!r:.80} is the single corrupt prompt: with {what}, {it} the corrupt "
+                            f"ablation, not a different distribution; {fix}")
+    if reference is None:
+        msg = (f"{what} with reference=None {'draws' if len(same) == 1 else 'draw'} from the corrupt prompts, and there is 1 distinct corrupt prompt: "
+               f"{it} the corrupt ablation (the same numbers); {fix}")
+    else:
+        msg = (f"reference={reference!r:.80} has 1 distinct prompt: with {what}, {it} ablation with that one prompt "
+               f"(mean = resample); {fix}")
+    warn_user(msg, AblationWarning)
 
 
 def source_acts(site: str, layer: int, run: RunCache) -> Tensor:

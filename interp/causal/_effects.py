@@ -26,7 +26,7 @@ from torch import Tensor
 
 from interp._norms import apply_frozen
 from interp._validate import check_bool, check_choice, check_positive_int
-from interp.causal._common import Node, Pair, make_pair, resolve_nodes
+from interp.causal._common import Node, Pair, check_reference_spread, make_pair, resolve_nodes
 from interp.causal._engine import RunCache
 from interp.causal._patch import ABLATIONS, check_ablation, sweep_nodes
 from interp.causal._result import Effects
@@ -113,6 +113,7 @@ def effects(
         raise ArgumentError(f"nodes={nodes!r}: effects are defined for writes; use 'components', 'heads', 'mlps' "
                             "or a list of head / MLP / embedding labels")
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=ablation == "corrupt")
+    check_reference_spread(model, pair, [ablation], reference, arg="ablation")
     node_list, kind = resolve_nodes(model, nodes)
     bad = [nd.text for nd in node_list if nd.site not in _WRITE_SITES]
     if bad:

@@ -36,6 +36,7 @@ from interp._validate import check_bool, check_choice, check_positive_int
 from interp.causal._common import (
     Node,
     Pair,
+    check_reference_spread,
     clean_output,
     make_pair,
     metric_of,
@@ -168,6 +169,7 @@ def patch(
         raise ArgumentError(f"seed={seed!r} must be an int")
     check_ablation(direction, ablation, reference)
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=direction == "denoise" or ablation == "corrupt")
+    check_reference_spread(model, pair, [ablation], reference, arg="ablation")
     node_list, kind = resolve_nodes(model, nodes)
     sw = sweep_nodes(model, pair, node_list, positions=positions, direction=direction, ablation=ablation,
                      reference=reference, batch_size=batch_size, progress=progress, seed=seed, desc=f"patch {kind}")

@@ -32,6 +32,7 @@ from interp._validate import check_bool, check_choice, check_positive_int
 from interp.causal._common import (
     Node,
     _check_node,
+    check_reference_spread,
     clean_output,
     make_pair,
     metric_of,
@@ -146,6 +147,7 @@ def path_patch(
             f"model={model.name!r} is post-norm: every reader sees the stream through the same Add & Norm, so a "
             "path to one reader only is undefined; use interp.effects (direct effects) or interp.patch")
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=ablation == "corrupt")
+    check_reference_spread(model, pair, [ablation], reference, arg="ablation")
     s = _sender(model, sender)
     recv = _receivers(model, receivers, via, s)
     e = pair.engine
