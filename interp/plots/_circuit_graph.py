@@ -479,7 +479,8 @@ def circuit_graph_figure(
         xaxis=dict(tickmode="array", tickvals=grid.ticks(short=dense)[0], ticktext=grid.ticks(short=dense)[1],
                    zeroline=False, showgrid=False, range=[-0.8, n_cols - 0.4], tickangle=0,
                    title="layer (each layer: its attention heads, then its MLP)" if dense else None),
-        yaxis=dict(title="head", zeroline=False, showgrid=False, dtick=1 if grid.n_heads <= 24 else None,
+        yaxis=dict(title="head", zeroline=False, showgrid=False,  # ticks at the heads only (arcs rise above head 0)
+                   **(dict(tickmode="array", tickvals=list(range(grid.n_heads))) if grid.n_heads <= 24 else {}),
                    **(dict(autorange="reversed") if sets is None else dict(range=y_range))),
         autosize=True,
         height=int(min(2400, max(520, 34 * (grid.n_heads + 3) + 240)) + (90 if sets is not None else 0)),
