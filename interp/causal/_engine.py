@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from interp.errors import UnsupportedArchitectureError
-from interp.models import Model, rotary_tables
+from interp.models import Model, allowed_keys, apply_rotary, rotary_tables
 
 __all__ = ["Engine", "Patch", "RunCache", "SITES"]
 
@@ -123,28 +123,8 @@ class Engine:
         return self._rope_cache[n]
 
     def _rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """RoPE on x [R, T, n, d_head] with cos/sin [T, rotary_dim], written straight into one new tensor.
-
-        rotate-half layout, halves x₁ | x₂ (cos, sin repeat over the halves):
-            rope(x) = [x₁ cos − x₂ sin,  x₂ cos + x₁ sin]
-        adjacent pairs (x₀, x₁) the same per pair. The pass-through coordinates (partial rotary) are copied."""
-        rd = cos.shape[-1]
-        out = torch.empty_like(x)
-        if rd < x.shape[-1]:
-            out[..., rd:] = x[..., rd:]
-        c, s_ = cos[:, None], sin[:, None]  # [T, 1, rd]
-        if self.interleaved:
-            a_, b_, o1, o2 = x[..., 0:rd:2], x[..., 1:rd:2], out[..., 0:rd:2], out[..., 1:rd:2]
-            c1, s1 = c[..., 0::2], s_[..., 0::2]
-        else:
-            h = rd // 2
-            a_, b_, o1, o2 = x[..., :h], x[..., h:rd], out[..., :h], out[..., h:rd]
-            c1, s1 = c[..., :h], s_[..., :h]
-        torch.mul(a_, c1, out=o1)
-        o1.addcmul_(b_, s1, value=-1.0)
-        torch.mul(b_, c1, out=o2)
-        o2.addcmul_(a_, s1)
-        return out
+        """RoPE on x [R, T, n, d_head] with cos/sin [T, rotary_dim] (:func:`interp.models.apply_rotary`)."""
+        return apply_rotary(x, cos[:, None], sin[:, None], interleaved=self.interleaved)
 
     def _allowed(self, mask: Tensor, prompt: Tensor, t0: int, T: int, window: int = 0) -> Optional[Tensor]:
         """The attention mask [R | 1, 1, T, N] (True = may attend), or None when nothing is masked.
@@ -155,11 +135,8 @@ class Engine:
         if key not in self._masks:
             allowed: Optional[Tensor] = mask[:, None, :N].bool() if not full else \
                 torch.ones(1, 1, N, dtype=torch.bool, device=mask.device)
-            if self.arch.causal:
-                qpos = torch.arange(t0, N, device=mask.device)[:, None]
-                kpos = torch.arange(N, device=mask.device)[None, :]
-                near = (kpos <= qpos) & (kpos > qpos - window) if window else kpos <= qpos
-                allowed = allowed & near  # type: ignore[operator]
+            if self.arch.causal or window:
+                allowed = allowed & allowed_keys(T, N, causal=self.arch.causal, window=window, device=mask.device)  # type: ignore[operator]
             elif full:
                 allowed = None
             if len(self._masks) > 8:  # a sweep uses one mask per window size

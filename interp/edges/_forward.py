@@ -34,7 +34,7 @@ from torch import Tensor
 
 from interp.causal._engine import Engine, RunCache
 from interp.edges._graph import CircuitGraph
-from interp.models import Model
+from interp.models import Model, allowed_keys, apply_rotary
 
 __all__ = ["Acts", "EdgeForward", "GradientPass", "norm_vjp"]
 
@@ -161,15 +161,8 @@ class EdgeForward:
         return act @ w.W_out[l] + w.b_out[l]
 
     def _rope(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """RoPE on x [P, T, n, d_head] with cos/sin [T, rotary_dim] (rotate-half; adjacent pairs for the toys)."""
-        rd = cos.shape[-1]
-        xr, xp = x[..., :rd], x[..., rd:]
-        if self.a.family == "native":
-            rot = torch.stack((-xr[..., 1::2], xr[..., 0::2]), dim=-1).flatten(-2)
-        else:
-            rot = torch.cat((-xr[..., rd // 2:], xr[..., : rd // 2]), dim=-1)
-        out = xr * cos[:, None] + rot * sin[:, None]
-        return torch.cat([out, xp], dim=-1) if xp.shape[-1] else out
+        """RoPE on x [P, T, n, d_head] with cos/sin [T, rotary_dim] (:func:`interp.models.apply_rotary`)."""
+        return apply_rotary(x, cos[:, None], sin[:, None], interleaved=self.a.rotary_interleaved)
 
     def _ln1(self, l: int, x: Tensor) -> Tensor:
         return x if self.post else self.norm(x, self.w.ln1_w[l], self.w.ln1_b[l])
@@ -193,8 +186,8 @@ class EdgeForward:
             q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
         k, v = k.transpose(1, 2), v.transpose(1, 2)  # [P, G, T, dh]
         allowed = mask[:, None, None, :].bool()  # [P, 1, 1, T] key padding
-        if a.causal:
-            allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+        if a.causal or a.window(l):
+            allowed = allowed & allowed_keys(T, T, causal=a.causal, window=a.window(l), device=q.device)
         if e.softmax_dtype == q.dtype:  # fused attention, the softmax in the model's precision
             z = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=allowed,
                                                                  scale=e.scales[l], enable_gqa=G < H)

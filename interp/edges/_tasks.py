@@ -133,7 +133,8 @@ class Task:
                                     f"entries but clean has {n}; give one per clean prompt")
         if isinstance(self.clean, Tensor) != isinstance(self.corrupt, Tensor):
             raise ArgumentError(f"task {self.name!r}: clean and corrupt must both be text or both be token ids")
-        if isinstance(self.clean, Tensor) and tuple(self.clean.shape) != tuple(self.corrupt.shape):
+        if isinstance(self.clean, Tensor) and isinstance(self.corrupt, Tensor) and \
+                tuple(self.clean.shape) != tuple(self.corrupt.shape):
             raise ArgumentError(f"task {self.name!r}: clean has shape {tuple(self.clean.shape)} but corrupt has "
                                 f"{tuple(self.corrupt.shape)}; each clean/corrupt pair must have the same token length")
         if not isinstance(self.metric_name, str) or self.metric_name not in TASK_METRICS:

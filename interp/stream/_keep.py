@@ -11,7 +11,8 @@ under GQA), and its output is z_h = A^h v_g. ``trace(..., keep=...)`` keeps, per
 so that q·kᵀ/√d_head, masked and softmaxed, is the pattern, and the pattern times v is hook_z.
 Rotary models: the bridge's ``hook_q``/``hook_k`` hold q and k before the rotation (and not every
 family fires ``hook_rot_q``), so the rotation is applied here from the pass's own ``hook_cos`` /
-``hook_sin`` (rotate-half layout over the first ``rotary_dim`` dimensions, as the HF models do).
+``hook_sin`` (over the first ``rotary_dim`` dimensions, in the layout ``ArchInfo.rotary_interleaved`` says),
+through :func:`interp.models.apply_rotary`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 from torch import Tensor
 
 from interp.errors import ArgumentError
-from interp.models import Model
+from interp.models import Model, apply_rotary
 
 __all__ = ["KEEP", "check_keep", "keep_hooks", "kept_tensor"]
 
@@ -64,16 +65,8 @@ def keep_hooks(model: Model, keep: Sequence[str]) -> dict[str, list[str]]:
     return out
 
 
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """RoPE in the rotate-half layout on the first cos.shape[-1] dims of x [batch, pos, heads, d_head]."""
-    rd = cos.shape[-1]
-    cos, sin = cos[:, :, None].to(x.dtype), sin[:, :, None].to(x.dtype)  # [b|1, pos, 1, rd]
-    r, rest = x[..., :rd], x[..., rd:]
-    half = torch.cat([-r[..., rd // 2:], r[..., : rd // 2]], dim=-1)
-    return torch.cat([r * cos + half * sin, rest], dim=-1)
-
-
-def kept_tensor(acts: Mapping[str, Tensor], kept: Mapping[str, list[str]], item: str) -> Tensor:
+def kept_tensor(acts: Mapping[str, Tensor], kept: Mapping[str, list[str]], item: str, *,
+                interleaved: bool = False) -> Tensor:
     """A kept item stacked over layers (q and k rotated for rotary models)."""
     hooks = kept.get(item)
     if not hooks:
@@ -81,5 +74,6 @@ def kept_tensor(acts: Mapping[str, Tensor], kept: Mapping[str, list[str]], item:
                             f"(allowed items: {', '.join(KEEP)})")
     xs = [acts[h] for h in hooks]
     if item in ("q", "k") and "cos" in kept:
-        xs = [_rotate(x, acts[c], acts[s]) for x, c, s in zip(xs, kept["cos"], kept["sin"])]
+        xs = [apply_rotary(x, acts[c][:, :, None], acts[s][:, :, None], interleaved=interleaved)
+              for x, c, s in zip(xs, kept["cos"], kept["sin"])]
     return torch.stack(xs)

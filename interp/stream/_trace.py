@@ -100,7 +100,7 @@ class ResidualTrace:
         return build_program(self.arch, neuron_layers=self.neuron_layers, n_types=int(types))
 
     def _kept(self, item: str) -> Tensor:
-        return kept_tensor(self.activations, self.kept or {}, item)
+        return kept_tensor(self.activations, self.kept or {}, item, interleaved=self.arch.rotary_interleaved)
 
     @property
     def patterns(self) -> Float[Tensor, "n_layers batch n_heads query_pos key_pos"]:

@@ -103,7 +103,8 @@ def load_trace(cls: type, path: Union[str, os.PathLike]) -> Any:
                                 "(saved with ResidualTrace.save)")
     try:
         fields = json.loads(meta["fields"])
-        arch = ArchInfo(**fields["arch"])
+        arch_fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in fields["arch"].items()}
+        arch = ArchInfo(**arch_fields)
         blank: dict[str, Any] = {f.name: None for f in dataclasses.fields(Weights)}  # only what decompose reads is saved
         weights = Weights(**blank).with_updates(
             **{name: tensors[f"w/{name}"] for name in fields["weights"]})
