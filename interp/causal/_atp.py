@@ -60,7 +60,7 @@ from interp.causal._common import _checked_batch, resolve_nodes
 from interp.causal._metrics import as_metric
 from interp.causal._result import PatchResult
 from interp.errors import ShapeError, UnsupportedOperationError
-from interp.models import Model
+from interp.models import Model, allowed_keys, apply_rotary
 from interp.stream._inputs import require_model
 
 __all__ = ["attribution_patch", "key_fix_each"]
@@ -137,25 +137,6 @@ def _pair(model: Model, clean: Any, corrupt: Any) -> tuple[Any, Any]:
     return bc, bk
 
 
-def _attention_scale(model: Model, layer: int) -> float:
-    """The score scale of ``layer``'s attention (the HF module's ``scaling``, else 1/√d_head, GPT-2's flags)."""
-    a = model.arch
-    try:
-        hf = model.bridge.blocks[layer].attn.original_component
-    except (AttributeError, IndexError, TypeError):
-        hf = None
-    s = getattr(hf, "scaling", None)
-    if isinstance(s, (int, float)):
-        return float(s)
-    scale = a.d_head ** -0.5
-    cfg = getattr(getattr(model.bridge, "original_model", None), "config", None)
-    if cfg is not None and not getattr(cfg, "scale_attn_weights", True):
-        scale = 1.0
-    if cfg is not None and getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
-        scale /= layer + 1
-    return scale
-
-
 def _qk_hooks(model: Model, layer: int) -> list[str]:
     """Hooks from which the scores' queries and keys are rebuilt: q, k, and (rotary) cos, sin."""
     names = [f"blocks.{layer}.attn.hook_q", f"blocks.{layer}.attn.hook_k"]
@@ -167,25 +148,14 @@ def _qk_hooks(model: Model, layer: int) -> list[str]:
     return names
 
 
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
-    """RoPE on x [b, T, n, d] with cos/sin [b|1, T, rotary_dim] (rotate-half, or adjacent pairs)."""
-    rd = cos.shape[-1]
-    xr, xp = x[..., :rd], x[..., rd:]
-    if interleaved:
-        rot = torch.stack((-xr[..., 1::2], xr[..., 0::2]), dim=-1).flatten(-2)
-    else:
-        rot = torch.cat((-xr[..., rd // 2:], xr[..., : rd // 2]), dim=-1)
-    out = xr * cos[:, :, None] + rot * sin[:, :, None]
-    return torch.cat([out, xp], dim=-1)
-
-
 def _qk(model: Model, store: dict[str, Tensor], names: list[str]) -> tuple[Tensor, Tensor]:
     """The (rotated) queries [b, T, H, d] and keys [b, T, G, d] that meet in the scores, in float64."""
     q, k = (store[n].detach().double() for n in names[:2])
     if len(names) == 4:
         cos, sin = (store[n].detach().double() for n in names[2:])
-        inter = model.arch.family == "native"
-        q, k = _rotate(q, cos, sin, inter), _rotate(k, cos, sin, inter)
+        inter = model.arch.rotary_interleaved
+        q = apply_rotary(q, cos[:, :, None], sin[:, :, None], interleaved=inter)
+        k = apply_rotary(k, cos[:, :, None], sin[:, :, None], interleaved=inter)
     return q, k
 
 
@@ -243,11 +213,11 @@ def _activations_only(module: Any) -> Iterator[None]:
             p.requires_grad_(True)
 
 
-def _valid_keys(mask: Tensor, T: int, causal: bool) -> Tensor:
-    """[b, 1, T, T] bool: query t may attend key s (key padding, and s ≤ t when causal)."""
+def _valid_keys(mask: Tensor, T: int, causal: bool, window: int = 0) -> Tensor:
+    """[b, 1, T, T] bool: query t may attend key s (key padding, s ≤ t when causal, within the window)."""
     v = mask.bool()[:, None, None, :].expand(-1, 1, T, T)
-    if causal:
-        v = v & torch.ones(T, T, dtype=torch.bool, device=mask.device).tril()
+    if causal or window:
+        v = v & allowed_keys(T, T, causal=causal, window=window, device=mask.device)
     return v
 
 
@@ -375,15 +345,15 @@ def attribution_patch(
 
     B, T = base_b.tokens.shape
     each = positions == "each"
-    valid = _valid_keys(base_b.attention_mask, T, arch.causal)
     tol = max(1e-4, 100 * torch.finfo(model.dtype).eps)
     fixed: dict[int, dict[str, Tensor]] = {}
     for l in fix_layers:  # every q and k estimate of the layer from one rebuilt pattern
+        valid = _valid_keys(base_b.attention_mask, T, arch.causal, arch.window(l))
         Qb, Kb = _qk(model, base, qk[l])
         Qs, Ks = _qk(model, src, qk[l])
         kinds = {s.kind for s in sites if s.layer == l and s.kind in ("q", "k")}
         fixed[l] = _qk_fix_layer(kinds, Qb, Kb, Qs, Ks, base[pattern[l]], grads[pattern[l]],
-                                 _attention_scale(model, l), valid, arch.group_size, each, tol, f"layer {l}")
+                                 model.arch.attn_scale(l), valid, arch.group_size, each, tol, f"layer {l}")
     per_node: list[Tensor] = []  # each [b] or [b, T]
     for site in sites:
         a_b, a_s = base[site.hook].detach(), src[site.hook]
