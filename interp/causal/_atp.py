@@ -318,8 +318,9 @@ def attribution_patch(
     m = as_metric(metric, model)
     sites = _plan(model, nodes)
     bc, bk = _pair(model, clean, corrupt)
-    base_b, src_b = (bk, bc) if direction == "denoise" else (bc, bk)
     bound = m.bind(model, bc)
+    bc, bk = bound.extend(bc) or bc, bound.extend(bk, name="corrupt") or bk  # a multi-token answer, teacher-forced
+    base_b, src_b = (bk, bc) if direction == "denoise" else (bc, bk)
     final = f"blocks.{arch.n_layers - 1}.hook_resid_post"
     names = [s.hook for s in sites]
     fix_layers = sorted({s.layer for s in sites if qk_fix and s.kind in ("q", "k")})

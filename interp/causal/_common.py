@@ -174,7 +174,11 @@ def make_pair(model: Model, clean: Any, corrupt: Any, metric: Any, *, need_corru
             raise ShapeError(f"corrupt prompt {i} has {int(lk[i])} tokens but clean prompt {i} has {int(lc[i])}; "
                              "each clean/corrupt pair must have the same token length (patching aligns positions)")
     m = as_metric(metric, model)
-    return Pair(engine=Engine(model), clean=cb, corrupt=kb, metric=m, bound=m.bind(model, cb))
+    bound = m.bind(model, cb)
+    # a multi-token continuation is teacher-forced: appended to the clean and corrupt prompts alike
+    cb = bound.extend(cb) or cb
+    kb = bound.extend(kb, name="corrupt")
+    return Pair(engine=Engine(model), clean=cb, corrupt=kb, metric=m, bound=bound)
 
 
 def metric_reader(model: Model, bound: BoundMetric, base: RunCache, clean_out: Optional[Tensor]):
@@ -184,9 +188,10 @@ def metric_reader(model: Model, bound: BoundMetric, base: RunCache, clean_out: O
         if bound.positions is None:  # pooled (after the per-position readout); positions before t0 are the base's
             full = torch.cat([base.final[prompt, :t0], x], dim=1) if t0 > 0 else x
             out = bound.select(bound.read(model, full), prompt)
+        elif bound.span > 1 and t0 > 0:  # several positions, some possibly before t0: the base's there
+            out = bound.read(model, bound.at(torch.cat([base.final[prompt, :t0], x], dim=1), prompt))
         else:
-            rows = torch.arange(x.shape[0], device=x.device)
-            out = bound.read(model, x[rows, bound.positions.to(x.device)[prompt] - t0])
+            out = bound.read(model, bound.at(x, prompt, t0))
         return bound(out, prompt=prompt, clean=clean_out)
 
     return read
@@ -216,7 +221,7 @@ def check_reference_spread(model: Model, pair: Any, ablations: Sequence[str], re
     spread = [a for a in dict.fromkeys(ablations) if a in ("mean", "resample")]
     if not spread or (reference is None and pair.corrupt is None):
         return
-    rb = pair.corrupt if reference is None else as_batch(model, reference)
+    rb = pair.corrupt if reference is None else pair.bound.extend(as_batch(model, reference), name="reference")
     rows = torch.unique(rb.tokens, dim=0)
     if rows.shape[0] > 1:
         return
@@ -259,10 +264,13 @@ def source_acts(site: str, layer: int, run: RunCache) -> Tensor:
 
 
 def reference_acts(engine: Engine, model: Model, reference: Any, sites: set[str], ablation: str,
-                   n: int, n_prompts: int, seed: int) -> RunCache:
+                   n: int, n_prompts: int, seed: int, bound: Optional[BoundMetric] = None) -> RunCache:
     """A run-shaped cache whose activations are the mean over ``reference`` (``ablation="mean"``) or a
-    seeded random reference prompt per base prompt (``"resample"``), each [n_prompts, n, ...]."""
+    seeded random reference prompt per base prompt (``"resample"``), each [n_prompts, n, ...]. ``bound``: the
+    metric, whose teacher-forced continuation (if any) the reference prompts get too."""
     rb = _checked_batch(model, reference, "reference")
+    if bound is not None:
+        rb = bound.extend(rb, name="reference") or rb
     run = engine.run(rb.tokens, rb.attention_mask, capture=[s for s in sites if not s.startswith("embed") and s != "resid_pre"])
     R, m = rb.tokens.shape
     out = RunCache(acts={s: [] for s in run.acts})

@@ -147,8 +147,9 @@ def _direct(model: Model, pair: Pair, node_list: list[Node], c_run: RunCache, sr
         pos = None
         x0 = final
     else:
-        pos = bound.positions.to(dev)[:, None]  # [P, 1]
-        x0 = torch.gather(final, 1, pos[..., None].expand(P, 1, final.shape[-1]))
+        span = torch.arange(bound.span, device=dev)
+        pos = bound.positions.to(dev)[:, None] + span  # [P, m]: the positions the metric reads
+        x0 = torch.gather(final, 1, pos[..., None].expand(P, bound.span, final.shape[-1]))
     from interp.causal._metrics import final_norm
 
     _, sigma = final_norm(model, x0)  # the clean run's final scale at these positions: frozen
@@ -156,7 +157,7 @@ def _direct(model: Model, pair: Pair, node_list: list[Node], c_run: RunCache, sr
     for nd in node_list:
         d = node_write(model, nd, src, c_run) - node_write(model, nd, c_run, c_run)
         if pos is not None:
-            d = torch.gather(d, 1, pos[..., None].expand(P, 1, d.shape[-1]))
+            d = torch.gather(d, 1, pos[..., None].expand(P, bound.span, d.shape[-1]))
         deltas.append(carry_to_final(model, nd, d, c_run, pos))
     D = torch.stack(deltas)  # [N, P, m, d]
     N = D.shape[0]
@@ -164,7 +165,7 @@ def _direct(model: Model, pair: Pair, node_list: list[Node], c_run: RunCache, sr
 
     def metric(x: Tensor, prompt_: Tensor) -> Tensor:  # x [R, m, d]
         out = bound.read(model, x, scale=sigma[prompt_])
-        out = bound.select(out, prompt_) if pos is None else out[:, 0]
+        out = bound.select(out, prompt_) if pos is None else (out[:, 0] if bound.span == 1 else out)
         return bound(out, prompt=prompt_, clean=clean_out)
 
     with torch.inference_mode():

@@ -23,6 +23,19 @@ The shared interface, used by every causal and edge analysis::
 (For a mean-pooled metric, ``bound.positions`` is None: read every position, then pool —
 ``bound.select(bound.read(model, resid_final), prompt)`` — so a decoder's final norm applies per token.)
 
+Metrics that read several positions: ``bound.span`` > 1 positions p … p + span − 1 per prompt, and
+``bound.at(x, prompt)`` / ``bound.select`` return [rows, span, d] (so ``out`` is [rows, span, d_vocab]).
+A multi-token continuation c = (c_1 … c_n) (``LogProb(" Paris, France", multi_token=True)``, also
+``Logit``, ``Prob``, ``LogitDiff``) is read teacher-forced: c_1 … c_{n−1} are appended after every
+prompt's last real token (``bound.extend(batch)``, applied to clean, corrupt and reference prompts
+alike, before any run) and, with p the prompt's last real token,
+
+    LogProb:  Σ_i log softmax(logits_{p+i−1})[c_i]      Logit:  Σ_i logit_{p+i−1}[c_i]
+    Prob:     Π_i softmax(logits_{p+i−1})[c_i]          LogitDiff(a, w): Σ_i logit_{p+i−1}[a_i] − logit_{p+i−1}[w_i]
+
+(LogitDiff: both continuations the same length n; the context is the answer's, a_1 … a_{i−1}).
+``CustomMetric(f, pos="all")`` gives ``f`` the logits at every position, [rows, pos, d_vocab].
+
 ``prompt`` [rows] says which prompt each row belongs to (a batch of variants repeats prompts);
 ``clean`` is the clean run's ``out`` per prompt [n_prompts, d_out]. Every function here is
 differentiable torch, so gradients (attribution patching) flow through it.
@@ -30,7 +43,7 @@ differentiable torch, so gradients (attribution patching) flow through it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, ClassVar, Optional, Sequence, Union
 
 import torch
@@ -39,6 +52,7 @@ from torch import Tensor
 
 from interp._norms import norm_scale
 from interp.attribution._answers import TokenSpec, resolve_positions, resolve_tokens, warn_unspaced
+from interp.attribution._targets import _candidate
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 from interp.models import Batch
 from interp.models import Model
@@ -98,6 +112,49 @@ class BoundMetric:
     mask: Int[Tensor, "batch pos"]
     needs_clean: bool
     fn: Callable[[Tensor, Tensor, Optional[Tensor]], Tensor] = field(repr=False)
+    span: int = 1  # positions read per prompt: p … p + span − 1 (a teacher-forced continuation, or pos="all")
+    append: Optional[Int[Tensor, "batch k"]] = field(default=None, repr=False)  # teacher-forced tokens
+
+    @property
+    def last_positions(self) -> Optional[Tensor]:
+        """The last position each prompt's metric reads [batch] (None: mean-pooled)."""
+        return None if self.positions is None else self.positions + (self.span - 1)
+
+    def extend(self, batch: Optional[Batch], *, name: str = "inputs") -> Optional[Batch]:
+        """``batch`` with the teacher-forced continuation inserted after each row's last real token (padding
+        after it moves right); ``batch`` itself when the metric appends nothing."""
+        if batch is None or self.append is None or self.append.shape[1] == 0:
+            return batch
+        app = self.append.to(batch.tokens.device)
+        B, T = batch.tokens.shape
+        if B != app.shape[0]:
+            if not bool((app == app[0]).all()):
+                raise ArgumentError(f"{name} has {B} prompts but the metric's per-prompt continuations are for "
+                                    f"{app.shape[0]}; give {name} one prompt per clean prompt, or one continuation "
+                                    "shared by every prompt")
+            app = app[:1].expand(B, -1)
+        k = app.shape[1]
+        tokens = torch.zeros(B, T + k, dtype=batch.tokens.dtype, device=batch.tokens.device)
+        mask = torch.zeros(B, T + k, dtype=batch.attention_mask.dtype, device=batch.tokens.device)
+        idx = torch.arange(T, device=batch.tokens.device)
+        last = torch.where(batch.attention_mask.bool(), idx, -1).max(1).values  # each row's last real token
+        for b in range(B):
+            e = int(last[b]) + 1
+            tokens[b, :e], mask[b, :e] = batch.tokens[b, :e], batch.attention_mask[b, :e]
+            tokens[b, e:e + k], mask[b, e:e + k] = app[b], 1
+            tokens[b, e + k:], mask[b, e + k:] = batch.tokens[b, e:], batch.attention_mask[b, e:]
+        return Batch(tokens=tokens, attention_mask=mask)
+
+    def at(self, x: Float[Tensor, "rows pos d"], prompt: Tensor, t0: int = 0) -> Tensor:
+        """Rows of ``x`` (holding positions t0…) at each row's metric position(s): [rows, d], or [rows, span, d]
+        for a metric that reads several positions."""
+        if self.positions is None:
+            raise ShapeError("a mean-pooled metric has no metric position; use select()")
+        rows = torch.arange(x.shape[0], device=x.device)
+        start = self.positions.to(x.device)[prompt.to(x.device)] - t0
+        if self.span == 1:
+            return x[rows, start]
+        return x[rows[:, None], start[:, None] + torch.arange(self.span, device=x.device)]
 
     def _prompt(self, prompt: Optional[Tensor], rows: int, device: Any) -> Tensor:
         if prompt is None:
@@ -112,8 +169,7 @@ class BoundMetric:
         if self.positions is None:
             m = self.mask.to(hidden.device, hidden.dtype)[p]  # [rows, pos]
             return (hidden * m[..., None]).sum(1) / m.sum(1, keepdim=True)
-        rows = torch.arange(hidden.shape[0], device=hidden.device)
-        return hidden[rows, self.positions.to(hidden.device)[p]]
+        return self.at(hidden, p)
 
     def read(self, model: Model, x: Float[Tensor, "rows d_model"], scale: Optional[Tensor] = None) -> Tensor:
         """Logits (logit metrics) or the final hidden state (direction metrics) of final residuals ``x``."""
@@ -153,6 +209,10 @@ class Metric:
         """(argument name, token spec) of the tokens this metric reads (checked for a missing leading space)."""
         return []
 
+    def _continuation(self, model: Model, n: int) -> Optional[Tensor]:
+        """Token ids [n, span] of a multi-token continuation read teacher-forced (None: one position)."""
+        return None
+
     def check(self, model: Model) -> None:
         """An error naming ``metric`` if this metric cannot read this model's output."""
         if self.space == "logits" and not model.arch.has_logits:
@@ -167,19 +227,73 @@ class Metric:
         mask = batch.attention_mask
         n = mask.shape[0]
         pos = self.pos
+        span, append = 1, None
+        cont = self._continuation(model, n)
         if isinstance(pos, str):
-            if pos != "mean":
-                raise ArgumentError(f"pos={pos!r} must be 'mean', an int or a per-prompt list of ints")
-            positions = None
+            if pos == "all" and isinstance(self, CustomMetric):
+                positions: Optional[Tensor] = torch.zeros(n, dtype=torch.long, device=mask.device)
+                span = int(mask.shape[1])
+            elif pos != "mean":
+                allowed = "'mean', 'all' (a callable's CustomMetric only)" if pos == "all" else "'mean'"
+                raise ArgumentError(f"pos={pos!r} must be {allowed}, an int or a per-prompt list of ints")
+            else:
+                positions = None
         else:
             if isinstance(pos, (list, tuple)) and len(pos) != n:
                 raise ArgumentError(f"pos has {len(pos)} entries but there are {n} prompts")
             positions = resolve_positions(pos, mask.cpu()).to(mask.device)
+        if cont is not None:
+            if pos != -1:
+                raise ArgumentError(f"{type(self).__name__}(..., multi_token=True, pos={pos!r}): a multi-token "
+                                    "continuation is read after each prompt's last token; leave pos=-1")
+            if not model.arch.causal:
+                raise UnsupportedOperationError(f"metric={self!r}: a multi-token continuation is teacher-forced, "
+                                                f"which needs a causal model; {model.name!r} is not")
+            span, append = int(cont.shape[1]), cont[:, :-1].to(mask.device)
         fn = self._fn(model, n)
         for arg, spec in self._token_specs():
             warn_unspaced(model, spec, arg, batch.tokens, positions, owner=type(self).__name__)
-        return BoundMetric(name=self.describe(model), space=self.space, n_prompts=n, positions=positions,
-                           mask=mask, needs_clean=self.needs_clean, fn=fn)
+        bound = BoundMetric(name=self.describe(model), space=self.space, n_prompts=n, positions=positions,
+                            mask=mask, needs_clean=self.needs_clean, fn=fn, span=span, append=append)
+        if append is not None and append.shape[1] > 0:  # the mask of the prompts as they are run
+            ext = bound.extend(batch)
+            bound = replace(bound, mask=ext.attention_mask if ext is not None else mask)
+        return bound
+
+
+def _sequences(model: Model, spec: Any, n: int, arg: str, owner: str, multi: bool) -> Tensor:
+    """Token ids [n, k] of a token spec: k = 1 unless ``multi`` (then every prompt's continuation must have
+    the same length k). Without ``multi`` a string of several tokens is an ArgumentError naming the fix."""
+    items = [spec] * n if isinstance(spec, (str, int)) or (multi and isinstance(spec, tuple)) else spec
+    if multi and isinstance(spec, Tensor) and spec.ndim == 2:
+        items = [tuple(int(v) for v in row) for row in spec]
+    if not multi or not isinstance(items, (list, tuple)):
+        if not multi and model.tokenizer is not None:
+            for i, v in enumerate(items if isinstance(items, (list, tuple)) else [items]):
+                if isinstance(v, str):
+                    ids = model.tokenizer(v, add_special_tokens=False)["input_ids"]
+                    if len(ids) > 1:
+                        where = arg if isinstance(spec, str) else f"{arg}[{i}]"
+                        pieces = [model.tokenizer.decode([t]) for t in ids]
+                        raise ArgumentError(
+                            f"{owner}: {where}={v!r} must be a single token, but it tokenises to {len(ids)} tokens "
+                            f"{pieces}; pass "
+                            f"{owner}(..., multi_token=True) to read the whole continuation teacher-forced (appended "
+                            "to every prompt, summed over its tokens), or give a single token")
+        return resolve_tokens(model, spec, n, arg)[:, None]
+    if len(items) != n:
+        raise ArgumentError(f"{arg} has {len(items)} entries but there are {n} prompts; give one per prompt or one "
+                            "continuation")
+    rows = [list(_candidate(model, v, f"{arg}[{i}]" if len(items) > 1 else arg, True)) for i, v in enumerate(items)]
+    if len({len(r) for r in rows}) > 1:
+        raise ArgumentError(f"{owner}({arg}=...): the per-prompt continuations have {sorted({len(r) for r in rows})} "
+                            "tokens; with multi_token=True every prompt's continuation must have the same length")
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def _check_multi(owner: str, multi: Any) -> None:
+    if not isinstance(multi, bool):
+        raise ArgumentError(f"{owner}(multi_token={multi!r}) must be True or False")
 
 
 def _tok_name(model: Model, t: Tensor) -> str:
@@ -193,31 +307,54 @@ def _per_prompt(ids: Tensor) -> str:
 
 @dataclass(frozen=True)
 class LogitDiff(Metric):
-    """logit[answer] − logit[wrong] at ``pos`` (tokens: one string/id, or one per prompt)."""
+    """logit[answer] − logit[wrong] at ``pos`` (tokens: one string/id, or one per prompt). ``multi_token=True``:
+    two continuations of the same length n, Σ_i logit[answer_i] − logit[wrong_i] teacher-forced on the answer
+    (its first n − 1 tokens appended to every prompt)."""
 
     answer: TokenSpec
     wrong: TokenSpec
     pos: PosSpec = -1
+    multi_token: bool = False
 
     def __post_init__(self) -> None:
         if self.answer is None or self.wrong is None:
             raise ArgumentError(f"LogitDiff(answer={self.answer!r}, wrong={self.wrong!r}) needs both tokens; "
                                 "use interp.Logit(token) for a single logit")
+        _check_multi("LogitDiff", self.multi_token)
+
+    def _ids(self, model: Model, n: int) -> tuple[Tensor, Tensor]:
+        a = _sequences(model, self.answer, n, "answer", "LogitDiff", self.multi_token)
+        w = _sequences(model, self.wrong, n, "wrong", "LogitDiff", self.multi_token)
+        if a.shape[1] != w.shape[1]:
+            raise ArgumentError(f"LogitDiff(answer={self.answer!r}, wrong={self.wrong!r}, multi_token=True): the "
+                                f"answer has {a.shape[1]} tokens and wrong {w.shape[1]}; a logit difference is read "
+                                "per position, so both continuations must have the same number of tokens (compare "
+                                "unequal continuations with two interp.LogProb(..., multi_token=True) metrics)")
+        return a, w
+
+    def _continuation(self, model: Model, n: int) -> Optional[Tensor]:
+        a, _ = self._ids(model, n)
+        return a if self.multi_token else None
 
     def _token_specs(self) -> list[tuple[str, Any]]:
         return [("answer", self.answer), ("wrong", self.wrong)]
 
     def describe(self, model: Model) -> str:
-        n = 1 if isinstance(self.answer, (str, int)) else len(self.answer)
-        a, w = resolve_tokens(model, self.answer, n, "answer"), resolve_tokens(model, self.wrong, n, "wrong")
+        n = 1 if isinstance(self.answer, (str, int)) or (self.multi_token and isinstance(self.answer, tuple)) \
+            else len(self.answer)
+        a, w = self._ids(model, n)
         per = _per_prompt(a) or _per_prompt(w)
-        return f"logit[{_tok_name(model, a)}] − logit[{_tok_name(model, w)}]" + per
+        return f"logit[{_tok_name(model, a[:, 0] if a.shape[1] == 1 else a[0])}] − " \
+               f"logit[{_tok_name(model, w[:, 0] if w.shape[1] == 1 else w[0])}]" + per
 
     def _fn(self, model: Model, n: int) -> Callable:
-        a = resolve_tokens(model, self.answer, n, "answer").to(model.device)
-        w = resolve_tokens(model, self.wrong, n, "wrong").to(model.device)
+        a, w = (t.to(model.device) for t in self._ids(model, n))
+        if a.shape[1] == 1:
+            a, w = a[:, 0], w[:, 0]
 
         def fn(out: Tensor, p: Tensor, _: Optional[Tensor]) -> Tensor:
+            if out.ndim == 3:  # [rows, span, d_vocab]: one token per position, summed
+                return (out.gather(-1, a[p][..., None]) - out.gather(-1, w[p][..., None]))[..., 0].sum(-1)
             r = torch.arange(out.shape[0], device=out.device)
             return out[r, a[p]] - out[r, w[p]]
 
@@ -228,23 +365,46 @@ class LogitDiff(Metric):
 class _OneToken(Metric):
     token: TokenSpec
     pos: PosSpec = -1
+    multi_token: bool = False
     _what: ClassVar[str] = "logit"
 
+    def __post_init__(self) -> None:
+        _check_multi(type(self).__name__, self.multi_token)
+
+    def _ids(self, model: Model, n: int) -> Tensor:
+        return _sequences(model, self.token, n, "token", type(self).__name__, self.multi_token)
+
+    def _continuation(self, model: Model, n: int) -> Optional[Tensor]:
+        return self._ids(model, n) if self.multi_token else None
+
     def describe(self, model: Model) -> str:
-        n = 1 if isinstance(self.token, (str, int)) else len(self.token)
-        t = resolve_tokens(model, self.token, n, "token")
-        return f"{self._what}[{_tok_name(model, t)}]" + _per_prompt(t)
+        n = 1 if isinstance(self.token, (str, int)) or (self.multi_token and isinstance(self.token, tuple)) \
+            else len(self.token)
+        t = self._ids(model, n)
+        if t.shape[1] > 1:
+            tok = model.tokenizer
+            text = repr(tok.decode(t[0].tolist())) if tok is not None else str(t[0].tolist())
+            return f"{self._what}[{text}] (teacher-forced, {t.shape[1]} tokens)" + _per_prompt(t[:, 0])
+        return f"{self._what}[{_tok_name(model, t[:, 0])}]" + _per_prompt(t[:, 0])
 
     def _transform(self, out: Tensor) -> Tensor:
         return out
+
+    def _combine(self, vals: Tensor) -> Tensor:
+        """One number from the per-token values [rows, span] of a multi-token continuation."""
+        return vals.sum(-1)
 
     def _token_specs(self) -> list[tuple[str, Any]]:
         return [("token", self.token)]
 
     def _fn(self, model: Model, n: int) -> Callable:
-        t = resolve_tokens(model, self.token, n, "token").to(model.device)
+        t = self._ids(model, n).to(model.device)
+        if t.shape[1] == 1:
+            t = t[:, 0]
 
         def fn(out: Tensor, p: Tensor, _: Optional[Tensor]) -> Tensor:
+            if out.ndim == 3:  # [rows, span, d_vocab]: token i of the continuation at position i
+                return self._combine(self._transform(out).gather(-1, t[p][..., None])[..., 0])
             r = torch.arange(out.shape[0], device=out.device)
             return self._transform(out)[r, t[p]]
 
@@ -253,14 +413,15 @@ class _OneToken(Metric):
 
 @dataclass(frozen=True)
 class Logit(_OneToken):
-    """logit[token] at ``pos``."""
+    """logit[token] at ``pos``; ``multi_token=True``: Σ_i logit[token_i], teacher-forced."""
 
     _what: ClassVar[str] = "logit"
 
 
 @dataclass(frozen=True)
 class LogProb(_OneToken):
-    """log softmax(logits)[token] at ``pos``."""
+    """log softmax(logits)[token] at ``pos``; ``multi_token=True``: the continuation's log-probability, teacher-forced
+    (Σ_i log p(token_i | prompt, token_<i))."""
 
     _what: ClassVar[str] = "log p"
 
@@ -270,12 +431,16 @@ class LogProb(_OneToken):
 
 @dataclass(frozen=True)
 class Prob(_OneToken):
-    """softmax(logits)[token] at ``pos``."""
+    """softmax(logits)[token] at ``pos``; ``multi_token=True``: the continuation's probability, teacher-forced
+    (Π_i p(token_i | prompt, token_<i))."""
 
     _what: ClassVar[str] = "p"
 
     def _transform(self, out: Tensor) -> Tensor:
-        return torch.softmax(out, dim=-1)
+        return torch.softmax(out, dim=-1) if out.ndim == 2 else torch.log_softmax(out, dim=-1)
+
+    def _combine(self, vals: Tensor) -> Tensor:
+        return vals.sum(-1).exp()  # vals are log-probabilities here
 
 
 @dataclass(frozen=True)
@@ -333,7 +498,8 @@ class Direction(Metric):
 @dataclass(frozen=True, eq=False)
 class CustomMetric(Metric):
     """A user's callable ``f(out) -> [rows]`` on the logits (decoders) or the final hidden state
-    (models without logits; mean-pooled unless ``pos`` is given) at the metric position."""
+    (models without logits; mean-pooled unless ``pos`` is given) at the metric position: ``out`` is
+    [rows, d_vocab]; with ``pos="all"`` it is every position's, [rows, pos, d_vocab]."""
 
     fn_: Callable[[Tensor], Tensor]
     pos: PosSpec = -1
@@ -347,11 +513,28 @@ class CustomMetric(Metric):
 
     def _fn(self, model: Model, n: int) -> Callable:
         f = self.fn_
+        name = self.describe(model)
 
         def fn(out: Tensor, p: Tensor, _: Optional[Tensor]) -> Tensor:
-            return f(out)
+            try:
+                v = f(out)
+            except IndexError as e:  # a lambda indexing an axis that is not there (the other shape)
+                raise ShapeError(f"metric {name} raised {type(e).__name__}: {e} — {_shape_hint(out, self.pos)}") from e
+            if isinstance(v, Tensor) and v.shape != (out.shape[0],):
+                raise ShapeError(f"metric {name} returned {tuple(v.shape)}; a metric must return one number per "
+                                 f"prompt, a tensor of shape [{out.shape[0]}] — {_shape_hint(out, self.pos)}")
+            return v
 
         return fn
+
+
+def _shape_hint(out: Tensor, pos: Any) -> str:
+    what = "the logits" if out.ndim else "its input"
+    if out.ndim == 3:
+        return (f"it receives {what} at every position, shape [batch, pos, d_vocab] = {list(out.shape)} "
+                "(pos='all'); for the metric position only, [batch, d_vocab], leave pos at its default (-1)")
+    return (f"it receives {what} at the metric position only, shape [batch, d_vocab] = {list(out.shape)}; for "
+            "every position, [batch, pos, d_vocab], use interp.causal.CustomMetric(fn, pos='all')")
 
 
 def as_metric(metric: Any, model: Model, *, name: str = "metric") -> Metric:

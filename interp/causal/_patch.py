@@ -217,14 +217,14 @@ def sweep_nodes(model: Model, pair: Pair, node_list: list[Node], *, positions: s
     elif ablation == "zero":
         src = None
     else:
-        src = reference_acts(e, model, reference, sites, ablation, n, P, seed)
+        src = reference_acts(e, model, reference, sites, ablation, n, P, seed, pair.bound)
     clean_out = clean_output(model, pair.bound, c_run)
     clean_m = metric_of(model, pair.bound, c_run, clean_out)
     corrupt_m = metric_of(model, pair.bound, k_run, clean_out) if k_run is not None else torch.full_like(clean_m, math.nan)
     base_m = corrupt_m if direction == "denoise" else clean_m
 
     share = shared_prefix(pair) if ablation == "corrupt" else 0
-    mpos = pair.bound.positions
+    mpos = pair.bound.last_positions  # patches after the last position the metric reads are no-ops
     mask = pair.clean.attention_mask
     dev = model.device
     # [nodes, P] or [nodes, pos, P], the base run's metric wherever a patch is a no-op

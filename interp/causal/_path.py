@@ -159,7 +159,7 @@ def path_patch(
     elif ablation == "zero":
         src = None
     else:
-        src = reference_acts(e, model, reference, sites, ablation, n, P, seed)
+        src = reference_acts(e, model, reference, sites, ablation, n, P, seed, pair.bound)
     delta = node_write(model, s, src, c_run) - node_write(model, s, c_run, c_run)  # [P, n, d]
     clean_out = clean_output(model, pair.bound, c_run)
     clean_m = metric_of(model, pair.bound, c_run, clean_out)

@@ -77,10 +77,7 @@ class MetricReader:
 
     def head(self, y: Tensor) -> Tensor:
         b, w = self.bound, self.model.weights
-        if b.positions is None:
-            h = b.select(y, self.prompt)
-        else:
-            h = y[torch.arange(y.shape[0], device=y.device), b.positions.to(y.device)[self.prompt]]
+        h = b.select(y, self.prompt) if b.positions is None else b.at(y, self.prompt)
         out = h if b.space == "hidden" else (h @ w.need("W_U") + w.b_U if w.b_U is not None else h @ w.need("W_U"))
         M = b(out, prompt=self.prompt, clean=self.clean_out)
         if torch.is_grad_enabled() and (not M.is_floating_point() or not M.requires_grad):

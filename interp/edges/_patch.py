@@ -64,7 +64,8 @@ def ablated_writes(model: Model, pair: Any, fw: EdgeForward, ablation: str, refe
         return Acts.of(k_run)
     P, n = pair.clean.tokens.shape
     ref = reference if reference is not None else pair.corrupt.tokens
-    src = reference_acts(e, model, ref, {"z", "mlp_out"}, ablation, n, P, seed)
+    src = reference_acts(e, model, ref, {"z", "mlp_out"}, ablation, n, P, seed,
+                         pair.bound if reference is not None else None)  # the corrupt prompts are extended already
     return Acts.of(src)
 
 
