@@ -37,7 +37,8 @@ def check_dtype(dtype: Any) -> torch.dtype:
 
 
 #: RMSNorm classes whose forward rounds through float32 (HF Llama; transformer-lens's native one).
-_FP32_RMSNORMS = ("LlamaRMSNorm", "NativeRMSNorm")
+_FP32_RMSNORMS = ("LlamaRMSNorm", "NativeRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm", "Phi3RMSNorm")
+_FP32_GEMMA_RMSNORMS = ("GemmaRMSNorm",)  # γ = 1 + w
 
 
 def _rmsnorm_in_input_dtype(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -47,10 +48,15 @@ def _rmsnorm_in_input_dtype(self: Any, hidden_states: torch.Tensor) -> torch.Ten
     return self.weight * (hidden_states * torch.rsqrt(variance + eps))
 
 
+def _gemma_rmsnorm_in_input_dtype(self: Any, x: torch.Tensor) -> torch.Tensor:
+    """Gemma's RMSNorm.forward without its float32 round trip: (1 + w) ⊙ x / sqrt(mean(x²) + ε)."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)
+
+
 def full_precision_norms(hf_model: Any) -> None:
     """In float64, make RMSNorms compute in float64.
 
-    HF's LlamaRMSNorm (and transformer-lens's NativeRMSNorm, used by the toys) upcasts to
+    HF's LlamaRMSNorm (and Qwen 2's, Mistral's, Phi-3's, Gemma's; transformer-lens's NativeRMSNorm, used by the toys) upcasts to
     float32 and casts back, so a float64 model would round every norm output to float32
     precision (measured: closure 1e-7 instead of 1e-16 on a tiny Llama), defeating the point of
     dtype=torch.float64 (checking a result at high precision). In float64 the norm is computed
@@ -59,3 +65,5 @@ def full_precision_norms(hf_model: Any) -> None:
     for mod in hf_model.modules():
         if type(mod).__name__ in _FP32_RMSNORMS:
             mod.forward = types.MethodType(_rmsnorm_in_input_dtype, mod)
+        elif type(mod).__name__ in _FP32_GEMMA_RMSNORMS:
+            mod.forward = types.MethodType(_gemma_rmsnorm_in_input_dtype, mod)

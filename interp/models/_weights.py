@@ -111,7 +111,20 @@ def weights_from_hf(hf_model: torch.nn.Module, arch: ArchInfo) -> Weights:
     with torch.no_grad():
         per_layer, glob = builder(sd, arch)
         stacked = {k: _stack(v) for k, v in per_layer.items()}
+        if arch.embed_scale != 1.0:  # Gemma: x₀ = W_E[t] · √d_model, with the module's own (rounded) factor
+            glob["W_E"] = glob["W_E"] * _embed_scale(hf_model, arch).to(glob["W_E"].dtype)
     return Weights(**stacked, **glob)
+
+
+def _embed_scale(hf_model: torch.nn.Module, arch: ArchInfo) -> Tensor:
+    """The factor the embedding module multiplies by: its ``embed_scale`` buffer where it keeps one (Gemma
+    stores √d_model as a float32 tensor, so a float64 model scales by the float32-rounded value), else
+    ``arch.embed_scale``."""
+    for m in hf_model.modules():
+        scale = getattr(m, "embed_scale", None)
+        if isinstance(scale, Tensor):
+            return scale.detach()
+    return torch.tensor(arch.embed_scale)
 
 
 def _stack(views: list[Tensor]) -> Tensor:
@@ -223,8 +236,6 @@ def _llama(sd: dict[str, Tensor], a: ArchInfo):
     per = _collect(a.n_layers, layer)
     W_E = _t(sd["model.embed_tokens.weight"])
     W_U = _t(sd["lm_head.weight"]).T.contiguous() if "lm_head.weight" in sd else W_E.T.contiguous()
-    if a.embed_scale != 1.0:  # Gemma: x₀ = W_E[t] · √d_model, the factor cast to the model's dtype first
-        W_E = W_E * torch.tensor(a.embed_scale, dtype=W_E.dtype)
     glob = dict(
         W_E=W_E, W_pos=None, W_type=None, lnf_w=gain(_t(sd["model.norm.weight"])),
         lnf_b=torch.zeros(a.d_model, dtype=W_E.dtype, device=W_E.device),

@@ -14,10 +14,10 @@ import transformers
 import interp
 from interp.attribution import attribute_direction, attribute_logits
 from interp.errors import ArgumentError, InterpError, ShapeError, UnsupportedOperationError
-from tiny_models import tiny_hf_model, tiny_model, tiny_tokenizer
+from tiny_models import MORE_FAMILIES, tiny_hf_model, tiny_model, tiny_tokenizer
 from interp.models import model_from_hf
 
-DECODERS = ("gpt2", "llama", "neox")
+DECODERS = ("gpt2", "llama", "neox", *MORE_FAMILIES)
 PROMPTS = ["w1 w2 w3 w4 w5", "w6 w7", "w8 w9 w10 w11"]
 
 
@@ -72,13 +72,13 @@ def test_head_terms_match_hf_head_outputs(family):
     toks = m.to_tokens("w1 w2 w3 w4")
     a = attribute_logits(m, toks, answer="w7")
     # independent: capture each layer's input to the output projection (the concatenated z)
-    oproj = {"gpt2": lambda l: hf.transformer.h[l].attn.c_proj, "llama": lambda l: hf.model.layers[l].self_attn.o_proj,
-             "neox": lambda l: hf.gpt_neox.layers[l].attention.dense}[family]
+    oproj = {"gpt2": lambda l: hf.transformer.h[l].attn.c_proj, "gptj": lambda l: hf.transformer.h[l].attn.out_proj,
+             "neox": lambda l: hf.gpt_neox.layers[l].attention.dense}.get(family, lambda l: hf.model.layers[l].self_attn.o_proj)
     zs, final_in = {}, {}
     hs = [oproj(l).register_forward_pre_hook(lambda mod, args, l=l: zs.__setitem__(l, args[0].detach()))
           for l in range(m.arch.n_layers)]
-    norm = {"gpt2": lambda: hf.transformer.ln_f, "llama": lambda: hf.model.norm,
-            "neox": lambda: hf.gpt_neox.final_layer_norm}[family]()
+    norm = {"gpt2": lambda: hf.transformer.ln_f, "gptj": lambda: hf.transformer.ln_f,
+            "neox": lambda: hf.gpt_neox.final_layer_norm}.get(family, lambda: hf.model.norm)()
     hs.append(norm.register_forward_pre_hook(lambda mod, args: final_in.__setitem__("x", args[0].detach())))
     try:
         with torch.no_grad():
@@ -91,7 +91,7 @@ def test_head_terms_match_hf_head_outputs(family):
         sigma = torch.sqrt(x.var(unbiased=False) + m.arch.norm_eps)
     else:
         sigma = torch.sqrt(x.pow(2).mean() + m.arch.norm_eps)
-    gamma = norm.weight.detach()
+    gamma = norm.weight.detach() + (1.0 if family == "gemma" else 0.0)  # Gemma's RMSNorm multiplies by 1 + w
     u = m.weights.W_U[:, m.tokenizer.convert_tokens_to_ids("w7")]
     dh = m.arch.d_head
     for l in range(m.arch.n_layers):

@@ -21,7 +21,7 @@ from interp.errors import ArgumentError, InterpError, LabelError, ShapeError, Un
 from interp.models import model_from_hf
 from interp.stream import count_hooks
 from rounding import assert_same_up_to_rounding
-from tiny_models import FAMILIES, tiny_hf_model, tiny_model, tiny_tokenizer
+from tiny_models import FAMILIES, MORE_FAMILIES, tiny_hf_model, tiny_model, tiny_tokenizer
 
 # pairs of equal length; the second pair is shorter, so the batch has right padding
 CLEAN = ["w1 w2 w3 w4 w5", "w6 w7 w8"]
@@ -101,9 +101,9 @@ def _jvp_effects(model, family, base, src, labels, each, metric, patterns=False)
     # the bridge's hook_resid_mid is ln2's input only: shift the mid stream through the attention
     # output that is added to it (pre-norm), so the residual add sees the shift too
     inject = {h: h.replace("hook_resid_mid", "hook_attn_out") if h.endswith("hook_resid_mid") else h for h in hooks}
-    # BERT's pattern hook only observes (the bridge fires it after the attention ran): a pattern shift
+    # BERT's and GPT-J's pattern hooks only observe (the bridge fires them after the attention ran): a pattern shift
     # dA enters through z = A V instead, as dz = dA V (V of the base run, fixed)
-    via_z = patterns and family == "bert"
+    via_z = patterns and family in ("bert", "gptj")
     if via_z:
         v_base, _ = _plain(model, base, sorted({h.replace("hook_pattern", "hook_v") for h in hooks}))
         inject = {h: h.replace("hook_pattern", "hook_z") for h in hooks}
@@ -160,7 +160,7 @@ def _check(model, family, nodes, positions, direction="denoise", metric=None, rt
     return r
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES + MORE_FAMILIES)
 @pytest.mark.parametrize("nodes,positions", [
     ("components", "all"), ("components", "each"), ("resid", "all"), ("head_inputs", "all"), ("head_inputs", "each"),
     (["L1.attn", "L0.attn", "L1.H2", "embed", "blocks.1.hook_resid_pre"], "each"),
@@ -170,7 +170,7 @@ def test_atp_equals_forward_mode_first_order_term(family, nodes, positions):
     _check(model, family, nodes, positions)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES + MORE_FAMILIES)
 def test_atp_patterns_in_float64(family):
     """Pattern nodes (per query position). The tiny models' patterns barely move between the two inputs
     (effects ~1e-5, sums of cancelling terms), so float64: float32 rounding would be a third of them."""
@@ -265,7 +265,14 @@ def _pattern_grad(model, family, base, layer, metric):
     return store[pat].detach(), g
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2", "neox", "bert"])
+def test_qk_fix_refuses_a_bridge_without_rotary_hooks():
+    """GPT-J's bridge exposes no hook_cos/hook_sin: the QK fix cannot rebuild its rotated scores and says so."""
+    model = tiny_model("gptj")
+    with pytest.raises(UnsupportedOperationError, match="hook_cos"):
+        attribution_patch(model, CLEAN, CORRUPT, metric=_metric(model, "gptj"), nodes=["L1.attn.q[H0]"], qk_fix=True)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "neox", "bert", *(f for f in MORE_FAMILIES if f != "gptj")])
 @pytest.mark.parametrize("positions", ["all", "each"])
 def test_qk_fix_is_the_exact_pattern_change_times_the_pattern_gradient(family, positions):
     """AtP*: for q and k nodes, ĉ = Σ (A' − A)·∂M/∂A with A' from an actual patched forward pass."""

@@ -21,7 +21,7 @@ import interp
 from interp.causal import Direction, LogitDiff, effects, patch
 from interp.models import Batch
 from interp.stream._capture import capture
-from tiny_models import FAMILIES, tiny_model
+from tiny_models import FAMILIES, MORE_FAMILIES, fp64_tol, tiny_model
 
 CLEAN = torch.tensor([[1, 5, 6, 7, 8, 9, 10], [1, 15, 16, 17, 18, 19, 20]])
 CORRUPT = torch.tensor([[1, 5, 26, 7, 8, 29, 10], [1, 15, 36, 17, 18, 39, 20]])
@@ -35,9 +35,10 @@ def _final_scale(m, ids):
     return st["ln_final.hook_scale"][:, -1, 0]
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "neox"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "neox", *MORE_FAMILIES])
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
 def test_direct_effect_is_the_ledger(family, dtype, tol):
+    tol = fp64_tol(family, tol) if dtype == torch.float64 else tol
     m = tiny_model(family, dtype=dtype)
     e = effects(m, CLEAN, CORRUPT, metric=LogitDiff(A, W), progress=False)
     ac = interp.attribute_logits(m, CLEAN, answer=A, wrong=W)
@@ -94,7 +95,7 @@ def _hooked_direct(m, node, clean, corrupt, read):
     return patched - read(out, store["x"])
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES + MORE_FAMILIES)
 def test_direct_effect_equals_frozen_hooked_run(family):
     m = tiny_model(family)
     if family == "bert":
@@ -116,7 +117,7 @@ def test_direct_effect_equals_frozen_hooked_run(family):
         assert torch.allclose(got, ref, rtol=0, atol=1e-5 * max(1.0, ref.abs().max())), (node, got, ref)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES + MORE_FAMILIES)
 def test_total_is_the_noising_patch_and_indirect_the_rest(family):
     m = tiny_model(family)
     met = Direction(torch.linspace(-1, 1, m.arch.d_model)) if family == "bert" else LogitDiff(A, W)

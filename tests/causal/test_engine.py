@@ -16,7 +16,7 @@ from interp.causal._engine import Engine, Patch, Variant
 from interp.causal._metrics import readout
 from interp.models import Batch, tokenize
 from interp.stream._capture import capture
-from tiny_models import FAMILIES, tiny_model
+from tiny_models import FAMILIES, MORE_FAMILIES, fp64_tol, tiny_model
 
 TEXTS = ["w1 w2 w3 w4 w5 w6", "w5 w6 w7"]
 
@@ -45,11 +45,16 @@ def _compare(model, batch, tol):
     assert (c.acts["pattern"][L - 1] - pat).transpose(1, 2)[real].abs().max() <= tol
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES + MORE_FAMILIES)
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-6), (torch.float64, 1e-12)])
 def test_engine_matches_bridge(family, dtype, tol):
     m = tiny_model(family, dtype=dtype)
-    _compare(m, tokenize(m, TEXTS), tol)
+    texts = TEXTS
+    if m.arch.window(0) and dtype == torch.float64:
+        # HF's float64 eager attention gives NaN at a padded query whose whole window is padding, and the
+        # NaN spreads through the batch: compare the unpadded prompt (float32 compares the padded batch)
+        texts = TEXTS[:1]
+    _compare(m, tokenize(m, texts), fp64_tol(family, tol) if dtype == torch.float64 else tol)
 
 
 @pytest.mark.parametrize("positional", ["learned", "rotary", "none"])
@@ -66,7 +71,7 @@ def test_engine_matches_bridge_smollm2(smollm2):
     _compare(smollm2, b, 1e-5)
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2", "neox"])
+@pytest.mark.parametrize("family", ["llama", "gpt2", "neox", *MORE_FAMILIES])
 def test_suffix_rows_over_cached_keys_equal_full_rows(family):
     """A variant carrying positions t0… over the base run's cached keys/values equals the same variant
     carried in full (causal models: positions before the patch are unchanged)."""
@@ -76,7 +81,8 @@ def test_suffix_rows_over_cached_keys_equal_full_rows(family):
     mask = torch.ones_like(toks)
     base = e.run(toks, mask, keep_kv=True)
     src = e.run(torch.tensor([[1, 5, 16, 17, 18, 19, 20, 21]]), mask, capture=["z"])
-    t = 4
+    # with a sliding window (Mistral's 3) a patch at 4 cannot reach position 7 two layers up: patch at 6
+    t = 6 if m.arch.window(2) else 4
 
     def make(t0):
         def f(row, t0_):

@@ -13,17 +13,17 @@ import interp
 from interp.attribution import attribute_logits
 from interp.causal import LogitLens, logit_lens
 from interp.errors import ArgumentError, ResultFormatError, UnsupportedOperationError
-from tiny_models import tiny_hf_model, tiny_model
+from tiny_models import MORE_FAMILIES, tiny_hf_model, tiny_model
 
-DECODERS = ("gpt2", "llama", "neox")
+DECODERS = ("gpt2", "llama", "neox", *MORE_FAMILIES)
 PROMPTS = ["w1 w2 w3 w4 w5", "w6 w7 w8"]  # the second is padded
 ANSWER = "w12"
 
 
 def _hf_parts(family, hf):
     """(final norm module, unembedding module) of the plain HF model."""
-    norm = {"gpt2": lambda: hf.transformer.ln_f, "llama": lambda: hf.model.norm,
-            "neox": lambda: hf.gpt_neox.final_layer_norm}[family]()
+    norm = {"gpt2": lambda: hf.transformer.ln_f, "gptj": lambda: hf.transformer.ln_f,
+            "neox": lambda: hf.gpt_neox.final_layer_norm}.get(family, lambda: hf.model.norm)()
     return norm, hf.get_output_embeddings()
 
 

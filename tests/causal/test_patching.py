@@ -18,12 +18,12 @@ from transformer_lens import patching
 import interp
 from interp.causal import KL, Direction, LogitDiff, patch
 from interp.models import tokenize
-from tiny_models import tiny_model
+from tiny_models import MORE_FAMILIES, tiny_model
 
 CLEAN = torch.tensor([[1, 5, 6, 7, 8, 9, 10], [1, 15, 16, 17, 18, 19, 20]])
 CORRUPT = torch.tensor([[1, 5, 26, 7, 8, 29, 10], [1, 15, 36, 17, 18, 39, 20]])
 A, W = 11, 12
-CAUSAL = ("gpt2", "llama", "neox")
+CAUSAL = ("gpt2", "llama", "neox", *MORE_FAMILIES)
 
 
 def tl_metric(logits):
@@ -88,6 +88,11 @@ def test_head_inputs_and_patterns_equal_transformer_lens(causal_model):
         assert torch.allclose(mine, tl.double()[:, :n], rtol=0, atol=1e-6), which
     pat = patch(m, CLEAN, CORRUPT, metric=met, nodes="patterns", progress=False)
     tl = patching.get_act_patch_attn_head_pattern_all_pos(m.bridge, CORRUPT, cache, tl_metric)
+    if m.arch.family == "gptj":
+        # transformer-lens's GPT-J bridge fires hook_pattern after the attention output is computed, so
+        # its pattern sweep changes nothing: every entry is the corrupt run (asserted), not a reference
+        assert torch.allclose(tl.double(), torch.full_like(tl.double(), pat.corrupt), rtol=0, atol=1e-7)
+        return
     assert torch.allclose(pat.head_matrix(), tl.double(), rtol=0, atol=1e-6)
 
 
