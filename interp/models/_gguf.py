@@ -3,6 +3,9 @@
 The first load of a GGUF dequantizes it with ``transformers`` (tens of seconds); the result
 is saved in Hugging Face format under ``cache_dir/<stem>-<size>-<sha256[:16]>/`` (the key is
 the GGUF's size and sha256) so later loads take a few seconds (``benchmarks/bench_load.py``).
+A :class:`GGUFSource` names the GGUF by that key and produces the file only when an entry has
+to be written: a file on disk (hashed on every load), or a GGUF split across packages whose
+sha256 the package states (assembled into a scratch folder on the first load only).
 
 Writes are atomic: a temporary folder, renamed into place once the weights, tokenizer and
 manifest are complete. Every read is verified against the manifest before the weights are
@@ -22,20 +25,25 @@ failing entry is rebuilt once, then reported as a :class:`~interp.errors.ModelLo
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, ContextManager, Iterator, Optional
 
 import torch
 
 from interp.errors import ModelLoadError
 
-__all__ = ["load_gguf_cached", "file_sha256", "verify_entry"]
+__all__ = [
+    "GGUFSource", "file_sha256", "gguf_file_source", "load_gguf_cached", "load_gguf_source_cached", "scratch_folder",
+    "verify_entry",
+]
 
 log = logging.getLogger(__name__)
 _MANIFEST = "interp-manifest.json"
@@ -45,6 +53,39 @@ _WEIGHTS = "model.safetensors"
 #: the manifest records the header / sampled-block hashes and the mtime.
 _FORMAT = 3
 _SAMPLES, _SAMPLE_BYTES = 64, 1 << 16
+
+
+@dataclass(frozen=True)
+class GGUFSource:
+    """A GGUF known by its identity (the cache key) and a way to get the file when the cache needs it.
+
+    ``stem``, ``size`` and ``sha256`` are the GGUF file's; ``provide(folder)`` is a context manager
+    yielding the path of the GGUF, given a folder where it may write scratch files (a GGUF split
+    across packages is assembled there, and removed on exit). A cached load never calls ``provide``.
+    """
+
+    stem: str
+    size: int
+    sha256: str
+    provide: Callable[[Path], ContextManager[Path]]
+
+
+def gguf_file_source(gguf: Path) -> GGUFSource:
+    """A GGUF file on disk, keyed by its size and sha256 (so every load hashes it)."""
+    if not gguf.is_file():
+        raise ModelLoadError(f"path={str(gguf)!r} is not a file")
+    return GGUFSource(gguf.stem, gguf.stat().st_size, file_sha256(gguf), lambda _folder: contextlib.nullcontext(gguf))
+
+
+@contextlib.contextmanager
+def scratch_folder(parent: Path) -> Iterator[Path]:
+    """A fresh ``.tmp-`` folder inside ``parent``, removed with its contents on exit."""
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=parent))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def file_sha256(path: Path) -> str:
@@ -184,13 +225,20 @@ def _save_dequantized(model: Any, folder: Path) -> None:
     save_file(tensors, str(folder / _WEIGHTS), metadata={"format": "pt"})
 
 
-def _write_entry(gguf: Path, entry: Path, gguf_sha: str) -> None:
-    """Dequantize ``gguf`` into a temporary folder beside ``entry``, then rename it into place.
+def _write_entry(source: GGUFSource, entry: Path) -> None:
+    """Dequantize the source's GGUF into a temporary folder beside ``entry``, then rename it into place.
 
     Readers never see a half-written entry: the folder only gets its final name once the
     weights, tokenizer and manifest (with the weights' size and sha256) are complete.
     """
-    model, tokenizer = _read_gguf(gguf, torch.float32)  # ModelLoadError for a bad file
+    try:
+        with source.provide(entry.parent) as gguf:
+            model, tokenizer = _read_gguf(gguf, torch.float32)  # ModelLoadError for a bad file
+    except OSError as e:
+        raise ModelLoadError(
+            f"the GGUF {source.stem}.gguf could not be written into cache_dir={str(entry.parent.parent)!r} "
+            f"({type(e).__name__}: {e}); free some space, or pass another cache_dir / set INTERP_CACHE"
+        ) from e
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
@@ -210,7 +258,7 @@ def _write_entry(gguf: Path, entry: Path, gguf_sha: str) -> None:
                 f"({e}); the disk or cache_dir may be faulty: pass another cache_dir or set INTERP_CACHE"
             ) from e
         manifest = {
-            "format": _FORMAT, "gguf": gguf.name, "gguf_size": gguf.stat().st_size, "gguf_sha256": gguf_sha,
+            "format": _FORMAT, "gguf": f"{source.stem}.gguf", "gguf_size": source.size, "gguf_sha256": source.sha256,
             **fingerprint,
         }
         (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -242,45 +290,51 @@ def _load_entry(entry: Path, dtype: torch.dtype) -> tuple[Any, Any]:
 
 
 def load_gguf_cached(gguf: Path, cache_dir: Path, dtype: torch.dtype) -> tuple[Any, Any, Path]:
-    """The HF model and tokenizer of ``gguf``, through the safetensors cache; returns the entry path.
+    """The HF model and tokenizer of the GGUF file ``gguf``, through the safetensors cache.
 
-    1. Key the entry by the GGUF's size and sha256.
-    2. Verify the entry (module docstring); if it is missing or fails, dequantize the GGUF into
-       a fresh entry.
+    Keyed by the file's size and sha256 (:func:`gguf_file_source`); see :func:`load_gguf_source_cached`.
+    """
+    return load_gguf_source_cached(gguf_file_source(gguf), cache_dir, dtype)
+
+
+def load_gguf_source_cached(source: GGUFSource, cache_dir: Path, dtype: torch.dtype) -> tuple[Any, Any, Path]:
+    """The HF model and tokenizer of a GGUF, through the safetensors cache; returns the entry path.
+
+    1. Key the entry ``<stem>-<size>-<sha256[:16]>`` by the source's identity.
+    2. Verify the entry (module docstring); if it is missing or fails, get the GGUF from the
+       source and dequantize it into a fresh entry (the only time the GGUF is read).
     3. Load the entry. If that fails and the entry was not just rebuilt, rebuild it once and
        retry; a second failure is a :class:`ModelLoadError`.
+
+    The loaded config names the model class in ``architectures`` (a GGUF's config has none).
     """
-    if not gguf.is_file():
-        raise ModelLoadError(f"path={str(gguf)!r} is not a file")
-    size = gguf.stat().st_size
-    sha = file_sha256(gguf)
-    entry = Path(cache_dir) / f"{gguf.stem}-{size}-{sha[:16]}"
+    entry = Path(cache_dir) / f"{source.stem}-{source.size}-{source.sha256[:16]}"
     rebuilt = False
     if not verify_entry(entry):
         if entry.exists():
             log.warning("cache entry %s failed verification (corrupt, incomplete or an older format); "
                         "rebuilding it", entry)
         else:
-            log.info("dequantizing %s into the cache (first load only)", gguf.name)
-        _write_entry(gguf, entry, sha)
+            log.info("dequantizing %s.gguf into the cache (first load only)", source.stem)
+        _write_entry(source, entry)
         rebuilt = True
     try:
         model, tokenizer = _load_entry(entry, dtype)
         return model, tokenizer, entry
     except Exception as e:
         if rebuilt:
-            raise _unloadable(entry, gguf, e) from e
+            raise _unloadable(entry, source, e) from e
         log.warning("cache entry %s could not be loaded (%s); rebuilding it", entry, e)
-    _write_entry(gguf, entry, sha)
+    _write_entry(source, entry)
     try:
         model, tokenizer = _load_entry(entry, dtype)
     except Exception as e:
-        raise _unloadable(entry, gguf, e) from e
+        raise _unloadable(entry, source, e) from e
     return model, tokenizer, entry
 
 
-def _unloadable(entry: Path, gguf: Path, e: Exception) -> ModelLoadError:
+def _unloadable(entry: Path, source: GGUFSource, e: Exception) -> ModelLoadError:
     return ModelLoadError(
-        f"cache entry {str(entry)!r} for {gguf.name} could not be loaded even after a rebuild "
+        f"cache entry {str(entry)!r} for {source.stem}.gguf could not be loaded even after a rebuild "
         f"({type(e).__name__}: {e}); delete it or pass another cache_dir"
     )

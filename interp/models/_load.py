@@ -13,13 +13,14 @@ import functools
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, TypeVar, Union
 
 import torch
 
 from interp.errors import (
     ArgumentError,
     InterpError,
+    MissingPackageError,
     ModelLoadError,
     ModelNotFoundError,
     OfflineError,
@@ -27,21 +28,23 @@ from interp.errors import (
 )
 from interp.models._arch import SUPPORTED_FAMILIES, arch_from_hf_config, with_module_scales
 from interp.models._catalog import (
+    CatalogEntry,
     catalog_entry,
     catalog_names,
     close_catalog_names,
     default_cache_dir,
     unknown_model_error,
 )
-from interp.models._gguf import load_gguf_cached
+from interp.models._gguf import GGUFSource, load_gguf_cached, load_gguf_source_cached, scratch_folder
 from interp.models._model import Model
 from interp.models._native import load_toy
 from interp.models._numerics import check_device, check_dtype, full_precision_norms
 from interp.models._weights import weights_from_hf
 
-__all__ = ["load_model", "model_from_hf"]
+__all__ = ["load_catalog_hf", "load_model", "model_from_hf"]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 def _is_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
@@ -153,11 +156,11 @@ def _with_dtype(provenance: str, dtype: torch.dtype) -> str:
     return provenance if dtype == torch.float32 else f"{provenance}; cast to {str(dtype).replace('torch.', '')}"
 
 
-def _quietly(fn: Callable[..., Model]) -> Callable[..., Model]:
+def _quietly(fn: Callable[..., _T]) -> Callable[..., _T]:
     """Run ``fn`` with transformers' load chatter silenced (see :func:`_quiet_transformers`)."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Model:
+    def wrapper(*args: Any, **kwargs: Any) -> _T:
         with _quiet_transformers():
             return fn(*args, **kwargs)
 
@@ -178,6 +181,76 @@ def _quiet_transformers() -> Iterator[None]:
         hf_logging.set_verbosity(level)
         if bars:
             hf_logging.enable_progress_bar()
+
+
+def _catalog_gguf(entry: CatalogEntry, path: Path, cache: Path) -> tuple[Any, Any]:
+    """A GGUF catalog model's HF model (float32) and tokenizer, through the safetensors cache."""
+    source = _parts_source(entry) if entry.kind == "gguf_parts" else None
+    if source is None:
+        hf, tok, _ = load_gguf_cached(path, cache / "gguf", torch.float32)
+    else:
+        hf, tok, _ = load_gguf_source_cached(source, cache / "gguf", torch.float32)
+    return hf, tok
+
+
+def _parts_source(entry: CatalogEntry) -> GGUFSource:
+    """The GGUF of a catalog model split across chunk packages, keyed without reading the chunks.
+
+    The main package states the GGUF's name and sha256 (``MODEL_NAME``, ``EXPECTED_SHA256``) and
+    lists its chunks (``chunk_paths()``, whose sizes add up to the GGUF's); its ``assemble(path)``
+    joins them and checks the sha256. So a cached load only stats the chunks, and the GGUF is
+    written (into a scratch folder of the cache, removed afterwards) only when the entry is built.
+    """
+    import importlib
+
+    if entry.module is None:
+        raise ModelLoadError(f"catalog model {entry.name!r} of kind 'gguf_parts' names no package")
+    pkg = importlib.import_module(entry.module)
+    try:
+        size = sum(Path(p).stat().st_size for p in pkg.chunk_paths())
+    except (ImportError, OSError) as e:
+        raise MissingPackageError(
+            f"catalog model {entry.name!r}: a chunk of its GGUF is missing ({type(e).__name__}: {e}); "
+            f"reinstall its packages with: {entry.install_command}"
+        ) from e
+
+    @contextlib.contextmanager
+    def provide(folder: Path) -> Iterator[Path]:
+        with scratch_folder(folder) as tmp:
+            try:
+                gguf = Path(pkg.assemble(tmp / pkg.MODEL_NAME))
+            except ValueError as e:  # the assembled file's sha256 is not the one the package states
+                raise ModelLoadError(
+                    f"catalog model {entry.name!r}: the chunks installed do not assemble into the GGUF "
+                    f"{entry.package} names ({e}); reinstall its packages with: {entry.install_command}"
+                ) from e
+            yield gguf
+
+    return GGUFSource(Path(pkg.MODEL_NAME).stem, size, str(pkg.EXPECTED_SHA256), provide)
+
+
+@_quietly
+def load_catalog_hf(name: str, *, cache_dir: Optional[Union[str, os.PathLike]] = None) -> tuple[Any, Any]:
+    """The Hugging Face model (float32, eager attention, eval mode) and tokenizer of a catalog model,
+    before interp wraps it.
+
+    A GGUF model comes from its safetensors cache entry under ``cache_dir`` (default ``$INTERP_CACHE``
+    or ``~/.cache/interp``), dequantized and written on first use, as :func:`load_model` does; the
+    config names the model class in ``architectures``. No :class:`ArchInfo` is read, so this also
+    loads catalog models whose family interp cannot analyse yet (the reference for checking one).
+    """
+    entry = catalog_entry(name) if isinstance(name, str) else None
+    if entry is None:
+        raise unknown_model_error(str(name))
+    if entry.kind not in ("gguf", "gguf_parts", "hf_dir"):
+        raise ArgumentError(f"name={name!r} is a {entry.kind!r} model, not a Hugging Face one; use load_model")
+    path = entry.path()
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if entry.kind == "hf_dir":
+        hf, tok, _ = _load_hf(str(path), torch.float32, False)
+    else:
+        hf, tok = _catalog_gguf(entry, path, cache)
+    return hf.eval(), tok
 
 
 @_quietly
@@ -205,8 +278,8 @@ def load_model(
     entry = catalog_entry(name) if isinstance(name_or_path, str) else None
     if entry is not None:
         path = entry.path()  # MissingPackageError names the pip command
-        if entry.kind == "gguf":
-            hf, tok, _ = load_gguf_cached(path, cache / "gguf", torch.float32)
+        if entry.kind in ("gguf", "gguf_parts"):
+            hf, tok = _catalog_gguf(entry, path, cache)
             return model_from_hf(hf, tok, name=entry.name, device=device, dtype=dtype, source=str(path),
                                  provenance=entry.provenance)
         if entry.kind == "toy":
