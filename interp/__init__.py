@@ -28,7 +28,8 @@ from interp.edges import (
     CircuitEvaluation, CircuitGraph, EdgeCircuit, EdgeScores, FaithfulnessCurve, Task, circuit_graph, edge_attribution,
     edge_patch, evaluate_circuit, faithfulness_curve, load_task,
 )
-from interp.models import ArchInfo, CatalogEntry, Model, list_models, load_model
+from interp.engine import load_model
+from interp.models import ArchInfo, CatalogEntry, Model, list_models
 from interp.plots import Exporter, export
 from interp.report import circuit_report, circuits_report, report
 from interp.stream import Decomposition, Predictions, ResidualTrace, predict, trace

@@ -147,7 +147,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
 
 
 def _load(name: str):
-    from interp.models import load_model
+    from interp.engine import load_model
 
     t0 = time.perf_counter()
     log.info("loading %s ...", name)

@@ -29,6 +29,7 @@ __all__ = [
     "OfflineError",
     "MissingPackageError",
     "UnsupportedArchitectureError",
+    "EngineMismatchError",
     "UnsupportedOperationError",
     "MemoryCapError",
     "ExportError",
@@ -77,6 +78,11 @@ class MissingPackageError(InterpError, ImportError):
 
 class UnsupportedArchitectureError(InterpError, NotImplementedError):
     """The model's architecture is not one of the supported families."""
+
+
+class EngineMismatchError(UnsupportedArchitectureError):
+    """interp's forward of a model differs from the model's own beyond float tolerance (a quirk of the
+    model interp does not implement): the message names the first point where they diverge."""
 
 
 class UnsupportedOperationError(InterpError, TypeError):

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 import interp
-from interp.models import model_from_hf
+from interp.engine import model_from_hf
 
 FAMILIES = ("gpt2", "llama", "neox", "bert")
 #: The families added on the same block maths as capabilities (tests/models/test_more_families.py runs

@@ -60,7 +60,8 @@ from interp.causal._common import _checked_batch, resolve_nodes
 from interp.causal._metrics import as_metric
 from interp.causal._result import PatchResult
 from interp.errors import ShapeError, UnsupportedOperationError
-from interp.models import Model, allowed_keys, apply_rotary
+from interp.engine import allowed_keys, apply_rotary
+from interp.models import Model
 from interp.stream._inputs import require_model
 
 __all__ = ["attribution_patch", "key_fix_each"]

@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from interp.causal._engine import Engine, RunCache
+from interp.engine import Engine, RunCache
 from interp.causal._metrics import BoundMetric, Metric, as_metric
 from interp.errors import AblationWarning, ArgumentError, LabelError, ShapeError, warn_user
 from interp.labels import Attn, Embed, Head, HeadInput, Mlp, Resid, as_label

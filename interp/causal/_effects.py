@@ -27,7 +27,7 @@ from torch import Tensor
 from interp._norms import apply_frozen
 from interp._validate import check_bool, check_choice, check_positive_int
 from interp.causal._common import Node, Pair, check_reference_spread, make_pair, resolve_nodes
-from interp.causal._engine import RunCache
+from interp.engine import RunCache
 from interp.causal._patch import ABLATIONS, check_ablation, sweep_nodes
 from interp.causal._result import Effects
 from interp.errors import ArgumentError

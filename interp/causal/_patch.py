@@ -13,7 +13,7 @@ seeded random ``reference`` prompt (resample). Everything downstream of n is rec
 Steps: (1) check the inputs and bind the metric; (2) one engine run of the clean and of the corrupt
 input, keeping every layer's input and the patched sites (plus the reference run for mean /
 resample); (3) one variant per node × prompt (× position for ``positions="each"``), swept by the
-growing batch of :mod:`interp.causal._engine`; (4) the metric at its position only.
+growing batch of :mod:`interp.engine`; (4) the metric at its position only.
 
 Skipped as exact no-ops (their value is the base run's): with the corrupt ablation in a causal model,
 positions before the first token where clean and corrupt differ (both runs agree there), so every
@@ -45,7 +45,7 @@ from interp.causal._common import (
     resolve_nodes,
     source_acts,
 )
-from interp.causal._engine import _HEADED, Engine, Patch, RunCache, Variant
+from interp.engine import HEADED_SITES, Engine, Patch, RunCache, Variant
 from interp.causal._result import PatchResult
 from interp.errors import ArgumentError
 from interp.models import Model
@@ -93,7 +93,7 @@ def node_value(node: Node, src: Optional[RunCache], like: RunCache, prompt: int,
     act = source_acts(node.site, node.layer, src if src is not None else like)
     if node.site == "pattern":
         v = act[prompt, node.head, t0:] if t is None else act[prompt, node.head, t]
-    elif node.site in _HEADED:
+    elif node.site in HEADED_SITES:
         v = act[prompt, t0:, node.head] if t is None else act[prompt, t, node.head]
     else:
         v = act[prompt, t0:] if t is None else act[prompt, t]

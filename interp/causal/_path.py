@@ -7,7 +7,7 @@ The clean run is the base. The sender s (a head, an MLP or an embedding) has its
 and only the chosen input of each receiver r sees it; every other reader — other heads, MLPs, the
 unembedding — still reads the clean stream. Downstream of r everything is recomputed (r's changed
 output reaches later layers as usual). Per receiver, one variant joining the growing batch at r's
-layer (:mod:`interp.causal._engine`):
+layer (:mod:`interp.engine`):
 
     via="q" | "k" | "v":  head r's query (KV head r's key / value) input is N1(x + δ_s) instead of N1(x)
     via="mlp":            MLP r's input is N2(x_mid + δ_s) (parallel blocks: N2(x + δ_s))
@@ -40,7 +40,7 @@ from interp.causal._common import (
     reference_acts,
 )
 from interp.causal._effects import node_write
-from interp.causal._engine import Patch, Variant
+from interp.engine import Patch, Variant
 from interp.causal._patch import ABLATIONS, check_ablation, default_batch_size, run_pair, shared_prefix
 from interp.causal._result import PatchResult
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError

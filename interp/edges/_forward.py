@@ -1,6 +1,6 @@
 """The edge-level forward pass: every reader's input its own, and each reader's gradient on its own.
 
-Plain torch on the model's frozen weights, as the patching engine (:class:`interp.causal._engine.Engine`,
+Plain torch on the model's frozen weights, as the patching engine (:class:`interp.engine.Engine`,
 whose attention scales, rotary tables, activation and embedding lookup it reuses; its norms, MLP and
 rotation are re-stated here without in-place operations, so autograd can run through them), with the
 one thing a node-level forward does not have: a head's q, a KV head's k and v, an MLP's input and the
@@ -32,9 +32,9 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from interp.causal._engine import Engine, RunCache
+from interp.engine import Engine, RunCache, allowed_keys, apply_rotary
 from interp.edges._graph import CircuitGraph
-from interp.models import Model, allowed_keys, apply_rotary
+from interp.models import Model
 
 __all__ = ["Acts", "EdgeForward", "GradientPass", "norm_vjp"]
 
@@ -161,7 +161,7 @@ class EdgeForward:
         return act @ w.W_out[l] + w.b_out[l]
 
     def _rope(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """RoPE on x [P, T, n, d_head] with cos/sin [T, rotary_dim] (:func:`interp.models.apply_rotary`)."""
+        """RoPE on x [P, T, n, d_head] with cos/sin [T, rotary_dim] (:func:`interp.engine.apply_rotary`)."""
         return apply_rotary(x, cos[:, None], sin[:, None], interleaved=self.a.rotary_interleaved)
 
     def _ln1(self, l: int, x: Tensor) -> Tensor:

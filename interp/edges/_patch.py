@@ -11,7 +11,7 @@ downstream of r everything is recomputed, r's changed output included. It is the
 first-order scores of :func:`interp.edge_attribution` estimate: score(w → r) ≈ value(w → r) − M(clean).
 
 Upstream of r's layer a patched run equals the clean run, so each (edge, prompt) is one variant of the
-patching engine's growing batch (:mod:`interp.causal._engine`) joining at r's layer with r's output —
+patching engine's growing batch (:mod:`interp.engine`) joining at r's layer with r's output —
 its q (a KV head's k or v), its MLP's output, or the final residual the metric reads — computed from the
 clean run's cache: many edges are rows of one batch, prefix-shared, and (corrupt ablation, causal models)
 only the positions from the first one where clean and corrupt differ are carried.
@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from interp._validate import check_bool, check_choice, check_positive_int
 from interp.causal._common import clean_output, make_pair, metric_of, metric_reader, reference_acts
-from interp.causal._engine import Engine, Patch, RunCache, Variant
+from interp.engine import Engine, Patch, RunCache, Variant
 from interp.causal._patch import ABLATIONS, default_batch_size, shared_prefix
 from interp.causal._result import PatchResult
 from interp.edges._forward import Acts, EdgeForward

@@ -13,7 +13,7 @@ from interp.models._native_config import BOS_ID as TOY_BOS_ID
 from interp.models._native_config import FIRST_WORD_ID as TOY_FIRST_WORD_ID
 from interp.models._native_config import UNK_ID as TOY_UNK_ID
 from interp.models._native_config import ToyConfig, toy_words
-from interp.models._rotary import allowed_keys, apply_rotary, rotary_tables
+from interp.models._rotary import rotary_tables
 from interp.models._program import (
     Event,
     build_program,
@@ -28,7 +28,7 @@ from interp.models._tracr import model_from_tracr
 from interp.models._weights import Weights, hf_state_from_weights, hf_writable
 
 __all__ = [
-    "allowed_keys", "apply_rotary", "ArchInfo", "Batch", "NOT_YET_SUPPORTED", "CatalogEntry", "Event", "Model", "SUPPORTED_FAMILIES", "TOY_BOS_ID", "TOY_FIRST_WORD_ID",
+    "ArchInfo", "Batch", "NOT_YET_SUPPORTED", "CatalogEntry", "Event", "Model", "SUPPORTED_FAMILIES", "TOY_BOS_ID", "TOY_FIRST_WORD_ID",
     "TOY_UNK_ID", "ToyConfig", "Weights", "build_program", "build_toy", "head_label", "hf_state_from_weights",
     "hf_writable", "list_models", "load_catalog_hf", "load_model", "norm_hook", "load_toy", "model_from_hf", "model_from_tracr", "native_state_dict",
     "program_position", "read_toy_config", "readable_token", "resid_hook_names", "rotary_tables", "save_toy", "sees", "tokenize", "toy_weights",

@@ -133,6 +133,12 @@ def model_from_hf(
     from transformer_lens.model_bridge import TransformerBridge
 
     dev, dtype = check_device(device), check_dtype(dtype)
+    if tokenizer is None:  # the bridge would fetch one from the hub by the model's name: say so instead
+        raise ArgumentError(
+            f"model_from_hf(..., tokenizer=None) for {name!r}: the transformer-lens bridge needs a tokenizer "
+            "object (it would otherwise try to download one by name); pass the model's own, e.g. "
+            "transformers.AutoTokenizer.from_pretrained(<the checkpoint's folder>) — analyses then take token "
+            "ids or text alike")
     arch = arch_from_hf_config(hf_model.config, name=name, has_unembed=has_unembed)
     hf_model = hf_model.to(device=dev, dtype=dtype).eval()
     if dtype == torch.float64:

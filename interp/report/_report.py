@@ -52,7 +52,8 @@ from interp.circuits import (
 )
 from interp._validate import check_positive_int
 from interp.errors import ArgumentError, ExportError, ShapeError, UnsupportedOperationError
-from interp.models import Model, load_model, readable_token
+from interp.engine import load_model
+from interp.models import Model, readable_token
 from interp.plots._attention import attention_pattern_figure
 from interp.plots._attribution import attribution_heatmap, attribution_vector, attribution_waterfall
 from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_token_table, top_token_values

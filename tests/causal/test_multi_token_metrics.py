@@ -166,7 +166,7 @@ def test_edge_attribution_evaluate_circuit_and_faithfulness_curve(llama, hf):
 
 @pytest.mark.parametrize("make", [lambda: LogProb(ANS), lambda: Logit(ANS), lambda: LogitDiff(ANS, " w3")])
 def test_a_multi_token_answer_without_opt_in_is_an_argument_error_before_any_run(llama, make, monkeypatch):
-    from interp.causal import _engine
+    from interp.engine import _forward as _engine
 
     monkeypatch.setattr(_engine.Engine, "run", lambda *a, **k: pytest.fail("ran the model"))
     with pytest.raises(ArgumentError, match=r"tokenises to 3 tokens.*multi_token=True"):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import interp
-from interp.causal._engine import Engine, Patch, Variant
+from interp.engine import Engine, Patch, Variant
 from interp.causal._metrics import readout
 from interp.models import Batch, tokenize
 from interp.stream._capture import capture

@@ -35,14 +35,16 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from interp.errors import UnsupportedArchitectureError
-from interp.models import Model, allowed_keys, apply_rotary, rotary_tables
+from interp.engine._rotary import allowed_keys, apply_rotary
+from interp.models import Model, rotary_tables
 
-__all__ = ["Engine", "Patch", "RunCache", "SITES"]
+__all__ = ["Engine", "HEADED_SITES", "Patch", "RunCache", "SITES", "Variant"]
 
 #: The activations a patch can replace (or, with ``add``, shift).
 SITES = ("embed.token", "embed.pos", "embed.type", "resid_pre", "q", "k", "v", "q_in", "k_in", "v_in",
          "pattern", "z", "attn_out", "resid_mid", "mlp_in", "mlp_out", "resid_post", "final")
-_HEADED = ("q", "k", "v", "q_in", "k_in", "v_in", "pattern", "z")
+#: The sites that carry a head axis (a patch of one needs ``head``).
+HEADED_SITES = ("q", "k", "v", "q_in", "k_in", "v_in", "pattern", "z")
 
 
 @dataclass
@@ -123,7 +125,7 @@ class Engine:
         return self._rope_cache[n]
 
     def _rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """RoPE on x [R, T, n, d_head] with cos/sin [T, rotary_dim] (:func:`interp.models.apply_rotary`)."""
+        """RoPE on x [R, T, n, d_head] with cos/sin [T, rotary_dim] (:func:`interp.engine.apply_rotary`)."""
         return apply_rotary(x, cos[:, None], sin[:, None], interleaved=self.interleaved)
 
     def _allowed(self, mask: Tensor, prompt: Tensor, t0: int, T: int, window: int = 0) -> Optional[Tensor]:

@@ -1,0 +1,16 @@
+"""The forward engine: the block maths written once, from a model's frozen weights and its ArchInfo.
+
+Everything in interp that re-runs a model (patching with prefix sharing, path patching, effects, edge
+attribution and circuit evaluation) runs on :class:`Engine` and these functions; a model family is a set
+of capabilities on :class:`interp.models.ArchInfo`, never a branch here. :func:`self_check` compares the
+engine's forward with the model's own when a model is loaded (:func:`load_model`).
+"""
+
+from interp.engine._check import load_model, model_from_hf, self_check
+from interp.engine._forward import HEADED_SITES, SITES, Engine, Patch, RunCache, Variant
+from interp.engine._rotary import allowed_keys, apply_rotary
+
+__all__ = [
+    "Engine", "HEADED_SITES", "Patch", "RunCache", "SITES", "Variant", "allowed_keys", "apply_rotary", "load_model",
+    "model_from_hf", "self_check",
+]

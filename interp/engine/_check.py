@@ -1,0 +1,125 @@
+"""The load-time self-check: interp's forward of a model against the model's own, on a short probe.
+
+Every analysis that re-runs a model runs :class:`~interp.engine.Engine`, built from the model's frozen
+weights and its :class:`~interp.models.ArchInfo` capabilities. A quirk of a checkpoint that no
+capability describes would make those analyses silently wrong, so a model is checked when it is loaded:
+the residual stream entering every block and the logits (encoders: the final hidden state) of the
+engine's forward are compared with the model's own forward (the bridge's hooks on the Hugging Face
+module) on two prompts of 12 token ids. The first point whose max |difference| exceeds the tolerance,
+relative to that tensor's largest magnitude (1e-4 in float32/float64; 5e-2 in half precision), refuses
+the model with :class:`~interp.errors.EngineMismatchError` naming the block, the quantity and both sizes.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Union
+
+import torch
+from torch import Tensor
+
+from interp.engine._forward import Engine
+from interp.errors import EngineMismatchError, UnsupportedArchitectureError
+from interp.models import Model
+from interp.models import load_model as _load_unchecked
+from interp.models import model_from_hf as _from_hf_unchecked
+
+__all__ = ["load_model", "model_from_hf", "self_check"]
+
+PROBE_PROMPTS, PROBE_TOKENS = 2, 12
+
+
+def _tolerance(dtype: torch.dtype) -> float:
+    return 1e-4 if dtype in (torch.float32, torch.float64) else 5e-2
+
+
+def _probe(model: Model) -> Tensor:
+    """[2, 12] token ids spread over the vocabulary (BOS first where the model prepends one)."""
+    a = model.arch
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, a.d_vocab, (PROBE_PROMPTS, PROBE_TOKENS), generator=g)
+    tok = model.tokenizer
+    bos = getattr(tok, "bos_token_id", None) if tok is not None else None
+    if model.prepend_bos and bos is not None:
+        ids[:, 0] = bos
+    return ids.to(model.device)
+
+
+def self_check(model: Model, *, tol: Optional[float] = None) -> float:
+    """The largest relative difference between the engine's forward and the model's own on the probe;
+    raises :class:`EngineMismatchError` at the first block input (or the output) beyond ``tol``."""
+    a = model.arch
+    tol = _tolerance(model.dtype) if tol is None else tol
+    ids = _probe(model)
+    mask = torch.ones_like(ids)
+    names = [f"blocks.{l}.hook_resid_pre" for l in range(a.n_layers)]
+    last = f"blocks.{a.n_layers - 1}.hook_resid_post"  # an encoder's own final hidden state
+    store: dict[str, Tensor] = {}
+
+    def keep(name: str) -> Any:  # keyed by the name asked for (the bridge reports aliases by their target)
+        def hook(x: Tensor, hook: Any = None) -> Tensor:
+            store[name] = x.detach()
+            return x
+        return hook
+
+    with torch.inference_mode(), model.bridge.hooks(fwd_hooks=[(n, keep(n)) for n in [*names, last]]):
+        out = model.bridge(ids, attention_mask=mask)
+    missing = [n for n in [*names, last] if n not in store]
+    if missing:
+        raise UnsupportedArchitectureError(f"model {model.name!r}: its bridge fired no hook {missing[0]!r}, so "
+                                           "interp cannot check its forward against the model's own")
+    theirs_final: Optional[Tensor] = store[last]
+    engine = Engine(model)
+    with torch.inference_mode():
+        run = engine.run(ids, mask)
+        w = model.weights
+        if a.has_logits:
+            x = engine.norm(run.final, w.need("lnf_w"), w.lnf_b) if a.norm != "none" else run.final
+            mine_final = x @ w.need("W_U") + (w.b_U if w.b_U is not None else 0.0)
+            theirs_final = out if isinstance(out, Tensor) else out.logits
+        else:
+            mine_final = run.final
+    worst = 0.0
+    pairs = [(f"the residual stream entering block {l}", run.resid_pre[l], store.get(names[l])) for l in range(a.n_layers)]
+    pairs.append(("the logits" if a.has_logits else "the final hidden state", mine_final, theirs_final))
+    for what, mine, theirs in pairs:
+        if theirs is None:
+            continue
+        scale = float(theirs.abs().max()) or 1.0
+        diff = float((mine.to(theirs.dtype) - theirs).abs().max())
+        rel = diff / scale if diff == diff else float("inf")  # NaN → inf
+        if rel > tol:
+            raise EngineMismatchError(
+                f"model {model.name!r} ({a.family}): interp's forward differs from the model's own at {what}: "
+                f"max |difference| {diff:.3g} against a largest magnitude of {scale:.3g} ({rel:.2g} relative; "
+                f"allowed {tol:g}). The checkpoint has a quirk interp does not implement, so every analysis that "
+                "re-runs it would be wrong; it is refused. Please report the model id.")
+        worst = max(worst, rel)
+    return worst
+
+
+def load_model(
+    name_or_path: Union[str, "os.PathLike[str]"],
+    *,
+    device: Union[str, torch.device] = "cpu",
+    dtype: torch.dtype = torch.float32,
+    cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+    trust_remote_code: bool = False,
+) -> Model:
+    """Load a model by catalog name, local HF folder, local ``.gguf`` file or hub id
+    (:func:`interp.models.load_model`), then :func:`self_check` it: a model whose forward interp does not
+    reproduce is refused with :class:`EngineMismatchError`."""
+    model = _load_unchecked(name_or_path, device=device, dtype=dtype, cache_dir=cache_dir,
+                            trust_remote_code=trust_remote_code)
+    self_check(model)
+    return model
+
+
+def model_from_hf(hf_model: Any, tokenizer: Any, *, name: str, device: Union[str, torch.device] = "cpu",
+                  dtype: torch.dtype = torch.float32, has_unembed: bool = True, source: str = "",
+                  provenance: str = "") -> Model:
+    """:func:`interp.models.model_from_hf` (wrap a loaded Hugging Face model), then :func:`self_check` it."""
+    model = _from_hf_unchecked(hf_model, tokenizer, name=name, device=device, dtype=dtype, has_unembed=has_unembed,
+                               source=source, provenance=provenance)
+    self_check(model)
+    return model

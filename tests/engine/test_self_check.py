@@ -1,0 +1,68 @@
+"""The load-time self-check (interp.engine.self_check): interp's forward of each family agrees with the
+model's own on the probe, and a quirk of a checkpoint that interp does not model is refused, naming where."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import interp
+from interp.engine import model_from_hf, self_check
+from interp.errors import ArgumentError, EngineMismatchError, UnsupportedArchitectureError
+from tiny_models import FAMILIES, MORE_FAMILIES, tiny_hf_model, tiny_model, tiny_tokenizer
+
+
+@pytest.mark.parametrize("family", FAMILIES + MORE_FAMILIES)
+def test_every_family_passes_with_room(family):
+    assert self_check(tiny_model(family)) < 1e-5
+
+
+def test_toy_passes():
+    assert self_check(interp.load_model("toy-attn-only-2l")) < 1e-5
+
+
+def test_a_quirk_interp_does_not_model_is_refused_at_its_block():
+    """A checkpoint whose block 0 MLP does something extra (its output doubled, as a custom module might):
+    interp's forward, built from the weights, cannot know it, and loading refuses the model at block 1."""
+    hf = tiny_hf_model("llama", n_layers=3)
+    mlp = hf.model.layers[0].mlp
+    plain = mlp.forward
+    mlp.forward = lambda x: 2.0 * plain(x)
+    with pytest.raises(EngineMismatchError, match="entering block 1") as info:
+        model_from_hf(hf, tiny_tokenizer(), name="quirky")
+    assert "relative" in str(info.value) and "quirky" in str(info.value)
+
+
+def test_interp_load_model_checks():
+    """interp.load_model is the checked loader (it is interp.engine.load_model)."""
+    assert interp.load_model is interp.engine.load_model
+
+
+@pytest.mark.parametrize("model_type,capability", [("qwen3", "QK-norm"), ("gemma2", "sandwich"),
+                                                   ("olmo2", "post-sublayer")])
+def test_families_not_yet_modelled_say_what_they_lack(model_type, capability):
+    import transformers
+
+    cfg = transformers.AutoConfig.for_model(model_type, num_hidden_layers=1, hidden_size=32, num_attention_heads=4,
+                                            num_key_value_heads=2, intermediate_size=64, vocab_size=100)
+    hf = transformers.AutoModelForCausalLM.from_config(cfg)
+    with pytest.raises(UnsupportedArchitectureError, match=capability) as info:
+        model_from_hf(hf, tiny_tokenizer(), name="x")
+    assert "llama" in str(info.value)  # the supported list
+
+
+def test_unknown_family_names_the_nearest_supported_one():
+    hf = tiny_hf_model("llama")
+    hf.config.model_type = "lama"
+    with pytest.raises(UnsupportedArchitectureError, match="nearest supported family is 'llama'"):
+        model_from_hf(hf, tiny_tokenizer(), name="x")
+
+
+def test_no_tokenizer_is_a_clear_error_not_a_network_call():
+    with pytest.raises(ArgumentError, match="tokenizer=None"):
+        interp.models.model_from_hf(tiny_hf_model("llama"), None, name="x")
+
+
+@pytest.mark.real
+def test_smollm2_passes(smollm2):
+    assert self_check(smollm2) < 1e-4
