@@ -17,11 +17,17 @@ import interp
 from interp.engine import model_from_hf
 
 FAMILIES = ("gpt2", "llama", "neox", "bert")
-#: The families added on the same block maths as capabilities (tests/models/test_more_families.py runs
-#: every analysis on each): Qwen 2 (q/k/v biases), Mistral (a sliding window of 3), Gemma ((1 + w) gains,
-#: √d embedding scale, query_pre_attn_scalar, MQA), Phi-3 (fused matrices, partial rotary), GPT-J
-#: (parallel block with one norm, adjacent-pair partial rotary, lm_head bias).
-MORE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj")
+#: The families added on the same block maths as capabilities (the causal, attribution, lens, engine and
+#: edge tests run on each): Qwen 2 (q/k/v biases), Mistral (a sliding window of 3), Gemma ((1 + w) gains,
+#: √d embedding scale, MQA), Phi-3 (fused matrices, partial rotary), GPT-J (parallel block with one norm,
+#: adjacent-pair partial rotary, lm_head bias), Qwen 3 (QK-norm), Gemma 2 (sandwich norms, soft-capped
+#: scores and logits, alternating windows), Gemma 3 (sandwich norms, QK-norm, a rotary table per layer type).
+MORE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text")
+#: Of those, the ones whose blocks EAP, edge patching and circuit evaluation implement (no QK-norm, sandwich
+#: norms or soft-capping: Qwen 3, Gemma 2 and Gemma 3 are refused by type there, tested).
+EDGE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj")
+#: Of those, the ones whose logits are linear in the final stream (Gemma 2 soft-caps them).
+LINEAR_LOGITS = tuple(f for f in MORE_FAMILIES if f != "gemma2")
 #: Families whose Hugging Face forward rounds through float32 inside attention even in a float64 model
 #: (GPT-J computes its scores in float32; Phi-3's attention output differs from interp's float64 forward
 #: by ~1e-9 too): a float64 comparison with them agrees to float32 rounding, not to 1e-12.
@@ -88,6 +94,24 @@ def tiny_config(family: str, *, n_layers: int = 2):
         c = transformers.Phi3Config(
             num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
             intermediate_size=64, max_position_embeddings=64, partial_rotary_factor=0.5, **common,
+        )
+    elif family == "qwen3":
+        c = transformers.Qwen3Config(
+            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, head_dim=8,
+            intermediate_size=64, max_position_embeddings=64, **common,
+        )
+    elif family == "gemma2":
+        c = transformers.Gemma2Config(
+            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, head_dim=8,
+            intermediate_size=64, max_position_embeddings=64, query_pre_attn_scalar=16, sliding_window=3,
+            attn_logit_softcapping=0.5, final_logit_softcapping=0.3,
+            layer_types=["sliding_attention" if l % 2 == 0 else "full_attention" for l in range(n_layers)], **common,
+        )
+    elif family == "gemma3_text":
+        c = transformers.Gemma3TextConfig(
+            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=1, hidden_size=32, head_dim=8,
+            intermediate_size=64, max_position_embeddings=64, query_pre_attn_scalar=16, sliding_window=3,
+            layer_types=["sliding_attention" if l % 2 == 0 else "full_attention" for l in range(n_layers)], **common,
         )
     elif family == "gptj":
         c = transformers.GPTJConfig(n_layer=n_layers, n_head=4, n_embd=32, n_positions=64, rotary_dim=4, **common)

@@ -33,6 +33,7 @@ from interp.attribution._answers import TokenSpec, resolve_positions, warn_unspa
 from interp.attribution._result import LogitAttribution
 from interp.attribution._sources import head_source_terms, require_head_sources
 from interp.attribution._targets import Targets, coefficients, combine, plan_reads, resolve_targets
+from interp.engine import require_capabilities
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Attn, Bias, Head, HeadSource, parse
 from interp.models import Model
@@ -229,6 +230,8 @@ def attribute_logits(
     largest |Σ terms − the model's own target| over prompts.
     """
     require_model(model)
+    # the logits must be linear in the final stream (a soft-capped logit is not a sum of terms)
+    require_capabilities(model, "attribute_logits", "final_softcap")
     arch = model.arch
     if unit not in UNITS:
         raise ArgumentError(f"unit={unit!r} is not allowed; use one of {UNITS}")

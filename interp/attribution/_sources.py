@@ -30,6 +30,7 @@ from torch import Tensor
 from interp._norms import apply_frozen, frozen_direction, norm_scale
 from interp._result import Result
 from interp._validate import check_index, check_int, check_positive_int
+from interp.engine import require_capabilities
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Head
 from interp.models import readable_token
@@ -45,6 +46,7 @@ __all__ = ["head_source_terms", "require_head_sources", "ov_at", "OVAt"]
 
 def require_head_sources(model: Model, what: str) -> None:
     """UnsupportedOperationError unless a head's write meets at most the final norm before the logits."""
+    require_capabilities(model, what, "sandwich_norms", "final_softcap")
     if model.arch.norm_placement == "post":
         raise UnsupportedOperationError(
             f"{what}: model {model.name!r} is post-norm; a head's write passes every later Add & Norm, so its split by "

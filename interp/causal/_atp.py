@@ -60,7 +60,7 @@ from interp.causal._common import _checked_batch, resolve_nodes
 from interp.causal._metrics import as_metric
 from interp.causal._result import PatchResult
 from interp.errors import ShapeError, UnsupportedOperationError
-from interp.engine import allowed_keys, apply_rotary
+from interp.engine import allowed_keys, apply_rotary, require_capabilities
 from interp.models import Model
 from interp.stream._inputs import require_model
 
@@ -140,6 +140,7 @@ def _pair(model: Model, clean: Any, corrupt: Any) -> tuple[Any, Any]:
 
 def _qk_hooks(model: Model, layer: int) -> list[str]:
     """Hooks from which the scores' queries and keys are rebuilt: q, k, and (rotary) cos, sin."""
+    require_capabilities(model, "attribution_patch(qk_fix=True)", "qk_norm", "attn_softcap")
     names = [f"blocks.{layer}.attn.hook_q", f"blocks.{layer}.attn.hook_k"]
     if model.arch.positional == "rotary":
         names += [f"blocks.{layer}.attn.hook_cos", f"blocks.{layer}.attn.hook_sin"]

@@ -47,7 +47,7 @@ def node_write(model: Model, node: Node, run: Optional[RunCache], like: RunCache
         if z is None or node.head is None:
             raise RuntimeError("head outputs were not captured")
         out = z[:, :, node.head] @ model.weights.W_O[node.layer, node.head]
-    elif node.site == "mlp_out":
+    elif node.site == "mlp_out":  # (under sandwich norms, after the MLP's own norm: its write itself)
         m = src.acts["mlp_out"][node.layer]
         if m is None:
             raise RuntimeError("MLP outputs were not captured")
@@ -64,11 +64,16 @@ def carry_to_final(model: Model, node: Node, delta: Tensor, clean: RunCache, pos
     every later norm with its scale frozen at the clean run's; otherwise the identity.
     """
     a, w = model.arch, model.weights
-    if a.norm_placement != "post":
-        return delta
 
     def sig(t: Tensor) -> Tensor:  # a clean σ [P, n, 1] at the positions of delta
         return t if pos is None else torch.gather(t, 1, pos[..., None])
+
+    if a.sandwich_norms and node.site == "z" and w.ln1_post_w is not None:
+        # a head's write passes its layer's sandwich norm (shared by the layer's heads), its scale frozen at
+        # the clean run's: γ' ⊙ δ / σ'
+        return apply_frozen(delta, w.ln1_post_w[node.layer], sig(clean.scales["ln1_post"][node.layer]), a.norm)
+    if a.norm_placement != "post":
+        return delta
 
     x = delta
     if node.layer < 0:  # embeddings: the embedding norm, then every block
@@ -122,7 +127,7 @@ def effects(
     post = model.arch.norm_placement == "post"
     sw = sweep_nodes(model, pair, node_list, positions="all", direction="noise", ablation=ablation,
                      reference=reference, batch_size=batch_size, progress=progress, seed=seed,
-                     desc=f"effects {kind}", keep_scales=post,
+                     desc=f"effects {kind}", keep_scales=post or model.arch.sandwich_norms,
                      extra_sites={"attn_out", "mlp_out", "resid_mid"} if post else set())
     total = sw.per_prompt - sw.clean_m[None]
     direct = _direct(model, pair, node_list, sw.c_run, sw.src, sw.clean_out)

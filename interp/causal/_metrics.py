@@ -53,6 +53,7 @@ from torch import Tensor
 from interp._norms import norm_scale
 from interp.attribution._answers import TokenSpec, resolve_positions, resolve_tokens, warn_unspaced
 from interp.attribution._targets import _candidate
+from interp.engine import unembed
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 from interp.models import Batch
 from interp.models import Model
@@ -97,8 +98,7 @@ def readout(model: Model, x: Float[Tensor, "... d_model"], space: str, scale: Op
     if space == "hidden":
         return y
     w = model.weights
-    out = y @ w.need("W_U")
-    return out + w.b_U if w.b_U is not None else out
+    return unembed(y, w.need("W_U"), w.b_U, model.arch.final_softcap)
 
 
 @dataclass(frozen=True, eq=False)

@@ -91,5 +91,8 @@ def effective_embedding(model: Model, *, fold_norms: bool = True,
                 pre = act(gate) * pre
             else:
                 pre = act(pre)
-            out[i:i + batch_size] = x + pre @ w.W_out[0] + w.b_out[0]
+            m = pre @ w.W_out[0] + w.b_out[0]
+            if w.ln2_post_w is not None:  # sandwich norms: the MLP's output is normed before it is added
+                m = m / norm_scale(m, a.norm, a.norm_eps).to(m.dtype) * w.ln2_post_w[0]
+            out[i:i + batch_size] = x + m
     return fold_write(model, out, fold_norms)

@@ -32,7 +32,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from interp.engine import Engine, RunCache, allowed_keys, apply_rotary
+from interp.engine import Engine, RunCache, allowed_keys, apply_rotary, require_capabilities
 from interp.edges._graph import CircuitGraph
 from interp.models import Model
 
@@ -101,6 +101,8 @@ class EdgeForward:
     """Forward passes of one model over its circuit graph (see the module docstring)."""
 
     def __init__(self, model: Model, graph: CircuitGraph, engine: Optional[Engine] = None):
+        require_capabilities(model, "edge attribution and circuit evaluation", "qk_norm", "sandwich_norms",
+                             "attn_softcap", "final_softcap")
         self.model, self.g = model, graph
         self.e = engine if engine is not None else Engine(model)
         a = model.arch

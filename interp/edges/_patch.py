@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from interp._validate import check_bool, check_choice, check_positive_int
 from interp.causal._common import clean_output, make_pair, metric_of, metric_reader, reference_acts
-from interp.engine import Engine, Patch, RunCache, Variant
+from interp.engine import Engine, Patch, RunCache, Variant, require_capabilities
 from interp.causal._patch import ABLATIONS, default_batch_size, shared_prefix
 from interp.causal._result import PatchResult
 from interp.edges._forward import Acts, EdgeForward
@@ -169,6 +169,7 @@ def edge_patch(
     if isinstance(edges, str) or not isinstance(edges, (list, tuple)) or not edges:
         raise ArgumentError(f"edges={edges!r:.80} must be a non-empty list of edge labels, e.g. "
                             "['L0.H3→L1.attn.k[H1]', 'L1.mlp→unembed']")
+    require_capabilities(model, "edge_patch", "qk_norm", "sandwich_norms", "attn_softcap", "final_softcap")
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=ablation == "corrupt")
     graph = circuit_graph(model)
     idx = graph.indices(edges).tolist()

@@ -6,11 +6,12 @@ of capabilities on :class:`interp.models.ArchInfo`, never a branch here. :func:`
 engine's forward with the model's own when a model is loaded (:func:`load_model`).
 """
 
+from interp.engine._capabilities import CAPABILITIES, require_capabilities
 from interp.engine._check import load_model, model_from_hf, self_check
 from interp.engine._forward import HEADED_SITES, SITES, Engine, Patch, RunCache, Variant
-from interp.engine._rotary import allowed_keys, apply_rotary
+from interp.engine._rotary import allowed_keys, apply_rotary, unembed
 
 __all__ = [
-    "Engine", "HEADED_SITES", "Patch", "RunCache", "SITES", "Variant", "allowed_keys", "apply_rotary", "load_model",
-    "model_from_hf", "self_check",
+    "CAPABILITIES", "Engine", "HEADED_SITES", "Patch", "RunCache", "SITES", "Variant", "allowed_keys", "apply_rotary", "load_model",
+    "model_from_hf", "require_capabilities", "self_check", "unembed",
 ]

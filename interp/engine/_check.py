@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from interp.engine._forward import Engine
+from interp.engine._rotary import unembed
 from interp.errors import EngineMismatchError, UnsupportedArchitectureError
 from interp.models import Model
 from interp.models import load_model as _load_unchecked
@@ -75,7 +76,7 @@ def self_check(model: Model, *, tol: Optional[float] = None) -> float:
         w = model.weights
         if a.has_logits:
             x = engine.norm(run.final, w.need("lnf_w"), w.lnf_b) if a.norm != "none" else run.final
-            mine_final = x @ w.need("W_U") + (w.b_U if w.b_U is not None else 0.0)
+            mine_final = unembed(x, w.need("W_U"), w.b_U, a.final_softcap)
             theirs_final = out if isinstance(out, Tensor) else out.logits
         else:
             mine_final = run.final

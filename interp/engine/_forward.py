@@ -110,7 +110,10 @@ class Engine:
             self.b_out = _nonzero(w.b_out)
         self._masks: dict[tuple, Optional[Tensor]] = {}
         self.scales = [a.attn_scale(l) for l in range(L)]
-        self._rope_cache: dict[int, tuple[Tensor, Tensor]] = {}
+        self._rope_cache: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
+        # one rotary table for every layer unless the model keeps one per layer type (Gemma 3)
+        types = getattr(getattr(getattr(model.bridge, "original_model", None), "config", None), "layer_types", None)
+        self._rope_key = [0] * L if not types else [sorted(set(types)).index(t) for t in types]
         self.interleaved = a.rotary_interleaved
         # the attention softmax in the model's own precision: Hugging Face's Llama-shaped models compute it
         # in float32 whatever the dtype (so a float64 Llama rounds its patterns to float32 too)
@@ -118,11 +121,21 @@ class Engine:
 
     # ------------------------------------------------------------------ model facts
 
-    def rope(self, n: int) -> tuple[Tensor, Tensor]:
-        """(cos, sin) [n, rotary_dim] for positions 0..n−1, from the model's own rotary module."""
-        if n not in self._rope_cache:
-            self._rope_cache[n] = rotary_tables(self.model, n)
-        return self._rope_cache[n]
+    def rope(self, n: int, layer: int = 0) -> tuple[Tensor, Tensor]:
+        """(cos, sin) [n, rotary_dim] of ``layer`` for positions 0..n−1, from the model's own rotary module."""
+        key = (n, self._rope_key[layer])
+        if key not in self._rope_cache:
+            self._rope_cache[key] = rotary_tables(self.model, n, layer)
+        return self._rope_cache[key]
+
+    def head_norm(self, x: Tensor, gain: Tensor) -> Tensor:
+        """QK-norm: RMSNorm of each head's vector x [..., heads, d_head] over d_head, times ``gain`` [d_head]."""
+        r = (torch.linalg.vector_norm(x, 2, dim=-1, keepdim=True).square_() / x.shape[-1]).add_(self.arch.norm_eps).rsqrt_()
+        return (x * r).mul_(gain)
+
+    def post_norm(self, x: Tensor, gain: Optional[Tensor]) -> Tensor:
+        """A sandwich norm on a sublayer's output before it is added (Gemma 2/3); x itself without one."""
+        return x if gain is None else self.norm(x, gain, None)
 
     def _rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         """RoPE on x [R, T, n, d_head] with cos/sin [T, rotary_dim] (:func:`interp.engine.apply_rotary`)."""
@@ -265,9 +278,14 @@ class Engine:
         keep("k", k)
         keep("v", v)
         if a.positional == "rotary":
-            cos, sin = self.rope(t0 + T)
-            qk = self._rotate(qkv[:, :, : H + Hkv], cos[t0:], sin[t0:])  # q and k in one pass
+            cos, sin = self.rope(t0 + T, l)
+            qk = qkv[:, :, : H + Hkv]
+            if a.qk_norm:  # each head's q and k normed over d_head before the rotation
+                qk = torch.cat([self.head_norm(q, w.q_norm_w[l]), self.head_norm(k, w.k_norm_w[l])], dim=2)  # type: ignore[index]
+            qk = self._rotate(qk, cos[t0:], sin[t0:])  # q and k in one pass
             q, k = qk[:, :, :H], qk[:, :, H:]
+        elif a.qk_norm:
+            q, k = self.head_norm(q, w.q_norm_w[l]), self.head_norm(k, w.k_norm_w[l])  # type: ignore[index]
         q = q.transpose(1, 2)  # [R, H, T, dh]
         k = k.transpose(1, 2)  # [R, Hkv, T, dh]
         v = v.transpose(1, 2)
@@ -284,13 +302,16 @@ class Engine:
             v = torch.cat([pv, v], dim=2)
         N = t0 + T
         allowed = self._allowed(mask, prompt, t0, T, a.window(l))  # [R | 1, 1, T, N] or None
-        need_pattern = "pattern" in by or "pattern" in cap or self.softmax_dtype != self.model.dtype
+        need_pattern = ("pattern" in by or "pattern" in cap or self.softmax_dtype != self.model.dtype
+                        or bool(a.attn_softcap))
         if not need_pattern:  # fused attention: z = softmax(q kᵀ · scale + mask) v
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=self.scales[l], enable_gqa=G > 1)
             z = z.transpose(1, 2)  # [R, T, H, dh]
         else:
             qg = q.reshape(R, Hkv, G, T, dh)
             scores = torch.matmul(qg, k[:, :, None].transpose(-1, -2)) * self.scales[l]  # [R, Hkv, G, T, N]
+            if a.attn_softcap:  # Gemma 2: c·tanh(scores / c), before the mask
+                scores = torch.tanh(scores / a.attn_softcap) * a.attn_softcap
             scores = scores.to(self.softmax_dtype)
             if allowed is not None:
                 scores = scores.masked_fill(~allowed[:, :, None], torch.finfo(self.softmax_dtype).min)
@@ -302,6 +323,9 @@ class Engine:
         z = self._apply(z, by.get("z"), t0, headed=True)
         keep("z", z)
         attn = _linear(z.reshape(R, T, H * dh), self.W_O[l], None if self.b_O is None else self.b_O[l])
+        if w.ln1_post_w is not None:
+            keep("attn_raw", attn)  # the attention output before its sandwich norm
+            attn = self.post_norm(attn, w.ln1_post_w[l])
         attn = self._apply(attn, by.get("attn_out"), t0)
         keep("attn_out", attn)
         # ``inplace`` (the sweep's own rows): the residual is updated in place, x += attn, x += mlp
@@ -321,7 +345,11 @@ class Engine:
             for p in by.get("mlp_in", ()):
                 h2 = h2.clone() if h2 is mid else h2
                 h2[p.rows] = self.norm(mid[p.rows] + p.value, w.ln2_w[l], w.ln2_b[l])
-            m = self._apply(self.mlp(l, h2), by.get("mlp_out"), t0)
+            m = self.mlp(l, h2)
+            if w.ln2_post_w is not None:
+                keep("mlp_raw", m)  # the MLP output before its sandwich norm
+                m = self.post_norm(m, w.ln2_post_w[l])
+            m = self._apply(m, by.get("mlp_out"), t0)
             keep("mlp_out", m)
             if a.norm_placement == "post":
                 out = self.norm(mid + m, w.ln2_w[l], w.ln2_b[l])
@@ -370,7 +398,7 @@ class Engine:
             parts = self.embed_parts(tokens)
             cache.embed = parts
             x = self.embed(parts)
-            layer_cap = cap | ({"kv"} if keep_kv else set()) | ({"resid_mid"} if keep_scales else set())
+            layer_cap = cap | ({"kv"} if keep_kv else set()) | ({"resid_mid", "attn_raw", "mlp_raw"} if keep_scales else set())
             for l in range(self.L):
                 cache.resid_pre.append(x)
                 store: dict[str, Tensor] = {}
@@ -385,8 +413,12 @@ class Engine:
         return cache
 
     def _keep_scales(self, cache: RunCache, l: int, x: Tensor, store: dict[str, Tensor], out: Tensor) -> None:
-        """σ of every norm input of layer l (post-norm: N1's input x + attn, N2's input mid + mlp)."""
+        """σ of every norm input of layer l (post-norm: N1's input x + attn, N2's input mid + mlp; sandwich
+        norms: the raw attention and MLP outputs)."""
         a = self.arch
+        if a.sandwich_norms:
+            for key, site in (("ln1_post", "attn_raw"), ("ln2_post", "mlp_raw")):
+                cache.scales.setdefault(key, []).append(self.norm_scale(store[site]) if site in store else None)  # type: ignore[arg-type]
         if a.norm_placement == "post":
             mid = store["resid_mid"]
             s1 = self.norm_scale(x + store["attn_out"]) if "attn_out" in store else None

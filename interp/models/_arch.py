@@ -28,6 +28,9 @@ SUPPORTED_FAMILIES: dict[str, str] = {
     "mistral": "mistral",
     "gemma": "gemma",
     "phi3": "phi3",
+    "qwen3": "qwen3",
+    "gemma2": "gemma2",
+    "gemma3_text": "gemma3_text",
     "gptj": "gptj",
     "gpt_neox": "gpt_neox",
     "bert": "bert",
@@ -36,10 +39,7 @@ SUPPORTED_FAMILIES: dict[str, str] = {
 #: Families transformers knows but interp does not model yet, and the capability each lacks: a model of
 #: one is refused (never analysed with a forward that would silently differ from its own).
 NOT_YET_SUPPORTED: dict[str, str] = {
-    "qwen3": "per-head RMSNorm of queries and keys (QK-norm)",
-    "gemma2": "sandwich norms (a norm on each sublayer's output) and attention/final logit soft-capping",
-    "gemma3_text": "sandwich norms, per-head QK-norm and two rotary tables (local and global layers)",
-    "gemma3": "sandwich norms, per-head QK-norm and two rotary tables (local and global layers)",
+    "gemma3": "the multimodal wrapper (load its text model, model_type 'gemma3_text')",
     "olmo2": "post-sublayer norms without pre-norms, and QK-norm over the whole projection",
     "mixtral": "mixture-of-experts MLP blocks",
     "olmoe": "mixture-of-experts MLP blocks",
@@ -101,6 +101,10 @@ class ArchInfo:
     shared_block_norm: bool = False  # a parallel block's attention and MLP read one norm (GPT-J): ln2 = ln1
     softmax_fp32: bool = False  # the model's own attention softmax runs in float32 whatever the dtype
     embed_scale: float = 1.0  # the embedding is multiplied by this (Gemma: √d_model); folded into W_E
+    qk_norm: bool = False  # RMSNorm of each head's query and key (over d_head) before RoPE (Gemma 3, Qwen 3)
+    sandwich_norms: bool = False  # a norm on each sublayer's output before it is added (Gemma 2/3)
+    attn_softcap: float = 0.0  # scores ↦ c·tanh(scores/c) before the mask (Gemma 2); 0 = none
+    final_softcap: float = 0.0  # logits ↦ c·tanh(logits/c) (Gemma 2); 0 = none
 
     @property
     def has_logits(self) -> bool:
@@ -142,7 +146,7 @@ def arch_from_hf_config(config: Any, *, name: str, has_unembed: bool = True) -> 
             f"{sorted(SUPPORTED_FAMILIES)} (pre-norm LayerNorm, pre-norm RMSNorm+GQA+RoPE, "
             "parallel attn/MLP, post-norm encoder)" + (f"; the nearest supported family is {near[0]!r}" if near else "")
         )
-    if family in ("llama", "qwen2", "mistral", "gemma", "phi3"):
+    if family in ("llama", "qwen2", "mistral", "gemma", "phi3", "qwen3", "gemma2", "gemma3_text"):
         return _llama_like(config, name=name, family=family, has_unembed=has_unembed)
     if family == "gptj":
         d_model, n_heads = config.n_embd, config.n_head
@@ -207,7 +211,9 @@ def arch_from_hf_config(config: Any, *, name: str, has_unembed: bool = True) -> 
 
 
 def _llama_like(config: Any, *, name: str, family: str, has_unembed: bool) -> ArchInfo:
-    """Pre-norm RMSNorm + GQA + rotary + gated MLP, with each family's capabilities read off its config:
+    """Pre-norm RMSNorm + GQA + rotary + gated MLP, with each family's capabilities read off its config
+    (Gemma 2/3: sandwich norms, Gemma 2: soft-capping, Gemma 3 and Qwen 3: QK-norm, Gemma 3: a rotary
+    table per layer type):
     Qwen 2's q/k/v biases (in the weights), Mistral's and Qwen 2's sliding windows, Gemma's embedding
     scale √d_model (its (1 + w) norm gains are folded into the weights; every family's score scale is
     read off the loaded modules, :func:`with_module_scales`), Phi-3's partial rotary factor."""
@@ -229,7 +235,11 @@ def _llama_like(config: Any, *, name: str, family: str, has_unembed: bool) -> Ar
         mlp_bias=bool(getattr(config, "mlp_bias", False)),
         sliding_windows=_sliding_windows(config, n_layers),
         softmax_fp32=True,
-        embed_scale=float(config.hidden_size) ** 0.5 if family == "gemma" else 1.0,
+        embed_scale=float(config.hidden_size) ** 0.5 if family.startswith("gemma") else 1.0,
+        qk_norm=family in ("qwen3", "gemma3_text"),
+        sandwich_norms=family in ("gemma2", "gemma3_text"),
+        attn_softcap=float(getattr(config, "attn_logit_softcapping", None) or 0.0),
+        final_softcap=float(getattr(config, "final_logit_softcapping", None) or 0.0),
     )
 
 

@@ -144,6 +144,8 @@ def model_from_hf(
     if dtype == torch.float64:
         full_precision_norms(hf_model)
     arch = with_module_scales(arch, hf_model)
+    if not getattr(hf_model.config, "architectures", None):  # a GGUF's or a from_config model's config has
+        hf_model.config.architectures = [type(hf_model).__name__]  # none: the bridge picks its adapter by it
     weights = weights_from_hf(hf_model, arch)  # before booting: the bridge re-parents modules
     bridge = TransformerBridge.boot_transformers(
         f"interp/{name}", hf_model=hf_model, tokenizer=tokenizer, device=dev, dtype=dtype

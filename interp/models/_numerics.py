@@ -37,8 +37,8 @@ def check_dtype(dtype: Any) -> torch.dtype:
 
 
 #: RMSNorm classes whose forward rounds through float32 (HF Llama; transformer-lens's native one).
-_FP32_RMSNORMS = ("LlamaRMSNorm", "NativeRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm", "Phi3RMSNorm")
-_FP32_GEMMA_RMSNORMS = ("GemmaRMSNorm",)  # γ = 1 + w
+_FP32_RMSNORMS = ("LlamaRMSNorm", "NativeRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm", "Phi3RMSNorm", "Qwen3RMSNorm")
+_FP32_GEMMA_RMSNORMS = ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm")  # γ = 1 + w
 
 
 def _rmsnorm_in_input_dtype(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ partial factor included — never recomputed (:func:`interp.engine.apply_rotary`
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -23,8 +24,9 @@ from interp.errors import UnsupportedArchitectureError
 __all__ = ["rotary_tables"]
 
 
-def rotary_tables(model: Any, n: int) -> tuple[Tensor, Tensor]:
-    """(cos, sin) [n, rotary_dim] for positions 0…n−1 of ``model`` (an interp Model), on its device and dtype."""
+def rotary_tables(model: Any, n: int, layer: int = 0) -> tuple[Tensor, Tensor]:
+    """(cos, sin) [n, rotary_dim] for positions 0…n−1 of ``model`` (an interp Model) at ``layer``, on its device
+    and dtype (Gemma 3 keeps one table per layer type: θ = 10⁴ on its sliding layers, 10⁶ on its global ones)."""
     hf = model.bridge.original_model
     dev, dt = model.device, model.dtype
     mods = {type(m).__name__: m for m in hf.modules()}
@@ -39,7 +41,12 @@ def rotary_tables(model: Any, n: int) -> tuple[Tensor, Tensor]:
         if not rot:
             raise UnsupportedArchitectureError(f"model {model.name!r} is rotary but has no rotary module")
         x = torch.zeros(1, n, model.arch.d_model, device=dev, dtype=dt)
+        types: Any = getattr(getattr(hf, "config", None), "layer_types", None)
+        by_type = types is not None and "layer_type" in inspect.signature(rot[0].forward).parameters
         with torch.no_grad():
-            cos, sin = rot[0](x, torch.arange(n, device=dev)[None])
+            if by_type:
+                cos, sin = rot[0](x, torch.arange(n, device=dev)[None], layer_type=types[layer])
+            else:
+                cos, sin = rot[0](x, torch.arange(n, device=dev)[None])
         cos, sin = cos[0], sin[0]
     return cos.to(dev, dt), sin.to(dev, dt)

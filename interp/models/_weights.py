@@ -61,6 +61,10 @@ class Weights:
     ln_emb_w: Optional[Float[Tensor, "d_model"]] = None  # post-norm encoders' embedding norm
     ln_emb_b: Optional[Float[Tensor, "d_model"]] = None
     b_gate: Optional[Float[Tensor, "n_layers d_mlp"]] = None  # gated MLPs (zeros unless the gate has a bias)
+    ln1_post_w: Optional[Float[Tensor, "n_layers d_model"]] = None  # sandwich norms: on the attention output
+    ln2_post_w: Optional[Float[Tensor, "n_layers d_model"]] = None  # and on the MLP output (Gemma 2/3)
+    q_norm_w: Optional[Float[Tensor, "n_layers d_head"]] = None  # QK-norm gains (per head, shared by heads)
+    k_norm_w: Optional[Float[Tensor, "n_layers d_head"]] = None
 
     def to(self, device: Any = None, dtype: Any = None) -> "Weights":
         """A copy with every tensor moved/cast."""
@@ -107,7 +111,7 @@ def weights_from_hf(hf_model: torch.nn.Module, arch: ArchInfo) -> Weights:
     """Read the weights of a loaded HF model of a supported family into TL layout."""
     sd = dict(hf_model.state_dict())  # detached tensors sharing the model's storage
     builder = {"gpt2": _gpt2, "llama": _llama, "qwen2": _llama, "mistral": _llama, "gemma": _llama,
-               "phi3": _llama, "gptj": _gptj, "gpt_neox": _neox, "bert": _bert}[arch.family]
+               "phi3": _llama, "qwen3": _llama, "gemma2": _llama, "gemma3_text": _llama, "gptj": _gptj, "gpt_neox": _neox, "bert": _bert}[arch.family]
     with torch.no_grad():
         per_layer, glob = builder(sd, arch)
         stacked = {k: _stack(v) for k, v in per_layer.items()}
@@ -202,7 +206,7 @@ def _llama(sd: dict[str, Tensor], a: ArchInfo):
         return sd[key].reshape(n, dh) if key in sd else torch.zeros(n, dh, dtype=ref.dtype, device=ref.device)
 
     # Gemma's RMSNorm multiplies by (1 + w): the gain the block applies is 1 + w, kept here as the gain
-    gain = (lambda w: w + 1.0) if a.family == "gemma" else (lambda w: w)
+    gain = (lambda w: w + 1.0) if a.family.startswith("gemma") else (lambda w: w)
 
     def layer(l: int) -> dict[str, Tensor]:
         b = f"model.layers.{l}."
@@ -230,7 +234,12 @@ def _llama(sd: dict[str, Tensor], a: ArchInfo):
             "b_gate": sd.get(b + "mlp.gate_proj.bias", torch.zeros(a.d_mlp, dtype=wq.dtype, device=wq.device)),
             "W_out": sd[b + "mlp.down_proj.weight"].T, "b_out": sd.get(b + "mlp.down_proj.bias", zeros_d),
             "ln1_w": gain(sd[b + "input_layernorm.weight"]), "ln1_b": zeros_d,
-            "ln2_w": gain(sd[b + "post_attention_layernorm.weight"]), "ln2_b": zeros_d,
+            **({"ln2_w": gain(sd[b + "pre_feedforward_layernorm.weight"]), "ln2_b": zeros_d,
+                "ln1_post_w": gain(sd[b + "post_attention_layernorm.weight"]),
+                "ln2_post_w": gain(sd[b + "post_feedforward_layernorm.weight"])} if a.sandwich_norms else
+               {"ln2_w": gain(sd[b + "post_attention_layernorm.weight"]), "ln2_b": zeros_d}),
+            **({"q_norm_w": gain(sd[b + "self_attn.q_norm.weight"]), "k_norm_w": gain(sd[b + "self_attn.k_norm.weight"])}
+               if a.qk_norm else {}),
         }
 
     per = _collect(a.n_layers, layer)

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from interp.errors import ArgumentError
-from interp.engine import apply_rotary
+from interp.engine import apply_rotary, require_capabilities
 from interp.models import Model
 
 __all__ = ["KEEP", "check_keep", "keep_hooks", "kept_tensor"]
@@ -54,6 +54,8 @@ def keep_hooks(model: Model, keep: Sequence[str]) -> dict[str, list[str]]:
     rotary model keeps q or k)."""
     hooks = model.bridge.hook_dict
     items = list(keep)
+    if {"q", "k"} & set(items):  # the kept q and k must give the pattern by softmax(q kᵀ · scale)
+        require_capabilities(model, "trace(keep=('q', 'k'))", "qk_norm", "attn_softcap")
     if model.arch.positional == "rotary" and {"q", "k"} & set(items):
         items += ["cos", "sin"]
     out: dict[str, list[str]] = {}

@@ -62,7 +62,7 @@ def capture_projected(model: Model, batch: Batch, plans: dict[str, Plan], str_to
                 term_jobs[t.hook].append((read, i, row))
             row += len(t.labels)
         total_jobs[plan.total_hook].append(read)
-        for h in plan.norm_hooks:
+        for h in [*plan.norm_hooks, *plan.local_hooks]:
             sigma_rows.setdefault(h, len(sigma_rows))
     sigma_buf = torch.empty(len(sigma_rows), b, p, 1, dtype=dtype, device=dev)
 
@@ -88,10 +88,11 @@ def capture_projected(model: Model, batch: Batch, plans: dict[str, Plan], str_to
         contributions, row = out_buf[read], 0
         for t in plan.terms:  # the same arithmetic as fill(): projection · S_j, a bias broadcast
             n = len(t.labels)
+            s = S[t.stage] if t.local is None else S[t.stage] / sigma_buf[sigma_rows[t.local]]
             if t.kind == "bias":
-                contributions[row] = project_term(t, None, w, b, p) * S[t.stage]
+                contributions[row] = project_term(t, None, w, b, p) * s
             else:
-                contributions[row:row + n].mul_(S[t.stage])
+                contributions[row:row + n].mul_(s)
             row += n
         result[read] = Decomposition.build(
             point=read, labels=plan.labels, contributions=contributions, total=total_buf[read],

@@ -58,6 +58,10 @@ def capture_names(arch: ArchInfo, *, neuron_layers: Sequence[int] = (), has_type
             names += [f"blocks.{l}.ln1.hook_in", f"blocks.{l}.ln1.hook_out"]
             if not arch.attn_only and not arch.shared_block_norm:
                 names += [f"blocks.{l}.ln2.hook_in", f"blocks.{l}.ln2.hook_out"]
+        if arch.sandwich_norms:  # the input of each sublayer's own output norm (σ')
+            names.append(f"blocks.{l}.ln1_post.hook_in")
+            if not arch.attn_only:
+                names.append(f"blocks.{l}.ln2_post.hook_in")
         if not arch.attn_only:
             names.append(f"blocks.{l}.hook_mlp_out")
             if l in neuron_layers:
@@ -222,7 +226,8 @@ class ResidualTrace:
         # each term is computed only when it is written into the preallocated result (fill), so the
         # full decomposition is never held twice
         terms = [(lambda t=t: project_term(t, acts.get(t.hook), w, b, p)) for t in plan.terms]
-        contributions = fill(plan, terms, S, b, p, in_place=True)
+        local = {h: sigma(acts[h], arch, U.dtype) for h in plan.local_hooks}
+        contributions = fill(plan, terms, S, b, p, in_place=True, local=local)
         actual = acts[plan.total_hook].to(U.dtype)
         total = actual if full else torch.einsum("bpd,bkd->bpk", actual, plan.U0)
         labels = plan.labels

@@ -103,6 +103,7 @@ class Term:
     stage: int
     layer: int = -1
     vector: Optional[Tensor] = None  # the bias, for kind "bias"
+    local: Optional[str] = None  # sandwich norms: the input hook of the norm on this sublayer's output only
 
 
 @dataclass(frozen=True, eq=False)
@@ -119,6 +120,11 @@ class Plan:
     def labels(self) -> list[str]:
         return [lab for t in self.terms for lab in t.labels]
 
+    @property
+    def local_hooks(self) -> list[str]:
+        """Input hooks of the sandwich norms some terms pass (each divides only its own sublayer's terms)."""
+        return list(dict.fromkeys(t.local for t in self.terms if t.local is not None))
+
 
 def plan_walk(arch: ArchInfo, w: Weights, prog: list[Event], idx: int, U: Tensor) -> Plan:
     """Walk ``prog`` backwards from event ``idx`` carrying U through every norm on the way."""
@@ -128,7 +134,13 @@ def plan_walk(arch: ArchInfo, w: Weights, prog: list[Event], idx: int, U: Tensor
     norm_hooks: list[str] = []
 
     def add(labels: list[str], kind: str, hook: Optional[str], layer: int = -1, vector: Optional[Tensor] = None):
-        terms.append(Term(labels, kind, hook, U, len(norm_hooks), layer, vector))
+        sandwich = _sandwich(w, arch, kind, hook, layer, vector)
+        if sandwich is None:
+            terms.append(Term(labels, kind, hook, U, len(norm_hooks), layer, vector))
+        else:  # the sublayer's output passes its own norm before it is added: U ← Γ' U, and 1/σ' on it alone
+            gamma, local = sandwich
+            terms.append(Term(labels, kind, hook, frozen_direction(U, gamma, arch.norm), len(norm_hooks), layer,
+                              vector, local))
 
     def pass_norm(norm_id: str, bias_label: str) -> None:
         nonlocal U
@@ -166,6 +178,20 @@ def plan_walk(arch: ArchInfo, w: Weights, prog: list[Event], idx: int, U: Tensor
     return Plan(terms=terms, norm_hooks=norm_hooks, total_hook=total_hook(arch, target), U0=U0)
 
 
+def _sandwich(w: Weights, arch: ArchInfo, kind: str, hook: Optional[str], layer: int,
+              vector: Optional[Tensor]) -> Optional[tuple[Tensor, str]]:
+    """(γ', input hook) of the sandwich norm a write of block ``layer`` passes before it is added (Gemma 2/3:
+    x_mid = x + N1'(Attn(N1(x))), x_out = x_mid + N2'(MLP(N2(x_mid)))), or None. Frozen at its σ', N' is linear,
+    so each head's (each neuron's, each bias's) write is its image γ' ⊙ write / σ' — exact for that pass."""
+    if not arch.sandwich_norms or layer < 0 or kind == "stream":  # hook_mlp_out holds the normed output itself
+        return None
+    attn = kind == "heads" or (kind == "bias" and vector is w.b_O[layer])
+    gamma = w.ln1_post_w if attn else w.ln2_post_w
+    if gamma is None:
+        raise UnsupportedArchitectureError(f"model {arch.name!r} has sandwich norms but no post-sublayer gains")
+    return gamma[layer], f"blocks.{layer}.{'ln1_post' if attn else 'ln2_post'}.hook_in"
+
+
 def project_term(t: Term, x: Optional[Tensor], w: Weights, b: int, p: int) -> Tensor:
     """w · U for one term, before the norm scales: [n, b, p, k] (heads / neurons), [b, p, k]
     (a stream activation) or [b|1, 1, k] (a bias). ``x`` is the term's captured activation."""
@@ -198,7 +224,8 @@ def scale_chain(sigmas: list[Tensor], b: int, p: int, like: Tensor) -> list[Tens
     return S
 
 
-def fill(plan: Plan, projected: list[Any], S: list[Tensor], b: int, p: int, *, in_place: bool) -> Tensor:
+def fill(plan: Plan, projected: list[Any], S: list[Tensor], b: int, p: int, *, in_place: bool,
+         local: Optional[dict[str, Tensor]] = None) -> Tensor:
     """The [n_terms, b, p, k] contributions: each term's projection times its S_j, written straight
     into one preallocated tensor. ``projected[i]`` is term i's projection (or a callable giving it,
     so a full-basis decomposition never holds two [n, b, p, d_model] blocks at once)."""
@@ -207,7 +234,7 @@ def fill(plan: Plan, projected: list[Any], S: list[Tensor], b: int, p: int, *, i
     i = 0
     for t, proj in zip(plan.terms, projected):
         v = proj() if callable(proj) else proj
-        s = S[t.stage]
+        s = S[t.stage] if t.local is None else S[t.stage] / (local or {})[t.local]
         v = v * s if (t.kind == "bias" or not in_place) else v.mul_(s)  # a bias broadcasts [b|1, 1, k]
         n = len(t.labels)
         out[i:i + n] = v if n > 1 else v[None]

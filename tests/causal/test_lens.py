@@ -13,7 +13,7 @@ import interp
 from interp.attribution import attribute_logits
 from interp.causal import LogitLens, logit_lens
 from interp.errors import ArgumentError, ResultFormatError, UnsupportedOperationError
-from tiny_models import MORE_FAMILIES, tiny_hf_model, tiny_model
+from tiny_models import LINEAR_LOGITS, MORE_FAMILIES, tiny_hf_model, tiny_model
 
 DECODERS = ("gpt2", "llama", "neox", *MORE_FAMILIES)
 PROMPTS = ["w1 w2 w3 w4 w5", "w6 w7 w8"]  # the second is padded
@@ -24,7 +24,9 @@ def _hf_parts(family, hf):
     """(final norm module, unembedding module) of the plain HF model."""
     norm = {"gpt2": lambda: hf.transformer.ln_f, "gptj": lambda: hf.transformer.ln_f,
             "neox": lambda: hf.gpt_neox.final_layer_norm}.get(family, lambda: hf.model.norm)()
-    return norm, hf.get_output_embeddings()
+    cap = getattr(hf.config, "final_logit_softcapping", None)  # Gemma 2 caps its logits: c·tanh(z / c)
+    head = hf.get_output_embeddings()
+    return norm, (lambda y: torch.tanh(head(y) / cap) * cap) if cap else head
 
 
 @pytest.mark.parametrize("family", DECODERS)
@@ -75,7 +77,7 @@ def _cumulative(attr, point, arch):
     return total
 
 
-@pytest.mark.parametrize("family", DECODERS)
+@pytest.mark.parametrize("family", ("gpt2", "llama", "neox", *LINEAR_LOGITS))  # DLA needs linear logits
 def test_frozen_lens_is_the_cumulative_sum_of_dla_terms_and_ends_at_the_logits(family):
     model = tiny_model(family)
     lens = logit_lens(model, PROMPTS, scale="frozen", answer=ANSWER, wrong="w13")

@@ -18,7 +18,7 @@ from interp.causal import LogitDiff
 from interp.edges import circuit_graph, edge_attribution, evaluate_circuit
 from interp.models import Batch
 from interp.stream._capture import capture
-from tiny_models import MORE_FAMILIES, tiny_hf_model, tiny_model
+from tiny_models import EDGE_FAMILIES, tiny_hf_model, tiny_model
 
 CLEAN = torch.tensor([[1, 5, 6, 7, 8, 9, 10], [1, 15, 16, 17, 18, 19, 20]])
 CORRUPT = torch.tensor([[1, 5, 26, 7, 8, 29, 10], [1, 15, 36, 17, 18, 39, 20]])
@@ -31,7 +31,7 @@ def _hf_metric(family: str, ids: torch.Tensor) -> torch.Tensor:
     return (logits[:, A] - logits[:, W]).double()
 
 
-@pytest.mark.parametrize("family", MORE_FAMILIES)
+@pytest.mark.parametrize("family", EDGE_FAMILIES)
 def test_all_edges_is_the_clean_run_and_none_the_corrupt_run(family):
     model = tiny_model(family)
     hc, hk = _hf_metric(family, CLEAN), _hf_metric(family, CORRUPT)
@@ -47,7 +47,7 @@ def _final_scale(m, ids):
     return st["ln_final.hook_scale"][:, -1, 0]
 
 
-@pytest.mark.parametrize("family", MORE_FAMILIES)
+@pytest.mark.parametrize("family", EDGE_FAMILIES)
 def test_eap_edges_into_the_metric_are_the_ledger_differences(family):
     m = tiny_model(family)
     s = edge_attribution(m, CLEAN, CORRUPT, metric=LogitDiff(A, W), method="eap", scale="frozen", progress=False)
@@ -69,9 +69,25 @@ def test_eap_edges_into_the_metric_are_the_ledger_differences(family):
     assert checked >= m.arch.n_layers * (m.arch.n_heads + 1)
 
 
-@pytest.mark.parametrize("family", MORE_FAMILIES)
+@pytest.mark.parametrize("family", EDGE_FAMILIES)
 def test_eap_ig_completeness_error_shrinks(family):
     m = tiny_model(family)
     errs = [edge_attribution(m, CLEAN, CORRUPT, metric=LogitDiff(A, W), method="eap-ig", ig_steps=k,
                              progress=False).completeness_error for k in (1, 32)]
     assert errs[1] < errs[0], errs
+
+
+@pytest.mark.parametrize("family", ["qwen3", "gemma2", "gemma3_text"])
+def test_edge_methods_refuse_blocks_they_do_not_linearise(family):
+    """EAP's gradients and carried writes, edge patching and circuit evaluation do not implement QK-norm,
+    sandwich norms or soft-capping yet: each refuses by type, naming the capability."""
+    from interp.edges import edge_patch
+    from interp.errors import UnsupportedArchitectureError
+
+    m = tiny_model(family)
+    edges = list(circuit_graph(m).edges)[:3]
+    for call in (lambda: edge_attribution(m, CLEAN, CORRUPT, metric=LogitDiff(A, W), progress=False),
+                 lambda: evaluate_circuit(m, CLEAN, CORRUPT, edges, metric=LogitDiff(A, W)),
+                 lambda: edge_patch(m, CLEAN, CORRUPT, edges, metric=LogitDiff(A, W))):
+        with pytest.raises(UnsupportedArchitectureError, match="QK-norm|sandwich|soft-capped"):
+            call()

@@ -1,0 +1,36 @@
+"""Refusing, by type, an analysis on a model capability it does not implement yet.
+
+Every forward in interp runs on the engine, which implements every capability of
+:class:`interp.models.ArchInfo`; a few analyses carry their own linearisation of a block (EAP's
+gradients and carried writes, AtP's rebuilt scores, a kept q/k) and implement only some of them. They
+call :func:`require_capabilities` first, so a model with a capability they would get wrong is refused
+with a message that names the analysis, the capability and what does work — never analysed silently wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from interp.errors import UnsupportedArchitectureError
+
+__all__ = ["CAPABILITIES", "require_capabilities"]
+
+#: capability -> (its test on an ArchInfo, what it is)
+CAPABILITIES: dict[str, tuple[Any, str]] = {
+    "qk_norm": (lambda a: a.qk_norm, "an RMSNorm on each head's query and key (QK-norm)"),
+    "sandwich_norms": (lambda a: a.sandwich_norms, "sandwich norms (a norm on each sublayer's output before it is added)"),
+    "attn_softcap": (lambda a: bool(a.attn_softcap), "soft-capped attention scores"),
+    "final_softcap": (lambda a: bool(a.final_softcap), "soft-capped logits"),
+}
+
+
+def require_capabilities(model: Any, what: str, *unsupported: str) -> None:
+    """UnsupportedArchitectureError if ``model`` has any of the ``unsupported`` capabilities (names of
+    :data:`CAPABILITIES`) that the analysis ``what`` does not implement."""
+    a = model.arch
+    for name in unsupported:
+        test, text = CAPABILITIES[name]
+        if test(a):
+            raise UnsupportedArchitectureError(
+                f"{what}: model {model.name!r} ({a.family}) has {text}, which {what} does not implement yet; "
+                "patch, effects, path_patch, attribute_logits, trace and the logit lens run exactly on it")
