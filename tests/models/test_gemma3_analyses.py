@@ -1,0 +1,79 @@
+"""The real Gemma 3 270M (catalog ``gemma3-270m``, offline): every analysis that runs on it is exact against
+an independent computation — the Hugging Face model's own logits and hidden state, transformer-lens's
+patching sweep on the same bridge — and the ones that do not yet implement its blocks refuse by type."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformer_lens import patching
+
+import interp
+from interp.causal import LogitDiff
+from interp.engine import self_check
+from interp.errors import UnsupportedArchitectureError
+
+pytestmark = [pytest.mark.real, pytest.mark.slow]
+
+CLEAN = "When Mary and John went to the store, John gave a drink to"
+CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
+
+
+@pytest.fixture(scope="module")
+def gemma3():
+    return interp.load_model("gemma3-270m")
+
+
+def _ids(m, text):
+    return m.to_tokens(text)
+
+
+def _hf_logits(m, text):
+    with torch.no_grad():
+        return m.bridge.original_model(_ids(m, text)).logits[0, -1]
+
+
+def _tok(m, t):
+    return m.tokenizer(t, add_special_tokens=False)["input_ids"][0]
+
+
+def test_the_engine_reproduces_its_forward(gemma3):
+    assert gemma3.arch.qk_norm and gemma3.arch.sandwich_norms and gemma3.arch.window(0) == 512
+    assert gemma3.arch.window(5) == 0  # every sixth layer attends globally (its own rotary table)
+    assert self_check(gemma3) < 1e-4
+
+
+def test_attribution_is_exact_and_the_models_own_logit_difference(gemma3):
+    a = interp.attribute_logits(gemma3, CLEAN, answer=" Mary", wrong=" John")
+    hf = _hf_logits(gemma3, CLEAN)
+    want = float(hf[_tok(gemma3, " Mary")] - hf[_tok(gemma3, " John")])
+    assert float(a.logit[0]) == pytest.approx(want, abs=1e-4) and want > 4.0  # it solves IOI
+    assert a.closure_error <= 1e-4 * abs(want)
+
+
+def test_trace_closes_to_the_hidden_state(gemma3):
+    tr = interp.trace(gemma3, CLEAN)
+    d = tr.decompose("blocks.17.hook_resid_post")
+    with torch.no_grad():
+        h = gemma3.bridge.original_model(_ids(gemma3, CLEAN), output_hidden_states=True).hidden_states
+    assert d.relative_error < 1e-5
+    # HF's last hidden state is after the final norm; block 16's output is hidden_states[17]
+    d16 = tr.decompose("blocks.16.hook_resid_post")
+    torch.testing.assert_close(d16.total[0], h[17][0], rtol=1e-5, atol=1e-4)
+
+
+def test_all_heads_patching_equals_transformer_lens(gemma3):
+    m = gemma3
+    r = interp.patch(m, CLEAN, CORRUPT, metric=LogitDiff(" Mary", " John"), progress=False)
+    a, w = _tok(m, " Mary"), _tok(m, " John")
+    _, cache = m.bridge.run_with_cache(_ids(m, CLEAN))
+    tl = patching.get_act_patch_attn_head_out_all_pos(m.bridge, _ids(m, CORRUPT), cache,
+                                                       lambda lg: lg[0, -1, a] - lg[0, -1, w])
+    assert r.head_matrix().shape == tl.shape == (18, 4)
+    assert float((r.head_matrix() - tl.double()).abs().max()) <= 1e-4
+    assert (r.head_matrix() - r.corrupt).abs().max() > 0.1  # some head matters
+
+
+def test_edge_attribution_refuses_by_type(gemma3):
+    with pytest.raises(UnsupportedArchitectureError, match="sandwich|QK-norm"):
+        interp.edge_attribution(gemma3, CLEAN, CORRUPT, metric=LogitDiff(" Mary", " John"), progress=False)
