@@ -27,7 +27,9 @@ The gain folded into a read is the gain of the norm in front of it: ``ln1`` for 
 for the MLP input, the final norm for the unembedding. ``fold_norms=False`` gives the raw
 Hugging Face weights (what ``TransformerBridge.W_Q`` etc. return outside compatibility mode).
 Biases (b_Q, b_K, b_V, β) never enter circuits; the 1/sqrt(d_head) attention scale is not
-included in QK (transformer-lens convention).
+included in QK (transformer-lens convention). QK-norm gains fold the same way into W_Q and W_K on the
+head side (Gemma 3, Qwen 3: the score is then the bilinear form up to the positive per-token 1/(σ_q σ_k)),
+and sandwich-norm gains into the writes W_O diag(γ'₁), W_out diag(γ'₂) (Gemma 2/3, up to 1/σ').
 """
 
 from __future__ import annotations
@@ -152,8 +154,10 @@ def convention(model: Model, fold_norms: bool) -> str:
         return "raw weights (the model has no norms)"
     if a.norm_placement == "post":
         return "writes centred (W P); no gain folded: post-norm gains act on the residual stream itself"
+    extra = ("; QK-norm gains folded into W_Q, W_K" if a.qk_norm else "") + \
+        ("; sandwich-norm gains into the writes (W_O diag(γ'), W_out diag(γ'))" if a.sandwich_norms else "")
     if a.norm == "rmsnorm":
-        return "read weights folded with the gain of the RMSNorm before them (diag(γ) W)"
+        return "read weights folded with the gain of the RMSNorm before them (diag(γ) W)" + extra
     return "read weights folded with the LayerNorm before them (P diag(γ) W), writes centred (W P)"
 
 
@@ -168,11 +172,21 @@ def fold_read(model: Model, W: Tensor, gain: Optional[Tensor], fold_norms: bool)
     return W
 
 
-def fold_write(model: Model, W: Tensor, fold_norms: bool) -> Tensor:
-    """W P for a write weight ``W [..., k, d_model]`` (LayerNorm models only)."""
+def fold_write(model: Model, W: Tensor, fold_norms: bool, post: Optional[Tensor] = None) -> Tensor:
+    """W P for a write weight ``W [..., k, d_model]`` (LayerNorm models only); W diag(γ') when the write
+    passes a sandwich norm of gain ``post`` (broadcastable to W, e.g. [..., 1, d_model]; see
+    :func:`post_gain`)."""
+    if fold_norms and post is not None:
+        W = W * post
     if fold_norms and centres_writes(model):
         return W - W.mean(dim=-1, keepdim=True)
     return W
+
+
+def post_gain(model: Model, sublayer: str) -> Optional[Tensor]:
+    """γ' [n_layers, d_model] of the sandwich norm on each layer's "attn" or "mlp" output, or None."""
+    w = model.weights
+    return w.ln1_post_w if sublayer == "attn" else w.ln2_post_w
 
 
 def folded_qkv(model: Model, fold_norms: bool, *, layer: Optional[int] = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -181,8 +195,13 @@ def folded_qkv(model: Model, fold_norms: bool, *, layer: Optional[int] = None) -
     w = model.weights
     sl = slice(None) if layer is None else layer
     g = w.ln1_w[sl][..., None, :]  # [(L,) 1, d] broadcasts over heads
-    return (fold_read(model, w.W_Q[sl], g, fold_norms), fold_read(model, w.W_K[sl], g, fold_norms),
-            fold_read(model, w.W_V[sl], g, fold_norms))
+    W_Q, W_K = fold_read(model, w.W_Q[sl], g, fold_norms), fold_read(model, w.W_K[sl], g, fold_norms)
+    if fold_norms and w.q_norm_w is not None and w.k_norm_w is not None:
+        # QK-norm: q ↦ g_q ⊙ q / σ_q per head; with σ_q, σ_k frozen (positive per-token scalars) the score is
+        # the bilinear form of W_Q diag(g_q) and W_K diag(g_k)
+        W_Q = W_Q * w.q_norm_w[sl][..., None, None, :]
+        W_K = W_K * w.k_norm_w[sl][..., None, None, :]
+    return W_Q, W_K, fold_read(model, w.W_V[sl], g, fold_norms)
 
 
 def folded_mlp_in(model: Model, fold_norms: bool) -> tuple[Tensor, Optional[Tensor]]:
@@ -208,11 +227,13 @@ class FoldedWrites(TypedDict):
 def folded_writes(model: Model, fold_norms: bool) -> FoldedWrites:
     """W_E, W_pos, W_O, W_out, centred for LayerNorm models."""
     w = model.weights
+    pa, pm = post_gain(model, "attn"), post_gain(model, "mlp")
     return {
         "W_E": fold_write(model, w.W_E, fold_norms),
         "W_pos": None if w.W_pos is None else fold_write(model, w.W_pos, fold_norms),
-        "W_O": fold_write(model, w.W_O, fold_norms),
-        "W_out": None if model.arch.attn_only else fold_write(model, w.W_out, fold_norms),
+        "W_O": fold_write(model, w.W_O, fold_norms, None if pa is None else pa[:, None, None, :]),
+        "W_out": None if model.arch.attn_only else fold_write(model, w.W_out, fold_norms,
+                                                              None if pm is None else pm[:, None, :]),
     }
 
 

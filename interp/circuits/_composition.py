@@ -39,7 +39,7 @@ from torch import Tensor
 
 from interp._result import Result
 from interp._validate import check_bool
-from interp.circuits._common import check_model, convention, fold_read, fold_write, folded_qkv
+from interp.circuits._common import check_model, convention, fold_read, fold_write, folded_qkv, post_gain
 from interp.circuits._gram import gram_r, packed_gram_left, packed_gram_right
 from interp.errors import ArgumentError, LabelError
 from interp.labels import ARROW, Head, as_label
@@ -168,7 +168,8 @@ def _factors(model: Model, kind: str, ls: Tensor, hs: Tensor, fold_norms: bool, 
     kv = torch.tensor([a.kv_head(int(h)) for h in hs], dtype=torch.long, device=ls.device)
     g = w.ln1_w[ls]  # [n, d]: each head's ln1 gain
     W_V = fold_read(model, w.W_V[ls, kv], g, fold_norms).to(dtype)  # query head h reads KV head h // group
-    W_O = fold_write(model, w.W_O[ls, hs].to(dtype), fold_norms)
+    pa = post_gain(model, "attn")
+    W_O = fold_write(model, w.W_O[ls, hs].to(dtype), fold_norms, None if pa is None else pa[ls][:, None, :].to(dtype))
     if side == "src":  # M_s = R(W_V^s) W_O^s
         return gram_r(W_V) @ W_O
     W_Q = fold_read(model, w.W_Q[ls, hs], g, fold_norms).to(dtype)
@@ -212,7 +213,9 @@ def composition_scores(model: Model, kind: str = "K", *, heads: Optional[Sequenc
     kv = torch.tensor([a.kv_head(h) for h in range(H)], device=model.device)
     W_Q, W_K, W_V = (t.to(dtype) for t in folded_qkv(model, fold_norms))
     W_K, W_V = W_K[:, kv], W_V[:, kv]  # query head h reads KV head h // group   [L, H, d, dh]
-    W_O = fold_write(model, model.weights.W_O.to(dtype), fold_norms)  # [L, H, dh, d]
+    pa = post_gain(model, "attn")
+    W_O = fold_write(model, model.weights.W_O.to(dtype), fold_norms,
+                     None if pa is None else pa[:, None, None, :].to(dtype))  # [L, H, dh, d]
 
     flat = lambda t: t.reshape(L * H, *t.shape[2:])  # noqa: E731  [L, H, ...] -> [L*H, ...]
     # 1. sources: M_s = R(W_V^s) W_O^s  [N, dh, d]

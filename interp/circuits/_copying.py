@@ -46,6 +46,7 @@ from interp.circuits._common import (
     folded_unembed,
     folds_gains,
     need_unembed,
+    post_gain,
 )
 from interp.errors import ArgumentError, LabelError
 from interp.labels import Head
@@ -142,7 +143,8 @@ def _cyclic_products(model: Model, fold_norms: bool) -> Float[Tensor, "n_layers 
     _, _, W_V = folded_qkv(model, fold_norms)
     kv = torch.tensor([a.kv_head(h) for h in range(a.n_heads)], device=W_U_raw.device)
     W_V = W_V[:, kv].double()  # [L, H, d, dh]
-    W_O = fold_write(model, model.weights.W_O, fold_norms).double()  # [L, H, dh, d]
+    pa = post_gain(model, "attn")
+    W_O = fold_write(model, model.weights.W_O, fold_norms, None if pa is None else pa[:, None, None, :]).double()  # [L, H, dh, d]
     return W_O @ UE @ W_V  # [L, H, dh, dh]
 
 
@@ -234,7 +236,8 @@ def _full_ov_factors(model: Model, layer: int, head: int, fold_norms: bool) -> t
     w = model.weights
     g = model.arch.kv_head(head)
     _, _, W_V = folded_qkv(model, fold_norms, layer=layer)
-    W_O = fold_write(model, w.W_O[layer, head], fold_norms)  # [d_head, d_model]
+    pa = post_gain(model, "attn")
+    W_O = fold_write(model, w.W_O[layer, head], fold_norms, None if pa is None else pa[layer])  # [d_head, d_model]
     if fold_norms and folds_gains(model) and w.lnf_w is not None:
         # W_E P · P diag(γ1) W_V = W_E · (folded W_V): the read is already centred
         left = w.W_E @ W_V[g]

@@ -22,7 +22,7 @@ from typing import Any, Optional
 from torch import Tensor
 
 from interp import labels as L
-from interp.circuits._common import fold_read, fold_write, folded_unembed
+from interp.circuits._common import fold_read, fold_write, folded_unembed, post_gain
 from interp.errors import LabelError, UnsupportedOperationError
 from interp.models import Model, program_position
 
@@ -167,6 +167,7 @@ def parse_read(model: Model, label: Any, *, name: str = "dst") -> Read:
 def write_matrix(model: Model, w: Write, fold_norms: bool) -> Tensor:
     """The write's output weight [k, d_model] (rows: its internal directions)."""
     W = model.weights
+    post: Optional[Tensor] = None  # a sandwich norm's gain on a head's / an MLP's output
     if w.kind == "embed":
         M = W.W_E
     elif w.kind == "pos_embed":
@@ -174,10 +175,10 @@ def write_matrix(model: Model, w: Write, fold_norms: bool) -> Tensor:
             raise LabelError(f"model {model.name!r} has no learned position embedding (no 'pos_embed' write)")
         M = W.W_pos
     elif w.kind == "head":
-        M = W.W_O[w.layer, w.head]
+        M, post = W.W_O[w.layer, w.head], post_gain(model, "attn")
     else:
-        M = W.W_out[w.layer]
-    return fold_write(model, M, fold_norms)
+        M, post = W.W_out[w.layer], post_gain(model, "mlp")
+    return fold_write(model, M, fold_norms, None if post is None else post[w.layer])
 
 
 def read_matrix(model: Model, r: Read, fold_norms: bool) -> Tensor:

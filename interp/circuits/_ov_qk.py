@@ -32,6 +32,7 @@ from interp.circuits._common import (
     folded_qkv,
     fold_write,
     folded_unembed,
+    post_gain,
 )
 from interp.circuits._embedding import effective_embedding
 from interp.circuits._factored import POSITION_NOTE, Circuit
@@ -65,7 +66,8 @@ def ov_circuit(model: Model, layer: int, head: int, *, full: bool = False, fold_
                             "starts from an embedding")
     g = model.arch.kv_head(head)
     _, _, W_V = folded_qkv(model, fold_norms, layer=layer)
-    W_O = fold_write(model, model.weights.W_O[layer], fold_norms)
+    pa = post_gain(model, "attn")
+    W_O = fold_write(model, model.weights.W_O[layer], fold_norms, None if pa is None else pa[layer])
     A, B = W_V[g], W_O[head]  # [d_model, d_head], [d_head, d_model]
     label = f"{Head(layer, head)} OV"
     if full:
@@ -98,7 +100,7 @@ def qk_circuit(model: Model, layer: int, head: int, *, full: bool = False, rel_p
     A, Bt = W_Q[head], W_K[g]  # [d_model, d_head] each
     note, label = "", f"{Head(layer, head)} QK"
     if rel_pos is not None:
-        M = relative_rotation(model, rel_pos).to(A.dtype).to(A.device)  # [d_head, d_head]
+        M = relative_rotation(model, rel_pos, layer).to(A.dtype).to(A.device)  # [d_head, d_head]
         A = A @ M
         label += f" (rel_pos={rel_pos})"
     elif model.arch.positional == "rotary":

@@ -22,6 +22,7 @@ taken at their initial frequencies).
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -45,16 +46,24 @@ def _hf_config(model: Model) -> Any:
     return cfg
 
 
-def rope_frequencies(model: Model) -> tuple[Float[Tensor, "half"], float]:
-    """(inv_freq [rotary_dim/2] float64, attention_scaling) as Hugging Face computes them."""
+def rope_frequencies(model: Model, layer: int = 0) -> tuple[Float[Tensor, "half"], float]:
+    """(inv_freq [rotary_dim/2] float64, attention_scaling) of ``layer`` as Hugging Face computes them (a
+    model with a RoPE per layer type, Gemma 3, keys its ``rope_parameters`` by the layer's type)."""
     arch = model.arch
     if arch.positional != "rotary":
         raise ArgumentError(
             f"rel_pos was given but model {model.name!r} is not rotary (arch.positional={arch.positional!r}); "
             "rel_pos only applies to RoPE models (Llama, GPT-NeoX); leave rel_pos=None"
         )
+    if arch.rotary_interleaved:
+        raise UnsupportedOperationError(
+            f"model {model.name!r} rotates adjacent pairs (GPT-J layout); rel_pos circuits are built for the "
+            "rotate-half layout only")
     cfg = _hf_config(model)
     params = dict(getattr(cfg, "rope_parameters", None) or {})
+    types: Any = getattr(cfg, "layer_types", None)
+    if types is not None and types[layer] in params:  # one set of RoPE parameters per layer type
+        params = dict(params[types[layer]])
     rope_type = params.get("rope_type", params.get("type", "default"))
     r = arch.rotary_dim
     if rope_type == "default":
@@ -68,7 +77,8 @@ def rope_frequencies(model: Model) -> tuple[Float[Tensor, "half"], float]:
     fn = ROPE_INIT_FUNCTIONS.get(str(rope_type))
     if fn is None:
         raise UnsupportedOperationError(f"model {model.name!r} uses rope_type={rope_type!r}, unknown to transformers")
-    inv, scaling = fn(cfg, "cpu")
+    by_type = types is not None and "layer_type" in inspect.signature(fn).parameters
+    inv, scaling = fn(cfg, "cpu", layer_type=types[layer]) if by_type else fn(cfg, "cpu")
     return inv.to(torch.float64), float(scaling)
 
 
@@ -90,10 +100,10 @@ def rope_matrix(inv_freq: Tensor, scaling: float, d_head: int, pos: int) -> Floa
     return G
 
 
-def relative_rotation(model: Model, rel_pos: Any) -> Float[Tensor, "d_head d_head"]:
-    """M_Δ = G(Δ) G(0)ᵀ (float64): q M_Δ kᵀ is the score of a query Δ positions after its key."""
+def relative_rotation(model: Model, rel_pos: Any, layer: int = 0) -> Float[Tensor, "d_head d_head"]:
+    """M_Δ = G(Δ) G(0)ᵀ (float64) at ``layer``: q M_Δ kᵀ is the score of a query Δ positions after its key."""
     check_int("rel_pos", rel_pos)  # query position minus key position
-    inv, scaling = rope_frequencies(model)
+    inv, scaling = rope_frequencies(model, layer)
     n_ctx = model.arch.n_ctx
     if not -n_ctx < rel_pos < n_ctx:
         raise ArgumentError(f"rel_pos={rel_pos} is outside the model's context (|rel_pos| < n_ctx={n_ctx})")

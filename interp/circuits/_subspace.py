@@ -40,7 +40,7 @@ from torch import Tensor
 
 from interp._result import Result
 from interp._validate import check_bool, check_positive_int
-from interp.circuits._common import check_model, convention, fold_write, folded_qkv
+from interp.circuits._common import check_model, convention, fold_write, folded_qkv, post_gain
 from interp.circuits._gram import chunks, pack_symmetric, packed_gram_left
 from interp.circuits._labels import parse_write, write_labels, write_matrix
 from interp.errors import LabelError
@@ -80,7 +80,9 @@ def _row_bases(M: Tensor, rtol: float = 1e-6) -> tuple[Tensor, Tensor]:
 def _head_bases(model: Model, fold_norms: bool, rtol: float = 1e-6) -> tuple[Tensor, Tensor]:
     """(U [N, d, dh] orthonormal columns, zero-padded past each head's rank, ranks [N])."""
     a = model.arch
-    W_O = fold_write(model, model.weights.W_O, fold_norms).reshape(a.n_layers * a.n_heads, a.d_head, a.d_model)
+    pa = post_gain(model, "attn")
+    W_O = fold_write(model, model.weights.W_O, fold_norms, None if pa is None else pa[:, None, None, :]
+                     ).reshape(a.n_layers * a.n_heads, a.d_head, a.d_model)
     return _row_bases(W_O, rtol)
 
 
@@ -270,7 +272,9 @@ def erasure_candidates(model: Model, *, k: int | None = None, screen: int = 200,
     _, _, W_V = folded_qkv(model, fold_norms)
     kv = torch.tensor([a.kv_head(h) for h in range(a.n_heads)], device=model.device)
     W_V = W_V[:, kv].double().reshape(-1, a.d_model, a.d_head)
-    W_O = fold_write(model, model.weights.W_O, fold_norms).double().reshape(-1, a.d_head, a.d_model)
+    pa = post_gain(model, "attn")
+    W_O = fold_write(model, model.weights.W_O, fold_norms, None if pa is None else pa[:, None, None, :]
+                     ).double().reshape(-1, a.d_head, a.d_model)
     # screen: tr(E) = ⟨sym(T_d), U_s U_sᵀ⟩ for all pairs
     Ps = packed_gram_left(Us.transpose(-2, -1).float(), weighted=False)  # [S, F] float32 (screen only)
     tr = torch.empty(len(srcs), W_V.shape[0], dtype=torch.float64)

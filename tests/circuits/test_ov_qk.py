@@ -156,3 +156,31 @@ def test_rel_pos_circuit_reproduces_the_models_attention_scores(tiny_models, whi
         i = torch.arange(3, n)
         wrong = ((x[i] @ qk0) * x[i - 3]).sum(-1) / m.arch.d_head ** 0.5
         assert (wrong - scores[h, i, i - 3]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("family", ["qwen3", "gemma3_text"])
+def test_qk_norm_circuit_reproduces_the_scores_up_to_the_frozen_scales(family):
+    """QK-norm (Qwen 3, Gemma 3): with σ of ln1 and of each head's q and k frozen, the score is
+    x_i W_Q' M_Δ W_K'ᵀ x_jᵀ · scale / (σ1_i σ1_j σq_i σk_j), W_Q' = diag(γ1) W_Q diag(g_q) (the folded circuit),
+    against the bridge's hook_attn_scores of the HF model (Gemma 3: its layer's own rotary table)."""
+    from tiny_models import tiny_model
+
+    m = tiny_model(family, n_layers=2)
+    toks = torch.tensor([[1, 17, 42, 5, 63, 8, 99, 23, 4, 71, 36, 12]])
+    layer = 1
+    names = [f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.ln1.hook_scale", f"blocks.{layer}.attn.hook_q",
+             f"blocks.{layer}.attn.hook_k", f"blocks.{layer}.attn.hook_attn_scores"]
+    cap = capture(m, toks, names)
+    x = cap[names[0]][0] / cap[names[1]][0]  # [pos, d]: x / σ1 (RMSNorm, no centring)
+    q, k = cap[names[2]][0], cap[names[3]][0]  # [pos, heads, d_head] before the QK-norm
+    sq = torch.sqrt(q.pow(2).mean(-1) + m.arch.norm_eps)  # [pos, H]
+    sk = torch.sqrt(k.pow(2).mean(-1) + m.arch.norm_eps)  # [pos, Hkv]
+    scores = cap[names[4]][0]
+    n = toks.shape[1]
+    for h in range(m.arch.n_heads):
+        g = m.arch.kv_head(h)
+        for delta in (0, 2):
+            qk = C.qk_circuit(m, layer, h, rel_pos=delta).AB
+            i = torch.arange(delta, n)
+            got = ((x[i] @ qk) * x[i - delta]).sum(-1) * m.arch.attn_scale(layer) / (sq[i, h] * sk[i - delta, g])
+            torch.testing.assert_close(got, scores[h, i, i - delta], atol=2e-5, rtol=1e-4)
