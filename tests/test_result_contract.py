@@ -67,6 +67,7 @@ NOT_RESULTS = {
     "TracrProgram": "a compiled ground-truth program (a model and its residual labels)",
     "TrueCircuit": "a circuit known by construction (a reference to score results against), not a computed result",
     "CircuitGraph": "a model's graph structure (writers, readers, edges), not a computed table",
+    "Acts": "the edge forward's record of one run's writes (embeddings, each layer's z, MLP outputs), not a result",
     "Task": "a prompt set with its metric (the input of an analysis)",
     "OutputMargin": "a metric specification",
     "PromptGroup": "equal-length prompts with their resample partners (the input of an analysis)",

@@ -1,8 +1,13 @@
 """Attribution of logits (decoders) and hidden-state directions (encoders) to heads, MLPs, neurons."""
 
+from interp.attribution._answers import TokenSpec, resolve_positions, resolve_tokens, warn_unspaced
 from interp.attribution._direction import attribute_direction
 from interp.attribution._logits import attribute_logits
 from interp.attribution._result import LogitAttribution
 from interp.attribution._sources import OVAt, ov_at
+from interp.attribution._targets import resolve_candidate
 
-__all__ = ["LogitAttribution", "OVAt", "attribute_direction", "attribute_logits", "ov_at"]
+__all__ = [
+    "LogitAttribution", "OVAt", "TokenSpec", "attribute_direction", "attribute_logits", "ov_at", "resolve_candidate",
+    "resolve_positions", "resolve_tokens", "warn_unspaced",
+]

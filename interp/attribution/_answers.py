@@ -13,7 +13,7 @@ from torch import Tensor
 
 from interp.errors import ArgumentError, TokenSpacingWarning, warn_user
 from interp.models import Model
-from interp.stream._inputs import check_tensor_data
+from interp.stream import check_tensor_data
 
 __all__ = ["resolve_tokens", "resolve_positions", "warn_unspaced"]
 

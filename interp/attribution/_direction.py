@@ -21,8 +21,7 @@ from interp.attribution._logits import _components
 from interp.attribution._result import LogitAttribution
 from interp.errors import ArgumentError, ShapeError
 from interp.models import Model
-from interp.stream._inputs import as_batch, check_tensor_data, require_model
-from interp.stream._trace import trace
+from interp.stream import as_batch, check_tensor_data, require_model, trace
 
 __all__ = ["attribute_direction"]
 

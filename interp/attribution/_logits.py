@@ -37,8 +37,7 @@ from interp.engine import require_capabilities
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Attn, Bias, Head, HeadSource, parse
 from interp.models import Model
-from interp.stream._inputs import Batch, as_batch, require_model
-from interp.stream._trace_at import trace_at
+from interp.stream import Batch, as_batch, require_model, trace_at
 
 __all__ = ["attribute_logits"]
 

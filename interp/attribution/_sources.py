@@ -35,8 +35,7 @@ from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Head
 from interp.models import readable_token
 from interp.models import Model
-from interp.stream._capture import capture
-from interp.stream._inputs import as_batch, require_model
+from interp.stream import as_batch, capture, require_model
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

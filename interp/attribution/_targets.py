@@ -28,9 +28,9 @@ from torch import Tensor
 from interp.attribution._answers import _one_token
 from interp.errors import ArgumentError
 from interp.models import Model
-from interp.stream._inputs import check_tensor_data
+from interp.stream import check_tensor_data
 
-__all__ = ["Targets", "resolve_targets", "Read", "plan_reads", "TARGETS", "WRONG_AGGS"]
+__all__ = ["Targets", "resolve_targets", "Read", "plan_reads", "TARGETS", "WRONG_AGGS", "resolve_candidate"]
 
 TARGETS = ("logit", "logprob")
 WRONG_AGGS = ("mean", "logsumexp")
@@ -109,7 +109,7 @@ def _pad(rows: list[list[int]], *, squeeze: bool) -> Tensor:
 
 # ---- resolving user specs ------------------------------------------------------------------------
 
-def _candidate(model: Model, value: Any, arg: str, multi: bool) -> Candidate:
+def resolve_candidate(model: Model, value: Any, arg: str, multi: bool) -> Candidate:
     """One candidate: a single token (str / id), or with ``multi`` any text or a tuple of ids."""
     if multi and isinstance(value, tuple):
         if not value:
@@ -144,15 +144,15 @@ def _answers(model: Model, spec: Any, n: int, multi: bool) -> list[Candidate]:
     if isinstance(spec, Tensor):
         t = _ints(spec, "answer")
         if multi and t.ndim == 2 and t.shape[0] == n:
-            return [_candidate(model, tuple(int(x) for x in row), f"answer[{i}]", True) for i, row in enumerate(t)]
+            return [resolve_candidate(model, tuple(int(x) for x in row), f"answer[{i}]", True) for i, row in enumerate(t)]
         spec = t.flatten().tolist() if t.ndim else int(t)
     if isinstance(spec, (str, int)):
-        return [_candidate(model, spec, "answer", multi)] * n
+        return [resolve_candidate(model, spec, "answer", multi)] * n
     if not isinstance(spec, (list, tuple)):
         raise ArgumentError(f"answer={spec!r:.80} must be a single-token string, a token id, or a per-prompt list of them")
     if len(spec) != n:
         raise ArgumentError(f"answer has {len(spec)} entries but there are {n} prompts; give one per prompt or a single token")
-    return [_candidate(model, v, f"answer[{i}]", multi) for i, v in enumerate(spec)]
+    return [resolve_candidate(model, v, f"answer[{i}]", multi) for i, v in enumerate(spec)]
 
 
 def _wrong_set(model: Model, value: Any, arg: str, multi: bool) -> list[Candidate]:
@@ -160,10 +160,10 @@ def _wrong_set(model: Model, value: Any, arg: str, multi: bool) -> list[Candidat
     if isinstance(value, (list, set, frozenset)) or (isinstance(value, tuple) and not multi):
         items = list(value)
     else:
-        return [_candidate(model, value, arg, multi)]
+        return [resolve_candidate(model, value, arg, multi)]
     if not items:
         raise ArgumentError(f"{arg} is an empty set of wrong tokens; give at least one")
-    cands = [_candidate(model, v, f"{arg}[{j}]", multi) for j, v in enumerate(items)]
+    cands = [resolve_candidate(model, v, f"{arg}[{j}]", multi) for j, v in enumerate(items)]
     return sorted(cands) if isinstance(value, (set, frozenset)) else cands  # a set has no order: by token id
 
 
@@ -174,14 +174,14 @@ def _wrongs(model: Model, spec: Any, n: int, multi: bool) -> Optional[list[list[
         t = _ints(spec, "wrong")
         if t.ndim == 2 and t.shape[0] == n:
             if multi:
-                return [[_candidate(model, tuple(int(x) for x in row), f"wrong[{i}]", True)] for i, row in enumerate(t)]
+                return [[resolve_candidate(model, tuple(int(x) for x in row), f"wrong[{i}]", True)] for i, row in enumerate(t)]
             return [[(_one_token(model, int(x), f"wrong[{i}]"),) for x in row] for i, row in enumerate(t)]
         spec = t.flatten().tolist() if t.ndim else int(t)
     if isinstance(spec, (set, frozenset)):
         shared = _wrong_set(model, spec, "wrong", multi)
         return [shared] * n
     if isinstance(spec, (str, int)):
-        return [[_candidate(model, spec, "wrong", multi)]] * n
+        return [[resolve_candidate(model, spec, "wrong", multi)]] * n
     if not isinstance(spec, (list, tuple)):
         raise ArgumentError(f"wrong={spec!r:.80} must be a token, a set of tokens shared by every prompt, "
                             "or a per-prompt list (each entry a token or a list / set of tokens)")

@@ -19,14 +19,16 @@ from interp.causal._metrics import (
     final_norm,
     readout,
 )
+from interp.causal._common import check_reference_spread, clean_output, make_pair, metric_of, metric_reader, reference_acts
 from interp.causal._atp import attribution_patch
 from interp.causal._effects import effects
-from interp.causal._patch import patch
+from interp.causal._patch import ABLATIONS, default_batch_size, patch, shared_prefix
 from interp.causal._lens import LogitLens, logit_lens
 from interp.causal._path import path_patch
 from interp.causal._result import Effects, PatchResult
 
 __all__ = [
+    "ABLATIONS",
     "BoundMetric",
     "CustomMetric",
     "Direction",
@@ -41,10 +43,18 @@ __all__ = [
     "Prob",
     "as_metric",
     "attribution_patch",
+    "check_reference_spread",
+    "clean_output",
+    "default_batch_size",
     "effects",
     "final_norm",
     "logit_lens",
+    "make_pair",
+    "metric_of",
+    "metric_reader",
     "patch",
     "path_patch",
     "readout",
+    "reference_acts",
+    "shared_prefix",
 ]

@@ -62,7 +62,7 @@ from interp.causal._result import PatchResult
 from interp.errors import ShapeError, UnsupportedOperationError
 from interp.engine import allowed_keys, apply_rotary, require_capabilities
 from interp.models import Model
-from interp.stream._inputs import require_model
+from interp.stream import require_model
 
 __all__ = ["attribution_patch", "key_fix_each"]
 

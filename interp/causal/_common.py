@@ -19,7 +19,7 @@ from interp.errors import AblationWarning, ArgumentError, LabelError, ShapeError
 from interp.labels import Attn, Embed, Head, HeadInput, Mlp, Resid, as_label
 from interp.models import Batch, resid_hook_names
 from interp.models import Model
-from interp.stream._inputs import as_batch
+from interp.stream import as_batch
 
 __all__ = ["Node", "NODE_SETS", "resolve_nodes", "Pair", "make_pair", "metric_reader", "source_acts",
            "check_reference_spread"]

@@ -32,7 +32,7 @@ from interp.causal._patch import ABLATIONS, check_ablation, sweep_nodes
 from interp.causal._result import Effects
 from interp.errors import ArgumentError
 from interp.models import Model
-from interp.stream._inputs import require_model
+from interp.stream import require_model
 
 __all__ = ["effects", "node_write", "carry_to_final"]
 

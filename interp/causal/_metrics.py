@@ -51,8 +51,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp._norms import norm_scale
-from interp.attribution._answers import TokenSpec, resolve_positions, resolve_tokens, warn_unspaced
-from interp.attribution._targets import _candidate
+from interp.attribution import TokenSpec, resolve_candidate, resolve_positions, resolve_tokens, warn_unspaced
 from interp.engine import unembed
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 from interp.models import Batch
@@ -284,7 +283,7 @@ def _sequences(model: Model, spec: Any, n: int, arg: str, owner: str, multi: boo
     if len(items) != n:
         raise ArgumentError(f"{arg} has {len(items)} entries but there are {n} prompts; give one per prompt or one "
                             "continuation")
-    rows = [list(_candidate(model, v, f"{arg}[{i}]" if len(items) > 1 else arg, True)) for i, v in enumerate(items)]
+    rows = [list(resolve_candidate(model, v, f"{arg}[{i}]" if len(items) > 1 else arg, True)) for i, v in enumerate(items)]
     if len({len(r) for r in rows}) > 1:
         raise ArgumentError(f"{owner}({arg}=...): the per-prompt continuations have {sorted({len(r) for r in rows})} "
                             "tokens; with multi_token=True every prompt's continuation must have the same length")

@@ -49,7 +49,7 @@ from interp.engine import HEADED_SITES, Engine, Patch, RunCache, Variant
 from interp.causal._result import PatchResult
 from interp.errors import ArgumentError
 from interp.models import Model
-from interp.stream._inputs import require_model
+from interp.stream import require_model
 
 __all__ = ["patch"]
 

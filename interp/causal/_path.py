@@ -46,7 +46,7 @@ from interp.causal._result import PatchResult
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Embed, Head, HeadInput, Mlp, MlpInput, Output, as_label
 from interp.models import Model
-from interp.stream._inputs import require_model
+from interp.stream import require_model
 
 __all__ = ["path_patch"]
 

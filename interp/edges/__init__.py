@@ -7,7 +7,7 @@ families (pre-norm LayerNorm / RMSNorm with GQA, parallel, post-norm) through a 
 results follow the one result contract (:mod:`interp._result`). The equations are in docs/math.md.
 """
 
-from interp.edges._attribution import COMPLETENESS_TOLERANCE, edge_attribution
+from interp.edges._attribution import COMPLETENESS_TOLERANCE, MetricReader, edge_attribution
 from interp.edges._evaluate import (
     MIB_SIZES,
     CircuitEvaluation,
@@ -15,21 +15,26 @@ from interp.edges._evaluate import (
     evaluate_circuit,
     faithfulness_curve,
 )
+from interp.edges._forward import Acts, EdgeForward
 from interp.edges._graph import CircuitGraph, circuit_graph
-from interp.edges._patch import edge_patch
+from interp.edges._patch import ablated_writes, edge_patch
 from interp.edges._scores import EdgeCircuit, EdgeScores
 from interp.edges._tasks import TASKS, Task, load_task
 
 __all__ = [
+    "Acts",
     "COMPLETENESS_TOLERANCE",
     "CircuitEvaluation",
     "CircuitGraph",
     "EdgeCircuit",
+    "EdgeForward",
     "EdgeScores",
     "FaithfulnessCurve",
     "MIB_SIZES",
+    "MetricReader",
     "TASKS",
     "Task",
+    "ablated_writes",
     "circuit_graph",
     "edge_attribution",
     "edge_patch",

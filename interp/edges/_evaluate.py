@@ -31,8 +31,7 @@ from tqdm.auto import tqdm
 
 from interp._result import Result
 from interp._validate import check_bool, check_choice
-from interp.causal._common import check_reference_spread, clean_output, make_pair
-from interp.causal._patch import ABLATIONS
+from interp.causal import ABLATIONS, check_reference_spread, clean_output, make_pair
 from interp.edges import _select
 from interp.edges._attribution import MetricReader
 from interp.edges._forward import EdgeForward
@@ -41,7 +40,7 @@ from interp.edges._patch import ablated_writes, check_edge_ablation
 from interp.edges._scores import EdgeCircuit, EdgeScores
 from interp.errors import ArgumentError
 from interp.models import Model
-from interp.stream._inputs import require_model
+from interp.stream import require_model
 
 __all__ = ["evaluate_circuit", "faithfulness_curve", "CircuitEvaluation", "FaithfulnessCurve", "MIB_SIZES",
            "circuit_mask", "check_reference_spread"]

@@ -177,7 +177,7 @@ def circuit_graph(model: Model) -> CircuitGraph:
     >>> g = circuit_graph(model)     # doctest: +SKIP
     >>> g                            # smollm2-135m: 301 writers, 481 readers, 70,651 edges
     """
-    from interp.stream._inputs import require_model
+    from interp.stream import require_model
 
     require_model(model)
     a = model.arch

@@ -26,15 +26,23 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._validate import check_bool, check_choice, check_positive_int
-from interp.causal._common import clean_output, make_pair, metric_of, metric_reader, reference_acts
+from interp.causal import (
+    ABLATIONS,
+    PatchResult,
+    clean_output,
+    default_batch_size,
+    make_pair,
+    metric_of,
+    metric_reader,
+    reference_acts,
+    shared_prefix,
+)
 from interp.engine import Engine, Patch, RunCache, Variant, require_capabilities
-from interp.causal._patch import ABLATIONS, default_batch_size, shared_prefix
-from interp.causal._result import PatchResult
 from interp.edges._forward import Acts, EdgeForward
 from interp.edges._graph import CircuitGraph, ReaderInfo, WriterInfo, circuit_graph
 from interp.errors import ArgumentError
 from interp.models import Model
-from interp.stream._inputs import require_model
+from interp.stream import require_model
 
 __all__ = ["edge_patch", "ablated_writes", "check_edge_ablation"]
 

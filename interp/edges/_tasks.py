@@ -36,11 +36,11 @@ import torch
 from torch import Tensor
 
 from interp._validate import check_int_min, check_positive_int
-from interp.causal._metrics import Logit, LogitDiff, LogProb, Metric, Prob
+from interp.causal import Logit, LogitDiff, LogProb, Metric, Prob
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.models import tokenize
 from interp.models import Model
-from interp.stream._inputs import require_model
+from interp.stream import require_model
 
 __all__ = ["Task", "load_task", "TASKS", "TASK_METRICS", "IOI_NAMES", "IOI_TEMPLATES", "CAPITALS"]
 
@@ -172,8 +172,8 @@ class Task:
 
     def check(self, model: Model) -> None:
         """A typed error if a pair differs in token length or an answer/wrong token is not one token for ``model``."""
-        from interp.causal._common import make_pair
-        from interp.attribution._answers import resolve_tokens
+        from interp.causal import make_pair
+        from interp.attribution import resolve_tokens
 
         require_model(model)
         make_pair(model, self.clean, self.corrupt, self.metric, need_corrupt=True)

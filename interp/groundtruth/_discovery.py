@@ -149,11 +149,8 @@ def _ablation_args(group: PromptGroup, ablation: str) -> dict[str, Any]:
 def _eap(model: Model, group: PromptGroup, ablation: str, steps: int, ig_at: str = "inputs") -> Tensor:
     """Per-prompt EAP / EAP-IG effects [n_edges, P] with the ablated writes of ``ablation`` (``ig_at``: the
     path of "inputs" or "activations", as :func:`interp.edge_attribution`)."""
-    from interp.causal._common import make_pair
-    from interp.edges._attribution import MetricReader
-    from interp.edges._forward import EdgeForward
-    from interp.edges._graph import circuit_graph
-    from interp.edges._patch import ablated_writes
+    from interp.causal import make_pair
+    from interp.edges import EdgeForward, MetricReader, ablated_writes, circuit_graph
 
     args = _ablation_args(group, ablation)
     pair = make_pair(model, group.clean, args["corrupt"], group.metric, need_corrupt=ablation == "resample")
@@ -196,10 +193,8 @@ def _reader_matrix(model: Any, kind: str, layer: int, head: int) -> Tensor:
 def testable_edges(task: DiscoveryTask, ablation: str, *, atol: float = 1e-5) -> Tensor:
     """Bool [n_edges]: the true edges (constant channels counted) along which ``ablation`` changes what the
     reader reads on some prompt of ``task`` (module docstring)."""
-    from interp.causal._common import make_pair
-    from interp.edges._forward import Acts, EdgeForward
-    from interp.edges._graph import circuit_graph
-    from interp.edges._patch import ablated_writes
+    from interp.causal import make_pair
+    from interp.edges import Acts, EdgeForward, ablated_writes, circuit_graph
 
     check_choice("ablation", ablation, ABLATIONS)
     model = task.model
@@ -238,10 +233,8 @@ def _patching(model: Model, group: PromptGroup, ablation: str, edges: Sequence[s
 def _acdc(model: Model, task: DiscoveryTask, ablation: str, graph: Any, taus: Sequence[float]) -> tuple[dict[float, Tensor], float]:
     """The edges ACDC keeps at each τ (relative to D(∅), the distance with every edge ablated):
     ({τ: bool [n_edges]}, D(∅)); module docstring."""
-    from interp.causal._common import make_pair
-    from interp.edges._attribution import MetricReader
-    from interp.edges._forward import EdgeForward
-    from interp.edges._patch import ablated_writes
+    from interp.causal import make_pair
+    from interp.edges import EdgeForward, MetricReader, ablated_writes
 
     runs = []  # per group: (forward, tokens, mask, ablated writes, metric reader, M(clean))
     for g in task.groups:

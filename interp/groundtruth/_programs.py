@@ -37,8 +37,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp.errors import ArgumentError, MissingPackageError
-from interp.models import Model
-from interp.models._tracr import model_from_tracr, tracr_is_numerical, tracr_output_label
+from interp.models import Model, model_from_tracr, tracr_is_numerical, tracr_output_label
 
 __all__ = ["ProgramSpec", "PROGRAMS", "TracrProgram", "compile_program", "program_names"]
 

@@ -9,12 +9,14 @@ figures are in :mod:`interp.report`.
 
 from interp.plots._attention import attention_pattern_figure
 from interp.plots._attention_view import AttentionView, attention_view
-from interp.plots._attribution import attribution_heatmap, attribution_waterfall
+from interp.plots._attribution import attribution_heatmap, attribution_vector, attribution_waterfall
 from interp.plots._causal import effects_figure, patch_figure
 from interp.plots._circuit_graph import circuit_graph_figure
-from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_token_table
+from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_token_table, top_token_values
+from interp.plots._common import esc, fmt, parse_head, token_label
+from interp.plots._compact import compact_figure, compact_runtime, compact_status
 from interp.plots._decomposition import decomposition_figure
-from interp.plots._export import Exporter, export
+from interp.plots._export import Exporter, export, find_browser, write_atomic
 from interp.plots._graph import composition_graph_figure
 from interp.plots._lens import logit_lens_figure
 from interp.plots._predict import predictions_figure
@@ -30,7 +32,7 @@ from interp.plots._scores import (
     virtual_weight_map,
 )
 from interp.plots._sources import head_source_heatmap, source_ov_figure
-from interp.plots._stream import residual_stream_figure
+from interp.plots._stream import residual_stream_figure, residual_stream_norms
 
 __all__ = [
     "AttentionView",
@@ -38,8 +40,12 @@ __all__ = [
     "attention_pattern_figure",
     "attention_view",
     "attribution_heatmap",
+    "attribution_vector",
     "attribution_waterfall",
     "circuit_graph_figure",
+    "compact_figure",
+    "compact_runtime",
+    "compact_status",
     "composition_graph_figure",
     "composition_score_map",
     "copying_score_map",
@@ -47,19 +53,27 @@ __all__ = [
     "edge_roc_figure",
     "effects_figure",
     "erasure_figure",
+    "esc",
     "export",
+    "find_browser",
+    "fmt",
     "head_score_map",
     "head_source_heatmap",
     "logit_lens_figure",
     "ov_eigenvalue_figure",
+    "parse_head",
     "patch_figure",
     "path_expansion_figure",
     "predictions_figure",
     "privileged_basis_figure",
     "residual_stream_figure",
+    "residual_stream_norms",
     "self_rank_histogram",
     "source_ov_figure",
     "subspace_overlap_map",
+    "token_label",
     "top_token_table",
+    "top_token_values",
     "virtual_weight_map",
+    "write_atomic",
 ]

@@ -40,10 +40,7 @@ from interp.edges import MIB_SIZES, edge_attribution, edge_patch, faithfulness_c
 from interp.errors import ArgumentError, InterpError
 from interp.labels import Head, HeadInput, Mlp, parse
 from interp.models import Model
-from interp.plots._attention_view import attention_view
-from interp.plots._circuit_graph import circuit_graph_figure
-from interp.plots._common import esc, fmt
-from interp.plots._export import Exporter, find_browser, write_atomic
+from interp.plots import Exporter, attention_view, circuit_graph_figure, esc, find_browser, fmt, write_atomic
 from interp.report._html import Page, data_table, kv_table
 from interp.report._report import (_decode, _export_static, _jsonable, _model_card, _prepare_out_dir, _resolve_model,
                                    _Steps)

@@ -15,8 +15,7 @@ from typing import Any, Optional, Sequence
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from interp.plots._common import esc
-from interp.plots._compact import compact_figure, compact_runtime, compact_status
+from interp.plots import compact_figure, compact_runtime, compact_status, esc
 
 __all__ = ["Page", "data_table", "kv_table"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Sequence, Union
 
 from interp.errors import ArgumentError
-from interp.plots._export import write_atomic
+from interp.plots import write_atomic
 from interp.report._html import _CSS, data_table, esc
 
 __all__ = ["report_index"]

@@ -40,8 +40,7 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from interp.attribution import attribute_direction, attribute_logits
-from interp.attribution._answers import resolve_tokens, warn_unspaced
+from interp.attribution import attribute_direction, attribute_logits, resolve_tokens, warn_unspaced
 from interp.causal import Direction, Logit, LogitDiff, effects
 from interp.circuits import (
     EFFECTIVE_EMBEDDING,
@@ -54,13 +53,26 @@ from interp._validate import check_positive_int
 from interp.errors import ArgumentError, ExportError, ShapeError, UnsupportedOperationError
 from interp.engine import load_model
 from interp.models import Model, readable_token
-from interp.plots._attention import attention_pattern_figure
-from interp.plots._attribution import attribution_heatmap, attribution_vector, attribution_waterfall
-from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_token_table, top_token_values
-from interp.plots._common import esc, fmt, parse_head, token_label
+from interp.plots import (
+    Exporter,
+    attention_pattern_figure,
+    attribution_heatmap,
+    attribution_vector,
+    attribution_waterfall,
+    copying_score_map,
+    esc,
+    find_browser,
+    fmt,
+    ov_eigenvalue_figure,
+    parse_head,
+    residual_stream_figure,
+    residual_stream_norms,
+    token_label,
+    top_token_table,
+    top_token_values,
+    write_atomic,
+)
 from interp.labels import Head
-from interp.plots._export import Exporter, find_browser, write_atomic
-from interp.plots._stream import residual_stream_figure, residual_stream_norms
 from interp.report._html import Page, data_table, kv_table
 from interp.stream import as_batch, attention_patterns, trace
 

@@ -3,11 +3,13 @@
 from interp.stream._attention import AttentionPatternBatch, AttentionPatterns, attention_patterns
 from interp.stream._capture import capture, count_hooks
 from interp.stream._decomposition import Decomposition
-from interp.stream._inputs import Batch, as_batch, tokenize
+from interp.stream._inputs import Batch, as_batch, check_tensor_data, require_model, tokenize
 from interp.stream._predict import Predictions, predict
 from interp.stream._trace import ResidualTrace, trace
+from interp.stream._trace_at import trace_at
 
 __all__ = [
     "AttentionPatternBatch", "AttentionPatterns", "Batch", "Decomposition", "Predictions", "ResidualTrace", "as_batch",
-    "attention_patterns", "capture", "count_hooks", "predict", "tokenize", "trace",
+    "attention_patterns", "capture", "check_tensor_data", "count_hooks", "predict", "require_model", "tokenize", "trace",
+    "trace_at",
 ]
