@@ -23,9 +23,8 @@ FAMILIES = ("gpt2", "llama", "neox", "bert")
 #: adjacent-pair partial rotary, lm_head bias), Qwen 3 (QK-norm), Gemma 2 (sandwich norms, soft-capped
 #: scores and logits, alternating windows), Gemma 3 (sandwich norms, QK-norm, a rotary table per layer type).
 MORE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text")
-#: Of those, the ones whose blocks EAP, edge patching and circuit evaluation implement (no QK-norm, sandwich
-#: norms or soft-capping: Qwen 3, Gemma 2 and Gemma 3 are refused by type there, tested).
-EDGE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj")
+#: Of those, the ones whose blocks EAP, edge patching and circuit evaluation implement (all of them).
+EDGE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text")
 #: Of those, the ones whose logits are linear in the final stream (Gemma 2 soft-caps them).
 LINEAR_LOGITS = tuple(f for f in MORE_FAMILIES if f != "gemma2")
 #: Families whose Hugging Face forward rounds through float32 inside attention even in a float64 model

@@ -41,14 +41,14 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._validate import check_bool, check_choice, check_positive_int
-from interp.causal._common import clean_output, make_pair
-from interp.causal._metrics import BoundMetric, final_norm
+from interp.causal import BoundMetric, clean_output, final_norm, make_pair
+from interp.engine import unembed
 from interp.edges._forward import Acts, EdgeForward
 from interp.edges._graph import CircuitGraph, circuit_graph
 from interp.edges._scores import EdgeScores
 from interp.errors import ArgumentError, CompletenessWarning, UnsupportedOperationError, warn_user
 from interp.models import Model
-from interp.stream._inputs import require_model
+from interp.stream import require_model
 
 __all__ = ["edge_attribution", "METHODS", "MetricReader", "COMPLETENESS_TOLERANCE", "check_completeness"]
 
@@ -78,7 +78,7 @@ class MetricReader:
     def head(self, y: Tensor) -> Tensor:
         b, w = self.bound, self.model.weights
         h = b.select(y, self.prompt) if b.positions is None else b.at(y, self.prompt)
-        out = h if b.space == "hidden" else (h @ w.need("W_U") + w.b_U if w.b_U is not None else h @ w.need("W_U"))
+        out = h if b.space == "hidden" else unembed(h, w.need("W_U"), w.b_U, self.model.arch.final_softcap)
         M = b(out, prompt=self.prompt, clean=self.clean_out)
         if torch.is_grad_enabled() and (not M.is_floating_point() or not M.requires_grad):
             raise ArgumentError(f"{self.name}={b.name!r} returned {M.dtype} values without a gradient; edge "

@@ -20,6 +20,13 @@ Two passes:
   ablated edge w → r's write replaced, x_r = Σ_w [(1 − K_wr) a_w + K_wr ã_w] + biases, with
   a_w this run's write, ã_w its ablated value, and every norm recomputed (post-norm: along r's own
   copy of the stream, every Add & Norm on the way).
+
+Sandwich norms (Gemma 2/3): a head's write a_h is its image through its layer's output norm at that run's
+own scale, γ' ⊙ z_h W_O^h / σ'(Σ_h z_h W_O^h + b_O) — the heads' images sum to the normed attention output,
+so every edge kept is the clean run and none the ablated run, exactly; an MLP's write is its normed output.
+QK-norm (Gemma 3, Qwen 3) sits inside a q/k reader, after its projection: the reader's gradient passes
+through it (its σ held under ``scale="frozen"``, as the reader's own norm is). Soft-capped scores and logits
+(Gemma 2) are computed as the model does.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from interp.engine import Engine, RunCache, allowed_keys, apply_rotary, require_capabilities
+from interp.engine import Engine, RunCache, allowed_keys, apply_rotary
+from interp.errors import UnsupportedArchitectureError
 from interp.edges._graph import CircuitGraph
 from interp.models import Model
 
@@ -101,8 +109,10 @@ class EdgeForward:
     """Forward passes of one model over its circuit graph (see the module docstring)."""
 
     def __init__(self, model: Model, graph: CircuitGraph, engine: Optional[Engine] = None):
-        require_capabilities(model, "edge attribution and circuit evaluation", "qk_norm", "sandwich_norms",
-                             "attn_softcap", "final_softcap")
+        if model.arch.sandwich_norms and model.arch.attn_bias:
+            raise UnsupportedArchitectureError(
+                f"edge attribution and circuit evaluation: model {model.name!r} has an attention output bias under "
+                "a sandwich norm (its image changes with the run's scale and is no edge), which is not implemented")
         self.model, self.g = model, graph
         self.e = engine if engine is not None else Engine(model)
         a = model.arch
@@ -166,6 +176,16 @@ class EdgeForward:
         """RoPE on x [P, T, n, d_head] with cos/sin [T, rotary_dim] (:func:`interp.engine.apply_rotary`)."""
         return apply_rotary(x, cos[:, None], sin[:, None], interleaved=self.a.rotary_interleaved)
 
+    def post_attn(self, l: int, raw: Tensor) -> Tensor:
+        """Layer l's attention output as it joins the stream (through its sandwich norm, if any)."""
+        g = self.w.ln1_post_w
+        return raw if g is None else raw / self.post1(l, raw) * g[l]
+
+    def post_mlp(self, l: int, raw: Tensor) -> Tensor:
+        """Layer l's MLP output as it joins the stream (through its sandwich norm, if any)."""
+        g = self.w.ln2_post_w
+        return raw if g is None else self.norm(raw, g[l], None)
+
     def _ln1(self, l: int, x: Tensor) -> Tensor:
         return x if self.post else self.norm(x, self.w.ln1_w[l], self.w.ln1_b[l])
 
@@ -178,32 +198,60 @@ class EdgeForward:
         return (qkv[..., : H * dh].view(P, T, H, dh), qkv[..., H * dh: (H + G) * dh].view(P, T, G, dh),
                 qkv[..., (H + G) * dh:].view(P, T, G, dh))
 
-    def _attend(self, l: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-        """z [P, T, H, dh] from pre-rotary q [P, T, H, dh] and k, v [P, T, G, dh] (the engine's attention)."""
-        e, a = self.e, self.a
+    def _qk_norm(self, x: Tensor, gain: Tensor, frozen: bool) -> Tensor:
+        """QK-norm: each head's vector x [..., heads, d_head] over d_head, times ``gain``; ``frozen`` holds σ
+        (the reader's own norm with its scale frozen, as ``scale="frozen"`` holds ln1's)."""
+        s = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.a.norm_eps)
+        return x * (s.detach() if frozen else s) * gain
+
+    def post1(self, l: int, raw: Tensor) -> Tensor:
+        """σ' [P, T, 1] of layer l's sandwich norm on its attention output ``raw`` [P, T, d]."""
+        return torch.sqrt(raw.pow(2).mean(-1, keepdim=True) + self.a.norm_eps)
+
+    def _attend(self, l: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, frozen: bool = False) -> Tensor:
+        """z [P, T, H, dh] from pre-rotary (pre-QK-norm) q [P, T, H, dh] and k, v [P, T, G, dh] (the engine's
+        attention)."""
+        e, a, w = self.e, self.a, self.w
         P, T = q.shape[:2]
         H, G, dh = self.H, self.G, self.dh
+        if a.qk_norm and w.q_norm_w is not None and w.k_norm_w is not None:
+            q, k = self._qk_norm(q, w.q_norm_w[l], frozen), self._qk_norm(k, w.k_norm_w[l], frozen)
         if a.positional == "rotary":
-            cos, sin = (t.clone() for t in e.rope(T))  # the engine may have cached them in inference mode
+            cos, sin = (t.clone() for t in e.rope(T, l))  # the engine may have cached them in inference mode
             q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
         k, v = k.transpose(1, 2), v.transpose(1, 2)  # [P, G, T, dh]
         allowed = mask[:, None, None, :].bool()  # [P, 1, 1, T] key padding
         if a.causal or a.window(l):
             allowed = allowed & allowed_keys(T, T, causal=a.causal, window=a.window(l), device=q.device)
-        if e.softmax_dtype == q.dtype:  # fused attention, the softmax in the model's precision
+        if e.softmax_dtype == q.dtype and not a.attn_softcap:  # fused attention, the softmax in the model's precision
             z = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=allowed,
                                                                  scale=e.scales[l], enable_gqa=G < H)
             return z.transpose(1, 2)  # [P, T, H, dh]
         qg = q.view(P, T, G, H // G, dh).permute(0, 2, 3, 1, 4)  # [P, G, H/G, T, dh]
         scores = torch.matmul(qg, k[:, :, None].transpose(-1, -2)) * e.scales[l]  # [P, G, H/G, T, T]
+        if a.attn_softcap:  # Gemma 2: c·tanh(scores / c), before the mask
+            scores = torch.tanh(scores / a.attn_softcap) * a.attn_softcap
         scores = scores.to(e.softmax_dtype).masked_fill(~allowed[:, :, None], torch.finfo(e.softmax_dtype).min)
         A = torch.softmax(scores, dim=-1).to(q.dtype)
         z = torch.matmul(A, v[:, :, None])  # [P, G, H/G, T, dh]
         return z.permute(0, 3, 1, 2, 4).reshape(P, T, H, dh)
 
     def head_writes(self, l: int, z: Tensor) -> Tensor:
-        """Each head's write z_h W_O^h, [P, H, T, d_model]."""
-        return torch.einsum("pthe,hed->phtd", z, self.w.W_O[l])
+        """Each head's write z_h W_O^h, [P, H, T, d_model] (under a sandwich norm: its image γ' ⊙ z_h W_O^h / σ'
+        at the run's own σ' — the layer's output norm, shared by its heads)."""
+        out = torch.einsum("pthe,hed->phtd", z, self.w.W_O[l])
+        if self.w.ln1_post_w is None:
+            return out
+        raw = z.reshape(*z.shape[:2], -1) @ self.W_O[l] + self.w.b_O[l]
+        return out * (self.w.ln1_post_w[l] / self.post1(l, raw))[:, None]
+
+    def head_delta(self, l: int, abl: Optional[Acts], this: Acts) -> Tensor:
+        """ã_h − a_h of layer l's heads, [P, H, T, d]: through Δz (one product), or under a sandwich norm the
+        difference of the two runs' images (each at its own σ'; zero ablation: the image is 0)."""
+        if self.w.ln1_post_w is None:
+            return self.head_writes(l, (abl.z[l] - this.z[l]) if abl is not None else -this.z[l])
+        mine = self.head_writes(l, this.z[l])
+        return (self.head_writes(l, abl.z[l]) - mine) if abl is not None else -mine
 
     def delta(self, abl: Optional[Acts], this: Acts) -> Tensor:
         """ã_w − a_w for every writer, [P, W, T, d] (heads through Δz: one product per layer)."""
@@ -213,8 +261,7 @@ class EdgeForward:
         for site, i in self.embed_idx.items():
             out[:, i] = (abl.embed[site] - this.embed[site]) if abl is not None else -this.embed[site]
         for l in range(self.a.n_layers):
-            dz = (abl.z[l] - this.z[l]) if abl is not None else -this.z[l]
-            out[:, self.head0[l]: self.head0[l] + self.H] = self.head_writes(l, dz)
+            out[:, self.head0[l]: self.head0[l] + self.H] = self.head_delta(l, abl, this)
             if self.mlp_w[l] >= 0:
                 m = this.mlp[l]
                 if m is None:
@@ -229,6 +276,9 @@ class EdgeForward:
             a = this.embed[wi.site][p]
             return (abl.embed[wi.site][p] - a) if abl is not None else -a
         if wi.kind == "head":
+            if self.w.ln1_post_w is not None:  # the images' difference (see head_delta)
+                pick = torch.tensor([p], device=this.z[0].device)
+                return self.head_delta(wi.layer, None if abl is None else abl.select(pick), this.select(pick))[0, wi.head]
             z = this.z[wi.layer][p, :, wi.head]
             dz = (abl.z[wi.layer][p, :, wi.head] - z) if abl is not None else -z
             return dz @ self.w.W_O[wi.layer, wi.head]
@@ -275,11 +325,15 @@ class EdgeForward:
                 qkv = self._ln1(l, x) @ self.W_qkv[l] + self.b_qkv[l]
                 handles.append(qkv)
                 qkvs.append(qkv.detach())
-                z = self._attend(l, *self._split(qkv), mask)
+                z = self._attend(l, *self._split(qkv), mask, frozen=frozen)
                 zs.append(z.detach())
-                attn = z.reshape(P, T, -1) @ self.W_O[l] + w.b_O[l]
+                attn = self.post_attn(l, z.reshape(P, T, -1) @ self.W_O[l] + w.b_O[l])
                 if every:  # the ablated attention output (b_O alone when the ablation zeroes z)
-                    ab = w.b_O[l] if abl is None else abl.z[l].reshape(P, T, -1) @ self.W_O[l] + w.b_O[l]
+                    if w.ln1_post_w is not None:  # its image through the sandwich norm (0 under zero ablation)
+                        ab = torch.zeros_like(attn) if abl is None else self.post_attn(
+                            l, abl.z[l].reshape(P, T, -1) @ self.W_O[l] + w.b_O[l])
+                    else:
+                        ab = w.b_O[l] if abl is None else abl.z[l].reshape(P, T, -1) @ self.W_O[l] + w.b_O[l]
                     attn = alpha * attn + (1 - alpha) * ab
                 if self.post:
                     norm_in[f"ln1.{l}"] = (x + attn).detach()
@@ -297,7 +351,7 @@ class EdgeForward:
                 # _ln2 would return `mid` itself, and its gradient would include the residual path past the MLP
                 h2 = mid * 1.0 if self.post or a.norm == "none" else self._ln2(l, mid)
                 handles.append(h2)
-                m = self.mlp(l, h2)
+                m = self.post_mlp(l, self.mlp(l, h2))
                 ms.append(m.detach())
                 if every:
                     ab_m = abl.mlp[l] if abl is not None else torch.zeros_like(m)
@@ -436,6 +490,8 @@ class EdgeForward:
         def head_delta(l: int, z: Tensor) -> Tensor:
             return self.head_writes(l, (abl.z[l] - z) if abl is not None else -z)
 
+        sandwich = w.ln1_post_w is not None
+
         def mlp_delta(l: int, m: Tensor) -> Tensor:
             return (abl.mlp[l] - m) if abl is not None else -m  # type: ignore[operator]
 
@@ -498,10 +554,14 @@ class EdgeForward:
                 else:
                     q, k, v = self._split(self._ln1(l, x) @ self.W_qkv[l] + self.b_qkv[l])
                 z = self._attend(l, q, k, v, mask)
-                dz = (abl.z[l] - z) if abl is not None else -z
                 Dh = D[nw: nw + H]
-                torch.bmm(dz.permute(2, 0, 1, 3).reshape(H, P * T, self.dh), w.W_O[l], out=Dh.view(H, P * T, d))
-                attn = z.reshape(P, T, -1) @ self.W_O[l] + w.b_O[l]
+                if sandwich:  # each head's image at its run's σ' (see head_delta)
+                    this_l = Acts(embed={}, z=[z if i == l else z[:0] for i in range(l + 1)], mlp=[])
+                    Dh.copy_(self.head_delta(l, abl, this_l).transpose(0, 1))
+                else:
+                    dz = (abl.z[l] - z) if abl is not None else -z
+                    torch.bmm(dz.permute(2, 0, 1, 3).reshape(H, P * T, self.dh), w.W_O[l], out=Dh.view(H, P * T, d))
+                attn = self.post_attn(l, z.reshape(P, T, -1) @ self.W_O[l] + w.b_O[l])
                 if not self.has_mlp:
                     S.add_(Dh.sum(0))
                     x.add_(attn)
@@ -518,7 +578,7 @@ class EdgeForward:
                 else:
                     h_in = x + attn
                 S.add_(Dh.sum(0))
-                m = self.mlp(l, self._ln2(l, h_in))
+                m = self.post_mlp(l, self.mlp(l, self._ln2(l, h_in)))
                 i = self.mlp_w[l]
                 if abl is not None:
                     torch.sub(abl.mlp[l], m, out=D[i])  # type: ignore[arg-type]

@@ -37,7 +37,7 @@ from interp.causal import (
     reference_acts,
     shared_prefix,
 )
-from interp.engine import Engine, Patch, RunCache, Variant, require_capabilities
+from interp.engine import Engine, Patch, RunCache, Variant
 from interp.edges._forward import Acts, EdgeForward
 from interp.edges._graph import CircuitGraph, ReaderInfo, WriterInfo, circuit_graph
 from interp.errors import ArgumentError
@@ -144,7 +144,8 @@ class _Replay:
         if ri.kind == "mlp":
             l = ri.layer
             x = V if post else self._n2(l, V)
-            return Patch(site="mlp_out", layer=l, rows=rows, value=self.fw.mlp(l, x)[None])
+            # the engine's mlp_out site is the output as it joins the stream (after a sandwich norm, if any)
+            return Patch(site="mlp_out", layer=l, rows=rows, value=self.fw.post_mlp(l, self.fw.mlp(l, x))[None])
         return Patch(site="final", layer=a.n_layers, rows=rows, value=V[None])
 
 
@@ -177,7 +178,6 @@ def edge_patch(
     if isinstance(edges, str) or not isinstance(edges, (list, tuple)) or not edges:
         raise ArgumentError(f"edges={edges!r:.80} must be a non-empty list of edge labels, e.g. "
                             "['L0.H3→L1.attn.k[H1]', 'L1.mlp→unembed']")
-    require_capabilities(model, "edge_patch", "qk_norm", "sandwich_norms", "attn_softcap", "final_softcap")
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=ablation == "corrupt")
     graph = circuit_graph(model)
     idx = graph.indices(edges).tolist()

@@ -33,4 +33,4 @@ def require_capabilities(model: Any, what: str, *unsupported: str) -> None:
         if test(a):
             raise UnsupportedArchitectureError(
                 f"{what}: model {model.name!r} ({a.family}) has {text}, which {what} does not implement yet; "
-                "patch, effects, path_patch, attribute_logits, trace and the logit lens run exactly on it")
+                "patch, effects, path_patch, trace, the logit lens and the edge analyses run exactly on it")

@@ -1,6 +1,6 @@
-"""The real Gemma 3 270M (catalog ``gemma3-270m``, offline): every analysis that runs on it is exact against
-an independent computation — the Hugging Face model's own logits and hidden state, transformer-lens's
-patching sweep on the same bridge — and the ones that do not yet implement its blocks refuse by type."""
+"""The real Gemma 3 270M (catalog ``gemma3-270m``, offline): the analyses are exact against an independent
+computation — the Hugging Face model's own logits and hidden state, transformer-lens's patching sweep on the
+same bridge — through its sandwich norms, QK-norm and sliding windows."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from transformer_lens import patching
 import interp
 from interp.causal import LogitDiff
 from interp.engine import self_check
-from interp.errors import UnsupportedArchitectureError
 
 pytestmark = [pytest.mark.real, pytest.mark.slow]
 
@@ -74,6 +73,16 @@ def test_all_heads_patching_equals_transformer_lens(gemma3):
     assert (r.head_matrix() - r.corrupt).abs().max() > 0.1  # some head matters
 
 
-def test_edge_attribution_refuses_by_type(gemma3):
-    with pytest.raises(UnsupportedArchitectureError, match="sandwich|QK-norm"):
-        interp.edge_attribution(gemma3, CLEAN, CORRUPT, metric=LogitDiff(" Mary", " John"), progress=False)
+def test_circuit_evaluation_endpoints_and_eap_ig_completeness(gemma3):
+    """Every edge in → the model's own clean metric; none → its corrupt metric (HF logits); EAP-IG's edges out
+    of the embedding sum to M(clean) − M(corrupt) within 10 %."""
+    m, met = gemma3, LogitDiff(" Mary", " John")
+    edges = list(interp.circuit_graph(m).edges)
+    full = interp.evaluate_circuit(m, CLEAN, CORRUPT, edges, metric=met)
+    none = interp.evaluate_circuit(m, CLEAN, CORRUPT, [], metric=met)
+    hc, hk = _hf_logits(m, CLEAN), _hf_logits(m, CORRUPT)
+    a, w = _tok(m, " Mary"), _tok(m, " John")
+    assert float(full.per_prompt[0][0]) == pytest.approx(float(hc[a] - hc[w]), abs=1e-4)
+    assert float(none.per_prompt[0][0]) == pytest.approx(float(hk[a] - hk[w]), abs=1e-4)
+    s = interp.edge_attribution(m, CLEAN, CORRUPT, metric=met, method="eap-ig", progress=False)
+    assert len(s) == len(edges) and s.completeness_error < 0.1 * abs(s.target)
