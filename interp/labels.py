@@ -16,6 +16,7 @@ Writes (terms that join the residual stream)::
     L3.ln1_bias  L3.ln2_bias  embed_ln_bias  final_bias
                                             NormBias(Norm(...))   a frozen norm's β (its own term)
     log_partition  wrong_lse_remainder      TargetTerm(...)       terms of a non-linear attribution target
+    softcap_remainder
 
 Reads (linear maps that see the stream)::
 
@@ -235,10 +236,11 @@ class HeadSource(_Label):
 @dataclass(frozen=True, eq=True, order=False)
 class TargetTerm(_Label):
     """A term an attribution target adds beyond the model's writes: ``log_partition`` (−log Σ_v exp logit_v of a
-    log-probability target) or ``wrong_lse_remainder`` (the gap of a logsumexp over wrong tokens beyond its
-    softmax-weighted mean)."""
+    log-probability target), ``wrong_lse_remainder`` (the gap of a logsumexp over wrong tokens beyond its
+    softmax-weighted mean) or ``softcap_remainder`` (a soft-capped logit c·tanh(z/c) beyond its first order
+    z·sech²(z/c) in the pre-cap logit z)."""
 
-    which: Literal["log_partition", "wrong_lse_remainder"]
+    which: Literal["log_partition", "wrong_lse_remainder", "softcap_remainder"]
 
     def __str__(self) -> str:
         return self.which
@@ -362,6 +364,7 @@ _FIXED: dict[str, _Label] = {
     "final": Output("final"),
     "log_partition": TargetTerm("log_partition"),
     "wrong_lse_remainder": TargetTerm("wrong_lse_remainder"),
+    "softcap_remainder": TargetTerm("softcap_remainder"),
 }
 _LAYERED = re.compile(r"L(\d+)\.(.+)")
 _RESID = re.compile(r"blocks\.(\d+)\.hook_resid_(pre|mid|post)")

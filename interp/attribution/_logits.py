@@ -33,7 +33,6 @@ from interp.attribution._answers import TokenSpec, resolve_positions, warn_unspa
 from interp.attribution._result import LogitAttribution
 from interp.attribution._sources import head_source_terms, require_head_sources
 from interp.attribution._targets import Targets, coefficients, combine, plan_reads, resolve_targets
-from interp.engine import require_capabilities
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Attn, Bias, Head, HeadSource, parse
 from interp.models import Model
@@ -127,6 +126,10 @@ def _chunk(model: Model, batch: Batch, p: Tensor, targets: Targets, start: int, 
     else:
         raise UnsupportedOperationError(f"model {model.name!r}: the pass kept neither the final norm's output nor logits")
     own = own.to(W_U.dtype)
+    cap = arch.final_softcap
+    pre = own  # the pre-cap logits z (the same tensor when nothing is capped)
+    if cap:  # Gemma 2 caps its logits, c·tanh(z/c): the terms decompose the pre-cap z (see below)
+        own = torch.tanh(pre / cap) * cap
     lse = torch.logsumexp(own, dim=-1) if targets.kind == "logprob" else None  # [R, K]
     dev = W_U.device
     n_cand = 1 + (max(len(targets.wrongs[start + i]) for i in range(b)) if targets.wrongs is not None else 0)
@@ -145,9 +148,15 @@ def _chunk(model: Model, batch: Batch, p: Tensor, targets: Targets, start: int, 
     u = torch.zeros(R, K, W_U.shape[0], dtype=W_U.dtype, device=dev)
     bias = torch.zeros(b, dtype=W_U.dtype, device=dev)
     log_z = torch.zeros(b, dtype=W_U.dtype, device=dev)
+    capped = torch.zeros(b, dtype=W_U.dtype, device=dev)
     has_bias = b_U is not None and bool((b_U != 0).any())
     for r in reads:
         c = coef[r.prompt][r.cand]
+        if cap:  # capped(z) = z·sech²(z/c) (first order, split over the terms of z) + a remainder term
+            y = own[r.row, r.j, r.token]  # the capped logit
+            slope = 1 - (y / cap) ** 2  # sech²(z/c) = 1 − tanh²(z/c)
+            capped[r.prompt] += c * (y - slope * pre[r.row, r.j, r.token])
+            c = c * slope
         u[r.row, r.j] += c * W_U[:, r.token]
         if has_bias and b_U is not None:
             bias[r.prompt] += c * b_U[r.token]
@@ -165,6 +174,8 @@ def _chunk(model: Model, batch: Batch, p: Tensor, targets: Targets, start: int, 
         extra.append(("unembed_bias", bias))
     if targets.kind == "logprob":
         extra.append(("log_partition", log_z))
+    if cap:
+        extra.append(("softcap_remainder", capped))
     if targets.wrongs is not None and targets.agg == "logsumexp":
         extra.append(("wrong_lse_remainder", torch.stack(remainder)))
     if extra:
@@ -229,8 +240,6 @@ def attribute_logits(
     largest |Σ terms − the model's own target| over prompts.
     """
     require_model(model)
-    # the logits must be linear in the final stream (a soft-capped logit is not a sum of terms)
-    require_capabilities(model, "attribute_logits", "final_softcap")
     arch = model.arch
     if unit not in UNITS:
         raise ArgumentError(f"unit={unit!r} is not allowed; use one of {UNITS}")

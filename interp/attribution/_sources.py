@@ -30,7 +30,6 @@ from torch import Tensor
 from interp._norms import apply_frozen, frozen_direction, norm_scale
 from interp._result import Result
 from interp._validate import check_index, check_int, check_positive_int
-from interp.engine import require_capabilities
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Head
 from interp.models import readable_token
@@ -45,7 +44,6 @@ __all__ = ["head_source_terms", "require_head_sources", "ov_at", "OVAt"]
 
 def require_head_sources(model: Model, what: str) -> None:
     """UnsupportedOperationError unless a head's write meets at most the final norm before the logits."""
-    require_capabilities(model, what, "sandwich_norms", "final_softcap")
     if model.arch.norm_placement == "post":
         raise UnsupportedOperationError(
             f"{what}: model {model.name!r} is post-norm; a head's write passes every later Add & Norm, so its split by "
@@ -71,7 +69,11 @@ def head_source_terms(model: Model, acts: dict[str, Tensor], u: Tensor, valid: T
     for l in range(arch.n_layers):
         A = acts[f"blocks.{l}.attn.hook_pattern"].to(dt)  # [r, H, k, S]
         v = acts[f"blocks.{l}.attn.hook_v"].to(dt)[:, :, kv]  # [r, S, H, dh]: each query head's KV head
-        WOg = torch.einsum("hed,rkd->rkhe", w.W_O[l].to(dt), g)  # [r, k, H, dh]
+        gl = g
+        if w.ln1_post_w is not None:  # sandwich norm: the layer's output norm at the read position, σ' frozen
+            s1 = norm_scale(acts[f"blocks.{l}.ln1_post.hook_in"], arch.norm, arch.norm_eps).to(dt)  # [r, k, 1]
+            gl = frozen_direction(g, w.ln1_post_w[l].to(dt), arch.norm) / s1
+        WOg = torch.einsum("hed,rkd->rkhe", w.W_O[l].to(dt), gl)  # [r, k, H, dh]
         vo = torch.einsum("rshe,rkhe->rkhs", v, WOg)  # [r, k, H, S]
         out.append(torch.einsum("rhks,rkhs->rhs", A, vo))
     return torch.stack(out, dim=1)  # [r, L, H, S]
@@ -179,11 +181,14 @@ def ov_at(model: Model, inputs: Union[str, list, Tensor], layer: int, head: int,
         raise ArgumentError(f"src={src} (position {s}) comes after dst={dst} (position {d}); a causal head reads "
                             "only earlier or equal positions")
     hv, hp = f"blocks.{layer}.attn.hook_v", f"blocks.{layer}.attn.hook_pattern"
-    names = [hv, hp] + (["ln_final.hook_in"] if arch.norm != "none" else [])
+    hs = f"blocks.{layer}.ln1_post.hook_in"  # a sandwich norm's input (the layer's attention output)
+    names = [hv, hp] + (["ln_final.hook_in"] if arch.norm != "none" else []) + ([hs] if arch.sandwich_norms else [])
     acts, _ = capture(model, batch, names, reducers={n: (lambda x: x[bi].clone()) for n in names})
     dt = w.W_O.dtype
     v = acts[hv][s, arch.kv_head(head)].to(dt)  # [d_head], b_V included
     copy = v @ w.W_O[layer, head]  # [d_model]
+    if w.ln1_post_w is not None:  # through the layer's sandwich norm, its scale at dst frozen
+        copy = apply_frozen(copy, w.ln1_post_w[layer], norm_scale(acts[hs][d], arch.norm, arch.norm_eps).to(dt), arch.norm)
     if arch.norm != "none":
         sigma = norm_scale(acts["ln_final.hook_in"][d], arch.norm, arch.norm_eps).to(dt)
         copy = apply_frozen(copy, w.need("lnf_w"), sigma, arch.norm)

@@ -18,7 +18,7 @@ from interp.plots import head_source_heatmap
 from interp.plots._common import quoted
 from tiny_models import tiny_model
 
-DECODERS = ("gpt2", "llama", "neox")
+DECODERS = ("gpt2", "llama", "neox", "gemma3_text")  # Gemma 3: each source's term through the sandwich norm
 PROMPTS = ["w1 w2 w3 w4 w5", "w6 w7", "w8 w9 w10 w11"]
 
 
@@ -32,6 +32,9 @@ def _manual_source_term(m, prompt, layer, head, src, dst, u, cache=None):
     A = cache[f"blocks.{layer}.attn.hook_pattern"][0, head, dst, src]
     v = cache[f"blocks.{layer}.attn.hook_v"][0, src, head // (a.n_heads // a.n_kv_heads)]
     write = A * (v @ m.weights.W_O[layer, head])
+    if a.sandwich_norms:  # the layer's output norm at dst, its scale read off the bridge's own hook
+        raw = cache[f"blocks.{layer}.ln1_post.hook_in"][0, dst]
+        write = write * m.weights.ln1_post_w[layer] / torch.sqrt(raw.pow(2).mean() + a.norm_eps)
     if a.norm == "none":
         return write @ u
     x = cache["ln_final.hook_in"][0, dst]

@@ -285,3 +285,27 @@ def test_attention_only_toy_without_norms():
     torch.testing.assert_close(a.total, ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(a.values.sum(0), ref, atol=1e-4, rtol=1e-5)
     assert a.top(1)["term"][0] == "L1.attn"  # the induction layer carries the prediction
+
+
+def test_soft_capped_logits_first_order_plus_remainder():
+    """Gemma 2 caps its logits, c·tanh(z/c): the terms split z·sech²(z/c) (each term of the pre-cap z times the
+    slope) and ``softcap_remainder`` holds the rest, so they add up to the model's own capped difference."""
+    m = tiny_model("gemma2")
+    hf = tiny_hf_model("gemma2")
+    toks = m.to_tokens("w1 w2 w3 w4")
+    a = attribute_logits(m, toks, answer="w7", wrong="w9")
+    ia, iw = (m.tokenizer.convert_tokens_to_ids(t) for t in ("w7", "w9"))
+    with torch.no_grad():
+        out = hf(toks, output_hidden_states=True)
+    cap = hf.config.final_logit_softcapping
+    z = out.hidden_states[-1][0, -1] @ hf.lm_head.weight.T  # the pre-cap logits, from HF's own final state
+    y = out.logits[0, -1]
+    torch.testing.assert_close(y, torch.tanh(z / cap) * cap, atol=1e-6, rtol=1e-5)  # HF caps as stated
+    assert float(a.logit[0]) == pytest.approx(float(y[ia] - y[iw]), abs=1e-6)
+    assert a.closure_error < 1e-6
+    slope = 1 - (y / cap) ** 2
+    first = float(slope[ia] * z[ia] - slope[iw] * z[iw])
+    terms = [lab for lab in a.labels if lab != "softcap_remainder"]
+    assert float(sum(a[lab] for lab in terms)) == pytest.approx(first, abs=1e-5)
+    assert float(a["softcap_remainder"]) == pytest.approx(float(y[ia] - y[iw]) - first, abs=1e-5)
+    assert abs(float(a["softcap_remainder"])) > 1e-4  # the cap bites on this tiny model (c = 0.3)
