@@ -139,20 +139,24 @@ def _pair(model: Model, clean: Any, corrupt: Any) -> tuple[Any, Any]:
 
 
 def _qk_hooks(model: Model, layer: int) -> list[str]:
-    """Hooks from which the scores' queries and keys are rebuilt: q, k, and (rotary) cos, sin."""
-    require_capabilities(model, "attribution_patch(qk_fix=True)", "qk_norm", "attn_softcap")
-    names = [f"blocks.{layer}.attn.hook_q", f"blocks.{layer}.attn.hook_k"]
+    """Hooks from which the scores' queries and keys are rebuilt: q, k (after the QK-norm where the model has one:
+    the vectors that meet in the scores), and (rotary) cos, sin."""
+    require_capabilities(model, "attribution_patch(qk_fix=True)", "attn_softcap")
+    qk = ("hook_q_normed", "hook_k_normed") if model.arch.qk_norm else ("hook_q", "hook_k")
+    names = [f"blocks.{layer}.attn.{qk[0]}", f"blocks.{layer}.attn.{qk[1]}"]
     if model.arch.positional == "rotary":
         names += [f"blocks.{layer}.attn.hook_cos", f"blocks.{layer}.attn.hook_sin"]
-        missing = [n for n in names if n not in model.bridge.hook_dict]
-        if missing:
-            raise UnsupportedOperationError(f"qk_fix=True: model {model.name!r} has no hooks {missing}")
+    missing = [n for n in names if n not in model.bridge.hook_dict]
+    if missing:
+        raise UnsupportedOperationError(f"qk_fix=True: model {model.name!r} has no hooks {missing}")
     return names
 
 
 def _qk(model: Model, store: dict[str, Tensor], names: list[str]) -> tuple[Tensor, Tensor]:
     """The (rotated) queries [b, T, H, d] and keys [b, T, G, d] that meet in the scores, in float64."""
     q, k = (store[n].detach().double() for n in names[:2])
+    if names[0].endswith("_normed"):  # the bridge keeps the QK-normed vectors heads-first: [b, n, T, d]
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
     if len(names) == 4:
         cos, sin = (store[n].detach().double() for n in names[2:])
         inter = model.arch.rotary_interleaved

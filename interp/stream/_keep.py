@@ -4,7 +4,7 @@ A head's pattern is A^h = softmax(q_h k_gᵀ / √d_head + mask) (g = the KV hea
 under GQA), and its output is z_h = A^h v_g. ``trace(..., keep=...)`` keeps, per layer:
 
     "patterns"  blocks.{l}.attn.hook_pattern   [batch, n_heads, query_pos, key_pos]
-    "q"         the queries the scores use      [batch, pos, n_heads, d_head]     (after RoPE, if rotary)
+    "q"         the queries the scores use      [batch, pos, n_heads, d_head]     (after QK-norm and RoPE)
     "k"         the keys the scores use         [batch, pos, n_kv_heads, d_head]  (after RoPE, if rotary)
     "v"         blocks.{l}.attn.hook_v          [batch, pos, n_kv_heads, d_head]  (b_V included)
 
@@ -55,12 +55,13 @@ def keep_hooks(model: Model, keep: Sequence[str]) -> dict[str, list[str]]:
     hooks = model.bridge.hook_dict
     items = list(keep)
     if {"q", "k"} & set(items):  # the kept q and k must give the pattern by softmax(q kᵀ · scale)
-        require_capabilities(model, "trace(keep=('q', 'k'))", "qk_norm", "attn_softcap")
+        require_capabilities(model, "trace(keep=('q', 'k'))", "attn_softcap")
     if model.arch.positional == "rotary" and {"q", "k"} & set(items):
         items += ["cos", "sin"]
     out: dict[str, list[str]] = {}
     for item in items:
-        names = [f"blocks.{l}.attn.{_HOOK[item]}" for l in range(model.arch.n_layers)]
+        hook = _HOOK[item] + ("_normed" if model.arch.qk_norm and item in ("q", "k") else "")  # after the QK-norm
+        names = [f"blocks.{l}.attn.{hook}" for l in range(model.arch.n_layers)]
         missing = [n for n in names if n not in hooks]
         if missing:
             raise ArgumentError(f"keep={tuple(keep)!r}: this model's bridge has no hook {missing[0]!r} for {item!r}")
@@ -76,6 +77,8 @@ def kept_tensor(acts: Mapping[str, Tensor], kept: Mapping[str, list[str]], item:
         raise ArgumentError(f"this trace did not keep {item!r}; trace again with keep=({item!r},) "
                             f"(allowed items: {', '.join(KEEP)})")
     xs = [acts[h] for h in hooks]
+    if hooks[0].endswith("_normed"):  # the bridge keeps the QK-normed q and k heads-first: [b, n, pos, d]
+        xs = [x.transpose(1, 2) for x in xs]
     if item in ("q", "k") and "cos" in kept:
         xs = [apply_rotary(x, acts[c][:, :, None], acts[s][:, :, None], interleaved=interleaved)
               for x, c, s in zip(xs, kept["cos"], kept["sin"])]

@@ -279,15 +279,16 @@ def test_qk_fix_refuses_a_bridge_without_rotary_hooks():
         attribution_patch(model, CLEAN, CORRUPT, metric=_metric(model, "gptj"), nodes=["L1.attn.q[H0]"], qk_fix=True)
 
 
-@pytest.mark.parametrize("family", ["qwen3", "gemma2", "gemma3_text"])
-def test_qk_fix_refuses_qk_norm_and_soft_capped_scores(family):
-    """The QK fix rebuilds scores as q·k from the bridge's hooks: with a QK-norm or capped scores it cannot."""
+@pytest.mark.parametrize("family", ["gemma2"])
+def test_qk_fix_refuses_soft_capped_scores(family):
+    """The QK fix rebuilds scores as q·k from the bridge's hooks: with capped scores it cannot."""
     model = tiny_model(family)
     with pytest.raises(UnsupportedArchitectureError, match="qk_fix"):
         attribution_patch(model, CLEAN, CORRUPT, metric=_metric(model, family), nodes=["L1.attn.q[H0]"], qk_fix=True)
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2", "neox", "bert", "qwen2", "mistral", "gemma", "phi3"])
+@pytest.mark.parametrize("family", ["llama", "gpt2", "neox", "bert", "qwen2", "mistral", "gemma", "phi3", "qwen3",
+                                    "gemma3_text"])
 @pytest.mark.parametrize("positions", ["all", "each"])
 def test_qk_fix_is_the_exact_pattern_change_times_the_pattern_gradient(family, positions):
     """AtP*: for q and k nodes, ĉ = Σ (A' − A)·∂M/∂A with A' from an actual patched forward pass."""

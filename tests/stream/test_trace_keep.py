@@ -5,7 +5,6 @@ each layer's output projection (the concatenated z, from an HF forward pre-hook)
 no transformer-lens code; a loaded trace against the trace it was saved from, bit for bit.
 """
 
-import math
 
 import pytest
 import torch
@@ -20,7 +19,9 @@ PROMPTS = ["w1 w2 w3 w4 w5", "w6 w7", "w8 w9 w10"]
 _OPROJ = {"gpt2": lambda hf, l: hf.transformer.h[l].attn.c_proj,
           "llama": lambda hf, l: hf.model.layers[l].self_attn.o_proj,
           "neox": lambda hf, l: hf.gpt_neox.layers[l].attention.dense,
-          "bert": lambda hf, l: hf.bert.encoder.layer[l].attention.output.dense}
+          "bert": lambda hf, l: hf.bert.encoder.layer[l].attention.output.dense,
+          "qwen3": lambda hf, l: hf.model.layers[l].self_attn.o_proj,
+          "gemma3_text": lambda hf, l: hf.model.layers[l].self_attn.o_proj}
 
 
 def _hf_pass(family, batch):
@@ -42,7 +43,7 @@ def _real(mask, b):
     return mask[b].bool()
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [*FAMILIES, "qwen3", "gemma3_text"])  # QK-norm: the normed q, k are kept
 def test_kept_patterns_q_k_v_are_the_models(family):
     m = tiny_model(family)
     tr = interp.trace(m, PROMPTS, keep=("patterns", "q", "k", "v"))
@@ -58,9 +59,11 @@ def test_kept_patterns_q_k_v_are_the_models(family):
             torch.testing.assert_close(tr.patterns[l, b][:, r][:, :, r], attn[l][b][:, r][:, :, r], atol=1e-6, rtol=1e-5)
             # q·kᵀ/√d_head, masked and softmaxed, is the pattern (after RoPE for rotary models)
             q, k = tr.q[l, b][r], tr.k[l, b][r].repeat_interleave(a.group_size, dim=1)  # [pos, H, dh]
-            s = torch.einsum("qhd,khd->hqk", q, k) / math.sqrt(a.d_head)
+            s = torch.einsum("qhd,khd->hqk", q, k) * a.attn_scale(l)  # 1/√d_head unless the model says otherwise
             if a.causal:
                 s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+            if a.window(l):  # a sliding window: keys t − w < s ≤ t only
+                s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).tril(-a.window(l)), float("-inf"))
             torch.testing.assert_close(torch.softmax(s, -1), attn[l][b][:, r][:, :, r], atol=1e-5, rtol=1e-4)
             # pattern · v is the input of the output projection (z), head by head
             v = tr.v[l, b][r].repeat_interleave(a.group_size, dim=1)  # [pos, H, dh]
