@@ -137,6 +137,15 @@ class Engine:
         """A sandwich norm on a sublayer's output before it is added (Gemma 2/3); x itself without one."""
         return x if gain is None else self.norm(x, gain, None)
 
+    def _sandwich(self, out: Tensor, gains: Optional[Tensor], l: int, keep: Callable[[str, Tensor], None],
+                  raw_site: str) -> Tensor:
+        """A sublayer's output as it joins the stream: through layer l's sandwich norm when ``gains`` is given
+        (the output before it kept as ``raw_site``), else ``out`` itself."""
+        if gains is None:
+            return out
+        keep(raw_site, out)
+        return self.post_norm(out, gains[l])
+
     def _rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         """RoPE on x [R, T, n, d_head] with cos/sin [T, rotary_dim] (:func:`interp.engine.apply_rotary`)."""
         return apply_rotary(x, cos[:, None], sin[:, None], interleaved=self.interleaved)
@@ -323,10 +332,7 @@ class Engine:
         z = self._apply(z, by.get("z"), t0, headed=True)
         keep("z", z)
         attn = _linear(z.reshape(R, T, H * dh), self.W_O[l], None if self.b_O is None else self.b_O[l])
-        if w.ln1_post_w is not None:
-            keep("attn_raw", attn)  # the attention output before its sandwich norm
-            attn = self.post_norm(attn, w.ln1_post_w[l])
-        attn = self._apply(attn, by.get("attn_out"), t0)
+        attn = self._apply(self._sandwich(attn, w.ln1_post_w, l, keep, "attn_raw"), by.get("attn_out"), t0)
         keep("attn_out", attn)
         # ``inplace`` (the sweep's own rows): the residual is updated in place, x += attn, x += mlp
         if a.norm_placement == "post":
@@ -345,11 +351,7 @@ class Engine:
             for p in by.get("mlp_in", ()):
                 h2 = h2.clone() if h2 is mid else h2
                 h2[p.rows] = self.norm(mid[p.rows] + p.value, w.ln2_w[l], w.ln2_b[l])
-            m = self.mlp(l, h2)
-            if w.ln2_post_w is not None:
-                keep("mlp_raw", m)  # the MLP output before its sandwich norm
-                m = self.post_norm(m, w.ln2_post_w[l])
-            m = self._apply(m, by.get("mlp_out"), t0)
+            m = self._apply(self._sandwich(self.mlp(l, h2), w.ln2_post_w, l, keep, "mlp_raw"), by.get("mlp_out"), t0)
             keep("mlp_out", m)
             if a.norm_placement == "post":
                 out = self.norm(mid + m, w.ln2_w[l], w.ln2_b[l])
