@@ -128,8 +128,8 @@ class EdgeForward:
         self.q0 = [next(i for i, r in enumerate(ri) if r.kind == "q" and r.layer == l) for l in range(a.n_layers)]
         self.mlp_r = [next((i for i, r in enumerate(ri) if r.kind == "mlp" and r.layer == l), -1) for l in range(a.n_layers)]
         self.out_r = self.R - 1
-        H, G = a.n_heads, a.n_kv_heads
-        self.H, self.G, self.dh = H, G, a.d_head
+        H, Hkv = a.n_heads, a.n_kv_heads
+        self.H, self.Hkv, self.dh = H, Hkv, a.d_head
         L, w = a.n_layers, self.w
         flat = lambda W: W.permute(0, 2, 1, 3).reshape(L, a.d_model, -1)  # [L, n, m, h] -> [L, m, (n h)]
         self.W_qkv = torch.cat([flat(w.W_Q), flat(w.W_K), flat(w.W_V)], dim=2).contiguous()  # [L, m, (H + 2G) h]
@@ -194,9 +194,9 @@ class EdgeForward:
 
     def _split(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         P, T = qkv.shape[:2]
-        H, G, dh = self.H, self.G, self.dh
-        return (qkv[..., : H * dh].view(P, T, H, dh), qkv[..., H * dh: (H + G) * dh].view(P, T, G, dh),
-                qkv[..., (H + G) * dh:].view(P, T, G, dh))
+        H, Hkv, dh = self.H, self.Hkv, self.dh
+        return (qkv[..., : H * dh].view(P, T, H, dh), qkv[..., H * dh: (H + Hkv) * dh].view(P, T, Hkv, dh),
+                qkv[..., (H + Hkv) * dh:].view(P, T, Hkv, dh))
 
     def _qk_norm(self, x: Tensor, gain: Tensor, frozen: bool) -> Tensor:
         """QK-norm: each head's vector x [..., heads, d_head] over d_head, times ``gain``; ``frozen`` holds σ
@@ -209,31 +209,31 @@ class EdgeForward:
         return torch.sqrt(raw.pow(2).mean(-1, keepdim=True) + self.a.norm_eps)
 
     def _attend(self, l: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, frozen: bool = False) -> Tensor:
-        """z [P, T, H, dh] from pre-rotary (pre-QK-norm) q [P, T, H, dh] and k, v [P, T, G, dh] (the engine's
+        """z [P, T, H, dh] from pre-rotary (pre-QK-norm) q [P, T, H, dh] and k, v [P, T, Hkv, dh] (the engine's
         attention)."""
         e, a, w = self.e, self.a, self.w
         P, T = q.shape[:2]
-        H, G, dh = self.H, self.G, self.dh
+        H, Hkv, dh = self.H, self.Hkv, self.dh
         if a.qk_norm and w.q_norm_w is not None and w.k_norm_w is not None:
             q, k = self._qk_norm(q, w.q_norm_w[l], frozen), self._qk_norm(k, w.k_norm_w[l], frozen)
         if a.positional == "rotary":
             cos, sin = (t.clone() for t in e.rope(T, l))  # the engine may have cached them in inference mode
             q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
-        k, v = k.transpose(1, 2), v.transpose(1, 2)  # [P, G, T, dh]
+        k, v = k.transpose(1, 2), v.transpose(1, 2)  # [P, Hkv, T, dh]
         allowed = mask[:, None, None, :].bool()  # [P, 1, 1, T] key padding
         if a.causal or a.window(l):
             allowed = allowed & allowed_keys(T, T, causal=a.causal, window=a.window(l), device=q.device)
         if e.softmax_dtype == q.dtype and not a.attn_softcap:  # fused attention, the softmax in the model's precision
             z = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=allowed,
-                                                                 scale=e.scales[l], enable_gqa=G < H)
+                                                                 scale=e.scales[l], enable_gqa=Hkv < H)
             return z.transpose(1, 2)  # [P, T, H, dh]
-        qg = q.view(P, T, G, H // G, dh).permute(0, 2, 3, 1, 4)  # [P, G, H/G, T, dh]
-        scores = torch.matmul(qg, k[:, :, None].transpose(-1, -2)) * e.scales[l]  # [P, G, H/G, T, T]
+        qg = q.view(P, T, Hkv, H // Hkv, dh).permute(0, 2, 3, 1, 4)  # [P, Hkv, H/Hkv, T, dh]
+        scores = torch.matmul(qg, k[:, :, None].transpose(-1, -2)) * e.scales[l]  # [P, Hkv, H/Hkv, T, T]
         if a.attn_softcap:  # Gemma 2: c·tanh(scores / c), before the mask
             scores = torch.tanh(scores / a.attn_softcap) * a.attn_softcap
         scores = scores.to(e.softmax_dtype).masked_fill(~allowed[:, :, None], torch.finfo(e.softmax_dtype).min)
         A = torch.softmax(scores, dim=-1).to(q.dtype)
-        z = torch.matmul(A, v[:, :, None])  # [P, G, H/G, T, dh]
+        z = torch.matmul(A, v[:, :, None])  # [P, Hkv, H/Hkv, T, dh]
         return z.permute(0, 3, 1, 2, 4).reshape(P, T, H, dh)
 
     def head_writes(self, l: int, z: Tensor) -> Tensor:
@@ -368,7 +368,7 @@ class EdgeForward:
             grads = torch.autograd.grad(M.sum(), handles + [y], allow_unused=True)
         G = torch.empty(P, self.R, T, a.d_model, dtype=self.model.dtype, device=tokens.device)
         per = 2 if self.has_mlp else 1
-        n = self.H + 2 * self.G
+        n = self.H + 2 * self.Hkv
         for l in range(a.n_layers):
             r0 = self.q0[l]
             gq = grads[per * l]
@@ -396,7 +396,7 @@ class EdgeForward:
         the forward's own projection ``qkv`` less its biases (b_qkv, and β W for LayerNorm)."""
         a = self.a
         P, T = g.shape[:2]
-        n, dh, d = self.H + 2 * self.G, self.dh, a.d_model
+        n, dh, d = self.H + 2 * self.Hkv, self.dh, a.d_model
         W = self.W_qkv[l]  # [d, n dh]
         plain = self.post or a.norm == "none"
         if not plain:
@@ -485,7 +485,7 @@ class EdgeForward:
         d = a.d_model
         K = (K.to(self.model.dtype) * self.g.mask.to(K.device)).to(tokens.device)
         dev, dt = tokens.device, self.model.dtype
-        H, Gk = self.H, self.G
+        H, Hkv = self.H, self.Hkv
 
         def head_delta(l: int, z: Tensor) -> Tensor:
             return self.head_writes(l, (abl.z[l] - z) if abl is not None else -z)
@@ -512,7 +512,7 @@ class EdgeForward:
                     torch.neg(parts[site], out=D[i])
             torch.sum(D[: self.n_embed], 0, out=S)
             vis = self.g.mask.to(dev)
-            n = H + 2 * Gk
+            n = H + 2 * Hkv
             L = a.n_layers
             # each layer's readers (the metric's as layer L): C, comp and the columns whose input is not x
             specs: list[tuple[int, Tensor, Tensor, list[int]]] = []
@@ -632,7 +632,7 @@ class EdgeForward:
         return torch.mm(Cx, Bv.view(Bv.shape[0], -1), out=out).view(-1, P * T, d)
 
     def _read_qkv(self, l: int, X: Tensor, P: int, T: int) -> tuple[Tensor, Tensor, Tensor]:
-        """q [P, T, H, dh], k, v [P, T, G, dh] from each q/k/v reader's own input X [n, P T, d] (changed in
+        """q [P, T, H, dh], k, v [P, T, Hkv, dh] from each q/k/v reader's own input X [n, P T, d] (changed in
         place): N(x_r) W_r + b_r. Pre-norm in full precision: ((x_r − μ) ⊙ γ) W_r / σ_r + β W_r + b_r (RMS: no
         μ, no β) — the norm's gain folded into W and its scale applied after the product, on d_head columns."""
         n, PT, d = X.shape
@@ -651,8 +651,8 @@ class EdgeForward:
             out = torch.bmm(X, W * gain[:, None] if gain is not None else W)
             out.mul_(ms.add_(self.a.norm_eps).rsqrt_())
         out = out.view(n, P, T, self.dh).permute(1, 2, 0, 3) + b  # [P, T, n, dh]
-        H, G = self.H, self.G
-        return out[:, :, :H], out[:, :, H: H + G], out[:, :, H + G:]
+        H, Hkv = self.H, self.Hkv
+        return out[:, :, :H], out[:, :, H: H + Hkv], out[:, :, H + Hkv:]
 
     def _evaluate_post(self, tokens: Tensor, mask: Tensor, parts: dict[str, Tensor], D: Tensor, head_delta: Any,
                        mlp_delta: Any, K: Tensor, read: Any) -> Tensor:
@@ -660,7 +660,7 @@ class EdgeForward:
         its ablated writers' values and every Add & Norm recomputed on it."""
         e, a, w = self.e, self.a, self.w
         P, T = tokens.shape
-        H, Gk = self.H, self.G
+        H, Hkv = self.H, self.Hkv
         special = [r for r in range(self.R) if bool((K[:, r] != 0).any())]
         sp = torch.tensor(special, dtype=torch.long, device=K.device)
         Ks = K[:, sp]  # [W, S]
@@ -682,10 +682,10 @@ class EdgeForward:
 
         for l in range(a.n_layers):
             r0 = self.q0[l]
-            hn = inputs(x, list(range(r0, r0 + H + 2 * Gk)))
+            hn = inputs(x, list(range(r0, r0 + H + 2 * Hkv)))
             q = torch.einsum("pthd,hde->pthe", hn[:, :, :H], w.W_Q[l]) + w.b_Q[l]
-            k = torch.einsum("pthd,hde->pthe", hn[:, :, H: H + Gk], w.W_K[l]) + w.b_K[l]
-            v = torch.einsum("pthd,hde->pthe", hn[:, :, H + Gk:], w.W_V[l]) + w.b_V[l]
+            k = torch.einsum("pthd,hde->pthe", hn[:, :, H: H + Hkv], w.W_K[l]) + w.b_K[l]
+            v = torch.einsum("pthd,hde->pthe", hn[:, :, H + Hkv:], w.W_V[l]) + w.b_V[l]
             z = self._attend(l, q, k, v, mask)
             nw = self.head0[l]
             D[:, nw: nw + H] = head_delta(l, z)

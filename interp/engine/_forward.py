@@ -90,7 +90,8 @@ class Engine:
         if a.norm_placement not in ("pre", "post"):
             raise UnsupportedArchitectureError(f"model {model.name!r}: norm_placement={a.norm_placement!r}")
         L, H, Hkv, dh = a.n_layers, a.n_heads, a.n_kv_heads, a.d_head
-        self.L, self.H, self.Hkv, self.dh, self.G = L, H, Hkv, dh, H // Hkv
+        self.L, self.H, self.Hkv, self.dh = L, H, Hkv, dh
+        self.group = H // Hkv  # query heads per KV head
         # fused q|k|v projection per layer: [L, d_model, (H + 2 Hkv) d_head]
         flat = lambda W: W.permute(0, 2, 1, 3).reshape(L, a.d_model, -1)  # [L, n, m, h] -> [L, m, n h]
         self.W_qkv = torch.cat([flat(w.W_Q), flat(w.W_K), flat(w.W_V)], dim=2).contiguous()
@@ -260,7 +261,7 @@ class Engine:
         """
         a, w = self.arch, self.w
         R, T, d = x.shape
-        H, Hkv, dh, G = self.H, self.Hkv, self.dh, self.G
+        H, Hkv, dh, group = self.H, self.Hkv, self.dh, self.group
         by: dict[str, list[Patch]] = {}
         for p in patches:
             by.setdefault(p.site, []).append(p)
@@ -314,11 +315,11 @@ class Engine:
         need_pattern = ("pattern" in by or "pattern" in cap or self.softmax_dtype != self.model.dtype
                         or bool(a.attn_softcap))
         if not need_pattern:  # fused attention: z = softmax(q kᵀ · scale + mask) v
-            z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=self.scales[l], enable_gqa=G > 1)
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=self.scales[l], enable_gqa=group > 1)
             z = z.transpose(1, 2)  # [R, T, H, dh]
         else:
-            qg = q.reshape(R, Hkv, G, T, dh)
-            scores = torch.matmul(qg, k[:, :, None].transpose(-1, -2)) * self.scales[l]  # [R, Hkv, G, T, N]
+            qg = q.reshape(R, Hkv, group, T, dh)
+            scores = torch.matmul(qg, k[:, :, None].transpose(-1, -2)) * self.scales[l]  # [R, Hkv, group, T, N]
             if a.attn_softcap:  # Gemma 2: c·tanh(scores / c), before the mask
                 scores = torch.tanh(scores / a.attn_softcap) * a.attn_softcap
             scores = scores.to(self.softmax_dtype)
@@ -327,7 +328,7 @@ class Engine:
             A = torch.softmax(scores, dim=-1).to(x.dtype).reshape(R, H, T, N)
             A = self._apply(A, by.get("pattern"), t0, headed=True, pattern=True)
             keep("pattern", A)
-            z = torch.matmul(A.view(R, Hkv, G, T, N), v[:, :, None])  # [R, Hkv, G, T, dh]
+            z = torch.matmul(A.view(R, Hkv, group, T, N), v[:, :, None])  # [R, Hkv, group, T, dh]
             z = z.reshape(R, H, T, dh).transpose(1, 2)
         z = self._apply(z, by.get("z"), t0, headed=True)
         keep("z", z)
