@@ -72,6 +72,7 @@ NOT_RESULTS = {
     "OutputMargin": "a metric specification",
     "PromptGroup": "equal-length prompts with their resample partners (the input of an analysis)",
     "DiscoveryTask": "a model with a known circuit and its prompts (the input of a discovery benchmark)",
+    "Transcoder": "a feature dictionary's weights (the input of an attribution graph), not a result",
 }
 
 
@@ -124,6 +125,13 @@ def _edge_ranking(m):
     return edge_ranking(induction_task(m["toy"], n_seqs=3, n=6), "eap", "resample")
 
 
+def _attribution_graph(m):
+    from interp.features import attribution_graph
+    from tiny_transcoders import random_transcoders
+
+    return attribution_graph(m["llama"], "w1 w2 w3 w4", random_transcoders(m["llama"], 8, seed=0))
+
+
 def _causal_metric():
     from interp.causal import LogitDiff
 
@@ -160,6 +168,7 @@ FACTORIES: dict[str, Callable[[dict], Any]] = {
                                                            metric=_causal_metric()),
     "EdgeRanking": lambda m: _edge_ranking(m),
     "Predictions": lambda m: interp.predict(m["gpt2"], ["w1 w2 w3 w4 w5", "w6 w7 w8"], k=4),
+    "AttributionGraph": lambda m: _attribution_graph(m),
     "FaithfulnessCurve": lambda m: interp.faithfulness_curve(m["gpt2"], EDGE_CLEAN, EDGE_CORRUPT, _edge_scores(m),
                                                              metric=_causal_metric(), sizes=(0.05, 0.2, 1.0), progress=False),
 }
@@ -350,7 +359,16 @@ def _check_predictions(r, label, v, rows):
         assert _close(row["prob"], r.top_probs[row["prompt"], row["rank"] - 1])
 
 
+def _check_attribution_graph(r, label, v, rows):
+    (row,) = rows.to_dict("records")
+    i = r.labels.index(label)
+    assert v == row and row["kind"] == r.node_kind[i] and _close(row["value"], r.value[i])
+    out = r.node_kind.index("logit")
+    assert _close(row["direct"], r.adjacency[out, i]) and _close(row["influence"], r.influence()[i])
+
+
 ROW_CHECKS: dict[str, Callable[[Any, str, Any, pd.DataFrame], None]] = {
+    "AttributionGraph": _check_attribution_graph,
     "Predictions": _check_predictions,
     "LogitAttribution": _check_logit_attribution, "Decomposition": _check_decomposition,
     "HeadScores": _check_head_scores, "OVDiagonalStats": _check_ov_diagonal, "VirtualWeightNorms": _check_virtual,

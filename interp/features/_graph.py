@@ -1,0 +1,260 @@
+"""Attribution graphs: the exact linear replacement model of one prompt, over per-layer transcoders.
+
+Run the model once. At each layer l and position p the transcoder reads the MLP's real input x_{l,p}
+(the second norm's output) and gives feature activations a_{l,p} and an output â_{l,p}; the **error
+node** e_{l,p} = MLP_l(x)_p − â_{l,p} is the rest of the MLP's real write. Now freeze every attention
+pattern and every norm's scale σ at the real forward's and replace each MLP write by the constant
+Σ_f a_{l,p,f} W_dec[f] + e_{l,p} (plus b_dec and, for a skip transcoder, the linear term x W_skipᵀ
+of the frozen stream). The resulting model is affine in its sources — the token embeddings, the
+feature activations and the error nodes — and reproduces the real forward exactly. Hence every target
+(an active feature's pre-activation, or the logit / logit difference) is
+
+    target = Σ_sources J_{target←s} · s + c_target,
+
+with J the Jacobian of the frozen model (direct effects through the residual stream and the frozen OV
+circuits; no path goes through another transcoder, whose activations are sources) and c_target its
+value with every source zero (all biases: b_enc, b_dec, attention biases, norm offsets, b_U). Edges are
+computed by backward passes from the targets, ``batch_size`` targets per pass (one row of a batched
+forward per target), never by materialising the model's Jacobian. docs/math.md, "Attribution graphs".
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from interp.attribution import TokenSpec, resolve_tokens
+from interp.engine import Engine
+from interp.errors import ArgumentError, UnsupportedArchitectureError
+from interp.features._result import AttributionGraph
+from interp.features._transcoder import Transcoder
+from interp.models import Model
+from interp.stream import as_batch, require_model
+
+__all__ = ["attribution_graph"]
+
+
+def _check(model: Model, transcoders: Sequence[Transcoder]) -> None:
+    a = model.arch
+    if a.norm_placement != "pre":
+        raise UnsupportedArchitectureError(f"model {model.name!r} is post-norm; attribution graphs need a pre-norm decoder")
+    if a.attn_only or model.weights.W_in.shape[-1] == 0:
+        raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to replace by transcoders")
+    if not a.causal or model.weights.W_U is None:
+        raise UnsupportedArchitectureError(f"model {model.name!r} is not a decoder with an unembedding")
+    if a.final_softcap:
+        raise UnsupportedArchitectureError(f"model {model.name!r} soft-caps its logits (not linear in the stream)")
+    if not isinstance(transcoders, (list, tuple)) or not all(isinstance(t, Transcoder) for t in transcoders):
+        raise ArgumentError("transcoders must be a list of interp.features.Transcoder, one per layer")
+    if len(transcoders) != a.n_layers:
+        raise ArgumentError(f"transcoders has {len(transcoders)} entries; model {model.name!r} has {a.n_layers} layers")
+    for l, t in enumerate(transcoders):
+        if t.d_model != a.d_model:
+            raise ArgumentError(f"transcoders[{l}] has d_model={t.d_model}; the model's is {a.d_model}")
+
+
+class _Frozen:
+    """The replacement model with attention patterns and norm scales frozen at one real forward."""
+
+    def __init__(self, e: Engine, tcs: list[Transcoder], patterns: list[Tensor], s1: list[Tensor], s2: list[Tensor],
+                 s_post: list[Optional[Tensor]], s_final: Tensor, dtype: torch.dtype):
+        self.e, self.a, self.tcs, self.dt = e, e.arch, tcs, dtype
+        self.w = e.w.to(dtype=dtype)
+        self.patterns, self.s1, self.s2, self.s_post, self.s_final = patterns, s1, s2, s_post, s_final
+
+    def norm(self, x: Tensor, gain: Optional[Tensor], bias: Optional[Tensor], sigma: Tensor) -> Tensor:
+        """A norm with its scale σ [n, 1] frozen: γ ⊙ (x − mean x)/σ + β (LayerNorm), γ ⊙ x/σ (RMSNorm)."""
+        kind = self.a.norm
+        if kind == "none":
+            return x
+        if kind == "layernorm":
+            x = x - x.mean(-1, keepdim=True)
+        y = x / sigma
+        if gain is not None:
+            y = y * gain
+        return y + bias if (bias is not None and kind == "layernorm") else y
+
+    def forward(self, emb: Tensor, leaves: list[Tensor], feats: list[tuple[Tensor, Tensor]], pos: int,
+                u: Tensor, b_u: Tensor) -> tuple[list[Tensor], Tensor]:
+        """Sources emb [B, n, d] and per-layer MLP leaves [B, n, d] → (per-layer pre-activations [B, m_l] of
+        the selected features (positions, feature ids), the metric [B])."""
+        a, w, e = self.a, self.w, self.e
+        G = a.n_heads // a.n_kv_heads  # query heads per KV head
+        x = emb
+        pres: list[Tensor] = []
+        for l in range(a.n_layers):
+            h1 = self.norm(x, w.ln1_w[l], w.ln1_b[l], self.s1[l])
+            v = torch.einsum("bnd,kdh->bnkh", h1, w.W_V[l]) + w.b_V[l]  # [B, n, Hkv, dh]
+            v = v.repeat_interleave(G, dim=2)  # query head h reads KV head h // G
+            z = torch.einsum("hqk,bkhd->bqhd", self.patterns[l], v)
+            attn = torch.einsum("bqhd,hdm->bqm", z, w.W_O[l]) + w.b_O[l]
+            if w.ln1_post_w is not None:
+                attn = self.norm(attn, w.ln1_post_w[l], None, self.s_post[l])  # type: ignore[arg-type]
+            mid = x if a.parallel_attn_mlp else x + attn
+            h2 = self.norm(mid, w.ln2_w[l], w.ln2_b[l], self.s2[l])
+            tc = self.tcs[l]
+            p_idx, f_idx = feats[l]
+            pres.append((h2[:, p_idx] * tc.W_enc[f_idx]).sum(-1) + tc.b_enc[f_idx])
+            m = leaves[l] + tc.b_dec + tc.skip(h2)
+            x = x + attn + m if a.parallel_attn_mlp else mid + m
+        hf = self.norm(x[:, pos], w.lnf_w, w.lnf_b, self.s_final[pos])
+        return pres, hf @ u + b_u
+
+
+def attribution_graph(
+    model: Model,
+    prompt: str | Tensor,
+    transcoders: Sequence[Transcoder],
+    *,
+    target: Optional[TokenSpec] = None,
+    wrong: Optional[TokenSpec] = None,
+    pos: int = -1,
+    batch_size: int = 64,
+) -> AttributionGraph:
+    """The exact attribution graph of ``prompt`` over per-layer ``transcoders`` (module docstring).
+
+    ``target`` is the token whose logit at position ``pos`` is the graph's output (default: the model's top
+    prediction there); with ``wrong`` the output is the logit difference target − wrong. Nodes: active
+    features (layer, position, feature), error nodes (one per layer and position), token embeddings (one
+    per position), the output. Edges: ``adjacency[target, source]``, the direct effect of the source on the
+    target's pre-activation (features) or on the output, through the replacement model with attention
+    patterns and norm scales frozen. Each target's constant term (all biases) is in ``bias``; the closure
+    ``max |value − (Σ edges + bias)|`` is stored as ``closure_error`` (``relative_error`` divides each by
+    Σ|edges| + |bias|). Pre-norm decoders with MLPs only (sequential or parallel blocks, sandwich norms).
+    """
+    require_model(model)
+    _check(model, transcoders)
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ArgumentError(f"batch_size={batch_size!r} must be a positive int")
+    batch = as_batch(model, prompt)
+    tokens, mask = batch.tokens, batch.attention_mask
+    if tokens.shape[0] != 1:
+        raise ArgumentError(f"prompt must be one prompt (a string or token ids [1, pos]), got {tokens.shape[0]}")
+    n = tokens.shape[1]
+    if not isinstance(pos, int) or not -n <= pos < n:
+        raise ArgumentError(f"pos={pos!r} must be an int in [{-n}, {n - 1}] for a prompt of {n} tokens")
+    pos = pos % n
+    a = model.arch
+    e = Engine(model)
+    dt = torch.float64 if model.dtype == torch.float64 else torch.float32
+    tcs = [t.to(device=tokens.device, dtype=dt) for t in transcoders]
+    cache = e.run(tokens, mask, capture={"pattern", "resid_mid", "mlp_out"}, keep_scales=True)
+
+    def c(t: Optional[Tensor]) -> Tensor:  # prompt 0, out of inference mode (autograd may save it), in dtype dt
+        if t is None:
+            raise RuntimeError("the engine did not keep an activation the graph needs")
+        return t[0].to(dt).clone()
+
+    # the real forward: norm scales, MLP inputs, features, error nodes
+    s1, s2, s_post, patterns = [], [], [], []
+    acts, errs, feats, pre_real = [], [], [], []
+    for l in range(a.n_layers):
+        x = c(cache.resid_pre[l])
+        mid = x if a.parallel_attn_mlp else c(cache.acts["resid_mid"][l])
+        s1.append(e.norm_scale(x))
+        s2.append(e.norm_scale(mid))
+        post = cache.scales.get("ln1_post")
+        s_post.append(None if post is None else c(post[l]))
+        patterns.append(c(cache.acts["pattern"][l]))
+        h2 = e.norm(mid, model.weights.ln2_w[l].to(dt), model.weights.ln2_b[l].to(dt))
+        pre = tcs[l].pre_activation(h2)
+        f = tcs[l].activate(pre)
+        errs.append(c(cache.acts["mlp_out"][l]) - tcs[l].decode(f, h2 if tcs[l].W_skip is not None else None))
+        p_idx, f_idx = f.nonzero(as_tuple=True)
+        feats.append((p_idx, f_idx))
+        acts.append(f[p_idx, f_idx])
+        pre_real.append(pre[p_idx, f_idx])
+    final = c(cache.final)
+    s_final = e.norm_scale(final)
+    emb = c(e.embed(cache.embed))
+
+    # the output: a logit or a logit difference at pos
+    w = model.weights
+    W_U, b_U = w.W_U.to(dt), (torch.zeros(a.d_vocab, dtype=dt, device=tokens.device) if w.b_U is None else w.b_U.to(dt))  # type: ignore[union-attr]
+    logits_real = e.norm(final[pos], w.lnf_w.to(dt) if w.lnf_w is not None else None,  # type: ignore[arg-type]
+                         None if w.lnf_b is None else w.lnf_b.to(dt)) @ W_U + b_U
+    t_id = int(logits_real.argmax()) if target is None else int(resolve_tokens(model, target, 1, "target")[0])
+    w_id = None if wrong is None else int(resolve_tokens(model, wrong, 1, "wrong")[0])
+    u, b_u = W_U[:, t_id], b_U[t_id]
+    if w_id is not None:
+        u, b_u = u - W_U[:, w_id], b_u - b_U[w_id]
+    out_real = logits_real[t_id] - (0 if w_id is None else logits_real[w_id])
+
+    frozen = _Frozen(e, tcs, patterns, s1, s2, s_post, s_final, dt)
+    L = a.n_layers
+    m_l = [len(x) for x in acts]
+    offs = [sum(m_l[:l]) for l in range(L)]
+    n_feat = sum(m_l)
+    n_err, n_tok = L * n, n
+    N = n_feat + n_err + n_tok + 1
+    A = torch.zeros(N, N, dtype=dt)
+    leaves_real = [errs[l].index_add(0, feats[l][0], acts[l][:, None] * tcs[l].W_dec[feats[l][1]]) for l in range(L)]
+
+    # constant terms: the frozen model with every source zero
+    with torch.no_grad():
+        zeros = torch.zeros(1, n, a.d_model, dtype=dt, device=tokens.device)
+        c_pres, c_out = frozen.forward(zeros, [zeros] * L, feats, pos, u, b_u)
+    bias = torch.zeros(N, dtype=dt)
+    value = torch.zeros(N, dtype=dt)
+    for l in range(L):
+        bias[offs[l]: offs[l] + m_l[l]] = c_pres[l][0].cpu()
+        value[offs[l]: offs[l] + m_l[l]] = pre_real[l].detach().cpu()
+    bias[-1], value[-1] = c_out[0].cpu(), out_real.detach().cpu()
+
+    # edges: one backward per batch of target rows (each row of the batch carries one target)
+    targets = list(range(n_feat)) + [N - 1]
+    for start in range(0, len(targets), batch_size):
+        rows = targets[start: start + batch_size]
+        B = len(rows)
+        src_e = emb.detach()[None].expand(B, n, a.d_model).clone().requires_grad_(True)
+        src_l = [lv.detach()[None].expand(B, n, a.d_model).clone().requires_grad_(True) for lv in leaves_real]
+        pres, out = frozen.forward(src_e, src_l, feats, pos, u, b_u)
+        allv = torch.cat(pres + [out[:, None]], dim=1)  # [B, n_feat + 1]
+        col = torch.tensor([r if r < n_feat else n_feat for r in rows], device=allv.device)
+        sel = allv.gather(1, col[:, None]).sum()
+        grads = torch.autograd.grad(sel, [src_e] + src_l)
+        g_e, g_l = grads[0].detach(), [g.detach() for g in grads[1:]]
+        with torch.no_grad():
+            R = torch.tensor(rows)
+            for l in range(L):
+                p_idx, f_idx = feats[l]
+                if m_l[l]:
+                    edge = (g_l[l][:, p_idx] * tcs[l].W_dec[f_idx]).sum(-1) * acts[l]  # [B, m_l]
+                    A[R, offs[l]: offs[l] + m_l[l]] = edge.cpu()
+                A[R, n_feat + l * n: n_feat + (l + 1) * n] = (g_l[l] * errs[l]).sum(-1).cpu()
+            A[R, n_feat + n_err: n_feat + n_err + n_tok] = (g_e * emb).sum(-1).cpu()
+
+    res = value - (A.sum(1) + bias)
+    res[n_feat: N - 1] = 0  # sources have no incoming edges
+    scale = A.abs().sum(1) + bias.abs()
+    tgt = torch.tensor(targets)
+    closure = float(res[tgt].abs().max())
+    relative = float((res[tgt].abs() / scale[tgt].clamp_min(torch.finfo(dt).tiny)).max())
+
+    labels, kinds, layers, poss, fids, act_col = [], [], [], [], [], torch.zeros(N, dtype=dt)
+    for l in range(L):
+        for j, (p, f) in enumerate(zip(feats[l][0].tolist(), feats[l][1].tolist())):
+            labels.append(f"L{l}.F{f}@{p}"); kinds.append("feature"); layers.append(l); poss.append(p); fids.append(f)
+        act_col[offs[l]: offs[l] + m_l[l]] = acts[l].detach().cpu()
+    for l in range(L):
+        for p in range(n):
+            labels.append(f"L{l}.mlp_error@{p}"); kinds.append("error"); layers.append(l); poss.append(p); fids.append(-1)
+    act_col[n_feat: n_feat + n_err] = torch.stack([er.detach().norm(dim=-1) for er in errs]).reshape(-1).cpu()
+    for p in range(n):
+        labels.append(f"embed@{p}"); kinds.append("token"); layers.append(-1); poss.append(p); fids.append(-1)
+    act_col[n_feat + n_err: N - 1] = emb.detach().norm(dim=-1).cpu()
+    tok_str = _tok(model, t_id) + ("" if w_id is None else f" − {_tok(model, w_id)}")
+    labels.append("logit"); kinds.append("logit"); layers.append(L); poss.append(pos); fids.append(-1)
+    return AttributionGraph(
+        adjacency=A, bias=bias, value=value, activation=act_col, node_labels=labels, node_kind=kinds,
+        node_layer=layers, node_pos=poss, node_feature=fids, tokens=tokens[0].tolist(),
+        target_ids=[t_id] if w_id is None else [t_id, w_id], target=tok_str,
+        closure_error=closure, relative_error=relative, n_layers=L, model_name=model.name,
+    )
+
+
+def _tok(model: Model, i: int) -> str:
+    tok = model.tokenizer
+    return repr(tok.decode([i])) if tok is not None else str(i)

@@ -1,0 +1,201 @@
+"""AttributionGraph: the nodes and edges of one prompt's exact attribution graph, pruning and scores.
+
+Nodes are ordered features, error nodes (layer-major, then position), token embeddings, the output,
+with ``adjacency[target, source]`` the direct effect of source on target. Influence (on the output):
+with Â the adjacency with |·| taken and each row normalised to sum 1, influence = w (Â + Â² + …) =
+w ((I − Â)⁻¹ − I), w the one-hot output weight (the graph is acyclic, so the series ends). Pruning keeps
+the nodes holding ``node_threshold`` of the total influence (tokens and the output always), then the
+edges holding ``edge_threshold`` of the edge influence Â_{ij}·(influence_i + w_i), then drops feature and
+error nodes left without an outgoing edge and features left without an incoming one, until nothing
+changes. The replacement score is token influence / (token + error influence); the completeness score is
+Σ_i (1 − Σ_{j error} Â_{ij})·(influence_i + w_i) / Σ_i (influence_i + w_i). docs/math.md, "Attribution graphs".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from interp._result import Result
+from interp.errors import ArgumentError
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+__all__ = ["AttributionGraph"]
+
+
+def _normalize(A: Tensor) -> Tensor:
+    a = A.abs()
+    return a / a.sum(1, keepdim=True).clamp_min(1e-10)
+
+
+def _influence(An: Tensor, w: Tensor) -> Tensor:
+    """w Â + w Â² + … (Â nilpotent on an acyclic graph)."""
+    cur = w @ An
+    total = cur.clone()
+    for _ in range(An.shape[0] + 1):
+        if not bool(cur.any()):
+            break
+        cur = cur @ An
+        total += cur
+    return total
+
+
+def _threshold(scores: Tensor, frac: float) -> Tensor:
+    s = torch.sort(scores.flatten(), descending=True).values
+    cum = torch.cumsum(s, 0) / s.sum().clamp_min(1e-30)
+    i = min(int(torch.searchsorted(cum, torch.tensor(frac, dtype=cum.dtype))), len(s) - 1)
+    return s[i]
+
+
+@dataclass(frozen=True)
+class AttributionGraph(Result):
+    """One prompt's attribution graph (module docstring and :func:`interp.features.attribution_graph`).
+
+    ``adjacency`` [N, N] (target, source); ``bias`` [N] each target's constant term; ``value`` [N] each
+    target's real value (a feature's pre-activation, the output); ``activation`` [N] a feature's
+    activation, ‖·‖ of an error node's or embedding's vector. Rows of the table: one per node, with its
+    ``influence`` on the output and its ``direct`` edge into the output.
+    """
+
+    adjacency: Tensor
+    bias: Tensor
+    value: Tensor
+    activation: Tensor
+    node_labels: list[str]
+    node_kind: list[str]
+    node_layer: list[int]
+    node_pos: list[int]
+    node_feature: list[int]
+    tokens: list[int]
+    target_ids: list[int]
+    target: str
+    closure_error: float
+    relative_error: float
+    n_layers: int
+    model_name: str
+
+    label_column: ClassVar[str] = "node"
+    default_by: ClassVar[str] = "influence"
+    default_absolute: ClassVar[bool] = True
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self.node_labels)
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.node_labels)
+
+    def _mask(self, kind: str) -> Tensor:
+        return torch.tensor([k == kind for k in self.node_kind], dtype=torch.bool)
+
+    def _logit_weights(self) -> Tensor:
+        return self._mask("logit").to(self.adjacency.dtype)
+
+    def influence(self) -> Tensor:
+        """Each node's influence on the output [N] (module docstring)."""
+        return _influence(_normalize(self.adjacency), self._logit_weights())
+
+    def to_dataframe(self) -> pd.DataFrame:
+        out = self._mask("logit")
+        direct = self.adjacency[out].sum(0) if bool(out.any()) else torch.zeros(self.n_nodes)
+        return pd.DataFrame({
+            "node": self.node_labels, "kind": self.node_kind, "layer": self.node_layer, "pos": self.node_pos,
+            "feature": self.node_feature, "activation": self.activation.tolist(), "value": self.value.tolist(),
+            "bias": self.bias.tolist(), "direct": direct.tolist(), "influence": self.influence().tolist(),
+        })
+
+    def _row(self, index: int) -> Any:
+        return self.to_dataframe().iloc[index].to_dict()
+
+    def edges(self) -> pd.DataFrame:
+        """The nonzero edges: ``source``, ``target``, ``weight``, largest |weight| first."""
+        t, s = self.adjacency.nonzero(as_tuple=True)
+        w = self.adjacency[t, s]
+        order = w.abs().argsort(descending=True)
+        return pd.DataFrame({"source": [self.node_labels[i] for i in s[order].tolist()],
+                             "target": [self.node_labels[i] for i in t[order].tolist()],
+                             "weight": w[order].tolist()})
+
+    def prune(self, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> "AttributionGraph":
+        """The graph restricted to the nodes and edges that carry the given fractions of influence (module
+        docstring); pruned edges are zero. ``bias``, ``value`` and the closure fields stay those of the full
+        graph (a pruned graph does not close)."""
+        for name, v in (("node_threshold", node_threshold), ("edge_threshold", edge_threshold)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+                raise ArgumentError(f"{name}={v!r} must be a number in [0, 1]")
+        A, w = self.adjacency, self._logit_weights()
+        keep_always = self._mask("token") | self._mask("logit")
+        feat, mid = self._mask("feature"), self._mask("feature") | self._mask("error")
+        infl = _influence(_normalize(A), w)
+        node = (infl >= _threshold(infl, node_threshold)) | keep_always
+        P = A.clone()
+        P[~node] = 0
+        P[:, ~node] = 0
+        Pn = _normalize(P)
+        scores = Pn * (_influence(Pn, w) + w)[:, None]
+        edge = scores >= _threshold(scores, edge_threshold)
+        old = None
+        while old is None or not torch.equal(old, node):
+            old = node.clone()
+            edge[~node] = False
+            edge[:, ~node] = False
+            node = node & ~(mid & ~edge.any(0))  # features and errors need an outgoing edge
+            node = node & ~(feat & ~edge.any(1))  # features need an incoming edge
+        edge[~node] = False
+        edge[:, ~node] = False
+        idx = node.nonzero(as_tuple=True)[0]
+        sub = (A * edge)[idx][:, idx]
+        pick = lambda xs: [xs[i] for i in idx.tolist()]  # noqa: E731
+        return AttributionGraph(
+            adjacency=sub.contiguous(), bias=self.bias[idx].contiguous(), value=self.value[idx].contiguous(),
+            activation=self.activation[idx].contiguous(), node_labels=pick(self.node_labels),
+            node_kind=pick(self.node_kind), node_layer=pick(self.node_layer), node_pos=pick(self.node_pos),
+            node_feature=pick(self.node_feature), tokens=list(self.tokens), target_ids=list(self.target_ids),
+            target=self.target, closure_error=self.closure_error, relative_error=self.relative_error,
+            n_layers=self.n_layers, model_name=self.model_name)
+
+    def replacement_score(self) -> float:
+        """Token influence / (token influence + error influence) on the output (module docstring)."""
+        infl = self.influence()
+        tok, err = float(infl[self._mask("token")].sum()), float(infl[self._mask("error")].sum())
+        return tok / (tok + err) if tok + err > 0 else float("nan")
+
+    def completeness_score(self) -> float:
+        """Σ_i (1 − error share of node i's normalised inputs)·(influence_i + w_i) / Σ_i (influence_i + w_i)."""
+        An = _normalize(self.adjacency)
+        w = self._logit_weights()
+        out = _influence(An, w) + w
+        non_err = 1 - An[:, self._mask("error")].sum(1)
+        return float((non_err * out).sum() / out.sum())
+
+    def plot(self, *, max_edges: int = 200) -> "go.Figure":
+        """Nodes at (position, layer) — embeddings at layer −1, the output above the last layer — and the
+        ``max_edges`` largest edges as lines (blue positive, red negative)."""
+        import plotly.graph_objects as go
+
+        fig = go.Figure()
+        e = self.edges().head(max_edges)
+        at = {lab: (p, l) for lab, p, l in zip(self.node_labels, self.node_pos, self.node_layer)}
+        for sign, colour in ((1, "rgba(31,119,180,0.5)"), (-1, "rgba(214,39,40,0.5)")):
+            xs: list[Any] = []
+            ys: list[Any] = []
+            for s, t, wt in zip(e["source"], e["target"], e["weight"]):
+                if (wt > 0) == (sign > 0):
+                    xs += [at[s][0], at[t][0], None]
+                    ys += [at[s][1], at[t][1], None]
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": colour, "width": 1},
+                                     hoverinfo="skip", showlegend=False))
+        for kind in ("token", "feature", "error", "logit"):
+            ids = [i for i, k in enumerate(self.node_kind) if k == kind]
+            fig.add_trace(go.Scatter(x=[self.node_pos[i] for i in ids], y=[self.node_layer[i] for i in ids],
+                                     mode="markers", name=kind, text=[self.node_labels[i] for i in ids]))
+        fig.update_layout(title=f"attribution graph of {self.target} ({self.model_name})",
+                          xaxis_title="position", yaxis_title="layer")
+        return fig

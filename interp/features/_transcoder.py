@@ -1,0 +1,175 @@
+"""Per-layer transcoders: a sparse dictionary that reads an MLP's input and writes its output.
+
+A transcoder of layer l maps the MLP's input x (the second norm's output) to an estimate of the MLP's
+write::
+
+    pre  = x W_encᵀ + b_enc                      [..., F]
+    f    = act(pre)                              relu | jumprelu (pre · [pre > θ]) | topk (relu, k largest kept)
+    out  = f W_dec + b_dec (+ x W_skipᵀ)         [..., d_model]
+
+A *skip* transcoder adds the linear term x W_skipᵀ. The MLP's real write minus ``out`` is the layer's
+error node in an attribution graph (docs/math.md, "Attribution graphs").
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from interp.errors import ArgumentError, ResultFormatError
+
+__all__ = ["ACTIVATIONS", "Transcoder", "load_transcoders"]
+
+#: the activation functions a transcoder may use
+ACTIVATIONS = ("relu", "jumprelu", "topk")
+
+
+@dataclass(frozen=True)
+class Transcoder:
+    """One layer's transcoder (see the module docstring): W_enc [F, d], b_enc [F], W_dec [F, d], b_dec [d],
+    an optional W_skip [d, d] (out += x W_skipᵀ), ``activation`` in :data:`ACTIVATIONS`, ``threshold`` [F]
+    for "jumprelu" and ``k`` for "topk"."""
+
+    W_enc: Float[Tensor, "n_features d_model"]
+    b_enc: Float[Tensor, "n_features"]
+    W_dec: Float[Tensor, "n_features d_model"]
+    b_dec: Float[Tensor, "d_model"]
+    W_skip: Optional[Float[Tensor, "d_model d_model"]] = None
+    activation: str = "relu"
+    threshold: Optional[Float[Tensor, "n_features"]] = None
+    k: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.activation not in ACTIVATIONS:
+            raise ArgumentError(f"activation={self.activation!r} is not one of {ACTIVATIONS}")
+        if self.W_enc.ndim != 2 or self.W_dec.shape != self.W_enc.shape:
+            raise ArgumentError(f"W_enc {tuple(self.W_enc.shape)} and W_dec {tuple(self.W_dec.shape)} must both be "
+                                "[n_features, d_model]")
+        F_, d = self.W_enc.shape
+        if tuple(self.b_enc.shape) != (F_,) or tuple(self.b_dec.shape) != (d,):
+            raise ArgumentError(f"b_enc {tuple(self.b_enc.shape)} must be [{F_}] and b_dec {tuple(self.b_dec.shape)} [{d}]")
+        if self.W_skip is not None and tuple(self.W_skip.shape) != (d, d):
+            raise ArgumentError(f"W_skip {tuple(self.W_skip.shape)} must be [{d}, {d}]")
+        if self.activation == "jumprelu" and (self.threshold is None or tuple(self.threshold.shape) != (F_,)):
+            raise ArgumentError(f"activation='jumprelu' needs threshold of shape [{F_}]")
+        if self.activation == "topk" and not (isinstance(self.k, int) and 0 < self.k <= F_):
+            raise ArgumentError(f"activation='topk' needs k in [1, {F_}], got k={self.k!r}")
+
+    @property
+    def n_features(self) -> int:
+        return int(self.W_enc.shape[0])
+
+    @property
+    def d_model(self) -> int:
+        return int(self.W_enc.shape[1])
+
+    def pre_activation(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... n_features"]:
+        """x W_encᵀ + b_enc."""
+        return x @ self.W_enc.T + self.b_enc
+
+    def activate(self, pre: Float[Tensor, "... n_features"]) -> Float[Tensor, "... n_features"]:
+        """The feature activations from the pre-activations."""
+        if self.activation == "jumprelu":
+            return pre * (pre > self.threshold)  # type: ignore[operator]  # checked in __post_init__
+        f = torch.relu(pre)
+        if self.activation == "topk":
+            vals, idx = f.topk(int(self.k), dim=-1)  # type: ignore[arg-type]
+            f = torch.zeros_like(f).scatter_(-1, idx, vals)
+        return f
+
+    def encode(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... n_features"]:
+        """Feature activations act(x W_encᵀ + b_enc)."""
+        return self.activate(self.pre_activation(x))
+
+    def decode(self, f: Float[Tensor, "... n_features"], x: Optional[Tensor] = None) -> Float[Tensor, "... d_model"]:
+        """f W_dec + b_dec, plus the skip term x W_skipᵀ when the transcoder has one (then ``x`` is required)."""
+        out = f @ self.W_dec + self.b_dec
+        if self.W_skip is not None:
+            if x is None:
+                raise ArgumentError("this transcoder has W_skip: decode(f, x) needs the MLP input x")
+            out = out + x @ self.W_skip.T
+        return out
+
+    def skip(self, x: Tensor) -> Tensor:
+        """The linear skip term x W_skipᵀ (zeros without W_skip)."""
+        return torch.zeros_like(x) if self.W_skip is None else x @ self.W_skip.T
+
+    def to(self, device: Any = None, dtype: Optional[torch.dtype] = None) -> "Transcoder":
+        """A copy with every tensor moved (floating tensors cast to ``dtype``)."""
+        mv = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
+        opt = lambda t: None if t is None else mv(t)  # noqa: E731
+        return Transcoder(mv(self.W_enc), mv(self.b_enc), mv(self.W_dec), mv(self.b_dec), opt(self.W_skip),
+                          self.activation, opt(self.threshold), self.k)
+
+
+_REQUIRED = ("W_enc", "W_dec", "b_enc", "b_dec")
+
+
+def _read_layer(path: Path, *, dtype: torch.dtype) -> Transcoder:
+    from safetensors import safe_open
+
+    if not path.is_file():
+        raise ResultFormatError(f"path={str(path)!r}: the transcoder file does not exist")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            keys = set(f.keys())
+            t = {k: f.get_tensor(k) for k in keys}
+    except Exception as e:  # safetensors raises its own error types on bad headers
+        raise ResultFormatError(f"path={str(path)!r} is not a readable safetensors file ({e})") from e
+    for k in _REQUIRED:
+        if k not in keys:
+            raise ResultFormatError(f"path={str(path)!r} has no key {k!r} (it holds {sorted(keys)}); a transcoder "
+                                    f"file needs {list(_REQUIRED)}")
+    thr = t.get("activation_function.threshold")
+    try:
+        return Transcoder(W_enc=t["W_enc"].to(dtype), b_enc=t["b_enc"].to(dtype), W_dec=t["W_dec"].to(dtype),
+                          b_dec=t["b_dec"].to(dtype), W_skip=None if "W_skip" not in t else t["W_skip"].to(dtype),
+                          activation="relu" if thr is None else "jumprelu",
+                          threshold=None if thr is None else thr.to(dtype).reshape(-1))
+    except ArgumentError as e:
+        raise ResultFormatError(f"path={str(path)!r}: {e}") from None
+
+
+def load_transcoders(path: Union[str, os.PathLike], *, dtype: torch.dtype = torch.float32) -> list[Transcoder]:
+    """The per-layer transcoders of a directory in circuit-tracer's format, in layer order.
+
+    The directory holds ``layer_{i}.safetensors`` for i = 0..L−1, each with the keys ``W_enc`` [F, d],
+    ``W_dec`` [F, d], ``b_enc`` [F], ``b_dec`` [d] and optionally ``activation_function.threshold`` [F]
+    (then the activation is JumpReLU, else ReLU) and ``W_skip`` [d, d]; other keys are ignored. A
+    ``config.yaml`` beside them, when present, may list the files under ``transcoders:`` (paths relative to
+    the directory or absolute); otherwise the ``layer_{i}`` files are read. A missing or damaged file or
+    key raises :class:`interp.errors.ResultFormatError` naming the path and the key.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentError(f"path={path!r} must be a directory path (str or os.PathLike)")
+    root = Path(path)
+    if not root.is_dir():
+        raise ResultFormatError(f"path={str(root)!r} is not a directory of transcoders")
+    files: list[Path] = []
+    cfg = root / "config.yaml"
+    if cfg.is_file():
+        import yaml
+
+        try:
+            conf = yaml.safe_load(cfg.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ResultFormatError(f"path={str(cfg)!r} is not valid YAML ({e})") from None
+        listed = conf.get("transcoders") if isinstance(conf, dict) else None
+        if listed is not None:
+            if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
+                raise ResultFormatError(f"path={str(cfg)!r}: key 'transcoders' must be a list of file paths")
+            files = [Path(p) if Path(p).is_absolute() else root / p for p in listed]
+    if not files:
+        i = 0
+        while (root / f"layer_{i}.safetensors").is_file():
+            files.append(root / f"layer_{i}.safetensors")
+            i += 1
+    if not files:
+        raise ResultFormatError(f"path={str(root)!r} holds no layer_0.safetensors (and no config.yaml listing transcoders)")
+    return [_read_layer(p, dtype=dtype) for p in files]

@@ -1,0 +1,152 @@
+"""Attribution graphs over transcoders: exact closure on every pre-norm family, and checks against
+computations that do not use the graph code.
+
+* closure: every active feature's pre-activation = Σ incoming edges + its constant term, and the output
+  (logit or logit difference) = Σ incoming edges + its constant term, ≤ 1e-4 relative in float32 (printed);
+* the output's value is the logit of the bridge's own forward (``attribute_logits``, read off its hooks);
+* the edges into the output from the last layer's nodes at the last position (its features and its error
+  node) sum to that MLP's direct logit attribution (``attribute_logits(unit="component")``) when the
+  transcoder has no b_dec and no skip term — the only path from that MLP write to the logit is direct;
+* no edge runs backwards (from a later layer or position) and source nodes have no incoming edges;
+* influence, pruning, the replacement and completeness scores on a hand-built graph.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import interp
+from interp.errors import ArgumentError, UnsupportedArchitectureError
+from interp.features import AttributionGraph, attribution_graph
+from tiny_models import tiny_model
+from tiny_transcoders import random_transcoders
+
+PROMPT = "w1 w2 w3 w4 w5 w6"
+FAMILIES = ("gpt2", "llama", "neox", "gptj", "qwen3", "gemma3_text")
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {}
+
+
+def _model(models, family):
+    if family not in models:
+        models[family] = tiny_model(family)
+    return models[family]
+
+
+def _check_closure(g: AttributionGraph, tol: float = 1e-4) -> None:
+    kinds = g.node_kind
+    rows = [i for i, k in enumerate(kinds) if k in ("feature", "logit")]
+    resid = g.value[rows] - (g.adjacency[rows].sum(1) + g.bias[rows])
+    scale = g.adjacency[rows].abs().sum(1) + g.bias[rows].abs()
+    rel = float((resid.abs() / scale).max())
+    print(f"closure {g.model_name} {g.target}: max |error| {float(resid.abs().max()):.2e}, relative {rel:.2e} "
+          f"({len(rows) - 1} features)")
+    assert rel <= tol and g.relative_error <= tol
+    assert abs(float(resid.abs().max()) - g.closure_error) <= 1e-6 * max(1.0, g.closure_error)
+    src = [i for i, k in enumerate(kinds) if k in ("error", "token")]
+    assert not g.adjacency[src].any()  # sources have no incoming edges
+    layer, pos = torch.tensor(g.node_layer), torch.tensor(g.node_pos)
+    feat = torch.tensor([k == "feature" for k in kinds])
+    back = (layer[None, :] >= layer[:, None]) | (pos[None, :] > pos[:, None])  # [target, source]
+    back &= feat[:, None]
+    assert not (g.adjacency[back] != 0).any()  # into a feature only from lower layers, earlier positions
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("kind", ["relu", "skip", "topk", "jumprelu"])
+def test_graph_closes(models, family, kind):
+    m = _model(models, family)
+    tcs = random_transcoders(m, 24, seed=1, activation="relu" if kind == "skip" else kind, skip=kind == "skip")
+    g = attribution_graph(m, PROMPT, tcs, batch_size=7)
+    assert sum(k == "feature" for k in g.node_kind) > 0
+    _check_closure(g)
+    la = interp.attribute_logits(m, PROMPT, answer=g.target_ids[0], unit="component")
+    assert float(g.value[-1]) == pytest.approx(float(la.logit[0]), rel=1e-5, abs=1e-5)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_logit_difference_and_direct_path(models, family):
+    m = _model(models, family)
+    L = m.arch.n_layers
+    g = attribution_graph(m, PROMPT, random_transcoders(m, 24, seed=2, b_dec=False), target="w3", wrong="w4", pos=-1)
+    _check_closure(g)
+    la = interp.attribute_logits(m, PROMPT, answer="w3", wrong="w4", unit="component")
+    assert float(g.value[-1]) == pytest.approx(float(la.logit[0]), rel=1e-5, abs=1e-5)
+    last = len(g.tokens) - 1
+    at = [i for i, (k, l, p) in enumerate(zip(g.node_kind, g.node_layer, g.node_pos))
+          if k in ("feature", "error") and l == L - 1 and p == last]
+    dla = float(la[f"L{L - 1}.mlp"][0])
+    assert float(g.adjacency[-1, at].sum()) == pytest.approx(dla, rel=1e-4, abs=1e-5)
+
+
+def test_batch_size_does_not_change_edges(models):
+    m = _model(models, "llama")
+    tcs = random_transcoders(m, 16, seed=3)
+    a, b = attribution_graph(m, PROMPT, tcs, batch_size=1), attribution_graph(m, PROMPT, tcs, batch_size=1000)
+    assert torch.allclose(a.adjacency, b.adjacency, atol=1e-6) and a.node_labels == b.node_labels
+
+
+def test_refusals(models):
+    m = _model(models, "llama")
+    tcs = random_transcoders(m, 8)
+    with pytest.raises(UnsupportedArchitectureError, match="post-norm"):
+        bert = tiny_model("bert")
+        attribution_graph(bert, PROMPT, random_transcoders(bert, 8))
+    with pytest.raises(UnsupportedArchitectureError, match="MLP"):
+        toy = interp.load_model("toy-attn-only-2l")
+        attribution_graph(toy, torch.tensor([[0, 5, 6]]), random_transcoders(toy, 8))
+    with pytest.raises(ArgumentError, match="layers"):
+        attribution_graph(m, PROMPT, tcs[:1])
+    with pytest.raises(ArgumentError, match="one prompt"):
+        attribution_graph(m, [PROMPT, PROMPT], tcs)
+    with pytest.raises(ArgumentError, match="pos="):
+        attribution_graph(m, PROMPT, tcs, pos=40)
+    with pytest.raises(ArgumentError, match="batch_size"):
+        attribution_graph(m, PROMPT, tcs, batch_size=0)
+
+
+def _hand_graph() -> AttributionGraph:
+    # nodes: f0 (feature), e0 (error), t0 (token), out; f0 ← t0 (2), f0 ← e0 (−1); out ← f0 (3), e0 (1), t0 (−4)
+    A = torch.zeros(4, 4)
+    A[0, 2], A[0, 1] = 2.0, -1.0
+    A[3, 0], A[3, 1], A[3, 2] = 3.0, 1.0, -4.0
+    return AttributionGraph(adjacency=A, bias=torch.zeros(4), value=torch.tensor([1.0, 0, 0, 0]),
+                            activation=torch.ones(4), node_labels=["L0.F0@0", "L0.mlp_error@0", "embed@0", "logit"],
+                            node_kind=["feature", "error", "token", "logit"], node_layer=[0, 0, -1, 1],
+                            node_pos=[0, 0, 0, 0], node_feature=[0, -1, -1, -1], tokens=[1], target_ids=[5],
+                            target="'x'", closure_error=0.0, relative_error=0.0, n_layers=1, model_name="hand")
+
+
+def test_influence_and_scores_by_hand():
+    g = _hand_graph()
+    # Â: row f0 = [0, 1/3, 2/3, 0]; row out = [3/8, 1/8, 4/8, 0]. influence = w Â + w Â² (Â³ = 0)
+    # w Â = [3/8, 1/8, 1/2, 0]; w Â² = 3/8 · row f0 = [0, 1/8, 1/4, 0]
+    assert torch.allclose(g.influence(), torch.tensor([3 / 8, 1 / 4, 3 / 4, 0]))
+    assert g.replacement_score() == pytest.approx((3 / 4) / (3 / 4 + 1 / 4))
+    # completeness: non-error fraction per row [1 − 1/3, 1, 1, 1 − 1/8], weights influence + w = [3/8, 1/4, 3/4, 1]
+    want = ((2 / 3) * 3 / 8 + 1 / 4 + 3 / 4 + (7 / 8) * 1) / (3 / 8 + 1 / 4 + 3 / 4 + 1)
+    assert g.completeness_score() == pytest.approx(want)
+    full = g.prune(1.0, 1.0)
+    assert full.node_labels == g.node_labels and torch.equal(full.adjacency, g.adjacency)
+    small = g.prune(0.5, 0.5)  # the token (always kept) and the output; the feature and error drop
+    assert set(small.node_labels) >= {"embed@0", "logit"}
+    assert set(small.node_labels) <= set(g.node_labels)
+    with pytest.raises(ArgumentError, match="node_threshold"):
+        g.prune(1.5)
+
+
+def test_prune_and_save(models, tmp_path):
+    m = _model(models, "gpt2")
+    g = attribution_graph(m, PROMPT, random_transcoders(m, 24, seed=4))
+    p = g.prune()
+    n_tok = len(g.tokens)
+    assert sum(k == "token" for k in p.node_kind) == n_tok and p.node_kind[-1] == "logit"
+    assert p.n_nodes <= g.n_nodes and set(p.node_labels) <= set(g.node_labels)
+    assert 0 <= g.replacement_score() <= 1 and 0 <= g.completeness_score() <= 1
+    back = AttributionGraph.load(g.save(tmp_path / "g.safetensors"))
+    assert torch.equal(back.adjacency, g.adjacency) and back.node_labels == g.node_labels
+    assert len(g.edges()) == int((g.adjacency != 0).sum())
