@@ -28,6 +28,7 @@ from interp.edges import (
     CircuitEvaluation, CircuitGraph, EdgeCircuit, EdgeScores, FaithfulnessCurve, Task, circuit_graph, edge_attribution,
     edge_patch, evaluate_circuit, faithfulness_curve, load_task,
 )
+from interp.distributed import RayCluster
 from interp.engine import load_model
 from interp.models import ArchInfo, CatalogEntry, Model, list_models
 from interp.plots import Exporter, export
@@ -74,6 +75,7 @@ __all__ = [
     "PathExpansion",
     "Predictions",
     "Prob",
+    "RayCluster",
     "ResidualTrace",
     "attribute_direction",
     "attribute_logits",

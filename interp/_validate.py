@@ -12,6 +12,7 @@ from interp.errors import ArgumentError
 __all__ = [
     "check_bool",
     "check_choice",
+    "check_cluster",
     "check_finite_float",
     "check_index",
     "check_int",
@@ -62,6 +63,18 @@ def check_bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ArgumentError(f"{name}={value!r} must be True or False")
     return value
+
+
+def check_cluster(cluster: Any, out: Any) -> Any:
+    """``cluster`` if it can run a sharded sweep (an ``interp.RayCluster``: it has ``sweep``), else an
+    :class:`ArgumentError`; ``out=`` (the shards' folder) needs a cluster."""
+    if cluster is None:
+        raise ArgumentError(f"out={out!r} keeps the shards of a sharded sweep: pass cluster=interp.RayCluster(...) "
+                            "too, or leave out=None")
+    if not callable(getattr(cluster, "sweep", None)):
+        raise ArgumentError(f"cluster={cluster!r:.80} must be None (in process) or an interp.RayCluster(workers=N | "
+                            "address=...)")
+    return cluster
 
 
 def check_positive_float(name: str, value: Any) -> float:

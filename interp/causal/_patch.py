@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp._validate import check_bool, check_choice, check_positive_int
+from interp._validate import check_bool, check_choice, check_cluster, check_positive_int
 from interp.causal._common import (
     Node,
     Pair,
@@ -146,6 +146,8 @@ def patch(
     batch_size: Optional[int] = None,
     progress: bool = True,
     seed: int = 0,
+    cluster: Any = None,
+    out: Any = None,
 ) -> PatchResult:
     """The metric after patching each node (see the module docstring for the conventions).
 
@@ -157,9 +159,16 @@ def patch(
     ``hook_resid_*`` point), "head_inputs" (each head's q, each KV head's k and v), "patterns", or a
     list of labels. ``positions``: "all" (each node at every position at once) or "each" (each node at
     one position). ``batch_size``: rows of the growing batch per chunk (default: ~256 MB per layer).
-    ``seed``: the resample draw.
+    ``seed``: the resample draw. ``cluster``: None (in process) or an ``interp.RayCluster``: the prompt pairs
+    are sharded over its workers and the shards' results merged exactly; ``out``: a folder keeping each
+    finished shard, so a rerun computes only the missing ones (docs/scaling.md).
     """
     require_model(model)
+    if cluster is not None or out is not None:
+        return check_cluster(cluster, out).sweep(
+            "patch", model, out=out, progress=progress, clean=clean, corrupt=corrupt, metric=metric, nodes=nodes,
+            positions=positions, direction=direction, ablation=ablation, reference=reference, batch_size=batch_size,
+            seed=seed)
     check_choice("positions", positions, POSITIONS)
     check_choice("direction", direction, DIRECTIONS)
     check_choice("ablation", ablation, ABLATIONS)

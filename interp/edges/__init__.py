@@ -7,7 +7,7 @@ families (pre-norm LayerNorm / RMSNorm with GQA, parallel, post-norm) through a 
 results follow the one result contract (:mod:`interp._result`). The equations are in docs/math.md.
 """
 
-from interp.edges._attribution import COMPLETENESS_TOLERANCE, MetricReader, edge_attribution
+from interp.edges._attribution import COMPLETENESS_TOLERANCE, MetricReader, check_completeness, edge_attribution
 from interp.edges._evaluate import (
     MIB_SIZES,
     CircuitEvaluation,
@@ -35,6 +35,7 @@ __all__ = [
     "TASKS",
     "Task",
     "ablated_writes",
+    "check_completeness",
     "circuit_graph",
     "edge_attribution",
     "edge_patch",

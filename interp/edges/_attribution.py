@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp._validate import check_bool, check_choice, check_positive_int
+from interp._validate import check_bool, check_choice, check_cluster, check_positive_int
 from interp.causal import BoundMetric, clean_output, final_norm, make_pair
 from interp.engine import unembed
 from interp.edges._forward import Acts, EdgeForward
@@ -102,6 +102,8 @@ def edge_attribution(
     scale: str = "recomputed",
     batch_size: Optional[int] = None,
     progress: bool = True,
+    cluster: Any = None,
+    out: Any = None,
 ) -> EdgeScores:
     """EAP or EAP-IG scores of every edge of ``model``'s circuit graph (see the module docstring).
 
@@ -114,8 +116,16 @@ def edge_attribution(
 
     An :class:`interp.CompletenessWarning` is given when the result's ``completeness_error`` exceeds
     :data:`COMPLETENESS_TOLERANCE` (10 %) of |M(corrupt) − M(clean)|.
+
+    ``cluster``: None (in process) or an ``interp.RayCluster``: the prompt pairs are sharded over its workers
+    and the shards merged exactly; ``out``: a folder keeping each finished shard (a rerun computes only the
+    missing ones; docs/scaling.md).
     """
     require_model(model)
+    if cluster is not None or out is not None:
+        return check_cluster(cluster, out).sweep(
+            "edge_attribution", model, out=out, progress=progress, clean=clean, corrupt=corrupt, metric=metric,
+            method=method, ig_steps=ig_steps, ig_at=ig_at, scale=scale, batch_size=batch_size)
     check_choice("method", method, METHODS)
     check_choice("ig_at", ig_at, IG_AT)
     check_choice("scale", scale, SCALES)

@@ -1,0 +1,298 @@
+"""RayCluster: dataset-level sweeps sharded over Ray actors, merged exactly, resumable from ``out=DIR``.
+
+``interp.patch(model, clean, corrupt, metric=..., cluster=interp.RayCluster(workers=2))`` cuts the prompt
+pairs into contiguous shards, runs interp's own function (``cluster=None``) on each shard in a worker and
+merges the shards' results exactly (:mod:`interp.distributed._merge`). Workers are Ray actors that load the
+model once, from its own source (catalog name, local folder or ``.gguf``, hub id: never weights through the
+object store). A worker whose process dies mid-sweep is restarted by Ray and its shard retried (the actor's
+``max_restarts`` / ``max_task_retries``; the driver resubmits it to another worker if that fails too); the
+result records how many shards were retried and that none was lost. A shard that fails deterministically
+(bad input) fails the sweep with an error naming the shard and the first prompt that fails on its own.
+With ``out=DIR`` each finished shard is written there (safetensors + JSON, each atomically) and a rerun
+computes only the shards that are missing. Ray is imported only when a cluster is made.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+from tqdm.auto import tqdm
+
+from interp.distributed._merge import MERGES
+from interp.distributed._shard import fingerprint, model_source, n_prompts, shard_bounds, take, take_metric
+from interp.errors import ArgumentError, InterpError, MissingPackageError
+from interp.models import Model
+
+__all__ = ["RayCluster", "DEFAULT_OBJECT_STORE"]
+
+log = logging.getLogger(__name__)
+
+#: the object store's default cap: 1 GiB (shard results are per-prompt score tensors, never weights)
+DEFAULT_OBJECT_STORE = 1 << 30
+_RETRIES = 3
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError as e:
+        raise MissingPackageError("interp.RayCluster needs Ray: pip install 'interp[distributed]' (or ray>=2.9)") from e
+    return ray
+
+
+def _functions() -> dict[str, Callable[..., Any]]:
+    from interp.causal import patch
+    from interp.edges import edge_attribution
+
+    return {"patch": patch, "edge_attribution": edge_attribution}
+
+
+class _Worker:
+    """One Ray actor: the model loaded once from its source; runs interp's own function on a shard."""
+
+    def __init__(self, source: str, dtype: str, device: str):
+        import torch
+
+        from interp.engine import load_model
+
+        torch.set_num_threads(1)
+        self.model = load_model(source, dtype=getattr(torch, dtype.replace("torch.", "")), device=device)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, fn: str, start: int, args: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``{"ok": result, "pid": ...}`` or ``{"error": ..., "prompt": first failing prompt or None}``."""
+        f = _functions()[fn]
+        try:
+            return {"ok": f(self.model, **args, **kwargs), "pid": os.getpid()}
+        except Exception as e:  # reported to the driver, which raises it naming the shard
+            return {"error": e, "prompt": self._first_failing(f, start, args, kwargs), "pid": os.getpid()}
+
+    def _first_failing(self, f: Callable[..., Any], start: int, args: dict[str, Any],
+                       kwargs: dict[str, Any]) -> Optional[int]:
+        n = n_prompts(args["clean"])
+        if n <= 1:
+            return start
+        for i in range(n):
+            one = {k: take(v, i, i + 1) if k in ("clean", "corrupt") else v for k, v in args.items()}
+            one["metric"] = take_metric(args["metric"], n, i, i + 1)
+            try:
+                f(self.model, **one, **kwargs)
+            except Exception:
+                return start + i
+        return None
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class RayCluster:
+    """A Ray cluster for sharded sweeps: ``RayCluster(workers=N)`` starts a local one (shut down by
+    :meth:`shutdown` or on leaving a ``with`` block); ``RayCluster(address=...)`` joins an existing one (left
+    running). ``object_store_memory``: the local object store's cap in bytes (default 1 GiB).
+    ``shards_per_worker``: how many contiguous shards each worker gets (default 2; more shards = finer
+    resume and retries). Pass it as ``cluster=`` to :func:`interp.patch` or :func:`interp.edge_attribution`.
+    """
+
+    def __init__(self, workers: Optional[int] = None, *, address: Optional[str] = None,
+                 object_store_memory: Optional[int] = None, shards_per_worker: int = 2):
+        for name, v in (("workers", workers), ("object_store_memory", object_store_memory)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ArgumentError(f"{name}={v!r} must be an int >= 1 or None")
+        if isinstance(shards_per_worker, bool) or not isinstance(shards_per_worker, int) or shards_per_worker < 1:
+            raise ArgumentError(f"shards_per_worker={shards_per_worker!r} must be an int >= 1")
+        if address is not None and (not isinstance(address, str) or not address):
+            raise ArgumentError(f"address={address!r} must be a Ray address string (e.g. 'ray://host:10001', 'auto')")
+        if address is not None and object_store_memory is not None:
+            raise ArgumentError("object_store_memory= caps a local cluster's store; an existing cluster (address=) "
+                                "keeps its own")
+        if address is None and workers is None:
+            raise ArgumentError("RayCluster() needs workers=N (a local cluster) or address=... (an existing one)")
+        ray = _ray()
+        t0 = time.perf_counter()
+        self.address = address
+        self._owned = address is None and not ray.is_initialized()
+        if address is not None:
+            ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+        elif self._owned:
+            ray.init(num_cpus=workers, object_store_memory=object_store_memory or DEFAULT_OBJECT_STORE,
+                     include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        self.workers = int(workers or max(1, int(ray.cluster_resources().get("CPU", 1))))
+        self.shards_per_worker = shards_per_worker
+        self.start_seconds = time.perf_counter() - t0
+        self._actors: dict[tuple[str, str, str], list[Any]] = {}
+        self._after_shard: Optional[Callable[[int, "RayCluster"], None]] = None  # tests: fault injection
+        log.info("RayCluster: %d workers (%s) in %.1f s", self.workers, address or "local", self.start_seconds)
+
+    def __enter__(self) -> "RayCluster":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return f"RayCluster(workers={self.workers}, {'address=' + repr(self.address) if self.address else 'local'})"
+
+    def shutdown(self) -> None:
+        """Kill this cluster's workers; a local cluster it started is shut down too (a joined one is not)."""
+        ray = _ray()
+        for actors in self._actors.values():
+            for a in actors:
+                try:
+                    ray.kill(a, no_restart=True)
+                except Exception:  # already gone
+                    pass
+        self._actors.clear()
+        if self._owned and ray.is_initialized():
+            ray.shutdown()
+
+    def actors(self, model: Model) -> list[Any]:
+        """The workers holding ``model`` (started on first use: each loads it from its source)."""
+        ray = _ray()
+        key = (model_source(model), str(model.dtype), str(model.device))
+        if key not in self._actors:
+            cls = ray.remote(num_cpus=1, max_restarts=_RETRIES, max_task_retries=_RETRIES)(_Worker)
+            self._actors[key] = [cls.remote(*key) for _ in range(self.workers)]
+        return self._actors[key]
+
+    def worker_pids(self, model: Model) -> list[int]:
+        """The process id of each worker holding ``model``."""
+        return [int(p) for p in _ray().get([a.pid.remote() for a in self.actors(model)])]
+
+    def sweep(self, fn: str, model: Model, *, out: Optional[Union[str, os.PathLike]] = None,
+              progress: bool = True, **args: Any) -> Any:
+        """``fn(model, **args)`` sharded over the prompts, merged exactly (what ``cluster=`` calls)."""
+        if fn not in MERGES:
+            raise ArgumentError(f"cluster=: {fn!r} is not sharded yet; the sharded functions are {sorted(MERGES)}")
+        ray = _ray()
+        result_cls, merge = MERGES[fn]
+        source = model_source(model)
+        n = n_prompts(args["clean"])
+        if args.get("corrupt") is not None and n_prompts(args["corrupt"], "corrupt") != n:
+            raise ArgumentError(f"corrupt has {n_prompts(args['corrupt'], 'corrupt')} prompts but clean has {n}")
+        if fn == "patch":
+            args = self._patch_args(args)
+        key = fingerprint(fn, source, model.dtype, args)
+        bounds = shard_bounds(n, self.workers * self.shards_per_worker)
+        folder = Path(out) if out is not None else None
+        if folder is not None:
+            bounds = self._prepare(folder, fn, key, bounds)
+        done: dict[int, Any] = {}
+        if folder is not None:
+            for i in range(len(bounds)):
+                f = folder / f"shard-{i:05d}.safetensors"
+                if f.is_file() and (folder / f"shard-{i:05d}.json").is_file():
+                    done[i] = result_cls.load(f)
+        resumed = len(done)
+        actors = self.actors(model)
+        bar = tqdm(total=n, desc=f"{fn} on {len(actors)} workers", unit="prompt", disable=not progress)
+        bar.update(sum(bounds[i][1] - bounds[i][0] for i in done))
+        todo = [i for i in range(len(bounds)) if i not in done]
+        tries = {i: 0 for i in todo}
+        pids: dict[int, int] = {}
+        retried = 0
+        pending: dict[Any, tuple[int, int]] = {}  # ref -> (shard, actor index)
+        free = list(range(len(actors)))
+        try:
+            while todo or pending:
+                while todo and free:
+                    i, w = todo.pop(0), free.pop(0)
+                    s, e = bounds[i]
+                    shard = {k: (take(v, s, e) if k in ("clean", "corrupt") else v) for k, v in args.items()}
+                    shard["metric"] = take_metric(args["metric"], n, s, e)
+                    pending[actors[w].run.remote(fn, s, shard, {"progress": False})] = (i, w)
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                ref = ready[0]
+                i, w = pending.pop(ref)
+                try:
+                    res = ray.get(ref)
+                except ray.exceptions.RayActorError as err:  # the worker died past Ray's own retries
+                    tries[i] += 1
+                    retried += 1
+                    if tries[i] > _RETRIES:
+                        raise InterpError(f"cluster=: shard {i} (prompts {bounds[i][0]}–{bounds[i][1] - 1}) lost its "
+                                          f"worker {tries[i]} times; giving up ({err})") from err
+                    log.warning("shard %d: worker %d died (%s); retrying on another worker", i, w, err)
+                    todo.insert(0, i)
+                    actors[w] = ray.remote(num_cpus=1, max_restarts=_RETRIES, max_task_retries=_RETRIES)(
+                        _Worker).remote(source, str(model.dtype), str(model.device))
+                    free.append(w)
+                    continue
+                free.append(w)
+                if "error" in res:
+                    self._raise(fn, i, bounds[i], res)
+                done[i] = res["ok"]
+                pids[i] = res["pid"]
+                if folder is not None:
+                    self._write_shard(folder, i, bounds[i], res["ok"])
+                bar.update(bounds[i][1] - bounds[i][0])
+                if self._after_shard is not None:
+                    self._after_shard(i, self)
+        finally:
+            bar.close()
+            for ref in pending:
+                ray.cancel(ref, force=False)
+        details = {"workers": len(actors), "shards": len(bounds), "bounds": [list(b) for b in bounds],
+                   "computed": len(bounds) - resumed, "resumed": resumed, "retried": retried, "lost": 0,
+                   "worker_pids": [pids.get(i) for i in range(len(bounds))]}
+        return merge([done[i] for i in range(len(bounds))], details)
+
+    @staticmethod
+    def _patch_args(args: dict[str, Any]) -> dict[str, Any]:
+        """``reference`` (mean ablation) goes whole to every shard; a resample draw depends on the whole batch,
+        so shards cannot reproduce it: refused."""
+        from interp.errors import UnsupportedOperationError
+
+        if args.get("ablation") == "resample":
+            raise UnsupportedOperationError("patch(..., ablation='resample', cluster=...): the resample draw depends "
+                                            "on the whole batch, so shards cannot reproduce it; use 'mean' or "
+                                            "'corrupt', or cluster=None")
+        return args
+
+    @staticmethod
+    def _raise(fn: str, i: int, bound: tuple[int, int], res: dict[str, Any]) -> None:
+        err, prompt = res["error"], res["prompt"]
+        where = f"at prompt {prompt}" if prompt is not None else "(no prompt fails on its own)"
+        msg = f"{fn}(cluster=...): shard {i} (prompts {bound[0]}–{bound[1] - 1}) failed {where}: {err}"
+        cls = type(err) if isinstance(err, InterpError) else InterpError
+        try:
+            new = cls(msg)
+        except Exception:
+            new = InterpError(msg)
+        raise new from err
+
+    @staticmethod
+    def _prepare(folder: Path, fn: str, key: str, bounds: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The sweep's manifest in ``folder``: a new one, or the existing one's shards when it is this sweep."""
+        folder.mkdir(parents=True, exist_ok=True)
+        manifest = folder / "sweep.json"
+        if manifest.is_file():
+            old = json.loads(manifest.read_text())
+            if old.get("fingerprint") != key:
+                raise ArgumentError(f"out={str(folder)!r} holds the shards of another sweep ({old.get('function')!r} "
+                                    "with other inputs or options); give an empty or new folder")
+            return [(int(a), int(b)) for a, b in old["bounds"]]
+        _write_json(manifest, {"function": fn, "fingerprint": key, "bounds": [list(b) for b in bounds]})
+        return bounds
+
+    @staticmethod
+    def _write_shard(folder: Path, i: int, bound: tuple[int, int], result: Any) -> None:
+        """``shard-i.safetensors`` (the result, written atomically), then ``shard-i.json`` (its prompt range):
+        a shard counts as done only when both exist."""
+        result.save(folder / f"shard-{i:05d}.safetensors")
+        _write_json(folder / f"shard-{i:05d}.json", {"shard": i, "prompts": list(bound)})

@@ -1,0 +1,72 @@
+"""Exact merges of shard results: per-prompt fields concatenated in prompt order, every mean recomputed.
+
+A dataset-level result is a mean over prompts of per-prompt values. Shards s = 1..S cover contiguous
+prompt ranges of sizes n_s (N = Σ n_s), so the merged result is the in-process one:
+
+    per_prompt = [per_prompt_1 | per_prompt_2 | ... ]            (concatenated on the prompt axis)
+    value      = mean(per_prompt)                                (recomputed from the concatenation)
+    m          = Σ_s n_s m_s / N                                 (a scalar kept only as a mean: a weighted sum)
+
+— never the unweighted mean of the shards' means.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import torch
+
+from interp.causal import PatchResult
+from interp.edges import EdgeScores, check_completeness
+from interp.errors import ShapeError
+
+__all__ = ["merge_patch", "merge_edge_scores", "MERGES"]
+
+
+def _weighted(values: Sequence[float], sizes: Sequence[int]) -> float:
+    """Σ n_s v_s / N in float64."""
+    v = torch.tensor(list(values), dtype=torch.float64)
+    n = torch.tensor(list(sizes), dtype=torch.float64)
+    return float((v * n).sum() / n.sum())
+
+
+def merge_patch(parts: Sequence[PatchResult], details: dict[str, Any]) -> PatchResult:
+    """One :class:`interp.PatchResult` from the shards' (the prompt axis is last)."""
+    shapes = {tuple(p.per_prompt.shape[:-1]) for p in parts}
+    if len(shapes) > 1:
+        raise ShapeError(f"cluster=: the shards' patch results have different node × position shapes {sorted(shapes)} "
+                         "(positions='each' over prompts of different token lengths); give prompts of one token "
+                         "length, or run with cluster=None")
+    first = parts[0]
+    per_prompt = torch.cat([p.per_prompt for p in parts], dim=-1)
+    cpp = torch.cat([p.clean_per_prompt for p in parts], dim=-1)
+    kpp = torch.cat([p.corrupt_per_prompt for p in parts], dim=-1)
+    return dataclasses.replace(
+        first, values=per_prompt.mean(-1), per_prompt=per_prompt, clean=float(cpp.mean()), corrupt=float(kpp.mean()),
+        clean_per_prompt=cpp, corrupt_per_prompt=kpp, details={**first.details, "distributed": details})
+
+
+def merge_edge_scores(parts: Sequence[EdgeScores], details: dict[str, Any]) -> EdgeScores:
+    """One :class:`interp.EdgeScores` from the shards' (``per_prompt`` [n_edges, n_prompts]); the merged
+    completeness is the prompt-weighted mean of the shards' (each the mean of its prompts' sums)."""
+    first = parts[0]
+    sizes = [p.n_prompts for p in parts]
+    per_prompt = torch.cat([p.per_prompt for p in parts], dim=1)
+    scores = per_prompt.double().mean(1).to(first.scores.dtype)
+    out = dataclasses.replace(
+        first, scores=scores, per_prompt=per_prompt,
+        clean=_weighted([p.clean for p in parts], sizes), corrupt=_weighted([p.corrupt for p in parts], sizes),
+        clean_per_prompt=torch.cat([p.clean_per_prompt for p in parts]),
+        corrupt_per_prompt=torch.cat([p.corrupt_per_prompt for p in parts]),
+        completeness=_weighted([p.completeness for p in parts], sizes), exact=None,
+        details={**first.details, "distributed": details})
+    check_completeness(out)
+    return out
+
+
+#: function name → (result class, merge)
+MERGES: dict[str, tuple[Any, Any]] = {
+    "patch": (PatchResult, merge_patch),
+    "edge_attribution": (EdgeScores, merge_edge_scores),
+}

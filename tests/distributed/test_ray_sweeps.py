@@ -1,0 +1,189 @@
+"""Sharded sweeps on a 2-worker local Ray cluster equal the in-process results; faults, bad input, resume.
+
+One local cluster (2 workers, object store capped at 1 GiB) for the module, on the shipped toy model
+(``toy-attn-only-2l``: a catalog model the workers reload by name).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import interp
+from interp.distributed import model_source, shard_bounds
+from interp.errors import ArgumentError, InterpError, UnsupportedOperationError
+
+ray = pytest.importorskip("ray")
+
+P, T = 8, 10
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return interp.load_model("toy-attn-only-2l")
+
+
+@pytest.fixture(scope="module")
+def pairs(toy):
+    g = torch.Generator().manual_seed(0)
+    clean = torch.randint(1, toy.arch.d_vocab, (P, T), generator=g)
+    corrupt = clean.clone()
+    corrupt[:, 4] = (corrupt[:, 4] + 7) % toy.arch.d_vocab
+    metric = interp.LogitDiff(list(range(3, 3 + P)), 2)  # per-prompt answers: sliced per shard
+    return clean, corrupt, metric
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with interp.RayCluster(workers=2, object_store_memory=1 << 30) as c:
+        yield c
+    assert not ray.is_initialized()  # the local cluster it started is shut down
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def _same_patch(r, ref) -> None:
+    assert r.labels == ref.labels and r.n_prompts == ref.n_prompts
+    for f in ("values", "per_prompt", "clean_per_prompt", "corrupt_per_prompt"):
+        assert getattr(r, f).shape == getattr(ref, f).shape, f
+        assert _rel(getattr(r, f), getattr(ref, f)) <= 1e-6, f
+    assert r.clean == pytest.approx(ref.clean, rel=1e-6) and r.corrupt == pytest.approx(ref.corrupt, rel=1e-6)
+    assert (r.metric, r.direction, r.ablation, r.positions, r.str_tokens) == \
+        (ref.metric, ref.direction, ref.ablation, ref.positions, ref.str_tokens)
+
+
+def _same_edges(e, ref) -> None:
+    assert e.edges == ref.edges and e.n_prompts == ref.n_prompts
+    for f in ("scores", "per_prompt", "clean_per_prompt", "corrupt_per_prompt"):
+        assert getattr(e, f).shape == getattr(ref, f).shape, f
+        assert _rel(getattr(e, f), getattr(ref, f)) <= 1e-6, f
+    for f in ("clean", "corrupt", "completeness"):
+        assert getattr(e, f) == pytest.approx(getattr(ref, f), rel=1e-6), f
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(positions="each", nodes="heads"),
+                                dict(direction="noise", ablation="mean", nodes="components")])
+def test_patch_on_two_workers_equals_in_process(toy, pairs, cluster, kw):
+    clean, corrupt, metric = pairs
+    if kw.get("ablation") == "mean":
+        kw = {**kw, "reference": corrupt}  # the mean over every reference prompt, in each shard
+    ref = interp.patch(toy, clean, corrupt, metric=metric, progress=False, **kw)
+    r = interp.patch(toy, clean, corrupt, metric=metric, cluster=cluster, progress=False, **kw)
+    _same_patch(r, ref)
+    d = r.details["distributed"]
+    assert d["workers"] == 2 and d["shards"] == 4 and d["lost"] == 0
+    assert {k: v for k, v in r.details.items() if k != "distributed"} == ref.details
+
+
+@pytest.mark.filterwarnings("ignore::interp.CompletenessWarning")  # the toy is far from complete at 3 steps
+@pytest.mark.parametrize("method", ["eap", "eap-ig"])
+def test_edge_attribution_on_two_workers_equals_in_process(toy, pairs, cluster, method):
+    clean, corrupt, metric = pairs
+    ref = interp.edge_attribution(toy, clean, corrupt, metric=metric, method=method, ig_steps=3, progress=False)
+    e = interp.edge_attribution(toy, clean, corrupt, metric=metric, method=method, ig_steps=3, cluster=cluster,
+                                progress=False)
+    _same_edges(e, ref)
+    assert e.details["distributed"]["shards"] == 4
+
+
+def test_a_bad_prompt_fails_the_sweep_naming_shard_and_prompt(toy, pairs, cluster):
+    clean, corrupt, metric = pairs
+    bad = corrupt.clone()
+    bad[5, 2] = 10**6  # not a token id: prompt 5, in shard 2 (prompts 4–5)
+    with pytest.raises(ArgumentError, match=r"shard 2 \(prompts 4–5\) failed at prompt 5: .*token id 1000000"):
+        interp.patch(toy, clean, bad, metric=metric, cluster=cluster, progress=False)
+
+
+@pytest.mark.filterwarnings("ignore::interp.CompletenessWarning")  # EAP on this toy is far from complete
+def test_out_resumes_computing_only_the_missing_shards(toy, pairs, cluster, tmp_path):
+    clean, corrupt, metric = pairs
+    ref = interp.edge_attribution(toy, clean, corrupt, metric=metric, method="eap", progress=False)
+    seen: list[int] = []
+
+    def interrupt(i, _c):
+        seen.append(i)
+        if len(seen) == 2:
+            raise KeyboardInterrupt  # the sweep is interrupted after two finished shards
+
+    cluster._after_shard = interrupt
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            interp.edge_attribution(toy, clean, corrupt, metric=metric, method="eap", cluster=cluster,
+                                    out=tmp_path, progress=False)
+    finally:
+        cluster._after_shard = None
+    files = sorted(p.name for p in tmp_path.glob("shard-*.safetensors"))
+    assert len(files) == 2 and len(list(tmp_path.glob("shard-*.json"))) == 2
+    assert not list(tmp_path.glob(".tmp-*"))  # atomic writes leave no partial file
+    e = interp.edge_attribution(toy, clean, corrupt, metric=metric, method="eap", cluster=cluster, out=tmp_path,
+                                progress=False)
+    d = e.details["distributed"]
+    assert (d["computed"], d["resumed"], d["shards"]) == (2, 2, 4)
+    assert len(list(tmp_path.glob("shard-*.safetensors"))) == 4
+    _same_edges(e, ref)
+    again = interp.edge_attribution(toy, clean, corrupt, metric=metric, method="eap", cluster=cluster, out=tmp_path,
+                                    progress=False)
+    assert again.details["distributed"]["computed"] == 0
+    assert torch.equal(again.per_prompt, e.per_prompt)
+    with pytest.raises(ArgumentError, match="another sweep"):  # a different sweep never reads these shards
+        interp.edge_attribution(toy, clean, corrupt, metric=metric, method="eap-ig", cluster=cluster, out=tmp_path,
+                                progress=False)
+
+
+def test_a_killed_worker_has_its_shard_retried_and_nothing_lost(toy, pairs, cluster):
+    clean, corrupt, metric = pairs
+    ref = interp.patch(toy, clean, corrupt, metric=metric, nodes="components", progress=False)
+    before = cluster.worker_pids(toy)
+    killed: list[int] = []
+
+    def kill(i, c):
+        if not killed:  # after the first finished shard, mid-sweep
+            killed.append(before[0])
+            os.kill(before[0], signal.SIGKILL)
+
+    cluster._after_shard = kill
+    try:
+        r = interp.patch(toy, clean, corrupt, metric=metric, nodes="components", cluster=cluster, progress=False)
+    finally:
+        cluster._after_shard = None
+    _same_patch(r, ref)
+    d = r.details["distributed"]
+    assert d["lost"] == 0 and None not in d["worker_pids"] and len(d["worker_pids"]) == d["shards"]
+    after = cluster.worker_pids(toy)
+    assert killed[0] not in after and len(after) == 2  # the dead worker was replaced (restarted by Ray)
+    assert killed[0] not in d["worker_pids"][1:]  # no shard after the first came from the dead process
+    assert set(d["worker_pids"]) - set(before)  # the restarted worker ran shards (its own retry included)
+
+
+def test_a_model_without_a_reloadable_source_is_refused(toy):
+    from interp.toy import ToyConfig, build_toy
+
+    assert model_source(toy) == "toy-attn-only-2l"
+    with pytest.raises(UnsupportedOperationError, match="no source a worker can reload"):
+        model_source(build_toy(ToyConfig()))
+
+
+def test_arguments(toy, pairs):
+    clean, corrupt, metric = pairs
+    with pytest.raises(ArgumentError, match="out="):
+        interp.patch(toy, clean, corrupt, metric=metric, out="somewhere", progress=False)
+    with pytest.raises(ArgumentError, match="cluster="):
+        interp.edge_attribution(toy, clean, corrupt, metric=metric, cluster=2, progress=False)
+    with pytest.raises(ArgumentError, match="workers"):
+        interp.RayCluster()
+    assert shard_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]
+    assert shard_bounds(2, 4) == [(0, 1), (1, 2)]
+    assert issubclass(UnsupportedOperationError, InterpError)
+
+
+def test_import_interp_does_not_import_ray():
+    code = "import sys, interp; assert 'ray' not in sys.modules, 'ray imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
