@@ -14,8 +14,9 @@ feature activations and the error nodes — and reproduces the real forward exac
 with J the Jacobian of the frozen model (direct effects through the residual stream and the frozen OV
 circuits; no path goes through another transcoder, whose activations are sources) and c_target its
 value with every source zero (all biases: b_enc, b_dec, attention biases, norm offsets, b_U). Edges are
-computed by backward passes from the targets, ``batch_size`` targets per pass (one row of a batched
-forward per target), never by materialising the model's Jacobian. docs/math.md, "Attribution graphs".
+computed from one forward of the frozen model and batched backward passes from the targets (``batch_size``
+targets of one layer per pass, a one-hot output gradient per row; a layer-l target's pass stops at layer
+l), never by materialising the model's Jacobian. docs/math.md §26.
 """
 
 from __future__ import annotations
@@ -203,28 +204,38 @@ def attribution_graph(
         value[offs[l]: offs[l] + m_l[l]] = pre_real[l].detach().cpu()
     bias[-1], value[-1] = c_out[0].cpu(), out_real.detach().cpu()
 
-    # edges: one backward per batch of target rows (each row of the batch carries one target)
-    targets = list(range(n_feat)) + [N - 1]
-    for start in range(0, len(targets), batch_size):
-        rows = targets[start: start + batch_size]
-        B = len(rows)
-        src_e = emb.detach()[None].expand(B, n, a.d_model).clone().requires_grad_(True)
-        src_l = [lv.detach()[None].expand(B, n, a.d_model).clone().requires_grad_(True) for lv in leaves_real]
-        pres, out = frozen.forward(src_e, src_l, feats, pos, u, b_u)
-        allv = torch.cat(pres + [out[:, None]], dim=1)  # [B, n_feat + 1]
-        col = torch.tensor([r if r < n_feat else n_feat for r in rows], device=allv.device)
-        sel = allv.gather(1, col[:, None]).sum()
-        grads = torch.autograd.grad(sel, [src_e] + src_l)
-        g_e, g_l = grads[0].detach(), [g.detach() for g in grads[1:]]
+    # edges: one forward of the frozen model, then one batched backward per ``batch_size`` targets of a layer
+    # (grad_outputs one-hot per row); a layer-l target reaches only the sources below l, so its backward
+    # stops there and its row is zero for the later layers' sources
+    src_e = emb.detach()[None].clone().requires_grad_(True)
+    src_l = [lv.detach()[None].clone().requires_grad_(True) for lv in leaves_real]
+    pres, out = frozen.forward(src_e, src_l, feats, pos, u, b_u)
+    jobs: list[tuple[int, list[int]]] = [(l, list(range(j, min(j + batch_size, m_l[l]))))
+                                         for l in range(L) for j in range(0, m_l[l], batch_size)]
+    jobs.append((L, [0]))
+    for l, cols in jobs:
+        B = len(cols)
+        y = pres[l] if l < L else out[:, None]  # [1, m_l] or [1, 1]
+        go = torch.zeros(B, *y.shape, dtype=dt, device=y.device)
+        go[torch.arange(B), 0, torch.tensor(cols)] = 1.0
+        inputs = [src_e] + src_l[:l]
+        grads = torch.autograd.grad(y, inputs, grad_outputs=go, is_grads_batched=True, retain_graph=True,
+                                    allow_unused=True)
+        rows = torch.tensor([offs[l] + c for c in cols]) if l < L else torch.tensor([N - 1])
         with torch.no_grad():
-            R = torch.tensor(rows)
-            for l in range(L):
-                p_idx, f_idx = feats[l]
-                if m_l[l]:
-                    edge = (g_l[l][:, p_idx] * tcs[l].W_dec[f_idx]).sum(-1) * acts[l]  # [B, m_l]
-                    A[R, offs[l]: offs[l] + m_l[l]] = edge.cpu()
-                A[R, n_feat + l * n: n_feat + (l + 1) * n] = (g_l[l] * errs[l]).sum(-1).cpu()
-            A[R, n_feat + n_err: n_feat + n_err + n_tok] = (g_e * emb).sum(-1).cpu()
+            g_e = grads[0][:, 0] if grads[0] is not None else torch.zeros(B, n, a.d_model, dtype=dt)
+            A[rows, n_feat + n_err: n_feat + n_err + n_tok] = (g_e * emb).sum(-1).cpu()
+            for k in range(l):
+                gk = grads[1 + k]
+                if gk is None:
+                    continue
+                gk = gk[:, 0]  # [B, n, d]
+                p_idx, f_idx = feats[k]
+                if m_l[k]:
+                    edge = (gk[:, p_idx] * tcs[k].W_dec[f_idx]).sum(-1) * acts[k]  # [B, m_k]
+                    A[rows, offs[k]: offs[k] + m_l[k]] = edge.cpu()
+                A[rows, n_feat + k * n: n_feat + (k + 1) * n] = (gk * errs[k]).sum(-1).cpu()
+    targets = list(range(n_feat)) + [N - 1]
 
     res = value - (A.sum(1) + bias)
     res[n_feat: N - 1] = 0  # sources have no incoming edges

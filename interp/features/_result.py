@@ -8,7 +8,7 @@ the nodes holding ``node_threshold`` of the total influence (tokens and the outp
 edges holding ``edge_threshold`` of the edge influence Â_{ij}·(influence_i + w_i), then drops feature and
 error nodes left without an outgoing edge and features left without an incoming one, until nothing
 changes. The replacement score is token influence / (token + error influence); the completeness score is
-Σ_i (1 − Σ_{j error} Â_{ij})·(influence_i + w_i) / Σ_i (influence_i + w_i). docs/math.md, "Attribution graphs".
+Σ_i (1 − Σ_{j error} Â_{ij})·(influence_i + w_i) / Σ_i (influence_i + w_i). docs/math.md §26.
 """
 
 from __future__ import annotations

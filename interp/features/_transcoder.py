@@ -8,7 +8,7 @@ write::
     out  = f W_dec + b_dec (+ x W_skipᵀ)         [..., d_model]
 
 A *skip* transcoder adds the linear term x W_skipᵀ. The MLP's real write minus ``out`` is the layer's
-error node in an attribution graph (docs/math.md, "Attribution graphs").
+error node in an attribution graph (docs/math.md §26).
 """
 
 from __future__ import annotations
