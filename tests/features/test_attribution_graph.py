@@ -4,6 +4,8 @@ computations that do not use the graph code.
 * closure: every active feature's pre-activation = Σ incoming edges + its constant term, and the output
   (logit or logit difference) = Σ incoming edges + its constant term, ≤ 1e-4 relative in float32 (printed);
 * the output's value is the logit of the bridge's own forward (``attribute_logits``, read off its hooks);
+* on a one-layer Llama every token → feature edge equals a hand computation from the Hugging Face module's
+  weights (embedding, norms, q/k/v/o projections, its rotary embedding), not from the engine;
 * the edges into the output from the last layer's nodes at the last position (its features and its error
   node) sum to that MLP's direct logit attribution (``attribute_logits(unit="component")``) when the
   transcoder has no b_dec and no skip term — the only path from that MLP write to the logit is direct;
@@ -150,3 +152,47 @@ def test_prune_and_save(models, tmp_path):
     back = AttributionGraph.load(g.save(tmp_path / "g.safetensors"))
     assert torch.equal(back.adjacency, g.adjacency) and back.node_labels == g.node_labels
     assert len(g.edges()) == int((g.adjacency != 0).sum())
+
+
+def test_token_edges_by_hand_from_the_hf_model():
+    """A one-layer Llama (no biases): the edge from the embedding at position p into a feature at position q is
+    W_enc[f] · γ2/σ2_q ⊙ ([p = q] e_p + Σ_h A_h[q, p] (γ1 ⊙ e_p/σ1_p) W_V^h W_O^h), from the Hugging Face
+    module's own weights (its rotary embedding and ``apply_rotary_pos_emb`` for the pattern) — not from the engine."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    from interp.engine import model_from_hf
+    from tiny_models import tiny_hf_model, tiny_tokenizer
+
+    hf = tiny_hf_model("llama", n_layers=1)
+    m = model_from_hf(hf, tiny_tokenizer(), name="tiny-llama-1l")
+    (tc,) = random_transcoders(m, 16, seed=5)
+    g = attribution_graph(m, PROMPT, [tc])
+    _check_closure(g)
+    ids = m.to_tokens(PROMPT)
+    blk, at = hf.model.layers[0], hf.model.layers[0].self_attn
+    eps = hf.config.rms_norm_eps
+    H, dh, Hkv = hf.config.num_attention_heads, hf.config.head_dim, hf.config.num_key_value_heads
+    rms = lambda x: (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()  # noqa: E731
+    with torch.no_grad():
+        e = hf.model.embed_tokens(ids)[0]  # [n, d]
+        n = e.shape[0]
+        s1 = rms(e)
+        x1 = blk.input_layernorm.weight * e / s1
+        q = (x1 @ at.q_proj.weight.T).view(n, H, dh).transpose(0, 1)[None]
+        k = (x1 @ at.k_proj.weight.T).view(n, Hkv, dh).transpose(0, 1).repeat_interleave(H // Hkv, dim=0)[None]
+        cos, sin = hf.model.rotary_emb(e[None], torch.arange(n)[None])
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        scores = (q[0] @ k[0].transpose(-1, -2)) * dh ** -0.5
+        A = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf")).softmax(-1)  # [H, n, n]
+        v = (x1 @ at.v_proj.weight.T).view(n, Hkv, dh).repeat_interleave(H // Hkv, dim=1)  # [n, H, dh]
+        W_O = at.o_proj.weight.T.view(H, dh, -1)  # [H, dh, d]
+        mid = e + torch.einsum("hqp,phd,hdm->qm", A, v, W_O)
+        s2 = rms(mid)
+    with torch.no_grad():
+        for i, (kind, t, f) in enumerate(zip(g.node_kind, g.node_pos, g.node_feature)):
+            if kind != "feature":
+                continue
+            for p in range(n):
+                write = torch.einsum("h,hd,hdm->m", A[:, t, p], v[p], W_O) + (e[p] if p == t else 0)
+                want = float(tc.W_enc[f] @ (blk.post_attention_layernorm.weight * write / s2[t]))
+                assert float(g.adjacency[i, g.node_labels.index(f"embed@{p}")]) == pytest.approx(want, rel=1e-4, abs=1e-6)
