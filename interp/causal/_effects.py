@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from interp._norms import apply_frozen
-from interp._validate import check_bool, check_choice, check_positive_int
+from interp._validate import check_bool, check_choice, check_cluster, check_positive_int
 from interp.causal._common import Node, Pair, check_reference_spread, make_pair, resolve_nodes
 from interp.engine import RunCache
 from interp.causal._patch import ABLATIONS, check_ablation, sweep_nodes
@@ -103,13 +103,21 @@ def effects(
     batch_size: Optional[int] = None,
     progress: bool = True,
     seed: int = 0,
+    cluster: Any = None,
+    out: Any = None,
 ) -> Effects:
     """Total, direct and indirect effect of each node's write on ``metric`` (module docstring).
 
     ``nodes``: "components" (embeddings, heads, MLPs), "heads", "mlps" or a list of such labels.
     ``ablation``: "corrupt" (needs ``corrupt``), "zero", "mean" or "resample" (need ``reference``).
+    ``cluster``: None (in process) or an ``interp.RayCluster`` (prompts sharded over its workers, merged
+    exactly); ``out``: a folder keeping each finished shard for resume (docs/scaling.md).
     """
     require_model(model)
+    if cluster is not None or out is not None:
+        return check_cluster(cluster, out).sweep(
+            "effects", model, out=out, progress=progress, clean=clean, corrupt=corrupt, metric=metric, nodes=nodes,
+            ablation=ablation, reference=reference, batch_size=batch_size, seed=seed)
     check_choice("ablation", ablation, ABLATIONS)
     check_bool("progress", progress)
     check_positive_int("batch_size", batch_size, allow_none=True)

@@ -169,7 +169,8 @@ class Effects(Result):
     all as changes of the metric from the clean run, mean over prompts ([n_nodes]).
 
     ``per_prompt`` [3, n_nodes, batch] holds (total, direct, indirect) per prompt; ``clean`` the clean
-    run's metric, ``corrupt`` the corrupt run's (NaN unless ``ablation`` is "corrupt"). Contract: ``result["L3.H5"]`` is (total, direct, indirect); ``top`` ranks by |total|.
+    run's metric, ``corrupt`` the corrupt run's (NaN unless ``ablation`` is "corrupt"); ``details`` how it was
+    run (e.g. the shards of a sharded sweep). Contract: ``result["L3.H5"]`` is (total, direct, indirect); ``top`` ranks by |total|.
     """
 
     label_column: ClassVar[str] = "node"
@@ -187,6 +188,7 @@ class Effects(Result):
     n_layers: int
     n_heads: int
     corrupt: float = math.nan
+    details: dict = field(default_factory=dict, repr=False)
 
     @property
     def n_prompts(self) -> int:

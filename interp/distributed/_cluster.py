@@ -47,10 +47,15 @@ def _ray() -> Any:
 
 
 def _functions() -> dict[str, Callable[..., Any]]:
-    from interp.causal import patch
-    from interp.edges import edge_attribution
+    from interp.causal import effects, patch
+    from interp.edges import edge_attribution, evaluate_circuit
 
-    return {"patch": patch, "edge_attribution": edge_attribution}
+    return {"patch": patch, "effects": effects, "edge_attribution": edge_attribution,
+            "evaluate_circuit": evaluate_circuit}
+
+
+#: the sharded functions that take progress= (the workers run them without a bar; the driver shows one)
+_WITH_PROGRESS = ("patch", "effects", "edge_attribution")
 
 
 class _Worker:
@@ -106,7 +111,8 @@ class RayCluster:
     :meth:`shutdown` or on leaving a ``with`` block); ``RayCluster(address=...)`` joins an existing one (left
     running). ``object_store_memory``: the local object store's cap in bytes (default 1 GiB).
     ``shards_per_worker``: how many contiguous shards each worker gets (default 2; more shards = finer
-    resume and retries). Pass it as ``cluster=`` to :func:`interp.patch` or :func:`interp.edge_attribution`.
+    resume and retries). Pass it as ``cluster=`` to :func:`interp.patch`, :func:`interp.effects`,
+    :func:`interp.edge_attribution` or :func:`interp.evaluate_circuit`.
     """
 
     def __init__(self, workers: Optional[int] = None, *, address: Optional[str] = None,
@@ -185,8 +191,7 @@ class RayCluster:
         n = n_prompts(args["clean"])
         if args.get("corrupt") is not None and n_prompts(args["corrupt"], "corrupt") != n:
             raise ArgumentError(f"corrupt has {n_prompts(args['corrupt'], 'corrupt')} prompts but clean has {n}")
-        if fn == "patch":
-            args = self._patch_args(args)
+        args = self._ablation_args(fn, args)
         key = fingerprint(fn, source, model.dtype, args)
         bounds = shard_bounds(n, self.workers * self.shards_per_worker)
         folder = Path(out) if out is not None else None
@@ -215,7 +220,8 @@ class RayCluster:
                     s, e = bounds[i]
                     shard = {k: (take(v, s, e) if k in ("clean", "corrupt") else v) for k, v in args.items()}
                     shard["metric"] = take_metric(args["metric"], n, s, e)
-                    pending[actors[w].run.remote(fn, s, shard, {"progress": False})] = (i, w)
+                    kw = {"progress": False} if fn in _WITH_PROGRESS else {}
+                    pending[actors[w].run.remote(fn, s, shard, kw)] = (i, w)
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 ref = ready[0]
                 i, w = pending.pop(ref)
@@ -253,15 +259,19 @@ class RayCluster:
         return merge([done[i] for i in range(len(bounds))], details)
 
     @staticmethod
-    def _patch_args(args: dict[str, Any]) -> dict[str, Any]:
-        """``reference`` (mean ablation) goes whole to every shard; a resample draw depends on the whole batch,
-        so shards cannot reproduce it: refused."""
+    def _ablation_args(fn: str, args: dict[str, Any]) -> dict[str, Any]:
+        """``reference`` (mean ablation) goes whole to every shard; where it defaults to the corrupt prompts
+        (``evaluate_circuit``), the whole corrupt input is passed as the reference, so no shard takes the mean of
+        its own prompts only. A resample draw depends on the whole batch, so shards cannot reproduce it: refused."""
         from interp.errors import UnsupportedOperationError
 
         if args.get("ablation") == "resample":
-            raise UnsupportedOperationError("patch(..., ablation='resample', cluster=...): the resample draw depends "
-                                            "on the whole batch, so shards cannot reproduce it; use 'mean' or "
-                                            "'corrupt', or cluster=None")
+            raise UnsupportedOperationError(f"{fn}(..., ablation='resample', cluster=...): the resample draw depends "
+                                            "on the whole batch, so shards cannot reproduce it; use 'mean' (with "
+                                            "reference=) or 'corrupt', or cluster=None")
+        if fn == "evaluate_circuit" and args.get("ablation") == "mean" and args.get("reference") is None \
+                and args.get("corrupt") is not None:
+            args = {**args, "reference": args["corrupt"]}
         return args
 
     @staticmethod

@@ -17,11 +17,11 @@ from typing import Any, Sequence
 
 import torch
 
-from interp.causal import PatchResult
-from interp.edges import EdgeScores, check_completeness
+from interp.causal import Effects, PatchResult
+from interp.edges import CircuitEvaluation, EdgeScores, check_completeness
 from interp.errors import ShapeError
 
-__all__ = ["merge_patch", "merge_edge_scores", "MERGES"]
+__all__ = ["merge_patch", "merge_effects", "merge_edge_scores", "merge_evaluation", "MERGES"]
 
 
 def _weighted(values: Sequence[float], sizes: Sequence[int]) -> float:
@@ -65,8 +65,31 @@ def merge_edge_scores(parts: Sequence[EdgeScores], details: dict[str, Any]) -> E
     return out
 
 
+def merge_effects(parts: Sequence[Effects], details: dict[str, Any]) -> Effects:
+    """One :class:`interp.Effects` from the shards' (``per_prompt`` [3, n_nodes, n_prompts]); ``corrupt``,
+    kept only as a mean, is the prompt-weighted mean of the shards' (NaN stays NaN)."""
+    first = parts[0]
+    per = torch.cat([p.per_prompt for p in parts], dim=-1)
+    cpp = torch.cat([p.clean_per_prompt for p in parts], dim=-1)
+    return dataclasses.replace(
+        first, total=per[0].mean(-1), direct=per[1].mean(-1), indirect=per[2].mean(-1), per_prompt=per,
+        clean=float(cpp.mean()), clean_per_prompt=cpp,
+        corrupt=_weighted([p.corrupt for p in parts], [p.n_prompts for p in parts]),
+        details={**first.details, "distributed": details})
+
+
+def merge_evaluation(parts: Sequence[CircuitEvaluation], details: dict[str, Any]) -> CircuitEvaluation:
+    """One :class:`interp.CircuitEvaluation` from the shards' (``per_prompt`` [3, n_prompts]: circuit, all, none)."""
+    first = parts[0]
+    per = torch.cat([p.per_prompt for p in parts], dim=1)
+    return dataclasses.replace(first, values=per.mean(1), per_prompt=per,
+                               details={**first.details, "distributed": details})
+
+
 #: function name → (result class, merge)
 MERGES: dict[str, tuple[Any, Any]] = {
     "patch": (PatchResult, merge_patch),
+    "effects": (Effects, merge_effects),
     "edge_attribution": (EdgeScores, merge_edge_scores),
+    "evaluate_circuit": (CircuitEvaluation, merge_evaluation),
 }

@@ -30,7 +30,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._result import Result
-from interp._validate import check_bool, check_choice
+from interp._validate import check_bool, check_choice, check_cluster
 from interp.causal import ABLATIONS, check_reference_spread, clean_output, make_pair
 from interp.edges import _select
 from interp.edges._attribution import MetricReader
@@ -247,14 +247,22 @@ def evaluate_circuit(
     ablation: str = "corrupt",
     reference: Any = None,
     seed: int = 0,
+    cluster: Any = None,
+    out: Any = None,
 ) -> CircuitEvaluation:
     """M(circuit), M(all edges) and M(no edges) with out-of-circuit edges ablated (see the module docstring).
 
     ``circuit`` (required): an :class:`EdgeCircuit` (``scores.circuit(n=…)``), a circuit with ``.edges`` (e.g.
     a ground-truth circuit) or a list of edge labels (``[]``: the empty circuit). An :class:`EdgeScores` itself
     is refused (it lists every edge). ``ablation``: "corrupt" (needs ``corrupt``), "zero", "mean" or "resample" (from
-    ``reference``, by default the corrupt prompts). ``seed``: the resample draw.
+    ``reference``, by default the corrupt prompts). ``seed``: the resample draw. ``cluster``: None (in process)
+    or an ``interp.RayCluster`` (prompts sharded over its workers, merged exactly); ``out``: a folder keeping each
+    finished shard for resume (docs/scaling.md).
     """
+    if cluster is not None or out is not None:
+        return check_cluster(cluster, out).sweep(
+            "evaluate_circuit", model, out=out, clean=clean, corrupt=corrupt, circuit=circuit, metric=metric,
+            ablation=ablation, reference=reference, seed=seed)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ArgumentError(f"seed={seed!r} must be an int")
     pair, graph, fw = _setup(model, clean, corrupt, metric, ablation, reference)

@@ -94,6 +94,40 @@ def test_edge_attribution_on_two_workers_equals_in_process(toy, pairs, cluster, 
     assert e.details["distributed"]["shards"] == 4
 
 
+@pytest.mark.parametrize("ablation", ["corrupt", "zero"])
+def test_effects_on_two_workers_equals_in_process(toy, pairs, cluster, ablation):
+    clean, corrupt, metric = pairs
+    ref = interp.effects(toy, clean, corrupt, metric=metric, ablation=ablation, progress=False)
+    r = interp.effects(toy, clean, corrupt, metric=metric, ablation=ablation, cluster=cluster, progress=False)
+    assert r.labels == ref.labels
+    for f in ("total", "direct", "indirect", "per_prompt", "clean_per_prompt"):
+        assert getattr(r, f).shape == getattr(ref, f).shape, f
+        assert _rel(getattr(r, f), getattr(ref, f)) <= 1e-6, f
+    assert r.clean == pytest.approx(ref.clean, rel=1e-6)
+    assert r.corrupt == pytest.approx(ref.corrupt, rel=1e-6, nan_ok=True)
+    assert r.details["distributed"]["lost"] == 0
+
+
+@pytest.mark.filterwarnings("ignore::interp.CompletenessWarning")
+@pytest.mark.parametrize("ablation", ["corrupt", "mean"])
+def test_evaluate_circuit_on_two_workers_equals_in_process(toy, pairs, cluster, ablation):
+    clean, corrupt, metric = pairs
+    circuit = interp.edge_attribution(toy, clean, corrupt, metric=metric, method="eap", progress=False).circuit(n=12)
+    ref = interp.evaluate_circuit(toy, clean, corrupt, circuit, metric=metric, ablation=ablation)
+    r = interp.evaluate_circuit(toy, clean, corrupt, circuit, metric=metric, ablation=ablation, cluster=cluster)
+    assert r.per_prompt.shape == ref.per_prompt.shape and (r.n_edges, r.n_total) == (ref.n_edges, ref.n_total)
+    assert _rel(r.per_prompt, ref.per_prompt) <= 1e-6 and _rel(r.values, ref.values) <= 1e-6
+    # the mean ablation is over every corrupt prompt in each shard, not over the shard's own
+    assert r.details["distributed"]["shards"] == 4
+
+
+def test_resample_ablation_is_refused_on_a_cluster(toy, pairs, cluster):
+    clean, corrupt, metric = pairs
+    with pytest.raises(UnsupportedOperationError, match="resample"):
+        interp.patch(toy, clean, corrupt, metric=metric, direction="noise", ablation="resample", reference=corrupt,
+                     cluster=cluster, progress=False)
+
+
 def test_a_bad_prompt_fails_the_sweep_naming_shard_and_prompt(toy, pairs, cluster):
     clean, corrupt, metric = pairs
     bad = corrupt.clone()
