@@ -45,8 +45,6 @@ def _check(model: Model, transcoders: Sequence[Transcoder]) -> None:
         raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to replace by transcoders")
     if not a.causal or model.weights.W_U is None:
         raise UnsupportedArchitectureError(f"model {model.name!r} is not a decoder with an unembedding")
-    if a.final_softcap:
-        raise UnsupportedArchitectureError(f"model {model.name!r} soft-caps its logits (not linear in the stream)")
     if not isinstance(transcoders, (list, tuple)) or not all(isinstance(t, Transcoder) for t in transcoders):
         raise ArgumentError("transcoders must be a list of interp.features.Transcoder, one per layer")
     if len(transcoders) != a.n_layers:
@@ -123,7 +121,8 @@ def attribution_graph(
     target's pre-activation (features) or on the output, through the replacement model with attention
     patterns and norm scales frozen. Each target's constant term (all biases) is in ``bias``; the closure
     ``max |value − (Σ edges + bias)|`` is stored as ``closure_error`` (``relative_error`` divides each by
-    Σ|edges| + |bias|). Pre-norm decoders with MLPs only (sequential or parallel blocks, sandwich norms).
+    Σ|edges| + |bias|). Pre-norm decoders with MLPs only (sequential or parallel blocks, sandwich norms); where
+    the model soft-caps its logits (Gemma 2) the output is the logit before the cap (the linear read).
     """
     require_model(model)
     _check(model, transcoders)
@@ -257,6 +256,8 @@ def attribution_graph(
         labels.append(f"embed@{p}"); kinds.append("token"); layers.append(-1); poss.append(p); fids.append(-1)
     act_col[n_feat + n_err: N - 1] = emb.detach().norm(dim=-1).cpu()
     tok_str = _tok(model, t_id) + ("" if w_id is None else f" − {_tok(model, w_id)}")
+    if a.final_softcap:  # the graph's output is the linear logit; the model reports c·tanh(logit / c)
+        tok_str += f" (before the soft-cap {a.final_softcap:g})"
     labels.append("logit"); kinds.append("logit"); layers.append(L); poss.append(pos); fids.append(-1)
     return AttributionGraph(
         adjacency=A, bias=bias, value=value, activation=act_col, node_labels=labels, node_kind=kinds,

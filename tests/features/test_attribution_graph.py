@@ -1,9 +1,10 @@
 """Attribution graphs over transcoders: exact closure on every pre-norm family, and checks against
 computations that do not use the graph code.
 
-* closure: every active feature's pre-activation = Σ incoming edges + its constant term, and the output
+* closure (tiny GPT-2, Llama, NeoX, GPT-J, Qwen 3, Gemma 2, Gemma 3): every active feature's pre-activation = Σ incoming edges + its constant term, and the output
   (logit or logit difference) = Σ incoming edges + its constant term, ≤ 1e-4 relative in float32 (printed);
-* the output's value is the logit of the bridge's own forward (``attribute_logits``, read off its hooks);
+* the output's value is the logit of the bridge's own forward (``attribute_logits``, read off its hooks; for
+  Gemma 2 the graph's output is the logit before the soft-cap c, and c·tanh(output/c) is the model's logit);
 * on a one-layer Llama every token → feature edge equals a hand computation from the Hugging Face module's
   weights (embedding, norms, q/k/v/o projections, its rotary embedding), not from the engine;
 * the edges into the output from the last layer's nodes at the last position (its features and its error
@@ -15,6 +16,8 @@ computations that do not use the graph code.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -25,7 +28,7 @@ from tiny_models import tiny_model
 from tiny_transcoders import random_transcoders
 
 PROMPT = "w1 w2 w3 w4 w5 w6"
-FAMILIES = ("gpt2", "llama", "neox", "gptj", "qwen3", "gemma3_text")
+FAMILIES = ("gpt2", "llama", "neox", "gptj", "qwen3", "gemma2", "gemma3_text")
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +70,9 @@ def test_graph_closes(models, family, kind):
     assert sum(k == "feature" for k in g.node_kind) > 0
     _check_closure(g)
     la = interp.attribute_logits(m, PROMPT, answer=g.target_ids[0], unit="component")
-    assert float(g.value[-1]) == pytest.approx(float(la.logit[0]), rel=1e-5, abs=1e-5)
+    c = m.arch.final_softcap  # Gemma 2: the graph's output is the logit before the soft-cap
+    out = c * math.tanh(float(g.value[-1]) / c) if c else float(g.value[-1])
+    assert out == pytest.approx(float(la.logit[0]), rel=1e-5, abs=1e-5)
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
