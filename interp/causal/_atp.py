@@ -55,7 +55,7 @@ from typing import Any, Iterator, Optional, Sequence, Union, cast
 import torch
 from torch import Tensor
 
-from interp._validate import check_bool, check_choice
+from interp._validate import check_bool, check_choice, check_cluster
 from interp.causal._common import _checked_batch, resolve_nodes
 from interp.causal._metrics import as_metric
 from interp.causal._result import PatchResult
@@ -304,6 +304,8 @@ def attribution_patch(
     positions: str = "all",
     direction: str = "denoise",
     qk_fix: bool = False,
+    cluster: Any = None,
+    out: Any = None,
 ) -> PatchResult:
     """Every node's patching effect to first order (AtP), or with ``qk_fix`` AtP*'s exact-softmax fix for
     queries and keys — two forwards and one backward for all nodes (see the module docstring).
@@ -313,8 +315,14 @@ def attribution_patch(
     or "each" (at one position; values [n_nodes, pos]). ``direction``: "denoise" (run corrupt, patch in clean;
     gradient at corrupt) or "noise" (run clean, patch in corrupt; gradient at clean). Returns a
     :class:`PatchResult` whose ``values`` estimate what :func:`interp.patch` returns for the same arguments.
+    ``cluster``: None (in process) or an ``interp.RayCluster`` (prompts sharded over its workers, merged
+    exactly); ``out``: a folder keeping each finished shard for resume (docs/scaling.md).
     """
     require_model(model)
+    if cluster is not None or out is not None:
+        return check_cluster(cluster, out).sweep(
+            "attribution_patch", model, out=out, clean=clean, corrupt=corrupt, metric=metric, nodes=nodes,
+            positions=positions, direction=direction, qk_fix=qk_fix)
     arch = model.arch
     check_choice("positions", positions, ("all", "each"))
     check_choice("direction", direction, ("denoise", "noise"))

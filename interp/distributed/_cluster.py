@@ -47,11 +47,11 @@ def _ray() -> Any:
 
 
 def _functions() -> dict[str, Callable[..., Any]]:
-    from interp.causal import effects, patch
+    from interp.causal import attribution_patch, effects, patch
     from interp.edges import edge_attribution, evaluate_circuit
 
-    return {"patch": patch, "effects": effects, "edge_attribution": edge_attribution,
-            "evaluate_circuit": evaluate_circuit}
+    return {"patch": patch, "effects": effects, "attribution_patch": attribution_patch,
+            "edge_attribution": edge_attribution, "evaluate_circuit": evaluate_circuit}
 
 
 #: the sharded functions that take progress= (the workers run them without a bar; the driver shows one)
@@ -112,6 +112,7 @@ class RayCluster:
     running). ``object_store_memory``: the local object store's cap in bytes (default 1 GiB).
     ``shards_per_worker``: how many contiguous shards each worker gets (default 2; more shards = finer
     resume and retries). Pass it as ``cluster=`` to :func:`interp.patch`, :func:`interp.effects`,
+    :func:`interp.attribution_patch`,
     :func:`interp.edge_attribution` or :func:`interp.evaluate_circuit`.
     """
 

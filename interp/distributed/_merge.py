@@ -89,6 +89,7 @@ def merge_evaluation(parts: Sequence[CircuitEvaluation], details: dict[str, Any]
 #: function name → (result class, merge)
 MERGES: dict[str, tuple[Any, Any]] = {
     "patch": (PatchResult, merge_patch),
+    "attribution_patch": (PatchResult, merge_patch),
     "effects": (Effects, merge_effects),
     "edge_attribution": (EdgeScores, merge_edge_scores),
     "evaluate_circuit": (CircuitEvaluation, merge_evaluation),

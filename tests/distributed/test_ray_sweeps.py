@@ -94,6 +94,15 @@ def test_edge_attribution_on_two_workers_equals_in_process(toy, pairs, cluster, 
     assert e.details["distributed"]["shards"] == 4
 
 
+@pytest.mark.parametrize("kw", [dict(), dict(qk_fix=True, nodes="head_inputs", positions="each")])
+def test_attribution_patch_on_two_workers_equals_in_process(toy, pairs, cluster, kw):
+    clean, corrupt, metric = pairs
+    ref = interp.attribution_patch(toy, clean, corrupt, metric=metric, **kw)
+    r = interp.attribution_patch(toy, clean, corrupt, metric=metric, cluster=cluster, **kw)
+    _same_patch(r, ref)
+    assert r.details["distributed"]["lost"] == 0
+
+
 @pytest.mark.parametrize("ablation", ["corrupt", "zero"])
 def test_effects_on_two_workers_equals_in_process(toy, pairs, cluster, ablation):
     clean, corrupt, metric = pairs
