@@ -363,8 +363,9 @@ def _check_attribution_graph(r, label, v, rows):
     (row,) = rows.to_dict("records")
     i = r.labels.index(label)
     assert v == row and row["kind"] == r.node_kind[i] and _close(row["value"], r.value[i])
-    out = r.node_kind.index("logit")
-    assert _close(row["direct"], r.adjacency[out, i]) and _close(row["influence"], r.influence()[i])
+    outs = [j for j, k in enumerate(r.node_kind) if k == "logit"]
+    direct = sum(float(r.output_weight[j]) * float(r.adjacency[j, i]) for j in outs)
+    assert _close(row["direct"], direct) and _close(row["influence"], r.influence()[i])
 
 
 ROW_CHECKS: dict[str, Callable[[Any, str, Any, pd.DataFrame], None]] = {

@@ -110,14 +110,18 @@ def attribution_graph(
     target: Optional[TokenSpec] = None,
     wrong: Optional[TokenSpec] = None,
     pos: int = -1,
+    max_n_logits: int = 10,
+    desired_logit_prob: float = 0.95,
     batch_size: int = 64,
 ) -> AttributionGraph:
     """The exact attribution graph of ``prompt`` over per-layer ``transcoders`` (module docstring).
 
-    ``target`` is the token whose logit at position ``pos`` is the graph's output (default: the model's top
-    prediction there); with ``wrong`` the output is the logit difference target − wrong. Nodes: active
-    features (layer, position, feature), error nodes (one per layer and position), token embeddings (one
-    per position), the output. Edges: ``adjacency[target, source]``, the direct effect of the source on the
+    ``target`` is the token whose logit at position ``pos`` is the graph's output (node ``logit``); with
+    ``wrong`` the output is the logit difference target − wrong. Without ``target`` the outputs are the top
+    logits (nodes ``logit[<id>]``): the most probable tokens until their probabilities sum to
+    ``desired_logit_prob``, at most ``max_n_logits``, each weighted by its probability in influence (as
+    circuit-tracer selects them). Nodes: active features (layer, position, feature), error nodes (one per
+    layer and position), token embeddings (one per position), the outputs. Edges: ``adjacency[target, source]``, the direct effect of the source on the
     target's pre-activation (features) or on the output, through the replacement model with attention
     patterns and norm scales frozen. Each target's constant term (all biases) is in ``bias``; the closure
     ``max |value − (Σ edges + bias)|`` is stored as ``closure_error`` (``relative_error`` divides each by
@@ -126,8 +130,14 @@ def attribution_graph(
     """
     require_model(model)
     _check(model, transcoders)
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ArgumentError(f"batch_size={batch_size!r} must be a positive int")
+    for name, v in (("batch_size", batch_size), ("max_n_logits", max_n_logits)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ArgumentError(f"{name}={v!r} must be a positive int")
+    if isinstance(desired_logit_prob, bool) or not isinstance(desired_logit_prob, (int, float)) \
+            or not 0.0 < desired_logit_prob <= 1.0:
+        raise ArgumentError(f"desired_logit_prob={desired_logit_prob!r} must be a number in (0, 1]")
+    if wrong is not None and target is None:
+        raise ArgumentError("wrong= needs target= (the output is the logit difference target − wrong)")
     batch = as_batch(model, prompt)
     tokens, mask = batch.tokens, batch.attention_mask
     if tokens.shape[0] != 1:
@@ -175,12 +185,30 @@ def attribution_graph(
     W_U, b_U = w.W_U.to(dt), (torch.zeros(a.d_vocab, dtype=dt, device=tokens.device) if w.b_U is None else w.b_U.to(dt))  # type: ignore[union-attr]
     logits_real = e.norm(final[pos], w.lnf_w.to(dt) if w.lnf_w is not None else None,  # type: ignore[arg-type]
                          None if w.lnf_b is None else w.lnf_b.to(dt)) @ W_U + b_U
-    t_id = int(logits_real.argmax()) if target is None else int(resolve_tokens(model, target, 1, "target")[0])
     w_id = None if wrong is None else int(resolve_tokens(model, wrong, 1, "wrong")[0])
-    u, b_u = W_U[:, t_id], b_U[t_id]
-    if w_id is not None:
-        u, b_u = u - W_U[:, w_id], b_u - b_U[w_id]
-    out_real = logits_real[t_id] - (0 if w_id is None else logits_real[w_id])
+    if target is None:  # the top logits, by the model's own (soft-capped) probabilities
+        capped = torch.tanh(logits_real / a.final_softcap) * a.final_softcap if a.final_softcap else logits_real
+        probs = torch.softmax(capped.double(), -1)
+        top_p, top_i = probs.sort(descending=True)
+        K = min(int((top_p.cumsum(0) < desired_logit_prob).sum()) + 1, max_n_logits, a.d_vocab)
+        ids = top_i[:K].tolist()
+        out_w = top_p[:K].to(dt)
+        u, b_u = W_U[:, ids], b_U[ids]
+        out_real = logits_real[ids]
+        out_labels = [f"logit[{i}]" for i in ids]
+        tok_str = " | ".join(_tok(model, i) for i in ids)
+    else:
+        t_id = int(resolve_tokens(model, target, 1, "target")[0])
+        ids = [t_id] if w_id is None else [t_id, w_id]
+        u, b_u = W_U[:, t_id], b_U[t_id]
+        if w_id is not None:
+            u, b_u = u - W_U[:, w_id], b_u - b_U[w_id]
+        u, b_u = u[:, None], b_u[None]
+        out_real = (logits_real[t_id] - (0 if w_id is None else logits_real[w_id]))[None]
+        out_w = torch.ones(1, dtype=dt)
+        out_labels = ["logit"]
+        tok_str = _tok(model, t_id) + ("" if w_id is None else f" − {_tok(model, w_id)}")
+    K = len(out_labels)
 
     frozen = _Frozen(e, tcs, patterns, s1, s2, s_post, s_final, dt)
     L = a.n_layers
@@ -188,7 +216,7 @@ def attribution_graph(
     offs = [sum(m_l[:l]) for l in range(L)]
     n_feat = sum(m_l)
     n_err, n_tok = L * n, n
-    N = n_feat + n_err + n_tok + 1
+    N = n_feat + n_err + n_tok + K
     A = torch.zeros(N, N, dtype=dt)
     leaves_real = [errs[l].index_add(0, feats[l][0], acts[l][:, None] * tcs[l].W_dec[feats[l][1]]) for l in range(L)]
 
@@ -201,7 +229,7 @@ def attribution_graph(
     for l in range(L):
         bias[offs[l]: offs[l] + m_l[l]] = c_pres[l][0].cpu()
         value[offs[l]: offs[l] + m_l[l]] = pre_real[l].detach().cpu()
-    bias[-1], value[-1] = c_out[0].cpu(), out_real.detach().cpu()
+    bias[N - K:], value[N - K:] = c_out[0].cpu(), out_real.detach().cpu()
 
     # edges: one forward of the frozen model, then one batched backward per ``batch_size`` targets of a layer
     # (grad_outputs one-hot per row); a layer-l target reaches only the sources below l, so its backward
@@ -211,16 +239,16 @@ def attribution_graph(
     pres, out = frozen.forward(src_e, src_l, feats, pos, u, b_u)
     jobs: list[tuple[int, list[int]]] = [(l, list(range(j, min(j + batch_size, m_l[l]))))
                                          for l in range(L) for j in range(0, m_l[l], batch_size)]
-    jobs.append((L, [0]))
+    jobs += [(L, list(range(j, min(j + batch_size, K)))) for j in range(0, K, batch_size)]
     for l, cols in jobs:
         B = len(cols)
-        y = pres[l] if l < L else out[:, None]  # [1, m_l] or [1, 1]
+        y = pres[l] if l < L else out  # [1, m_l] or [1, K]
         go = torch.zeros(B, *y.shape, dtype=dt, device=y.device)
         go[torch.arange(B), 0, torch.tensor(cols)] = 1.0
         inputs = [src_e] + src_l[:l]
         grads = torch.autograd.grad(y, inputs, grad_outputs=go, is_grads_batched=True, retain_graph=True,
                                     allow_unused=True)
-        rows = torch.tensor([offs[l] + c for c in cols]) if l < L else torch.tensor([N - 1])
+        rows = torch.tensor([offs[l] + c for c in cols]) if l < L else torch.tensor([N - K + c for c in cols])
         with torch.no_grad():
             g_e = grads[0][:, 0] if grads[0] is not None else torch.zeros(B, n, a.d_model, dtype=dt)
             A[rows, n_feat + n_err: n_feat + n_err + n_tok] = (g_e * emb).sum(-1).cpu()
@@ -234,10 +262,10 @@ def attribution_graph(
                     edge = (gk[:, p_idx] * tcs[k].W_dec[f_idx]).sum(-1) * acts[k]  # [B, m_k]
                     A[rows, offs[k]: offs[k] + m_l[k]] = edge.cpu()
                 A[rows, n_feat + k * n: n_feat + (k + 1) * n] = (gk * errs[k]).sum(-1).cpu()
-    targets = list(range(n_feat)) + [N - 1]
+    targets = list(range(n_feat)) + list(range(N - K, N))
 
     res = value - (A.sum(1) + bias)
-    res[n_feat: N - 1] = 0  # sources have no incoming edges
+    res[n_feat: N - K] = 0  # sources have no incoming edges
     scale = A.abs().sum(1) + bias.abs()
     tgt = torch.tensor(targets)
     closure = float(res[tgt].abs().max())
@@ -254,16 +282,18 @@ def attribution_graph(
     act_col[n_feat: n_feat + n_err] = torch.stack([er.detach().norm(dim=-1) for er in errs]).reshape(-1).cpu()
     for p in range(n):
         labels.append(f"embed@{p}"); kinds.append("token"); layers.append(-1); poss.append(p); fids.append(-1)
-    act_col[n_feat + n_err: N - 1] = emb.detach().norm(dim=-1).cpu()
-    tok_str = _tok(model, t_id) + ("" if w_id is None else f" − {_tok(model, w_id)}")
+    act_col[n_feat + n_err: N - K] = emb.detach().norm(dim=-1).cpu()
     if a.final_softcap:  # the graph's output is the linear logit; the model reports c·tanh(logit / c)
         tok_str += f" (before the soft-cap {a.final_softcap:g})"
-    labels.append("logit"); kinds.append("logit"); layers.append(L); poss.append(pos); fids.append(-1)
+    for lab in out_labels:
+        labels.append(lab); kinds.append("logit"); layers.append(L); poss.append(pos); fids.append(-1)
+    weight = torch.zeros(N, dtype=dt)
+    weight[N - K:] = out_w.cpu()
     return AttributionGraph(
         adjacency=A, bias=bias, value=value, activation=act_col, node_labels=labels, node_kind=kinds,
         node_layer=layers, node_pos=poss, node_feature=fids, tokens=tokens[0].tolist(),
-        target_ids=[t_id] if w_id is None else [t_id, w_id], target=tok_str,
-        closure_error=closure, relative_error=relative, n_layers=L, model_name=model.name,
+        target_ids=ids, target=tok_str, closure_error=closure, relative_error=relative, n_layers=L,
+        model_name=model.name, output_weight=weight,
     )
 
 

@@ -3,7 +3,8 @@
 Nodes are ordered features, error nodes (layer-major, then position), token embeddings, the output,
 with ``adjacency[target, source]`` the direct effect of source on target. Influence (on the output):
 with Â the adjacency with |·| taken and each row normalised to sum 1, influence = w (Â + Â² + …) =
-w ((I − Â)⁻¹ − I), w the one-hot output weight (the graph is acyclic, so the series ends). Pruning keeps
+w ((I − Â)⁻¹ − I), w the outputs' weights (probabilities of the top logits, or 1 for one target; the
+graph is acyclic, so the series ends). Pruning keeps
 the nodes holding ``node_threshold`` of the total influence (tokens and the output always), then the
 edges holding ``edge_threshold`` of the edge influence Â_{ij}·(influence_i + w_i), then drops feature and
 error nodes left without an outgoing edge and features left without an incoming one, until nothing
@@ -14,7 +15,7 @@ changes. The replacement score is token influence / (token + error influence); t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 import pandas as pd
 import torch
@@ -58,9 +59,10 @@ class AttributionGraph(Result):
     """One prompt's attribution graph (module docstring and :func:`interp.features.attribution_graph`).
 
     ``adjacency`` [N, N] (target, source); ``bias`` [N] each target's constant term; ``value`` [N] each
-    target's real value (a feature's pre-activation, the output); ``activation`` [N] a feature's
-    activation, ‖·‖ of an error node's or embedding's vector. Rows of the table: one per node, with its
-    ``influence`` on the output and its ``direct`` edge into the output.
+    target's real value (a feature's pre-activation, an output logit); ``activation`` [N] a feature's
+    activation, ‖·‖ of an error node's or embedding's vector; ``output_weight`` [N] each output's weight w
+    (its probability for top logits, 1 for one target; None = 1 on every output). Rows of the table: one per
+    node, with its ``influence`` on the outputs and ``direct`` = Σ_k w_k · its edge into output k.
     """
 
     adjacency: Tensor
@@ -79,6 +81,7 @@ class AttributionGraph(Result):
     relative_error: float
     n_layers: int
     model_name: str
+    output_weight: Optional[Tensor] = None
 
     label_column: ClassVar[str] = "node"
     default_by: ClassVar[str] = "influence"
@@ -96,6 +99,9 @@ class AttributionGraph(Result):
         return torch.tensor([k == kind for k in self.node_kind], dtype=torch.bool)
 
     def _logit_weights(self) -> Tensor:
+        """w: each output's weight (its probability for top logits; 1 for one target), 0 elsewhere."""
+        if self.output_weight is not None:
+            return self.output_weight.to(self.adjacency.dtype)
         return self._mask("logit").to(self.adjacency.dtype)
 
     def influence(self) -> Tensor:
@@ -103,8 +109,7 @@ class AttributionGraph(Result):
         return _influence(_normalize(self.adjacency), self._logit_weights())
 
     def to_dataframe(self) -> pd.DataFrame:
-        out = self._mask("logit")
-        direct = self.adjacency[out].sum(0) if bool(out.any()) else torch.zeros(self.n_nodes)
+        direct = self._logit_weights() @ self.adjacency  # Σ_outputs w_k · edge into output k
         return pd.DataFrame({
             "node": self.node_labels, "kind": self.node_kind, "layer": self.node_layer, "pos": self.node_pos,
             "feature": self.node_feature, "activation": self.activation.tolist(), "value": self.value.tolist(),
@@ -159,7 +164,8 @@ class AttributionGraph(Result):
             node_kind=pick(self.node_kind), node_layer=pick(self.node_layer), node_pos=pick(self.node_pos),
             node_feature=pick(self.node_feature), tokens=list(self.tokens), target_ids=list(self.target_ids),
             target=self.target, closure_error=self.closure_error, relative_error=self.relative_error,
-            n_layers=self.n_layers, model_name=self.model_name)
+            n_layers=self.n_layers, model_name=self.model_name,
+            output_weight=None if self.output_weight is None else self.output_weight[idx].contiguous())
 
     def replacement_score(self) -> float:
         """Token influence / (token influence + error influence) on the output (module docstring)."""

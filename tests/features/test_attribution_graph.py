@@ -69,10 +69,15 @@ def test_graph_closes(models, family, kind):
     g = attribution_graph(m, PROMPT, tcs, batch_size=7)
     assert sum(k == "feature" for k in g.node_kind) > 0
     _check_closure(g)
-    la = interp.attribute_logits(m, PROMPT, answer=g.target_ids[0], unit="component")
-    c = m.arch.final_softcap  # Gemma 2: the graph's output is the logit before the soft-cap
-    out = c * math.tanh(float(g.value[-1]) / c) if c else float(g.value[-1])
-    assert out == pytest.approx(float(la.logit[0]), rel=1e-5, abs=1e-5)
+    outs = [i for i, k in enumerate(g.node_kind) if k == "logit"]
+    assert len(outs) == len(g.target_ids) and g.node_labels[outs[0]] == f"logit[{g.target_ids[0]}]"
+    c = m.arch.final_softcap  # Gemma 2: the graph's outputs are the logits before the soft-cap
+    w = g.output_weight[outs]
+    assert (w[:-1] >= w[1:]).all() and (len(outs) == 10 or float(w.sum()) >= 0.95)  # top logits, as circuit-tracer
+    for i, tid in ((outs[0], g.target_ids[0]), (outs[-1], g.target_ids[-1])):
+        la = interp.attribute_logits(m, PROMPT, answer=tid, unit="component")
+        out = c * math.tanh(float(g.value[i]) / c) if c else float(g.value[i])
+        assert out == pytest.approx(float(la.logit[0]), rel=1e-5, abs=1e-5)
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
@@ -114,6 +119,10 @@ def test_refusals(models):
         attribution_graph(m, PROMPT, tcs, pos=40)
     with pytest.raises(ArgumentError, match="batch_size"):
         attribution_graph(m, PROMPT, tcs, batch_size=0)
+    with pytest.raises(ArgumentError, match="desired_logit_prob"):
+        attribution_graph(m, PROMPT, tcs, desired_logit_prob=0)
+    with pytest.raises(ArgumentError, match="needs target"):
+        attribution_graph(m, PROMPT, tcs, wrong="w3")
 
 
 def _hand_graph() -> AttributionGraph:
