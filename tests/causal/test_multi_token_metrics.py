@@ -153,9 +153,9 @@ def test_edge_attribution_evaluate_circuit_and_faithfulness_curve(llama, hf):
     _close(s.corrupt_per_prompt, k)
     assert abs(s.completeness_error) < 0.1 * abs(s.target)  # EAP-IG on the summed log-prob: near complete
     every = evaluate_circuit(llama, CLEAN, CORRUPT, list(s.edges), metric=met)
-    _close(every.per_prompt[0], c, 1e-8)  # all edges: the clean run
+    _close(every.per_prompt[0], c)  # all edges: the clean run (HF rounds its softmax through float32: TOL)
     none = evaluate_circuit(llama, CLEAN, CORRUPT, [], metric=met)
-    _close(none.per_prompt[0], k, 1e-8)  # no edges: the corrupt run
+    _close(none.per_prompt[0], k)  # no edges: the corrupt run
     curve = faithfulness_curve(llama, CLEAN, CORRUPT, s, metric=met, sizes=(0.1, 1.0), ablations=("corrupt",),
                                progress=False)
     assert float(curve.empty[0]) == pytest.approx(float(k.mean()), abs=TOL)
