@@ -1,11 +1,15 @@
 """ArchInfo: the shape and block structure of a model, read off its Hugging Face config.
 
-interp supports four block families (docs/math.md §1):
+The block layouts (docs/math.md §1):
 
-* pre-norm LayerNorm (GPT-2):            x_mid = x + Attn(N1(x));  x_out = x_mid + MLP(N2(x_mid))
-* pre-norm RMSNorm + GQA + RoPE (Llama): same, N = RMSNorm, KV heads shared by groups of query heads
-* parallel attention + MLP (GPT-NeoX):   x_out = x + Attn(N1(x)) + MLP(N2(x))
-* post-norm LayerNorm encoder (BERT):    x_mid = N1(x + Attn(x));  x_out = N2(x_mid + MLP(x_mid))
+* pre-norm (GPT-2 LayerNorm; Llama, Qwen, Mistral, Phi-3, Gemma RMSNorm + GQA + RoPE):
+      x_mid = x + Attn(N1(x));  x_out = x_mid + MLP(N2(x_mid))
+* sandwich (Gemma 2/3): x_mid = x + N1'(Attn(N1(x)));  x_out = x_mid + N2'(MLP(N2(x_mid)))
+* parallel (GPT-NeoX; GPT-J with one norm for both): x_out = x + Attn(N1(x)) + MLP(N2(x))
+* post-norm encoder (BERT): x_mid = N1(x + Attn(x));  x_out = N2(x_mid + MLP(x_mid))
+
+and, per family, the capabilities every forward implements (score scales, sliding windows, rotary layout,
+QK-norm, soft-caps, embedding scale): the one place that knows families.
 """
 
 from __future__ import annotations
