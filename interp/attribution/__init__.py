@@ -5,9 +5,9 @@ from interp.attribution._direction import attribute_direction
 from interp.attribution._logits import attribute_logits
 from interp.attribution._result import LogitAttribution
 from interp.attribution._sources import OVAt, ov_at
-from interp.attribution._targets import resolve_candidate
+from interp.attribution._targets import resolve_candidate, resolve_targets
 
 __all__ = [
     "LogitAttribution", "OVAt", "TokenSpec", "attribute_direction", "attribute_logits", "ov_at", "resolve_candidate",
-    "resolve_positions", "resolve_tokens", "warn_unspaced",
+    "resolve_positions", "resolve_targets", "resolve_tokens", "warn_unspaced",
 ]

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp._validate import check_positive_int
+from interp._validate import check_cluster, check_positive_int
 from interp.attribution._answers import TokenSpec, resolve_positions, warn_unspaced
 from interp.attribution._result import LogitAttribution
 from interp.attribution._sources import head_source_terms, require_head_sources
@@ -223,6 +223,8 @@ def attribute_logits(
     multi_token: bool = False,
     batch_size: Optional[int] = None,
     progress: Optional[bool] = None,
+    cluster: Any = None,
+    out: Any = None,
 ) -> LogitAttribution:
     """Split the logit of ``answer`` (minus ``wrong``'s, if given) at ``pos`` into every term.
 
@@ -237,9 +239,16 @@ def attribute_logits(
     ``pos``: int (negative counts back from each prompt's last real token) or one per prompt.
     ``unit``: "head" | "component" | "neuron" | "head_source" (each head's term split over the source
     positions it reads, ``L3.H5[src=4]``; pre-norm decoders). The result's ``closure_error`` is the
-    largest |Σ terms − the model's own target| over prompts.
+    largest |Σ terms − the model's own target| over prompts. ``cluster``: None (in process) or an
+    ``interp.RayCluster`` (prompts sharded over its workers, merged exactly); ``out``: a folder keeping each
+    finished shard for resume (docs/scaling.md).
     """
     require_model(model)
+    if cluster is not None or out is not None:
+        return check_cluster(cluster, out).sweep(
+            "attribute_logits", model, out=out, progress=progress is not False, inputs=inputs, answer=answer,
+            wrong=wrong, pos=pos, unit=unit, target=target, wrong_agg=wrong_agg, multi_token=multi_token,
+            batch_size=batch_size)
     arch = model.arch
     if unit not in UNITS:
         raise ArgumentError(f"unit={unit!r} is not allowed; use one of {UNITS}")

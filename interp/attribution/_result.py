@@ -79,6 +79,7 @@ class LogitAttribution(Result):
     prompt_targets: Optional[list[str]] = field(default=None, repr=False)
     target_kind: str = "logit"  # "logit" | "logprob" | "direction"
     wrong_agg: Optional[str] = None  # "mean" | "logsumexp" when a wrong set is given
+    details: dict = field(default_factory=dict, repr=False)  # how it was run (e.g. a sharded sweep's shards)
 
     @property
     def logit(self) -> Tensor:

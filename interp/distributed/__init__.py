@@ -1,15 +1,21 @@
 """Sharded sweeps on Ray: the dataset-level functions run on prompt shards in Ray actors and merged exactly.
 
 ``cluster=interp.RayCluster(workers=N)`` (a local cluster) or ``interp.RayCluster(address=...)`` (an existing
-one) on :func:`interp.patch`, :func:`interp.effects`, :func:`interp.attribution_patch`,
-:func:`interp.edge_attribution` and :func:`interp.evaluate_circuit`; ``out=DIR`` keeps each finished shard so
-a rerun computes only the missing ones. Ray is an optional dependency (``interp[distributed]``), imported
+one) on :func:`interp.attribute_logits`, :func:`interp.patch`, :func:`interp.effects`,
+:func:`interp.attribution_patch`, :func:`interp.edge_attribution` and :func:`interp.evaluate_circuit`;
+``out=DIR`` keeps each finished shard so a rerun computes only the missing ones. Ray is an optional dependency (``interp[distributed]``), imported
 only when a cluster is made. See docs/scaling.md.
 """
 
 from interp.distributed._cluster import DEFAULT_OBJECT_STORE, RayCluster
-from interp.distributed._merge import merge_edge_scores, merge_effects, merge_evaluation, merge_patch
+from interp.distributed._merge import (
+    merge_edge_scores,
+    merge_effects,
+    merge_evaluation,
+    merge_logit_attribution,
+    merge_patch,
+)
 from interp.distributed._shard import model_source, shard_bounds
 
-__all__ = ["DEFAULT_OBJECT_STORE", "RayCluster", "merge_edge_scores", "merge_effects", "merge_evaluation", "merge_patch",
-           "model_source", "shard_bounds"]
+__all__ = ["DEFAULT_OBJECT_STORE", "RayCluster", "merge_edge_scores", "merge_effects", "merge_evaluation",
+           "merge_logit_attribution", "merge_patch", "model_source", "shard_bounds"]

@@ -19,14 +19,15 @@ import logging
 import os
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from tqdm.auto import tqdm
 
 from interp.distributed._merge import MERGES
-from interp.distributed._shard import fingerprint, model_source, n_prompts, shard_bounds, take, take_metric
-from interp.errors import ArgumentError, InterpError, MissingPackageError
+from interp.distributed._shard import fingerprint, input_keys, model_source, n_prompts, shard_bounds, take_args
+from interp.errors import ArgumentError, CompletenessWarning, InterpError, MissingPackageError
 from interp.models import Model
 
 __all__ = ["RayCluster", "DEFAULT_OBJECT_STORE"]
@@ -47,15 +48,17 @@ def _ray() -> Any:
 
 
 def _functions() -> dict[str, Callable[..., Any]]:
+    from interp.attribution import attribute_logits
     from interp.causal import attribution_patch, effects, patch
     from interp.edges import edge_attribution, evaluate_circuit
 
     return {"patch": patch, "effects": effects, "attribution_patch": attribution_patch,
-            "edge_attribution": edge_attribution, "evaluate_circuit": evaluate_circuit}
+            "edge_attribution": edge_attribution, "evaluate_circuit": evaluate_circuit,
+            "attribute_logits": attribute_logits}
 
 
 #: the sharded functions that take progress= (the workers run them without a bar; the driver shows one)
-_WITH_PROGRESS = ("patch", "effects", "edge_attribution")
+_WITH_PROGRESS = ("patch", "effects", "edge_attribution", "attribute_logits")
 
 
 class _Worker:
@@ -76,18 +79,20 @@ class _Worker:
         """``{"ok": result, "pid": ...}`` or ``{"error": ..., "prompt": first failing prompt or None}``."""
         f = _functions()[fn]
         try:
-            return {"ok": f(self.model, **args, **kwargs), "pid": os.getpid()}
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                res = f(self.model, **args, **kwargs)
+            return {"ok": res, "pid": os.getpid(), "warnings": [(w.category, str(w.message)) for w in caught]}
         except Exception as e:  # reported to the driver, which raises it naming the shard
-            return {"error": e, "prompt": self._first_failing(f, start, args, kwargs), "pid": os.getpid()}
+            return {"error": e, "prompt": self._first_failing(fn, f, start, args, kwargs), "pid": os.getpid()}
 
-    def _first_failing(self, f: Callable[..., Any], start: int, args: dict[str, Any],
+    def _first_failing(self, fn: str, f: Callable[..., Any], start: int, args: dict[str, Any],
                        kwargs: dict[str, Any]) -> Optional[int]:
-        n = n_prompts(args["clean"])
+        n = n_prompts(args[input_keys(fn)[0]])
         if n <= 1:
             return start
         for i in range(n):
-            one = {k: take(v, i, i + 1) if k in ("clean", "corrupt") else v for k, v in args.items()}
-            one["metric"] = take_metric(args["metric"], n, i, i + 1)
+            one = take_args(fn, args, n, i, i + 1)
             try:
                 f(self.model, **one, **kwargs)
             except Exception:
@@ -111,9 +116,9 @@ class RayCluster:
     :meth:`shutdown` or on leaving a ``with`` block); ``RayCluster(address=...)`` joins an existing one (left
     running). ``object_store_memory``: the local object store's cap in bytes (default 1 GiB).
     ``shards_per_worker``: how many contiguous shards each worker gets (default 2; more shards = finer
-    resume and retries). Pass it as ``cluster=`` to :func:`interp.patch`, :func:`interp.effects`,
-    :func:`interp.attribution_patch`,
-    :func:`interp.edge_attribution` or :func:`interp.evaluate_circuit`.
+    resume and retries). Pass it as ``cluster=`` to :func:`interp.attribute_logits`, :func:`interp.patch`,
+    :func:`interp.effects`, :func:`interp.attribution_patch`, :func:`interp.edge_attribution` or
+    :func:`interp.evaluate_circuit`.
     """
 
     def __init__(self, workers: Optional[int] = None, *, address: Optional[str] = None,
@@ -189,7 +194,7 @@ class RayCluster:
         ray = _ray()
         result_cls, merge = MERGES[fn]
         source = model_source(model)
-        n = n_prompts(args["clean"])
+        n = n_prompts(args[input_keys(fn)[0]], input_keys(fn)[0])
         if args.get("corrupt") is not None and n_prompts(args["corrupt"], "corrupt") != n:
             raise ArgumentError(f"corrupt has {n_prompts(args['corrupt'], 'corrupt')} prompts but clean has {n}")
         args = self._ablation_args(fn, args)
@@ -212,6 +217,7 @@ class RayCluster:
         tries = {i: 0 for i in todo}
         pids: dict[int, int] = {}
         retried = 0
+        warned: set[tuple[Any, str]] = set()
         pending: dict[Any, tuple[int, int]] = {}  # ref -> (shard, actor index)
         free = list(range(len(actors)))
         try:
@@ -219,8 +225,7 @@ class RayCluster:
                 while todo and free:
                     i, w = todo.pop(0), free.pop(0)
                     s, e = bounds[i]
-                    shard = {k: (take(v, s, e) if k in ("clean", "corrupt") else v) for k, v in args.items()}
-                    shard["metric"] = take_metric(args["metric"], n, s, e)
+                    shard = take_args(fn, args, n, s, e)
                     kw = {"progress": False} if fn in _WITH_PROGRESS else {}
                     pending[actors[w].run.remote(fn, s, shard, kw)] = (i, w)
                 ready, _ = ray.wait(list(pending), num_returns=1)
@@ -245,6 +250,10 @@ class RayCluster:
                     self._raise(fn, i, bounds[i], res)
                 done[i] = res["ok"]
                 pids[i] = res["pid"]
+                for category, message in res.get("warnings", []):  # the shards' warnings, each once, here
+                    if category is not CompletenessWarning and (category, message) not in warned:
+                        warned.add((category, message))
+                        warnings.warn(message, category, stacklevel=3)
                 if folder is not None:
                     self._write_shard(folder, i, bounds[i], res["ok"])
                 bar.update(bounds[i][1] - bounds[i][0])
@@ -257,7 +266,7 @@ class RayCluster:
         details = {"workers": len(actors), "shards": len(bounds), "bounds": [list(b) for b in bounds],
                    "computed": len(bounds) - resumed, "resumed": resumed, "retried": retried, "lost": 0,
                    "worker_pids": [pids.get(i) for i in range(len(bounds))]}
-        return merge([done[i] for i in range(len(bounds))], details)
+        return merge([done[i] for i in range(len(bounds))], details, model, args)
 
     @staticmethod
     def _ablation_args(fn: str, args: dict[str, Any]) -> dict[str, Any]:

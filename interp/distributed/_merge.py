@@ -17,11 +17,12 @@ from typing import Any, Sequence
 
 import torch
 
+from interp.attribution import LogitAttribution, resolve_targets
 from interp.causal import Effects, PatchResult
 from interp.edges import CircuitEvaluation, EdgeScores, check_completeness
 from interp.errors import ShapeError
 
-__all__ = ["merge_patch", "merge_effects", "merge_edge_scores", "merge_evaluation", "MERGES"]
+__all__ = ["merge_logit_attribution", "merge_patch", "merge_effects", "merge_edge_scores", "merge_evaluation", "MERGES"]
 
 
 def _weighted(values: Sequence[float], sizes: Sequence[int]) -> float:
@@ -31,7 +32,8 @@ def _weighted(values: Sequence[float], sizes: Sequence[int]) -> float:
     return float((v * n).sum() / n.sum())
 
 
-def merge_patch(parts: Sequence[PatchResult], details: dict[str, Any]) -> PatchResult:
+def merge_patch(parts: Sequence[PatchResult], details: dict[str, Any], model: Any = None,
+                args: Any = None) -> PatchResult:
     """One :class:`interp.PatchResult` from the shards' (the prompt axis is last)."""
     shapes = {tuple(p.per_prompt.shape[:-1]) for p in parts}
     if len(shapes) > 1:
@@ -47,7 +49,8 @@ def merge_patch(parts: Sequence[PatchResult], details: dict[str, Any]) -> PatchR
         clean_per_prompt=cpp, corrupt_per_prompt=kpp, details={**first.details, "distributed": details})
 
 
-def merge_edge_scores(parts: Sequence[EdgeScores], details: dict[str, Any]) -> EdgeScores:
+def merge_edge_scores(parts: Sequence[EdgeScores], details: dict[str, Any], model: Any = None,
+                      args: Any = None) -> EdgeScores:
     """One :class:`interp.EdgeScores` from the shards' (``per_prompt`` [n_edges, n_prompts]); the merged
     completeness is the prompt-weighted mean of the shards' (each the mean of its prompts' sums)."""
     first = parts[0]
@@ -65,7 +68,8 @@ def merge_edge_scores(parts: Sequence[EdgeScores], details: dict[str, Any]) -> E
     return out
 
 
-def merge_effects(parts: Sequence[Effects], details: dict[str, Any]) -> Effects:
+def merge_effects(parts: Sequence[Effects], details: dict[str, Any], model: Any = None,
+                  args: Any = None) -> Effects:
     """One :class:`interp.Effects` from the shards' (``per_prompt`` [3, n_nodes, n_prompts]); ``corrupt``,
     kept only as a mean, is the prompt-weighted mean of the shards' (NaN stays NaN)."""
     first = parts[0]
@@ -78,12 +82,48 @@ def merge_effects(parts: Sequence[Effects], details: dict[str, Any]) -> Effects:
         details={**first.details, "distributed": details})
 
 
-def merge_evaluation(parts: Sequence[CircuitEvaluation], details: dict[str, Any]) -> CircuitEvaluation:
+def merge_evaluation(parts: Sequence[CircuitEvaluation], details: dict[str, Any], model: Any = None,
+                     args: Any = None) -> CircuitEvaluation:
     """One :class:`interp.CircuitEvaluation` from the shards' (``per_prompt`` [3, n_prompts]: circuit, all, none)."""
     first = parts[0]
     per = torch.cat([p.per_prompt for p in parts], dim=1)
     return dataclasses.replace(first, values=per.mean(1), per_prompt=per,
                                details={**first.details, "distributed": details})
+
+
+def merge_logit_attribution(parts: Sequence[LogitAttribution], details: dict[str, Any], model: Any = None,
+                            args: Any = None) -> LogitAttribution:
+    """One :class:`interp.LogitAttribution` from the shards' (``values`` [n_terms, n_prompts]): per-prompt fields
+    concatenated; ``closure_error`` (a max over prompts) the max of the shards'; ``relative_error`` recomputed from
+    it and the merged totals; the target's text and the answer / wrong ids resolved for all prompts at once, as
+    in process."""
+    first = parts[0]
+    labels = {tuple(p.labels) for p in parts}
+    if len(labels) > 1:
+        raise ShapeError("cluster=: the shards' attributions have different terms (unit='head_source' over prompts "
+                         "of different token lengths); give prompts of one token length, or run with cluster=None")
+    values = torch.cat([p.values for p in parts], dim=1)
+    total = torch.cat([p.total for p in parts])
+    err = max(p.closure_error for p in parts)
+    scale = float(total.abs().max())
+    texts = [t for p in parts for t in (p.prompt_targets or [])]
+    a = args or {}
+    targets = resolve_targets(model, a.get("answer"), a.get("wrong"), int(values.shape[1]),
+                              multi_token=a.get("multi_token", False), target=a.get("target", "logit"),
+                              wrong_agg=a.get("wrong_agg", "mean"))
+
+    def cat(field: str) -> Any:
+        vals = [getattr(p, field) for p in parts]
+        return None if any(v is None for v in vals) else [x for v in vals for x in v]
+
+    return dataclasses.replace(
+        first, values=values, total=total, closure_error=err, relative_error=err / scale if scale > 0 else err,
+        positions=torch.cat([p.positions for p in parts]), prompts=cat("prompts"),
+        prompt_str_tokens=cat("prompt_str_tokens"), prompt_targets=texts or None,
+        target=targets.overall_text(texts) if texts else first.target, answer_ids=targets.answer_ids(),
+        wrong_ids=targets.wrong_ids(),
+        wrong_agg=targets.agg if targets.wrongs is not None and any(len(w) > 1 for w in targets.wrongs) else None,
+        details={**first.details, "distributed": details})
 
 
 #: function name → (result class, merge)
@@ -93,4 +133,5 @@ MERGES: dict[str, tuple[Any, Any]] = {
     "effects": (Effects, merge_effects),
     "edge_attribution": (EdgeScores, merge_edge_scores),
     "evaluate_circuit": (CircuitEvaluation, merge_evaluation),
+    "attribute_logits": (LogitAttribution, merge_logit_attribution),
 }

@@ -21,7 +21,7 @@ from torch import Tensor
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.models import Model, list_models
 
-__all__ = ["model_source", "n_prompts", "shard_bounds", "take", "take_metric", "fingerprint"]
+__all__ = ["model_source", "n_prompts", "shard_bounds", "take", "take_metric", "take_args", "input_keys", "fingerprint"]
 
 
 def model_source(model: Model) -> str:
@@ -87,7 +87,7 @@ def take(x: Any, start: int, stop: int) -> Any:
 
 
 def _per_prompt_field(name: str, v: Any, n: int, multi: bool) -> bool:
-    if name not in ("answer", "wrong", "token", "pos") or n <= 1:
+    if name not in ("answer", "wrong", "token", "pos") or n <= 1 or isinstance(v, (str, int)):
         return False
     if isinstance(v, Tensor):
         return v.ndim == (2 if multi else 1) and int(v.shape[0]) == n
@@ -109,6 +109,27 @@ def take_metric(metric: Any, n: int, start: int, stop: int) -> Any:
         if _per_prompt_field(f.name, v, n, multi):
             changes[f.name] = v[start:stop] if isinstance(v, Tensor) else type(v)(v[start:stop])
     return dataclasses.replace(metric, **changes) if changes else metric
+
+
+def input_keys(fn: str) -> tuple[str, ...]:
+    """The arguments of ``fn`` that hold one row per prompt (the first one counts the prompts)."""
+    return ("inputs",) if fn == "attribute_logits" else ("clean", "corrupt")
+
+
+def take_args(fn: str, args: dict[str, Any], n: int, start: int, stop: int) -> dict[str, Any]:
+    """``fn``'s arguments for prompts [start, stop): the inputs' rows, the metric's per-prompt fields, and for
+    ``attribute_logits`` a per-prompt ``answer`` / ``wrong`` / ``pos``."""
+    keys = input_keys(fn)
+    out = {k: (take(v, start, stop) if k in keys else v) for k, v in args.items()}
+    if "metric" in args:
+        out["metric"] = take_metric(args["metric"], n, start, stop)
+    if fn == "attribute_logits":
+        multi = bool(args.get("multi_token", False))
+        for k in ("answer", "wrong", "pos"):
+            v: Any = args.get(k)
+            if _per_prompt_field(k, v, n, multi) or (k == "wrong" and isinstance(v, list) and len(v) == n > 1):
+                out[k] = v[start:stop] if isinstance(v, Tensor) else type(v)(v[start:stop])
+    return out
 
 
 def _canon(x: Any) -> Any:

@@ -130,11 +130,49 @@ def test_evaluate_circuit_on_two_workers_equals_in_process(toy, pairs, cluster, 
     assert r.details["distributed"]["shards"] == 4
 
 
+def test_the_shards_warnings_reach_the_caller_once(toy, pairs, cluster):
+    clean, corrupt, metric = pairs
+    one = clean[:1].repeat(3, 1)  # a reference of one distinct prompt: mean ablation is ablation with it
+    with pytest.warns(interp.AblationWarning) as rec:
+        interp.patch(toy, clean, corrupt, metric=metric, direction="noise", ablation="mean", reference=one,
+                     cluster=cluster, progress=False)
+    assert len([w for w in rec if issubclass(w.category, interp.AblationWarning)]) == 1
+
+
 def test_resample_ablation_is_refused_on_a_cluster(toy, pairs, cluster):
     clean, corrupt, metric = pairs
     with pytest.raises(UnsupportedOperationError, match="resample"):
         interp.patch(toy, clean, corrupt, metric=metric, direction="noise", ablation="resample", reference=corrupt,
                      cluster=cluster, progress=False)
+
+
+WORDS = "dog sun moon tree leaf rock sand fish bird frog bear wolf deer lion duck rain".split()
+
+
+@pytest.mark.parametrize("kw", [
+    dict(unit="head"),
+    dict(unit="component", wrong={"sun", "moon"}),
+    dict(unit="head", target="logprob", wrong="per-prompt"),
+])
+def test_attribute_logits_on_two_workers_equals_in_process(toy, cluster, kw):
+    # text prompts of different lengths, one answer per prompt: shards see different paddings and answers
+    prompts = [" ".join(WORDS[i: i + 3 + i % 4]) for i in range(P)]
+    answers = [WORDS[(3 * i) % len(WORDS)] for i in range(P)]
+    if kw.get("wrong") == "per-prompt":
+        kw = {**kw, "wrong": [WORDS[(5 * i + 1) % len(WORDS)] for i in range(P)]}
+    ref = interp.attribute_logits(toy, prompts, answer=answers, progress=False, **kw)
+    r = interp.attribute_logits(toy, prompts, answer=answers, cluster=cluster, progress=False, **kw)
+    assert r.labels == ref.labels and r.values.shape == ref.values.shape
+    assert _rel(r.values, ref.values) <= 1e-6 and _rel(r.total, ref.total) <= 1e-6
+    assert torch.equal(r.positions, ref.positions) and torch.equal(r.answer_ids, ref.answer_ids)
+    assert (r.wrong_ids is None) == (ref.wrong_ids is None)
+    if ref.wrong_ids is not None:
+        assert torch.equal(r.wrong_ids, ref.wrong_ids)
+    for f in ("prompts", "str_tokens", "prompt_str_tokens", "prompt_targets", "target", "target_kind", "wrong_agg",
+              "unit"):
+        assert getattr(r, f) == getattr(ref, f), f
+    assert r.closure_error <= max(ref.closure_error, 1e-5) and r.relative_error <= max(ref.relative_error, 1e-6)
+    assert r.details["distributed"]["shards"] == 4
 
 
 def test_a_bad_prompt_fails_the_sweep_naming_shard_and_prompt(toy, pairs, cluster):
