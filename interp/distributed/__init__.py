@@ -2,7 +2,8 @@
 
 ``cluster=interp.RayCluster(workers=N)`` (a local cluster) or ``interp.RayCluster(address=...)`` (an existing
 one) on :func:`interp.attribute_logits`, :func:`interp.patch`, :func:`interp.effects`,
-:func:`interp.attribution_patch`, :func:`interp.edge_attribution` and :func:`interp.evaluate_circuit`;
+:func:`interp.attribution_patch`, :func:`interp.edge_attribution`, :func:`interp.evaluate_circuit` and
+:func:`interp.faithfulness_curve`;
 ``out=DIR`` keeps each finished shard so a rerun computes only the missing ones. Ray is an optional dependency (``interp[distributed]``), imported
 only when a cluster is made. See docs/scaling.md.
 """
@@ -12,10 +13,11 @@ from interp.distributed._merge import (
     merge_edge_scores,
     merge_effects,
     merge_evaluation,
+    merge_faithfulness,
     merge_logit_attribution,
     merge_patch,
 )
 from interp.distributed._shard import model_source, shard_bounds
 
 __all__ = ["DEFAULT_OBJECT_STORE", "RayCluster", "merge_edge_scores", "merge_effects", "merge_evaluation",
-           "merge_logit_attribution", "merge_patch", "model_source", "shard_bounds"]
+           "merge_faithfulness", "merge_logit_attribution", "merge_patch", "model_source", "shard_bounds"]

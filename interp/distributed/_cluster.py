@@ -50,15 +50,15 @@ def _ray() -> Any:
 def _functions() -> dict[str, Callable[..., Any]]:
     from interp.attribution import attribute_logits
     from interp.causal import attribution_patch, effects, patch
-    from interp.edges import edge_attribution, evaluate_circuit
+    from interp.edges import edge_attribution, evaluate_circuit, faithfulness_curve
 
     return {"patch": patch, "effects": effects, "attribution_patch": attribution_patch,
             "edge_attribution": edge_attribution, "evaluate_circuit": evaluate_circuit,
-            "attribute_logits": attribute_logits}
+            "attribute_logits": attribute_logits, "faithfulness_curve": faithfulness_curve}
 
 
 #: the sharded functions that take progress= (the workers run them without a bar; the driver shows one)
-_WITH_PROGRESS = ("patch", "effects", "edge_attribution", "attribute_logits")
+_WITH_PROGRESS = ("patch", "effects", "edge_attribution", "attribute_logits", "faithfulness_curve")
 
 
 class _Worker:
@@ -100,6 +100,19 @@ class _Worker:
         return None
 
 
+def _distinct(x: Any) -> int:
+    """How many distinct prompts an input holds (0 for None)."""
+    import torch
+
+    if x is None:
+        return 0
+    if isinstance(x, str):
+        return 1
+    if isinstance(x, torch.Tensor):
+        return 1 if x.ndim == 1 else int(torch.unique(x, dim=0).shape[0])
+    return len({tuple(v.tolist()) if isinstance(v, torch.Tensor) else str(v) for v in x})
+
+
 def _write_json(path: Path, obj: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     try:
@@ -117,8 +130,8 @@ class RayCluster:
     running). ``object_store_memory``: the local object store's cap in bytes (default 1 GiB).
     ``shards_per_worker``: how many contiguous shards each worker gets (default 2; more shards = finer
     resume and retries). Pass it as ``cluster=`` to :func:`interp.attribute_logits`, :func:`interp.patch`,
-    :func:`interp.effects`, :func:`interp.attribution_patch`, :func:`interp.edge_attribution` or
-    :func:`interp.evaluate_circuit`.
+    :func:`interp.effects`, :func:`interp.attribution_patch`, :func:`interp.edge_attribution`,
+    :func:`interp.evaluate_circuit` or :func:`interp.faithfulness_curve`.
     """
 
     def __init__(self, workers: Optional[int] = None, *, address: Optional[str] = None,
@@ -271,17 +284,27 @@ class RayCluster:
     @staticmethod
     def _ablation_args(fn: str, args: dict[str, Any]) -> dict[str, Any]:
         """``reference`` (mean ablation) goes whole to every shard; where it defaults to the corrupt prompts
-        (``evaluate_circuit``), the whole corrupt input is passed as the reference, so no shard takes the mean of
-        its own prompts only. A resample draw depends on the whole batch, so shards cannot reproduce it: refused."""
+        (``evaluate_circuit``, ``faithfulness_curve``) and they are not all one prompt, the whole corrupt input is
+        passed as the reference, so no shard takes the mean of its own prompts only. A resample draw depends on
+        the whole batch, so shards cannot reproduce it: refused. ``faithfulness_curve``'s scores travel without
+        their per-prompt scores (only the mean ranks the edges)."""
+        import dataclasses
+
         from interp.errors import UnsupportedOperationError
 
-        if args.get("ablation") == "resample":
-            raise UnsupportedOperationError(f"{fn}(..., ablation='resample', cluster=...): the resample draw depends "
+        ablations = list(args.get("ablations") or []) + [args.get("ablation")]
+        if "resample" in ablations:
+            raise UnsupportedOperationError(f"{fn}(..., cluster=...) with resample ablation: the resample draw depends "
                                             "on the whole batch, so shards cannot reproduce it; use 'mean' (with "
-                                            "reference=) or 'corrupt', or cluster=None")
-        if fn == "evaluate_circuit" and args.get("ablation") == "mean" and args.get("reference") is None \
-                and args.get("corrupt") is not None:
-            args = {**args, "reference": args["corrupt"]}
+                                            "reference=), 'zero' or 'corrupt' (faithfulness_curve: pass ablations="
+                                            "('corrupt', 'zero', 'mean')), or cluster=None")
+        if fn in ("evaluate_circuit", "faithfulness_curve"):
+            args = {**args, "_reference_given": args.get("reference") is not None}
+            if "mean" in ablations and args.get("reference") is None and _distinct(args.get("corrupt")) > 1:
+                args["reference"] = args["corrupt"]
+        if fn == "faithfulness_curve" and args.get("scores") is not None:
+            sc = args["scores"]
+            args["scores"] = dataclasses.replace(sc, per_prompt=sc.per_prompt[:, :0], exact=None)
         return args
 
     @staticmethod

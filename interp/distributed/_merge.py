@@ -13,16 +13,17 @@ prompt ranges of sizes n_s (N = Σ n_s), so the merged result is the in-process 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Sequence
 
 import torch
 
 from interp.attribution import LogitAttribution, resolve_targets
 from interp.causal import Effects, PatchResult
-from interp.edges import CircuitEvaluation, EdgeScores, check_completeness
+from interp.edges import CircuitEvaluation, EdgeScores, FaithfulnessCurve, check_completeness
 from interp.errors import ShapeError
 
-__all__ = ["merge_logit_attribution", "merge_patch", "merge_effects", "merge_edge_scores", "merge_evaluation", "MERGES"]
+__all__ = ["merge_faithfulness", "merge_logit_attribution", "merge_patch", "merge_effects", "merge_edge_scores", "merge_evaluation", "MERGES"]
 
 
 def _weighted(values: Sequence[float], sizes: Sequence[int]) -> float:
@@ -126,6 +127,32 @@ def merge_logit_attribution(parts: Sequence[LogitAttribution], details: dict[str
         details={**first.details, "distributed": details})
 
 
+def merge_faithfulness(parts: Sequence[FaithfulnessCurve], details: dict[str, Any], model: Any = None,
+                       args: Any = None) -> FaithfulnessCurve:
+    """One :class:`interp.FaithfulnessCurve` from the shards': the means M(C_k), M(all), M(∅) prompt-weighted
+    (the shards' prompt counts are in ``details["bounds"]``), then faithfulness = (M(C) − M(∅)) / (M(all) − M(∅)),
+    CPR and CMD recomputed from them as in process — never a mean of the shards' ratios."""
+    first = parts[0]
+    n = torch.tensor([b - a for a, b in details["bounds"]], dtype=torch.float64)
+    w = n / n.sum()
+
+    def mean(field: str) -> torch.Tensor:
+        return sum((getattr(p, field).double() * w[i] for i, p in enumerate(parts)), torch.zeros(()))
+
+    V, full, empty = mean("values"), mean("full"), mean("empty")
+    F = torch.empty_like(V)
+    for i in range(V.shape[0]):
+        gap = full[i] - empty[i]
+        F[i] = (V[i] - empty[i]) / gap if gap else math.nan
+    x = torch.tensor(first.sizes, dtype=torch.float64)
+    cpr = torch.stack([torch.trapezoid(F[i], x) for i in range(V.shape[0])])
+    cmd = torch.stack([torch.trapezoid((1 - F[i]).abs(), x) for i in range(V.shape[0])])
+    given = (args or {}).get("_reference_given", True)
+    return dataclasses.replace(
+        first, values=V, full=full, empty=empty, faithfulness=F, cpr=cpr, cmd=cmd,
+        details={**first.details, "reference": "given" if given else "the corrupt prompts", "distributed": details})
+
+
 #: function name → (result class, merge)
 MERGES: dict[str, tuple[Any, Any]] = {
     "patch": (PatchResult, merge_patch),
@@ -134,4 +161,5 @@ MERGES: dict[str, tuple[Any, Any]] = {
     "edge_attribution": (EdgeScores, merge_edge_scores),
     "evaluate_circuit": (CircuitEvaluation, merge_evaluation),
     "attribute_logits": (LogitAttribution, merge_logit_attribution),
+    "faithfulness_curve": (FaithfulnessCurve, merge_faithfulness),
 }

@@ -118,9 +118,10 @@ def input_keys(fn: str) -> tuple[str, ...]:
 
 def take_args(fn: str, args: dict[str, Any], n: int, start: int, stop: int) -> dict[str, Any]:
     """``fn``'s arguments for prompts [start, stop): the inputs' rows, the metric's per-prompt fields, and for
-    ``attribute_logits`` a per-prompt ``answer`` / ``wrong`` / ``pos``."""
+    ``attribute_logits`` a per-prompt ``answer`` / ``wrong`` / ``pos`` (keys starting with "_" are the driver's
+    own notes, not arguments)."""
     keys = input_keys(fn)
-    out = {k: (take(v, start, stop) if k in keys else v) for k, v in args.items()}
+    out = {k: (take(v, start, stop) if k in keys else v) for k, v in args.items() if not k.startswith("_")}
     if "metric" in args:
         out["metric"] = take_metric(args["metric"], n, start, stop)
     if fn == "attribute_logits":

@@ -293,6 +293,8 @@ def faithfulness_curve(
     prune: bool = True,
     seed: int = 0,
     progress: bool = True,
+    cluster: Any = None,
+    out: Any = None,
 ) -> FaithfulnessCurve:
     """Faithfulness of the top-k circuits of ``scores`` for each k in ``sizes`` and each ablation, with CPR/CMD.
 
@@ -302,8 +304,16 @@ def faithfulness_curve(
     (default: the corrupt prompts — with a single prompt pair both are then the corrupt ablation, and an
     :class:`interp.AblationWarning` says so).
     ``absolute``: rank by |score| (default) or, when False, by −score (the edges whose corruption lowers the
-    metric most: MIB's signed ranking, whose metric is a loss).
+    metric most: MIB's signed ranking, whose metric is a loss). ``cluster``: None (in process) or an
+    ``interp.RayCluster`` (prompts sharded over its workers; the means behind each point merged prompt-weighted,
+    faithfulness, CPR and CMD recomputed from them); ``out``: a folder keeping each finished shard for resume
+    (docs/scaling.md).
     """
+    if cluster is not None or out is not None:
+        return check_cluster(cluster, out).sweep(
+            "faithfulness_curve", model, out=out, progress=progress, clean=clean, corrupt=corrupt, scores=scores,
+            metric=metric, ablations=ablations, reference=reference, sizes=sizes, absolute=absolute, prune=prune,
+            seed=seed)
     if not isinstance(scores, EdgeScores):
         raise ArgumentError(f"scores={type(scores).__name__} must be the EdgeScores of interp.edge_attribution")
     check_bool("absolute", absolute)

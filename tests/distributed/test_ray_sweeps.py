@@ -139,6 +139,21 @@ def test_the_shards_warnings_reach_the_caller_once(toy, pairs, cluster):
     assert len([w for w in rec if issubclass(w.category, interp.AblationWarning)]) == 1
 
 
+@pytest.mark.filterwarnings("ignore::interp.CompletenessWarning")
+def test_faithfulness_curve_on_two_workers_equals_in_process(toy, pairs, cluster):
+    clean, corrupt, metric = pairs
+    scores = interp.edge_attribution(toy, clean, corrupt, metric=metric, method="eap", progress=False)
+    kw = dict(metric=metric, ablations=("corrupt", "zero", "mean"), sizes=(0.05, 0.2, 0.5, 1.0), progress=False)
+    ref = interp.faithfulness_curve(toy, clean, corrupt, scores, **kw)
+    r = interp.faithfulness_curve(toy, clean, corrupt, scores, cluster=cluster, **kw)
+    for f in ("values", "full", "empty", "faithfulness", "cpr", "cmd"):
+        assert _rel(getattr(r, f), getattr(ref, f)) <= 1e-6, f
+    assert torch.equal(r.kept, ref.kept) and torch.equal(r.n_edges, ref.n_edges)
+    assert {k: v for k, v in r.details.items() if k != "distributed"} == ref.details
+    with pytest.raises(UnsupportedOperationError, match="resample"):  # the default ablations include it
+        interp.faithfulness_curve(toy, clean, corrupt, scores, metric=metric, cluster=cluster, progress=False)
+
+
 def test_resample_ablation_is_refused_on_a_cluster(toy, pairs, cluster):
     clean, corrupt, metric = pairs
     with pytest.raises(UnsupportedOperationError, match="resample"):
