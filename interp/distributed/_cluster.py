@@ -5,8 +5,8 @@ pairs into contiguous shards, runs interp's own function (``cluster=None``) on e
 merges the shards' results exactly (:mod:`interp.distributed._merge`). Workers are Ray actors that load the
 model once, from its own source (catalog name, local folder or ``.gguf``, hub id: never weights through the
 object store). A worker whose process dies mid-sweep is restarted by Ray and its shard retried (the actor's
-``max_restarts`` / ``max_task_retries``; the driver resubmits it to another worker if that fails too); the
-result records how many shards were retried and that none was lost. A shard that fails deterministically
+``max_restarts`` / ``max_task_retries``; the driver resubmits it to a new worker if that fails too); the
+result records how many workers were restarted and shards resubmitted, and that none was lost. A shard that fails deterministically
 (bad input) fails the sweep with an error naming the shard and the first prompt that fails on its own.
 With ``out=DIR`` each finished shard is written there (safetensors + JSON, each atomically) and a rerun
 computes only the shards that are missing. Ray is imported only when a cluster is made.
@@ -230,6 +230,8 @@ class RayCluster:
         tries = {i: 0 for i in todo}
         pids: dict[int, int] = {}
         retried = 0
+        restarts = 0
+        known = {w: int(p) for w, p in enumerate(ray.get([a.pid.remote() for a in actors]))} if todo else {}
         warned: set[tuple[Any, str]] = set()
         pending: dict[Any, tuple[int, int]] = {}  # ref -> (shard, actor index)
         free = list(range(len(actors)))
@@ -256,6 +258,7 @@ class RayCluster:
                     todo.insert(0, i)
                     actors[w] = ray.remote(num_cpus=1, max_restarts=_RETRIES, max_task_retries=_RETRIES)(
                         _Worker).remote(source, str(model.dtype), str(model.device))
+                    known.pop(w, None)
                     free.append(w)
                     continue
                 free.append(w)
@@ -263,6 +266,9 @@ class RayCluster:
                     self._raise(fn, i, bounds[i], res)
                 done[i] = res["ok"]
                 pids[i] = res["pid"]
+                if w in known and known[w] != res["pid"]:  # Ray restarted this worker (its process died)
+                    restarts += 1
+                known[w] = res["pid"]
                 for category, message in res.get("warnings", []):  # the shards' warnings, each once, here
                     if category is not CompletenessWarning and (category, message) not in warned:
                         warned.add((category, message))
@@ -277,7 +283,8 @@ class RayCluster:
             for ref in pending:
                 ray.cancel(ref, force=False)
         details = {"workers": len(actors), "shards": len(bounds), "bounds": [list(b) for b in bounds],
-                   "computed": len(bounds) - resumed, "resumed": resumed, "retried": retried, "lost": 0,
+                   "computed": len(bounds) - resumed, "resumed": resumed, "restarted_workers": restarts,
+                   "resubmitted": retried, "lost": 0,
                    "worker_pids": [pids.get(i) for i in range(len(bounds))]}
         return merge([done[i] for i in range(len(bounds))], details, model, args)
 

@@ -253,6 +253,7 @@ def test_a_killed_worker_has_its_shard_retried_and_nothing_lost(toy, pairs, clus
     _same_patch(r, ref)
     d = r.details["distributed"]
     assert d["lost"] == 0 and None not in d["worker_pids"] and len(d["worker_pids"]) == d["shards"]
+    assert d["restarted_workers"] + d["resubmitted"] >= 1  # the result says the worker died and was replaced
     after = cluster.worker_pids(toy)
     assert killed[0] not in after and len(after) == 2  # the dead worker was replaced (restarted by Ray)
     assert killed[0] not in d["worker_pids"][1:]  # no shard after the first came from the dead process
