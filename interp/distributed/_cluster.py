@@ -152,6 +152,7 @@ class RayCluster:
         t0 = time.perf_counter()
         self.address = address
         self._owned = address is None and not ray.is_initialized()
+        self._connected = not ray.is_initialized()  # this object connected the process (so it disconnects it)
         if address is not None:
             ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
         elif self._owned:
@@ -174,7 +175,8 @@ class RayCluster:
         return f"RayCluster(workers={self.workers}, {'address=' + repr(self.address) if self.address else 'local'})"
 
     def shutdown(self) -> None:
-        """Kill this cluster's workers; a local cluster it started is shut down too (a joined one is not)."""
+        """Kill this cluster's workers; a local cluster it started is shut down too, a joined one is left running
+        (this process disconnects from it)."""
         ray = _ray()
         for actors in self._actors.values():
             for a in actors:
@@ -183,8 +185,8 @@ class RayCluster:
                 except Exception:  # already gone
                     pass
         self._actors.clear()
-        if self._owned and ray.is_initialized():
-            ray.shutdown()
+        if self._connected and ray.is_initialized():
+            ray.shutdown()  # a local cluster started here stops; a joined one only loses this driver
 
     def actors(self, model: Model) -> list[Any]:
         """The workers holding ``model`` (started on first use: each loads it from its source)."""
