@@ -15,6 +15,8 @@ Writes (terms that join the residual stream)::
     L3.attn_bias  L3.mlp_bias  unembed_bias Bias(3, "attn") ...   output-projection / unembedding biases
     L3.ln1_bias  L3.ln2_bias  embed_ln_bias  final_bias
                                             NormBias(Norm(...))   a frozen norm's β (its own term)
+    L3.F1234@5  L3.mlp_error@5              Feature(3, 1234, 5)   a transcoder feature / error node of an
+                                            FeatureError(3, 5)    attribution graph, at position 5
     log_partition  wrong_lse_remainder      TargetTerm(...)       terms of a non-linear attribution target
     softcap_remainder
 
@@ -63,6 +65,8 @@ __all__ = [
     "Attn",
     "HeadSource",
     "TargetTerm",
+    "Feature",
+    "FeatureError",
     "HeadInput",
     "MlpInput",
     "Output",
@@ -234,6 +238,31 @@ class HeadSource(_Label):
 
 
 @dataclass(frozen=True, eq=True, order=False)
+class Feature(_Label):
+    """Dictionary feature ``feature`` of layer ``layer``'s transcoder, active at position ``pos``: a node of an
+    attribution graph (``L3.F1234@5``)."""
+
+    layer: int
+    feature: int
+    pos: int
+
+    def __str__(self) -> str:
+        return f"L{self.layer}.F{self.feature}@{self.pos}"
+
+
+@dataclass(frozen=True, eq=True, order=False)
+class FeatureError(_Label):
+    """The error node of layer ``layer``'s transcoder at position ``pos`` (the MLP's real output minus the
+    transcoder's): ``L3.mlp_error@5``."""
+
+    layer: int
+    pos: int
+
+    def __str__(self) -> str:
+        return f"L{self.layer}.mlp_error@{self.pos}"
+
+
+@dataclass(frozen=True, eq=True, order=False)
 class TargetTerm(_Label):
     """A term an attribution target adds beyond the model's writes: ``log_partition`` (−log Σ_v exp logit_v of a
     log-probability target), ``wrong_lse_remainder`` (the gap of a logsumexp over wrong tokens beyond its
@@ -346,7 +375,7 @@ class Edge(_Label):
         return self.reader.layer_index
 
 
-Label = Union[Write, Read, Norm, Resid, Path, Edge, HeadSource, TargetTerm]
+Label = Union[Write, Read, Norm, Resid, Path, Edge, HeadSource, TargetTerm, Feature, FeatureError]
 
 # ---------------------------------------------------------------------------------------------
 # parsing
@@ -379,6 +408,8 @@ _IN_LAYER: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(r"(ln1|ln2)_bias"), lambda l, m: NormBias(Norm(l, m[1]))),
     (re.compile(r"attn\.([qkv])\[H(\d+)\]"), lambda l, m: HeadInput(l, m[1], int(m[2]))),
     (re.compile(r"mlp\.(in|gate)"), lambda l, m: MlpInput(l, m[1])),
+    (re.compile(r"F(\d+)@(\d+)"), lambda l, m: Feature(l, int(m[1]), int(m[2]))),
+    (re.compile(r"mlp_error@(\d+)"), lambda l, m: FeatureError(l, int(m[1]))),
 ]
 _WRITES = (Embed, Head, Mlp, Neuron, Bias, NormBias, Attn)
 _READS = (HeadInput, MlpInput, Output)

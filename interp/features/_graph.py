@@ -31,6 +31,7 @@ from interp.engine import Engine
 from interp.errors import ArgumentError, UnsupportedArchitectureError
 from interp.features._result import AttributionGraph
 from interp.features._transcoder import Transcoder
+from interp.labels import Feature, FeatureError
 from interp.models import Model
 from interp.stream import as_batch, require_model
 
@@ -274,11 +275,11 @@ def attribution_graph(
     labels, kinds, layers, poss, fids, act_col = [], [], [], [], [], torch.zeros(N, dtype=dt)
     for l in range(L):
         for j, (p, f) in enumerate(zip(feats[l][0].tolist(), feats[l][1].tolist())):
-            labels.append(f"L{l}.F{f}@{p}"); kinds.append("feature"); layers.append(l); poss.append(p); fids.append(f)
+            labels.append(str(Feature(l, f, p))); kinds.append("feature"); layers.append(l); poss.append(p); fids.append(f)
         act_col[offs[l]: offs[l] + m_l[l]] = acts[l].detach().cpu()
     for l in range(L):
         for p in range(n):
-            labels.append(f"L{l}.mlp_error@{p}"); kinds.append("error"); layers.append(l); poss.append(p); fids.append(-1)
+            labels.append(str(FeatureError(l, p))); kinds.append("error"); layers.append(l); poss.append(p); fids.append(-1)
     act_col[n_feat: n_feat + n_err] = torch.stack([er.detach().norm(dim=-1) for er in errs]).reshape(-1).cpu()
     for p in range(n):
         labels.append(f"embed@{p}"); kinds.append("token"); layers.append(-1); poss.append(p); fids.append(-1)
