@@ -328,6 +328,13 @@ def _results(models) -> dict[str, list[Any]]:
 
     out["Predictions"] = [predict(g, PROMPTS, k=3), predict(dataclasses.replace(l, tokenizer=None),
                                                             torch.tensor([[1, 5, 6], [1, 7, 8]]), k=2, pos=[1, -1])]
+    from interp.features import attribution_graph
+    from tiny_transcoders import random_transcoders
+
+    out["AttributionGraph"] = [
+        attribution_graph(l, "w1 w2 w3 w4", random_transcoders(l, 16, seed=1), max_n_logits=3),
+        attribution_graph(g, "w5 w6 w7", random_transcoders(g, 8, seed=2, activation="topk"), target="w3", wrong="w4"),
+    ]
     from interp.causal import LogitDiff, effects, patch
 
     diff = LogitDiff("w12", "w13")
