@@ -133,8 +133,9 @@ def plan_walk(arch: ArchInfo, w: Weights, prog: list[Event], idx: int, U: Tensor
     terms: list[Term] = []  # reverse stream order
     norm_hooks: list[str] = []
 
-    def add(labels: list[str], kind: str, hook: Optional[str], layer: int = -1, vector: Optional[Tensor] = None):
-        sandwich = _sandwich(w, arch, kind, hook, layer, vector)
+    def add(labels: list[str], kind: str, hook: Optional[str], layer: int = -1, vector: Optional[Tensor] = None,
+            sub: str = ""):
+        sandwich = _sandwich(w, arch, sub, layer)
         if sandwich is None:
             terms.append(Term(labels, kind, hook, U, len(norm_hooks), layer, vector))
         else:  # the sublayer's output passes its own norm before it is added: U ← Γ' U, and 1/σ' on it alone
@@ -160,16 +161,17 @@ def plan_walk(arch: ArchInfo, w: Weights, prog: list[Event], idx: int, U: Tensor
             pass_norm(ev.norm, ev.label)
         elif sub == "head":
             if ev.head == arch.n_heads - 1:  # all heads of a layer at once, at the last head
-                add([str(Head(l, h)) for h in range(arch.n_heads)], "heads", f"blocks.{l}.attn.hook_z", l)
+                add([str(Head(l, h)) for h in range(arch.n_heads)], "heads", f"blocks.{l}.attn.hook_z", l, sub=sub)
         elif sub == "attn_bias":
-            add([ev.label], "bias", None, l, w.b_O[l])
+            add([ev.label], "bias", None, l, w.b_O[l], sub=sub)
         elif sub == "mlp":
             add([ev.label], "stream", f"blocks.{l}.hook_mlp_out", l)
         elif sub == "mlp_bias":
-            add([ev.label], "bias", None, l, w.b_out[l])
+            add([ev.label], "bias", None, l, w.b_out[l], sub=sub)
         elif sub == "neuron":
             if ev.head == arch.d_mlp - 1:
-                add([str(Neuron(l, n)) for n in range(arch.d_mlp)], "neurons", f"blocks.{l}.mlp.out.hook_in", l)
+                add([str(Neuron(l, n)) for n in range(arch.d_mlp)], "neurons", f"blocks.{l}.mlp.out.hook_in", l,
+                    sub=sub)
         else:  # embed, pos_embed, type_embed
             hook = {"embed": "embed.hook_out", "pos_embed": "pos_embed.hook_out",
                     "type_embed": "token_type_embed.hook_out"}[sub]
@@ -178,14 +180,15 @@ def plan_walk(arch: ArchInfo, w: Weights, prog: list[Event], idx: int, U: Tensor
     return Plan(terms=terms, norm_hooks=norm_hooks, total_hook=total_hook(arch, target), U0=U0)
 
 
-def _sandwich(w: Weights, arch: ArchInfo, kind: str, hook: Optional[str], layer: int,
-              vector: Optional[Tensor]) -> Optional[tuple[Tensor, str]]:
+def _sandwich(w: Weights, arch: ArchInfo, sub: str, layer: int) -> Optional[tuple[Tensor, str]]:
     """(γ', input hook) of the sandwich norm a write of block ``layer`` passes before it is added (Gemma 2/3:
     x_mid = x + N1'(Attn(N1(x))), x_out = x_mid + N2'(MLP(N2(x_mid)))), or None. Frozen at its σ', N' is linear,
-    so each head's (each neuron's, each bias's) write is its image γ' ⊙ write / σ' — exact for that pass."""
-    if not arch.sandwich_norms or layer < 0 or kind == "stream":  # hook_mlp_out holds the normed output itself
+    so each head's (each neuron's, each bias's) write is its image γ' ⊙ write / σ' — exact for that pass.
+    ``sub`` is the write's kind in the block program; an MLP's whole write (hook_mlp_out) is its normed output
+    already, and embeddings and norm biases pass no sandwich norm."""
+    if not arch.sandwich_norms or sub not in ("head", "attn_bias", "neuron", "mlp_bias"):
         return None
-    attn = kind == "heads" or (kind == "bias" and vector is w.b_O[layer])
+    attn = sub in ("head", "attn_bias")
     gamma = w.ln1_post_w if attn else w.ln2_post_w
     if gamma is None:
         raise UnsupportedArchitectureError(f"model {arch.name!r} has sandwich norms but no post-sublayer gains")

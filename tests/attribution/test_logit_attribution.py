@@ -309,3 +309,20 @@ def test_soft_capped_logits_first_order_plus_remainder():
     assert float(sum(a[lab] for lab in terms)) == pytest.approx(first, abs=1e-5)
     assert float(a["softcap_remainder"]) == pytest.approx(float(y[ia] - y[iw]) - first, abs=1e-5)
     assert abs(float(a["softcap_remainder"])) > 1e-4  # the cap bites on this tiny model (c = 0.3)
+
+
+def test_sandwich_norm_with_an_attention_bias_closes():
+    """Gemma 3 with o_proj biases: the L{l}.attn_bias term passes its layer's sandwich norm (ln1_post), not the
+    MLP's — the attribution adds up to HF's logit difference and every read of the trace closes."""
+    hf = tiny_hf_model("gemma3_text", attention_bias=True)
+    m = model_from_hf(tiny_hf_model("gemma3_text", attention_bias=True), tiny_tokenizer(), name="tiny-gemma3-bias")
+    assert m.arch.attn_bias and float(m.weights.b_O.abs().max()) > 0.01
+    toks = m.to_tokens("w1 w2 w3 w4")
+    a = attribute_logits(m, toks, answer="w7", wrong="w9")
+    with torch.no_grad():
+        y = hf(toks).logits[0, -1]
+    ia, iw = (m.tokenizer.convert_tokens_to_ids(t) for t in ("w7", "w9"))
+    assert float(a.logit[0]) == pytest.approx(float(y[ia] - y[iw]), abs=1e-5) and a.closure_error < 1e-5
+    tr = interp.trace(m, toks)
+    for point in ("blocks.0.hook_resid_mid", "blocks.1.hook_resid_post", "unembed"):
+        assert tr.decompose(point).relative_error < 1e-5, point
