@@ -38,7 +38,7 @@ from torch import Tensor
 from interp._validate import check_int_min, check_positive_int
 from interp.causal import Logit, LogitDiff, LogProb, Metric, Prob
 from interp.errors import ArgumentError, UnsupportedOperationError
-from interp.models import tokenize
+from interp.models import ordinary_tokens, tokenize
 from interp.models import Model
 from interp.stream import require_model
 
@@ -373,17 +373,8 @@ def _induction(model: Model, n: int, seed: int, length: int) -> Task:
     total = 1 + 2 * length - 1
     if total > a.n_ctx:
         raise ArgumentError(f"length={length}: the prompts would have {total} tokens; {model.name!r} has n_ctx={a.n_ctx}")
-    from interp.models import TOY_BOS_ID, TOY_FIRST_WORD_ID
-
     bos: Optional[int]
-    if a.family == "native":
-        bos, low = TOY_BOS_ID, TOY_FIRST_WORD_ID
-    else:
-        tok = model.tokenizer
-        bos = getattr(tok, "bos_token_id", None) if tok is not None else None
-        special = set(getattr(tok, "all_special_ids", []) or []) if tok is not None else set()
-        low = max(special) + 1 if special else 0
-        low = min(low, a.d_vocab - 2 * length)
+    bos, low = ordinary_tokens(model, 2 * length)
     if a.d_vocab - low < 2 * length:
         raise ArgumentError(f"length={length}: the vocabulary has only {a.d_vocab - low} ordinary tokens")
     g = torch.Generator().manual_seed(seed)

@@ -23,14 +23,14 @@ from interp.models._program import (
     resid_hook_names,
     sees,
 )
-from interp.models._tokenize import Batch, readable_token, tokenize
+from interp.models._tokenize import Batch, ordinary_tokens, readable_token, tokenize
 from interp.models._tracr import model_from_tracr, tracr_is_numerical, tracr_output_label
 from interp.models._weights import Weights, hf_state_from_weights, hf_writable
 
 __all__ = [
     "ArchInfo", "Batch", "NOT_YET_SUPPORTED", "CatalogEntry", "Event", "Model", "SUPPORTED_FAMILIES", "TOY_BOS_ID", "TOY_FIRST_WORD_ID",
     "TOY_UNK_ID", "ToyConfig", "Weights", "build_program", "build_toy", "head_label", "hf_state_from_weights",
-    "hf_writable", "list_models", "load_catalog_hf", "load_model", "norm_hook", "load_toy", "model_from_hf", "model_from_tracr", "native_state_dict",
+    "hf_writable", "list_models", "load_catalog_hf", "load_model", "norm_hook", "ordinary_tokens", "load_toy", "model_from_hf", "model_from_tracr", "native_state_dict",
     "program_position", "read_toy_config", "readable_token", "resid_hook_names", "rotary_tables", "save_toy", "sees", "tokenize", "toy_weights",
     "toy_words", "tracr_is_numerical", "tracr_output_label",
 ]

@@ -14,11 +14,12 @@ from jaxtyping import Int
 from torch import Tensor
 
 from interp.errors import ArgumentError, UnsupportedOperationError
+from interp.models._native_config import BOS_ID, FIRST_WORD_ID
 
 if TYPE_CHECKING:
     from interp.models._model import Model
 
-__all__ = ["Batch", "tokenize", "readable_token"]
+__all__ = ["Batch", "ordinary_tokens", "tokenize", "readable_token"]
 
 
 @dataclass(frozen=True)
@@ -103,3 +104,16 @@ def readable_token(tokenizer: Any, token_id: int) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         return "".join(f"\\x{b:02x}" if b >= 0x80 else chr(b) for b in raw)
+
+
+def ordinary_tokens(model: "Model", need: int) -> tuple[Any, int]:
+    """(the BOS id or None, the first id of the ordinary tokens) for prompts of random tokens: the toys'
+    own layout (BOS, UNK, then words), else the ids after the tokenizer's special ones, lowered when needed
+    so that ``need`` ids remain."""
+    if model.arch.family == "native":
+        return BOS_ID, FIRST_WORD_ID
+    tok = model.tokenizer
+    bos = getattr(tok, "bos_token_id", None) if tok is not None else None
+    special = set(getattr(tok, "all_special_ids", []) or []) if tok is not None else set()
+    low = max(special) + 1 if special else 0
+    return bos, min(low, model.arch.d_vocab - need)
