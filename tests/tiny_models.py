@@ -6,6 +6,7 @@ Seeded and small (2-3 layers, d_model 32): a fresh one takes well under a second
 from __future__ import annotations
 
 import functools
+import os
 import tempfile
 
 import torch
@@ -146,6 +147,14 @@ def tiny_hf_model(family: str, *, seed: int = 0, n_layers: int = 2, dtype=torch.
         if family == "gptj":  # GPT-J's lm_head has a bias (zero at init)
             m.lm_head.bias.add_(bias_scale * torch.randn_like(m.lm_head.bias))
     return m.to(dtype).eval()
+
+
+def tiny_hf_dir(family: str, path) -> "os.PathLike":
+    """``path`` holding the tiny ``family`` model and the tiny tokenizer as a local Hugging Face folder
+    (loadable by name, e.g. from the CLI)."""
+    tiny_hf_model(family).save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return path
 
 
 def tiny_model(family: str, *, seed: int = 0, n_layers: int = 2, dtype=torch.float32) -> "interp.Model":

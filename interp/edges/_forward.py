@@ -179,7 +179,7 @@ class EdgeForward:
     def post_attn(self, l: int, raw: Tensor) -> Tensor:
         """Layer l's attention output as it joins the stream (through its sandwich norm, if any)."""
         g = self.w.ln1_post_w
-        return raw if g is None else raw / self.post1(l, raw) * g[l]
+        return raw if g is None else raw / self.e.norm_scale(raw) * g[l]
 
     def post_mlp(self, l: int, raw: Tensor) -> Tensor:
         """Layer l's MLP output as it joins the stream (through its sandwich norm, if any)."""
@@ -203,10 +203,6 @@ class EdgeForward:
         (the reader's own norm with its scale frozen, as ``scale="frozen"`` holds ln1's)."""
         s = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.a.norm_eps)
         return x * (s.detach() if frozen else s) * gain
-
-    def post1(self, l: int, raw: Tensor) -> Tensor:
-        """σ' [P, T, 1] of layer l's sandwich norm on its attention output ``raw`` [P, T, d]."""
-        return torch.sqrt(raw.pow(2).mean(-1, keepdim=True) + self.a.norm_eps)
 
     def _attend(self, l: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, frozen: bool = False) -> Tensor:
         """z [P, T, H, dh] from pre-rotary (pre-QK-norm) q [P, T, H, dh] and k, v [P, T, Hkv, dh] (the engine's
@@ -243,7 +239,7 @@ class EdgeForward:
         if self.w.ln1_post_w is None:
             return out
         raw = z.reshape(*z.shape[:2], -1) @ self.W_O[l] + self.w.b_O[l]
-        return out * (self.w.ln1_post_w[l] / self.post1(l, raw))[:, None]
+        return out * (self.w.ln1_post_w[l] / self.e.norm_scale(raw))[:, None]
 
     def head_delta(self, l: int, abl: Optional[Acts], this: Acts) -> Tensor:
         """ã_h − a_h of layer l's heads, [P, H, T, d]: through Δz (one product), or under a sandwich norm the

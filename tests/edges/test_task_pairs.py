@@ -14,7 +14,7 @@ import transformers
 import interp
 from interp.cli import main
 from interp.errors import ArgumentError, ShapeError
-from tiny_models import tiny_hf_model, tiny_model, tiny_tokenizer
+from tiny_models import tiny_hf_dir, tiny_hf_model, tiny_model, tiny_tokenizer
 
 PAIRS = [
     {"clean": "w1 w2 w3 w4 w1", "corrupt": "w1 w2 w3 w4 w9", "answer": "w2", "wrong": "w3"},
@@ -126,10 +126,7 @@ def test_task_checks_token_lengths_when_built(llama):
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny-llama-hf")
-    tiny_hf_model("llama").save_pretrained(d)
-    tiny_tokenizer().save_pretrained(d)
-    return d
+    return tiny_hf_dir("llama", tmp_path_factory.mktemp("tiny-llama-hf"))
 
 
 def test_cli_pairs(tiny_dir, tmp_path, capsys):

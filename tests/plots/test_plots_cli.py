@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from plots_helpers import PNG_SIGNATURE, chromium_path, external_resources
-from tiny_models import tiny_hf_model, tiny_tokenizer
+from tiny_models import tiny_hf_dir
 
 INTERP = Path(sys.executable).parent / "interp"
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -22,10 +22,7 @@ def run(*args, timeout=600):
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
     """A tiny GPT-2 saved as a local Hugging Face folder, loadable by name from the CLI."""
-    d = tmp_path_factory.mktemp("tiny-gpt2-hf")
-    tiny_hf_model("gpt2").save_pretrained(d)
-    tiny_tokenizer().save_pretrained(d)
-    return d
+    return tiny_hf_dir("gpt2", tmp_path_factory.mktemp("tiny-gpt2-hf"))
 
 
 def test_entry_point_is_installed():
