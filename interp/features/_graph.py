@@ -21,13 +21,14 @@ l), never by materialising the model's Jacobian. docs/math.md §26.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional, Sequence
 
 import torch
 from torch import Tensor
 
 from interp.attribution import TokenSpec, resolve_tokens
-from interp.engine import Engine
+from interp.engine import Engine, RunCache
 from interp.errors import ArgumentError, UnsupportedArchitectureError
 from interp.features._result import AttributionGraph
 from interp.features._transcoder import Transcoder
@@ -35,7 +36,7 @@ from interp.labels import Feature, FeatureError
 from interp.models import Model
 from interp.stream import as_batch, require_model
 
-__all__ = ["attribution_graph"]
+__all__ = ["attribution_graph", "real_forward"]
 
 
 def _check(model: Model, transcoders: Sequence[Transcoder]) -> None:
@@ -76,31 +77,123 @@ class _Frozen:
             y = y * gain
         return y + bias if (bias is not None and kind == "layernorm") else y
 
+    def attention(self, l: int, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Layer l's attention write (through its sandwich norm) with the frozen pattern, and the stream the
+        MLP reads (x + attn; x itself in a parallel block)."""
+        a, w = self.a, self.w
+        G = a.n_heads // a.n_kv_heads  # query heads per KV head
+        h1 = self.attn_input(l, x)
+        v = torch.einsum("bnd,kdh->bnkh", h1, w.W_V[l]) + w.b_V[l]  # [B, n, Hkv, dh]
+        v = v.repeat_interleave(G, dim=2)  # query head h reads KV head h // G
+        z = torch.einsum("hqk,bkhd->bqhd", self.patterns[l], v)
+        attn = torch.einsum("bqhd,hdm->bqm", z, w.W_O[l]) + w.b_O[l]
+        if w.ln1_post_w is not None:
+            attn = self.norm(attn, w.ln1_post_w[l], None, self.s_post[l])  # type: ignore[arg-type]
+        return attn, (x if a.parallel_attn_mlp else x + attn)
+
+    def attn_input(self, l: int, x: Tensor) -> Tensor:
+        """N1(x) of layer l with its frozen scale: what the attention's q, k and v read (x itself without
+        pre-norms, OLMo 2)."""
+        return self.norm(x, self.w.ln1_w[l], self.w.ln1_b[l], self.s1[l]) if self.a.pre_norms else x
+
+    def step(self, l: int, x: Tensor, mlp: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+        """Layer l on the stream x [B, n, d] with its MLP write replaced by ``mlp(h2)`` (h2 = the frozen N2 of
+        the MLP's input): (the next stream, h2)."""
+        attn, mid = self.attention(l, x)
+        h2 = self.norm(mid, self.w.ln2_w[l], self.w.ln2_b[l], self.s2[l]) if self.a.pre_norms else mid
+        m = mlp(h2)
+        return (x + attn + m if self.a.parallel_attn_mlp else mid + m), h2
+
+    def leaf_mlp(self, l: int, leaf: Tensor) -> Callable[[Tensor], Tensor]:
+        """The replacement MLP write with the layer's features and error node held as the source ``leaf``:
+        leaf + b_dec + the skip term of the (frozen) stream."""
+        tc = self.tcs[l]
+        return lambda h2: leaf + tc.b_dec + tc.skip(h2)
+
+    def resid(self, emb: Tensor, leaves: list[Tensor], upto: int) -> Tensor:
+        """The stream entering layer ``upto`` from the sources (embeddings, the MLP leaves of layers < upto)."""
+        x = emb
+        for l in range(upto):
+            x, _ = self.step(l, x, self.leaf_mlp(l, leaves[l]))
+        return x
+
+    def readout(self, x: Tensor, pos: int, u: Tensor, b_u: Tensor) -> Tensor:
+        """The metric of the final stream x [B, n, d] at ``pos``: N_f(x_pos) (frozen σ) · u + b_u."""
+        w = self.w
+        return self.norm(x[:, pos], w.lnf_w, w.lnf_b, self.s_final[pos]) @ u + b_u
+
     def forward(self, emb: Tensor, leaves: list[Tensor], feats: list[tuple[Tensor, Tensor]], pos: int,
                 u: Tensor, b_u: Tensor) -> tuple[list[Tensor], Tensor]:
         """Sources emb [B, n, d] and per-layer MLP leaves [B, n, d] → (per-layer pre-activations [B, m_l] of
         the selected features (positions, feature ids), the metric [B])."""
-        a, w, e = self.a, self.w, self.e
-        G = a.n_heads // a.n_kv_heads  # query heads per KV head
         x = emb
         pres: list[Tensor] = []
-        for l in range(a.n_layers):
-            h1 = self.norm(x, w.ln1_w[l], w.ln1_b[l], self.s1[l])
-            v = torch.einsum("bnd,kdh->bnkh", h1, w.W_V[l]) + w.b_V[l]  # [B, n, Hkv, dh]
-            v = v.repeat_interleave(G, dim=2)  # query head h reads KV head h // G
-            z = torch.einsum("hqk,bkhd->bqhd", self.patterns[l], v)
-            attn = torch.einsum("bqhd,hdm->bqm", z, w.W_O[l]) + w.b_O[l]
-            if w.ln1_post_w is not None:
-                attn = self.norm(attn, w.ln1_post_w[l], None, self.s_post[l])  # type: ignore[arg-type]
-            mid = x if a.parallel_attn_mlp else x + attn
-            h2 = self.norm(mid, w.ln2_w[l], w.ln2_b[l], self.s2[l])
+        for l in range(self.a.n_layers):
+            x, h2 = self.step(l, x, self.leaf_mlp(l, leaves[l]))
             tc = self.tcs[l]
             p_idx, f_idx = feats[l]
             pres.append((h2[:, p_idx] * tc.W_enc[f_idx]).sum(-1) + tc.b_enc[f_idx])
-            m = leaves[l] + tc.b_dec + tc.skip(h2)
-            x = x + attn + m if a.parallel_attn_mlp else mid + m
-        hf = self.norm(x[:, pos], w.lnf_w, w.lnf_b, self.s_final[pos])
-        return pres, hf @ u + b_u
+        return pres, self.readout(x, pos, u, b_u)
+
+
+@dataclass
+class _Real:
+    """The real forward of one prompt, read for the replacement model: the frozen model, each layer's active
+    features (positions, ids), their activations and pre-activations, the error nodes [n, d], the embedding
+    [n, d], the final stream [n, d] and the engine's cache."""
+
+    frozen: _Frozen
+    tcs: list[Transcoder]
+    feats: list[tuple[Tensor, Tensor]]
+    acts: list[Tensor]
+    pre: list[Tensor]
+    errs: list[Tensor]
+    emb: Tensor
+    final: Tensor
+    cache: RunCache
+    dtype: torch.dtype
+
+    def leaves(self) -> list[Tensor]:
+        """Each layer's MLP leaf at the real forward: Σ_f a_f W_dec[f] + e (per position) [n, d]."""
+        return [self.errs[l].index_add(0, self.feats[l][0], self.acts[l][:, None] * self.tcs[l].W_dec[self.feats[l][1]])
+                for l in range(len(self.tcs))]
+
+
+def real_forward(model: Model, tokens: Tensor, mask: Tensor, transcoders: Sequence[Transcoder],
+                 capture: Iterable[str] = ()) -> _Real:
+    """Run ``tokens`` [1, n] once on the engine and read what the replacement model needs (:class:`_Real`)."""
+    a = model.arch
+    e = Engine(model)
+    dt = torch.float64 if model.dtype == torch.float64 else torch.float32
+    tcs = [t.to(device=tokens.device, dtype=dt) for t in transcoders]
+    cache = e.run(tokens, mask, capture={"pattern", "resid_mid", "mlp_out", *capture}, keep_scales=True)
+
+    def c(t: Optional[Tensor]) -> Tensor:  # prompt 0, out of inference mode (autograd may save it), in dtype dt
+        if t is None:
+            raise RuntimeError("the engine did not keep an activation the graph needs")
+        return t[0].to(dt).clone()
+
+    s1, s2, s_post, patterns = [], [], [], []
+    acts, errs, feats, pre_real = [], [], [], []
+    for l in range(a.n_layers):
+        x = c(cache.resid_pre[l])
+        mid = x if a.parallel_attn_mlp else c(cache.acts["resid_mid"][l])
+        s1.append(e.norm_scale(x))
+        s2.append(e.norm_scale(mid))
+        post = cache.scales.get("ln1_post")
+        s_post.append(None if post is None else c(post[l]))
+        patterns.append(c(cache.acts["pattern"][l]))
+        h2 = e.norm(mid, model.weights.ln2_w[l].to(dt), model.weights.ln2_b[l].to(dt)) if a.pre_norms else mid
+        pre = tcs[l].pre_activation(h2)
+        f = tcs[l].activate(pre)
+        errs.append(c(cache.acts["mlp_out"][l]) - tcs[l].decode(f, h2 if tcs[l].W_skip is not None else None))
+        p_idx, f_idx = f.nonzero(as_tuple=True)
+        feats.append((p_idx, f_idx))
+        acts.append(f[p_idx, f_idx])
+        pre_real.append(pre[p_idx, f_idx])
+    final = c(cache.final)
+    frozen = _Frozen(e, tcs, patterns, s1, s2, s_post, e.norm_scale(final), dt)
+    return _Real(frozen, tcs, feats, acts, pre_real, errs, c(e.embed(cache.embed)), final, cache, dt)
 
 
 def attribution_graph(
@@ -148,38 +241,9 @@ def attribution_graph(
         raise ArgumentError(f"pos={pos!r} must be an int in [{-n}, {n - 1}] for a prompt of {n} tokens")
     pos = pos % n
     a = model.arch
-    e = Engine(model)
-    dt = torch.float64 if model.dtype == torch.float64 else torch.float32
-    tcs = [t.to(device=tokens.device, dtype=dt) for t in transcoders]
-    cache = e.run(tokens, mask, capture={"pattern", "resid_mid", "mlp_out"}, keep_scales=True)
-
-    def c(t: Optional[Tensor]) -> Tensor:  # prompt 0, out of inference mode (autograd may save it), in dtype dt
-        if t is None:
-            raise RuntimeError("the engine did not keep an activation the graph needs")
-        return t[0].to(dt).clone()
-
-    # the real forward: norm scales, MLP inputs, features, error nodes
-    s1, s2, s_post, patterns = [], [], [], []
-    acts, errs, feats, pre_real = [], [], [], []
-    for l in range(a.n_layers):
-        x = c(cache.resid_pre[l])
-        mid = x if a.parallel_attn_mlp else c(cache.acts["resid_mid"][l])
-        s1.append(e.norm_scale(x))
-        s2.append(e.norm_scale(mid))
-        post = cache.scales.get("ln1_post")
-        s_post.append(None if post is None else c(post[l]))
-        patterns.append(c(cache.acts["pattern"][l]))
-        h2 = e.norm(mid, model.weights.ln2_w[l].to(dt), model.weights.ln2_b[l].to(dt))
-        pre = tcs[l].pre_activation(h2)
-        f = tcs[l].activate(pre)
-        errs.append(c(cache.acts["mlp_out"][l]) - tcs[l].decode(f, h2 if tcs[l].W_skip is not None else None))
-        p_idx, f_idx = f.nonzero(as_tuple=True)
-        feats.append((p_idx, f_idx))
-        acts.append(f[p_idx, f_idx])
-        pre_real.append(pre[p_idx, f_idx])
-    final = c(cache.final)
-    s_final = e.norm_scale(final)
-    emb = c(e.embed(cache.embed))
+    real = real_forward(model, tokens, mask, transcoders)
+    frozen, tcs, feats, acts, pre_real, errs = real.frozen, real.tcs, real.feats, real.acts, real.pre, real.errs
+    e, dt, final, emb = frozen.e, real.dtype, real.final, real.emb
 
     # the output: a logit or a logit difference at pos
     w = model.weights
@@ -211,7 +275,6 @@ def attribution_graph(
         tok_str = _tok(model, t_id) + ("" if w_id is None else f" − {_tok(model, w_id)}")
     K = len(out_labels)
 
-    frozen = _Frozen(e, tcs, patterns, s1, s2, s_post, s_final, dt)
     L = a.n_layers
     m_l = [len(x) for x in acts]
     offs = [sum(m_l[:l]) for l in range(L)]
@@ -219,7 +282,7 @@ def attribution_graph(
     n_err, n_tok = L * n, n
     N = n_feat + n_err + n_tok + K
     A = torch.zeros(N, N, dtype=dt)
-    leaves_real = [errs[l].index_add(0, feats[l][0], acts[l][:, None] * tcs[l].W_dec[feats[l][1]]) for l in range(L)]
+    leaves_real = real.leaves()
 
     # constant terms: the frozen model with every source zero
     with torch.no_grad():
