@@ -248,7 +248,7 @@ def attribution_graph(
     # the output: a logit or a logit difference at pos
     w = model.weights
     W_U, b_U = w.W_U.to(dt), (torch.zeros(a.d_vocab, dtype=dt, device=tokens.device) if w.b_U is None else w.b_U.to(dt))  # type: ignore[union-attr]
-    logits_real = e.norm(final[pos], w.lnf_w.to(dt) if w.lnf_w is not None else None,  # type: ignore[arg-type]
+    logits_real = e.norm(final[pos], w.lnf_w.to(dt) if w.lnf_w is not None else None,
                          None if w.lnf_b is None else w.lnf_b.to(dt)) @ W_U + b_U
     w_id = None if wrong is None else int(resolve_tokens(model, wrong, 1, "wrong")[0])
     if target is None:  # the top logits, by the model's own (soft-capped) probabilities
