@@ -358,6 +358,8 @@ def attribution_graph(
         node_layer=layers, node_pos=poss, node_feature=fids, tokens=tokens[0].tolist(),
         target_ids=ids, target=tok_str, closure_error=closure, relative_error=relative, n_layers=L,
         model_name=model.name, output_weight=weight,
+        token_strs=None if model.tokenizer is None else [model.tokenizer.decode([t]) for t in tokens[0].tolist()],
+        output_token_strs=None if model.tokenizer is None else [model.tokenizer.decode([t]) for t in ids],
     )
 
 

@@ -14,8 +14,10 @@ changes. The replacement score is token influence / (token + error influence); t
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
 import pandas as pd
 import torch
@@ -61,8 +63,10 @@ class AttributionGraph(Result):
     ``adjacency`` [N, N] (target, source); ``bias`` [N] each target's constant term; ``value`` [N] each
     target's real value (a feature's pre-activation, an output logit); ``activation`` [N] a feature's
     activation, ‖·‖ of an error node's or embedding's vector; ``output_weight`` [N] each output's weight w
-    (its probability for top logits, 1 for one target; None = 1 on every output). Rows of the table: one per
-    node, with its ``influence`` on the outputs and ``direct`` = Σ_k w_k · its edge into output k.
+    (its probability for top logits, 1 for one target; None = 1 on every output); ``token_strs`` the prompt's
+    tokens and ``output_token_strs`` the outputs' tokens (``target_ids``) as text, when the model has a tokenizer.
+    Rows of the table: one per node, with its ``influence`` on the outputs and ``direct`` = Σ_k w_k · its edge
+    into output k.
     """
 
     adjacency: Tensor
@@ -82,6 +86,8 @@ class AttributionGraph(Result):
     n_layers: int
     model_name: str
     output_weight: Optional[Tensor] = None
+    token_strs: Optional[list[str]] = None
+    output_token_strs: Optional[list[str]] = None
 
     label_column: ClassVar[str] = "node"
     default_by: ClassVar[str] = "influence"
@@ -165,7 +171,18 @@ class AttributionGraph(Result):
             node_feature=pick(self.node_feature), tokens=list(self.tokens), target_ids=list(self.target_ids),
             target=self.target, closure_error=self.closure_error, relative_error=self.relative_error,
             n_layers=self.n_layers, model_name=self.model_name,
-            output_weight=None if self.output_weight is None else self.output_weight[idx].contiguous())
+            output_weight=None if self.output_weight is None else self.output_weight[idx].contiguous(),
+            token_strs=self.token_strs, output_token_strs=self.output_token_strs)
+
+    def export(self, path: Union[str, os.PathLike], *, slug: Optional[str] = None, scan: Optional[str] = None,
+               node_threshold: float = 0.8, edge_threshold: float = 0.98) -> Path:
+        """Write the graph, pruned at the thresholds, as circuit-tracer's graph JSON (the schema its frontend and
+        Neuronpedia read; unique node ids) to ``path`` atomically; ``slug`` defaults to the file's stem, ``scan``
+        (the transcoder set's name) to the model's name. Returns the path."""
+        from interp.features._export import write_graph_json
+
+        return write_graph_json(self, path, slug=slug, scan=scan, node_threshold=node_threshold,
+                                edge_threshold=edge_threshold)
 
     def replacement_score(self) -> float:
         """Token influence / (token influence + error influence) on the output (module docstring)."""
