@@ -73,6 +73,7 @@ NOT_RESULTS = {
     "PromptGroup": "equal-length prompts with their resample partners (the input of an analysis)",
     "DiscoveryTask": "a model with a known circuit and its prompts (the input of a discovery benchmark)",
     "Transcoder": "a feature dictionary's weights (the input of an attribution graph), not a result",
+    "Intervention": "an intervention specification (what to set or scale in the replacement model)",
 }
 
 
@@ -132,6 +133,13 @@ def _attribution_graph(m):
     return attribution_graph(m["llama"], "w1 w2 w3 w4", random_transcoders(m["llama"], 8, seed=0))
 
 
+def _intervention(m):
+    from interp.features import intervene
+    from tiny_transcoders import random_transcoders
+
+    return intervene(m["llama"], "w1 w2 w3 w4", random_transcoders(m["llama"], 8, seed=0), [(0, 1, 2, 3.0)], top_k=3)
+
+
 def _causal_metric():
     from interp.causal import LogitDiff
 
@@ -169,6 +177,7 @@ FACTORIES: dict[str, Callable[[dict], Any]] = {
     "EdgeRanking": lambda m: _edge_ranking(m),
     "Predictions": lambda m: interp.predict(m["gpt2"], ["w1 w2 w3 w4 w5", "w6 w7 w8"], k=4),
     "AttributionGraph": lambda m: _attribution_graph(m),
+    "InterventionResult": lambda m: _intervention(m),
     "FaithfulnessCurve": lambda m: interp.faithfulness_curve(m["gpt2"], EDGE_CLEAN, EDGE_CORRUPT, _edge_scores(m),
                                                              metric=_causal_metric(), sizes=(0.05, 0.2, 1.0), progress=False),
 }
@@ -368,7 +377,15 @@ def _check_attribution_graph(r, label, v, rows):
     assert _close(row["direct"], direct) and _close(row["influence"], r.influence()[i])
 
 
+def _check_intervention(r, label, v, rows):
+    (row,) = rows.to_dict("records")
+    t = int(label[len("logit["):-1])
+    assert v == row and row["id"] == t and _close(row["logit_before"], r.logits_before[t])
+    assert _close(row["change"], r.logits_after[t] - r.logits_before[t])
+
+
 ROW_CHECKS: dict[str, Callable[[Any, str, Any, pd.DataFrame], None]] = {
+    "InterventionResult": _check_intervention,
     "AttributionGraph": _check_attribution_graph,
     "Predictions": _check_predictions,
     "LogitAttribution": _check_logit_attribution, "Decomposition": _check_decomposition,

@@ -1,8 +1,12 @@
 """Feature dictionaries and attribution graphs: per-layer transcoders (load circuit-tracer's format) and
-the exact attribution graph of a prompt over them (error nodes make the replacement model exact)."""
+the exact attribution graph of a prompt over them (error nodes make the replacement model exact);
+interventions on features in the replacement model."""
 
 from interp.features._graph import attribution_graph
+from interp.features._intervene import Intervention, InterventionResult, intervene
 from interp.features._result import AttributionGraph
+from interp.features._train import TrainedTranscoders, train_transcoders
 from interp.features._transcoder import ACTIVATIONS, Transcoder, load_transcoders
 
-__all__ = ["ACTIVATIONS", "AttributionGraph", "Transcoder", "attribution_graph", "load_transcoders"]
+__all__ = ["ACTIVATIONS", "AttributionGraph", "Intervention", "InterventionResult", "TrainedTranscoders", "Transcoder", "attribution_graph",
+           "intervene", "load_transcoders", "train_transcoders"]

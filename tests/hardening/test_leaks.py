@@ -335,6 +335,13 @@ def _results(models) -> dict[str, list[Any]]:
         attribution_graph(l, "w1 w2 w3 w4", random_transcoders(l, 16, seed=1), max_n_logits=3),
         attribution_graph(g, "w5 w6 w7", random_transcoders(g, 8, seed=2, activation="topk"), target="w3", wrong="w4"),
     ]
+    from interp.features import Intervention, intervene
+
+    out["InterventionResult"] = [
+        intervene(l, "w1 w2 w3 w4", random_transcoders(l, 16, seed=1), [Intervention.scale("L0.F3@2", 2.0)], top_k=2),
+        intervene(g, "w5 w6 w7", random_transcoders(g, 8, seed=2), (1, None, 0, 0.0), target="w3", wrong="w4",
+                  frozen_attention=False),
+    ]
     from interp.causal import LogitDiff, effects, patch
 
     diff = LogitDiff("w12", "w13")

@@ -1,0 +1,347 @@
+"""Interventions on transcoder features: clamp, scale or ablate features and rerun the replacement model.
+
+The replacement model of a prompt replaces each layer's MLP write by its transcoder's output plus the layer's
+error node, held at its value in the real forward:
+
+    m_{l,p} = f_{l,p} W_dec + b_dec (+ h2_{l,p} W_skipᵀ) + e_{l,p},   f_{l,p} = act(h2_{l,p} W_encᵀ + b_enc)
+
+where h2 is the MLP's input (N2 of the stream). With no intervention it reproduces the real forward exactly
+(the error node is the real write minus the transcoder's), which is checked on every call and stored as the
+result's ``closure_error``. An intervention replaces chosen activations f_{l,p,i} by a value (clamp; 0 =
+ablate) or multiplies them by a factor (scale); every later feature is recomputed from its (changed) input
+unless ``freeze_features``, and the error nodes stay fixed. The rerun has either
+
+* ``frozen_attention=True``: every attention pattern and every norm's scale σ frozen at the real forward
+  (the attribution graph's model; with ``freeze_features`` the output is affine in the intervened
+  activations, so Δoutput = Σ_i Δf_i · edge(f_i → output)), or
+* ``frozen_attention=False``: attention patterns and norm scales recomputed (the engine's forward with each
+  MLP write replaced).
+
+docs/math.md §27.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Optional, Sequence, Union
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from interp._result import Result
+from interp.attribution import TokenSpec, resolve_tokens
+from interp.engine import Patch
+from interp.errors import ArgumentError
+from interp.features._graph import _check, _Real, _tok, real_forward
+from interp.features._transcoder import Transcoder
+from interp.labels import Feature, parse
+from interp.models import Model
+from interp.stream import as_batch, require_model
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+__all__ = ["Intervention", "InterventionResult", "intervene"]
+
+MODES = ("set", "scale")
+
+
+@dataclass(frozen=True)
+class Intervention:
+    """Set (``mode="set"``) or multiply (``mode="scale"``) the activation of feature ``feature`` of layer
+    ``layer``'s transcoder at position ``pos`` (None: every position) by ``value``. Build one with
+    :meth:`clamp`, :meth:`scale` or :meth:`ablate` from a label (``"L3.F12@5"``) or (layer, feature, pos)."""
+
+    layer: int
+    feature: int
+    pos: Optional[int] = None
+    mode: Literal["set", "scale"] = "set"
+    value: float = 0.0
+
+    @classmethod
+    def clamp(cls, feature: Union[Feature, str, tuple], value: float) -> "Intervention":
+        """Set the feature's activation to ``value``."""
+        l, f, p = _feature(feature)
+        return cls(l, f, p, "set", value)
+
+    @classmethod
+    def scale(cls, feature: Union[Feature, str, tuple], factor: float) -> "Intervention":
+        """Multiply the feature's activation by ``factor``."""
+        l, f, p = _feature(feature)
+        return cls(l, f, p, "scale", factor)
+
+    @classmethod
+    def ablate(cls, feature: Union[Feature, str, tuple]) -> "Intervention":
+        """Set the feature's activation to 0."""
+        l, f, p = _feature(feature)
+        return cls(l, f, p, "set", 0.0)
+
+    def __str__(self) -> str:
+        at = "@*" if self.pos is None else f"@{self.pos}"
+        what = f"= {self.value:g}" if self.mode == "set" else f"× {self.value:g}"
+        return f"L{self.layer}.F{self.feature}{at} {what}"
+
+
+def _feature(x: Any) -> tuple[int, int, Optional[int]]:
+    """(layer, feature, pos) from a Feature label, its text, or a tuple (layer, feature[, pos])."""
+    if isinstance(x, str):
+        lab = parse(x)
+        if not isinstance(lab, Feature):
+            raise ArgumentError(f"feature={x!r} is not a feature label (e.g. 'L3.F12@5')")
+        x = lab
+    if isinstance(x, Feature):
+        return x.layer, x.feature, x.pos
+    if isinstance(x, tuple) and len(x) in (2, 3) and all(isinstance(v, int) or v is None for v in x):
+        return int(x[0]), int(x[1]), (None if len(x) == 2 else x[2])
+    raise ArgumentError(f"feature={x!r} must be a Feature label, its text ('L3.F12@5') or (layer, feature[, pos])")
+
+
+def _interventions(items: Any, transcoders: Sequence[Transcoder], n: int) -> list[Intervention]:
+    """Validated interventions, positions made non-negative (typed errors name the item, the value and what is
+    allowed). An item is an :class:`Intervention`, a tuple (layer, pos, feature, value) (circuit-tracer's
+    order: clamp), or a feature label / its text (ablate)."""
+    if isinstance(items, (Intervention, Feature, str)) or (isinstance(items, tuple) and len(items) == 4
+                                                           and isinstance(items[0], int)):
+        items = [items]
+    if not isinstance(items, (list, tuple)) or not items:
+        raise ArgumentError(f"interventions={items!r} must be a non-empty list of Intervention, (layer, pos, feature, "
+                            "value) tuples or feature labels")
+    out = []
+    L = len(transcoders)
+    for i, it in enumerate(items):
+        name = f"interventions[{i}]"
+        if isinstance(it, (Feature, str)):
+            it = Intervention.ablate(it)
+        elif isinstance(it, tuple) and len(it) == 4:
+            l, p, f, v = it
+            if not all(isinstance(t, int) and not isinstance(t, bool) for t in (l, f)) or \
+                    not (p is None or (isinstance(p, int) and not isinstance(p, bool))):
+                raise ArgumentError(f"{name}={it!r}: a tuple is (layer: int, pos: int | None, feature: int, value)")
+            it = Intervention(l, f, p, "set", v)
+        elif not isinstance(it, Intervention):
+            raise ArgumentError(f"{name}={it!r} must be an Intervention, a (layer, pos, feature, value) tuple or a "
+                                "feature label such as 'L3.F12@5'")
+        if it.mode not in MODES:
+            raise ArgumentError(f"{name}: mode={it.mode!r} is not one of {MODES}")
+        if not isinstance(it.layer, int) or isinstance(it.layer, bool) or not 0 <= it.layer < L:
+            raise ArgumentError(f"{name}: layer={it.layer!r} must be an int in [0, {L - 1}] (one transcoder per layer)")
+        F_ = transcoders[it.layer].n_features
+        if not isinstance(it.feature, int) or isinstance(it.feature, bool) or not 0 <= it.feature < F_:
+            raise ArgumentError(f"{name}: feature {it.feature!r} of layer {it.layer} does not exist: its transcoder has "
+                                f"n_features={F_} (indices 0..{F_ - 1})")
+        if it.pos is not None and (not isinstance(it.pos, int) or isinstance(it.pos, bool) or not -n <= it.pos < n):
+            raise ArgumentError(f"{name}: pos={it.pos!r} must be None (every position) or an int in [{-n}, {n - 1}] "
+                                f"for a prompt of {n} tokens")
+        if isinstance(it.value, bool) or not isinstance(it.value, (int, float)) or not math.isfinite(it.value):
+            raise ArgumentError(f"{name}: value={it.value!r} must be a finite number")
+        out.append(Intervention(it.layer, it.feature, None if it.pos is None else it.pos % n, it.mode, float(it.value)))
+    return out
+
+
+def _apply(f: Tensor, ivs: list[Intervention]) -> Tensor:
+    """Activations f [n, F] of one layer with its interventions applied (in order)."""
+    if not ivs:
+        return f
+    f = f.clone()
+    for it in ivs:
+        idx = (slice(None) if it.pos is None else it.pos, it.feature)
+        f[idx] = it.value if it.mode == "set" else f[idx] * it.value
+    return f
+
+
+def _dense(real: _Real, l: int, n: int) -> Tensor:
+    """Layer l's activations at the real forward as a dense [n, F]."""
+    f = torch.zeros(n, real.tcs[l].n_features, dtype=real.dtype, device=real.emb.device)
+    f[real.feats[l]] = real.acts[l]
+    return f
+
+
+def _run(real: _Real, tokens: Tensor, mask: Tensor, ivs: list[Intervention], pos: int, *, frozen_attention: bool,
+         freeze_features: bool) -> Tensor:
+    """The replacement model's logits [d_vocab] at ``pos`` with ``ivs`` applied (module docstring)."""
+    fr, e = real.frozen, real.frozen.e
+    n, L = tokens.shape[1], len(real.tcs)
+    by = [[it for it in ivs if it.layer == l] for l in range(L)]
+
+    def write(l: int, h2: Tensor) -> Tensor:  # h2 [n, d] -> the replaced MLP write [n, d]
+        tc = real.tcs[l]
+        f = _dense(real, l, n) if freeze_features else tc.encode(h2)
+        return tc.decode(_apply(f, by[l]), h2 if tc.W_skip is not None else None) + real.errs[l]
+
+    w = fr.w
+    with torch.no_grad():
+        if frozen_attention:
+            x = real.emb[None]
+            for l in range(L):
+                x, _ = fr.step(l, x, functools.partial(_batched, write, l))
+            z = fr.readout(x, pos, w.W_U, _bias(fr))[0]  # type: ignore[arg-type]
+        else:
+            x = e.embed(e.embed_parts(tokens))
+            prompt = torch.zeros(1, dtype=torch.long, device=tokens.device)
+            rows = torch.zeros(1, dtype=torch.long, device=tokens.device)
+            for l in range(L):
+                store: dict[str, Tensor] = {}
+                e.layer(l, x, prompt=prompt, mask=mask, capture={"resid_mid"}, store=store)
+                mid = x if fr.a.parallel_attn_mlp else store["resid_mid"]
+                h2 = e.norm(mid, e.w.ln2_w[l], e.w.ln2_b[l])[0].to(real.dtype)
+                x = e.layer(l, x, prompt=prompt, mask=mask,
+                            patches=[Patch(site="mlp_out", layer=l, rows=rows, value=write(l, h2)[None])])
+            lnf_b = None if e.w.lnf_b is None else e.w.lnf_b
+            y = e.norm(x[0, pos], e.w.lnf_w, lnf_b).to(real.dtype)
+            z = y @ w.W_U + _bias(fr)  # type: ignore[operator]
+    c = fr.a.final_softcap
+    return torch.tanh(z / c) * c if c else z
+
+
+def _batched(write: Callable[[int, Tensor], Tensor], l: int, h2: Tensor) -> Tensor:
+    """``write(l, ·)`` on a batch of one prompt [1, n, d]."""
+    return write(l, h2[0])[None]
+
+
+def _bias(fr: Any) -> Tensor:
+    w = fr.w
+    return torch.zeros(fr.a.d_vocab, dtype=fr.dt, device=w.W_U.device) if w.b_U is None else w.b_U
+
+
+def intervene(
+    model: Model,
+    prompt: Union[str, Tensor],
+    transcoders: Sequence[Transcoder],
+    interventions: Any,
+    *,
+    frozen_attention: bool = True,
+    freeze_features: bool = False,
+    target: Optional[TokenSpec] = None,
+    wrong: Optional[TokenSpec] = None,
+    pos: int = -1,
+    top_k: int = 10,
+) -> "InterventionResult":
+    """Rerun the replacement model of ``prompt`` with ``interventions`` applied; the logits at ``pos`` before
+    and after (module docstring).
+
+    ``interventions``: :class:`Intervention` objects (:meth:`Intervention.clamp`, :meth:`~Intervention.scale`,
+    :meth:`~Intervention.ablate`), circuit-tracer-style tuples ``(layer, pos, feature, value)`` (clamp; pos
+    None = every position), or feature labels ``"L3.F12@5"`` (ablate). ``frozen_attention``: attention
+    patterns and norm scales frozen at the real forward (True) or recomputed (False). ``freeze_features``:
+    every feature not intervened on keeps its real activation (only the intervened features move). The metric
+    is ``target``'s logit (the top token before the intervention when None), minus ``wrong``'s when given.
+    The result's table holds the ``top_k`` tokens before, after and by |change|, and the target(s).
+    """
+    require_model(model)
+    _check(model, transcoders)
+    for name, flag in (("frozen_attention", frozen_attention), ("freeze_features", freeze_features)):
+        if not isinstance(flag, bool):
+            raise ArgumentError(f"{name}={flag!r} must be True or False")
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise ArgumentError(f"top_k={top_k!r} must be a positive int")
+    if wrong is not None and target is None:
+        raise ArgumentError("wrong= needs target= (the metric is the logit difference target − wrong)")
+    batch = as_batch(model, prompt)
+    tokens, mask = batch.tokens, batch.attention_mask
+    if tokens.shape[0] != 1:
+        raise ArgumentError(f"prompt must be one prompt (a string or token ids [1, pos]), got {tokens.shape[0]}")
+    n = tokens.shape[1]
+    if not isinstance(pos, int) or isinstance(pos, bool) or not -n <= pos < n:
+        raise ArgumentError(f"pos={pos!r} must be an int in [{-n}, {n - 1}] for a prompt of {n} tokens")
+    pos %= n
+    ivs = _interventions(interventions, transcoders, n)
+    real = real_forward(model, tokens, mask, transcoders)
+    fr = real.frozen
+    with torch.no_grad():
+        z = fr.e.norm(real.final[pos], fr.w.lnf_w, fr.w.lnf_b) @ fr.w.W_U + _bias(fr)  # type: ignore[operator]
+        c = model.arch.final_softcap
+        real_logits = torch.tanh(z / c) * c if c else z
+    kw = dict(frozen_attention=frozen_attention, freeze_features=freeze_features)
+    before = _run(real, tokens, mask, [], pos, **kw)  # the replacement model = the real forward
+    after = _run(real, tokens, mask, ivs, pos, **kw)
+    diff = (before - real_logits).abs()
+    closure = float(diff.max())
+    relative = closure / max(float(real_logits.abs().max()), torch.finfo(real.dtype).tiny)
+    t_id = int(before.argmax()) if target is None else int(resolve_tokens(model, target, 1, "target")[0])
+    w_id = None if wrong is None else int(resolve_tokens(model, wrong, 1, "wrong")[0])
+    ids = [t_id] + ([] if w_id is None else [w_id])
+
+    def metric(z: Tensor) -> float:
+        return float(z[t_id] - (0 if w_id is None else z[w_id]))
+
+    chosen: list[int] = []
+    for order in (before.argsort(descending=True), after.argsort(descending=True),
+                  (after - before).abs().argsort(descending=True)):
+        chosen += [i for i in order[:top_k].tolist()]
+    rows = list(dict.fromkeys(ids + chosen))
+    text = _tok(model, t_id) + ("" if w_id is None else f" − {_tok(model, w_id)}")
+    return InterventionResult(
+        logits_before=before.detach().cpu(), logits_after=after.detach().cpu(), token_ids=rows,
+        token_text=[_tok(model, i) for i in rows], target_ids=ids, target=text,
+        metric_before=metric(before), metric_after=metric(after), closure_error=closure, relative_error=relative,
+        interventions=[str(it) for it in ivs], frozen_attention=frozen_attention, freeze_features=freeze_features,
+        pos=pos, model_name=model.name)
+
+
+@dataclass(frozen=True)
+class InterventionResult(Result):
+    """The output of one intervention (:func:`intervene`): ``logits_before`` / ``logits_after`` [d_vocab] at
+    ``pos`` in the replacement model (before = the real forward; ``closure_error`` is max |before − the real
+    logits|, ``relative_error`` that over max |real logit|), the metric (``target``'s logit or logit
+    difference) before and after. Rows of the table: the tokens ``token_ids`` (the target(s), then the top
+    tokens before, after and by |change|), labelled ``logit[<id>]``."""
+
+    logits_before: Tensor
+    logits_after: Tensor
+    token_ids: list[int]
+    token_text: list[str]
+    target_ids: list[int]
+    target: str
+    metric_before: float
+    metric_after: float
+    closure_error: float
+    relative_error: float
+    interventions: list[str]
+    frozen_attention: bool
+    freeze_features: bool
+    pos: int
+    model_name: str
+
+    label_column: ClassVar[str] = "label"
+    default_by: ClassVar[str] = "change"
+    default_absolute: ClassVar[bool] = True
+
+    @property
+    def metric_change(self) -> float:
+        """metric_after − metric_before."""
+        return self.metric_after - self.metric_before
+
+    @property
+    def labels(self) -> list[str]:
+        return [f"logit[{i}]" for i in self.token_ids]
+
+    def to_dataframe(self) -> pd.DataFrame:
+        ids = torch.tensor(self.token_ids, dtype=torch.long)
+        b, a = self.logits_before.double(), self.logits_after.double()
+        pb, pa = torch.softmax(b, -1)[ids], torch.softmax(a, -1)[ids]
+        return pd.DataFrame({
+            "label": self.labels, "token": self.token_text, "id": self.token_ids,
+            "logit_before": b[ids].tolist(), "logit_after": a[ids].tolist(), "change": (a[ids] - b[ids]).tolist(),
+            "prob_before": pb.tolist(), "prob_after": pa.tolist(),
+        })
+
+    def _row(self, index: int) -> Any:
+        return self.to_dataframe().iloc[index].to_dict()
+
+    def top_tokens(self, k: int = 5, *, after: bool = True) -> pd.DataFrame:
+        """The ``k`` most probable tokens of the table after (or before) the intervention."""
+        return self.top(k, by="logit_after" if after else "logit_before", absolute=False)
+
+    def plot(self) -> "go.Figure":
+        """The change of each token's logit in the table (bars), largest |change| first."""
+        import plotly.graph_objects as go
+
+        df = self.to_dataframe().sort_values("change", key=abs, ascending=False)
+        fig = go.Figure(go.Bar(x=df["token"], y=df["change"], hovertext=df["label"]))
+        fig.update_layout(title=f"logit change after {'; '.join(self.interventions)} ({self.model_name}; metric "
+                                f"{self.target}: {self.metric_before:.4g} → {self.metric_after:.4g})",
+                          xaxis_title="token", yaxis_title="Δ logit")
+        return fig
