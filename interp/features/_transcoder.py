@@ -13,18 +13,16 @@ error node in an attribution graph (docs/math.md §26).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp.errors import ArgumentError, ResultFormatError
+from interp.errors import ArgumentError
 
-__all__ = ["ACTIVATIONS", "Transcoder", "load_transcoders"]
+__all__ = ["ACTIVATIONS", "Transcoder"]
 
 #: the activation functions a transcoder may use
 ACTIVATIONS = ("relu", "jumprelu", "topk")
@@ -106,70 +104,3 @@ class Transcoder:
         opt = lambda t: None if t is None else mv(t)  # noqa: E731
         return Transcoder(mv(self.W_enc), mv(self.b_enc), mv(self.W_dec), mv(self.b_dec), opt(self.W_skip),
                           self.activation, opt(self.threshold), self.k)
-
-
-_REQUIRED = ("W_enc", "W_dec", "b_enc", "b_dec")
-
-
-def _read_layer(path: Path, *, dtype: torch.dtype) -> Transcoder:
-    from safetensors import safe_open
-
-    if not path.is_file():
-        raise ResultFormatError(f"path={str(path)!r}: the transcoder file does not exist")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            keys = set(f.keys())
-            t = {k: f.get_tensor(k) for k in keys}
-    except Exception as e:  # safetensors raises its own error types on bad headers
-        raise ResultFormatError(f"path={str(path)!r} is not a readable safetensors file ({e})") from e
-    for k in _REQUIRED:
-        if k not in keys:
-            raise ResultFormatError(f"path={str(path)!r} has no key {k!r} (it holds {sorted(keys)}); a transcoder "
-                                    f"file needs {list(_REQUIRED)}")
-    thr = t.get("activation_function.threshold")
-    try:
-        return Transcoder(W_enc=t["W_enc"].to(dtype), b_enc=t["b_enc"].to(dtype), W_dec=t["W_dec"].to(dtype),
-                          b_dec=t["b_dec"].to(dtype), W_skip=None if "W_skip" not in t else t["W_skip"].to(dtype),
-                          activation="relu" if thr is None else "jumprelu",
-                          threshold=None if thr is None else thr.to(dtype).reshape(-1))
-    except ArgumentError as e:
-        raise ResultFormatError(f"path={str(path)!r}: {e}") from None
-
-
-def load_transcoders(path: Union[str, os.PathLike], *, dtype: torch.dtype = torch.float32) -> list[Transcoder]:
-    """The per-layer transcoders of a directory in circuit-tracer's format, in layer order.
-
-    The directory holds ``layer_{i}.safetensors`` for i = 0..L−1, each with the keys ``W_enc`` [F, d],
-    ``W_dec`` [F, d], ``b_enc`` [F], ``b_dec`` [d] and optionally ``activation_function.threshold`` [F]
-    (then the activation is JumpReLU, else ReLU) and ``W_skip`` [d, d]; other keys are ignored. A
-    ``config.yaml`` beside them, when present, may list the files under ``transcoders:`` (paths relative to
-    the directory or absolute); otherwise the ``layer_{i}`` files are read. A missing or damaged file or
-    key raises :class:`interp.errors.ResultFormatError` naming the path and the key.
-    """
-    if not isinstance(path, (str, os.PathLike)):
-        raise ArgumentError(f"path={path!r} must be a directory path (str or os.PathLike)")
-    root = Path(path)
-    if not root.is_dir():
-        raise ResultFormatError(f"path={str(root)!r} is not a directory of transcoders")
-    files: list[Path] = []
-    cfg = root / "config.yaml"
-    if cfg.is_file():
-        import yaml
-
-        try:
-            conf = yaml.safe_load(cfg.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ResultFormatError(f"path={str(cfg)!r} is not valid YAML ({e})") from None
-        listed = conf.get("transcoders") if isinstance(conf, dict) else None
-        if listed is not None:
-            if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
-                raise ResultFormatError(f"path={str(cfg)!r}: key 'transcoders' must be a list of file paths")
-            files = [Path(p) if Path(p).is_absolute() else root / p for p in listed]
-    if not files:
-        i = 0
-        while (root / f"layer_{i}.safetensors").is_file():
-            files.append(root / f"layer_{i}.safetensors")
-            i += 1
-    if not files:
-        raise ResultFormatError(f"path={str(root)!r} holds no layer_0.safetensors (and no config.yaml listing transcoders)")
-    return [_read_layer(p, dtype=dtype) for p in files]
