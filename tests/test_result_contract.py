@@ -140,6 +140,13 @@ def _intervention(m):
     return intervene(m["llama"], "w1 w2 w3 w4", random_transcoders(m["llama"], 8, seed=0), [(0, 1, 2, 3.0)], top_k=3)
 
 
+def _qk(m):
+    from interp.features import qk_attribution
+    from tiny_transcoders import random_transcoders
+
+    return qk_attribution(m["llama"], "w1 w2 w3 w4", random_transcoders(m["llama"], 8, seed=0), 1, 2, query_pos=3, key_pos=1)
+
+
 def _causal_metric():
     from interp.causal import LogitDiff
 
@@ -178,6 +185,7 @@ FACTORIES: dict[str, Callable[[dict], Any]] = {
     "Predictions": lambda m: interp.predict(m["gpt2"], ["w1 w2 w3 w4 w5", "w6 w7 w8"], k=4),
     "AttributionGraph": lambda m: _attribution_graph(m),
     "InterventionResult": lambda m: _intervention(m),
+    "QKAttribution": lambda m: _qk(m),
     "FaithfulnessCurve": lambda m: interp.faithfulness_curve(m["gpt2"], EDGE_CLEAN, EDGE_CORRUPT, _edge_scores(m),
                                                              metric=_causal_metric(), sizes=(0.05, 0.2, 1.0), progress=False),
 }
@@ -384,7 +392,15 @@ def _check_intervention(r, label, v, rows):
     assert _close(row["change"], r.logits_after[t] - r.logits_before[t])
 
 
+def _check_qk(r, label, v, rows):
+    (row,) = rows.to_dict("records")
+    q, k = label.split(" · ")
+    i, j = r.q_labels.index(q), r.k_labels.index(k)
+    assert v == row and row["query_node"] == q and _close(row["value"], r.q_terms[i] @ r.k_terms[j])
+
+
 ROW_CHECKS: dict[str, Callable[[Any, str, Any, pd.DataFrame], None]] = {
+    "QKAttribution": _check_qk,
     "InterventionResult": _check_intervention,
     "AttributionGraph": _check_attribution_graph,
     "Predictions": _check_predictions,

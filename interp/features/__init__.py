@@ -1,13 +1,14 @@
 """Feature dictionaries and attribution graphs: per-layer transcoders (load circuit-tracer's, SAELens's and sparsify's formats) and
 the exact attribution graph of a prompt over them (error nodes make the replacement model exact);
-interventions on features in the replacement model."""
+interventions on features in the replacement model; QK attribution of a head's score to the graph's nodes."""
 
 from interp.features._graph import attribution_graph
 from interp.features._intervene import Intervention, InterventionResult, intervene
+from interp.features._qk import QKAttribution, qk_attribution
 from interp.features._result import AttributionGraph
 from interp.features._train import TrainedTranscoders, train_transcoders
 from interp.features._formats import FORMATS, load_transcoders
 from interp.features._transcoder import ACTIVATIONS, Transcoder
 
-__all__ = ["ACTIVATIONS", "FORMATS", "AttributionGraph", "Intervention", "InterventionResult", "TrainedTranscoders", "Transcoder", "attribution_graph",
-           "intervene", "load_transcoders", "train_transcoders"]
+__all__ = ["ACTIVATIONS", "FORMATS", "AttributionGraph", "Intervention", "InterventionResult", "QKAttribution", "TrainedTranscoders", "Transcoder", "attribution_graph",
+           "intervene", "load_transcoders", "qk_attribution", "train_transcoders"]

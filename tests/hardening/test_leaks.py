@@ -335,7 +335,10 @@ def _results(models) -> dict[str, list[Any]]:
         attribution_graph(l, "w1 w2 w3 w4", random_transcoders(l, 16, seed=1), max_n_logits=3),
         attribution_graph(g, "w5 w6 w7", random_transcoders(g, 8, seed=2, activation="topk"), target="w3", wrong="w4"),
     ]
-    from interp.features import Intervention, intervene
+    from interp.features import Intervention, intervene, qk_attribution
+
+    out["QKAttribution"] = [qk_attribution(l, "w1 w2 w3 w4", random_transcoders(l, 16, seed=1), 1, 3, key_pos=2),
+                            qk_attribution(g, "w5 w6 w7", random_transcoders(g, 8, seed=2), 0, 1, query_pos=1, key_pos=1)]
 
     out["InterventionResult"] = [
         intervene(l, "w1 w2 w3 w4", random_transcoders(l, 16, seed=1), [Intervention.scale("L0.F3@2", 2.0)], top_k=2),
