@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml constraints.txt scripts/setup_system.sh
 	bash scripts/setup_system.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,notebook,groundtruth,distributed]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,notebook,groundtruth,distributed,corpus]"
 	touch $(STAMP)
 
 # its own stamp, remade when the Makefile (the package list) changes, so an existing .venv gets new models

@@ -1,0 +1,515 @@
+"""Training per-layer TopK transcoders on a model's own activations, streamed from an English corpus.
+
+For each chosen layer l the transcoder learns the MLP's map x ↦ y, where x is the MLP's input (the
+second norm's output, as the engine computes it) and y the MLP's write to the residual stream (after a
+sandwich norm where the model has one), both read from :class:`interp.engine.Engine`'s forward::
+
+    f = TopK(relu(x W_encᵀ + b_enc))     ŷ = f W_dec + b_dec
+
+Loss (per layer, summed over layers): the batch's fraction of variance unexplained
+
+    FVU = Σ_tokens ‖y − ŷ‖² / Σ_tokens ‖y − ȳ‖²        (ȳ the batch mean of y)
+
+plus ``aux_alpha`` × the AuxK loss (EleutherAI sparsify's): the features that have not fired for
+``dead_after`` training tokens are *dead*; the ``aux_k`` largest of their pre-activations reconstruct the
+residual y − ŷ, and that reconstruction's FVU is added, so dead features get a gradient. Adam; the decoder
+rows are kept at unit norm (the gradient's component along each row is removed before the step and the rows
+renormalised after it). The corpus is cut into sequences of ``seq_len`` tokens; position 0 of each sequence
+(the attention sink, whose activations are outliers) is neither trained on nor evaluated.
+
+Activations are computed batch by batch (``batch_size`` sequences) and never all kept. Every
+``checkpoint_every`` steps the whole state (weights, Adam moments, dead-feature counters, step) is written
+atomically to ``<cache>/transcoders/<model>/<config hash>/checkpoint.pt``; a run with the same
+configuration resumes from it and ends with the same weights as an uninterrupted run. The finished
+dictionaries (``layer_{l}.safetensors``) and their held-out metrics (``metrics.json``) are cached there and
+returned without training next time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from interp.engine import Engine
+from interp.errors import ArgumentError, ResultFormatError, UnsupportedArchitectureError, UnsupportedOperationError
+from interp.features._corpus import CORPUS_LICENCE, CORPUS_NAME, CORPUS_SOURCE, english_corpus
+from interp.features._transcoder import Transcoder
+from interp.models import Model, default_cache_dir
+from interp.stream import require_model
+
+__all__ = ["TrainedTranscoders", "train_transcoders"]
+
+_FORMAT = 1  # bump when the training maths changes: old caches are not reused
+
+
+@dataclass
+class TrainedTranscoders:
+    """Trained per-layer transcoders and their held-out metrics.
+
+    ``transcoders[i]`` belongs to layer ``layers[i]``; ``fvu[i]`` = Σ‖y − ŷ‖² / Σ‖y − ȳ‖² over the held-out
+    tokens (ȳ their mean: predicting the mean scores 1), ``l0[i]`` the mean number of active features per
+    held-out token, ``dead[i]`` the fraction of features never active on them. ``tokens`` counts training
+    tokens (sequence positions, position 0 included), ``eval_tokens`` the held-out tokens scored.
+    ``tokens_per_second`` is the training run's throughput (activations + optimisation; None when the run
+    was resumed), ``from_cache`` whether this call trained nothing, ``path`` the cache directory.
+    """
+
+    model_name: str
+    layers: list[int]
+    transcoders: list[Transcoder]
+    fvu: list[float]
+    l0: list[float]
+    dead: list[float]
+    tokens: int
+    eval_tokens: int
+    config: dict[str, Any]
+    path: Path
+    tokens_per_second: Optional[float] = None
+    train_seconds: Optional[float] = None
+    from_cache: bool = False
+    corpus: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, layer: int) -> Transcoder:
+        """The transcoder of ``layer`` (a model layer index, not a position in ``layers``)."""
+        if layer not in self.layers:
+            raise ArgumentError(f"layer={layer!r} was not trained; trained layers: {self.layers}")
+        return self.transcoders[self.layers.index(layer)]
+
+    def to_dataframe(self) -> Any:
+        """One row per layer: layer, fvu, l0, dead, n_features, k."""
+        import pandas as pd
+
+        return pd.DataFrame({"layer": self.layers, "fvu": self.fvu, "l0": self.l0, "dead": self.dead,
+                             "n_features": [t.n_features for t in self.transcoders],
+                             "k": [t.k for t in self.transcoders]})
+
+    def __repr__(self) -> str:
+        mean = sum(self.fvu) / len(self.fvu)
+        return (f"TrainedTranscoders({self.model_name!r}: {len(self.layers)} layers, width "
+                f"{self.config['width']}, k={self.config['k']}, {self.tokens} tokens; held-out FVU mean {mean:.3f}, "
+                f"L0 mean {sum(self.l0) / len(self.l0):.1f})")
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+
+
+def _int(name: str, v: Any, lo: int, hi: Optional[int] = None, why: str = "") -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ArgumentError(f"{name}={v!r} must be an int {rng}{why}")
+    return v
+
+
+def _check_layers(model: Model, layers: Any) -> list[int]:
+    L = model.arch.n_layers
+    if layers == "all":
+        return list(range(L))
+    if isinstance(layers, int) and not isinstance(layers, bool):
+        layers = [layers]
+    if not isinstance(layers, (list, tuple, range)) or len(layers) == 0:
+        raise ArgumentError(f"layers={layers!r} must be 'all', a layer index or a non-empty list of layer indices "
+                            f"in [0, {L - 1}]")
+    out = []
+    for l in layers:
+        if isinstance(l, bool) or not isinstance(l, int) or not 0 <= l < L:
+            raise ArgumentError(f"layers contains {l!r}; layer indices of model {model.name!r} are in [0, {L - 1}]")
+        out.append(l)
+    if len(set(out)) != len(out):
+        raise ArgumentError(f"layers={list(layers)!r} repeats a layer")
+    return sorted(out)
+
+
+def _documents(corpus: Optional[Sequence[str]]) -> tuple[list[str], list[str], str]:
+    """(train docs, held-out docs, corpus id)."""
+    if corpus is None:
+        tr, ho = english_corpus()
+        return tr, ho, CORPUS_NAME
+    if isinstance(corpus, str) or not isinstance(corpus, (list, tuple)) or len(corpus) < 2 \
+            or not all(isinstance(d, str) and d.strip() for d in corpus):
+        raise ArgumentError("corpus must be None (the bundled English corpus) or a list of at least 2 non-empty "
+                            f"strings (documents; every tenth, and at least the last, is held out), got {type(corpus).__name__}")
+    docs = list(corpus)
+    held = [i for i in range(len(docs)) if i % 10 == 9] or [len(docs) - 1]
+    digest = hashlib.sha256("\x00".join(docs).encode()).hexdigest()[:16]
+    return ([d for i, d in enumerate(docs) if i not in held], [docs[i] for i in held], f"custom-{digest}")
+
+
+def _sequences(model: Model, docs: list[str], seq_len: int, n_seq: int) -> Tensor:
+    """The first ``n_seq`` sequences [n_seq, seq_len] of the documents' concatenated token ids (fewer if
+    the documents run out); documents are tokenized one by one until enough."""
+    tok = model.tokenizer
+    if tok is None:
+        raise UnsupportedOperationError(f"model {model.name!r} has no tokenizer; training reads text")
+    ids: list[int] = []
+    eos = getattr(tok, "eos_token_id", None)
+    need = n_seq * seq_len
+    for d in docs:
+        ids.extend(tok(d, add_special_tokens=False)["input_ids"])
+        if eos is not None:
+            ids.append(int(eos))
+        if len(ids) >= need:
+            break
+    n = min(n_seq, len(ids) // seq_len)
+    return torch.tensor(ids[: n * seq_len], dtype=torch.long).view(n, seq_len)
+
+
+def _fingerprint(model: Model) -> str:
+    w = model.weights
+    vals = [float(w.W_E.double().sum()), float(w.W_out.double().sum()), float(w.W_in.double().abs().sum())]
+    return hashlib.sha256(repr(vals).encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------- activations
+
+
+def _activations(e: Engine, ids: Tensor, layers: list[int]) -> tuple[Tensor, Tensor]:
+    """MLP inputs and outputs [n_layers, batch·(seq_len − 1), d_model] of ``layers`` for sequences ``ids``
+    (position 0 dropped), from the engine's forward up to the last chosen layer."""
+    a, w = e.arch, e.w
+    B, T = ids.shape
+    mask = torch.ones_like(ids)
+    prompt = torch.arange(B, device=ids.device)
+    xs, ys = [], []
+    with torch.inference_mode():
+        x = e.embed(e.embed_parts(ids))
+        for l in range(max(layers) + 1):
+            store: dict[str, Tensor] = {}
+            resid = x
+            x = e.layer(l, x, prompt=prompt, mask=mask, capture={"resid_mid", "mlp_out"}, store=store)
+            if l in layers:
+                mid = resid if a.parallel_attn_mlp else store["resid_mid"]
+                h2 = e.norm(mid, w.ln2_w[l], w.ln2_b[l])
+                xs.append(h2[:, 1:].reshape(-1, a.d_model).float())
+                ys.append(store["mlp_out"][:, 1:].reshape(-1, a.d_model).float())
+    return torch.stack(xs), torch.stack(ys)
+
+
+# ---------------------------------------------------------------------------------------------- the model
+
+
+class _State:
+    """All layers' parameters stacked: W_enc, W_dec [n, F, d]; b_enc [n, F]; b_dec [n, d]."""
+
+    def __init__(self, n: int, d: int, width: int, gen: torch.Generator):
+        bound = 1.0 / math.sqrt(d)  # nn.Linear's default init for the encoder
+        self.W_enc = ((torch.rand(n, width, d, generator=gen) * 2 - 1) * bound).requires_grad_()
+        self.b_enc = torch.zeros(n, width, requires_grad=True)
+        self.W_dec = (self.W_enc.detach() / self.W_enc.detach().norm(dim=-1, keepdim=True)).requires_grad_()
+        self.b_dec = torch.zeros(n, d, requires_grad=True)
+        self.since = torch.zeros(n, width, dtype=torch.long)  # training tokens since each feature last fired
+        self.sx = torch.ones(n, 1, 1)  # the scales x and y are divided by while training
+        self.sy = torch.ones(n, 1, 1)
+
+    def params(self) -> list[Tensor]:
+        return [self.W_enc, self.b_enc, self.W_dec, self.b_dec]
+
+    def transcoders(self, k: int) -> list[Transcoder]:
+        """The trained transcoders on the model's own scale: W_enc / s_x, W_dec · s_y, b_dec · s_y."""
+        with torch.no_grad():
+            return [Transcoder(self.W_enc[i] / self.sx[i], self.b_enc[i].clone(), self.W_dec[i] * self.sy[i],
+                               self.b_dec[i] * self.sy[i, 0], activation="topk", k=k) for i in range(self.W_enc.shape[0])]
+
+
+def _init(s: _State, x: Tensor, y: Tensor, k: int) -> None:
+    """From the first batch x, y [n, N, d]: s_x = RMS of x's coordinates, s_y = RMS of (y − ȳ)'s (so both
+    have unit coordinates in training); b_dec = ȳ / s_y; the encoder scaled so the initial reconstruction
+    ‖f W_dec‖ has the target's mean norm (TopK picks the same features at any positive scale)."""
+    with torch.no_grad():
+        s.sx = x.pow(2).mean((1, 2), keepdim=True).sqrt().clamp_min(1e-12)
+        ym = y.mean(1, keepdim=True)
+        s.sy = (y - ym).pow(2).mean((1, 2), keepdim=True).sqrt().clamp_min(1e-12)
+        s.b_dec.copy_((ym / s.sy)[:, 0])
+        xn, yn = x / s.sx, (y - ym) / s.sy
+        vals, idx = torch.relu(torch.bmm(xn, s.W_enc.transpose(1, 2))).topk(k, dim=-1)
+        out = _decode(s.W_dec, idx, vals).norm(dim=-1).mean(1)  # [n]
+        s.W_enc.mul_((yn.norm(dim=-1).mean(1) / out.clamp_min(1e-12))[:, None, None])
+
+
+def _decode(W_dec: Tensor, idx: Tensor, vals: Tensor) -> Tensor:
+    """Σ_j vals[..., j] W_dec[l, idx[..., j]] for idx, vals [n, N, k] → [n, N, d] (a sparse gather-sum)."""
+    n, N, k = idx.shape
+    F_ = W_dec.shape[1]
+    flat = (idx + torch.arange(n, device=idx.device)[:, None, None] * F_).reshape(n * N, k)
+    out = F.embedding_bag(flat, W_dec.reshape(n * F_, -1), per_sample_weights=vals.reshape(n * N, k), mode="sum")
+    return out.view(n, N, -1)
+
+
+def _fvu(y: Tensor, yhat: Tensor) -> Tensor:
+    """Per layer: Σ‖y − ŷ‖² / Σ‖y − ȳ‖² over the token axis of y, ŷ [n, N, d] → [n]."""
+    return (y - yhat).pow(2).sum((1, 2)) / (y - y.mean(1, keepdim=True)).pow(2).sum((1, 2)).clamp_min(1e-12)
+
+
+def _step(s: _State, opt: torch.optim.Optimizer, x: Tensor, y: Tensor, k: int, aux_k: int, aux_alpha: float,
+          dead_after: int) -> Tensor:
+    """One Adam step on a batch (x, y [n, N, d]); returns the per-layer FVU [n] before the step."""
+    pre = torch.baddbmm(s.b_enc[:, None], x, s.W_enc.transpose(1, 2))  # [n, N, F]
+    vals, idx = torch.relu(pre).topk(k, dim=-1)
+    yhat = _decode(s.W_dec, idx, vals) + s.b_dec[:, None]
+    fvu = _fvu(y, yhat)
+    loss = fvu.sum()
+    with torch.no_grad():
+        fired = _fired(idx, vals, s.since.shape[1])
+        s.since += x.shape[1]
+        s.since[fired] = 0
+        dead = s.since >= dead_after
+    if aux_alpha > 0 and bool(dead.any()):
+        ka = min(aux_k, int(dead.sum(1).max()))
+        masked = pre.masked_fill(~dead[:, None, :], float("-inf"))
+        avals, aidx = masked.topk(ka, dim=-1)
+        avals = torch.relu(avals)  # -inf (a layer with fewer dead features) → 0
+        resid = (y - yhat).detach()
+        ehat = _decode(s.W_dec, aidx, avals)
+        aux = _fvu(resid, ehat)
+        aux = torch.where(dead.any(1), aux, torch.zeros_like(aux))
+        loss = loss + aux_alpha * aux.nan_to_num(0.0).sum()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    with torch.no_grad():
+        g, W = s.W_dec.grad, s.W_dec
+        if g is not None:  # keep the rows' norms: remove the gradient's component along each row
+            g -= (g * W).sum(-1, keepdim=True) * W
+    opt.step()
+    with torch.no_grad():
+        s.W_dec /= s.W_dec.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    return fvu.detach()
+
+
+def _fired(idx: Tensor, vals: Tensor, width: int) -> Tensor:
+    """[n, F] bool: which features were active (value > 0) anywhere in the batch."""
+    n = idx.shape[0]
+    out = torch.zeros(n, width, dtype=torch.bool)
+    out.view(-1)[(idx + torch.arange(n)[:, None, None] * width)[vals > 0]] = True
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- cache
+
+
+def _atomic(path: Path, write: Callable[[str], Any]) -> None:
+    """Write through a temporary file in the same directory, then rename over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _save_final(root: Path, layers: list[int], tcs: list[Transcoder], metrics: dict[str, Any]) -> None:
+    from safetensors.torch import save_file
+
+    for l, t in zip(layers, tcs):
+        ts = {"W_enc": t.W_enc, "W_dec": t.W_dec, "b_enc": t.b_enc, "b_dec": t.b_dec}
+
+        def write(p: str, ts: dict[str, Tensor] = ts, k: Optional[int] = t.k) -> None:
+            save_file({name: v.contiguous() for name, v in ts.items()}, p, metadata={"k": str(k)})
+
+        _atomic(root / f"layer_{l}.safetensors", write)
+    _atomic(root / "metrics.json", lambda p: Path(p).write_text(json.dumps(metrics, indent=1)))  # written last
+
+
+def _load_final(root: Path) -> tuple[list[Transcoder], dict[str, Any]]:
+    from safetensors import safe_open
+
+    try:
+        metrics = json.loads((root / "metrics.json").read_text())
+        tcs = []
+        for l in metrics["layers"]:
+            with safe_open(str(root / f"layer_{l}.safetensors"), framework="pt") as f:
+                t = {k: f.get_tensor(k) for k in ("W_enc", "W_dec", "b_enc", "b_dec")}
+            tcs.append(Transcoder(t["W_enc"], t["b_enc"], t["W_dec"], t["b_dec"], activation="topk", k=metrics["config"]["k"]))
+    except Exception as e:  # OSError, JSON and safetensors' own errors, a bad shape
+        raise ResultFormatError(f"the cached transcoders in {str(root)!r} are damaged ({type(e).__name__}: {e}); "
+                                "delete that directory to retrain") from None
+    return tcs, metrics
+
+
+# ---------------------------------------------------------------------------------------------- the function
+
+
+def train_transcoders(
+    model: Model,
+    *,
+    layers: Union[str, int, Sequence[int]],
+    width: int,
+    k: int,
+    tokens: int,
+    seq_len: int = 128,
+    batch_size: int = 8,
+    lr: Optional[float] = None,
+    aux_k: Optional[int] = None,
+    aux_alpha: float = 1 / 32,
+    dead_after: Optional[int] = None,
+    eval_tokens: int = 8192,
+    seed: int = 0,
+    corpus: Optional[Sequence[str]] = None,
+    cache_dir: Optional[Union[str, os.PathLike]] = None,
+    checkpoint_every: int = 25,
+    progress: Optional[bool] = None,
+) -> TrainedTranscoders:
+    """Train TopK transcoders (MLP input → MLP output) for ``layers`` of ``model`` (module docstring).
+
+    ``width`` features per layer, ``k`` active per token, ``tokens`` training tokens from ``corpus`` (None:
+    the bundled King James Bible, :mod:`interp.features` docs; or a list of documents, every tenth held
+    out), read as sequences of ``seq_len`` tokens, ``batch_size`` sequences a step. ``lr`` defaults to
+    sparsify's 2e-4 / √(width / 2¹⁴); ``aux_k`` (default d_model / 2) dead features reconstruct the residual
+    with weight ``aux_alpha``; a feature is dead after ``dead_after`` tokens without firing (default
+    tokens / 4). Metrics on ``eval_tokens`` held-out tokens. Cached under ``cache_dir`` (default
+    ``$INTERP_CACHE`` or ``~/.cache/interp``) ``/transcoders/<model>/<hash of the configuration>/``, with a
+    resumable checkpoint every ``checkpoint_every`` steps; ``progress`` shows a tqdm bar (None: when training).
+    """
+    require_model(model)
+    a = model.arch
+    if a.attn_only or model.weights.W_in.shape[-1] == 0:
+        raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to train transcoders for")
+    if a.norm_placement != "pre":
+        raise UnsupportedArchitectureError(f"model {model.name!r} is post-norm; transcoders are trained for pre-norm "
+                                           "decoders (the models attribution graphs support)")
+    layers_ = _check_layers(model, layers)
+    width = _int("width", width, 1)
+    k = _int("k", k, 1, width, f" (at most width={width})")
+    seq_len = _int("seq_len", seq_len, 2, a.n_ctx, f" (the model's context is {a.n_ctx})")
+    batch_size = _int("batch_size", batch_size, 1)
+    step_tokens = batch_size * seq_len
+    tokens = _int("tokens", tokens, step_tokens, why=f" (at least one batch: batch_size·seq_len = {step_tokens})")
+    eval_tokens = _int("eval_tokens", eval_tokens, seq_len, why=f" (at least one sequence of seq_len={seq_len})")
+    checkpoint_every = _int("checkpoint_every", checkpoint_every, 1)
+    seed = _int("seed", seed, 0)
+    aux_k = a.d_model // 2 if aux_k is None else _int("aux_k", aux_k, 1)
+    dead_after = max(1, tokens // 4) if dead_after is None else _int("dead_after", dead_after, 1)
+    if lr is None:
+        lr = 2e-4 / math.sqrt(width / 2 ** 14)
+    for name, v, ok in (("lr", lr, lambda v: v > 0), ("aux_alpha", aux_alpha, lambda v: v >= 0)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not ok(v):
+            raise ArgumentError(f"{name}={v!r} must be a finite number {'> 0' if name == 'lr' else '>= 0'}")
+    if progress is not None and not isinstance(progress, bool):
+        raise ArgumentError(f"progress={progress!r} must be True, False or None (automatic)")
+    train_docs, held_docs, corpus_id = _documents(corpus)
+
+    n_steps = tokens // step_tokens
+    config = dict(format=_FORMAT, model=model.name, fingerprint=_fingerprint(model), layers=layers_, width=width, k=k,
+                  tokens=n_steps * step_tokens, seq_len=seq_len, batch_size=batch_size, lr=float(lr), aux_k=aux_k,
+                  aux_alpha=float(aux_alpha), dead_after=dead_after, eval_tokens=eval_tokens, seed=seed, corpus=corpus_id)
+    key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in model.name)
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    root = root / "transcoders" / safe_name / key
+    source = CORPUS_SOURCE if corpus is None else f"{len(train_docs) + len(held_docs)} documents given as corpus="
+
+    def result(tcs: list[Transcoder], m: dict[str, Any], cached: bool) -> TrainedTranscoders:
+        return TrainedTranscoders(model.name, layers_, tcs, m["fvu"], m["l0"], m["dead"], n_steps * step_tokens, m["eval_tokens"],
+                                  config, root, m.get("tokens_per_second"), m.get("train_seconds"), cached, source,
+                                  {"licence": CORPUS_LICENCE if corpus is None else None, "steps": n_steps})
+
+    if (root / "metrics.json").is_file():
+        tcs, m = _load_final(root)
+        return result(tcs, m, True)
+
+    # the data: the first n_steps·batch_size training sequences in a seeded order; held-out sequences
+    train = _sequences(model, train_docs, seq_len, n_steps * batch_size)
+    if train.shape[0] < n_steps * batch_size:
+        raise ArgumentError(f"tokens={tokens} is more than the corpus holds for training "
+                            f"({train.shape[0] * seq_len} tokens in sequences of {seq_len})")
+    held = _sequences(model, held_docs, seq_len, eval_tokens // seq_len)
+    if held.shape[0] == 0:
+        raise ArgumentError("the held-out documents are shorter than one sequence of seq_len tokens; give a larger corpus")
+    gen = torch.Generator().manual_seed(seed)
+    order = torch.randperm(train.shape[0], generator=gen)
+    e = Engine(model)
+    d, n = a.d_model, len(layers_)
+    s = _State(n, d, width, gen)
+    opt = torch.optim.Adam(s.params(), lr=float(lr))
+    start = 0
+    ckpt = root / "checkpoint.pt"
+    if ckpt.is_file():
+        try:
+            st = torch.load(ckpt, map_location="cpu", weights_only=True)
+            with torch.no_grad():
+                for p, v in zip(s.params(), st["params"]):
+                    p.copy_(v)
+            s.since, s.sx, s.sy = st["since"], st["sx"], st["sy"]
+            opt.load_state_dict(st["opt"])
+            start = int(st["step"])
+        except Exception as ex:  # a damaged checkpoint: start again rather than train on garbage
+            raise ResultFormatError(f"checkpoint {str(ckpt)!r} is damaged ({type(ex).__name__}: {ex}); delete it "
+                                    "to start this run again") from None
+    else:  # scales and the initial b_dec and encoder scale from the first batch
+        x0, y0 = _activations(e, train[order[:batch_size]].to(model.device), layers_)
+        _init(s, x0.cpu(), y0.cpu(), k)
+
+    def save(step: int) -> None:
+        st = {"params": [p.detach() for p in s.params()], "since": s.since, "sx": s.sx, "sy": s.sy, "opt": opt.state_dict(), "step": step}
+        _atomic(ckpt, lambda p: torch.save(st, p))
+
+    from tqdm.auto import tqdm
+
+    show = progress if progress is not None else n_steps > start
+    bar = tqdm(total=n_steps * step_tokens, initial=start * step_tokens, desc=f"transcoders {model.name}",
+               unit="tok", unit_scale=True, disable=not show)
+    t0 = time.perf_counter()
+    try:
+        for step in range(start, n_steps):
+            x, y = _activations(e, train[order[step * batch_size:(step + 1) * batch_size]].to(model.device), layers_)
+            fvu = _step(s, opt, x.cpu() / s.sx, y.cpu() / s.sy, k, aux_k, float(aux_alpha), dead_after)
+            bar.update(step_tokens)
+            bar.set_postfix(fvu=f"{float(fvu.mean()):.3f}")
+            if (step + 1) % checkpoint_every == 0 and step + 1 < n_steps:
+                save(step + 1)
+    finally:
+        bar.close()
+    seconds = time.perf_counter() - t0
+    tcs = s.transcoders(k)
+    m = _evaluate(e, held, layers_, tcs, batch_size, model.device)
+    m.update(layers=layers_, config=config, train_seconds=seconds if start == 0 else None,
+             tokens_per_second=(n_steps * step_tokens / seconds) if start == 0 and seconds > 0 else None)
+    _save_final(root, layers_, tcs, m)
+    if ckpt.is_file():
+        ckpt.unlink()
+    return result(tcs, m, False)
+
+
+def _evaluate(e: Engine, held: Tensor, layers: list[int], tcs: list[Transcoder], batch_size: int,
+              device: torch.device) -> dict[str, Any]:
+    """Held-out FVU (Σ‖y − ŷ‖² / Σ‖y − ȳ‖², ȳ the held-out mean; sums accumulated over batches), L0 and the
+    fraction of features never active."""
+    n = len(layers)
+    sse = torch.zeros(n, dtype=torch.float64)
+    sy = torch.zeros(n, tcs[0].d_model, dtype=torch.float64)
+    syy = torch.zeros(n, dtype=torch.float64)
+    active = torch.zeros(n, dtype=torch.float64)
+    ever = [torch.zeros(t.n_features, dtype=torch.bool) for t in tcs]
+    N = 0
+    with torch.no_grad():
+        for b in range(0, held.shape[0], batch_size):
+            x, y = _activations(e, held[b: b + batch_size].to(device), layers)
+            x, y = x.cpu(), y.cpu()
+            N += x.shape[1]
+            for i, t in enumerate(tcs):
+                f = t.encode(x[i])
+                r = y[i] - t.decode(f)
+                sse[i] += r.double().pow(2).sum()
+                sy[i] += y[i].double().sum(0)
+                syy[i] += y[i].double().pow(2).sum()
+                nz = f != 0
+                active[i] += nz.sum()
+                ever[i] |= nz.any(0)
+    var = syy - sy.pow(2).sum(1) / N  # Σ‖y − ȳ‖² = Σ‖y‖² − N‖ȳ‖²
+    return dict(fvu=(sse / var).tolist(), l0=(active / N).tolist(), dead=[1.0 - float(v.float().mean()) for v in ever],
+                eval_tokens=N)
+
