@@ -22,9 +22,10 @@ FAMILIES = ("gpt2", "llama", "neox", "bert")
 #: edge tests run on each): Qwen 2 (q/k/v biases), Mistral (a sliding window of 3), Gemma ((1 + w) gains,
 #: √d embedding scale, MQA), Phi-3 (fused matrices, partial rotary), GPT-J (parallel block with one norm,
 #: adjacent-pair partial rotary, lm_head bias), Qwen 3 (QK-norm), Gemma 2 (sandwich norms, soft-capped
-#: scores and logits, alternating windows), Gemma 3 (sandwich norms, QK-norm, a rotary table per layer type).
-MORE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text")
-#: Of those, the ones whose blocks EAP, edge patching and circuit evaluation implement (all of them).
+#: scores and logits, alternating windows), Gemma 3 (sandwich norms, QK-norm, a rotary table per layer type),
+#: OLMo 2 (output norms without pre-norms, QK-norm over the whole projection, GQA).
+MORE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text", "olmo2")
+#: Of those, the ones whose blocks EAP, edge patching and circuit evaluation implement.
 EDGE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text")
 #: Of those, the ones whose logits are linear in the final stream (Gemma 2 soft-caps them).
 LINEAR_LOGITS = tuple(f for f in MORE_FAMILIES if f != "gemma2")
@@ -98,6 +99,11 @@ def tiny_config(family: str, *, n_layers: int = 2):
     elif family == "qwen3":
         c = transformers.Qwen3Config(
             num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, head_dim=8,
+            intermediate_size=64, max_position_embeddings=64, **common,
+        )
+    elif family == "olmo2":
+        c = transformers.Olmo2Config(
+            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
             intermediate_size=64, max_position_embeddings=64, **common,
         )
     elif family == "gemma2":

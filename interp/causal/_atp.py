@@ -141,7 +141,8 @@ def _pair(model: Model, clean: Any, corrupt: Any) -> tuple[Any, Any]:
 def _qk_hooks(model: Model, layer: int) -> list[str]:
     """Hooks from which the scores' queries and keys are rebuilt: q, k (after the QK-norm where the model has one:
     the vectors that meet in the scores), and (rotary) cos, sin."""
-    require_capabilities(model, "attribution_patch(qk_fix=True)", "attn_softcap")
+    # a projection-wide QK-norm: patching one head's q or k moves σ and so every head's normed vector
+    require_capabilities(model, "attribution_patch(qk_fix=True)", "attn_softcap", "qk_norm_projection")
     qk = ("hook_q_normed", "hook_k_normed") if model.arch.qk_norm else ("hook_q", "hook_k")
     names = [f"blocks.{layer}.attn.{qk[0]}", f"blocks.{layer}.attn.{qk[1]}"]
     if model.arch.positional == "rotary":

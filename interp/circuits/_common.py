@@ -156,6 +156,8 @@ def convention(model: Model, fold_norms: bool) -> str:
         return "writes centred (W P); no gain folded: post-norm gains act on the residual stream itself"
     extra = ("; QK-norm gains folded into W_Q, W_K" if a.qk_norm else "") + \
         ("; sandwich-norm gains into the writes (W_O diag(γ'), W_out diag(γ'))" if a.sandwich_norms else "")
+    if not a.pre_norms:
+        return "reads see the raw stream (no norm before them)" + extra
     if a.norm == "rmsnorm":
         return "read weights folded with the gain of the RMSNorm before them (diag(γ) W)" + extra
     return "read weights folded with the LayerNorm before them (P diag(γ) W), writes centred (W P)"
@@ -197,10 +199,12 @@ def folded_qkv(model: Model, fold_norms: bool, *, layer: Optional[int] = None) -
     g = w.ln1_w[sl][..., None, :]  # [(L,) 1, d] broadcasts over heads
     W_Q, W_K = fold_read(model, w.W_Q[sl], g, fold_norms), fold_read(model, w.W_K[sl], g, fold_norms)
     if fold_norms and w.q_norm_w is not None and w.k_norm_w is not None:
-        # QK-norm: q ↦ g_q ⊙ q / σ_q per head; with σ_q, σ_k frozen (positive per-token scalars) the score is
-        # the bilinear form of W_Q diag(g_q) and W_K diag(g_k)
-        W_Q = W_Q * w.q_norm_w[sl][..., None, None, :]
-        W_K = W_K * w.k_norm_w[sl][..., None, None, :]
+        # QK-norm: q ↦ g_q ⊙ q / σ_q; with σ_q, σ_k frozen (positive per-token scalars: one per head, or one per
+        # position shared by every head when the norm spans the whole projection) the score is the bilinear
+        # form of W_Q diag(g_q^h) and W_K diag(g_k^h), g^h each head's slice of the gain
+        per_head = model.arch.qk_norm_scope == "projection"  # gains [(L,) heads, dh], else [(L,) dh]
+        W_Q = W_Q * (w.q_norm_w[sl][..., None, :] if per_head else w.q_norm_w[sl][..., None, None, :])
+        W_K = W_K * (w.k_norm_w[sl][..., None, :] if per_head else w.k_norm_w[sl][..., None, None, :])
     return W_Q, W_K, fold_read(model, w.W_V[sl], g, fold_norms)
 
 

@@ -78,7 +78,7 @@ def effective_embedding(model: Model, *, fold_norms: bool = True,
         for i in range(0, W_E.shape[0], batch_size):
             x = W_E[i:i + batch_size]  # [batch, d_model]
             h = x
-            if a.norm != "none":
+            if a.norm != "none" and a.pre_norms:  # OLMo 2's MLP reads the raw stream
                 xc = x - x.mean(-1, keepdim=True) if a.norm == "layernorm" else x
                 h = xc / norm_scale(x, a.norm, a.norm_eps).to(x.dtype) * w.ln2_w[0]
                 if a.norm == "layernorm":

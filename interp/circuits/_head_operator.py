@@ -16,8 +16,8 @@ i.e. the Kronecker matrix ``torch.kron(A, W)`` [pos·d_model, pos·d_model] acti
 
 The weights are the head's raw weights (no norm folding): ``apply`` takes the head's actual input,
 the normalised residual stream the attention reads (``blocks.{l}.ln1.hook_out`` for pre-norm
-models, ``blocks.{l}.attn.hook_in`` for post-norm ones); under GQA query head h uses KV head
-h // (n_heads / n_kv_heads).
+models, ``blocks.{l}.attn.hook_in`` for post-norm ones and those without pre-norms, OLMo 2); its output
+is the head's write before a sandwich norm; under GQA query head h uses KV head h // (n_heads / n_kv_heads).
 """
 
 from __future__ import annotations

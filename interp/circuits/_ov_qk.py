@@ -90,6 +90,11 @@ def qk_circuit(model: Model, layer: int, head: int, *, full: bool = False, rel_p
     positions apart: W_Q^h M_Δ W_K^gᵀ, so ``x_q @ circuit.AB @ x_k`` / sqrt(d_head) is the
     bias-free attention score. Rotary models without ``rel_pos`` get a ``.note`` saying that QK
     ignores position. ``rel_pos`` on a non-rotary model raises ArgumentError.
+
+    With a QK-norm the folded circuit is W_Q^h diag(g_q^h) M_Δ diag(g_k^g) W_K^gᵀ: the score up to the
+    positive per-position scalars 1/(σ_q,i σ_k,j) (docs/math.md §6). Under a projection-wide QK-norm
+    (OLMo 2) σ_q is the RMS of every head's query at i, so the circuit is head h's bilinear form with the
+    other heads' share of σ_q held fixed.
     """
     check_model(model)
     layer, head = check_layer(model, layer), check_head(model, head)

@@ -18,6 +18,9 @@ __all__ = ["CAPABILITIES", "require_capabilities"]
 #: capability -> (its test on an ArchInfo, what it is)
 CAPABILITIES: dict[str, tuple[Any, str]] = {
     "qk_norm": (lambda a: a.qk_norm, "an RMSNorm on each head's query and key (QK-norm)"),
+    "qk_norm_projection": (lambda a: a.qk_norm and a.qk_norm_scope == "projection",
+                           "a QK-norm over the whole projected q and k (one σ shared by every head, OLMo 2)"),
+    "no_pre_norms": (lambda a: not a.pre_norms, "no norm in front of its sublayers (output norms only, OLMo 2)"),
     "sandwich_norms": (lambda a: a.sandwich_norms, "sandwich norms (a norm on each sublayer's output before it is added)"),
     "attn_softcap": (lambda a: bool(a.attn_softcap), "soft-capped attention scores"),
     "final_softcap": (lambda a: bool(a.final_softcap), "soft-capped logits"),

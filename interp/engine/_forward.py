@@ -130,9 +130,21 @@ class Engine:
         return self._rope_cache[key]
 
     def head_norm(self, x: Tensor, gain: Tensor) -> Tensor:
-        """QK-norm: RMSNorm of each head's vector x [..., heads, d_head] over d_head, times ``gain`` [d_head]."""
-        r = (torch.linalg.vector_norm(x, 2, dim=-1, keepdim=True).square_() / x.shape[-1]).add_(self.arch.norm_eps).rsqrt_()
+        """QK-norm of x [..., heads, d_head] times ``gain``: scope "head" normalises each head over d_head
+        (gain [d_head]); scope "projection" the whole projection over heads·d_head (gain [heads, d_head]),
+        one σ per position shared by every head (OLMo 2)."""
+        dims = (-1,) if self.arch.qk_norm_scope == "head" else (-2, -1)
+        n = x.shape[-1] if len(dims) == 1 else x.shape[-1] * x.shape[-2]
+        r = (torch.linalg.vector_norm(x, 2, dim=dims, keepdim=True).square_() / n).add_(self.arch.norm_eps).rsqrt_()
         return (x * r).mul_(gain)
+
+    def read_norm(self, x: Tensor, l: int, which: str) -> Tensor:
+        """The stream x as layer l's sublayer ``which`` ("1" attention, "2" MLP) reads it: through its pre-norm,
+        or x itself in a post-norm block or one without pre-norms (OLMo 2)."""
+        a, w = self.arch, self.w
+        if a.norm_placement == "post" or not a.pre_norms:
+            return x
+        return self.norm(x, w.ln1_w[l], w.ln1_b[l]) if which == "1" else self.norm(x, w.ln2_w[l], w.ln2_b[l])
 
     def post_norm(self, x: Tensor, gain: Optional[Tensor]) -> Tensor:
         """A sandwich norm on a sublayer's output before it is added (Gemma 2/3); x itself without one."""
@@ -273,13 +285,13 @@ class Engine:
 
         x = self._apply(x, by.get("resid_pre"), t0, inplace=inplace)
         keep("resid_pre", x)
-        h1 = x if a.norm_placement == "post" else self.norm(x, w.ln1_w[l], w.ln1_b[l])
+        h1 = self.read_norm(x, l, "1")
         qkv = _linear(h1, self.W_qkv[l], None if self.b_qkv is None else self.b_qkv[l])  # [R, T, (H + 2 Hkv) dh]
         qkv = qkv.view(R, T, H + 2 * Hkv, dh)
         q, k, v = qkv[:, :, :H], qkv[:, :, H: H + Hkv], qkv[:, :, H + Hkv:]
         for site, t, W, b in (("q_in", q, w.W_Q, w.b_Q), ("k_in", k, w.W_K, w.b_K), ("v_in", v, w.W_V, w.b_V)):
             for p in by.get(site, ()):  # one reader sees the residual shifted by p.value
-                hh = self.norm(x[p.rows] + p.value, w.ln1_w[l], w.ln1_b[l])
+                hh = self.read_norm(x[p.rows] + p.value, l, "1")
                 t[p.rows, :, p.head] = torch.einsum("ntm,nmh->nth", hh, W[l][p.head]) + b[l][p.head][:, None]
         for site, t in (("q", q), ("k", k), ("v", v)):  # in place: qkv is this call's own tensor
             self._apply(t, by.get(site), t0, headed=True, inplace=True)
@@ -290,7 +302,7 @@ class Engine:
         if a.positional == "rotary":
             cos, sin = self.rope(t0 + T, l)
             qk = qkv[:, :, : H + Hkv]
-            if a.qk_norm:  # each head's q and k normed over d_head before the rotation
+            if a.qk_norm:  # q and k normed (per head, or over the whole projection) before the rotation
                 qk = torch.cat([self.head_norm(q, w.q_norm_w[l]), self.head_norm(k, w.k_norm_w[l])], dim=2)  # type: ignore[index]
             qk = self._rotate(qk, cos[t0:], sin[t0:])  # q and k in one pass
             q, k = qk[:, :, :H], qk[:, :, H:]
@@ -348,10 +360,10 @@ class Engine:
         if not self.has_mlp:
             out = mid + attn if a.parallel_attn_mlp else mid
         else:
-            h2 = mid if a.norm_placement == "post" else self.norm(mid, w.ln2_w[l], w.ln2_b[l])
+            h2 = self.read_norm(mid, l, "2")
             for p in by.get("mlp_in", ()):
                 h2 = h2.clone() if h2 is mid else h2
-                h2[p.rows] = self.norm(mid[p.rows] + p.value, w.ln2_w[l], w.ln2_b[l])
+                h2[p.rows] = self.read_norm(mid[p.rows] + p.value, l, "2")
             m = self._apply(self._sandwich(self.mlp(l, h2), w.ln2_post_w, l, keep, "mlp_raw"), by.get("mlp_out"), t0)
             keep("mlp_out", m)
             if a.norm_placement == "post":

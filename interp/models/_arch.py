@@ -5,6 +5,7 @@ The block layouts (docs/math.md §1):
 * pre-norm (GPT-2 LayerNorm; Llama, Qwen, Mistral, Phi-3, Gemma RMSNorm + GQA + RoPE):
       x_mid = x + Attn(N1(x));  x_out = x_mid + MLP(N2(x_mid))
 * sandwich (Gemma 2/3): x_mid = x + N1'(Attn(N1(x)));  x_out = x_mid + N2'(MLP(N2(x_mid)))
+* output norms only (OLMo 2, ``pre_norms=False``): x_mid = x + N1'(Attn(x));  x_out = x_mid + N2'(MLP(x_mid))
 * parallel (GPT-NeoX; GPT-J with one norm for both): x_out = x + Attn(N1(x)) + MLP(N2(x))
 * post-norm encoder (BERT): x_mid = N1(x + Attn(x));  x_out = N2(x_mid + MLP(x_mid))
 
@@ -33,6 +34,7 @@ SUPPORTED_FAMILIES: dict[str, str] = {
     "gemma": "gemma",
     "phi3": "phi3",
     "qwen3": "qwen3",
+    "olmo2": "olmo2",
     "gemma2": "gemma2",
     "gemma3_text": "gemma3_text",
     "gptj": "gptj",
@@ -44,7 +46,6 @@ SUPPORTED_FAMILIES: dict[str, str] = {
 #: one is refused (never analysed with a forward that would silently differ from its own).
 NOT_YET_SUPPORTED: dict[str, str] = {
     "gemma3": "the multimodal wrapper (load its text model, model_type 'gemma3_text')",
-    "olmo2": "post-sublayer norms without pre-norms, and QK-norm over the whole projection",
     "mixtral": "mixture-of-experts MLP blocks",
     "olmoe": "mixture-of-experts MLP blocks",
 }
@@ -70,7 +71,13 @@ class ArchInfo:
     * ``attn_bias`` / ``mlp_bias`` — the attention / MLP output projection has a bias (b_O / b_out),
       read from the config (e.g. Llama's ``attention_bias`` / ``mlp_bias``);
     * ``parallel_attn_mlp`` — x_out = x + Attn(N1(x)) + MLP(N2(x)); ``attn_only`` — no MLP sublayer;
-    * ``norm`` (kind) and ``norm_placement``; :attr:`group_size` and :meth:`kv_head` (GQA).
+    * ``norm`` (kind) and ``norm_placement``; :attr:`group_size` and :meth:`kv_head` (GQA);
+    * ``pre_norms`` — a pre-norm block's sublayers read N1(x) / N2(x_mid); False (OLMo 2): they read the
+      raw stream x / x_mid, and the only norms are the sublayer output norms and the final one;
+    * ``qk_norm`` with ``qk_norm_scope`` — "head": q_h ↦ γ ⊙ q_h / rms(q_h) per head over d_head (one γ
+      [d_head] shared by the heads); "projection": q ↦ γ ⊙ q / rms(q) over the whole projected q
+      [n_heads·d_head] (k over n_kv_heads·d_head), one σ per position shared by every head, and γ
+      [n_heads, d_head] per head (OLMo 2).
 
     The block program (the order of writes and reads) is :func:`interp.models.build_program`.
     """
@@ -105,8 +112,10 @@ class ArchInfo:
     shared_block_norm: bool = False  # a parallel block's attention and MLP read one norm (GPT-J): ln2 = ln1
     softmax_fp32: bool = False  # the model's own attention softmax runs in float32 whatever the dtype
     embed_scale: float = 1.0  # the embedding is multiplied by this (Gemma: √d_model); folded into W_E
-    qk_norm: bool = False  # RMSNorm of each head's query and key (over d_head) before RoPE (Gemma 3, Qwen 3)
-    sandwich_norms: bool = False  # a norm on each sublayer's output before it is added (Gemma 2/3)
+    qk_norm: bool = False  # RMSNorm of the queries and keys before RoPE (Gemma 3, Qwen 3, OLMo 2)
+    qk_norm_scope: Literal["head", "projection"] = "head"  # over each head's d_head, or the whole projection
+    sandwich_norms: bool = False  # a norm on each sublayer's output before it is added (Gemma 2/3, OLMo 2)
+    pre_norms: bool = True  # each sublayer reads the stream through its own norm N1/N2; False: the raw stream
     attn_softcap: float = 0.0  # scores ↦ c·tanh(scores/c) before the mask (Gemma 2); 0 = none
     final_softcap: float = 0.0  # logits ↦ c·tanh(logits/c) (Gemma 2); 0 = none
 
@@ -150,7 +159,7 @@ def arch_from_hf_config(config: Any, *, name: str, has_unembed: bool = True) -> 
             f"{sorted(SUPPORTED_FAMILIES)} (pre-norm LayerNorm, pre-norm RMSNorm+GQA+RoPE, "
             "parallel attn/MLP, post-norm encoder)" + (f"; the nearest supported family is {near[0]!r}" if near else "")
         )
-    if family in ("llama", "qwen2", "mistral", "gemma", "phi3", "qwen3", "gemma2", "gemma3_text"):
+    if family in ("llama", "qwen2", "mistral", "gemma", "phi3", "qwen3", "olmo2", "gemma2", "gemma3_text"):
         return _llama_like(config, name=name, family=family, has_unembed=has_unembed)
     if family == "gptj":
         d_model, n_heads = config.n_embd, config.n_head
@@ -217,7 +226,7 @@ def arch_from_hf_config(config: Any, *, name: str, has_unembed: bool = True) -> 
 def _llama_like(config: Any, *, name: str, family: str, has_unembed: bool) -> ArchInfo:
     """Pre-norm RMSNorm + GQA + rotary + gated MLP, with each family's capabilities read off its config
     (Gemma 2/3: sandwich norms, Gemma 2: soft-capping, Gemma 3 and Qwen 3: QK-norm, Gemma 3: a rotary
-    table per layer type):
+    table per layer type; OLMo 2: output norms without pre-norms, QK-norm over the whole projection):
     Qwen 2's q/k/v biases (in the weights), Mistral's and Qwen 2's sliding windows, Gemma's embedding
     scale √d_model (its (1 + w) norm gains are folded into the weights; every family's score scale is
     read off the loaded modules, :func:`with_module_scales`), Phi-3's partial rotary factor."""
@@ -240,8 +249,10 @@ def _llama_like(config: Any, *, name: str, family: str, has_unembed: bool) -> Ar
         sliding_windows=_sliding_windows(config, n_layers),
         softmax_fp32=True,
         embed_scale=float(config.hidden_size) ** 0.5 if family.startswith("gemma") else 1.0,
-        qk_norm=family in ("qwen3", "gemma3_text"),
-        sandwich_norms=family in ("gemma2", "gemma3_text"),
+        qk_norm=family in ("qwen3", "gemma3_text", "olmo2"),
+        qk_norm_scope="projection" if family == "olmo2" else "head",
+        sandwich_norms=family in ("gemma2", "gemma3_text", "olmo2"),
+        pre_norms=family != "olmo2",
         attn_softcap=float(getattr(config, "attn_logit_softcapping", None) or 0.0),
         final_softcap=float(getattr(config, "final_logit_softcapping", None) or 0.0),
     )

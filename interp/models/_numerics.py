@@ -37,7 +37,8 @@ def check_dtype(dtype: Any) -> torch.dtype:
 
 
 #: RMSNorm classes whose forward rounds through float32 (HF Llama; transformer-lens's native one).
-_FP32_RMSNORMS = ("LlamaRMSNorm", "NativeRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm", "Phi3RMSNorm", "Qwen3RMSNorm")
+_FP32_RMSNORMS = ("LlamaRMSNorm", "NativeRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm", "Phi3RMSNorm", "Qwen3RMSNorm",
+                  "Olmo2RMSNorm")
 _FP32_GEMMA_RMSNORMS = ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm")  # γ = 1 + w
 
 
@@ -56,7 +57,7 @@ def _gemma_rmsnorm_in_input_dtype(self: Any, x: torch.Tensor) -> torch.Tensor:
 def full_precision_norms(hf_model: Any) -> None:
     """In float64, make RMSNorms compute in float64.
 
-    HF's LlamaRMSNorm (and Qwen 2's, Mistral's, Phi-3's, Gemma's; transformer-lens's NativeRMSNorm, used by the toys) upcasts to
+    HF's LlamaRMSNorm (and Qwen 2's, Mistral's, Phi-3's, OLMo 2's, Gemma's; transformer-lens's NativeRMSNorm, used by the toys) upcasts to
     float32 and casts back, so a float64 model would round every norm output to float32
     precision (measured: closure 1e-7 instead of 1e-16 on a tiny Llama), defeating the point of
     dtype=torch.float64 (checking a result at high precision). In float64 the norm is computed

@@ -7,6 +7,7 @@ walks this list backwards (:mod:`interp.stream`); a read sees a write iff the wr
 comes before the read's (:func:`sees`, used by :mod:`interp.circuits`).
 
 Pre-norm:  x_mid = x + Σ_h z_h W_O^h + b_O     (heads read N1(x));  x_out = x_mid + MLP(N2(x_mid))
+           (``pre_norms=False``, OLMo 2: heads read x and the MLP x_mid, with no norm at the read)
 Parallel:  x_out = x + Σ_h z_h W_O^h + b_O + MLP(N2(x))            (heads read N1(x))
 Post-norm: x_mid = N1(x + Σ_h z_h W_O^h + b_O);  x_out = N2(x_mid + MLP(x_mid))
 
@@ -86,8 +87,9 @@ def build_program(arch: ArchInfo, *, neuron_layers: Sequence[int] = (), n_types:
     for l in range(arch.n_layers):
         ev.append(_event("resid", Resid(l, "pre"), layer=l))
         ln1, ln2 = Norm(l, "ln1"), Norm(l, "ln2")
-        attn_norm = str(ln1) if (has_norm and not post) else None
-        mlp_norm = str(ln2) if (has_norm and not post) else None
+        pre = has_norm and not post and arch.pre_norms  # OLMo 2's sublayers read the raw stream
+        attn_norm = str(ln1) if pre else None
+        mlp_norm = str(ln2) if pre else None
         for h in range(arch.n_heads):
             ev.append(_event("read", HeadInput(l, "q", h), layer=l, head=h, norm=attn_norm))
         for g in range(arch.n_kv_heads):

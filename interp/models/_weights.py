@@ -63,8 +63,10 @@ class Weights:
     b_gate: Optional[Float[Tensor, "n_layers d_mlp"]] = None  # gated MLPs (zeros unless the gate has a bias)
     ln1_post_w: Optional[Float[Tensor, "n_layers d_model"]] = None  # sandwich norms: on the attention output
     ln2_post_w: Optional[Float[Tensor, "n_layers d_model"]] = None  # and on the MLP output (Gemma 2/3)
-    q_norm_w: Optional[Float[Tensor, "n_layers d_head"]] = None  # QK-norm gains (per head, shared by heads)
-    k_norm_w: Optional[Float[Tensor, "n_layers d_head"]] = None
+    # QK-norm gains: [n_layers, d_head] (scope "head": one gain shared by the heads) or [n_layers, n_heads,
+    # d_head] / [n_layers, n_kv_heads, d_head] (scope "projection": the projection-wide gain split per head)
+    q_norm_w: Optional[Float[Tensor, "n_layers *heads d_head"]] = None
+    k_norm_w: Optional[Float[Tensor, "n_layers *heads d_head"]] = None
 
     def to(self, device: Any = None, dtype: Any = None) -> "Weights":
         """A copy with every tensor moved/cast."""
@@ -111,7 +113,7 @@ def weights_from_hf(hf_model: torch.nn.Module, arch: ArchInfo) -> Weights:
     """Read the weights of a loaded HF model of a supported family into TL layout."""
     sd = dict(hf_model.state_dict())  # detached tensors sharing the model's storage
     builder = {"gpt2": _gpt2, "llama": _llama, "qwen2": _llama, "mistral": _llama, "gemma": _llama,
-               "phi3": _llama, "qwen3": _llama, "gemma2": _llama, "gemma3_text": _llama, "gptj": _gptj, "gpt_neox": _neox, "bert": _bert}[arch.family]
+               "phi3": _llama, "qwen3": _llama, "olmo2": _llama, "gemma2": _llama, "gemma3_text": _llama, "gptj": _gptj, "gpt_neox": _neox, "bert": _bert}[arch.family]
     with torch.no_grad():
         per_layer, glob = builder(sd, arch)
         stacked = {k: _stack(v) for k, v in per_layer.items()}
@@ -220,6 +222,11 @@ def _llama(sd: dict[str, Tensor], a: ArchInfo):
             w_gate, w_up = sd[b + "mlp.gate_proj.weight"], sd[b + "mlp.up_proj.weight"]
         o = sd[b + "self_attn.o_proj.weight"]
         zeros_d = torch.zeros(a.d_model, dtype=wq.dtype, device=wq.device)
+        # no pre-norm (OLMo 2): the sublayers read the raw stream; ln1/ln2 kept as identity gains, never applied
+        pre1 = gain(sd[b + "input_layernorm.weight"]) if a.pre_norms else torch.ones_like(zeros_d)
+        pre2 = (gain(sd[b + "pre_feedforward_layernorm.weight"]) if a.pre_norms else torch.ones_like(zeros_d)) \
+            if a.sandwich_norms else gain(sd[b + "post_attention_layernorm.weight"])
+        qk_shape = (lambda g, n: g) if a.qk_norm_scope == "head" else (lambda g, n: g.reshape(n, dh))
         return {
             "W_Q": _split_heads_in(wq, H),
             "W_K": _split_heads_in(wk, Hkv),
@@ -233,13 +240,11 @@ def _llama(sd: dict[str, Tensor], a: ArchInfo):
             "b_in": sd.get(b + "mlp.up_proj.bias", torch.zeros(a.d_mlp, dtype=wq.dtype, device=wq.device)),
             "b_gate": sd.get(b + "mlp.gate_proj.bias", torch.zeros(a.d_mlp, dtype=wq.dtype, device=wq.device)),
             "W_out": sd[b + "mlp.down_proj.weight"].T, "b_out": sd.get(b + "mlp.down_proj.bias", zeros_d),
-            "ln1_w": gain(sd[b + "input_layernorm.weight"]), "ln1_b": zeros_d,
-            **({"ln2_w": gain(sd[b + "pre_feedforward_layernorm.weight"]), "ln2_b": zeros_d,
-                "ln1_post_w": gain(sd[b + "post_attention_layernorm.weight"]),
-                "ln2_post_w": gain(sd[b + "post_feedforward_layernorm.weight"])} if a.sandwich_norms else
-               {"ln2_w": gain(sd[b + "post_attention_layernorm.weight"]), "ln2_b": zeros_d}),
-            **({"q_norm_w": gain(sd[b + "self_attn.q_norm.weight"]), "k_norm_w": gain(sd[b + "self_attn.k_norm.weight"])}
-               if a.qk_norm else {}),
+            "ln1_w": pre1, "ln1_b": zeros_d, "ln2_w": pre2, "ln2_b": zeros_d,
+            **({"ln1_post_w": gain(sd[b + "post_attention_layernorm.weight"]),
+                "ln2_post_w": gain(sd[b + "post_feedforward_layernorm.weight"])} if a.sandwich_norms else {}),
+            **({"q_norm_w": qk_shape(gain(sd[b + "self_attn.q_norm.weight"]), H),
+                "k_norm_w": qk_shape(gain(sd[b + "self_attn.k_norm.weight"]), Hkv)} if a.qk_norm else {}),
         }
 
     per = _collect(a.n_layers, layer)

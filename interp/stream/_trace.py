@@ -54,7 +54,7 @@ def capture_names(arch: ArchInfo, *, neuron_layers: Sequence[int] = (), has_type
     names += resid_hook_names(arch)
     for l in range(arch.n_layers):
         names.append(f"blocks.{l}.attn.hook_z")
-        if arch.norm != "none":
+        if arch.norm != "none" and arch.pre_norms:  # OLMo 2's blocks have output norms only
             names += [f"blocks.{l}.ln1.hook_in", f"blocks.{l}.ln1.hook_out"]
             if not arch.attn_only and not arch.shared_block_norm:
                 names += [f"blocks.{l}.ln2.hook_in", f"blocks.{l}.ln2.hook_out"]
@@ -104,7 +104,8 @@ class ResidualTrace:
         return build_program(self.arch, neuron_layers=self.neuron_layers, n_types=int(types))
 
     def _kept(self, item: str) -> Tensor:
-        return kept_tensor(self.activations, self.kept or {}, item, interleaved=self.arch.rotary_interleaved)
+        return kept_tensor(self.activations, self.kept or {}, item, interleaved=self.arch.rotary_interleaved,
+                           d_head=self.arch.d_head)
 
     @property
     def patterns(self) -> Float[Tensor, "n_layers batch n_heads query_pos key_pos"]:

@@ -18,7 +18,7 @@ from interp.plots import head_source_heatmap
 from interp.plots._common import quoted
 from tiny_models import tiny_model
 
-DECODERS = ("gpt2", "llama", "neox", "gemma3_text")  # Gemma 3: each source's term through the sandwich norm
+DECODERS = ("gpt2", "llama", "neox", "gemma3_text", "olmo2")  # Gemma 3, OLMo 2: each source's term through the sandwich norm
 PROMPTS = ["w1 w2 w3 w4 w5", "w6 w7", "w8 w9 w10 w11"]
 
 

@@ -158,23 +158,27 @@ def test_rel_pos_circuit_reproduces_the_models_attention_scores(tiny_models, whi
         assert (wrong - scores[h, i, i - 3]).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("family", ["qwen3", "gemma3_text"])
+@pytest.mark.parametrize("family", ["qwen3", "gemma3_text", "olmo2"])
 def test_qk_norm_circuit_reproduces_the_scores_up_to_the_frozen_scales(family):
     """QK-norm (Qwen 3, Gemma 3): with σ of ln1 and of each head's q and k frozen, the score is
     x_i W_Q' M_Δ W_K'ᵀ x_jᵀ · scale / (σ1_i σ1_j σq_i σk_j), W_Q' = diag(γ1) W_Q diag(g_q) (the folded circuit),
-    against the bridge's hook_attn_scores of the HF model (Gemma 3: its layer's own rotary table)."""
+    against the bridge's hook_attn_scores of the HF model (Gemma 3: its layer's own rotary table).
+    OLMo 2: no ln1 (σ1 = 1, x the raw stream), σq_i one scale of the whole projected query at i (all heads),
+    σk_j of the whole projected key, and g_q^h head h's slice of the projection-wide gain."""
     from tiny_models import tiny_model
 
     m = tiny_model(family, n_layers=2)
     toks = torch.tensor([[1, 17, 42, 5, 63, 8, 99, 23, 4, 71, 36, 12]])
     layer = 1
+    pre = m.arch.pre_norms
     names = [f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.ln1.hook_scale", f"blocks.{layer}.attn.hook_q",
              f"blocks.{layer}.attn.hook_k", f"blocks.{layer}.attn.hook_attn_scores"]
-    cap = capture(m, toks, names)
-    x = cap[names[0]][0] / cap[names[1]][0]  # [pos, d]: x / σ1 (RMSNorm, no centring)
+    cap = capture(m, toks, names if pre else [n for n in names if "ln1" not in n])
+    x = cap[names[0]][0] / cap[names[1]][0] if pre else cap[names[0]][0]  # [pos, d]: x / σ1 (RMSNorm, no centring)
     q, k = cap[names[2]][0], cap[names[3]][0]  # [pos, heads, d_head] before the QK-norm
-    sq = torch.sqrt(q.pow(2).mean(-1) + m.arch.norm_eps)  # [pos, H]
-    sk = torch.sqrt(k.pow(2).mean(-1) + m.arch.norm_eps)  # [pos, Hkv]
+    over = (-1,) if m.arch.qk_norm_scope == "head" else (-2, -1)  # OLMo 2: one σ over every head
+    sq = torch.sqrt(q.pow(2).mean(over) + m.arch.norm_eps).reshape(len(q), -1).expand(-1, m.arch.n_heads)  # [pos, H]
+    sk = torch.sqrt(k.pow(2).mean(over) + m.arch.norm_eps).reshape(len(k), -1).expand(-1, m.arch.n_kv_heads)
     scores = cap[names[4]][0]
     n = toks.shape[1]
     for h in range(m.arch.n_heads):
