@@ -53,6 +53,7 @@ NOT_RESULTS = {
     "ResidualTrace": "a capture of one forward pass; its .decompose() returns Decomposition results",
     "Circuit": "a factored matrix (transformer-lens FactoredMatrix), not a table of labelled rows",
     "Exporter": "a figure exporter (a reusable headless browser)",
+    "FeatureGraphView": "an HTML widget (a view of an AttributionGraph, like a figure), not a table of labelled rows",
     "AttentionView": "an HTML widget (a view of AttentionPatterns, like a figure), not a table of labelled rows",
     "Metric": "a metric specification (what a causal analysis measures)",
     "BoundMetric": "a metric bound to a model's tokens",

@@ -356,6 +356,15 @@ def attribution_graph(
         labels.append(lab); kinds.append("logit"); layers.append(L); poss.append(pos); fids.append(-1)
     weight = torch.zeros(N, dtype=dt)
     weight[N - K:] = out_w.cpu()
+    eff_ids = torch.full((N, 2 * LOGIT_EFFECTS), -1, dtype=torch.long)
+    eff_val = torch.zeros(N, 2 * LOGIT_EFFECTS, dtype=dt)
+    if n_feat:
+        eff_ids[:n_feat], eff_val[:n_feat] = _logit_effects(real, LOGIT_EFFECTS)
+    eff_strs: Optional[list[list[str]]] = None
+    if model.tokenizer is not None:
+        uniq = sorted(set(eff_ids[:n_feat].reshape(-1).tolist()))
+        text = dict(zip(uniq, model.tokenizer.batch_decode([[i] for i in uniq]))) if uniq else {}
+        eff_strs = [[text[i] for i in row] if row[0] >= 0 else [] for row in eff_ids.tolist()]
     return AttributionGraph(
         adjacency=A, bias=bias, value=value, activation=act_col, node_labels=labels, node_kind=kinds,
         node_layer=layers, node_pos=poss, node_feature=fids, tokens=tokens[0].tolist(),
@@ -363,7 +372,34 @@ def attribution_graph(
         model_name=model.name, output_weight=weight,
         token_strs=None if model.tokenizer is None else [model.tokenizer.decode([t]) for t in tokens[0].tolist()],
         output_token_strs=None if model.tokenizer is None else [model.tokenizer.decode([t]) for t in ids],
+        logit_effect_ids=eff_ids, logit_effect_values=eff_val, logit_effect_strs=eff_strs,
     )
+
+
+#: how many most-promoted and most-suppressed tokens the graph keeps per feature
+LOGIT_EFFECTS = 5
+
+
+def _logit_effects(real: _Real, k: int) -> tuple[Tensor, Tensor]:
+    """Each active feature's (graph order) ``k`` most promoted and ``k`` most suppressed tokens per unit of its
+    activation, directly at its own position p: W_dec[f] through the final norm with p's frozen scale, then
+    W_U — (ids [n_feat, 2k], values [n_feat, 2k])."""
+    fr = real.frozen
+    w = fr.w
+    k = min(k, int(w.W_U.shape[1]))  # type: ignore[union-attr]
+    ids, vals = [], []
+    with torch.no_grad():
+        for l, (p_idx, f_idx) in enumerate(real.feats):
+            for c in range(0, len(f_idx), 256):  # [256, d_vocab] at a time
+                u = real.tcs[l].W_dec[f_idx[c: c + 256]]
+                if fr.a.norm == "layernorm":
+                    u = u - u.mean(-1, keepdim=True)
+                y = u / fr.s_final[p_idx[c: c + 256]]
+                z = (y * w.lnf_w if w.lnf_w is not None else y) @ w.W_U  # type: ignore[operator]
+                up, down = z.topk(k, dim=-1), (-z).topk(k, dim=-1)
+                ids.append(torch.cat([up.indices, down.indices], 1).cpu())
+                vals.append(torch.cat([up.values, -down.values], 1).cpu())
+    return torch.cat(ids), torch.cat(vals)
 
 
 def _tok(model: Model, i: int) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Optional, Sequence, Union
 
 import pandas as pd
 import torch
@@ -28,6 +28,8 @@ from interp.errors import ArgumentError
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
+
+    from interp.plots import FeatureGraphView
 
 __all__ = ["AttributionGraph"]
 
@@ -64,7 +66,10 @@ class AttributionGraph(Result):
     target's real value (a feature's pre-activation, an output logit); ``activation`` [N] a feature's
     activation, ‖·‖ of an error node's or embedding's vector; ``output_weight`` [N] each output's weight w
     (its probability for top logits, 1 for one target; None = 1 on every output); ``token_strs`` the prompt's
-    tokens and ``output_token_strs`` the outputs' tokens (``target_ids``) as text, when the model has a tokenizer.
+    tokens and ``output_token_strs`` the outputs' tokens (``target_ids``) as text, when the model has a tokenizer;
+    ``logit_effect_ids`` / ``logit_effect_values`` [N, 2k] each feature's k most promoted then k most suppressed
+    tokens per unit activation, directly at its position (W_dec[f] through the final norm with that position's
+    frozen scale, then W_U; ids −1 for other nodes), ``logit_effect_strs`` their text.
     Rows of the table: one per node, with its ``influence`` on the outputs and ``direct`` = Σ_k w_k · its edge
     into output k.
     """
@@ -88,6 +93,9 @@ class AttributionGraph(Result):
     output_weight: Optional[Tensor] = None
     token_strs: Optional[list[str]] = None
     output_token_strs: Optional[list[str]] = None
+    logit_effect_ids: Optional[Tensor] = None
+    logit_effect_values: Optional[Tensor] = None
+    logit_effect_strs: Optional[list[list[str]]] = None
 
     label_column: ClassVar[str] = "node"
     default_by: ClassVar[str] = "influence"
@@ -172,7 +180,10 @@ class AttributionGraph(Result):
             target=self.target, closure_error=self.closure_error, relative_error=self.relative_error,
             n_layers=self.n_layers, model_name=self.model_name,
             output_weight=None if self.output_weight is None else self.output_weight[idx].contiguous(),
-            token_strs=self.token_strs, output_token_strs=self.output_token_strs)
+            token_strs=self.token_strs, output_token_strs=self.output_token_strs,
+            logit_effect_ids=None if self.logit_effect_ids is None else self.logit_effect_ids[idx].contiguous(),
+            logit_effect_values=None if self.logit_effect_values is None else self.logit_effect_values[idx].contiguous(),
+            logit_effect_strs=None if self.logit_effect_strs is None else pick(self.logit_effect_strs))
 
     def export(self, path: Union[str, os.PathLike], *, slug: Optional[str] = None, scan: Optional[str] = None,
                node_threshold: float = 0.8, edge_threshold: float = 0.98) -> Path:
@@ -183,6 +194,27 @@ class AttributionGraph(Result):
 
         return write_graph_json(self, path, slug=slug, scan=scan, node_threshold=node_threshold,
                                 edge_threshold=edge_threshold)
+
+    def show(self, *, contexts: Optional[Mapping[str, Sequence[str]]] = None, **kwargs: Any) -> "FeatureGraphView":
+        """The interactive viewer of this graph (Jupyter displays it): nodes by layer × position on one canvas,
+        sliders for the nodes and edges drawn, hover for a node's logit effects, strongest edges and — from
+        ``contexts`` (feature label → strings) — its top activating contexts
+        (:func:`interp.plots.feature_graph_view`, whose keyword arguments ``kwargs`` are)."""
+        from interp.plots import feature_graph_view
+
+        return feature_graph_view(self, contexts=contexts, **kwargs)
+
+    def to_html(self, path: Union[str, os.PathLike], *, contexts: Optional[Mapping[str, Sequence[str]]] = None,
+                **kwargs: Any) -> Path:
+        """Write :meth:`show`'s viewer as one self-contained HTML page (no network request) to ``path``,
+        atomically; returns the path."""
+        from interp.plots import write_atomic
+
+        if not isinstance(path, (str, os.PathLike)):
+            raise ArgumentError(f"path={path!r} must be a str or os.PathLike naming an .html file")
+        out = Path(path)
+        write_atomic(out, self.show(contexts=contexts, **kwargs).to_html_page().encode("utf-8"))
+        return out
 
     def replacement_score(self) -> float:
         """Token influence / (token influence + error influence) on the output (module docstring)."""

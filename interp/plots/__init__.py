@@ -17,6 +17,7 @@ from interp.plots._common import esc, fmt, parse_head, token_label
 from interp.plots._compact import compact_figure, compact_runtime, compact_status
 from interp.plots._decomposition import decomposition_figure
 from interp.plots._export import Exporter, export, find_browser, write_atomic
+from interp.plots._feature_graph import FeatureGraphView, feature_graph_view
 from interp.plots._graph import composition_graph_figure
 from interp.plots._lens import logit_lens_figure
 from interp.plots._predict import predictions_figure
@@ -37,6 +38,7 @@ from interp.plots._stream import residual_stream_figure, residual_stream_norms
 __all__ = [
     "AttentionView",
     "Exporter",
+    "FeatureGraphView",
     "attention_pattern_figure",
     "attention_view",
     "attribution_heatmap",
@@ -55,6 +57,7 @@ __all__ = [
     "erasure_figure",
     "esc",
     "export",
+    "feature_graph_view",
     "find_browser",
     "fmt",
     "head_score_map",

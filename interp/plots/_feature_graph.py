@@ -1,0 +1,321 @@
+"""An offline viewer for an attribution graph: nodes by layer × position on one canvas, hover for details.
+
+Each node of an :class:`interp.features.AttributionGraph` sits in the cell of its position (x) and layer (y;
+token embeddings below layer 0, the outputs above the last layer); a cell's nodes are packed in a small grid,
+the most influential first. Edges are lines (blue positive, red negative, width ∝ |weight|). Two sliders keep
+the page usable with thousands of nodes: the number of feature/error nodes drawn (the most influential on the
+output) and the number of edges drawn (the largest |weight| among those nodes). Hovering a node (clicking pins
+it) shows its activation, influence, its logit effects (the tokens its decoder direction promotes and
+suppresses through the final norm, per unit activation), its strongest incoming and outgoing edges in the whole
+graph, and, when the caller gives them, its top activating contexts.
+
+Everything is drawn on one ``<canvas>`` by a short inline script from inlined JSON (no per-node DOM element, no
+library, no network request), so the same HTML works in Jupyter (``_repr_html_``), as a page of its own, and
+offline. Labels and tokens are inserted as text, never as HTML; the JSON is escaped for a ``<script>`` element.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
+
+from interp._validate import check_positive_int
+from interp.errors import ArgumentError
+
+__all__ = ["FeatureGraphView", "feature_graph_view"]
+
+_counter = itertools.count()
+
+#: incoming / outgoing edges listed per node on hover
+TOP_EDGES = 5
+
+_CSS = """
+#ID { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; font-size: 13px; color: #222; }
+#ID .fg-controls { margin: 4px 0 6px 0; display: flex; gap: 18px; flex-wrap: wrap; align-items: center; }
+#ID .fg-controls input[type=range] { width: 220px; vertical-align: middle; }
+#ID .fg-main { display: flex; gap: 10px; align-items: flex-start; }
+#ID .fg-canvas-wrap { flex: 1 1 auto; min-width: 0; overflow: auto; max-height: 85vh; border: 1px solid #ddd; }
+#ID canvas { display: block; cursor: crosshair; }
+#ID .fg-info { flex: 0 0 330px; max-height: 85vh; overflow: auto; border: 1px solid #ddd; padding: 6px 8px;
+  background: #fafafa; font-size: 12px; }
+#ID .fg-info h4 { margin: 6px 0 2px 0; font-size: 12px; }
+#ID .fg-info table { border-collapse: collapse; width: 100%; }
+#ID .fg-info td { padding: 1px 4px; vertical-align: top; }
+#ID .fg-info td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+#ID .fg-info .ctx { font-family: monospace; white-space: pre-wrap; border-bottom: 1px dotted #ccc; padding: 2px 0; }
+#ID .fg-muted { color: #777; }
+"""
+
+_JS = r"""
+(function () {
+  var D = DATA;
+  var root = document.getElementById(D.id);
+  var canvas = root.querySelector("canvas"), ctx = canvas.getContext("2d");
+  var info = root.querySelector(".fg-info");
+  var nodeSlider = root.querySelector(".fg-nodes"), edgeSlider = root.querySelector(".fg-edges");
+  var nodeOut = root.querySelector(".fg-nodes-n"), edgeOut = root.querySelector(".fg-edges-n");
+  var N = D.label.length, nPos = D.tokens.length, nRows = D.n_layers + 2;
+  var left = 70, top = 10, bottom = 60;
+  var avail = (canvas.parentNode.clientWidth || 1100) - left - 12;
+  var colW = Math.max(36, Math.min(160, Math.floor(avail / Math.max(nPos, 1))));
+  var rowH = D.row_height;
+  canvas.width = left + colW * nPos + 10;
+  canvas.height = top + rowH * nRows + bottom;
+  var X = new Float64Array(N), Y = new Float64Array(N), R = new Float64Array(N);
+  var shown = new Uint8Array(N), hovered = -1, pinned = -1;
+  function row(i) { return D.n_layers - D.layer[i]; }  // outputs on top, tokens at the bottom
+  function layout() {
+    var cells = {};
+    for (var i = 0; i < N; i++) {
+      if (!shown[i]) continue;
+      var key = D.layer[i] + "," + D.pos[i];
+      (cells[key] = cells[key] || []).push(i);
+    }
+    Object.keys(cells).forEach(function (key) {
+      var ids = cells[key];
+      ids.sort(function (a, b) { return D.rank[a] - D.rank[b]; });
+      var k = ids.length, cols = Math.ceil(Math.sqrt(k * colW / rowH)), rows = Math.ceil(k / cols);
+      var dx = (colW - 8) / cols, dy = (rowH - 8) / rows, r = Math.max(1.5, Math.min(7, Math.min(dx, dy) / 2 - 0.5));
+      ids.forEach(function (i, j) {
+        var c = j % cols, rr = Math.floor(j / cols);
+        X[i] = left + D.pos[i] * colW + 4 + dx * (c + 0.5);
+        Y[i] = top + row(i) * rowH + 4 + dy * (rr + 0.5);
+        R[i] = r;
+      });
+    });
+  }
+  var COLORS = {feature: "#1f77b4", error: "#7f7f7f", token: "#2ca02c", logit: "#d62728"};
+  var edgeLimit = 0, visibleEdges = [];
+  function recompute() {
+    var k = +nodeSlider.value;
+    for (var i = 0; i < N; i++) shown[i] = (D.kind[i] === "token" || D.kind[i] === "logit" || D.rank[i] < k) ? 1 : 0;
+    layout();
+    visibleEdges = [];
+    var m = +edgeSlider.value;
+    for (var e = 0; e < D.edges.length && visibleEdges.length < m; e++) {
+      var s = D.edges[e][0], t = D.edges[e][1];
+      if (shown[s] && shown[t]) visibleEdges.push(e);
+    }
+    nodeOut.textContent = k + " of " + D.n_ranked;
+    edgeOut.textContent = visibleEdges.length + " drawn (of " + D.edges.length + " kept, " + D.n_edges_total + " in the graph)";
+    draw();
+  }
+  function draw() {
+    ctx.clearRect(0, 0, canvas.width, canvas.height);
+    ctx.font = "11px sans-serif"; ctx.fillStyle = "#444"; ctx.textAlign = "right"; ctx.textBaseline = "middle";
+    for (var r = 0; r < nRows; r++) {
+      var lab = r === 0 ? "output" : (r === nRows - 1 ? "tokens" : "L" + (D.n_layers - r));
+      ctx.fillText(lab, left - 6, top + r * rowH + rowH / 2);
+      ctx.strokeStyle = "#eee"; ctx.beginPath(); ctx.moveTo(left, top + r * rowH); ctx.lineTo(canvas.width, top + r * rowH); ctx.stroke();
+    }
+    ctx.textAlign = "center"; ctx.textBaseline = "top";
+    for (var p = 0; p < nPos; p++) {
+      var x = left + p * colW + colW / 2;
+      ctx.save(); ctx.translate(x, top + nRows * rowH + 4); ctx.rotate(-0.5);
+      ctx.textAlign = "right"; ctx.fillText(D.tokens[p].slice(0, 14), 0, 0); ctx.restore();
+    }
+    var wmax = visibleEdges.length ? Math.abs(D.edges[visibleEdges[0]][2]) : 1;
+    var focus = pinned >= 0 ? pinned : hovered;
+    for (var j = visibleEdges.length - 1; j >= 0; j--) {
+      var ed = D.edges[visibleEdges[j]], s = ed[0], t = ed[1], w = ed[2];
+      var on = focus >= 0 && (s === focus || t === focus);
+      ctx.strokeStyle = w > 0 ? (on ? "rgba(31,119,180,0.95)" : "rgba(31,119,180,0.25)")
+                              : (on ? "rgba(214,39,40,0.95)" : "rgba(214,39,40,0.25)");
+      ctx.lineWidth = (on ? 1.5 : 0.5) + 3 * Math.abs(w) / wmax;
+      ctx.beginPath(); ctx.moveTo(X[s], Y[s]); ctx.lineTo(X[t], Y[t]); ctx.stroke();
+    }
+    for (var i = 0; i < N; i++) {
+      if (!shown[i]) continue;
+      ctx.fillStyle = COLORS[D.kind[i]] || "#000";
+      ctx.beginPath();
+      if (D.kind[i] === "error") ctx.rect(X[i] - R[i], Y[i] - R[i], 2 * R[i], 2 * R[i]);
+      else ctx.arc(X[i], Y[i], R[i], 0, 2 * Math.PI);
+      ctx.fill();
+      if (i === focus) { ctx.strokeStyle = "#000"; ctx.lineWidth = 2; ctx.stroke(); }
+    }
+  }
+  function at(mx, my) {  // the drawn node under (mx, my), searching its cell only
+    var col = Math.floor((mx - left) / colW), r = Math.floor((my - top) / rowH);
+    if (col < 0 || col >= nPos || r < 0 || r >= nRows) return -1;
+    var layer = D.n_layers - r, best = -1, bd = 1e9;
+    var ids = D.cell[layer + "," + col] || [];
+    for (var j = 0; j < ids.length; j++) {
+      var i = ids[j];
+      if (!shown[i]) continue;
+      var d = Math.hypot(X[i] - mx, Y[i] - my);
+      if (d <= R[i] + 3 && d < bd) { bd = d; best = i; }
+    }
+    return best;
+  }
+  function fmt(v) { return Math.abs(v) >= 1e4 || (Math.abs(v) < 1e-3 && v !== 0) ? v.toExponential(3) : v.toFixed(4); }
+  function el(tag, text, cls) { var e = document.createElement(tag); if (text !== undefined) e.textContent = text; if (cls) e.className = cls; return e; }
+  function table(rows) {
+    var t = el("table");
+    rows.forEach(function (r) { var tr = el("tr"); tr.appendChild(el("td", r[0])); tr.appendChild(el("td", fmt(r[1]), "num")); t.appendChild(tr); });
+    return t;
+  }
+  function show(i) {
+    info.textContent = "";
+    if (i < 0) { info.appendChild(el("p", "Hover a node (click pins it).", "fg-muted")); return; }
+    info.appendChild(el("h4", D.label[i] + "  (" + D.kind[i] + ")"));
+    var facts = [["activation", D.act[i]], ["influence on the output", D.infl[i]]];
+    if (D.kind[i] === "feature" || D.kind[i] === "logit") facts.push(["value (pre-activation / logit)", D.value[i]]);
+    info.appendChild(table(facts));
+    var eff = D.effects[i];
+    if (eff && eff.length) {
+      var h = eff.length / 2;
+      info.appendChild(el("h4", "logit effects (per unit activation, through the final norm)"));
+      info.appendChild(el("div", "promotes", "fg-muted")); info.appendChild(table(eff.slice(0, h)));
+      info.appendChild(el("div", "suppresses", "fg-muted")); info.appendChild(table(eff.slice(h)));
+    }
+    info.appendChild(el("h4", "strongest incoming edges"));
+    info.appendChild(D.ins[i].length ? table(D.ins[i]) : el("div", "none (a source)", "fg-muted"));
+    info.appendChild(el("h4", "strongest outgoing edges"));
+    info.appendChild(D.outs[i].length ? table(D.outs[i]) : el("div", "none", "fg-muted"));
+    var cx = D.contexts[i];
+    if (cx && cx.length) {
+      info.appendChild(el("h4", "top activating contexts"));
+      cx.forEach(function (c) { info.appendChild(el("div", c, "ctx")); });
+    }
+  }
+  function pos(ev) { var b = canvas.getBoundingClientRect(); return [ev.clientX - b.left, ev.clientY - b.top]; }
+  canvas.addEventListener("mousemove", function (ev) {
+    var p = pos(ev), i = at(p[0], p[1]);
+    if (i !== hovered) { hovered = i; if (pinned < 0) show(i); draw(); }
+  });
+  canvas.addEventListener("click", function (ev) {
+    var p = pos(ev), i = at(p[0], p[1]);
+    pinned = (i === pinned) ? -1 : i; show(pinned >= 0 ? pinned : hovered); draw();
+  });
+  nodeSlider.addEventListener("input", recompute);
+  edgeSlider.addEventListener("input", recompute);
+  window.interpFeatureGraph = window.interpFeatureGraph || {};
+  window.interpFeatureGraph[D.id] = {
+    xy: function (label) { var i = D.label.indexOf(label); if (i < 0 || !shown[i]) return null;
+      var b = canvas.getBoundingClientRect(); return [b.left + X[i], b.top + Y[i]]; },
+    shownNodes: function () { var n = 0; for (var i = 0; i < N; i++) n += shown[i]; return n; },
+    drawnEdges: function () { return visibleEdges.length; }
+  };
+  recompute(); show(-1);
+})();
+"""
+
+
+def _script_json(obj: Any) -> str:
+    """JSON safe inside a ``<script>`` element (no ``</script>``, no HTML comment openers)."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _num(x: float) -> float:
+    return float(x) if math.isfinite(float(x)) else 0.0
+
+
+@dataclass(frozen=True)
+class FeatureGraphView:
+    """A self-contained viewer of an attribution graph (see the module docstring): :meth:`to_html` is the
+    fragment, :meth:`to_html_page` a whole page; Jupyter shows it through :meth:`_repr_html_`."""
+
+    payload: dict
+    title: str
+
+    def to_html(self) -> str:
+        """The viewer as an HTML fragment (a ``<div>``, its ``<style>`` and ``<script>``); no external resource."""
+        uid = f"interp-fg-{next(_counter)}"
+        d = dict(self.payload, id=uid)
+        css = _CSS.replace("#ID", f"#{uid}")
+        n_ranked, n_edges = d["n_ranked"], len(d["edges"])
+        return (f'<div id="{uid}" class="interp-feature-graph"><style>{css}</style>'
+                f'<div class="fg-title"><b>{html.escape(self.title)}</b></div>'
+                '<div class="fg-controls">'
+                f'<label>feature / error nodes: <input class="fg-nodes" type="range" min="1" max="{max(n_ranked, 1)}" '
+                f'value="{d["default_nodes"]}"> <span class="fg-nodes-n"></span></label>'
+                f'<label>edges: <input class="fg-edges" type="range" min="0" max="{n_edges}" value="{d["default_edges"]}">'
+                ' <span class="fg-edges-n"></span></label></div>'
+                '<div class="fg-main"><div class="fg-canvas-wrap"><canvas></canvas></div><div class="fg-info"></div></div>'
+                f"</div><script>{_JS.replace('DATA', _script_json(d), 1)}</script>")
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+    def to_html_page(self) -> str:
+        """A whole HTML page holding the viewer."""
+        return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                f"<title>{html.escape(self.title)}</title></head><body>\n{self.to_html()}\n</body></html>\n")
+
+
+def feature_graph_view(
+    graph: Any,
+    *,
+    contexts: Optional[Mapping[str, Sequence[str]]] = None,
+    max_edges: int = 20_000,
+    nodes: int = 300,
+    edges: int = 1_000,
+    row_height: int = 48,
+) -> FeatureGraphView:
+    """The viewer of an attribution graph (an :class:`interp.features.AttributionGraph`, read by its fields).
+
+    ``contexts`` maps a feature to its top activating contexts (strings shown as text), keyed by the node label
+    (``"L3.F12@5"``) or by the feature without position (``"L3.F12"``). The page holds the ``max_edges`` edges
+    of largest |weight| (hover lists each node's strongest edges from the whole graph); it opens with the
+    ``nodes`` most influential feature / error nodes and the ``edges`` strongest edges among them drawn.
+    """
+    for name, v in (("max_edges", max_edges), ("nodes", nodes), ("edges", edges), ("row_height", row_height)):
+        check_positive_int(name, v)
+    if contexts is not None and not isinstance(contexts, Mapping):
+        raise ArgumentError(f"contexts must be a mapping from a feature label to a list of strings, got "
+                            f"{type(contexts).__name__}")
+    A = graph.adjacency.double()
+    N = A.shape[0]
+    labels, kinds = list(graph.node_labels), list(graph.node_kind)
+    infl = graph.influence().double()
+    mid = [i for i, k in enumerate(kinds) if k in ("feature", "error")]
+    order = sorted(mid, key=lambda i: -float(infl[i]))
+    rank = [N] * N
+    for r, i in enumerate(order):
+        rank[i] = r
+    t, s = A.nonzero(as_tuple=True)
+    w = A[t, s]
+    keep = w.abs().argsort(descending=True)[:max_edges]
+    edge_list = [[int(a), int(b), _num(c)] for a, b, c in zip(s[keep].tolist(), t[keep].tolist(), w[keep].tolist())]
+    k = min(TOP_EDGES, N)
+    absA = A.abs()
+    ins_v, ins_i = absA.topk(k, dim=1)
+    outs_v, outs_i = absA.topk(k, dim=0)
+    ins = [[[labels[j], _num(A[i, j])] for v, j in zip(ins_v[i].tolist(), ins_i[i].tolist()) if v > 0] for i in range(N)]
+    outs = [[[labels[j], _num(A[j, i])] for v, j in zip(outs_v[:, i].tolist(), outs_i[:, i].tolist()) if v > 0]
+            for i in range(N)]
+    effects: list[list] = [[] for _ in range(N)]
+    if getattr(graph, "logit_effect_ids", None) is not None:
+        strs = graph.logit_effect_strs
+        for i, (ids, vals) in enumerate(zip(graph.logit_effect_ids.tolist(), graph.logit_effect_values.tolist())):
+            if ids and ids[0] >= 0:
+                names = strs[i] if strs is not None else [str(x) for x in ids]
+                effects[i] = [[repr(nm) if strs is not None else nm, _num(v)] for nm, v in zip(names, vals)]
+    ctx: list[list[str]] = [[] for _ in range(N)]
+    if contexts:
+        for i, lab in enumerate(labels):
+            got = contexts.get(lab, contexts.get(lab.split("@")[0]) if kinds[i] == "feature" else None)
+            if got is not None:
+                if isinstance(got, str) or not all(isinstance(c, str) for c in got):
+                    raise ArgumentError(f"contexts[{lab!r}] must be a list of strings")
+                ctx[i] = list(got)
+    cell: dict[str, list[int]] = {}
+    for i in range(N):
+        cell.setdefault(f"{graph.node_layer[i]},{graph.node_pos[i]}", []).append(i)
+    toks = graph.token_strs if getattr(graph, "token_strs", None) is not None else [str(x) for x in graph.tokens]
+    payload = {
+        "label": labels, "kind": kinds, "layer": list(graph.node_layer), "pos": list(graph.node_pos),
+        "act": [_num(x) for x in graph.activation.tolist()], "value": [_num(x) for x in graph.value.tolist()],
+        "infl": [_num(x) for x in infl.tolist()], "rank": rank, "n_ranked": len(order),
+        "edges": edge_list, "n_edges_total": int(len(w)), "ins": ins, "outs": outs, "effects": effects,
+        "contexts": ctx, "cell": cell, "tokens": [repr(x) for x in toks], "n_layers": int(graph.n_layers),
+        "default_nodes": min(nodes, max(len(order), 1)), "default_edges": min(edges, len(edge_list)),
+        "row_height": row_height,
+    }
+    title = f"attribution graph of {graph.target} ({graph.model_name}): {N} nodes, {int(len(w))} edges"
+    return FeatureGraphView(payload=payload, title=title)

@@ -1,0 +1,162 @@
+"""The attribution-graph viewer (``AttributionGraph.show()`` / ``.to_html(path)``), in a real browser: the system
+Chromium driven headless by playwright, with every network request refused.
+
+* a graph of thousands of nodes opens with a bounded number drawn, stays one canvas (no element per node), and
+  the sliders change the nodes and edges drawn;
+* hovering a feature shows its label, its logit effects, its strongest incoming edge (from the whole graph) and
+  the contexts the caller gave (as text: markup in a context is not interpreted);
+* the stored logit effects are the graph's own direct path: for a last-layer feature at the output position the
+  edge into the logit of its most promoted token, divided by its activation, is that token's effect (the graph's
+  edges are checked against independent computations in tests/features).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from interp.features import AttributionGraph, attribution_graph
+from plots_helpers import chromium_path
+from tiny_models import tiny_model
+from tiny_transcoders import random_transcoders
+
+PROMPT = "w1 w2 w3 w4 w5 w6 w7 w8"
+
+
+@pytest.fixture(scope="module")
+def small():
+    m = tiny_model("llama")
+    tcs = random_transcoders(m, 48, seed=7)
+    return m, tcs, attribution_graph(m, PROMPT, tcs, target="w3")
+
+
+def _synthetic(n_layers: int = 12, n_pos: int = 16, per_cell: int = 30, seed: int = 0) -> AttributionGraph:
+    """A hand-built graph of n_layers·n_pos·(per_cell + 1) feature/error nodes (5,952 by default) with random
+    edges from lower layers (the viewer reads fields only; how graphs are computed is tested elsewhere)."""
+    gen = torch.Generator().manual_seed(seed)
+    labels, kind, layer, pos, feat = [], [], [], [], []
+    for l in range(n_layers):
+        for p in range(n_pos):
+            for f in range(per_cell):
+                labels.append(f"L{l}.F{f + 100 * p}@{p}"); kind.append("feature"); layer.append(l); pos.append(p); feat.append(f)
+            labels.append(f"L{l}.mlp_error@{p}"); kind.append("error"); layer.append(l); pos.append(p); feat.append(-1)
+    for p in range(n_pos):
+        labels.append(f"embed@{p}"); kind.append("token"); layer.append(-1); pos.append(p); feat.append(-1)
+    labels.append("logit"); kind.append("logit"); layer.append(n_layers); pos.append(n_pos - 1); feat.append(-1)
+    N = len(labels)
+    lay, ps = torch.tensor(layer), torch.tensor(pos)
+    ok = (lay[None, :] < lay[:, None]) & (ps[None, :] <= ps[:, None])  # [target, source]
+    ok &= torch.tensor([k in ("feature", "logit") for k in kind])[:, None]
+    A = torch.randn(N, N, generator=gen) * (torch.rand(N, N, generator=gen) < 0.01) * ok
+    k = 5
+    ids = torch.randint(0, 100, (N, 2 * k), generator=gen)
+    vals = torch.cat([torch.rand(N, k, generator=gen).sort(1, descending=True).values,
+                      -torch.rand(N, k, generator=gen).sort(1).values], 1)
+    isf = torch.tensor([x == "feature" for x in kind])
+    ids[~isf] = -1
+    strs = [[f"tok{int(t)}" for t in row] if row[0] >= 0 else [] for row in ids.tolist()]
+    return AttributionGraph(adjacency=A, bias=torch.zeros(N), value=torch.randn(N, generator=gen),
+                            activation=torch.rand(N, generator=gen), node_labels=labels, node_kind=kind,
+                            node_layer=layer, node_pos=pos, node_feature=feat, tokens=list(range(n_pos)),
+                            target_ids=[5], target="'x'", closure_error=0.0, relative_error=0.0, n_layers=n_layers,
+                            model_name="synthetic", token_strs=[f"t{p}" for p in range(n_pos)],
+                            logit_effect_ids=ids, logit_effect_values=vals, logit_effect_strs=strs)
+
+
+def test_logit_effects_are_the_direct_path(small):
+    m, tcs, g = small
+    L, last = m.arch.n_layers, len(g.tokens) - 1
+    i = next(j for j, (k, l, p) in enumerate(zip(g.node_kind, g.node_layer, g.node_pos))
+             if k == "feature" and l == L - 1 and p == last)
+    tok = int(g.logit_effect_ids[i, 0])
+    g2 = attribution_graph(m, PROMPT, tcs, target=tok)  # the same nodes, the output = that token's logit
+    j = g2.node_labels.index(g.node_labels[i])
+    per_unit = float(g2.adjacency[-1, j]) / float(g2.activation[j])
+    assert per_unit == pytest.approx(float(g.logit_effect_values[i, 0]), rel=1e-4, abs=1e-6)
+    vals = g.logit_effect_values[i]
+    assert (vals[:4] >= vals[1:5]).all() and (vals[5:9] <= vals[6:10]).all() and vals[4] >= vals[5]
+    assert g.logit_effect_strs[i][0] == m.tokenizer.decode([tok])
+    p = g.prune(0.5, 0.9)  # pruning keeps each node's row
+    k = p.node_labels.index(g.node_labels[i]) if g.node_labels[i] in p.node_labels else None
+    if k is not None:
+        assert torch.equal(p.logit_effect_ids[k], g.logit_effect_ids[i])
+
+
+def test_viewer_in_chromium_offline(small, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    chrome = chromium_path()
+    if chrome is None:
+        pytest.skip("no system Chromium (set BROWSER_PATH)")
+    g = _synthetic()
+    n_mid = sum(k in ("feature", "error") for k in g.node_kind)
+    assert n_mid >= 1500, n_mid  # thousands of nodes
+    feat = int(torch.tensor([k == "feature" for k in g.node_kind]).nonzero()[0])
+    lab = g.node_labels[feat]
+    generic = lab.split("@")[0]
+    path = g.to_html(tmp_path / "graph.html", contexts={generic: ["the <b>cat</b> sat", "second context"]}, nodes=200,
+                     edges=300)
+    attempted: list[str] = []
+
+    def refuse(route):
+        url = route.request.url
+        if url.startswith(("file:", "data:", "blob:")):
+            return route.continue_()
+        attempted.append(url)
+        return route.abort()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chrome, args=["--no-sandbox"])
+        try:
+            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+            ctx.route("**/*", refuse)
+            page = ctx.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(path.resolve().as_uri())
+            page.wait_for_function("window.interpFeatureGraph && Object.keys(window.interpFeatureGraph).length")
+            api = "window.interpFeatureGraph[Object.keys(window.interpFeatureGraph)[0]]"
+            n_tok = len(g.tokens)
+            n_out = sum(k == "logit" for k in g.node_kind)
+            assert page.evaluate(f"{api}.shownNodes()") == 200 + n_tok + n_out
+            # the edges drawn: the 300 strongest of the page's 20,000 (largest |weight|) between drawn nodes
+            infl = g.influence()
+            mid = [i for i, k in enumerate(g.node_kind) if k in ("feature", "error")]
+            drawn = set(sorted(mid, key=lambda i: -float(infl[i]))[:200]) | {
+                i for i, k in enumerate(g.node_kind) if k in ("token", "logit")}
+            t, s_ = g.adjacency.nonzero(as_tuple=True)
+            kept = g.adjacency[t, s_].abs().argsort(descending=True)[:20_000].tolist()
+            between = sum(int(t[e]) in drawn and int(s_[e]) in drawn for e in kept)
+            assert page.evaluate(f"{api}.drawnEdges()") == min(300, between) and between > 0
+            assert page.evaluate("document.querySelectorAll('*').length") < 150  # one canvas, no node elements
+            # the sliders: every feature/error node, then no edges
+            page.evaluate("(() => { const s = document.querySelector('.fg-nodes'); s.value = s.max;"
+                          " s.dispatchEvent(new Event('input')); })()")
+            assert page.evaluate(f"{api}.shownNodes()") == n_mid + n_tok + n_out
+            page.evaluate("(() => { const s = document.querySelector('.fg-edges'); s.value = 0;"
+                          " s.dispatchEvent(new Event('input')); })()")
+            assert page.evaluate(f"{api}.drawnEdges()") == 0
+            # hover the feature: its logit effects, strongest incoming edge, contexts (as text)
+            x, y = page.evaluate(f"{api}.xy({lab!r})")
+            page.mouse.move(x, y)
+            page.wait_for_function(f"document.querySelector('.fg-info h4') && "
+                                   f"document.querySelector('.fg-info h4').textContent.startsWith({lab!r})")
+            text = page.inner_text(".fg-info")
+            assert "logit effects" in text and repr(g.logit_effect_strs[feat][0]) in text
+            A = g.adjacency
+            src = int(A[feat].abs().argmax())
+            assert "strongest incoming edges" in text and g.node_labels[src] in text
+            assert "the <b>cat</b> sat" in text and page.evaluate("document.querySelectorAll('.fg-info .ctx b').length") == 0
+            page.screenshot(path=str(tmp_path / "graph.png"))
+            # a real graph's page: hovering a feature shows its computed logit effects
+            _, _, real = small
+            i = real.node_kind.index("feature")
+            page.goto(real.to_html(tmp_path / "real.html").resolve().as_uri())
+            page.wait_for_function("window.interpFeatureGraph && Object.keys(window.interpFeatureGraph).length")
+            page.mouse.move(*page.evaluate(f"{api}.xy({real.node_labels[i]!r})"))
+            page.wait_for_function(f"document.querySelector('.fg-info h4').textContent.startsWith({real.node_labels[i]!r})")
+            assert repr(real.logit_effect_strs[i][0]) in page.inner_text(".fg-info")
+            assert not errors, errors
+        finally:
+            browser.close()
+    assert not attempted, attempted
