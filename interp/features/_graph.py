@@ -43,9 +43,6 @@ def _check(model: Model, transcoders: Sequence[Transcoder]) -> None:
     a = model.arch
     if a.norm_placement != "pre":
         raise UnsupportedArchitectureError(f"model {model.name!r} is post-norm; attribution graphs need a pre-norm decoder")
-    if not getattr(a, "pre_norms", True):
-        raise UnsupportedArchitectureError(f"model {model.name!r} has no pre-norms (its sublayers read the raw stream); "
-                                           "the replacement model reads each MLP's input through its pre-norm")
     if a.attn_only or model.weights.W_in.shape[-1] == 0:
         raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to replace by transcoders")
     if not a.causal or model.weights.W_U is None:

@@ -186,7 +186,7 @@ def _run(real: _Real, tokens: Tensor, mask: Tensor, ivs: list[Intervention], pos
                 store: dict[str, Tensor] = {}
                 e.layer(l, x, prompt=prompt, mask=mask, capture={"resid_mid"}, store=store)
                 mid = x if fr.a.parallel_attn_mlp else store["resid_mid"]
-                h2 = e.norm(mid, e.w.ln2_w[l], e.w.ln2_b[l])[0].to(real.dtype)
+                h2 = e.read_norm(mid, l, "2")[0].to(real.dtype)
                 x = e.layer(l, x, prompt=prompt, mask=mask,
                             patches=[Patch(site="mlp_out", layer=l, rows=rows, value=write(l, h2)[None])])
             lnf_b = None if e.w.lnf_b is None else e.w.lnf_b

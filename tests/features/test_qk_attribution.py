@@ -1,9 +1,10 @@
 """QK attribution (docs/math.md §28): a head's pre-softmax score split into query-side × key-side terms of the
 attribution graph's nodes, checked against computations that do not use the code:
 
-* on every pre-norm family of the engine (tests/tiny_models.py FAMILIES + MORE_FAMILIES, less the post-norm
-  BERT and OLMo 2, which the replacement model refuses): Σ of the terms = the score, ≤ 1e-4 relative in
-  float32 (printed) — RoPE on both sides, QK-norm with its frozen scale, GQA, sliding windows, partial rotary;
+* on every decoder family of the engine (tests/tiny_models.py FAMILIES + MORE_FAMILIES, less the post-norm
+  BERT, which the replacement model refuses): Σ of the terms = the score, ≤ 1e-4 relative in float32
+  (printed) — RoPE on both sides, QK-norm with its frozen scale (per head, or over the whole projection:
+  OLMo 2), GQA, sliding windows, partial rotary;
 * the score is the model's own: transformer-lens's ``hook_attn_scores`` on the bridge (the soft-capped
   score for Gemma 2, = c·tanh(score/c)), and differences of scores over keys equal the differences of
   log-probabilities of the Hugging Face model's own attention pattern (``output_attentions``; GPT-J included,
@@ -23,7 +24,7 @@ from tiny_models import FAMILIES, MORE_FAMILIES, tiny_hf_model, tiny_model, tiny
 from tiny_transcoders import random_transcoders
 
 PROMPT = "w1 w2 w3 w4 w5 w6"
-PRE_NORM = tuple(f for f in FAMILIES + MORE_FAMILIES if f not in ("bert", "olmo2"))
+PRE_NORM = tuple(f for f in FAMILIES + MORE_FAMILIES if f != "bert")
 #: transformer-lens 4.3's bridge computes GPT-J's scores differently from its Hugging Face forward (which the
 #: engine and this code follow; checked against HF's pattern below)
 TL_SCORES_DIFFER = ("gptj",)
