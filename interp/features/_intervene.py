@@ -17,7 +17,7 @@ unless ``freeze_features``, and the error nodes stay fixed. The rerun has either
 * ``frozen_attention=False``: attention patterns and norm scales recomputed (the engine's forward with each
   MLP write replaced).
 
-docs/math.md §27.
+docs/math.md §28.
 """
 
 from __future__ import annotations

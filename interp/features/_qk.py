@@ -13,7 +13,7 @@ x_t (and q_0 that of every constant: biases, b_dec, norm offsets, b_Q) and k_j l
 exactly (bilinear, no cross terms left out). Each q_i and k_j is computed by one batched backward pass per
 side (a one-hot gradient per coordinate of the head's rotated q and k), never by materialising Jacobians.
 Where the model soft-caps its scores (Gemma 2: c·tanh(score / c)) the decomposed score is the one before
-the cap, and the result holds both. docs/math.md §28.
+the cap, and the result holds both. docs/math.md §29.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Interventions on transcoder features (docs/math.md §27), checked against computations that do not use the code:
+"""Interventions on transcoder features (docs/math.md §28), checked against computations that do not use the code:
 
 * with no intervention the replacement model's logits equal the Hugging Face model's (every family of the graph);
 * frozen attention and norms, features recomputed: ablating a layer-0 feature of a two-layer Llama changes the

@@ -1,4 +1,4 @@
-"""QK attribution (docs/math.md §28): a head's pre-softmax score split into query-side × key-side terms of the
+"""QK attribution (docs/math.md §29): a head's pre-softmax score split into query-side × key-side terms of the
 attribution graph's nodes, checked against computations that do not use the code:
 
 * on every decoder family of the engine (tests/tiny_models.py FAMILIES + MORE_FAMILIES, less the post-norm
