@@ -131,10 +131,10 @@ class EdgeForward:
         H, Hkv = a.n_heads, a.n_kv_heads
         self.H, self.Hkv, self.dh = H, Hkv, a.d_head
         L, w = a.n_layers, self.w
-        flat = lambda W: W.permute(0, 2, 1, 3).reshape(L, a.d_model, -1)  # [L, n, m, h] -> [L, m, (n h)]
-        self.W_qkv = torch.cat([flat(w.W_Q), flat(w.W_K), flat(w.W_V)], dim=2).contiguous()  # [L, m, (H + 2G) h]
+        # the engine's fused matrices (a streamed model's read one layer at a time): W_qkv [L, m, (H + 2G) h],
+        # W_O [L, (n h), m]
+        self.W_qkv, self.W_O = self.e.W_qkv, self.e.W_O
         self.b_qkv = torch.cat([w.b_Q.reshape(L, -1), w.b_K.reshape(L, -1), w.b_V.reshape(L, -1)], dim=1)
-        self.W_O = w.W_O.reshape(L, H * a.d_head, a.d_model)  # [L, (n h), m]
 
     # ------------------------------------------------------------------ pieces
 

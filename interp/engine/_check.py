@@ -106,12 +106,17 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
     trust_remote_code: bool = False,
+    device_map: Optional[Union[str, dict[str, Any]]] = None,
+    max_memory: Optional[dict[Any, Union[int, str]]] = None,
+    offload_folder: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Model:
     """Load a model by catalog name, local HF folder, local ``.gguf`` file or hub id
     (:func:`interp.models.load_model`), then :func:`self_check` it: a model whose forward interp does not
-    reproduce is refused with :class:`EngineMismatchError`."""
+    reproduce is refused with :class:`EngineMismatchError`. With ``device_map`` (and ``max_memory``,
+    ``offload_folder``) accelerate places the model and the check streams its blocks one at a time."""
     model = _load_unchecked(name_or_path, device=device, dtype=dtype, cache_dir=cache_dir,
-                            trust_remote_code=trust_remote_code)
+                            trust_remote_code=trust_remote_code, device_map=device_map, max_memory=max_memory,
+                            offload_folder=offload_folder)
     self_check(model)
     return model
 

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from interp.errors import UnsupportedArchitectureError
 from interp.engine._rotary import allowed_keys, apply_rotary
-from interp.models import Model, rotary_tables
+from interp.models import Model, per_layer, rotary_tables
 
 __all__ = ["Engine", "HEADED_SITES", "Patch", "RunCache", "SITES", "Variant"]
 
@@ -92,11 +92,13 @@ class Engine:
         L, H, Hkv, dh = a.n_layers, a.n_heads, a.n_kv_heads, a.d_head
         self.L, self.H, self.Hkv, self.dh = L, H, Hkv, dh
         self.group = H // Hkv  # query heads per KV head
-        # fused q|k|v projection per layer: [L, d_model, (H + 2 Hkv) d_head]
-        flat = lambda W: W.permute(0, 2, 1, 3).reshape(L, a.d_model, -1)  # [L, n, m, h] -> [L, m, n h]
-        self.W_qkv = torch.cat([flat(w.W_Q), flat(w.W_K), flat(w.W_V)], dim=2).contiguous()
+        # fused q|k|v projection per layer: [L, d_model, (H + 2 Hkv) d_head]; per_layer fuses a streamed
+        # model's (interp.models.LayerStack) one layer at a time, as each is reached
+        flat = lambda W: W.transpose(-3, -2).flatten(-2)  # [L, n, m, h] -> [L, m, (n h)]
+        self.W_qkv = per_layer(lambda q, k, v: torch.cat([flat(q), flat(k), flat(v)], dim=-1).contiguous(),
+                               w.W_Q, w.W_K, w.W_V)
         self.b_qkv = _nonzero(torch.cat([w.b_Q.reshape(L, -1), w.b_K.reshape(L, -1), w.b_V.reshape(L, -1)], dim=1))
-        self.W_O = w.W_O.reshape(L, H * dh, a.d_model)  # [L, (n h), m]
+        self.W_O = per_layer(lambda W: W.flatten(-3, -2), w.W_O)  # [L, (n h), m]
         self.b_O = _nonzero(w.b_O)
         self.has_mlp = not a.attn_only and w.W_in.shape[-1] > 0
         if self.has_mlp:
@@ -106,7 +108,8 @@ class Engine:
                 raise UnsupportedArchitectureError(f"model {model.name!r}: activation {a.act_fn!r} is unknown")
             self.act = ACT2FN[a.act_fn]
             # gated MLPs: one GEMM for [gate | up]
-            self.W_in = torch.cat([w.W_gate, w.W_in], dim=2).contiguous() if w.W_gate is not None else w.W_in
+            self.W_in = per_layer(lambda g, u: torch.cat([g, u], dim=-1).contiguous(), w.W_gate, w.W_in) \
+                if w.W_gate is not None else w.W_in
             self.b_in = _nonzero(torch.cat([torch.zeros_like(w.b_in), w.b_in], dim=1) if w.W_gate is not None else w.b_in)
             self.b_out = _nonzero(w.b_out)
         self._masks: dict[tuple, Optional[Tensor]] = {}

@@ -38,7 +38,7 @@ from typing import Any, Callable, ContextManager, Iterator, Optional
 
 import torch
 
-from interp.errors import ModelLoadError
+from interp.errors import ArgumentError, MemoryCapError, ModelLoadError
 
 __all__ = [
     "GGUFSource", "file_sha256", "gguf_file_source", "load_gguf_cached", "load_gguf_source_cached", "scratch_folder",
@@ -289,16 +289,21 @@ def _load_entry(entry: Path, dtype: torch.dtype) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def load_gguf_cached(gguf: Path, cache_dir: Path, dtype: torch.dtype) -> tuple[Any, Any, Path]:
+def load_gguf_cached(gguf: Path, cache_dir: Path, dtype: torch.dtype,
+                     loader: Optional[Callable[[Path, torch.dtype], tuple[Any, Any]]] = None) -> tuple[Any, Any, Path]:
     """The HF model and tokenizer of the GGUF file ``gguf``, through the safetensors cache.
 
     Keyed by the file's size and sha256 (:func:`gguf_file_source`); see :func:`load_gguf_source_cached`.
     """
-    return load_gguf_source_cached(gguf_file_source(gguf), cache_dir, dtype)
+    return load_gguf_source_cached(gguf_file_source(gguf), cache_dir, dtype, loader)
 
 
-def load_gguf_source_cached(source: GGUFSource, cache_dir: Path, dtype: torch.dtype) -> tuple[Any, Any, Path]:
+def load_gguf_source_cached(source: GGUFSource, cache_dir: Path, dtype: torch.dtype,
+                            loader: Optional[Callable[[Path, torch.dtype], tuple[Any, Any]]] = None
+                            ) -> tuple[Any, Any, Path]:
     """The HF model and tokenizer of a GGUF, through the safetensors cache; returns the entry path.
+    ``loader(entry, dtype)`` loads the entry (default: in memory; :func:`interp.models.load_model` passes
+    one that places it with accelerate).
 
     1. Key the entry ``<stem>-<size>-<sha256[:16]>`` by the source's identity.
     2. Verify the entry (module docstring); if it is missing or fails, get the GGUF from the
@@ -319,15 +324,17 @@ def load_gguf_source_cached(source: GGUFSource, cache_dir: Path, dtype: torch.dt
         _write_entry(source, entry)
         rebuilt = True
     try:
-        model, tokenizer = _load_entry(entry, dtype)
+        model, tokenizer = (loader or _load_entry)(entry, dtype)
         return model, tokenizer, entry
+    except (ArgumentError, MemoryCapError):  # the loader refused its arguments: the entry is not at fault
+        raise
     except Exception as e:
         if rebuilt:
             raise _unloadable(entry, source, e) from e
         log.warning("cache entry %s could not be loaded (%s); rebuilding it", entry, e)
     _write_entry(source, entry)
     try:
-        model, tokenizer = _load_entry(entry, dtype)
+        model, tokenizer = (loader or _load_entry)(entry, dtype)
     except Exception as e:
         raise _unloadable(entry, source, e) from e
     return model, tokenizer, entry

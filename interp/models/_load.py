@@ -39,6 +39,8 @@ from interp.models._gguf import GGUFSource, load_gguf_cached, load_gguf_source_c
 from interp.models._model import Model
 from interp.models._native import load_toy
 from interp.models._numerics import check_device, check_dtype, full_precision_norms
+from interp.models._offload import Placement, check_budget, check_placement, execution_device, streamed_weights
+
 from interp.models._weights import weights_from_hf
 
 __all__ = ["load_catalog_hf", "load_model", "model_from_hf"]
@@ -72,11 +74,12 @@ def _has_mlm_head(path_or_id: str, config: Any) -> bool:
     return "BertForMaskedLM" in (getattr(config, "architectures", None) or [])
 
 
-def _load_hf(path_or_id: str, dtype: torch.dtype, trust_remote_code: bool, *, local: bool = True) -> tuple[Any, Any, bool]:
-    """HF model + tokenizer. A local folder's unreadable files raise ModelLoadError; for a hub id
-    OSError (not found / offline) propagates for the caller to classify."""
+def _load_hf(path_or_id: str, dtype: torch.dtype, trust_remote_code: bool, *, local: bool = True,
+             placement: Optional[Placement] = None) -> tuple[Any, Any, bool]:
+    """HF model + tokenizer (placed by accelerate when ``placement`` is given). A local folder's unreadable
+    files raise ModelLoadError; for a hub id OSError (not found / offline) propagates for the caller to classify."""
     try:
-        return _load_hf_unchecked(path_or_id, dtype, trust_remote_code)
+        return _load_hf_unchecked(path_or_id, dtype, trust_remote_code, placement)
     except OSError as e:
         if not local or isinstance(e, InterpError):
             raise
@@ -87,7 +90,8 @@ def _load_hf(path_or_id: str, dtype: torch.dtype, trust_remote_code: bool, *, lo
         ) from e
 
 
-def _load_hf_unchecked(path_or_id: str, dtype: torch.dtype, trust_remote_code: bool) -> tuple[Any, Any, bool]:
+def _load_hf_unchecked(path_or_id: str, dtype: torch.dtype, trust_remote_code: bool,
+                       placement: Optional[Placement] = None) -> tuple[Any, Any, bool]:
     import transformers
 
     try:
@@ -99,9 +103,12 @@ def _load_hf_unchecked(path_or_id: str, dtype: torch.dtype, trust_remote_code: b
     if getattr(config, "model_type", None) not in SUPPORTED_FAMILIES:
         arch_from_hf_config(config, name=path_or_id)  # raises UnsupportedArchitectureError
     has_head = _has_mlm_head(path_or_id, config)
+    if placement is not None:  # typed refusals before any weight is read
+        check_budget(placement, path_or_id, config, dtype, _hf_class(config))
     try:
         model = _hf_class(config).from_pretrained(
-            path_or_id, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="eager"
+            path_or_id, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="eager",
+            **(placement.kwargs() if placement is not None else {})
         )
         tokenizer = transformers.AutoTokenizer.from_pretrained(path_or_id, trust_remote_code=trust_remote_code)
     except OSError:
@@ -140,17 +147,28 @@ def model_from_hf(
             "transformers.AutoTokenizer.from_pretrained(<the checkpoint's folder>) — analyses then take token "
             "ids or text alike")
     arch = arch_from_hf_config(hf_model.config, name=name, has_unembed=has_unembed)
-    hf_model = hf_model.to(device=dev, dtype=dtype).eval()
+    placed = bool(getattr(hf_model, "hf_device_map", None))  # dispatched by accelerate: leave it where it is
+    if placed:
+        if hf_model.dtype != dtype:
+            raise ArgumentError(f"dtype={dtype} but the model was placed by accelerate in {hf_model.dtype}; load "
+                                "it in the dtype wanted (a placed model is not cast)")
+        hf_model = hf_model.eval()
+        dev = execution_device(hf_model)
+    else:
+        hf_model = hf_model.to(device=dev, dtype=dtype).eval()
     if dtype == torch.float64:
         full_precision_norms(hf_model)
     arch = with_module_scales(arch, hf_model)
     if not getattr(hf_model.config, "architectures", None):  # a GGUF's or a from_config model's config has
         hf_model.config.architectures = [type(hf_model).__name__]  # none: the bridge picks its adapter by it
-    weights = weights_from_hf(hf_model, arch)  # before booting: the bridge re-parents modules
+    # before booting: the bridge re-parents modules. A placed model's blocks are read one at a time, on demand
+    weights = streamed_weights(hf_model, arch) if placed else weights_from_hf(hf_model, arch)
     bridge = TransformerBridge.boot_transformers(
         f"interp/{name}", hf_model=hf_model, tokenizer=tokenizer, device=dev, dtype=dtype
     )
     bridge.eval()
+    if placed and str(getattr(bridge.cfg, "device", "")) == "meta":  # the embedding was offloaded
+        bridge.cfg.device = dev
     return Model(
         name=name, bridge=bridge, tokenizer=bridge.tokenizer, arch=arch, weights=weights,
         source=source, prepend_bos=arch.causal and bridge.tokenizer is not None and bridge.tokenizer.bos_token is not None,
@@ -191,14 +209,25 @@ def _quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def _catalog_gguf(entry: CatalogEntry, path: Path, cache: Path) -> tuple[Any, Any]:
+def _catalog_gguf(entry: CatalogEntry, path: Path, cache: Path, loader: Optional[_Loader] = None,
+                  dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
     """A GGUF catalog model's HF model (float32) and tokenizer, through the safetensors cache."""
     source = _parts_source(entry) if entry.kind == "gguf_parts" else None
     if source is None:
-        hf, tok, _ = load_gguf_cached(path, cache / "gguf", torch.float32)
+        hf, tok, _ = load_gguf_cached(path, cache / "gguf", dtype, loader)
     else:
-        hf, tok, _ = load_gguf_source_cached(source, cache / "gguf", torch.float32)
+        hf, tok, _ = load_gguf_source_cached(source, cache / "gguf", dtype, loader)
     return hf, tok
+
+
+_Loader = Callable[[Path, torch.dtype], tuple[Any, Any]]
+
+
+def _placed_loader(placement: Optional[Placement]) -> Optional[_Loader]:
+    """Loads a GGUF's safetensors cache entry placed by accelerate (None: the default, in memory)."""
+    if placement is None:
+        return None
+    return lambda folder, dtype: _load_hf(str(folder), dtype, False, placement=placement)[:2]
 
 
 def _parts_source(entry: CatalogEntry) -> GGUFSource:
@@ -269,17 +298,29 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     cache_dir: Optional[Union[str, os.PathLike]] = None,
     trust_remote_code: bool = False,
+    device_map: Optional[Union[str, dict[str, Any]]] = None,
+    max_memory: Optional[dict[Any, Union[int, str]]] = None,
+    offload_folder: Optional[Union[str, os.PathLike]] = None,
 ) -> Model:
     """Load a model by catalog name, local HF folder, local ``.gguf`` file or hub id.
 
     Catalog models (``interp.list_models()``) load offline from their PyPI packages; GGUF files
     are dequantized once and cached as safetensors under ``cache_dir`` (default
     ``$INTERP_CACHE`` or ``~/.cache/interp``). Remote code runs only with ``trust_remote_code=True``.
+
+    ``device_map`` ("auto", "balanced", "sequential" or {module: device}), ``max_memory`` ({device: size}) and
+    ``offload_folder`` place the model with accelerate, across devices, the CPU and disk (read back from the
+    checkpoint's safetensors shards); interp's analyses then read one block's weights at a time
+    (:class:`interp.models.LayerStack`), so a model larger than memory can be analysed.
     """
     if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
         raise ArgumentError(f"name_or_path={name_or_path!r} must be a non-empty string or path")
     check_device(device)
     check_dtype(dtype)
+    placement = check_placement(device_map, max_memory, offload_folder)
+    loader = _placed_loader(placement)
+    # a placed model is loaded in its final dtype (it is never cast after placement)
+    load_dtype = dtype if placement is not None else torch.float32
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     name = str(name_or_path)
 
@@ -287,12 +328,15 @@ def load_model(
     if entry is not None:
         path = entry.path()  # MissingPackageError names the pip command
         if entry.kind in ("gguf", "gguf_parts"):
-            hf, tok = _catalog_gguf(entry, path, cache)
+            hf, tok = _catalog_gguf(entry, path, cache, loader, load_dtype)
             return model_from_hf(hf, tok, name=entry.name, device=device, dtype=dtype, source=str(path),
                                  provenance=entry.provenance)
         if entry.kind == "toy":
+            if placement is not None:
+                raise ArgumentError(f"device_map={device_map!r}: {entry.name!r} is a native toy model (kilobytes), "
+                                    "loaded in memory only; drop device_map/max_memory/offload_folder")
             return load_toy(path, name=entry.name, device=device, dtype=dtype)
-        hf, tok, has_head = _load_hf(str(path), torch.float32, trust_remote_code)
+        hf, tok, has_head = _load_hf(str(path), load_dtype, trust_remote_code, placement=placement)
         return model_from_hf(hf, tok, name=entry.name, device=device, dtype=dtype,
                              has_unembed=has_head, source=str(path), provenance=entry.provenance)
 
@@ -300,13 +344,13 @@ def load_model(
     if path.suffix == ".gguf":
         if not path.exists():
             raise ModelNotFoundError(f"name_or_path={name!r}: no such .gguf file")
-        hf, tok, _ = load_gguf_cached(path, cache / "gguf", torch.float32)
+        hf, tok, _ = load_gguf_cached(path, cache / "gguf", load_dtype, loader)
         return model_from_hf(hf, tok, name=path.stem, device=device, dtype=dtype, source=str(path),
                              provenance=f"GGUF file {path.name}, dequantized to float32 by interp")
     if path.exists():
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"name_or_path={name!r} is a folder without config.json; expected a Hugging Face model folder")
-        hf, tok, has_head = _load_hf(str(path), torch.float32, trust_remote_code)
+        hf, tok, has_head = _load_hf(str(path), load_dtype, trust_remote_code, placement=placement)
         return model_from_hf(hf, tok, name=path.name, device=device, dtype=dtype, has_unembed=has_head, source=str(path))
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise unknown_model_error(name)  # a path that does not exist, not a hub id
@@ -315,7 +359,7 @@ def load_model(
 
     # A hub id.
     try:
-        hf, tok, has_head = _load_hf(name, torch.float32, trust_remote_code, local=False)
+        hf, tok, has_head = _load_hf(name, load_dtype, trust_remote_code, local=False, placement=placement)
     except OSError as e:
         if _is_offline() or "connect" in str(e).lower() or "offline" in str(e).lower():
             raise OfflineError(

@@ -15,8 +15,10 @@ nothing here holds the model or its autograd graph.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, fields
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import einops
 import numpy as np
@@ -160,9 +162,25 @@ def _as_numpy(t: Tensor) -> np.ndarray:
     return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
 
 
+#: The layers a reader collects: all of them, unless :func:`only_layers` narrows it (a streamed model reads
+#: one layer at a time, through the same readers).
+_ONLY_LAYERS: ContextVar[Optional[tuple[int, ...]]] = ContextVar("interp_only_layers", default=None)
+
+
+@contextmanager
+def only_layers(*layers: int) -> Iterator[None]:
+    """Within this context the readers above stack only ``layers`` (the others are never read)."""
+    token = _ONLY_LAYERS.set(tuple(layers))
+    try:
+        yield
+    finally:
+        _ONLY_LAYERS.reset(token)
+
+
 def _collect(n_layers: int, fn) -> dict[str, list[Tensor]]:
     out: dict[str, list[Tensor]] = {}
-    for layer in range(n_layers):
+    only = _ONLY_LAYERS.get()
+    for layer in (range(n_layers) if only is None else only):
         for k, v in fn(layer).items():
             out.setdefault(k, []).append(v)
     return out
