@@ -1,0 +1,157 @@
+"""Attribution graphs against circuit-tracer 0.5.0 on smollm2-135m, one run, same inputs.
+
+Both build the attribution graph of the same 16-token prompt (token ids, BOS first) over the same transcoders:
+one random JumpReLU transcoder per layer (30 layers, ``--width`` features, seed 0; each layer's thresholds
+set so that about ``--per-pos`` features are active per position on this prompt, and none at BOS, where
+circuit-tracer zeroes every feature), written in circuit-tracer's
+format (``layer_{i}.safetensors`` + ``config.yaml``), which ``interp.features.load_transcoders`` reads back.
+circuit-tracer runs in its own environment (it pins transformers 4.57 and transformer-lens 3.2; see
+scripts/compare_circuit_tracer.py) on its nnsight backend, from smollm2 saved here as a local Hugging Face
+folder; it is started as a subprocess and times itself, after a warm-up run, as interp does here. The script
+then compares the two adjacency matrices on their shared nodes and edges (circuit-tracer has no features at
+the BOS position and demeans its logit rows; see that script) and prints the time ratio
+(target: interp ≥ 5× faster) with the largest differences (target ≤ 1e-4 relative).
+
+    python benchmarks/bench_features.py [--ct-python /work/sidenv/ct/bin/python] [--width 1024] [--per-pos 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
+
+import interp  # noqa: E402
+from interp.features import attribution_graph, load_transcoders  # noqa: E402
+
+PROMPT = "When Mary and John went to the store yesterday, John gave a drink to"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def save_hf_dir(m: "interp.Model", out: Path) -> None:
+    """smollm2 as a local Hugging Face folder (float32 safetensors, config with an explicit rope_theta and
+    architectures, the tokenizer): the GGUF-loaded module cannot save_pretrained, so rebuild its class."""
+    hf = m.bridge.original_model
+    cfg = hf.config
+    for k in ("quantization_config",):
+        if hasattr(cfg, k):
+            delattr(cfg, k)
+    fresh = type(hf)(cfg)
+    want = fresh.state_dict().keys()
+    raw = {k.replace("._original_component", ""): v for k, v in hf.state_dict().items()}  # the bridge's wrappers
+    missing = [k for k in want if k not in raw]
+    assert not missing, f"weights missing from the bridge's module: {missing[:5]}"
+    fresh.load_state_dict({k: raw[k] for k in want})
+    fresh.to(torch.float32).save_pretrained(out, safe_serialization=True)
+    m.tokenizer.save_pretrained(out)
+    conf = json.loads((out / "config.json").read_text())
+    rp = conf.get("rope_parameters") or {}
+    conf["rope_theta"] = conf.get("rope_theta", rp.get("rope_theta"))
+    conf["architectures"] = [type(hf).__name__]
+    conf["torch_dtype"] = "float32"
+    conf.pop("quantization_config", None)
+    (out / "config.json").write_text(json.dumps(conf, indent=1))
+    tc = json.loads((out / "tokenizer_config.json").read_text())
+    tc["tokenizer_class"] = "PreTrainedTokenizerFast"  # transformers 5 writes "TokenizersBackend", unknown to 4.57
+    (out / "tokenizer_config.json").write_text(json.dumps(tc, indent=1))
+
+
+def write_transcoders(m: "interp.Model", tokens: torch.Tensor, out: Path, width: int, per_pos: float) -> None:
+    """Random JumpReLU transcoders (seed 0) in circuit-tracer's format, thresholds set per layer on this prompt."""
+    from interp.engine import Engine
+
+    e = Engine(m)
+    cache = e.run(tokens, torch.ones_like(tokens), capture={"resid_mid"}, keep_scales=True)
+    g = torch.Generator().manual_seed(0)
+    d, L, n = m.arch.d_model, m.arch.n_layers, tokens.shape[1]
+    paths = []
+    for l in range(L):
+        W_enc = torch.randn(width, d, generator=g) / d ** 0.5
+        b_enc = torch.randn(width, generator=g) * 0.1
+        W_dec = torch.randn(width, d, generator=g) / width ** 0.5
+        b_dec = torch.randn(d, generator=g) * 0.01
+        mid = cache.acts["resid_mid"][l][0].float()
+        h2 = e.norm(mid, m.weights.ln2_w[l].float(), None if m.weights.ln2_b is None else m.weights.ln2_b[l])
+        pre = h2 @ W_enc.T + b_enc
+        thr = torch.quantile(pre[1:].flatten(), 1 - per_pos / width).clamp_min(1e-3)
+        # circuit-tracer zeroes every feature at BOS (interp keeps them): no feature fires there, so both graphs
+        # have the same features
+        thr = torch.maximum(torch.full((width,), float(thr)), pre[0] + 1e-3)
+        p = out / f"layer_{l}.safetensors"
+        save_file({"W_enc": W_enc, "W_dec": W_dec, "b_enc": b_enc, "b_dec": b_dec,
+                   "activation_function.threshold": thr.contiguous()}, str(p))
+        paths.append(str(p))
+    (out / "config.yaml").write_text(
+        "model_kind: transcoder_set\nscan: bench-random-jumprelu\nfeature_input_hook: mlp.hook_in\n"
+        "feature_output_hook: mlp.hook_out\ntranscoders:\n" + "".join(f"  - {p}\n" for p in paths))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ct-python", default="/work/sidenv/ct/bin/python")
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--per-pos", type=float, default=4.0)
+    ap.add_argument("--n-tokens", type=int, default=16)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--workdir", default=None)
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    m = interp.load_model("smollm2-135m")
+    tokens = m.to_tokens(PROMPT)[:, : a.n_tokens]
+    assert tokens.shape[1] == a.n_tokens, f"the prompt has {tokens.shape[1]} tokens"
+    work = Path(a.workdir or tempfile.mkdtemp(prefix="bench_features_"))
+    (work / "model").mkdir(parents=True, exist_ok=True)
+    (work / "tc").mkdir(exist_ok=True)
+    save_hf_dir(m, work / "model")
+    write_transcoders(m, tokens, work / "tc", a.width, a.per_pos)
+    tcs = load_transcoders(work / "tc", m)
+
+    times, cpu = [], []
+    for _ in range(2):  # the first run warms up (allocator, kernels), as circuit-tracer's does
+        t0, c0 = time.perf_counter(), time.process_time()
+        g = attribution_graph(m, tokens, tcs, batch_size=a.batch_size)
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    n_feat = sum(k == "feature" for k in g.node_kind)
+    print(f"interp: {len(g.tokens)} tokens, {n_feat} features, {g.n_nodes} nodes; {times[0]:.2f} s cold, "
+          f"{times[1]:.2f} s warm; closure {g.closure_error:.2e} ({g.relative_error:.2e} relative)")
+    torch.save({"adjacency": g.adjacency, "node_kind": g.node_kind, "node_layer": g.node_layer,
+                "node_pos": g.node_pos, "node_feature": g.node_feature, "tokens": g.tokens,
+                "target_ids": g.target_ids, "activation": g.activation, "output_weight": g.output_weight,
+                "bias": g.bias, "value": g.value, "interp_seconds": times, "interp_cpu_seconds": cpu}, work / "interp_graph.pt")
+    g.export(work / "interp_graph.json")
+
+    if not Path(a.ct_python).exists():
+        print(f"circuit-tracer's environment {a.ct_python} is missing: build it as scripts/compare_circuit_tracer.py "
+              "says; no ratio")
+        return
+    r = subprocess.run([a.ct_python, str(ROOT / "scripts" / "compare_circuit_tracer.py"), str(work),
+                        "--batch-size", str(a.batch_size)], capture_output=True, text=True)
+    sys.stderr.write(r.stderr[-3000:] if r.returncode else "")
+    print(r.stdout)
+    if r.returncode:
+        raise SystemExit(f"circuit-tracer's side failed (exit {r.returncode})")
+    res = json.loads((work / "comparison.json").read_text())
+    ct, ct_cpu = res["ct_seconds"], res["ct_cpu_seconds"]
+    print(f"wall time: interp {times[1]:.2f} s, circuit-tracer {ct[1]:.2f} s warm (cold {times[0]:.2f} / {ct[0]:.2f} s): "
+          f"interp {ct[1] / times[1]:.1f}× faster (target ≥ 5×)")
+    print(f"CPU time (this process's threads; the shared machine's load does not inflate it): interp {cpu[1]:.2f} s, "
+          f"circuit-tracer {ct_cpu[1]:.2f} s: interp {ct_cpu[1] / cpu[1]:.1f}× less")
+    print(f"adjacency on shared nodes and edges: max |Δ| / max |edge| = {res['feature_rows_rel']:.2e} over the "
+          f"features' rows (per row max |Δ| / max |row|: median {res['row_rel_median']:.1e}, max "
+          f"{res['row_rel_max']:.1e}), {res['logit_rows_rel']:.2e} over the logit rows after circuit-tracer's "
+          f"demeaning (target ≤ 1e-4)")
+
+
+if __name__ == "__main__":
+    main()
