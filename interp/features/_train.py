@@ -252,7 +252,7 @@ def _fvu(y: Tensor, yhat: Tensor) -> Tensor:
 
 
 def _step(s: _State, opt: torch.optim.Optimizer, x: Tensor, y: Tensor, k: int, aux_k: int, aux_alpha: float,
-          dead_after: int) -> Tensor:
+          dead_after: int, new_tokens: bool = True) -> Tensor:
     """One Adam step on a batch (x, y [n, N, d]); returns the per-layer FVU [n] before the step."""
     pre = torch.baddbmm(s.b_enc[:, None], x, s.W_enc.transpose(1, 2))  # [n, N, F]
     vals, idx = torch.relu(pre).topk(k, dim=-1)
@@ -261,7 +261,8 @@ def _step(s: _State, opt: torch.optim.Optimizer, x: Tensor, y: Tensor, k: int, a
     loss = fvu.sum()
     with torch.no_grad():
         fired = _fired(idx, vals, s.since.shape[1])
-        s.since += x.shape[1]
+        if new_tokens:  # a batch's first pass counts its tokens
+            s.since += x.shape[1]
         s.since[fired] = 0
         dead = s.since >= dead_after
     if aux_alpha > 0 and bool(dead.any()):
@@ -354,7 +355,7 @@ def train_transcoders(
     batch_size: int = 8,
     lr: Optional[float] = None,
     aux_k: Optional[int] = None,
-    aux_alpha: float = 1 / 32,
+    aux_alpha: float = 0.03125,
     dead_after: Optional[int] = None,
     eval_tokens: int = 8192,
     seed: int = 0,
@@ -362,6 +363,7 @@ def train_transcoders(
     cache_dir: Optional[Union[str, os.PathLike]] = None,
     checkpoint_every: int = 25,
     progress: Optional[bool] = None,
+    passes: int = 1,
 ) -> TrainedTranscoders:
     """Train TopK transcoders (MLP input → MLP output) for ``layers`` of ``model`` (module docstring).
 
@@ -373,6 +375,8 @@ def train_transcoders(
     tokens / 4). Metrics on ``eval_tokens`` held-out tokens. Cached under ``cache_dir`` (default
     ``$INTERP_CACHE`` or ``~/.cache/interp``) ``/transcoders/<model>/<hash of the configuration>/``, with a
     resumable checkpoint every ``checkpoint_every`` steps; ``progress`` shows a tqdm bar (None: when training).
+    ``passes`` Adam steps are taken on each batch read (its tokens counted once): where the model's forward
+    costs more than a step, as on a CPU, a short run learns more per token read.
     """
     require_model(model)
     a = model.arch
@@ -390,6 +394,7 @@ def train_transcoders(
     tokens = _int("tokens", tokens, step_tokens, why=f" (at least one batch: batch_size·seq_len = {step_tokens})")
     eval_tokens = _int("eval_tokens", eval_tokens, seq_len, why=f" (at least one sequence of seq_len={seq_len})")
     checkpoint_every = _int("checkpoint_every", checkpoint_every, 1)
+    passes = _int("passes", passes, 1)
     seed = _int("seed", seed, 0)
     aux_k = a.d_model // 2 if aux_k is None else _int("aux_k", aux_k, 1)
     dead_after = max(1, tokens // 4) if dead_after is None else _int("dead_after", dead_after, 1)
@@ -405,7 +410,8 @@ def train_transcoders(
     n_steps = tokens // step_tokens
     config = dict(format=_FORMAT, model=model.name, fingerprint=_fingerprint(model), layers=layers_, width=width, k=k,
                   tokens=n_steps * step_tokens, seq_len=seq_len, batch_size=batch_size, lr=float(lr), aux_k=aux_k,
-                  aux_alpha=float(aux_alpha), dead_after=dead_after, eval_tokens=eval_tokens, seed=seed, corpus=corpus_id)
+                  aux_alpha=float(aux_alpha), dead_after=dead_after, eval_tokens=eval_tokens, seed=seed, corpus=corpus_id,
+                  **({} if passes == 1 else {"passes": passes}))
     key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in model.name)
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -466,7 +472,9 @@ def train_transcoders(
     try:
         for step in range(start, n_steps):
             x, y = _activations(e, train[order[step * batch_size:(step + 1) * batch_size]].to(model.device), layers_)
-            fvu = _step(s, opt, x.cpu() / s.sx, y.cpu() / s.sy, k, aux_k, float(aux_alpha), dead_after)
+            x, y = x.cpu() / s.sx, y.cpu() / s.sy
+            for r in range(passes):
+                fvu = _step(s, opt, x, y, k, aux_k, float(aux_alpha), dead_after, new_tokens=r == 0)
             bar.update(step_tokens)
             bar.set_postfix(fvu=f"{float(fvu.mean()):.3f}")
             if (step + 1) % checkpoint_every == 0 and step + 1 < n_steps:

@@ -181,6 +181,7 @@ def test_cached_reload_and_atomic_writes(llama, tmp_path, monkeypatch):
     (dict(corpus="one string"), "corpus"),
     (dict(lr=-1.0), "lr="),
     (dict(progress="yes"), "progress="),
+    (dict(passes=0), "passes=0"),
 ])
 def test_bad_input(llama, tmp_path, kw, match):
     _, model = llama
