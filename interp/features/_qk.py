@@ -135,28 +135,23 @@ def qk_attribution(
     grads = torch.autograd.grad(y, [src_e, *leaves], grad_outputs=go_, is_grads_batched=True, allow_unused=True)
 
     labels: list[str] = []
-    vecs: list[Tensor] = []  # [2 dh] per node: its q-side image then its k-side image
+    vecs: list[Tensor] = []  # [m, 2 dh] per block of nodes: their q-side images, then their k-side images
     with torch.no_grad():
-        g_e = grads[0][:, 0]  # [2dh, n, d]
         for l in range(layer):
             g = grads[1 + l]
             if g is None:
                 continue
-            g = g[:, 0]
+            g = g[:, 0]  # [2dh, n, d]
             p_idx, f_idx = real.feats[l]
-            tc = real.tcs[l]
-            for j, (p, f) in enumerate(zip(p_idx.tolist(), f_idx.tolist())):
-                labels.append(str(Feature(l, f, p)))
-                vecs.append(real.acts[l][j] * (g[:, p] @ tc.W_dec[f]))
-            for p in range(n):
-                labels.append(str(FeatureError(l, p)))
-                vecs.append(g[:, p] @ real.errs[l][p])
-        for p in range(n):
-            labels.append(f"embed@{p}")
-            vecs.append(g_e[:, p] @ real.emb[p])
+            labels += [str(Feature(l, f, p)) for p, f in zip(p_idx.tolist(), f_idx.tolist())]
+            vecs.append(((g[:, p_idx] * real.tcs[l].W_dec[f_idx]).sum(-1) * real.acts[l]).T)  # a_f (∂y/∂m_p · W_dec[f])
+            labels += [str(FeatureError(l, p)) for p in range(n)]
+            vecs.append((g * real.errs[l]).sum(-1).T)
+        labels += [f"embed@{p}" for p in range(n)]
+        vecs.append((grads[0][:, 0] * real.emb).sum(-1).T)
         labels.append("bias")
-        vecs.append(torch.cat([q0, k0]))
-        V = torch.stack(vecs)  # [nodes, 2 dh]
+        vecs.append(torch.cat([q0, k0])[None])
+        V = torch.cat(vecs)  # [nodes, 2 dh]
         Q, K = V[:, :dh], V[:, dh:]
         qi = (Q != 0).any(1).nonzero(as_tuple=True)[0]
         ki = (K != 0).any(1).nonzero(as_tuple=True)[0]
