@@ -235,7 +235,11 @@ class FeatureGraphView:
                 f'<label>feature / error nodes: <input class="fg-nodes" type="range" min="1" max="{max(n_ranked, 1)}" '
                 f'value="{d["default_nodes"]}"> <span class="fg-nodes-n"></span></label>'
                 f'<label>edges: <input class="fg-edges" type="range" min="0" max="{n_edges}" value="{d["default_edges"]}">'
-                ' <span class="fg-edges-n"></span></label></div>'
+                ' <span class="fg-edges-n"></span></label>'
+                '<span class="fg-muted"><span style="color:#1f77b4">●</span> feature '
+                '<span style="color:#7f7f7f">■</span> error node <span style="color:#2ca02c">●</span> token '
+                '<span style="color:#d62728">●</span> output · edges: <span style="color:#1f77b4">+</span> / '
+                '<span style="color:#d62728">−</span>, width ∝ |weight|</span></div>'
                 '<div class="fg-main"><div class="fg-canvas-wrap"><canvas></canvas></div><div class="fg-info"></div></div>'
                 f"</div><script>{_JS.replace('DATA', _script_json(d), 1)}</script>")
 
