@@ -79,10 +79,12 @@ class _Worker:
         """``{"ok": result, "pid": ...}`` or ``{"error": ..., "prompt": first failing prompt or None}``."""
         f = _functions()[fn]
         try:
+            t0 = time.perf_counter()
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 res = f(self.model, **args, **kwargs)
-            return {"ok": res, "pid": os.getpid(), "warnings": [(w.category, str(w.message)) for w in caught]}
+            return {"ok": res, "pid": os.getpid(), "warnings": [(w.category, str(w.message)) for w in caught],
+                    "seconds": time.perf_counter() - t0}
         except Exception as e:  # reported to the driver, which raises it naming the shard
             return {"error": e, "prompt": self._first_failing(fn, f, start, args, kwargs), "pid": os.getpid()}
 
@@ -231,6 +233,7 @@ class RayCluster:
         todo = [i for i in range(len(bounds)) if i not in done]
         tries = {i: 0 for i in todo}
         pids: dict[int, int] = {}
+        seconds: dict[int, float] = {}
         retried = 0
         restarts = 0
         known = {w: int(p) for w, p in enumerate(ray.get([a.pid.remote() for a in actors]))} if todo else {}
@@ -268,6 +271,7 @@ class RayCluster:
                     self._raise(fn, i, bounds[i], res)
                 done[i] = res["ok"]
                 pids[i] = res["pid"]
+                seconds[i] = float(res.get("seconds", float("nan")))
                 if w in known and known[w] != res["pid"]:  # Ray restarted this worker (its process died)
                     restarts += 1
                 known[w] = res["pid"]
@@ -287,7 +291,9 @@ class RayCluster:
         details = {"workers": len(actors), "shards": len(bounds), "bounds": [list(b) for b in bounds],
                    "computed": len(bounds) - resumed, "resumed": resumed, "restarted_workers": restarts,
                    "resubmitted": retried, "lost": 0,
-                   "worker_pids": [pids.get(i) for i in range(len(bounds))]}
+                   "worker_pids": [pids.get(i) for i in range(len(bounds))],
+                   # each computed shard's time in its worker (None: resumed from out=), for throughput figures
+                   "shard_seconds": [seconds.get(i) for i in range(len(bounds))]}
         return merge([done[i] for i in range(len(bounds))], details, model, args)
 
     @staticmethod
