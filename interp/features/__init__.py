@@ -2,6 +2,7 @@
 the exact attribution graph of a prompt over them (error nodes make the replacement model exact);
 interventions on features in the replacement model; QK attribution of a head's score to the graph's nodes."""
 
+from interp.features._contexts import top_activating_contexts
 from interp.features._graph import attribution_graph
 from interp.features._intervene import Intervention, InterventionResult, intervene
 from interp.features._qk import QKAttribution, qk_attribution
@@ -11,4 +12,4 @@ from interp.features._formats import FORMATS, load_transcoders
 from interp.features._transcoder import ACTIVATIONS, Transcoder
 
 __all__ = ["ACTIVATIONS", "FORMATS", "AttributionGraph", "Intervention", "InterventionResult", "QKAttribution", "TrainedTranscoders", "Transcoder", "attribution_graph",
-           "intervene", "load_transcoders", "qk_attribution", "train_transcoders"]
+           "intervene", "load_transcoders", "qk_attribution", "top_activating_contexts", "train_transcoders"]
