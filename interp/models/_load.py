@@ -168,7 +168,7 @@ def model_from_hf(
     )
     bridge.eval()
     if placed and str(getattr(bridge.cfg, "device", "")) == "meta":  # the embedding was offloaded
-        bridge.cfg.device = dev
+        bridge.cfg.device = str(dev)
     return Model(
         name=name, bridge=bridge, tokenizer=bridge.tokenizer, arch=arch, weights=weights,
         source=source, prepend_bos=arch.causal and bridge.tokenizer is not None and bridge.tokenizer.bos_token is not None,

@@ -14,6 +14,7 @@ once per pass, and peak memory is what accelerate keeps resident plus a few bloc
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections import ChainMap, OrderedDict
 from dataclasses import fields
@@ -138,7 +139,7 @@ class _StateView(torch.nn.Module):
         super().__init__()
         self._sd, self._hf = sd, [hf_model]
 
-    def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         return dict(self._sd)
 
     def modules(self) -> Any:  # type: ignore[override]
@@ -171,7 +172,7 @@ class _BlockReader:
 
     def read(self, l: int, *, with_globals: bool = False) -> Weights:
         """A one-layer :class:`Weights` of block l (the globals real only ``with_globals``, else meta)."""
-        from accelerate.utils import align_module_device
+        from accelerate.utils import align_module_device  # type: ignore[import-untyped]
 
         owners = self.block_owners[l] + (self.global_owners if with_globals else [])
         with contextlib.ExitStack() as stack, torch.no_grad():
@@ -223,7 +224,7 @@ def streamed_weights(hf_model: torch.nn.Module, arch: ArchInfo) -> Weights:
                 small.setdefault(f.name, []).append(v[0].to(device))
     out: dict[str, Any] = {k: torch.stack(v) for k, v in small.items()}
     for name, (shape, dtype) in shapes.items():
-        out[name] = LayerStack(arch.n_layers, lambda l, n=name: reader.layer(l)[n], shape, dtype, device, name=name)
+        out[name] = LayerStack(arch.n_layers, functools.partial(_field, reader, name), shape, dtype, device, name=name)
     for f in fields(Weights):
         out[f.name] = glob.get(f.name) if f.name in _GLOBALS else out.get(f.name)
     meta = [k for k, v in glob.items() if v is not None and v.device.type == "meta"]
@@ -231,6 +232,10 @@ def streamed_weights(hf_model: torch.nn.Module, arch: ArchInfo) -> Weights:
         raise ModelLoadError(f"weights {meta} could not be read from where accelerate placed them")
     release_freed_memory()
     return Weights(**out)
+
+
+def _field(reader: "_BlockReader", name: str, l: int) -> Tensor:
+    return reader.layer(l)[name]
 
 
 def _share_embedding(glob: dict[str, Any], reader: "_BlockReader") -> None:
@@ -374,7 +379,7 @@ def check_budget(placement: Placement, source: Union[str, Path], config: Any, dt
             "model.save_pretrained(folder, safe_serialization=True) (or load it in memory, without device_map)")
     if placement.max_memory is None:
         return
-    from accelerate import init_empty_weights
+    from accelerate import init_empty_weights  # type: ignore[import-untyped]
     from accelerate.utils import compute_module_sizes
 
     with init_empty_weights():
