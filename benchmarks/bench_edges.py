@@ -43,9 +43,9 @@ from scipy.stats import spearmanr  # noqa: E402
 import interp  # noqa: E402
 from bench_atp import interleaved  # noqa: E402
 from interp.edges import _select  # noqa: E402
-from interp.edges._attribution import MetricReader  # noqa: E402
+from interp.causal import MetricReader  # noqa: E402
 from interp.edges._evaluate import _K  # noqa: E402
-from interp.edges._forward import Acts, EdgeForward  # noqa: E402
+from interp.edges import AblatedForward, Acts, EdgeWrites  # noqa: E402
 from interp.models import tokenize  # noqa: E402
 
 
@@ -76,13 +76,13 @@ def cost(m, task, iters: int) -> None:
     # one circuit evaluation per circuit size (the engine-level call evaluate_circuit makes three times)
     s = eap()
     pair = interp.causal._common.make_pair(m, task.clean, task.corrupt, task.metric, need_corrupt=True)
-    fw = EdgeForward(m, g, pair.engine)
+    fw = AblatedForward(EdgeWrites(m, g, pair.engine))
     abl = Acts.of(pair.engine.run(pair.corrupt.tokens, pair.corrupt.attention_mask, capture={"z", "mlp_out"}))
-    read = MetricReader(m, pair.bound, torch.arange(task.n), None)
+    read, prompt = MetricReader(m, pair.bound), torch.arange(task.n)
     fns = {"forward": fwd}
     for frac in (0.001, 0.01, 0.05, 0.2, 0.5):
         K = _K(g, _select.prune(g, _select.top_n(s.scores, int(frac * g.n_edges))))
-        fns[f"{frac:g}"] = (lambda K=K: fw.evaluate(pair.clean.tokens, pair.clean.attention_mask, abl, K, read))
+        fns[f"{frac:g}"] = (lambda K=K: fw(pair.clean.tokens, pair.clean.attention_mask, abl, K, read, prompt))
     res = interleaved(fns, iters)
     fw_, fc, _ = res["forward"]
     print("   one circuit evaluation (every edge outside the circuit ablated; target <= 2x):")
@@ -217,19 +217,20 @@ def smallest_circuit(m, task, scores, ref, ablation: str, absolute: bool) -> Non
     from 0.01% to 100% of the edges (faithfulness is not monotone in n, so a scan rather than a bisection)."""
     g = interp.circuit_graph(m)
     pair = interp.causal._common.make_pair(m, task.clean, task.corrupt, task.metric, need_corrupt=True)
-    fw = EdgeForward(m, g, pair.engine)
+    writes = EdgeWrites(m, g, pair.engine)
+    fw = AblatedForward(writes)
     from interp.edges._patch import ablated_writes
 
-    abl = ablated_writes(m, pair, fw, ablation, ref if ablation in ("mean", "resample") else None, 0)
-    read = MetricReader(m, pair.bound, torch.arange(task.n), None)
+    abl = ablated_writes(m, pair, writes, ablation, ref if ablation in ("mean", "resample") else None, 0)
+    read, prompt = MetricReader(m, pair.bound), torch.arange(task.n)
     t, mk = pair.clean.tokens, pair.clean.attention_mask
-    full = float(fw.evaluate(t, mk, abl, torch.zeros_like(g.mask, dtype=torch.float32), read).double().mean())
-    empty = float(fw.evaluate(t, mk, abl, g.mask.float(), read).double().mean())
+    full = float(fw(t, mk, abl, torch.zeros_like(g.mask, dtype=torch.float32), read, prompt).double().mean())
+    empty = float(fw(t, mk, abl, g.mask.float(), read, prompt).double().mean())
     ns = sorted({max(1, round(g.n_edges * 10 ** e)) for e in torch.linspace(-4, 0, 33).tolist()})
     rank = "|score|" if absolute else "−score"
     for n in ns:
         keep = _select.prune(g, _select.top_n(scores.scores, n, absolute=absolute))
-        f = (float(fw.evaluate(t, mk, abl, _K(g, keep), read).double().mean()) - empty) / (full - empty)
+        f = (float(fw(t, mk, abl, _K(g, keep), read, prompt).double().mean()) - empty) / (full - empty)
         if f >= 0.8:
             print(f"   smallest circuit with faithfulness >= 0.8 under {ablation} ablation, {scores.method.upper()} by "
                   f"{rank}: top {n:,} edges ({n / g.n_edges:.2%}), {int(keep.sum()):,} after pruning "

@@ -19,7 +19,7 @@ from interp.causal._metrics import (
     final_norm,
     readout,
 )
-from interp.causal._common import check_reference_spread, clean_output, make_pair, metric_of, metric_reader, reference_acts
+from interp.causal._common import MetricReader, check_reference_spread, clean_output, make_pair, metric_of, reference_acts
 from interp.causal._atp import attribution_patch
 from interp.causal._effects import effects
 from interp.causal._patch import ABLATIONS, default_batch_size, patch, shared_prefix
@@ -39,6 +39,7 @@ __all__ = [
     "LogitLens",
     "LogProb",
     "Metric",
+    "MetricReader",
     "PatchResult",
     "Prob",
     "as_metric",
@@ -51,7 +52,6 @@ __all__ = [
     "logit_lens",
     "make_pair",
     "metric_of",
-    "metric_reader",
     "patch",
     "path_patch",
     "readout",

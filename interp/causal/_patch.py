@@ -40,7 +40,7 @@ from interp.causal._common import (
     clean_output,
     make_pair,
     metric_of,
-    metric_reader,
+    MetricReader,
     reference_acts,
     resolve_nodes,
     source_acts,
@@ -257,7 +257,7 @@ def sweep_nodes(model: Model, pair: Pair, node_list: list[Node], *, positions: s
     bs = batch_size or default_batch_size(model, n)
     log.info("%s: %d nodes, %d variants, batch_size %d, shared prefix %d", desc, len(node_list), len(variants), bs, share)
     if variants:
-        read = metric_reader(model, pair.bound, base_run, clean_out)
+        read = MetricReader(model, pair.bound, clean_out, base_run)
         bar = tqdm(total=len(variants), desc=desc, unit="run", disable=not progress)
         try:
             vals = e.sweep(base_run, base_batch.tokens, mask, variants, read, batch_size=bs, progress=bar)

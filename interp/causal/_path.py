@@ -36,7 +36,7 @@ from interp.causal._common import (
     clean_output,
     make_pair,
     metric_of,
-    metric_reader,
+    MetricReader,
     reference_acts,
 )
 from interp.causal._effects import node_write
@@ -178,7 +178,7 @@ def path_patch(
         return Variant(layer=layer, prompt=prompt, t0=t0, make=make)
 
     variants = [variant(layer, head, p) for (_, layer, head) in recv for p in range(P)]
-    read = metric_reader(model, pair.bound, c_run, clean_out)
+    read = MetricReader(model, pair.bound, clean_out, c_run)
     bar = tqdm(total=len(variants), desc=f"path_patch {s.text} via {via}", unit="run", disable=not progress)
     try:
         vals = e.sweep(c_run, pair.clean.tokens, pair.clean.attention_mask, variants, read,

@@ -7,7 +7,8 @@ families (pre-norm LayerNorm / RMSNorm with GQA, parallel, post-norm) through a 
 results follow the one result contract (:mod:`interp._result`). The equations are in docs/math.md.
 """
 
-from interp.edges._attribution import COMPLETENESS_TOLERANCE, MetricReader, check_completeness, edge_attribution
+from interp.edges._ablated import AblatedForward
+from interp.edges._attribution import COMPLETENESS_TOLERANCE, check_completeness, edge_attribution
 from interp.edges._evaluate import (
     MIB_SIZES,
     CircuitEvaluation,
@@ -15,23 +16,26 @@ from interp.edges._evaluate import (
     evaluate_circuit,
     faithfulness_curve,
 )
-from interp.edges._forward import Acts, EdgeForward
+from interp.edges._gradient import EdgeScorer, ReaderGradients
 from interp.edges._graph import CircuitGraph, circuit_graph
 from interp.edges._patch import ablated_writes, edge_patch
 from interp.edges._scores import EdgeCircuit, EdgeScores
 from interp.edges._tasks import TASKS, Task, load_task
+from interp.edges._writes import Acts, EdgeWrites
 
 __all__ = [
+    "AblatedForward",
     "Acts",
     "COMPLETENESS_TOLERANCE",
     "CircuitEvaluation",
     "CircuitGraph",
     "EdgeCircuit",
-    "EdgeForward",
+    "EdgeScorer",
     "EdgeScores",
+    "EdgeWrites",
     "FaithfulnessCurve",
     "MIB_SIZES",
-    "MetricReader",
+    "ReaderGradients",
     "TASKS",
     "Task",
     "ablated_writes",

@@ -22,9 +22,9 @@ EAP-IG paths (``ig_at``):
   gradient of M with respect to a mask on every edge, as AutoCircuit's ``mask_gradient``).
   Completeness: Σ over every edge → M(x_k) − M(x_c).
 
-Steps, all edges at once (DESIGN: never per edge): (1) the corrupt run keeps every write; (2) per path
-point, one forward + backward (:meth:`EdgeForward.gradient`) gives G [batch, readers, pos, d_model];
-(3) scores = ΔA·Gᵀ, one batched GEMM over (pos, d_model), masked to the edges (post-norm: one GEMM per
+Steps, all edges at once (never per edge): (1) the corrupt run keeps every write; (2) per path
+point, one forward + backward (:class:`ReaderGradients`) gives G [batch, readers, pos, d_model];
+(3) scores = ΔA·Gᵀ (:class:`EdgeScorer`), one batched GEMM over (pos, d_model), masked to the edges (post-norm: one GEMM per
 stretch of writers between two norms, G carried back through each norm). Parameters are never touched:
 gradients are taken with respect to activations of a weights-level forward, so no hook is attached and no
 ``requires_grad`` flag is set on the model.
@@ -41,16 +41,16 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._validate import check_bool, check_choice, check_cluster, check_positive_int
-from interp.causal import BoundMetric, clean_output, final_norm, make_pair
-from interp.engine import unembed
-from interp.edges._forward import Acts, EdgeForward
+from interp.causal import BoundMetric, MetricReader, clean_output, make_pair
+from interp.edges._gradient import EdgeScorer, ReaderGradients
+from interp.edges._writes import Acts, EdgeWrites
 from interp.edges._graph import CircuitGraph, circuit_graph
 from interp.edges._scores import EdgeScores
 from interp.errors import ArgumentError, CompletenessWarning, UnsupportedOperationError, warn_user
 from interp.models import Model
 from interp.stream import require_model
 
-__all__ = ["edge_attribution", "METHODS", "MetricReader", "COMPLETENESS_TOLERANCE", "check_completeness"]
+__all__ = ["edge_attribution", "METHODS", "COMPLETENESS_TOLERANCE", "check_completeness"]
 
 log = logging.getLogger(__name__)
 
@@ -60,34 +60,6 @@ METHODS = ("eap", "eap-ig")
 COMPLETENESS_TOLERANCE = 0.1
 IG_AT = ("inputs", "activations")
 SCALES = ("recomputed", "frozen")
-
-
-class MetricReader:
-    """The metric of final residuals x [p, T, d] for the prompts ``prompt``, in two steps so a gradient can be
-    taken at the final norm's output: ``norm(x)`` = N_f(x) (σ recomputed; the identity for post-norm
-    encoders), ``head(y)`` = M from it (the metric position or the mean over real tokens, then the
-    unembedding for logit metrics). ``reader(x)`` = head(norm(x)). Refuses metrics without a gradient."""
-
-    def __init__(self, model: Model, bound: BoundMetric, prompt: Tensor, clean_out: Optional[Tensor], *,
-                 name: str = "metric"):
-        self.model, self.bound, self.prompt, self.clean_out, self.name = model, bound, prompt, clean_out, name
-
-    def norm(self, x: Tensor) -> Tensor:
-        return final_norm(self.model, x)[0]
-
-    def head(self, y: Tensor) -> Tensor:
-        b, w = self.bound, self.model.weights
-        h = b.select(y, self.prompt) if b.positions is None else b.at(y, self.prompt)
-        out = h if b.space == "hidden" else unembed(h, w.need("W_U"), w.b_U, self.model.arch.final_softcap)
-        M = b(out, prompt=self.prompt, clean=self.clean_out)
-        if torch.is_grad_enabled() and (not M.is_floating_point() or not M.requires_grad):
-            raise ArgumentError(f"{self.name}={b.name!r} returned {M.dtype} values without a gradient; edge "
-                                "attribution differentiates the metric — use a float function of the logits "
-                                "(e.g. interp.LogitDiff), not argmax or integer outputs")
-        return M
-
-    def __call__(self, x: Tensor) -> Tensor:
-        return self.head(self.norm(x))
 
 
 def edge_attribution(
@@ -138,7 +110,7 @@ def edge_attribution(
         raise UnsupportedOperationError("edge_attribution takes gradients: call it outside torch.inference_mode()")
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=True)
     graph = circuit_graph(model)
-    fw = EdgeForward(model, graph, pair.engine)
+    ew = EdgeWrites(model, graph, pair.engine)
     steps = ig_steps if method == "eap-ig" else 1
     P, T = pair.clean.tokens.shape
     a = model.arch
@@ -148,12 +120,12 @@ def edge_attribution(
     completeness = torch.zeros(P, dtype=torch.float64)
     Mc = torch.zeros(P, dtype=torch.float64)
     Mk = torch.zeros(P, dtype=torch.float64)
-    tok_w = fw.embed_idx["embed.token"]
+    tok_w = ew.embed_idx["embed.token"]
     chunks = [list(range(i, min(i + bs, P))) for i in range(0, P, bs)]
     bar = tqdm(total=len(chunks) * steps, desc=f"edge_attribution {method}", unit="pass", disable=not progress)
     try:
         for idx in chunks:
-            s, comp, mc, mk = _chunk(model, pair, fw, torch.tensor(idx, device=model.device), steps, ig_at, scale,
+            s, comp, mc, mk = _chunk(model, pair, ew, torch.tensor(idx, device=model.device), steps, ig_at, scale,
                                      tok_w, bar)
             per_prompt[:, idx] = s
             completeness[idx], Mc[idx], Mk[idx] = comp, mc, mk
@@ -198,10 +170,11 @@ def _default_batch(graph: CircuitGraph, arch: Any, T: int) -> int:
     return max(1, int(1e9 // max(per_prompt, 1)))
 
 
-def _chunk(model: Model, pair: Any, fw: EdgeForward, idx: Tensor, steps: int, ig_at: str, scale: str, tok_w: int,
+def _chunk(model: Model, pair: Any, ew: EdgeWrites, idx: Tensor, steps: int, ig_at: str, scale: str, tok_w: int,
            bar: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Scores [n_edges, p], completeness sums [p], M(clean) [p], M(corrupt) [p] for the prompts ``idx``."""
-    e, g = pair.engine, fw.g
+    e, g = pair.engine, ew.g
+    gradients, scorer = ReaderGradients(ew), EdgeScorer(ew)
     ct, cm = pair.clean.tokens[idx], pair.clean.attention_mask[idx]
     kt, km = pair.corrupt.tokens[idx], pair.corrupt.attention_mask[idx]
     bound = pair.bound
@@ -212,34 +185,34 @@ def _chunk(model: Model, pair: Any, fw: EdgeForward, idx: Tensor, steps: int, ig
         c_run = e.run(ct, cm)
         sub_out = clean_output(model, _sub(bound, idx), c_run)  # not None: the metric needs the clean run
         clean_out = None if sub_out is None else _scatter(sub_out, idx, bound.n_prompts)
-    read = MetricReader(model, bound, idx, clean_out)
+    read = MetricReader(model, bound, clean_out)
     with torch.no_grad():
-        M_k = read(k_run.final)
+        M_k = read(k_run.final, idx)
     frozen = scale == "frozen"
-    one_gemm = not fw.post and ig_at == "inputs"
+    one_gemm = not ew.post and ig_at == "inputs"
     G_sum: Optional[Tensor] = None
     S_sum: Optional[Tensor] = None
     dA: Optional[Tensor] = None
     M_c = None
     for k in range(steps, 0, -1):  # α = 1 (the clean run) first: its writes give ΔA
         alpha = k / steps
-        gp = fw.gradient(ct, cm, read, scale=scale, mix=None if k == steps else (abl, alpha, ig_at),
+        gp = gradients(ct, cm, read, idx, scale=scale, mix=None if k == steps else (abl, alpha, ig_at),
                          keep=(k == steps) or ig_at == "activations")
         if k == steps:
             M_c = gp.M
         if gp.acts is not None and (k == steps or ig_at == "activations"):
-            dA = fw.delta(abl, gp.acts)
+            dA = ew.delta(abl, gp.acts)
         if one_gemm:
             G_sum = gp.G if G_sum is None else G_sum.add_(gp.G)
         else:
             if dA is None:  # the first pass (α = 1) keeps its writes
                 raise RuntimeError("edge attribution: no write differences before the first gradient")
-            S = fw.scores(dA, gp.G, gp.norm_in, frozen=frozen)
+            S = scorer(dA, gp.G, gp.norm_in, frozen=frozen)
             S_sum = S if S_sum is None else S_sum.add_(S)
         del gp
         bar.update(1)
     if one_gemm and dA is not None and G_sum is not None:
-        S_all = fw.scores(dA, G_sum, {}, frozen=frozen) / steps
+        S_all = scorer(dA, G_sum, {}, frozen=frozen) / steps
     elif not one_gemm and S_sum is not None:
         S_all = S_sum / steps
     else:  # steps >= 1, so the loop ran and the α = 1 pass set dA and G (or S)

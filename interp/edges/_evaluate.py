@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import pandas as pd
 import torch
@@ -31,10 +31,10 @@ from tqdm.auto import tqdm
 
 from interp._result import Result
 from interp._validate import check_bool, check_choice, check_cluster
-from interp.causal import ABLATIONS, check_reference_spread, clean_output, make_pair
+from interp.causal import ABLATIONS, MetricReader, check_reference_spread, clean_output, make_pair
 from interp.edges import _select
-from interp.edges._attribution import MetricReader
-from interp.edges._forward import EdgeForward
+from interp.edges._ablated import AblatedForward
+from interp.edges._writes import Acts, EdgeWrites
 from interp.edges._graph import CircuitGraph, circuit_graph
 from interp.edges._patch import ablated_writes, check_edge_ablation
 from interp.edges._scores import EdgeCircuit, EdgeScores
@@ -225,16 +225,19 @@ def _setup(model: Model, clean: Any, corrupt: Any, metric: Any, ablation: str, r
     check_edge_ablation(ablation, reference, corrupt)
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=ablation == "corrupt")
     graph = circuit_graph(model)
-    return pair, graph, EdgeForward(model, graph, pair.engine)
+    return pair, graph, EdgeWrites(model, graph, pair.engine)
 
 
-def _reader(model: Model, pair: Any) -> Any:
+def _evaluator(model: Model, pair: Any, writes: EdgeWrites) -> Callable[[Optional[Acts], Tensor], Tensor]:
+    """``run(abl, K)``: the metric [P] of the clean prompts with the edges K [W, R] marks (1) ablated to ``abl``."""
     bound = pair.bound
     clean_out = None
     if bound.needs_clean:
         clean_out = clean_output(model, bound, pair.engine.run(pair.clean.tokens, pair.clean.attention_mask))
-    P = pair.clean.tokens.shape[0]
-    return MetricReader(model, bound, torch.arange(P, device=model.device), clean_out)
+    read, forward = MetricReader(model, bound, clean_out), AblatedForward(writes)
+    t, m = pair.clean.tokens, pair.clean.attention_mask
+    prompt = torch.arange(t.shape[0], device=model.device)
+    return lambda abl, K: forward(t, m, abl, K, read, prompt)
 
 
 def evaluate_circuit(
@@ -265,15 +268,14 @@ def evaluate_circuit(
             ablation=ablation, reference=reference, seed=seed)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ArgumentError(f"seed={seed!r} must be an int")
-    pair, graph, fw = _setup(model, clean, corrupt, metric, ablation, reference)
+    pair, graph, writes = _setup(model, clean, corrupt, metric, ablation, reference)
     keep = circuit_mask(graph, circuit)
     check_reference_spread(model, pair, [ablation], reference, arg="ablation")
-    abl = ablated_writes(model, pair, fw, ablation, reference, seed)
-    read = _reader(model, pair)
-    t, m = pair.clean.tokens, pair.clean.attention_mask
-    runs = [fw.evaluate(t, m, abl, _K(graph, keep), read),
-            fw.evaluate(t, m, abl, torch.zeros_like(graph.mask, dtype=torch.float32), read),
-            fw.evaluate(t, m, abl, graph.mask.float(), read)]
+    abl = ablated_writes(model, pair, writes, ablation, reference, seed)
+    evaluate = _evaluator(model, pair, writes)
+    runs = [evaluate(abl, _K(graph, keep)),
+            evaluate(abl, torch.zeros_like(graph.mask, dtype=torch.float32)),
+            evaluate(abl, graph.mask.float())]
     per = torch.stack(runs).double().cpu()
     return CircuitEvaluation(values=per.mean(1), per_prompt=per, n_edges=int(keep.sum()), n_total=graph.n_edges,
                              ablation=ablation, metric=pair.bound.name, model_name=model.name, details={"seed": seed})
@@ -329,7 +331,7 @@ def faithfulness_curve(
     if "corrupt" in ablations and corrupt is None:
         raise ArgumentError(f"ablations={list(ablations)!r} includes 'corrupt' but corrupt=None: pass the corrupt "
                             "prompts, or leave 'corrupt' out (e.g. ablations=('zero',))")
-    pair, graph, fw = _setup(model, clean, corrupt, metric, ablations[0], None)
+    pair, graph, writes = _setup(model, clean, corrupt, metric, ablations[0], None)
     if list(scores.edges) != list(graph.edges):
         raise ArgumentError(f"scores are for another graph ({len(scores.edges)} edges of {scores.model_name!r}); "
                             f"{model.name!r} has {graph.n_edges}")
@@ -340,9 +342,8 @@ def faithfulness_curve(
     for n in n_edges:
         keep = _select.top_n(scores.scores, n, absolute=absolute)
         masks.append(_select.prune(graph, keep) if prune else keep)
-    read = _reader(model, pair)
-    t, m = pair.clean.tokens, pair.clean.attention_mask
-    full = fw.evaluate(t, m, None, torch.zeros_like(graph.mask, dtype=torch.float32), read).double().mean()
+    evaluate = _evaluator(model, pair, writes)
+    full = evaluate(None, torch.zeros_like(graph.mask, dtype=torch.float32)).double().mean()
     F = torch.zeros(len(ablations), len(ks), dtype=torch.float64)
     V = torch.zeros_like(F)
     empty = torch.zeros(len(ablations), dtype=torch.float64)
@@ -352,11 +353,11 @@ def faithfulness_curve(
             if a == "corrupt" and pair.corrupt is None:
                 raise ArgumentError("ablations includes 'corrupt' but corrupt=None")
             ref = reference if a in ("mean", "resample") else None
-            abl = ablated_writes(model, pair, fw, a, ref, seed)
-            empty[i] = fw.evaluate(t, m, abl, graph.mask.float(), read).double().mean()
+            abl = ablated_writes(model, pair, writes, a, ref, seed)
+            empty[i] = evaluate(abl, graph.mask.float()).double().mean()
             bar.update(1)
             for j, keep in enumerate(masks):
-                V[i, j] = fw.evaluate(t, m, abl, _K(graph, keep), read).double().mean()
+                V[i, j] = evaluate(abl, _K(graph, keep)).double().mean()
                 bar.update(1)
             gap = full - empty[i]
             F[i] = (V[i] - empty[i]) / gap if gap else math.nan

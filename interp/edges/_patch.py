@@ -33,12 +33,12 @@ from interp.causal import (
     default_batch_size,
     make_pair,
     metric_of,
-    metric_reader,
+    MetricReader,
     reference_acts,
     shared_prefix,
 )
 from interp.engine import Engine, Patch, RunCache, Variant
-from interp.edges._forward import Acts, EdgeForward
+from interp.edges._writes import Acts, EdgeWrites
 from interp.edges._graph import CircuitGraph, ReaderInfo, WriterInfo, circuit_graph
 from interp.errors import ArgumentError
 from interp.models import Model
@@ -59,7 +59,7 @@ def check_edge_ablation(ablation: str, reference: Any, corrupt: Any) -> None:
         raise ArgumentError(f"reference is only used with ablation='mean' or 'resample', not ablation={ablation!r}")
 
 
-def ablated_writes(model: Model, pair: Any, fw: EdgeForward, ablation: str, reference: Any, seed: int,
+def ablated_writes(model: Model, pair: Any, writes: EdgeWrites, ablation: str, reference: Any, seed: int,
                    k_run: Optional[RunCache] = None) -> Optional[Acts]:
     """ã for every writer: the corrupt run's writes, None (zero), the mean over the reference prompts (per
     position when they have the clean length, else over every token) or a seeded resample."""
@@ -80,15 +80,15 @@ def ablated_writes(model: Model, pair: Any, fw: EdgeForward, ablation: str, refe
 class _Replay:
     """What reader r reads in the clean run when only it sees writer w shifted by δ (module docstring)."""
 
-    def __init__(self, fw: EdgeForward, run: RunCache):
-        self.fw, self.e, self.run = fw, fw.e, run
-        self.a, self.w = fw.a, fw.w
+    def __init__(self, writes: EdgeWrites, run: RunCache):
+        self.e, self.run = writes.e, run
+        self.a, self.w = writes.a, writes.w
 
     def _n1(self, l: int, x: Tensor) -> Tensor:
-        return self.fw.norm(x, self.w.ln1_w[l], self.w.ln1_b[l])
+        return self.e.norm(x, self.w.ln1_w[l], self.w.ln1_b[l])
 
     def _n2(self, l: int, x: Tensor) -> Tensor:
-        return self.fw.norm(x, self.w.ln2_w[l], self.w.ln2_b[l])
+        return self.e.norm(x, self.w.ln2_w[l], self.w.ln2_b[l])
 
     def stream(self, wi: WriterInfo, ri: ReaderInfo, p: int, delta: Tensor) -> Tensor:
         """r's input stream [T, d] (before its own norm) with w's write shifted by ``delta`` [T, d]."""
@@ -106,7 +106,7 @@ class _Replay:
         if wi.kind == "embed":
             V = sum(t[p] for t in run.embed.values()) + delta
             if self.w.ln_emb_w is not None:
-                V = self.fw.norm(V, self.w.ln_emb_w, self.w.ln_emb_b, "layernorm")
+                V = self.e.norm(V, self.w.ln_emb_w, self.w.ln_emb_b, "layernorm")
             l, stage = 0, "pre"
         elif wi.kind == "head":
             V = self._n1(wi.layer, run.resid_pre[wi.layer][p] + run.acts["attn_out"][wi.layer][p] + delta)  # type: ignore[index]
@@ -125,7 +125,7 @@ class _Replay:
             else:
                 if ri.kind == "mlp" and ri.layer == l:
                     return V
-                if self.fw.has_mlp:
+                if self.e.has_mlp:
                     V = self._n2(l, V + run.acts["mlp_out"][l][p])  # type: ignore[index]
                 l, stage = l + 1, "pre"
 
@@ -145,7 +145,7 @@ class _Replay:
             l = ri.layer
             x = V if post else self._n2(l, V)
             # the engine's mlp_out site is the output as it joins the stream (after a sandwich norm, if any)
-            return Patch(site="mlp_out", layer=l, rows=rows, value=self.fw.post_mlp(l, self.fw.mlp(l, x))[None])
+            return Patch(site="mlp_out", layer=l, rows=rows, value=self.e.joined(l, self.e.mlp(l, x), "mlp")[None])
         return Patch(site="final", layer=a.n_layers, rows=rows, value=V[None])
 
 
@@ -198,21 +198,21 @@ def sweep_edges(model: Model, pair: Any, graph: CircuitGraph, idx: list[int], ab
                 seed: int, batch_size: Optional[int], progress: bool) -> tuple[Tensor, Tensor, Tensor]:
     """(values [n_edges, P], M(clean) [P], M(corrupt) [P]) for the checked inputs."""
     e: Engine = pair.engine
-    fw = EdgeForward(model, graph, e)
+    writes = EdgeWrites(model, graph, e)
     P, n = pair.clean.tokens.shape
     causal = model.arch.causal
     c_run = e.run(pair.clean.tokens, pair.clean.attention_mask, capture=_SITES, keep_kv=causal)
     k_run = None
     if pair.corrupt is not None:
         k_run = e.run(pair.corrupt.tokens, pair.corrupt.attention_mask, capture={"z", "mlp_out"})
-    abl = ablated_writes(model, pair, fw, ablation, reference, seed, k_run)
+    abl = ablated_writes(model, pair, writes, ablation, reference, seed, k_run)
     this = Acts.of(c_run)
     clean_out = clean_output(model, pair.bound, c_run)
     clean_m = metric_of(model, pair.bound, c_run, clean_out)
     corrupt_m = metric_of(model, pair.bound, k_run, clean_out) if k_run is not None else torch.full_like(clean_m, float("nan"))
     share = min(shared_prefix(pair), n - 1) if ablation == "corrupt" else 0
     t0 = share if causal else 0
-    replay = _Replay(fw, c_run)
+    replay = _Replay(writes, c_run)
     dev = model.device
 
     def variant(ei: int, p: int) -> Variant:
@@ -221,13 +221,13 @@ def sweep_edges(model: Model, pair: Any, graph: CircuitGraph, idx: list[int], ab
         w_i = int(graph.edge_writer[ei])
 
         def make(row: int, t0_: int) -> list[Patch]:
-            V = replay.stream(wi, ri, p, fw.writer_delta(abl, this, w_i, p))
+            V = replay.stream(wi, ri, p, writes.writer_delta(abl, this, w_i, p))
             return [replay.patch(ri, V, row, t0_)]
 
         return Variant(layer=ri.layer, prompt=p, t0=t0, make=make)
 
     variants = [variant(i, p) for i in idx for p in range(P)]
-    read = metric_reader(model, pair.bound, c_run, clean_out)
+    read = MetricReader(model, pair.bound, clean_out, c_run)
     bar = tqdm(total=len(variants), desc="edge_patch", unit="run", disable=not progress)
     try:
         with torch.inference_mode():

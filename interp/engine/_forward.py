@@ -1,8 +1,8 @@
 """A forward pass from the model's frozen weights with patch points, and the prefix-sharing sweep.
 
 Patching one node n of layer p changes nothing below p, so a *variant* (the base run with n's
-activation replaced) equals the base run up to p's input. The sweep (DESIGN-level identity,
-docs/math.md "Prefix sharing") therefore:
+activation replaced) equals the base run up to p's input. The sweep (the identity
+of docs/math.md, "Prefix sharing") therefore:
 
 1. runs the base input once, caching every layer's input x_p (and its keys/values);
 2. runs the source input(s) once, caching the activation of every node to patch;
@@ -110,7 +110,8 @@ class Engine:
             # gated MLPs: one GEMM for [gate | up]
             self.W_in = per_layer(lambda g, u: torch.cat([g, u], dim=-1).contiguous(), w.W_gate, w.W_in) \
                 if w.W_gate is not None else w.W_in
-            self.b_in = _nonzero(torch.cat([torch.zeros_like(w.b_in), w.b_in], dim=1) if w.W_gate is not None else w.b_in)
+            gate_b = w.b_gate if w.b_gate is not None else torch.zeros_like(w.b_in)
+            self.b_in = _nonzero(torch.cat([gate_b, w.b_in], dim=1) if w.W_gate is not None else w.b_in)
             self.b_out = _nonzero(w.b_out)
         self._masks: dict[tuple, Optional[Tensor]] = {}
         self.scales = [a.attn_scale(l) for l in range(L)]
@@ -129,17 +130,18 @@ class Engine:
         """(cos, sin) [n, rotary_dim] of ``layer`` for positions 0..n−1, from the model's own rotary module."""
         key = (n, self._rope_key[layer])
         if key not in self._rope_cache:
-            self._rope_cache[key] = rotary_tables(self.model, n, layer)
+            with torch.inference_mode(False):  # ordinary tensors: a gradient pass may save them for backward
+                self._rope_cache[key] = rotary_tables(self.model, n, layer)
         return self._rope_cache[key]
 
-    def head_norm(self, x: Tensor, gain: Tensor) -> Tensor:
+    def head_norm(self, x: Tensor, gain: Tensor, *, frozen: bool = False) -> Tensor:
         """QK-norm of x [..., heads, d_head] times ``gain``: scope "head" normalises each head over d_head
         (gain [d_head]); scope "projection" the whole projection over heads·d_head (gain [heads, d_head]),
-        one σ per position shared by every head (OLMo 2)."""
+        one σ per position shared by every head (OLMo 2). ``frozen`` holds σ (no gradient through it)."""
         dims = (-1,) if self.arch.qk_norm_scope == "head" else (-2, -1)
         n = x.shape[-1] if len(dims) == 1 else x.shape[-1] * x.shape[-2]
-        r = (torch.linalg.vector_norm(x, 2, dim=dims, keepdim=True).square_() / n).add_(self.arch.norm_eps).rsqrt_()
-        return (x * r).mul_(gain)
+        r = torch.rsqrt(torch.linalg.vector_norm(x, 2, dim=dims, keepdim=True).square() / n + self.arch.norm_eps)
+        return (x * (r.detach() if frozen else r)).mul_(gain)
 
     def read_norm(self, x: Tensor, l: int, which: str) -> Tensor:
         """The stream x as layer l's sublayer ``which`` ("1" attention, "2" MLP) reads it: through its pre-norm,
@@ -160,60 +162,90 @@ class Engine:
         if gains is None:
             return out
         keep(raw_site, out)
-        return self.post_norm(out, gains[l])
+        return self.joined(l, out, "attn" if raw_site == "attn_raw" else "mlp")
 
-    def _rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    def rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         """RoPE on x [R, T, n, d_head] with cos/sin [T, rotary_dim] (:func:`interp.engine.apply_rotary`)."""
         return apply_rotary(x, cos[:, None], sin[:, None], interleaved=self.interleaved)
 
-    def _allowed(self, mask: Tensor, prompt: Tensor, t0: int, T: int, window: int = 0) -> Optional[Tensor]:
+    def allowed(self, mask: Tensor, prompt: Tensor, t0: int, T: int, window: int = 0) -> Optional[Tensor]:
         """The attention mask [R | 1, 1, T, N] (True = may attend), or None when nothing is masked.
         With a sliding ``window`` w a query at t sees keys t−w+1…t only (a patched row's keys too)."""
         N = t0 + T
         full = bool(mask[:, :N].all())
         key = (mask.data_ptr(), tuple(mask.shape), t0, T, full, window)
         if key not in self._masks:
-            allowed: Optional[Tensor] = mask[:, None, :N].bool() if not full else \
-                torch.ones(1, 1, N, dtype=torch.bool, device=mask.device)
-            if self.arch.causal or window:
-                allowed = allowed & allowed_keys(T, N, causal=self.arch.causal, window=window, device=mask.device)  # type: ignore[operator]
-            elif full:
-                allowed = None
             if len(self._masks) > 8:  # a sweep uses one mask per window size
                 self._masks.clear()
-            self._masks[key] = allowed
+            with torch.inference_mode(False):  # ordinary tensors: a gradient pass may save them for backward
+                self._masks[key] = self._mask(mask, t0, T, full, window)
         allowed = self._masks[key]
         if allowed is None:
             return None
         return allowed[:, None] if full else allowed[prompt][:, None]
 
-    def norm(self, x: Tensor, gain: Tensor, bias: Optional[Tensor]) -> Tensor:
-        a = self.arch
-        if a.norm == "none":
+    def _mask(self, mask: Tensor, t0: int, T: int, full: bool, window: int) -> Optional[Tensor]:
+        """:meth:`allowed` before the rows are picked: [P | 1, T, N] (None: nothing masked)."""
+        N = t0 + T
+        allowed: Optional[Tensor] = mask[:, None, :N].bool() if not full else \
+            torch.ones(1, 1, N, dtype=torch.bool, device=mask.device)
+        if self.arch.causal or window:
+            allowed = allowed & allowed_keys(T, N, causal=self.arch.causal, window=window, device=mask.device)  # type: ignore[operator]
+        elif full:
+            allowed = None
+        return allowed
+
+    def norm(self, x: Tensor, gain: Optional[Tensor], bias: Optional[Tensor], kind: Optional[str] = None) -> Tensor:
+        """N(x) over the last axis, ``kind`` the model's norm unless given ("layernorm" for an encoder's
+        embedding norm): LayerNorm γ ⊙ (x − μ)/σ + β, RMSNorm γ ⊙ x/σ (half precision: computed in fp32).
+        Safe under autograd (nothing autograd keeps is changed in place): the gradient passes use it too."""
+        kind = kind or self.arch.norm
+        eps = self.arch.norm_eps
+        if kind == "none":
             return x
         if x.dtype in (torch.float32, torch.float64):  # the fused kernels
             d = (x.shape[-1],)
-            if a.norm == "layernorm":
-                return F.layer_norm(x, d, gain, bias, a.norm_eps)
+            if kind == "layernorm":
+                return F.layer_norm(x, d, gain, bias, eps)
             # RMSNorm in three passes (one fused reduction): γ ⊙ x / sqrt(‖x‖²/d + ε)
-            r = (torch.linalg.vector_norm(x, 2, dim=-1, keepdim=True).square_() / d[0]).add_(a.norm_eps).rsqrt_()
-            return (x * r).mul_(gain)
+            r = torch.rsqrt(torch.linalg.vector_norm(x, 2, dim=-1, keepdim=True).square() / d[0] + eps)
+            return (x * r) if gain is None else (x * r).mul_(gain)
         xf = x.float()
-        if a.norm == "layernorm":
+        if kind == "layernorm":
             xf = xf - xf.mean(-1, keepdim=True)
-            y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + a.norm_eps)
-        else:
-            y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + a.norm_eps)
-        y = y.to(x.dtype) * gain
-        return y + bias if (bias is not None and a.norm == "layernorm") else y
+        y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+        y = y if gain is None else y * gain
+        return y + bias if (bias is not None and kind == "layernorm") else y
 
-    def norm_scale(self, x: Tensor) -> Tensor:
+    def norm_scale(self, x: Tensor, kind: Optional[str] = None) -> Tensor:
         """σ of a norm's input (the frozen scale): sqrt(var + ε) or sqrt(mean x² + ε); 1 without norms."""
-        a = self.arch
-        if a.norm == "none":
+        kind = kind or self.arch.norm
+        if kind == "none":
             return torch.ones_like(x[..., :1])
-        xf = x - x.mean(-1, keepdim=True) if a.norm == "layernorm" else x
-        return torch.sqrt(xf.pow(2).mean(-1, keepdim=True) + a.norm_eps)
+        xf = x - x.mean(-1, keepdim=True) if kind == "layernorm" else x
+        return torch.sqrt(xf.pow(2).mean(-1, keepdim=True) + self.arch.norm_eps)
+
+    def norm_vjp(self, g: Tensor, x: Tensor, gain: Optional[Tensor], *, frozen: bool, kind: Optional[str] = None
+                 ) -> Tensor:
+        """Jᵀg for the norm N at input ``x`` (``g`` at N's output; leading axes broadcast against ``x``).
+
+        LayerNorm: Jᵀg = (C(γ⊙g) − x̂ (x̂·γ⊙g)/d)/σ with x̂ = C x/σ; RMSNorm: (γ⊙g − x̂ (x̂·γ⊙g)/d)/σ with
+        x̂ = x/σ. ``frozen`` drops the x̂ term (σ held fixed): γ⊙C(g)/σ, the ledger's map.
+        """
+        kind = kind or self.arch.norm
+        if kind == "none":
+            return g
+        sigma = self.norm_scale(x, kind)
+        u = g * gain if gain is not None else g
+        if frozen:
+            if kind == "layernorm":
+                u = u - u.mean(-1, keepdim=True)
+            return u / sigma
+        xh = (x - x.mean(-1, keepdim=True) if kind == "layernorm" else x) / sigma
+        proj = (xh * u).mean(-1, keepdim=True)
+        if kind == "layernorm":
+            u = u - u.mean(-1, keepdim=True)
+        return (u - xh * proj) / sigma
 
     # ------------------------------------------------------------------ forward pieces
 
@@ -234,17 +266,13 @@ class Engine:
         for t in vals[1:]:
             x = x + t
         w = self.w
-        if w.ln_emb_w is not None:
-            x = self._ln(x, w.ln_emb_w, w.ln_emb_b)
+        if w.ln_emb_w is not None:  # a LayerNorm whatever arch.norm (BERT's embedding norm)
+            x = self.norm(x, w.ln_emb_w, w.ln_emb_b, "layernorm")
         return x
 
-    def _ln(self, x: Tensor, gain: Tensor, bias: Optional[Tensor]) -> Tensor:
-        """A LayerNorm regardless of arch.norm (BERT's embedding norm)."""
-        xc = x - x.mean(-1, keepdim=True)
-        y = xc * torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + self.arch.norm_eps) * gain
-        return y + bias if bias is not None else y
-
     def mlp(self, l: int, h: Tensor) -> Tensor:
+        """Layer l's MLP on its (normalised) input: act(h W_gate + b_gate) ⊙ (h W_in + b_in) W_out + b_out, or
+        act(h W_in + b_in) W_out + b_out (one GEMM for [gate | up]; safe under autograd)."""
         pre = _linear(h, self.W_in[l], None if self.b_in is None else self.b_in[l])
         if self.w.W_gate is not None:
             gate, up = pre.chunk(2, dim=-1)
@@ -252,6 +280,70 @@ class Engine:
         else:
             act = self.act(pre)
         return _linear(act, self.w.W_out[l], None if self.b_out is None else self.b_out[l])
+
+    def project_qkv(self, l: int, h: Tensor) -> Tensor:
+        """Layer l's fused projection of its (normalised) input h [R, T, d]: q | k | v, [R, T, H + 2 Hkv, d_head]."""
+        qkv = _linear(h, self.W_qkv[l], None if self.b_qkv is None else self.b_qkv[l])
+        return qkv.view(*h.shape[:-1], self.H + 2 * self.Hkv, self.dh)
+
+    def position_qk(self, l: int, qk: Tensor, t0: int = 0, *, frozen: bool = False) -> Tensor:
+        """q | k [R, T, H + Hkv, d_head] of positions t0… as layer l scores them: QK-normed (σ held with
+        ``frozen``), then rotated (q and k in one pass); ``qk`` itself when the model does neither."""
+        a, w, H = self.arch, self.w, self.H
+        if a.qk_norm:  # q and k normed (per head, or over the whole projection) before the rotation
+            qk = torch.cat([self.head_norm(qk[:, :, :H], w.q_norm_w[l], frozen=frozen),  # type: ignore[index]
+                            self.head_norm(qk[:, :, H:], w.k_norm_w[l], frozen=frozen)], dim=2)  # type: ignore[index]
+        if a.positional == "rotary":
+            cos, sin = self.rope(t0 + qk.shape[1], l)
+            qk = self.rotate(qk, cos[t0:], sin[t0:])
+        return qk
+
+    def pattern(self, l: int, q: Tensor, k: Tensor, allowed: Optional[Tensor]) -> Tensor:
+        """Layer l's attention pattern A = softmax(cap(q kᵀ · scale) + mask), [R, H, T, N], from q [R, H, T, d_head]
+        and k [R, Hkv, N, d_head] (query head h reads KV head h // group; cap: Gemma 2's c·tanh(s / c), before
+        the mask; the softmax in at least float32)."""
+        R, H, T, dh = q.shape
+        N, a = k.shape[2], self.arch
+        scores = torch.matmul(q.reshape(R, self.Hkv, self.group, T, dh), k[:, :, None].transpose(-1, -2)) * self.scales[l]
+        if a.attn_softcap:
+            scores = torch.tanh(scores / a.attn_softcap) * a.attn_softcap
+        scores = scores.to(self.softmax_dtype)
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed[:, :, None], torch.finfo(self.softmax_dtype).min)
+        return torch.softmax(scores, dim=-1).to(q.dtype).reshape(R, H, T, N)
+
+    def weigh(self, A: Tensor, v: Tensor) -> Tensor:
+        """z = A v per head, [R, T, H, d_head], from A [R, H, T, N] and v [R, Hkv, N, d_head]."""
+        R, H, T, N = A.shape
+        z = torch.matmul(A.view(R, self.Hkv, self.group, T, N), v[:, :, None])  # [R, Hkv, group, T, dh]
+        return z.reshape(R, H, T, -1).transpose(1, 2)
+
+    def attend(self, l: int, q: Tensor, k: Tensor, v: Tensor, allowed: Optional[Tensor]) -> Tensor:
+        """z [R, T, H, d_head] = :meth:`weigh` (:meth:`pattern`, v), fused (one kernel) where the softmax runs
+        in the model's precision and the scores are not capped."""
+        if self.softmax_dtype == q.dtype and not self.arch.attn_softcap:
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=self.scales[l], enable_gqa=self.group > 1)
+            return z.transpose(1, 2)
+        return self.weigh(self.pattern(l, q, k, allowed), v)
+
+    def attention(self, l: int, qkv: Tensor, mask: Tensor, *, frozen: bool = False) -> Tensor:
+        """z [P, T, H, d_head] of layer l for whole prompts from their projections qkv [P, T, H + 2 Hkv, d_head]
+        (no patches; ``frozen`` holds the QK-norm's σ). The gradient passes and the evaluation forward use it."""
+        P, T = qkv.shape[:2]
+        H, Hkv = self.H, self.Hkv
+        qk = self.position_qk(l, qkv[:, :, : H + Hkv], frozen=frozen)
+        allowed = self.allowed(mask, torch.arange(P, device=mask.device), 0, T, self.arch.window(l))
+        return self.attend(l, qk[:, :, :H].transpose(1, 2), qk[:, :, H:].transpose(1, 2),
+                           qkv[:, :, H + Hkv:].transpose(1, 2), allowed)
+
+    def attn_out(self, l: int, z: Tensor) -> Tensor:
+        """Layer l's attention output Σ_h z_h W_O^h + b_O, [R, T, d] (before a sandwich norm)."""
+        return _linear(z.reshape(*z.shape[:2], -1), self.W_O[l], None if self.b_O is None else self.b_O[l])
+
+    def joined(self, l: int, out: Tensor, sublayer: str) -> Tensor:
+        """Layer l's ``sublayer`` ("attn" | "mlp") output as it joins the stream: through its sandwich norm."""
+        gains = self.w.ln1_post_w if sublayer == "attn" else self.w.ln2_post_w
+        return out if gains is None else self.post_norm(out, gains[l])
 
     # ------------------------------------------------------------------ one layer
 
@@ -289,8 +381,7 @@ class Engine:
         x = self._apply(x, by.get("resid_pre"), t0, inplace=inplace)
         keep("resid_pre", x)
         h1 = self.read_norm(x, l, "1")
-        qkv = _linear(h1, self.W_qkv[l], None if self.b_qkv is None else self.b_qkv[l])  # [R, T, (H + 2 Hkv) dh]
-        qkv = qkv.view(R, T, H + 2 * Hkv, dh)
+        qkv = self.project_qkv(l, h1)  # [R, T, H + 2 Hkv, dh]
         q, k, v = qkv[:, :, :H], qkv[:, :, H: H + Hkv], qkv[:, :, H + Hkv:]
         for site, t, W, b in (("q_in", q, w.W_Q, w.b_Q), ("k_in", k, w.W_K, w.b_K), ("v_in", v, w.W_V, w.b_V)):
             for p in by.get(site, ()):  # one reader sees the residual shifted by p.value
@@ -302,15 +393,8 @@ class Engine:
         keep("q", q)
         keep("k", k)
         keep("v", v)
-        if a.positional == "rotary":
-            cos, sin = self.rope(t0 + T, l)
-            qk = qkv[:, :, : H + Hkv]
-            if a.qk_norm:  # q and k normed (per head, or over the whole projection) before the rotation
-                qk = torch.cat([self.head_norm(q, w.q_norm_w[l]), self.head_norm(k, w.k_norm_w[l])], dim=2)  # type: ignore[index]
-            qk = self._rotate(qk, cos[t0:], sin[t0:])  # q and k in one pass
-            q, k = qk[:, :, :H], qk[:, :, H:]
-        elif a.qk_norm:
-            q, k = self.head_norm(q, w.q_norm_w[l]), self.head_norm(k, w.k_norm_w[l])  # type: ignore[index]
+        qk = self.position_qk(l, qkv[:, :, : H + Hkv], t0)
+        q, k = qk[:, :, :H], qk[:, :, H:]
         q = q.transpose(1, 2)  # [R, H, T, dh]
         k = k.transpose(1, 2)  # [R, Hkv, T, dh]
         v = v.transpose(1, 2)
@@ -325,30 +409,16 @@ class Engine:
                 pk, pv = prefix[0][prompt, :, :t0], prefix[1][prompt, :, :t0]
             k = torch.cat([pk, k], dim=2)
             v = torch.cat([pv, v], dim=2)
-        N = t0 + T
-        allowed = self._allowed(mask, prompt, t0, T, a.window(l))  # [R | 1, 1, T, N] or None
-        need_pattern = ("pattern" in by or "pattern" in cap or self.softmax_dtype != self.model.dtype
-                        or bool(a.attn_softcap))
-        if not need_pattern:  # fused attention: z = softmax(q kᵀ · scale + mask) v
-            z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=self.scales[l], enable_gqa=group > 1)
-            z = z.transpose(1, 2)  # [R, T, H, dh]
-        else:
-            qg = q.reshape(R, Hkv, group, T, dh)
-            scores = torch.matmul(qg, k[:, :, None].transpose(-1, -2)) * self.scales[l]  # [R, Hkv, group, T, N]
-            if a.attn_softcap:  # Gemma 2: c·tanh(scores / c), before the mask
-                scores = torch.tanh(scores / a.attn_softcap) * a.attn_softcap
-            scores = scores.to(self.softmax_dtype)
-            if allowed is not None:
-                scores = scores.masked_fill(~allowed[:, :, None], torch.finfo(self.softmax_dtype).min)
-            A = torch.softmax(scores, dim=-1).to(x.dtype).reshape(R, H, T, N)
-            A = self._apply(A, by.get("pattern"), t0, headed=True, pattern=True)
+        allowed = self.allowed(mask, prompt, t0, T, a.window(l))  # [R | 1, 1, T, N] or None
+        if "pattern" in by or "pattern" in cap:
+            A = self._apply(self.pattern(l, q, k, allowed), by.get("pattern"), t0, headed=True, pattern=True)
             keep("pattern", A)
-            z = torch.matmul(A.view(R, Hkv, group, T, N), v[:, :, None])  # [R, Hkv, group, T, dh]
-            z = z.reshape(R, H, T, dh).transpose(1, 2)
+            z = self.weigh(A, v)
+        else:
+            z = self.attend(l, q, k, v, allowed)
         z = self._apply(z, by.get("z"), t0, headed=True)
         keep("z", z)
-        attn = _linear(z.reshape(R, T, H * dh), self.W_O[l], None if self.b_O is None else self.b_O[l])
-        attn = self._apply(self._sandwich(attn, w.ln1_post_w, l, keep, "attn_raw"), by.get("attn_out"), t0)
+        attn = self._apply(self._sandwich(self.attn_out(l, z), w.ln1_post_w, l, keep, "attn_raw"), by.get("attn_out"), t0)
         keep("attn_out", attn)
         # ``inplace`` (the sweep's own rows): the residual is updated in place, x += attn, x += mlp
         if a.norm_placement == "post":

@@ -149,34 +149,35 @@ def _ablation_args(group: PromptGroup, ablation: str) -> dict[str, Any]:
 def _eap(model: Model, group: PromptGroup, ablation: str, steps: int, ig_at: str = "inputs") -> Tensor:
     """Per-prompt EAP / EAP-IG effects [n_edges, P] with the ablated writes of ``ablation`` (``ig_at``: the
     path of "inputs" or "activations", as :func:`interp.edge_attribution`)."""
-    from interp.causal import make_pair
-    from interp.edges import EdgeForward, MetricReader, ablated_writes, circuit_graph
+    from interp.causal import MetricReader, make_pair
+    from interp.edges import EdgeScorer, EdgeWrites, ReaderGradients, ablated_writes, circuit_graph
 
     args = _ablation_args(group, ablation)
     pair = make_pair(model, group.clean, args["corrupt"], group.metric, need_corrupt=ablation == "resample")
     graph = circuit_graph(model)
-    fw = EdgeForward(model, graph, pair.engine)
+    fw = EdgeWrites(model, graph, pair.engine)
+    gradients, scorer = ReaderGradients(fw), EdgeScorer(fw)
     if fw.post:
         raise ArgumentError(f"model {model.name!r} is post-norm; the ground-truth models are norm-free or pre-norm")
     abl = ablated_writes(model, pair, fw, args["ablation"], args.get("reference"), 0)  # None: zero
     P = pair.clean.tokens.shape[0]
-    read = MetricReader(model, pair.bound, torch.arange(P, device=model.device), None)
+    read, prompt = MetricReader(model, pair.bound), torch.arange(P, device=model.device)
     ct, cm = pair.clean.tokens, pair.clean.attention_mask
     every = ig_at == "activations"
     G_sum: Optional[Tensor] = None
     S: Optional[Tensor] = None
     dA: Optional[Tensor] = None
     for k in range(steps, 0, -1):  # α = 1 (the clean run) first: its writes give ΔA
-        gp = fw.gradient(ct, cm, read, mix=None if k == steps else (abl, k / steps, ig_at), keep=k == steps or every)
+        gp = gradients(ct, cm, read, prompt, mix=None if k == steps else (abl, k / steps, ig_at), keep=k == steps or every)
         if k == steps or every:
             dA = fw.delta(abl, gp.acts)  # type: ignore[arg-type]  # ã_w − a_w [P, W, T, d]
         if every:  # ΔA changes along the path: one product per point
-            S_k = fw.scores(dA, gp.G, {}, frozen=False)  # type: ignore[arg-type]
+            S_k = scorer(dA, gp.G, {}, frozen=False)  # type: ignore[arg-type]
             S = S_k if S is None else S.add_(S_k)
         else:
             G_sum = gp.G if G_sum is None else G_sum.add_(gp.G)
     if not every:
-        S = fw.scores(dA, G_sum, {}, frozen=False)  # type: ignore[arg-type]
+        S = scorer(dA, G_sum, {}, frozen=False)  # type: ignore[arg-type]
     if S is None:  # steps ≥ 1 always sets it
         raise ArgumentError(f"steps={steps!r} must be a positive int")
     S = S / steps  # [P, W, R]
@@ -194,7 +195,7 @@ def testable_edges(task: DiscoveryTask, ablation: str, *, atol: float = 1e-5) ->
     """Bool [n_edges]: the true edges (constant channels counted) along which ``ablation`` changes what the
     reader reads on some prompt of ``task`` (module docstring)."""
     from interp.causal import make_pair
-    from interp.edges import Acts, EdgeForward, ablated_writes, circuit_graph
+    from interp.edges import Acts, EdgeWrites, ablated_writes, circuit_graph
 
     check_choice("ablation", ablation, ABLATIONS)
     model = task.model
@@ -205,7 +206,7 @@ def testable_edges(task: DiscoveryTask, ablation: str, *, atol: float = 1e-5) ->
     for g in task.groups:
         args = _ablation_args(g, ablation)
         pair = make_pair(model, g.clean, args["corrupt"], g.metric, need_corrupt=ablation == "resample")
-        fw = EdgeForward(model, graph, pair.engine)
+        fw = EdgeWrites(model, graph, pair.engine)
         a = Acts.of(pair.engine.run(pair.clean.tokens, pair.clean.attention_mask, capture={"z", "mlp_out"}))
         abl = ablated_writes(model, pair, fw, args["ablation"], args.get("reference"), 0)
         D = fw.delta(abl, a)  # ã_w − a_w [P, W, T, d]
@@ -234,24 +235,31 @@ def _acdc(model: Model, task: DiscoveryTask, ablation: str, graph: Any, taus: Se
     """The edges ACDC keeps at each τ (relative to D(∅), the distance with every edge ablated):
     ({τ: bool [n_edges]}, D(∅)); module docstring."""
     from interp.causal import make_pair
-    from interp.edges import EdgeForward, MetricReader, ablated_writes
+    from interp.causal import MetricReader
+    from interp.edges import AblatedForward, EdgeWrites, ablated_writes
 
-    runs = []  # per group: (forward, tokens, mask, ablated writes, metric reader, M(clean))
+    runs: list[tuple[Any, Tensor]] = []  # per group: (the ablated forward of K, M(clean))
     for g in task.groups:
         args = _ablation_args(g, ablation)
         pair = make_pair(model, g.clean, args["corrupt"], g.metric, need_corrupt=ablation == "resample")
-        fw = EdgeForward(model, graph, pair.engine)
-        abl = ablated_writes(model, pair, fw, args["ablation"], args.get("reference"), 0)
-        read = MetricReader(model, pair.bound, torch.arange(g.n_prompts, device=model.device), None)
+        writes = EdgeWrites(model, graph, pair.engine)
+        abl = ablated_writes(model, pair, writes, args["ablation"], args.get("reference"), 0)
+        read, prompt = MetricReader(model, pair.bound), torch.arange(g.n_prompts, device=model.device)
         t, m = pair.clean.tokens, pair.clean.attention_mask
-        runs.append((fw, t, m, abl, read, fw.evaluate(t, m, abl, torch.zeros_like(graph.mask, dtype=torch.float32), read)))
+        fw = AblatedForward(writes)
+
+        def run(K: Tensor, fw: Any = fw, t: Tensor = t, m: Tensor = m, abl: Any = abl, read: Any = read,
+                prompt: Tensor = prompt) -> Tensor:
+            return fw(t, m, abl, K, read, prompt)
+
+        runs.append((run, run(torch.zeros_like(graph.mask, dtype=torch.float32))))
     P = sum(g.n_prompts for g in task.groups)
     ew, er = graph.edge_writer, graph.edge_reader
 
     def distance(keep: Tensor) -> float:
         K = graph.mask.float()
         K[ew[keep], er[keep]] = 0.0  # 1 = ablated
-        return sum(float((fw.evaluate(t, m, abl, K, read) - clean).abs().sum()) for fw, t, m, abl, read, clean in runs) / P
+        return sum(float((run(K) - clean).abs().sum()) for run, clean in runs) / P
 
     cache: dict[bytes, float] = {}
 
