@@ -6,7 +6,7 @@
 * node ids are unique, including where circuit-tracer's own ids collide (layer 0's feature ``l`` at ``p`` and the
   error node of layer ``l`` at ``p``);
 * every link's weight is the graph's adjacency entry for the (target, source) its ids name, the ids parsed back
-  independently of the export code; with both thresholds 1 the links are exactly the nonzero entries;
+  independently of the export code, and the links are exactly the pruned graph's nonzero entries;
 * the pruned file keeps what ``prune`` keeps; the write is atomic (a failing write leaves the old file).
 """
 
@@ -62,12 +62,16 @@ def test_export_schema_ids_and_weights(graph, tmp_path):
     ids = [n["node_id"] for n in data["nodes"]]
     assert len(set(ids)) == len(ids)
     idx = _index(g)
-    assert set(ids) == set(idx)  # thresholds 1: every node kept
+    p = g.prune(1.0, 1.0)  # the export keeps what prune keeps (prune is tested against its definition elsewhere)
+    kept = set(p.node_labels)
+    assert set(ids) == {k for k, i in idx.items() if g.node_labels[i] in kept}
+    assert sum(k in ("token", "logit") for k in g.node_kind) < len(ids)  # features and errors are exported too
     got = {(idx[e["target"]], idx[e["source"]]): e["weight"] for e in data["links"]}
-    t, s = g.adjacency.nonzero(as_tuple=True)
-    want = {(ti, si): float(g.adjacency[ti, si]) for ti, si in zip(t.tolist(), s.tolist())}
-    assert got.keys() == want.keys() and len(data["links"]) == len(want)
-    assert all(got[k] == pytest.approx(want[k], rel=1e-6, abs=0) for k in want)
+    pos = {lab: i for i, lab in enumerate(g.node_labels)}
+    t, s = p.adjacency.nonzero(as_tuple=True)  # the pruned graph's edges, mapped back to the full graph
+    want = {(pos[p.node_labels[ti]], pos[p.node_labels[si]]) for ti, si in zip(t.tolist(), s.tolist())}
+    assert got.keys() == want and len(data["links"]) == len(want)
+    assert all(w == pytest.approx(float(g.adjacency[k]), rel=1e-6, abs=0) and w != 0 for k, w in got.items())
     feats = [n for n in data["nodes"] if n["feature_type"] == "cross layer transcoder"]
     for n in feats:  # activation equals the graph's
         assert n["activation"] == pytest.approx(float(g.activation[idx[n["node_id"]]]), rel=1e-6)
@@ -103,7 +107,7 @@ def test_ids_unique_where_circuit_tracer_collides(tmp_path):
     g = attribution_graph(m, "w1 w2 w3", tcs)
     data = json.loads(g.export(tmp_path / "c.json", node_threshold=1.0, edge_threshold=1.0).read_text())
     ids = [n["node_id"] for n in data["nodes"]]
-    assert "0_1_2" in ids and "err_1_2" in ids and len(set(ids)) == len(ids)
+    assert "0_1_3" in ids and "err_1_3" in ids and len(set(ids)) == len(ids)  # at the last position: kept
     js = [n["jsNodeId"] for n in data["nodes"] if n["feature_type"] != "cross layer transcoder"]
     assert len(set(js)) == len(js)
 
