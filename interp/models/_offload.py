@@ -90,7 +90,7 @@ class LayerStack:
             "the model without device_map")
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
+        if name.startswith("_"):  # private / protocol lookups (copy, pickle, hasattr probes) are plain misses
             raise AttributeError(name)
         return self._refuse(f".{name}")
 
