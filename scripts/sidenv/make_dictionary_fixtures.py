@@ -8,7 +8,7 @@ transcoder's output, skip term included). interp's loaders are tested on these f
 Run in the side environments (never interp's):
 
     /work/sidenv/sae/bin/python scripts/sidenv/make_dictionary_fixtures.py saelens sparsify   # sae-lens 6.54, eai-sparsify 1.3
-    /work/sidenv/ct/bin/python scripts/sidenv/make_dictionary_fixtures.py circuit_tracer     # circuit-tracer 0.5.0
+    /work/sidenv/ct/bin/python scripts/sidenv/make_dictionary_fixtures.py circuit_tracer gemma_scope_2  # circuit-tracer 0.5.0
 
 (the environments: ``python -m venv DIR; DIR/bin/pip install torch==2.13.0`` first, then
 ``sae-lens eai-sparsify``, or ``circuit-tracer==0.5.0 "nnsight<0.8"``).
@@ -117,7 +117,29 @@ def circuit_tracer() -> None:
                                       "transcoders:\n" + "".join(f"  - {f}\n" for f in files))
 
 
+def gemma_scope_2() -> None:
+    """Gemma Scope 2's transcoder keys (w_enc [d, F], w_dec, b_enc, b_dec, threshold, affine_skip_connection
+    [d_in, d_out]), read back by circuit-tracer's own load_gemma_scope_2_transcoder for the expected numbers."""
+    from circuit_tracer.transcoder.single_layer_transcoder import load_gemma_scope_2_transcoder
+
+    x = torch.randn(5, D, generator=torch.Generator().manual_seed(1))
+    root = OUT / "gemma_scope_2"
+    root.mkdir(parents=True, exist_ok=True)
+    for l in range(LAYERS):
+        g = torch.Generator().manual_seed(300 + l)
+        t = {"w_enc": torch.randn(D, F, generator=g) / D ** 0.5, "w_dec": torch.randn(F, D, generator=g) / F ** 0.5,
+             "b_enc": torch.randn(F, generator=g) * 0.1, "b_dec": torch.randn(D, generator=g) * 0.1,
+             "threshold": torch.rand(F, generator=g) * 0.1,
+             "affine_skip_connection": torch.randn(D, D, generator=g) * 0.05}
+        path = root / f"layer_{l}.safetensors"
+        save_file(t, str(path))
+        tc = load_gemma_scope_2_transcoder(str(path), l, device=torch.device("cpu"), dtype=torch.float32)
+        save_file({"x": x, "acts": tc.encode(x).detach().contiguous(), "out": tc(x).detach().contiguous()},
+                  str(root / f"expected_{l}.safetensors"))
+
+
 if __name__ == "__main__":
     for what in sys.argv[1:]:
-        {"saelens": saelens, "sparsify": sparsify, "circuit_tracer": circuit_tracer}[what]()
+        {"saelens": saelens, "sparsify": sparsify, "circuit_tracer": circuit_tracer,
+         "gemma_scope_2": gemma_scope_2}[what]()
         print("wrote", what)

@@ -1,7 +1,8 @@
 """load_transcoders on dictionaries written by SAELens's, sparsify's and circuit-tracer's own save functions.
 
 The fixtures (fixtures/dictionaries/, written by scripts/sidenv/make_dictionary_fixtures.py in side environments
-with sae-lens 6.54.12, eai-sparsify 1.3.3 and circuit-tracer 0.5.0) hold, beside each dictionary, an input x and
+with sae-lens 6.54.12, eai-sparsify 1.3.3 and circuit-tracer 0.5.0; Gemma Scope 2's keys read back by
+circuit-tracer's loader) hold, beside each dictionary, an input x and
 what the library's own code computed from it: its feature activations and its output (skip term included).
 interp's loaded Transcoder must give the same numbers; residual SAEs and bad inputs are refused with typed errors.
 """
@@ -65,6 +66,15 @@ def test_circuit_tracer_written_transcoders(llama):
     for l, tc in enumerate(tcs):
         assert tc.activation == "jumprelu" and tc.W_skip is not None
         _check(tc, load_file(str(FIX / "circuit_tracer" / f"expected_{l}.safetensors")))
+
+
+def test_gemma_scope_2_keys(llama):
+    """Gemma Scope 2's key names and layouts (w_enc [d, F], affine_skip_connection [d_in, d_out]); the expected
+    numbers are those of circuit-tracer's own load_gemma_scope_2_transcoder on the same files."""
+    tcs = load_transcoders(FIX / "gemma_scope_2", llama)
+    for l, tc in enumerate(tcs):
+        assert tc.activation == "jumprelu" and tc.W_skip is not None
+        _check(tc, load_file(str(FIX / "gemma_scope_2" / f"expected_{l}.safetensors")))
 
 
 def test_loaded_transcoders_build_a_closed_graph(llama):
