@@ -32,10 +32,10 @@ class AblatedForward:
         self.ew, self.e, self.a, self.w = writes, writes.e, writes.a, writes.w
 
     def _ln1(self, l: int, x: Tensor) -> Tensor:
-        return x if self.ew.post else self.e.norm(x, self.w.ln1_w[l], self.w.ln1_b[l])
+        return self.e.read_norm(x, l, "1")
 
     def _ln2(self, l: int, x: Tensor) -> Tensor:
-        return x if self.ew.post else self.e.norm(x, self.w.ln2_w[l], self.w.ln2_b[l])
+        return self.e.read_norm(x, l, "2")
 
     def __call__(self, tokens: Tensor, mask: Tensor, abl: Optional[Acts], K: Tensor, read: Any, prompt: Tensor
                  ) -> Tensor:
@@ -210,7 +210,7 @@ class AblatedForward:
         W = e.W_qkv[l].view(d, n, ew.dh).permute(1, 0, 2)  # [n, d, dh]
         b = e.b_qkv[l].view(n, ew.dh) if e.b_qkv is not None else torch.zeros(n, ew.dh, dtype=X.dtype, device=X.device)
         kind = self.a.norm
-        if ew.post or kind == "none" or X.dtype in (torch.float16, torch.bfloat16):
+        if not ew.own_norm or X.dtype in (torch.float16, torch.bfloat16):
             out = torch.bmm(self._ln1(l, X), W)
         else:
             gain, beta = self.w.ln1_w[l], self.w.ln1_b[l]

@@ -46,9 +46,6 @@ class ReaderGradients:
     def __init__(self, writes: EdgeWrites):
         self.ew, self.e, self.a, self.w = writes, writes.e, writes.a, writes.w
 
-    def _ln1(self, l: int, x: Tensor) -> Tensor:
-        return x if self.ew.post else self.e.norm(x, self.w.ln1_w[l], self.w.ln1_b[l])
-
     def __call__(self, tokens: Tensor, mask: Tensor, read: Any, prompt: Tensor, *, scale: str = "recomputed",
                  mix: Optional[tuple[Optional[Acts], float, str]] = None, keep: bool = False) -> GradientPass:
         """G for prompts ``prompt`` (``tokens`` [P, T] are theirs).
@@ -83,7 +80,7 @@ class ReaderGradients:
             mids: list[Tensor] = []  # the stream each MLP reads (before ln2)
             for l in range(a.n_layers):
                 xin.append(x.detach())
-                qkv = e.project_qkv(l, self._ln1(l, x))  # [P, T, H + 2 Hkv, dh]
+                qkv = e.project_qkv(l, e.read_norm(x, l, "1"))  # [P, T, H + 2 Hkv, dh]
                 handles.append(qkv)
                 qkvs.append(qkv.detach())
                 z = e.attention(l, qkv, mask, frozen=frozen)
@@ -107,9 +104,9 @@ class ReaderGradients:
                     ms.append(None)
                     continue
                 mids.append(mid.detach())
-                # the MLP's own copy of its input: without a norm (post-norm, or norm-free models such as tracr's)
-                # the norm would return `mid` itself, and its gradient would include the residual path past the MLP
-                h2 = mid * 1.0 if ew.post or a.norm == "none" else e.norm(mid, w.ln2_w[l], w.ln2_b[l])
+                # the MLP's own copy of its input: without a norm of its own (post-norm, OLMo 2, norm-free models
+                # such as tracr's) it is `mid` itself, whose gradient would include the residual path past the MLP
+                h2 = e.read_norm(mid, l, "2") if ew.own_norm else mid * 1.0
                 handles.append(h2)
                 m = e.joined(l, e.mlp(l, h2), "mlp")
                 ms.append(m.detach())
@@ -138,7 +135,7 @@ class ReaderGradients:
                 if g2 is None:
                     G[:, r] = 0.0
                 else:
-                    G[:, r] = g2 if ew.post else e.norm_vjp(g2, mids[l], w.ln2_w[l], frozen=frozen)
+                    G[:, r] = e.norm_vjp(g2, mids[l], w.ln2_w[l], frozen=frozen) if ew.own_norm else g2
         gy = grads[-1]
         if gy is None:
             G[:, ew.out_r] = 0.0
@@ -159,7 +156,7 @@ class ReaderGradients:
         P, T = g.shape[:2]
         n, dh, d = ew.H + 2 * ew.Hkv, ew.dh, a.d_model
         W = e.W_qkv[l]  # [d, n dh]
-        plain = ew.post or a.norm == "none"
+        plain = not ew.own_norm
         if not plain:
             ln = a.norm == "layernorm"
             sigma = e.norm_scale(x)  # [P, T, 1]

@@ -66,6 +66,8 @@ class EdgeWrites:
         a = model.arch
         self.a, self.w = a, model.weights
         self.post = a.norm_placement == "post"
+        #: a reader has a norm of its own in front (pre-norm blocks; not post-norm, not OLMo 2's raw reads)
+        self.own_norm = not self.post and a.pre_norms and a.norm != "none"
         self.has_mlp = self.e.has_mlp
         self.W, self.R = len(graph.writers), len(graph.readers)
         wi, ri = graph.writer_info, graph.reader_info

@@ -1,6 +1,7 @@
 """Edge attribution and circuit evaluation on the families added as capabilities (Qwen 2, Mistral with a
-sliding window, Gemma, Phi-3, GPT-J, Qwen 3 with QK-norm, Gemma 3 with sandwich norms and QK-norm), each
-against a computation that does not use the edge engine:
+sliding window, Gemma, Phi-3, GPT-J, Qwen 3 with QK-norm, Gemma 3 with sandwich norms and QK-norm, OLMo 2
+whose sublayers read the raw stream under a QK-norm over the whole projection), each against a computation
+that does not use the edge engine:
 
 * every edge in → the Hugging Face model's own metric on the clean prompts, no edge → on the corrupt ones;
 * EAP's edges into the metric with norm scales frozen (``scale="frozen"``) are the differences of the
