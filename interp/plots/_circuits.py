@@ -1,7 +1,7 @@
 """OV/QK circuit figures: copying-score map, OV eigenvalues in the complex plane, top-token tables.
 
-* Copying score (Elhage et al. 2021 §3 "Copying / primitive in-context learning"; DESIGN
-  "Math" 8): for a head's full OV circuit M = W_E W_OV W_U, the nonzero eigenvalues λ of M
+* Copying score (Elhage et al. 2021 §3 "Copying / primitive in-context learning"; docs/math.md
+  §11): for a head's full OV circuit M = W_E W_OV W_U, the nonzero eigenvalues λ of M
   equal those of the d_head × d_head cyclic product, and score = Σλ / Σ|λ| ∈ [−1, 1]
   (1 for a pure copier, −1 for an anti-copier). The map shows it per layer × head.
 * Eigenvalue scatter: λ_i of one head's OV circuit (``FactoredMatrix.eigenvalues``) as points

@@ -5,8 +5,8 @@ Steps (each timed; the times go into ``results.json``):
 1. Trace the prompt once (:func:`interp.trace`): the prediction and its top-k alternatives
    (decoders), and the residual stream of the last token (the residual-stream picture).
 2. Attribute the answer's logit (minus the wrong answer's, if given) to every head, MLP,
-   embedding and bias with the final norm frozen (:func:`interp.attribute_logits`; DESIGN
-   "Math" 5) — the heatmap, the waterfall and the closure error |Σ terms − model logit|.
+   embedding and bias with the final norm frozen (:func:`interp.attribute_logits`; docs/math.md
+   §5) — the heatmap, the waterfall and the closure error |Σ terms − model logit|.
    Encoders have no logits: their mean-pooled final hidden state h̄ is attributed along its
    own direction (:func:`interp.attribution.attribute_direction`), so the terms sum to ‖h̄‖.
 3. The top heads by |attribution|: their attention patterns on the prompt, the Q/K/V

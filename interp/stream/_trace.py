@@ -1,7 +1,7 @@
 """trace(): one hooked forward pass, and exact decompositions of every read and resid point.
 
-Algorithm (Elhage et al. 2021, "A Mathematical Framework", §2 the residual stream; DESIGN
-"Math" 1–3). For a read point R and directions U [k, d_model] (the identity basis unless the
+Algorithm (Elhage et al. 2021, "A Mathematical Framework", §2 the residual stream; docs/math.md
+§2–4). For a read point R and directions U [k, d_model] (the identity basis unless the
 caller projects):
 
 1. Walk the block program (:func:`interp.models.build_program`) backwards from R, carrying U and a

@@ -303,7 +303,7 @@ def test_qk_weights_give_hf_attention(models, hf_models, ids, family):
 
 
 def test_bert_bridge_hook_semantics(models, ids):
-    """Regression pin (DESIGN 'Pitfalls'): on BERT the bridge's hook_attn_out is *after* the
+    """Regression pin: on BERT the bridge's hook_attn_out is *after* the
     post-norm LN1 (= the block's mid residual), not the attention sublayer's output, and
     hook_resid_mid is LN2's input. The sublayer output is attn.o.hook_out."""
     m = models["bert"]
