@@ -23,8 +23,9 @@ FAMILIES = ("gpt2", "llama", "neox", "bert")
 #: √d embedding scale, MQA), Phi-3 (fused matrices, partial rotary), GPT-J (parallel block with one norm,
 #: adjacent-pair partial rotary, lm_head bias), Qwen 3 (QK-norm), Gemma 2 (sandwich norms, soft-capped
 #: scores and logits, alternating windows), Gemma 3 (sandwich norms, QK-norm, a rotary table per layer type),
-#: OLMo 2 (output norms without pre-norms, QK-norm over the whole projection, GQA).
-MORE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text", "olmo2")
+#: OLMo 2 (output norms without pre-norms, QK-norm over the whole projection, GQA), Mixtral (mixture-of-experts
+#: MLPs: 4 experts, the router's top 2).
+MORE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text", "olmo2", "mixtral")
 #: Of those, the ones whose blocks EAP, edge patching and circuit evaluation implement.
 EDGE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text", "olmo2")
 #: Of those, the ones whose logits are linear in the final stream (Gemma 2 soft-caps them).
@@ -106,6 +107,11 @@ def tiny_config(family: str, *, n_layers: int = 2):
             num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
             intermediate_size=64, max_position_embeddings=64, **common,
         )
+    elif family == "mixtral":  # 4 experts, 2 per token: each expert's MLP is d_mlp 16 wide
+        c = transformers.MixtralConfig(
+            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
+            intermediate_size=16, max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2, **common,
+        )
     elif family == "gemma2":
         c = transformers.Gemma2Config(
             num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, head_dim=8,
@@ -129,6 +135,8 @@ def tiny_config(family: str, *, n_layers: int = 2):
     else:
         raise ValueError(family)
     c._attn_implementation = "eager"
+    if family == "mixtral":  # the experts one by one (HF's default grouped GEMM refuses float64)
+        c._experts_implementation = "eager"
     return c
 
 

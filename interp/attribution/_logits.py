@@ -33,6 +33,7 @@ from interp.attribution._answers import TokenSpec, resolve_positions, warn_unspa
 from interp.attribution._result import LogitAttribution
 from interp.attribution._sources import head_source_terms, require_head_sources
 from interp.attribution._targets import Targets, coefficients, combine, plan_reads, resolve_targets
+from interp.engine import require_capabilities
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Attn, Bias, Head, HeadSource, parse
 from interp.models import Model
@@ -275,6 +276,8 @@ def attribute_logits(
         raise UnsupportedOperationError(f"multi_token answers are teacher-forced, which needs a causal model; "
                                         f"{model.name!r} is bidirectional")
     neuron_layers = tuple(range(arch.n_layers)) if unit == "neuron" else ()
+    if neuron_layers:  # a mixture of experts' neurons are its experts', scaled by the router: not split yet
+        require_capabilities(model, "attribute_logits(unit='neuron')", "experts")
     show = progress if progress is not None else n > batch_size
 
     chunks: list[dict[str, Any]] = []

@@ -53,7 +53,7 @@ def _embed_nodes(model: Model) -> list[Node]:
 
 
 def _has_mlp(model: Model) -> bool:
-    return not model.arch.attn_only and model.weights.W_in.shape[-1] > 0
+    return not model.arch.attn_only and (model.weights.W_in.shape[-1] > 0 or model.arch.n_experts > 0)
 
 
 def resolve_nodes(model: Model, nodes: Any, *, name: str = "nodes") -> tuple[list[Node], str]:

@@ -232,6 +232,8 @@ def folded_writes(model: Model, fold_norms: bool) -> FoldedWrites:
     """W_E, W_pos, W_O, W_out, centred for LayerNorm models."""
     w = model.weights
     pa, pm = post_gain(model, "attn"), post_gain(model, "mlp")
+    if not model.arch.attn_only:
+        _need_mlp(model)
     return {
         "W_E": fold_write(model, w.W_E, fold_norms),
         "W_pos": None if w.W_pos is None else fold_write(model, w.W_pos, fold_norms),
@@ -256,3 +258,8 @@ def need_unembed(model: Model) -> Tensor:
 def _need_mlp(model: Model) -> None:
     if model.arch.attn_only:
         raise UnsupportedOperationError(f"model {model.name!r} is attention-only: it has no MLP weights")
+    if model.arch.n_experts:
+        raise UnsupportedOperationError(
+            f"model {model.name!r} has mixture-of-experts MLPs ({model.arch.n_experts} experts, the router's top "
+            f"{model.arch.experts_per_token} per token): an MLP's read and write depend on the token's routing, "
+            "which the weight-only circuits do not model yet (heads' circuits work)")

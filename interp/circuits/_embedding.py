@@ -30,7 +30,7 @@ from torch import Tensor
 
 from interp._norms import norm_scale
 from interp._validate import check_bool, check_positive_int
-from interp.circuits._common import check_model, fold_write
+from interp.circuits._common import _need_mlp, check_model, fold_write
 from interp.errors import UnsupportedArchitectureError, UnsupportedOperationError
 from interp.models import Model
 
@@ -63,6 +63,8 @@ def effective_embedding(model: Model, *, fold_norms: bool = True,
     check_bool("fold_norms", fold_norms)
     check_positive_int("batch_size", batch_size)
     a, w = model.arch, model.weights
+    if a.n_experts:
+        _need_mlp(model)
     if a.attn_only or w.W_in.shape[-1] == 0:
         raise UnsupportedOperationError(
             f"model {model.name!r} is attention-only: it has no MLP, so its effective embedding is the raw W_E")

@@ -22,7 +22,7 @@ from typing import Any, Optional
 from torch import Tensor
 
 from interp import labels as L
-from interp.circuits._common import fold_read, fold_write, folded_unembed, post_gain
+from interp.circuits._common import _need_mlp, fold_read, fold_write, folded_unembed, post_gain
 from interp.errors import LabelError, UnsupportedOperationError
 from interp.models import Model, program_position
 
@@ -177,6 +177,8 @@ def write_matrix(model: Model, w: Write, fold_norms: bool) -> Tensor:
     elif w.kind == "head":
         M, post = W.W_O[w.layer, w.head], post_gain(model, "attn")
     else:
+        if model.arch.n_experts:
+            _need_mlp(model)
         M, post = W.W_out[w.layer], post_gain(model, "mlp")
     return fold_write(model, M, fold_norms, None if post is None else post[w.layer])
 
@@ -189,6 +191,8 @@ def read_matrix(model: Model, r: Read, fold_norms: bool) -> Tensor:
     if r.kind in ("q", "k", "v"):
         M = {"q": W.W_Q, "k": W.W_K, "v": W.W_V}[r.kind][r.layer, r.head]
         return fold_read(model, M, W.ln1_w[r.layer], fold_norms)
+    if model.arch.n_experts:
+        _need_mlp(model)
     if r.kind == "mlp.gate" and W.W_gate is None:
         raise LabelError(f"model {model.name!r} has no gated MLP (no '{L.MlpInput(r.layer, 'gate')}' read)")
     M = W.W_in[r.layer] if r.kind == "mlp.in" or W.W_gate is None else W.W_gate[r.layer]

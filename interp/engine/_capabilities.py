@@ -22,6 +22,7 @@ CAPABILITIES: dict[str, tuple[Any, str]] = {
                            "a QK-norm over the whole projected q and k (one σ shared by every head, OLMo 2)"),
     "no_pre_norms": (lambda a: not a.pre_norms, "no norm in front of its sublayers (output norms only, OLMo 2)"),
     "sandwich_norms": (lambda a: a.sandwich_norms, "sandwich norms (a norm on each sublayer's output before it is added)"),
+    "experts": (lambda a: a.n_experts > 0, "mixture-of-experts MLPs (a router's top-k experts per token)"),
     "attn_softcap": (lambda a: bool(a.attn_softcap), "soft-capped attention scores"),
     "final_softcap": (lambda a: bool(a.final_softcap), "soft-capped logits"),
 }

@@ -100,7 +100,7 @@ class Engine:
         self.b_qkv = _nonzero(torch.cat([w.b_Q.reshape(L, -1), w.b_K.reshape(L, -1), w.b_V.reshape(L, -1)], dim=1))
         self.W_O = per_layer(lambda W: W.flatten(-3, -2), w.W_O)  # [L, (n h), m]
         self.b_O = _nonzero(w.b_O)
-        self.has_mlp = not a.attn_only and w.W_in.shape[-1] > 0
+        self.has_mlp = not a.attn_only and (w.W_in.shape[-1] > 0 or a.n_experts > 0)
         if self.has_mlp:
             from transformers.activations import ACT2FN
 
@@ -273,6 +273,8 @@ class Engine:
     def mlp(self, l: int, h: Tensor) -> Tensor:
         """Layer l's MLP on its (normalised) input: act(h W_gate + b_gate) ⊙ (h W_in + b_in) W_out + b_out, or
         act(h W_in + b_in) W_out + b_out (one GEMM for [gate | up]; safe under autograd)."""
+        if self.arch.n_experts:
+            return self.experts(l, h)
         pre = _linear(h, self.W_in[l], None if self.b_in is None else self.b_in[l])
         if self.w.W_gate is not None:
             gate, up = pre.chunk(2, dim=-1)
@@ -280,6 +282,25 @@ class Engine:
         else:
             act = self.act(pre)
         return _linear(act, self.w.W_out[l], None if self.b_out is None else self.b_out[l])
+
+    def experts(self, l: int, h: Tensor) -> Tensor:
+        """A mixture-of-experts MLP on h [..., d_model]: Σ_{e ∈ top k} r_e · MLP_e(h), r = softmax(h W_router)
+        (in float32, as the model's router) renormalised over its top k, MLP_e(h) = act(h W_gate^e) ⊙ (h W_in^e)
+        W_out^e. Each expert runs on the tokens routed to it only."""
+        w, k = self.w, self.arch.experts_per_token
+        x = h.reshape(-1, h.shape[-1])
+        probs = torch.softmax((x @ w.W_router[l]).float(), dim=-1)  # type: ignore[index]
+        top, idx = torch.topk(probs, k, dim=-1)  # [N, k]
+        top = top / top.sum(-1, keepdim=True)
+        out = torch.zeros_like(x)
+        for e in range(self.arch.n_experts):
+            tok, slot = torch.nonzero(idx == e, as_tuple=True)
+            if tok.numel() == 0:
+                continue
+            xe = x[tok]
+            a = self.act(xe @ w.W_gate_e[l, e]) * (xe @ w.W_in_e[l, e])  # type: ignore[index]
+            out = out.index_add(0, tok, ((a @ w.W_out_e[l, e]) * top[tok, slot, None]).to(x.dtype))  # type: ignore[index]
+        return out.view(h.shape)
 
     def project_qkv(self, l: int, h: Tensor) -> Tensor:
         """Layer l's fused projection of its (normalised) input h [R, T, d]: q | k | v, [R, T, H + 2 Hkv, d_head]."""

@@ -6,6 +6,8 @@ The block layouts (docs/math.md §1):
       x_mid = x + Attn(N1(x));  x_out = x_mid + MLP(N2(x_mid))
 * sandwich (Gemma 2/3): x_mid = x + N1'(Attn(N1(x)));  x_out = x_mid + N2'(MLP(N2(x_mid)))
 * output norms only (OLMo 2, ``pre_norms=False``): x_mid = x + N1'(Attn(x));  x_out = x_mid + N2'(MLP(x_mid))
+* mixture of experts (Mixtral, ``n_experts``): the MLP is Σ_{e ∈ top-k(x)} r_e(x) · MLP_e(N2(x_mid)), r the
+  router's softmax renormalised over the top k
 * parallel (GPT-NeoX; GPT-J with one norm for both): x_out = x + Attn(N1(x)) + MLP(N2(x))
 * post-norm encoder (BERT): x_mid = N1(x + Attn(x));  x_out = N2(x_mid + MLP(x_mid))
 
@@ -35,6 +37,7 @@ SUPPORTED_FAMILIES: dict[str, str] = {
     "phi3": "phi3",
     "qwen3": "qwen3",
     "olmo2": "olmo2",
+    "mixtral": "mixtral",
     "gemma2": "gemma2",
     "gemma3_text": "gemma3_text",
     "gptj": "gptj",
@@ -46,7 +49,6 @@ SUPPORTED_FAMILIES: dict[str, str] = {
 #: one is refused (never analysed with a forward that would silently differ from its own).
 NOT_YET_SUPPORTED: dict[str, str] = {
     "gemma3": "the multimodal wrapper (load its text model, model_type 'gemma3_text')",
-    "mixtral": "mixture-of-experts MLP blocks",
     "olmoe": "mixture-of-experts MLP blocks",
 }
 
@@ -74,6 +76,9 @@ class ArchInfo:
     * ``norm`` (kind) and ``norm_placement``; :attr:`group_size` and :meth:`kv_head` (GQA);
     * ``pre_norms`` — a pre-norm block's sublayers read N1(x) / N2(x_mid); False (OLMo 2): they read the
       raw stream x / x_mid, and the only norms are the sublayer output norms and the final one;
+    * ``n_experts`` / ``experts_per_token`` — a mixture-of-experts MLP: r = softmax(h W_router), the top k
+      renormalised to sum to 1, MLP(h) = Σ_{e ∈ top k} r_e MLP_e(h) (Mixtral); the expert weights are
+      ``Weights.W_in_e`` etc. and the dense ``W_in`` / ``W_out`` are empty;
     * ``qk_norm`` with ``qk_norm_scope`` — "head": q_h ↦ γ ⊙ q_h / rms(q_h) per head over d_head (one γ
       [d_head] shared by the heads); "projection": q ↦ γ ⊙ q / rms(q) over the whole projected q
       [n_heads·d_head] (k over n_kv_heads·d_head), one σ per position shared by every head, and γ
@@ -116,6 +121,8 @@ class ArchInfo:
     qk_norm_scope: Literal["head", "projection"] = "head"  # over each head's d_head, or the whole projection
     sandwich_norms: bool = False  # a norm on each sublayer's output before it is added (Gemma 2/3, OLMo 2)
     pre_norms: bool = True  # each sublayer reads the stream through its own norm N1/N2; False: the raw stream
+    n_experts: int = 0  # a mixture-of-experts MLP with this many experts per layer (Mixtral); 0 = one dense MLP
+    experts_per_token: int = 0  # the router's top k: each token's MLP is its k experts weighted by the router
     attn_softcap: float = 0.0  # scores ↦ c·tanh(scores/c) before the mask (Gemma 2); 0 = none
     final_softcap: float = 0.0  # logits ↦ c·tanh(logits/c) (Gemma 2); 0 = none
 
@@ -159,7 +166,7 @@ def arch_from_hf_config(config: Any, *, name: str, has_unembed: bool = True) -> 
             f"{sorted(SUPPORTED_FAMILIES)} (pre-norm LayerNorm, pre-norm RMSNorm+GQA+RoPE, "
             "parallel attn/MLP, post-norm encoder)" + (f"; the nearest supported family is {near[0]!r}" if near else "")
         )
-    if family in ("llama", "qwen2", "mistral", "gemma", "phi3", "qwen3", "olmo2", "gemma2", "gemma3_text"):
+    if family in ("llama", "qwen2", "mistral", "gemma", "phi3", "qwen3", "olmo2", "mixtral", "gemma2", "gemma3_text"):
         return _llama_like(config, name=name, family=family, has_unembed=has_unembed)
     if family == "gptj":
         d_model, n_heads = config.n_embd, config.n_head
@@ -253,6 +260,8 @@ def _llama_like(config: Any, *, name: str, family: str, has_unembed: bool) -> Ar
         qk_norm_scope="projection" if family == "olmo2" else "head",
         sandwich_norms=family in ("gemma2", "gemma3_text", "olmo2"),
         pre_norms=family != "olmo2",
+        n_experts=int(config.num_local_experts) if family == "mixtral" else 0,
+        experts_per_token=int(config.num_experts_per_tok) if family == "mixtral" else 0,
         attn_softcap=float(getattr(config, "attn_logit_softcapping", None) or 0.0),
         final_softcap=float(getattr(config, "final_logit_softcapping", None) or 0.0),
     )

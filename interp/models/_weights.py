@@ -69,6 +69,12 @@ class Weights:
     # d_head] / [n_layers, n_kv_heads, d_head] (scope "projection": the projection-wide gain split per head)
     q_norm_w: Optional[Float[Tensor, "n_layers *heads d_head"]] = None
     k_norm_w: Optional[Float[Tensor, "n_layers *heads d_head"]] = None
+    # a mixture-of-experts MLP (Mixtral): the router and each expert's gated MLP (the dense W_in, W_gate, W_out
+    # are then empty, d_mlp wide 0)
+    W_router: Optional[Float[Tensor, "n_layers d_model n_experts"]] = None
+    W_in_e: Optional[Float[Tensor, "n_layers n_experts d_model d_mlp"]] = None
+    W_gate_e: Optional[Float[Tensor, "n_layers n_experts d_model d_mlp"]] = None
+    W_out_e: Optional[Float[Tensor, "n_layers n_experts d_mlp d_model"]] = None
 
     def to(self, device: Any = None, dtype: Any = None) -> "Weights":
         """A copy with every tensor moved/cast."""
@@ -115,7 +121,7 @@ def weights_from_hf(hf_model: torch.nn.Module, arch: ArchInfo) -> Weights:
     """Read the weights of a loaded HF model of a supported family into TL layout."""
     sd = dict(hf_model.state_dict())  # detached tensors sharing the model's storage
     builder = {"gpt2": _gpt2, "llama": _llama, "qwen2": _llama, "mistral": _llama, "gemma": _llama,
-               "phi3": _llama, "qwen3": _llama, "olmo2": _llama, "gemma2": _llama, "gemma3_text": _llama, "gptj": _gptj, "gpt_neox": _neox, "bert": _bert}[arch.family]
+               "phi3": _llama, "qwen3": _llama, "olmo2": _llama, "mixtral": _llama, "gemma2": _llama, "gemma3_text": _llama, "gptj": _gptj, "gpt_neox": _neox, "bert": _bert}[arch.family]
     with torch.no_grad():
         per_layer, glob = builder(sd, arch)
         stacked = {k: _stack(v) for k, v in per_layer.items()}
@@ -234,7 +240,13 @@ def _llama(sd: dict[str, Tensor], a: ArchInfo):
             wq, wk, wv = sd[b + "self_attn.qkv_proj.weight"].split([H * dh, Hkv * dh, Hkv * dh], dim=0)
         else:
             wq, wk, wv = (sd[b + f"self_attn.{n}_proj.weight"] for n in "qkv")
-        if b + "mlp.gate_up_proj.weight" in sd:  # Phi-3: gate | up rows in one matrix
+        moe: dict[str, Tensor] = {}
+        if a.n_experts:  # Mixtral: a router [E, d] and experts' gate | up [E, 2 d_mlp, d] and down [E, d, d_mlp]
+            gu, down = sd[b + "mlp.experts.gate_up_proj"], sd[b + "mlp.experts.down_proj"]
+            moe = {"W_router": sd[b + "mlp.gate.weight"].T, "W_gate_e": gu[:, : a.d_mlp].transpose(1, 2),
+                   "W_in_e": gu[:, a.d_mlp:].transpose(1, 2), "W_out_e": down.transpose(1, 2)}
+            w_gate = w_up = wq.new_zeros(0, a.d_model)  # the dense MLP is empty
+        elif b + "mlp.gate_up_proj.weight" in sd:  # Phi-3: gate | up rows in one matrix
             w_gate, w_up = sd[b + "mlp.gate_up_proj.weight"].chunk(2, dim=0)
         else:
             w_gate, w_up = sd[b + "mlp.gate_proj.weight"], sd[b + "mlp.up_proj.weight"]
@@ -255,9 +267,10 @@ def _llama(sd: dict[str, Tensor], a: ArchInfo):
             "W_O": _split_heads_out(o, H),
             "b_O": sd.get(b + "self_attn.o_proj.bias", zeros_d),
             "W_in": w_up.T, "W_gate": w_gate.T,
-            "b_in": sd.get(b + "mlp.up_proj.bias", torch.zeros(a.d_mlp, dtype=wq.dtype, device=wq.device)),
-            "b_gate": sd.get(b + "mlp.gate_proj.bias", torch.zeros(a.d_mlp, dtype=wq.dtype, device=wq.device)),
-            "W_out": sd[b + "mlp.down_proj.weight"].T, "b_out": sd.get(b + "mlp.down_proj.bias", zeros_d),
+            "b_in": sd.get(b + "mlp.up_proj.bias", wq.new_zeros(w_up.shape[0])),
+            "b_gate": sd.get(b + "mlp.gate_proj.bias", wq.new_zeros(w_up.shape[0])),
+            "W_out": sd[b + "mlp.down_proj.weight"].T if not a.n_experts else wq.new_zeros(0, a.d_model),
+            "b_out": sd.get(b + "mlp.down_proj.bias", zeros_d), **moe,
             "ln1_w": pre1, "ln1_b": zeros_d, "ln2_w": pre2, "ln2_b": zeros_d,
             **({"ln1_post_w": gain(sd[b + "post_attention_layernorm.weight"]),
                 "ln2_post_w": gain(sd[b + "post_feedforward_layernorm.weight"])} if a.sandwich_norms else {}),

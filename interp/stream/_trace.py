@@ -34,6 +34,7 @@ from interp.models import ArchInfo, Event, Model, Weights, build_program, resid_
 from interp.stream._capture import capture
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch, as_batch, check_tensor_data, require_model
+from interp.engine import require_capabilities
 from interp.stream._keep import check_keep, keep_hooks, kept_tensor
 from interp.stream._projected import capture_projected
 from interp.stream._walk import fill, plan_walk, project_term, scale_chain, sigma
@@ -282,6 +283,8 @@ def trace(
             raise ArgumentError(f"neurons={list(neurons)!r} has layers {bad} outside [0, {arch.n_layers - 1}]")
     if neuron_layers and arch.attn_only:
         raise ArgumentError(f"neurons={neurons!r}: model {model.name!r} is attention-only (no MLP neurons)")
+    if neuron_layers:  # a mixture of experts' neurons are its experts', scaled by the router: not split yet
+        require_capabilities(model, f"trace(neurons={neurons!r})", "experts")
     has_types = "token_type_embed.hook_out" in model.bridge.hook_dict
     # [batch, pos] ids: one list of strings per prompt
     str_tokens = cast(list[list[str]], model.to_str_tokens(batch.tokens)) if model.tokenizer is not None else None
