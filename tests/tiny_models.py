@@ -27,7 +27,7 @@ FAMILIES = ("gpt2", "llama", "neox", "bert")
 #: MLPs: 4 experts, the router's top 2).
 MORE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text", "olmo2", "mixtral")
 #: Of those, the ones whose blocks EAP, edge patching and circuit evaluation implement.
-EDGE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text", "olmo2")
+EDGE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text", "olmo2", "mixtral")
 #: Of those, the ones whose logits are linear in the final stream (Gemma 2 soft-caps them).
 LINEAR_LOGITS = tuple(f for f in MORE_FAMILIES if f != "gemma2")
 #: Families whose Hugging Face forward rounds through float32 inside attention even in a float64 model

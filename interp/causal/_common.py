@@ -52,10 +52,6 @@ def _embed_nodes(model: Model) -> list[Node]:
     return out
 
 
-def _has_mlp(model: Model) -> bool:
-    return not model.arch.attn_only and (model.weights.W_in.shape[-1] > 0 or model.arch.n_experts > 0)
-
-
 def resolve_nodes(model: Model, nodes: Any, *, name: str = "nodes") -> tuple[list[Node], str]:
     """(nodes, kind) from a node-set name or a list of labels; kind is the set name or "labels"."""
     a = model.arch
@@ -66,14 +62,14 @@ def resolve_nodes(model: Model, nodes: Any, *, name: str = "nodes") -> tuple[lis
         if nodes == "patterns":
             return [Node(Head(l, h), "pattern", l, h) for l in range(L) for h in range(H)], nodes
         if nodes == "mlps":
-            if not _has_mlp(model):
+            if not model.has_mlp:
                 raise ArgumentError(f"{name}='mlps': model {model.name!r} has no MLP sublayers (attention-only)")
             return [Node(Mlp(l), "mlp_out", l) for l in range(L)], nodes
         if nodes == "components":
             out = _embed_nodes(model)
             for l in range(L):
                 out += [Node(Head(l, h), "z", l, h) for h in range(H)]
-                if _has_mlp(model):
+                if model.has_mlp:
                     out.append(Node(Mlp(l), "mlp_out", l))
             return out, nodes
         if nodes == "resid":
@@ -116,7 +112,7 @@ def _check_node(model: Model, lab: Any, name: str) -> Node:
             raise LabelError(f"{name}={str(lab)!r}: {lab.which} head {lab.head} does not exist; {what} are 0..{n - 1}")
         return Node(lab, lab.which, layer, lab.head)
     if isinstance(lab, Mlp):
-        if not _has_mlp(model):
+        if not model.has_mlp:
             raise LabelError(f"{name}={str(lab)!r}: model {model.name!r} has no MLPs")
         return Node(lab, "mlp_out", layer)
     if isinstance(lab, Attn):

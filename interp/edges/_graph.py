@@ -60,10 +60,6 @@ class ReaderInfo:
     head: int
 
 
-def _has_mlp(model: Model) -> bool:
-    return not model.arch.attn_only and model.weights.W_in.shape[-1] > 0
-
-
 def _writers(model: Model) -> list[WriterInfo]:
     a, w = model.arch, model.weights
     out = [WriterInfo(str(Embed("token")), "embed", -1, -1, "embed.token")]
@@ -71,7 +67,7 @@ def _writers(model: Model) -> list[WriterInfo]:
         out.append(WriterInfo(str(Embed("pos")), "embed", -1, -1, "embed.pos"))
     if w.W_type is not None:
         out.append(WriterInfo(str(Embed("type")), "embed", -1, -1, "embed.type"))
-    mlp = _has_mlp(model)
+    mlp = model.has_mlp
     for l in range(a.n_layers):
         out += [WriterInfo(str(Head(l, h)), "head", l, h, "z") for h in range(a.n_heads)]
         if mlp:
@@ -82,7 +78,7 @@ def _writers(model: Model) -> list[WriterInfo]:
 def _readers(model: Model) -> list[ReaderInfo]:
     a = model.arch
     out: list[ReaderInfo] = []
-    mlp = _has_mlp(model)
+    mlp = model.has_mlp
     for l in range(a.n_layers):
         out += [ReaderInfo(str(HeadInput(l, "q", h)), "q", l, h) for h in range(a.n_heads)]
         out += [ReaderInfo(str(HeadInput(l, "k", g)), "k", l, g) for g in range(a.n_kv_heads)]

@@ -100,7 +100,7 @@ class Engine:
         self.b_qkv = _nonzero(torch.cat([w.b_Q.reshape(L, -1), w.b_K.reshape(L, -1), w.b_V.reshape(L, -1)], dim=1))
         self.W_O = per_layer(lambda W: W.flatten(-3, -2), w.W_O)  # [L, (n h), m]
         self.b_O = _nonzero(w.b_O)
-        self.has_mlp = not a.attn_only and (w.W_in.shape[-1] > 0 or a.n_experts > 0)
+        self.has_mlp = model.has_mlp
         if self.has_mlp:
             from transformers.activations import ACT2FN
 

@@ -45,6 +45,11 @@ class Model:
     def dtype(self) -> torch.dtype:
         return self.weights.W_E.dtype
 
+    @property
+    def has_mlp(self) -> bool:
+        """Whether the blocks have an MLP sublayer (dense, or routed experts): the one check every engine uses."""
+        return not self.arch.attn_only and (self.weights.W_in.shape[-1] > 0 or self.arch.n_experts > 0)
+
     def _need_tokenizer(self) -> Any:
         if self.tokenizer is None:
             raise UnsupportedOperationError(
