@@ -4,7 +4,7 @@ The curated public API (explicit re-exports only). See docs/api.md. Figure build
 ``interp.plots``; weight-only circuit maths in ``interp.circuits``.
 """
 
-from interp.errors import AblationWarning, CompletenessWarning, InterpError, InterpWarning, TokenSpacingWarning
+from interp.errors import AblationWarning, CompletenessWarning, ContextLengthWarning, InterpError, InterpWarning, TokenSpacingWarning
 from interp.attribution import LogitAttribution, OVAt, attribute_direction, attribute_logits, ov_at
 from interp.causal import (
     KL, Direction, Effects, Logit, LogitDiff, LogitLens, LogProb, Metric, PatchResult, Prob, attribution_patch, effects,
@@ -61,6 +61,7 @@ __all__ = [
     "InterpWarning",
     "AblationWarning",
     "CompletenessWarning",
+    "ContextLengthWarning",
     "TokenSpacingWarning",
     "KL",
     "Logit",

@@ -38,6 +38,7 @@ __all__ = [
     "TokenSpacingWarning",
     "AblationWarning",
     "CompletenessWarning",
+    "ContextLengthWarning",
 ]
 
 
@@ -119,6 +120,11 @@ class AblationWarning(InterpWarning):
 class CompletenessWarning(InterpWarning):
     """Attribution scores whose completeness sum is far from what it should add up to (M(corrupt) −
     M(clean)): the first-order estimate is poor; more integration steps or another method is the fix."""
+
+
+class ContextLengthWarning(InterpWarning):
+    """A prompt longer than the sequences its feature dictionaries were trained on: the features' activations
+    past that length are out of distribution (the graph still closes exactly, through larger error nodes)."""
 
 
 def warn_user(message: str, category: type[InterpWarning]) -> None:

@@ -93,8 +93,10 @@ def _read_ct_layer(path: Path, dtype: torch.dtype) -> Transcoder:
             kk = int(k)
         except ValueError:
             raise ResultFormatError(f"path={str(path)!r}: metadata k={k!r} is not an int") from None
+        ctx = meta.get("context_length")
         return _make(path, dtype, W_enc=t["W_enc"], b_enc=t["b_enc"], W_dec=t["W_dec"], b_dec=t["b_dec"],
-                     W_skip=t.get("W_skip"), activation="topk", k=kk)
+                     W_skip=t.get("W_skip"), activation="topk", k=kk,
+                     context_length=int(ctx) if ctx is not None and ctx.isdigit() else None)
     return _make(path, dtype, W_enc=t["W_enc"], b_enc=t["b_enc"], W_dec=t["W_dec"], b_dec=t["b_dec"],
                  W_skip=t.get("W_skip"), activation="relu" if thr is None else "jumprelu",
                  threshold=None if thr is None else thr.reshape(-1))
@@ -167,9 +169,11 @@ def _saelens_one(d: Path, dtype: torch.dtype) -> tuple[int, Transcoder]:
         _need(p, t, ("threshold",))
     if "skip" in arch:
         _need(p, t, ("W_skip",))
+    ctx = meta.get("context_size", cfg.get("context_size"))  # the training sequence length, where recorded
     return layer, _make(p, dtype, W_enc=t["W_enc"].T, b_enc=t["b_enc"], W_dec=t["W_dec"], b_dec=t["b_dec"],
                         W_skip=t.get("W_skip"), activation=act,
-                        threshold=None if act != "jumprelu" else t["threshold"].reshape(-1))
+                        threshold=None if act != "jumprelu" else t["threshold"].reshape(-1),
+                        context_length=ctx if isinstance(ctx, int) and ctx > 0 else None)
 
 
 def _sparsify_one(d: Path, dtype: torch.dtype) -> tuple[int, Transcoder]:

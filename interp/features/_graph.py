@@ -29,7 +29,7 @@ from torch import Tensor
 
 from interp.attribution import TokenSpec, resolve_tokens
 from interp.engine import Engine, RunCache
-from interp.errors import ArgumentError, UnsupportedArchitectureError
+from interp.errors import ArgumentError, ContextLengthWarning, UnsupportedArchitectureError, warn_user
 from interp.features._result import AttributionGraph
 from interp.features._transcoder import Transcoder
 from interp.labels import Feature, FeatureError
@@ -164,8 +164,15 @@ class _Real:
 
 def real_forward(model: Model, tokens: Tensor, mask: Tensor, transcoders: Sequence[Transcoder],
                  capture: Iterable[str] = ()) -> _Real:
-    """Run ``tokens`` [1, n] once on the engine and read what the replacement model needs (:class:`_Real`)."""
+    """Run ``tokens`` [1, n] once on the engine and read what the replacement model needs (:class:`_Real`).
+    A prompt longer than the dictionaries' training sequences warns (:class:`ContextLengthWarning`)."""
     a = model.arch
+    trained = [t.context_length for t in transcoders if t.context_length is not None]
+    if trained and tokens.shape[1] > min(trained):
+        warn_user(f"the prompt has {tokens.shape[1]} tokens but the transcoders were trained on sequences of "
+                  f"{min(trained)}: their features past position {min(trained) - 1} are out of distribution (the "
+                  "graph still closes, through larger error nodes); shorten the prompt or train on longer "
+                  "sequences (train_transcoders(seq_len=...))", ContextLengthWarning)
     e = Engine(model)
     dt = torch.float64 if model.dtype == torch.float64 else torch.float32
     tcs = [t.to(device=tokens.device, dtype=dt) for t in transcoders]

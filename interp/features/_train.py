@@ -215,11 +215,12 @@ class _State:
     def params(self) -> list[Tensor]:
         return [self.W_enc, self.b_enc, self.W_dec, self.b_dec]
 
-    def transcoders(self, k: int) -> list[Transcoder]:
+    def transcoders(self, k: int, context_length: Optional[int] = None) -> list[Transcoder]:
         """The trained transcoders on the model's own scale: W_enc / s_x, W_dec · s_y, b_dec · s_y."""
         with torch.no_grad():
             return [Transcoder(self.W_enc[i] / self.sx[i], self.b_enc[i].clone(), self.W_dec[i] * self.sy[i],
-                               self.b_dec[i] * self.sy[i, 0], activation="topk", k=k) for i in range(self.W_enc.shape[0])]
+                               self.b_dec[i] * self.sy[i, 0], activation="topk", k=k, context_length=context_length)
+                    for i in range(self.W_enc.shape[0])]
 
 
 def _init(s: _State, x: Tensor, y: Tensor, k: int) -> None:
@@ -318,8 +319,10 @@ def _save_final(root: Path, layers: list[int], tcs: list[Transcoder], metrics: d
     for l, t in zip(layers, tcs):
         ts = {"W_enc": t.W_enc, "W_dec": t.W_dec, "b_enc": t.b_enc, "b_dec": t.b_dec}
 
-        def write(p: str, ts: dict[str, Tensor] = ts, k: Optional[int] = t.k) -> None:
-            save_file({name: v.contiguous() for name, v in ts.items()}, p, metadata={"k": str(k)})
+        meta = {"k": str(t.k)} | ({} if t.context_length is None else {"context_length": str(t.context_length)})
+
+        def write(p: str, ts: dict[str, Tensor] = ts, meta: dict[str, str] = meta) -> None:
+            save_file({name: v.contiguous() for name, v in ts.items()}, p, metadata=meta)
 
         _atomic(root / f"layer_{l}.safetensors", write)
     _atomic(root / "metrics.json", lambda p: Path(p).write_text(json.dumps(metrics, indent=1)))  # written last
@@ -334,7 +337,8 @@ def _load_final(root: Path) -> tuple[list[Transcoder], dict[str, Any]]:
         for l in metrics["layers"]:
             with safe_open(str(root / f"layer_{l}.safetensors"), framework="pt") as f:
                 t = {k: f.get_tensor(k) for k in ("W_enc", "W_dec", "b_enc", "b_dec")}
-            tcs.append(Transcoder(t["W_enc"], t["b_enc"], t["W_dec"], t["b_dec"], activation="topk", k=metrics["config"]["k"]))
+            tcs.append(Transcoder(t["W_enc"], t["b_enc"], t["W_dec"], t["b_dec"], activation="topk", k=metrics["config"]["k"],
+                                   context_length=metrics["config"].get("seq_len")))
     except Exception as e:  # OSError, JSON and safetensors' own errors, a bad shape
         raise ResultFormatError(f"the cached transcoders in {str(root)!r} are damaged ({type(e).__name__}: {e}); "
                                 "delete that directory to retrain") from None
@@ -482,7 +486,7 @@ def train_transcoders(
     finally:
         bar.close()
     seconds = time.perf_counter() - t0
-    tcs = s.transcoders(k)
+    tcs = s.transcoders(k, seq_len)
     m = _evaluate(e, held, layers_, tcs, batch_size, model.device)
     m.update(layers=layers_, config=config, train_seconds=seconds if start == 0 else None,
              tokens_per_second=(n_steps * step_tokens / seconds) if start == 0 and seconds > 0 else None)

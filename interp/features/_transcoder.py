@@ -32,7 +32,8 @@ ACTIVATIONS = ("relu", "jumprelu", "topk")
 class Transcoder:
     """One layer's transcoder (see the module docstring): W_enc [F, d], b_enc [F], W_dec [F, d], b_dec [d],
     an optional W_skip [d, d] (out += x W_skipᵀ), ``activation`` in :data:`ACTIVATIONS`, ``threshold`` [F]
-    for "jumprelu" and ``k`` for "topk"."""
+    for "jumprelu" and ``k`` for "topk". ``context_length``: the sequence length it was trained on, where known
+    (longer prompts warn with :class:`interp.ContextLengthWarning`)."""
 
     W_enc: Float[Tensor, "n_features d_model"]
     b_enc: Float[Tensor, "n_features"]
@@ -42,6 +43,7 @@ class Transcoder:
     activation: str = "relu"
     threshold: Optional[Float[Tensor, "n_features"]] = None
     k: Optional[int] = None
+    context_length: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.activation not in ACTIVATIONS:
@@ -56,6 +58,8 @@ class Transcoder:
             raise ArgumentError(f"W_skip {tuple(self.W_skip.shape)} must be [{d}, {d}]")
         if self.activation == "jumprelu" and (self.threshold is None or tuple(self.threshold.shape) != (F_,)):
             raise ArgumentError(f"activation='jumprelu' needs threshold of shape [{F_}]")
+        if self.context_length is not None and not (isinstance(self.context_length, int) and self.context_length > 0):
+            raise ArgumentError(f"context_length={self.context_length!r} must be a positive int (or None: unknown)")
         if self.activation == "topk" and not (isinstance(self.k, int) and 0 < self.k <= F_):
             raise ArgumentError(f"activation='topk' needs k in [1, {F_}], got k={self.k!r}")
 
@@ -103,4 +107,4 @@ class Transcoder:
         mv = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
         opt = lambda t: None if t is None else mv(t)  # noqa: E731
         return Transcoder(mv(self.W_enc), mv(self.b_enc), mv(self.W_dec), mv(self.b_dec), opt(self.W_skip),
-                          self.activation, opt(self.threshold), self.k)
+                          self.activation, opt(self.threshold), self.k, self.context_length)
