@@ -82,8 +82,9 @@ def ray_eap(n: int, batch_size: int) -> None:
 
 
 _PROBE = r"""
-import json, os, resource, sys, tempfile, time
-rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+import json, os, sys, tempfile, time
+# this process's own peak (VmHWM, MiB): ru_maxrss would start at the parent's RSS (Linux keeps it across exec)
+rss = lambda: int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM:")).split()[1]) / 1024
 import torch, interp
 imports = rss()
 mode, n_attr, n_patch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

@@ -29,6 +29,9 @@ ALLOWED = {
     "circuits/_basis.py": ['f"L{l}.resid[{i}]"'],  # a coordinate of the residual basis, not a stream label
     "plots/_stream.py": ['f"L{lab.layer}.{lab.where}"'],  # short axis name of a resid point: "L3.pre"
     "plots/_scores.py": ['f"L{l}"'],  # a layer's axis tick
+    "features/_contexts.py": ['out[f"L{l}.F{fi}"]'],  # contexts keyed by a feature of the dictionary, any position
+    "features/_intervene.py": ['return f"L{self.layer}.F{self.feature}{at} {what}"'],  # an intervention's description
+    "features/_qk.py": ['title=f"QK attribution of L{self.layer}.H{self.head}'],  # a plot title
     "plots/_circuit_graph.py": ['''f"L{layer} {'attn' if sub == 0 else 'mlp'}"'''],  # a column's tick text
 }
 

@@ -151,8 +151,9 @@ def test_too_small_a_cap_for_smollm2_names_the_block_size():
 # ---------------------------------------------------------------- smollm2 past memory: values and peak memory
 
 _PROBE = textwrap.dedent("""
-    import json, os, resource, sys, tempfile
-    rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB (Linux: KiB)
+    import json, os, sys, tempfile
+    # this process's own peak (VmHWM, MiB): ru_maxrss would start at the parent's RSS (Linux keeps it across exec)
+    rss = lambda: int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM:")).split()[1]) / 1024
     import torch, interp
     imports = rss()
     mode, out = sys.argv[1], sys.argv[2]
