@@ -22,7 +22,7 @@ l), never by materialising the model's Jacobian. docs/math.md §26.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -162,6 +162,21 @@ class _Real:
                 for l in range(len(self.tcs))]
 
 
+def one_prompt(model: Model, prompt: Any) -> tuple[Tensor, Tensor]:
+    """``prompt`` (a string or token ids [1, pos]) as (tokens [1, n], attention mask [1, n]); more than one refused."""
+    batch = as_batch(model, prompt)
+    if batch.tokens.shape[0] != 1:
+        raise ArgumentError(f"prompt must be one prompt (a string or token ids [1, pos]), got {batch.tokens.shape[0]}")
+    return batch.tokens, batch.attention_mask
+
+
+def position(name: str, value: Any, n: int) -> int:
+    """An int in [−n, n − 1] (negative counts back from the end) as its index in [0, n)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not -n <= value < n:
+        raise ArgumentError(f"{name}={value!r} must be an int in [{-n}, {n - 1}] for a prompt of {n} tokens")
+    return value % n
+
+
 def real_forward(model: Model, tokens: Tensor, mask: Tensor, transcoders: Sequence[Transcoder],
                  capture: Iterable[str] = ()) -> _Real:
     """Run ``tokens`` [1, n] once on the engine and read what the replacement model needs (:class:`_Real`).
@@ -242,14 +257,9 @@ def attribution_graph(
         raise ArgumentError(f"desired_logit_prob={desired_logit_prob!r} must be a number in (0, 1]")
     if wrong is not None and target is None:
         raise ArgumentError("wrong= needs target= (the output is the logit difference target − wrong)")
-    batch = as_batch(model, prompt)
-    tokens, mask = batch.tokens, batch.attention_mask
-    if tokens.shape[0] != 1:
-        raise ArgumentError(f"prompt must be one prompt (a string or token ids [1, pos]), got {tokens.shape[0]}")
+    tokens, mask = one_prompt(model, prompt)
     n = tokens.shape[1]
-    if not isinstance(pos, int) or not -n <= pos < n:
-        raise ArgumentError(f"pos={pos!r} must be an int in [{-n}, {n - 1}] for a prompt of {n} tokens")
-    pos = pos % n
+    pos = position("pos", pos, n)
     a = model.arch
     real = real_forward(model, tokens, mask, transcoders)
     frozen, tcs, feats, acts, pre_real, errs = real.frozen, real.tcs, real.feats, real.acts, real.pre, real.errs

@@ -35,11 +35,11 @@ from interp._result import Result
 from interp.attribution import TokenSpec, resolve_tokens
 from interp.engine import Patch
 from interp.errors import ArgumentError
-from interp.features._graph import _check, _Real, _tok, real_forward
+from interp.features._graph import _check, _Real, _tok, one_prompt, position, real_forward
 from interp.features._transcoder import Transcoder
 from interp.labels import Feature, parse
 from interp.models import Model
-from interp.stream import as_batch, require_model
+from interp.stream import require_model
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -239,14 +239,9 @@ def intervene(
         raise ArgumentError(f"top_k={top_k!r} must be a positive int")
     if wrong is not None and target is None:
         raise ArgumentError("wrong= needs target= (the metric is the logit difference target − wrong)")
-    batch = as_batch(model, prompt)
-    tokens, mask = batch.tokens, batch.attention_mask
-    if tokens.shape[0] != 1:
-        raise ArgumentError(f"prompt must be one prompt (a string or token ids [1, pos]), got {tokens.shape[0]}")
+    tokens, mask = one_prompt(model, prompt)
     n = tokens.shape[1]
-    if not isinstance(pos, int) or isinstance(pos, bool) or not -n <= pos < n:
-        raise ArgumentError(f"pos={pos!r} must be an int in [{-n}, {n - 1}] for a prompt of {n} tokens")
-    pos %= n
+    pos = position("pos", pos, n)
     ivs = _interventions(interventions, transcoders, n)
     real = real_forward(model, tokens, mask, transcoders)
     fr = real.frozen

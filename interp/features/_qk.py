@@ -28,11 +28,11 @@ from torch import Tensor
 from interp._result import Result
 from interp.engine import allowed_keys, apply_rotary
 from interp.errors import ArgumentError
-from interp.features._graph import _check, real_forward
+from interp.features._graph import _check, one_prompt, real_forward
 from interp.features._transcoder import Transcoder
 from interp.labels import Feature, FeatureError
 from interp.models import Model
-from interp.stream import as_batch, require_model
+from interp.stream import require_model
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -62,10 +62,7 @@ def qk_attribution(
     require_model(model)
     _check(model, transcoders)
     a = model.arch
-    batch = as_batch(model, prompt)
-    tokens, mask = batch.tokens, batch.attention_mask
-    if tokens.shape[0] != 1:
-        raise ArgumentError(f"prompt must be one prompt (a string or token ids [1, pos]), got {tokens.shape[0]}")
+    tokens, mask = one_prompt(model, prompt)
     n = tokens.shape[1]
     layer = _int("layer", layer, 0, a.n_layers - 1)
     head = _int("head", head, 0, a.n_heads - 1)
