@@ -5,6 +5,7 @@ Nothing here uses interp: the tests judge interp's files with these.
 
 from __future__ import annotations
 
+import contextlib
 import html.parser
 import json
 import os
@@ -14,6 +15,7 @@ import subprocess
 import tempfile
 import zlib
 from pathlib import Path
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -193,3 +195,31 @@ TIME_NEWPLOT = """
   }});
 })();
 """
+
+
+@contextlib.contextmanager
+def offline_page(chrome: str, *, width: int, height: int = 1000) -> Iterator[tuple[Any, list[str], list[str]]]:
+    """A Playwright page in the system Chromium (``chrome``) whose every request but the page's own file and inline
+    data is refused: yields (page, attempted URLs, page errors); the browser is closed on the way out."""
+    from playwright.sync_api import sync_playwright
+
+    attempted: list[str] = []
+    errors: list[str] = []
+
+    def refuse(route: Any) -> Any:  # the page may read its own file and inline data, nothing else
+        url = route.request.url
+        if url.startswith(("file:", "data:", "blob:")):
+            return route.continue_()
+        attempted.append(url)
+        return route.abort()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chrome, args=["--no-sandbox"])
+        try:
+            ctx = browser.new_context(viewport={"width": width, "height": height})
+            ctx.route("**/*", refuse)
+            page = ctx.new_page()
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            yield page, attempted, errors
+        finally:
+            browser.close()

@@ -19,7 +19,7 @@ import pytest
 from interp.causal import LogitDiff
 from interp.plots import circuit_graph_figure
 from interp.report import circuit_report
-from plots_helpers import chromium_path
+from plots_helpers import chromium_path, offline_page
 from tiny_models import tiny_model
 
 CLEAN = ["w1 w2 w3 w4 w1 w2", "w5 w6 w7 w8 w5 w6", "w9 w10 w11 w12 w9 w10"]
@@ -173,103 +173,83 @@ def test_smollm2_factual_page_in_chromium(tmp_path):
 
 def _check_in_chromium(out: Path, index: Path, n_layers: int, shots: Path) -> None:
     """Open the page at 1,400 px with every network request refused and check what a reader sees."""
-    from playwright.sync_api import sync_playwright
-
     chrome = _chromium()
     r, _, e = _faith(out)
     by_edge = {x["edge"]: x for x in e["edges"]}
-    attempted: list[str] = []
+    with offline_page(chrome, width=WIDTH) as (page, attempted, errors):
+        page.goto(index.resolve().as_uri())
+        page.wait_for_function("!document.getElementById('interp-status')", timeout=90_000)
+        page.wait_for_timeout(300)
+        assert errors == [] and attempted == []
+        page.locator("#graph").scroll_into_view_if_needed()
+        m = page.evaluate(_MEASURE)
+        shot = shots / f"circuit-graph-{n_layers}-layers-1400.png"
+        page.locator("#graph").screenshot(path=str(shot))
+        page.screenshot(path=str(shots / "circuit-page-1400.png"), full_page=True)
+        if os.environ.get("INTERP_SCREENSHOTS"):  # keep them for a person to look at
+            shutil.copy(shot, Path(os.environ["INTERP_SCREENSHOTS"]) / shot.name)
 
-    def refuse(route):  # the page may read its own file and inline data, nothing else
-        url = route.request.url
-        if url.startswith(("file:", "data:", "blob:")):
-            return route.continue_()
-        attempted.append(url)
-        return route.abort()
+        # nothing scrolls sideways: the page, and each section (the graph's card had a scrollbar)
+        assert m["page"][0] <= WIDTH and m["page"][1] <= WIDTH, m["page"]
+        wide = [s for s in m["sections"] if s[1] > s[2]]
+        assert wide == [], wide
+        left, right, top, bottom = m["figure"]
+        assert 0 <= left and right <= WIDTH
+        # every layer's label is drawn, inside the figure and the window
+        names = [t[0] for t in m["ticks"]]
+        assert [f"L{i}" for i in range(n_layers)] == [n for n in names if n.startswith("L")], names
+        for name, l0, r0, t0, b0 in m["ticks"]:
+            assert left <= l0 and r0 <= right and r0 <= WIDTH, (name, l0, r0, left, right)
+        ticks = sorted(m["ticks"], key=lambda t: t[1])
+        overlaps = [(a[0], b[0]) for a, b in zip(ticks, ticks[1:]) if a[2] > b[1] + 0.5]
+        assert overlaps == [], overlaps
+        # the legend is whole: every entry inside the figure, none scrolled out of view
+        lg = m["legend"]
+        assert left <= lg[0] and lg[1] <= right and top <= lg[2] and lg[3] <= bottom, (lg, m["figure"])
+        assert m["legend_items"] and not m["legend_scrolls"]
+        for item in m["legend_items"]:
+            assert left <= item[1] and item[2] <= right and top <= item[3] and item[4] <= bottom, item
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chrome, args=["--no-sandbox"])
-        try:
-            ctx = browser.new_context(viewport={"width": WIDTH, "height": 1000})
-            ctx.route("**/*", refuse)
-            page = ctx.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.goto(index.resolve().as_uri())
-            page.wait_for_function("!document.getElementById('interp-status')", timeout=90_000)
+        # it opens on the default circuit
+        d = r["graph_default"]
+        assert m["curves"] == d["n_edges"]
+
+        # hovering an edge's middle shows its score and its exact patching effect
+        trace = page.evaluate("() => { const t = document.querySelector('#graph .js-plotly-plot').data[0];"
+                              " return {x: Array.from(t.x), y: Array.from(t.y), h: t.hovertext}; }")
+        pts = [_point(page, x, y) for x, y in zip(trace["x"], trace["y"])]
+        exact = [i for i, h in enumerate(trace["h"]) if "exact patching effect" in h]
+        assert exact, "no exactly patched edge in the circuit drawn first"
+
+        def isolation(i):
+            return min(((pts[i][0] - q[0]) ** 2 + (pts[i][1] - q[1]) ** 2) ** 0.5
+                       for j, q in enumerate(pts) if j != i) if len(pts) > 1 else 1e9
+
+        target = max(exact, key=isolation)
+        page.mouse.move(*pts[target])
+        page.locator("#graph .hoverlayer .hovertext").first.wait_for(timeout=10_000)
+        lines = page.evaluate("() => [...document.querySelectorAll('#graph .hoverlayer .hovertext tspan.line')]"
+                              ".map(t => t.textContent)")
+        text = "\n".join(lines)
+        edge = re.fullmatch(r"(\S+) → (\S+)", lines[0]) if lines else None
+        assert edge, text
+        rec = by_edge[f"{edge.group(1)}→{edge.group(2)}"]
+        assert rec["exact"] is not None and f"{edge.group(1)} → {edge.group(2)}" in trace["h"][target]
+        score = float(re.search(r"score (\S+)", text).group(1))
+        effect = float(re.search(r"exact patching effect (\S+)", text).group(1))
+        assert score == pytest.approx(rec["score"], rel=1e-3, abs=1e-9)
+        assert effect == pytest.approx(rec["exact"], rel=1e-3, abs=1e-9)
+        page.mouse.move(5, 5)
+
+        # the slider changes the edges drawn: click each step's label
+        steps = r["graph_steps"]
+        labels = page.locator("#graph .slider-label")
+        assert labels.count() == len(steps)
+        for k in [0, len(steps) - 1, d["step"]]:
+            box = labels.nth(k).bounding_box()
+            rail = page.locator("#graph .slider-rail-touch-rect").bounding_box()
+            page.mouse.click(box["x"] + box["width"] / 2, rail["y"] + rail["height"] / 2)
             page.wait_for_timeout(300)
-            assert errors == [] and attempted == []
-            page.locator("#graph").scroll_into_view_if_needed()
-            m = page.evaluate(_MEASURE)
-            shot = shots / f"circuit-graph-{n_layers}-layers-1400.png"
-            page.locator("#graph").screenshot(path=str(shot))
-            page.screenshot(path=str(shots / "circuit-page-1400.png"), full_page=True)
-            if os.environ.get("INTERP_SCREENSHOTS"):  # keep them for a person to look at
-                shutil.copy(shot, Path(os.environ["INTERP_SCREENSHOTS"]) / shot.name)
-
-            # nothing scrolls sideways: the page, and each section (the graph's card had a scrollbar)
-            assert m["page"][0] <= WIDTH and m["page"][1] <= WIDTH, m["page"]
-            wide = [s for s in m["sections"] if s[1] > s[2]]
-            assert wide == [], wide
-            left, right, top, bottom = m["figure"]
-            assert 0 <= left and right <= WIDTH
-            # every layer's label is drawn, inside the figure and the window
-            names = [t[0] for t in m["ticks"]]
-            assert [f"L{i}" for i in range(n_layers)] == [n for n in names if n.startswith("L")], names
-            for name, l0, r0, t0, b0 in m["ticks"]:
-                assert left <= l0 and r0 <= right and r0 <= WIDTH, (name, l0, r0, left, right)
-            ticks = sorted(m["ticks"], key=lambda t: t[1])
-            overlaps = [(a[0], b[0]) for a, b in zip(ticks, ticks[1:]) if a[2] > b[1] + 0.5]
-            assert overlaps == [], overlaps
-            # the legend is whole: every entry inside the figure, none scrolled out of view
-            lg = m["legend"]
-            assert left <= lg[0] and lg[1] <= right and top <= lg[2] and lg[3] <= bottom, (lg, m["figure"])
-            assert m["legend_items"] and not m["legend_scrolls"]
-            for item in m["legend_items"]:
-                assert left <= item[1] and item[2] <= right and top <= item[3] and item[4] <= bottom, item
-
-            # it opens on the default circuit
-            d = r["graph_default"]
-            assert m["curves"] == d["n_edges"]
-
-            # hovering an edge's middle shows its score and its exact patching effect
-            trace = page.evaluate("() => { const t = document.querySelector('#graph .js-plotly-plot').data[0];"
-                                  " return {x: Array.from(t.x), y: Array.from(t.y), h: t.hovertext}; }")
-            pts = [_point(page, x, y) for x, y in zip(trace["x"], trace["y"])]
-            exact = [i for i, h in enumerate(trace["h"]) if "exact patching effect" in h]
-            assert exact, "no exactly patched edge in the circuit drawn first"
-
-            def isolation(i):
-                return min(((pts[i][0] - q[0]) ** 2 + (pts[i][1] - q[1]) ** 2) ** 0.5
-                           for j, q in enumerate(pts) if j != i) if len(pts) > 1 else 1e9
-
-            target = max(exact, key=isolation)
-            page.mouse.move(*pts[target])
-            page.locator("#graph .hoverlayer .hovertext").first.wait_for(timeout=10_000)
-            lines = page.evaluate("() => [...document.querySelectorAll('#graph .hoverlayer .hovertext tspan.line')]"
-                                  ".map(t => t.textContent)")
-            text = "\n".join(lines)
-            edge = re.fullmatch(r"(\S+) → (\S+)", lines[0]) if lines else None
-            assert edge, text
-            rec = by_edge[f"{edge.group(1)}→{edge.group(2)}"]
-            assert rec["exact"] is not None and f"{edge.group(1)} → {edge.group(2)}" in trace["h"][target]
-            score = float(re.search(r"score (\S+)", text).group(1))
-            effect = float(re.search(r"exact patching effect (\S+)", text).group(1))
-            assert score == pytest.approx(rec["score"], rel=1e-3, abs=1e-9)
-            assert effect == pytest.approx(rec["exact"], rel=1e-3, abs=1e-9)
-            page.mouse.move(5, 5)
-
-            # the slider changes the edges drawn: click each step's label
-            steps = r["graph_steps"]
-            labels = page.locator("#graph .slider-label")
-            assert labels.count() == len(steps)
-            for k in [0, len(steps) - 1, d["step"]]:
-                box = labels.nth(k).bounding_box()
-                rail = page.locator("#graph .slider-rail-touch-rect").bounding_box()
-                page.mouse.click(box["x"] + box["width"] / 2, rail["y"] + rail["height"] / 2)
-                page.wait_for_timeout(300)
-                assert page.evaluate(_MEASURE)["curves"] == steps[k]["n_edges"], (k, steps[k])
-            assert steps[0]["n_edges"] < steps[-1]["n_edges"]
-            assert attempted == [] and errors == []
-        finally:
-            browser.close()
+            assert page.evaluate(_MEASURE)["curves"] == steps[k]["n_edges"], (k, steps[k])
+        assert steps[0]["n_edges"] < steps[-1]["n_edges"]
+        assert attempted == [] and errors == []

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from interp.features import AttributionGraph, attribution_graph
-from plots_helpers import chromium_path
+from plots_helpers import chromium_path, offline_page
 from tiny_models import tiny_model
 from tiny_transcoders import random_transcoders
 
@@ -83,8 +83,6 @@ def test_logit_effects_are_the_direct_path(small):
 
 
 def test_viewer_in_chromium_offline(small, tmp_path):
-    from playwright.sync_api import sync_playwright
-
     chrome = chromium_path()
     if chrome is None:
         pytest.skip("no system Chromium (set BROWSER_PATH)")
@@ -96,67 +94,49 @@ def test_viewer_in_chromium_offline(small, tmp_path):
     generic = lab.split("@")[0]
     path = g.to_html(tmp_path / "graph.html", contexts={generic: ["the <b>cat</b> sat", "second context"]}, nodes=200,
                      edges=300)
-    attempted: list[str] = []
-
-    def refuse(route):
-        url = route.request.url
-        if url.startswith(("file:", "data:", "blob:")):
-            return route.continue_()
-        attempted.append(url)
-        return route.abort()
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chrome, args=["--no-sandbox"])
-        try:
-            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-            ctx.route("**/*", refuse)
-            page = ctx.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.goto(path.resolve().as_uri())
-            page.wait_for_function("window.interpFeatureGraph && Object.keys(window.interpFeatureGraph).length")
-            api = "window.interpFeatureGraph[Object.keys(window.interpFeatureGraph)[0]]"
-            n_tok = len(g.tokens)
-            n_out = sum(k == "logit" for k in g.node_kind)
-            assert page.evaluate(f"{api}.shownNodes()") == 200 + n_tok + n_out
-            # the edges drawn: the 300 strongest of the page's 20,000 (largest |weight|) between drawn nodes
-            infl = g.influence()
-            mid = [i for i, k in enumerate(g.node_kind) if k in ("feature", "error")]
-            drawn = set(sorted(mid, key=lambda i: -float(infl[i]))[:200]) | {
-                i for i, k in enumerate(g.node_kind) if k in ("token", "logit")}
-            t, s_ = g.adjacency.nonzero(as_tuple=True)
-            kept = g.adjacency[t, s_].abs().argsort(descending=True)[:20_000].tolist()
-            between = sum(int(t[e]) in drawn and int(s_[e]) in drawn for e in kept)
-            assert page.evaluate(f"{api}.drawnEdges()") == min(300, between) and between > 0
-            assert page.evaluate("document.querySelectorAll('*').length") < 150  # one canvas, no node elements
-            # the sliders: every feature/error node, then no edges
-            page.evaluate("(() => { const s = document.querySelector('.fg-nodes'); s.value = s.max;"
-                          " s.dispatchEvent(new Event('input')); })()")
-            assert page.evaluate(f"{api}.shownNodes()") == n_mid + n_tok + n_out
-            page.evaluate("(() => { const s = document.querySelector('.fg-edges'); s.value = 0;"
-                          " s.dispatchEvent(new Event('input')); })()")
-            assert page.evaluate(f"{api}.drawnEdges()") == 0
-            # hover the feature: its logit effects, strongest incoming edge, contexts (as text)
-            x, y = page.evaluate(f"{api}.xy({lab!r})")
-            page.mouse.move(x, y)
-            page.wait_for_function(f"document.querySelector('.fg-info h4') && "
-                                   f"document.querySelector('.fg-info h4').textContent.startsWith({lab!r})")
-            text = page.inner_text(".fg-info")
-            assert "logit effects" in text and repr(g.logit_effect_strs[feat][0]) in text
-            A = g.adjacency
-            src = int(A[feat].abs().argmax())
-            assert "strongest incoming edges" in text and g.node_labels[src] in text
-            assert "the <b>cat</b> sat" in text and page.evaluate("document.querySelectorAll('.fg-info .ctx b').length") == 0
-            page.screenshot(path=str(tmp_path / "graph.png"))
-            # a real graph's page: hovering a feature shows its computed logit effects
-            _, _, real = small
-            i = real.node_kind.index("feature")
-            page.goto(real.to_html(tmp_path / "real.html").resolve().as_uri())
-            page.wait_for_function("window.interpFeatureGraph && Object.keys(window.interpFeatureGraph).length")
-            page.mouse.move(*page.evaluate(f"{api}.xy({real.node_labels[i]!r})"))
-            page.wait_for_function(f"document.querySelector('.fg-info h4').textContent.startsWith({real.node_labels[i]!r})")
-            assert repr(real.logit_effect_strs[i][0]) in page.inner_text(".fg-info")
-            assert not errors, errors
-        finally:
-            browser.close()
+    with offline_page(chrome, width=1400) as (page, attempted, errors):
+        page.goto(path.resolve().as_uri())
+        page.wait_for_function("window.interpFeatureGraph && Object.keys(window.interpFeatureGraph).length")
+        api = "window.interpFeatureGraph[Object.keys(window.interpFeatureGraph)[0]]"
+        n_tok = len(g.tokens)
+        n_out = sum(k == "logit" for k in g.node_kind)
+        assert page.evaluate(f"{api}.shownNodes()") == 200 + n_tok + n_out
+        # the edges drawn: the 300 strongest of the page's 20,000 (largest |weight|) between drawn nodes
+        infl = g.influence()
+        mid = [i for i, k in enumerate(g.node_kind) if k in ("feature", "error")]
+        drawn = set(sorted(mid, key=lambda i: -float(infl[i]))[:200]) | {
+            i for i, k in enumerate(g.node_kind) if k in ("token", "logit")}
+        t, s_ = g.adjacency.nonzero(as_tuple=True)
+        kept = g.adjacency[t, s_].abs().argsort(descending=True)[:20_000].tolist()
+        between = sum(int(t[e]) in drawn and int(s_[e]) in drawn for e in kept)
+        assert page.evaluate(f"{api}.drawnEdges()") == min(300, between) and between > 0
+        assert page.evaluate("document.querySelectorAll('*').length") < 150  # one canvas, no node elements
+        # the sliders: every feature/error node, then no edges
+        page.evaluate("(() => { const s = document.querySelector('.fg-nodes'); s.value = s.max;"
+                      " s.dispatchEvent(new Event('input')); })()")
+        assert page.evaluate(f"{api}.shownNodes()") == n_mid + n_tok + n_out
+        page.evaluate("(() => { const s = document.querySelector('.fg-edges'); s.value = 0;"
+                      " s.dispatchEvent(new Event('input')); })()")
+        assert page.evaluate(f"{api}.drawnEdges()") == 0
+        # hover the feature: its logit effects, strongest incoming edge, contexts (as text)
+        x, y = page.evaluate(f"{api}.xy({lab!r})")
+        page.mouse.move(x, y)
+        page.wait_for_function(f"document.querySelector('.fg-info h4') && "
+                               f"document.querySelector('.fg-info h4').textContent.startsWith({lab!r})")
+        text = page.inner_text(".fg-info")
+        assert "logit effects" in text and repr(g.logit_effect_strs[feat][0]) in text
+        A = g.adjacency
+        src = int(A[feat].abs().argmax())
+        assert "strongest incoming edges" in text and g.node_labels[src] in text
+        assert "the <b>cat</b> sat" in text and page.evaluate("document.querySelectorAll('.fg-info .ctx b').length") == 0
+        page.screenshot(path=str(tmp_path / "graph.png"))
+        # a real graph's page: hovering a feature shows its computed logit effects
+        _, _, real = small
+        i = real.node_kind.index("feature")
+        page.goto(real.to_html(tmp_path / "real.html").resolve().as_uri())
+        page.wait_for_function("window.interpFeatureGraph && Object.keys(window.interpFeatureGraph).length")
+        page.mouse.move(*page.evaluate(f"{api}.xy({real.node_labels[i]!r})"))
+        page.wait_for_function(f"document.querySelector('.fg-info h4').textContent.startsWith({real.node_labels[i]!r})")
+        assert repr(real.logit_effect_strs[i][0]) in page.inner_text(".fg-info")
+        assert not errors, errors
     assert not attempted, attempted
