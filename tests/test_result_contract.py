@@ -74,6 +74,9 @@ NOT_RESULTS = {
     "PromptGroup": "equal-length prompts with their resample partners (the input of an analysis)",
     "DiscoveryTask": "a model with a known circuit and its prompts (the input of a discovery benchmark)",
     "Transcoder": "a feature dictionary's weights (the input of an attribution graph), not a result",
+    "SAE": "a residual-stream dictionary's weights (the input of sae_reconstruction), not a result",
+    "SAEReconstruction": "per-SAE tensors of one batch (stream, features, reconstruction) and one FVU / L0 per SAE, "
+                         "not a table of labelled rows",
     "TrainedTranscoders": "trained dictionaries and their per-layer held-out metrics (cached on disk by train_transcoders), not a table of labelled rows",
     "Intervention": "an intervention specification (what to set or scale in the replacement model)",
 }

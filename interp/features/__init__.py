@@ -1,5 +1,6 @@
-"""Feature dictionaries and attribution graphs: per-layer transcoders (load circuit-tracer's, SAELens's and sparsify's formats) and
-the exact attribution graph of a prompt over them (error nodes make the replacement model exact);
+"""Feature dictionaries and attribution graphs: per-layer transcoders and residual-stream SAEs (load circuit-tracer's,
+SAELens's, sparsify's and dictionary_learning's formats; an SAE's reconstruction of the real stream, FVU and L0);
+the exact attribution graph of a prompt over transcoders (error nodes make the replacement model exact);
 interventions on features in the replacement model; QK attribution of a head's score to the graph's nodes."""
 
 from interp.features._contexts import top_activating_contexts
@@ -8,8 +9,9 @@ from interp.features._intervene import Intervention, InterventionResult, interve
 from interp.features._qk import QKAttribution, qk_attribution
 from interp.features._result import AttributionGraph
 from interp.features._train import TrainedTranscoders, train_transcoders
-from interp.features._formats import FORMATS, load_transcoders
+from interp.features._formats import FORMATS, load_saes, load_transcoders
+from interp.features._sae import SAE, SITES, SAEReconstruction, sae_reconstruction
 from interp.features._transcoder import ACTIVATIONS, Transcoder
 
-__all__ = ["ACTIVATIONS", "FORMATS", "AttributionGraph", "Intervention", "InterventionResult", "QKAttribution", "TrainedTranscoders", "Transcoder", "attribution_graph",
-           "intervene", "load_transcoders", "qk_attribution", "top_activating_contexts", "train_transcoders"]
+__all__ = ["ACTIVATIONS", "FORMATS", "AttributionGraph", "Intervention", "InterventionResult", "QKAttribution", "SAE", "SAEReconstruction", "SITES", "TrainedTranscoders", "Transcoder", "attribution_graph",
+           "intervene", "load_saes", "load_transcoders", "qk_attribution", "sae_reconstruction", "top_activating_contexts", "train_transcoders"]

@@ -16,9 +16,23 @@ Formats read (each tested on files written by that library's own save function):
   (``layers.{l}.mlp``), each with ``cfg.json`` and ``sae.safetensors`` (``encoder.weight`` [F, d],
   ``encoder.bias``, ``W_dec``, ``b_dec``, ``W_skip``): TopK (ReLU then the k largest) with ``transcode: true``.
 
-A residual-stream SAE (SAELens ``standard`` / ``topk`` / ``jumprelu`` on ``hook_resid_*``, a sparsify coder
-without ``transcode``) reconstructs its input, not an MLP's output: it is not a transcoder, and is refused
-with :class:`interp.errors.UnsupportedOperationError`.
+SAELens's JumpReLU is relu(pre)·[pre > θ] = pre·[pre > max(θ, 0)]: its thresholds are read clamped at 0.
+
+**Residual-stream SAEs** (:func:`load_saes`, each an :class:`interp.features.SAE` with its layer and site):
+
+* **SAELens**: ``architecture`` "standard" (ReLU), "topk", "jumprelu" on ``blocks.{l}.hook_resid_{pre|mid|post}``.
+  A BatchTopK SAE is saved by SAELens for inference as "jumprelu" with its one global threshold θ in every feature
+  (``metadata.training_architecture`` "batchtopk"): read as activation "batchtopk", relu(pre)·[pre > θ]; its
+  training checkpoint ("batchtopk", ``topk_threshold``) too. ``apply_b_dec_to_input`` ((x − b_dec) W_enc) and
+  ``rescale_acts_by_decoder_norm`` (pre·‖W_dec,i‖, f/‖W_dec,i‖ before decoding) are folded into W_enc, b_enc, W_dec.
+* **sparsify** without ``transcode``: hookpoint ``layers.{l}`` (the stream after block l: resid_post); its encoder
+  reads x − b_dec (folded into b_enc).
+* **dictionary_learning** (its ``trainSAE`` output): ``ae.pt`` (a torch state dict, read with ``weights_only``) and
+  ``config.json`` with ``trainer.dict_class`` "BatchTopKSAE": relu((x − b_dec) W_encᵀ + b_enc) kept above its scalar
+  ``threshold`` — activation "batchtopk"; the site from ``submodule_name`` (``resid_post_layer_{l}``).
+
+:func:`load_transcoders` refuses an SAE (and :func:`load_saes` a transcoder) with
+:class:`interp.errors.UnsupportedOperationError` naming the other loader.
 """
 
 from __future__ import annotations
@@ -33,10 +47,11 @@ import torch
 from torch import Tensor
 
 from interp.errors import ArgumentError, ResultFormatError, ShapeError, UnsupportedOperationError
+from interp.features._sae import SAE, SITES, check_saes
 from interp.features._transcoder import Transcoder
 from interp.models import Model, default_cache_dir
 
-__all__ = ["FORMATS", "load_transcoders"]
+__all__ = ["FORMATS", "load_saes", "load_transcoders"]
 
 #: the dictionary formats :func:`load_transcoders` reads
 FORMATS = ("circuit-tracer (layer_{i}.safetensors [+ config.yaml]; also interp's cache)",
@@ -48,6 +63,10 @@ _MLP_IN = ("ln2.hook_normalized", "hook_mlp_in", "mlp.hook_in")
 _MLP_OUT = ("hook_mlp_out", "mlp.hook_out")
 _SAELENS_TC = {"transcoder": "relu", "skip_transcoder": "relu", "jumprelu_transcoder": "jumprelu",
                "jumprelu_skip_transcoder": "jumprelu"}
+_SAELENS_SAE = {"standard": "relu", "topk": "topk", "jumprelu": "jumprelu", "batchtopk": "batchtopk"}
+_RESID = re.compile(r"blocks\.(\d+)\.hook_resid_(pre|mid|post)")
+_DL_SITE = re.compile(r"resid_(pre|mid|post)_layer_(\d+)")  # dictionary_learning's submodule_name
+_SPARSIFY_RESID = re.compile(r"(?:.*\.)?(?:layers|h|blocks)\.(\d+)")  # a decoder layer's output: resid_post
 
 
 def _tensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
@@ -69,10 +88,10 @@ def _need(path: Path, t: dict[str, Tensor], keys: tuple[str, ...]) -> None:
                                     f"{list(keys)}")
 
 
-def _make(path: Path, dtype: torch.dtype, **kw: Any) -> Transcoder:
+def _make(path: Path, dtype: torch.dtype, cls: Any = Transcoder, **kw: Any) -> Any:
     kw = {k: (v.to(dtype) if isinstance(v, Tensor) else v) for k, v in kw.items()}
     try:
-        return Transcoder(**kw)
+        return cls(**kw)
     except ArgumentError as e:
         raise ResultFormatError(f"path={str(path)!r}: {e}") from None
 
@@ -141,18 +160,31 @@ def _hook_layer(path: Path, hook: Any, allowed: tuple[str, ...], what: str) -> i
     return int(m.group(1))
 
 
-def _saelens_one(d: Path, dtype: torch.dtype) -> tuple[int, Transcoder]:
+def _cfg(d: Path) -> dict[str, Any]:
     try:
         cfg = json.loads((d / "cfg.json").read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise ResultFormatError(f"path={str(d / 'cfg.json')!r} is not readable JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise ResultFormatError(f"path={str(d / 'cfg.json')!r} holds {type(cfg).__name__}, not a JSON object")
+    return cfg
+
+
+def _saelens_hook(cfg: dict[str, Any]) -> Any:
+    meta = cfg.get("metadata") or {}
+    return meta.get("hook_name", cfg.get("hook_name"))
+
+
+def _saelens_one(d: Path, dtype: torch.dtype) -> tuple[int, Transcoder]:
+    cfg = _cfg(d)
     arch = cfg.get("architecture", "standard")
     meta = cfg.get("metadata") or {}
-    hook = meta.get("hook_name", cfg.get("hook_name"))
+    hook = _saelens_hook(cfg)
     if arch not in _SAELENS_TC:
         raise UnsupportedOperationError(
             f"path={str(d)!r} is a SAELens {arch!r} SAE on {hook!r}: it reconstructs its input, it is not a "
-            f"transcoder (MLP input → MLP output); interp reads the SAELens architectures {sorted(_SAELENS_TC)}")
+            f"transcoder (MLP input → MLP output; interp reads the SAELens architectures {sorted(_SAELENS_TC)}); "
+            "load a residual-stream SAE with interp.features.load_saes")
     if cfg.get("normalize_activations", "none") not in ("none", None) or cfg.get("apply_b_dec_to_input"):
         raise UnsupportedOperationError(f"path={str(d)!r}: normalize_activations="
                                         f"{cfg.get('normalize_activations')!r} / apply_b_dec_to_input is not read "
@@ -172,19 +204,80 @@ def _saelens_one(d: Path, dtype: torch.dtype) -> tuple[int, Transcoder]:
     ctx = meta.get("context_size", cfg.get("context_size"))  # the training sequence length, where recorded
     return layer, _make(p, dtype, W_enc=t["W_enc"].T, b_enc=t["b_enc"], W_dec=t["W_dec"], b_dec=t["b_dec"],
                         W_skip=t.get("W_skip"), activation=act,
-                        threshold=None if act != "jumprelu" else t["threshold"].reshape(-1),
+                        threshold=None if act != "jumprelu" else t["threshold"].reshape(-1).clamp_min(0),  # as for SAEs
                         context_length=ctx if isinstance(ctx, int) and ctx > 0 else None)
 
 
+def _resid_site(d: Path, hook: Any) -> tuple[int, str]:
+    """(layer, site) of a residual-stream hook ``blocks.{l}.hook_resid_{pre|mid|post}``."""
+    m = _RESID.fullmatch(hook) if isinstance(hook, str) else None
+    if m is None:
+        raise UnsupportedOperationError(
+            f"path={str(d)!r} reads hook {hook!r}; interp reads SAEs of the residual stream "
+            "(blocks.{l}.hook_resid_pre / hook_resid_mid / hook_resid_post)" +
+            (" — this is an MLP transcoder's input: use load_transcoders" if isinstance(hook, str)
+             and any(hook.endswith(a) for a in _MLP_IN) else ""))
+    return int(m.group(1)), "resid_" + m.group(2)
+
+
+def _saelens_sae(d: Path, dtype: torch.dtype) -> SAE:
+    """One SAELens SAE folder (its ``save_model`` / ``save_inference_model``), as SAELens's inference encodes it:
+    (x − b_dec·[apply_b_dec_to_input]) W_enc + b_enc, scaled by ‖W_dec,i‖ when ``rescale_acts_by_decoder_norm`` —
+    both folded into W_enc, b_enc and W_dec here, exactly."""
+    cfg = _cfg(d)
+    arch = cfg.get("architecture", "standard")
+    hook = _saelens_hook(cfg)
+    meta = cfg.get("metadata") or {}
+    if arch in _SAELENS_TC:
+        raise UnsupportedOperationError(f"path={str(d)!r} is a SAELens {arch!r} (MLP input → output), not an SAE of "
+                                        "the residual stream: load it with interp.features.load_transcoders")
+    if arch not in _SAELENS_SAE:
+        raise UnsupportedOperationError(f"path={str(d)!r}: SAELens architecture {arch!r} is not read; interp reads "
+                                        f"the SAE architectures {sorted(_SAELENS_SAE)}")
+    if cfg.get("normalize_activations", "none") not in ("none", None) or cfg.get("reshape_activations", "none") != "none":
+        raise UnsupportedOperationError(f"path={str(d)!r}: normalize_activations={cfg.get('normalize_activations')!r}, "
+                                        f"reshape_activations={cfg.get('reshape_activations')!r}: interp reads SAEs on "
+                                        "the raw stream ('none')")
+    layer, site = _resid_site(d, hook)
+    p = d / "sae_weights.safetensors"
+    t, _ = _tensors(p)
+    _need(p, t, ("W_enc", "W_dec", "b_enc", "b_dec"))
+    W_enc, b_enc = t["W_enc"].T.double(), t["b_enc"].double()  # W_enc [F, d]
+    W_dec, b_dec = t["W_dec"].double(), t["b_dec"].double()
+    if cfg.get("apply_b_dec_to_input", True):  # SAELens's default: (x − b_dec) W_enc + b_enc
+        b_enc = b_enc - W_enc @ b_dec
+    if cfg.get("rescale_acts_by_decoder_norm", False):  # pre·‖W_dec,i‖ then f/‖W_dec,i‖ before decoding
+        n = W_dec.norm(dim=-1)
+        W_enc, b_enc, W_dec = W_enc * n[:, None], b_enc * n, W_dec / n[:, None]
+    act, thr, k = _SAELENS_SAE[arch], None, None
+    if act == "topk":
+        k = cfg.get("k")
+        if not isinstance(k, int):
+            raise ResultFormatError(f"path={str(d / 'cfg.json')!r}: a 'topk' SAE needs an int k, got {k!r}")
+    elif act == "batchtopk":  # a training checkpoint: the running threshold it keeps
+        _need(p, t, ("topk_threshold",))
+        thr = t["topk_threshold"].double().reshape(())
+    else:
+        if act == "jumprelu":
+            _need(p, t, ("threshold",))
+            thr = t["threshold"].double().reshape(-1).clamp_min(0)  # SAELens: relu(pre)·[pre > θ] = pre·[pre > max(θ, 0)]
+            # SAELens saves a BatchTopK SAE for inference as JumpReLU with its one global θ in every feature
+            if meta.get("training_architecture") in ("batchtopk", "matryoshka_batchtopk") and thr.numel() \
+                    and bool((thr == thr[0]).all()) and float(thr[0]) >= 0:
+                act, thr = "batchtopk", thr[0].clone()
+    ctx = meta.get("context_size", cfg.get("context_size"))
+    return _make(p, dtype, cls=SAE, W_enc=W_enc, b_enc=b_enc, W_dec=W_dec, b_dec=b_dec, activation=act,
+                 threshold=thr, k=k, context_length=ctx if isinstance(ctx, int) and ctx > 0 else None,
+                 layer=layer, site=site)
+
+
 def _sparsify_one(d: Path, dtype: torch.dtype) -> tuple[int, Transcoder]:
-    try:
-        cfg = json.loads((d / "cfg.json").read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ResultFormatError(f"path={str(d / 'cfg.json')!r} is not readable JSON ({e})") from None
+    cfg = _cfg(d)
     if not cfg.get("transcode", False):
         raise UnsupportedOperationError(f"path={str(d)!r} is a sparsify SAE on {d.name!r} (transcode: false): it "
                                         "reconstructs its input, it is not a transcoder; attribution graphs need "
-                                        "transcoders trained with transcode=True on layers.{l}.mlp")
+                                        "transcoders trained with transcode=True on layers.{l}.mlp (load an SAE of "
+                                        "the residual stream with interp.features.load_saes)")
     if cfg.get("activation", "topk") != "topk":
         raise UnsupportedOperationError(f"path={str(d)!r}: activation={cfg.get('activation')!r}; interp reads "
                                         "sparsify's 'topk'")
@@ -198,9 +291,71 @@ def _sparsify_one(d: Path, dtype: torch.dtype) -> tuple[int, Transcoder]:
                                   b_dec=t["b_dec"], W_skip=t.get("W_skip"), activation="topk", k=int(cfg["k"]))
 
 
+def _sparsify_sae(d: Path, dtype: torch.dtype) -> SAE:
+    """One sparsify coder without ``transcode`` on a decoder layer's output (hookpoint ``layers.{l}``: the stream
+    after block l, resid_post). sparsify encodes x − b_dec: folded into b_enc here, exactly."""
+    cfg = _cfg(d)
+    if cfg.get("transcode", False):
+        raise UnsupportedOperationError(f"path={str(d)!r} is a sparsify transcoder (transcode: true), not an SAE of "
+                                        "the residual stream: load it with interp.features.load_transcoders")
+    if cfg.get("activation", "topk") != "topk":
+        raise UnsupportedOperationError(f"path={str(d)!r}: activation={cfg.get('activation')!r}; interp reads "
+                                        "sparsify's 'topk'")
+    m = _SPARSIFY_RESID.fullmatch(d.name)
+    if m is None:
+        raise UnsupportedOperationError(f"path={str(d)!r}: hookpoint {d.name!r} is not a decoder layer's output "
+                                        "(layers.{l}: the residual stream after block l)")
+    p = d / "sae.safetensors"
+    t, _ = _tensors(p)
+    _need(p, t, ("encoder.weight", "encoder.bias", "W_dec", "b_dec"))
+    if "W_skip" in t:
+        raise UnsupportedOperationError(f"path={str(p)!r} has W_skip: a skip term belongs to a transcoder, not an SAE")
+    W_enc, b_dec = t["encoder.weight"].double(), t["b_dec"].double()
+    return _make(p, dtype, cls=SAE, W_enc=W_enc, b_enc=t["encoder.bias"].double() - W_enc @ b_dec, W_dec=t["W_dec"],
+                 b_dec=b_dec, activation="topk", k=int(cfg["k"]), layer=int(m.group(1)), site="resid_post")
+
+
+def _dictionary_learning_sae(d: Path, dtype: torch.dtype) -> SAE:
+    """One dictionary_learning trainer folder (``ae.pt``: the state dict; ``config.json``: {"trainer": ...}) holding
+    a BatchTopKSAE, as its encode runs at inference: relu((x − b_dec) W_encᵀ + b_enc) kept where it exceeds the
+    scalar ``threshold`` (b_dec folded into b_enc here)."""
+    try:
+        conf = json.loads((d / "config.json").read_text())["trainer"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ResultFormatError(f"path={str(d / 'config.json')!r} is not a dictionary_learning config with a "
+                                f"'trainer' object ({e!r})") from None
+    if conf.get("dict_class") != "BatchTopKSAE":
+        raise UnsupportedOperationError(f"path={str(d)!r}: dictionary_learning dict_class={conf.get('dict_class')!r}; "
+                                        "interp reads its 'BatchTopKSAE'")
+    layer, sub = conf.get("layer"), conf.get("submodule_name")
+    m = _DL_SITE.fullmatch(sub) if isinstance(sub, str) else None
+    if not isinstance(layer, int) or (sub is not None and (m is None or int(m.group(2)) != layer)):
+        raise UnsupportedOperationError(f"path={str(d)!r}: layer={layer!r}, submodule_name={sub!r}; interp reads "
+                                        "dictionary_learning SAEs of a layer's residual stream (submodule_name "
+                                        "'resid_post_layer_{l}', or none: the layer's output)")
+    p = d / "ae.pt"
+    try:
+        t = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises its own (unpickling) errors on a bad file
+        raise ResultFormatError(f"path={str(p)!r} is not a readable state dict ({e})") from None
+    if not isinstance(t, dict):
+        raise ResultFormatError(f"path={str(p)!r} holds {type(t).__name__}, not a state dict")
+    _need(p, t, ("encoder.weight", "encoder.bias", "decoder.weight", "b_dec", "threshold"))
+    W_enc, b_dec = t["encoder.weight"].double(), t["b_dec"].double()
+    return _make(p, dtype, cls=SAE, W_enc=W_enc, b_enc=t["encoder.bias"].double() - W_enc @ b_dec,
+                 W_dec=t["decoder.weight"].T, b_dec=b_dec, activation="batchtopk",
+                 threshold=t["threshold"].double().reshape(()), layer=layer,
+                 site="resid_post" if m is None else "resid_" + m.group(1))
+
+
+def _cfg_dirs(root: Path) -> list[Path]:
+    """The folder itself if it holds a cfg.json, else its sub-folders that do."""
+    return [root] if (root / "cfg.json").is_file() else sorted(p for p in root.iterdir() if (p / "cfg.json").is_file())
+
+
 def _collect(root: Path, dtype: torch.dtype) -> Optional[dict[int, Transcoder]]:
     """SAELens or sparsify: the folder itself, or its sub-folders, each holding a cfg.json."""
-    dirs = [root] if (root / "cfg.json").is_file() else sorted(p for p in root.iterdir() if (p / "cfg.json").is_file())
+    dirs = _cfg_dirs(root)
     if not dirs:
         return None
     out: dict[int, Transcoder] = {}
@@ -268,3 +423,51 @@ def load_transcoders(source: Union[str, os.PathLike], model: Optional[Model] = N
         raise ResultFormatError(f"source={str(root)!r} has transcoders for layers {layers}, not 0..{len(layers) - 1}: "
                                 "pass model= to check them against the model")
     return [found[l] for l in layers]
+
+
+def load_saes(source: Union[str, os.PathLike], model: Optional[Model] = None, *,
+              dtype: torch.dtype = torch.float32) -> list[SAE]:
+    """The residual-stream SAEs in ``source``, ordered by (layer, site): each an :class:`interp.features.SAE` that
+    knows its ``layer`` and ``site`` (resid_pre / resid_mid / resid_post, from the library's hook name).
+
+    ``source``: a SAELens folder (``cfg.json`` + ``sae_weights.safetensors``; architectures "standard" (ReLU),
+    "topk", "jumprelu", and "batchtopk" — as SAELens saves it for inference, JumpReLU with one global θ, read as
+    activation "batchtopk", or its training checkpoint with ``topk_threshold``), a sparsify coder without
+    ``transcode`` (hookpoint ``layers.{l}``: resid_post), a dictionary_learning BatchTopKSAE (``ae.pt`` +
+    ``config.json``; ``submodule_name`` ``resid_post_layer_{l}``), or a folder of such folders. Each is read as its library's
+    inference code computes it (``apply_b_dec_to_input``, ``rescale_acts_by_decoder_norm`` and sparsify's x − b_dec
+    folded into the weights). With ``model``, each SAE's layer and d_model must fit it
+    (:class:`interp.errors.ShapeError` naming the SAE). A transcoder found there raises
+    :class:`interp.errors.UnsupportedOperationError` (read it with :func:`load_transcoders`).
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        raise ArgumentError(f"source={source!r} must be a directory path (str or os.PathLike)")
+    if model is not None and not isinstance(model, Model):
+        raise ArgumentError(f"model={model!r} must be an interp Model (from interp.load_model) or None")
+    root = Path(source)
+    if not root.is_dir():
+        raise ResultFormatError(f"source={str(source)!r} is not a directory of SAEs")
+    dl = lambda p: (p / "ae.pt").is_file() and (p / "config.json").is_file()  # noqa: E731
+    dirs = [root] if dl(root) else _cfg_dirs(root) + sorted(p for p in root.iterdir() if p.is_dir() and dl(p))
+    if not dirs:
+        raise ResultFormatError(f"source={str(root)!r} holds no cfg.json nor ae.pt: interp reads SAEs in SAELens's "
+                                "layout (cfg.json + sae_weights.safetensors), sparsify's (cfg.json + sae.safetensors) "
+                                "and dictionary_learning's (ae.pt + config.json), one folder or a folder of them")
+    out: list[SAE] = []
+    for d in dirs:
+        if dl(d) and not (d / "cfg.json").is_file():
+            out.append(_dictionary_learning_sae(d, dtype))
+        elif (d / "sae_weights.safetensors").is_file():
+            out.append(_saelens_sae(d, dtype))
+        elif (d / "sae.safetensors").is_file():
+            out.append(_sparsify_sae(d, dtype))
+        else:
+            raise ResultFormatError(f"path={str(d)!r} has a cfg.json but neither sae_weights.safetensors (SAELens) "
+                                    "nor sae.safetensors (sparsify)")
+    out.sort(key=lambda s: (s.layer, SITES.index(s.site)))
+    for a, b in zip(out, out[1:]):
+        if (a.layer, a.site) == (b.layer, b.site):
+            raise ResultFormatError(f"source={str(root)!r} holds two SAEs for layer {a.layer} {a.site}")
+    if model is not None:
+        check_saes(model, out, f"source={str(root)!r}: SAE")
+    return out

@@ -1,20 +1,26 @@
-"""Per-layer transcoders: a sparse dictionary that reads an MLP's input and writes its output.
+"""Sparse dictionaries' maths, and per-layer transcoders: a dictionary that reads an MLP's input and writes its output.
 
-A transcoder of layer l maps the MLP's input x (the second norm's output) to an estimate of the MLP's
-write::
+A dictionary maps an input x to feature activations and decodes them::
 
     pre  = x W_encᵀ + b_enc                      [..., F]
-    f    = act(pre)                              relu | jumprelu (pre · [pre > θ]) | topk (relu, k largest kept)
+    f    = act(pre)                              relu | jumprelu (pre · [pre > θ_i]) | topk (relu, k largest kept)
+                                                 | batchtopk (relu(pre) · [pre > θ], one global θ)
     out  = f W_dec + b_dec (+ x W_skipᵀ)         [..., d_model]
 
-A *skip* transcoder adds the linear term x W_skipᵀ. The MLP's real write minus ``out`` is the layer's
-error node in an attribution graph (docs/math.md §26).
+"batchtopk" is a BatchTopK dictionary at inference: trained keeping the k·batch largest activations of a whole
+batch, it is run per token with the global threshold θ learnt in training (SAELens saves it so, as JumpReLU with
+θ in every feature; dictionary_learning's BatchTopKSAE keeps the scalar ``threshold``).
+
+A transcoder of layer l reads the MLP's input x (the second norm's output) and estimates the MLP's write; a
+*skip* transcoder adds the linear term x W_skipᵀ. The MLP's real write minus ``out`` is the layer's error node in
+an attribution graph (docs/math.md §26). A residual-stream SAE (:class:`interp.features.SAE`) is the same maths
+on a point of the stream, reconstructing its own input.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, replace
+from typing import Any, Optional, TypeVar
 
 import torch
 from jaxtyping import Float
@@ -22,18 +28,21 @@ from torch import Tensor
 
 from interp.errors import ArgumentError
 
-__all__ = ["ACTIVATIONS", "Transcoder"]
+__all__ = ["ACTIVATIONS", "Dictionary", "Transcoder"]
 
-#: the activation functions a transcoder may use
-ACTIVATIONS = ("relu", "jumprelu", "topk")
+#: the activation functions a dictionary may use
+ACTIVATIONS = ("relu", "jumprelu", "topk", "batchtopk")
+
+
+_D = TypeVar("_D", bound="Dictionary")
 
 
 @dataclass(frozen=True)
-class Transcoder:
-    """One layer's transcoder (see the module docstring): W_enc [F, d], b_enc [F], W_dec [F, d], b_dec [d],
-    an optional W_skip [d, d] (out += x W_skipᵀ), ``activation`` in :data:`ACTIVATIONS`, ``threshold`` [F]
-    for "jumprelu" and ``k`` for "topk". ``context_length``: the sequence length it was trained on, where known
-    (longer prompts warn with :class:`interp.ContextLengthWarning`)."""
+class Dictionary:
+    """A sparse dictionary's weights and maths (see the module docstring): W_enc [F, d], b_enc [F], W_dec [F, d],
+    b_dec [d], an optional W_skip [d, d] (out += x W_skipᵀ), ``activation`` in :data:`ACTIVATIONS`, ``threshold``
+    [F] for "jumprelu" or the global θ (a 0-d tensor) for "batchtopk", ``k`` for "topk". ``context_length``: the
+    sequence length it was trained on, where known. Used through :class:`Transcoder` and :class:`interp.features.SAE`."""
 
     W_enc: Float[Tensor, "n_features d_model"]
     b_enc: Float[Tensor, "n_features"]
@@ -58,6 +67,9 @@ class Transcoder:
             raise ArgumentError(f"W_skip {tuple(self.W_skip.shape)} must be [{d}, {d}]")
         if self.activation == "jumprelu" and (self.threshold is None or tuple(self.threshold.shape) != (F_,)):
             raise ArgumentError(f"activation='jumprelu' needs threshold of shape [{F_}]")
+        if self.activation == "batchtopk" and (self.threshold is None or self.threshold.ndim != 0):
+            raise ArgumentError("activation='batchtopk' needs threshold: the global θ, a 0-d tensor (got "
+                                f"{None if self.threshold is None else tuple(self.threshold.shape)})")
         if self.context_length is not None and not (isinstance(self.context_length, int) and self.context_length > 0):
             raise ArgumentError(f"context_length={self.context_length!r} must be a positive int (or None: unknown)")
         if self.activation == "topk" and not (isinstance(self.k, int) and 0 < self.k <= F_):
@@ -80,6 +92,8 @@ class Transcoder:
         if self.activation == "jumprelu":
             return pre * (pre > self.threshold)  # type: ignore[operator]  # checked in __post_init__
         f = torch.relu(pre)
+        if self.activation == "batchtopk":
+            return f * (pre > self.threshold)  # type: ignore[operator]  # checked in __post_init__
         if self.activation == "topk":
             vals, idx = f.topk(int(self.k), dim=-1)  # type: ignore[arg-type]
             f = torch.zeros_like(f).scatter_(-1, idx, vals)
@@ -102,9 +116,17 @@ class Transcoder:
         """The linear skip term x W_skipᵀ (zeros without W_skip)."""
         return torch.zeros_like(x) if self.W_skip is None else x @ self.W_skip.T
 
-    def to(self, device: Any = None, dtype: Optional[torch.dtype] = None) -> "Transcoder":
-        """A copy with every tensor moved (floating tensors cast to ``dtype``)."""
+    def to(self: "_D", device: Any = None, dtype: Optional[torch.dtype] = None) -> "_D":
+        """A copy (of the same class) with every tensor moved (floating tensors cast to ``dtype``)."""
         mv = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
         opt = lambda t: None if t is None else mv(t)  # noqa: E731
-        return Transcoder(mv(self.W_enc), mv(self.b_enc), mv(self.W_dec), mv(self.b_dec), opt(self.W_skip),
-                          self.activation, opt(self.threshold), self.k, self.context_length)
+        return replace(self, W_enc=mv(self.W_enc), b_enc=mv(self.b_enc), W_dec=mv(self.W_dec), b_dec=mv(self.b_dec),
+                       W_skip=opt(self.W_skip), threshold=opt(self.threshold))
+
+
+@dataclass(frozen=True)
+class Transcoder(Dictionary):
+    """One layer's transcoder (see the module docstring): W_enc [F, d], b_enc [F], W_dec [F, d], b_dec [d],
+    an optional W_skip [d, d] (out += x W_skipᵀ), ``activation`` in :data:`ACTIVATIONS`, ``threshold`` [F]
+    for "jumprelu" (the global θ, 0-d, for "batchtopk") and ``k`` for "topk". ``context_length``: the sequence
+    length it was trained on, where known (longer prompts warn with :class:`interp.ContextLengthWarning`)."""

@@ -7,11 +7,12 @@ transcoder's output, skip term included). interp's loaders are tested on these f
 
 Run in the side environments (never interp's):
 
-    /work/sidenv/sae/bin/python scripts/sidenv/make_dictionary_fixtures.py saelens sparsify   # sae-lens 6.54, eai-sparsify 1.3
+    /work/sidenv/sae/bin/python scripts/sidenv/make_dictionary_fixtures.py saelens saelens_saes sparsify dictionary_learning
+    # sae-lens 6.54, eai-sparsify 1.3, dictionary-learning 0.1.0 (--no-deps)
     /work/sidenv/ct/bin/python scripts/sidenv/make_dictionary_fixtures.py circuit_tracer gemma_scope_2  # circuit-tracer 0.5.0
 
 (the environments: ``python -m venv DIR; DIR/bin/pip install torch==2.13.0`` first, then
-``sae-lens eai-sparsify``, or ``circuit-tracer==0.5.0 "nnsight<0.8"``).
+``sae-lens eai-sparsify`` (and ``--no-deps dictionary-learning==0.1.0``), or ``circuit-tracer==0.5.0 "nnsight<0.8"``).
 """
 
 from __future__ import annotations
@@ -71,6 +72,50 @@ def saelens() -> None:
     _expected(p, x, sae.encode(x), sae(x))
 
 
+def saelens_saes() -> None:
+    """Residual-stream SAEs, one folder each under saelens_saes/, as SAELens saves them: a standard (ReLU) SAE with
+    apply_b_dec_to_input, a TopK SAE with rescale_acts_by_decoder_norm, a JumpReLU SAE (some thresholds negative)
+    and a BatchTopK SAE saved for inference (save_inference_model: JumpReLU with its global threshold, learnt by
+    the trainer's own update_topk_threshold); its training checkpoint (save_model) in saelens_batchtopk_ckpt/.
+    The expected numbers are those of the SAE SAELens loads back from each folder (SAE.load_from_disk)."""
+    from sae_lens import SAE
+    from sae_lens.saes.batchtopk_sae import BatchTopKTrainingSAE, BatchTopKTrainingSAEConfig
+    from sae_lens.saes.jumprelu_sae import JumpReLUSAE, JumpReLUSAEConfig
+    from sae_lens.saes.sae import SAEMetadata
+    from sae_lens.saes.standard_sae import StandardSAE, StandardSAEConfig
+    from sae_lens.saes.topk_sae import TopKSAE, TopKSAEConfig
+
+    x = torch.randn(5, D, generator=torch.Generator().manual_seed(1))
+    root = OUT / "saelens_saes"
+    meta = lambda hook: SAEMetadata(hook_name=hook, model_name="tiny-llama", context_size=16)  # noqa: E731
+    made = {
+        "standard_resid_pre_0": StandardSAE(StandardSAEConfig(d_in=D, d_sae=F, metadata=meta("blocks.0.hook_resid_pre"))),
+        "topk_resid_mid_0": TopKSAE(TopKSAEConfig(d_in=D, d_sae=F, k=3, rescale_acts_by_decoder_norm=True,
+                                                  metadata=meta("blocks.0.hook_resid_mid"))),
+        "jumprelu_resid_post_0": JumpReLUSAE(JumpReLUSAEConfig(d_in=D, d_sae=F, metadata=meta("blocks.0.hook_resid_post"))),
+    }
+    for i, (name, sae) in enumerate(made.items()):
+        _randomize(sae, 400 + i)
+        if name.startswith("topk"):
+            with torch.no_grad():
+                sae.W_dec.mul_(torch.linspace(0.5, 2.0, F)[:, None])  # decoder rows far from unit norm
+        sae.save_model(root / name)
+    bt = BatchTopKTrainingSAE(BatchTopKTrainingSAEConfig(d_in=D, d_sae=F, k=2.0, topk_threshold_lr=1.0,
+                                                          metadata=meta("blocks.1.hook_resid_post")))
+    _randomize(bt, 410)
+    with torch.no_grad():
+        bt.W_dec.mul_(torch.linspace(0.5, 2.0, F)[:, None])
+        xs = torch.randn(64, D, generator=torch.Generator().manual_seed(2))
+        bt.update_topk_threshold(bt.encode(xs))  # the trainer's rule: θ ← min positive activation (lr 1)
+    bt.save_inference_model(root / "batchtopk_resid_post_1")
+    bt.save_model(OUT / "saelens_batchtopk_ckpt")
+    for p in sorted(root.iterdir()):
+        sae = SAE.load_from_disk(p)
+        _expected(p, x, sae.encode(x), sae(x))
+    _expected(OUT / "saelens_batchtopk_ckpt", x, *((s := SAE.load_from_disk(root / "batchtopk_resid_post_1")).encode(x),
+                                                    s(x)))
+
+
 def sparsify() -> None:
     from sparsify import SparseCoder, SparseCoderConfig
 
@@ -90,6 +135,39 @@ def sparsify() -> None:
     _randomize(sc, 7)
     p = OUT / "sparsify_sae" / "layers.1"
     sc.save_to_disk(p)
+    enc = sc.encode(x)  # sparsify encodes x - b_dec
+    _expected(p, x, torch.zeros(5, F).scatter_(-1, enc.top_indices, enc.top_acts), sc(x).sae_out)
+
+
+def dictionary_learning() -> None:
+    """dictionary_learning's BatchTopKSAE (``pip install --no-deps dictionary-learning==0.1.0``: its package __init__
+    imports nnsight<0.4, which the dictionary classes never use, so the package is mounted without running it),
+    trained 20 steps on random activations by its own BatchTopKTrainer (which learns the global threshold), saved
+    as its trainSAE saves (``ae.pt``: the state dict; ``config.json``: {"trainer": trainer.config}); the expected
+    numbers are those of BatchTopKSAE.from_pretrained on the saved file (its load_dictionary)."""
+    import importlib.util
+    import json
+    import types
+
+    spec = importlib.util.find_spec("dictionary_learning")
+    pkg = types.ModuleType("dictionary_learning")
+    pkg.__path__ = list(spec.submodule_search_locations)  # type: ignore[union-attr]
+    sys.modules["dictionary_learning"] = pkg
+    from dictionary_learning.trainers.batch_top_k import BatchTopKSAE, BatchTopKTrainer
+
+    x = torch.randn(5, D, generator=torch.Generator().manual_seed(1))
+    xs = torch.randn(20, 64, D, generator=torch.Generator().manual_seed(3))
+    tr = BatchTopKTrainer(steps=20, activation_dim=D, dict_size=F, k=2, layer=1, lm_name="tiny-llama", warmup_steps=1,
+                          threshold_start_step=0, seed=0, device="cpu", submodule_name="resid_post_layer_1")
+    for step in range(20):
+        tr.update(step, xs[step])
+    p = OUT / "dictionary_learning" / "trainer_0"
+    p.mkdir(parents=True, exist_ok=True)
+    torch.save({k: v.cpu() for k, v in tr.ae.state_dict().items()}, p / "ae.pt")
+    (p / "config.json").write_text(json.dumps({"trainer": tr.config}, indent=4))
+    ae = BatchTopKSAE.from_pretrained(str(p / "ae.pt"), k=tr.config["k"])
+    with torch.no_grad():
+        _expected(p, x, ae.encode(x), ae(x))
 
 
 def circuit_tracer() -> None:
@@ -140,6 +218,6 @@ def gemma_scope_2() -> None:
 
 if __name__ == "__main__":
     for what in sys.argv[1:]:
-        {"saelens": saelens, "sparsify": sparsify, "circuit_tracer": circuit_tracer,
+        {"saelens": saelens, "saelens_saes": saelens_saes, "sparsify": sparsify, "dictionary_learning": dictionary_learning, "circuit_tracer": circuit_tracer,
          "gemma_scope_2": gemma_scope_2}[what]()
         print("wrote", what)
