@@ -225,22 +225,26 @@ class Engine:
         xf = x - x.mean(-1, keepdim=True) if kind == "layernorm" else x
         return torch.sqrt(xf.pow(2).mean(-1, keepdim=True) + self.arch.norm_eps)
 
-    def norm_vjp(self, g: Tensor, x: Tensor, gain: Optional[Tensor], *, frozen: bool, kind: Optional[str] = None
-                 ) -> Tensor:
+    def norm_vjp(self, g: Tensor, x: Optional[Tensor], gain: Optional[Tensor], *, frozen: bool,
+                 kind: Optional[str] = None, sigma: Optional[Tensor] = None) -> Tensor:
         """Jᵀg for the norm N at input ``x`` (``g`` at N's output; leading axes broadcast against ``x``).
 
         LayerNorm: Jᵀg = (C(γ⊙g) − x̂ (x̂·γ⊙g)/d)/σ with x̂ = C x/σ; RMSNorm: (γ⊙g − x̂ (x̂·γ⊙g)/d)/σ with
-        x̂ = x/σ. ``frozen`` drops the x̂ term (σ held fixed): γ⊙C(g)/σ, the ledger's map.
+        x̂ = x/σ. ``frozen`` drops the x̂ term (σ held fixed): γ⊙C(g)/σ, the ledger's map; a frozen map may be
+        given its σ [..., 1] (a forward's kept scale) instead of ``x``.
         """
         kind = kind or self.arch.norm
         if kind == "none":
             return g
-        sigma = self.norm_scale(x, kind)
+        if sigma is None or not frozen:
+            assert x is not None, "norm_vjp needs x (or, frozen, its sigma)"
+            sigma = self.norm_scale(x, kind)
         u = g * gain if gain is not None else g
         if frozen:
             if kind == "layernorm":
                 u = u - u.mean(-1, keepdim=True)
             return u / sigma
+        assert x is not None
         xh = (x - x.mean(-1, keepdim=True) if kind == "layernorm" else x) / sigma
         proj = (xh * u).mean(-1, keepdim=True)
         if kind == "layernorm":

@@ -14,9 +14,9 @@ feature activations and the error nodes — and reproduces the real forward exac
 with J the Jacobian of the frozen model (direct effects through the residual stream and the frozen OV
 circuits; no path goes through another transcoder, whose activations are sources) and c_target its
 value with every source zero (all biases: b_enc, b_dec, attention biases, norm offsets, b_U). Edges are
-computed from one forward of the frozen model and batched backward passes from the targets (``batch_size``
-targets of one layer per pass, a one-hot output gradient per row; a layer-l target's pass stops at layer
-l), never by materialising the model's Jacobian. docs/math.md §26.
+J's entries between the active sources and targets, computed without autograd and without materialising J:
+targets' reads carried down the frozen layers, sources' writes carried up, meeting at one layer
+(:mod:`interp.features._jacobian`, docs/math.md §26).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from torch import Tensor
 from interp.attribution import TokenSpec, resolve_tokens
 from interp.engine import Engine, RunCache
 from interp.errors import ArgumentError, ContextLengthWarning, UnsupportedArchitectureError, warn_user
+from interp.features._jacobian import Ends, FrozenJacobian
 from interp.features._result import AttributionGraph
 from interp.features._transcoder import Transcoder
 from interp.labels import Feature, FeatureError
@@ -162,6 +163,18 @@ class _Real:
                 for l in range(len(self.tcs))]
 
 
+def _read(fr: _Frozen, vecs: Tensor, p_idx: Tensor, l: int) -> Tensor:
+    """Targets' reads carried to the stream they read, [m, d]: a layer-l feature's W_enc through N2's frozen map
+    at its position (the stream entering the MLP; W_enc itself without pre-norms), an output's u through the
+    final norm's (``l`` = n_layers): γ ⊙ C(v)/σ_p (C the centring of LayerNorm)."""
+    a, w, e = fr.a, fr.w, fr.e
+    if l == a.n_layers:
+        return e.norm_vjp(vecs, None, w.lnf_w, frozen=True, sigma=fr.s_final[p_idx])
+    if not a.pre_norms:
+        return vecs
+    return e.norm_vjp(vecs, None, w.ln2_w[l], frozen=True, sigma=fr.s2[l][p_idx])
+
+
 def one_prompt(model: Model, prompt: Any) -> tuple[Tensor, Tensor]:
     """``prompt`` (a string or token ids [1, pos]) as (tokens [1, n], attention mask [1, n]); more than one refused."""
     batch = as_batch(model, prompt)
@@ -231,7 +244,7 @@ def attribution_graph(
     pos: int = -1,
     max_n_logits: int = 10,
     desired_logit_prob: float = 0.95,
-    batch_size: int = 64,
+    batch_size: int = 256,
 ) -> AttributionGraph:
     """The exact attribution graph of ``prompt`` over per-layer ``transcoders`` (module docstring).
 
@@ -246,6 +259,8 @@ def attribution_graph(
     ``max |value − (Σ edges + bias)|`` is stored as ``closure_error`` (``relative_error`` divides each by
     Σ|edges| + |bias|). Pre-norm decoders with MLPs only (sequential or parallel blocks, sandwich norms); where
     the model soft-caps its logits (Gemma 2) the output is the logit before the cap (the linear read).
+    ``batch_size`` targets (or sources) are carried through the frozen layers per pass (memory ∝ batch_size ·
+    positions · d_model; the edges do not depend on it).
     """
     require_model(model)
     _check(model, transcoders)
@@ -301,7 +316,7 @@ def attribution_graph(
     n_feat = sum(m_l)
     n_err, n_tok = L * n, n
     N = n_feat + n_err + n_tok + K
-    A = torch.zeros(N, N, dtype=dt)
+    A = torch.zeros(N, N, dtype=dt, device=tokens.device)
     leaves_real = real.leaves()
 
     # constant terms: the frozen model with every source zero
@@ -315,51 +330,29 @@ def attribution_graph(
         value[offs[l]: offs[l] + m_l[l]] = pre_real[l].detach().cpu()
     bias[N - K:], value[N - K:] = c_out[0].cpu(), out_real.detach().cpu()
 
-    # edges: one forward of the frozen model, then one batched backward per ``batch_size`` targets of a layer
-    # (grad_outputs one-hot per row); a layer-l target reaches only the sources below l, so its backward
-    # stops there and its row is zero for the later layers' sources
-    src_e = emb.detach()[None].clone().requires_grad_(True)
-    src_l = [lv.detach()[None].clone().requires_grad_(True) for lv in leaves_real]
-    pres, out = frozen.forward(src_e, src_l, feats, pos, u, b_u)
-    wdec = [tcs[k].W_dec[feats[k][1]] for k in range(L)]  # each active feature's decoder row [m_k, d]
-    jobs: list[tuple[int, list[int]]] = [(l, list(range(j, min(j + batch_size, m_l[l]))))
-                                         for l in range(L) for j in range(0, m_l[l], batch_size)]
-    jobs += [(L, list(range(j, min(j + batch_size, K)))) for j in range(0, K, batch_size)]
-    for l, cols in jobs:
-        B = len(cols)
-        y = pres[l] if l < L else out  # [1, m_l] or [1, K]
-        go = torch.zeros(B, *y.shape, dtype=dt, device=y.device)
-        go[torch.arange(B), 0, torch.tensor(cols)] = 1.0
-        inputs = [src_e] + src_l[:l]
-        grads = torch.autograd.grad(y, inputs, grad_outputs=go, is_grads_batched=True, retain_graph=True,
-                                    allow_unused=True)
-        rows = torch.tensor([offs[l] + c for c in cols]) if l < L else torch.tensor([N - K + c for c in cols])
-        with torch.no_grad():
-            g_e = grads[0][:, 0] if grads[0] is not None else torch.zeros(B, n, a.d_model, dtype=dt)
-            A[rows, n_feat + n_err: n_feat + n_err + n_tok] = (g_e * emb).sum(-1).cpu()
-            for k in range(l):
-                gk = grads[1 + k]
-                if gk is None:
-                    continue
-                gk = gk[:, 0]  # [B, n, d]
-                p_idx, f_idx = feats[k]
-                if m_l[k]:
-                    # g·W_dec[f] at each feature's own position: while n ≤ d, one GEMM [B, n, m_k] and its
-                    # diagonal (25× less CPU on smollm2 than gathering gk[:, p_idx] [B, m_k, d] and reducing it)
-                    if n <= a.d_model:
-                        edge = (gk @ wdec[k].T)[:, p_idx, torch.arange(m_l[k])] * acts[k]  # [B, m_k]
-                    else:
-                        edge = (gk[:, p_idx] * wdec[k]).sum(-1) * acts[k]
-                    A[rows, offs[k]: offs[k] + m_l[k]] = edge.cpu()
-                A[rows, n_feat + k * n: n_feat + (k + 1) * n] = (gk * errs[k]).sum(-1).cpu()
+    # edges: the frozen model's Jacobian between every source and every target (interp.features._jacobian)
+    reads = [_read(frozen, tcs[l].W_enc[feats[l][1]], feats[l][0], l) for l in range(L)]
+    reads.append(_read(frozen, u.T, torch.full((K,), pos, dtype=torch.long, device=u.device), L))
+    every = torch.arange(n)
+    tgt = Ends(torch.cat(reads),
+               torch.cat([torch.full((m_l[l],), l, dtype=torch.long) for l in range(L)] + [torch.full((K,), L, dtype=torch.long)]),
+               torch.cat([feats[l][0].cpu() for l in range(L)] + [torch.full((K,), pos, dtype=torch.long)]),
+               torch.cat([torch.arange(n_feat), torch.arange(N - K, N)]))
+    src = Ends(torch.cat([v for k in range(L) for v in (tcs[k].W_dec[feats[k][1]] * acts[k][:, None], errs[k])] + [emb]),
+               torch.cat([torch.full((m_l[k] + n,), k, dtype=torch.long) for k in range(L)] + [torch.full((n,), -1, dtype=torch.long)]),
+               torch.cat([t for k in range(L) for t in (feats[k][0].cpu(), every)] + [every]),
+               torch.cat([t for k in range(L) for t in (torch.arange(offs[k], offs[k] + m_l[k]), n_feat + k * n + every)]
+                         + [n_feat + n_err + every]))
+    FrozenJacobian(frozen, n).fill(A, tgt, src, batch_size)
+    A = A.cpu()
     targets = list(range(n_feat)) + list(range(N - K, N))
 
     res = value - (A.sum(1) + bias)
     res[n_feat: N - K] = 0  # sources have no incoming edges
     scale = A.abs().sum(1) + bias.abs()
-    tgt = torch.tensor(targets)
-    closure = float(res[tgt].abs().max())
-    relative = float((res[tgt].abs() / scale[tgt].clamp_min(torch.finfo(dt).tiny)).max())
+    rows = torch.tensor(targets)
+    closure = float(res[rows].abs().max())
+    relative = float((res[rows].abs() / scale[rows].clamp_min(torch.finfo(dt).tiny)).max())
 
     labels, kinds, layers, poss, fids, act_col = [], [], [], [], [], torch.zeros(N, dtype=dt)
     for l in range(L):
