@@ -174,7 +174,7 @@ def make_pair(model: Model, clean: Any, corrupt: Any, metric: Any, *, need_corru
     # a multi-token continuation is teacher-forced: appended to the clean and corrupt prompts alike
     cb = bound.extend(cb) or cb
     kb = bound.extend(kb, name="corrupt")
-    return Pair(engine=Engine(model), clean=cb, corrupt=kb, metric=m, bound=bound)
+    return Pair(engine=Engine.of(model), clean=cb, corrupt=kb, metric=m, bound=bound)
 
 
 class MetricReader:

@@ -62,7 +62,7 @@ class EdgeWrites:
                 f"edge attribution and circuit evaluation: model {model.name!r} has an attention output bias under "
                 "a sandwich norm (its image changes with the run's scale and is no edge), which is not implemented")
         self.model, self.g = model, graph
-        self.e = engine if engine is not None else Engine(model)
+        self.e = engine if engine is not None else Engine.of(model)
         a = model.arch
         self.a, self.w = a, model.weights
         self.post = a.norm_placement == "post"

@@ -70,7 +70,7 @@ def self_check(model: Model, *, tol: Optional[float] = None) -> float:
         raise UnsupportedArchitectureError(f"model {model.name!r}: its bridge fired no hook {missing[0]!r}, so "
                                            "interp cannot check its forward against the model's own")
     theirs_final: Optional[Tensor] = store[last]
-    engine = Engine(model)
+    engine = Engine.of(model)
     with torch.inference_mode():
         run = engine.run(ids, mask)
         w = model.weights

@@ -124,6 +124,20 @@ class Engine:
         # in float32 whatever the dtype (so a float64 Llama rounds its patterns to float32 too)
         self.softmax_dtype = torch.float64 if model.dtype == torch.float64 and not a.softmax_fp32 else torch.float32
 
+    @classmethod
+    def of(cls, model: Model) -> "Engine":
+        """``model``'s engine, built once (fusing its projections costs a copy of most weights) and rebuilt when
+        one of its weight tensors has been changed in place (their version counters) or replaced."""
+        w = model.weights
+        stamp = tuple((id(t), t._version) for t in vars(w).values() if isinstance(t, Tensor))
+        kept = model.__dict__.get("_engine")
+        if kept is None or kept[0] != stamp:
+            kept = (stamp, cls(model))
+            object.__setattr__(model, "_engine", kept)  # Model is frozen; the engine is derived state
+        engine: Engine = kept[1]
+        engine._masks.clear()  # keyed by a mask's address, which a later call may reuse
+        return engine
+
     # ------------------------------------------------------------------ model facts
 
     def rope(self, n: int, layer: int = 0) -> tuple[Tensor, Tensor]:

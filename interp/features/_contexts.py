@@ -62,7 +62,7 @@ def top_activating_contexts(
     ids = _feature_ids(features, transcoders)
     if len(transcoders) != model.arch.n_layers:
         raise ArgumentError(f"transcoders has {len(transcoders)} entries; model {model.name!r} has {model.arch.n_layers} layers")
-    e = Engine(model)
+    e = Engine.of(model)
     a = model.arch
     layers = sorted({l for l, _ in ids})
     heaps: dict[tuple[int, int], list[tuple[float, int, int]]] = {f: [] for f in ids}

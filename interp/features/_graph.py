@@ -201,7 +201,7 @@ def real_forward(model: Model, tokens: Tensor, mask: Tensor, transcoders: Sequen
                   f"{min(trained)}: their features past position {min(trained) - 1} are out of distribution (the "
                   "graph still closes, through larger error nodes); shorten the prompt or train on longer "
                   "sequences (train_transcoders(seq_len=...))", ContextLengthWarning)
-    e = Engine(model)
+    e = Engine.of(model)
     dt = torch.float64 if model.dtype == torch.float64 else torch.float32
     tcs = [t.to(device=tokens.device, dtype=dt) for t in transcoders]
     cache = e.run(tokens, mask, capture={"pattern", "resid_mid", "mlp_out", *capture}, keep_scales=True)
@@ -399,23 +399,55 @@ LOGIT_EFFECTS = 5
 def _logit_effects(real: _Real, k: int) -> tuple[Tensor, Tensor]:
     """Each active feature's (graph order) ``k`` most promoted and ``k`` most suppressed tokens per unit of its
     activation, directly at its own position p: W_dec[f] through the final norm with p's frozen scale, then
-    W_U — (ids [n_feat, 2k], values [n_feat, 2k])."""
+    W_U — (ids [n_feat, 2k], values [n_feat, 2k]). The scale 1/σ_p is positive, so a feature's tokens are the
+    same at every position: each distinct feature's product is computed once, then divided by σ_p."""
     fr = real.frozen
     w = fr.w
     k = min(k, int(w.W_U.shape[1]))  # type: ignore[union-attr]
-    ids, vals = [], []
+    uniq, where = [], []
+    for l, (_, f_idx) in enumerate(real.feats):
+        u, inv = torch.unique(f_idx, return_inverse=True)
+        where.append(inv + sum(len(x) for x in uniq))
+        uniq.append(real.tcs[l].W_dec[u])
+    if not uniq:
+        return torch.zeros(0, 2 * k, dtype=torch.long), torch.zeros(0, 2 * k, dtype=fr.dt)
+    ids_u, vals_u = [], []
     with torch.no_grad():
-        for l, (p_idx, f_idx) in enumerate(real.feats):
-            for c in range(0, len(f_idx), 256):  # [256, d_vocab] at a time
-                u = real.tcs[l].W_dec[f_idx[c: c + 256]]
-                if fr.a.norm == "layernorm":
-                    u = u - u.mean(-1, keepdim=True)
-                y = u / fr.s_final[p_idx[c: c + 256]]
-                z = (y * w.lnf_w if w.lnf_w is not None else y) @ w.W_U  # type: ignore[operator]
-                up, down = z.topk(k, dim=-1), (-z).topk(k, dim=-1)
-                ids.append(torch.cat([up.indices, down.indices], 1).cpu())
-                vals.append(torch.cat([up.values, -down.values], 1).cpu())
-    return torch.cat(ids), torch.cat(vals)
+        U = torch.cat(uniq)
+        if fr.a.norm == "layernorm":
+            U = U - U.mean(-1, keepdim=True)
+        if w.lnf_w is not None:
+            U = U * w.lnf_w
+        for c in range(0, len(U), 256):  # [256, d_vocab] at a time
+            i, v = _top_and_bottom(U[c: c + 256] @ w.W_U, k)
+            ids_u.append(i)
+            vals_u.append(v)
+    ids, vals = torch.cat(ids_u), torch.cat(vals_u)
+    at = torch.cat(where)
+    sigma = torch.cat([fr.s_final[p_idx] for p_idx, _ in real.feats])  # [n_feat, 1]
+    return ids[at].cpu(), (vals[at] / sigma).cpu()
+
+
+def _top_and_bottom(z: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
+    """The ``k`` largest then the ``k`` smallest entries of each row of z [R, V] (ids, values [R, 2k]), exactly:
+    the k largest lie in the k blocks (of ``block`` columns) with the largest maxima, so one min/max pass over z
+    and a top-k among those blocks' entries (the columns past the last whole block always among them)."""
+    R, V = z.shape
+    nb = V // block
+    if nb <= k:
+        up, down = z.topk(k, dim=-1), z.topk(k, dim=-1, largest=False)
+        return torch.cat([up.indices, down.indices], 1), torch.cat([up.values, down.values], 1)
+    lo, hi = torch.aminmax(z[:, : nb * block].view(R, nb, block), dim=-1)
+    tail = torch.arange(nb * block, V, device=z.device).expand(R, -1)
+    out_i, out_v = [], []
+    for ext, largest in ((hi, True), (lo, False)):
+        blocks = ext.topk(k, dim=-1, largest=largest).indices  # [R, k]
+        cand = (blocks[:, :, None] * block + torch.arange(block, device=z.device)).reshape(R, -1)
+        cand = torch.cat([cand, tail], 1)
+        best = z.gather(1, cand).topk(k, dim=-1, largest=largest)
+        out_i.append(cand.gather(1, best.indices))
+        out_v.append(best.values)
+    return torch.cat(out_i, 1), torch.cat(out_v, 1)
 
 
 def _tok(model: Model, i: int) -> str:

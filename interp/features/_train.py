@@ -441,7 +441,7 @@ def train_transcoders(
         raise ArgumentError("the held-out documents are shorter than one sequence of seq_len tokens; give a larger corpus")
     gen = torch.Generator().manual_seed(seed)
     order = torch.randperm(train.shape[0], generator=gen)
-    e = Engine(model)
+    e = Engine.of(model)
     d, n = a.d_model, len(layers_)
     s = _State(n, d, width, gen)
     opt = torch.optim.Adam(s.params(), lr=float(lr))

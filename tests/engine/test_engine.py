@@ -135,3 +135,24 @@ def test_embedding_variant_in_the_sweep_is_the_corrupt_embedding():
                                                                     k.embed["embed.token"][:1])])
     out = e.sweep(base, clean, mask, [v], lambda x, p, t0: readout(m, x[:, -1], "logits")[:, 7], batch_size=2)
     assert torch.allclose(out, readout(m, k.final[:, -1], "logits")[:, 7], rtol=0, atol=1e-6)
+
+
+def test_engine_of_is_kept_until_a_weight_changes():
+    """Engine.of builds a model's engine once; a weight changed in place (an ablation edited into W_V) makes it
+    build a new one, whose forward is a fresh Engine's (the kept one's fused q|k|v would be stale)."""
+    m = tiny_model("llama")
+    b = tokenize(m, TEXTS)
+    e1 = Engine.of(m)
+    assert Engine.of(m) is e1
+    before = e1.run(b.tokens, b.attention_mask).final
+    with torch.no_grad():
+        m.weights.W_V[0].mul_(2.0)
+    try:
+        e2 = Engine.of(m)
+        assert e2 is not e1
+        after = e2.run(b.tokens, b.attention_mask).final
+        assert torch.equal(after, Engine(m).run(b.tokens, b.attention_mask).final)
+        assert not torch.allclose(after, before)
+    finally:
+        with torch.no_grad():
+            m.weights.W_V[0].mul_(0.5)
