@@ -404,10 +404,13 @@ def _logit_effects(real: _Real, k: int) -> tuple[Tensor, Tensor]:
     fr = real.frozen
     w = fr.w
     k = min(k, int(w.W_U.shape[1]))  # type: ignore[union-attr]
-    uniq, where = [], []
+    W_U = w.W_U
+    assert W_U is not None  # _check: a decoder with an unembedding
+    uniq: list[Tensor] = []
+    where: list[Tensor] = []
     for l, (_, f_idx) in enumerate(real.feats):
         u, inv = torch.unique(f_idx, return_inverse=True)
-        where.append(inv + sum(len(x) for x in uniq))
+        where.append(inv + sum(int(x.shape[0]) for x in uniq))
         uniq.append(real.tcs[l].W_dec[u])
     if not uniq:
         return torch.zeros(0, 2 * k, dtype=torch.long), torch.zeros(0, 2 * k, dtype=fr.dt)
@@ -419,7 +422,7 @@ def _logit_effects(real: _Real, k: int) -> tuple[Tensor, Tensor]:
         if w.lnf_w is not None:
             U = U * w.lnf_w
         for c in range(0, len(U), 256):  # [256, d_vocab] at a time
-            i, v = _top_and_bottom(U[c: c + 256] @ w.W_U, k)
+            i, v = _top_and_bottom(U[c: c + 256] @ W_U, k)
             ids_u.append(i)
             vals_u.append(v)
     ids, vals = torch.cat(ids_u), torch.cat(vals_u)
