@@ -47,7 +47,8 @@ import yaml  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("workdir")
-    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--batch-sizes", default="512,64,32",
+                    help="circuit-tracer's batch sizes to time (512 is its default); the graph compared is the last's")
     a = ap.parse_args()
     work = Path(a.workdir).resolve()
     from circuit_tracer import ReplacementModel, attribute
@@ -59,12 +60,17 @@ def main() -> None:
     rm = ReplacementModel.from_pretrained_and_transcoders(str(work / "model"), tset, backend="nnsight",
                                                          device=torch.device("cpu"), dtype=torch.float32)
     tokens = torch.tensor(ours["tokens"])
-    secs, cpu = [], []
-    for _ in range(2):  # a warm-up run, then the timed one (interp does the same)
-        t0, c0 = time.perf_counter(), time.process_time()
-        g = attribute(tokens, rm, batch_size=a.batch_size, max_n_logits=10, desired_logit_prob=0.95)
-        secs.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
+    timing = {}
+    for bs in [int(b) for b in a.batch_sizes.split(",")]:
+        secs, cpu = [], []
+        for _ in range(3):  # a warm-up run, then two timed ones (interp does the same)
+            t0, c0 = time.perf_counter(), time.process_time()
+            g = attribute(tokens, rm, batch_size=bs, max_n_logits=10, desired_logit_prob=0.95)
+            secs.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+        timing[bs] = {"cold": secs[0], "warm": min(secs[1:]), "cpu_warm": min(cpu[1:])}
+        print(f"circuit-tracer batch_size={bs}: {secs[0]:.2f} s cold, {min(secs[1:]):.2f} s warm "
+              f"(CPU {min(cpu[1:]):.2f} s)", flush=True)
 
     # index both graphs' nodes by key
     n = len(ours["tokens"])
@@ -113,8 +119,7 @@ def main() -> None:
     only_ct = [k for k in ct_keys if k not in oi]
     n_shared_edges = int(((sub_us != 0) | (sub_ct != 0)).sum())
     same_logits = sorted(k[1] for k in our_keys if k[0] == "l") == sorted(int(t.vocab_idx) for t in g.logit_targets)
-    print(f"circuit-tracer 0.5.0 (nnsight): {len(af)} features, {A_ct.shape[0]} nodes; {secs[0]:.2f} s cold, "
-          f"{secs[1]:.2f} s warm")
+    print(f"circuit-tracer 0.5.0 (nnsight): {len(af)} features, {A_ct.shape[0]} nodes")
     print(f"shared nodes {len(shared)} (interp only: {len(only_us)}, all at BOS: "
           f"{all(len(k) > 2 and k[2] == 0 for k in only_us)}; circuit-tracer only: {len(only_ct)}); "
           f"same top logits: {same_logits}; shared nonzero edges {n_shared_edges}")
@@ -168,7 +173,7 @@ def main() -> None:
           f"{len(exported['nodes'])} nodes, {len(exported['links'])} links; same nodes {same_nodes}, same links "
           f"{same_links}, max relative weight difference {rel_w:.1e}")
     (work / "comparison.json").write_text(json.dumps({
-        "ct_seconds": secs, "ct_cpu_seconds": cpu, "ct_features": len(af), "shared_nodes": len(shared), "interp_only": len(only_us),
+        "ct_timing": timing, "ct_features": len(af), "shared_nodes": len(shared), "interp_only": len(only_us),
         "ct_only": len(only_ct), "same_top_logits": same_logits, "feature_rows_rel": feat_rel,
         "logit_rows_rel": logit_rel, "row_rel_median": float(row_rel.median()), "row_rel_max": float(row_rel.max()), "shared_nonzero_edges": n_shared_edges,
         "export_valid": True, "export_same_nodes": same_nodes, "export_same_links": same_links,

@@ -244,6 +244,7 @@ def attribution_graph(
     pos: int = -1,
     max_n_logits: int = 10,
     desired_logit_prob: float = 0.95,
+    logit_effects: int = 5,
     batch_size: int = 256,
 ) -> AttributionGraph:
     """The exact attribution graph of ``prompt`` over per-layer ``transcoders`` (module docstring).
@@ -259,7 +260,9 @@ def attribution_graph(
     ``max |value − (Σ edges + bias)|`` is stored as ``closure_error`` (``relative_error`` divides each by
     Σ|edges| + |bias|). Pre-norm decoders with MLPs only (sequential or parallel blocks, sandwich norms); where
     the model soft-caps its logits (Gemma 2) the output is the logit before the cap (the linear read).
-    ``batch_size`` targets (or sources) are carried through the frozen layers per pass (memory ∝ batch_size ·
+    ``logit_effects``: how many most-promoted and most-suppressed tokens to keep per feature (its decoder direct
+    to the logits at its position; the viewer shows them; 0 skips them — one product with W_U per distinct
+    feature). ``batch_size`` targets (or sources) are carried through the frozen layers per pass (memory ∝ batch_size ·
     positions · d_model; the edges do not depend on it).
     """
     require_model(model)
@@ -267,6 +270,8 @@ def attribution_graph(
     for name, v in (("batch_size", batch_size), ("max_n_logits", max_n_logits)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ArgumentError(f"{name}={v!r} must be a positive int")
+    if not isinstance(logit_effects, int) or isinstance(logit_effects, bool) or logit_effects < 0:
+        raise ArgumentError(f"logit_effects={logit_effects!r} must be an int ≥ 0 (0: none)")
     if isinstance(desired_logit_prob, bool) or not isinstance(desired_logit_prob, (int, float)) \
             or not 0.0 < desired_logit_prob <= 1.0:
         raise ArgumentError(f"desired_logit_prob={desired_logit_prob!r} must be a number in (0, 1]")
@@ -372,15 +377,19 @@ def attribution_graph(
         labels.append(lab); kinds.append("logit"); layers.append(L); poss.append(pos); fids.append(-1)
     weight = torch.zeros(N, dtype=dt)
     weight[N - K:] = out_w.cpu()
-    eff_ids = torch.full((N, 2 * LOGIT_EFFECTS), -1, dtype=torch.long)
-    eff_val = torch.zeros(N, 2 * LOGIT_EFFECTS, dtype=dt)
-    if n_feat:
-        eff_ids[:n_feat], eff_val[:n_feat] = _logit_effects(real, LOGIT_EFFECTS)
+    eff_ids: Optional[Tensor] = None
+    eff_val: Optional[Tensor] = None
     eff_strs: Optional[list[list[str]]] = None
-    if model.tokenizer is not None:
-        uniq = sorted(set(eff_ids[:n_feat].reshape(-1).tolist()))
-        text = dict(zip(uniq, model.tokenizer.batch_decode([[i] for i in uniq]))) if uniq else {}
-        eff_strs = [[text[i] for i in row] if row[0] >= 0 else [] for row in eff_ids.tolist()]
+    if logit_effects:
+        k = min(logit_effects, a.d_vocab)
+        eff_ids = torch.full((N, 2 * k), -1, dtype=torch.long)
+        eff_val = torch.zeros(N, 2 * k, dtype=dt)
+        if n_feat:
+            eff_ids[:n_feat], eff_val[:n_feat] = _logit_effects(real, k)
+        if model.tokenizer is not None:
+            uniq = sorted(set(eff_ids[:n_feat].reshape(-1).tolist()))
+            text = dict(zip(uniq, model.tokenizer.batch_decode([[i] for i in uniq]))) if uniq else {}
+            eff_strs = [[text[i] for i in row] if row[0] >= 0 else [] for row in eff_ids.tolist()]
     return AttributionGraph(
         adjacency=A, bias=bias, value=value, activation=act_col, node_labels=labels, node_kind=kinds,
         node_layer=layers, node_pos=poss, node_feature=fids, tokens=tokens[0].tolist(),
@@ -390,10 +399,6 @@ def attribution_graph(
         output_token_strs=None if model.tokenizer is None else [model.tokenizer.decode([t]) for t in ids],
         logit_effect_ids=eff_ids, logit_effect_values=eff_val, logit_effect_strs=eff_strs,
     )
-
-
-#: how many most-promoted and most-suppressed tokens the graph keeps per feature
-LOGIT_EFFECTS = 5
 
 
 def _logit_effects(real: _Real, k: int) -> tuple[Tensor, Tensor]:

@@ -233,3 +233,32 @@ def test_token_edges_by_hand_from_the_hf_model():
                 write = torch.einsum("h,hd,hdm->m", A[:, t, p], v[p], W_O) + (e[p] if p == t else 0)
                 want = float(tc.W_enc[f] @ (blk.post_attention_layernorm.weight * write / s2[t]))
                 assert float(g.adjacency[i, g.node_labels.index(f"embed@{p}")]) == pytest.approx(want, rel=1e-4, abs=1e-6)
+
+
+def test_logit_effects_option(models):
+    """logit_effects=k keeps k promoted and k suppressed tokens per feature (each equal to the feature's decoder row
+    through the frozen final norm and W_U, materialised here); 0 keeps none and leaves the edges unchanged."""
+    m = _model(models, "llama")
+    tcs = random_transcoders(m, 16, seed=3)
+    g3, g0 = attribution_graph(m, PROMPT, tcs, logit_effects=3), attribution_graph(m, PROMPT, tcs, logit_effects=0)
+    assert g0.logit_effect_ids is None and g0.logit_effect_values is None
+    assert torch.equal(g3.adjacency, g0.adjacency)
+    assert g3.logit_effect_ids.shape[1] == 6
+    w, hf = m.weights, m.bridge.original_model
+    seen = {}
+    h = hf.model.norm.register_forward_hook(lambda mod, inp, out: seen.update(x=inp[0][0]))
+    try:
+        with torch.no_grad():
+            hf(m.to_tokens(PROMPT))
+    finally:
+        h.remove()
+    for i in [j for j, k in enumerate(g3.node_kind) if k == "feature"][:5]:
+        l, f, p = g3.node_layer[i], g3.node_feature[i], g3.node_pos[i]
+        sigma = torch.sqrt(seen["x"][p].pow(2).mean() + hf.model.norm.variance_epsilon)  # the final norm's at p
+        z = (tcs[l].W_dec[f] / sigma * w.lnf_w) @ w.W_U
+        top, bottom = z.topk(3), z.topk(3, largest=False)
+        assert g3.logit_effect_ids[i].tolist() == top.indices.tolist() + bottom.indices.tolist()
+        assert torch.allclose(g3.logit_effect_values[i], torch.cat([top.values, bottom.values]), rtol=1e-5, atol=1e-6)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ArgumentError, match="logit_effects"):
+            attribution_graph(m, PROMPT, tcs, logit_effects=bad)
