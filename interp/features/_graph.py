@@ -31,6 +31,7 @@ from interp.attribution import TokenSpec, resolve_tokens
 from interp.engine import Engine, RunCache
 from interp.errors import ArgumentError, ContextLengthWarning, UnsupportedArchitectureError, warn_user
 from interp.features._jacobian import Ends, FrozenJacobian
+from interp.features._logit_effects import top_and_bottom_logits
 from interp.features._result import AttributionGraph
 from interp.features._transcoder import Transcoder
 from interp.labels import Feature, FeatureError
@@ -419,43 +420,16 @@ def _logit_effects(real: _Real, k: int) -> tuple[Tensor, Tensor]:
         uniq.append(real.tcs[l].W_dec[u])
     if not uniq:
         return torch.zeros(0, 2 * k, dtype=torch.long), torch.zeros(0, 2 * k, dtype=fr.dt)
-    ids_u, vals_u = [], []
     with torch.no_grad():
         U = torch.cat(uniq)
         if fr.a.norm == "layernorm":
             U = U - U.mean(-1, keepdim=True)
         if w.lnf_w is not None:
             U = U * w.lnf_w
-        for c in range(0, len(U), 256):  # [256, d_vocab] at a time
-            i, v = _top_and_bottom(U[c: c + 256] @ W_U, k)
-            ids_u.append(i)
-            vals_u.append(v)
-    ids, vals = torch.cat(ids_u), torch.cat(vals_u)
+        ids, vals = top_and_bottom_logits(U, W_U, k)
     at = torch.cat(where)
     sigma = torch.cat([fr.s_final[p_idx] for p_idx, _ in real.feats])  # [n_feat, 1]
     return ids[at].cpu(), (vals[at] / sigma).cpu()
-
-
-def _top_and_bottom(z: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
-    """The ``k`` largest then the ``k`` smallest entries of each row of z [R, V] (ids, values [R, 2k]), exactly:
-    the k largest lie in the k blocks (of ``block`` columns) with the largest maxima, so one min/max pass over z
-    and a top-k among those blocks' entries (the columns past the last whole block always among them)."""
-    R, V = z.shape
-    nb = V // block
-    if nb <= k:
-        up, down = z.topk(k, dim=-1), z.topk(k, dim=-1, largest=False)
-        return torch.cat([up.indices, down.indices], 1), torch.cat([up.values, down.values], 1)
-    lo, hi = torch.aminmax(z[:, : nb * block].view(R, nb, block), dim=-1)
-    tail = torch.arange(nb * block, V, device=z.device).expand(R, -1)
-    out_i, out_v = [], []
-    for ext, largest in ((hi, True), (lo, False)):
-        blocks = ext.topk(k, dim=-1, largest=largest).indices  # [R, k]
-        cand = (blocks[:, :, None] * block + torch.arange(block, device=z.device)).reshape(R, -1)
-        cand = torch.cat([cand, tail], 1)
-        best = z.gather(1, cand).topk(k, dim=-1, largest=largest)
-        out_i.append(cand.gather(1, best.indices))
-        out_v.append(best.values)
-    return torch.cat(out_i, 1), torch.cat(out_v, 1)
 
 
 def _tok(model: Model, i: int) -> str:
