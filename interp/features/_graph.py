@@ -33,6 +33,7 @@ from interp.errors import ArgumentError, ContextLengthWarning, UnsupportedArchit
 from interp.features._jacobian import Ends, FrozenJacobian
 from interp.features._logit_effects import top_and_bottom_logits
 from interp.features._result import AttributionGraph
+from interp.features._sae import SAE
 from interp.features._transcoder import Transcoder
 from interp.labels import Feature, FeatureError
 from interp.models import Model
@@ -52,6 +53,12 @@ def _check(model: Model, transcoders: Sequence[Transcoder]) -> None:
         raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to replace by transcoders")
     if not a.causal or model.weights.W_U is None:
         raise UnsupportedArchitectureError(f"model {model.name!r} is not a decoder with an unembedding")
+    if isinstance(transcoders, (list, tuple)):
+        for i, t in enumerate(transcoders):
+            if isinstance(t, SAE):
+                raise ArgumentError(f"transcoders[{i}] is an SAE of the residual stream ({t.hook_name}); the replacement "
+                                    "model replaces MLPs, so it needs transcoders (MLP input → MLP output): "
+                                    "interp.features.load_transcoders or train_transcoders")
     if not isinstance(transcoders, (list, tuple)) or not all(isinstance(t, Transcoder) for t in transcoders):
         raise ArgumentError("transcoders must be a list of interp.features.Transcoder, one per layer")
     if len(transcoders) != a.n_layers:
@@ -176,6 +183,22 @@ def _read(fr: _Frozen, vecs: Tensor, p_idx: Tensor, l: int) -> Tensor:
     return e.norm_vjp(vecs, None, w.ln2_w[l], frozen=True, sigma=fr.s2[l][p_idx])
 
 
+def _hold_prefix(real: _Real, k: int) -> list[Tensor]:
+    """Hold layer MLP writes at positions < k as constants (in place on ``real``): drop the features there and
+    zero the error nodes' vectors there; returns the held writes per layer [n, d] (zero from position k on)."""
+    held = [torch.zeros_like(leaf) for leaf in real.errs]
+    if not k:
+        return held
+    for l, leaf in enumerate(real.leaves()):
+        held[l][:k] = leaf[:k]
+        keep = real.feats[l][0] >= k
+        real.feats[l] = (real.feats[l][0][keep], real.feats[l][1][keep])
+        real.acts[l], real.pre[l] = real.acts[l][keep], real.pre[l][keep]
+        real.errs[l] = real.errs[l].clone()
+        real.errs[l][:k] = 0
+    return held
+
+
 def one_prompt(model: Model, prompt: Any) -> tuple[Tensor, Tensor]:
     """``prompt`` (a string or token ids [1, pos]) as (tokens [1, n], attention mask [1, n]); more than one refused."""
     batch = as_batch(model, prompt)
@@ -245,6 +268,7 @@ def attribution_graph(
     pos: int = -1,
     max_n_logits: int = 10,
     desired_logit_prob: float = 0.95,
+    constant_prefix: int = 0,
     logit_effects: int = 5,
     batch_size: int = 256,
 ) -> AttributionGraph:
@@ -261,6 +285,10 @@ def attribution_graph(
     ``max |value − (Σ edges + bias)|`` is stored as ``closure_error`` (``relative_error`` divides each by
     Σ|edges| + |bias|). Pre-norm decoders with MLPs only (sequential or parallel blocks, sandwich norms); where
     the model soft-caps its logits (Gemma 2) the output is the logit before the cap (the linear read).
+    ``constant_prefix`` = k holds the MLP writes at the first k positions at their real values: their features
+    are not nodes, their error nodes have no edges, and those writes join every target's constant term (the graph
+    still closes; every other edge is unchanged). k = 1 is circuit-tracer's convention (the BOS position, an
+    attention sink whose MLP writes large and uninformative features; 4 for Gemma 3 chat templates).
     ``logit_effects``: how many most-promoted and most-suppressed tokens to keep per feature (its decoder direct
     to the logits at its position; the viewer shows them; 0 skips them — one product with W_U per distinct
     feature). ``batch_size`` targets (or sources) are carried through the frozen layers per pass (memory ∝ batch_size ·
@@ -282,7 +310,11 @@ def attribution_graph(
     n = tokens.shape[1]
     pos = position("pos", pos, n)
     a = model.arch
+    if not isinstance(constant_prefix, int) or isinstance(constant_prefix, bool) or not 0 <= constant_prefix < n:
+        raise ArgumentError(f"constant_prefix={constant_prefix!r} must be an int in [0, {n - 1}] for a prompt of {n} "
+                            "tokens (1: the BOS position's MLP writes are constants, circuit-tracer's convention)")
     real = real_forward(model, tokens, mask, transcoders)
+    held = _hold_prefix(real, constant_prefix)  # the MLP writes at the first positions, held as constants
     frozen, tcs, feats, acts, pre_real, errs = real.frozen, real.tcs, real.feats, real.acts, real.pre, real.errs
     e, dt, final, emb = frozen.e, real.dtype, real.final, real.emb
 
@@ -323,12 +355,11 @@ def attribution_graph(
     n_err, n_tok = L * n, n
     N = n_feat + n_err + n_tok + K
     A = torch.zeros(N, N, dtype=dt, device=tokens.device)
-    leaves_real = real.leaves()
 
-    # constant terms: the frozen model with every source zero
+    # constant terms: the frozen model with every source zero (and the held writes at their real values)
     with torch.no_grad():
         zeros = torch.zeros(1, n, a.d_model, dtype=dt, device=tokens.device)
-        c_pres, c_out = frozen.forward(zeros, [zeros] * L, feats, pos, u, b_u)
+        c_pres, c_out = frozen.forward(zeros, [h[None] for h in held], feats, pos, u, b_u)
     bias = torch.zeros(N, dtype=dt)
     value = torch.zeros(N, dtype=dt)
     for l in range(L):

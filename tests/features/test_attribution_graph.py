@@ -262,3 +262,30 @@ def test_logit_effects_option(models):
     for bad in (-1, 1.5, True):
         with pytest.raises(ArgumentError, match="logit_effects"):
             attribution_graph(m, PROMPT, tcs, logit_effects=bad)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+def test_constant_prefix_holds_the_first_writes(models, family):
+    """constant_prefix=k: no feature node before position k, no edge out of the error nodes there, every other edge
+    equal to the full graph's (edges are the frozen model's Jacobian, whatever the sources), and each target's constant
+    term = the full graph's + the held sources' edges into it (so the graph still closes)."""
+    m = _model(models, family)
+    tcs = random_transcoders(m, 16, seed=3)
+    full = attribution_graph(m, PROMPT, tcs)
+    for k in (1, 2):
+        g = attribution_graph(m, PROMPT, tcs, constant_prefix=k)
+        _check_closure(g)
+        assert all(p >= k for kind, p in zip(g.node_kind, g.node_pos) if kind == "feature")
+        idx = {lab: i for i, lab in enumerate(full.node_labels)}
+        sel = torch.tensor([idx[lab] for lab in g.node_labels])
+        held = [i for i, (kind, p) in enumerate(zip(full.node_kind, full.node_pos)) if kind in ("feature", "error") and p < k]
+        err_held = [i for i, (kind, p) in enumerate(zip(g.node_kind, g.node_pos)) if kind == "error" and p < k]
+        assert not g.adjacency[:, err_held].any()
+        keep = [i for i, (kind, p) in enumerate(zip(g.node_kind, g.node_pos)) if not (kind == "error" and p < k)]
+        scale = float(full.adjacency.abs().max())
+        assert torch.allclose(g.adjacency[:, keep], full.adjacency[sel][:, sel[keep]], rtol=1e-5, atol=1e-6 * scale)
+        rows = [i for i, kind in enumerate(g.node_kind) if kind in ("feature", "logit")]
+        expect = full.bias[sel] + full.adjacency[sel][:, held].sum(1)
+        assert torch.allclose(g.bias[rows], expect[rows], rtol=1e-5, atol=1e-5 * scale)
+    with pytest.raises(ArgumentError, match="constant_prefix"):
+        attribution_graph(m, PROMPT, tcs, constant_prefix=99)

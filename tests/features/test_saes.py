@@ -119,7 +119,7 @@ def test_saes_are_refused_by_transcoder_analyses(llama):
     for call in (lambda: attribution_graph(llama, "w1 w2 w3 w4", two),
                  lambda: intervene(llama, "w1 w2 w3 w4", two, ["L0.F1@2"]),
                  lambda: qk_attribution(llama, "w1 w2 w3 w4", two, 1, 0)):
-        with pytest.raises(ArgumentError, match="transcoders must be a list of interp.features.Transcoder"):
+        with pytest.raises(ArgumentError, match=r"transcoders\[0\] is an SAE of the residual stream.*needs transcoders"):
             call()
     assert not isinstance(saes[0], Transcoder)
     with pytest.raises(UnsupportedOperationError, match="load_saes"):
