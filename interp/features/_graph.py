@@ -46,10 +46,7 @@ def _check(model: Model, transcoders: Sequence[Transcoder]) -> None:
     a = model.arch
     if a.norm_placement != "pre":
         raise UnsupportedArchitectureError(f"model {model.name!r} is post-norm; attribution graphs need a pre-norm decoder")
-    if a.n_experts:
-        raise UnsupportedArchitectureError(f"model {model.name!r} has mixture-of-experts MLPs; the replacement model "
-                                           "does not model a router's top-k experts yet")
-    if a.attn_only or model.weights.W_in.shape[-1] == 0:
+    if not model.has_mlp:
         raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to replace by transcoders")
     if not a.causal or model.weights.W_U is None:
         raise UnsupportedArchitectureError(f"model {model.name!r} is not a decoder with an unembedding")

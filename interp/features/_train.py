@@ -384,7 +384,7 @@ def train_transcoders(
     """
     require_model(model)
     a = model.arch
-    if a.attn_only or model.weights.W_in.shape[-1] == 0:
+    if not model.has_mlp:
         raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to train transcoders for")
     if a.norm_placement != "pre":
         raise UnsupportedArchitectureError(f"model {model.name!r} is post-norm; transcoders are trained for pre-norm "

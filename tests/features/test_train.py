@@ -51,7 +51,7 @@ def _hf_mlp_io(hf, ids: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Te
 
     def keep(l):
         def hook(mod, inp, out):
-            xs[l], ys[l] = inp[0], out
+            xs[l], ys[l] = inp[0], out[0] if isinstance(out, tuple) else out  # a MoE block may return its router logits
         return hook
 
     hooks = [layer.mlp.register_forward_hook(keep(l)) for l, layer in enumerate(hf.model.layers)]
@@ -65,8 +65,17 @@ def _hf_mlp_io(hf, ids: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Te
     return [xs[l][:, 1:].reshape(-1, xs[l].shape[-1]) for l in range(n)], [ys[l][:, 1:].reshape(-1, ys[l].shape[-1]) for l in range(n)]
 
 
-def test_training_beats_the_mean_and_metrics_match_hf(llama, tmp_path):
-    hf, model = llama
+@pytest.fixture(scope="module")
+def mixtral():
+    hf = tiny_hf_model("mixtral")
+    return hf, model_from_hf(hf, tiny_tokenizer(), name="tiny-mixtral")
+
+
+@pytest.mark.parametrize("which", ["llama", "mixtral"])
+def test_training_beats_the_mean_and_metrics_match_hf(which, request, tmp_path):
+    """FVU and L0 as reported = recomputed from the Hugging Face model's own MLP input and output (forward hooks;
+    Mixtral: the routed experts' block, which a transcoder replaces as a whole)."""
+    hf, model = request.getfixturevalue(which)
     r = _train(model, tmp_path)
     docs = _docs()
     held = [d for i, d in enumerate(docs) if i % 10 == 9]
