@@ -138,6 +138,11 @@ class Engine:
         engine._masks.clear()  # keyed by a mask's address, which a later call may reuse
         return engine
 
+    @staticmethod
+    def drop(model: Model) -> None:
+        """Forget ``model``'s kept engine (:meth:`of`), freeing its fused projections."""
+        model.__dict__.pop("_engine", None)
+
     # ------------------------------------------------------------------ model facts
 
     def rope(self, n: int, layer: int = 0) -> tuple[Tensor, Tensor]:

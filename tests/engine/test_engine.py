@@ -153,6 +153,8 @@ def test_engine_of_is_kept_until_a_weight_changes():
         after = e2.run(b.tokens, b.attention_mask).final
         assert torch.equal(after, Engine(m).run(b.tokens, b.attention_mask).final)
         assert not torch.allclose(after, before)
+        Engine.drop(m)
+        assert Engine.of(m) is not e2
     finally:
         with torch.no_grad():
             m.weights.W_V[0].mul_(0.5)
