@@ -30,6 +30,7 @@ from interp.edges import (
 )
 from interp.distributed import RayCluster
 from interp.engine import load_model
+from interp.features import AttributionGraph, attribution_graph
 from interp.models import ArchInfo, CatalogEntry, Model, list_models
 from interp.plots import Exporter, export
 from interp.report import circuit_report, circuits_report, report
@@ -37,6 +38,8 @@ from interp.stream import Decomposition, Predictions, ResidualTrace, predict, tr
 
 __all__ = [
     "ArchInfo",
+    "AttributionGraph",
+    "attribution_graph",
     "CatalogEntry",
     "CircuitEvaluation",
     "CircuitGraph",

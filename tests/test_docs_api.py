@@ -108,7 +108,7 @@ def test_documented_signature_equals_the_code(name, args, line, full):
 def _result_classes() -> dict[str, type]:
     out = {}
     for mod in [interp] + [importlib.import_module(f"interp.{m}") for m in
-                           ("attribution", "causal", "circuits", "edges", "groundtruth", "stream")]:
+                           ("attribution", "causal", "circuits", "edges", "features", "groundtruth", "stream")]:
         for n in getattr(mod, "__all__", []):
             c = getattr(mod, n)
             if inspect.isclass(c) and issubclass(c, Result):

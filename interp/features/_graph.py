@@ -32,7 +32,7 @@ from interp.engine import Engine, RunCache
 from interp.errors import ArgumentError, ContextLengthWarning, UnsupportedArchitectureError, warn_user
 from interp.features._jacobian import Ends, FrozenJacobian
 from interp.features._logit_effects import top_and_bottom_logits
-from interp.features._result import AttributionGraph
+from interp.features._result import AttributionGraph, check_thresholds
 from interp.features._sae import SAE
 from interp.features._transcoder import Transcoder
 from interp.labels import Feature, FeatureError
@@ -265,6 +265,8 @@ def attribution_graph(
     pos: int = -1,
     max_n_logits: int = 10,
     desired_logit_prob: float = 0.95,
+    node_threshold: float = 0.8,
+    edge_threshold: float = 0.98,
     constant_prefix: int = 0,
     logit_effects: int = 5,
     batch_size: int = 256,
@@ -282,6 +284,8 @@ def attribution_graph(
     ``max |value − (Σ edges + bias)|`` is stored as ``closure_error`` (``relative_error`` divides each by
     Σ|edges| + |bias|). Pre-norm decoders with MLPs only (sequential or parallel blocks, sandwich norms); where
     the model soft-caps its logits (Gemma 2) the output is the logit before the cap (the linear read).
+    ``node_threshold`` and ``edge_threshold`` (in (0, 1]) are the graph's pruning thresholds as circuit-tracer
+    defines them: the defaults of ``.prune()`` and ``.export()``; the graph itself is whole.
     ``constant_prefix`` = k holds the MLP writes at the first k positions at their real values: their features
     are not nodes, their error nodes have no edges, and those writes join every target's constant term (the graph
     still closes; every other edge is unchanged). k = 1 is circuit-tracer's convention (the BOS position, an
@@ -293,6 +297,7 @@ def attribution_graph(
     """
     require_model(model)
     _check(model, transcoders)
+    check_thresholds(node_threshold, edge_threshold)
     for name, v in (("batch_size", batch_size), ("max_n_logits", max_n_logits)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ArgumentError(f"{name}={v!r} must be a positive int")
@@ -427,6 +432,7 @@ def attribution_graph(
         token_strs=None if model.tokenizer is None else [model.tokenizer.decode([t]) for t in tokens[0].tolist()],
         output_token_strs=None if model.tokenizer is None else [model.tokenizer.decode([t]) for t in ids],
         logit_effect_ids=eff_ids, logit_effect_values=eff_val, logit_effect_strs=eff_strs,
+        node_threshold=float(node_threshold), edge_threshold=float(edge_threshold),
     )
 
 

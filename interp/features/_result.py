@@ -58,6 +58,13 @@ def _threshold(scores: Tensor, frac: float) -> Tensor:
     return s[i]
 
 
+def check_thresholds(node_threshold: Any, edge_threshold: Any) -> None:
+    """Pruning thresholds are fractions of influence in (0, 1]."""
+    for name, v in (("node_threshold", node_threshold), ("edge_threshold", edge_threshold)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v <= 1.0:
+            raise ArgumentError(f"{name}={v!r} must be a number in (0, 1] (the fraction of influence kept)")
+
+
 @dataclass(frozen=True)
 class AttributionGraph(Result):
     """One prompt's attribution graph (module docstring and :func:`interp.features.attribution_graph`).
@@ -69,7 +76,8 @@ class AttributionGraph(Result):
     tokens and ``output_token_strs`` the outputs' tokens (``target_ids``) as text, when the model has a tokenizer;
     ``logit_effect_ids`` / ``logit_effect_values`` [N, 2k] each feature's k most promoted then k most suppressed
     tokens per unit activation, directly at its position (W_dec[f] through the final norm with that position's
-    frozen scale, then W_U; ids −1 for other nodes), ``logit_effect_strs`` their text.
+    frozen scale, then W_U; ids −1 for other nodes), ``logit_effect_strs`` their text. ``node_threshold`` and
+    ``edge_threshold``: the graph's pruning thresholds, the defaults of :meth:`prune` and :meth:`export`.
     Rows of the table: one per node, with its ``influence`` on the outputs and ``direct`` = Σ_k w_k · its edge
     into output k.
     """
@@ -96,6 +104,8 @@ class AttributionGraph(Result):
     logit_effect_ids: Optional[Tensor] = None
     logit_effect_values: Optional[Tensor] = None
     logit_effect_strs: Optional[list[list[str]]] = None
+    node_threshold: float = 0.8
+    edge_threshold: float = 0.98
 
     label_column: ClassVar[str] = "node"
     default_by: ClassVar[str] = "influence"
@@ -142,13 +152,13 @@ class AttributionGraph(Result):
                              "target": [self.node_labels[i] for i in t[order].tolist()],
                              "weight": w[order].tolist()})
 
-    def prune(self, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> "AttributionGraph":
+    def prune(self, node_threshold: Optional[float] = None, edge_threshold: Optional[float] = None) -> "AttributionGraph":
         """The graph restricted to the nodes and edges that carry the given fractions of influence (module
-        docstring); pruned edges are zero. ``bias``, ``value`` and the closure fields stay those of the full
-        graph (a pruned graph does not close)."""
-        for name, v in (("node_threshold", node_threshold), ("edge_threshold", edge_threshold)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
-                raise ArgumentError(f"{name}={v!r} must be a number in [0, 1]")
+        docstring; None: the graph's own thresholds); pruned edges are zero. ``bias``, ``value`` and the closure
+        fields stay those of the full graph (a pruned graph does not close)."""
+        node_threshold = self.node_threshold if node_threshold is None else node_threshold
+        edge_threshold = self.edge_threshold if edge_threshold is None else edge_threshold
+        check_thresholds(node_threshold, edge_threshold)
         A, w = self.adjacency, self._logit_weights()
         keep_always = self._mask("token") | self._mask("logit")
         feat, mid = self._mask("feature"), self._mask("feature") | self._mask("error")
@@ -183,17 +193,19 @@ class AttributionGraph(Result):
             token_strs=self.token_strs, output_token_strs=self.output_token_strs,
             logit_effect_ids=None if self.logit_effect_ids is None else self.logit_effect_ids[idx].contiguous(),
             logit_effect_values=None if self.logit_effect_values is None else self.logit_effect_values[idx].contiguous(),
-            logit_effect_strs=None if self.logit_effect_strs is None else pick(self.logit_effect_strs))
+            logit_effect_strs=None if self.logit_effect_strs is None else pick(self.logit_effect_strs),
+            node_threshold=float(node_threshold), edge_threshold=float(edge_threshold))
 
     def export(self, path: Union[str, os.PathLike], *, slug: Optional[str] = None, scan: Optional[str] = None,
-               node_threshold: float = 0.8, edge_threshold: float = 0.98) -> Path:
-        """Write the graph, pruned at the thresholds, as circuit-tracer's graph JSON (the schema its frontend and
-        Neuronpedia read; unique node ids) to ``path`` atomically; ``slug`` defaults to the file's stem, ``scan``
-        (the transcoder set's name) to the model's name. Returns the path."""
+               node_threshold: Optional[float] = None, edge_threshold: Optional[float] = None) -> Path:
+        """Write the graph, pruned at the thresholds (None: the graph's own), as circuit-tracer's graph JSON (the
+        schema its frontend and Neuronpedia read; unique node ids) to ``path`` atomically; ``slug`` defaults to the
+        file's stem, ``scan`` (the transcoder set's name) to the model's name. Returns the path."""
         from interp.features._export import write_graph_json
 
-        return write_graph_json(self, path, slug=slug, scan=scan, node_threshold=node_threshold,
-                                edge_threshold=edge_threshold)
+        return write_graph_json(self, path, slug=slug, scan=scan,
+                                node_threshold=self.node_threshold if node_threshold is None else node_threshold,
+                                edge_threshold=self.edge_threshold if edge_threshold is None else edge_threshold)
 
     def show(self, *, contexts: Optional[Mapping[str, Sequence[str]]] = None, **kwargs: Any) -> "FeatureGraphView":
         """The interactive viewer of this graph (Jupyter displays it): nodes by layer × position on one canvas,

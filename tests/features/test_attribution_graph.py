@@ -290,3 +290,25 @@ def test_constant_prefix_holds_the_first_writes(models, family):
         assert torch.allclose(g.bias[rows], expect[rows], rtol=1e-5, atol=1e-5 * scale)
     with pytest.raises(ArgumentError, match="constant_prefix"):
         attribution_graph(m, PROMPT, tcs, constant_prefix=99)
+
+
+def test_pruning_thresholds_travel_with_the_graph(models, tmp_path):
+    """attribution_graph's node_threshold / edge_threshold are the graph's pruning defaults (prune, export, save /
+    load); thresholds outside (0, 1] are refused naming the argument; interp.attribution_graph is the same function."""
+    m = _model(models, "llama")
+    tcs = random_transcoders(m, 16, seed=3)
+    assert interp.attribution_graph is attribution_graph
+    g = attribution_graph(m, PROMPT, tcs, node_threshold=0.5, edge_threshold=0.7)
+    full = attribution_graph(m, PROMPT, tcs)
+    assert (full.node_threshold, full.edge_threshold) == (0.8, 0.98)
+    assert torch.equal(g.adjacency, full.adjacency)  # the graph itself is whole
+    a, b = g.prune(), full.prune(0.5, 0.7)
+    assert a.node_labels == b.node_labels and torch.equal(a.adjacency, b.adjacency)
+    assert full.prune().node_labels != a.node_labels
+    back = AttributionGraph.load(g.save(tmp_path / "g.safetensors"))
+    assert (back.node_threshold, back.edge_threshold) == (0.5, 0.7)
+    for bad in ({"node_threshold": 0}, {"edge_threshold": 1.5}, {"node_threshold": True}):
+        with pytest.raises(ArgumentError, match=next(iter(bad))):
+            attribution_graph(m, PROMPT, tcs, **bad)
+        with pytest.raises(ArgumentError, match=next(iter(bad))):
+            full.prune(**bad)
