@@ -31,9 +31,10 @@
 #    export the graph in circuit-tracer's JSON format;
 # 5. do the same on Gemma 3 270M (sandwich norms, QK-norm, a 262k vocabulary) for "Paris is the capital of".
 #
-# About 2 minutes with the transcoders in the cache; a fresh machine trains them first (about 3 minutes per
-# model on 2 CPU cores; a few thousand tokens, so their FVU is high and the error nodes carry much of the MLPs'
-# writes — the graph is exact either way).
+# 30–70 s with the transcoders in the cache (by the load). A fresh machine also converts both models and trains the
+# transcoders first: 7 minutes in all on 2 busy CPU cores (smollm2's 74 s, Gemma's 210 s of training; a few
+# thousand tokens each, so their FVU is high and the error nodes carry much of the MLPs' writes — the graph is
+# exact either way).
 
 # %%
 import os
@@ -213,7 +214,7 @@ print(f"{(out_dir / 'paris.json').stat().st_size / 1e3:.0f} kB written")
 # **QK-norm**: queries and keys are RMS-normalised per head; QK attribution freezes those scales too, so its
 # terms still sum to the score. **The vocabulary**: 262,144 tokens (tied embeddings). The graph's edges read
 # only the target's unembedding row, but each feature's logit effects (its most promoted and suppressed tokens)
-# scan all of it: most of the graph's build time here (about 6 s, against 1 s with `logit_effects=0`). Same
+# scan all of it: most of the graph's build time here (6.4 s against 0.9 s with `logit_effects=0`, one loaded run). Same
 # recipe: transcoders on every layer, a factual prompt the model is sure of, the graph, its closure, the top
 # paths, one edge checked by intervention.
 
