@@ -34,3 +34,10 @@ def minilm():
     import interp
 
     return interp.load_model("minilm-l6")
+
+
+@pytest.fixture(scope="session")
+def gemma3():
+    import interp
+
+    return interp.load_model("gemma3-270m")

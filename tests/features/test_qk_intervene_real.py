@@ -18,13 +18,6 @@ pytestmark = [pytest.mark.real, pytest.mark.slow]
 PROMPT = "The capital of France is"
 
 
-@pytest.fixture(scope="module")
-def gemma3():
-    import interp
-
-    return interp.load_model("gemma3-270m")
-
-
 @pytest.mark.parametrize("name", ["smollm2", "gemma3"])
 def test_qk_attribution_real(name, request):
     m = request.getfixturevalue(name)

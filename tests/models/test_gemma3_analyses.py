@@ -18,11 +18,6 @@ CLEAN = "When Mary and John went to the store, John gave a drink to"
 CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
 
 
-@pytest.fixture(scope="module")
-def gemma3():
-    return interp.load_model("gemma3-270m")
-
-
 def _ids(m, text):
     return m.to_tokens(text)
 
