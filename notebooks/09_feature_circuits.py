@@ -213,8 +213,9 @@ print(f"{(out_dir / 'paris.json').stat().st_size / 1e3:.0f} kB written")
 # learns the MLP's write *after* its post-norm (what reaches the stream; the error node is the rest).
 # **QK-norm**: queries and keys are RMS-normalised per head; QK attribution freezes those scales too, so its
 # terms still sum to the score. **The vocabulary**: 262,144 tokens (tied embeddings). The graph's edges read
-# only the target's unembedding row, but each feature's logit effects (its most promoted and suppressed tokens)
-# scan all of it: most of the graph's build time here (6.4 s against 0.9 s with `logit_effects=0`, one loaded run). Same
+# only the target's unembedding row; each feature's logit effects for the viewer (`logit_effects=5`: its most
+# promoted and suppressed tokens) would scan all of it, most of the build time here (6.4 s against 0.9 s without,
+# one loaded run), so they are asked for only when the graph is to be viewed. Same
 # recipe: transcoders on every layer, a factual prompt the model is sure of, the graph, its closure, the top
 # paths, one edge checked by intervention.
 

@@ -268,7 +268,7 @@ def attribution_graph(
     node_threshold: float = 0.8,
     edge_threshold: float = 0.98,
     constant_prefix: int = 0,
-    logit_effects: int = 5,
+    logit_effects: int = 0,
     batch_size: int = 256,
 ) -> AttributionGraph:
     """The exact attribution graph of ``prompt`` over per-layer ``transcoders`` (module docstring).
@@ -290,9 +290,10 @@ def attribution_graph(
     are not nodes, their error nodes have no edges, and those writes join every target's constant term (the graph
     still closes; every other edge is unchanged). k = 1 is circuit-tracer's convention (the BOS position, an
     attention sink whose MLP writes large and uninformative features; 4 for Gemma 3 chat templates).
-    ``logit_effects``: how many most-promoted and most-suppressed tokens to keep per feature (its decoder direct
-    to the logits at its position; the viewer shows them; 0 skips them — one product with W_U per distinct
-    feature). ``batch_size`` targets (or sources) are carried through the frozen layers per pass (memory ∝ batch_size ·
+    ``logit_effects`` = k keeps each feature's k most promoted and k most suppressed tokens (its decoder row
+    straight to the logits at its position), which the viewer shows on hover; 0 (the default) keeps none: they
+    are display data, one product with W_U per distinct feature, the larger part of the build for a large
+    vocabulary. ``batch_size`` targets (or sources) are carried through the frozen layers per pass (memory ∝ batch_size ·
     positions · d_model; the edges do not depend on it).
     """
     require_model(model)

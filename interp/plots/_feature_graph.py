@@ -5,8 +5,9 @@ token embeddings below layer 0, the outputs above the last layer); a cell's node
 the most influential first. Edges are lines (blue positive, red negative, width ∝ |weight|). Two sliders keep
 the page usable with thousands of nodes: the number of feature/error nodes drawn (the most influential on the
 output) and the number of edges drawn (the largest |weight| among those nodes). Hovering a node (clicking pins
-it) shows its activation, influence, its logit effects (the tokens its decoder direction promotes and
-suppresses through the final norm, per unit activation), its strongest incoming and outgoing edges in the whole
+it) shows its activation, influence, its logit effects when the graph has them (the tokens its decoder direction
+promotes and suppresses through the final norm, per unit activation: ``attribution_graph(..., logit_effects=5)``),
+its strongest incoming and outgoing edges in the whole
 graph, and, when the caller gives them, its top activating contexts.
 
 Everything is drawn on one ``<canvas>`` by a short inline script from inlined JSON (no per-node DOM element, no
@@ -171,6 +172,8 @@ _JS = r"""
       info.appendChild(el("h4", "logit effects (per unit activation, through the final norm)"));
       info.appendChild(el("div", "promotes", "fg-muted")); info.appendChild(table(eff.slice(0, h)));
       info.appendChild(el("div", "suppresses", "fg-muted")); info.appendChild(table(eff.slice(h)));
+    } else if (D.no_effects && D.kind[i] === "feature") {
+      info.appendChild(el("div", "logit effects not computed: attribution_graph(..., logit_effects=5)", "fg-muted"));
     }
     info.appendChild(el("h4", "strongest incoming edges"));
     info.appendChild(D.ins[i].length ? table(D.ins[i]) : el("div", "none (a source)", "fg-muted"));
@@ -317,6 +320,7 @@ def feature_graph_view(
         "act": [_num(x) for x in graph.activation.tolist()], "value": [_num(x) for x in graph.value.tolist()],
         "infl": [_num(x) for x in infl.tolist()], "rank": rank, "n_ranked": len(order),
         "edges": edge_list, "n_edges_total": int(len(w)), "ins": ins, "outs": outs, "effects": effects,
+        "no_effects": getattr(graph, "logit_effect_ids", None) is None,
         "contexts": ctx, "cell": cell, "tokens": [repr(x) for x in toks], "n_layers": int(graph.n_layers),
         "default_nodes": min(nodes, max(len(order), 1)), "default_edges": min(edges, len(edge_list)),
         "row_height": row_height,

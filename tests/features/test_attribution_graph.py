@@ -238,11 +238,11 @@ def test_token_edges_by_hand_from_the_hf_model():
 
 def test_logit_effects_option(models):
     """logit_effects=k keeps k promoted and k suppressed tokens per feature (each equal to the feature's decoder row
-    through the frozen final norm and W_U, materialised here); 0 keeps none and leaves the edges unchanged."""
+    through the frozen final norm and W_U, materialised here); 0, the default, keeps none; the edges are the same."""
     m = _model(models, "llama")
     tcs = random_transcoders(m, 16, seed=3)
-    g3, g0 = attribution_graph(m, PROMPT, tcs, logit_effects=3), attribution_graph(m, PROMPT, tcs, logit_effects=0)
-    assert g0.logit_effect_ids is None and g0.logit_effect_values is None
+    g3, g0 = attribution_graph(m, PROMPT, tcs, logit_effects=3), attribution_graph(m, PROMPT, tcs)
+    assert g0.logit_effect_ids is None and g0.logit_effect_values is None  # the default: none
     assert torch.equal(g3.adjacency, g0.adjacency)
     assert g3.logit_effect_ids.shape[1] == 6
     w, hf = m.weights, m.bridge.original_model

@@ -27,7 +27,7 @@ PROMPT = "w1 w2 w3 w4 w5 w6 w7 w8"
 def small():
     m = tiny_model("llama")
     tcs = random_transcoders(m, 48, seed=7)
-    return m, tcs, attribution_graph(m, PROMPT, tcs, target="w3")
+    return m, tcs, attribution_graph(m, PROMPT, tcs, target="w3", logit_effects=5)
 
 
 def _synthetic(n_layers: int = 12, n_pos: int = 16, per_cell: int = 30, seed: int = 0) -> AttributionGraph:
