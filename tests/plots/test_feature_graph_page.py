@@ -138,5 +138,13 @@ def test_viewer_in_chromium_offline(small, tmp_path):
         page.mouse.move(*page.evaluate(f"{api}.xy({real.node_labels[i]!r})"))
         page.wait_for_function(f"document.querySelector('.fg-info h4').textContent.startsWith({real.node_labels[i]!r})")
         assert repr(real.logit_effect_strs[i][0]) in page.inner_text(".fg-info")
+        # a graph built without them (the default) says how to ask for them
+        m, tcs, _ = small
+        bare = attribution_graph(m, PROMPT, tcs, target="w3")
+        page.goto(bare.to_html(tmp_path / "bare.html").resolve().as_uri())
+        page.wait_for_function("window.interpFeatureGraph && Object.keys(window.interpFeatureGraph).length")
+        page.mouse.move(*page.evaluate(f"{api}.xy({bare.node_labels[i]!r})"))
+        page.wait_for_function(f"document.querySelector('.fg-info h4').textContent.startsWith({bare.node_labels[i]!r})")
+        assert "logit effects not computed: attribution_graph(..., logit_effects=5)" in page.inner_text(".fg-info")
         assert not errors, errors
     assert not attempted, attempted
