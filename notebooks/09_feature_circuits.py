@@ -98,7 +98,7 @@ fig.show()
 t = time.perf_counter()
 g = attribution_graph(model, PROMPT, tc.transcoders, target=" Paris")
 kinds = {k: g.node_kind.count(k) for k in sorted(set(g.node_kind))}
-print(f"{g.n_nodes} nodes {kinds}, built in {time.perf_counter() - t:.0f} s")
+print(f"{g.n_nodes} nodes {kinds}, built in {time.perf_counter() - t:.1f} s")
 print(f"closure: max |value − (Σ edges + bias)| = {g.closure_error:.2e}, relative {g.relative_error:.2e}")
 print(f"replacement score {g.replacement_score():.3f}, completeness score {g.completeness_score():.3f}")
 assert g.relative_error < 1e-4
@@ -241,7 +241,7 @@ print(gtc.to_dataframe().iloc[::2].to_string(index=False, float_format=lambda v:
 t = time.perf_counter()
 gg = attribution_graph(gemma, G_PROMPT, gtc.transcoders, target=" France")
 kinds = {k: gg.node_kind.count(k) for k in sorted(set(gg.node_kind))}
-print(f"{gg.n_nodes} nodes {kinds}, built in {time.perf_counter() - t:.0f} s")
+print(f"{gg.n_nodes} nodes {kinds}, built in {time.perf_counter() - t:.1f} s")
 print(f"closure: max |value − (Σ edges + bias)| = {gg.closure_error:.2e}, relative {gg.relative_error:.2e}")
 print(f"replacement score {gg.replacement_score():.3f}, completeness score {gg.completeness_score():.3f}")
 assert gg.relative_error < 1e-4
