@@ -181,8 +181,8 @@ def _read(fr: _Frozen, vecs: Tensor, p_idx: Tensor, l: int) -> Tensor:
 
 
 def _hold_prefix(real: _Real, k: int) -> list[Tensor]:
-    """Hold layer MLP writes at positions < k as constants (in place on ``real``): drop the features there and
-    zero the error nodes' vectors there; returns the held writes per layer [n, d] (zero from position k on)."""
+    """Hold the MLP writes at positions < k as constants (in place on ``real``): drop the features there and zero
+    the error nodes' vectors there; returns the held writes per layer [n, d] (zero from position k on)."""
     held = [torch.zeros_like(leaf) for leaf in real.errs]
     if not k:
         return held
@@ -293,8 +293,8 @@ def attribution_graph(
     ``logit_effects`` = k keeps each feature's k most promoted and k most suppressed tokens (its decoder row
     straight to the logits at its position), which the viewer shows on hover; 0 (the default) keeps none: they
     are display data, one product with W_U per distinct feature, the larger part of the build for a large
-    vocabulary. ``batch_size`` targets (or sources) are carried through the frozen layers per pass (memory ∝ batch_size ·
-    positions · d_model; the edges do not depend on it).
+    vocabulary. ``batch_size`` targets (or sources) are carried through the frozen layers per pass (memory ∝
+    batch_size · positions · d_model; the edges do not depend on it).
     """
     require_model(model)
     _check(model, transcoders)
