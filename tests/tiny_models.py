@@ -171,6 +171,17 @@ def tiny_hf_dir(family: str, path) -> "os.PathLike":
     return path
 
 
+def hooked_forward(hf, handles, *args, **kwargs):
+    """``hf(*args, **kwargs)`` without gradients, then every hook in ``handles`` removed (also when it raises): the
+    Hugging Face model's own forward, read through the hooks the caller registered."""
+    try:
+        with torch.no_grad():
+            return hf(*args, **kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def tiny_model(family: str, *, seed: int = 0, n_layers: int = 2, dtype=torch.float32) -> "interp.Model":
     """An interp Model of a tiny random ``family`` model ('gpt2', 'llama', 'neox', 'bert')."""
     hf = tiny_hf_model(family, seed=seed, n_layers=n_layers, dtype=dtype)

@@ -14,7 +14,7 @@ import transformers
 import interp
 from interp.attribution import attribute_direction, attribute_logits
 from interp.errors import ArgumentError, InterpError, ShapeError, UnsupportedArchitectureError, UnsupportedOperationError
-from tiny_models import LINEAR_LOGITS, tiny_hf_model, tiny_model, tiny_tokenizer
+from tiny_models import LINEAR_LOGITS, hooked_forward, tiny_hf_model, tiny_model, tiny_tokenizer
 from interp.models import model_from_hf
 
 DECODERS = ("gpt2", "llama", "neox", *LINEAR_LOGITS)
@@ -88,12 +88,7 @@ def test_head_terms_match_hf_head_outputs(family):
     norm = {"gpt2": lambda: hf.transformer.ln_f, "gptj": lambda: hf.transformer.ln_f,
             "neox": lambda: hf.gpt_neox.final_layer_norm}.get(family, lambda: hf.model.norm)()
     hs.append(norm.register_forward_pre_hook(lambda mod, args: final_in.__setitem__("x", args[0].detach())))
-    try:
-        with torch.no_grad():
-            hf(toks)
-    finally:
-        for h in hs:
-            h.remove()
+    hooked_forward(hf, hs, toks)
     x = final_in["x"][0, -1]
     if m.arch.norm == "layernorm":
         sigma = torch.sqrt(x.var(unbiased=False) + m.arch.norm_eps)

@@ -14,6 +14,7 @@ import interp
 from interp.causal import Direction, LogitDiff
 from interp.edges import circuit_graph, edge_attribution
 from interp.stream import as_batch
+from tiny_models import hooked_forward
 
 from .conftest import CLEAN, CORRUPT, direction
 
@@ -168,12 +169,7 @@ def _hf_reader_tangents(model, ref, fam):
             hooks.append(ref.ln1(l).register_forward_hook(lambda m, i, o, l=l: keep.__setitem__(("pre", l), i[0])))
             hooks.append(ref.ln2(l).register_forward_hook(lambda m, i, o, l=l: keep.__setitem__(("mid", l), i[0])))
         hooks.append(ref.ln_final().register_forward_hook(lambda m, i, o: keep.__setitem__(("final", 0), i[0])))
-        try:
-            with torch.no_grad():
-                hf(batch.tokens, attention_mask=batch.attention_mask)
-        finally:
-            for h in hooks:
-                h.remove()
+        hooked_forward(hf, hooks, batch.tokens, attention_mask=batch.attention_mask)
         return keep
 
     xc, xk = hidden(bc), hidden(bk)

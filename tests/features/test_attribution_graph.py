@@ -24,7 +24,7 @@ import torch
 import interp
 from interp.errors import ArgumentError, UnsupportedArchitectureError
 from interp.features import AttributionGraph, attribution_graph
-from tiny_models import tiny_model
+from tiny_models import hooked_forward, tiny_model
 from tiny_transcoders import random_transcoders
 
 PROMPT = "w1 w2 w3 w4 w5 w6"
@@ -248,11 +248,7 @@ def test_logit_effects_option(models):
     w, hf = m.weights, m.bridge.original_model
     seen = {}
     h = hf.model.norm.register_forward_hook(lambda mod, inp, out: seen.update(x=inp[0][0]))
-    try:
-        with torch.no_grad():
-            hf(m.to_tokens(PROMPT))
-    finally:
-        h.remove()
+    hooked_forward(hf, [h], m.to_tokens(PROMPT))
     for i in [j for j, k in enumerate(g3.node_kind) if k == "feature"][:5]:
         l, f, p = g3.node_layer[i], g3.node_feature[i], g3.node_pos[i]
         sigma = torch.sqrt(seen["x"][p].pow(2).mean() + hf.model.norm.variance_epsilon)  # the final norm's at p

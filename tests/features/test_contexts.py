@@ -7,12 +7,11 @@ from __future__ import annotations
 import re
 
 import pytest
-import torch
 
 from interp.engine import model_from_hf
 from interp.errors import ArgumentError
 from interp.features import top_activating_contexts
-from tiny_models import tiny_hf_model, tiny_tokenizer
+from tiny_models import hooked_forward, tiny_hf_model, tiny_tokenizer
 from tiny_transcoders import random_transcoders
 
 TEXTS = ["w1 w2 w3 w4 w5", "w9 w8 w7 w6 w5 w4 w3", "w20 w21 w1 w22"]
@@ -30,10 +29,7 @@ def test_contexts_against_hf_mlp_inputs():
         seen = {}
         hs = [hf.model.layers[l].mlp.register_forward_pre_hook(lambda mod, a, l=l: seen.__setitem__(l, a[0][0]))
               for l in (0, 1)]
-        with torch.no_grad():
-            hf(ids)
-        for h in hs:
-            h.remove()
+        hooked_forward(hf, hs, ids)
         for l in (0, 1):
             acts[l].append((ids[0].tolist(), tcs[l].encode(seen[l])))
     for l, f in feats:

@@ -22,7 +22,7 @@ import torch
 from interp.engine import model_from_hf
 from interp.errors import ArgumentError
 from interp.features import Intervention, InterventionResult, attribution_graph, intervene
-from tiny_models import fp64_tol, tiny_hf_model, tiny_model, tiny_tokenizer
+from tiny_models import fp64_tol, hooked_forward, tiny_hf_model, tiny_model, tiny_tokenizer
 from tiny_transcoders import random_transcoders
 
 PROMPT = "w1 w2 w3 w4 w5 w6"
@@ -45,12 +45,7 @@ def _hf_capture(hf, ids, hooks=None):
             handles.append(mod.register_forward_hook(lambda mod, a, o, name=name: seen.__setitem__(name, a[0][0].detach())))
     for l, fn in (hooks or {}).items():
         handles.append(hf.model.layers[l].mlp.register_forward_hook(fn))
-    try:
-        with torch.no_grad():
-            out = hf(ids, output_attentions=True)
-    finally:
-        for h in handles:
-            h.remove()
+    out = hooked_forward(hf, handles, ids, output_attentions=True)
     return out.logits[0], [a[0] for a in out.attentions], seen
 
 

@@ -21,7 +21,7 @@ import torch
 import interp.features._train as T
 from interp.errors import ArgumentError, InterpError, ResultFormatError
 from interp.features import TrainedTranscoders, train_transcoders
-from tiny_models import tiny_hf_model, tiny_tokenizer
+from tiny_models import hooked_forward, tiny_hf_model, tiny_tokenizer
 from interp.engine import model_from_hf
 
 SEQ, BATCH = 32, 4
@@ -55,12 +55,7 @@ def _hf_mlp_io(hf, ids: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Te
         return hook
 
     hooks = [layer.mlp.register_forward_hook(keep(l)) for l, layer in enumerate(hf.model.layers)]
-    try:
-        with torch.no_grad():
-            hf(input_ids=ids)
-    finally:
-        for h in hooks:
-            h.remove()
+    hooked_forward(hf, hooks, input_ids=ids)
     n = len(hf.model.layers)
     return [xs[l][:, 1:].reshape(-1, xs[l].shape[-1]) for l in range(n)], [ys[l][:, 1:].reshape(-1, ys[l].shape[-1]) for l in range(n)]
 

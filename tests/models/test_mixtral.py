@@ -13,7 +13,7 @@ from transformer_lens import patching
 import interp
 from interp.engine import Engine, self_check
 from interp.errors import UnsupportedArchitectureError, UnsupportedOperationError
-from tiny_models import tiny_hf_model, tiny_model
+from tiny_models import hooked_forward, tiny_hf_model, tiny_model
 
 PROMPTS = ["w1 w2 w3 w4 w5 w6 w7", "w8 w9 w10"]
 CLEAN, CORRUPT = "w1 w2 w3 w4 w5 w6", "w1 w9 w3 w8 w5 w6"
@@ -29,12 +29,7 @@ def test_self_check_and_moe_block_equal_hf(dtype, tol):
     got = {}
     hs = [layer.mlp.register_forward_hook(lambda mod, args, out, l=l: got.__setitem__(l, (args[0], out)))
           for l, layer in enumerate(hf.model.layers)]
-    try:
-        with torch.no_grad():
-            hf(batch.tokens, attention_mask=batch.attention_mask)
-    finally:
-        for h in hs:
-            h.remove()
+    hooked_forward(hf, hs, batch.tokens, attention_mask=batch.attention_mask)
     e = Engine(m)
     for l, (x, out) in got.items():
         mine = e.mlp(l, x)  # the routed sum of the experts, from interp's weights
@@ -52,12 +47,7 @@ def test_trace_decomposes_exactly_and_attribution_closes_on_hf_logits():
     outs = {}
     hs = [layer.mlp.register_forward_hook(lambda mod, args, out, l=l: outs.__setitem__(l, out))
           for l, layer in enumerate(hf.model.layers)]
-    try:
-        with torch.no_grad():
-            ref = hf(batch.tokens, attention_mask=batch.attention_mask, output_hidden_states=True)
-    finally:
-        for h in hs:
-            h.remove()
+    ref = hooked_forward(hf, hs, batch.tokens, attention_mask=batch.attention_mask, output_hidden_states=True)
     mask = batch.attention_mask.bool()
     for l in range(m.arch.n_layers):
         d = tr.decompose(f"blocks.{l}.hook_resid_pre")

@@ -11,7 +11,7 @@ import torch
 
 import interp
 from interp.errors import UnsupportedArchitectureError
-from tiny_models import tiny_hf_model, tiny_model
+from tiny_models import hooked_forward, tiny_hf_model, tiny_model
 
 PROMPTS = ["w1 w2 w3 w4 w5 w6", "w7 w8 w9"]
 
@@ -49,12 +49,7 @@ def _hf_tensors(batch):
                layer.post_attention_layernorm.register_forward_hook(post("attn_out", l)),
                layer.mlp.register_forward_pre_hook(pre("mlp_in", l)),
                layer.post_feedforward_layernorm.register_forward_hook(post("mlp_out", l))]
-    try:
-        with torch.no_grad():
-            out = hf(batch.tokens, attention_mask=batch.attention_mask, output_hidden_states=True)
-    finally:
-        for h in hs:
-            h.remove()
+    out = hooked_forward(hf, hs, batch.tokens, attention_mask=batch.attention_mask, output_hidden_states=True)
     return got, out
 
 
@@ -114,19 +109,14 @@ def test_qk_norm_mixes_heads_a_patch_of_one_key_moves_every_heads_scores():
     dh = m.arch.d_head
     src = {}
     h = k_proj.register_forward_hook(lambda mod, args, out: src.__setitem__("k", out.detach().clone()))
-    with torch.no_grad():
-        hf(bk.tokens)
-    h.remove()
+    hooked_forward(hf, [h], bk.tokens)
 
     def put(mod, args, out):
         out = out.clone()
         out[..., :dh] = src["k"][..., :dh]  # KV head 0's key, every position
         return out
 
-    h = k_proj.register_forward_hook(put)
-    with torch.no_grad():
-        logits = hf(bc.tokens).logits
-    h.remove()
+    logits = hooked_forward(hf, [k_proj.register_forward_hook(put)], bc.tokens).logits
     tid = m.tokenizer.convert_tokens_to_ids("w7")
     want = float(logits[0, -1, tid])
     assert abs(float(r.values[0]) - want) < 1e-9  # the metric after the patch

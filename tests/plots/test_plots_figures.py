@@ -29,7 +29,7 @@ from interp.plots import (
     top_token_table,
 )
 from interp.stream import trace
-from tiny_models import tiny_hf_model, tiny_model
+from tiny_models import hooked_forward, tiny_hf_model, tiny_model
 
 PROMPT = "w1 w2 w3 w4 w1 w2"
 
@@ -147,12 +147,7 @@ def _hf_sublayer_outputs(family, model, prompt):
     for l, blk in enumerate(blocks):
         mod = blk.attn if family == "gpt2" else blk.attention.self
         hooks.append(mod.register_forward_hook(lambda m, i, o, l=l: attn_out.__setitem__(l, o[0].detach())))
-    try:
-        with torch.no_grad():
-            out = hf(model.to_tokens(prompt), output_hidden_states=True)
-    finally:
-        for h in hooks:
-            h.remove()
+    out = hooked_forward(hf, hooks, model.to_tokens(prompt), output_hidden_states=True)
     return out.hidden_states, attn_out
 
 

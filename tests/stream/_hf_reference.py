@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from tiny_models import tiny_hf_model, tiny_tokenizer
+from tiny_models import hooked_forward, tiny_hf_model, tiny_tokenizer
 
 #: Module paths, relative to one HF layer, of the tensors the tests need, per family.
 SPEC = {
@@ -227,12 +227,7 @@ def hf_reference(family: str, tokens: Tensor, attention_mask: Tensor, *, dtype=t
         eln = _get(base, spec["emb_ln"])
         norms["emb_ln"] = Norm.of(eln, spec["kind"])
         handles.append(eln.register_forward_hook(keep(glob, "emb_ln_in", None, "in"), with_kwargs=True))
-    try:
-        with torch.no_grad():
-            out = hf(input_ids=tokens, attention_mask=attention_mask, output_hidden_states=True)
-    finally:
-        for h in handles:
-            h.remove()
+    out = hooked_forward(hf, handles, input_ids=tokens, attention_mask=attention_mask, output_hidden_states=True)
     logits = getattr(out, "logits", None)
     return Reference(family=family, n_layers=L, hidden_states=[h.detach() for h in out.hidden_states],
                      logits=None if spec["post"] else logits.detach(), layer=rec, glob=glob, norms=norms,

@@ -13,7 +13,7 @@ import interp
 from interp.errors import ArgumentError, ExportError, ResultFormatError
 from interp.stream import AttentionPatternBatch, ResidualTrace, as_batch, attention_patterns
 from rounding import assert_same_up_to_rounding, rounding_tolerance
-from tiny_models import FAMILIES, tiny_hf_model, tiny_model
+from tiny_models import FAMILIES, hooked_forward, tiny_hf_model, tiny_model
 
 PROMPTS = ["w1 w2 w3 w4 w5", "w6 w7", "w8 w9 w10"]
 _OPROJ = {"gpt2": lambda hf, l: hf.transformer.h[l].attn.c_proj,
@@ -31,12 +31,7 @@ def _hf_pass(family, batch):
     zs = {}
     hooks = [_OPROJ[family](hf, l).register_forward_pre_hook(lambda mod, args, l=l: zs.__setitem__(l, args[0]))
              for l in range(hf.config.num_hidden_layers if family != "gpt2" else hf.config.n_layer)]
-    try:
-        with torch.no_grad():
-            out = hf(batch.tokens, attention_mask=batch.attention_mask, output_attentions=True)
-    finally:
-        for h in hooks:
-            h.remove()
+    out = hooked_forward(hf, hooks, batch.tokens, attention_mask=batch.attention_mask, output_attentions=True)
     return out.attentions, zs
 
 
