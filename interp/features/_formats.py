@@ -175,6 +175,12 @@ def _saelens_hook(cfg: dict[str, Any]) -> Any:
     return meta.get("hook_name", cfg.get("hook_name"))
 
 
+def _saelens_context(cfg: dict[str, Any]) -> Optional[int]:
+    """The training sequence length a SAELens config records (``context_size``), or None."""
+    ctx = (cfg.get("metadata") or {}).get("context_size", cfg.get("context_size"))
+    return ctx if isinstance(ctx, int) and ctx > 0 else None
+
+
 def _saelens_one(d: Path, dtype: torch.dtype) -> tuple[int, Transcoder]:
     cfg = _cfg(d)
     arch = cfg.get("architecture", "standard")
@@ -201,11 +207,10 @@ def _saelens_one(d: Path, dtype: torch.dtype) -> tuple[int, Transcoder]:
         _need(p, t, ("threshold",))
     if "skip" in arch:
         _need(p, t, ("W_skip",))
-    ctx = meta.get("context_size", cfg.get("context_size"))  # the training sequence length, where recorded
     return layer, _make(p, dtype, W_enc=t["W_enc"].T, b_enc=t["b_enc"], W_dec=t["W_dec"], b_dec=t["b_dec"],
                         W_skip=t.get("W_skip"), activation=act,
                         threshold=None if act != "jumprelu" else t["threshold"].reshape(-1).clamp_min(0),  # as for SAEs
-                        context_length=ctx if isinstance(ctx, int) and ctx > 0 else None)
+                        context_length=_saelens_context(cfg))
 
 
 def _resid_site(d: Path, hook: Any) -> tuple[int, str]:
@@ -265,9 +270,8 @@ def _saelens_sae(d: Path, dtype: torch.dtype) -> SAE:
             if meta.get("training_architecture") in ("batchtopk", "matryoshka_batchtopk") and thr.numel() \
                     and bool((thr == thr[0]).all()) and float(thr[0]) >= 0:
                 act, thr = "batchtopk", thr[0].clone()
-    ctx = meta.get("context_size", cfg.get("context_size"))
     return _make(p, dtype, cls=SAE, W_enc=W_enc, b_enc=b_enc, W_dec=W_dec, b_dec=b_dec, activation=act,
-                 threshold=thr, k=k, context_length=ctx if isinstance(ctx, int) and ctx > 0 else None,
+                 threshold=thr, k=k, context_length=_saelens_context(cfg),
                  layer=layer, site=site)
 
 
