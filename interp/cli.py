@@ -213,10 +213,11 @@ def _cmd_circuits(args: argparse.Namespace) -> int:
 
 
 def _cmd_circuit(args: argparse.Namespace) -> int:
-    from interp.report import circuit_report
+    from interp.report import check_circuit_options, circuit_report
 
     from interp.errors import ArgumentError
 
+    # everything that needs no model is checked first: loading one takes seconds to minutes
     ablations = tuple(a.strip() for a in args.ablations.split(",") if a.strip())
     try:
         sizes = None if args.sizes is None else tuple(float(k) for k in args.sizes.split(",") if k.strip())
@@ -232,6 +233,14 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
         if args.task not in TASKS:
             raise ArgumentError(f"--task={args.task!r} is not a shipped task; shipped tasks are {list(TASKS)}; for "
                                 "your own prompts pass --pairs FILE (JSON Lines: clean, corrupt, answer, wrong)")
+    check_circuit_options(method=args.method, ig_steps=args.ig_steps, max_edges=args.max_edges, n_exact=args.exact,
+                          ablations=ablations, sizes=sizes,
+                          names={"method": "--method", "ig_steps": "--ig-steps", "max_edges": "--max-edges",
+                                 "n_exact": "--exact", "ablations": "--ablations", "sizes": "--sizes"})
+    if args.pairs is not None:
+        from interp.edges import read_pairs
+
+        read_pairs(args.pairs)  # the JSON, keys, types and metric of every line, before the model loads
     model = _load(args.model)
     task: object = args.task or "ioi"
     n_prompts = 16 if args.prompts is None else args.prompts

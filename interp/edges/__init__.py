@@ -13,6 +13,7 @@ from interp.edges._evaluate import (
     MIB_SIZES,
     CircuitEvaluation,
     FaithfulnessCurve,
+    check_curve_args,
     evaluate_circuit,
     faithfulness_curve,
 )
@@ -20,7 +21,7 @@ from interp.edges._gradient import EdgeScorer, ReaderGradients
 from interp.edges._graph import CircuitGraph, circuit_graph
 from interp.edges._patch import ablated_writes, edge_patch
 from interp.edges._scores import EdgeCircuit, EdgeScores
-from interp.edges._tasks import TASKS, Task, load_task
+from interp.edges._tasks import TASKS, Task, load_task, read_pairs
 from interp.edges._writes import Acts, EdgeWrites
 
 __all__ = [
@@ -40,10 +41,12 @@ __all__ = [
     "Task",
     "ablated_writes",
     "check_completeness",
+    "check_curve_args",
     "circuit_graph",
     "edge_attribution",
     "edge_patch",
     "evaluate_circuit",
     "faithfulness_curve",
     "load_task",
+    "read_pairs",
 ]

@@ -42,7 +42,7 @@ from interp.errors import ArgumentError
 from interp.models import Model
 from interp.stream import require_model
 
-__all__ = ["evaluate_circuit", "faithfulness_curve", "CircuitEvaluation", "FaithfulnessCurve", "MIB_SIZES",
+__all__ = ["evaluate_circuit", "faithfulness_curve", "check_curve_args", "CircuitEvaluation", "FaithfulnessCurve", "MIB_SIZES",
            "circuit_mask", "check_reference_spread"]
 
 MIB_SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -68,6 +68,23 @@ def circuit_mask(graph: CircuitGraph, circuit: Any, *, name: str = "circuit") ->
     if edges:
         keep[graph.indices(edges, name=name)] = True
     return keep
+
+
+def check_curve_args(ablations: Any, sizes: Any, *, names: tuple[str, str] = ("ablations", "sizes")) -> list[float]:
+    """The checked ``sizes`` as floats, after checking ``ablations`` (a non-empty list of :data:`ABLATIONS`) and
+    ``sizes`` (increasing fractions in (0, 1]); ``names``: how the two arguments are named in the errors."""
+    if isinstance(ablations, str) or not ablations:
+        raise ArgumentError(f"{names[0]}={ablations!r} must be a non-empty list of {list(ABLATIONS)}")
+    for a in ablations:
+        check_choice(f"{names[0]}[]", a, ABLATIONS)
+    try:
+        ks = [] if isinstance(sizes, str) else [float(k) for k in sizes]
+    except (TypeError, ValueError):
+        ks = []
+    if not ks or any(not 0 < k <= 1 for k in ks) or ks != sorted(ks):
+        shown = list(sizes) if isinstance(sizes, (list, tuple)) else sizes
+        raise ArgumentError(f"{names[1]}={shown!r} must be increasing fractions in (0, 1]")
+    return ks
 
 
 def _K(graph: CircuitGraph, keep: Tensor) -> Tensor:
@@ -321,13 +338,7 @@ def faithfulness_curve(
     check_bool("absolute", absolute)
     check_bool("prune", prune)
     check_bool("progress", progress)
-    if isinstance(ablations, str) or not ablations:
-        raise ArgumentError(f"ablations={ablations!r} must be a non-empty list of {list(ABLATIONS)}")
-    for a in ablations:
-        check_choice("ablations[]", a, ABLATIONS)
-    ks = [float(k) for k in sizes]
-    if not ks or any(not 0 < k <= 1 for k in ks) or ks != sorted(ks):
-        raise ArgumentError(f"sizes={list(sizes)!r} must be increasing fractions in (0, 1]")
+    ks = check_curve_args(ablations, sizes)
     if "corrupt" in ablations and corrupt is None:
         raise ArgumentError(f"ablations={list(ablations)!r} includes 'corrupt' but corrupt=None: pass the corrupt "
                             "prompts, or leave 'corrupt' out (e.g. ablations=('zero',))")

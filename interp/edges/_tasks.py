@@ -42,7 +42,7 @@ from interp.models import ordinary_tokens, tokenize
 from interp.models import Model
 from interp.stream import require_model
 
-__all__ = ["Task", "load_task", "TASKS", "TASK_METRICS", "IOI_NAMES", "IOI_TEMPLATES", "CAPITALS"]
+__all__ = ["Task", "load_task", "read_pairs", "TASKS", "TASK_METRICS", "IOI_NAMES", "IOI_TEMPLATES", "CAPITALS"]
 
 TASKS = ("ioi", "induction", "factual")
 #: a task's metric, by name: what :attr:`Task.metric` reads at each prompt's last token
@@ -52,6 +52,8 @@ TASK_METRICS = {
     "prob": "softmax(logits)[answer] (wrong unused)",
     "logit": "logit[answer] (wrong unused)",
 }
+#: the metric of a pairs line that gives none
+DEFAULT_TASK_METRIC = "logit_diff"
 MULTI_TOKEN = ("error", "first")
 _PAIR_KEYS = ("clean", "corrupt", "answer", "wrong")
 
@@ -185,66 +187,26 @@ class Task:
         """A task from a JSON Lines file, checked for ``model`` record by record.
 
         Each non-blank line is one pair: ``{"clean": str, "corrupt": str, "answer": str | int, "wrong": str | int}``
-        and optionally ``"metric"`` (one of :data:`TASK_METRICS`; every line that gives one must give the same,
-        default ``"logit_diff"``). Checked on load, each error naming the file and line: the JSON, the keys,
-        the types, equal token lengths of ``clean`` and ``corrupt`` (tokenised as the analyses do, BOS
-        included), and that ``answer`` / ``wrong`` are one token. A text answer of several tokens is an error
-        unless ``multi_token="first"``, which keeps its first token (as the shipped factual task does with
-        multi-token capitals). ``name`` defaults to the file's stem.
+        and optionally ``"metric"`` (one of :data:`TASK_METRICS`). A task has one metric: a line without
+        ``"metric"`` means the default ``"logit_diff"``, and lines that disagree (``"logprob"`` on one line,
+        none or another on an earlier one) are an :class:`~interp.errors.ArgumentError` naming both lines.
+        Checked on load, each error naming the file and line: first everything that needs no model (the JSON,
+        the keys, the types, the metric: :func:`read_pairs`), then equal token lengths of ``clean`` and
+        ``corrupt`` (tokenised as the analyses do, BOS included) and that ``answer`` / ``wrong`` are one token.
+        A text answer of several tokens is an error unless ``multi_token="first"``, which keeps its first token
+        (as the shipped factual task does with multi-token capitals). ``name`` defaults to the file's stem.
         """
         require_model(model)
         if multi_token not in MULTI_TOKEN:
             raise ArgumentError(f"multi_token={multi_token!r} must be one of {list(MULTI_TOKEN)}")
-        if not isinstance(path, (str, os.PathLike)):
-            raise ArgumentError(f"path={path!r} must be a path to a JSON Lines file")
+        recs, metric_name = read_pairs(path)
         if not model.arch.has_logits:
             raise UnsupportedOperationError(f"path={str(path)!r}: a task reads logits; model {model.name!r} has none "
                                             "(an encoder)")
         if model.tokenizer is None:
             raise UnsupportedOperationError(f"path={str(path)!r}: the pairs are text, but model {model.name!r} has "
                                             "no tokenizer")
-        try:
-            with open(path, encoding="utf-8") as f:
-                lines = f.read().splitlines()
-        except OSError as e:
-            raise ArgumentError(f"path={str(path)!r} cannot be read: {e.strerror or e}") from None
         where = lambda i: f"{os.fspath(path)}, line {i}"  # noqa: E731
-        recs: list[tuple[int, dict]] = []
-        metric_name: Optional[str] = None
-        for i, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ArgumentError(f"{where(i)}: not valid JSON ({e.msg}); each line must be one JSON object") from None
-            if not isinstance(rec, dict):
-                raise ArgumentError(f"{where(i)}: a {type(rec).__name__}, not a JSON object with keys {list(_PAIR_KEYS)}")
-            missing = [k for k in _PAIR_KEYS if k not in rec]
-            if missing:
-                raise ArgumentError(f"{where(i)}: missing key(s) {missing}; each pair needs {list(_PAIR_KEYS)} "
-                                    "(and optionally 'metric')")
-            extra = sorted(set(rec) - set(_PAIR_KEYS) - {"metric"})
-            if extra:
-                raise ArgumentError(f"{where(i)}: unknown key(s) {extra}; allowed: {list(_PAIR_KEYS) + ['metric']}")
-            for k in ("clean", "corrupt"):
-                if not isinstance(rec[k], str) or not rec[k].strip():
-                    raise ArgumentError(f"{where(i)}: {k}={rec[k]!r} must be a non-empty string")
-            for k in ("answer", "wrong"):
-                if isinstance(rec[k], bool) or not isinstance(rec[k], (str, int)):
-                    raise ArgumentError(f"{where(i)}: {k}={rec[k]!r} must be a token string or a token id")
-            if "metric" in rec:
-                m = rec["metric"]
-                if not isinstance(m, str) or m not in TASK_METRICS:
-                    raise ArgumentError(f"{where(i)}: metric={m!r} is not a task metric; choose one of "
-                                        f"{list(TASK_METRICS)}")
-                if metric_name is not None and m != metric_name:
-                    raise ArgumentError(f"{where(i)}: metric={m!r} but an earlier line has {metric_name!r}; a task "
-                                        "has one metric")
-                metric_name = m
-            recs.append((i, rec))
-        if not recs:
-            raise ArgumentError(f"path={os.fspath(path)!r} holds no pairs; give one JSON object per line")
         lc = _lengths(model, [r["clean"] for _, r in recs])
         lk = _lengths(model, [r["corrupt"] for _, r in recs])
         answers, wrongs = [], []
@@ -258,7 +220,64 @@ class Task:
         stem = os.path.splitext(os.path.basename(os.fspath(path)))[0]
         return cls(stem if name is None else name, [r["clean"] for _, r in recs], [r["corrupt"] for _, r in recs],
                    answers, wrongs, description=description or f"{len(recs)} pairs from {os.path.basename(os.fspath(path))}",
-                   metric_name=metric_name or "logit_diff", model=model)
+                   metric_name=metric_name, model=model)
+
+
+def read_pairs(path: Union[str, "os.PathLike[str]"]) -> tuple[list[tuple[int, dict]], str]:
+    """The records of a pairs file, checked without a model: ([(line number, record)], the task's metric name).
+
+    Every check that needs no tokenizer, each error an :class:`~interp.errors.ArgumentError` naming the file and
+    line: the JSON, the keys, the types and the metric (a line without ``"metric"`` means ``"logit_diff"``; lines
+    that disagree are an error, not the last one silently applied to every line). :meth:`Task.from_jsonl` calls
+    it first; ``interp circuit --pairs`` calls it before loading the model, so a bad file fails at once.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentError(f"path={path!r} must be a path to a JSON Lines file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise ArgumentError(f"path={str(path)!r} cannot be read: {e.strerror or e}") from None
+    where = lambda i: f"{os.fspath(path)}, line {i}"  # noqa: E731
+    recs: list[tuple[int, dict]] = []
+    first: Optional[tuple[int, str, bool]] = None  # (line, metric, given on that line)
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ArgumentError(f"{where(i)}: not valid JSON ({e.msg}); each line must be one JSON object") from None
+        if not isinstance(rec, dict):
+            raise ArgumentError(f"{where(i)}: a {type(rec).__name__}, not a JSON object with keys {list(_PAIR_KEYS)}")
+        missing = [k for k in _PAIR_KEYS if k not in rec]
+        if missing:
+            raise ArgumentError(f"{where(i)}: missing key(s) {missing}; each pair needs {list(_PAIR_KEYS)} "
+                                "(and optionally 'metric')")
+        extra = sorted(set(rec) - set(_PAIR_KEYS) - {"metric"})
+        if extra:
+            raise ArgumentError(f"{where(i)}: unknown key(s) {extra}; allowed: {list(_PAIR_KEYS) + ['metric']}")
+        for k in ("clean", "corrupt"):
+            if not isinstance(rec[k], str) or not rec[k].strip():
+                raise ArgumentError(f"{where(i)}: {k}={rec[k]!r} must be a non-empty string")
+        for k in ("answer", "wrong"):
+            if isinstance(rec[k], bool) or not isinstance(rec[k], (str, int)):
+                raise ArgumentError(f"{where(i)}: {k}={rec[k]!r} must be a token string or a token id")
+        given = "metric" in rec
+        m = rec["metric"] if given else DEFAULT_TASK_METRIC
+        if given and (not isinstance(m, str) or m not in TASK_METRICS):
+            raise ArgumentError(f"{where(i)}: metric={m!r} is not a task metric; choose one of {list(TASK_METRICS)}")
+        if first is None:
+            first = (i, m, given)
+        elif m != first[1]:
+            here = f"metric={m!r}" if given else f"no metric (the default {m!r})"
+            there = f"gives metric={first[1]!r}" if first[2] else f"gives no metric (the default {first[1]!r})"
+            raise ArgumentError(f"{where(i)}: {here} but line {first[0]} {there}; a task has one metric: give the "
+                                "same \"metric\" on every line, or on none (logit_diff)")
+        recs.append((i, rec))
+    if not recs or first is None:
+        raise ArgumentError(f"path={os.fspath(path)!r} holds no pairs; give one JSON object per line")
+    return recs, first[1]
 
 
 def _pair_token(model: Model, value: Union[str, int], where: str, multi_token: str) -> Union[str, int]:

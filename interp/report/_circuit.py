@@ -36,7 +36,7 @@ from interp._validate import check_bool, check_int_min, check_positive_int
 from interp.attribution import attribute_logits
 from interp.causal import Logit, LogitDiff, LogProb, Prob
 from interp.circuits import ov_circuit
-from interp.edges import MIB_SIZES, edge_attribution, edge_patch, faithfulness_curve
+from interp.edges import MIB_SIZES, check_curve_args, edge_attribution, edge_patch, faithfulness_curve
 from interp.errors import ArgumentError, InterpError
 from interp.labels import Head, HeadInput, Mlp, parse
 from interp.models import Model
@@ -46,7 +46,7 @@ from interp.report._report import (_decode, _export_static, _jsonable, _model_ca
                                    _Steps)
 from interp.stream import attention_patterns
 
-__all__ = ["circuit_report"]
+__all__ = ["circuit_report", "check_circuit_options"]
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +211,33 @@ def _graph_steps(sc: Any, curve: Any, max_edges: int, target: float) -> dict[str
             "reached": bool(ok)}
 
 
+def check_circuit_options(*, names: Optional[dict[str, str]] = None, **options: Any) -> None:
+    """Check :func:`circuit_report`'s options that need no model (``method``, ``ig_steps``, ``max_edges``,
+    ``n_exact``, ``ablations``, ``sizes``, ``n_ov_heads``, ``target``, ``static``, ``progress``; those given),
+    so that a caller can fail before loading one; ``names``: how the options are named in the errors (the CLI's
+    flags)."""
+    nm = {k: (names or {}).get(k, k) for k in options}
+    o = options
+    if "method" in o and o["method"] not in METHODS:
+        raise ArgumentError(f"{nm['method']}={o['method']!r} must be one of {list(METHODS)}")
+    for k in ("ig_steps", "max_edges"):
+        if k in o:
+            check_positive_int(nm[k], o[k])
+    for k in ("n_exact", "n_ov_heads"):
+        if k in o:
+            check_int_min(nm[k], o[k], 0)
+    if "ablations" in o or "sizes" in o:
+        check_curve_args(o.get("ablations", ("corrupt",)), MIB_SIZES if o.get("sizes") is None else o["sizes"],
+                         names=(nm.get("ablations", "ablations"), nm.get("sizes", "sizes")))
+    if "target" in o:
+        t = o["target"]
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
+            raise ArgumentError(f"{nm['target']}={t!r} must be a faithfulness in (0, 1], e.g. 0.8")
+    for k in ("static", "progress"):
+        if k in o:
+            check_bool(nm[k], o[k])
+
+
 def circuit_report(
     model: Union[str, Model],
     task: Any = "ioi",
@@ -244,16 +271,9 @@ def circuit_report(
     it opens on the smallest circuit whose faithfulness reaches ``target`` (under the first of corrupt,
     resample, mean, zero among ``ablations``), or on the largest when none does — the page says which.
     """
+    check_circuit_options(method=method, ig_steps=ig_steps, max_edges=max_edges, n_exact=n_exact, ablations=ablations,
+                          sizes=sizes, n_ov_heads=n_ov_heads, target=target, static=static, progress=progress)
     model = _resolve_model(model)
-    if method not in METHODS:
-        raise ArgumentError(f"method={method!r} must be one of {list(METHODS)}")
-    check_positive_int("max_edges", max_edges)
-    check_int_min("n_exact", n_exact, 0)
-    check_int_min("n_ov_heads", n_ov_heads, 0)
-    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
-        raise ArgumentError(f"target={target!r} must be a faithfulness in (0, 1], e.g. 0.8")
-    check_bool("static", static)
-    check_bool("progress", progress)
     if static and exporter is None:
         find_browser()
     task = _resolve_task(task, model, n_prompts)

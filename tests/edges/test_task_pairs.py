@@ -77,7 +77,7 @@ def test_from_jsonl_names_the_bad_line(llama, tmp_path):
         interp.Task.from_jsonl(_write(tmp_path / "d.jsonl", [dict(PAIRS[0], answr="w1")]), llama)
     with pytest.raises(ArgumentError, match=r"line 1: metric='kl' is not a task metric"):
         interp.Task.from_jsonl(_write(tmp_path / "e.jsonl", [dict(PAIRS[0], metric="kl")]), llama)
-    with pytest.raises(ArgumentError, match=r"line 2: metric='logprob' but an earlier line has 'logit_diff'"):
+    with pytest.raises(ArgumentError, match=r"line 2: metric='logprob' but line 1 gives metric='logit_diff'"):
         interp.Task.from_jsonl(_write(tmp_path / "f.jsonl", [dict(PAIRS[0], metric="logit_diff"),
                                                               dict(PAIRS[1], metric="logprob")]), llama)
     with pytest.raises(ArgumentError, match=r"line 1: clean=3 must be a non-empty string"):
@@ -161,3 +161,48 @@ def test_cli_pairs_errors(tiny_dir, tmp_path, capsys):
                  "--out", str(tmp_path / "z"), "-q"]) == 2
     assert "give one of them" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_from_jsonl_one_metric_for_every_line(llama, tmp_path):
+    """A metric given on one line only is an error naming both lines, not silently every line's metric: line 1
+    without "metric" is a logit difference, line 2's "logprob" disagrees with it (and the other way round)."""
+    p = _write(tmp_path / "mixed.jsonl", [PAIRS[0], dict(PAIRS[1], metric="logprob")])
+    with pytest.raises(ArgumentError, match=r"mixed.jsonl, line 2: metric='logprob' but line 1 gives no metric "
+                                            r"\(the default 'logit_diff'\); a task has one metric"):
+        interp.Task.from_jsonl(p, llama)
+    p = _write(tmp_path / "mixed2.jsonl", [dict(PAIRS[0], metric="prob"), PAIRS[1]])
+    with pytest.raises(ArgumentError, match=r"line 2: no metric \(the default 'logit_diff'\) but line 1 gives "
+                                            r"metric='prob'"):
+        interp.Task.from_jsonl(p, llama)
+    # the same metric on every line, or on none: one metric
+    assert interp.Task.from_jsonl(_write(tmp_path / "lp.jsonl", [dict(r, metric="prob") for r in PAIRS]),
+                                  llama).metric_name == "prob"
+    assert isinstance(interp.Task.from_jsonl(_write(tmp_path / "none.jsonl", PAIRS[:2]), llama).metric,
+                      interp.LogitDiff)
+
+
+def test_cli_pairs_checked_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    """Everything that needs no model (the pairs file's JSON, keys, types and metric, the other flags) is checked
+    before the model is loaded: a bad file fails at once, with a model name that would be slow to load."""
+    import interp.cli as cli
+    import interp.models as models
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded before the pairs file was checked")
+
+    monkeypatch.setattr(cli, "_load", no_load)
+    monkeypatch.setattr(models, "load_model", no_load)
+    bad = _write(tmp_path / "bad.jsonl", [PAIRS[0]], raw_lines=['{"clean": "w1"'])
+    assert main(["circuit", "--model", "smollm2-135m", "--pairs", str(bad), "--out", str(tmp_path / "o"), "-q"]) == 2
+    assert "bad.jsonl, line 2: not valid JSON" in capsys.readouterr().err
+    mixed = _write(tmp_path / "mixed.jsonl", [PAIRS[0], dict(PAIRS[1], metric="logprob")])
+    assert main(["circuit", "--model", "smollm2-135m", "--pairs", str(mixed), "--out", str(tmp_path / "o"), "-q"]) == 2
+    assert "line 2: metric='logprob' but line 1" in capsys.readouterr().err
+    good = _write(tmp_path / "good.jsonl", PAIRS)
+    for flags, says in ((["--ablations", "zero,nope"], "--ablations"), (["--sizes", "0.5,2"], "--sizes"),
+                        (["--ig-steps", "0"], "--ig-steps"), (["--max-edges", "0"], "--max-edges"),
+                        (["--exact", "-1"], "--exact"), (["--prompts", "0"], "--prompts")):
+        assert main(["circuit", "--model", "smollm2-135m", "--pairs", str(good), "--out", str(tmp_path / "o"), "-q",
+                     *flags]) == 2
+        assert says in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
