@@ -2,39 +2,98 @@
 
 The curated public API (explicit re-exports only). See docs/api.md. Figure builders live in
 ``interp.plots``; weight-only circuit maths in ``interp.circuits``.
+
+``import interp`` imports only :mod:`interp.errors`: each name below is imported from its subpackage the first
+time it is used (PEP 562 ``__getattr__``), and so is each subpackage (``interp.circuits``, ``interp.plots``,
+...), so a script pays for torch, transformer-lens (which brings in transformers, datasets and pytest) or pandas
+only when a call needs them.
 """
 
-from interp.errors import AblationWarning, CompletenessWarning, ContextLengthWarning, InterpError, InterpWarning, TokenSpacingWarning
-from interp.attribution import LogitAttribution, OVAt, attribute_direction, attribute_logits, ov_at
-from interp.causal import (
-    KL, Direction, Effects, Logit, LogitDiff, LogitLens, LogProb, Metric, PatchResult, Prob, attribution_patch, effects,
-    logit_lens, patch, path_patch,
-)
-from interp.circuits import (
-    CompositionScores,
-    HeadOperator,
-    HeadScores,
-    PathExpansion,
-    composition_scores,
-    copying_scores,
-    head_operator,
-    ov_circuit,
-    path_expansion,
-    qk_circuit,
-    rotate_residual,
-    virtual_weights,
-)
-from interp.edges import (
-    CircuitEvaluation, CircuitGraph, EdgeCircuit, EdgeScores, FaithfulnessCurve, Task, circuit_graph, edge_attribution,
-    edge_patch, evaluate_circuit, faithfulness_curve, load_task,
-)
-from interp.distributed import RayCluster
-from interp.engine import load_model
-from interp.features import AttributionGraph, attribution_graph
-from interp.models import ArchInfo, CatalogEntry, Model, list_models
-from interp.plots import Exporter, export
-from interp.report import circuit_report, circuits_report, report
-from interp.stream import Decomposition, Predictions, ResidualTrace, predict, trace
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+from interp.errors import (AblationWarning, CompletenessWarning, ContextLengthWarning, InterpError, InterpWarning,
+                           MetricGapWarning, TokenSpacingWarning)
+
+if TYPE_CHECKING:  # the same names as _LAZY, for type checkers and editors (tests/test_lazy_import.py checks both)
+    from interp.attribution import LogitAttribution, OVAt, attribute_direction, attribute_logits, ov_at
+    from interp.causal import (
+        KL, Direction, Effects, Logit, LogitDiff, LogitLens, LogProb, Metric, PatchResult, Prob, attribution_patch,
+        effects, logit_lens, patch, path_patch,
+    )
+    from interp.circuits import (
+        CompositionScores, HeadOperator, HeadScores, PathExpansion, composition_scores, copying_scores, head_operator,
+        ov_circuit, path_expansion, qk_circuit, rotate_residual, virtual_weights,
+    )
+    from interp.distributed import RayCluster
+    from interp.edges import (
+        CircuitEvaluation, CircuitGraph, EdgeCircuit, EdgeScores, FaithfulnessCurve, Task, circuit_graph,
+        edge_attribution, edge_patch, evaluate_circuit, faithfulness_curve, load_task,
+    )
+    from interp.engine import load_model
+    from interp.features import AttributionGraph, attribution_graph
+    from interp.models import ArchInfo, CatalogEntry, Model, list_models
+    from interp.plots import Exporter, export
+    from interp.report import circuit_report, circuits_report, report
+    from interp.stream import Decomposition, Predictions, ResidualTrace, predict, trace
+
+#: Each lazily imported public name -> the subpackage that defines it.
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(["LogitAttribution", "OVAt", "attribute_direction", "attribute_logits", "ov_at"], "attribution"),
+    **dict.fromkeys(["KL", "Direction", "Effects", "Logit", "LogitDiff", "LogitLens", "LogProb", "Metric", "PatchResult",
+                     "Prob", "attribution_patch", "effects", "logit_lens", "patch", "path_patch"], "causal"),
+    **dict.fromkeys(["CompositionScores", "HeadOperator", "HeadScores", "PathExpansion", "composition_scores",
+                     "copying_scores", "head_operator", "ov_circuit", "path_expansion", "qk_circuit", "rotate_residual",
+                     "virtual_weights"], "circuits"),
+    "RayCluster": "distributed",
+    **dict.fromkeys(["CircuitEvaluation", "CircuitGraph", "EdgeCircuit", "EdgeScores", "FaithfulnessCurve", "Task",
+                     "circuit_graph", "edge_attribution", "edge_patch", "evaluate_circuit", "faithfulness_curve",
+                     "load_task"], "edges"),
+    "load_model": "engine",
+    **dict.fromkeys(["AttributionGraph", "attribution_graph"], "features"),
+    **dict.fromkeys(["ArchInfo", "CatalogEntry", "Model", "list_models"], "models"),
+    **dict.fromkeys(["Exporter", "export"], "plots"),
+    **dict.fromkeys(["circuit_report", "circuits_report", "report"], "report"),
+    **dict.fromkeys(["Decomposition", "Predictions", "ResidualTrace", "predict", "trace"], "stream"),
+}
+
+#: The subpackages, each imported on first use as an attribute (``interp.circuits.effective_embedding``).
+_SUBPACKAGES = ("attribution", "causal", "circuits", "cli", "distributed", "edges", "engine", "features",
+                "groundtruth", "labels", "models", "plots", "report", "stream", "toy")
+
+
+def __getattr__(name: str) -> Any:
+    """A public name or subpackage, imported the first time it is asked for (then kept as a module attribute)."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"interp.{_LAZY[name]}"), name)
+    elif name in _SUBPACKAGES:
+        value = importlib.import_module(f"interp.{name}")
+    else:
+        raise AttributeError(f"module 'interp' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, *_SUBPACKAGES})
+
+
+class _Interp(types.ModuleType):
+    """``interp`` itself: importing the subpackage ``interp.report`` sets the attribute ``report`` to that module
+    (the import system does); the public name is the function ``interp.report``, so that binding is skipped."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Interp
+
 
 __all__ = [
     "ArchInfo",
@@ -65,6 +124,7 @@ __all__ = [
     "AblationWarning",
     "CompletenessWarning",
     "ContextLengthWarning",
+    "MetricGapWarning",
     "TokenSpacingWarning",
     "KL",
     "Logit",

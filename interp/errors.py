@@ -39,6 +39,7 @@ __all__ = [
     "AblationWarning",
     "CompletenessWarning",
     "ContextLengthWarning",
+    "MetricGapWarning",
 ]
 
 
@@ -125,6 +126,13 @@ class CompletenessWarning(InterpWarning):
 class ContextLengthWarning(InterpWarning):
     """A prompt longer than the sequences its feature dictionaries were trained on: the features' activations
     past that length are out of distribution (the graph still closes exactly, through larger error nodes)."""
+
+
+class MetricGapWarning(InterpWarning):
+    """The two runs a result is normalised by give (nearly) the same metric — M(clean) ≈ M(corrupt) (the same
+    prompt twice, a corruption that changes nothing the metric reads), or M(all edges) ≈ M(no edges) for
+    faithfulness — so the normalised values (x − M(corrupt)) / (M(clean) − M(corrupt)) are undefined (NaN); the
+    message gives the two values."""
 
 
 def warn_user(message: str, category: type[InterpWarning]) -> None:

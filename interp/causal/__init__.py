@@ -25,7 +25,7 @@ from interp.causal._effects import effects
 from interp.causal._patch import ABLATIONS, default_batch_size, patch, shared_prefix
 from interp.causal._lens import LogitLens, logit_lens
 from interp.causal._path import path_patch
-from interp.causal._result import Effects, PatchResult
+from interp.causal._result import Effects, PatchResult, metric_gap
 
 __all__ = [
     "ABLATIONS",
@@ -51,6 +51,7 @@ __all__ = [
     "final_norm",
     "logit_lens",
     "make_pair",
+    "metric_gap",
     "metric_of",
     "patch",
     "path_patch",

@@ -58,7 +58,7 @@ from torch import Tensor
 from interp._validate import check_bool, check_choice, check_cluster
 from interp.causal._common import _checked_batch, resolve_nodes
 from interp.causal._metrics import as_metric
-from interp.causal._result import PatchResult
+from interp.causal._result import PatchResult, metric_gap
 from interp.errors import ShapeError, UnsupportedOperationError
 from interp.engine import allowed_keys, apply_rotary, require_capabilities
 from interp.models import Model
@@ -400,6 +400,7 @@ def attribution_patch(
     str_tokens = cast(list[str], model.to_str_tokens(bc.tokens[0])) if model.tokenizer is not None else None
     log.info("attribution_patch: %d nodes, positions=%s, direction=%s, qk_fix=%s", len(labels), positions,
              direction, qk_fix)
+    metric_gap(float(M_clean.mean()), float(M_corrupt.mean()), warn="attribution_patch")
     return PatchResult(
         values=per_prompt.mean(-1).cpu(), per_prompt=per_prompt.cpu(), labels=labels,
         clean=float(M_clean.mean()), corrupt=float(M_corrupt.mean()),

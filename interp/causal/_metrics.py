@@ -287,7 +287,7 @@ def _sequences(model: Model, spec: Any, n: int, arg: str, owner: str, multi: boo
     if len({len(r) for r in rows}) > 1:
         raise ArgumentError(f"{owner}({arg}=...): the per-prompt continuations have {sorted({len(r) for r in rows})} "
                             "tokens; with multi_token=True every prompt's continuation must have the same length")
-    return torch.tensor(rows, dtype=torch.long)
+    return torch.tensor(rows, dtype=torch.long, device=model.device)
 
 
 def _check_multi(owner: str, multi: Any) -> None:
@@ -320,10 +320,20 @@ class LogitDiff(Metric):
             raise ArgumentError(f"LogitDiff(answer={self.answer!r}, wrong={self.wrong!r}) needs both tokens; "
                                 "use interp.Logit(token) for a single logit")
         _check_multi("LogitDiff", self.multi_token)
+        if isinstance(self.answer, (str, int)) and type(self.answer) is type(self.wrong) and self.answer == self.wrong:
+            raise ArgumentError(f"LogitDiff(answer={self.answer!r}, wrong={self.wrong!r}): the answer and the wrong token "
+                                "are the same, so the metric is 0 on every run; give a different wrong token (use "
+                                "interp.Logit(answer) for one logit)")
 
     def _ids(self, model: Model, n: int) -> tuple[Tensor, Tensor]:
         a = _sequences(model, self.answer, n, "answer", "LogitDiff", self.multi_token)
         w = _sequences(model, self.wrong, n, "wrong", "LogitDiff", self.multi_token)
+        if a.shape == w.shape and bool((a == w).all(1).any()):
+            i = int((a == w).all(1).nonzero()[0, 0])
+            which = "" if a.shape[0] == 1 or not (_per_prompt(a[:, 0]) or _per_prompt(w[:, 0])) else f" for prompt {i}"
+            raise ArgumentError(f"LogitDiff(answer={self.answer!r:.60}, wrong={self.wrong!r:.60}): the answer and the "
+                                f"wrong token are the same token{which} ({_tok_name(model, a[i])}), so the metric is 0 "
+                                "on every run; give a different wrong token (use interp.Logit(answer) for one logit)")
         if a.shape[1] != w.shape[1]:
             raise ArgumentError(f"LogitDiff(answer={self.answer!r}, wrong={self.wrong!r}, multi_token=True): the "
                                 f"answer has {a.shape[1]} tokens and wrong {w.shape[1]}; a logit difference is read "

@@ -46,7 +46,7 @@ from interp.causal._common import (
     source_acts,
 )
 from interp.engine import HEADED_SITES, Engine, Patch, RunCache, Variant
-from interp.causal._result import PatchResult
+from interp.causal._result import PatchResult, metric_gap
 from interp.errors import ArgumentError
 from interp.models import Model
 from interp.stream import require_model
@@ -183,6 +183,7 @@ def patch(
     sw = sweep_nodes(model, pair, node_list, positions=positions, direction=direction, ablation=ablation,
                      reference=reference, batch_size=batch_size, progress=progress, seed=seed, desc=f"patch {kind}")
     str_tokens = cast(list[str], model.to_str_tokens(pair.clean.tokens[0])) if model.tokenizer is not None else None
+    metric_gap(float(sw.clean_m.mean()), float(sw.corrupt_m.mean()), warn="patch")
     return PatchResult(
         values=sw.per_prompt.mean(-1).cpu(), per_prompt=sw.per_prompt.cpu(), labels=[nd.text for nd in node_list],
         clean=float(sw.clean_m.mean()), corrupt=float(sw.corrupt_m.mean()), clean_per_prompt=sw.clean_m.cpu(),

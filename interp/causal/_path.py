@@ -42,7 +42,7 @@ from interp.causal._common import (
 from interp.causal._effects import node_write
 from interp.engine import Patch, Variant
 from interp.causal._patch import ABLATIONS, check_ablation, default_batch_size, run_pair, shared_prefix
-from interp.causal._result import PatchResult
+from interp.causal._result import PatchResult, metric_gap
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Embed, Head, HeadInput, Mlp, MlpInput, Output, as_label
 from interp.models import Model
@@ -187,6 +187,7 @@ def path_patch(
         bar.close()
     per_prompt = vals.reshape(len(recv), P).to(clean_m.dtype)
     str_tokens = cast(list[str], model.to_str_tokens(pair.clean.tokens[0])) if model.tokenizer is not None else None
+    metric_gap(float(clean_m.mean()), float(corrupt_m.mean()), warn="path_patch")
     return PatchResult(
         values=per_prompt.mean(-1).cpu(), per_prompt=per_prompt.cpu(), labels=[str(r[0]) for r in recv],
         clean=float(clean_m.mean()), corrupt=float(corrupt_m.mean()), clean_per_prompt=clean_m.cpu(),

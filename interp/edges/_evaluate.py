@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from interp._result import Result
 from interp._validate import check_bool, check_choice, check_cluster
-from interp.causal import ABLATIONS, MetricReader, check_reference_spread, clean_output, make_pair
+from interp.causal import ABLATIONS, MetricReader, check_reference_spread, clean_output, make_pair, metric_gap
 from interp.edges import _select
 from interp.edges._ablated import AblatedForward
 from interp.edges._writes import Acts, EdgeWrites
@@ -45,6 +45,7 @@ from interp.stream import require_model
 __all__ = ["evaluate_circuit", "faithfulness_curve", "check_curve_args", "CircuitEvaluation", "FaithfulnessCurve", "MIB_SIZES",
            "circuit_mask", "check_reference_spread"]
 
+_FAITH = "faithfulness values (M(C) − M(no edges)) / (M(all edges) − M(no edges))"
 MIB_SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
@@ -64,7 +65,7 @@ def circuit_mask(graph: CircuitGraph, circuit: Any, *, name: str = "circuit") ->
     if isinstance(edges, str) or not isinstance(edges, (list, tuple)):
         raise ArgumentError(f"{name}={circuit!r:.80} must be an EdgeCircuit (EdgeScores.circuit(...)), a circuit "
                             "with .edges, or a list of edge labels such as ['L0.H3→L1.attn.k[H1]']")
-    keep = torch.zeros(graph.n_edges, dtype=torch.bool)
+    keep = torch.zeros(graph.n_edges, dtype=torch.bool, device="cpu")  # host bookkeeping, like the graph
     if edges:
         keep[graph.indices(edges, name=name)] = True
     return keep
@@ -134,8 +135,8 @@ class CircuitEvaluation(Result):
 
     @property
     def faithfulness(self) -> float:
-        gap = self.full - self.empty
-        return (self.circuit - self.empty) / gap if gap else math.nan
+        """(M(C) − M(∅)) / (M(all) − M(∅)); NaN when M(all) ≈ M(∅) (:func:`interp.causal.metric_gap`)."""
+        return (self.circuit - self.empty) / metric_gap(self.full, self.empty)
 
     def _row(self, index: int) -> float:
         return float(self.values[index])
@@ -146,10 +147,9 @@ class CircuitEvaluation(Result):
                 f"{self.empty:.4g}; faithfulness {self.faithfulness:.3f})")
 
     def to_dataframe(self) -> pd.DataFrame:
-        gap = self.full - self.empty
+        gap = metric_gap(self.full, self.empty)
         v = self.values.double()
-        return pd.DataFrame({"run": self.labels, "value": v.numpy(),
-                             "faithfulness": ((v - self.empty) / gap).numpy() if gap else [math.nan] * 3,
+        return pd.DataFrame({"run": self.labels, "value": v.numpy(), "faithfulness": ((v - self.empty) / gap).numpy(),
                              "n_edges": [self.n_edges, self.n_total, 0]})
 
     def plot(self, **options: Any) -> Any:
@@ -205,8 +205,12 @@ class FaithfulnessCurve(Result):
         return pd.DataFrame({"ablation": self.ablations, "cpr": self.cpr.double().numpy(), "cmd": self.cmd.double().numpy()})
 
     def smallest(self, target: float = 0.8, *, ablation: Optional[str] = None) -> float:
-        """The smallest size k on the grid whose circuit reaches faithfulness ≥ ``target`` (NaN if none)."""
-        i = self.ablations.index(ablation) if ablation is not None else 0
+        """The smallest size k on the grid whose circuit reaches faithfulness ≥ ``target`` (NaN if none);
+        ``target`` in (0, 1] (at 0 or below the empty circuit would already count), ``ablation`` one of the curve's
+        (default: the first)."""
+        if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
+            raise ArgumentError(f"target={target!r} must be a faithfulness in (0, 1], e.g. 0.8")
+        i = self.ablations.index(check_choice("ablation", ablation, self.ablations)) if ablation is not None else 0
         ok = [k for k, f in zip(self.sizes, self.faithfulness[i].tolist()) if f >= target]
         return min(ok) if ok else math.nan
 
@@ -294,6 +298,8 @@ def evaluate_circuit(
             evaluate(abl, torch.zeros_like(graph.mask, dtype=torch.float32)),
             evaluate(abl, graph.mask.float())]
     per = torch.stack(runs).double().cpu()
+    metric_gap(float(per[1].mean()), float(per[2].mean()), warn=f"evaluate_circuit(ablation={ablation!r})",
+               names=("M(all edges)", "M(no edges)"), undefined=_FAITH)
     return CircuitEvaluation(values=per.mean(1), per_prompt=per, n_edges=int(keep.sum()), n_total=graph.n_edges,
                              ablation=ablation, metric=pair.bound.name, model_name=model.name, details={"seed": seed})
 
@@ -355,9 +361,10 @@ def faithfulness_curve(
         masks.append(_select.prune(graph, keep) if prune else keep)
     evaluate = _evaluator(model, pair, writes)
     full = evaluate(None, torch.zeros_like(graph.mask, dtype=torch.float32)).double().mean()
-    F = torch.zeros(len(ablations), len(ks), dtype=torch.float64)
+    dev = full.device  # the result's tensors on the model's device
+    F = torch.zeros(len(ablations), len(ks), dtype=torch.float64, device=dev)
     V = torch.zeros_like(F)
-    empty = torch.zeros(len(ablations), dtype=torch.float64)
+    empty = torch.zeros(len(ablations), dtype=torch.float64, device=dev)
     bar = tqdm(total=len(ablations) * (len(ks) + 1), desc="faithfulness_curve", unit="run", disable=not progress)
     try:
         for i, a in enumerate(ablations):
@@ -370,15 +377,16 @@ def faithfulness_curve(
             for j, keep in enumerate(masks):
                 V[i, j] = evaluate(abl, _K(graph, keep)).double().mean()
                 bar.update(1)
-            gap = full - empty[i]
-            F[i] = (V[i] - empty[i]) / gap if gap else math.nan
+            gap = metric_gap(float(full), float(empty[i]), warn=f"faithfulness_curve, ablation {a!r}",
+                             names=("M(all edges)", "M(no edges)"), undefined=_FAITH)
+            F[i] = (V[i] - empty[i]) / gap
     finally:
         bar.close()
-    x = torch.tensor(ks, dtype=torch.float64)
+    x = torch.tensor(ks, dtype=torch.float64, device=dev)
     cpr = torch.stack([torch.trapezoid(F[i], x) for i in range(len(ablations))])
     cmd = torch.stack([torch.trapezoid((1 - F[i]).abs(), x) for i in range(len(ablations))])
-    kept = torch.tensor([[int(k.sum()) for k in masks]] * len(ablations))
-    return FaithfulnessCurve(sizes=ks, ablations=list(ablations), n_edges=torch.tensor(n_edges), kept=kept,
+    kept = torch.tensor([[int(k.sum()) for k in masks]] * len(ablations), device=dev)
+    return FaithfulnessCurve(sizes=ks, ablations=list(ablations), n_edges=torch.tensor(n_edges, device=dev), kept=kept,
                              faithfulness=F, values=V, full=full.repeat(len(ablations)), empty=empty, cpr=cpr, cmd=cmd,
                              n_total=N, method=scores.method, metric=pair.bound.name, model_name=model.name,
                              details={"absolute": absolute, "prune": prune, "seed": seed,

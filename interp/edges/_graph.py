@@ -157,7 +157,8 @@ class CircuitGraph:
 
     def indices(self, edges: Iterable[Any], *, name: str = "edges") -> Tensor:
         """Positions [n] of ``edges`` in :attr:`edges` (a LabelError names the first that does not exist)."""
-        return torch.tensor([self.index(e, name=f"{name}[{i}]") for i, e in enumerate(edges)], dtype=torch.long)
+        return torch.tensor([self.index(e, name=f"{name}[{i}]") for i, e in enumerate(edges)], dtype=torch.long,
+                            device="cpu")
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per edge: edge, writer, reader, and the layers they sit in."""
@@ -182,8 +183,8 @@ def circuit_graph(model: Model) -> CircuitGraph:
     last = 1 << 30
     wpos = [-1 if w.kind == "embed" else program_position(a, w.label) for w in writers]
     rpos = [last if r.kind == "out" else program_position(a, r.label) for r in readers]
-    wp = torch.tensor(wpos, dtype=torch.long)
-    rp = torch.tensor(rpos, dtype=torch.long)
+    wp = torch.tensor(wpos, dtype=torch.long, device="cpu")  # the graph is host bookkeeping
+    rp = torch.tensor(rpos, dtype=torch.long, device="cpu")
     mask = wp[:, None] < rp[None, :]  # [W, R]: the writer's event precedes the reader's
     ridx, widx = torch.nonzero(mask.T, as_tuple=True)  # reader-major
     edges = tuple(f"{writers[i].label}→{readers[j].label}" for i, j in zip(widx.tolist(), ridx.tolist()))
@@ -229,9 +230,9 @@ def graph_from_edges(edges: Iterable[str], *, model_name: str = "", n_layers: in
                    key=lambda r: (r.layer, _READER_ORDER[r.kind], r.head))
     wpos = {w.label: i for i, w in enumerate(winfo)}
     rpos = {r.label: i for i, r in enumerate(rinfo)}
-    ew = torch.tensor([wpos[p[0]] for p in pairs], dtype=torch.long)
-    er = torch.tensor([rpos[p[1]] for p in pairs], dtype=torch.long)
-    mask = torch.zeros(len(winfo), len(rinfo), dtype=torch.bool)
+    ew = torch.tensor([wpos[p[0]] for p in pairs], dtype=torch.long, device="cpu")
+    er = torch.tensor([rpos[p[1]] for p in pairs], dtype=torch.long, device="cpu")
+    mask = torch.zeros(len(winfo), len(rinfo), dtype=torch.bool, device="cpu")
     mask[ew, er] = True
     return CircuitGraph(model_name=model_name, writers=tuple(w.label for w in winfo),
                         readers=tuple(r.label for r in rinfo), edges=tuple(edges), edge_writer=ew, edge_reader=er,

@@ -150,7 +150,7 @@ class EdgeScores(Result):
     def circuit(self, n: Optional[int] = None, *, threshold: Optional[float] = None, method: str = "top",
                 absolute: bool = True, prune: bool = True) -> "EdgeCircuit":
         """The circuit of the ``n`` best edges (``method="top"`` or ``"greedy"`` from the metric) or of every edge
-        with |score| ≥ ``threshold``; ``prune`` then removes edges from unfed writers / into unproductive readers.
+        with |score| ≥ ``threshold`` (a number > 0); ``prune`` then removes edges from unfed writers / into unproductive readers.
         ``absolute=False`` ranks by −score: the edges whose corruption lowers the metric most."""
         from interp.edges import _select
 
@@ -166,6 +166,11 @@ class EdgeScores(Result):
                 raise ArgumentError(f"n={n} is more than the graph's {len(self.edges)} edges")
         if threshold is not None:
             threshold = check_finite_float("threshold", threshold)
+            if threshold <= 0:
+                raise ArgumentError(f"threshold={threshold!r} must be > 0: it keeps the edges with "
+                                    f"{'|score|' if absolute else 'score'} ≥ threshold, so {threshold!r} would keep "
+                                    f"{'every edge' if absolute else 'every edge that does not oppose the metric'}; "
+                                    "use n= for a number of edges")
             if method == "greedy":
                 raise ArgumentError("method='greedy' takes n=, not threshold=")
         g = _graph_of(self)

@@ -41,7 +41,7 @@ def _key(scores: Tensor, absolute: bool) -> Tensor:
 def top_n(scores: Tensor, n: int, *, absolute: bool = True) -> Tensor:
     """Bool mask [n_edges] of the ``n`` best edges (ties: the earlier edge)."""
     key = _key(scores, absolute)
-    keep = torch.zeros(scores.shape[0], dtype=torch.bool)
+    keep = torch.zeros(scores.shape[0], dtype=torch.bool, device=scores.device)
     if n > 0:
         order = torch.sort(key, descending=True, stable=True).indices[:n]
         keep[order] = True

@@ -399,14 +399,14 @@ def _induction(model: Model, n: int, seed: int, length: int) -> Task:
     g = torch.Generator().manual_seed(seed)
     clean, corrupt, ans, wrong = [], [], [], []
     for _ in range(n):
-        perm = torch.randperm(a.d_vocab - low, generator=g)[: 2 * length] + low
+        perm = torch.randperm(a.d_vocab - low, generator=g, device="cpu")[: 2 * length] + low
         s, r = perm[:length], perm[length:]
         head = [bos] if bos is not None else []
         clean.append(head + s.tolist() + s[:-1].tolist())
         corrupt.append(head + r.tolist() + s[:-1].tolist())
         ans.append(int(s[-1]))
         wrong.append(int(r[-1]))
-    return Task("induction", torch.tensor(clean), torch.tensor(corrupt), ans, wrong,
+    return Task("induction", torch.tensor(clean, device=model.device), torch.tensor(corrupt, device=model.device), ans, wrong,
                 description=f"{length} random tokens then the first {length - 1} again; answer the {length}-th token; "
                             "corrupt: a different first half; wrong: its last token")
 

@@ -38,7 +38,7 @@ def _probe(model: Model) -> Tensor:
     """[2, 12] token ids spread over the vocabulary (BOS first where the model prepends one)."""
     a = model.arch
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, a.d_vocab, (PROBE_PROMPTS, PROBE_TOKENS), generator=g)
+    ids = torch.randint(0, a.d_vocab, (PROBE_PROMPTS, PROBE_TOKENS), generator=g, device="cpu")  # same ids everywhere
     tok = model.tokenizer
     bos = getattr(tok, "bos_token_id", None) if tok is not None else None
     if model.prepend_bos and bos is not None:

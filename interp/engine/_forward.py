@@ -76,7 +76,7 @@ class RunCache:
     resid_pre: list[Tensor] = field(default_factory=list)
     kv: list[tuple[Tensor, Tensor]] = field(default_factory=list)
     embed: dict[str, Tensor] = field(default_factory=dict)
-    final: Tensor = field(default_factory=lambda: torch.empty(0))
+    final: Tensor = field(default_factory=lambda: torch.empty(0, device="cpu"))  # a placeholder: the run sets it
     scales: dict[str, list[Tensor]] = field(default_factory=dict)
 
 

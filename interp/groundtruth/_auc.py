@@ -33,14 +33,14 @@ def midranks(values: Tensor) -> Tensor:
     sorted_v = v[order]
     n = v.numel()
     # runs of equal values: a new run starts where the sorted value changes
-    starts = torch.ones(n, dtype=torch.bool)
+    starts = torch.ones(n, dtype=torch.bool, device=v.device)
     if n > 1:
         starts[1:] = sorted_v[1:] != sorted_v[:-1]
     run = torch.cumsum(starts.long(), 0) - 1  # run id of each sorted position
     first = torch.nonzero(starts).flatten()  # first sorted position of each run
-    last = torch.cat([first[1:], torch.tensor([n])]) - 1
+    last = torch.cat([first[1:], torch.tensor([n], device=v.device)]) - 1
     mean_rank = (first + last).double() / 2 + 1  # ranks are 1-based
-    ranks = torch.empty(n, dtype=torch.float64)
+    ranks = torch.empty(n, dtype=torch.float64, device=v.device)
     ranks[order] = mean_rank[run]
     return ranks
 

@@ -71,7 +71,7 @@ log = logging.getLogger(__name__)
 METHODS = ("eap", "eap-ig", "eap-ig-act", "edge-patching", "acdc")
 ABLATIONS = ("zero", "mean", "resample")
 NOISE = 1e-5
-ACDC_TAUS = tuple(float(10.0 ** e) for e in torch.linspace(-4, 0, 9).tolist())  # × D(∅)
+ACDC_TAUS = tuple(float(10.0 ** e) for e in torch.linspace(-4, 0, 9, device="cpu").tolist())  # × D(∅)
 
 
 @dataclass(frozen=True, eq=False)
@@ -202,7 +202,7 @@ def testable_edges(task: DiscoveryTask, ablation: str, *, atol: float = 1e-5) ->
     if model.arch.norm != "none":
         raise ArgumentError(f"model {model.name!r} has norms; testable edges are defined for norm-free models")
     graph = circuit_graph(model)
-    changes = torch.zeros(len(graph.writers), len(graph.readers), dtype=torch.bool)
+    changes = torch.zeros(len(graph.writers), len(graph.readers), dtype=torch.bool, device=graph.mask.device)
     for g in task.groups:
         args = _ablation_args(g, ablation)
         pair = make_pair(model, g.clean, args["corrupt"], g.metric, need_corrupt=ablation == "resample")

@@ -90,7 +90,7 @@ class TrueCircuit:
     def truth(self, edges: Iterable[Union[Edge, str]]) -> Tensor:
         """A bool tensor: which of ``edges`` (a candidate edge list, e.g. a circuit graph's) are true."""
         true = set(self.edges)
-        return torch.tensor([parse(e) in true for e in edges], dtype=torch.bool)
+        return torch.tensor([parse(e) in true for e in edges], dtype=torch.bool, device="cpu")
 
     def to_dataframe(self) -> pd.DataFrame:
         return pd.DataFrame({"edge": self.labels, "writer": [str(e.writer) for e in self.edges],

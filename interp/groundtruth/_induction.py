@@ -54,8 +54,8 @@ def induction_scores(model: Model, *, n: Optional[int] = None, batch: int = 100,
     rnd = random_tokens(batch, arch.n_ctx, arch.d_vocab, generator=g)
     _, pat_rep = attention_patterns(model, rep)  # [n_layers, batch, n_heads, q, k]
     _, pat_rnd = attention_patterns(model, rnd)
-    q = torch.arange(n + 1, 2 * n + 1)
-    qr = torch.arange(1, arch.n_ctx)
+    q = torch.arange(n + 1, 2 * n + 1, device=pat_rep.device)
+    qr = torch.arange(1, arch.n_ctx, device=pat_rnd.device)
     return {
         "induction": pat_rep[:, :, :, q, q - n + 1].mean(dim=(1, 3)).cpu(),
         "prev_token": pat_rnd[:, :, :, qr, qr - 1].mean(dim=(1, 3)).cpu(),

@@ -64,7 +64,7 @@ class OutputMargin(Metric):
                 return out[:, 0]
 
             return value
-        a = torch.as_tensor(list(self.answer), dtype=torch.long)
+        a = torch.as_tensor(list(self.answer), dtype=torch.long, device=model.device)
         if a.shape != (n,):
             raise ArgumentError(f"answer has {a.numel()} entries but there are {n} prompts; give one per prompt")
         if width < 2 or bool(((a < 0) | (a >= width)).any()):
@@ -125,8 +125,8 @@ class DiscoveryTask:
 
 def _derangement(n: int, g: torch.Generator) -> Tensor:
     """A random permutation of range(n) with no fixed point (n ≥ 2): a shuffled cycle."""
-    order = torch.randperm(n, generator=g)
-    out = torch.empty(n, dtype=torch.long)
+    order = torch.randperm(n, generator=g, device=g.device)
+    out = torch.empty(n, dtype=torch.long, device=g.device)
     out[order] = order.roll(-1)
     return out
 

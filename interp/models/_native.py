@@ -156,7 +156,7 @@ def _boot(config: ToyConfig, *, name: str, device: Any, dtype: torch.dtype,
     if state_dict is not None:
         state_dict = dict(state_dict)
         if "head.bias" not in state_dict:  # the bridge gives the bias-free head a fixed zero bias buffer
-            state_dict["head.bias"] = torch.zeros(config.d_vocab)
+            state_dict["head.bias"] = torch.zeros(config.d_vocab, device=dev)
         bridge.load_state_dict({k: v.to(device=dev, dtype=dtype) for k, v in state_dict.items()}, strict=True)
     if config.positional == "none":
         with torch.no_grad():

@@ -65,12 +65,9 @@ def tokenize(model: Model, text: Union[str, Sequence[str]]) -> Batch:
         raise ArgumentError(f"inputs={text!r:.80} tokenises to an empty sequence")
     n = max(len(r) for r in rows)
     pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
-    tokens = torch.full((len(rows), n), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), n), dtype=torch.long)
-    for i, r in enumerate(rows):
-        tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, : len(r)] = 1
-    return Batch(tokens.to(model.device), mask.to(model.device))
+    tokens = torch.tensor([r + [pad] * (n - len(r)) for r in rows], dtype=torch.long, device=model.device)
+    mask = torch.tensor([[1] * len(r) + [0] * (n - len(r)) for r in rows], dtype=torch.long, device=model.device)
+    return Batch(tokens, mask)
 
 
 def _byte_decoder() -> dict[str, int]:

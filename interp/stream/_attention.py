@@ -207,7 +207,7 @@ def _all_prompts(model: Model, b: Any, hl: list[tuple[int, int]]) -> AttentionPa
     mask = b.attention_mask.bool()
     real = (mask[:, :, None] & mask[:, None, :])[None]  # [1, prompt, q, k]
     pats = torch.stack([acts[f"blocks.{l}.attn.hook_pattern"][:, keep[l].index(h)] for l, h in hl]).float()
-    pats = torch.where(real, pats, torch.zeros((), dtype=pats.dtype))
+    pats = torch.where(real, pats, torch.zeros((), dtype=pats.dtype, device=pats.device))
     toks = []
     for i in range(b.tokens.shape[0]):
         ids = b.tokens[i][mask[i]]

@@ -119,7 +119,7 @@ def _positions(pos: Any, mask: Tensor) -> Tensor:
         if not 0 <= q < L:
             raise ArgumentError(f"pos={p} is out of range for prompt {b}, which has {L} tokens")
         out.append(q)
-    return torch.tensor(out, dtype=torch.long)
+    return torch.tensor(out, dtype=torch.long, device=mask.device)
 
 
 def predict(

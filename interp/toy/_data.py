@@ -53,7 +53,7 @@ def span_copy_batch(
     max_span = (n_ctx - 1) // 2 if max_span is None else max_span
     if not min_span <= max_span <= (n_ctx - 1) // 2:
         raise ArgumentError(f"max_span={max_span} must be in [min_span={min_span}, (n_ctx-1)//2={(n_ctx - 1) // 2}]")
-    x = torch.randint(FIRST_WORD_ID, d_vocab, (batch, n_ctx), generator=generator)
+    x = torch.randint(FIRST_WORD_ID, d_vocab, (batch, n_ctx), generator=generator, device=generator.device)
     x[:, 0] = BOS_ID
     pos = torch.arange(n_ctx)
     predictable = torch.zeros(batch, n_ctx, dtype=torch.bool)
@@ -80,8 +80,9 @@ def repeated_tokens(batch: int, n: int, d_vocab: int, *, generator: torch.Genera
     n_words = d_vocab - FIRST_WORD_ID
     if n > n_words:
         raise ArgumentError(f"n={n} distinct words requested but the vocabulary has {n_words}")
-    first = torch.stack([torch.randperm(n_words, generator=generator)[:n] for _ in range(batch)]) + FIRST_WORD_ID
-    bos = torch.full((batch, 1), BOS_ID, dtype=torch.long)
+    dev = generator.device
+    first = torch.stack([torch.randperm(n_words, generator=generator, device=dev)[:n] for _ in range(batch)]) + FIRST_WORD_ID
+    bos = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=dev)
     return torch.cat([bos, first, first], dim=1)
 
 
@@ -89,6 +90,6 @@ def random_tokens(batch: int, n_ctx: int, d_vocab: int, *, generator: torch.Gene
     """``<bos>`` + uniform random words: shape [batch, n_ctx]."""
     _check("batch", batch, 1)
     _check("n_ctx", n_ctx, 2)
-    x = torch.randint(FIRST_WORD_ID, d_vocab, (batch, n_ctx), generator=generator)
+    x = torch.randint(FIRST_WORD_ID, d_vocab, (batch, n_ctx), generator=generator, device=generator.device)
     x[:, 0] = BOS_ID
     return x

@@ -46,7 +46,7 @@ MAX_BYTES: int = 1 << 30
 def _pass_bytes(model: Model, batch: int, pos: int, *, logits: bool, keep_patterns: bool) -> int:
     """Estimated peak bytes of one forward pass over [batch, pos] tokens (see the module docstring)."""
     a = model.arch
-    e = torch.empty((), dtype=model.dtype).element_size()
+    e = model.dtype.itemsize
     need = 3 * batch * a.n_heads * pos * pos * e  # one layer's scores, softmax and pattern
     need += batch * pos * (4 * a.d_model + 2 * a.d_mlp) * e  # the stream and one layer's activations
     if logits:
