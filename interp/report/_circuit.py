@@ -31,6 +31,7 @@ from typing import Any, Optional, Sequence, Union, cast
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from interp._validate import check_bool, check_int_min, check_positive_int
 from interp.attribution import attribute_logits
@@ -120,8 +121,10 @@ def _attention_summary(model: Model, task: Any, heads: list[str], k: int = 3) ->
     return pats, summary, top_src
 
 
-def _ov_tokens(model: Model, task: Any, heads: list[str], src_pos: dict[str, int], k: int = 3) -> dict[str, str]:
-    """What each head's full OV circuit maps its most attended source token to (the top ``k`` output tokens)."""
+def _ov_tokens(model: Model, task: Any, heads: list[str], src_pos: dict[str, int], k: int = 3,
+               bar: Any = None) -> dict[str, str]:
+    """What each head's full OV circuit maps its most attended source token to (the top ``k`` output tokens);
+    ``bar``: a tqdm bar advanced once per head."""
     from interp.stream import as_batch
 
     tokens = as_batch(model, task.clean).tokens[0]
@@ -135,6 +138,8 @@ def _ov_tokens(model: Model, task: Any, heads: list[str], src_pos: dict[str, int
         top = torch.topk(row, k)
         out[h] = f"{_q(dec(src))} → " + ", ".join(f"{_q(dec(int(i)))} {float(v):.3g}"
                                                       for v, i in zip(top.values, top.indices))
+        if bar is not None:
+            bar.update(1)
     return out
 
 
@@ -305,20 +310,31 @@ def circuit_report(
         heads_by_weight = sorted(_head_scores([sc.edges[i] for i in drawn], scores[drawn]).items(), key=lambda t: -t[1])
         heads = [h for h, _ in heads_by_weight]
         with steps("node information"):
-            info: dict[str, dict[str, Any]] = {}
-            dla, dla_note = _dla(model, task, nodes | set(heads))
-            for lab, v in dla.items():
-                info.setdefault(lab, {})["DLA"] = v
-            pats, summary, src = _attention_summary(model, task, heads) if heads else (None, {}, {})
-            for h, s in summary.items():
-                info.setdefault(h, {})["attends to (last token)"] = s
-            ov_note = ""
-            if model.arch.has_logits and heads and n_ov_heads:
-                try:
-                    for h, s in _ov_tokens(model, task, heads[:n_ov_heads], src).items():
-                        info.setdefault(h, {})["OV top tokens"] = s
-                except InterpError as e:  # e.g. a model whose OV circuit cannot be materialised
-                    ov_note = str(e)
+            ov_heads = heads[:n_ov_heads] if model.arch.has_logits else []
+            # its own bar: direct logit attribution, attention patterns, then one OV circuit per head (the slow part)
+            inner = tqdm(total=2 + len(ov_heads), desc="node information", unit="step", disable=not progress)
+            try:
+                info: dict[str, dict[str, Any]] = {}
+                inner.set_postfix_str("direct logit attribution")
+                dla, dla_note = _dla(model, task, nodes | set(heads))
+                for lab, v in dla.items():
+                    info.setdefault(lab, {})["DLA"] = v
+                inner.update(1)
+                inner.set_postfix_str("attention")
+                pats, summary, src = _attention_summary(model, task, heads) if heads else (None, {}, {})
+                for h, s in summary.items():
+                    info.setdefault(h, {})["attends to (last token)"] = s
+                inner.update(1)
+                ov_note = ""
+                if ov_heads:
+                    inner.set_postfix_str("OV circuits")
+                    try:
+                        for h, s in _ov_tokens(model, task, ov_heads, src, bar=inner).items():
+                            info.setdefault(h, {})["OV top tokens"] = s
+                    except InterpError as e:  # e.g. a model whose OV circuit cannot be materialised
+                        ov_note = str(e)
+            finally:
+                inner.close()
         with steps("figures"):
             figs["circuit_graph"] = circuit_graph_figure(
                 sc, node_info=info, steps=gsteps["circuits"], step_labels=gsteps["labels"], active=gsteps["active"],

@@ -184,3 +184,18 @@ def test_smollm2_ioi_circuit_page(tmp_path):
         ai, wi = (t if isinstance(t, int) else m.tokenizer(t, add_special_tokens=False)["input_ids"][0] for t in (a, w))
         vals.append(float(logits[ai] - logits[wi]))
     assert e["clean"] == pytest.approx(float(np.mean(vals)), abs=1e-3)
+
+
+def test_node_information_has_its_own_progress(tmp_path, capsys):
+    """The node-information step (direct logit attribution, attention, one OV circuit per head: minutes on a real
+    model) shows its own progress: a bar of 2 + n_ov_heads steps that reaches its end."""
+    m = tiny_model("llama")
+    task = SimpleNamespace(name="tiny", clean=CLEAN, corrupt=CORRUPT, metric=LogitDiff(answer=ANSWER, wrong=WRONG))
+    circuit_report(m, task, out_dir=tmp_path / "p", method="eap", n_exact=0, max_edges=40, n_ov_heads=3,
+                   ablations=("zero",), sizes=(0.5, 1.0), progress=True)
+    err = capsys.readouterr().err
+    bars = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("node information")]
+    assert bars and "5/5" in bars[-1], bars[-3:]  # 2 + 3 OV heads
+    circuit_report(m, task, out_dir=tmp_path / "q", method="eap", n_exact=0, max_edges=40, n_ov_heads=3,
+                   ablations=("zero",), sizes=(0.5, 1.0), progress=False)
+    assert "node information" not in capsys.readouterr().err
