@@ -14,7 +14,7 @@ from typing import Any, Sequence, Union
 
 from interp.engine import Engine
 from interp.errors import ArgumentError
-from interp.features._transcoder import Transcoder
+from interp.features._transcoder import Transcoder, mlp_input
 from interp.labels import Feature, parse
 from interp.models import Model
 from interp.stream import as_batch, require_model
@@ -63,7 +63,6 @@ def top_activating_contexts(
     if len(transcoders) != model.arch.n_layers:
         raise ArgumentError(f"transcoders has {len(transcoders)} entries; model {model.name!r} has {model.arch.n_layers} layers")
     e = Engine.of(model)
-    a = model.arch
     layers = sorted({l for l, _ in ids})
     heaps: dict[tuple[int, int], list[tuple[float, int, int]]] = {f: [] for f in ids}
     toks: list[list[int]] = []
@@ -73,8 +72,8 @@ def top_activating_contexts(
         toks.append(tokens[0].tolist())
         cache = e.run(tokens, batch.attention_mask, capture={"resid_mid"})
         for l in layers:
-            mid = cache.resid_pre[l] if a.parallel_attn_mlp else cache.acts["resid_mid"][l]
-            h2 = e.read_norm(mid, l, "2")[0].float()  # type: ignore[arg-type]
+            mids = cache.acts.get("resid_mid")
+            h2 = mlp_input(e, cache.resid_pre[l], None if mids is None else mids[l], l)[0].float()
             tc = transcoders[l].to(device=h2.device, dtype=h2.dtype)
             f = tc.encode(h2)  # [n, F]
             for (ll, fi) in ids:

@@ -34,7 +34,7 @@ from interp.features._jacobian import Ends, FrozenJacobian
 from interp.features._logit_effects import top_and_bottom_logits
 from interp.features._result import AttributionGraph, check_thresholds
 from interp.features._sae import SAE
-from interp.features._transcoder import Transcoder
+from interp.features._transcoder import Transcoder, mlp_input
 from interp.labels import Feature, FeatureError
 from interp.models import Model
 from interp.stream import as_batch, require_model
@@ -237,12 +237,12 @@ def real_forward(model: Model, tokens: Tensor, mask: Tensor, transcoders: Sequen
     for l in range(a.n_layers):
         x = c(cache.resid_pre[l])
         mid = x if a.parallel_attn_mlp else c(cache.acts["resid_mid"][l])
+        h2 = mlp_input(e, x, mid, l).to(dt)
         s1.append(e.norm_scale(x))
         s2.append(e.norm_scale(mid))
         post = cache.scales.get("ln1_post")
         s_post.append(None if post is None else c(post[l]))
         patterns.append(c(cache.acts["pattern"][l]))
-        h2 = e.norm(mid, model.weights.ln2_w[l].to(dt), model.weights.ln2_b[l].to(dt)) if a.pre_norms else mid
         pre = tcs[l].pre_activation(h2)
         f = tcs[l].activate(pre)
         errs.append(c(cache.acts["mlp_out"][l]) - tcs[l].decode(f, h2 if tcs[l].W_skip is not None else None))

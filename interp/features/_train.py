@@ -44,7 +44,7 @@ from torch import Tensor
 from interp.engine import Engine
 from interp.errors import ArgumentError, ResultFormatError, UnsupportedArchitectureError, UnsupportedOperationError
 from interp.features._corpus import CORPUS_LICENCE, CORPUS_NAME, CORPUS_SOURCE, english_corpus
-from interp.features._transcoder import Transcoder
+from interp.features._transcoder import Transcoder, mlp_input
 from interp.models import Model, default_cache_dir
 from interp.stream import require_model
 
@@ -177,7 +177,7 @@ def _fingerprint(model: Model) -> str:
 def _activations(e: Engine, ids: Tensor, layers: list[int]) -> tuple[Tensor, Tensor]:
     """MLP inputs and outputs [n_layers, batch·(seq_len − 1), d_model] of ``layers`` for sequences ``ids``
     (position 0 dropped), from the engine's forward up to the last chosen layer."""
-    a, w = e.arch, e.w
+    a = e.arch
     B, T = ids.shape
     mask = torch.ones_like(ids)
     prompt = torch.arange(B, device=ids.device)
@@ -189,8 +189,7 @@ def _activations(e: Engine, ids: Tensor, layers: list[int]) -> tuple[Tensor, Ten
             resid = x
             x = e.layer(l, x, prompt=prompt, mask=mask, capture={"resid_mid", "mlp_out"}, store=store)
             if l in layers:
-                mid = resid if a.parallel_attn_mlp else store["resid_mid"]
-                h2 = e.norm(mid, w.ln2_w[l], w.ln2_b[l])
+                h2 = mlp_input(e, resid, store.get("resid_mid"), l)  # the MLP's input, as the graph reads it
                 xs.append(h2[:, 1:].reshape(-1, a.d_model).float())
                 ys.append(store["mlp_out"][:, 1:].reshape(-1, a.d_model).float())
     return torch.stack(xs), torch.stack(ys)

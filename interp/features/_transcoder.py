@@ -28,7 +28,7 @@ from torch import Tensor
 
 from interp.errors import ArgumentError
 
-__all__ = ["ACTIVATIONS", "Dictionary", "Transcoder"]
+__all__ = ["ACTIVATIONS", "Dictionary", "Transcoder", "mlp_input"]
 
 #: the activation functions a dictionary may use
 ACTIVATIONS = ("relu", "jumprelu", "topk", "batchtopk")
@@ -130,3 +130,14 @@ class Transcoder(Dictionary):
     an optional W_skip [d, d] (out += x W_skipᵀ), ``activation`` in :data:`ACTIVATIONS`, ``threshold`` [F]
     for "jumprelu" (the global θ, 0-d, for "batchtopk") and ``k`` for "topk". ``context_length``: the sequence
     length it was trained on, where known (longer prompts warn with :class:`interp.ContextLengthWarning`)."""
+
+
+def mlp_input(e: Any, x: Tensor, mid: Optional[Tensor], l: int) -> Tensor:
+    """What layer l's MLP reads, from the stream entering the layer ``x`` and the stream after its attention ``mid``:
+    N2(mid) — N2(x) in a parallel block, the stream itself without pre-norms (OLMo 2). The one definition of a
+    transcoder's input, for training, the graph, interventions and contexts."""
+    if e.arch.parallel_attn_mlp:
+        mid = x
+    if mid is None:
+        raise RuntimeError("the engine did not keep resid_mid, which a sequential block's MLP reads")
+    return e.read_norm(mid, l, "2")

@@ -208,3 +208,40 @@ def test_smollm2_two_layers_from_the_bundled_corpus(smollm2, tmp_path):
     print(r.to_dataframe())
     assert r.l0 == [8.0, 8.0] and all(0 < f < 2 for f in r.fvu)
     assert r.corpus.startswith("King James Bible") and r.details["licence"]
+
+
+def _hf_layers(hf):
+    """The decoder layers of a Hugging Face causal LM (Llama-like, GPT-2/GPT-J or GPT-NeoX naming)."""
+    for path in ("model.layers", "transformer.h", "gpt_neox.layers"):
+        obj = hf
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        return list(obj)
+    raise AssertionError(f"no decoder layers found in {type(hf).__name__}")
+
+
+@pytest.mark.parametrize("family", [f for f in ("gpt2", "llama", "neox", "qwen2", "mistral", "gemma", "phi3", "gptj",
+                                                "qwen3", "gemma2", "gemma3_text", "olmo2", "mixtral")])
+def test_training_input_is_the_hf_mlp_input(family):
+    """The activations a transcoder is trained on are what the Hugging Face MLP module receives (a forward pre-hook on
+    it, not the engine), position 0 dropped: OLMo 2 has no pre-norm (its MLP reads the stream itself; the norm after
+    the MLP is no input norm), GPT-J one norm for both sublayers, NeoX a parallel block."""
+    hf = tiny_hf_model(family)
+    m = model_from_hf(tiny_hf_model(family), tiny_tokenizer(), name=f"tiny-{family}")
+    ids = m.to_tokens("w1 w2 w3 w4 w5 w6 w7")
+    seen: dict[int, torch.Tensor] = {}
+    mlps = [layer.mlp for layer in _hf_layers(hf)]
+    hooks = [mod.register_forward_pre_hook(lambda mod, a, l=l: seen.__setitem__(l, a[0].detach()))
+             for l, mod in enumerate(mlps)]
+    hooked_forward(hf, hooks, ids)
+    from interp.engine import Engine
+
+    x, _ = T._activations(Engine.of(m), ids, list(range(len(mlps))))
+    for l in range(len(mlps)):
+        want = seen[l][:, 1:].reshape(-1, seen[l].shape[-1])
+        err = float((x[l] - want).abs().max() / want.abs().max())
+        print(f"{family} layer {l}: training input vs HF MLP input, max relative {err:.1e}")
+        assert err <= 1e-5
