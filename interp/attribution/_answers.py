@@ -63,13 +63,14 @@ def resolve_tokens(model: Model, spec: Optional[TokenSpec], n_prompts: int, arg:
             raise ArgumentError(f"{arg} must hold integer token ids, got dtype {spec.dtype}")
         spec = spec.flatten().tolist() if spec.ndim else int(spec)
     if isinstance(spec, (str, int)):
-        return torch.full((n_prompts,), _one_token(model, spec, arg), dtype=torch.long)
+        return torch.full((n_prompts,), _one_token(model, spec, arg), dtype=torch.long, device=model.device)
     if not isinstance(spec, (list, tuple)):
         raise ArgumentError(f"{arg}={spec!r} must be a single-token string, a token id, or a per-prompt list of them")
     spec = list(spec)
     if len(spec) != n_prompts:
         raise ArgumentError(f"{arg} has {len(spec)} entries but there are {n_prompts} prompts; give one per prompt or a single token")
-    return torch.tensor([_one_token(model, v, f"{arg}[{i}]") for i, v in enumerate(spec)], dtype=torch.long)
+    return torch.tensor([_one_token(model, v, f"{arg}[{i}]") for i, v in enumerate(spec)], dtype=torch.long,
+                        device=model.device)
 
 
 def resolve_positions(pos: Union[int, Sequence[int], Tensor], mask: Tensor, offset: int = 0) -> Tensor:
@@ -98,7 +99,7 @@ def resolve_positions(pos: Union[int, Sequence[int], Tensor], mask: Tensor, offs
         if not bool(mask[i, q]):
             raise ArgumentError(f"pos={p} points at padding in prompt {offset + i} (it has {L} real tokens)")
         out.append(q)
-    return torch.tensor(out, dtype=torch.long)
+    return torch.tensor(out, dtype=torch.long, device=mask.device)
 
 
 def _strings(spec: Any, n: int, arg: str) -> list[tuple[str, str, list[int]]]:

@@ -77,7 +77,7 @@ def attribute_direction(
             raise ArgumentError(f"pos={pos!r} must be 'mean' or an int / per-prompt ints")
         values = (contrib * mask).sum(-1) / mask.sum(-1)
         tot = (total * mask).sum(-1) / mask.sum(-1)
-        positions = torch.full((b,), -1, dtype=torch.long)
+        positions = torch.full((b,), -1, dtype=torch.long, device=contrib.device)
     else:
         if isinstance(pos, bool) or not isinstance(pos, (int, Tensor, list, tuple)):
             raise ArgumentError(f"pos={pos!r} must be 'mean', an int, or a per-prompt list of ints")

@@ -93,11 +93,8 @@ def _rows_batch(model: Model, rows: list[list[int]], like: Batch) -> Batch:
     if len(rows) == like.tokens.shape[0]:
         return like
     n = max(len(r) for r in rows)
-    tokens = torch.zeros(len(rows), n, dtype=torch.long)
-    mask = torch.zeros(len(rows), n, dtype=torch.long)
-    for i, r in enumerate(rows):
-        tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, : len(r)] = 1
+    tokens = torch.tensor([r + [0] * (n - len(r)) for r in rows], dtype=torch.long, device=model.device)
+    mask = torch.tensor([[1] * len(r) + [0] * (n - len(r)) for r in rows], dtype=torch.long, device=model.device)
     return as_batch(model, tokens, mask)
 
 
@@ -113,8 +110,9 @@ def _chunk(model: Model, batch: Batch, p: Tensor, targets: Targets, start: int, 
     rows, row_pos, reads = plan_reads(ids, p.tolist(), targets, start)
     rb = _rows_batch(model, rows, batch)
     K = max(len(r) for r in row_pos)
-    P = torch.tensor([r + [r[0]] * (K - len(r)) for r in row_pos], dtype=torch.long)  # [R, K]
-    valid = torch.tensor([[1] * len(r) + [0] * (K - len(r)) for r in row_pos], dtype=torch.bool)
+    dev = model.device
+    P = torch.tensor([r + [r[0]] * (K - len(r)) for r in row_pos], dtype=torch.long, device=dev)  # [R, K]
+    valid = torch.tensor([[1] * len(r) + [0] * (K - len(r)) for r in row_pos], dtype=torch.bool, device=dev)
     keep = ("patterns", "v") if unit == "head_source" else ()
     tr = trace_at(model, rb, P, neuron_layers=neuron_layers, stop_before_unembed=True, keep=keep)
     # the model's own logits at the read positions: its unembedding of its own final-norm output, or
@@ -165,10 +163,11 @@ def _chunk(model: Model, batch: Batch, p: Tensor, targets: Targets, start: int, 
             log_z[r.prompt] -= c * lse[r.row, r.j]
     dec = tr.decompose("unembed", project_onto=u)
     per_row = (dec.contributions.diagonal(dim1=2, dim2=3) * valid.to(dec.contributions.dtype)).sum(-1)  # [n, R]
-    owner = torch.tensor([i for i in range(b)] + [0] * (R - b), dtype=torch.long)
+    own_rows = [i for i in range(b)] + [0] * (R - b)
     for r in reads:
-        owner[r.row] = r.prompt
-    vals = torch.zeros(per_row.shape[0], b, dtype=per_row.dtype).index_add_(1, owner, per_row.cpu())
+        own_rows[r.row] = r.prompt
+    owner = torch.tensor(own_rows, dtype=torch.long, device=per_row.device)
+    vals = torch.zeros(per_row.shape[0], b, dtype=per_row.dtype, device=per_row.device).index_add_(1, owner, per_row)
     labels = list(dec.labels)
     extra = []
     if has_bias:
@@ -181,11 +180,11 @@ def _chunk(model: Model, batch: Batch, p: Tensor, targets: Targets, start: int, 
         extra.append(("wrong_lse_remainder", torch.stack(remainder)))
     if extra:
         labels += [lab for lab, _ in extra]
-        vals = torch.cat([vals, torch.stack([x.cpu().to(vals.dtype) for _, x in extra])])
-    out: dict[str, Any] = {"labels": labels, "values": vals, "total": torch.stack(total).cpu().to(vals.dtype)}
+        vals = torch.cat([vals, torch.stack([x.to(vals.device, vals.dtype) for _, x in extra])])
+    out: dict[str, Any] = {"labels": labels, "values": vals, "total": torch.stack(total).to(vals.device, vals.dtype)}
     if unit == "head_source":
         hs = head_source_terms(model, tr.activations, u, valid)  # [R, L, H, S]
-        out["sources"] = torch.zeros(b, *hs.shape[1:], dtype=hs.dtype).index_add_(0, owner, hs.cpu())
+        out["sources"] = torch.zeros(b, *hs.shape[1:], dtype=hs.dtype, device=hs.device).index_add_(0, owner.to(hs.device), hs)
     # the tokens each prompt is read in: its own, or its answer's teacher-forced context
     ans_row = [i for i in range(b)]
     for r in reads:
@@ -297,13 +296,13 @@ def attribute_logits(
             p = resolve_positions(pos, batch.attention_mask.cpu(), offset=start)
             chunks.append(_chunk(model, batch, p, targets, start, neuron_layers, unit))
             positions.append(p)
-            before.append(batch.tokens.cpu()[torch.arange(len(p)), p])
+            before.append(batch.tokens.cpu()[torch.arange(len(p), device="cpu"), p.cpu()])
             bar.update(len(chunk))
     finally:
         bar.close()
     last = torch.cat(before)[:, None]  # the token each answer follows
     for arg, spec in (("answer", answer), ("wrong", wrong)):
-        warn_unspaced(model, spec, arg, last, torch.zeros(n, dtype=torch.long), owner="attribute_logits")
+        warn_unspaced(model, spec, arg, last, torch.zeros(n, dtype=torch.long, device="cpu"), owner="attribute_logits")
     labels = chunks[0]["labels"]
     values = torch.cat([c["values"] for c in chunks], dim=1)
     total = torch.cat([c["total"] for c in chunks])

@@ -99,7 +99,7 @@ class LogitAttribution(Result):
         if self.unit == "head_source":
             return self.source_matrix(prompt=prompt).sum(-1)
         v = self.mean() if prompt is None else self.values[:, self._prompt(prompt)]
-        grid = torch.full((self.n_layers, self.n_heads), float("nan"), dtype=v.dtype)
+        grid = torch.full((self.n_layers, self.n_heads), float("nan"), dtype=v.dtype, device=v.device)
         for i, lab in enumerate(self.labels):
             head = _head_or_none(lab)
             if head is not None:
@@ -113,7 +113,7 @@ class LogitAttribution(Result):
         v = self.mean() if prompt is None else self.values[:, self._prompt(prompt)]
         rows = [(i, lab) for i, lab in enumerate(map(parse, self.labels)) if isinstance(lab, HeadSource)]
         n_src = 1 + max(lab.src for _, lab in rows)
-        grid = torch.zeros((self.n_layers, self.n_heads, n_src), dtype=v.dtype)
+        grid = torch.zeros((self.n_layers, self.n_heads, n_src), dtype=v.dtype, device=v.device)
         for i, lab in rows:
             grid[lab.layer, lab.head, lab.src] = v[i]
         return grid

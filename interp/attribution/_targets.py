@@ -61,14 +61,14 @@ class Targets:
             return None
         if all(len(w) == 1 for ws in self.wrongs for w in ws):
             if all(len(ws) == 1 for ws in self.wrongs):
-                return torch.tensor([ws[0][0] for ws in self.wrongs], dtype=torch.long)
+                return torch.tensor([ws[0][0] for ws in self.wrongs], dtype=torch.long, device="cpu")
             return _pad([[w[0] for w in ws] for ws in self.wrongs], squeeze=False)
         W = max(len(ws) for ws in self.wrongs)
         T = max(len(w) for ws in self.wrongs for w in ws)
-        out = torch.full((len(self.wrongs), W, T), -1, dtype=torch.long)
+        out = torch.full((len(self.wrongs), W, T), -1, dtype=torch.long, device="cpu")
         for i, ws in enumerate(self.wrongs):
             for j, w in enumerate(ws):
-                out[i, j, : len(w)] = torch.tensor(w)
+                out[i, j, : len(w)] = torch.tensor(w, device="cpu")
         return out
 
     # -- text ------------------------------------------------------------------------------------
@@ -100,10 +100,10 @@ class Targets:
 def _pad(rows: list[list[int]], *, squeeze: bool) -> Tensor:
     n = max(len(r) for r in rows)
     if squeeze and n == 1:
-        return torch.tensor([r[0] for r in rows], dtype=torch.long)
-    out = torch.full((len(rows), n), -1, dtype=torch.long)
+        return torch.tensor([r[0] for r in rows], dtype=torch.long, device="cpu")
+    out = torch.full((len(rows), n), -1, dtype=torch.long, device="cpu")
     for i, r in enumerate(rows):
-        out[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        out[i, : len(r)] = torch.tensor(r, dtype=torch.long, device="cpu")
     return out
 
 

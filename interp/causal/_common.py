@@ -304,8 +304,8 @@ def reference_acts(engine: Engine, model: Model, reference: Any, sites: set[str]
         if m != n or bool((rb.attention_mask == 0).any()):
             raise ShapeError(f"reference prompts have {m} tokens (with padding: {bool((rb.attention_mask == 0).any())}); "
                              f"ablation='resample' needs reference prompts of the clean prompts' length {n}, unpadded")
-        g = torch.Generator().manual_seed(seed)
-        pick = torch.randint(0, R, (n_prompts,), generator=g).to(rb.tokens.device)
+        g = torch.Generator().manual_seed(seed)  # a CPU generator: the same picks on every device
+        pick = torch.randint(0, R, (n_prompts,), generator=g, device="cpu").to(rb.tokens.device)
 
         def take(t: Tensor, pattern: bool = False) -> Tensor:
             return t[pick]

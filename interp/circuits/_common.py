@@ -113,7 +113,7 @@ def check_max_bytes(value: Any) -> int:
 
 
 def nbytes_of(shape: tuple[int, ...], dtype: torch.dtype) -> int:
-    return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    return math.prod(shape) * dtype.itemsize
 
 
 def fmt_bytes(n: int) -> str:

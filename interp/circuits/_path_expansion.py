@@ -151,8 +151,9 @@ class PathExpansion(Result):
                      ) -> Float[Tensor, "n_terms batch"]:
         """Each path's contribution to the logit of ``token`` at ``pos`` (other than the chosen one)."""
         n_batch, n_pos = self.tokens.shape
-        tok = _per_row("token", token, n_batch, 0, self.W_U.shape[1])
-        p = _per_row("pos", pos, n_batch, -n_pos, n_pos) % n_pos
+        dev = self.tokens.device
+        tok = _per_row("token", token, n_batch, 0, self.W_U.shape[1], self.W_U.device)
+        p = _per_row("pos", pos, n_batch, -n_pos, n_pos, dev) % n_pos
         rows = torch.arange(n_batch, device=self.tokens.device)
         at = self.contributions[:, rows, p]  # [n_terms, batch, d_model]
         return einops.einsum(at, self.W_U[:, tok], "t b d, d b -> t b")
@@ -204,12 +205,12 @@ class PathExpansion(Result):
                 f"closure_error={self.closure_error:.2e})")
 
 
-def _per_row(name: str, value: Any, n: int, lo: int, hi: int) -> Tensor:
-    """An int, a sequence or an int tensor -> LongTensor [n] with entries in [lo, hi)."""
+def _per_row(name: str, value: Any, n: int, lo: int, hi: int, device: torch.device) -> Tensor:
+    """An int, a sequence or an int tensor -> LongTensor [n] with entries in [lo, hi), on ``device``."""
     if isinstance(value, Tensor) and value.device.type == "meta":
         raise ShapeError(f"{name} is on the 'meta' device (a tensor without data); pass ints or a real tensor")
     try:
-        t = torch.as_tensor(value)
+        t = torch.as_tensor(value, device=value.device if isinstance(value, Tensor) else "cpu")
     except (TypeError, ValueError, RuntimeError):
         raise ArgumentError(f"{name}={value!r} must be an int or one int per batch row") from None
     if t.is_floating_point() or t.dtype == torch.bool or t.ndim > 1:
@@ -221,7 +222,7 @@ def _per_row(name: str, value: Any, n: int, lo: int, hi: int) -> Tensor:
         raise ShapeError(f"{name} has {t.numel()} entries; the batch has {n} rows")
     if bool((t < lo).any()) or bool((t >= hi).any()):
         raise ArgumentError(f"{name}={value!r} is out of range; allowed [{lo}, {hi - 1}]")
-    return t.clone()
+    return t.to(device).clone()
 
 
 def _tokens(model: Model, inputs: Any) -> Int[Tensor, "batch pos"]:
@@ -401,7 +402,7 @@ def path_expansion(
         recon = contrib.sum(dim=0) @ W_U + b_U
         closure = float((recon - logits).abs().max())
 
-        p = _per_row("pos", pos, n_batch, -n_pos, n_pos) % n_pos
+        p = _per_row("pos", pos, n_batch, -n_pos, n_pos, tokens.device) % n_pos
         rows = torch.arange(n_batch, device=tokens.device)
         ans = _answer(model, answer, logits[rows, p], n_batch)
         at = contrib[:, rows, p]  # [n_terms, batch, d_model]
@@ -430,4 +431,4 @@ def _answer(model: Model, answer: Any, last_logits: Tensor, n_batch: int) -> Ten
         if len(ids) != 1:
             raise ArgumentError(f"answer={answer!r} is {len(ids)} tokens {ids}; it must be exactly one token")
         answer = ids[0]
-    return _per_row("answer", answer, n_batch, 0, model.arch.d_vocab).to(last_logits.device)
+    return _per_row("answer", answer, n_batch, 0, model.arch.d_vocab, last_logits.device)

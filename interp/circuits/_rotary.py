@@ -70,7 +70,7 @@ def rope_frequencies(model: Model, layer: int = 0) -> tuple[Float[Tensor, "half"
         base = params.get("rope_theta", getattr(cfg, "rope_theta", None))
         if base is None:
             raise UnsupportedOperationError(f"model {model.name!r}: no rope_theta in its config")
-        inv = 1.0 / (float(base) ** (torch.arange(0, r, 2, dtype=torch.float64) / r))
+        inv = 1.0 / (float(base) ** (torch.arange(0, r, 2, dtype=torch.float64, device="cpu") / r))
         return inv, 1.0
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
@@ -88,8 +88,8 @@ def rope_matrix(inv_freq: Tensor, scaling: float, d_head: int, pos: int) -> Floa
     half = r // 2
     ang = pos * inv_freq  # [half]
     cos, sin = torch.cos(ang) * scaling, torch.sin(ang) * scaling
-    G = torch.eye(d_head, dtype=torch.float64)
-    idx = torch.arange(half)
+    G = torch.eye(d_head, dtype=torch.float64, device=inv_freq.device)
+    idx = torch.arange(half, device=inv_freq.device)
     # rope(x)_t     = x_t cos − x_{t+h} sin      (t < h)
     # rope(x)_{t+h} = x_{t+h} cos + x_t sin
     # so in x G: G[t, t] = cos, G[t+h, t] = −sin, G[t, t+h] = sin, G[t+h, t+h] = cos.

@@ -51,15 +51,15 @@ def random_rotation(d_model: int, *, fix_ones: bool = False, seed: int = 0,
     check_int("seed", seed)
     g = torch.Generator().manual_seed(seed)
     n = d_model - 1 if fix_ones else d_model
-    Q, Rr = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))
+    Q, Rr = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64, device="cpu"))
     Q = Q * torch.sign(torch.diagonal(Rr))  # Haar measure
     if fix_ones:
         # Householder H swaps u = 1/sqrt(d) and e_1; R = H (1 ⊕ Q) H fixes u and rotates its complement
-        u = torch.full((d_model,), d_model ** -0.5, dtype=torch.float64)
+        u = torch.full((d_model,), d_model ** -0.5, dtype=torch.float64, device="cpu")
         v = u.clone()
         v[0] -= 1.0
-        H = torch.eye(d_model, dtype=torch.float64) - 2 * torch.outer(v, v) / (v @ v)
-        Q = H @ torch.block_diag(torch.ones(1, 1, dtype=torch.float64), Q) @ H
+        H = torch.eye(d_model, dtype=torch.float64, device="cpu") - 2 * torch.outer(v, v) / (v @ v)
+        Q = H @ torch.block_diag(torch.ones(1, 1, dtype=torch.float64, device="cpu"), Q) @ H
     return Q.to(dtype)
 
 
@@ -73,7 +73,7 @@ def _check_R(model: Model, R: Any, atol: float) -> Tensor:
     if not R.is_floating_point() or not bool(torch.isfinite(R).all()):
         raise ArgumentError("R must be a finite float matrix")
     R64 = R.detach().to("cpu", torch.float64)
-    err = float((R64.T @ R64 - torch.eye(d, dtype=torch.float64)).abs().max())
+    err = float((R64.T @ R64 - torch.eye(d, dtype=torch.float64, device="cpu")).abs().max())
     if err > atol:
         raise ArgumentError(
             f"R is not orthogonal: max |RᵀR − I| = {err:.3g} > atol={atol}; a basis rotation must preserve "
@@ -96,7 +96,7 @@ def _check_model(model: Any, R64: Tensor, atol: float) -> None:
             f"(family {a.family!r}) has no TL -> Hugging Face weight map"
         )
     if a.norm == "layernorm":
-        ones = torch.ones(a.d_model, dtype=torch.float64)
+        ones = torch.ones(a.d_model, dtype=torch.float64, device=R64.device)
         dev = float((R64 @ ones - ones).abs().max())
         if dev > atol * a.d_model ** 0.5:
             raise ArgumentError(

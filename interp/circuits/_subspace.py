@@ -277,17 +277,18 @@ def erasure_candidates(model: Model, *, k: int | None = None, screen: int = 200,
                      ).double().reshape(-1, a.d_head, a.d_model)
     # screen: tr(E) = ⟨sym(T_d), U_s U_sᵀ⟩ for all pairs
     Ps = packed_gram_left(Us.transpose(-2, -1).float(), weighted=False)  # [S, F] float32 (screen only)
-    tr = torch.empty(len(srcs), W_V.shape[0], dtype=torch.float64)
+    tr = torch.empty(len(srcs), W_V.shape[0], dtype=torch.float64, device=W_V.device)
     for sl in chunks(W_V.shape[0], 32):
         T = (W_V[sl] @ W_O[sl]).float()  # [c, d, d]
         Tsym = (T + T.transpose(-2, -1)) / 2
-        tr[:, sl] = (Ps @ pack_symmetric(Tsym, weighted=True).T).double().cpu()
-    ranks = torch.tensor([min(k, int((Us[i].abs().sum(0) > 0).sum())) for i in range(len(srcs))], dtype=torch.float64)
+        tr[:, sl] = (Ps @ pack_symmetric(Tsym, weighted=True).T).double()
+    ranks = torch.tensor([min(k, int((Us[i].abs().sum(0) > 0).sum())) for i in range(len(srcs))],
+                         dtype=torch.float64, device=tr.device)
     gain = tr / ranks.clamp_min(1)[:, None]
-    src_pos = torch.tensor([w.position(model) for w in src_objs])
+    src_pos = torch.tensor([w.position(model) for w in src_objs], device=tr.device)
     # destination head j = l * n_heads + h reads its values at L{l}.attn.v[H{kv_head(h)}]
     dst_pos = torch.tensor([program_position(a, HeadInput(l, "v", a.kv_head(h)))
-                            for l in range(a.n_layers) for h in range(a.n_heads)])
+                            for l in range(a.n_layers) for h in range(a.n_heads)], device=tr.device)
     valid = src_pos[:, None] < dst_pos[None, :]
     gain = torch.where(valid, gain, torch.full_like(gain, float("inf")))
     n_valid = int(valid.sum())

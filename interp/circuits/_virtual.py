@@ -200,9 +200,9 @@ def virtual_weight_norms(model: Model, *, fold_norms: bool = True,
     for labels, A in _read_stacks(model, fold_norms, dtype):
         Zr[[r_row[x] for x in labels]] = packed_gram_right(A.to(dtype), weighted=True)
     sq = Xw @ Zr.T  # [n_writes, n_reads]
-    w_ord = torch.tensor([parse_write(model, s).position(model) for s in writes])
-    r_ord = torch.tensor([parse_read(model, s).position(model) for s in reads])
-    ok = (w_ord[:, None] < r_ord[None, :]).to(dev)
+    w_ord = torch.tensor([parse_write(model, s).position(model) for s in writes], device=dev)
+    r_ord = torch.tensor([parse_read(model, s).position(model) for s in reads], device=dev)
+    ok = w_ord[:, None] < r_ord[None, :]
     vals = torch.where(ok, sq.clamp_min(0).sqrt(), torch.full_like(sq, float("nan")))
     return VirtualWeightNorms(values=vals.to(dtype), writes=writes, reads=reads,
                               convention=convention(model, fold_norms), model_name=model.name,

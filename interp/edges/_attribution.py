@@ -3,8 +3,12 @@
 For an edge w → r of the circuit graph (:mod:`interp.edges._graph`), metric M, clean input x_c and
 corrupt input x_k (Syed et al. 2023, arXiv 2310.10348; Hanna et al. 2024, arXiv 2403.17806):
 
-    EAP:     score(w → r) = Σ_{b,t,d} (a_w(x_k) − a_w(x_c)) · J_{w→r}ᵀ ∂M/∂x_r |_{x_c}
+    EAP:     score(w → r) = Σ_{b,t,d} (a_w(x_c) − a_w(x_k)) · J_{w→r}ᵀ ∂M/∂x_r |_{x_c}
     EAP-IG:  the gradient averaged over m points of the corrupt → clean path, α = k/m, k = 1..m
+
+Sign: an edge's score is positive when the edge supports the metric (≈ M(clean) − M(clean with only r seeing w's
+corrupt value)): the convention of every result and page in interp (docs/math.md, "Sign convention"). The
+reference implementations score (a_w(x_k) − a_w(x_c))·∂M/∂x_r, the negative of this.
 
 J_{w→r} carries w's write to r's input: r's own norm (pre-norm), or every Add & Norm between w and r
 (post-norm). ``scale="recomputed"`` (default) uses the norms' true Jacobians — the derivative of what
@@ -16,11 +20,11 @@ pre-norm stream Σ_w Δa_w = Δx_r, the change of the stream r reads.
 
 EAP-IG paths (``ig_at``):
 * "inputs" (default; Hanna et al.'s EAP-IG-inputs): the token embedding e = e_k + α(e_c − e_k), Δa_w
-  from the two plain runs. Completeness: Σ_r score(embed → r) → M(x_k) − M(x_c) as m → ∞ (every path
+  from the two plain runs. Completeness: Σ_r score(embed → r) → M(x_c) − M(x_k) as m → ∞ (every path
   from the embedding enters exactly one reader first, so Σ_r J_{e→r}ᵀ g_r = ∂M/∂e).
 * "activations": every write at once, a_w ← α a_w + (1 − α) ã_w, Δa_w = ã_w − a_w at each point (the
   gradient of M with respect to a mask on every edge, as AutoCircuit's ``mask_gradient``).
-  Completeness: Σ over every edge → M(x_k) − M(x_c).
+  Completeness: Σ over every edge → M(x_c) − M(x_k).
 
 Steps, all edges at once (never per edge): (1) the corrupt run keeps every write; (2) per path
 point, one forward + backward (:class:`ReaderGradients`) gives G [batch, readers, pos, d_model];
@@ -56,7 +60,7 @@ log = logging.getLogger(__name__)
 
 METHODS = ("eap", "eap-ig")
 #: ``edge_attribution`` warns (:class:`interp.CompletenessWarning`) when a result's completeness error exceeds
-#: this fraction of |M(corrupt) − M(clean)|: its scores are then a poor first-order estimate of the effects.
+#: this fraction of |M(clean) − M(corrupt)|: its scores are then a poor first-order estimate of the effects.
 COMPLETENESS_TOLERANCE = 0.1
 IG_AT = ("inputs", "activations")
 SCALES = ("recomputed", "frozen")
@@ -87,7 +91,7 @@ def edge_attribution(
     fewer so that the writes and gradients of a chunk stay near 1 GB).
 
     An :class:`interp.CompletenessWarning` is given when the result's ``completeness_error`` exceeds
-    :data:`COMPLETENESS_TOLERANCE` (10 %) of |M(corrupt) − M(clean)|.
+    :data:`COMPLETENESS_TOLERANCE` (10 %) of |M(clean) − M(corrupt)|.
 
     ``cluster``: None (in process) or an ``interp.RayCluster``: the prompt pairs are sharded over its workers
     and the shards merged exactly; ``out``: a folder keeping each finished shard (a rerun computes only the
@@ -151,7 +155,7 @@ def edge_attribution(
 
 def check_completeness(scores: EdgeScores, tolerance: float = COMPLETENESS_TOLERANCE) -> None:
     """Warn (:class:`interp.CompletenessWarning`) when ``scores.completeness_error`` exceeds ``tolerance`` ×
-    |M(corrupt) − M(clean)| (nothing to compare when the two runs give the same metric)."""
+    |M(clean) − M(corrupt)| (nothing to compare when the two runs give the same metric)."""
     target, err = scores.target, scores.completeness_error
     if not (math.isfinite(target) and math.isfinite(err)) or target == 0 or err <= tolerance * abs(target):
         return
@@ -163,7 +167,7 @@ def check_completeness(scores: EdgeScores, tolerance: float = COMPLETENESS_TOLER
         fix = f"raise ig_steps (now {scores.ig_steps})"
     warn_user(
         f"edge_attribution(method={scores.method!r}): the completeness sum ({scores.completeness_of}) is "
-        f"{scores.completeness:.4g} but M(corrupt) − M(clean) = {target:.4g}: an error of {err:.3g} "
+        f"{scores.completeness:.4g} but M(clean) − M(corrupt) = {target:.4g}: an error of {err:.3g} "
         f"({err / abs(target):.1%} > {tolerance:.0%}), so the scores are a poor estimate of the edges' effects; {fix}",
         CompletenessWarning)
 
@@ -220,6 +224,8 @@ def _chunk(model: Model, pair: Any, ew: EdgeWrites, idx: Tensor, steps: int, ig_
         S_all = S_sum / steps
     else:  # steps >= 1, so the loop ran and the α = 1 pass set dA and G (or S)
         raise RuntimeError("edge attribution: the gradient loop produced no scores")
+    # S_all is (a_w(corrupt) − a_w(clean))·∂M/∂x_r; the score is its negative (positive = supports the metric)
+    S_all = S_all.neg_()
     per = S_all[:, g.edge_writer.to(S_all.device), g.edge_reader.to(S_all.device)]  # [p, E]
     if ig_at == "activations" and steps > 1:
         comp = per.double().sum(1)

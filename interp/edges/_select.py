@@ -2,10 +2,10 @@
 
 As the EAP-IG reference code (hannamw/EAP-IG ``graph.py``) does:
 
-* **top-n** — the n edges with the largest |score|; with ``absolute=False`` the largest −score: the edges
-  whose corruption lowers the metric most (scores estimate M(edge corrupted) − M(clean)), which is the
-  reference code's signed ranking (its metric is a loss, −M);
-* **threshold** — every edge with |score| ≥ τ (−score ≥ τ when not ``absolute``);
+* **top-n** — the n edges with the largest |score|; with ``absolute=False`` the largest score: the edges
+  that support the metric most (scores estimate M(clean) − M(edge corrupted)), which is the reference code's
+  signed ranking (its metric is a loss, −M, and its score the negative of interp's);
+* **threshold** — every edge with |score| ≥ τ (score ≥ τ when not ``absolute``);
 * **greedy** — start at the metric's read; repeatedly take the best-scoring edge into a reader already
   in the circuit, then make the writer's own readers (a head's q, its KV head's k and v; an MLP's
   input) candidates too, until n edges;
@@ -32,9 +32,9 @@ __all__ = ["top_n", "above_threshold", "greedy", "prune"]
 
 
 def _key(scores: Tensor, absolute: bool) -> Tensor:
-    """|score|, or −score (the drop of the metric the edge's corruption causes) when not ``absolute``."""
+    """|score|, or the signed score (the drop of the metric the edge's corruption causes) when not ``absolute``."""
     s = scores.double()
-    s = s.abs() if absolute else -s
+    s = s.abs() if absolute else s
     return torch.nan_to_num(s, nan=float("-inf"))
 
 
@@ -49,7 +49,7 @@ def top_n(scores: Tensor, n: int, *, absolute: bool = True) -> Tensor:
 
 
 def above_threshold(scores: Tensor, tau: float, *, absolute: bool = True) -> Tensor:
-    """Bool mask [n_edges] of the edges with |score| ≥ τ (−score ≥ τ when not ``absolute``)."""
+    """Bool mask [n_edges] of the edges with |score| ≥ τ (score ≥ τ when not ``absolute``)."""
     return _key(scores, absolute) >= tau
 
 
