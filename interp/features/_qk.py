@@ -68,7 +68,7 @@ def qk_attribution(
     head = _int("head", head, 0, a.n_heads - 1)
     qp = _int("query_pos", query_pos, -n, n - 1) % n
     kp = _int("key_pos", key_pos, -n, n - 1) % n
-    ok = allowed_keys(n, n, causal=a.causal, window=a.window(layer))
+    ok = allowed_keys(n, n, causal=a.causal, window=a.window(layer), device=tokens.device)
     if not bool(ok[qp, kp]):
         win = f", and within its sliding window of {a.window(layer)}" if a.window(layer) else ""
         raise ArgumentError(f"key_pos={kp} is not attended from query_pos={qp} by layer {layer} (keys must be at or before "

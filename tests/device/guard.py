@@ -1,0 +1,96 @@
+"""A CPU-side guard for the common CUDA bug: a tensor made inside interp without ``device=``.
+
+On a GPU such a tensor lands on the CPU and meets the model's CUDA tensors a few lines later (``Expected all tensors
+to be on the same device``); on the CPU it silently works. :class:`HostTensorGuard` is a
+:class:`torch.overrides.TorchFunctionMode` that watches every factory call (``torch.zeros``, ``torch.arange``,
+``torch.tensor`` of Python data, …) made WITHOUT an explicit ``device=``: when the frame that made it is a module
+under ``interp/`` it records ``file:line`` (and raises, unless ``raise_=False``). Calls from transformers,
+transformer-lens or torch itself are not interp's frames and pass. ``*_like`` and ``Tensor.new_*`` follow their
+input and are not factories here; an explicit ``device="cpu"`` says a host tensor is meant (and is allowed).
+
+It also counts host synchronisations issued from interp's frames (``Tensor.item``, ``bool``/``float``/``int`` of a
+tensor, ``.tolist()``): :attr:`syncs` maps ``file:line`` to a count.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+import interp
+
+INTERP_DIR = os.path.dirname(os.path.abspath(interp.__file__)) + os.sep
+TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_HERE = os.path.abspath(__file__)
+
+#: factory functions whose result lands on the default device unless given ``device=``
+FACTORIES = frozenset(f for f in (
+    torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.range, torch.eye, torch.linspace,
+    torch.logspace, torch.rand, torch.randn, torch.randint, torch.randperm, torch.empty_strided,
+    torch.scalar_tensor, torch.tril_indices, torch.triu_indices, torch.tensor, torch.as_tensor, torch.asarray,
+    torch.bartlett_window, torch.hann_window, torch.hamming_window,
+) if f is not None)
+#: factories that copy their data's device when the data is a tensor
+_DATA_FOLLOWS = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
+#: host synchronisations (a read of a device value into Python)
+SYNCS = frozenset({torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.__float__, torch.Tensor.__int__,
+                   torch.Tensor.__index__, torch.Tensor.tolist})
+
+
+class StrayHostTensor(AssertionError):
+    """A tensor made inside interp without ``device=`` (it would be on the CPU beside a CUDA model)."""
+
+
+def _caller() -> tuple[str, int]:
+    """The innermost frame outside torch and this file: (filename, line)."""
+    f = sys._getframe(2)
+    while f is not None:
+        name = os.path.abspath(f.f_code.co_filename)
+        if not name.startswith(TORCH_DIR) and name != _HERE:
+            return name, f.f_lineno
+        f = f.f_back
+    return "", 0
+
+
+def _is_factory_without_device(func: Any, args: tuple, kwargs: dict) -> bool:
+    if func not in FACTORIES:
+        return False
+    if kwargs.get("device") is not None:
+        return False
+    if func in _DATA_FOLLOWS and args and (isinstance(args[0], torch.Tensor)
+                                           or (isinstance(args[0], (list, tuple)) and args[0]
+                                               and all(isinstance(a, torch.Tensor) for a in args[0]))):
+        return False  # torch.tensor(t) / as_tensor(t): on t's device
+    return True
+
+
+class HostTensorGuard(TorchFunctionMode):
+    """Record (and by default raise on) factory calls without ``device=`` from interp's modules; count syncs."""
+
+    def __init__(self, *, raise_: bool = True, count_syncs: bool = False) -> None:
+        super().__init__()
+        self.raise_ = raise_
+        self.count_syncs = count_syncs
+        self.violations: collections.Counter[str] = collections.Counter()
+        self.syncs: collections.Counter[str] = collections.Counter()
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if _is_factory_without_device(func, args, kwargs):
+            file, line = _caller()
+            if file.startswith(INTERP_DIR):
+                where = f"{os.path.relpath(file, os.path.dirname(INTERP_DIR.rstrip(os.sep)))}:{line}"
+                self.violations[where] += 1
+                if self.raise_:
+                    raise StrayHostTensor(f"{getattr(func, '__name__', func)}() without device= at {where}: on a GPU "
+                                          "this tensor is on the CPU; pass device= (the model's or the input's)")
+        elif self.count_syncs and func in SYNCS:
+            file, line = _caller()
+            if file.startswith(INTERP_DIR):
+                self.syncs[f"{os.path.relpath(file, os.path.dirname(INTERP_DIR.rstrip(os.sep)))}:{line}"] += 1
+        return func(*args, **kwargs)
