@@ -149,6 +149,21 @@ class ArchInfo:
         """The KV head that query head ``head`` reads: h // (n_heads / n_kv_heads)."""
         return head // self.group_size
 
+    @property
+    def norm_layout(self) -> str:
+        """Where a block's norms sit, in words: "pre-norm" (N1/N2 before each sublayer), "sandwich-norm" (also a
+        norm on each sublayer's output: Gemma 2/3), "output-norm" (only on the outputs: OLMo 2), "post-norm" (Add &
+        Norm: BERT), each "parallel ..." for a parallel block; "no norms" without any."""
+        if self.norm == "none":
+            return "no norms"
+        if self.norm_placement == "post":
+            layout = "post-norm"
+        elif self.sandwich_norms:
+            layout = "sandwich-norm" if self.pre_norms else "output-norm"
+        else:
+            layout = "pre-norm"
+        return f"parallel {layout}" if self.parallel_attn_mlp else layout
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -39,7 +39,8 @@ from interp.models._gguf import GGUFSource, load_gguf_cached, load_gguf_source_c
 from interp.models._model import Model
 from interp.models._native import load_toy
 from interp.models._numerics import check_device, check_dtype, full_precision_norms
-from interp.models._offload import Placement, check_budget, check_placement, execution_device, streamed_weights
+from interp.models._offload import (Placement, block_devices, check_budget, check_placement, execution_device,
+                                    streamed_weights)
 
 from interp.models._weights import weights_from_hf
 
@@ -163,6 +164,7 @@ def model_from_hf(
         hf_model.config.architectures = [type(hf_model).__name__]  # none: the bridge picks its adapter by it
     # before booting: the bridge re-parents modules. A placed model's blocks are read one at a time, on demand
     weights = streamed_weights(hf_model, arch) if placed else weights_from_hf(hf_model, arch)
+    blocks = block_devices(hf_model, arch.n_layers) if placed else ()
     bridge = TransformerBridge.boot_transformers(
         f"interp/{name}", hf_model=hf_model, tokenizer=tokenizer, device=dev, dtype=dtype
     )
@@ -172,6 +174,7 @@ def model_from_hf(
     return Model(
         name=name, bridge=bridge, tokenizer=bridge.tokenizer, arch=arch, weights=weights,
         source=source, prepend_bos=arch.causal and bridge.tokenizer is not None and bridge.tokenizer.bos_token is not None,
+        block_devices=blocks,
         provenance=_with_dtype(provenance or (f"Hugging Face model from {source}" if source else "a Hugging Face model"),
                                dtype),
     )

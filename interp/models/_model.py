@@ -26,6 +26,8 @@ class Model:
     the pure weight maths in :mod:`interp.circuits` reads; ``arch`` says which block family
     the decompositions must follow. ``source`` records where the weights came from and
     ``provenance`` what they are (e.g. a quantized release, dequantized), so results can say so.
+    ``block_devices`` is where accelerate placed each block (``"cpu"``, ``"disk"``, ``"cuda:0"``) for a model
+    loaded with ``device_map``, else empty (every block on ``device``).
     """
 
     name: str
@@ -36,6 +38,7 @@ class Model:
     source: str = ""
     prepend_bos: bool = field(default=True)
     provenance: str = ""
+    block_devices: tuple[str, ...] = ()
 
     @property
     def device(self) -> torch.device:
@@ -79,8 +82,15 @@ class Model:
 
     def __repr__(self) -> str:
         a = self.arch
+        norms = a.norm_layout if a.norm == "none" else f"{a.norm_layout} {a.norm}"
+        where = f"device={self.device}"
+        if self.block_devices:  # placed by accelerate: say where the blocks are, not only where it computes
+            counts: dict[str, int] = {}
+            for d in self.block_devices:
+                counts[d] = counts.get(d, 0) + 1
+            where += " (blocks: " + ", ".join(f"{n} on {d}" for d, n in counts.items()) + ")"
         return (
             f"Model({self.name!r}: {a.family}, {a.n_layers} layers, {a.n_heads} heads"
             f"{f' ({a.n_kv_heads} KV)' if a.n_kv_heads != a.n_heads else ''}, d_model={a.d_model}, "
-            f"{a.norm_placement}-norm {a.norm}, device={self.device}, dtype={self.dtype})"
+            f"{norms}, {where}, dtype={self.dtype})"
         )

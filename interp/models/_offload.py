@@ -28,7 +28,7 @@ from interp.errors import ArgumentError, MemoryCapError, ModelLoadError, Unsuppo
 from interp.models._arch import ArchInfo
 from interp.models._weights import Weights, only_layers, weights_from_hf
 
-__all__ = ["LayerStack", "Placement", "check_budget", "check_placement", "is_streamed", "per_layer", "streamed_weights"]
+__all__ = ["LayerStack", "Placement", "block_devices", "check_budget", "check_placement", "is_streamed", "per_layer", "streamed_weights"]
 
 #: The per-layer weights streamed (everything else is small and read once).
 BIG = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_gate", "W_out")
@@ -269,6 +269,22 @@ def release_freed_memory() -> None:
 
 #: Fields that are not per layer.
 _GLOBALS = ("W_E", "W_pos", "W_type", "lnf_w", "lnf_b", "W_U", "b_U", "ln_emb_w", "ln_emb_b")
+
+
+def block_devices(hf_model: torch.nn.Module, n_layers: int) -> tuple[str, ...]:
+    """Where accelerate placed each block ("cpu", "disk", "cuda:N"): the device-map entry naming the block or the
+    nearest module above it; () for a model it did not place."""
+    dev_map = getattr(hf_model, "hf_device_map", None) or {}
+    if not dev_map:
+        return ()
+    _, prefix = _blocks(hf_model, n_layers)
+
+    def where(path: str) -> str:
+        owner = max((k for k in dev_map if k == "" or path == k or path.startswith(f"{k}.")), key=len, default=None)
+        v = "cpu" if owner is None else dev_map[owner]
+        return f"cuda:{v}" if isinstance(v, int) else str(v)
+
+    return tuple(where(f"{prefix}{l}") for l in range(n_layers))
 
 
 def execution_device(hf_model: torch.nn.Module) -> torch.device:
