@@ -34,7 +34,7 @@ __all__ = ["save_trace", "load_trace", "DECOMPOSE_WEIGHTS"]
 _FORMAT = "interp-trace-v1"
 #: the Weights fields a decomposition reads (W_out only for neuron layers)
 DECOMPOSE_WEIGHTS = ("W_O", "b_O", "b_out", "W_out", "ln1_w", "ln1_b", "ln2_w", "ln2_b", "lnf_w", "lnf_b",
-                     "ln_emb_w", "ln_emb_b")
+                     "ln_emb_w", "ln_emb_b", "ln1_post_w", "ln2_post_w")  # the last two: sandwich norms' output gains
 
 
 def _put(tensors: dict[str, torch.Tensor], key: str, t: torch.Tensor, seen: set) -> None:
