@@ -34,7 +34,7 @@ from interp._result import Result
 from interp._validate import check_bool
 from interp.circuits._common import check_data, check_model
 from interp.circuits._rotation import random_rotation
-from interp.errors import ArgumentError, ShapeError
+from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 from interp.labels import Neuron, Resid
 
 if TYPE_CHECKING:
@@ -178,7 +178,11 @@ def privileged_basis_report(model: Model, inputs: Union[str, Sequence[str], Tens
     first = 1 if drop_first else 0
     if sum(max(0, r.shape[1] - first) for r in rows) < 4:
         raise ArgumentError("inputs has fewer than 4 tokens to measure (after dropping position 0); give more text")
-    Q = random_rotation(a.d_model, seed=seed).to(dtype=torch.float64)
+    if a.n_experts:
+        raise UnsupportedOperationError(
+            f"privileged_basis_report: model {model.name!r} has mixture-of-experts MLPs ({a.n_experts} experts, the "
+            f"router's top {a.experts_per_token} per token): there is no one MLP whose neurons it could measure")
+    Q = random_rotation(a.d_model, seed=seed).to(device=model.device, dtype=torch.float64)
     resid = [_Moments() for _ in range(a.n_layers)]
     rotated = [_Moments() for _ in range(a.n_layers)]
     neurons = None if a.attn_only else [_Moments() for _ in range(a.n_layers)]
