@@ -40,6 +40,9 @@ def fp64_tol(family: str, tol: float) -> float:
     """``tol`` for a float64 comparison with the HF forward, or 1e-7 for :data:`FP32_ATTENTION` families."""
     return 1e-7 if family in FP32_ATTENTION else tol
 VOCAB = 100
+#: the device the suite builds its models on: ``pytest --device cuda`` or ``INTERP_TEST_DEVICE`` (tests/conftest.py
+#: sets it); the plain Hugging Face reference models (:func:`tiny_hf_model`) stay on the CPU
+DEVICE = os.environ.get("INTERP_TEST_DEVICE", "cpu")
 
 
 @functools.lru_cache(maxsize=None)
@@ -182,7 +185,9 @@ def hooked_forward(hf, handles, *args, **kwargs):
             h.remove()
 
 
-def tiny_model(family: str, *, seed: int = 0, n_layers: int = 2, dtype=torch.float32) -> "interp.Model":
-    """An interp Model of a tiny random ``family`` model ('gpt2', 'llama', 'neox', 'bert')."""
+def tiny_model(family: str, *, seed: int = 0, n_layers: int = 2, dtype=torch.float32,
+               device=None) -> "interp.Model":
+    """An interp Model of a tiny random ``family`` model ('gpt2', 'llama', 'neox', 'bert'), on ``device`` (default:
+    the suite's :data:`DEVICE`)."""
     hf = tiny_hf_model(family, seed=seed, n_layers=n_layers, dtype=dtype)
-    return model_from_hf(hf, tiny_tokenizer(), name=f"tiny-{family}", dtype=dtype)
+    return model_from_hf(hf, tiny_tokenizer(), name=f"tiny-{family}", dtype=dtype, device=device or DEVICE)
