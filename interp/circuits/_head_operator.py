@@ -206,7 +206,7 @@ class HeadOperator(Result):
         v = x.to(self.W_V.dtype) @ self.W_V  # [*batch, pos, d_head]
         if value_bias:
             v = v + self.b_V
-        z = self.pattern.to(v.dtype) @ v  # [*batch, pos(query), d_head]
+        z = self.pattern.to(v.device, v.dtype) @ v  # [*batch, pos(query), d_head]
         return z @ self.W_O  # [*batch, pos, d_model]
 
     def matrix(self, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Float[Tensor, "*batch pos_d pos_d"]:

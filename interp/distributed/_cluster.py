@@ -158,8 +158,17 @@ class RayCluster:
         if address is not None:
             ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
         elif self._owned:
-            ray.init(num_cpus=workers, object_store_memory=object_store_memory or DEFAULT_OBJECT_STORE,
-                     include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+            # Ray 2.60 turns token authentication on for a cluster it starts and says so at WARNING on every start
+            # (unless RAY_AUTH_MODE is set): the cluster is this process's own, so the notice is silenced here
+            # and the authentication itself left as Ray sets it
+            auth_log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+            level = auth_log.level
+            auth_log.setLevel(logging.ERROR)
+            try:
+                ray.init(num_cpus=workers, object_store_memory=object_store_memory or DEFAULT_OBJECT_STORE,
+                         include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+            finally:
+                auth_log.setLevel(level)
         self.workers = int(workers or max(1, int(ray.cluster_resources().get("CPU", 1))))
         self.shards_per_worker = shards_per_worker
         self.start_seconds = time.perf_counter() - t0

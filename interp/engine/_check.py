@@ -21,7 +21,7 @@ from torch import Tensor
 from interp.engine._forward import Engine
 from interp.engine._rotary import unembed
 from interp.errors import EngineMismatchError, UnsupportedArchitectureError
-from interp.models import Model
+from interp.models import Model, load_progress, load_step
 from interp.models import load_model as _load_unchecked
 from interp.models import model_from_hf as _from_hf_unchecked
 
@@ -109,15 +109,20 @@ def load_model(
     device_map: Optional[Union[str, dict[str, Any]]] = None,
     max_memory: Optional[dict[Any, Union[int, str]]] = None,
     offload_folder: Optional[Union[str, "os.PathLike[str]"]] = None,
+    progress: Optional[bool] = None,
 ) -> Model:
     """Load a model by catalog name, local HF folder, local ``.gguf`` file or hub id
     (:func:`interp.models.load_model`), then :func:`self_check` it: a model whose forward interp does not
     reproduce is refused with :class:`EngineMismatchError`. With ``device_map`` (and ``max_memory``,
-    ``offload_folder``) accelerate places the model and the check streams its blocks one at a time."""
-    model = _load_unchecked(name_or_path, device=device, dtype=dtype, cache_dir=cache_dir,
-                            trust_remote_code=trust_remote_code, device_map=device_map, max_memory=max_memory,
-                            offload_folder=offload_folder)
-    self_check(model)
+    ``offload_folder``) accelerate places the model and the check streams its blocks one at a time. ``progress``:
+    a bar naming each step (None: only for a first load, which builds a cache entry; True: always; False: never);
+    each step's time is logged at INFO by the logger ``interp.models``."""
+    with load_progress(str(name_or_path), progress):
+        model = _load_unchecked(name_or_path, device=device, dtype=dtype, cache_dir=cache_dir,
+                                trust_remote_code=trust_remote_code, device_map=device_map, max_memory=max_memory,
+                                offload_folder=offload_folder, progress=progress)
+        with load_step("self-check interp's forward against the model's own"):
+            self_check(model)
     return model
 
 

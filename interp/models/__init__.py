@@ -9,6 +9,7 @@ from interp.models._catalog import CatalogEntry, default_cache_dir, list_models
 from interp.models._load import load_catalog_hf, load_model, model_from_hf
 from interp.models._model import Model
 from interp.models._offload import LayerStack, is_streamed, per_layer
+from interp.models._progress import LoadProgress, load_progress, load_step
 from interp.models._native import build_toy, load_toy, native_state_dict, read_toy_config, save_toy, toy_weights
 from interp.models._native_config import BOS_ID as TOY_BOS_ID
 from interp.models._native_config import FIRST_WORD_ID as TOY_FIRST_WORD_ID
@@ -29,7 +30,7 @@ from interp.models._tracr import model_from_tracr, tracr_is_numerical, tracr_out
 from interp.models._weights import Weights, hf_state_from_weights, hf_writable
 
 __all__ = [
-    "ArchInfo", "Batch", "LayerStack", "is_streamed", "per_layer", "NOT_YET_SUPPORTED", "CatalogEntry", "Event", "Model", "SUPPORTED_FAMILIES", "TOY_BOS_ID", "TOY_FIRST_WORD_ID",
+    "ArchInfo", "Batch", "LayerStack", "LoadProgress", "load_progress", "load_step", "is_streamed", "per_layer", "NOT_YET_SUPPORTED", "CatalogEntry", "Event", "Model", "SUPPORTED_FAMILIES", "TOY_BOS_ID", "TOY_FIRST_WORD_ID",
     "TOY_UNK_ID", "ToyConfig", "Weights", "build_program", "build_toy", "default_cache_dir", "head_label", "hf_state_from_weights",
     "hf_writable", "list_models", "load_catalog_hf", "load_model", "norm_hook", "ordinary_tokens", "load_toy", "model_from_hf", "model_from_tracr", "native_state_dict",
     "program_position", "read_toy_config", "readable_token", "resid_hook_names", "rotary_tables", "save_toy", "sees", "tokenize", "toy_weights",

