@@ -108,10 +108,12 @@ def _read_gguf(gguf: Path, dtype: torch.dtype) -> tuple[Any, Any]:
     except ImportError as e:  # pragma: no cover - gguf is a hard dependency
         raise ModelLoadError("reading a .gguf file needs the 'gguf' package: pip install gguf") from e
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(gguf.parent), gguf_file=gguf.name, dtype=dtype
-        )
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        with load_step("dequantize the GGUF's weights"):
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                str(gguf.parent), gguf_file=gguf.name, dtype=dtype
+            )
+        with load_step("convert the GGUF's tokenizer"):
+            tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     except Exception as e:  # transformers/gguf raise many types for a bad file
         raise ModelLoadError(
             f"path={str(gguf)!r} could not be read as a GGUF model ({type(e).__name__}: {e}); "
@@ -235,7 +237,7 @@ def _write_entry(source: GGUFSource, entry: Path) -> None:
     weights, tokenizer and manifest (with the weights' size and sha256) are complete.
     """
     try:
-        with source.provide(entry.parent) as gguf, load_step("dequantize the GGUF"):
+        with source.provide(entry.parent) as gguf:
             model, tokenizer = _read_gguf(gguf, torch.float32)  # ModelLoadError for a bad file
     except OSError as e:
         raise ModelLoadError(

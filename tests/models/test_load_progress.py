@@ -9,14 +9,14 @@ import logging
 import pytest
 
 import interp
-from interp.models import _gguf
+from interp.models import _gguf, load_step
 from tests.tiny_models import tiny_hf_model, tiny_tokenizer
 
-FIRST = ["hash the GGUF (its cache key)", "verify the cache entry", "dequantize the GGUF",
+FIRST = ["hash the GGUF (its cache key)", "verify the cache entry", "read the GGUF (stand-in)",
          "write the cache entry (safetensors, tokenizer)", "hash the cache entry (sha256)",
          "load the Hugging Face model", "import transformer-lens", "read the weights",
          "boot the transformer-lens bridge", "self-check interp's forward against the model's own"]
-CACHED = [s for s in FIRST if s not in ("dequantize the GGUF", "write the cache entry (safetensors, tokenizer)",
+CACHED = [s for s in FIRST if s not in ("read the GGUF (stand-in)", "write the cache entry (safetensors, tokenizer)",
                                         "hash the cache entry (sha256)")]
 
 
@@ -24,7 +24,11 @@ CACHED = [s for s in FIRST if s not in ("dequantize the GGUF", "write the cache 
 def fake_gguf(tmp_path, monkeypatch):
     path = tmp_path / "tiny.gguf"
     path.write_bytes(b"GGUF stand-in")  # keyed by its size and sha256 like any GGUF
-    monkeypatch.setattr(_gguf, "_read_gguf", lambda gguf, dtype: (tiny_hf_model("llama"), tiny_tokenizer()))
+    def read(gguf, dtype):  # the real reader times "dequantize the GGUF's weights" and "convert the GGUF's tokenizer"
+        with load_step("read the GGUF (stand-in)"):
+            return tiny_hf_model("llama"), tiny_tokenizer()
+
+    monkeypatch.setattr(_gguf, "_read_gguf", read)
     return path
 
 
@@ -41,7 +45,7 @@ def test_first_load_reports_every_step_then_a_cached_load_is_quiet(fake_gguf, tm
     model, steps, err = _load(fake_gguf, cache, caplog, capsys)
     assert [s for s, _ in steps] == FIRST
     assert all(sec >= 0 for _, sec in steps)
-    assert "load_model" in err and "dequantize the GGUF" in err and "self-check" in err  # the bar, by default
+    assert "load_model" in err and "read the GGUF (stand-in)" in err and "self-check" in err  # the bar, by default
     assert isinstance(model, interp.Model)
 
     _, steps, err = _load(fake_gguf, cache, caplog, capsys)  # cached: the same log, no bar unless asked
