@@ -17,14 +17,25 @@ the quantity, False by its signed value, largest first. Where the default column
 ranks by the signed column it summarises (``signed_by``: ``mean``), so it never repeats ``top()``.
 Results computed from norm-folded or raw weights say which in a typed ``fold_norms`` field. The row
 argument that picks one prompt of a batch is called ``prompt`` everywhere.
+
+Placement (one rule): every tensor of a result is on the device the model computed on. A result is built
+from the model's tensors and a little host bookkeeping (masks, indices); :func:`place` moves the host ones
+to the device of the first tensor that is not on the CPU (a result with no such tensor stays on the CPU).
+``result[label]`` and the tensor fields are on that device; ``to_dataframe()``, ``top()``, ``plot()`` and
+``save()`` read a host copy themselves (``result.to("cpu")``, one copy per call), so a CUDA result needs no
+``.cpu()`` from the caller.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
 import warnings
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Sequence, TypeVar
 
 import pandas as pd
+import torch
 
 from interp._io import SaveLoadMixin
 from interp._validate import check_bool, check_positive_int
@@ -33,7 +44,78 @@ from interp.errors import ArgumentError, LabelError
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-__all__ = ["Result", "prompt_alias"]
+__all__ = ["Result", "prompt_alias", "place", "result_device", "on_host"]
+
+_R = TypeVar("_R")
+#: the methods that read a host copy of a result (``to_dataframe``, ``top`` via ``_ranked_frame``, ``plot``, ``save``)
+HOST_METHODS = ("to_dataframe", "_ranked_frame", "plot", "save")
+
+
+def _walk(obj: Any) -> Any:
+    """Every tensor of a field value: the value itself, or inside dicts, lists, tuples and nested results."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, Result):
+        for f in dataclasses.fields(obj):  # type: ignore[arg-type]
+            yield from _walk(getattr(obj, f.name, None))
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _walk(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _walk(v)
+
+
+def _move(obj: Any, device: torch.device) -> Any:
+    """``obj`` with every tensor (in dicts, lists, tuples and nested results) on ``device``."""
+    if isinstance(obj, torch.Tensor):
+        return obj if obj.device == device else obj.to(device)
+    if isinstance(obj, Result):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return type(obj)((k, _move(v, device)) for k, v in obj.items()) if any(True for _ in _walk(obj)) else obj
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(_move(v, device) for v in obj) if any(True for _ in _walk(obj)) else obj
+    if isinstance(obj, list):
+        return [_move(v, device) for v in obj] if any(True for _ in _walk(obj)) else obj
+    return obj
+
+
+def _fields(obj: Any, names: Optional[Sequence[str]] = None) -> list[str]:
+    return list(names) if names is not None else [f.name for f in dataclasses.fields(obj)]
+
+
+def result_device(obj: Any, names: Optional[Sequence[str]] = None) -> torch.device:
+    """The device a result's tensors belong on: that of the first tensor (in field order) not on the CPU; the
+    CPU if every tensor is there. ``names``: the fields to read (default: every dataclass field)."""
+    for name in _fields(obj, names):
+        for t in _walk(getattr(obj, name, None)):
+            if t.device.type != "cpu":
+                return t.device
+    return torch.device("cpu")
+
+
+def place(obj: Any, names: Optional[Sequence[str]] = None) -> None:
+    """Move every tensor of the (frozen) dataclass ``obj``'s fields ``names`` to :func:`result_device` — the
+    one placement rule (module docstring); called by ``__post_init__``."""
+    device = result_device(obj, names)
+    for name in _fields(obj, names):
+        v = getattr(obj, name, None)
+        if any(t.device != device for t in _walk(v)):
+            object.__setattr__(obj, name, _move(v, device))
+
+
+def on_host(method: Callable[..., _R]) -> Callable[..., _R]:
+    """``method`` run on ``self.to("cpu")`` (no copy when every tensor is already on the CPU)."""
+    if getattr(method, "_on_host", False):
+        return method
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> _R:
+        return method(self.to("cpu"), *args, **kwargs)
+
+    wrapper._on_host = True  # type: ignore[attr-defined]
+    return wrapper
 
 
 class Result(SaveLoadMixin):
@@ -55,6 +137,32 @@ class Result(SaveLoadMixin):
 
         @property
         def labels(self) -> Sequence[str]: ...
+
+    # -- placement (module docstring) ----------------------------------------------------------------
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in HOST_METHODS:
+            if name in cls.__dict__:
+                setattr(cls, name, on_host(cls.__dict__[name]))
+
+    def __post_init__(self) -> None:
+        place(self)
+
+    @property
+    def device(self) -> torch.device:
+        """The device every tensor of this result is on (the model's; the CPU for a result without tensors)."""
+        return result_device(self)
+
+    def to(self: _R, device: Any) -> _R:
+        """A copy with every tensor on ``device`` (``self`` when they all are already)."""
+        dev = torch.device(device)
+        if all(t.device == dev for t in _walk(self)):
+            return self
+        new = copy.copy(self)
+        for k, v in vars(self).items():
+            object.__setattr__(new, k, _move(v, dev))
+        return new
 
     @property
     def default_column(self) -> str:
@@ -89,9 +197,16 @@ class Result(SaveLoadMixin):
 
     # -- tables ----------------------------------------------------------------------------------------
 
+    @on_host
     def to_dataframe(self) -> pd.DataFrame:
         raise NotImplementedError
 
+    @on_host
+    def save(self, path: Any) -> Any:
+        """Write the result to one ``.safetensors`` file (tensors + JSON); reads a host copy."""
+        return super().save(path)
+
+    @on_host
     def _ranked_frame(self) -> pd.DataFrame:
         """The table :meth:`top` ranks (``to_dataframe()`` unless a class documents another)."""
         return self.to_dataframe()
@@ -134,6 +249,7 @@ class Result(SaveLoadMixin):
 
     # -- figures ---------------------------------------------------------------------------------------
 
+    @on_host
     def plot(self) -> go.Figure:
         """The result's figure (subclasses add keyword options)."""
         raise NotImplementedError

@@ -77,6 +77,7 @@ class CompositionScores(Result):
     fold_norms: bool = True
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.heads is not None:  # JSON (load) gives a list
             object.__setattr__(self, "heads", tuple(self.heads))
 

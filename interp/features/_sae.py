@@ -25,6 +25,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp._result import place
 from interp.errors import ArgumentError, ShapeError, UnsupportedArchitectureError
 from interp.features._train import _fvu
 from interp.features._transcoder import Dictionary
@@ -97,6 +98,9 @@ class SAEReconstruction:
     reconstruction: list[Tensor]
     fvu: list[float]
     l0: list[float]
+
+    def __post_init__(self) -> None:
+        place(self)  # every tensor on the model's device (interp._result.place)
 
     def error(self, i: int) -> Tensor:
         """x − x̂ of SAE ``i``."""

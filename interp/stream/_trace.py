@@ -29,6 +29,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp._result import place
 from interp.errors import ArgumentError, LabelError, ShapeError
 from interp.models import ArchInfo, Event, Model, Weights, build_program, resid_hook_names
 from interp.stream._capture import capture
@@ -98,6 +99,10 @@ class ResidualTrace:
     projected: Optional[dict[str, Decomposition]] = field(default=None, repr=False)
     has_types: Optional[bool] = None  # a token-type embedding write; None: read from the activations
     kept: Optional[dict[str, list[str]]] = field(default=None, repr=False)  # keep item -> hook per layer
+
+    def __post_init__(self) -> None:
+        # one device for the trace's own tensors (interp._result.place); the weights stay where the model keeps them
+        place(self, ("tokens", "attention_mask", "activations", "project_onto", "logits", "projected"))
 
     @property
     def program(self) -> list[Event]:
