@@ -130,14 +130,14 @@ def tl_comparison() -> None:
     t_tl = time.perf_counter() - t
     t = time.perf_counter()
     # transformer-lens: gradient at its corrupt input, scores (clean − corrupt)·g; interp: at its clean input,
-    # (corrupt − clean)·g — the same number with the inputs swapped
+    # (clean − corrupt)·g — with the inputs swapped, the negative of transformer-lens's
     s = interp.edge_attribution(m, corrupt, clean, metric=interp.LogitDiff(A, W), method="eap", progress=False)
     t_i = time.perf_counter() - t
     agg: dict[str, float] = {}
     for (w, r), v in res.edge_scores.items():
         key = f"{_tl_writer(w)}→{_tl_reader(r)}"
         agg[key] = agg.get(key, 0.0) + v  # TL's edges are per position: sum them
-    ours = dict(zip(s.edges, s.scores.tolist()))
+    ours = dict(zip(s.edges, (-s.scores).tolist()))
     shared = [k for k in agg if k in ours]
     diff = max(abs(agg[k] - ours[k]) for k in shared)
     scale = max(abs(v) for v in agg.values())
@@ -199,7 +199,7 @@ def findings(m, task) -> None:
     for ablation in ("resample", "corrupt"):
         for absolute in (False, True):
             smallest_circuit(m, task, ig, ref if ablation == "resample" else None, ablation, absolute)
-    print("   faithfulness curves (MIB sizes 0.1% … 100%); CPR from the signed ranking (−score: the edges whose "
+    print("   faithfulness curves (MIB sizes 0.1% … 100%); CPR from the signed ranking (score: the edges whose "
           "corruption lowers the logit difference most), CMD from |score| — as MIB reports them")
     for s in (eap, ig):
         curves = {a: interp.faithfulness_curve(m, task.clean, task.corrupt, s, metric=task.metric, reference=ref,
@@ -227,7 +227,7 @@ def smallest_circuit(m, task, scores, ref, ablation: str, absolute: bool) -> Non
     full = float(fw(t, mk, abl, torch.zeros_like(g.mask, dtype=torch.float32), read, prompt).double().mean())
     empty = float(fw(t, mk, abl, g.mask.float(), read, prompt).double().mean())
     ns = sorted({max(1, round(g.n_edges * 10 ** e)) for e in torch.linspace(-4, 0, 33).tolist()})
-    rank = "|score|" if absolute else "−score"
+    rank = "|score|" if absolute else "score"
     for n in ns:
         keep = _select.prune(g, _select.top_n(scores.scores, n, absolute=absolute))
         f = (float(fw(t, mk, abl, _K(g, keep), read, prompt).double().mean()) - empty) / (full - empty)

@@ -139,7 +139,8 @@ for c, k in list(zip(ioi.clean, ioi.corrupt))[:2]:
 # %% [markdown]
 # Every one of the 70,651 edges scored by EAP (one forward on each prompt and one backward) and by EAP-IG (5
 # points on the corrupt → clean path of the token embeddings). The completeness line checks each method: the
-# scores of the edges out of the embedding should sum to M(corrupt) − M(clean).
+# scores of the edges out of the embedding should sum to M(clean) − M(corrupt) (a score is positive when the edge
+# supports the metric).
 
 # %%
 t = time.perf_counter()

@@ -30,7 +30,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._result import Result
-from interp._validate import check_bool, check_choice, check_cluster
+from interp._validate import check_bool, check_choice, check_cluster, check_finite_float
 from interp.causal import ABLATIONS, MetricReader, check_reference_spread, clean_output, make_pair, metric_gap
 from interp.edges import _select
 from interp.edges._ablated import AblatedForward
@@ -206,10 +206,8 @@ class FaithfulnessCurve(Result):
 
     def smallest(self, target: float = 0.8, *, ablation: Optional[str] = None) -> float:
         """The smallest size k on the grid whose circuit reaches faithfulness ≥ ``target`` (NaN if none);
-        ``target`` in (0, 1] (at 0 or below the empty circuit would already count), ``ablation`` one of the curve's
-        (default: the first)."""
-        if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
-            raise ArgumentError(f"target={target!r} must be a faithfulness in (0, 1], e.g. 0.8")
+        ``target`` a finite number (a faithfulness, e.g. 0.8), ``ablation`` one of the curve's (default: the first)."""
+        check_finite_float("target", target)
         i = self.ablations.index(check_choice("ablation", ablation, self.ablations)) if ablation is not None else 0
         ok = [k for k, f in zip(self.sizes, self.faithfulness[i].tolist()) if f >= target]
         return min(ok) if ok else math.nan
@@ -328,7 +326,7 @@ def faithfulness_curve(
     reads), "zero", "mean", "resample". ``reference``: the prompts mean and resample ablations draw from
     (default: the corrupt prompts — with a single prompt pair both are then the corrupt ablation, and an
     :class:`interp.AblationWarning` says so).
-    ``absolute``: rank by |score| (default) or, when False, by −score (the edges whose corruption lowers the
+    ``absolute``: rank by |score| (default) or, when False, by the signed score (the edges that support the
     metric most: MIB's signed ranking, whose metric is a loss). ``cluster``: None (in process) or an
     ``interp.RayCluster`` (prompts sharded over its workers; the means behind each point merged prompt-weighted,
     faithfulness, CPR and CMD recomputed from them); ``out``: a folder keeping each finished shard for resume

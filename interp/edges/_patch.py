@@ -8,7 +8,8 @@ a resample, as in :func:`interp.patch`):
 Every other reader reads the clean stream; r's own norm (pre-norm), or every Add & Norm between w and r
 (post-norm: r's own copy of the stream replayed from w with every norm recomputed), sees the change;
 downstream of r everything is recomputed, r's changed output included. It is the oracle the
-first-order scores of :func:`interp.edge_attribution` estimate: score(w → r) ≈ value(w → r) − M(clean).
+first-order scores of :func:`interp.edge_attribution` estimate, with the opposite sign:
+score(w → r) ≈ M(clean) − value(w → r) (positive: the edge supports the metric).
 
 Upstream of r's layer a patched run equals the clean run, so each (edge, prompt) is one variant of the
 patching engine's growing batch (:mod:`interp.engine`) joining at r's layer with r's output —

@@ -1,12 +1,14 @@
 """Results of edge attribution: EdgeScores (one score per edge) and EdgeCircuit (a chosen set of edges).
 
-Sign convention (the EAP-IG reference code's): an edge's score estimates what corrupting it does,
+Sign convention (interp's one convention, docs/math.md "Sign convention"): an edge's score is positive when the
+edge supports the metric — what the metric loses when the edge is corrupted,
 
-    score(w → r) = (a_w(corrupt) − a_w(clean)) · J_{w→r}ᵀ ∂M/∂x_r   ≈   M(clean, only r sees w's corrupt
-                                                                         value) − M(clean)
+    score(w → r) = (a_w(clean) − a_w(corrupt)) · J_{w→r}ᵀ ∂M/∂x_r   ≈   M(clean) − M(clean, only r sees w's
+                                                                                   corrupt value)
 
-so a positive score means corrupting the edge raises the metric, and ranking by |score| finds the edges
-that matter either way. ``exact`` holds the exactly patched effect where :func:`interp.edge_patch` computed it.
+(the negative of the EAP-IG reference code's score), and ranking by |score| finds the edges that matter either way.
+``exact`` holds the exactly patched effect in the same sign, M(clean) − M(patched), where :func:`interp.edge_patch`
+computed it.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from interp.errors import ArgumentError
 
 __all__ = ["EdgeScores", "EdgeCircuit", "CONVENTION"]
 
-CONVENTION = ("score(w→r) = (a_w(corrupt) − a_w(clean))·∂M/∂x_r carried to w's write, gradient at the clean run "
-              "(EAP-IG: averaged over the corrupt→clean path); ≈ M(only r sees w's corrupt value) − M(clean)")
+CONVENTION = ("score(w→r) = (a_w(clean) − a_w(corrupt))·∂M/∂x_r carried to w's write, gradient at the clean run "
+              "(EAP-IG: averaged over the corrupt→clean path); ≈ M(clean) − M(only r sees w's corrupt value): "
+              "positive = the edge supports the metric")
 
 
 def _split(edge: str) -> tuple[str, str]:
@@ -54,7 +57,7 @@ def _simple_figure(df: pd.DataFrame, title: str, k: int = 30) -> Any:
 
     top = df.reindex(df["score"].abs().sort_values(ascending=False, kind="stable").index).head(k)[::-1]
     fig = go.Figure(go.Bar(x=top["score"], y=top["edge"], orientation="h",
-                           marker_color=["#b2182b" if v > 0 else "#2166ac" for v in top["score"]],
+                           marker_color=["#2166ac" if v > 0 else "#b2182b" for v in top["score"]],
                            hovertemplate="%{y}<br>score %{x:.4g}<extra></extra>"))
     fig.update_layout(title=title, xaxis_title="score", height=max(300, 18 * len(top) + 120),
                       margin=dict(l=220, r=20, t=50, b=40))
@@ -75,10 +78,11 @@ class EdgeScores(Result):
 
     ``edges`` the edge labels (graph order), ``scores`` [n_edges] the mean over prompts, ``per_prompt``
     [n_edges, n_prompts]; ``clean`` / ``corrupt`` the metric on the two runs. ``completeness`` is the sum
-    of the scores that should add up to M(corrupt) − M(clean) (``completeness_of`` says which: the edges out
+    of the scores that should add up to M(clean) − M(corrupt) (``completeness_of`` says which: the edges out
     of the token embedding for EAP-IG at the inputs, every edge for EAP-IG at the activations; exact as
     ``ig_steps`` → ∞ with ``scale="recomputed"``); :attr:`completeness_error` is its distance from it.
-    ``exact`` [n_edges] the exactly patched effect M(patched) − M(clean) where computed (NaN elsewhere).
+    ``exact`` [n_edges] the exactly patched effect M(clean) − M(patched) where computed (NaN elsewhere): positive
+    scores and effects support the metric.
 
     Contract: ``scores[edge]`` is the edge's score; ``to_dataframe()`` one row per edge; ``top`` ranks by
     |score|; ``circuit(n=…)`` / ``circuit(threshold=…)`` pick an :class:`EdgeCircuit`.
@@ -119,12 +123,12 @@ class EdgeScores(Result):
 
     @property
     def target(self) -> float:
-        """M(corrupt) − M(clean): what the completeness sum estimates."""
-        return self.corrupt - self.clean
+        """M(clean) − M(corrupt): what the completeness sum estimates."""
+        return self.clean - self.corrupt
 
     @property
     def completeness_error(self) -> float:
-        """|completeness − (M(corrupt) − M(clean))| (see the class docstring)."""
+        """|completeness − (M(clean) − M(corrupt))| (see the class docstring)."""
         return abs(self.completeness - self.target)
 
     def _row(self, index: int) -> float:
@@ -138,7 +142,7 @@ class EdgeScores(Result):
         rel = self.completeness_error / abs(self.target) if self.target else math.nan
         return (f"EdgeScores({self.model_name!r}: {m}, {len(self.edges):,} edges, {self.n_prompts} prompts, "
                 f"metric {self.metric}: clean {self.clean:.4g}, corrupt {self.corrupt:.4g}; completeness "
-                f"({self.completeness_of}) {self.completeness:.4g} vs M(corrupt) − M(clean) = {self.target:.4g}: "
+                f"({self.completeness_of}) {self.completeness:.4g} vs M(clean) − M(corrupt) = {self.target:.4g}: "
                 f"error {self.completeness_error:.3g} ({rel:.1%}))")
 
     def to_dataframe(self) -> pd.DataFrame:
@@ -151,7 +155,7 @@ class EdgeScores(Result):
                 absolute: bool = True, prune: bool = True) -> "EdgeCircuit":
         """The circuit of the ``n`` best edges (``method="top"`` or ``"greedy"`` from the metric) or of every edge
         with |score| ≥ ``threshold`` (a number > 0); ``prune`` then removes edges from unfed writers / into unproductive readers.
-        ``absolute=False`` ranks by −score: the edges whose corruption lowers the metric most."""
+        ``absolute=False`` ranks by the signed score: the edges that support the metric most."""
         from interp.edges import _select
 
         check_bool("absolute", absolute)
@@ -176,13 +180,13 @@ class EdgeScores(Result):
         g = _graph_of(self)
         if threshold is not None:
             keep = _select.above_threshold(self.scores, threshold, absolute=absolute)
-            how = f"|score| ≥ {threshold:g}" if absolute else f"−score ≥ {threshold:g}"
+            how = f"|score| ≥ {threshold:g}" if absolute else f"score ≥ {threshold:g}"
         elif method == "greedy":
             keep = _select.greedy(g, self.scores, n, absolute=absolute)  # type: ignore[arg-type]
             how = f"greedy {n} from the metric"
         else:
             keep = _select.top_n(self.scores, n, absolute=absolute)  # type: ignore[arg-type]
-            how = f"top {n} by {'|score|' if absolute else '−score'}"
+            how = f"top {n} by {'|score|' if absolute else 'score'}"
         chosen = int(keep.sum())
         if prune:
             keep = _select.prune(g, keep)
@@ -193,7 +197,8 @@ class EdgeScores(Result):
                            n_heads=self.n_heads, n_kv_heads=self.n_kv_heads)
 
     def with_exact(self, patched: Any) -> "EdgeScores":
-        """A copy whose ``exact`` holds the effects of an :func:`interp.edge_patch` result on its edges."""
+        """A copy whose ``exact`` holds, for the edges of an :func:`interp.edge_patch` result, M(clean) − M(patched)
+        (the negative of its ``effect`` M(patched) − M(clean), so that it has the sign of the scores)."""
         labels = list(getattr(patched, "labels", []))
         eff = getattr(patched, "effect", None)
         if not labels or eff is None:
@@ -203,7 +208,7 @@ class EdgeScores(Result):
         if missing:
             raise ArgumentError(f"patched has edges that are not in these scores: {missing[:3]}")
         exact = self.exact.clone() if self.exact is not None else torch.full_like(self.scores, math.nan)
-        exact[torch.tensor([pos[e] for e in labels])] = eff.to(exact.dtype)
+        exact[torch.tensor([pos[e] for e in labels], device=exact.device)] = -eff.to(exact.device, exact.dtype)
         return replace(self, exact=exact)
 
     def plot(self, **options: Any) -> Any:

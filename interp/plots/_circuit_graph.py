@@ -13,7 +13,8 @@ that share them and are joined to each. Edge width and opacity grow with |score|
 √(|score| / max |score|) — square-root spacing, so that a heavy-tailed score distribution does not leave
 all but the largest edge in the faintest bin; ``scale="linear"`` for even spacing, ``scale="log"`` for bins
 of equal ratio between the smallest and the largest |score| drawn, for scores that span decades); colour is
-the sign (blue positive, red negative).
+the sign (blue positive: the edge supports the metric; red negative: it opposes it — interp's one sign
+convention, docs/math.md "Sign convention").
 
 Size and speed: the edges of one (bin, sign) group are one SVG path of quadratic curves (a layout shape:
 2 × ``n_bins`` paths in all, each with its legend entry), and one trace of invisible markers at the curves'
@@ -407,7 +408,7 @@ def circuit_graph_figure(
                                name=f"no {esc(score_name)} ({len(unscored)})"))
         # edges: one path per (|score| bin, sign) holding all its curves, weakest first so strong edges are on top
         for b in range(n_bins):
-            for positive, colours, word in ((True, pos_c, "> 0"), (False, neg_c, "≤ 0")):
+            for positive, colours, word in ((True, pos_c, "supports (> 0)"), (False, neg_c, "opposes (≤ 0)")):
                 one = sel[(b_sel == b) & ((s_sel > 0) if positive else (s_sel <= 0))]
                 if not len(one):
                     continue
@@ -435,7 +436,8 @@ def circuit_graph_figure(
                 (np.where(np.isfinite(z), z, 0.0).tolist() if zmax else "#dddddd")))
         shown = (f"{len(sel):,} of {n_total:,} edges (largest |{score_name}|)" if sets is None and len(sel) < n_total
                  else f"{len(sel):,} of {n_total:,} edges" if len(sel) < n_total else f"{n_total:,} edges")
-        sub = (f"{shown}, {len(shown_nodes)} nodes · width and opacity ∝ |{score_name}|, blue > 0, red < 0 · "
+        sub = (f"{shown}, {len(shown_nodes)} nodes · width and opacity ∝ |{score_name}|, blue > 0 supports the "
+               "metric, red < 0 opposes it · "
                "hover an edge's middle or a node")
         return shapes, traces, sub
 

@@ -39,7 +39,7 @@ _CSS = """
 #ID .fg-controls { margin: 4px 0 6px 0; display: flex; gap: 18px; flex-wrap: wrap; align-items: center; }
 #ID .fg-controls input[type=range] { width: 220px; vertical-align: middle; }
 #ID .fg-main { display: flex; gap: 10px; align-items: flex-start; }
-#ID .fg-canvas-wrap { flex: 1 1 auto; min-width: 0; overflow: auto; max-height: 85vh; border: 1px solid #ddd; }
+#ID .fg-canvas-wrap { flex: 1 1 auto; min-width: 0; overflow: auto; max-height: 92vh; border: 1px solid #ddd; }
 #ID canvas { display: block; cursor: crosshair; }
 #ID .fg-info { flex: 0 0 330px; max-height: 85vh; overflow: auto; border: 1px solid #ddd; padding: 6px 8px;
   background: #fafafa; font-size: 12px; }
@@ -63,7 +63,11 @@ _JS = r"""
   var left = 70, top = 10, bottom = 60;
   var avail = (canvas.parentNode.clientWidth || 1100) - left - 12;
   var colW = Math.max(36, Math.min(160, Math.floor(avail / Math.max(nPos, 1))));
-  var rowH = D.row_height;
+  // rows fit the window below the viewer's top (every layer and the token axis in view when it opens): at most
+  // row_height, at least 14 px (then the box scrolls)
+  var wrapTop = canvas.parentNode.getBoundingClientRect().top + (window.scrollY || 0);
+  var availH = Math.max(240, (window.innerHeight || 900) - Math.max(0, wrapTop) - 16);
+  var rowH = Math.max(14, Math.min(D.row_height, Math.floor((availH - top - bottom - 4) / nRows)));
   canvas.width = left + colW * nPos + 10;
   canvas.height = top + rowH * nRows + bottom;
   var X = new Float64Array(N), Y = new Float64Array(N), R = new Float64Array(N);
@@ -163,8 +167,14 @@ _JS = r"""
     info.textContent = "";
     if (i < 0) { info.appendChild(el("p", "Hover a node (click pins it).", "fg-muted")); return; }
     info.appendChild(el("h4", D.label[i] + "  (" + D.kind[i] + ")"));
-    var facts = [["activation", D.act[i]], ["influence on the output", D.infl[i]]];
-    if (D.kind[i] === "feature" || D.kind[i] === "logit") facts.push(["value (pre-activation / logit)", D.value[i]]);
+    var facts;
+    if (D.kind[i] === "logit") {  // the output itself: its influence on itself says nothing
+      facts = [["logit (the output this graph explains)", D.value[i]]];
+      if (D.act[i] !== D.value[i]) facts.push(["activation", D.act[i]]);
+    } else {
+      facts = [["activation", D.act[i]], ["influence on the output", D.infl[i]]];
+      if (D.kind[i] === "feature") facts.push(["value (pre-activation)", D.value[i]]);
+    }
     info.appendChild(table(facts));
     var eff = D.effects[i];
     if (eff && eff.length) {

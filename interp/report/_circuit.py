@@ -3,10 +3,12 @@
 Steps (each timed; the times go into ``results.json``):
 
 1. Score every edge of the circuit graph with EAP or EAP-IG (:func:`interp.edges.edge_attribution`):
-   score(w → r) = (a_w(corrupt) − a_w(clean)) · ∂M/∂x_r carried to w's write, the gradient averaged over
-   ``ig_steps`` points of the corrupt → clean path for EAP-IG. The completeness error is reported.
+   score(w → r) = (a_w(clean) − a_w(corrupt)) · ∂M/∂x_r carried to w's write, the gradient averaged over
+   ``ig_steps`` points of the corrupt → clean path for EAP-IG: positive when the edge supports the metric (blue
+   in the graph). The completeness error is reported.
 2. Patch the ``n_exact`` edges with the largest |score| exactly (:func:`interp.edges.edge_patch`): only
-   the reader sees the writer's corrupt value; the exact effect is shown beside the score.
+   the reader sees the writer's corrupt value; the exact effect M(clean) − M(patched) (the scores' sign) is shown
+   beside the score.
 3. Faithfulness of the top-k circuits over circuit sizes under each ablation, with CPR and CMD
    (:func:`interp.edges.faithfulness_curve`), and the smallest size that recovers ≥ 80 %.
 4. Node information for the viewer's hover: each head's and MLP's direct logit attribution on the clean
@@ -55,6 +57,8 @@ METHODS = ("eap", "eap-ig")
 #: the ablation whose faithfulness picks the circuit drawn first, in order of preference: the closest to the
 #: corruption the scores measure (the corrupt run, then a resample or the mean of the corrupt prompts)
 _PREFERRED_ABLATIONS = ("corrupt", "resample", "mean", "zero")
+#: the circuit graph's height on the page at most (px): with the header above it, it opens whole in a 1,400 × 900 window
+_GRAPH_HEIGHT = 660
 
 
 def _q(tok: str) -> str:
@@ -339,6 +343,9 @@ def circuit_report(
             figs["circuit_graph"] = circuit_graph_figure(
                 sc, node_info=info, steps=gsteps["circuits"], step_labels=gsteps["labels"], active=gsteps["active"],
                 scale="log", title=f"Circuit graph — {model.name}, {sc.method}")
+            # fits a 900-px-high window under the page's header (the heads' rows shrink; the layers run across)
+            figs["circuit_graph"].update_layout(height=min(int(figs["circuit_graph"].layout.height or 0) or
+                                                           _GRAPH_HEIGHT, _GRAPH_HEIGHT))
             figs["faithfulness"].update_layout(title=f"Faithfulness of the top-k {sc.method} circuits ({model.name})")
             view = pats.view(title=f"Attention of the {min(6, len(heads))} heads with the most edge weight") \
                 if pats is not None else None
@@ -403,6 +410,22 @@ def _page(model: Model, task: Any, task_name: str, sc: Any, curve: Any, figs: di
     page = Page(title=f"interp circuit — {model.name}, {task_name}",
                 subtitle=f"{esc(sc.method.upper())} over {len(sc.edges):,} edges · {sc.n_prompts} prompt pairs · "
                          f"metric {esc(metric)}", compact=True, wide=True)
+    # the graph is what the page is for: first, opening in view (its notes below it), then the tables
+    d, steps = r["graph_default"], r["graph_steps"]
+    first = (f"It opens on the smallest circuit whose faithfulness reaches {fmt(d['target'], 2)} under "
+             f"{esc(d['ablation'])} ablation: {_n_edges(d['n_edges'])}" if d["reached"] else
+             f"No circuit with at most {steps[-1]['n_edges']:,} edges reached faithfulness {fmt(d['target'], 2)} under "
+             f"{esc(d['ablation'])} ablation; it opens on the largest, {_n_edges(d['n_edges'])}")
+    page.section("Circuit graph", page.figure(figs["circuit_graph"]), anchor="graph", note_below=True,
+                 note=f"{first}. The slider above the graph draws the other circuits the faithfulness curve evaluated "
+                      f"(the top-k edges by |score|, pruned; F = faithfulness under {esc(d['ablation'])} ablation) "
+                      f"and the {steps[-1]['n_edges']:,} strongest edges. "
+                      "Width and opacity grow with |score| (bins of equal ratio: scores span decades); blue: score "
+                      "> 0, the edge supports the metric (corrupting it lowers the metric); red: score < 0, it opposes "
+                      "it. "
+                      "Hover an edge's middle for its score (and exact patching effect where computed); hover a head "
+                      "for its direct logit attribution, where its last token looks, and what its OV circuit copies. "
+                      "All edges with their scores: <a href='edges.json'>edges.json</a>.")
     page.section("Model", kv_table(_model_card(model)), anchor="model")
     if isinstance(task.clean, (list, tuple)):
         clean0, corrupt0 = task.clean[0], task.corrupt[0]
@@ -417,30 +440,17 @@ def _page(model: Model, task: Any, task_name: str, sc: Any, curve: Any, figs: di
         rows += [("the first pair's metric", sc.metric[: -len("(per-prompt tokens)")].rstrip())]
     rows += [("M(clean)", fmt(sc.clean)),
             ("M(corrupt)", fmt(sc.corrupt)), ("method", sc.method + (f", {sc.ig_steps} steps" if sc.method == "eap-ig" else "")),
-            ("completeness", f"Σ scores ({sc.completeness_of}) = {fmt(sc.completeness)} vs M(corrupt) − M(clean) = "
+            ("completeness", f"Σ scores ({sc.completeness_of}) = {fmt(sc.completeness)} vs M(clean) − M(corrupt) = "
                              f"{fmt(sc.target)}; error {sc.completeness_error:.2e}"),
             ("sign convention", sc.convention)]
     page.section("Task and scores", kv_table(rows), anchor="task")
-    d, steps = r["graph_default"], r["graph_steps"]
-    first = (f"It opens on the smallest circuit whose faithfulness reaches {fmt(d['target'], 2)} under "
-             f"{esc(d['ablation'])} ablation: {_n_edges(d['n_edges'])}" if d["reached"] else
-             f"No circuit with at most {steps[-1]['n_edges']:,} edges reached faithfulness {fmt(d['target'], 2)} under "
-             f"{esc(d['ablation'])} ablation; it opens on the largest, {_n_edges(d['n_edges'])}")
-    page.section("Circuit graph", page.figure(figs["circuit_graph"]), anchor="graph",
-                 note=f"{first}. The slider above the graph draws the other circuits the faithfulness curve evaluated "
-                      f"(the top-k edges by |score|, pruned; F = faithfulness under {esc(d['ablation'])} ablation) "
-                      f"and the {steps[-1]['n_edges']:,} strongest edges. "
-                      "Width and opacity grow with |score| (bins of equal ratio: scores span decades), blue > 0, "
-                      "red < 0. "
-                      "Hover an edge's middle for its score (and exact patching effect where computed); hover a head "
-                      "for its direct logit attribution, where its last token looks, and what its OV circuit copies. "
-                      "All edges with their scores: <a href='edges.json'>edges.json</a>.")
     df = sc.to_dataframe()
     df = df.reindex(df["score"].abs().sort_values(ascending=False, kind="stable").index).head(25)
     edge_rows = [[f"<code>{esc(e)}</code>", fmt(s), fmt(x) if x == x else "—"]
             for e, s, x in zip(df["edge"], df["score"], df["exact"] if "exact" in df else [math.nan] * len(df))]
     corr = r["spearman_score_vs_exact"]
-    note = (f"Exact effect: M with only the reader seeing the writer's corrupt value − M(clean) "
+    note = (f"Exact effect: M(clean) − M with only the reader seeing the writer's corrupt value (positive: the edge "
+            f"supports the metric, as the scores) "
             f"({r['n_exact']} edges patched; Spearman rank correlation with the scores "
             f"{fmt(corr, 3) if corr is not None else '—'}).")
     page.section("Top edges", data_table(["edge", "score", "exact effect"], edge_rows, numeric=[False, True, True]),

@@ -63,11 +63,14 @@ class Page:
     wide: bool = False
     _n_fig: int = 0
 
-    def section(self, title: str, body: str, *, anchor: Optional[str] = None, note: str = "") -> None:
+    def section(self, title: str, body: str, *, anchor: Optional[str] = None, note: str = "",
+                note_below: bool = False) -> None:
+        """Append a section; ``note_below`` puts the note after the body (a figure that must open in view)."""
         anchor = anchor or f"s{len(self.parts)}"
         self.toc.append((anchor, title))
         note_html = f'<p class="note">{note}</p>' if note else ""
-        self.parts.append(f'<section id="{esc(anchor)}"><h2>{esc(title)}</h2>{note_html}{body}</section>')
+        above, below = ("", note_html) if note_below else (note_html, "")
+        self.parts.append(f'<section id="{esc(anchor)}"><h2>{esc(title)}</h2>{above}{body}{below}</section>')
 
     def figure(self, fig: go.Figure, *, files: Sequence[str] = ()) -> str:
         """A figure's div + inline script (no plotly.js; the page inlines it once)."""

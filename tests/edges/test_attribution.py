@@ -53,7 +53,7 @@ def _ref_eap(ref, model, *, frozen=False):
     bc, bk = _batches(model)
     _, wk = _ref_writes(ref, bk)
     _, wc = _ref_writes(ref, bc)
-    delta = {w: wk[w] - wc[w] for w in wc}
+    delta = {w: wc[w] - wk[w] for w in wc}  # clean − corrupt: positive = supports M
     beta = torch.zeros(len(ref.writers), len(ref.readers), dtype=model.dtype, requires_grad=True)
     M, _ = ref.run(bc.tokens, bc.attention_mask, beta=beta, delta=delta, frozen=frozen)
     (g,) = torch.autograd.grad(M.mean(), beta)
@@ -92,7 +92,7 @@ def test_graph_is_every_writer_to_every_later_reader(pairs64, fam):
 @pytest.mark.parametrize("fam", FAMILIES)
 @pytest.mark.parametrize("scale", ["recomputed", "frozen"])
 def test_eap_equals_per_edge_autograd(pairs64, fam, scale):
-    """score(w→r) = ∂M/∂β_wr of the reference, where only r's input moves by β_wr·(a_w(corrupt) − a_w(clean))."""
+    """score(w→r) = ∂M/∂β_wr of the reference, where only r's input moves by β_wr·(a_w(clean) − a_w(corrupt))."""
     model, ref = pairs64[fam]
     s = edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, fam), method="eap", scale=scale, progress=False)
     want = _ref_eap(ref, model, frozen=scale == "frozen")
@@ -110,7 +110,7 @@ def test_eap_ig_inputs_equals_the_averaged_reference(pairs64, fam):
     bc, bk = _batches(model)
     _, wk = _ref_writes(ref, bk)
     _, wc = _ref_writes(ref, bc)
-    delta = {w: wk[w] - wc[w] for w in wc}
+    delta = {w: wc[w] - wk[w] for w in wc}  # clean − corrupt: positive = supports M
     total = None
     for k in range(1, m + 1):
         beta = torch.zeros(len(ref.writers), len(ref.readers), dtype=model.dtype, requires_grad=True)
@@ -137,7 +137,8 @@ def test_eap_ig_activations_equals_the_mask_gradient(pairs64, fam):
         M, _ = ref.run(bc.tokens, bc.attention_mask, abl=wk, coef=coef)
         (g,) = torch.autograd.grad(M.mean(), coef)
         total = g if total is None else total + g
-    _close(s, ref.per_edge(total / m), rtol=1e-6, atol_frac=1e-7 if fam != "llama" else 1e-5)
+    # coef mixes toward the corrupt write; the score (positive = supports M) is the derivative toward the clean one
+    _close(s, ref.per_edge(-total / m), rtol=1e-6, atol_frac=1e-7 if fam != "llama" else 1e-5)
 
 
 @pytest.mark.parametrize("fam", FAMILIES)
@@ -180,7 +181,7 @@ def _hf_reader_tangents(model, ref, fam):
         else:
             l = ref._layer(r)
             key, mod = (("mid", l), ref.ln2(l)) if r.endswith("mlp.in") else (("pre", l), ref.ln1(l))
-        _, t_norm = jvp(lambda x: mod(x), (xc[key],), (xk[key] - xc[key],))  # J_r Δx_r at r's norm output
+        _, t_norm = jvp(lambda x: mod(x), (xc[key],), (xc[key] - xk[key],))  # J_r Δx_r (clean − corrupt) at r's norm output
         if r == "unembed":
             target, tangent = mod, t_norm
         elif r.endswith("mlp.in"):
@@ -242,7 +243,7 @@ def test_reader_sums_post_norm_equal_the_chained_linearisation(pairs64):
     bc, bk = _batches(model)
     _, wk = _ref_writes(ref, bk)
     _, wc = _ref_writes(ref, bc)
-    delta = {w: wk[w] - wc[w] for w in wc}
+    delta = {w: wc[w] - wk[w] for w in wc}  # clean − corrupt: positive = supports M
     per_reader = torch.zeros(len(ref.readers), dtype=model.dtype, requires_grad=True)
     beta = ref.edge_matrix().to(model.dtype) * per_reader[None]
     M, _ = ref.run(bc.tokens, bc.attention_mask, beta=beta, delta=delta)
@@ -284,7 +285,8 @@ def test_kl_metric(pairs64):
     ig = edge_attribution(model, CLEAN, CORRUPT, metric=interp.KL(), method="eap-ig", ig_steps=8,
                           ig_at="activations", progress=False)
     assert float(ig.scores.abs().max()) > 0 and ig.corrupt > 0
-    assert ig.completeness_error < 0.25 * ig.target
+    assert ig.target == pytest.approx(ig.clean - ig.corrupt) and ig.target < 0  # KL is 0 at clean
+    assert ig.completeness_error < 0.25 * abs(ig.target)
 
 
 @pytest.mark.parametrize("fam", ["llama", "bert"])

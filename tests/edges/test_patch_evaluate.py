@@ -145,11 +145,12 @@ def test_scores_estimate_the_exact_effects(pairs64):
     top = list(s.top(10)["edge"])
     r = edge_patch(model, CLEAN, CORRUPT, top, metric=_metric(model, "llama"), progress=False)
     est = torch.tensor([s[e] for e in top], dtype=torch.float64)
-    corr = torch.corrcoef(torch.stack([est, r.effect.double()]))[0, 1]
+    # a score is positive when the edge supports the metric: it estimates M(clean) − M(patched) = −effect
+    corr = torch.corrcoef(torch.stack([est, -r.effect.double()]))[0, 1]
     assert corr > 0.9, (est, r.effect)
     both = s.with_exact(r)
     assert both.exact is not None and torch.isnan(both.exact).sum() == len(s.edges) - len(top)
-    assert both.to_dataframe().set_index("edge").loc[top[0], "exact"] == pytest.approx(float(r.effect[0]))
+    assert both.to_dataframe().set_index("edge").loc[top[0], "exact"] == pytest.approx(-float(r.effect[0]))
 
 
 @pytest.mark.parametrize("fam", ["llama", "bert"])

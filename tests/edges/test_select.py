@@ -30,9 +30,9 @@ def _edges(g, keep):
 
 def test_top_n_and_threshold(gpt2_graph):
     g = gpt2_graph
-    s = _scores(g, {"L1.H1→unembed": -5.0, "L0.H0→unembed": 3.0, "embed→L1.mlp.in": -1.0})
+    s = _scores(g, {"L1.H1→unembed": 5.0, "L0.H0→unembed": -3.0, "embed→L1.mlp.in": 1.0})
     assert _edges(g, _select.top_n(s, 2)) == {"L1.H1→unembed", "L0.H0→unembed"}
-    # signed: the edges whose corruption lowers the metric most (the most negative scores)
+    # signed: the edges that support the metric most (the most positive scores: their corruption lowers it most)
     assert _edges(g, _select.top_n(s, 2, absolute=False)) == {"L1.H1→unembed", "embed→L1.mlp.in"}
     assert _edges(g, _select.above_threshold(s, 2.0)) == {"L1.H1→unembed", "L0.H0→unembed"}
     assert _edges(g, _select.above_threshold(s, 0.5, absolute=False)) == {"L1.H1→unembed", "embed→L1.mlp.in"}

@@ -253,3 +253,30 @@ def _check_in_chromium(out: Path, index: Path, n_layers: int, shots: Path) -> No
             assert page.evaluate(_MEASURE)["curves"] == steps[k]["n_edges"], (k, steps[k])
         assert steps[0]["n_edges"] < steps[-1]["n_edges"]
         assert attempted == [] and errors == []
+
+
+def test_graph_opens_in_view_at_1400_by_900(deep_report):
+    """The graph is what the page is for: opened at 1,400 × 900 (no scrolling), the circuit graph is the first
+    section and the whole figure — its slider, every layer and its legend — is inside the window; the tables
+    follow it. Its legend says which colour supports the metric."""
+    out, index = deep_report
+    with offline_page(_chromium(), width=WIDTH, height=900) as (page, attempted, errors):
+        page.goto(index.resolve().as_uri())
+        page.wait_for_function("!document.getElementById('interp-status')", timeout=90_000)
+        page.wait_for_timeout(300)
+        assert errors == [] and attempted == []
+        m = page.evaluate("""() => {
+          const gd = document.querySelector('#graph .js-plotly-plot'), r = gd.getBoundingClientRect();
+          const lg = gd.querySelector('.legend').getBoundingClientRect();
+          return {scroll: window.scrollY, figure: [r.left, r.right, r.top, r.bottom], legend: [lg.top, lg.bottom],
+                  inner: [window.innerWidth, window.innerHeight],
+                  sections: [...document.querySelectorAll('section')].map(s => s.id),
+                  legend_text: [...gd.querySelectorAll('.legend .traces')].map(t => t.textContent)};
+        }""")
+    assert m["scroll"] == 0 and m["sections"][0] == "graph", m["sections"]
+    left, right, top, bottom = m["figure"]
+    assert 0 <= left and right <= m["inner"][0] and 0 <= top and bottom <= m["inner"][1], m
+    assert m["legend"][1] <= m["inner"][1], m
+    assert any(t.startswith("supports (> 0)") for t in m["legend_text"]), m["legend_text"]
+    html = index.read_text()
+    assert "blue: score &gt; 0, the edge supports the metric" in html or "blue: score > 0, the edge supports" in html

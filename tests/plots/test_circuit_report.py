@@ -53,10 +53,10 @@ def test_files_and_edge_list(llama_report):
     assert len(exact) == 6  # the six largest |scores| were patched exactly
     top6 = sorted(e["edges"], key=lambda x: -abs(x["score"]))[:6]
     assert {x["edge"] for x in exact} == {x["edge"] for x in top6}
-    # EAP-IG completeness: the scores out of the token embedding add up to M(corrupt) − M(clean), up to the error
+    # EAP-IG completeness: the scores out of the token embedding add up to M(clean) − M(corrupt), up to the error
     s = sum(x["score"] for x in e["edges"] if x["writer"] == "embed")
     assert s == pytest.approx(e["completeness"], abs=1e-6)  # scores are float32
-    assert abs(s - (e["corrupt"] - e["clean"])) == pytest.approx(e["completeness_error"], abs=1e-6)
+    assert abs(s - (e["clean"] - e["corrupt"])) == pytest.approx(e["completeness_error"], abs=1e-6)
 
 
 def test_metric_values_match_the_hf_model(llama_report):

@@ -148,3 +148,36 @@ def test_viewer_in_chromium_offline(small, tmp_path):
         assert "logit effects not computed: attribution_graph(..., logit_effects=5)" in page.inner_text(".fg-info")
         assert not errors, errors
     assert not attempted, attempted
+
+
+def test_viewer_opens_whole_in_a_laptop_window(small, tmp_path):
+    """At 1,400 × 900 the viewer opens with every layer and the token axis in view (no scrolling inside its box or
+    the page: 30 layers of 48-px rows used to hide the token axis and layers 0–2), and hovering the output node
+    shows its logit, not "influence on the output 0.0000"."""
+    chrome = chromium_path()
+    if chrome is None:
+        pytest.skip("no system Chromium (set BROWSER_PATH)")
+    g = _synthetic(n_layers=30, n_pos=12, per_cell=4)
+    path = g.to_html(tmp_path / "tall.html", nodes=200, edges=300)
+    with offline_page(chrome, width=1400, height=900) as (page, attempted, errors):
+        page.goto(path.resolve().as_uri())
+        page.wait_for_function("window.interpFeatureGraph && Object.keys(window.interpFeatureGraph).length")
+        m = page.evaluate("""() => {
+          const c = document.querySelector('canvas'), w = c.parentNode, r = c.getBoundingClientRect();
+          return {top: r.top, bottom: r.bottom, right: r.right, inner: [window.innerWidth, window.innerHeight],
+                  wrap: [w.scrollHeight, w.clientHeight, w.scrollWidth, w.clientWidth],
+                  page: [document.documentElement.scrollHeight, window.scrollY]};
+        }""")
+        assert errors == [] and attempted == []
+        assert m["page"][1] == 0 and 0 <= m["top"] and m["bottom"] <= m["inner"][1], m  # whole canvas in view
+        assert m["wrap"][0] <= m["wrap"][1], m  # nothing hidden in the box: the token axis is drawn in view
+        api = "window.interpFeatureGraph[Object.keys(window.interpFeatureGraph)[0]]"
+        for lab in ("L0.mlp_error@0", "embed@0"):  # the lowest layer and a token: inside the window
+            x, y = page.evaluate(f"{api}.xy({lab!r})")
+            assert 0 <= y <= m["inner"][1] and 0 <= x <= m["inner"][0], (lab, x, y)
+        out = g.node_kind.index("logit")
+        page.mouse.move(*page.evaluate(f"{api}.xy({g.node_labels[out]!r})"))
+        page.wait_for_function(f"document.querySelector('.fg-info h4').textContent.startsWith({g.node_labels[out]!r})")
+        text = page.inner_text(".fg-info")
+        assert "influence on the output" not in text and "logit (the output this graph explains)" in text, text
+        assert f"{float(g.value[out]):.4f}" in text
