@@ -17,6 +17,7 @@ Writes (terms that join the residual stream)::
                                             NormBias(Norm(...))   a frozen norm's β (its own term)
     L3.F1234@5  L3.mlp_error@5              Feature(3, 1234, 5)   a transcoder feature / error node of an
                                             FeatureError(3, 5)    attribution graph, at position 5
+    L3.F1234@*                              Feature(3, 1234, None) the feature at every position
     log_partition  wrong_lse_remainder      TargetTerm(...)       terms of a non-linear attribution target
     softcap_remainder
 
@@ -240,14 +241,14 @@ class HeadSource(_Label):
 @dataclass(frozen=True, eq=True, order=False)
 class Feature(_Label):
     """Dictionary feature ``feature`` of layer ``layer``'s transcoder, active at position ``pos``: a node of an
-    attribution graph (``L3.F1234@5``)."""
+    attribution graph (``L3.F1234@5``); ``pos=None`` is the feature at every position (``L3.F1234@*``)."""
 
     layer: int
     feature: int
-    pos: int
+    pos: Optional[int]
 
     def __str__(self) -> str:
-        return f"L{self.layer}.F{self.feature}@{self.pos}"
+        return f"L{self.layer}.F{self.feature}@{'*' if self.pos is None else self.pos}"
 
 
 @dataclass(frozen=True, eq=True, order=False)
@@ -408,7 +409,7 @@ _IN_LAYER: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(r"(ln1|ln2)_bias"), lambda l, m: NormBias(Norm(l, m[1]))),
     (re.compile(r"attn\.([qkv])\[H(\d+)\]"), lambda l, m: HeadInput(l, m[1], int(m[2]))),
     (re.compile(r"mlp\.(in|gate)"), lambda l, m: MlpInput(l, m[1])),
-    (re.compile(r"F(\d+)@(\d+)"), lambda l, m: Feature(l, int(m[1]), int(m[2]))),
+    (re.compile(r"F(\d+)@(\d+|\*)"), lambda l, m: Feature(l, int(m[1]), None if m[2] == "*" else int(m[2]))),
     (re.compile(r"mlp_error@(\d+)"), lambda l, m: FeatureError(l, int(m[1]))),
 ]
 _WRITES = (Embed, Head, Mlp, Neuron, Bias, NormBias, Attn)
@@ -450,9 +451,13 @@ def parse(text: Any) -> Label:
         raise LabelError(f"label={text!r} is neither a path (a write then heads, e.g. 'embed→L0.H1→L1.H2') "
                          f"nor an edge (a write then a read, e.g. 'L0.H3→L1.attn.k[H2]')")
     lab = _parse_one(text)
+    if lab is None and re.fullmatch(r"L\d+\.F\d+", text):
+        raise LabelError(f"label={text!r} names a feature without its position: write {text + '@5'!r} for position 5 "
+                         f"or {text + '@*'!r} for every position")
     if lab is None:
         raise LabelError(f"label={text!r} is not an interp label; labels look like 'embed', 'L3.H5', 'L3.mlp', "
                          f"'L3.N17', 'L3.H5[src=4]', 'L3.attn_bias', 'L3.ln1_bias', 'L3.attn.q[H5]', 'L3.mlp.in', 'unembed', "
+                         f"'L3.F12@5', 'L3.F12@*', 'L3.mlp_error@5', "
                          f"'blocks.3.hook_resid_pre', 'embed→L0.H1', 'L0.H3→L1.attn.k[H2]'")
     return lab  # type: ignore[return-value]
 

@@ -5,13 +5,16 @@ interventions on features in the replacement model; QK attribution of a head's s
 
 from interp.features._contexts import top_activating_contexts
 from interp.features._graph import attribution_graph
-from interp.features._intervene import Intervention, InterventionResult, intervene
+from interp.features._intervene import CLOSURE_TOLERANCE, REGIMES, Intervention, InterventionResult, intervene
 from interp.features._qk import QKAttribution, qk_attribution
 from interp.features._result import AttributionGraph
-from interp.features._train import TrainedTranscoders, train_transcoders
+from interp.features._train import TrainedTranscoders, default_lr, default_passes, train_transcoders
 from interp.features._formats import FORMATS, load_saes, load_transcoders
 from interp.features._sae import SAE, SITES, SAEReconstruction, sae_reconstruction
 from interp.features._transcoder import ACTIVATIONS, Transcoder
+from interp.features._warnings import ClosureWarning, DictionaryQualityWarning
 
-__all__ = ["ACTIVATIONS", "FORMATS", "AttributionGraph", "Intervention", "InterventionResult", "QKAttribution", "SAE", "SAEReconstruction", "SITES", "TrainedTranscoders", "Transcoder", "attribution_graph",
-           "intervene", "load_saes", "load_transcoders", "qk_attribution", "sae_reconstruction", "top_activating_contexts", "train_transcoders"]
+__all__ = ["ACTIVATIONS", "CLOSURE_TOLERANCE", "FORMATS", "REGIMES", "AttributionGraph", "ClosureWarning", "DictionaryQualityWarning",
+           "Intervention", "InterventionResult", "QKAttribution", "SAE", "SAEReconstruction", "SITES", "TrainedTranscoders", "Transcoder",
+           "attribution_graph", "default_lr", "default_passes", "intervene", "load_saes", "load_transcoders", "qk_attribution",
+           "sae_reconstruction", "top_activating_contexts", "train_transcoders"]

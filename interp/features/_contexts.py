@@ -14,7 +14,7 @@ from typing import Any, Sequence, Union
 
 from interp.engine import Engine
 from interp.errors import ArgumentError
-from interp.features._transcoder import Transcoder, mlp_input
+from interp.features._transcoder import Transcoder, check_layers, mlp_input
 from interp.labels import Feature, parse
 from interp.models import Model
 from interp.stream import as_batch, require_model
@@ -26,12 +26,12 @@ def _feature_ids(features: Any, transcoders: Sequence[Transcoder]) -> list[tuple
     out = []
     for i, x in enumerate(features):
         if isinstance(x, str) and "@" not in x:
-            x = x + "@0"  # "L3.F12": the feature at any position
+            x = x + "@*"  # "L3.F12": the feature at any position
         lab = parse(x) if isinstance(x, str) else x
         if isinstance(lab, tuple) and len(lab) == 2:
-            lab = Feature(int(lab[0]), int(lab[1]), 0)
+            lab = Feature(int(lab[0]), int(lab[1]), None)
         if not isinstance(lab, Feature):
-            raise ArgumentError(f"features[{i}]={x!r} must be a feature label ('L3.F12' or 'L3.F12@5') or (layer, feature)")
+            raise ArgumentError(f"features[{i}]={x!r} must be a feature label ('L3.F12@*'; a position is ignored) or (layer, feature)")
         if not 0 <= lab.layer < len(transcoders) or not 0 <= lab.feature < transcoders[lab.layer].n_features:
             n = transcoders[lab.layer].n_features if 0 <= lab.layer < len(transcoders) else None
             raise ArgumentError(f"features[{i}]={x!r}: feature {lab.feature} of layer {lab.layer} does not exist "
@@ -62,6 +62,7 @@ def top_activating_contexts(
     ids = _feature_ids(features, transcoders)
     if len(transcoders) != model.arch.n_layers:
         raise ArgumentError(f"transcoders has {len(transcoders)} entries; model {model.name!r} has {model.arch.n_layers} layers")
+    check_layers(transcoders)
     e = Engine.of(model)
     layers = sorted({l for l, _ in ids})
     heaps: dict[tuple[int, int], list[tuple[float, int, int]]] = {f: [] for f in ids}

@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -426,7 +427,7 @@ def load_transcoders(source: Union[str, os.PathLike], model: Optional[Model] = N
     elif layers != list(range(len(layers))):
         raise ResultFormatError(f"source={str(root)!r} has transcoders for layers {layers}, not 0..{len(layers) - 1}: "
                                 "pass model= to check them against the model")
-    return [found[l] for l in layers]
+    return [replace(found[l], layer=l) for l in layers]  # each knows its layer (checked where it is used)
 
 
 def load_saes(source: Union[str, os.PathLike], model: Optional[Model] = None, *,

@@ -27,19 +27,19 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 import torch
 from torch import Tensor
 
-from interp.attribution import TokenSpec, resolve_tokens
+from interp.attribution import TokenSpec, resolve_tokens, warn_unspaced
 from interp.engine import Engine, RunCache
 from interp.errors import ArgumentError, ContextLengthWarning, UnsupportedArchitectureError, warn_user
 from interp.features._jacobian import Ends, FrozenJacobian
 from interp.features._logit_effects import top_and_bottom_logits
 from interp.features._result import AttributionGraph, check_thresholds
 from interp.features._sae import SAE
-from interp.features._transcoder import Transcoder, mlp_input
+from interp.features._transcoder import Transcoder, check_layers, mlp_input
 from interp.labels import Feature, FeatureError
 from interp.models import Model
 from interp.stream import as_batch, require_model
 
-__all__ = ["attribution_graph", "real_forward"]
+__all__ = ["attribution_graph", "output_tokens", "real_forward"]
 
 
 def _check(model: Model, transcoders: Sequence[Transcoder]) -> None:
@@ -60,6 +60,7 @@ def _check(model: Model, transcoders: Sequence[Transcoder]) -> None:
         raise ArgumentError("transcoders must be a list of interp.features.Transcoder, one per layer")
     if len(transcoders) != a.n_layers:
         raise ArgumentError(f"transcoders has {len(transcoders)} entries; model {model.name!r} has {a.n_layers} layers")
+    check_layers(transcoders)
     for l, t in enumerate(transcoders):
         if t.d_model != a.d_model:
             raise ArgumentError(f"transcoders[{l}] has d_model={t.d_model}; the model's is {a.d_model}")
@@ -204,6 +205,24 @@ def one_prompt(model: Model, prompt: Any) -> tuple[Tensor, Tensor]:
     return batch.tokens, batch.attention_mask
 
 
+def output_tokens(model: Model, tokens: Tensor, pos: int, target: Optional[TokenSpec], wrong: Optional[TokenSpec],
+                  owner: str) -> tuple[Optional[int], Optional[int]]:
+    """The ids of ``target`` and ``wrong`` (None where not given) read at position ``pos`` of ``tokens`` [1, n]; a
+    token string without its leading space after a word warns (:class:`interp.TokenSpacingWarning`). The one
+    reader of output tokens of every function of this package that takes one."""
+    if wrong is not None and target is None:
+        raise ArgumentError("wrong= needs target= (the output is the logit difference target − wrong)")
+    at = torch.tensor([pos])
+    ids = []
+    for name, spec in (("target", target), ("wrong", wrong)):
+        if spec is None:
+            ids.append(None)
+            continue
+        warn_unspaced(model, spec, name, tokens, at, owner=owner)
+        ids.append(int(resolve_tokens(model, spec, 1, name)[0]))
+    return ids[0], ids[1]
+
+
 def position(name: str, value: Any, n: int) -> int:
     """An int in [−n, n − 1] (negative counts back from the end) as its index in [0, n)."""
     if not isinstance(value, int) or isinstance(value, bool) or not -n <= value < n:
@@ -307,11 +326,10 @@ def attribution_graph(
     if isinstance(desired_logit_prob, bool) or not isinstance(desired_logit_prob, (int, float)) \
             or not 0.0 < desired_logit_prob <= 1.0:
         raise ArgumentError(f"desired_logit_prob={desired_logit_prob!r} must be a number in (0, 1]")
-    if wrong is not None and target is None:
-        raise ArgumentError("wrong= needs target= (the output is the logit difference target − wrong)")
     tokens, mask = one_prompt(model, prompt)
     n = tokens.shape[1]
     pos = position("pos", pos, n)
+    t_id, w_id = output_tokens(model, tokens, pos, target, wrong, "attribution_graph")
     a = model.arch
     if not isinstance(constant_prefix, int) or isinstance(constant_prefix, bool) or not 0 <= constant_prefix < n:
         raise ArgumentError(f"constant_prefix={constant_prefix!r} must be an int in [0, {n - 1}] for a prompt of {n} "
@@ -326,8 +344,7 @@ def attribution_graph(
     W_U, b_U = w.W_U.to(dt), (torch.zeros(a.d_vocab, dtype=dt, device=tokens.device) if w.b_U is None else w.b_U.to(dt))  # type: ignore[union-attr]
     logits_real = e.norm(final[pos], w.lnf_w.to(dt) if w.lnf_w is not None else None,
                          None if w.lnf_b is None else w.lnf_b.to(dt)) @ W_U + b_U
-    w_id = None if wrong is None else int(resolve_tokens(model, wrong, 1, "wrong")[0])
-    if target is None:  # the top logits, by the model's own (soft-capped) probabilities
+    if t_id is None:  # the top logits, by the model's own (soft-capped) probabilities
         capped = torch.tanh(logits_real / a.final_softcap) * a.final_softcap if a.final_softcap else logits_real
         probs = torch.softmax(capped.double(), -1)
         top_p, top_i = probs.sort(descending=True)
@@ -339,7 +356,6 @@ def attribution_graph(
         out_labels = [f"logit[{i}]" for i in ids]
         tok_str = " | ".join(_tok(model, i) for i in ids)
     else:
-        t_id = int(resolve_tokens(model, target, 1, "target")[0])
         ids = [t_id] if w_id is None else [t_id, w_id]
         u, b_u = W_U[:, t_id], b_U[t_id]
         if w_id is not None:

@@ -32,11 +32,12 @@ import torch
 from torch import Tensor
 
 from interp._result import Result
-from interp.attribution import TokenSpec, resolve_tokens
+from interp.attribution import TokenSpec
 from interp.engine import Patch
-from interp.errors import ArgumentError
-from interp.features._graph import _check, _Real, _tok, one_prompt, position, real_forward
-from interp.features._transcoder import Transcoder
+from interp.errors import ArgumentError, LabelError, warn_user
+from interp.features._graph import _check, _Real, _tok, one_prompt, output_tokens, position, real_forward
+from interp.features._transcoder import Transcoder, mlp_input
+from interp.features._warnings import ClosureWarning
 from interp.labels import Feature, parse
 from interp.models import Model
 from interp.stream import require_model
@@ -44,7 +45,7 @@ from interp.stream import require_model
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-__all__ = ["Intervention", "InterventionResult", "intervene"]
+__all__ = ["CLOSURE_TOLERANCE", "REGIMES", "Intervention", "InterventionResult", "intervene"]
 
 MODES = ("set", "scale")
 
@@ -88,15 +89,20 @@ class Intervention:
 def _feature(x: Any) -> tuple[int, int, Optional[int]]:
     """(layer, feature, pos) from a Feature label, its text, or a tuple (layer, feature[, pos])."""
     if isinstance(x, str):
-        lab = parse(x)
+        try:
+            lab = parse(x)
+        except LabelError as e:
+            raise ArgumentError(f"feature={x!r}: {e}") from None
         if not isinstance(lab, Feature):
-            raise ArgumentError(f"feature={x!r} is not a feature label (e.g. 'L3.F12@5')")
+            raise ArgumentError(f"feature={x!r} is not a feature label: 'L3.F12@5' (position 5) or 'L3.F12@*' "
+                                "(every position)")
         x = lab
     if isinstance(x, Feature):
         return x.layer, x.feature, x.pos
     if isinstance(x, tuple) and len(x) in (2, 3) and all(isinstance(v, int) or v is None for v in x):
         return int(x[0]), int(x[1]), (None if len(x) == 2 else x[2])
-    raise ArgumentError(f"feature={x!r} must be a Feature label, its text ('L3.F12@5') or (layer, feature[, pos])")
+    raise ArgumentError(f"feature={x!r} must be a Feature label, its text ('L3.F12@5', or 'L3.F12@*' for every "
+                        "position) or (layer, feature[, pos])")
 
 
 def _interventions(items: Any, transcoders: Sequence[Transcoder], n: int) -> list[Intervention]:
@@ -159,17 +165,42 @@ def _dense(real: _Real, l: int, n: int) -> Tensor:
     return f
 
 
+#: (freeze_features, frozen_attention) → the regime's name and what it holds fixed (docs/math.md §28)
+REGIMES = {
+    (True, True): ("graph", "every other feature and error node frozen, attention patterns and norm scales frozen: "
+                   "the attribution graph's linear model (Δ = Σ Δf/f · edge)"),
+    (True, False): ("frozen features", "every other feature and error node frozen, attention and norms recomputed"),
+    (False, True): ("frozen attention", "the real MLPs rerun, each intervened feature's change added to its MLP's "
+                    "write; attention patterns and norm scales frozen"),
+    (False, False): ("live", "the real model rerun, each intervened feature's change added to its MLP's write; "
+                     "attention and norms recomputed"),
+}
+
+#: the largest closure error max|logit_rerun − logit_real| / max|logit_real| an unintervened rerun may have, by the
+#: dtype the model runs in (rounding only: every regime reproduces the model exactly at the real activations)
+CLOSURE_TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 5e-2}
+
+
 def _run(real: _Real, tokens: Tensor, mask: Tensor, ivs: list[Intervention], pos: int, *, frozen_attention: bool,
          freeze_features: bool) -> Tensor:
-    """The replacement model's logits [d_vocab] at ``pos`` with ``ivs`` applied (module docstring)."""
+    """The rerun's logits [d_vocab] at ``pos`` with ``ivs`` applied, in the regime the flags name (module
+    docstring, :data:`REGIMES`)."""
     fr, e = real.frozen, real.frozen.e
     n, L = tokens.shape[1], len(real.tcs)
     by = [[it for it in ivs if it.layer == l] for l in range(L)]
+    e_dt = e.w.W_E.dtype
 
-    def write(l: int, h2: Tensor) -> Tensor:  # h2 [n, d] -> the replaced MLP write [n, d]
+    def delta(l: int, h2: Tensor) -> Tensor:  # the intervened features' change of layer l's write, [n, d]
         tc = real.tcs[l]
-        f = _dense(real, l, n) if freeze_features else tc.encode(h2)
-        return tc.decode(_apply(f, by[l]), h2 if tc.W_skip is not None else None) + real.errs[l]
+        f = tc.encode(h2)
+        return (_apply(f, by[l]) - f) @ tc.W_dec
+
+    def write(l: int, h2: Tensor) -> Tensor:  # h2 [n, d] (this run's MLP input) -> layer l's MLP write [n, d]
+        tc = real.tcs[l]
+        if freeze_features:  # the graph's leaf: the real activations (intervened) decoded, plus the error node
+            return tc.decode(_apply(_dense(real, l, n), by[l]), h2 if tc.W_skip is not None else None) + real.errs[l]
+        m = e.joined(l, e.mlp(l, h2.to(e_dt)), "mlp").to(real.dtype)  # the real MLP on this run's input
+        return m + delta(l, h2) if by[l] else m
 
     w = fr.w
     with torch.no_grad():
@@ -183,12 +214,15 @@ def _run(real: _Real, tokens: Tensor, mask: Tensor, ivs: list[Intervention], pos
             prompt = torch.zeros(1, dtype=torch.long, device=tokens.device)
             rows = torch.zeros(1, dtype=torch.long, device=tokens.device)
             for l in range(L):
+                if not freeze_features and not by[l]:  # the real layer
+                    x = e.layer(l, x, prompt=prompt, mask=mask)
+                    continue
                 store: dict[str, Tensor] = {}
                 e.layer(l, x, prompt=prompt, mask=mask, capture={"resid_mid"}, store=store)
-                mid = x if fr.a.parallel_attn_mlp else store["resid_mid"]
-                h2 = e.read_norm(mid, l, "2")[0].to(real.dtype)
-                x = e.layer(l, x, prompt=prompt, mask=mask,
-                            patches=[Patch(site="mlp_out", layer=l, rows=rows, value=write(l, h2)[None])])
+                h2 = mlp_input(e, x, store.get("resid_mid"), l)[0].to(real.dtype)
+                patch = (Patch(site="mlp_out", layer=l, rows=rows, value=write(l, h2)[None]) if freeze_features else
+                         Patch(site="mlp_out", layer=l, rows=rows, value=delta(l, h2)[None].to(e_dt), add=True))
+                x = e.layer(l, x, prompt=prompt, mask=mask, patches=[patch])
             lnf_b = None if e.w.lnf_b is None else e.w.lnf_b
             y = e.norm(x[0, pos], e.w.lnf_w, lnf_b).to(real.dtype)
             z = y @ w.W_U + _bias(fr)  # type: ignore[operator]
@@ -219,16 +253,21 @@ def intervene(
     pos: int = -1,
     top_k: int = 10,
 ) -> "InterventionResult":
-    """Rerun the replacement model of ``prompt`` with ``interventions`` applied; the logits at ``pos`` before
-    and after (module docstring).
+    """Rerun ``prompt`` with ``interventions`` applied to transcoder features; the logits at ``pos`` before and after
+    (module docstring; docs/math.md §28).
 
     ``interventions``: :class:`Intervention` objects (:meth:`Intervention.clamp`, :meth:`~Intervention.scale`,
     :meth:`~Intervention.ablate`), circuit-tracer-style tuples ``(layer, pos, feature, value)`` (clamp; pos
-    None = every position), or feature labels ``"L3.F12@5"`` (ablate). ``frozen_attention``: attention
-    patterns and norm scales frozen at the real forward (True) or recomputed (False). ``freeze_features``:
-    every feature not intervened on keeps its real activation (only the intervened features move). The metric
-    is ``target``'s logit (the top token before the intervention when None), minus ``wrong``'s when given.
-    The result's table holds the ``top_k`` tokens before, after and by |change|, and the target(s).
+    None = every position), or feature labels ``"L3.F12@5"`` / ``"L3.F12@*"`` (every position) (ablate).
+    ``freeze_features=False`` (default): the real MLPs rerun on their (changed) inputs and each intervened feature's
+    change Δf·W_dec is added to its MLP's write — with no intervention this is the model itself. ``True``: every
+    other feature and error node keeps its real value (the graph's replacement model; with ``frozen_attention`` the
+    change is exactly Σ Δf/f · edge). ``frozen_attention``: attention patterns and norm scales frozen at the real
+    forward (True) or recomputed (False). The result's ``regime`` names the combination (:data:`REGIMES`). The
+    metric is ``target``'s logit (the top token before the intervention when None), minus ``wrong``'s when given.
+    The unintervened rerun is compared with the model's logits on every call: past :data:`CLOSURE_TOLERANCE` it
+    warns (:class:`ClosureWarning`). The result's table holds the ``top_k`` tokens before, after and by |change|,
+    and the target(s).
     """
     require_model(model)
     _check(model, transcoders)
@@ -237,11 +276,10 @@ def intervene(
             raise ArgumentError(f"{name}={flag!r} must be True or False")
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
         raise ArgumentError(f"top_k={top_k!r} must be a positive int")
-    if wrong is not None and target is None:
-        raise ArgumentError("wrong= needs target= (the metric is the logit difference target − wrong)")
     tokens, mask = one_prompt(model, prompt)
     n = tokens.shape[1]
     pos = position("pos", pos, n)
+    t_given, w_id = output_tokens(model, tokens, pos, target, wrong, "intervene")
     ivs = _interventions(interventions, transcoders, n)
     real = real_forward(model, tokens, mask, transcoders)
     fr = real.frozen
@@ -250,13 +288,20 @@ def intervene(
         c = model.arch.final_softcap
         real_logits = torch.tanh(z / c) * c if c else z
     kw = dict(frozen_attention=frozen_attention, freeze_features=freeze_features)
-    before = _run(real, tokens, mask, [], pos, **kw)  # the replacement model = the real forward
+    before = _run(real, tokens, mask, [], pos, **kw)  # every regime reproduces the real forward here
     after = _run(real, tokens, mask, ivs, pos, **kw)
     diff = (before - real_logits).abs()
     closure = float(diff.max())
     relative = closure / max(float(real_logits.abs().max()), torch.finfo(real.dtype).tiny)
-    t_id = int(before.argmax()) if target is None else int(resolve_tokens(model, target, 1, "target")[0])
-    w_id = None if wrong is None else int(resolve_tokens(model, wrong, 1, "wrong")[0])
+    regime, held = REGIMES[(freeze_features, frozen_attention)]
+    tol = CLOSURE_TOLERANCE.get(model.dtype, 1e-3)
+    if not relative <= tol:
+        warn_user(f"intervene: without the intervention the rerun ({regime!r} regime: {held}) is {closure:.3g} "
+                  f"logits off the model's own (relative {relative:.2e}, tolerance {tol:g} for {model.dtype}), so its "
+                  "changes mix the intervention with that error. Check the transcoders' held-out FVU (a large error "
+                  "node at a position is the usual cause) or run in float64 (load_model(..., dtype=torch.float64))",
+                  ClosureWarning)
+    t_id = int(before.argmax()) if t_given is None else t_given
     ids = [t_id] + ([] if w_id is None else [w_id])
 
     def metric(z: Tensor) -> float:
@@ -273,15 +318,15 @@ def intervene(
         token_text=[_tok(model, i) for i in rows], target_ids=ids, target=text,
         metric_before=metric(before), metric_after=metric(after), closure_error=closure, relative_error=relative,
         interventions=[str(it) for it in ivs], frozen_attention=frozen_attention, freeze_features=freeze_features,
-        pos=pos, model_name=model.name)
+        pos=pos, model_name=model.name, regime=regime, closure_tolerance=tol)
 
 
 @dataclass(frozen=True)
 class InterventionResult(Result):
     """The output of one intervention (:func:`intervene`): ``logits_before`` / ``logits_after`` [d_vocab] at
-    ``pos`` in the replacement model (before = the real forward; ``closure_error`` is max |before − the real
-    logits|, ``relative_error`` that over max |real logit|), the metric (``target``'s logit or logit
-    difference) before and after. Rows of the table: the tokens ``token_ids`` (the target(s), then the top
+    ``pos`` in the rerun of ``regime`` (:data:`REGIMES`; before = the real forward; ``closure_error`` is max |before −
+    the real logits|, ``relative_error`` that over max |real logit|, checked against ``closure_tolerance``), the
+    metric (``target``'s logit or logit difference) before and after. Rows of the table: the tokens ``token_ids`` (the target(s), then the top
     tokens before, after and by |change|), labelled ``logit[<id>]``."""
 
     logits_before: Tensor
@@ -299,10 +344,18 @@ class InterventionResult(Result):
     freeze_features: bool
     pos: int
     model_name: str
+    regime: str = ""
+    closure_tolerance: float = 0.0
 
     label_column: ClassVar[str] = "label"
     default_by: ClassVar[str] = "change"
     default_absolute: ClassVar[bool] = True
+
+    def __repr__(self) -> str:
+        return (f"InterventionResult({self.model_name!r}, {'; '.join(self.interventions)} at pos {self.pos}, regime "
+                f"{self.regime!r}: metric {self.target} {self.metric_before:.4g} → {self.metric_after:.4g} (change "
+                f"{self.metric_change:+.4g}); closure_error={self.closure_error:.2e}, relative_error="
+                f"{self.relative_error:.2e} (tolerance {self.closure_tolerance:g}))")
 
     @property
     def metric_change(self) -> float:

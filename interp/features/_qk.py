@@ -30,7 +30,7 @@ from interp.engine import allowed_keys, apply_rotary
 from interp.errors import ArgumentError
 from interp.features._graph import _check, one_prompt, real_forward
 from interp.features._transcoder import Transcoder
-from interp.labels import Feature, FeatureError
+from interp.labels import Feature, FeatureError, Head
 from interp.models import Model
 from interp.stream import require_model
 
@@ -124,12 +124,13 @@ def qk_attribution(
         q0, k0 = scale * side(h0, *args_q)[0], side(h0, *args_k)[0]
 
     # each source's image: one batched backward of the 2·d_head coordinates of (scale · q, k)
-    src_e = real.emb.detach()[None].clone().requires_grad_(True)
-    leaves = [lv.detach()[None].clone().requires_grad_(True) for lv in real.leaves()[:layer]]
-    h1 = fr.attn_input(layer, fr.resid(src_e, leaves, layer))
-    y = torch.cat([scale * side(h1, *args_q)[0], side(h1, *args_k)[0]])  # [2 dh]
-    go_ = torch.eye(2 * dh, dtype=dt, device=y.device)
-    grads = torch.autograd.grad(y, [src_e, *leaves], grad_outputs=go_, is_grads_batched=True, allow_unused=True)
+    with torch.enable_grad():  # also under a caller's torch.set_grad_enabled(False)
+        src_e = real.emb.detach()[None].clone().requires_grad_(True)
+        leaves = [lv.detach()[None].clone().requires_grad_(True) for lv in real.leaves()[:layer]]
+        h1 = fr.attn_input(layer, fr.resid(src_e, leaves, layer))
+        y = torch.cat([scale * side(h1, *args_q)[0], side(h1, *args_k)[0]])  # [2 dh]
+        go_ = torch.eye(2 * dh, dtype=dt, device=y.device)
+        grads = torch.autograd.grad(y, [src_e, *leaves], grad_outputs=go_, is_grads_batched=True, allow_unused=True)
 
     labels: list[str] = []
     vecs: list[Tensor] = []  # [m, 2 dh] per block of nodes: their q-side images, then their k-side images
@@ -198,6 +199,15 @@ class QKAttribution(Result):
     def matrix(self) -> Tensor:
         """[Nq, Nk]: the term scale · q_i · k_j of each pair."""
         return self.q_terms @ self.k_terms.T
+
+    def __repr__(self) -> str:
+        """A short summary: the head, the pair, the score, the closure and the three largest terms."""
+        top = self.top(3)
+        terms = ", ".join(f"{p} ({v:.3g})" for p, v in zip(top["pair"], top["value"]))
+        cap = f" (capped {self.capped_score:.4g})" if self.softcap else ""
+        return (f"QKAttribution({self.model_name!r}, {Head(self.layer, self.head)} query {self.query_pos} → key "
+                f"{self.key_pos}: score {self.score:.4g}{cap} = {len(self.q_labels)} × {len(self.k_labels)} terms; "
+                f"closure_error={self.closure_error:.2e}, relative_error={self.relative_error:.2e}; largest: {terms})")
 
     @property
     def labels(self) -> list[str]:

@@ -119,6 +119,20 @@ class AttributionGraph(Result):
     def n_nodes(self) -> int:
         return len(self.node_labels)
 
+    def __repr__(self) -> str:
+        """A short summary: sizes, closure, the two scores and the most influential feature nodes."""
+        kinds = {k: self.node_kind.count(k) for k in ("feature", "error", "token", "logit")}
+        n_edges = int((self.adjacency != 0).sum())
+        infl = self.influence()
+        feats = [i for i, k in enumerate(self.node_kind) if k == "feature"]
+        top = sorted(feats, key=lambda i: -abs(float(infl[i])))[:3]
+        tops = ", ".join(f"{self.node_labels[i]} ({float(infl[i]):.3g})" for i in top)
+        return (f"AttributionGraph({self.model_name!r}, {len(self.tokens)} tokens → {self.target}: {self.n_nodes} nodes "
+                f"({kinds['feature']} features, {kinds['error']} errors, {kinds['token']} tokens, {kinds['logit']} "
+                f"outputs), {n_edges} edges; closure_error={self.closure_error:.2e}, relative_error="
+                f"{self.relative_error:.2e}; replacement {self.replacement_score():.3f}, completeness "
+                f"{self.completeness_score():.3f}; top features by influence: {tops or 'none'})")
+
     def _mask(self, kind: str) -> Tensor:
         return torch.tensor([k == kind for k in self.node_kind], dtype=torch.bool)
 

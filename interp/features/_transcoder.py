@@ -20,7 +20,7 @@ on a point of the stream, reconstructing its own input.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional, Sequence, TypeVar
 
 import torch
 from jaxtyping import Float
@@ -28,7 +28,7 @@ from torch import Tensor
 
 from interp.errors import ArgumentError
 
-__all__ = ["ACTIVATIONS", "Dictionary", "Transcoder", "mlp_input"]
+__all__ = ["ACTIVATIONS", "Dictionary", "Transcoder", "check_layers", "mlp_input"]
 
 #: the activation functions a dictionary may use
 ACTIVATIONS = ("relu", "jumprelu", "topk", "batchtopk")
@@ -129,7 +129,28 @@ class Transcoder(Dictionary):
     """One layer's transcoder (see the module docstring): W_enc [F, d], b_enc [F], W_dec [F, d], b_dec [d],
     an optional W_skip [d, d] (out += x W_skipᵀ), ``activation`` in :data:`ACTIVATIONS`, ``threshold`` [F]
     for "jumprelu" (the global θ, 0-d, for "batchtopk") and ``k`` for "topk". ``context_length``: the sequence
-    length it was trained on, where known (longer prompts warn with :class:`interp.ContextLengthWarning`)."""
+    length it was trained on, where known (longer prompts warn with :class:`interp.ContextLengthWarning`).
+    ``layer``: the model layer whose MLP it reads and replaces (its input hook is that MLP's input, its output
+    the MLP's write), where known — set by the loaders and by training, None for one built by hand; every
+    analysis checks it against the position the transcoder is given at (:func:`check_layers`)."""
+
+    layer: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.layer is not None and (isinstance(self.layer, bool) or not isinstance(self.layer, int) or self.layer < 0):
+            raise ArgumentError(f"layer={self.layer!r} must be an int ≥ 0 (the model layer) or None (unknown)")
+
+
+def check_layers(transcoders: Sequence[Transcoder], name: str = "transcoders") -> None:
+    """Each transcoder whose ``layer`` is known sits at that index of the list (one per layer, in layer order);
+    otherwise an :class:`~interp.errors.ArgumentError` naming the entry, its layer and the fix."""
+    for i, t in enumerate(transcoders):
+        if t.layer is not None and t.layer != i:
+            got = [getattr(u, "layer", None) for u in transcoders]
+            raise ArgumentError(f"{name}[{i}] is the transcoder of layer {t.layer}, but the list gives it to layer {i} "
+                                f"(its layers in order: {got}); pass one transcoder per layer in layer order, e.g. "
+                                "sorted(transcoders, key=lambda t: t.layer)")
 
 
 def mlp_input(e: Any, x: Tensor, mid: Optional[Tensor], l: int) -> Tensor:

@@ -1,27 +1,32 @@
 """Interventions on transcoder features (docs/math.md §28), checked against computations that do not use the code:
 
 * with no intervention the replacement model's logits equal the Hugging Face model's (every family of the graph);
-* frozen attention and norms, features recomputed: ablating a layer-0 feature of a two-layer Llama changes the
+* frozen attention and norms, MLPs live (the default): ablating a layer-0 feature of a two-layer Llama changes the
   target logit by exactly the hand computation through materialised matrices (each layer's frozen attention as
-  Σ_h A_h ⊗ (W_V^h W_O^h)ᵀ and each norm as diag(γ/σ), with σ and A read off the HF forward; the layer-1
-  transcoder's ReLU recomputed on its shifted input);
+  Σ_h A_h ⊗ (W_V^h W_O^h)ᵀ and each norm as diag(γ/σ), with σ and A read off the HF forward; the layer-1 HF MLP
+  module rerun on its shifted input);
 * frozen attention and norms, other features frozen: the change of the output is affine in the intervened
   activations, Δ = Σ_i (Δf_i / f_i) · edge(f_i → output), the edges read off the attribution graph (ablate, clamp, scale);
-* live attention: equal to a Hugging Face forward whose MLP modules are hooked — layer 0's output minus
-  a·W_dec[f] at the position, layer 1's replaced by its transcoder's output on the (live) input plus the fixed error;
+* live attention: equal to a Hugging Face forward whose layer-0 MLP output loses a·W_dec[f] at the position (every
+  other module the model's own);
+* with transcoders of large gain (whose replacement network amplifies rounding) the unintervened rerun of every
+  regime is still the model; a rerun past the closure tolerance warns (ClosureWarning), and the result names its
+  regime;
 * typed errors for a feature that does not exist, a position out of range, a value that is not finite.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
 
 from interp.engine import model_from_hf
 from interp.errors import ArgumentError
-from interp.features import Intervention, InterventionResult, attribution_graph, intervene
+from interp.features import (CLOSURE_TOLERANCE, REGIMES, ClosureWarning, Intervention, InterventionResult, Transcoder,
+                             attribution_graph, intervene)
 from tiny_models import fp64_tol, hooked_forward, tiny_hf_model, tiny_model, tiny_tokenizer
 from tiny_transcoders import random_transcoders
 
@@ -102,9 +107,10 @@ def test_frozen_ablation_by_materialised_matrices(llama):
         x_mid1 = (torch.eye(n * d) + M_attn(1) @ D("model.layers.1.input_layernorm")) @ delta.reshape(-1)
         h2 = seen["model.layers.1.post_attention_layernorm"]  # N2's real input at layer 1
         gam2 = hf.model.layers[1].post_attention_layernorm.weight
-        pre = (gam2 * h2 / sig(h2)) @ tcs[1].W_enc.T + tcs[1].b_enc
-        d_pre = (D("model.layers.1.post_attention_layernorm") @ x_mid1).reshape(n, d) @ tcs[1].W_enc.T
-        d_m1 = (torch.relu(pre + d_pre) - torch.relu(pre)) @ tcs[1].W_dec  # layer 1's features recomputed
+        d_h2 = (D("model.layers.1.post_attention_layernorm") @ x_mid1).reshape(n, d)
+        h2n = gam2 * h2 / sig(h2)  # N2's real output at layer 1
+        mlp1 = hf.model.layers[1].mlp
+        d_m1 = mlp1(h2n + d_h2) - mlp1(h2n)  # layer 1's real MLP on its shifted (frozen-norm) input
         dx = x_mid1.reshape(n, d) + d_m1
         fin = seen["model.norm"][-1]
         t = 7  # "w3" in the tiny vocabulary (<pad> <bos> <eos> <unk> w0 …)
@@ -144,24 +150,12 @@ def test_live_attention_equals_hooked_hf_forward(llama):
     i, lab = _feature(g, 0)
     p, f, a = g.node_pos[i], g.node_feature[i], float(g.activation[i])
     ids = m.to_tokens(PROMPT)
-    clean: dict[str, torch.Tensor] = {}
-
-    def keep(l):
-        return lambda mod, args, out: clean.__setitem__(f"{l}", (args[0][0].detach(), out[0].detach()))
-
-    _hf_capture(hf, ids, {0: keep(0), 1: keep(1)})
-    h1, out1 = clean["1"]
-    err1 = out1 - tcs[1].decode(tcs[1].encode(h1))
-
     def layer0(mod, args, out):
         out = out.clone()
         out[0, p] -= a * tcs[0].W_dec[f]
         return out
 
-    def layer1(mod, args, out):
-        return (tcs[1].decode(tcs[1].encode(args[0][0])) + err1)[None]
-
-    logits, _, _ = _hf_capture(hf, ids, {0: layer0, 1: layer1})
+    logits, _, _ = _hf_capture(hf, ids, {0: layer0})  # layer 1's real MLP runs on its changed input
     r = intervene(m, PROMPT, tcs, lab, target="w3", frozen_attention=False)
     print(f"live ablation of {lab}: max |logits − hooked HF| {float((r.logits_after - logits[-1]).abs().max()):.1e}, "
           f"Δ metric {r.metric_change:.5g}")
@@ -195,3 +189,56 @@ def test_result_contract_and_errors(llama, tmp_path):
         intervene(m, PROMPT, tcs, "L0.H1")
     with pytest.raises(ArgumentError, match="frozen_attention"):
         intervene(m, PROMPT, tcs, "L0.F1@2", frozen_attention="yes")
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_large_gain_transcoders_still_reproduce_the_model(frozen):
+    """Transcoders 30× too large in W_enc and W_dec: a rerun that carried every perturbation through them (error nodes
+    held) amplified the float rounding between the engine's forward and the rerun into whole logits. The default
+    regime reruns the real MLPs, so without an intervention it is the model to rounding (and, live, an ablation moves
+    the logit by a bounded amount)."""
+    m = tiny_model("llama", n_layers=4)
+    big = [Transcoder(t.W_enc * 30, t.b_enc, t.W_dec * 30, t.b_dec) for t in random_transcoders(m, 24, seed=5)]
+    g = attribution_graph(m, PROMPT, big, target="w3")
+    i, lab = _feature(g, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ClosureWarning)
+        r = intervene(m, PROMPT, big, [lab], target="w3", frozen_attention=frozen)
+    print(f"frozen={frozen}: closure {r.closure_error:.2e} (relative {r.relative_error:.2e}), Δ {r.metric_change:.4g}, "
+          f"max |logit after| {float(r.logits_after.abs().max()):.3g}")
+    assert r.relative_error <= 1e-5
+    assert r.regime == ("frozen attention" if frozen else "live") and r.regime in repr(r)
+    if not frozen:  # the real norms renormalise the (900× too large) ablated write
+        assert float(r.logits_after.abs().max()) < 1e3
+
+
+def test_closure_warning_names_the_numbers(llama, monkeypatch):
+    _, m, tcs = llama
+    monkeypatch.setitem(CLOSURE_TOLERANCE, torch.float32, 0.0)
+    with pytest.warns(ClosureWarning, match=r"'frozen attention' regime.* logits off the model's own \(relative .*, tolerance 0 for torch.float32\)"):
+        r = intervene(m, PROMPT, tcs, "L0.F1@2", target="w3")
+    assert r.closure_tolerance == 0.0
+
+
+def test_regimes_and_repr(llama):
+    _, m, tcs = llama
+    for ff in (True, False):
+        for fa in (True, False):
+            r = intervene(m, PROMPT, tcs, "L0.F1@*", target="w3", freeze_features=ff, frozen_attention=fa)
+            assert r.regime == REGIMES[(ff, fa)][0]
+            text = repr(r)
+            assert len(text) < 400 and r.regime in text and "closure_error" in text
+    assert r.interventions == ["L0.F1@* = 0"]
+
+
+def test_feature_labels(llama):
+    """One label form: 'L3.F12@5' (one position) and 'L3.F12@*' (every position, as Intervention(pos=None)); a label
+    without its position is an ArgumentError that says how to write it."""
+    _, m, tcs = llama
+    assert Intervention.ablate("L1.F3@*") == Intervention(1, 3, None, "set", 0.0)
+    assert str(Intervention.ablate("L1.F3@*")) == "L1.F3@* = 0"
+    every = intervene(m, PROMPT, tcs, "L0.F1@*", target="w3")
+    by_tuple = intervene(m, PROMPT, tcs, (0, None, 1, 0.0), target="w3")
+    assert every.metric_change == pytest.approx(by_tuple.metric_change, abs=1e-9)
+    with pytest.raises(ArgumentError, match=r"without its position.*'L3.F998@5'.*'L3.F998@\*'"):
+        intervene(m, PROMPT, tcs, ["L3.F998"])

@@ -39,7 +39,7 @@ def llama():
 
 
 def _train(model, cache, **kw) -> TrainedTranscoders:
-    args = dict(layers="all", width=64, k=4, tokens=SEQ * BATCH * 100, seq_len=SEQ, batch_size=BATCH, lr=1e-2,
+    args = dict(layers="all", width=64, k=4, tokens=SEQ * BATCH * 100, seq_len=SEQ, batch_size=BATCH, lr=1e-2, passes=1,
                 corpus=_docs(), cache_dir=cache, progress=False, eval_tokens=SEQ * 16, checkpoint_every=3)
     args.update(kw)
     return train_transcoders(model, **args)
