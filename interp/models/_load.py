@@ -37,7 +37,7 @@ from interp.models._catalog import (
 )
 from interp.models._gguf import GGUFSource, load_gguf_cached, load_gguf_source_cached, scratch_folder
 from interp.models._model import Model
-from interp.models._native import load_toy
+from interp.models._native import load_toy, toy_tokenizer
 from interp.models._numerics import check_device, check_dtype, full_precision_norms
 from interp.models._progress import load_progress, load_step
 from interp.models._offload import (Placement, block_devices, check_budget, check_placement, execution_device,
@@ -139,17 +139,17 @@ def model_from_hf(
     source: str = "",
     provenance: str = "",
 ) -> Model:
-    """Wrap an already-loaded HF model of a supported family in a bridge and read its weights."""
+    """Wrap an already-loaded HF model of a supported family in a bridge and read its weights.
+
+    ``tokenizer=None``: the model runs on token ids (every analysis takes an int tensor [batch, pos] and int
+    answers); text is refused with an UnsupportedOperationError naming the call. Nothing is downloaded."""
     with load_step("import transformer-lens"):
         from transformer_lens.model_bridge import TransformerBridge
 
     dev, dtype = check_device(device), check_dtype(dtype)
-    if tokenizer is None:  # the bridge would fetch one from the hub by the model's name: say so instead
-        raise ArgumentError(
-            f"model_from_hf(..., tokenizer=None) for {name!r}: the transformer-lens bridge needs a tokenizer "
-            "object (it would otherwise try to download one by name); pass the model's own, e.g. "
-            "transformers.AutoTokenizer.from_pretrained(<the checkpoint's folder>) — analyses then take token "
-            "ids or text alike")
+    # no tokenizer: the model runs on token ids. The bridge would fetch one from the hub by the model's name, so
+    # it boots with a two-word stand-in that is dropped right after (text is then refused, naming the call)
+    boot_tokenizer = toy_tokenizer(["<bos>", "<unk>"]) if tokenizer is None else tokenizer
     arch = arch_from_hf_config(hf_model.config, name=name, has_unembed=has_unembed)
     placed = bool(getattr(hf_model, "hf_device_map", None))  # dispatched by accelerate: leave it where it is
     if placed:
@@ -171,9 +171,13 @@ def model_from_hf(
     blocks = block_devices(hf_model, arch.n_layers) if placed else ()
     with load_step("boot the transformer-lens bridge"):
         bridge = TransformerBridge.boot_transformers(
-            f"interp/{name}", hf_model=hf_model, tokenizer=tokenizer, device=dev, dtype=dtype
+            f"interp/{name}", hf_model=hf_model, tokenizer=boot_tokenizer, device=dev, dtype=dtype
         )
         bridge.eval()
+    if tokenizer is None:
+        bridge._tokenizer = None  # the property's setter would re-configure; the driver holds it too
+        if getattr(bridge, "_driver", None) is not None and hasattr(bridge._driver, "tokenizer"):
+            bridge._driver.tokenizer = None
     if placed and str(getattr(bridge.cfg, "device", "")) == "meta":  # the embedding was offloaded
         bridge.cfg.device = str(dev)
     return Model(

@@ -53,10 +53,15 @@ class Model:
         """Whether the blocks have an MLP sublayer (dense, or routed experts): the one check every engine uses."""
         return not self.arch.attn_only and (self.weights.W_in.shape[-1] > 0 or self.arch.n_experts > 0)
 
-    def _need_tokenizer(self) -> Any:
+    def _need_tokenizer(self, what: str = "text") -> Any:
+        """The tokenizer, or UnsupportedOperationError naming the user's call and ``what`` was text."""
         if self.tokenizer is None:
+            from interp.models._tokenize import public_call
+
+            call = public_call()
             raise UnsupportedOperationError(
-                f"model {self.name!r} has no tokenizer; pass token ids (an int tensor [batch, pos]) instead of text"
+                f"{call + '(): ' if call else ''}{what} is text, but model {self.name!r} has no tokenizer (it was "
+                "loaded with tokenizer=None); pass token ids (an int tensor [batch, pos]) instead"
             )
         return self.tokenizer
 

@@ -6,6 +6,8 @@ BOS is prepended for decoders that have one; an encoder gets the tokenizer's own
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence, Union
 
@@ -19,7 +21,7 @@ from interp.models._native_config import BOS_ID, FIRST_WORD_ID
 if TYPE_CHECKING:
     from interp.models._model import Model
 
-__all__ = ["Batch", "ordinary_tokens", "tokenize", "readable_token"]
+__all__ = ["Batch", "ordinary_tokens", "tokenize", "readable_token", "public_call"]
 
 
 @dataclass(frozen=True)
@@ -39,17 +41,26 @@ class Batch:
         return (self.attention_mask.bool() * pos).amax(dim=1)
 
 
+def public_call() -> str:
+    """The call the user made: the outermost function of interp's own modules on the stack that is not private
+    (``attribute_logits``, ``patch``, ``to_tokens``…), for error messages; "" when there is none."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    f, name = sys._getframe(1), ""
+    while f is not None:
+        code = f.f_code
+        if (os.path.abspath(code.co_filename).startswith(root) and not code.co_name.startswith(("_", "<"))
+                and code.co_name != "wrapper"):
+            name = code.co_name
+        f = f.f_back
+    return name
+
+
 def tokenize(model: Model, text: Union[str, Sequence[str]]) -> Batch:
     """Tokenise like the bridge: BOS prepended for decoders that have one; [CLS] … [SEP] for BERT.
 
     Several strings are right-padded; the mask marks the padding.
     """
-    if model.tokenizer is None:
-        raise UnsupportedOperationError(
-            f"inputs={text!r:.60} is text, but model {model.name!r} has no tokenizer; "
-            "pass token ids (an int tensor [batch, pos]) instead"
-        )
-    tok = model._need_tokenizer()
+    tok = model._need_tokenizer(f"inputs={text!r:.60}")
     texts = [text] if isinstance(text, str) else list(text)
     if not texts or any(not isinstance(t, str) for t in texts):
         raise ArgumentError(f"inputs must be a non-empty string or list of strings, got {text!r:.80}")

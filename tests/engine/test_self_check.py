@@ -8,7 +8,7 @@ import torch
 
 import interp
 from interp.engine import model_from_hf, self_check
-from interp.errors import ArgumentError, EngineMismatchError, UnsupportedArchitectureError
+from interp.errors import EngineMismatchError, UnsupportedArchitectureError
 from tiny_models import FAMILIES, MORE_FAMILIES, tiny_hf_model, tiny_model, tiny_tokenizer
 
 
@@ -57,9 +57,15 @@ def test_unknown_family_names_the_nearest_supported_one():
         model_from_hf(hf, tiny_tokenizer(), name="x")
 
 
-def test_no_tokenizer_is_a_clear_error_not_a_network_call():
-    with pytest.raises(ArgumentError, match="tokenizer=None"):
-        interp.models.model_from_hf(tiny_hf_model("llama"), None, name="x")
+def test_no_tokenizer_boots_without_a_network_call(monkeypatch):
+    import transformers
+
+    def fetch(*a, **k):
+        raise AssertionError("model_from_hf(tokenizer=None) tried to load a tokenizer by name")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fetch)
+    m = interp.models.model_from_hf(tiny_hf_model("llama"), None, name="x")
+    assert m.tokenizer is None and self_check(m) < 1e-4  # tests/models/test_no_tokenizer.py: analyses on ids
 
 
 @pytest.mark.real
