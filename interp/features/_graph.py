@@ -213,7 +213,7 @@ def output_tokens(model: Model, tokens: Tensor, pos: int, target: Optional[Token
     if wrong is not None and target is None:
         raise ArgumentError("wrong= needs target= (the output is the logit difference target − wrong)")
     at = torch.tensor([pos])
-    ids = []
+    ids: list[Optional[int]] = []
     for name, spec in (("target", target), ("wrong", wrong)):
         if spec is None:
             ids.append(None)
