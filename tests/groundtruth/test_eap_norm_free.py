@@ -31,15 +31,16 @@ def test_edges_into_an_empty_mlp_score_zero(tracr_programs):
 
 
 def test_eap_under_resample_equals_edge_attribution(tracr_programs):
-    """The ground-truth scorer's EAP with the resample partners as corrupt = interp.edge_attribution's."""
+    """The ground-truth scorer's EAP with the resample partners as corrupt = interp.edge_attribution's, up to the
+    sign: the scorer's (ã_w − a_w)·∂M/∂x_r is the negative of interp's score (positive when the edge supports M)."""
     p = tracr_programs("reverse")
     g = tracr_task(p, lengths=[3], max_inputs=12).groups[0]
     mine = _eap(p.model, g, "resample", 1)
     ref = E.edge_attribution(p.model, g.clean, g.corrupt, metric=g.metric, method="eap", progress=False)
-    assert torch.allclose(mine, ref.per_prompt.double(), atol=1e-6, rtol=1e-5)
+    assert torch.allclose(mine, -ref.per_prompt.double(), atol=1e-6, rtol=1e-5)  # interp's sign: supports > 0
     mine_ig = _eap(p.model, g, "resample", 3)
     ref_ig = E.edge_attribution(p.model, g.clean, g.corrupt, metric=g.metric, method="eap-ig", ig_steps=3, progress=False)
-    assert torch.allclose(mine_ig, ref_ig.per_prompt.double(), atol=1e-6, rtol=1e-5)
+    assert torch.allclose(mine_ig, -ref_ig.per_prompt.double(), atol=1e-6, rtol=1e-5)
 
 
 def test_eap_ig_activations_equals_edge_attribution(tracr_programs):
@@ -48,7 +49,7 @@ def test_eap_ig_activations_equals_edge_attribution(tracr_programs):
     mine = _eap(p.model, g, "resample", 3, "activations")
     ref = E.edge_attribution(p.model, g.clean, g.corrupt, metric=g.metric, method="eap-ig", ig_steps=3,
                              ig_at="activations", progress=False)
-    assert torch.allclose(mine, ref.per_prompt.double(), atol=1e-6, rtol=1e-5)
+    assert torch.allclose(mine, -ref.per_prompt.double(), atol=1e-6, rtol=1e-5)  # interp's sign: supports > 0
 
 
 def test_eap_equals_finite_differences_of_hooked_runs(tracr_programs):
