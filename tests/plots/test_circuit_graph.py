@@ -103,15 +103,15 @@ def test_edges_join_writer_to_reader_port_with_width_and_colour_by_score():
                 if _close(c[0], wx) and _close(c[1], wy) and _close(c[4], rx) and _close(c[5], ry)]
         assert len(hits) == 1, e  # drawn once, from the writer's node to the reader's port
         name, width, op = hits[0]
-        assert name.startswith("> 0" if s > 0 else "≤ 0"), (e, name)  # colour group by sign
+        assert name.startswith("supports (> 0)" if s > 0 else "opposes (≤ 0)"), (e, name)  # colour group by sign
         found[e] = (abs(s), width, op)
     items = sorted(found.values())
     for (a, wa, oa), (b, wb, ob) in zip(items, items[1:]):  # width and opacity never shrink as |score| grows
         assert wb >= wa and ob >= oa
     assert items[-1][1] > items[0][1]
-    colours = {sh.name[:3]: sh.line.color for sh in fig.layout.shapes if sh.name}
-    assert set(colours) == {"> 0", "≤ 0"}
-    blue, red = colours["> 0"], colours["≤ 0"]
+    colours = {sh.name.split(":")[0]: sh.line.color for sh in fig.layout.shapes if sh.name}
+    assert set(colours) == {"supports (> 0)", "opposes (≤ 0)"}  # the legend says what the sign means
+    blue, red = colours["supports (> 0)"], colours["opposes (≤ 0)"]
     assert int(blue[5:7], 16) > int(blue[1:3], 16) and int(red[1:3], 16) > int(red[5:7], 16)  # blue vs red
 
 
