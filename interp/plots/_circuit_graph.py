@@ -2,7 +2,7 @@
 
 An edge joins a writer (an embedding, a head's output z_h W_O^h, an MLP's output, a bias) to a later
 reader (a query head's q input, a KV head's k or v input, an MLP's input, the logits). Its score is what
-the caller computed — e.g. edge attribution patching, score(w → r) = (a_w(corrupt) − a_w(clean)) · ∂M/∂x_r,
+the caller computed — e.g. edge attribution patching, score(w → r) = (a_w(clean) − a_w(corrupt)) · ∂M/∂x_r,
 with the exact patching effect where it was computed (Syed et al. 2023; Conmy et al. 2023).
 
 Layout: x is the forward order — the embeddings, then per layer its attention column and its MLP column
