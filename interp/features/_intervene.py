@@ -1,23 +1,22 @@
-"""Interventions on transcoder features: clamp, scale or ablate features and rerun the replacement model.
+"""Interventions on transcoder features: clamp, scale or ablate features and rerun the prompt.
 
-The replacement model of a prompt replaces each layer's MLP write by its transcoder's output plus the layer's
-error node, held at its value in the real forward:
+An intervention replaces chosen activations f_{l,p,i} of layer l's transcoder, f = act(h2 W_encᵀ + b_enc) with h2
+the MLP's input, by a value (clamp; 0 = ablate) or multiplies them by a factor (scale). The rerun has one of four
+regimes (:data:`REGIMES`), two choices:
 
-    m_{l,p} = f_{l,p} W_dec + b_dec (+ h2_{l,p} W_skipᵀ) + e_{l,p},   f_{l,p} = act(h2_{l,p} W_encᵀ + b_enc)
+* ``freeze_features=False`` (default): the real MLPs rerun on their (changed) inputs h2' and each intervened
+  feature's change is added to its MLP's write,  m' = MLP(h2') + (f̃(h2') − f(h2')) W_dec  (f̃: f with the
+  intervention applied), so every later MLP responds as the model does. ``True``: every other feature and error
+  node keeps its real value, m' = f̃_real W_dec + b_dec (+ h2' W_skipᵀ) + e — the attribution graph's
+  replacement model;
+* ``frozen_attention=True`` (default): every attention pattern and norm scale σ frozen at the real forward (the
+  graph's linear model: with frozen features, Δoutput = Σ_i Δf_i / f_i · edge(f_i → output) exactly), or False:
+  recomputed (the engine's forward with the MLP writes changed).
 
-where h2 is the MLP's input (N2 of the stream). With no intervention it reproduces the real forward exactly
-(the error node is the real write minus the transcoder's), which is checked on every call and stored as the
-result's ``closure_error``. An intervention replaces chosen activations f_{l,p,i} by a value (clamp; 0 =
-ablate) or multiplies them by a factor (scale); every later feature is recomputed from its (changed) input
-unless ``freeze_features``, and the error nodes stay fixed. The rerun has either
-
-* ``frozen_attention=True``: every attention pattern and every norm's scale σ frozen at the real forward
-  (the attribution graph's model; with ``freeze_features`` the output is affine in the intervened
-  activations, so Δoutput = Σ_i Δf_i · edge(f_i → output)), or
-* ``frozen_attention=False``: attention patterns and norm scales recomputed (the engine's forward with each
-  MLP write replaced).
-
-docs/math.md §28.
+Without an intervention every regime is the real forward; that is checked on every call (``closure_error``,
+against :data:`CLOSURE_TOLERANCE`; past it :class:`ClosureWarning`). Rerunning the transcoders themselves with the
+error nodes held (m' = T(h2') + e) is not a regime: it carries every perturbation, rounding included, through the
+transcoders' Jacobians with σ frozen and TopK selections flipping, and exploded on real models (docs/math.md §28).
 """
 
 from __future__ import annotations

@@ -387,12 +387,14 @@ def _warn_quality(name: str, layers: list[int], fvu: list[float], dead: list[flo
         return
     what = []
     if bad_fvu:
-        what.append(f"held-out FVU ≥ {FVU_WARN:g} (no better than predicting the mean) at {', '.join(bad_fvu)}")
+        what.append(f"held-out FVU ≥ {FVU_WARN:g} at {', '.join(bad_fvu)}: no better than predicting the mean, so an "
+                    "attribution graph over these layers is mostly error nodes")
     if bad_dead:
-        what.append(f"most features never fire on held-out text at {', '.join(bad_dead)}")
-    warn_user(f"train_transcoders({name!r}): {'; '.join(what)}. An attribution graph over these layers is mostly "
-              f"error nodes. Train on more tokens (tokens={tokens} now), or with a smaller width; lr={lr:.3g} and "
-              f"passes={passes} were used (leave them None for the defaults scaled to the budget)",
+        what.append(f"most features never fire on held-out text at {', '.join(bad_dead)}: the dictionary uses a "
+                    "fraction of its width")
+    warn_user(f"train_transcoders({name!r}): {'; '.join(what)}. Train on more tokens (tokens={tokens} now) or with "
+              f"a smaller width; lr={lr:.3g} and passes={passes} were used (leave them None for the defaults scaled "
+              "to the budget)",
               DictionaryQualityWarning)
 
 

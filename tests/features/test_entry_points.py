@@ -142,7 +142,7 @@ def test_loaders_order_by_layer_number_and_record_it(tmp_path):
 def test_trained_transcoders_know_their_layer(tmp_path):
     m = tiny_model("llama")
     # three batches of 128 tokens are too few: the held-out FVU is above 1, which warns naming the layers
-    with pytest.warns(F.DictionaryQualityWarning, match=r"held-out FVU ≥ 1 .* at layer 0 \(FVU .*Train on more tokens"):
+    with pytest.warns(F.DictionaryQualityWarning, match=r"held-out FVU ≥ 1 at layer 0 \(FVU .*Train on more tokens"):
         r = F.train_transcoders(m, layers="all", width=16, k=2, tokens=32 * 4 * 3, seq_len=32, batch_size=4,
                                 corpus=_docs(), cache_dir=tmp_path, progress=False, eval_tokens=64)
     assert [t.layer for t in r.transcoders] == [0, 1]
