@@ -4,7 +4,8 @@ ArchInfo and frozen weights.
 The lowest layer: it imports no other interp subpackage (only the top-level utility modules).
 """
 
-from interp.models._arch import NOT_YET_SUPPORTED, SUPPORTED_FAMILIES, ArchInfo
+from interp.models._arch import ArchInfo
+from interp.models._families import NOT_YET_SUPPORTED, SUPPORTED_FAMILIES, hf_state_from_weights, hf_writable
 from interp.models._catalog import CatalogEntry, default_cache_dir, list_models
 from interp.models._load import load_catalog_hf, load_model, model_from_hf
 from interp.models._model import Model
@@ -27,7 +28,7 @@ from interp.models._program import (
 )
 from interp.models._tokenize import Batch, ordinary_tokens, readable_token, tokenize
 from interp.models._tracr import model_from_tracr, tracr_is_numerical, tracr_output_label
-from interp.models._weights import Weights, hf_state_from_weights, hf_writable
+from interp.models._weights import Weights
 
 __all__ = [
     "ArchInfo", "Batch", "LayerStack", "LoadProgress", "load_progress", "load_step", "is_streamed", "per_layer", "NOT_YET_SUPPORTED", "CatalogEntry", "Event", "Model", "SUPPORTED_FAMILIES", "TOY_BOS_ID", "TOY_FIRST_WORD_ID",

@@ -26,7 +26,8 @@ from interp.errors import (
     OfflineError,
     UnsupportedArchitectureError,
 )
-from interp.models._arch import SUPPORTED_FAMILIES, arch_from_hf_config, with_module_scales
+from interp.models._arch import with_module_scales
+from interp.models._families import SUPPORTED_FAMILIES, arch_from_hf_config, weights_from_hf
 from interp.models._catalog import (
     CatalogEntry,
     catalog_entry,
@@ -43,7 +44,6 @@ from interp.models._progress import load_progress, load_step
 from interp.models._offload import (Placement, block_devices, check_budget, check_placement, execution_device,
                                     streamed_weights)
 
-from interp.models._weights import weights_from_hf
 
 __all__ = ["load_catalog_hf", "load_model", "model_from_hf"]
 

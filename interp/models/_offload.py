@@ -5,7 +5,7 @@ accelerate places each block on an accelerator, the CPU or "disk" (transformers 
 block straight from the checkpoint's safetensors shards). interp never holds the whole model: a block's big
 matrices (``W_Q W_K W_V W_O W_in W_gate W_out``) are a :class:`LayerStack`, whose ``stack[l]`` brings block
 l's parameters in (accelerate's ``align_module_device`` on each of its modules), converts them to TL layout
-with the family's own reader (:func:`interp.models._weights.weights_from_hf` narrowed to that layer) and
+with the family's own reader (:func:`interp.models._families.weights_from_hf` narrowed to that layer) and
 keeps only the last few layers read. The small per-layer tensors (biases, norm gains) and the embedding /
 unembedding are read once at load. A sweep that walks the layers in order therefore reads each block
 once per pass, and peak memory is what accelerate keeps resident plus a few blocks.
@@ -26,7 +26,8 @@ from torch import Tensor
 
 from interp.errors import ArgumentError, MemoryCapError, ModelLoadError, UnsupportedOperationError
 from interp.models._arch import ArchInfo
-from interp.models._weights import Weights, only_layers, weights_from_hf
+from interp.models._families import weights_from_hf
+from interp.models._weights import Weights, only_layers
 
 __all__ = ["LayerStack", "Placement", "block_devices", "check_budget", "check_placement", "is_streamed", "per_layer", "streamed_weights"]
 
