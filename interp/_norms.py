@@ -5,6 +5,10 @@
 
 With σ read off the actual input (and then held fixed) both are affine in x, so a sum of
 writes x = Σᵢ wᵢ maps term by term: N(x) = Σᵢ γ ⊙ centre(wᵢ)/σ + β, exactly for that pass.
+
+Precision (docs/math.md, "Precision"): σ is reduced in at least float32 whatever the input's dtype (as the
+Hugging Face norms do), and a decomposition of a half-precision model accumulates its terms in float32
+(:func:`accumulate_dtype`): its only error is then the model's own rounding, not the decomposition's.
 """
 
 from __future__ import annotations
@@ -13,12 +17,20 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-__all__ = ["norm_scale", "apply_frozen", "frozen_direction"]
+__all__ = ["norm_scale", "apply_frozen", "frozen_direction", "accumulate_dtype"]
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype decomposition maths accumulates in: float32 for half precision, else ``dtype`` itself."""
+    return torch.float32 if dtype in _HALF else dtype
 
 
 def norm_scale(x: Float[Tensor, "... d_model"], kind: str, eps: float) -> Float[Tensor, "... 1"]:
-    """σ of the norm's actual input, in at least fp32 (as the HF norms compute it)."""
-    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    """σ of the norm's actual input, reduced and returned in at least fp32 (as the HF norms compute it); the one
+    implementation (the engine's ``Engine.norm_scale`` rounds it to its input's dtype)."""
+    xf = x.float() if x.dtype in _HALF else x
     if kind == "layernorm":
         var = xf.var(dim=-1, keepdim=True, unbiased=False)
     elif kind == "rmsnorm":

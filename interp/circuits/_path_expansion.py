@@ -62,7 +62,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp._norms import apply_frozen, norm_scale
+from interp._norms import accumulate_dtype, apply_frozen, norm_scale
 from interp.circuits._common import need_unembed
 from interp._result import Result
 from interp._validate import check_index, check_int_min
@@ -340,7 +340,8 @@ def path_expansion(
     MLPs, without an unembedding, or with post-norm blocks.
     """
     _check_model(model, order)
-    arch, w = model.arch, model.weights
+    arch, dt = model.arch, accumulate_dtype(model.dtype)  # half precision: the paths accumulate in float32
+    w = model.weights if dt == model.dtype else model.weights.to(dtype=dt)
     tokens = _tokens(model, inputs)
     n_batch, n_pos = tokens.shape
     ln_bias = arch.norm == "layernorm"
@@ -348,7 +349,7 @@ def path_expansion(
     n_terms = _count_terms(arch.n_layers, arch.n_heads, order, n_sources, ln_bias)
     # held at the peak: the paths, their final-norm images (norm models) and the stacked result; the
     # logits and their reconstruction [batch, pos, d_vocab]; every layer's pattern [batch, heads, pos, pos]
-    e = torch.finfo(model.dtype).bits // 8
+    e = torch.finfo(dt).bits // 8
     copies = 3 if arch.norm != "none" else 2
     need = e * n_batch * n_pos * (copies * n_terms * arch.d_model + 2 * arch.d_vocab
                                   + arch.n_layers * arch.n_heads * n_pos)
@@ -360,6 +361,9 @@ def path_expansion(
         )
 
     logits, patterns, norm_in, final_in = _capture(model, tokens)
+    if dt != model.dtype:
+        logits, patterns, norm_in = logits.to(dt), [a.to(dt) for a in patterns], [x.to(dt) for x in norm_in]
+        final_in = final_in.to(dt) if final_in is not None else None
 
     with torch.no_grad():
         # paths: label -> (order, contribution to the residual stream [batch, pos, d_model])
@@ -397,8 +401,8 @@ def path_expansion(
             contributions.append(w.lnf_b.expand(n_batch, n_pos, arch.d_model))
             orders.append(0)
         contrib = torch.stack([c.expand(n_batch, n_pos, arch.d_model) for c in contributions])
-        W_U = need_unembed(model)  # _check_model refused models without one
-        b_U = w.b_U if w.b_U is not None else torch.zeros(arch.d_vocab, dtype=model.dtype, device=model.device)
+        W_U = need_unembed(model).to(dt)  # _check_model refused models without one
+        b_U = w.b_U if w.b_U is not None else torch.zeros(arch.d_vocab, dtype=dt, device=model.device)
         recon = contrib.sum(dim=0) @ W_U + b_U
         closure = float((recon - logits).abs().max())
 

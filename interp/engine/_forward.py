@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from interp._norms import norm_scale
 from interp.errors import UnsupportedArchitectureError
 from interp.engine._rotary import allowed_keys, apply_rotary
 from interp.models import Model, per_layer, rotary_tables
@@ -237,12 +238,9 @@ class Engine:
         return y + bias if (bias is not None and kind == "layernorm") else y
 
     def norm_scale(self, x: Tensor, kind: Optional[str] = None) -> Tensor:
-        """σ of a norm's input (the frozen scale): sqrt(var + ε) or sqrt(mean x² + ε); 1 without norms."""
-        kind = kind or self.arch.norm
-        if kind == "none":
-            return torch.ones_like(x[..., :1])
-        xf = x - x.mean(-1, keepdim=True) if kind == "layernorm" else x
-        return torch.sqrt(xf.pow(2).mean(-1, keepdim=True) + self.arch.norm_eps)
+        """σ of a norm's input (the frozen scale): sqrt(var + ε) or sqrt(mean x² + ε); 1 without norms.
+        Reduced in at least float32 (:func:`interp._norms.norm_scale`, the one rule), returned in ``x``'s dtype."""
+        return norm_scale(x, kind or self.arch.norm, self.arch.norm_eps).to(x.dtype)
 
     def norm_vjp(self, g: Tensor, x: Optional[Tensor], gain: Optional[Tensor], *, frozen: bool,
                  kind: Optional[str] = None, sigma: Optional[Tensor] = None) -> Tensor:

@@ -29,6 +29,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp._norms import accumulate_dtype
 from interp._result import place
 from interp.errors import ArgumentError, LabelError, ShapeError
 from interp.models import ArchInfo, Event, Model, Weights, build_program, resid_hook_names
@@ -177,7 +178,7 @@ class ResidualTrace:
 
     def _directions(self, project_onto: Optional[Tensor]) -> tuple[Tensor, bool]:
         """U as [batch or 1, k, d_model] and whether it is the full identity basis."""
-        d, dev, dt = self.arch.d_model, self.tokens.device, self.weights.W_O.dtype
+        d, dev, dt = self.arch.d_model, self.tokens.device, accumulate_dtype(self.weights.W_O.dtype)  # fp32 for half
         if project_onto is None:
             return torch.eye(d, device=dev, dtype=dt)[None], True
         try:

@@ -200,16 +200,16 @@ def project_term(t: Term, x: Optional[Tensor], w: Weights, b: int, p: int) -> Te
     (a stream activation) or [b|1, 1, k] (a bias). ``x`` is the term's captured activation."""
     U = t.U
     if t.kind == "bias":
-        return torch.einsum("d,bkd->bk", t.vector, U)[:, None, :]
+        return torch.einsum("d,bkd->bk", t.vector.to(U.dtype), U)[:, None, :]
     if x is None:
         raise ArgumentError(f"term {t.labels[0]!r} needs the activation captured at {t.hook!r}")
     if t.kind == "heads":
         z = x.to(U.dtype)  # [b, p, H, dh]
-        WOU = torch.einsum("hed,bkd->bhek", w.W_O[t.layer], U)  # [b|1, H, dh, k]
+        WOU = torch.einsum("hed,bkd->bhek", w.W_O[t.layer].to(U.dtype), U)  # [b|1, H, dh, k]
         return torch.einsum("bphe,bhek->hbpk", z, WOU.expand(b, -1, -1, -1))
     if t.kind == "neurons":
         a = x.to(U.dtype)  # [b, p, d_mlp]
-        WU = torch.einsum("nd,bkd->bnk", w.W_out[t.layer], U)  # [b|1, d_mlp, k]
+        WU = torch.einsum("nd,bkd->bnk", w.W_out[t.layer].to(U.dtype), U)  # [b|1, d_mlp, k]
         return torch.einsum("bpn,bnk->nbpk", a, WU.expand(b, -1, -1))
     return torch.einsum("bpd,bkd->bpk", x.to(U.dtype).expand(b, p, -1), U)
 
