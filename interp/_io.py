@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Type, TypeVar, Union
+from typing import Any, Callable, Type, TypeVar, Union
 
 import pandas as pd
 import torch
@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 
 from interp.errors import ExportError, ResultFormatError
 
-__all__ = ["SaveLoadMixin", "read_safetensors", "write_safetensors"]
+__all__ = ["SaveLoadMixin", "atomic_write", "read_safetensors", "write_atomic", "write_safetensors"]
 
 T = TypeVar("T", bound="SaveLoadMixin")
 _FORMAT = "interp-result-v1"
@@ -35,16 +35,52 @@ def _json_scalar(o: Any) -> Any:
     raise TypeError(f"{type(o).__name__} is not JSON serialisable")
 
 
-def write_safetensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
-    """Write ``tensors`` + ``metadata`` to ``path`` atomically (a temporary file, then os.replace)."""
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".safetensors", dir=path.parent)
-    os.close(fd)
+def _umask() -> int:
+    """The process umask, read without changing it (os.umask would race with other threads)."""
     try:
-        save_file(tensors, tmp, metadata=metadata)
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def atomic_write(path: Path, write: Callable[[str], Any]) -> None:
+    """Write ``path`` atomically, the one way interp writes files: ``write(tmp)`` fills a temporary file in
+    ``path``'s folder (with the usual permissions, 0666 & ~umask), which then replaces ``path`` by os.replace;
+    on any error the temporary file is removed and ``path`` is left as it was."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".tmp-{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600
+        os.close(fd)
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """``data`` to ``path`` atomically (flushed to disk before the rename), or an ExportError naming the path."""
+    def put(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    try:
+        atomic_write(path, put)
+    except OSError as e:
+        raise ExportError(f"cannot write path={str(path)!r}: {e.strerror or e} (is {str(Path(path).parent)!r} "
+                          "writable?)") from e
+
+
+def write_safetensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """Write ``tensors`` + ``metadata`` to ``path`` atomically (:func:`atomic_write`)."""
+    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
 
 
 def read_safetensors(path: Any, *, what: str) -> tuple[Path, dict[str, Any], dict[str, Any]]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any, Callable, Optional, Union
 
 from tqdm.auto import tqdm
 
+from interp._io import atomic_write
 from interp.distributed._merge import MERGES
 from interp.distributed._shard import fingerprint, input_keys, model_source, n_prompts, shard_bounds, take_args
 from interp.errors import ArgumentError, CompletenessWarning, InterpError, MissingPackageError
@@ -116,14 +116,7 @@ def _distinct(x: Any) -> int:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(obj, indent=1)))
 
 
 class RayCluster:

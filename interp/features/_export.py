@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
 
+from interp._io import write_atomic
 from interp.errors import ArgumentError
-from interp.plots import write_atomic
 
 if TYPE_CHECKING:
     from interp.features._result import AttributionGraph

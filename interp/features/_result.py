@@ -234,7 +234,7 @@ class AttributionGraph(Result):
                 **kwargs: Any) -> Path:
         """Write :meth:`show`'s viewer as one self-contained HTML page (no network request) to ``path``,
         atomically; returns the path."""
-        from interp.plots import write_atomic
+        from interp._io import write_atomic
 
         if not isinstance(path, (str, os.PathLike)):
             raise ArgumentError(f"path={path!r} must be a str or os.PathLike naming an .html file")

@@ -31,7 +31,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from interp._io import atomic_write
 from interp.engine import Engine
 from interp.errors import ArgumentError, ResultFormatError, UnsupportedArchitectureError, UnsupportedOperationError, warn_user
 from interp.features._corpus import CORPUS_LICENCE, CORPUS_NAME, CORPUS_SOURCE, english_corpus
@@ -302,17 +302,9 @@ def _fired(idx: Tensor, vals: Tensor, width: int) -> Tensor:
 
 
 def _atomic(path: Path, write: Callable[[str], Any]) -> None:
-    """Write through a temporary file in the same directory, then rename over ``path``."""
+    """Write through a temporary file in the same directory, then rename over ``path`` (its folder made first)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, write)
 
 
 def _save_final(root: Path, layers: list[int], tcs: list[Transcoder], metrics: dict[str, Any]) -> None:

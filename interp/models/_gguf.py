@@ -38,6 +38,7 @@ from typing import Any, Callable, ContextManager, Iterator, Optional
 
 import torch
 
+from interp._io import atomic_write
 from interp.errors import ArgumentError, MemoryCapError, ModelLoadError
 from interp.models._progress import cold_load, load_step
 
@@ -194,10 +195,7 @@ def verify_entry(entry: Path, *, full: bool = False) -> bool:
 def _rewrite_manifest(entry: Path, manifest: dict[str, Any]) -> None:
     """Atomically replace the manifest (best effort: a read-only cache just stays on the slow path)."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-manifest-", dir=entry)
-        with os.fdopen(fd, "w") as f:
-            json.dump(manifest, f, indent=1)
-        os.replace(tmp, entry / _MANIFEST)
+        atomic_write(entry / _MANIFEST, lambda tmp: Path(tmp).write_text(json.dumps(manifest, indent=1)))
     except OSError as e:
         log.debug("could not update the manifest of %s: %s", entry, e)
 

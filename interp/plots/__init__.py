@@ -16,7 +16,7 @@ from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_
 from interp.plots._common import esc, fmt, parse_head, token_label
 from interp.plots._compact import compact_figure, compact_runtime, compact_status
 from interp.plots._decomposition import decomposition_figure
-from interp.plots._export import Exporter, export, find_browser, write_atomic
+from interp.plots._export import Exporter, export, find_browser
 from interp.plots._feature_graph import FeatureGraphView, feature_graph_view
 from interp.plots._graph import composition_graph_figure
 from interp.plots._lens import logit_lens_figure
@@ -78,5 +78,4 @@ __all__ = [
     "top_token_table",
     "top_token_values",
     "virtual_weight_map",
-    "write_atomic",
 ]

@@ -28,13 +28,13 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Optional, Union
 
 import plotly.graph_objects as go
 
+from interp._io import write_atomic
 from interp._validate import check_bool
 from interp.errors import ArgumentError, ExportError
 from interp.plots._compact import compact_figures_html
@@ -238,41 +238,6 @@ def _check_target(path: Union[str, Path]) -> tuple[Path, str]:
         what = "is not a directory" if parent.exists() else "does not exist"
         raise ExportError(f"cannot write path={str(path)!r}: its directory {str(parent)!r} {what}")
     return p, suffix
-
-
-def _umask() -> int:
-    """The process umask, read without changing it (os.umask would race with other threads)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return 0o022
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same directory + os.replace."""
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        raise ExportError(f"cannot write path={str(path)!r}: directory {str(path.parent)!r} is not writable ({e.strerror})") from e
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError) and not isinstance(e, ExportError):
-            raise ExportError(f"cannot write path={str(path)!r}: {e}") from e
-        raise
 
 
 def figure_html(fig: go.Figure) -> str:

@@ -43,7 +43,8 @@ from interp.edges import MIB_SIZES, check_curve_args, edge_attribution, edge_pat
 from interp.errors import ArgumentError, InterpError
 from interp.labels import Head, HeadInput, Mlp, parse
 from interp.models import Model
-from interp.plots import Exporter, attention_view, circuit_graph_figure, esc, find_browser, fmt, write_atomic
+from interp._io import write_atomic
+from interp.plots import Exporter, attention_view, circuit_graph_figure, esc, find_browser, fmt
 from interp.report._html import Page, data_table, kv_table
 from interp.report._report import (_decode, _export_static, _jsonable, _model_card, _prepare_out_dir, _resolve_model,
                                    _Steps)

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from typing import Sequence, Union
 
+from interp._io import write_atomic
 from interp.errors import ArgumentError
-from interp.plots import write_atomic
 from interp.report._html import _CSS, data_table, esc
 
 __all__ = ["report_index"]

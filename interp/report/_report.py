@@ -49,6 +49,7 @@ from interp.circuits import (
     copying_scores,
     ov_circuit,
 )
+from interp._io import write_atomic
 from interp._validate import check_positive_int
 from interp.errors import ArgumentError, ExportError, ShapeError, UnsupportedOperationError
 from interp.engine import load_model
@@ -70,7 +71,6 @@ from interp.plots import (
     token_label,
     top_token_table,
     top_token_values,
-    write_atomic,
 )
 from interp.labels import Head
 from interp.report._html import Page, data_table, kv_table
