@@ -180,35 +180,36 @@ def _default_batch(graph: CircuitGraph, arch: Any, T: int) -> int:
 def _chunk(model: Model, pair: Any, ew: EdgeWrites, idx: Tensor, steps: int, ig_at: str, scale: str, tok_w: int,
            bar: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Scores [n_edges, p], completeness sums [p], M(clean) [p], M(corrupt) [p] for the prompts ``idx``."""
-    e, g = pair.engine, ew.g
+    g = ew.g
     gradients, scorer = ReaderGradients(ew), EdgeScorer(ew)
     ct, cm = pair.clean.tokens[idx], pair.clean.attention_mask[idx]
     kt, km = pair.corrupt.tokens[idx], pair.corrupt.attention_mask[idx]
     bound = pair.bound
-    k_run = e.run(kt, km, capture={"z", "mlp_out"})
-    abl = Acts.of(k_run)  # the corrupt writes
     clean_out = None
     if bound.needs_clean:
-        c_run = e.run(ct, cm)
+        c_run = pair.engine.run(ct, cm)  # a walk of its own: only metrics that compare with the clean run
         sub_out = clean_output(model, _sub(bound, idx), c_run)  # not None: the metric needs the clean run
         clean_out = None if sub_out is None else _scatter(sub_out, idx, bound.n_prompts)
     read = MetricReader(model, bound, clean_out)
-    with torch.no_grad():
-        M_k = read(k_run.final, idx)
     frozen = scale == "frozen"
     one_gemm = not ew.post and ig_at == "inputs"
     G_sum: Optional[Tensor] = None
     S_sum: Optional[Tensor] = None
     dA: Optional[Tensor] = None
-    M_c = None
-    for k in range(steps, 0, -1):  # α = 1 (the clean run) first: its writes give ΔA
+    M_c = M_k = None
+    abl: Optional[Acts] = None
+    for k in range(steps, 0, -1):  # α = 1 (the clean run) first, the corrupt run beside it: their writes give ΔA
         alpha = k / steps
-        gp = gradients(ct, cm, read, idx, scale=scale, mix=None if k == steps else (abl, alpha, ig_at),
-                         keep=(k == steps) or ig_at == "activations")
-        if k == steps:
-            M_c = gp.M
-        if gp.acts is not None and (k == steps or ig_at == "activations"):
-            dA = ew.delta(abl, gp.acts)
+        first = k == steps
+        every = ig_at == "activations"
+        gp = gradients(ct, cm, read, idx, scale=scale, mix=None if first else (abl, alpha, ig_at),
+                       corrupt=(kt, km) if first else None, delta=first or every)
+        if first:
+            M_c, abl = gp.M, gp.corrupt
+            with torch.no_grad():
+                M_k = read(gp.corrupt_final, idx)
+        if gp.dA is not None:
+            dA = gp.dA
         if one_gemm:
             G_sum = gp.G if G_sum is None else G_sum.add_(gp.G)
         else:
@@ -231,7 +232,7 @@ def _chunk(model: Model, pair: Any, ew: EdgeWrites, idx: Tensor, steps: int, ig_
         comp = per.double().sum(1)
     else:
         comp = S_all[:, tok_w].double().sum(1)
-    if M_c is None:
+    if M_c is None or M_k is None:
         raise RuntimeError("edge attribution: the clean pass gave no metric")
     return per.T.double(), comp, M_c.double(), M_k.double()
 

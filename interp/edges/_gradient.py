@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from interp.edges._writes import Acts, EdgeWrites
+from interp.models import is_streamed
 
 __all__ = ["EdgeScorer", "GradientPass", "ReaderGradients"]
 
@@ -32,28 +33,58 @@ __all__ = ["EdgeScorer", "GradientPass", "ReaderGradients"]
 class GradientPass:
     """What :class:`ReaderGradients` returns: ``G`` [P, R, T, d] (each reader's gradient at the stream it
     reads, see the module docstring), this pass's writes ``acts`` (before mixing; None unless asked), the
-    post-norm stream norms' inputs (for carrying gradients back through them) and ``M`` [P]."""
+    post-norm stream norms' inputs (for carrying gradients back through them) and ``M`` [P]; with ``delta``
+    the write differences ``dA`` [P, W, T, d], with ``corrupt`` that run's writes and final stream."""
 
     G: Tensor
     acts: Optional[Acts]
     norm_in: dict[str, Tensor]
     M: Tensor
+    dA: Optional[Tensor] = None
+    corrupt: Optional[Acts] = None
+    corrupt_final: Optional[Tensor] = None
+
+
+@dataclass
+class _Block:
+    """One layer of the gradient pass: its input ``x`` (a leaf under autograd) and output ``out``, the readers'
+    linear inputs ``qkv`` and ``h2`` (where their gradients are taken), and detached what the scores need."""
+
+    x: Tensor
+    out: Tensor
+    qkv: Tensor
+    h2: Optional[Tensor]
+    z: Tensor
+    m: Optional[Tensor]
+    mid: Optional[Tensor]
+    norm_in: dict[str, Tensor]
 
 
 class ReaderGradients:
-    """Each reader's gradient at the stream it reads, one forward + one backward (module docstring)."""
+    """Each reader's gradient at the stream it reads, one forward + one backward (module docstring).
+
+    The pass walks the layers twice: down, the forward (and, given ``corrupt``, the corrupt run beside it, one
+    layer at a time), keeping each layer's input; up, each layer's backward from the gradient at its output,
+    then its readers' gradients carried to the stream and its writes' differences while its weights are in
+    hand. In memory each layer's graph is kept from the walk down; on a model streamed one block at a time
+    (:func:`interp.models.is_streamed`) the layer is recomputed under autograd on the way up instead, so one
+    block is alive at a time and each block is read twice per pass (docs/scaling.md)."""
 
     def __init__(self, writes: EdgeWrites):
         self.ew, self.e, self.a, self.w = writes, writes.e, writes.a, writes.w
 
     def __call__(self, tokens: Tensor, mask: Tensor, read: Any, prompt: Tensor, *, scale: str = "recomputed",
-                 mix: Optional[tuple[Optional[Acts], float, str]] = None, keep: bool = False) -> GradientPass:
+                 mix: Optional[tuple[Optional[Acts], float, str]] = None, keep: bool = False,
+                 corrupt: Optional[tuple[Tensor, Tensor]] = None, delta: bool = False) -> GradientPass:
         """G for prompts ``prompt`` (``tokens`` [P, T] are theirs).
 
         ``read`` a :class:`interp.causal.MetricReader`: ``read.norm(x_final)`` the final norm, ``read.head(y,
         prompt)`` M [P] from its output (the gradient is taken there, then carried through that norm). ``mix`` =
         (ablated writes, α, "inputs" | "activations"): writes mixed α a_w + (1 − α) ã_w, the token embedding
-        only or every write. ``keep``: also return this pass's writes (before mixing).
+        only or every write. ``keep``: also return this pass's writes (before mixing). ``corrupt`` = (tokens,
+        mask): run those prompts too, layer by layer beside this pass (no gradient), returning their writes
+        and final stream. ``delta``: also return ΔA = ã_w − a_w of this pass's writes, ã the corrupt run's
+        writes when ``corrupt`` is given, else ``mix``'s (None: zero ablation).
         """
         ew, e, a, w = self.ew, self.e, self.a, self.w
         P, T = tokens.shape
@@ -61,89 +92,122 @@ class ReaderGradients:
         abl, alpha, which = mix if mix is not None else (None, 1.0, "")
         mixing = mix is not None and alpha != 1.0
         every = mixing and which == "activations"
+        recompute = is_streamed(w)  # one block alive at a time: recompute each layer on the way up
+        norm_in: dict[str, Tensor] = {}
+        parts = dict(e.embed_parts(tokens))
+        kept = dict(parts)
+        for site in ew.embed_idx:
+            if mixing and (every or site == "embed.token"):
+                ab = abl.embed[site] if abl is not None else torch.zeros_like(parts[site])
+                parts[site] = alpha * parts[site] + (1 - alpha) * ab
+        if w.ln_emb_w is not None:
+            norm_in["embed_ln"] = reduce(operator.add, parts.values()).detach()  # Σ in order, as embed sums
+        with torch.no_grad():
+            x = e.embed(parts)  # the graph starts at the embedded stream
+            k_parts = e.embed_parts(corrupt[0]) if corrupt is not None else {}
+            kx = e.embed(k_parts) if corrupt is not None else None
+        every_row = torch.arange(P, device=tokens.device)
+        kz: list[Tensor] = []
+        kms: list[Optional[Tensor]] = []
+        xin: list[Tensor] = []  # the stream each layer reads (before ln1), detached
         zs: list[Tensor] = []
         ms: list[Optional[Tensor]] = []
-        norm_in: dict[str, Tensor] = {}
+        blocks: list[Optional[_Block]] = []
+        for l in range(a.n_layers):  # down
+            if corrupt is not None and kx is not None:
+                store: dict[str, Tensor] = {}
+                with torch.no_grad():
+                    kx = e.layer(l, kx, prompt=every_row, mask=corrupt[1], capture={"z", "mlp_out"}, store=store)
+                kz.append(store["z"])
+                kms.append(store.get("mlp_out"))
+            xin.append(x.detach())
+            with torch.set_grad_enabled(not recompute):
+                b = self._block(l, x.detach().requires_grad_(not recompute), mask, frozen, abl, alpha, every)
+            zs.append(b.z)
+            ms.append(b.m)
+            norm_in.update(b.norm_in)
+            blocks.append(None if recompute else b)
+            x = b.out
         with torch.enable_grad():
-            parts = dict(e.embed_parts(tokens))
-            kept = dict(parts)
-            for site in ew.embed_idx:
-                if mixing and (every or site == "embed.token"):
-                    ab = abl.embed[site] if abl is not None else torch.zeros_like(parts[site])
-                    parts[site] = alpha * parts[site] + (1 - alpha) * ab
-            if w.ln_emb_w is not None:
-                norm_in["embed_ln"] = reduce(operator.add, parts.values()).detach()  # Σ in order, as embed sums
-            x = e.embed(parts).detach().requires_grad_(True)  # the graph starts at the embedded stream
-            handles: list[Tensor] = []
-            xin: list[Tensor] = []  # the stream each layer's q/k/v read (before ln1), detached
-            qkvs: list[Tensor] = []  # their projections, detached
-            mids: list[Tensor] = []  # the stream each MLP reads (before ln2)
-            for l in range(a.n_layers):
-                xin.append(x.detach())
-                qkv = e.project_qkv(l, e.read_norm(x, l, "1"))  # [P, T, H + 2 Hkv, dh]
-                handles.append(qkv)
-                qkvs.append(qkv.detach())
-                z = e.attention(l, qkv, mask, frozen=frozen)
-                zs.append(z.detach())
-                attn = e.joined(l, e.attn_out(l, z), "attn")
-                if every:  # the ablated attention output (b_O alone when the ablation zeroes z)
-                    if w.ln1_post_w is not None:  # its image through the sandwich norm (0 under zero ablation)
-                        ab = torch.zeros_like(attn) if abl is None else e.joined(l, e.attn_out(l, abl.z[l]), "attn")
-                    else:
-                        ab = w.b_O[l] if abl is None else e.attn_out(l, abl.z[l])
-                    attn = alpha * attn + (1 - alpha) * ab
-                if ew.post:
-                    norm_in[f"ln1.{l}"] = (x + attn).detach()
-                    mid = e.norm(x + attn, w.ln1_w[l], w.ln1_b[l])
-                elif a.parallel_attn_mlp:
-                    mid = x
-                else:
-                    mid = x + attn
-                if not ew.has_mlp:
-                    x = mid + attn if a.parallel_attn_mlp else mid
-                    ms.append(None)
-                    continue
-                mids.append(mid.detach())
-                # the MLP's own copy of its input: without a norm of its own (post-norm, OLMo 2, norm-free models
-                # such as tracr's) it is `mid` itself, whose gradient would include the residual path past the MLP
-                h2 = e.read_norm(mid, l, "2") if ew.own_norm else mid * 1.0
-                handles.append(h2)
-                m = e.joined(l, e.mlp(l, h2), "mlp")
-                ms.append(m.detach())
-                if every:
-                    ab_m = abl.mlp[l] if abl is not None else torch.zeros_like(m)
-                    m = alpha * m + (1 - alpha) * ab_m  # type: ignore[operator]
-                if ew.post:
-                    norm_in[f"ln2.{l}"] = (mid + m).detach()
-                    x = e.norm(mid + m, w.ln2_w[l], w.ln2_b[l])
-                elif a.parallel_attn_mlp:
-                    x = x + attn + m
-                else:
-                    x = mid + m
-            y = read.norm(x)
+            xf = x.detach().requires_grad_(True)
+            y = read.norm(xf)
             M = read.head(y, prompt)
-            grads = torch.autograd.grad(M.sum(), handles + [y], allow_unused=True)
+            gy, gx = torch.autograd.grad(M.sum(), [y, xf], allow_unused=True)
         G = torch.empty(P, ew.R, T, a.d_model, dtype=ew.model.dtype, device=tokens.device)
-        per = 2 if ew.has_mlp else 1
-        n = ew.H + 2 * ew.Hkv
-        for l in range(a.n_layers):
-            r0 = ew.q0[l]
-            gq = grads[per * l]
-            G[:, r0: r0 + n] = 0.0 if gq is None else self._qkv_grad(l, gq, xin[l], qkvs[l], frozen).transpose(0, 1)
-            if ew.has_mlp:
-                g2, r = grads[per * l + 1], ew.mlp_r[l]
-                if g2 is None:
-                    G[:, r] = 0.0
-                else:
-                    G[:, r] = e.norm_vjp(g2, mids[l], w.ln2_w[l], frozen=frozen) if ew.own_norm else g2
-        gy = grads[-1]
         if gy is None:
             G[:, ew.out_r] = 0.0
         else:
             own = not ew.post and a.norm != "none" and w.lnf_w is not None  # the metric's read has a final norm
-            G[:, ew.out_r] = e.norm_vjp(gy, x.detach(), w.lnf_w, frozen=frozen) if own else gy
-        acts = Acts(embed=kept, z=zs, mlp=ms) if keep else None
-        return GradientPass(G=G, acts=acts, norm_in=norm_in, M=M.detach())
+            G[:, ew.out_r] = e.norm_vjp(gy, xf.detach(), w.lnf_w, frozen=frozen) if own else gy
+        this = Acts(embed=kept, z=zs, mlp=ms)
+        k_acts = Acts(embed=dict(k_parts), z=kz, mlp=kms) if corrupt is not None else None
+        ref = k_acts if corrupt is not None else abl
+        dA = ew.delta_embed(ref, this) if delta else None
+        g = gx if gx is not None else torch.zeros_like(xf)
+        n = ew.H + 2 * ew.Hkv
+        for l in reversed(range(a.n_layers)):  # up
+            if recompute:
+                with torch.enable_grad():
+                    b = self._block(l, xin[l].detach().requires_grad_(True), mask, frozen, abl, alpha, every)
+            else:
+                b, blocks[l] = blocks[l], None  # type: ignore[assignment]
+            handles = [b.x, b.qkv] + ([b.h2] if b.h2 is not None else [])
+            gs = torch.autograd.grad(b.out, handles, grad_outputs=g, allow_unused=True)
+            g = gs[0] if gs[0] is not None else torch.zeros_like(xin[l])
+            r0, gq = ew.q0[l], gs[1]
+            G[:, r0: r0 + n] = 0.0 if gq is None else self._qkv_grad(l, gq, xin[l], b.qkv.detach(), frozen).transpose(0, 1)
+            if ew.has_mlp:
+                g2, r = gs[2], ew.mlp_r[l]
+                if g2 is None:
+                    G[:, r] = 0.0
+                else:
+                    G[:, r] = e.norm_vjp(g2, b.mid, w.ln2_w[l], frozen=frozen) if ew.own_norm else g2
+            if dA is not None:
+                ew.delta_layer(dA, l, ref, this)
+            del b, gs
+        return GradientPass(G=G, acts=this if keep else None, norm_in=norm_in, M=M.detach(), dA=dA,
+                            corrupt=k_acts, corrupt_final=kx)
+
+    def _block(self, l: int, x: Tensor, mask: Tensor, frozen: bool, abl: Optional[Acts], alpha: float,
+               every: bool) -> _Block:
+        """Layer l of the pass on its input x [P, T, d] (``every``: each write mixed α a_w + (1 − α) ã_w)."""
+        ew, e, a, w = self.ew, self.e, self.a, self.w
+        norm_in: dict[str, Tensor] = {}
+        qkv = e.project_qkv(l, e.read_norm(x, l, "1"))  # [P, T, H + 2 Hkv, dh]
+        z = e.attention(l, qkv, mask, frozen=frozen)
+        attn = e.joined(l, e.attn_out(l, z), "attn")
+        if every:  # the ablated attention output (b_O alone when the ablation zeroes z)
+            if w.ln1_post_w is not None:  # its image through the sandwich norm (0 under zero ablation)
+                ab = torch.zeros_like(attn) if abl is None else e.joined(l, e.attn_out(l, abl.z[l]), "attn")
+            else:
+                ab = w.b_O[l] if abl is None else e.attn_out(l, abl.z[l])
+            attn = alpha * attn + (1 - alpha) * ab
+        if ew.post:
+            norm_in[f"ln1.{l}"] = (x + attn).detach()
+            mid = e.norm(x + attn, w.ln1_w[l], w.ln1_b[l])
+        elif a.parallel_attn_mlp:
+            mid = x
+        else:
+            mid = x + attn
+        if not ew.has_mlp:
+            return _Block(x=x, out=mid + attn if a.parallel_attn_mlp else mid, qkv=qkv, h2=None, z=z.detach(), m=None,
+                          mid=None, norm_in=norm_in)
+        # the MLP's own copy of its input: without a norm of its own (post-norm, OLMo 2, norm-free models
+        # such as tracr's) it is `mid` itself, whose gradient would include the residual path past the MLP
+        h2 = e.read_norm(mid, l, "2") if ew.own_norm else mid * 1.0
+        m = e.joined(l, e.mlp(l, h2), "mlp")
+        m_kept = m.detach()
+        if every:
+            ab_m = abl.mlp[l] if abl is not None else torch.zeros_like(m)
+            m = alpha * m + (1 - alpha) * ab_m  # type: ignore[operator]
+        if ew.post:
+            norm_in[f"ln2.{l}"] = (mid + m).detach()
+            out = e.norm(mid + m, w.ln2_w[l], w.ln2_b[l])
+        elif a.parallel_attn_mlp:
+            out = x + attn + m
+        else:
+            out = mid + m
+        return _Block(x=x, out=out, qkv=qkv, h2=h2, z=z.detach(), m=m_kept, mid=mid.detach(), norm_in=norm_in)
 
     def _qkv_grad(self, l: int, g: Tensor, x: Tensor, qkv: Tensor, frozen: bool) -> Tensor:
         """[n, P, T, d]: each q/k/v reader's gradient g_j (at its projection's output) carried to the stream:

@@ -99,19 +99,29 @@ class EdgeWrites:
 
     def delta(self, abl: Optional[Acts], this: Acts) -> Tensor:
         """ã_w − a_w for every writer, [P, W, T, d] (heads through Δz: one product per layer)."""
+        out = self.delta_embed(abl, this)
+        for l in range(self.a.n_layers):
+            self.delta_layer(out, l, abl, this)
+        return out
+
+    def delta_embed(self, abl: Optional[Acts], this: Acts) -> Tensor:
+        """[P, W, T, d] with the embedding writers' ã_w − a_w filled (the layers' rows by :meth:`delta_layer`)."""
         ref = next(iter(this.embed.values()))
         P, T, d = ref.shape
         out = torch.empty(P, self.W, T, d, dtype=ref.dtype, device=ref.device)
         for site, i in self.embed_idx.items():
             out[:, i] = (abl.embed[site] - this.embed[site]) if abl is not None else -this.embed[site]
-        for l in range(self.a.n_layers):
-            out[:, self.head0[l]: self.head0[l] + self.H] = self.head_delta(l, abl, this)
-            if self.mlp_w[l] >= 0:
-                m = this.mlp[l]
-                if m is None:
-                    raise RuntimeError(f"edges: no MLP output of layer {l} in the run")
-                out[:, self.mlp_w[l]] = (abl.mlp[l] - m) if abl is not None else -m  # type: ignore[operator]
         return out
+
+    def delta_layer(self, out: Tensor, l: int, abl: Optional[Acts], this: Acts) -> None:
+        """Fill layer l's writers' rows of ``out`` [P, W, T, d] with ã_w − a_w (its heads through Δz, one
+        product with W_O^l: the gradient pass calls it while layer l's weights are in hand)."""
+        out[:, self.head0[l]: self.head0[l] + self.H] = self.head_delta(l, abl, this)
+        if self.mlp_w[l] >= 0:
+            m = this.mlp[l]
+            if m is None:
+                raise RuntimeError(f"edges: no MLP output of layer {l} in the run")
+            out[:, self.mlp_w[l]] = (abl.mlp[l] - m) if abl is not None else -m  # type: ignore[operator]
 
     def writer_delta(self, abl: Optional[Acts], this: Acts, i: int, p: int) -> Tensor:
         """ã_w − a_w of writer ``i`` for prompt ``p``, [T, d]."""
