@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 import torch
 from jaxtyping import Int
@@ -45,7 +46,8 @@ def public_call() -> str:
     """The call the user made: the outermost function of interp's own modules on the stack that is not private
     (``attribute_logits``, ``patch``, ``to_tokens``…), for error messages; "" when there is none."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    f, name = sys._getframe(1), ""
+    f: Optional[FrameType] = sys._getframe(1)
+    name = ""
     while f is not None:
         code = f.f_code
         if (os.path.abspath(code.co_filename).startswith(root) and not code.co_name.startswith(("_", "<"))
