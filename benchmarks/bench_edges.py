@@ -108,7 +108,7 @@ def tl_comparison() -> None:
     tmp = tempfile.mkdtemp(prefix="bench-edges-tok-")  # the bridge reloads its tokenizer by name_or_path
     tok.save_pretrained(tmp)
     tok = AutoTokenizer.from_pretrained(tmp)
-    m = interp.models.model_from_hf(hf, tok, name="gpt2-shaped-random")
+    m = interp.models.model_from_hf_unchecked(hf, tok, name="gpt2-shaped-random")
     g = torch.Generator().manual_seed(1)
     clean = torch.randint(1000, 20000, (1, 16), generator=g)
     corrupt = clean.clone()

@@ -109,7 +109,7 @@ def _looks_like_result(cls: type) -> bool:
 
 @pytest.fixture(scope="module")
 def models():
-    from interp.models import load_model
+    from interp.models import load_model_unchecked as load_model
 
     return {f: tiny_model(f) for f in ("gpt2", "llama", "neox", "bert")} | {"toy": load_model("toy-attn-only-2l")}
 

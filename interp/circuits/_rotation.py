@@ -36,7 +36,7 @@ from torch import Tensor
 from interp._validate import check_int, check_int_min, check_positive_float
 from interp.circuits._common import check_model, check_data
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
-from interp.models import Model, Weights, hf_state_from_weights, hf_writable, model_from_hf
+from interp.models import Model, Weights, hf_state_from_weights, hf_writable, model_from_hf_unchecked
 
 __all__ = ["rotate_residual", "random_rotation"]
 
@@ -195,6 +195,6 @@ def rotate_residual(model: Model, R: Tensor, *, atol: float = 1e-5, name: Option
     w = rotated_weights(model, R64)
     hf = _build_hf(model, w)
     new_name = name or f"{model.name}-rotated"
-    rotated = model_from_hf(hf, model.tokenizer, name=new_name, device=model.device, dtype=model.dtype,
+    rotated = model_from_hf_unchecked(hf, model.tokenizer, name=new_name, device=model.device, dtype=model.dtype,
                             has_unembed=model.arch.has_unembed, source=f"rotate_residual({model.name})")
     return dataclasses.replace(rotated, weights=w, arch=dataclasses.replace(model.arch, name=new_name))

@@ -23,8 +23,7 @@ from interp.engine._forward import Engine
 from interp.engine._rotary import unembed
 from interp.errors import EngineMismatchError, UnsupportedArchitectureError
 from interp.models import Model, load_progress, load_step
-from interp.models import load_model as _load_unchecked
-from interp.models import model_from_hf as _from_hf_unchecked
+from interp.models import load_model_unchecked, model_from_hf_unchecked
 
 __all__ = ["load_model", "model_from_hf", "self_check"]
 
@@ -123,15 +122,15 @@ def load_model(
     progress: Optional[bool] = None,
 ) -> Model:
     """Load a model by catalog name, local HF folder, local ``.gguf`` file or hub id
-    (:func:`interp.models.load_model`), then :func:`self_check` it: a model whose forward interp does not
+    (:func:`interp.models.load_model_unchecked`), then :func:`self_check` it: a model whose forward interp does not
     reproduce is refused with :class:`EngineMismatchError`. With ``device_map`` (and ``max_memory``,
     ``offload_folder``) accelerate places the model and the check streams its blocks one at a time. ``progress``:
     a bar naming each step (None: only for a first load, which builds a cache entry; True: always; False: never);
     each step's time is logged at INFO by the logger ``interp.models``."""
     with load_progress(str(name_or_path), progress):
-        model = _load_unchecked(name_or_path, device=device, dtype=dtype, cache_dir=cache_dir,
-                                trust_remote_code=trust_remote_code, device_map=device_map, max_memory=max_memory,
-                                offload_folder=offload_folder, progress=progress)
+        model = load_model_unchecked(name_or_path, device=device, dtype=dtype, cache_dir=cache_dir,
+                                     trust_remote_code=trust_remote_code, device_map=device_map,
+                                     max_memory=max_memory, offload_folder=offload_folder, progress=progress)
         with load_step("self-check interp's forward against the model's own"):
             self_check(model)
     return model
@@ -140,8 +139,8 @@ def load_model(
 def model_from_hf(hf_model: Any, tokenizer: Any, *, name: str, device: Union[str, torch.device] = "cpu",
                   dtype: torch.dtype = torch.float32, has_unembed: bool = True, source: str = "",
                   provenance: str = "") -> Model:
-    """:func:`interp.models.model_from_hf` (wrap a loaded Hugging Face model), then :func:`self_check` it."""
-    model = _from_hf_unchecked(hf_model, tokenizer, name=name, device=device, dtype=dtype, has_unembed=has_unembed,
-                               source=source, provenance=provenance)
+    """:func:`interp.models.model_from_hf_unchecked` (wrap a loaded Hugging Face model), then :func:`self_check` it."""
+    model = model_from_hf_unchecked(hf_model, tokenizer, name=name, device=device, dtype=dtype,
+                                    has_unembed=has_unembed, source=source, provenance=provenance)
     self_check(model)
     return model

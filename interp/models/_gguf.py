@@ -308,7 +308,7 @@ def load_gguf_source_cached(source: GGUFSource, cache_dir: Path, dtype: torch.dt
                             loader: Optional[Callable[[Path, torch.dtype], tuple[Any, Any]]] = None
                             ) -> tuple[Any, Any, Path]:
     """The HF model and tokenizer of a GGUF, through the safetensors cache; returns the entry path.
-    ``loader(entry, dtype)`` loads the entry (default: in memory; :func:`interp.models.load_model` passes
+    ``loader(entry, dtype)`` loads the entry (default: in memory; :func:`interp.load_model` passes
     one that places it with accelerate).
 
     1. Key the entry ``<stem>-<size>-<sha256[:16]>`` by the source's identity.

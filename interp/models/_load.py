@@ -45,7 +45,7 @@ from interp.models._offload import (Placement, block_devices, check_budget, chec
                                     streamed_weights)
 
 
-__all__ = ["load_catalog_hf", "load_model", "model_from_hf"]
+__all__ = ["load_catalog_hf", "load_model_unchecked", "model_from_hf_unchecked"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -128,7 +128,7 @@ def _load_hf_unchecked(path_or_id: str, dtype: torch.dtype, trust_remote_code: b
     return model, tokenizer, has_head
 
 
-def model_from_hf(
+def model_from_hf_unchecked(
     hf_model: Any,
     tokenizer: Any,
     *,
@@ -304,7 +304,7 @@ def load_catalog_hf(name: str, *, cache_dir: Optional[Union[str, os.PathLike]] =
 
 
 @_quietly
-def load_model(
+def load_model_unchecked(
     name_or_path: Union[str, os.PathLike],
     *,
     device: Union[str, torch.device] = "cpu",
@@ -356,7 +356,7 @@ def _load_model(name_or_path: Union[str, os.PathLike], *, device: Union[str, tor
         path = entry.path()  # MissingPackageError names the pip command
         if entry.kind in ("gguf", "gguf_parts"):
             hf, tok = _catalog_gguf(entry, path, cache, loader, load_dtype)
-            return model_from_hf(hf, tok, name=entry.name, device=device, dtype=dtype, source=str(path),
+            return model_from_hf_unchecked(hf, tok, name=entry.name, device=device, dtype=dtype, source=str(path),
                                  provenance=entry.provenance)
         if entry.kind == "toy":
             if placement is not None:
@@ -364,7 +364,7 @@ def _load_model(name_or_path: Union[str, os.PathLike], *, device: Union[str, tor
                                     "loaded in memory only; drop device_map/max_memory/offload_folder")
             return load_toy(path, name=entry.name, device=device, dtype=dtype)
         hf, tok, has_head = _load_hf(str(path), load_dtype, trust_remote_code, placement=placement)
-        return model_from_hf(hf, tok, name=entry.name, device=device, dtype=dtype,
+        return model_from_hf_unchecked(hf, tok, name=entry.name, device=device, dtype=dtype,
                              has_unembed=has_head, source=str(path), provenance=entry.provenance)
 
     path = Path(name).expanduser()
@@ -372,13 +372,13 @@ def _load_model(name_or_path: Union[str, os.PathLike], *, device: Union[str, tor
         if not path.exists():
             raise ModelNotFoundError(f"name_or_path={name!r}: no such .gguf file")
         hf, tok, _ = load_gguf_cached(path, cache / "gguf", load_dtype, loader)
-        return model_from_hf(hf, tok, name=path.stem, device=device, dtype=dtype, source=str(path),
+        return model_from_hf_unchecked(hf, tok, name=path.stem, device=device, dtype=dtype, source=str(path),
                              provenance=f"GGUF file {path.name}, dequantized to float32 by interp")
     if path.exists():
         if not (path / "config.json").is_file():
             raise ModelLoadError(f"name_or_path={name!r} is a folder without config.json; expected a Hugging Face model folder")
         hf, tok, has_head = _load_hf(str(path), load_dtype, trust_remote_code, placement=placement)
-        return model_from_hf(hf, tok, name=path.name, device=device, dtype=dtype, has_unembed=has_head, source=str(path))
+        return model_from_hf_unchecked(hf, tok, name=path.name, device=device, dtype=dtype, has_unembed=has_head, source=str(path))
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise unknown_model_error(name)  # a path that does not exist, not a hub id
     if "/" not in name and close_catalog_names(name):
@@ -395,5 +395,5 @@ def _load_model(name_or_path: Union[str, os.PathLike], *, device: Union[str, tor
                 f"or a catalog name ({', '.join(catalog_names())})"
             ) from e
         raise unknown_model_error(name) from e
-    return model_from_hf(hf, tok, name=name, device=device, dtype=dtype, has_unembed=has_head, source=f"hub:{name}",
+    return model_from_hf_unchecked(hf, tok, name=name, device=device, dtype=dtype, has_unembed=has_head, source=f"hub:{name}",
                          provenance=f"Hugging Face hub model {name}")

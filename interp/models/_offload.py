@@ -334,7 +334,7 @@ def _check_map_device(key: str, value: Any) -> None:
 
 
 def check_placement(device_map: Any, max_memory: Any, offload_folder: Any) -> Optional[Placement]:
-    """Validate the placement arguments of :func:`interp.models.load_model` (None when none is given)."""
+    """Validate the placement arguments of :func:`interp.load_model` (None when none is given)."""
     if device_map is None:
         for arg, v in (("max_memory", max_memory), ("offload_folder", offload_folder)):
             if v is not None:

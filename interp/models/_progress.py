@@ -75,7 +75,7 @@ _CURRENT: ContextVar[Optional[LoadProgress]] = ContextVar("interp_load_progress"
 @contextlib.contextmanager
 def load_progress(name: str, show: Optional[bool] = None) -> Iterator[LoadProgress]:
     """The load's :class:`LoadProgress`: a new one, or the one already under way (a load inside a load, e.g. the
-    self-checking :func:`interp.load_model` around :func:`interp.models.load_model`, shares one bar)."""
+    self-checking :func:`interp.load_model` around :func:`interp.models.load_model_unchecked`, shares one bar)."""
     if show is not None and not isinstance(show, bool):
         raise ArgumentError(f"progress={show!r} must be True, False or None (automatic)")
     current = _CURRENT.get()

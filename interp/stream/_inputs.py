@@ -22,7 +22,7 @@ def require_model(model: Any, *, name: str = "model") -> None:
     if not isinstance(model, Model):
         raise ArgumentError(
             f"{name}={model!r:.80} is a {type(model).__name__}, not an interp Model; "
-            "load one with interp.load_model(name_or_path) (or interp.models.model_from_hf)"
+            "load one with interp.load_model(name_or_path) (or interp.engine.model_from_hf)"
         )
 
 

@@ -15,7 +15,7 @@ import interp
 from interp.attribution import attribute_direction, attribute_logits
 from interp.errors import ArgumentError, InterpError, ShapeError, UnsupportedArchitectureError, UnsupportedOperationError
 from tiny_models import LINEAR_LOGITS, hooked_forward, tiny_hf_model, tiny_model, tiny_tokenizer
-from interp.models import model_from_hf
+from interp.models import model_from_hf_unchecked as model_from_hf
 
 DECODERS = ("gpt2", "llama", "neox", *LINEAR_LOGITS)
 PROMPTS = ["w1 w2 w3 w4 w5", "w6 w7", "w8 w9 w10 w11"]

@@ -19,7 +19,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 import interp
-from interp.models import model_from_hf
+from interp.models import model_from_hf_unchecked as model_from_hf
 from tiny_models import VOCAB, tiny_hf_model
 
 PROMPT = "The capital of Spain is"

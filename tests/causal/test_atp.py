@@ -25,7 +25,7 @@ from interp.errors import (
     UnsupportedArchitectureError,
     UnsupportedOperationError,
 )
-from interp.models import model_from_hf
+from interp.models import model_from_hf_unchecked as model_from_hf
 from interp.stream import count_hooks
 from rounding import assert_same_up_to_rounding
 from tiny_models import FAMILIES, MORE_FAMILIES, tiny_hf_model, tiny_model, tiny_tokenizer

@@ -7,7 +7,7 @@ from transformer_lens import FactoredMatrix
 import interp.circuits as C
 from circuits_reference import capture
 from interp.errors import ArgumentError, MemoryCapError
-from interp.models import model_from_hf
+from interp.models import model_from_hf_unchecked as model_from_hf
 from tiny_models import tiny_hf_model, tiny_tokenizer
 
 TOL = 1e-5

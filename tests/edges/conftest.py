@@ -3,7 +3,7 @@ import torch
 
 from tiny_models import tiny_hf_model, tiny_tokenizer
 
-from interp.models import model_from_hf
+from interp.models import model_from_hf_unchecked as model_from_hf
 
 from ._reference import Reference
 

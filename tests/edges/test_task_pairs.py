@@ -191,7 +191,7 @@ def test_cli_pairs_checked_before_the_model_loads(tmp_path, capsys, monkeypatch)
         raise AssertionError("the model was loaded before the pairs file was checked")
 
     monkeypatch.setattr(cli, "_load", no_load)
-    monkeypatch.setattr(models, "load_model", no_load)
+    monkeypatch.setattr(models, "load_model_unchecked", no_load)
     bad = _write(tmp_path / "bad.jsonl", [PAIRS[0]], raw_lines=['{"clean": "w1"'])
     assert main(["circuit", "--model", "smollm2-135m", "--pairs", str(bad), "--out", str(tmp_path / "o"), "-q"]) == 2
     assert "bad.jsonl, line 2: not valid JSON" in capsys.readouterr().err

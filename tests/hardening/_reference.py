@@ -64,7 +64,7 @@ def exact_norms(hf: torch.nn.Module) -> torch.nn.Module:
 @functools.lru_cache(maxsize=None)
 def models(family: str, seed: int = 0, n_layers: int = 2, dtype: torch.dtype = torch.float32):
     """(interp Model, separate HF copy) of a tiny random model, built once per argument tuple."""
-    from interp.models import model_from_hf
+    from interp.models import model_from_hf_unchecked as model_from_hf
 
     hf_for_interp = tiny_hf_model(family, seed=seed, n_layers=n_layers, dtype=dtype)
     ref = tiny_hf_model(family, seed=seed, n_layers=n_layers, dtype=dtype)

@@ -367,7 +367,7 @@ def _results(models) -> dict[str, list[Any]]:
     out["FaithfulnessCurve"] = [faithfulness_curve(l, clean, corrupt, scores, metric=diff, sizes=(0.1, 1.0),
                                                    progress=False)]
     from interp.groundtruth import edge_ranking, induction_task
-    from interp.models import load_model
+    from interp.models import load_model_unchecked as load_model
 
     task = induction_task(load_model("toy-attn-only-2l"), n_seqs=2, n=3)  # the shipped, norm-free toy
     out["EdgeRanking"] = [edge_ranking(task, "eap", "mean"),  # signed effects

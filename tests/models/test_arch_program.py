@@ -18,9 +18,10 @@ import interp.circuits as C
 from interp.circuits._labels import check_order, parse_read, parse_write
 from interp.errors import ArgumentError, LabelError, UnsupportedArchitectureError, UnsupportedOperationError
 from interp.models import (
-    ToyConfig, build_program, build_toy, hf_state_from_weights, hf_writable, model_from_hf, native_state_dict,
+    ToyConfig, build_program, build_toy, hf_state_from_weights, hf_writable, native_state_dict,
     program_position, sees,
 )
+from interp.models import model_from_hf_unchecked as model_from_hf
 from tiny_models import FAMILIES, tiny_hf_model, tiny_tokenizer
 
 # The capabilities of each tiny config (tests/tiny_models.py), written out by hand.

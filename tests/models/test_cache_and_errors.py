@@ -502,7 +502,7 @@ def test_model_from_hf_checks_dtype():
     from tiny_models import tiny_hf_model, tiny_tokenizer
 
     with pytest.raises(ArgumentError, match="dtype"):
-        interp.models.model_from_hf(tiny_hf_model("gpt2"), tiny_tokenizer(), name="x", dtype=torch.int32)
+        interp.models.model_from_hf_unchecked(tiny_hf_model("gpt2"), tiny_tokenizer(), name="x", dtype=torch.int32)
 
 
 def test_errors_are_interp_errors():

@@ -11,7 +11,7 @@ import torch
 
 import interp
 from interp.errors import UnsupportedOperationError
-from interp.models import model_from_hf
+from interp.models import model_from_hf_unchecked as model_from_hf
 from tiny_models import DEVICE, tiny_hf_model, tiny_tokenizer
 
 CLEAN, CORRUPT = ["w1 w2 w3 w4 w1 w2", "w5 w6 w7 w8 w5 w6"], ["w1 w2 w3 w4 w13 w14", "w5 w6 w7 w8 w15 w16"]

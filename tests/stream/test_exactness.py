@@ -359,7 +359,7 @@ def test_trace_at_equals_full_trace_at_those_positions(case, stop):
 def test_config_variants_close_and_match_hf(family, overrides):
     """Regression: a Llama with attention_bias=True lost its o_proj bias (no L{l}.attn_bias term:
     closure error ~100%), and with mlp_bias=True its down_proj bias (b_out read as zeros)."""
-    from interp.models import model_from_hf
+    from interp.models import model_from_hf_unchecked as model_from_hf
     from tiny_models import tiny_tokenizer
 
     from ._hf_reference import variant_hf

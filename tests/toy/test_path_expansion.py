@@ -10,7 +10,7 @@ from toy_reference import capture_patterns, ov, repeated, uniform
 
 from interp.circuits._path_expansion import PathExpansion, _count_terms, path_expansion
 from interp.errors import ArgumentError, LabelError, MemoryCapError, ShapeError, UnsupportedOperationError
-from interp.models import load_model
+from interp.models import load_model_unchecked as load_model
 from interp.toy import build_toy
 
 N = 15

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from toy_reference import capture_patterns
 
 from interp.errors import ArgumentError, MemoryCapError, ShapeError
-from interp.models import load_model
+from interp.models import load_model_unchecked as load_model
 from interp.toy import attention_patterns, probe_report, random_tokens, repeated_tokens
 
 

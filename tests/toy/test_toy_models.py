@@ -24,7 +24,7 @@ from toy_reference import (
 )
 
 import interp
-from interp.models import load_model
+from interp.models import load_model_unchecked as load_model
 
 N = 15  # repeated-sequence probe: <bos> + 15 words + the same 15 words = 31 ≤ n_ctx 32
 
