@@ -32,9 +32,9 @@
 # 5. do the same on Gemma 3 270M (sandwich norms, QK-norm, a 262k vocabulary) for "Paris is the capital of".
 #
 # 30–70 s with the transcoders in the cache (by the load). A fresh machine also converts both models and trains the
-# transcoders first: 7 minutes in all on 2 busy CPU cores (smollm2's 74 s, Gemma's 210 s of training; a few
-# thousand tokens each, so their FVU is high and the error nodes carry much of the MLPs' writes — the graph is
-# exact either way).
+# transcoders first: 7 to 20 minutes on 2 busy CPU cores (smollm2's training 74–535 s, Gemma's 210–515 s, by the
+# other jobs running; a few thousand tokens each, so their FVU is high and the error nodes carry much of the MLPs'
+# writes — the graph is exact either way).
 
 # %%
 import os
@@ -75,7 +75,7 @@ print(interp.predict(model, PROMPT, k=5).to_dataframe())
 
 # %%
 t = time.perf_counter()
-tc = train_transcoders(model, layers="all", width=1024, k=8, tokens=8192, lr=1e-2, passes=4, eval_tokens=2048)
+tc = train_transcoders(model, layers="all", width=1024, k=8, tokens=8192, eval_tokens=2048)
 print(tc, f"({'loaded from the cache' if tc.from_cache else 'trained'} in {time.perf_counter() - t:.0f} s)")
 print(f"trained at {tc.tokens_per_second} tokens/s" if tc.tokens_per_second else "")
 df = tc.to_dataframe()
@@ -87,6 +87,12 @@ fig.update_layout(title="Transcoders per layer (smollm2-135m)", xaxis_title="lay
 fig.show()
 
 # %% [markdown]
+# The defaults fit the budget: with 8,192 tokens (8 batches) the learning rate is 1e-2 and each batch gets four
+# Adam steps (`tc.config["lr"]`, `tc.config["passes"]`). Every layer does better than the mean (FVU below 1), but
+# the `DictionaryQualityWarning` above names the layers most of whose 1,024 features never fired on the 2,048
+# held-out tokens: a few thousand training tokens use a fraction of the width (a smaller width or more tokens
+# would use more).
+#
 # FVU is the fraction of the MLP output's variance (around its mean, on held-out chapters) the transcoder does
 # not reconstruct: 1 is as good as predicting the mean. L0 is the mean number of active features per token (at
 # most k). With a few thousand training tokens these dictionaries are rough; in the graph the error nodes hold
@@ -153,10 +159,12 @@ for path in paths(A, readable, out, 3, 3)[:9]:
 # %% [markdown]
 # ## One path checked by intervention
 #
-# Take the most influential feature below the last layer (after position 0) and ablate it in the replacement
-# model (`intervene`), first with every other feature frozen at its real activation: then the change of the
-# logit must be minus its direct edge into the logit. Then let the downstream features respond (attention
-# still frozen): the difference is what flows through later features.
+# Take the most influential feature below the last layer (after position 0) and ablate it (`intervene`), first
+# with every other feature and error node frozen at its real value (the `"graph"` regime): then the change of the
+# logit must be minus its direct edge into the logit. Then the default (`"frozen attention"`): the real MLPs rerun
+# on their changed inputs, with the feature's change added to its MLP's write — the model's own response, through
+# every later MLP, with the attention patterns and norm scales still frozen. Without an intervention both reruns
+# are the model itself (`closure_error`, checked on every call).
 
 # %%
 feats = p.to_dataframe().query(f"kind == 'feature' and pos > 0 and layer < {model.arch.n_layers - 1}")
@@ -165,11 +173,15 @@ edge = float(g.adjacency[g.node_labels.index("logit"), g.node_labels.index(f_bes
 r_frozen = intervene(model, PROMPT, tc.transcoders, [Intervention.ablate(f_best["node"])], target=" Paris", freeze_features=True)
 r_live = intervene(model, PROMPT, tc.transcoders, [Intervention.ablate(f_best["node"])], target=" Paris")
 print(f"ablate {f_best['node']} (activation {f_best['activation']:.3f}; edge into the logit {edge:+.4f})")
-print(f"  other features frozen:   Δ logit = {r_frozen.metric_change:+.4f}  (graph predicts {-edge:+.4f})")
-print(f"  downstream features live: Δ logit = {r_live.metric_change:+.4f}")
+print(f"  {r_frozen.regime!r}: Δ logit = {r_frozen.metric_change:+.4f}  (graph predicts {-edge:+.4f})")
+print(f"  {r_live.regime!r}: Δ logit = {r_live.metric_change:+.4f}  (closure {r_live.closure_error:.1e})")
 assert abs(r_frozen.metric_change + edge) <= 1e-3 * max(1.0, abs(edge))
 
 # %% [markdown]
+# In one run: ablating L0.F931@1 (the "The" token) moves the logit by −0.5345 in the graph regime, minus its edge
+# (+0.5346); with the real MLPs responding, by −1.1444 — the same direction, about twice as far, through later MLPs
+# the graph counts as separate nodes. Both reruns reproduce the model without the intervention (closure 5e-5).
+#
 # ## QK attribution for a key head
 #
 # Which head moves the most to " Paris"? Exact logit attribution by head, then split that head's attention
@@ -226,13 +238,13 @@ print(gemma)
 print(interp.predict(gemma, G_PROMPT, k=5).to_dataframe())
 
 # %% [markdown]
-# " France" first, at 0.71. The transcoders: 18 layers, width 1024, k = 8, 12,288 training tokens at four Adam
-# steps a batch — 1.5 to 4 minutes on 2 CPU cores when the cache is empty (60–150 tokens/s, by the machine's
-# load).
+# " France" first, at 0.71. The transcoders: 18 layers, width 1024, k = 8, 12,288 training tokens; the defaults
+# scale the learning rate (1e-2) and the Adam steps per batch (four) to that budget — 1.5 to 4 minutes on 2 CPU
+# cores when the cache is empty (60–150 tokens/s, by the machine's load).
 
 # %%
 t = time.perf_counter()
-gtc = train_transcoders(gemma, layers="all", width=1024, k=8, tokens=12288, lr=1e-2, passes=4, eval_tokens=2048)
+gtc = train_transcoders(gemma, layers="all", width=1024, k=8, tokens=12288, eval_tokens=2048)
 print(gtc, f"({'loaded from the cache' if gtc.from_cache else 'trained'} in {time.perf_counter() - t:.0f} s)")
 print(f"trained at {gtc.tokens_per_second} tokens/s" if gtc.tokens_per_second else "")
 print(gtc.to_dataframe().iloc[::2].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
@@ -269,9 +281,15 @@ g_edge = float(gg.adjacency[gg.node_labels.index("logit"), gg.node_labels.index(
 g_frozen = intervene(gemma, G_PROMPT, gtc.transcoders, [Intervention.ablate(g_best["node"])], target=" France", freeze_features=True)
 g_live = intervene(gemma, G_PROMPT, gtc.transcoders, [Intervention.ablate(g_best["node"])], target=" France")
 print(f"ablate {g_best['node']} (activation {g_best['activation']:.3f}; edge into the logit {g_edge:+.4f})")
-print(f"  other features frozen:   Δ logit = {g_frozen.metric_change:+.4f}  (graph predicts {-g_edge:+.4f})")
-print(f"  downstream features live: Δ logit = {g_live.metric_change:+.4f}")
+print(f"  {g_frozen.regime!r}: Δ logit = {g_frozen.metric_change:+.4f}  (graph predicts {-g_edge:+.4f})")
+print(f"  {g_live.regime!r}: Δ logit = {g_live.metric_change:+.4f}  (closure {g_live.closure_error:.1e})")
 assert abs(g_frozen.metric_change + g_edge) <= 1e-3 * max(1.0, abs(g_edge))
+
+# %% [markdown]
+# In one run: ablating L11.F312@1 (edge −4.1147 into the logit) raises the logit by +4.1147 in the graph regime and
+# by +1.7576 with the real MLPs rerun — the same sign; later MLPs make up part of the removed write. (The former
+# default reran the transcoders with the error nodes held, a different network from the model: in this notebook's
+# previous version it reported +10.37 for an ablation the graph put at −5.26, the wrong sign; docs/math.md §28.)
 
 # %% [markdown]
 # QK attribution through the QK-norm: the head that moves " France" most, its score from the last position to
