@@ -21,7 +21,7 @@ from interp.models import Batch, resid_hook_names
 from interp.models import Model
 from interp.stream import as_batch
 
-__all__ = ["Node", "NODE_SETS", "resolve_nodes", "Pair", "make_pair", "MetricReader", "source_acts",
+__all__ = ["PatchNode", "NODE_SETS", "resolve_nodes", "Pair", "make_pair", "MetricReader", "source_acts",
            "check_reference_spread"]
 
 NODE_SETS = ("heads", "mlps", "components", "resid", "head_inputs", "patterns")
@@ -29,7 +29,7 @@ _EMBED_SITE = {"token": "embed.token", "pos": "embed.pos", "type": "embed.type"}
 
 
 @dataclass(frozen=True)
-class Node:
+class PatchNode:
     """A patchable activation: its label, the engine site, layer (−1: embedding) and head (or None)."""
 
     label: Any
@@ -42,47 +42,47 @@ class Node:
         return str(self.label)
 
 
-def _embed_nodes(model: Model) -> list[Node]:
+def _embed_nodes(model: Model) -> list[PatchNode]:
     w = model.weights
-    out = [Node(Embed("token"), "embed.token", -1)]
+    out = [PatchNode(Embed("token"), "embed.token", -1)]
     if w.W_pos is not None and model.arch.positional == "learned":
-        out.append(Node(Embed("pos"), "embed.pos", -1))
+        out.append(PatchNode(Embed("pos"), "embed.pos", -1))
     if w.W_type is not None:
-        out.append(Node(Embed("type"), "embed.type", -1))
+        out.append(PatchNode(Embed("type"), "embed.type", -1))
     return out
 
 
-def resolve_nodes(model: Model, nodes: Any, *, name: str = "nodes") -> tuple[list[Node], str]:
+def resolve_nodes(model: Model, nodes: Any, *, name: str = "nodes") -> tuple[list[PatchNode], str]:
     """(nodes, kind) from a node-set name or a list of labels; kind is the set name or "labels"."""
     a = model.arch
     L, H, Hkv = a.n_layers, a.n_heads, a.n_kv_heads
     if isinstance(nodes, str) and nodes in NODE_SETS:
         if nodes == "heads":
-            return [Node(Head(l, h), "z", l, h) for l in range(L) for h in range(H)], nodes
+            return [PatchNode(Head(l, h), "z", l, h) for l in range(L) for h in range(H)], nodes
         if nodes == "patterns":
-            return [Node(Head(l, h), "pattern", l, h) for l in range(L) for h in range(H)], nodes
+            return [PatchNode(Head(l, h), "pattern", l, h) for l in range(L) for h in range(H)], nodes
         if nodes == "mlps":
             if not model.has_mlp:
                 raise ArgumentError(f"{name}='mlps': model {model.name!r} has no MLP sublayers (attention-only)")
-            return [Node(Mlp(l), "mlp_out", l) for l in range(L)], nodes
+            return [PatchNode(Mlp(l), "mlp_out", l) for l in range(L)], nodes
         if nodes == "components":
             out = _embed_nodes(model)
             for l in range(L):
-                out += [Node(Head(l, h), "z", l, h) for h in range(H)]
+                out += [PatchNode(Head(l, h), "z", l, h) for h in range(H)]
                 if model.has_mlp:
-                    out.append(Node(Mlp(l), "mlp_out", l))
+                    out.append(PatchNode(Mlp(l), "mlp_out", l))
             return out, nodes
         if nodes == "resid":
             out = []
             for hook in resid_hook_names(a):
                 lab = as_label(hook, Resid)
-                out.append(Node(lab, f"resid_{lab.where}", lab.layer))
+                out.append(PatchNode(lab, f"resid_{lab.where}", lab.layer))
             return out, nodes
         out = []
         for l in range(L):
-            out += [Node(HeadInput(l, "q", h), "q", l, h) for h in range(H)]
-            out += [Node(HeadInput(l, "k", h), "k", l, h) for h in range(Hkv)]
-            out += [Node(HeadInput(l, "v", h), "v", l, h) for h in range(Hkv)]
+            out += [PatchNode(HeadInput(l, "q", h), "q", l, h) for h in range(H)]
+            out += [PatchNode(HeadInput(l, "k", h), "k", l, h) for h in range(Hkv)]
+            out += [PatchNode(HeadInput(l, "v", h), "v", l, h) for h in range(Hkv)]
         return out, nodes
     if isinstance(nodes, str) or not isinstance(nodes, (list, tuple)) or not nodes:
         raise ArgumentError(f"{name}={nodes!r} must be one of {list(NODE_SETS)} or a non-empty list of labels "
@@ -96,7 +96,7 @@ def resolve_nodes(model: Model, nodes: Any, *, name: str = "nodes") -> tuple[lis
     return out, "labels"
 
 
-def _check_node(model: Model, lab: Any, name: str) -> Node:
+def _check_node(model: Model, lab: Any, name: str) -> PatchNode:
     a = model.arch
     layer = getattr(lab, "layer", -1)
     if isinstance(lab, (Head, Mlp, Resid, HeadInput, Attn)) and not 0 <= layer < a.n_layers:
@@ -104,24 +104,24 @@ def _check_node(model: Model, lab: Any, name: str) -> Node:
     if isinstance(lab, Head):
         if not 0 <= lab.head < a.n_heads:
             raise LabelError(f"{name}={str(lab)!r}: head {lab.head} does not exist; heads are 0..{a.n_heads - 1}")
-        return Node(lab, "z", layer, lab.head)
+        return PatchNode(lab, "z", layer, lab.head)
     if isinstance(lab, HeadInput):
         n = a.n_heads if lab.which == "q" else a.n_kv_heads
         if not 0 <= lab.head < n:
             what = "query heads" if lab.which == "q" else "KV heads"
             raise LabelError(f"{name}={str(lab)!r}: {lab.which} head {lab.head} does not exist; {what} are 0..{n - 1}")
-        return Node(lab, lab.which, layer, lab.head)
+        return PatchNode(lab, lab.which, layer, lab.head)
     if isinstance(lab, Mlp):
         if not model.has_mlp:
             raise LabelError(f"{name}={str(lab)!r}: model {model.name!r} has no MLPs")
-        return Node(lab, "mlp_out", layer)
+        return PatchNode(lab, "mlp_out", layer)
     if isinstance(lab, Attn):
-        return Node(lab, "attn_out", layer)
+        return PatchNode(lab, "attn_out", layer)
     if isinstance(lab, Resid):
         if str(lab) not in resid_hook_names(a):
             raise LabelError(f"{name}={str(lab)!r} is not a resid point of this model "
                              f"({'parallel blocks have no resid_mid' if lab.where == 'mid' else 'unknown'})")
-        return Node(lab, f"resid_{lab.where}", layer)
+        return PatchNode(lab, f"resid_{lab.where}", layer)
     emb = {n.text: n for n in _embed_nodes(model)}
     if str(lab) not in emb:
         raise LabelError(f"{name}={str(lab)!r}: model {model.name!r} has no such embedding; it has {sorted(emb)}")

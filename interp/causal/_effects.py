@@ -26,7 +26,7 @@ from torch import Tensor
 
 from interp._norms import apply_frozen
 from interp._validate import check_bool, check_choice, check_cluster, check_positive_int
-from interp.causal._common import Node, Pair, check_reference_spread, make_pair, resolve_nodes
+from interp.causal._common import Pair, PatchNode, check_reference_spread, make_pair, resolve_nodes
 from interp.engine import RunCache
 from interp.causal._patch import ABLATIONS, check_ablation, sweep_nodes
 from interp.causal._result import Effects
@@ -39,7 +39,7 @@ __all__ = ["effects", "node_write", "carry_to_final"]
 _WRITE_SITES = ("z", "mlp_out", "embed.token", "embed.pos", "embed.type")
 
 
-def node_write(model: Model, node: Node, run: Optional[RunCache], like: RunCache) -> Tensor:
+def node_write(model: Model, node: PatchNode, run: Optional[RunCache], like: RunCache) -> Tensor:
     """The node's write into the residual stream, [P, n, d_model] (zeros when ``run`` is None)."""
     src = run if run is not None else like
     if node.site == "z":
@@ -57,7 +57,7 @@ def node_write(model: Model, node: Node, run: Optional[RunCache], like: RunCache
     return torch.zeros_like(out) if run is None else out
 
 
-def carry_to_final(model: Model, node: Node, delta: Tensor, clean: RunCache, pos: Optional[Tensor]) -> Tensor:
+def carry_to_final(model: Model, node: PatchNode, delta: Tensor, clean: RunCache, pos: Optional[Tensor]) -> Tensor:
     """J_n δ: a change of n's write carried to the final residual with every later node frozen.
 
     ``delta`` [P, m, d] at positions ``pos`` [P, m] (or every position when None). Post-norm: through
@@ -149,7 +149,7 @@ def effects(
     )
 
 
-def _direct(model: Model, pair: Pair, node_list: list[Node], c_run: RunCache, src: Optional[RunCache],
+def _direct(model: Model, pair: Pair, node_list: list[PatchNode], c_run: RunCache, src: Optional[RunCache],
             clean_out: Optional[Tensor]) -> Tensor:
     """direct [n_nodes, P]: one batched frozen-scale readout of x_final + J_n δ_n for every node."""
     bound = pair.bound

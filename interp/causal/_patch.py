@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from interp._validate import check_bool, check_choice, check_cluster, check_positive_int
 from interp.causal._common import (
-    Node,
+    PatchNode,
     Pair,
     check_reference_spread,
     clean_output,
@@ -87,7 +87,8 @@ def shared_prefix(pair: Pair) -> int:
     return int(diff.nonzero()[0, 0]) if bool(diff.any()) else pair.clean.tokens.shape[1]
 
 
-def node_value(node: Node, src: Optional[RunCache], like: RunCache, prompt: int, t: Optional[int], t0: int) -> Tensor:
+def node_value(node: PatchNode, src: Optional[RunCache], like: RunCache, prompt: int, t: Optional[int],
+               t0: int) -> Tensor:
     """The source value of ``node`` for one prompt: [1, T, ...] (all positions from t0) or [1, ...] (position t).
     ``src=None`` means zero ablation (zeros shaped like ``like``'s activation)."""
     act = source_acts(node.site, node.layer, src if src is not None else like)
@@ -101,22 +102,24 @@ def node_value(node: Node, src: Optional[RunCache], like: RunCache, prompt: int,
     return torch.zeros_like(v) if src is None else v
 
 
-def node_patch(node: Node, row: int, value: Tensor, t: Optional[int], device: Any) -> Patch:
-    return Patch(site=node.site, layer=node.layer, rows=torch.tensor([row], device=device), value=value,
-                 head=None if node.head is None else torch.tensor([node.head], device=device),
-                 pos=None if t is None else torch.tensor([t], device=device))
+def node_patch(node: PatchNode, row: int, value: Tensor, t: Optional[int], ids: Tensor) -> Patch:
+    """The patch of ``node`` in row ``row``; its one-element indices are views of ``ids`` (an arange on the model's
+    device longer than any row, head and position), not a host-to-device copy each."""
+    return Patch(site=node.site, layer=node.layer, rows=ids[row: row + 1], value=value,
+                 head=None if node.head is None else ids[node.head: node.head + 1],
+                 pos=None if t is None else ids[t: t + 1])
 
 
-def _variant(node: Node, src: Optional[RunCache], like: RunCache, prompt: int, t: Optional[int], t0: int,
-             device: Any) -> Variant:
+def _variant(node: PatchNode, src: Optional[RunCache], like: RunCache, prompt: int, t: Optional[int], t0: int,
+             ids: Tensor) -> Variant:
     def make(row: int, t0_: int) -> list[Patch]:
-        return [node_patch(node, row, node_value(node, src, like, prompt, t, t0_), t, device)]
+        return [node_patch(node, row, node_value(node, src, like, prompt, t, t0_), t, ids)]
 
     # resid_post of layer l is the input of l + 1: join there (the patch still applies at the end of l)
     return Variant(layer=node.layer, prompt=prompt, t0=t0, make=make)
 
 
-def capture_sites(nodes: Sequence[Node]) -> set[str]:
+def capture_sites(nodes: Sequence[PatchNode]) -> set[str]:
     return {n.site for n in nodes if not n.site.startswith("embed.") and n.site != "resid_pre"}
 
 
@@ -206,7 +209,7 @@ class Sweep:
     clean_out: Optional[Tensor]
 
 
-def sweep_nodes(model: Model, pair: Pair, node_list: list[Node], *, positions: str, direction: str, ablation: str,
+def sweep_nodes(model: Model, pair: Pair, node_list: list[PatchNode], *, positions: str, direction: str, ablation: str,
                 reference: Any, batch_size: Optional[int], progress: bool, seed: int, desc: str,
                 keep_scales: bool = False, extra_sites: Optional[set[str]] = None) -> Sweep:
     """Steps 2–4 of the module docstring for checked inputs."""
@@ -236,7 +239,11 @@ def sweep_nodes(model: Model, pair: Pair, node_list: list[Node], *, positions: s
     share = shared_prefix(pair) if ablation == "corrupt" else 0
     mpos = pair.bound.last_positions  # patches after the last position the metric reads are no-ops
     mask = pair.clean.attention_mask
-    dev = model.device
+    bs = batch_size or default_batch_size(model, n)
+    ids = torch.arange(max(bs, n, model.arch.n_heads), device=model.device)  # see node_patch
+    # positions="each" reads the mask and the metric's positions on the host: once, not once per (prompt, position)
+    real = mask.bool().tolist() if positions == "each" else []
+    last = mpos.tolist() if positions == "each" and mpos is not None else None
     # [nodes, P] or [nodes, pos, P], the base run's metric wherever a patch is a no-op
     per_prompt = base_m.reshape(1, P).repeat(len(node_list), 1) if positions == "all" else \
         base_m.reshape(1, 1, P).repeat(len(node_list), n, 1)
@@ -247,15 +254,14 @@ def sweep_nodes(model: Model, pair: Pair, node_list: list[Node], *, positions: s
             if positions == "all":
                 if share >= n:
                     continue
-                variants.append(_variant(node, src, base_run, p, None, share if causal else 0, dev))
+                variants.append(_variant(node, src, base_run, p, None, share if causal else 0, ids))
                 where.append((i, p))
                 continue
             for t in range(n):
-                if not bool(mask[p, t]) or t < share or (causal and mpos is not None and t > int(mpos[p])):
+                if not real[p][t] or t < share or (causal and last is not None and t > last[p]):
                     continue
-                variants.append(_variant(node, src, base_run, p, t, t if causal else 0, dev))
+                variants.append(_variant(node, src, base_run, p, t, t if causal else 0, ids))
                 where.append((i, t, p))
-    bs = batch_size or default_batch_size(model, n)
     log.info("%s: %d nodes, %d variants, batch_size %d, shared prefix %d", desc, len(node_list), len(variants), bs, share)
     if variants:
         read = MetricReader(model, pair.bound, clean_out, base_run)

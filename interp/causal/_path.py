@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from interp._validate import check_bool, check_choice, check_positive_int
 from interp.causal._common import (
-    Node,
+    PatchNode,
     _check_node,
     check_reference_spread,
     clean_output,
@@ -53,13 +53,13 @@ __all__ = ["path_patch"]
 VIA = ("q", "k", "v", "mlp", "logits")
 
 
-def _sender(model: Model, sender: Any) -> Node:
+def _sender(model: Model, sender: Any) -> PatchNode:
     lab = as_label(sender, (Head, Mlp, Embed), name="sender")
     node = _check_node(model, lab, "sender")
     return node
 
 
-def _receivers(model: Model, receivers: Any, via: Any, sender: Node) -> list[tuple[Any, int, int]]:
+def _receivers(model: Model, receivers: Any, via: Any, sender: PatchNode) -> list[tuple[Any, int, int]]:
     """[(label, layer, head or −1)] — each receiver's reading input, checked to come after the sender."""
     a = model.arch
     if via == "logits":

@@ -10,11 +10,11 @@ from interp.features._qk import QKAttribution, qk_attribution
 from interp.features._result import AttributionGraph
 from interp.features._train import TrainedTranscoders, default_lr, default_passes, train_transcoders
 from interp.features._formats import FORMATS, load_saes, load_transcoders
-from interp.features._sae import SAE, SITES, SAEReconstruction, sae_reconstruction
+from interp.features._sae import SAE, SAE_SITES, SAEReconstruction, sae_reconstruction
 from interp.features._transcoder import ACTIVATIONS, Transcoder
 from interp.features._warnings import ClosureWarning, DictionaryQualityWarning
 
 __all__ = ["ACTIVATIONS", "CLOSURE_TOLERANCE", "FORMATS", "REGIMES", "AttributionGraph", "ClosureWarning", "DictionaryQualityWarning",
-           "Intervention", "InterventionResult", "QKAttribution", "SAE", "SAEReconstruction", "SITES", "TrainedTranscoders", "Transcoder",
+           "Intervention", "InterventionResult", "QKAttribution", "SAE", "SAEReconstruction", "SAE_SITES", "TrainedTranscoders", "Transcoder",
            "attribution_graph", "default_lr", "default_passes", "intervene", "load_saes", "load_transcoders", "qk_attribution",
            "sae_reconstruction", "top_activating_contexts", "train_transcoders"]

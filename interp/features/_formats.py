@@ -48,7 +48,7 @@ import torch
 from torch import Tensor
 
 from interp.errors import ArgumentError, ResultFormatError, ShapeError, UnsupportedOperationError
-from interp.features._sae import SAE, SITES, check_saes
+from interp.features._sae import SAE, SAE_SITES, check_saes
 from interp.features._transcoder import Transcoder
 from interp.models import Model, default_cache_dir
 
@@ -469,7 +469,7 @@ def load_saes(source: Union[str, os.PathLike], model: Optional[Model] = None, *,
         else:
             raise ResultFormatError(f"path={str(d)!r} has a cfg.json but neither sae_weights.safetensors (SAELens) "
                                     "nor sae.safetensors (sparsify)")
-    out.sort(key=lambda s: (s.layer, SITES.index(s.site)))
+    out.sort(key=lambda s: (s.layer, SAE_SITES.index(s.site)))
     for a, b in zip(out, out[1:]):
         if (a.layer, a.site) == (b.layer, b.site):
             raise ResultFormatError(f"source={str(root)!r} holds two SAEs for layer {a.layer} {a.site}")

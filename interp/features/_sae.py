@@ -33,17 +33,17 @@ from interp.labels import Resid
 from interp.models import Model
 from interp.stream import as_batch, capture, require_model
 
-__all__ = ["SAE", "SITES", "SAEReconstruction", "check_saes", "sae_reconstruction"]
+__all__ = ["SAE", "SAE_SITES", "SAEReconstruction", "check_saes", "sae_reconstruction"]
 
 #: the residual-stream points an SAE may read
-SITES = ("resid_pre", "resid_mid", "resid_post")
+SAE_SITES = ("resid_pre", "resid_mid", "resid_post")
 
 
 @dataclass(frozen=True, kw_only=True)
 class SAE(Dictionary):
     """A residual-stream SAE (module docstring): the weights of :class:`interp.features.Transcoder` without W_skip
     (W_enc [F, d], b_enc [F], W_dec [F, d], b_dec [d], ``activation``, ``threshold``, ``k``), plus ``layer`` and
-    ``site`` in :data:`SITES` — it reads and reconstructs ``blocks.{layer}.hook_{site}``."""
+    ``site`` in :data:`SAE_SITES` — it reads and reconstructs ``blocks.{layer}.hook_{site}``."""
 
     layer: int
     site: str
@@ -54,13 +54,13 @@ class SAE(Dictionary):
             raise ArgumentError("an SAE reconstructs its input: W_skip must be None (a skip term is a transcoder's)")
         if not isinstance(self.layer, int) or isinstance(self.layer, bool) or self.layer < 0:
             raise ArgumentError(f"layer={self.layer!r} must be a non-negative int")
-        if self.site not in SITES:
-            raise ArgumentError(f"site={self.site!r} is not one of {SITES}")
+        if self.site not in SAE_SITES:
+            raise ArgumentError(f"site={self.site!r} is not one of {SAE_SITES}")
 
     @property
     def hook_name(self) -> str:
         """The stream point it reads, as a transformer-lens hook name (``blocks.3.hook_resid_post``)."""
-        return str(Resid(self.layer, self.site[len("resid_"):]))  # type: ignore[arg-type]  # checked: one of SITES
+        return str(Resid(self.layer, self.site[len("resid_"):]))  # type: ignore[arg-type]  # checked: one of SAE_SITES
 
     def reconstruct(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
         """x̂ = decode(encode(x))."""
