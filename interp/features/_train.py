@@ -163,7 +163,7 @@ def _sequences(model: Model, docs: list[str], seq_len: int, n_seq: int) -> Tenso
         if len(ids) >= need:
             break
     n = min(n_seq, len(ids) // seq_len)
-    return torch.tensor(ids[: n * seq_len], dtype=torch.long).view(n, seq_len)
+    return torch.tensor(ids[: n * seq_len], dtype=torch.long, device="cpu").view(n, seq_len)
 
 
 def _fingerprint(model: Model) -> str:
@@ -200,17 +200,18 @@ def _activations(e: Engine, ids: Tensor, layers: list[int]) -> tuple[Tensor, Ten
 
 
 class _State:
-    """All layers' parameters stacked: W_enc, W_dec [n, F, d]; b_enc [n, F]; b_dec [n, d]."""
+    """All layers' parameters stacked: W_enc, W_dec [n, F, d]; b_enc [n, F]; b_dec [n, d] — on the host, where the
+    training steps run (on host copies of the activations)."""
 
     def __init__(self, n: int, d: int, width: int, gen: torch.Generator):
         bound = 1.0 / math.sqrt(d)  # nn.Linear's default init for the encoder
-        self.W_enc = ((torch.rand(n, width, d, generator=gen) * 2 - 1) * bound).requires_grad_()
-        self.b_enc = torch.zeros(n, width, requires_grad=True)
+        self.W_enc = ((torch.rand(n, width, d, generator=gen, device="cpu") * 2 - 1) * bound).requires_grad_()
+        self.b_enc = torch.zeros(n, width, requires_grad=True, device="cpu")
         self.W_dec = (self.W_enc.detach() / self.W_enc.detach().norm(dim=-1, keepdim=True)).requires_grad_()
-        self.b_dec = torch.zeros(n, d, requires_grad=True)
-        self.since = torch.zeros(n, width, dtype=torch.long)  # training tokens since each feature last fired
-        self.sx = torch.ones(n, 1, 1)  # the scales x and y are divided by while training
-        self.sy = torch.ones(n, 1, 1)
+        self.b_dec = torch.zeros(n, d, requires_grad=True, device="cpu")
+        self.since = torch.zeros(n, width, dtype=torch.long, device="cpu")  # training tokens since each feature last fired
+        self.sx = torch.ones(n, 1, 1, device="cpu")  # the scales x and y are divided by while training
+        self.sy = torch.ones(n, 1, 1, device="cpu")
 
     def params(self) -> list[Tensor]:
         return [self.W_enc, self.b_enc, self.W_dec, self.b_dec]
@@ -293,8 +294,8 @@ def _step(s: _State, opt: torch.optim.Optimizer, x: Tensor, y: Tensor, k: int, a
 def _fired(idx: Tensor, vals: Tensor, width: int) -> Tensor:
     """[n, F] bool: which features were active (value > 0) anywhere in the batch."""
     n = idx.shape[0]
-    out = torch.zeros(n, width, dtype=torch.bool)
-    out.view(-1)[(idx + torch.arange(n)[:, None, None] * width)[vals > 0]] = True
+    out = torch.zeros(n, width, dtype=torch.bool, device=idx.device)
+    out.view(-1)[(idx + torch.arange(n, device=idx.device)[:, None, None] * width)[vals > 0]] = True
     return out
 
 
@@ -342,11 +343,11 @@ def _load_final(root: Path) -> tuple[list[Transcoder], dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------- the budget
 
 
-def default_passes(n_steps: int) -> int:
+def default_passes(steps: int) -> int:
     """Adam steps per batch read when not given: 4 for a run of up to 16 batches, falling to 1 by 64 batches
-    (ceil(64 / n_steps), within [1, 4]). On a CPU a batch's forward costs more than a step: a short run learns
+    (ceil(64 / steps), within [1, 4]). On a CPU a batch's forward costs more than a step: a short run learns
     more per token read, while a long one sees enough data without repeats."""
-    return max(1, min(4, math.ceil(64 / max(n_steps, 1))))
+    return max(1, min(4, math.ceil(64 / max(steps, 1))))
 
 
 def default_lr(width: int, updates: int) -> float:
@@ -489,7 +490,7 @@ def train_transcoders(
     if held.shape[0] == 0:
         raise ArgumentError("the held-out documents are shorter than one sequence of seq_len tokens; give a larger corpus")
     gen = torch.Generator().manual_seed(seed)
-    order = torch.randperm(train.shape[0], generator=gen)
+    order = torch.randperm(train.shape[0], generator=gen, device="cpu")
     e = Engine.of(model)
     d, n = a.d_model, len(layers_)
     s = _State(n, d, width, gen)
@@ -552,11 +553,11 @@ def _evaluate(e: Engine, held: Tensor, layers: list[int], tcs: list[Transcoder],
     """Held-out FVU (Σ‖y − ŷ‖² / Σ‖y − ȳ‖², ȳ the held-out mean; sums accumulated over batches), L0 and the
     fraction of features never active."""
     n = len(layers)
-    sse = torch.zeros(n, dtype=torch.float64)
-    sy = torch.zeros(n, tcs[0].d_model, dtype=torch.float64)
-    syy = torch.zeros(n, dtype=torch.float64)
-    active = torch.zeros(n, dtype=torch.float64)
-    ever = [torch.zeros(t.n_features, dtype=torch.bool) for t in tcs]
+    sse = torch.zeros(n, dtype=torch.float64, device="cpu")
+    sy = torch.zeros(n, tcs[0].d_model, dtype=torch.float64, device="cpu")
+    syy = torch.zeros(n, dtype=torch.float64, device="cpu")
+    active = torch.zeros(n, dtype=torch.float64, device="cpu")
+    ever = [torch.zeros(t.n_features, dtype=torch.bool, device="cpu") for t in tcs]
     N = 0
     with torch.no_grad():
         for b in range(0, held.shape[0], batch_size):
