@@ -121,8 +121,8 @@ class ReaderGradients:
                 kz.append(store["z"])
                 kms.append(store.get("mlp_out"))
             xin.append(x.detach())
-            with torch.set_grad_enabled(not recompute):
-                b = self._block(l, x.detach().requires_grad_(not recompute), mask, frozen, abl, alpha, every)
+            with torch.enable_grad():  # under autograd also when recomputed: the same kernels as the walk up
+                b = self._block(l, x.detach().requires_grad_(True), mask, frozen, abl, alpha, every)
             zs.append(b.z)
             ms.append(b.m)
             norm_in.update(b.norm_in)

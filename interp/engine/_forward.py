@@ -95,9 +95,7 @@ class Engine:
         self.group = H // Hkv  # query heads per KV head
         # fused q|k|v projection per layer: [L, d_model, (H + 2 Hkv) d_head]; per_layer fuses a streamed
         # model's (interp.models.LayerStack) one layer at a time, as each is reached
-        flat = lambda W: W.transpose(-3, -2).flatten(-2)  # [L, n, m, h] -> [L, m, (n h)]
-        self.W_qkv = per_layer(lambda q, k, v: torch.cat([flat(q), flat(k), flat(v)], dim=-1).contiguous(),
-                               w.W_Q, w.W_K, w.W_V)
+        self.W_qkv = per_layer(_fuse_heads, w.W_Q, w.W_K, w.W_V)
         self.b_qkv = _nonzero(torch.cat([w.b_Q.reshape(L, -1), w.b_K.reshape(L, -1), w.b_V.reshape(L, -1)], dim=1))
         self.W_O = per_layer(lambda W: W.flatten(-3, -2), w.W_O)  # [L, (n h), m]
         self.b_O = _nonzero(w.b_O)
@@ -672,3 +670,16 @@ def _linear(x: Tensor, W: Tensor, b: Optional[Tensor]) -> Tensor:
     x2 = x.reshape(-1, x.shape[-1])
     y = x2 @ W if b is None else torch.addmm(b, x2, W)
     return y.view(*x.shape[:-1], W.shape[-1])
+
+
+def _fuse_heads(*Ws: Tensor) -> Tensor:
+    """[..., n, m, h] head weights side by side as one [..., m, (n h)] matrix (q | k | v), each copied once
+    straight into place (a streamed model fuses every block it reads, so the copies count)."""
+    lead, m = Ws[0].shape[:-3], Ws[0].shape[-2]
+    widths = [W.shape[-3] * W.shape[-1] for W in Ws]
+    out = torch.empty(*lead, m, sum(widths), dtype=Ws[0].dtype, device=Ws[0].device)
+    c = 0
+    for W, n in zip(Ws, widths):
+        out[..., c: c + n].unflatten(-1, (W.shape[-3], W.shape[-1])).copy_(W.transpose(-3, -2))
+        c += n
+    return out

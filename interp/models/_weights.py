@@ -127,13 +127,16 @@ def embed_scale_of(hf_model: torch.nn.Module, arch: ArchInfo) -> Tensor:
 
 
 def stack_layers(views: list[Tensor]) -> Tensor:
-    """A new contiguous [n_layers, ...] tensor holding a copy of each per-layer view.
+    """A new contiguous [n_layers, ...] tensor holding a copy of each per-layer view (one streamed block,
+    read under :func:`only_layers`, is its view as it is: the engines only read it).
 
     Each layer is copied once, straight into place (no clone-then-stack): the (often
     transposed) views are rearranged by the copy itself. This is most of a cached load's
     weight-reading time on a 30-layer model, so it matters.
     """
     first = views[0]
+    if len(views) == 1 and _ONLY_LAYERS.get() is not None:  # one block of a streamed model: read-only, no copy
+        return first.unsqueeze(0)
     out = torch.empty((len(views), *first.shape), dtype=first.dtype, device=first.device)
     if out.device.type == "cpu":
         # numpy's copy is single-threaded: torch's intra-op-parallel copy of many small strided
