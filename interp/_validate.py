@@ -10,6 +10,7 @@ import numpy as np
 from interp.errors import ArgumentError
 
 __all__ = [
+    "is_int",
     "check_bool",
     "check_choice",
     "check_cluster",
@@ -23,7 +24,7 @@ __all__ = [
 ]
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     """A Python or numpy integer, not a bool."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
@@ -38,14 +39,14 @@ def check_positive_int(name: str, value: Any, *, allow_none: bool = False) -> Op
     """``value`` if it is an int ≥ 1 (or None when ``allow_none``), else an :class:`ArgumentError`."""
     if value is None and allow_none:
         return None
-    if not _is_int(value) or value < 1:
+    if not is_int(value) or value < 1:
         raise ArgumentError(f"{name}={value!r} must be a positive int" + (" or None" if allow_none else ""))
     return int(value)
 
 
 def check_int_range(name: str, value: Any, low: int, high: int) -> int:
     """``value`` if it is an int with low ≤ value < high, else an :class:`ArgumentError`."""
-    if not _is_int(value) or not low <= value < high:
+    if not is_int(value) or not low <= value < high:
         raise ArgumentError(f"{name}={value!r} must be an int in [{low}, {high - 1}]")
     return int(value)
 
@@ -58,10 +59,20 @@ def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> Any:
     return value
 
 
-def check_bool(name: str, value: Any) -> bool:
-    """``value`` if it is a bool, else an :class:`ArgumentError`."""
+@overload
+def check_bool(name: str, value: Any) -> bool: ...
+@overload
+def check_bool(name: str, value: Any, *, none: str) -> Optional[bool]: ...
+
+
+def check_bool(name: str, value: Any, *, none: Optional[str] = None) -> Optional[bool]:
+    """``value`` if it is a bool, else an :class:`ArgumentError`; with ``none`` (what None means, e.g. "automatic")
+    None is allowed too."""
+    if none is not None and value is None:
+        return None
     if not isinstance(value, bool):
-        raise ArgumentError(f"{name}={value!r} must be True or False")
+        raise ArgumentError(f"{name}={value!r} must be True or False" if none is None
+                            else f"{name}={value!r} must be True, False or None ({none})")
     return value
 
 
@@ -86,14 +97,14 @@ def check_positive_float(name: str, value: Any) -> float:
 
 def check_int(name: str, value: Any) -> int:
     """``value`` if it is an int (not a bool), else an :class:`ArgumentError`."""
-    if not _is_int(value):
+    if not is_int(value):
         raise ArgumentError(f"{name}={value!r} must be an int")
     return int(value)
 
 
 def check_int_min(name: str, value: Any, low: int) -> int:
     """``value`` if it is an int ≥ ``low``, else an :class:`ArgumentError`."""
-    if not _is_int(value) or value < low:
+    if not is_int(value) or value < low:
         raise ArgumentError(f"{name}={value!r} must be an int >= {low}")
     return int(value)
 
@@ -101,7 +112,7 @@ def check_int_min(name: str, value: Any, low: int) -> int:
 def check_index(name: str, value: Any, size: int, *, what: str) -> int:
     """``value`` (an int in [−size, size), Python-style negative indices allowed) normalised to [0, size);
     ``what`` names the axis in the message ("prompts", "positions")."""
-    if not _is_int(value):
+    if not is_int(value):
         raise ArgumentError(f"{name}={value!r} must be an int")
     v = int(value)
     if not -size <= v < size:

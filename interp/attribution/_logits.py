@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp._validate import check_cluster, check_positive_int
+from interp._validate import check_bool, check_cluster, check_positive_int
 from interp.attribution._answers import TokenSpec, resolve_positions, warn_unspaced
 from interp.attribution._result import LogitAttribution
 from interp.attribution._sources import head_source_terms, require_head_sources
@@ -268,8 +268,7 @@ def attribute_logits(
         raise ArgumentError(f"pos={pos!r} must be an int or a per-prompt list of ints")
     if isinstance(pos, (list, tuple)) and len(pos) != n:
         raise ArgumentError(f"pos has {len(pos)} entries but there are {n} prompts")
-    if progress is not None and not isinstance(progress, bool):
-        raise ArgumentError(f"progress={progress!r} must be True, False or None (automatic)")
+    check_bool("progress", progress, none="automatic")
     targets = resolve_targets(model, answer, wrong, n, multi_token=multi_token, target=target, wrong_agg=wrong_agg)
     if targets.multi_token and not arch.causal:
         raise UnsupportedOperationError(f"multi_token answers are teacher-forced, which needs a causal model; "

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from interp.attribution._answers import _one_token
+from interp._validate import check_bool
 from interp.errors import ArgumentError
 from interp.models import Model
 from interp.stream import check_tensor_data
@@ -195,8 +196,7 @@ def _wrongs(model: Model, spec: Any, n: int, multi: bool) -> Optional[list[list[
 def resolve_targets(model: Model, answer: Any, wrong: Any, n: int, *, multi_token: bool, target: str,
                     wrong_agg: str) -> Targets:
     """Check and resolve ``answer``/``wrong`` for ``n`` prompts (module docstring)."""
-    if not isinstance(multi_token, bool):
-        raise ArgumentError(f"multi_token={multi_token!r} must be True or False")
+    check_bool("multi_token", multi_token)
     if target not in TARGETS:
         raise ArgumentError(f"target={target!r} is not allowed; use one of {TARGETS}")
     if wrong_agg not in WRONG_AGGS:

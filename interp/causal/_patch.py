@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp._validate import check_bool, check_choice, check_cluster, check_positive_int
+from interp._validate import check_bool, check_choice, check_cluster, check_int, check_positive_int
 from interp.causal._common import (
     PatchNode,
     Pair,
@@ -177,8 +177,7 @@ def patch(
     check_choice("ablation", ablation, ABLATIONS)
     check_bool("progress", progress)
     check_positive_int("batch_size", batch_size, allow_none=True)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ArgumentError(f"seed={seed!r} must be an int")
+    seed = check_int("seed", seed)
     check_ablation(direction, ablation, reference)
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=direction == "denoise" or ablation == "corrupt")
     check_reference_spread(model, pair, [ablation], reference, arg="ablation")

@@ -41,7 +41,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp._validate import check_positive_int
+from interp._validate import check_positive_int, is_int
 from interp.errors import ArgumentError, MemoryCapError, ShapeError, UnsupportedOperationError
 
 if TYPE_CHECKING:
@@ -71,10 +71,6 @@ __all__ = [
 DEFAULT_MAX_BYTES: int = 1 << 30
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def check_model(model: Any, *, name: str = "model") -> Any:
     """ArgumentError unless ``model`` is an interp Model (not a bridge, an HF module or a name)."""
     from interp.models import Model
@@ -94,7 +90,7 @@ def check_data(t: Tensor, *, name: str) -> Tensor:
 
 def check_layer(model: Model, layer: Any, *, name: str = "layer") -> int:
     n = model.arch.n_layers
-    if not _is_int(layer) or not 0 <= layer < n:
+    if not is_int(layer) or not 0 <= layer < n:
         raise ArgumentError(f"{name}={layer!r} is out of range; the model has layers 0..{n - 1} (n_layers={n})")
     return layer
 
@@ -102,7 +98,7 @@ def check_layer(model: Model, layer: Any, *, name: str = "layer") -> int:
 def check_head(model: Model, head: Any, *, name: str = "head", kv: bool = False) -> int:
     n = model.arch.n_kv_heads if kv else model.arch.n_heads
     what = "KV heads" if kv else "heads"
-    if not _is_int(head) or not 0 <= head < n:
+    if not is_int(head) or not 0 <= head < n:
         raise ArgumentError(f"{name}={head!r} is out of range; the model has {what} 0..{n - 1} per layer")
     return head
 

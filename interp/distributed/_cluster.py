@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from interp._io import atomic_write
 from interp.distributed._merge import MERGES
 from interp.distributed._shard import fingerprint, input_keys, model_source, n_prompts, shard_bounds, take_args
+from interp._validate import check_int_min
 from interp.errors import ArgumentError, CompletenessWarning, InterpError, MissingPackageError
 from interp.models import Model
 
@@ -134,8 +135,7 @@ class RayCluster:
         for name, v in (("workers", workers), ("object_store_memory", object_store_memory)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ArgumentError(f"{name}={v!r} must be an int >= 1 or None")
-        if isinstance(shards_per_worker, bool) or not isinstance(shards_per_worker, int) or shards_per_worker < 1:
-            raise ArgumentError(f"shards_per_worker={shards_per_worker!r} must be an int >= 1")
+        check_int_min("shards_per_worker", shards_per_worker, 1)
         if address is not None and (not isinstance(address, str) or not address):
             raise ArgumentError(f"address={address!r} must be a Ray address string (e.g. 'ray://host:10001', 'auto')")
         if address is not None and object_store_memory is not None:

@@ -30,7 +30,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._result import Result
-from interp._validate import check_bool, check_choice, check_cluster, check_finite_float
+from interp._validate import check_bool, check_choice, check_cluster, check_finite_float, check_int
 from interp.causal import ABLATIONS, MetricReader, check_reference_spread, clean_output, make_pair, metric_gap
 from interp.edges import _select
 from interp.edges._ablated import AblatedForward
@@ -285,8 +285,7 @@ def evaluate_circuit(
         return check_cluster(cluster, out).sweep(
             "evaluate_circuit", model, out=out, clean=clean, corrupt=corrupt, circuit=circuit, metric=metric,
             ablation=ablation, reference=reference, seed=seed)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ArgumentError(f"seed={seed!r} must be an int")
+    seed = check_int("seed", seed)
     pair, graph, writes = _setup(model, clean, corrupt, metric, ablation, reference)
     keep = circuit_mask(graph, circuit)
     check_reference_spread(model, pair, [ablation], reference, arg="ablation")

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp._validate import check_bool, check_choice, check_positive_int
+from interp._validate import check_bool, check_choice, check_int, check_positive_int
 from interp.causal import (
     ABLATIONS,
     PatchResult,
@@ -172,8 +172,7 @@ def edge_patch(
     require_model(model)
     check_bool("progress", progress)
     check_positive_int("batch_size", batch_size, allow_none=True)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ArgumentError(f"seed={seed!r} must be an int")
+    seed = check_int("seed", seed)
     check_edge_ablation(ablation, reference, corrupt)
     if isinstance(edges, str) or not isinstance(edges, (list, tuple)) or not edges:
         raise ArgumentError(f"edges={edges!r:.80} must be a non-empty list of edge labels, e.g. "

@@ -35,7 +35,7 @@ from typing import Any, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from interp._validate import check_int_min, check_positive_int
+from interp._validate import check_int, check_int_min, check_positive_int
 from interp.causal import Logit, LogitDiff, LogProb, Metric, Prob
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.models import ordinary_tokens, tokenize
@@ -421,8 +421,7 @@ def load_task(name: str, model: Model, *, n: Optional[int] = None, seed: int = 0
     if not model.arch.has_logits:
         raise UnsupportedOperationError(f"task {name!r} reads logits: model {model.name!r} has none (an encoder); "
                                         "build an interp.Task with your own prompts and use interp.Direction")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ArgumentError(f"seed={seed!r} must be an int")
+    seed = check_int("seed", seed)
     if n is not None:
         n = check_positive_int("n", n)
     if name == "induction":

@@ -15,7 +15,7 @@ import time
 from contextvars import ContextVar
 from typing import Any, Iterator, Optional
 
-from interp.errors import ArgumentError
+from interp._validate import check_bool
 
 __all__ = ["LoadProgress", "cold_load", "load_progress", "load_step"]
 
@@ -76,8 +76,7 @@ _CURRENT: ContextVar[Optional[LoadProgress]] = ContextVar("interp_load_progress"
 def load_progress(name: str, show: Optional[bool] = None) -> Iterator[LoadProgress]:
     """The load's :class:`LoadProgress`: a new one, or the one already under way (a load inside a load, e.g. the
     self-checking :func:`interp.load_model` around :func:`interp.models.load_model_unchecked`, shares one bar)."""
-    if show is not None and not isinstance(show, bool):
-        raise ArgumentError(f"progress={show!r} must be True, False or None (automatic)")
+    check_bool("progress", show, none="automatic")
     current = _CURRENT.get()
     if current is not None:
         yield current
