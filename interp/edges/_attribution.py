@@ -205,6 +205,8 @@ def _chunk(model: Model, pair: Any, ew: EdgeWrites, idx: Tensor, steps: int, ig_
         gp = gradients(ct, cm, read, idx, scale=scale, mix=None if first else (abl, alpha, ig_at),
                        corrupt=(kt, km) if first else None, delta=first or every)
         if first:
+            if gp.corrupt_final is None:
+                raise RuntimeError("edge attribution: the first pass gave no corrupt run")
             M_c, abl = gp.M, gp.corrupt
             with torch.no_grad():
                 M_k = read(gp.corrupt_final, idx)
