@@ -82,6 +82,34 @@ def test_offloaded_tiny_model_same_attribution_patch_and_edges(pair):
     torch.testing.assert_close(oe.scores, re_.scores, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore::interp.errors.CompletenessWarning")
+@pytest.mark.parametrize("ig_at", ["inputs", "activations"])
+def test_offloaded_eap_ig_equals_in_memory(pair, ig_at):
+    _, mem, off = pair
+    clean, corrupt, metric = _prompts()
+    r, o = (interp.edge_attribution(m, clean, corrupt, metric=metric, method="eap-ig", ig_steps=3, ig_at=ig_at,
+                                    progress=False) for m in (mem, off))
+    torch.testing.assert_close(o.scores, r.scores, rtol=1e-6, atol=1e-6)
+    assert o.completeness == pytest.approx(r.completeness, rel=1e-6, abs=1e-7)
+
+
+@pytest.mark.filterwarnings("ignore::interp.errors.CompletenessWarning")
+def test_offloaded_eap_reads_each_block_at_most_twice(pair, monkeypatch):
+    """One walk down (the corrupt and clean forwards together) and one up (each block recomputed under autograd,
+    its gradient and write-difference work done there): ≤ 2 reads per block, where four walks read 4 per block."""
+    _, _, off = pair
+    clean, corrupt, metric = _prompts()
+    interp.edge_attribution(off, clean, corrupt, metric=metric, method="eap", progress=False)  # builds the graph
+    reader = off.weights.W_Q._read.args[0]  # the block reader behind the streamed weights
+    reads: list[int] = []
+    original = type(reader).read
+    monkeypatch.setattr(type(reader), "read", lambda self, l, **kw: reads.append(l) or original(self, l, **kw))
+    off.weights.W_Q[N_LAYERS - 1], off.weights.W_Q[N_LAYERS - 2]  # noqa: B018  # the cache as a prior walk leaves it
+    reads.clear()
+    interp.edge_attribution(off, clean, corrupt, metric=metric, method="eap", progress=False)
+    assert len(reads) <= 2 * N_LAYERS, reads
+
+
 def test_whole_stack_weight_maths_is_refused_under_offload(pair):
     _, _, off = pair
     with pytest.raises(UnsupportedOperationError, match="streamed one layer at a time"):
