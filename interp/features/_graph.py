@@ -212,7 +212,7 @@ def output_tokens(model: Model, tokens: Tensor, pos: int, target: Optional[Token
     reader of output tokens of every function of this package that takes one."""
     if wrong is not None and target is None:
         raise ArgumentError("wrong= needs target= (the output is the logit difference target − wrong)")
-    at = torch.tensor([pos])
+    at = torch.tensor([pos], device="cpu")  # host: read position by position
     ids: list[Optional[int]] = []
     for name, spec in (("target", target), ("wrong", wrong)):
         if spec is None:
@@ -362,7 +362,7 @@ def attribution_graph(
             u, b_u = u - W_U[:, w_id], b_u - b_U[w_id]
         u, b_u = u[:, None], b_u[None]
         out_real = (logits_real[t_id] - (0 if w_id is None else logits_real[w_id]))[None]
-        out_w = torch.ones(1, dtype=dt)
+        out_w = torch.ones(1, dtype=dt, device="cpu")
         out_labels = ["logit"]
         tok_str = _tok(model, t_id) + ("" if w_id is None else f" − {_tok(model, w_id)}")
     K = len(out_labels)
@@ -379,8 +379,8 @@ def attribution_graph(
     with torch.no_grad():
         zeros = torch.zeros(1, n, a.d_model, dtype=dt, device=tokens.device)
         c_pres, c_out = frozen.forward(zeros, [h[None] for h in held], feats, pos, u, b_u)
-    bias = torch.zeros(N, dtype=dt)
-    value = torch.zeros(N, dtype=dt)
+    bias = torch.zeros(N, dtype=dt, device="cpu")  # the graph's tables are host bookkeeping
+    value = torch.zeros(N, dtype=dt, device="cpu")
     for l in range(L):
         bias[offs[l]: offs[l] + m_l[l]] = c_pres[l][0].cpu()
         value[offs[l]: offs[l] + m_l[l]] = pre_real[l].detach().cpu()
@@ -389,15 +389,15 @@ def attribution_graph(
     # edges: the frozen model's Jacobian between every source and every target (interp.features._jacobian)
     reads = [_read(frozen, tcs[l].W_enc[feats[l][1]], feats[l][0], l) for l in range(L)]
     reads.append(_read(frozen, u.T, torch.full((K,), pos, dtype=torch.long, device=u.device), L))
-    every = torch.arange(n)
+    every = torch.arange(n, device="cpu")  # Ends' layer/pos/index are host indices
     tgt = Ends(torch.cat(reads),
-               torch.cat([torch.full((m_l[l],), l, dtype=torch.long) for l in range(L)] + [torch.full((K,), L, dtype=torch.long)]),
-               torch.cat([feats[l][0].cpu() for l in range(L)] + [torch.full((K,), pos, dtype=torch.long)]),
-               torch.cat([torch.arange(n_feat), torch.arange(N - K, N)]))
+               torch.cat([torch.full((m_l[l],), l, dtype=torch.long, device="cpu") for l in range(L)] + [torch.full((K,), L, dtype=torch.long, device="cpu")]),
+               torch.cat([feats[l][0].cpu() for l in range(L)] + [torch.full((K,), pos, dtype=torch.long, device="cpu")]),
+               torch.cat([torch.arange(n_feat, device="cpu"), torch.arange(N - K, N, device="cpu")]))
     src = Ends(torch.cat([v for k in range(L) for v in (tcs[k].W_dec[feats[k][1]] * acts[k][:, None], errs[k])] + [emb]),
-               torch.cat([torch.full((m_l[k] + n,), k, dtype=torch.long) for k in range(L)] + [torch.full((n,), -1, dtype=torch.long)]),
+               torch.cat([torch.full((m_l[k] + n,), k, dtype=torch.long, device="cpu") for k in range(L)] + [torch.full((n,), -1, dtype=torch.long, device="cpu")]),
                torch.cat([t for k in range(L) for t in (feats[k][0].cpu(), every)] + [every]),
-               torch.cat([t for k in range(L) for t in (torch.arange(offs[k], offs[k] + m_l[k]), n_feat + k * n + every)]
+               torch.cat([t for k in range(L) for t in (torch.arange(offs[k], offs[k] + m_l[k], device="cpu"), n_feat + k * n + every)]
                          + [n_feat + n_err + every]))
     FrozenJacobian(frozen, n).fill(A, tgt, src, batch_size)
     A = A.cpu()
@@ -406,11 +406,11 @@ def attribution_graph(
     res = value - (A.sum(1) + bias)
     res[n_feat: N - K] = 0  # sources have no incoming edges
     scale = A.abs().sum(1) + bias.abs()
-    rows = torch.tensor(targets)
+    rows = torch.tensor(targets, device="cpu")
     closure = float(res[rows].abs().max())
     relative = float((res[rows].abs() / scale[rows].clamp_min(torch.finfo(dt).tiny)).max())
 
-    labels, kinds, layers, poss, fids, act_col = [], [], [], [], [], torch.zeros(N, dtype=dt)
+    labels, kinds, layers, poss, fids, act_col = [], [], [], [], [], torch.zeros(N, dtype=dt, device="cpu")
     for l in range(L):
         for j, (p, f) in enumerate(zip(feats[l][0].tolist(), feats[l][1].tolist())):
             labels.append(str(Feature(l, f, p))); kinds.append("feature"); layers.append(l); poss.append(p); fids.append(f)
@@ -426,15 +426,15 @@ def attribution_graph(
         tok_str += f" (before the soft-cap {a.final_softcap:g})"
     for lab in out_labels:
         labels.append(lab); kinds.append("logit"); layers.append(L); poss.append(pos); fids.append(-1)
-    weight = torch.zeros(N, dtype=dt)
+    weight = torch.zeros(N, dtype=dt, device="cpu")
     weight[N - K:] = out_w.cpu()
     eff_ids: Optional[Tensor] = None
     eff_val: Optional[Tensor] = None
     eff_strs: Optional[list[list[str]]] = None
     if logit_effects:
         k = min(logit_effects, a.d_vocab)
-        eff_ids = torch.full((N, 2 * k), -1, dtype=torch.long)
-        eff_val = torch.zeros(N, 2 * k, dtype=dt)
+        eff_ids = torch.full((N, 2 * k), -1, dtype=torch.long, device="cpu")
+        eff_val = torch.zeros(N, 2 * k, dtype=dt, device="cpu")
         if n_feat:
             eff_ids[:n_feat], eff_val[:n_feat] = _logit_effects(real, k)
         if model.tokenizer is not None:
@@ -470,7 +470,7 @@ def _logit_effects(real: _Real, k: int) -> tuple[Tensor, Tensor]:
         where.append(inv + sum(int(x.shape[0]) for x in uniq))
         uniq.append(real.tcs[l].W_dec[u])
     if not uniq:
-        return torch.zeros(0, 2 * k, dtype=torch.long), torch.zeros(0, 2 * k, dtype=fr.dt)
+        return torch.zeros(0, 2 * k, dtype=torch.long, device="cpu"), torch.zeros(0, 2 * k, dtype=fr.dt, device="cpu")
     with torch.no_grad():
         U = torch.cat(uniq)
         if fr.a.norm == "layernorm":

@@ -366,8 +366,8 @@ class InterventionResult(Result):
         return [f"logit[{i}]" for i in self.token_ids]
 
     def to_dataframe(self) -> pd.DataFrame:
-        ids = torch.tensor(self.token_ids, dtype=torch.long)
         b, a = self.logits_before.double(), self.logits_after.double()
+        ids = torch.tensor(self.token_ids, dtype=torch.long, device=b.device)
         pb, pa = torch.softmax(b, -1)[ids], torch.softmax(a, -1)[ids]
         return pd.DataFrame({
             "label": self.labels, "token": self.token_text, "id": self.token_ids,

@@ -8,8 +8,14 @@ under ``interp/`` it records ``file:line`` (and raises, unless ``raise_=False``)
 transformer-lens or torch itself are not interp's frames and pass. ``*_like`` and ``Tensor.new_*`` follow their
 input and are not factories here; an explicit ``device="cpu"`` says a host tensor is meant (and is allowed).
 
-It also counts host synchronisations issued from interp's frames (``Tensor.item``, ``bool``/``float``/``int`` of a
-tensor, ``.tolist()``): :attr:`syncs` maps ``file:line`` to a count.
+It also counts host synchronisations issued from interp's frames (``count_syncs=True``): :attr:`syncs` maps
+``file:line`` to a count. A synchronisation is a read of a device value into Python — ``Tensor.item``,
+``bool``/``float``/``int``/``index`` of a tensor, ``.tolist()``, ``torch.equal`` / ``allclose``, ``.numpy()`` /
+``.cpu()`` / ``.to("cpu")`` of a tensor not on the CPU — or an op whose output shape depends on the data
+(``nonzero``, ``unique``, ``masked_select``, one-argument ``where``, indexing by a boolean tensor,
+``repeat_interleave`` without ``output_size``): on a GPU each waits for every queued kernel. On the CPU every tensor
+is a host tensor, so the count is an upper bound (a host bookkeeping tensor's ``.tolist()`` is counted too). And it
+counts host-to-device copies of Python data (``torch.tensor(list, device=d)``, blocking on a GPU) in :attr:`copies`.
 """
 
 from __future__ import annotations
@@ -37,9 +43,56 @@ FACTORIES = frozenset(f for f in (
 ) if f is not None)
 #: factories that copy their data's device when the data is a tensor
 _DATA_FOLLOWS = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
-#: host synchronisations (a read of a device value into Python)
+#: host synchronisations (a read of a device value into Python, or an op whose output shape depends on the data)
 SYNCS = frozenset({torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.__float__, torch.Tensor.__int__,
-                   torch.Tensor.__index__, torch.Tensor.tolist})
+                   torch.Tensor.__index__, torch.Tensor.tolist, torch.equal, torch.Tensor.equal, torch.allclose, torch.Tensor.allclose,
+                   torch.nonzero, torch.Tensor.nonzero, torch.argwhere, torch.Tensor.argwhere,
+                   torch.unique, torch.Tensor.unique, torch.unique_consecutive, torch.Tensor.unique_consecutive,
+                   torch.masked_select, torch.Tensor.masked_select})
+#: syncs only with some arguments (see :func:`_is_sync`)
+_MAYBE = frozenset({torch.Tensor.to, torch.Tensor.cpu, torch.Tensor.numpy, torch.where, torch.Tensor.__getitem__, torch.Tensor.__setitem__,
+                    torch.repeat_interleave, torch.Tensor.repeat_interleave})
+
+
+def _has_bool_index(idx: Any) -> bool:
+    items = idx if isinstance(idx, tuple) else (idx,)
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool and i.ndim > 0 for i in items)
+
+
+def _is_sync(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether ``func(*args, **kwargs)`` reads device data on the host (see the module docstring)."""
+    if func in SYNCS:
+        return True
+    if func not in _MAYBE:
+        return False
+    if func in (torch.Tensor.cpu, torch.Tensor.numpy):
+        return args[0].device.type != "cpu"
+    if func is torch.Tensor.to:  # .to("cpu") / .to(torch.device("cpu")) / .to(other_cpu_tensor) of a device tensor
+        if args[0].device.type == "cpu":
+            return False
+        target = kwargs.get("device", args[1] if len(args) > 1 else None)
+        if isinstance(target, torch.Tensor):
+            target = target.device
+        return isinstance(target, (str, torch.device)) and torch.device(target).type == "cpu"
+    if func is torch.where:
+        return len(args) + len(kwargs) == 1
+    if func is torch.Tensor.__getitem__:
+        return _has_bool_index(args[1])
+    if func is torch.Tensor.__setitem__:  # t[mask] = tensor gathers the mask's indices; t[mask] = scalar does not
+        return _has_bool_index(args[1]) and isinstance(args[2], torch.Tensor) and args[2].ndim > 0
+    # repeat_interleave(t, repeats_tensor) sizes its output from the repeats unless told output_size
+    repeats = args[1] if len(args) > 1 else kwargs.get("repeats")
+    if func is torch.repeat_interleave and len(args) == 1 and "repeats" not in kwargs:
+        repeats = args[0]
+    return isinstance(repeats, torch.Tensor) and repeats.numel() > 1 and kwargs.get("output_size") is None
+
+
+def _is_copy(func: Any, args: tuple, kwargs: dict) -> bool:
+    """A tensor made from Python data on a device named by ``device=`` other than the literal "cpu" (host
+    bookkeeping): one host-to-device copy on a GPU."""
+    dev = kwargs.get("device")
+    return (func in _DATA_FOLLOWS and dev is not None and dev != "cpu"
+            and _is_factory_without_device(func, args, {}))
 
 
 class StrayHostTensor(AssertionError):
@@ -78,6 +131,7 @@ class HostTensorGuard(TorchFunctionMode):
         self.count_syncs = count_syncs
         self.violations: collections.Counter[str] = collections.Counter()
         self.syncs: collections.Counter[str] = collections.Counter()
+        self.copies: collections.Counter[str] = collections.Counter()
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -89,8 +143,9 @@ class HostTensorGuard(TorchFunctionMode):
                 if self.raise_:
                     raise StrayHostTensor(f"{getattr(func, '__name__', func)}() without device= at {where}: on a GPU "
                                           "this tensor is on the CPU; pass device= (the model's or the input's)")
-        elif self.count_syncs and func in SYNCS:
+        elif self.count_syncs and (_is_sync(func, args, kwargs) or _is_copy(func, args, kwargs)):
             file, line = _caller()
             if file.startswith(INTERP_DIR):
-                self.syncs[f"{os.path.relpath(file, os.path.dirname(INTERP_DIR.rstrip(os.sep)))}:{line}"] += 1
+                where = f"{os.path.relpath(file, os.path.dirname(INTERP_DIR.rstrip(os.sep)))}:{line}"
+                (self.syncs if _is_sync(func, args, kwargs) else self.copies)[where] += 1
         return func(*args, **kwargs)

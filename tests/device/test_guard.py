@@ -68,6 +68,7 @@ GUARDED = {
     "interp.RayCluster": "starts a Ray cluster (tests/distributed run the sharded sweeps, whose workers run the same "
                          "functions guarded here)",
     "interp.models.load_catalog_hf": "loads a real catalog checkpoint (tests marked real)",
+    "interp.models._gguf.verify_entry": lambda m, tmp: _verify(tmp),
     "interp.Logit": lambda m, tmp: interp.patch(m, CLEAN, CORRUPT, metric=interp.Logit("w3")),
     "interp.Prob": lambda m, tmp: interp.patch(m, CLEAN, CORRUPT, metric=interp.Prob("w3")),
     "interp.Task": lambda m, tmp: _eap(interp.Task("t", CLEAN, CORRUPT, ["w3", "w7"], ["w4", "w8"], model=m), m),
@@ -81,6 +82,8 @@ GUARDED = {
     "interp.features.attribution_graph": lambda m, tmp: interp.features.attribution_graph(m, "w1 w2 w3 w4", _tcs(m)),
     "interp.features.intervene": lambda m, tmp: interp.features.intervene(m, "w1 w2 w3 w4", _tcs(m), [(0, 1, 2, 3.0)],
                                                                           top_k=3),
+    "interp.features.default_lr": lambda m, tmp: interp.features.default_lr(8, 16),  # pure Python: no tensors
+    "interp.features.default_passes": lambda m, tmp: interp.features.default_passes(16),
     "interp.features.load_saes": lambda m, tmp: interp.features.load_saes(FIX / "saelens_saes", m),
     "interp.features.load_transcoders": lambda m, tmp: interp.features.load_transcoders(FIX / "circuit_tracer", m),
     "interp.features.qk_attribution": lambda m, tmp: interp.features.qk_attribution(m, "w1 w2 w3 w4", _tcs(m), 1, 2,
@@ -94,6 +97,18 @@ GUARDED = {
     "interp.plots.feature_graph_view": lambda m, tmp: interp.plots.feature_graph_view(
         interp.features.attribution_graph(m, "w1 w2 w3 w4", _tcs(m))),
 }
+
+
+def _verify(tmp):
+    """verify_entry on a folder that is not a cache entry (no manifest) and on one whose weights file is missing."""
+    import json
+
+    from interp.models import _gguf
+
+    assert _gguf.verify_entry(tmp, full=True) is False
+    (tmp / "e").mkdir()
+    (tmp / "e" / _gguf._MANIFEST).write_text(json.dumps({"format": _gguf._FORMAT}))
+    assert _gguf.verify_entry(tmp / "e") is False
 
 
 def _eap(task, m):
@@ -151,15 +166,7 @@ def test_api_examples_make_no_host_tensor(tmp_path, monkeypatch):
     assert not g.violations, f"tensors made inside interp without device=: {dict(g.violations)}"
 
 
-#: entry points whose violations are known and not yet fixed (features/ is being reworked): strict xfail, so the
-#: test says when they are gone
-KNOWN = {"interp.features.attribution_graph", "interp.plots.feature_graph_view", "interp.features.train_transcoders",
-         "interp.features.intervene", "interp.features.Intervention"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(k, marks=pytest.mark.xfail(strict=True, reason="known host tensors in "
-                                                                            "interp/features (attribution graph, training)"))
-                                  if k in KNOWN else k for k in sorted(k for k, v in GUARDED.items() if callable(v))])
+@pytest.mark.parametrize("name", sorted(k for k, v in GUARDED.items() if callable(v)))
 def test_guarded_calls_make_no_host_tensor(name, tmp_path):
     from tiny_models import tiny_model
 
