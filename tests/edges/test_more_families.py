@@ -65,7 +65,8 @@ def test_eap_edges_into_the_metric_are_the_ledger_differences(family):
         if writer not in ac.labels:
             continue
         j = ac.labels.index(writer)
-        want = float((ak.values[j].double() * ratio - ac.values[j].double()).mean())
+        # positive when the edge supports the metric: the clean term minus the corrupt one carried to the clean scale
+        want = float((ac.values[j].double() - ak.values[j].double() * ratio).mean())
         assert score == pytest.approx(want, abs=2e-5 * scale), writer
         checked += 1
     assert checked >= m.arch.n_layers * (m.arch.n_heads + 1)
