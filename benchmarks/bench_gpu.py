@@ -17,6 +17,10 @@ random token ids (clean / corrupt pairs differing at 2 positions; metric logit[A
   graph        interp.features.attribution_graph on a 64-token prompt over random TopK transcoders on every layer
                (width --width, 16,384 by default): build time
   memory       peak GPU memory of each step (torch.cuda.max_memory_allocated) beside the model's own footprint
+  syncs        per call of attribute / patch / eap / eap-ig, one more untimed run: the host synchronisations made
+               from interp's own frames and its host-to-device copies of Python data (tests/device/guard.py's
+               counter; "<step>_syncs", "<step>_copies"), and on a GPU every synchronisation of the call
+               (torch.cuda.set_sync_debug_mode; "<step>_cuda_syncs", torch's and transformers' own included)
 
 Issue #29's targets (docs/scaling.md, "On a GPU"): attribute ≤ 1.0× a forward with closure ≤ 1e-5 (fp32); EAP ≤ 5×;
 EAP-IG(5) ≤ 15×; patching ≥ 5× transformer-lens at equal values. The card's name and the date are printed first.
@@ -114,6 +118,29 @@ def best_of(fn: Callable[[], Any], dev: torch.device, repeats: int = 3, slow_s: 
     return out, min(times)
 
 
+def count_syncs(fn: Callable[[], Any], dev: torch.device) -> dict[str, Any]:
+    """One more (untimed) call of ``fn``: host syncs and copies from interp's frames, and on a GPU all its syncs."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
+    from device.guard import HostTensorGuard
+
+    with HostTensorGuard(raise_=False, count_syncs=True) as g:
+        fn()
+    out: dict[str, Any] = {"syncs": sum(g.syncs.values()), "copies": sum(g.copies.values())}
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                fn()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        out["cuda_syncs"] = sum("synchroniz" in str(x.message) for x in w)
+    return out
+
+
 def peak_mib(fn: Callable[[], Any], dev: torch.device) -> tuple[Any, float]:
     """(fn(), the peak GPU memory it reached in MiB; NaN off a GPU)."""
     if dev.type != "cuda":
@@ -203,11 +230,15 @@ def run_one(key: str, dtype_name: str, args: argparse.Namespace, dev: torch.devi
     (a, t_a), r["attribute_peak_mib"] = peak_mib(lambda: best_of(
         lambda: interp.attribute_logits(m, x["clean"], answer=x["A"], wrong=x["W"], unit="head"), dev), dev)
     r["attribute_x_forward"], r["attribute_closure_rel"] = t_a / fwd, float(a.relative_error)
+    r.update({f"attribute_{k}": v for k, v in count_syncs(
+        lambda: interp.attribute_logits(m, x["clean"], answer=x["A"], wrong=x["W"], unit="head"), dev).items()})
 
     (p, t_p), r["patch_peak_mib"] = peak_mib(lambda: best_of(
         lambda: interp.patch(m, x["clean"], x["corrupt"], metric=metric, nodes="heads", progress=False), dev,
         slow_s=6.0), dev)
     r["patch_s"] = t_p
+    r.update({f"patch_{k}": v for k, v in count_syncs(
+        lambda: interp.patch(m, x["clean"], x["corrupt"], metric=metric, nodes="heads", progress=False), dev).items()})
     if not args.no_tl:
         L, H = m.arch.n_layers, m.arch.n_heads
         tl_patch(m, x, [0])  # warm-up; one layer sizes the sweep
@@ -234,6 +265,8 @@ def run_one(key: str, dtype_name: str, args: argparse.Namespace, dev: torch.devi
         (s, t_e), r[f"{key_}_peak_mib"] = peak_mib(lambda: best_of(lambda: interp.edge_attribution(
             m, x["clean"], x["corrupt"], metric=metric, method=method, ig_steps=5, progress=False), dev), dev)
         r[f"{key_}_x_forward"], r[f"{key_}_edges"] = t_e / fwd, len(s.edges)
+        r.update({f"{key_}_{k}": v for k, v in count_syncs(lambda: interp.edge_attribution(
+            m, x["clean"], x["corrupt"], metric=metric, method=method, ig_steps=5, progress=False), dev).items()})
 
     if not args.no_graph:
         from interp.features import Transcoder, attribution_graph

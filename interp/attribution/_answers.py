@@ -79,7 +79,9 @@ def resolve_positions(pos: Union[int, Sequence[int], Tensor], mask: Tensor, offs
     ``offset`` indexes into a per-prompt ``pos`` list when prompts are processed in batches.
     """
     b, n = mask.shape
-    lengths = mask.sum(dim=1)
+    # the mask read once (not twice per prompt: each read of a device value waits for the device)
+    real = mask.bool().tolist()
+    lengths = [sum(r) for r in real]
     if isinstance(pos, Tensor):
         check_tensor_data(pos, "pos")
         if pos.is_floating_point() or pos.is_complex() or pos.dtype == torch.bool:
@@ -92,11 +94,11 @@ def resolve_positions(pos: Union[int, Sequence[int], Tensor], mask: Tensor, offs
     for i, p in enumerate(per):
         if isinstance(p, bool) or not isinstance(p, int):
             raise ArgumentError(f"pos[{offset + i}]={p!r} must be an int")
-        L = int(lengths[i])
+        L = lengths[i]
         q = L + p if p < 0 else p
         if not 0 <= q < n:
             raise ArgumentError(f"pos={p} is out of range for prompt {offset + i}, which has {L} tokens")
-        if not bool(mask[i, q]):
+        if not real[i][q]:
             raise ArgumentError(f"pos={p} points at padding in prompt {offset + i} (it has {L} real tokens)")
         out.append(q)
     return torch.tensor(out, dtype=torch.long, device=mask.device)

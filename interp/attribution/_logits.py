@@ -106,7 +106,8 @@ def _chunk(model: Model, batch: Batch, p: Tensor, targets: Targets, start: int, 
         raise UnsupportedOperationError(f"model {model.name!r} has no unembedding: there are no logits to attribute")
     b = batch.tokens.shape[0]
     lengths = batch.attention_mask.sum(1).tolist()
-    ids = [batch.tokens[i, : lengths[i]].tolist() for i in range(b)]
+    tokens = batch.tokens.tolist()  # one read of the device, not one per prompt
+    ids = [tokens[i][: lengths[i]] for i in range(b)]
     rows, row_pos, reads = plan_reads(ids, p.tolist(), targets, start)
     rb = _rows_batch(model, rows, batch)
     K = max(len(r) for r in row_pos)

@@ -171,12 +171,28 @@ class CircuitGraph:
 def circuit_graph(model: Model) -> CircuitGraph:
     """The circuit graph of ``model``: its writers, readers and every writer → later-reader edge.
 
+    Built once per model and kept on it (a 1B model's ~200k edge labels take ~0.3 s of Python), rebuilt when its
+    architecture or weights object changes; the graph is shared between calls, so treat it as read-only.
+
     >>> g = circuit_graph(model)     # doctest: +SKIP
     >>> g                            # smollm2-135m: 301 writers, 481 readers, 70,651 edges
     """
     from interp.stream import require_model
 
     require_model(model)
+    w = model.weights
+    # what the graph depends on: the block program and which embedding parts exist (not the weights' values)
+    stamp = (model.name, model.arch, model.has_mlp, id(w), w.W_pos is None, w.W_type is None)
+    kept = model.__dict__.get("_circuit_graph")
+    if kept is None or kept[0] != stamp:
+        kept = (stamp, _build(model))
+        object.__setattr__(model, "_circuit_graph", kept)  # Model is frozen; the graph is derived state
+    graph: CircuitGraph = kept[1]
+    return graph
+
+
+def _build(model: Model) -> CircuitGraph:
+    """:func:`circuit_graph` without the cache."""
     a = model.arch
     writers, readers = _writers(model), _readers(model)
     # program order: embeddings before everything, the metric's read after everything

@@ -113,6 +113,7 @@ class Engine:
             self.b_in = _nonzero(torch.cat([gate_b, w.b_in], dim=1) if w.W_gate is not None else w.b_in)
             self.b_out = _nonzero(w.b_out)
         self._masks: dict[tuple, Optional[Tensor]] = {}
+        self._full: dict[tuple, tuple[Tensor, int]] = {}  # mask -> leading all-real columns (:meth:`_unpadded`)
         self.scales = [a.attn_scale(l) for l in range(L)]
         self._rope_cache: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
         # one rotary table for every layer unless the model keeps one per layer type (Gemma 3)
@@ -135,6 +136,7 @@ class Engine:
             object.__setattr__(model, "_engine", kept)  # Model is frozen; the engine is derived state
         engine: Engine = kept[1]
         engine._masks.clear()  # keyed by a mask's address, which a later call may reuse
+        engine._full.clear()
         return engine
 
     @staticmethod
@@ -190,8 +192,8 @@ class Engine:
         """The attention mask [R | 1, 1, T, N] (True = may attend), or None when nothing is masked.
         With a sliding ``window`` w a query at t sees keys t−w+1…t only (a patched row's keys too)."""
         N = t0 + T
-        full = bool(mask[:, :N].all())
-        key = (mask.data_ptr(), tuple(mask.shape), t0, T, full, window)
+        full = N <= self._unpadded(mask)
+        key = (mask.data_ptr(), tuple(mask.shape), _version(mask), t0, T, window)
         if key not in self._masks:
             if len(self._masks) > 8:  # a sweep uses one mask per window size
                 self._masks.clear()
@@ -201,6 +203,19 @@ class Engine:
         if allowed is None:
             return None
         return allowed[:, None] if full else allowed[prompt][:, None]
+
+    def _unpadded(self, mask: Tensor) -> int:
+        """How many leading positions of the key mask [P, n] are real tokens in every prompt: one read of the
+        device per mask and call (not one per layer), kept with the mask itself so its address cannot be reused
+        by another tensor while the count is kept; a mask changed in place is read again (its version)."""
+        key = (mask.data_ptr(), tuple(mask.shape), _version(mask))
+        if key not in self._full:
+            if len(self._full) > 8:
+                self._full.clear()
+                self._masks.clear()  # their keys are addresses of the masks held here
+            real = mask.bool().all(0).int()  # [n] 1 where every prompt has a real token
+            self._full[key] = (mask, int(real.cumprod(0).sum()))
+        return self._full[key][1]
 
     def _mask(self, mask: Tensor, t0: int, T: int, full: bool, window: int) -> Optional[Tensor]:
         """:meth:`allowed` before the rows are picked: [P | 1, T, N] (None: nothing masked)."""
@@ -594,11 +609,12 @@ class Engine:
         X = torch.empty(len(vs), tokens.shape[1] - t0, self.arch.d_model, dtype=self.model.dtype, device=dev)
         x = X[:0]
         prompt = torch.empty(0, dtype=torch.long, device=dev)
+        prs = torch.tensor([v.prompt for v in vs], device=dev)  # one copy per chunk; the rows joining at l: a slice
         j = 0
         if first < 0:  # embedding variants: rebuild the embedding with one part replaced
             emb = [v for v in vs if v.layer < 0]
             j = len(emb)
-            pr = torch.tensor([v.prompt for v in emb], device=dev)
+            pr = prs[:j]
             parts = {k: t[pr, t0:] for k, t in base.embed.items()}
             for p in _merge([p for r, v in enumerate(emb) for p in v.patches(r, t0)]):
                 parts[p.site] = self._apply(parts[p.site], [p], t0)
@@ -612,7 +628,7 @@ class Engine:
             patches: list[Patch] = []
             if new:
                 R0 = x.shape[0]
-                pr = torch.tensor([v.prompt for v in new], device=dev)
+                pr = prs[j - len(new): j]
                 start = base.resid_pre[l] if l < self.L else base.final
                 X[R0: R0 + len(new)] = start[pr, t0:]
                 x = X[: R0 + len(new)]
@@ -658,6 +674,11 @@ def _merge(patches: list[Patch]) -> list[Patch]:
             pos=None if ps[0].pos is None else torch.cat([p.pos for p in ps if p.pos is not None]),
         ))
     return out
+
+
+def _version(t: Tensor) -> int:
+    """``t``'s in-place version counter (an inference tensor has none: −1)."""
+    return -1 if t.is_inference() else t._version
 
 
 def _nonzero(b: Tensor) -> Optional[Tensor]:

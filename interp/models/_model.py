@@ -79,11 +79,12 @@ class Model:
         if isinstance(tokens, str):
             tokens = self.to_tokens(tokens)[0]
         t = torch.as_tensor(tokens)
-        if t.ndim == 2:
-            return [[tok.decode([int(i)]) for i in row] for row in t]
-        if t.ndim != 1:
+        if t.ndim not in (1, 2):
             raise ArgumentError(f"tokens must be 1-D or 2-D token ids, got shape {tuple(t.shape)}")
-        return [tok.decode([int(i)]) for i in t]
+        ids = t.to(torch.long).tolist()  # one read of the device, not one per token
+        if t.ndim == 2:
+            return [[tok.decode([i]) for i in row] for row in ids]
+        return [tok.decode([i]) for i in ids]
 
     def __repr__(self) -> str:
         a = self.arch
