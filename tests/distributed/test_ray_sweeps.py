@@ -50,12 +50,22 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
+def _same_mean(r, ref, fields) -> None:
+    """The batch means ``clean``/``corrupt`` agree to 1e-6 of the per-prompt values they average: a shard runs a
+    smaller batch (other GEMM blocking, fp32 rounding ~1e-7 per prompt), and prompts of opposite sign can cancel
+    in the mean (the toy's clean mean is 0.043 of per-prompt values up to 3.8), so its *relative* error is not
+    bounded by 1e-6 — its error relative to the values averaged is."""
+    for f in fields:
+        scale = float(getattr(ref, f"{f}_per_prompt").abs().max())
+        assert getattr(r, f) == pytest.approx(getattr(ref, f), rel=1e-6, abs=1e-6 * scale), f
+
+
 def _same_patch(r, ref) -> None:
     assert r.labels == ref.labels and r.n_prompts == ref.n_prompts
     for f in ("values", "per_prompt", "clean_per_prompt", "corrupt_per_prompt"):
         assert getattr(r, f).shape == getattr(ref, f).shape, f
         assert _rel(getattr(r, f), getattr(ref, f)) <= 1e-6, f
-    assert r.clean == pytest.approx(ref.clean, rel=1e-6) and r.corrupt == pytest.approx(ref.corrupt, rel=1e-6)
+    _same_mean(r, ref, ("clean", "corrupt"))
     assert (r.metric, r.direction, r.ablation, r.positions, r.str_tokens) == \
         (ref.metric, ref.direction, ref.ablation, ref.positions, ref.str_tokens)
 
@@ -65,8 +75,8 @@ def _same_edges(e, ref) -> None:
     for f in ("scores", "per_prompt", "clean_per_prompt", "corrupt_per_prompt"):
         assert getattr(e, f).shape == getattr(ref, f).shape, f
         assert _rel(getattr(e, f), getattr(ref, f)) <= 1e-6, f
-    for f in ("clean", "corrupt", "completeness"):
-        assert getattr(e, f) == pytest.approx(getattr(ref, f), rel=1e-6), f
+    _same_mean(e, ref, ("clean", "corrupt"))
+    assert e.completeness == pytest.approx(ref.completeness, rel=1e-6)
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(positions="each", nodes="heads"),
@@ -112,8 +122,10 @@ def test_effects_on_two_workers_equals_in_process(toy, pairs, cluster, ablation)
     for f in ("total", "direct", "indirect", "per_prompt", "clean_per_prompt"):
         assert getattr(r, f).shape == getattr(ref, f).shape, f
         assert _rel(getattr(r, f), getattr(ref, f)) <= 1e-6, f
-    assert r.clean == pytest.approx(ref.clean, rel=1e-6)
-    assert r.corrupt == pytest.approx(ref.corrupt, rel=1e-6, nan_ok=True)
+    _same_mean(r, ref, ("clean",))
+    # Effects keeps no corrupt per-prompt values: the clean ones give the scale of what the mean averages
+    scale = float(ref.clean_per_prompt.abs().max())
+    assert r.corrupt == pytest.approx(ref.corrupt, rel=1e-6, abs=1e-6 * scale, nan_ok=True)
     assert r.details["distributed"]["lost"] == 0
 
 
@@ -125,7 +137,9 @@ def test_evaluate_circuit_on_two_workers_equals_in_process(toy, pairs, cluster, 
     ref = interp.evaluate_circuit(toy, clean, corrupt, circuit, metric=metric, ablation=ablation)
     r = interp.evaluate_circuit(toy, clean, corrupt, circuit, metric=metric, ablation=ablation, cluster=cluster)
     assert r.per_prompt.shape == ref.per_prompt.shape and (r.n_edges, r.n_total) == (ref.n_edges, ref.n_total)
-    assert _rel(r.per_prompt, ref.per_prompt) <= 1e-6 and _rel(r.values, ref.values) <= 1e-6
+    assert _rel(r.per_prompt, ref.per_prompt) <= 1e-6
+    # values are batch means (circuit, all edges, no edges): within 1e-6 of the per-prompt values they average
+    assert (r.values - ref.values).abs().max() <= 1e-6 * ref.per_prompt.abs().max()
     # the mean ablation is over every corrupt prompt in each shard, not over the shard's own
     assert r.details["distributed"]["shards"] == 4
 
