@@ -25,6 +25,7 @@ import torch
 
 import interp
 import tiny_models
+from device.walk import tensors
 from interp._result import HOST_METHODS, Result
 from test_result_contract import FACTORIES, RESULT_CLASSES
 from tiny_models import tiny_model
@@ -46,21 +47,6 @@ def _extra(m):
     sae = SAE(tc.W_enc, tc.b_enc, tc.W_dec, tc.b_dec, layer=0, site="resid_post").to(m["llama"].device)
     return {"ResidualTrace": interp.trace(m["gpt2"], ["w1 w2 w3", "w4 w5"], keep=("patterns",)),
             "SAEReconstruction": sae_reconstruction(m["llama"], ["w1 w2 w3", "w4 w5"], sae)}
-
-
-def tensors(obj, path="result"):
-    """(path, tensor) for every tensor of a result: dataclass fields, dicts, lists, tuples (not the model's weights)."""
-    if isinstance(obj, torch.Tensor):
-        yield path, obj
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type) and type(obj).__name__ != "Weights":
-        for f in dataclasses.fields(obj):
-            yield from tensors(getattr(obj, f.name, None), f"{path}.{f.name}")
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from tensors(v, f"{path}[{k!r}]")
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            yield from tensors(v, f"{path}[{i}]")
 
 
 @pytest.fixture(scope="module")

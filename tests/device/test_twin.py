@@ -4,13 +4,12 @@ On the CPU the "device" model is a second CPU copy, so the suite stays green wit
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
 import interp
 import tiny_models
+from device.walk import tensors
 from tiny_models import FAMILIES, tiny_model
 
 CLEAN, CORRUPT = ["w1 w2 w3 w4 w1 w2", "w5 w6 w7 w8 w5 w6"], ["w1 w2 w3 w4 w13 w14", "w5 w6 w7 w8 w15 w16"]
@@ -25,21 +24,6 @@ CALLS = {
     "logit_lens": lambda m: interp.logit_lens(m, CLEAN, answer=["w3", "w7"]),
     "composition_scores": lambda m: interp.composition_scores(m, "K"),
 }
-
-
-def tensors(obj, path="result"):
-    """(path, tensor) for every tensor of a result: its dataclass fields, dicts, lists and tuples, recursively."""
-    if isinstance(obj, torch.Tensor):
-        yield path, obj
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            yield from tensors(getattr(obj, f.name, None), f"{path}.{f.name}")
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from tensors(v, f"{path}[{k!r}]")
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            yield from tensors(v, f"{path}[{i}]")
 
 
 @pytest.fixture(scope="module", params=[f for f in FAMILIES if f != "bert"])

@@ -206,7 +206,9 @@ def test_smollm2_two_layers_from_the_bundled_corpus(smollm2, tmp_path):
     r = train_transcoders(smollm2, layers=[0, 1], width=256, k=8, tokens=512, seq_len=64, batch_size=4,
                           eval_tokens=256, cache_dir=tmp_path, progress=False)
     print(r.to_dataframe())
-    assert r.l0 == [8.0, 8.0] and all(0 < f < 2 for f in r.fvu)
+    # TopK keeps k pre-activations and ReLU zeroes the non-positive ones among them: 0 < L0 ≤ k (with the defaults
+    # scaled to this tiny budget some kept ones are ≤ 0: L0 6.3 and 7.5 here)
+    assert all(0 < l <= 8 for l in r.l0) and all(0 < f < 2 for f in r.fvu)
     assert r.corpus.startswith("King James Bible") and r.details["licence"]
 
 
