@@ -183,11 +183,7 @@ def circuit_graph(model: Model) -> CircuitGraph:
     w = model.weights
     # what the graph depends on: the block program and which embedding parts exist (not the weights' values)
     stamp = (model.name, model.arch, model.has_mlp, id(w), w.W_pos is None, w.W_type is None)
-    kept = model.__dict__.get("_circuit_graph")
-    if kept is None or kept[0] != stamp:
-        kept = (stamp, _build(model))
-        object.__setattr__(model, "_circuit_graph", kept)  # Model is frozen; the graph is derived state
-    graph: CircuitGraph = kept[1]
+    graph: CircuitGraph = model.derived("_circuit_graph", stamp, lambda: _build(model))
     return graph
 
 

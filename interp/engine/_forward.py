@@ -130,11 +130,7 @@ class Engine:
         one of its weight tensors has been changed in place (their version counters) or replaced."""
         w = model.weights
         stamp = tuple((id(t), t._version) for t in vars(w).values() if isinstance(t, Tensor))
-        kept = model.__dict__.get("_engine")
-        if kept is None or kept[0] != stamp:
-            kept = (stamp, cls(model))
-            object.__setattr__(model, "_engine", kept)  # Model is frozen; the engine is derived state
-        engine: Engine = kept[1]
+        engine: Engine = model.derived("_engine", stamp, lambda: cls(model))
         engine._masks.clear()  # keyed by a mask's address, which a later call may reuse
         engine._full.clear()
         return engine
@@ -142,7 +138,7 @@ class Engine:
     @staticmethod
     def drop(model: Model) -> None:
         """Forget ``model``'s kept engine (:meth:`of`), freeing its fused projections."""
-        model.__dict__.pop("_engine", None)
+        model.forget("_engine")
 
     # ------------------------------------------------------------------ model facts
 

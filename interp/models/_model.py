@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence, Union
+from typing import Any, Callable, Hashable, Sequence, TypeVar, Union
 
 import torch
 from jaxtyping import Int
@@ -15,6 +15,9 @@ from interp.models._tokenize import tokenize
 from interp.models._weights import Weights
 
 __all__ = ["Model"]
+
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,6 +55,19 @@ class Model:
     def has_mlp(self) -> bool:
         """Whether the blocks have an MLP sublayer (dense, or routed experts): the one check every engine uses."""
         return not self.arch.attn_only and (self.weights.W_in.shape[-1] > 0 or self.arch.n_experts > 0)
+
+    def derived(self, key: str, stamp: Hashable, build: Callable[[], "_T"]) -> "_T":
+        """State derived from the model (an engine's fused weights, the edge graph), kept on it under ``key`` and
+        rebuilt by ``build()`` when ``stamp`` (what the state depends on) differs from the kept one's."""
+        kept = self.__dict__.get(key)
+        if kept is None or kept[0] != stamp:
+            kept = (stamp, build())
+            object.__setattr__(self, key, kept)  # the model is frozen; this is derived state, not a field
+        return kept[1]
+
+    def forget(self, key: str) -> None:
+        """Drop the derived state kept under ``key`` (:meth:`derived`)."""
+        self.__dict__.pop(key, None)
 
     def _need_tokenizer(self, what: str = "text") -> Any:
         """The tokenizer, or UnsupportedOperationError naming the user's call and ``what`` was text."""
