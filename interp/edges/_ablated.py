@@ -32,10 +32,10 @@ class AblatedForward:
         self.ew, self.e, self.a, self.w = writes, writes.e, writes.a, writes.w
 
     def _ln1(self, l: int, x: Tensor) -> Tensor:
-        return self.e.read_norm(x, l, "1")
+        return self.e.read_norm(x, l, "attn")
 
     def _ln2(self, l: int, x: Tensor) -> Tensor:
-        return self.e.read_norm(x, l, "2")
+        return self.e.read_norm(x, l, "mlp")
 
     def __call__(self, tokens: Tensor, mask: Tensor, abl: Optional[Acts], K: Tensor, read: Any, prompt: Tensor
                  ) -> Tensor:

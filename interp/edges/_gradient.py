@@ -173,7 +173,7 @@ class ReaderGradients:
         """Layer l of the pass on its input x [P, T, d] (``every``: each write mixed α a_w + (1 − α) ã_w)."""
         ew, e, a, w = self.ew, self.e, self.a, self.w
         norm_in: dict[str, Tensor] = {}
-        qkv = e.project_qkv(l, e.read_norm(x, l, "1"))  # [P, T, H + 2 Hkv, dh]
+        qkv = e.project_qkv(l, e.read_norm(x, l, "attn"))  # [P, T, H + 2 Hkv, dh]
         z = e.attention(l, qkv, mask, frozen=frozen)
         attn = e.joined(l, e.attn_out(l, z), "attn")
         if every:  # the ablated attention output (b_O alone when the ablation zeroes z)
@@ -194,7 +194,7 @@ class ReaderGradients:
                           mid=None, norm_in=norm_in)
         # the MLP's own copy of its input: without a norm of its own (post-norm, OLMo 2, norm-free models
         # such as tracr's) it is `mid` itself, whose gradient would include the residual path past the MLP
-        h2 = e.read_norm(mid, l, "2") if ew.own_norm else mid * 1.0
+        h2 = e.read_norm(mid, l, "mlp") if ew.own_norm else mid * 1.0
         m = e.joined(l, e.mlp(l, h2), "mlp")
         m_kept = m.detach()
         if every:

@@ -137,13 +137,13 @@ class _Replay:
         V = V[t0:]
         if ri.kind in ("q", "k", "v"):
             l, h = ri.layer, ri.head
-            x = self.e.read_norm(V, l, "1")
+            x = self.e.read_norm(V, l, "attn")
             W, b = {"q": (w.W_Q, w.b_Q), "k": (w.W_K, w.b_K), "v": (w.W_V, w.b_V)}[ri.kind]
             val = x @ W[l, h] + b[l, h]
             return Patch(site=ri.kind, layer=l, rows=rows, head=torch.tensor([h], device=dev), value=val[None])
         if ri.kind == "mlp":
             l = ri.layer
-            x = self.e.read_norm(V, l, "2")
+            x = self.e.read_norm(V, l, "mlp")
             # the engine's mlp_out site is the output as it joins the stream (after a sandwich norm, if any)
             return Patch(site="mlp_out", layer=l, rows=rows, value=self.e.joined(l, self.e.mlp(l, x), "mlp")[None])
         return Patch(site="final", layer=a.n_layers, rows=rows, value=V[None])

@@ -37,7 +37,7 @@ from torch import Tensor
 from interp._norms import norm_scale
 from interp.errors import UnsupportedArchitectureError
 from interp.engine._rotary import allowed_keys, apply_rotary
-from interp.models import Model, per_layer, rotary_tables
+from interp.models import Model, per_layer, rotary_tables, run_block
 
 __all__ = ["Engine", "HEADED_SITES", "Patch", "RunCache", "SITES", "Variant"]
 
@@ -88,6 +88,7 @@ class Engine:
         self.model = model
         a, w = model.arch, model.weights
         self.arch, self.w = a, w
+        self.block = model.block  # the wiring every forward of this engine interprets
         if a.norm_placement not in ("pre", "post"):
             raise UnsupportedArchitectureError(f"model {model.name!r}: norm_placement={a.norm_placement!r}")
         L, H, Hkv, dh = a.n_layers, a.n_heads, a.n_kv_heads, a.d_head
@@ -159,26 +160,20 @@ class Engine:
         r = torch.rsqrt(torch.linalg.vector_norm(x, 2, dim=dims, keepdim=True).square() / n + self.arch.norm_eps)
         return (x * (r.detach() if frozen else r)).mul_(gain)
 
-    def read_norm(self, x: Tensor, l: int, which: str) -> Tensor:
-        """The stream x as layer l's sublayer ``which`` ("1" attention, "2" MLP) reads it: through its pre-norm,
-        or x itself in a post-norm block or one without pre-norms (OLMo 2)."""
-        a, w = self.arch, self.w
-        if a.norm_placement == "post" or not a.pre_norms:
-            return x
-        return self.norm(x, w.ln1_w[l], w.ln1_b[l]) if which == "1" else self.norm(x, w.ln2_w[l], w.ln2_b[l])
+    def norm_weights(self, norm: str, l: int) -> tuple[Optional[Tensor], Optional[Tensor]]:
+        """(γ, β) of layer l's norm ``norm`` — a block step's norm id: "ln1" / "ln2" (a sublayer's pre-norm, or
+        a post-norm block's stream norm), "ln1_post" / "ln2_post" (a sublayer's output norm, no β)."""
+        gain, bias = getattr(self.w, f"{norm}_w"), getattr(self.w, f"{norm}_b", None)
+        return (None if gain is None else gain[l]), (None if bias is None else bias[l])
 
-    def post_norm(self, x: Tensor, gain: Optional[Tensor]) -> Tensor:
-        """A sandwich norm on a sublayer's output before it is added (Gemma 2/3); x itself without one."""
-        return x if gain is None else self.norm(x, gain, None)
+    def norm_at(self, norm: Optional[str], l: int, x: Tensor) -> Tensor:
+        """x through layer l's norm ``norm`` (a block step's norm id), or x itself for None."""
+        return x if norm is None else self.norm(x, *self.norm_weights(norm, l))
 
-    def _sandwich(self, out: Tensor, gains: Optional[Tensor], l: int, keep: Callable[[str, Tensor], None],
-                  raw_site: str) -> Tensor:
-        """A sublayer's output as it joins the stream: through layer l's sandwich norm when ``gains`` is given
-        (the output before it kept as ``raw_site``), else ``out`` itself."""
-        if gains is None:
-            return out
-        keep(raw_site, out)
-        return self.joined(l, out, "attn" if raw_site == "attn_raw" else "mlp")
+    def read_norm(self, x: Tensor, l: int, sub: str) -> Tensor:
+        """The stream x as layer l's sublayer ``sub`` ("attn" | "mlp") reads it: through its pre-norm, or x
+        itself where the block reads the stream raw (post-norm, OLMo 2's output norms only)."""
+        return self.norm_at(self.block.read_norm(sub), l, x)
 
     def rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         """RoPE on x [R, T, n, d_head] with cos/sin [T, rotary_dim] (:func:`interp.engine.apply_rotary`)."""
@@ -392,9 +387,8 @@ class Engine:
         return _linear(z.reshape(*z.shape[:2], -1), self.W_O[l], None if self.b_O is None else self.b_O[l])
 
     def joined(self, l: int, out: Tensor, sublayer: str) -> Tensor:
-        """Layer l's ``sublayer`` ("attn" | "mlp") output as it joins the stream: through its sandwich norm."""
-        gains = self.w.ln1_post_w if sublayer == "attn" else self.w.ln2_post_w
-        return out if gains is None else self.post_norm(out, gains[l])
+        """Layer l's ``sublayer`` ("attn" | "mlp") output as it joins the stream: through its output norm."""
+        return self.norm_at(self.block.out_norm(sublayer), l, out)
 
     # ------------------------------------------------------------------ one layer
 
@@ -412,31 +406,33 @@ class Engine:
         store: Optional[dict[str, Tensor]] = None,
         inplace: bool = False,
     ) -> Tensor:
-        """Layer ``l`` on rows ``x`` [R, T, d_model] holding positions t0..t0+T−1 of prompts ``prompt``.
+        """Layer ``l`` on rows ``x`` [R, T, d_model] holding positions t0..t0+T−1 of prompts ``prompt``: the
+        model's block (:attr:`interp.models.Model.block`) interpreted live by :class:`_Live`, each point and
+        each sublayer's internal site a patch point.
 
         ``mask`` [n_prompts, n] is the key padding mask; ``prefix`` the base run's rotated keys and
-        values [n_prompts, Hkv, n, d_head] for the positions before t0 (causal models only).
+        values [n_prompts, Hkv, n, d_head] for the positions before t0 (causal models only); ``capture`` the
+        sites kept in ``store`` (and "{norm}_in": the input of a stream or output norm, its scale's source).
         """
-        a, w = self.arch, self.w
-        R, T, d = x.shape
-        H, Hkv, dh, group = self.H, self.Hkv, self.dh, self.group
         by: dict[str, list[Patch]] = {}
         for p in patches:
             by.setdefault(p.site, []).append(p)
-        cap = capture or set()
+        live = _Live(self, l, by, capture or set(), store, t0=t0, prompt=prompt, mask=mask, prefix=prefix,
+                     inplace=inplace)
+        return run_block(self.block, live, x)
 
-        def keep(site: str, t: Tensor) -> None:
-            if site in cap and store is not None:
-                store[site] = t
-
-        x = self._apply(x, by.get("resid_pre"), t0, inplace=inplace)
-        keep("resid_pre", x)
-        h1 = self.read_norm(x, l, "1")
+    def attention_live(self, l: int, x: Tensor, h1: Tensor, live: "_Live") -> Tensor:
+        """Layer l's attention output Σ_h z_h W_O^h + b_O on rows reading h1 = N1(x), with the patch points q_in,
+        k_in, v_in (one reader sees x shifted), q, k, v, pattern and z (``live``: the layer's patches and keeps)."""
+        w, by, keep, t0, prompt = self.w, live.by, live.keep, live.t0, live.prompt
+        mask, prefix = live.mask, live.prefix
+        R, T = x.shape[:2]
+        H, Hkv = self.H, self.Hkv
         qkv = self.project_qkv(l, h1)  # [R, T, H + 2 Hkv, dh]
         q, k, v = qkv[:, :, :H], qkv[:, :, H: H + Hkv], qkv[:, :, H + Hkv:]
         for site, t, W, b in (("q_in", q, w.W_Q, w.b_Q), ("k_in", k, w.W_K, w.b_K), ("v_in", v, w.W_V, w.b_V)):
             for p in by.get(site, ()):  # one reader sees the residual shifted by p.value
-                hh = self.read_norm(x[p.rows] + p.value, l, "1")
+                hh = self.read_norm(x[p.rows] + p.value, l, "attn")
                 t[p.rows, :, p.head] = torch.einsum("ntm,nmh->nth", hh, W[l][p.head]) + b[l][p.head][:, None]
         for site, t in (("q", q), ("k", k), ("v", v)):  # in place: qkv is this call's own tensor
             self._apply(t, by.get(site), t0, headed=True, inplace=True)
@@ -449,8 +445,8 @@ class Engine:
         q = q.transpose(1, 2)  # [R, H, T, dh]
         k = k.transpose(1, 2)  # [R, Hkv, T, dh]
         v = v.transpose(1, 2)
-        if store is not None and "kv" in cap:
-            store["kv_k"], store["kv_v"] = k, v
+        keep("kv_k", k)
+        keep("kv_v", v)
         if t0 > 0:
             if prefix is None:
                 raise RuntimeError("a suffix row needs the base run's keys/values")
@@ -460,8 +456,8 @@ class Engine:
                 pk, pv = prefix[0][prompt, :, :t0], prefix[1][prompt, :, :t0]
             k = torch.cat([pk, k], dim=2)
             v = torch.cat([pv, v], dim=2)
-        allowed = self.allowed(mask, prompt, t0, T, a.window(l))  # [R | 1, 1, T, N] or None
-        if "pattern" in by or "pattern" in cap:
+        allowed = self.allowed(mask, prompt, t0, T, self.arch.window(l))  # [R | 1, 1, T, N] or None
+        if "pattern" in by or live.wants("pattern"):
             A = self._apply(self.pattern(l, q, k, allowed), by.get("pattern"), t0, headed=True, pattern=True)
             keep("pattern", A)
             z = self.weigh(A, v)
@@ -469,36 +465,7 @@ class Engine:
             z = self.attend(l, q, k, v, allowed)
         z = self._apply(z, by.get("z"), t0, headed=True)
         keep("z", z)
-        attn = self._apply(self._sandwich(self.attn_out(l, z), w.ln1_post_w, l, keep, "attn_raw"), by.get("attn_out"), t0)
-        keep("attn_out", attn)
-        # ``inplace`` (the sweep's own rows): the residual is updated in place, x += attn, x += mlp
-        if a.norm_placement == "post":
-            mid = self.norm(x + attn, w.ln1_w[l], w.ln1_b[l])
-        elif a.parallel_attn_mlp:
-            mid = x
-        else:
-            mid = x.add_(attn) if inplace else x + attn
-        if not a.parallel_attn_mlp:
-            mid = self._apply(mid, by.get("resid_mid"), t0, inplace=inplace)
-            keep("resid_mid", mid)
-        if not self.has_mlp:
-            out = mid + attn if a.parallel_attn_mlp else mid
-        else:
-            h2 = self.read_norm(mid, l, "2")
-            for p in by.get("mlp_in", ()):
-                h2 = h2.clone() if h2 is mid else h2
-                h2[p.rows] = self.read_norm(mid[p.rows] + p.value, l, "2")
-            m = self._apply(self._sandwich(self.mlp(l, h2), w.ln2_post_w, l, keep, "mlp_raw"), by.get("mlp_out"), t0)
-            keep("mlp_out", m)
-            if a.norm_placement == "post":
-                out = self.norm(mid + m, w.ln2_w[l], w.ln2_b[l])
-            elif a.parallel_attn_mlp:
-                out = x.add_(attn.add_(m)) if inplace else x + attn + m
-            else:
-                out = mid.add_(m) if inplace else mid + m
-        out = self._apply(out, by.get("resid_post"), t0, inplace=inplace)
-        keep("resid_post", out)
-        return out
+        return self.attn_out(l, z)
 
     @staticmethod
     def _apply(t: Tensor, patches: Optional[list[Patch]], t0: int, *, headed: bool = False,
@@ -537,7 +504,7 @@ class Engine:
             parts = self.embed_parts(tokens)
             cache.embed = parts
             x = self.embed(parts)
-            layer_cap = cap | ({"kv"} if keep_kv else set()) | ({"resid_mid", "attn_raw", "mlp_raw"} if keep_scales else set())
+            layer_cap = cap | ({"kv"} if keep_kv else set()) | ({f"{n}_in" for n in self._norms_in_block()} if keep_scales else set())
             for l in range(self.L):
                 cache.resid_pre.append(x)
                 store: dict[str, Tensor] = {}
@@ -547,23 +514,20 @@ class Engine:
                 if keep_kv:
                     cache.kv.append((store["kv_k"], store["kv_v"]))
                 if keep_scales:
-                    self._keep_scales(cache, l, cache.resid_pre[-1], store, x)
+                    self._keep_scales(cache, store)
             cache.final = x
         return cache
 
-    def _keep_scales(self, cache: RunCache, l: int, x: Tensor, store: dict[str, Tensor], out: Tensor) -> None:
-        """σ of every norm input of layer l (post-norm: N1's input x + attn, N2's input mid + mlp; sandwich
-        norms: the raw attention and MLP outputs)."""
-        a = self.arch
-        if a.sandwich_norms:
-            for key, site in (("ln1_post", "attn_raw"), ("ln2_post", "mlp_raw")):
-                cache.scales.setdefault(key, []).append(self.norm_scale(store[site]) if site in store else None)  # type: ignore[arg-type]
-        if a.norm_placement == "post":
-            mid = store["resid_mid"]
-            s1 = self.norm_scale(x + store["attn_out"]) if "attn_out" in store else None
-            s2 = self.norm_scale(mid + store["mlp_out"]) if "mlp_out" in store else None
-            cache.scales.setdefault("ln1", []).append(s1)  # type: ignore[arg-type]
-            cache.scales.setdefault("ln2", []).append(s2)  # type: ignore[arg-type]
+    def _norms_in_block(self) -> list[str]:
+        """The norms of the block that see a run-dependent input other than a read: stream norms (post-norm)
+        and sublayer output norms — each one's σ is what :meth:`run` keeps with ``keep_scales``."""
+        return [s.norm for s in self.block.walk() if s.op in ("norm", "out_norm") and s.norm is not None]
+
+    def _keep_scales(self, cache: RunCache, store: dict[str, Tensor]) -> None:
+        """σ of the input of each of the layer's stream and output norms (:meth:`_norms_in_block`), by norm id."""
+        for norm in self._norms_in_block():
+            inp = store.get(f"{norm}_in")
+            cache.scales.setdefault(norm, []).append(None if inp is None else self.norm_scale(inp))  # type: ignore[arg-type]
 
     def sweep(
         self,
@@ -639,6 +603,58 @@ class Engine:
             if out.data_ptr() != x.data_ptr():  # post-norm blocks return a new tensor
                 x.copy_(out)
         return read(x, prompt, t0)
+
+
+class _Live:
+    """:meth:`Engine.layer`'s interpreter of the block (:class:`interp.models.BlockOps`): each step run on the
+    rows, each point's patches written and its value kept when captured."""
+
+    def __init__(self, e: Engine, l: int, by: dict[str, list[Patch]], cap: set[str],
+                 store: Optional[dict[str, Tensor]], *, t0: int, prompt: Tensor, mask: Tensor,
+                 prefix: Optional[tuple[Tensor, Tensor]], inplace: bool):
+        self.e, self.l, self.by, self.cap, self.store = e, l, by, cap, store
+        self.t0, self.prompt, self.mask, self.prefix, self.inplace = t0, prompt, mask, prefix, inplace
+        self.x: Optional[Tensor] = None  # the stream the attention read (its q_in/k_in/v_in patches shift it)
+
+    def wants(self, site: str) -> bool:
+        return site in self.cap or (site.startswith("kv_") and "kv" in self.cap)
+
+    def keep(self, site: str, t: Tensor) -> None:
+        if self.store is not None and self.wants(site):
+            self.store[site] = t
+
+    def point(self, site: str, v: Tensor) -> Tensor:
+        # ``inplace`` (the sweep's own rows): the stream is patched and updated in place
+        v = self.e._apply(v, self.by.get(site), self.t0, inplace=self.inplace and site.startswith("resid_"))
+        self.keep(site, v)
+        return v
+
+    def read(self, sub: str, norm: Optional[str], stream: Tensor) -> Tensor:
+        h = self.e.norm_at(norm, self.l, stream)
+        if sub == "attn":
+            self.x = stream
+            return h
+        for p in self.by.get("mlp_in", ()):  # one reader sees the residual shifted by p.value
+            h = h.clone() if h is stream else h
+            h[p.rows] = self.e.norm_at(norm, self.l, stream[p.rows] + p.value)
+        return h
+
+    def apply(self, sub: str, h: Tensor) -> Tensor:
+        if sub == "attn":
+            assert self.x is not None
+            return self.e.attention_live(self.l, self.x, h, self)
+        return self.e.mlp(self.l, h)
+
+    def out_norm(self, sub: str, norm: str, out: Tensor) -> Tensor:
+        self.keep(f"{norm}_in", out)
+        return self.e.norm_at(norm, self.l, out)
+
+    def add(self, sub: str, stream: Tensor, out: Tensor) -> Tensor:
+        return stream.add_(out) if self.inplace else stream + out
+
+    def norm(self, norm: str, stream: Tensor) -> Tensor:
+        self.keep(f"{norm}_in", stream)
+        return self.e.norm_at(norm, self.l, stream)
 
 
 @dataclass

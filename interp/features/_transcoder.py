@@ -161,4 +161,4 @@ def mlp_input(e: Any, x: Tensor, mid: Optional[Tensor], l: int) -> Tensor:
         mid = x
     if mid is None:
         raise RuntimeError("the engine did not keep resid_mid, which a sequential block's MLP reads")
-    return e.read_norm(mid, l, "2")
+    return e.read_norm(mid, l, "mlp")

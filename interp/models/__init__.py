@@ -5,6 +5,7 @@ The lowest layer: it imports no other interp subpackage (only the top-level util
 """
 
 from interp.models._arch import ArchInfo
+from interp.models._block import Block, BlockOps, Step, describe_block, run_block
 from interp.models._families import NOT_YET_SUPPORTED, SUPPORTED_FAMILIES, hf_state_from_weights, hf_writable
 from interp.models._catalog import CatalogEntry, default_cache_dir, list_models
 from interp.models._load import load_catalog_hf, load_model_unchecked, model_from_hf_unchecked
@@ -31,7 +32,7 @@ from interp.models._tracr import model_from_tracr, tracr_is_numerical, tracr_out
 from interp.models._weights import Weights
 
 __all__ = [
-    "ArchInfo", "Batch", "LayerStack", "LoadProgress", "load_progress", "load_step", "is_streamed", "per_layer", "NOT_YET_SUPPORTED", "CatalogEntry", "Event", "Model", "SUPPORTED_FAMILIES", "TOY_BOS_ID", "TOY_FIRST_WORD_ID",
+    "ArchInfo", "Batch", "Block", "BlockOps", "Step", "describe_block", "run_block", "LayerStack", "LoadProgress", "load_progress", "load_step", "is_streamed", "per_layer", "NOT_YET_SUPPORTED", "CatalogEntry", "Event", "Model", "SUPPORTED_FAMILIES", "TOY_BOS_ID", "TOY_FIRST_WORD_ID",
     "TOY_UNK_ID", "ToyConfig", "Weights", "build_program", "build_toy", "default_cache_dir", "head_label", "hf_state_from_weights",
     "hf_writable", "list_models", "load_catalog_hf", "load_model_unchecked", "norm_hook", "ordinary_tokens", "load_toy", "model_from_hf_unchecked", "model_from_tracr", "native_state_dict",
     "program_position", "read_toy_config", "readable_token", "resid_hook_names", "rotary_tables", "save_toy", "sees", "tokenize", "toy_weights",

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.models._arch import ArchInfo
+from interp.models._block import Block, describe_block
 from interp.models._tokenize import tokenize
 from interp.models._weights import Weights
 
@@ -55,6 +56,12 @@ class Model:
     def has_mlp(self) -> bool:
         """Whether the blocks have an MLP sublayer (dense, or routed experts): the one check every engine uses."""
         return not self.arch.attn_only and (self.weights.W_in.shape[-1] > 0 or self.arch.n_experts > 0)
+
+    @property
+    def block(self) -> Block:
+        """One layer's wiring as ordered steps (:func:`interp.models.describe_block`): what every forward
+        interprets and every analysis asks about the block."""
+        return describe_block(self.arch, self.has_mlp)
 
     def derived(self, key: str, stamp: Hashable, build: Callable[[], "_T"]) -> "_T":
         """State derived from the model (an engine's fused weights, the edge graph), kept on it under ``key`` and

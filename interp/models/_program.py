@@ -24,6 +24,7 @@ from interp.errors import LabelError
 from interp.labels import Bias, Embed, Head, HeadInput, Label, Mlp, MlpInput, Neuron, Norm, NormBias, Output, Resid
 from interp.labels import parse as parse_label
 from interp.models._arch import ArchInfo
+from interp.models._block import Step, describe_block
 
 __all__ = ["Event", "build_program", "head_label", "program_position", "resid_hook_names", "sees"]
 
@@ -56,13 +57,8 @@ def norm_hook(arch: ArchInfo, layer: int, which: str) -> str:
 
 
 def resid_hook_names(arch: ArchInfo) -> list[str]:
-    names = []
-    for l in range(arch.n_layers):
-        names.append(str(Resid(l, "pre")))
-        if not arch.parallel_attn_mlp and not arch.attn_only:
-            names.append(str(Resid(l, "mid")))
-        names.append(str(Resid(l, "post")))
-    return names
+    sites = describe_block(arch).resid_sites()
+    return [str(Resid(l, site[len("resid_"):])) for l in range(arch.n_layers) for site in sites]  # type: ignore[arg-type]
 
 
 def build_program(arch: ArchInfo, *, neuron_layers: Sequence[int] = (), n_types: int = 0) -> list[Event]:
@@ -77,53 +73,45 @@ def build_program(arch: ArchInfo, *, neuron_layers: Sequence[int] = (), n_types:
         ev.append(_event("write", Embed("pos"), sub="pos_embed"))
     if n_types:
         ev.append(_event("write", Embed("type"), sub="type_embed"))
-    post = arch.norm_placement == "post"
+    block = describe_block(arch)
     has_norm = arch.norm != "none"
-    norm_bias = arch.norm == "layernorm"
-    if post:
+    if block.normed_stream:
         embed_ln = Norm(None, "embed_ln")
         ev.append(_event("norm", embed_ln))
         ev.append(_event("write", NormBias(embed_ln), sub="norm_bias", norm=str(embed_ln)))
     for l in range(arch.n_layers):
-        ev.append(_event("resid", Resid(l, "pre"), layer=l))
-        ln1, ln2 = Norm(l, "ln1"), Norm(l, "ln2")
-        pre = has_norm and not post and arch.pre_norms  # OLMo 2's sublayers read the raw stream
-        attn_norm = str(ln1) if pre else None
-        mlp_norm = str(ln2) if pre else None
-        for h in range(arch.n_heads):
-            ev.append(_event("read", HeadInput(l, "q", h), layer=l, head=h, norm=attn_norm))
-        for g in range(arch.n_kv_heads):
-            ev.append(_event("read", HeadInput(l, "k", g), layer=l, head=g, norm=attn_norm))
-            ev.append(_event("read", HeadInput(l, "v", g), layer=l, head=g, norm=attn_norm))
-        if arch.parallel_attn_mlp and not arch.attn_only:
-            ev.append(_event("read", MlpInput(l, "in"), layer=l, norm=mlp_norm))
-        for h in range(arch.n_heads):
-            ev.append(_event("write", Head(l, h), layer=l, head=h, sub="head"))
-        if arch.attn_bias:
-            ev.append(_event("write", Bias(l, "attn"), layer=l, sub="attn_bias"))
-        if post:
-            ev.append(_event("norm", ln1, layer=l))
-            ev.append(_event("write", NormBias(ln1), layer=l, sub="norm_bias", norm=str(ln1)))
-        if not arch.parallel_attn_mlp and not arch.attn_only:
-            ev.append(_event("resid", Resid(l, "mid"), layer=l))
-            ev.append(_event("read", MlpInput(l, "in"), layer=l, norm=mlp_norm))
-        if not arch.attn_only:
-            if l in neuron_layers:
-                for n in range(arch.d_mlp):
-                    ev.append(_event("write", Neuron(l, n), layer=l, head=n, sub="neuron"))
-                if arch.mlp_bias:
-                    ev.append(_event("write", Bias(l, "mlp"), layer=l, sub="mlp_bias"))
-            else:
-                ev.append(_event("write", Mlp(l), layer=l, sub="mlp"))
-        if post:
-            ev.append(_event("norm", ln2, layer=l))
-            ev.append(_event("write", NormBias(ln2), layer=l, sub="norm_bias", norm=str(ln2)))
-        ev.append(_event("resid", Resid(l, "post"), layer=l))
+        for step in block.walk():
+            ev.extend(_step_events(arch, step, l, neuron_layers))
     if arch.has_logits:
         ev.append(_event("read", Output("unembed"), norm="final" if has_norm else None))
     else:
         ev.append(_event("read", Output("final")))
     return ev
+
+
+def _step_events(arch: ArchInfo, step: Step, l: int, neuron_layers: Sequence[int]) -> list[Event]:
+    """The events of block step ``step`` of layer ``l`` (points on the stream, reads, writes, stream norms)."""
+    if step.op == "point":
+        return [_event("resid", Resid(l, step.site[len("resid_"):]), layer=l)] if step.site.startswith("resid_") else []  # type: ignore[arg-type]
+    norm = str(Norm(l, step.norm)) if step.norm is not None else None  # type: ignore[arg-type]
+    if step.op == "read" and step.sub == "attn":
+        return ([_event("read", HeadInput(l, "q", h), layer=l, head=h, norm=norm) for h in range(arch.n_heads)]
+                + [_event("read", HeadInput(l, kind, g), layer=l, head=g, norm=norm)
+                   for g in range(arch.n_kv_heads) for kind in ("k", "v")])
+    if step.op == "read":
+        return [_event("read", MlpInput(l, "in"), layer=l, norm=norm)]
+    if step.op == "add" and step.sub == "attn":
+        heads = [_event("write", Head(l, h), layer=l, head=h, sub="head") for h in range(arch.n_heads)]
+        return heads + ([_event("write", Bias(l, "attn"), layer=l, sub="attn_bias")] if arch.attn_bias else [])
+    if step.op == "add" and l in neuron_layers:
+        neurons = [_event("write", Neuron(l, n), layer=l, head=n, sub="neuron") for n in range(arch.d_mlp)]
+        return neurons + ([_event("write", Bias(l, "mlp"), layer=l, sub="mlp_bias")] if arch.mlp_bias else [])
+    if step.op == "add":
+        return [_event("write", Mlp(l), layer=l, sub="mlp")]
+    if step.op == "norm":
+        ln = Norm(l, step.norm)  # type: ignore[arg-type]
+        return [_event("norm", ln, layer=l), _event("write", NormBias(ln), layer=l, sub="norm_bias", norm=str(ln))]
+    return []  # apply, out_norm: no event of the program (a sandwich norm is part of its sublayer's write)
 
 
 @functools.lru_cache(maxsize=64)

@@ -53,9 +53,9 @@ def test_a_layer_from_the_pieces_runs_under_autograd_and_equals_the_forward(fami
     run = e.run(tokens, mask)
     x0 = run.resid_pre[0].clone().requires_grad_(True)
     with torch.enable_grad():
-        qkv = e.project_qkv(0, e.read_norm(x0, 0, "1"))
+        qkv = e.project_qkv(0, e.read_norm(x0, 0, "attn"))
         mid = x0 + e.joined(0, e.attn_out(0, e.attention(0, qkv, mask)), "attn")
-        out = mid + e.joined(0, e.mlp(0, e.read_norm(mid, 0, "2")), "mlp")
+        out = mid + e.joined(0, e.mlp(0, e.read_norm(mid, 0, "mlp")), "mlp")
         (gx,) = torch.autograd.grad(out.square().sum(), x0)
     torch.testing.assert_close(out.detach(), run.resid_pre[1], rtol=1e-5, atol=1e-5)
     assert torch.isfinite(gx).all() and gx.abs().max() > 0
