@@ -24,10 +24,13 @@ FAMILIES = ("gpt2", "llama", "neox", "bert")
 #: adjacent-pair partial rotary, lm_head bias), Qwen 3 (QK-norm), Gemma 2 (sandwich norms, soft-capped
 #: scores and logits, alternating windows), Gemma 3 (sandwich norms, QK-norm, a rotary table per layer type),
 #: OLMo 2 (output norms without pre-norms, QK-norm over the whole projection, GQA), Mixtral (mixture-of-experts
-#: MLPs: 4 experts, the router's top 2).
-MORE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text", "olmo2", "mixtral")
+#: MLPs: 4 experts, the router's top 2), OLMoE (Mixtral's experts with the top 2 weights not renormalised, OLMo 2's
+#: QK-norm over the projection, pre-norms).
+MORE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text", "olmo2", "mixtral",
+                 "olmoe")
 #: Of those, the ones whose blocks EAP, edge patching and circuit evaluation implement.
-EDGE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text", "olmo2", "mixtral")
+EDGE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text", "olmo2", "mixtral",
+                 "olmoe")
 #: Of those, the ones whose logits are linear in the final stream (Gemma 2 soft-caps them).
 LINEAR_LOGITS = tuple(f for f in MORE_FAMILIES if f != "gemma2")
 #: Families whose Hugging Face forward rounds through float32 inside attention even in a float64 model
@@ -115,6 +118,12 @@ def tiny_config(family: str, *, n_layers: int = 2):
             num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
             intermediate_size=16, max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2, **common,
         )
+    elif family == "olmoe":  # 4 experts, 2 per token, their router weights left as the softmax gives them
+        c = transformers.OlmoeConfig(
+            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
+            intermediate_size=16, max_position_embeddings=64, num_experts=4, num_experts_per_tok=2,
+            norm_topk_prob=False, **common,
+        )
     elif family == "gemma2":
         c = transformers.Gemma2Config(
             num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, head_dim=8,
@@ -138,7 +147,7 @@ def tiny_config(family: str, *, n_layers: int = 2):
     else:
         raise ValueError(family)
     c._attn_implementation = "eager"
-    if family == "mixtral":  # the experts one by one (HF's default grouped GEMM refuses float64)
+    if family in ("mixtral", "olmoe"):  # the experts one by one (HF's default grouped GEMM refuses float64)
         c._experts_implementation = "eager"
     return c
 

@@ -310,13 +310,13 @@ class Engine:
 
     def experts(self, l: int, h: Tensor) -> Tensor:
         """A mixture-of-experts MLP on h [..., d_model]: Σ_{e ∈ top k} r_e · MLP_e(h), r = softmax(h W_router)
-        (in float32, as the model's router) renormalised over its top k, MLP_e(h) = act(h W_gate^e) ⊙ (h W_in^e)
-        W_out^e. Each expert runs on the tokens routed to it only."""
+        (in float32, as the model's router), its top k renormalised to sum to 1 if ``arch.router_renormalise``,
+        MLP_e(h) = act(h W_gate^e) ⊙ (h W_in^e) W_out^e. Each expert runs on the tokens routed to it only."""
         w, k = self.w, self.arch.experts_per_token
         x = h.reshape(-1, h.shape[-1])
         probs = torch.softmax((x @ w.W_router[l]).float(), dim=-1)  # type: ignore[index]
         top, idx = torch.topk(probs, k, dim=-1)  # [N, k]
-        top = top / top.sum(-1, keepdim=True)
+        top = top / top.sum(-1, keepdim=True) if self.arch.router_renormalise else top
         out = torch.zeros_like(x)
         for e in range(self.arch.n_experts):
             tok, slot = torch.nonzero(idx == e, as_tuple=True)

@@ -6,8 +6,8 @@ The block layouts (docs/math.md §1):
       x_mid = x + Attn(N1(x));  x_out = x_mid + MLP(N2(x_mid))
 * sandwich (Gemma 2/3): x_mid = x + N1'(Attn(N1(x)));  x_out = x_mid + N2'(MLP(N2(x_mid)))
 * output norms only (OLMo 2, ``pre_norms=False``): x_mid = x + N1'(Attn(x));  x_out = x_mid + N2'(MLP(x_mid))
-* mixture of experts (Mixtral, ``n_experts``): the MLP is Σ_{e ∈ top-k(x)} r_e(x) · MLP_e(N2(x_mid)), r the
-  router's softmax renormalised over the top k
+* mixture of experts (Mixtral, OLMoE, ``n_experts``): the MLP is Σ_{e ∈ top-k(x)} r_e(x) · MLP_e(N2(x_mid)), r
+  the router's softmax, renormalised over the top k (Mixtral) or not (OLMoE)
 * parallel (GPT-NeoX; GPT-J with one norm for both): x_out = x + Attn(N1(x)) + MLP(N2(x))
 * post-norm encoder (BERT): x_mid = N1(x + Attn(x));  x_out = N2(x_mid + MLP(x_mid))
 
@@ -49,8 +49,9 @@ class ArchInfo:
     * ``pre_norms`` — a pre-norm block's sublayers read N1(x) / N2(x_mid); False (OLMo 2): they read the
       raw stream x / x_mid, and the only norms are the sublayer output norms and the final one;
     * ``n_experts`` / ``experts_per_token`` — a mixture-of-experts MLP: r = softmax(h W_router), the top k
-      renormalised to sum to 1, MLP(h) = Σ_{e ∈ top k} r_e MLP_e(h) (Mixtral); the expert weights are
-      ``Weights.W_in_e`` etc. and the dense ``W_in`` / ``W_out`` are empty;
+      renormalised to sum to 1 (``router_renormalise``, Mixtral) or left as they are (OLMoE), MLP(h) =
+      Σ_{e ∈ top k} r_e MLP_e(h); the expert weights are ``Weights.W_in_e`` etc. and the dense ``W_in`` /
+      ``W_out`` are empty;
     * ``qk_norm`` with ``qk_norm_scope`` — "head": q_h ↦ γ ⊙ q_h / rms(q_h) per head over d_head (one γ
       [d_head] shared by the heads); "projection": q ↦ γ ⊙ q / rms(q) over the whole projected q
       [n_heads·d_head] (k over n_kv_heads·d_head), one σ per position shared by every head, and γ
@@ -95,6 +96,7 @@ class ArchInfo:
     pre_norms: bool = True  # each sublayer reads the stream through its own norm N1/N2; False: the raw stream
     n_experts: int = 0  # a mixture-of-experts MLP with this many experts per layer (Mixtral); 0 = one dense MLP
     experts_per_token: int = 0  # the router's top k: each token's MLP is its k experts weighted by the router
+    router_renormalise: bool = True  # the top k router weights rescaled to sum to 1 (Mixtral); False: kept (OLMoE)
     attn_softcap: float = 0.0  # scores ↦ c·tanh(scores/c) before the mask (Gemma 2); 0 = none
     final_softcap: float = 0.0  # logits ↦ c·tanh(logits/c) (Gemma 2); 0 = none
 

@@ -38,7 +38,7 @@ def check_dtype(dtype: Any) -> torch.dtype:
 
 #: RMSNorm classes whose forward rounds through float32 (HF Llama; transformer-lens's native one).
 _FP32_RMSNORMS = ("LlamaRMSNorm", "NativeRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm", "Phi3RMSNorm", "Qwen3RMSNorm",
-                  "Olmo2RMSNorm", "MixtralRMSNorm")
+                  "Olmo2RMSNorm", "MixtralRMSNorm", "OlmoeRMSNorm")
 _FP32_GEMMA_RMSNORMS = ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm")  # γ = 1 + w
 
 

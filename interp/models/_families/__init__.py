@@ -18,7 +18,7 @@ from torch import Tensor
 
 from interp.errors import UnsupportedArchitectureError, UnsupportedOperationError
 from interp.models._arch import ArchInfo
-from interp.models._families import bert, gpt2, gptj, llama, neox
+from interp.models._families import bert, gpt2, gptj, llama, neox, olmoe
 from interp.models._families._spec import Family, check_config, DeclaredConfig
 from interp.models._weights import Weights, embed_scale_of, stack_layers
 
@@ -37,6 +37,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     Family("qwen3",       _L.read_config,   _L.read_weights,   None,               _L.CAPS["qwen3"], _L.ATTRIBUTES["qwen3"]),
     Family("olmo2",       _L.read_config,   _L.read_weights,   None,               _L.CAPS["olmo2"], _L.ATTRIBUTES["olmo2"]),
     Family("mixtral",     _L.read_config,   _L.read_weights,   None,               _L.CAPS["mixtral"], _L.ATTRIBUTES["mixtral"]),
+    Family("olmoe",       olmoe.read_config, olmoe.read_weights, None,             olmoe.CAPS, olmoe.ATTRIBUTES),
     Family("gemma2",      _L.read_config,   _L.read_weights,   None,               _L.CAPS["gemma2"], _L.ATTRIBUTES["gemma2"]),
     Family("gemma3_text", _L.read_config,   _L.read_weights,   None,               _L.CAPS["gemma3_text"], _L.ATTRIBUTES["gemma3_text"]),
     Family("gptj",        gptj.read_config, gptj.read_weights, None,               gptj.CAPS, gptj.ATTRIBUTES),
@@ -51,8 +52,6 @@ SUPPORTED_FAMILIES: dict[str, str] = {t: t for t in FAMILIES}
 #: one is refused (never analysed with a forward that would silently differ from its own).
 NOT_YET_SUPPORTED: dict[str, str] = {
     "gemma3": "the multimodal wrapper (load its text model, model_type 'gemma3_text')",
-    "olmoe": "mixture-of-experts MLP blocks with OLMo's pre-norms, a QK-norm over the projection and top-k "
-             "weights left unnormalised (norm_topk_prob=False): no family file reads them yet",
 }
 
 
