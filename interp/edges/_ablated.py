@@ -210,10 +210,11 @@ class AblatedForward:
         W = e.W_qkv[l].view(d, n, ew.dh).permute(1, 0, 2)  # [n, d, dh]
         b = e.b_qkv[l].view(n, ew.dh) if e.b_qkv is not None else torch.zeros(n, ew.dh, dtype=X.dtype, device=X.device)
         kind = self.a.norm
-        if not ew.own_norm or X.dtype in (torch.float16, torch.bfloat16):
+        norm = ew.block.read_norm("attn")  # the q/k/v readers' own norm, or None: they read the stream raw
+        if norm is None or X.dtype in (torch.float16, torch.bfloat16):
             out = torch.bmm(self._ln1(l, X), W)
         else:
-            gain, beta = self.w.ln1_w[l], self.w.ln1_b[l]
+            gain, beta = e.norm_weights(norm, l)
             if kind == "layernorm":
                 X.sub_(X.mean(-1, keepdim=True))
                 if beta is not None:

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from interp.edges._writes import Acts, EdgeWrites
-from interp.models import is_streamed
+from interp.models import is_streamed, run_block
 
 __all__ = ["EdgeScorer", "GradientPass", "ReaderGradients"]
 
@@ -137,7 +137,8 @@ class ReaderGradients:
         if gy is None:
             G[:, ew.out_r] = 0.0
         else:
-            own = not ew.post and a.norm != "none" and w.lnf_w is not None  # the metric's read has a final norm
+            # the metric's read has a final norm of its own (a normed stream is read as it is)
+            own = not e.block.normed_stream and a.norm != "none" and w.lnf_w is not None
             G[:, ew.out_r] = e.norm_vjp(gy, xf.detach(), w.lnf_w, frozen=frozen) if own else gy
         this = Acts(embed=kept, z=zs, mlp=ms)
         k_acts = Acts(embed=dict(k_parts), z=kz, mlp=kms) if corrupt is not None else None
@@ -145,6 +146,7 @@ class ReaderGradients:
         dA = ew.delta_embed(ref, this) if delta else None
         g = gx if gx is not None else torch.zeros_like(xf)
         n = ew.H + 2 * ew.Hkv
+        mlp_norm = e.block.read_norm("mlp")  # the MLP reader's own norm, or None: it reads the stream raw
         for l in reversed(range(a.n_layers)):  # up
             if recompute:
                 with torch.enable_grad():
@@ -161,7 +163,8 @@ class ReaderGradients:
                 if g2 is None:
                     G[:, r] = 0.0
                 else:
-                    G[:, r] = e.norm_vjp(g2, b.mid, w.ln2_w[l], frozen=frozen) if ew.own_norm else g2
+                    G[:, r] = g2 if mlp_norm is None else \
+                        e.norm_vjp(g2, b.mid, e.norm_weights(mlp_norm, l)[0], frozen=frozen)
             if dA is not None:
                 ew.delta_layer(dA, l, ref, this)
             del b, gs
@@ -170,44 +173,13 @@ class ReaderGradients:
 
     def _block(self, l: int, x: Tensor, mask: Tensor, frozen: bool, abl: Optional[Acts], alpha: float,
                every: bool) -> _Block:
-        """Layer l of the pass on its input x [P, T, d] (``every``: each write mixed α a_w + (1 − α) ã_w)."""
-        ew, e, a, w = self.ew, self.e, self.a, self.w
-        norm_in: dict[str, Tensor] = {}
-        qkv = e.project_qkv(l, e.read_norm(x, l, "attn"))  # [P, T, H + 2 Hkv, dh]
-        z = e.attention(l, qkv, mask, frozen=frozen)
-        attn = e.joined(l, e.attn_out(l, z), "attn")
-        if every:  # the ablated attention output (b_O alone when the ablation zeroes z)
-            if w.ln1_post_w is not None:  # its image through the sandwich norm (0 under zero ablation)
-                ab = torch.zeros_like(attn) if abl is None else e.joined(l, e.attn_out(l, abl.z[l]), "attn")
-            else:
-                ab = w.b_O[l] if abl is None else e.attn_out(l, abl.z[l])
-            attn = alpha * attn + (1 - alpha) * ab
-        if ew.post:
-            norm_in[f"ln1.{l}"] = (x + attn).detach()
-            mid = e.norm(x + attn, w.ln1_w[l], w.ln1_b[l])
-        elif a.parallel_attn_mlp:
-            mid = x
-        else:
-            mid = x + attn
-        if not ew.has_mlp:
-            return _Block(x=x, out=mid + attn if a.parallel_attn_mlp else mid, qkv=qkv, h2=None, z=z.detach(), m=None,
-                          mid=None, norm_in=norm_in)
-        # the MLP's own copy of its input: without a norm of its own (post-norm, OLMo 2, norm-free models
-        # such as tracr's) it is `mid` itself, whose gradient would include the residual path past the MLP
-        h2 = e.read_norm(mid, l, "mlp") if ew.own_norm else mid * 1.0
-        m = e.joined(l, e.mlp(l, h2), "mlp")
-        m_kept = m.detach()
-        if every:
-            ab_m = abl.mlp[l] if abl is not None else torch.zeros_like(m)
-            m = alpha * m + (1 - alpha) * ab_m  # type: ignore[operator]
-        if ew.post:
-            norm_in[f"ln2.{l}"] = (mid + m).detach()
-            out = e.norm(mid + m, w.ln2_w[l], w.ln2_b[l])
-        elif a.parallel_attn_mlp:
-            out = x + attn + m
-        else:
-            out = mid + m
-        return _Block(x=x, out=out, qkv=qkv, h2=h2, z=z.detach(), m=m_kept, mid=mid.detach(), norm_in=norm_in)
+        """Layer l of the pass on its input x [P, T, d]: the block's steps interpreted by :class:`_Grad`
+        (``every``: each write mixed α a_w + (1 − α) ã_w)."""
+        g = _Grad(self.ew, l, mask, frozen, abl, alpha, every)
+        out = run_block(self.e.block, g, x)
+        if g.qkv is None or g.z is None:
+            raise AssertionError("the gradient pass's block has no attention")
+        return _Block(x=x, out=out, qkv=g.qkv, h2=g.h2, z=g.z, m=g.m, mid=g.mid, norm_in=g.norm_in)
 
     def _qkv_grad(self, l: int, g: Tensor, x: Tensor, qkv: Tensor, frozen: bool) -> Tensor:
         """[n, P, T, d]: each q/k/v reader's gradient g_j (at its projection's output) carried to the stream:
@@ -220,11 +192,13 @@ class ReaderGradients:
         P, T = g.shape[:2]
         n, dh, d = ew.H + 2 * ew.Hkv, ew.dh, a.d_model
         W = e.W_qkv[l]  # [d, n dh]
-        plain = not ew.own_norm
-        if not plain:
+        norm = e.block.read_norm("attn")  # the q/k/v readers' own norm, or None: they read the stream raw
+        plain = norm is None
+        if norm is not None:
             ln = a.norm == "layernorm"
             sigma = e.norm_scale(x)  # [P, T, 1]
-            W = W * self.w.ln1_w[l][:, None]  # γ folded: [d, n dh]
+            gain, beta = e.norm_weights(norm, l)
+            W = W if gain is None else W * gain[:, None]  # γ folded: [d, n dh]
             g = g / sigma[..., None]  # g [P, T, n, dh]
         gj = g.reshape(P * T, n, dh).transpose(0, 1)  # [n, P T, dh]
         out = torch.bmm(gj, W.view(d, n, dh).permute(1, 2, 0)).view(n, P, T, d)  # W_j g_j per reader
@@ -237,21 +211,88 @@ class ReaderGradients:
             proj = qkv.reshape(P, T, n * dh)
             if e.b_qkv is not None:
                 proj = proj - e.b_qkv[l]  # (γ⊙x̂ + β) W
-            if ln and self.w.ln1_b[l] is not None:
-                proj = proj - self.w.ln1_b[l] @ e.W_qkv[l]
+            if ln and beta is not None:
+                proj = proj - beta @ e.W_qkv[l]
             c = (proj.reshape(P * T, n, dh).transpose(0, 1) * gj).sum(-1) / d  # x̂·(γ⊙u)/d, [n, P T]
             out.addcmul_(xh[None], c.view(n, P, T, 1), value=-1.0)
         return out
 
 
+class _Grad:
+    """:meth:`ReaderGradients._block`'s interpreter of the block (:class:`interp.models.BlockOps`): each step run
+    under autograd, keeping what the walk up needs — the attention's fused q|k|v projection output ``qkv`` and
+    the MLP's own copy of its input ``h2`` (the readers' linear inputs, where their gradients are taken), the
+    stream the MLP reads ``mid``, the detached writes ``z`` and ``m``, and each stream norm's input ``norm_in``
+    (keyed "{norm}.{l}"); with ``every`` each sublayer's output is mixed α a + (1 − α) ã as it joins the stream
+    (after its output norm, where the block has one)."""
+
+    def __init__(self, ew: EdgeWrites, l: int, mask: Tensor, frozen: bool, abl: Optional[Acts], alpha: float,
+                 every: bool):
+        self.e, self.w, self.l, self.mask, self.frozen = ew.e, ew.w, l, mask, frozen
+        self.abl, self.alpha, self.every = abl, alpha, every
+        self.qkv: Optional[Tensor] = None
+        self.z: Optional[Tensor] = None
+        self.h2: Optional[Tensor] = None
+        self.mid: Optional[Tensor] = None
+        self.m: Optional[Tensor] = None
+        self.norm_in: dict[str, Tensor] = {}
+
+    def point(self, site: str, v: Tensor) -> Tensor:
+        if site == "attn_out" and self.every:
+            v = self.alpha * v + (1 - self.alpha) * self._ablated_attn(v)
+        elif site == "mlp_out":
+            self.m = v.detach()
+            if self.every:
+                ab = self.abl.mlp[self.l] if self.abl is not None else torch.zeros_like(v)
+                v = self.alpha * v + (1 - self.alpha) * ab  # type: ignore[operator]
+        return v
+
+    def _ablated_attn(self, attn: Tensor) -> Tensor:
+        """The ablated attention output as it joins the stream: b_O alone when the ablation zeroes z; under an
+        output norm its image through that norm (0 under zero ablation)."""
+        e, l, abl = self.e, self.l, self.abl
+        if e.block.out_norm("attn") is not None:
+            return torch.zeros_like(attn) if abl is None else e.joined(l, e.attn_out(l, abl.z[l]), "attn")
+        return self.w.b_O[l] if abl is None else e.attn_out(l, abl.z[l])
+
+    def read(self, sub: str, norm: Optional[str], stream: Tensor) -> Tensor:
+        if sub == "attn":
+            return self.e.norm_at(norm, self.l, stream)
+        self.mid = stream.detach()
+        # the MLP's own copy of its input: without a norm of its own (post-norm, OLMo 2, norm-free models
+        # such as tracr's) it is the stream itself, whose gradient would include the residual path past the MLP
+        self.h2 = self.e.norm_at(norm, self.l, stream) if norm is not None else stream * 1.0
+        return self.h2
+
+    def apply(self, sub: str, h: Tensor) -> Tensor:
+        e, l = self.e, self.l
+        if sub == "attn":
+            self.qkv = e.project_qkv(l, h)  # [P, T, H + 2 Hkv, dh]
+            z = e.attention(l, self.qkv, self.mask, frozen=self.frozen)
+            self.z = z.detach()
+            return e.attn_out(l, z)
+        return e.mlp(l, h)
+
+    def out_norm(self, sub: str, norm: str, out: Tensor) -> Tensor:
+        return self.e.norm_at(norm, self.l, out)
+
+    def add(self, sub: str, stream: Tensor, out: Tensor) -> Tensor:
+        return stream + out
+
+    def norm(self, norm: str, stream: Tensor) -> Tensor:
+        self.norm_in[f"{norm}.{self.l}"] = stream.detach()
+        return self.e.norm_at(norm, self.l, stream)
+
+
 class EdgeScorer:
     """[P, W, R]: Σ_{t,d} ΔA_w · J_{w→r}ᵀ g_r for every writer/reader pair that is an edge (0 elsewhere).
 
-    Pre-norm and parallel blocks: J is the identity (g_r already went through r's own norm), one batched
-    GEMM ΔA·Gᵀ, masked — cut into a few blocks of readers by layer, each multiplying only the writers that
-    come before its last reader (the pairs of a writer after its reader are never formed). Post-norm: g_r is
-    carried back through each Add & Norm between w and r (its Jacobian at ``norm_in``), one GEMM per
-    stretch of writers between two norms.
+    A stream that is the sum of the writes (pre-norm and parallel blocks, any block without stream norms): J is
+    the identity (g_r already went through r's own norm), one batched GEMM ΔA·Gᵀ, masked — cut into a few
+    blocks of readers by layer, each multiplying only the writers that come before its last reader (the pairs
+    of a writer after its reader are never formed). A normed stream (post-norm, :attr:`Block.normed_stream`):
+    the block's steps walked last to first, g_r carried back through each stream norm between w and r (its
+    Jacobian at ``norm_in``), one GEMM per sublayer's writers at its add, over the readers after it.
     """
 
     def __init__(self, writes: EdgeWrites):
@@ -262,7 +303,7 @@ class EdgeScorer:
         P, W, T, d = dA.shape
         R = G.shape[1]
         mask = ew.g.mask.to(dA.device)
-        if not ew.post:
+        if not ew.e.block.normed_stream:
             S = torch.zeros(P, W, R, dtype=dA.dtype, device=dA.device)
             L = ew.a.n_layers
             cuts = sorted({0, *(round(L * k / 4) for k in range(1, 4)), L})
@@ -282,15 +323,15 @@ class EdgeScorer:
             C[:, r0:] = e.norm_vjp(C[:, r0:], norm_in[key][:, None], gain, frozen=frozen)
 
         for l in reversed(range(a.n_layers)):
-            r_next = ew.q0[l + 1] if l + 1 < a.n_layers else ew.out_r
-            if ew.has_mlp:
-                back(f"ln2.{l}", w.ln2_w[l], r_next)
-                gemm(ew.mlp_w[l], ew.mlp_w[l] + 1, r_next)
-                r_mid = ew.mlp_r[l]
-            else:
-                r_mid = r_next
-            back(f"ln1.{l}", w.ln1_w[l], r_mid)
-            gemm(ew.head0[l], ew.head0[l] + ew.H, r_mid)
+            r = ew.q0[l + 1] if l + 1 < a.n_layers else ew.out_r  # C[:, r:]: the readers after the step
+            for s in e.block.walk(reverse=True):
+                if s.op == "norm":
+                    back(f"{s.norm}.{l}", e.norm_weights(s.norm, l)[0], r)  # type: ignore[arg-type]
+                elif s.op == "add":
+                    w0 = ew.head0[l] if s.sub == "attn" else ew.mlp_w[l]
+                    gemm(w0, w0 + (ew.H if s.sub == "attn" else 1), r)
+                elif s.op == "read":
+                    r = ew.q0[l] if s.sub == "attn" else ew.mlp_r[l]
         if "embed_ln" in norm_in:
             C[:] = e.norm_vjp(C, norm_in["embed_ln"][:, None], w.ln_emb_w, frozen=frozen, kind="layernorm")
         gemm(0, ew.n_embed, 0)

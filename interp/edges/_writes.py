@@ -5,8 +5,9 @@ A writer w writes a_w into the residual stream: an embedding part, a head's z_h 
 graph's writer order and gives ΔA_w = ã_w − a_w, the ablated minus this run's write, which EAP scores
 (ΔA · Jᵀg) and circuit evaluation mixes into each reader's input.
 
-Sandwich norms (Gemma 2/3): a head's write is its image through its layer's output norm at that run's own
-scale, γ' ⊙ z_h W_O^h / σ'(Σ_h z_h W_O^h + b_O) — the heads' images sum to the normed attention output, so
+A block with an output norm on its attention (``block.out_norm("attn")``: Gemma 2/3's sandwich norms, OLMo 2's
+output norms): a head's write is its image through its layer's output norm at that run's own scale,
+γ' ⊙ z_h W_O^h / σ'(Σ_h z_h W_O^h + b_O) — the heads' images sum to the normed attention output, so
 every edge kept is the clean run and none the ablated run, exactly; an MLP's write is its normed output.
 """
 
@@ -57,17 +58,18 @@ class EdgeWrites:
     :class:`interp.edges.EdgeScorer`, :class:`interp.edges.AblatedForward`)."""
 
     def __init__(self, model: Model, graph: CircuitGraph, engine: Optional[Engine] = None):
-        if model.arch.sandwich_norms and model.arch.attn_bias:
+        self.block = model.block
+        if self.block.out_norm("attn") is not None and model.arch.attn_bias:
             raise UnsupportedArchitectureError(
                 f"edge attribution and circuit evaluation: model {model.name!r} has an attention output bias under "
-                "a sandwich norm (its image changes with the run's scale and is no edge), which is not implemented")
+                "an output norm (its image changes with the run's scale and is no edge), which is not implemented")
         self.model, self.g = model, graph
         self.e = engine if engine is not None else Engine.of(model)
         a = model.arch
         self.a, self.w = a, model.weights
-        self.post = a.norm_placement == "post"
-        #: a reader has a norm of its own in front (pre-norm blocks; not post-norm, not OLMo 2's raw reads)
-        self.own_norm = not self.post and a.pre_norms and a.norm != "none"
+        #: the stream is normed after each join (post-norm, :attr:`interp.models.Block.normed_stream`): a write
+        #: reaches a later reader only through those norms
+        self.post = self.block.normed_stream
         self.has_mlp = self.e.has_mlp
         self.W, self.R = len(graph.writers), len(graph.readers)
         wi, ri = graph.writer_info, graph.reader_info
@@ -81,18 +83,20 @@ class EdgeWrites:
         self.H, self.Hkv, self.dh = a.n_heads, a.n_kv_heads, a.d_head
 
     def head_writes(self, l: int, z: Tensor) -> Tensor:
-        """Each head's write z_h W_O^h, [P, H, T, d_model] (under a sandwich norm: its image γ' ⊙ z_h W_O^h / σ'
-        at the run's own σ' — the layer's output norm, shared by its heads)."""
+        """Each head's write z_h W_O^h, [P, H, T, d_model] (under an output norm on the attention: its image
+        γ' ⊙ z_h W_O^h / σ' at the run's own σ' — the layer's output norm, shared by its heads)."""
         out = torch.einsum("pthe,hed->phtd", z, self.w.W_O[l])
-        if self.w.ln1_post_w is None:
+        norm = self.block.out_norm("attn")
+        if norm is None:
             return out
+        gain = self.e.norm_weights(norm, l)[0]
         raw = self.e.attn_out(l, z)
-        return out * (self.w.ln1_post_w[l] / self.e.norm_scale(raw))[:, None]
+        return out * ((1.0 if gain is None else gain) / self.e.norm_scale(raw))[:, None]
 
     def head_delta(self, l: int, abl: Optional[Acts], this: Acts) -> Tensor:
-        """ã_h − a_h of layer l's heads, [P, H, T, d]: through Δz (one product), or under a sandwich norm the
-        difference of the two runs' images (each at its own σ'; zero ablation: the image is 0)."""
-        if self.w.ln1_post_w is None:
+        """ã_h − a_h of layer l's heads, [P, H, T, d]: through Δz (one product), or under an output norm on the
+        attention the difference of the two runs' images (each at its own σ'; zero ablation: the image is 0)."""
+        if self.block.out_norm("attn") is None:
             return self.head_writes(l, (abl.z[l] - this.z[l]) if abl is not None else -this.z[l])
         mine = self.head_writes(l, this.z[l])
         return (self.head_writes(l, abl.z[l]) - mine) if abl is not None else -mine
@@ -130,7 +134,7 @@ class EdgeWrites:
             a = this.embed[wi.site][p]
             return (abl.embed[wi.site][p] - a) if abl is not None else -a
         if wi.kind == "head":
-            if self.w.ln1_post_w is not None:  # the images' difference (see head_delta)
+            if self.block.out_norm("attn") is not None:  # the images' difference (see head_delta)
                 pick = torch.tensor([p], device=this.z[0].device)
                 return self.head_delta(wi.layer, None if abl is None else abl.select(pick), this.select(pick))[0, wi.head]
             z = this.z[wi.layer][p, :, wi.head]
