@@ -279,11 +279,11 @@ def test_qk_fix_refuses_a_bridge_without_rotary_hooks():
         attribution_patch(model, CLEAN, CORRUPT, metric=_metric(model, "gptj"), nodes=["L1.attn.q[H0]"], qk_fix=True)
 
 
-@pytest.mark.parametrize("family", ["gemma2", "olmo2"])
+@pytest.mark.parametrize("family", ["gemma2", "olmo2", "olmoe"])
 def test_qk_fix_refuses_soft_capped_scores(family):
     """The QK fix rebuilds scores as q·k from the bridge's hooks: with capped scores it cannot; with OLMo 2's
     projection-wide QK-norm one head's patched q or k moves the σ every head is normed by, which a per-head
-    fix does not model."""
+    fix does not model (OLMoE's QK-norm is OLMo 2's)."""
     model = tiny_model(family)
     with pytest.raises(UnsupportedArchitectureError, match="qk_fix"):
         attribution_patch(model, CLEAN, CORRUPT, metric=_metric(model, family), nodes=["L1.attn.q[H0]"], qk_fix=True)

@@ -158,7 +158,7 @@ def test_rel_pos_circuit_reproduces_the_models_attention_scores(tiny_models, whi
         assert (wrong - scores[h, i, i - 3]).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("family", ["qwen3", "gemma3_text", "olmo2"])
+@pytest.mark.parametrize("family", ["qwen3", "gemma3_text", "olmo2", "olmoe"])
 def test_qk_norm_circuit_reproduces_the_scores_up_to_the_frozen_scales(family):
     """QK-norm (Qwen 3, Gemma 3): with σ of ln1 and of each head's q and k frozen, the score is
     x_i W_Q' M_Δ W_K'ᵀ x_jᵀ · scale / (σ1_i σ1_j σq_i σk_j), W_Q' = diag(γ1) W_Q diag(g_q) (the folded circuit),

@@ -29,7 +29,7 @@ from tiny_transcoders import random_transcoders
 
 PROMPT = "w1 w2 w3 w4 w5 w6"
 FAMILIES = ("gpt2", "llama", "neox", "gptj", "qwen3", "gemma2", "gemma3_text", "qwen2", "mistral", "gemma", "phi3",
-            "olmo2", "mixtral")  # every pre-norm decoder family of the engine (Mixtral: its routed MLP as a whole)
+            "olmo2", "mixtral", "olmoe")  # every pre-norm decoder family (Mixtral, OLMoE: the routed MLP as a whole)
 
 
 @pytest.fixture(scope="module")

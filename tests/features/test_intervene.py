@@ -59,7 +59,8 @@ def _feature(g, layer):
     return i, g.node_labels[i]
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "neox", "gptj", "qwen3", "gemma2", "gemma3_text", "olmo2", "mixtral"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "neox", "gptj", "qwen3", "gemma2", "gemma3_text", "olmo2", "mixtral",
+                                    "olmoe"])
 def test_no_intervention_is_the_real_model(family):
     """In float64 the replacement model's logits are the HF model's to rounding (GPT-J's HF attention rounds
     through float32); in float32 to float32 rounding amplified by the tiny models' small norm scales."""

@@ -226,7 +226,7 @@ def _hf_layers(hf):
 
 
 @pytest.mark.parametrize("family", [f for f in ("gpt2", "llama", "neox", "qwen2", "mistral", "gemma", "phi3", "gptj",
-                                                "qwen3", "gemma2", "gemma3_text", "olmo2", "mixtral")])
+                                                "qwen3", "gemma2", "gemma3_text", "olmo2", "mixtral", "olmoe")])
 def test_training_input_is_the_hf_mlp_input(family):
     """The activations a transcoder is trained on are what the Hugging Face MLP module receives (a forward pre-hook on
     it, not the engine), position 0 dropped: OLMo 2 has no pre-norm (its MLP reads the stream itself; the norm after

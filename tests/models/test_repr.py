@@ -18,6 +18,7 @@ EXPECTED = {
     "gemma2": "sandwich-norm rmsnorm",
     "gemma3_text": "sandwich-norm rmsnorm",
     "olmo2": "output-norm rmsnorm",
+    "olmoe": "pre-norm rmsnorm",
 }
 
 

@@ -22,7 +22,8 @@ _OPROJ = {"gpt2": lambda hf, l: hf.transformer.h[l].attn.c_proj,
           "bert": lambda hf, l: hf.bert.encoder.layer[l].attention.output.dense,
           "qwen3": lambda hf, l: hf.model.layers[l].self_attn.o_proj,
           "gemma3_text": lambda hf, l: hf.model.layers[l].self_attn.o_proj,
-          "olmo2": lambda hf, l: hf.model.layers[l].self_attn.o_proj}
+          "olmo2": lambda hf, l: hf.model.layers[l].self_attn.o_proj,
+          "olmoe": lambda hf, l: hf.model.layers[l].self_attn.o_proj}
 
 
 def _hf_pass(family, batch):
@@ -39,7 +40,7 @@ def _real(mask, b):
     return mask[b].bool()
 
 
-@pytest.mark.parametrize("family", [*FAMILIES, "qwen3", "gemma3_text", "olmo2"])  # QK-norm: the normed q, k kept
+@pytest.mark.parametrize("family", [*FAMILIES, "qwen3", "gemma3_text", "olmo2", "olmoe"])  # QK-norm: the normed q, k kept
 def test_kept_patterns_q_k_v_are_the_models(family):
     m = tiny_model(family)
     tr = interp.trace(m, PROMPTS, keep=("patterns", "q", "k", "v"))
