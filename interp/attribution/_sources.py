@@ -44,7 +44,7 @@ __all__ = ["head_source_terms", "require_head_sources", "ov_at", "OVAt"]
 
 def require_head_sources(model: Model, what: str) -> None:
     """UnsupportedOperationError unless a head's write meets at most the final norm before the logits."""
-    if model.arch.norm_placement == "post":
+    if model.block.normed_stream:
         raise UnsupportedOperationError(
             f"{what}: model {model.name!r} is post-norm; a head's write passes every later Add & Norm, so its split by "
             "source position is not implemented there (use unit='head')")
@@ -65,14 +65,15 @@ def head_source_terms(model: Model, acts: dict[str, Tensor], u: Tensor, valid: T
         g = frozen_direction(u, w.need("lnf_w").to(dt), arch.norm) / sigma
     g = g * valid[..., None].to(dt)
     kv = torch.tensor([arch.kv_head(h) for h in range(arch.n_heads)], device=u.device)
+    out_norm = model.block.out_norm("attn")  # "ln1_post": a norm on the attention's output before its add
     out = []
     for l in range(arch.n_layers):
         A = acts[f"blocks.{l}.attn.hook_pattern"].to(dt)  # [r, H, k, S]
         v = acts[f"blocks.{l}.attn.hook_v"].to(dt)[:, :, kv]  # [r, S, H, dh]: each query head's KV head
         gl = g
-        if w.ln1_post_w is not None:  # sandwich norm: the layer's output norm at the read position, σ' frozen
-            s1 = norm_scale(acts[f"blocks.{l}.ln1_post.hook_in"], arch.norm, arch.norm_eps).to(dt)  # [r, k, 1]
-            gl = frozen_direction(g, w.ln1_post_w[l].to(dt), arch.norm) / s1
+        if out_norm is not None:  # the layer's output norm at the read position, σ' frozen
+            s1 = norm_scale(acts[f"blocks.{l}.{out_norm}.hook_in"], arch.norm, arch.norm_eps).to(dt)  # [r, k, 1]
+            gl = frozen_direction(g, w.need(f"{out_norm}_w")[l].to(dt), arch.norm) / s1
         WOg = torch.einsum("hed,rkd->rkhe", w.W_O[l].to(dt), gl)  # [r, k, H, dh]
         vo = torch.einsum("rshe,rkhe->rkhs", v, WOg)  # [r, k, H, S]
         out.append(torch.einsum("rhks,rkhs->rhs", A, vo))
@@ -181,14 +182,16 @@ def ov_at(model: Model, inputs: Union[str, list, Tensor], layer: int, head: int,
         raise ArgumentError(f"src={src} (position {s}) comes after dst={dst} (position {d}); a causal head reads "
                             "only earlier or equal positions")
     hv, hp = f"blocks.{layer}.attn.hook_v", f"blocks.{layer}.attn.hook_pattern"
-    hs = f"blocks.{layer}.ln1_post.hook_in"  # a sandwich norm's input (the layer's attention output)
-    names = [hv, hp] + (["ln_final.hook_in"] if arch.norm != "none" else []) + ([hs] if arch.sandwich_norms else [])
+    out_norm = model.block.out_norm("attn")  # "ln1_post": a norm on the attention's output before its add
+    hs = f"blocks.{layer}.{out_norm}.hook_in"  # that norm's input (the layer's attention output)
+    names = [hv, hp] + (["ln_final.hook_in"] if arch.norm != "none" else []) + ([hs] if out_norm else [])
     acts, _ = capture(model, batch, names, reducers={n: (lambda x: x[bi].clone()) for n in names})
     dt = w.W_O.dtype
     v = acts[hv][s, arch.kv_head(head)].to(dt)  # [d_head], b_V included
     copy = v @ w.W_O[layer, head]  # [d_model]
-    if w.ln1_post_w is not None:  # through the layer's sandwich norm, its scale at dst frozen
-        copy = apply_frozen(copy, w.ln1_post_w[layer], norm_scale(acts[hs][d], arch.norm, arch.norm_eps).to(dt), arch.norm)
+    if out_norm is not None:  # through the layer's output norm, its scale at dst frozen
+        copy = apply_frozen(copy, w.need(f"{out_norm}_w")[layer], norm_scale(acts[hs][d], arch.norm, arch.norm_eps).to(dt),
+                            arch.norm)
     if arch.norm != "none":
         sigma = norm_scale(acts["ln_final.hook_in"][d], arch.norm, arch.norm_eps).to(dt)
         copy = apply_frozen(copy, w.need("lnf_w"), sigma, arch.norm)

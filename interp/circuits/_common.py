@@ -138,21 +138,22 @@ def centres_writes(model: Model) -> bool:
 
 
 def folds_gains(model: Model) -> bool:
-    return model.arch.norm in ("layernorm", "rmsnorm") and model.arch.norm_placement == "pre"
+    """A read's norm gain folds into its weights: the model has norms and they do not norm the stream itself."""
+    return model.arch.norm in ("layernorm", "rmsnorm") and not model.block.normed_stream
 
 
 def convention(model: Model, fold_norms: bool) -> str:
     """A one-line statement of which weights a result was computed on."""
     if not fold_norms:
         return "raw weights (norm gains not folded, writes not centred)"
-    a = model.arch
+    a, block = model.arch, model.block
     if a.norm == "none":
         return "raw weights (the model has no norms)"
-    if a.norm_placement == "post":
+    if block.normed_stream:
         return "writes centred (W P); no gain folded: post-norm gains act on the residual stream itself"
     extra = ("; QK-norm gains folded into W_Q, W_K" if a.qk_norm else "") + \
-        ("; sandwich-norm gains into the writes (W_O diag(γ'), W_out diag(γ'))" if a.sandwich_norms else "")
-    if not a.pre_norms:
+        ("; sandwich-norm gains into the writes (W_O diag(γ'), W_out diag(γ'))" if block.sublayer_norms else "")
+    if not block.reads_normed:
         return "reads see the raw stream (no norm before them)" + extra
     if a.norm == "rmsnorm":
         return "read weights folded with the gain of the RMSNorm before them (diag(γ) W)" + extra

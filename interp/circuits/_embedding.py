@@ -68,9 +68,10 @@ def effective_embedding(model: Model, *, fold_norms: bool = True,
     if a.attn_only or w.W_in.shape[-1] == 0:
         raise UnsupportedOperationError(
             f"model {model.name!r} is attention-only: it has no MLP, so its effective embedding is the raw W_E")
-    if a.norm_placement != "pre":
+    block = model.block
+    if block.normed_stream:
         raise UnsupportedOperationError(
-            f"model {model.name!r} is post-norm (norm_placement={a.norm_placement!r}): block 0's Add & Norm "
+            f"model {model.name!r} is post-norm (block: {block.layout}): block 0's Add & Norm "
             "mixes its attention into the stream before the MLP reads it, so an effective embedding without "
             "attention is not defined; use the raw W_E")
     act = _act(model)
@@ -80,7 +81,7 @@ def effective_embedding(model: Model, *, fold_norms: bool = True,
         for i in range(0, W_E.shape[0], batch_size):
             x = W_E[i:i + batch_size]  # [batch, d_model]
             h = x
-            if a.norm != "none" and a.pre_norms:  # OLMo 2's MLP reads the raw stream
+            if block.read_norm("mlp") is not None:  # the MLP reads N2(x); OLMo 2's reads the raw stream
                 xc = x - x.mean(-1, keepdim=True) if a.norm == "layernorm" else x
                 h = xc / norm_scale(x, a.norm, a.norm_eps).to(x.dtype) * w.ln2_w[0]
                 if a.norm == "layernorm":

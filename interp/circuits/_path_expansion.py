@@ -68,6 +68,7 @@ from interp._result import Result
 from interp._validate import check_index, check_int_min
 from interp.errors import ArgumentError, LabelError, MemoryCapError, ShapeError, UnsupportedOperationError
 from interp.labels import ARROW, Bias, Head, Norm, NormBias, Path
+from interp.models import describe_block
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -270,9 +271,12 @@ def _check_model(model: Any, order: Any) -> None:
         )
     if not arch.has_logits:
         raise UnsupportedOperationError(f"model {arch.name!r} has no unembedding, so it has no logits to expand")
-    if arch.norm_placement != "pre" or arch.parallel_attn_mlp:
+    block = describe_block(arch)
+    if block.normed_stream or block.sublayer_norms or (arch.norm != "none" and not block.reads_normed):
+        # the expansion's block: x_out = x + Σ_h A^h N1(x) W_V^h W_O^h (+ b_O), each head reading N1(x) (or x)
         raise UnsupportedOperationError(
-            f"path_expansion supports pre-norm blocks; model {arch.name!r} is {arch.norm_placement}-norm"
+            f"path_expansion supports pre-norm blocks (heads read N1(x), their writes added unnormed); model "
+            f"{arch.name!r} is {block.layout}"
         )
     check_int_min("order", order, 0)  # the number of heads a path may go through
 

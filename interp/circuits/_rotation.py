@@ -84,7 +84,7 @@ def _check_R(model: Model, R: Any, atol: float) -> Tensor:
 
 def _check_model(model: Any, R64: Tensor, atol: float) -> None:
     a = model.arch
-    if a.norm_placement == "post":
+    if model.block.normed_stream:
         raise UnsupportedOperationError(
             f"rotate_residual supports pre-norm models; model {model.name!r} is post-norm: the norm's gain "
             "multiplies the residual stream itself, and diag(γ) R ≠ R diag(γ), so no rotated model is exactly "

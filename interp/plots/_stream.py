@@ -75,8 +75,8 @@ def residual_stream_norms(trace: Any, *, prompt: int = 0, pos: int = -1) -> dict
     mask = getattr(trace, "attention_mask", None)
     if mask is not None and not bool(mask[b, p]):
         raise ArgumentError(f"pos={pos} of prompt {prompt} is padding; pick a real token")
-    arch = getattr(trace, "arch", None)
-    additive = arch is not None and getattr(arch, "norm_placement", "pre") == "pre"
+    block = getattr(trace, "block", None)  # the traced model's block (interp.models.Block)
+    additive = block is not None and not block.normed_stream  # no norm on the stream itself: x_P = Σ writes
 
     def grouped(dec: Any) -> tuple[list[str], np.ndarray]:
         c = as_numpy(dec.contributions[:, b, p], name="contributions")  # [n_terms, d_model]
@@ -222,8 +222,8 @@ def residual_stream_figure(trace: Any, *, prompt: int = 0, pos: int = -1) -> go.
     for row in (1, 2, 3):
         fig.update_xaxes(type="category", tickangle=-60, categoryorder="array", categoryarray=names, row=row, col=1)
     fig.update_yaxes(title_text="norm", row=1, col=1)
-    arch = getattr(trace, "arch", None)
-    kind = f"{arch.norm_placement}-norm {arch.norm}" if arch is not None else ""
+    arch, block = getattr(trace, "arch", None), getattr(trace, "block", None)
+    kind = "" if arch is None or block is None else block.layout if arch.norm == "none" else f"{block.layout} {arch.norm}"
     fig.update_layout(
         title=(f"Residual stream of token {quoted(tok)} (pos {p}, prompt {b})"
                f"<br><sup>{esc(getattr(arch, 'name', ''))} {esc(kind)} · {closure_text(r['closure'])}</sup>"),

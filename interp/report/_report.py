@@ -152,13 +152,16 @@ def _prepare_out_dir(out_dir: Any) -> Path:
 
 
 def _model_card(model: Model) -> list[tuple[str, Any]]:
-    a = model.arch
+    a, block = model.arch, model.block
+    norms = block.layout if a.norm == "none" else f"{block.layout} {a.norm}"
+    wiring = ("attention only" if not block.has_mlp else "sequential" if block.sees("mlp", "attn")
+              else "parallel attention + MLP")
     rows = [("name", model.name), ("family", a.family), ("source", getattr(model, "source", "") or "—"),
             ("layers", a.n_layers), ("heads (query / KV)", f"{a.n_heads} / {a.n_kv_heads}"),
             ("d_model / d_head / d_mlp", f"{a.d_model} / {a.d_head} / {a.d_mlp}"), ("vocabulary", a.d_vocab),
-            ("context", a.n_ctx), ("norm", f"{a.norm_placement}-norm {a.norm} (ε = {a.norm_eps:g})"),
+            ("context", a.n_ctx), ("norm", f"{norms} (ε = {a.norm_eps:g})"),
             ("positions", a.positional + (f" (rotary dim {a.rotary_dim})" if a.rotary_dim else "")),
-            ("block", "parallel attention + MLP" if a.parallel_attn_mlp else ("attention only" if a.attn_only else "sequential")),
+            ("block", wiring), ("steps", str(block)),
             ("MLP", f"{'gated ' if a.gated_mlp else ''}{a.act_fn}"), ("causal", a.causal),
             ("unembedding", a.has_unembed), ("dtype / device", f"{model.dtype} / {model.device}"),
             ("weights", getattr(model, "provenance", "") or "—")]

@@ -32,7 +32,7 @@ from torch import Tensor
 from interp._norms import accumulate_dtype
 from interp._result import place
 from interp.errors import ArgumentError, LabelError, ShapeError
-from interp.models import ArchInfo, Event, Model, Weights, build_program, resid_hook_names
+from interp.models import ArchInfo, Block, Event, Model, Weights, build_program, describe_block, norm_hook, resid_hook_names
 from interp.stream._capture import capture
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch, as_batch, check_tensor_data, require_model
@@ -51,25 +51,25 @@ def capture_names(arch: ArchInfo, *, neuron_layers: Sequence[int] = (), has_type
         names.append("pos_embed.hook_out")
     if has_types:
         names.append("token_type_embed.hook_out")
-    post = arch.norm_placement == "post"
-    if post:
+    block = describe_block(arch)
+    subs = ("attn", "mlp") if block.has_mlp else ("attn",)
+    # per sublayer: the norm it reads through (pre-norm) or the stream's norm after its add (post-norm) — their
+    # inputs and outputs; then the input of the norm on its output (sandwich / output norms: σ')
+    block_norms = [n for n in (block.read_norm(s) or block.stream_norm(s) for s in subs) if n is not None]
+    out_norms = [n for n in (block.out_norm(s) for s in subs) if n is not None]
+    if block.normed_stream:
         names += ["embed_ln.hook_in", "embed_ln.hook_out"]
     names += resid_hook_names(arch)
     for l in range(arch.n_layers):
         names.append(f"blocks.{l}.attn.hook_z")
-        if arch.norm != "none" and arch.pre_norms:  # OLMo 2's blocks have output norms only
-            names += [f"blocks.{l}.ln1.hook_in", f"blocks.{l}.ln1.hook_out"]
-            if not arch.attn_only and not arch.shared_block_norm:
-                names += [f"blocks.{l}.ln2.hook_in", f"blocks.{l}.ln2.hook_out"]
-        if arch.sandwich_norms:  # the input of each sublayer's own output norm (σ')
-            names.append(f"blocks.{l}.ln1_post.hook_in")
-            if not arch.attn_only:
-                names.append(f"blocks.{l}.ln2_post.hook_in")
-        if not arch.attn_only:
+        for hook in dict.fromkeys(norm_hook(arch, l, n[-1]) for n in block_norms):  # GPT-J: one ln1 for both
+            names += [f"{hook}.hook_in", f"{hook}.hook_out"]
+        names += [f"blocks.{l}.{n}.hook_in" for n in out_norms]
+        if block.has_mlp:
             names.append(f"blocks.{l}.hook_mlp_out")
             if l in neuron_layers:
                 names.append(f"blocks.{l}.mlp.out.hook_in")
-    if arch.norm != "none" and not post:
+    if arch.norm != "none" and not block.normed_stream:
         names += ["ln_final.hook_in", "ln_final.hook_out"]
     return names
 
@@ -104,6 +104,11 @@ class ResidualTrace:
     def __post_init__(self) -> None:
         # one device for the trace's own tensors (interp._result.place); the weights stay where the model keeps them
         place(self, ("tokens", "attention_mask", "activations", "project_onto", "logits", "projected"))
+
+    @property
+    def block(self) -> Block:
+        """One layer's wiring, the traced model's (:func:`interp.models.describe_block` of :attr:`arch`)."""
+        return describe_block(self.arch)
 
     @property
     def program(self) -> list[Event]:

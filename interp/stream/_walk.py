@@ -25,7 +25,7 @@ from torch import Tensor
 from interp._norms import frozen_direction, norm_scale
 from interp.errors import ArgumentError, LabelError, UnsupportedArchitectureError
 from interp.labels import Head, Neuron, Norm, NormBias
-from interp.models import ArchInfo, Event, Weights, norm_hook
+from interp.models import ArchInfo, Event, Weights, describe_block, norm_hook
 
 __all__ = ["Term", "Plan", "plan_walk", "project_term", "sigma", "scale_chain", "fill", "norm_params", "total_hook"]
 
@@ -75,7 +75,7 @@ def _norm_output_hook(arch: ArchInfo, norm_id: str) -> str:
 
 def total_hook(arch: ArchInfo, ev: Event) -> str:
     """The hook holding the model's own tensor at a read or resid point."""
-    post = arch.norm_placement == "post"
+    post = describe_block(arch).normed_stream
     if ev.kind == "resid":
         if post and ev.label.endswith("hook_resid_mid"):
             return f"blocks.{ev.layer}.ln1.hook_out"  # x_mid = N1(x + attn)
@@ -186,13 +186,16 @@ def _sandwich(w: Weights, arch: ArchInfo, sub: str, layer: int) -> Optional[tupl
     so each head's (each neuron's, each bias's) write is its image γ' ⊙ write / σ' — exact for that pass.
     ``sub`` is the write's kind in the block program; an MLP's whole write (hook_mlp_out) is its normed output
     already, and embeddings and norm biases pass no sandwich norm."""
-    if not arch.sandwich_norms or sub not in ("head", "attn_bias", "neuron", "mlp_bias"):
+    if sub not in ("head", "attn_bias", "neuron", "mlp_bias"):
         return None
     attn = sub in ("head", "attn_bias")
+    norm = describe_block(arch).out_norm("attn" if attn else "mlp")  # "ln1_post" / "ln2_post", or None
+    if norm is None:
+        return None
     gamma = w.ln1_post_w if attn else w.ln2_post_w
     if gamma is None:
         raise UnsupportedArchitectureError(f"model {arch.name!r} has sandwich norms but no post-sublayer gains")
-    return gamma[layer], f"blocks.{layer}.{'ln1_post' if attn else 'ln2_post'}.hook_in"
+    return gamma[layer], f"blocks.{layer}.{norm}.hook_in"
 
 
 def project_term(t: Term, x: Optional[Tensor], w: Weights, b: int, p: int) -> Tensor:
