@@ -13,11 +13,14 @@ Hugging Face norms do), and a decomposition of a half-precision model accumulate
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
+import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 
-__all__ = ["norm_scale", "apply_frozen", "frozen_direction", "accumulate_dtype"]
+__all__ = ["accumulate_dtype", "apply_frozen", "frozen_direction", "norm", "norm_scale", "norm_vjp"]
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -71,3 +74,49 @@ def frozen_direction(
     if kind == "layernorm":
         v = v - v.mean(dim=-1, keepdim=True)
     return v
+
+
+def norm(x: Tensor, gain: Optional[Tensor], bias: Optional[Tensor], kind: str, eps: float) -> Tensor:
+    """N(x) over the last axis for norm ``kind`` ("layernorm" | "rmsnorm" | "none") with epsilon ``eps``: LayerNorm γ ⊙ (x − μ)/σ + β, RMSNorm γ ⊙ x/σ (half precision: computed in fp32).
+    Safe under autograd (nothing autograd keeps is changed in place): the gradient passes use it too."""
+    if kind == "none":
+        return x
+    if x.dtype in (torch.float32, torch.float64):  # the fused kernels
+        d = (x.shape[-1],)
+        if kind == "layernorm":
+            return F.layer_norm(x, d, gain, bias, eps)
+        # RMSNorm in three passes (one fused reduction): γ ⊙ x / sqrt(‖x‖²/d + ε)
+        r = torch.rsqrt(torch.linalg.vector_norm(x, 2, dim=-1, keepdim=True).square() / d[0] + eps)
+        return (x * r) if gain is None else (x * r).mul_(gain)
+    xf = x.float()
+    if kind == "layernorm":
+        xf = xf - xf.mean(-1, keepdim=True)
+    y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    y = y if gain is None else y * gain
+    return y + bias if (bias is not None and kind == "layernorm") else y
+
+
+def norm_vjp(g: Tensor, x: Optional[Tensor], gain: Optional[Tensor], *, kind: str, eps: float, frozen: bool,
+         sigma: Optional[Tensor] = None) -> Tensor:
+    """Jᵀg for the norm N at input ``x`` (``g`` at N's output; leading axes broadcast against ``x``).
+
+    LayerNorm: Jᵀg = (C(γ⊙g) − x̂ (x̂·γ⊙g)/d)/σ with x̂ = C x/σ; RMSNorm: (γ⊙g − x̂ (x̂·γ⊙g)/d)/σ with
+    x̂ = x/σ. ``frozen`` drops the x̂ term (σ held fixed): γ⊙C(g)/σ, the ledger's map; a frozen map may be
+    given its σ [..., 1] (a forward's kept scale) instead of ``x``.
+    """
+    if kind == "none":
+        return g
+    if sigma is None or not frozen:
+        assert x is not None, "norm_vjp needs x (or, frozen, its sigma)"
+        sigma = norm_scale(x, kind, eps).to(x.dtype)
+    u = g * gain if gain is not None else g
+    if frozen:
+        if kind == "layernorm":
+            u = u - u.mean(-1, keepdim=True)
+        return u / sigma
+    assert x is not None
+    xh = (x - x.mean(-1, keepdim=True) if kind == "layernorm" else x) / sigma
+    proj = (xh * u).mean(-1, keepdim=True)
+    if kind == "layernorm":
+        u = u - u.mean(-1, keepdim=True)
+    return (u - xh * proj) / sigma

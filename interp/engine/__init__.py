@@ -8,7 +8,8 @@ engine's forward with the model's own when a model is loaded (:func:`load_model`
 
 from interp.engine._capabilities import CAPABILITIES, require_capabilities
 from interp.engine._check import load_model, model_from_hf, self_check
-from interp.engine._forward import HEADED_SITES, SITES, Engine, Patch, RunCache, Variant
+from interp.engine._forward import Engine, RunCache
+from interp.engine._patches import HEADED_SITES, SITES, Patch, Variant
 from interp.engine._rotary import allowed_keys, apply_rotary, unembed
 
 __all__ = [

@@ -1,32 +1,18 @@
-"""A forward pass from the model's frozen weights with patch points, and the prefix-sharing sweep.
+"""The engine: one model's forward from its frozen weights, as an interpreter of its block.
 
-Patching one node n of layer p changes nothing below p, so a *variant* (the base run with n's
-activation replaced) equals the base run up to p's input. The sweep (the identity
-of docs/math.md, "Prefix sharing") therefore:
-
-1. runs the base input once, caching every layer's input x_p (and its keys/values);
-2. runs the source input(s) once, caching the activation of every node to patch;
-3. walks the layers with ONE growing batch: at layer p it appends a copy of x_p for every
-   variant patched at p, runs the whole batch through layer p with each new row's node replaced
-   by its source value, and goes on — so a variant costs L − p layers, not L;
-4. reads the metric at its position only (the final norm and the unembedding of one row per
-   variant, never the full-vocabulary unembedding at every position).
-
-Variants patched at one position t of a causal model differ from the base run only at positions
-≥ t: they carry only that suffix, attending to the base run's cached keys/values before t.
-The batch is cut into chunks of at most ``batch_size`` rows to bound memory.
-
-The forward itself is plain torch on :class:`interp.models.Weights` (TL layout), following the
-block program of :class:`interp.models.ArchInfo`: pre-norm, parallel or post-norm blocks,
-LayerNorm / RMSNorm / none, learned or rotary positions (rotate-half for Hugging Face models,
-adjacent pairs for the native toys; cos/sin from the model's own rotary module), GQA through a
-grouped matmul (query head h reads KV head h // group), softmax in at least float32. Its outputs
-match the bridge's to float rounding (tests/causal/test_engine.py).
+The forward is plain torch on :class:`interp.models.Weights` (TL layout). A layer is the model's block
+(:attr:`interp.models.Model.block`) interpreted live (:class:`interp.engine._layer.LiveLayer`, with patch
+points); :class:`Engine` holds the fused projections and the pieces each step calls — norms
+(:mod:`interp._norms`), attention (learned or rotary positions: rotate-half for Hugging Face models, adjacent
+pairs for the native toys, cos/sin from the model's own rotary module; GQA through a grouped matmul, query head h
+reading KV head h // group; softmax in at least float32), the MLP (dense, gated or mixture of experts). Its
+own jobs are elsewhere: the attention masks (:mod:`interp.engine._masks`, an explicit cache), patches
+(:mod:`interp.engine._patches`) and the prefix-sharing sweep (:mod:`interp.engine._sweep`). Its outputs match
+the model's own to float rounding (tests/engine/test_engine.py, and the self-check at every load).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
@@ -34,39 +20,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from interp._norms import norm_scale
+from interp._norms import norm, norm_scale, norm_vjp
 from interp.errors import UnsupportedArchitectureError
-from interp.engine._rotary import allowed_keys, apply_rotary
-from interp.models import Model, per_layer, rotary_tables, run_block
+from interp.engine._rotary import apply_rotary
+from interp.engine._layer import LiveLayer
+from interp.engine._masks import KeyMasks
+from interp.engine._patches import Patch, Variant, apply_patches
+from interp.engine._sweep import sweep
+from interp.models import Model, per_layer, rotary_table_index, rotary_tables, run_block
 
-__all__ = ["Engine", "HEADED_SITES", "Patch", "RunCache", "SITES", "Variant"]
-
-#: The activations a patch can replace (or, with ``add``, shift).
-SITES = ("embed.token", "embed.pos", "embed.type", "resid_pre", "q", "k", "v", "q_in", "k_in", "v_in",
-         "pattern", "z", "attn_out", "resid_mid", "mlp_in", "mlp_out", "resid_post", "final")
-#: The sites that carry a head axis (a patch of one needs ``head``).
-HEADED_SITES = ("q", "k", "v", "q_in", "k_in", "v_in", "pattern", "z")
-
-
-@dataclass
-class Patch:
-    """Replace (or with ``add``, shift) ``site`` of layer ``layer`` for some rows of the batch.
-
-    ``rows`` [n] index the rows; ``head`` [n] the head (query head for q/z/pattern, KV head for k/v)
-    or None; ``pos`` [n] one absolute position per row, or None for every position; ``value`` the
-    new values: [n, T, ...] (all positions; T = the rows' suffix length) or [n, ...] (one position).
-    For ``q_in``/``k_in``/``v_in``/``mlp_in`` (``add`` only) ``value`` is a residual-stream shift
-    [n, T, d_model] seen by that one reader only (path patching).
-    """
-
-    site: str
-    layer: int
-    rows: Tensor
-    value: Tensor
-    head: Optional[Tensor] = None
-    pos: Optional[Tensor] = None
-    add: bool = False
-
+__all__ = ["Engine", "RunCache"]
 
 @dataclass
 class RunCache:
@@ -113,13 +76,10 @@ class Engine:
             gate_b = w.b_gate if w.b_gate is not None else torch.zeros_like(w.b_in)
             self.b_in = _nonzero(torch.cat([gate_b, w.b_in], dim=1) if w.W_gate is not None else w.b_in)
             self.b_out = _nonzero(w.b_out)
-        self._masks: dict[tuple, Optional[Tensor]] = {}
-        self._full: dict[tuple, tuple[Tensor, int]] = {}  # mask -> leading all-real columns (:meth:`_unpadded`)
+        self.masks = KeyMasks(a.causal)  # kept per key mask (an explicit cache: :meth:`of` clears it)
         self.scales = [a.attn_scale(l) for l in range(L)]
         self._rope_cache: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
-        # one rotary table for every layer unless the model keeps one per layer type (Gemma 3)
-        types = getattr(getattr(getattr(model.bridge, "original_model", None), "config", None), "layer_types", None)
-        self._rope_key = [0] * L if not types else [sorted(set(types)).index(t) for t in types]
+        self._rope_key = rotary_table_index(model)  # one rotary table for every layer, or one per layer type
         self.interleaved = a.rotary_interleaved
         # the attention softmax in the model's own precision: Hugging Face's Llama-shaped models compute it
         # in float32 whatever the dtype (so a float64 Llama rounds its patterns to float32 too)
@@ -132,8 +92,7 @@ class Engine:
         w = model.weights
         stamp = tuple((id(t), t._version) for t in vars(w).values() if isinstance(t, Tensor))
         engine: Engine = model.derived("_engine", stamp, lambda: cls(model))
-        engine._masks.clear()  # keyed by a mask's address, which a later call may reuse
-        engine._full.clear()
+        engine.masks.clear()  # keyed by a mask's address, which a later call may reuse
         return engine
 
     @staticmethod
@@ -180,66 +139,13 @@ class Engine:
         return apply_rotary(x, cos[:, None], sin[:, None], interleaved=self.interleaved)
 
     def allowed(self, mask: Tensor, prompt: Tensor, t0: int, T: int, window: int = 0) -> Optional[Tensor]:
-        """The attention mask [R | 1, 1, T, N] (True = may attend), or None when nothing is masked.
-        With a sliding ``window`` w a query at t sees keys t−w+1…t only (a patched row's keys too)."""
-        N = t0 + T
-        full = N <= self._unpadded(mask)
-        key = (mask.data_ptr(), tuple(mask.shape), _version(mask), t0, T, window)
-        if key not in self._masks:
-            if len(self._masks) > 8:  # a sweep uses one mask per window size
-                self._masks.clear()
-            with torch.inference_mode(False):  # ordinary tensors: a gradient pass may save them for backward
-                self._masks[key] = self._mask(mask, t0, T, full, window)
-        allowed = self._masks[key]
-        if allowed is None:
-            return None
-        return allowed[:, None] if full else allowed[prompt][:, None]
-
-    def _unpadded(self, mask: Tensor) -> int:
-        """How many leading positions of the key mask [P, n] are real tokens in every prompt: one read of the
-        device per mask and call (not one per layer), kept with the mask itself so its address cannot be reused
-        by another tensor while the count is kept; a mask changed in place is read again (its version)."""
-        key = (mask.data_ptr(), tuple(mask.shape), _version(mask))
-        if key not in self._full:
-            if len(self._full) > 8:
-                self._full.clear()
-                self._masks.clear()  # their keys are addresses of the masks held here
-            real = mask.bool().all(0).int()  # [n] 1 where every prompt has a real token
-            self._full[key] = (mask, int(real.cumprod(0).sum()))
-        return self._full[key][1]
-
-    def _mask(self, mask: Tensor, t0: int, T: int, full: bool, window: int) -> Optional[Tensor]:
-        """:meth:`allowed` before the rows are picked: [P | 1, T, N] (None: nothing masked)."""
-        N = t0 + T
-        allowed: Optional[Tensor] = mask[:, None, :N].bool() if not full else \
-            torch.ones(1, 1, N, dtype=torch.bool, device=mask.device)
-        if self.arch.causal or window:
-            allowed = allowed & allowed_keys(T, N, causal=self.arch.causal, window=window, device=mask.device)  # type: ignore[operator]
-        elif full:
-            allowed = None
-        return allowed
+        """The attention mask [R | 1, 1, T, N] (True = may attend) of rows ``prompt`` at positions t0…t0+T−1, or
+        None when nothing is masked (:meth:`interp.engine._masks.KeyMasks.allowed`)."""
+        return self.masks.allowed(mask, prompt, t0, T, window)
 
     def norm(self, x: Tensor, gain: Optional[Tensor], bias: Optional[Tensor], kind: Optional[str] = None) -> Tensor:
-        """N(x) over the last axis, ``kind`` the model's norm unless given ("layernorm" for an encoder's
-        embedding norm): LayerNorm γ ⊙ (x − μ)/σ + β, RMSNorm γ ⊙ x/σ (half precision: computed in fp32).
-        Safe under autograd (nothing autograd keeps is changed in place): the gradient passes use it too."""
-        kind = kind or self.arch.norm
-        eps = self.arch.norm_eps
-        if kind == "none":
-            return x
-        if x.dtype in (torch.float32, torch.float64):  # the fused kernels
-            d = (x.shape[-1],)
-            if kind == "layernorm":
-                return F.layer_norm(x, d, gain, bias, eps)
-            # RMSNorm in three passes (one fused reduction): γ ⊙ x / sqrt(‖x‖²/d + ε)
-            r = torch.rsqrt(torch.linalg.vector_norm(x, 2, dim=-1, keepdim=True).square() / d[0] + eps)
-            return (x * r) if gain is None else (x * r).mul_(gain)
-        xf = x.float()
-        if kind == "layernorm":
-            xf = xf - xf.mean(-1, keepdim=True)
-        y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-        y = y if gain is None else y * gain
-        return y + bias if (bias is not None and kind == "layernorm") else y
+        """The model's norm (``kind``: another, e.g. an encoder's embedding LayerNorm) — :func:`interp._norms.norm`."""
+        return norm(x, gain, bias, kind or self.arch.norm, self.arch.norm_eps)
 
     def norm_scale(self, x: Tensor, kind: Optional[str] = None) -> Tensor:
         """σ of a norm's input (the frozen scale): sqrt(var + ε) or sqrt(mean x² + ε); 1 without norms.
@@ -248,29 +154,8 @@ class Engine:
 
     def norm_vjp(self, g: Tensor, x: Optional[Tensor], gain: Optional[Tensor], *, frozen: bool,
                  kind: Optional[str] = None, sigma: Optional[Tensor] = None) -> Tensor:
-        """Jᵀg for the norm N at input ``x`` (``g`` at N's output; leading axes broadcast against ``x``).
-
-        LayerNorm: Jᵀg = (C(γ⊙g) − x̂ (x̂·γ⊙g)/d)/σ with x̂ = C x/σ; RMSNorm: (γ⊙g − x̂ (x̂·γ⊙g)/d)/σ with
-        x̂ = x/σ. ``frozen`` drops the x̂ term (σ held fixed): γ⊙C(g)/σ, the ledger's map; a frozen map may be
-        given its σ [..., 1] (a forward's kept scale) instead of ``x``.
-        """
-        kind = kind or self.arch.norm
-        if kind == "none":
-            return g
-        if sigma is None or not frozen:
-            assert x is not None, "norm_vjp needs x (or, frozen, its sigma)"
-            sigma = self.norm_scale(x, kind)
-        u = g * gain if gain is not None else g
-        if frozen:
-            if kind == "layernorm":
-                u = u - u.mean(-1, keepdim=True)
-            return u / sigma
-        assert x is not None
-        xh = (x - x.mean(-1, keepdim=True) if kind == "layernorm" else x) / sigma
-        proj = (xh * u).mean(-1, keepdim=True)
-        if kind == "layernorm":
-            u = u - u.mean(-1, keepdim=True)
-        return (u - xh * proj) / sigma
+        """Jᵀg for the model's norm at input ``x`` (``frozen``: σ held) — :func:`interp._norms.norm_vjp`."""
+        return norm_vjp(g, x, gain, kind=kind or self.arch.norm, eps=self.arch.norm_eps, frozen=frozen, sigma=sigma)
 
     # ------------------------------------------------------------------ forward pieces
 
@@ -407,7 +292,7 @@ class Engine:
         inplace: bool = False,
     ) -> Tensor:
         """Layer ``l`` on rows ``x`` [R, T, d_model] holding positions t0..t0+T−1 of prompts ``prompt``: the
-        model's block (:attr:`interp.models.Model.block`) interpreted live by :class:`_Live`, each point and
+        model's block (:attr:`interp.models.Model.block`) interpreted live by :class:`~interp.engine._layer.LiveLayer`, each point and
         each sublayer's internal site a patch point.
 
         ``mask`` [n_prompts, n] is the key padding mask; ``prefix`` the base run's rotated keys and
@@ -417,11 +302,11 @@ class Engine:
         by: dict[str, list[Patch]] = {}
         for p in patches:
             by.setdefault(p.site, []).append(p)
-        live = _Live(self, l, by, capture or set(), store, t0=t0, prompt=prompt, mask=mask, prefix=prefix,
+        live = LiveLayer(self, l, by, capture or set(), store, t0=t0, prompt=prompt, mask=mask, prefix=prefix,
                      inplace=inplace)
         return run_block(self.block, live, x)
 
-    def attention_live(self, l: int, x: Tensor, h1: Tensor, live: "_Live") -> Tensor:
+    def attention_live(self, l: int, x: Tensor, h1: Tensor, live: LiveLayer) -> Tensor:
         """Layer l's attention output Σ_h z_h W_O^h + b_O on rows reading h1 = N1(x), with the patch points q_in,
         k_in, v_in (one reader sees x shifted), q, k, v, pattern and z (``live``: the layer's patches and keeps)."""
         w, by, keep, t0, prompt = self.w, live.by, live.keep, live.t0, live.prompt
@@ -435,7 +320,7 @@ class Engine:
                 hh = self.read_norm(x[p.rows] + p.value, l, "attn")
                 t[p.rows, :, p.head] = torch.einsum("ntm,nmh->nth", hh, W[l][p.head]) + b[l][p.head][:, None]
         for site, t in (("q", q), ("k", k), ("v", v)):  # in place: qkv is this call's own tensor
-            self._apply(t, by.get(site), t0, headed=True, inplace=True)
+            apply_patches(t, by.get(site), t0, headed=True, inplace=True)
         q, k, v = qkv[:, :, :H], qkv[:, :, H: H + Hkv], qkv[:, :, H + Hkv:]
         keep("q", q)
         keep("k", k)
@@ -458,37 +343,19 @@ class Engine:
             v = torch.cat([pv, v], dim=2)
         allowed = self.allowed(mask, prompt, t0, T, self.arch.window(l))  # [R | 1, 1, T, N] or None
         if "pattern" in by or live.wants("pattern"):
-            A = self._apply(self.pattern(l, q, k, allowed), by.get("pattern"), t0, headed=True, pattern=True)
+            A = apply_patches(self.pattern(l, q, k, allowed), by.get("pattern"), t0, headed=True, pattern=True)
             keep("pattern", A)
             z = self.weigh(A, v)
         else:
             z = self.attend(l, q, k, v, allowed)
-        z = self._apply(z, by.get("z"), t0, headed=True)
+        z = apply_patches(z, by.get("z"), t0, headed=True)
         keep("z", z)
         return self.attn_out(l, z)
 
-    @staticmethod
-    def _apply(t: Tensor, patches: Optional[list[Patch]], t0: int, *, headed: bool = False,
-               pattern: bool = False, inplace: bool = False) -> Tensor:
-        """``t`` with each patch written into its rows (a copy if anything changes, unless ``inplace``)."""
-        if not patches:
-            return t
-        t = t if inplace else t.clone()
-        for p in patches:
-            if headed and p.head is None:
-                raise RuntimeError(f"patch of {p.site} needs heads")
-            idx: tuple[Any, ...]
-            if pattern:  # [R, H, T(query), N]
-                idx = (p.rows, p.head) if p.pos is None else (p.rows, p.head, p.pos - t0)
-            elif headed:  # [R, T, heads, dh]
-                idx = (p.rows, slice(None), p.head) if p.pos is None else (p.rows, p.pos - t0, p.head)
-            else:  # [R, T, d]
-                idx = (p.rows,) if p.pos is None else (p.rows, p.pos - t0)
-            if p.add:
-                t[idx] = t[idx] + p.value.to(t.dtype)
-            else:
-                t[idx] = p.value.to(t.dtype)
-        return t
+    def sweep(self, base: RunCache, tokens: Tensor, mask: Tensor, variants: list[Variant],
+              read: Callable[[Tensor, Tensor, int], Tensor], *, batch_size: int, progress: Any = None) -> Tensor:
+        """The metric [n_variants] of every variant by the prefix-sharing sweep (:func:`interp.engine._sweep.sweep`)."""
+        return sweep(self, base, tokens, mask, variants, read, batch_size=batch_size, progress=progress)
 
     # ------------------------------------------------------------------ whole runs
 
@@ -528,170 +395,6 @@ class Engine:
         for norm in self._norms_in_block():
             inp = store.get(f"{norm}_in")
             cache.scales.setdefault(norm, []).append(None if inp is None else self.norm_scale(inp))  # type: ignore[arg-type]
-
-    def sweep(
-        self,
-        base: RunCache,
-        tokens: Tensor,
-        mask: Tensor,
-        variants: list["Variant"],
-        read: Callable[[Tensor, Tensor, int], Tensor],
-        *,
-        batch_size: int,
-        progress: Any = None,
-    ) -> Tensor:
-        """The metric [n_variants] of every variant (see module docstring), computed by the growing
-        batch in chunks of at most ``batch_size`` rows.
-
-        ``read(final_rows [R, T, d_model], prompt [R], t0)`` -> metric [R] reads each row's metric from
-        its final residual (its positions t0…).
-        """
-        out = torch.empty(len(variants), dtype=self.model.dtype, device=self.model.device)
-        groups: dict[int, list[int]] = {}
-        for i, v in enumerate(variants):
-            groups.setdefault(v.t0, []).append(i)
-        with torch.inference_mode():
-            for t0, idx in sorted(groups.items()):
-                idx.sort(key=lambda i: variants[i].layer)
-                for c in range(0, len(idx), batch_size):
-                    chunk = idx[c: c + batch_size]
-                    vals = self._chunk(base, tokens, mask, [variants[i] for i in chunk], t0, read)
-                    out[torch.tensor(chunk, device=out.device)] = vals
-                    if progress is not None:
-                        progress.update(len(chunk))
-        return out
-
-    def _chunk(self, base: RunCache, tokens: Tensor, mask: Tensor, vs: list["Variant"], t0: int,
-               read: Callable[[Tensor, Tensor, int], Tensor]) -> Tensor:
-        dev = self.model.device
-        first = vs[0].layer
-        # every row of the chunk, allocated once: rows join by writing into it, layers update it in place
-        X = torch.empty(len(vs), tokens.shape[1] - t0, self.arch.d_model, dtype=self.model.dtype, device=dev)
-        x = X[:0]
-        prompt = torch.empty(0, dtype=torch.long, device=dev)
-        prs = torch.tensor([v.prompt for v in vs], device=dev)  # one copy per chunk; the rows joining at l: a slice
-        j = 0
-        if first < 0:  # embedding variants: rebuild the embedding with one part replaced
-            emb = [v for v in vs if v.layer < 0]
-            j = len(emb)
-            pr = prs[:j]
-            parts = {k: t[pr, t0:] for k, t in base.embed.items()}
-            for p in _merge([p for r, v in enumerate(emb) for p in v.patches(r, t0)]):
-                parts[p.site] = self._apply(parts[p.site], [p], t0)
-            X[:j] = self.embed(parts)
-            x, prompt = X[:j], pr
-        for l in range(max(first, 0), self.L + 1):
-            new = []
-            while j < len(vs) and vs[j].layer == l:
-                new.append(vs[j])
-                j += 1
-            patches: list[Patch] = []
-            if new:
-                R0 = x.shape[0]
-                pr = prs[j - len(new): j]
-                start = base.resid_pre[l] if l < self.L else base.final
-                X[R0: R0 + len(new)] = start[pr, t0:]
-                x = X[: R0 + len(new)]
-                prompt = torch.cat([prompt, pr])
-                patches = _merge([p for r, v in enumerate(new) for p in v.patches(R0 + r, t0)])
-            if l == self.L:  # after the last layer: only shifts of the final residual ("final")
-                for p in patches:
-                    x = self._apply(x, [p], t0)
-                break
-            out = self.layer(l, x, prompt=prompt, mask=mask, t0=t0,
-                             prefix=(base.kv[l] if t0 > 0 else None), patches=patches, inplace=True)
-            if out.data_ptr() != x.data_ptr():  # post-norm blocks return a new tensor
-                x.copy_(out)
-        return read(x, prompt, t0)
-
-
-class _Live:
-    """:meth:`Engine.layer`'s interpreter of the block (:class:`interp.models.BlockOps`): each step run on the
-    rows, each point's patches written and its value kept when captured."""
-
-    def __init__(self, e: Engine, l: int, by: dict[str, list[Patch]], cap: set[str],
-                 store: Optional[dict[str, Tensor]], *, t0: int, prompt: Tensor, mask: Tensor,
-                 prefix: Optional[tuple[Tensor, Tensor]], inplace: bool):
-        self.e, self.l, self.by, self.cap, self.store = e, l, by, cap, store
-        self.t0, self.prompt, self.mask, self.prefix, self.inplace = t0, prompt, mask, prefix, inplace
-        self.x: Optional[Tensor] = None  # the stream the attention read (its q_in/k_in/v_in patches shift it)
-
-    def wants(self, site: str) -> bool:
-        return site in self.cap or (site.startswith("kv_") and "kv" in self.cap)
-
-    def keep(self, site: str, t: Tensor) -> None:
-        if self.store is not None and self.wants(site):
-            self.store[site] = t
-
-    def point(self, site: str, v: Tensor) -> Tensor:
-        # ``inplace`` (the sweep's own rows): the stream is patched and updated in place
-        v = self.e._apply(v, self.by.get(site), self.t0, inplace=self.inplace and site.startswith("resid_"))
-        self.keep(site, v)
-        return v
-
-    def read(self, sub: str, norm: Optional[str], stream: Tensor) -> Tensor:
-        h = self.e.norm_at(norm, self.l, stream)
-        if sub == "attn":
-            self.x = stream
-            return h
-        for p in self.by.get("mlp_in", ()):  # one reader sees the residual shifted by p.value
-            h = h.clone() if h is stream else h
-            h[p.rows] = self.e.norm_at(norm, self.l, stream[p.rows] + p.value)
-        return h
-
-    def apply(self, sub: str, h: Tensor) -> Tensor:
-        if sub == "attn":
-            assert self.x is not None
-            return self.e.attention_live(self.l, self.x, h, self)
-        return self.e.mlp(self.l, h)
-
-    def out_norm(self, sub: str, norm: str, out: Tensor) -> Tensor:
-        self.keep(f"{norm}_in", out)
-        return self.e.norm_at(norm, self.l, out)
-
-    def add(self, sub: str, stream: Tensor, out: Tensor) -> Tensor:
-        return stream.add_(out) if self.inplace else stream + out
-
-    def norm(self, norm: str, stream: Tensor) -> Tensor:
-        self.keep(f"{norm}_in", stream)
-        return self.e.norm_at(norm, self.l, stream)
-
-
-@dataclass
-class Variant:
-    """One patched run: ``make(row, t0)`` gives its patches once it joins the batch at ``layer``
-    (−1: at the embedding) as row ``row``; ``t0`` is the first position it carries."""
-
-    layer: int
-    prompt: int
-    t0: int
-    make: Callable[[int, int], list[Patch]]
-
-    def patches(self, row: int, t0: int) -> list[Patch]:
-        return self.make(row, t0)
-
-
-def _merge(patches: list[Patch]) -> list[Patch]:
-    """Merge single-row patches of the same kind into one batched patch per (site, layer, mode)."""
-    groups: dict[tuple, list[Patch]] = {}
-    for p in patches:
-        key = (p.site, p.layer, p.add, p.head is None, p.pos is None, tuple(p.value.shape[1:]))
-        groups.setdefault(key, []).append(p)
-    out = []
-    for (site, layer, add, _, _, _), ps in groups.items():
-        out.append(Patch(
-            site=site, layer=layer, add=add, rows=torch.cat([p.rows for p in ps]),
-            value=torch.cat([p.value for p in ps]),
-            head=None if ps[0].head is None else torch.cat([p.head for p in ps if p.head is not None]),
-            pos=None if ps[0].pos is None else torch.cat([p.pos for p in ps if p.pos is not None]),
-        ))
-    return out
-
-
-def _version(t: Tensor) -> int:
-    """``t``'s in-place version counter (an inference tensor has none: −1)."""
-    return -1 if t.is_inference() else t._version
-
 
 def _nonzero(b: Tensor) -> Optional[Tensor]:
     """``b``, or None when it is all zeros (no bias add at all)."""

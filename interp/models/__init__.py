@@ -17,7 +17,7 @@ from interp.models._native_config import BOS_ID as TOY_BOS_ID
 from interp.models._native_config import FIRST_WORD_ID as TOY_FIRST_WORD_ID
 from interp.models._native_config import UNK_ID as TOY_UNK_ID
 from interp.models._native_config import ToyConfig, toy_words
-from interp.models._rotary import rotary_tables
+from interp.models._rotary import rotary_table_index, rotary_tables
 from interp.models._program import (
     Event,
     build_program,
@@ -35,6 +35,6 @@ __all__ = [
     "ArchInfo", "Batch", "Block", "BlockOps", "Step", "describe_block", "run_block", "LayerStack", "LoadProgress", "load_progress", "load_step", "is_streamed", "per_layer", "NOT_YET_SUPPORTED", "CatalogEntry", "Event", "Model", "SUPPORTED_FAMILIES", "TOY_BOS_ID", "TOY_FIRST_WORD_ID",
     "TOY_UNK_ID", "ToyConfig", "Weights", "build_program", "build_toy", "default_cache_dir", "head_label", "hf_state_from_weights",
     "hf_writable", "list_models", "load_catalog_hf", "load_model_unchecked", "norm_hook", "ordinary_tokens", "load_toy", "model_from_hf_unchecked", "model_from_tracr", "native_state_dict",
-    "program_position", "read_toy_config", "readable_token", "resid_hook_names", "rotary_tables", "save_toy", "sees", "tokenize", "toy_weights",
+    "program_position", "read_toy_config", "readable_token", "resid_hook_names", "rotary_table_index", "rotary_tables", "save_toy", "sees", "tokenize", "toy_weights",
     "toy_words", "tracr_is_numerical", "tracr_output_label",
 ]

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from interp.errors import UnsupportedArchitectureError
 
-__all__ = ["rotary_tables"]
+__all__ = ["rotary_table_index", "rotary_tables"]
 
 
 def rotary_tables(model: Any, n: int, layer: int = 0) -> tuple[Tensor, Tensor]:
@@ -50,3 +50,12 @@ def rotary_tables(model: Any, n: int, layer: int = 0) -> tuple[Tensor, Tensor]:
                 cos, sin = rot[0](x, torch.arange(n, device=dev)[None])
         cos, sin = cos[0], sin[0]
     return cos.to(dev, dt), sin.to(dev, dt)
+
+
+def rotary_table_index(model: Any) -> list[int]:
+    """Which rotary table each layer of ``model`` uses: all 0, unless the model keeps one table per layer type
+    (Gemma 3: its sliding and global layers), then the index of the layer's type — layers with one index share
+    :func:`rotary_tables`' output."""
+    types = getattr(getattr(getattr(model.bridge, "original_model", None), "config", None), "layer_types", None)
+    L = model.arch.n_layers
+    return [0] * L if not types else [sorted(set(types)).index(t) for t in types]

@@ -1,0 +1,67 @@
+"""The live forward's interpreter of the block: each step of :attr:`interp.models.Model.block` run on a batch's
+rows, each point's patches written and its value kept when captured (:meth:`interp.engine.Engine.layer`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from torch import Tensor
+
+from interp.engine._patches import Patch, apply_patches
+
+if TYPE_CHECKING:
+    from interp.engine._forward import Engine
+
+__all__ = ["LiveLayer"]
+
+
+class LiveLayer:
+    """:meth:`Engine.layer`'s interpreter of the block (:class:`interp.models.BlockOps`): each step run on the
+    rows, each point's patches written and its value kept when captured."""
+
+    def __init__(self, e: "Engine", l: int, by: dict[str, list[Patch]], cap: set[str],
+                 store: Optional[dict[str, Tensor]], *, t0: int, prompt: Tensor, mask: Tensor,
+                 prefix: Optional[tuple[Tensor, Tensor]], inplace: bool):
+        self.e, self.l, self.by, self.cap, self.store = e, l, by, cap, store
+        self.t0, self.prompt, self.mask, self.prefix, self.inplace = t0, prompt, mask, prefix, inplace
+        self.x: Optional[Tensor] = None  # the stream the attention read (its q_in/k_in/v_in patches shift it)
+
+    def wants(self, site: str) -> bool:
+        return site in self.cap or (site.startswith("kv_") and "kv" in self.cap)
+
+    def keep(self, site: str, t: Tensor) -> None:
+        if self.store is not None and self.wants(site):
+            self.store[site] = t
+
+    def point(self, site: str, v: Tensor) -> Tensor:
+        # ``inplace`` (the sweep's own rows): the stream is patched and updated in place
+        v = apply_patches(v, self.by.get(site), self.t0, inplace=self.inplace and site.startswith("resid_"))
+        self.keep(site, v)
+        return v
+
+    def read(self, sub: str, norm: Optional[str], stream: Tensor) -> Tensor:
+        h = self.e.norm_at(norm, self.l, stream)
+        if sub == "attn":
+            self.x = stream
+            return h
+        for p in self.by.get("mlp_in", ()):  # one reader sees the residual shifted by p.value
+            h = h.clone() if h is stream else h
+            h[p.rows] = self.e.norm_at(norm, self.l, stream[p.rows] + p.value)
+        return h
+
+    def apply(self, sub: str, h: Tensor) -> Tensor:
+        if sub == "attn":
+            assert self.x is not None
+            return self.e.attention_live(self.l, self.x, h, self)
+        return self.e.mlp(self.l, h)
+
+    def out_norm(self, sub: str, norm: str, out: Tensor) -> Tensor:
+        self.keep(f"{norm}_in", out)
+        return self.e.norm_at(norm, self.l, out)
+
+    def add(self, sub: str, stream: Tensor, out: Tensor) -> Tensor:
+        return stream.add_(out) if self.inplace else stream + out
+
+    def norm(self, norm: str, stream: Tensor) -> Tensor:
+        self.keep(f"{norm}_in", stream)
+        return self.e.norm_at(norm, self.l, stream)
