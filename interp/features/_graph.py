@@ -36,7 +36,7 @@ from interp.features._result import AttributionGraph, check_thresholds
 from interp.features._sae import SAE
 from interp.features._transcoder import Transcoder, check_layers, mlp_input
 from interp.labels import Feature, FeatureError
-from interp.models import Model
+from interp.models import Model, run_block
 from interp.stream import as_batch, require_model
 
 __all__ = ["attribution_graph", "output_tokens", "real_forward"]
@@ -44,8 +44,9 @@ __all__ = ["attribution_graph", "output_tokens", "real_forward"]
 
 def _check(model: Model, transcoders: Sequence[Transcoder]) -> None:
     a = model.arch
-    if a.norm_placement != "pre":
-        raise UnsupportedArchitectureError(f"model {model.name!r} is post-norm; attribution graphs need a pre-norm decoder")
+    if model.block.normed_stream:
+        raise UnsupportedArchitectureError(f"model {model.name!r} is post-norm (its stream is normed after each join); "
+                                           "attribution graphs need a pre-norm decoder")
     if not model.has_mlp:
         raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to replace by transcoders")
     if not a.causal or model.weights.W_U is None:
@@ -67,13 +68,15 @@ def _check(model: Model, transcoders: Sequence[Transcoder]) -> None:
 
 
 class _Frozen:
-    """The replacement model with attention patterns and norm scales frozen at one real forward."""
+    """The replacement model with attention patterns and norm scales frozen at one real forward: each layer an
+    interpreter of the model's block (:class:`_FrozenLayer`)."""
 
     def __init__(self, e: Engine, tcs: list[Transcoder], patterns: list[Tensor], s1: list[Tensor], s2: list[Tensor],
                  s_post: list[Optional[Tensor]], s_final: Tensor, dtype: torch.dtype):
-        self.e, self.a, self.tcs, self.dt = e, e.arch, tcs, dtype
+        self.e, self.a, self.block, self.tcs, self.dt = e, e.arch, e.block, tcs, dtype
         self.w = e.w.to(dtype=dtype)
         self.patterns, self.s1, self.s2, self.s_post, self.s_final = patterns, s1, s2, s_post, s_final
+        self._sigma = {"ln1": s1, "ln2": s2, "ln1_post": s_post}  # the frozen scales, by the block's norm ids
 
     def norm(self, x: Tensor, gain: Optional[Tensor], bias: Optional[Tensor], sigma: Tensor) -> Tensor:
         """A norm with its scale σ [n, 1] frozen: γ ⊙ (x − mean x)/σ + β (LayerNorm), γ ⊙ x/σ (RMSNorm)."""
@@ -87,32 +90,48 @@ class _Frozen:
             y = y * gain
         return y + bias if (bias is not None and kind == "layernorm") else y
 
-    def attention(self, l: int, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Layer l's attention write (through its sandwich norm) with the frozen pattern, and the stream the
-        MLP reads (x + attn; x itself in a parallel block)."""
+    def gain(self, norm: str, l: int) -> Optional[Tensor]:
+        """γ of layer l's norm ``norm`` (a block step's norm id: "ln1", "ln2", "ln1_post"), in the model's dtype."""
+        g = getattr(self.w, f"{norm}_w", None)
+        return None if g is None else g[l]
+
+    def sigma(self, norm: str, l: int) -> Tensor:
+        """The frozen scale σ [n, 1] of layer l's norm ``norm`` at the real forward."""
+        if norm not in self._sigma:
+            raise AssertionError(f"the replacement model keeps no frozen scale for norm {norm!r}")
+        s = self._sigma[norm][l]
+        assert s is not None, f"the real forward kept no scale for {norm!r}"
+        return s
+
+    def norm_at(self, norm: Optional[str], l: int, x: Tensor) -> Tensor:
+        """x through layer l's norm ``norm`` with its frozen scale, or x itself for None (a raw read)."""
+        if norm is None:
+            return x
+        b = getattr(self.w, f"{norm}_b", None)
+        return self.norm(x, self.gain(norm, l), None if b is None else b[l], self.sigma(norm, l))
+
+    def attention(self, l: int, h1: Tensor) -> Tensor:
+        """Layer l's attention on what it read, h1 [B, n, d], with the frozen pattern: Σ_h P_h (h1 W_V^{kv(h)} + b_V)
+        W_O^h + b_O (before its output norm)."""
         a, w = self.a, self.w
         G = a.n_heads // a.n_kv_heads  # query heads per KV head
-        h1 = self.attn_input(l, x)
         v = torch.einsum("bnd,kdh->bnkh", h1, w.W_V[l]) + w.b_V[l]  # [B, n, Hkv, dh]
         v = v.repeat_interleave(G, dim=2)  # query head h reads KV head h // G
         z = torch.einsum("hqk,bkhd->bqhd", self.patterns[l], v)
-        attn = torch.einsum("bqhd,hdm->bqm", z, w.W_O[l]) + w.b_O[l]
-        if w.ln1_post_w is not None:
-            attn = self.norm(attn, w.ln1_post_w[l], None, self.s_post[l])  # type: ignore[arg-type]
-        return attn, (x if a.parallel_attn_mlp else x + attn)
+        return torch.einsum("bqhd,hdm->bqm", z, w.W_O[l]) + w.b_O[l]
 
     def attn_input(self, l: int, x: Tensor) -> Tensor:
-        """N1(x) of layer l with its frozen scale: what the attention's q, k and v read (x itself without
-        pre-norms, OLMo 2)."""
-        return self.norm(x, self.w.ln1_w[l], self.w.ln1_b[l], self.s1[l]) if self.a.pre_norms else x
+        """What layer l's attention reads from the stream x (q, k and v): its read norm with the frozen scale, or
+        x itself where the block reads the stream raw."""
+        return self.norm_at(self.block.read_norm("attn"), l, x)
 
     def step(self, l: int, x: Tensor, mlp: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
-        """Layer l on the stream x [B, n, d] with its MLP write replaced by ``mlp(h2)`` (h2 = the frozen N2 of
-        the MLP's input): (the next stream, h2)."""
-        attn, mid = self.attention(l, x)
-        h2 = self.norm(mid, self.w.ln2_w[l], self.w.ln2_b[l], self.s2[l]) if self.a.pre_norms else mid
-        m = mlp(h2)
-        return (x + attn + m if self.a.parallel_attn_mlp else mid + m), h2
+        """Layer l on the stream x [B, n, d] with its MLP write replaced by ``mlp(h2)`` (h2 = what the MLP reads,
+        through its frozen read norm): (the next stream, h2). The block's steps, interpreted (:class:`_FrozenLayer`)."""
+        ops = _FrozenLayer(self, l, mlp)
+        x = run_block(self.block, ops, x)
+        assert ops.h2 is not None  # _check: the block has an MLP
+        return x, ops.h2
 
     def leaf_mlp(self, l: int, leaf: Tensor) -> Callable[[Tensor], Tensor]:
         """The replacement MLP write with the layer's features and error node held as the source ``leaf``:
@@ -146,6 +165,39 @@ class _Frozen:
         return pres, self.readout(x, pos, u, b_u)
 
 
+class _FrozenLayer:
+    """One layer of the replacement model, an interpreter of the block (:class:`interp.models.BlockOps`): reads
+    through their norms with the scales frozen, the attention with its frozen pattern, its output norm frozen
+    ("ln1_post"), the MLP replaced by ``mlp`` — whose write is already the MLP's output as it joins the stream (the
+    real ``mlp_out``, after any output norm "ln2_post"), so the MLP's output norm is not applied again. Keeps
+    ``h2``, what the MLP read."""
+
+    def __init__(self, fr: _Frozen, l: int, mlp: Callable[[Tensor], Tensor]):
+        self.fr, self.l, self.mlp = fr, l, mlp
+        self.h2: Optional[Tensor] = None
+
+    def point(self, site: str, v: Tensor) -> Tensor:
+        return v
+
+    def read(self, sub: str, norm: Optional[str], stream: Tensor) -> Tensor:
+        h = self.fr.norm_at(norm, self.l, stream)
+        if sub == "mlp":
+            self.h2 = h
+        return h
+
+    def apply(self, sub: str, h: Tensor) -> Tensor:
+        return self.fr.attention(self.l, h) if sub == "attn" else self.mlp(h)
+
+    def out_norm(self, sub: str, norm: str, out: Tensor) -> Tensor:
+        return self.fr.norm_at(norm, self.l, out) if sub == "attn" else out
+
+    def add(self, sub: str, stream: Tensor, out: Tensor) -> Tensor:
+        return stream + out
+
+    def norm(self, norm: str, stream: Tensor) -> Tensor:
+        raise UnsupportedArchitectureError("the replacement model has no frozen stream norms (post-norm blocks)")
+
+
 @dataclass
 class _Real:
     """The real forward of one prompt, read for the replacement model: the frozen model, each layer's active
@@ -176,9 +228,10 @@ def _read(fr: _Frozen, vecs: Tensor, p_idx: Tensor, l: int) -> Tensor:
     a, w, e = fr.a, fr.w, fr.e
     if l == a.n_layers:
         return e.norm_vjp(vecs, None, w.lnf_w, frozen=True, sigma=fr.s_final[p_idx])
-    if not a.pre_norms:
+    norm = fr.block.read_norm("mlp")
+    if norm is None:
         return vecs
-    return e.norm_vjp(vecs, None, w.ln2_w[l], frozen=True, sigma=fr.s2[l][p_idx])
+    return e.norm_vjp(vecs, None, fr.gain(norm, l), frozen=True, sigma=fr.sigma(norm, l)[p_idx])
 
 
 def _hold_prefix(real: _Real, k: int) -> list[Tensor]:
@@ -255,7 +308,7 @@ def real_forward(model: Model, tokens: Tensor, mask: Tensor, transcoders: Sequen
     acts, errs, feats, pre_real = [], [], [], []
     for l in range(a.n_layers):
         x = c(cache.resid_pre[l])
-        mid = x if a.parallel_attn_mlp else c(cache.acts["resid_mid"][l])
+        mid = c(cache.acts["resid_mid"][l]) if e.block.sees("mlp", "attn") else x  # the stream the MLP reads
         h2 = mlp_input(e, x, mid, l).to(dt)
         s1.append(e.norm_scale(x))
         s2.append(e.norm_scale(mid))
