@@ -7,20 +7,22 @@ or of the final stream for an output) is
 
     A[t, s] = r_t · J_{l←k}[p_t, p_s] v_s,   J = the frozen layers k+1 … l (attention, skip terms),
 
-and each layer is x ↦ x + N1ᵀ-folded attention (sequential block; the MLP's reads come after it):
+and each layer is x ↦ x + N1ᵀ-folded attention (where the block's MLP reads after the attention's add; a parallel
+block's MLP reads x itself, so its targets and skip terms sit before the attention: the block's steps order them):
 
     Attn(x)_q = Σ_h Σ_k P_h[q, k] / (σ_post[q] σ1[k]) · x_k (C diag γ1 W_V^{kv(h)}) (W_O^h C diag γ_post)
 
-(C: LayerNorm's centring, identity for RMSNorm; γ_post, σ_post only with sandwich norms). Two directions
-compute it: a target's gradient carried *down* (Jᵀ r_t, one product by W_O and one by W_V per layer, the
-patterns transposed in between) reads off the edges of the sources it passes; a source carried *up* (J v_s)
-reads off the edges of the targets it passes. Each costs per layer and per position the same two products, so
-the work is Σ_t (layers down) × (positions ≤ p_t) + Σ_s (layers up) × (positions ≥ p_s). Targets above a
-meeting layer m go down to x_m, sources below it go up to x_m, and the pairs across m are one product there,
-A[t, s] = Σ_p (Jᵀ r_t)_p · (J v_s)_p; m is chosen to minimise the estimated work (m = 0: every target goes
-down to the embeddings, the plain backward method), within a memory budget for the sources kept at x_m.
-Causality bounds each pass: a target has no gradient past p_t, a source no image before p_s, so targets are
-taken in position order (each pass keeps positions ≤ its last target's) and sources in reverse.
+(C: LayerNorm's centring, identity for RMSNorm; γ_post, σ_post only where the block norms the attention's output,
+γ1, σ1 only where the attention reads through a norm). Two directions compute it: a target's gradient carried
+*down* (Jᵀ r_t, one product by W_O and one by W_V per layer, the patterns transposed in between) reads off the
+edges of the sources it passes; a source carried *up* (J v_s) reads off the edges of the targets it passes. Each
+costs per layer and per position the same two products, so the work is Σ_t (layers down) × (positions ≤ p_t) + Σ_s
+(layers up) × (positions ≥ p_s). Targets above a meeting layer m go down to x_m, sources below it go up to x_m,
+and the pairs across m are one product there, A[t, s] = Σ_p (Jᵀ r_t)_p · (J v_s)_p; m is chosen to minimise the
+estimated work (m = 0: every target goes down to the embeddings, the plain backward method), within a memory
+budget for the sources kept at x_m. Causality bounds each pass: a target has no gradient past p_t, a source no
+image before p_s, so targets are taken in position order (each pass keeps positions ≤ its last target's) and
+sources in reverse.
 """
 
 from __future__ import annotations
@@ -88,16 +90,20 @@ class FrozenJacobian:
         self.WV: list[Tensor] = []  # [Hkv dh, d]: (C diag γ1 W_V)ᵀ
         self.P: list[Tensor] = []  # [H, n, n]: P / σ_post[q] / σ1[k]
         normed = a.norm != "none"
+        out, read = fr.block.out_norm("attn"), fr.block.read_norm("attn")  # the attention's output and read norms
         for l in range(a.n_layers):
             WO, P = w.W_O[l].reshape(H * dh, d), fr.patterns[l]
-            if w.ln1_post_w is not None and normed:
-                WO = (WO - WO.mean(-1, keepdim=True) if a.norm == "layernorm" else WO) * w.ln1_post_w[l]
-                P = P / fr.s_post[l].reshape(1, n, 1)  # type: ignore[union-attr]
+            if out is not None and normed:
+                WO = WO - WO.mean(-1, keepdim=True) if a.norm == "layernorm" else WO
+                gain = fr.gain(out, l)
+                WO = WO * gain if gain is not None else WO
+                P = P / fr.sigma(out, l).reshape(1, n, 1)
             WV = w.W_V[l].transpose(1, 2).reshape(Hkv * dh, d)
-            if a.pre_norms and normed:
-                WV = WV * w.ln1_w[l] if w.ln1_w is not None else WV
+            if read is not None and normed:
+                gain = fr.gain(read, l)
+                WV = WV * gain if gain is not None else WV
                 WV = WV - WV.mean(-1, keepdim=True) if a.norm == "layernorm" else WV
-                P = P / fr.s1[l].reshape(1, 1, n)
+                P = P / fr.sigma(read, l).reshape(1, 1, n)
             self.WO.append(WO.contiguous())
             self.WV.append(WV.contiguous())
             self.P.append(P.contiguous())
@@ -129,9 +135,10 @@ class FrozenJacobian:
         fr = self.fr
         W = fr.tcs[l].W_skip
         assert W is not None
-        if not fr.a.pre_norms:
+        norm = fr.block.read_norm("mlp")
+        if norm is None:
             return X @ (W if down else W.T)
-        gain, sigma = fr.w.ln2_w[l], fr.s2[l][p0: p0 + X.shape[1]]
+        gain, sigma = fr.gain(norm, l), fr.sigma(norm, l)[p0: p0 + X.shape[1]]
         if down:
             return fr.e.norm_vjp(X @ W, None, gain, frozen=True, sigma=sigma)
         return fr.norm(X, gain, None, sigma) @ W.T
@@ -140,7 +147,8 @@ class FrozenJacobian:
 
     def _meeting_layer(self, tgt: Ends, src: Ends, budget: int) -> int:
         """The m minimising the estimated work (module docstring), sources kept at x_m within ``budget`` bytes."""
-        L, n, par = self.L, self.n, self.fr.a.parallel_attn_mlp
+        L, n = self.L, self.n
+        par = not self.fr.block.sees("mlp", "attn")  # a layer's MLP reads x_l itself: its targets pass no attention
         unit = (self.H + self.Hkv) * self.dh  # one position through one layer: unit · d multiply-adds
         item = self.WO[0].element_size()
         best, best_cost = 0, float("inf")
@@ -193,7 +201,11 @@ class FrozenJacobian:
 
     def _descend(self, A: Tensor, t: Ends, src_by: list[tuple[_Packed, Tensor]], m: int) -> Tensor:
         """Targets ``t`` (sorted by layer, highest first) carried down to x_m, the edges of the sources of layers
-        ≥ m read off on the way: returns Jᵀ r [R, n_x, d] at x_m (positions 0 … n_x − 1)."""
+        ≥ m read off on the way: returns Jᵀ r [R, n_x, d] at x_m (positions 0 … n_x − 1).
+
+        Each layer walks the block's steps last to first: at the MLP's add its sources (written there) are read
+        off and the skip term's gradient taken; at the attention's add the rows live there go down through the
+        attention; at the MLP's read the skip term joins and the layer's own targets (read there) come in."""
         fr, L = self.fr, self.L
         R, n_x, dev = len(t.layer), int(t.pos.max()) + 1, t.vecs.device
         G = torch.zeros(R, n_x, self.d, dtype=t.vecs.dtype, device=dev)
@@ -202,31 +214,35 @@ class FrozenJacobian:
         r = above[L - 1]  # outputs: read at the final stream
         G[torch.arange(r, device=dev), pos[:r]] = t.vecs[:r]
         for l in range(L - 1, m - 1, -1):
-            r_gt, r_ge = above[l], (above[l - 1] if l else R)
-            if r_gt:
-                packed, cols = src_by[l]
-                vals, keep = packed.dot(G[:r_gt], 0)
-                A[rows[:r_gt, None], cols[keep.cpu()].to(A.device)[None]] = vals.to(A.device)
-            skip = self._skip(G[:r_gt], l, 0, down=True) if (r_gt and fr.tcs[l].W_skip is not None) else None
-            new = torch.arange(r_gt, r_ge, device=dev)
-            if fr.a.parallel_attn_mlp:  # the MLP (and its readers) read x_l itself, not through the attention
-                if r_gt:
-                    self._down(G[:r_gt], l, 0)
-                if skip is not None:
-                    G[:r_gt] += skip
-                G[new, pos[new]] = t.vecs[new]
-            else:
-                if skip is not None:
-                    G[:r_gt] += skip
-                G[new, pos[new]] = t.vecs[new]
-                if r_ge:
-                    self._down(G[:r_ge], l, 0)
+            r_gt, r_ge = above[l], (above[l - 1] if l else R)  # the targets above layer l, and of layer ≥ l
+            live, skip = r_gt, None
+            for step in fr.block.walk(reverse=True):
+                if step.op == "add" and step.sub == "mlp":
+                    if r_gt:
+                        packed, cols = src_by[l]
+                        vals, keep = packed.dot(G[:r_gt], 0)
+                        A[rows[:r_gt, None], cols[keep.cpu()].to(A.device)[None]] = vals.to(A.device)
+                    if r_gt and fr.tcs[l].W_skip is not None:
+                        skip = self._skip(G[:r_gt], l, 0, down=True)
+                elif step.op == "add" and step.sub == "attn":
+                    if live:
+                        self._down(G[:live], l, 0)
+                elif step.op == "read" and step.sub == "mlp":
+                    if skip is not None:
+                        G[:r_gt] += skip
+                    new = torch.arange(r_gt, r_ge, device=dev)
+                    G[new, pos[new]] = t.vecs[new]
+                    live = r_ge
         return G
 
     def _ascend(self, A: Tensor, s: Ends, tgt_by: list[tuple[_Packed, Tensor]], m: int, C: Tensor,
                 slots: Tensor) -> None:
         """Sources ``s`` (sorted by layer, lowest first) carried up to x_m, the edges into the targets of layers
-        < m read off on the way; their images at x_m go to C[slots] [·, n, d]."""
+        < m read off on the way; their images at x_m go to C[slots] [·, n, d].
+
+        Each layer walks the block's steps in order: at the MLP's read the layer's targets are read off and the
+        skip term taken; at the attention's add the live rows go up through the attention; at the MLP's add the
+        skip term joins and the layer's own sources (written there) come in."""
         fr = self.fr
         S, dev = len(s.layer), s.vecs.device
         p0 = int(s.pos.min())
@@ -236,21 +252,22 @@ class FrozenJacobian:
         e = below[0]  # embeddings
         X[torch.arange(e, device=dev), pos[:e]] = s.vecs[:e]
         for l in range(m):
-            live = below[l]
-            if live:
-                Xl = X[:live]
-                if fr.a.parallel_attn_mlp:
-                    self._read(A, Xl, tgt_by[l], cols[:live], p0)
-                    skip = self._skip(Xl, l, p0, down=False) if fr.tcs[l].W_skip is not None else None
-                    self._up(Xl, l, p0)
-                else:
-                    self._up(Xl, l, p0)
-                    self._read(A, Xl, tgt_by[l], cols[:live], p0)
-                    skip = self._skip(Xl, l, p0, down=False) if fr.tcs[l].W_skip is not None else None
-                if skip is not None:
-                    Xl += skip
-            new = torch.arange(live, below[l + 1], device=dev)
-            X[new, pos[new]] = s.vecs[new]
+            live, skip = below[l], None
+            Xl = X[:live]
+            for step in fr.block.walk():
+                if step.op == "read" and step.sub == "mlp":
+                    if live:
+                        self._read(A, Xl, tgt_by[l], cols[:live], p0)
+                    if live and fr.tcs[l].W_skip is not None:
+                        skip = self._skip(Xl, l, p0, down=False)
+                elif step.op == "add" and step.sub == "attn":
+                    if live:
+                        self._up(Xl, l, p0)
+                elif step.op == "add" and step.sub == "mlp":
+                    if skip is not None:
+                        Xl += skip
+                    new = torch.arange(live, below[l + 1], device=dev)
+                    X[new, pos[new]] = s.vecs[new]
         C[slots.to(C.device), p0:] = X
 
     @staticmethod
