@@ -79,7 +79,7 @@ def check_saes(model: Model, saes: Sequence[SAE], name: str = "saes") -> None:
         if s.d_model != a.d_model:
             raise ShapeError(f"{name}[{i}] (layer {s.layer}, {s.site}) has d_model={s.d_model}; model "
                              f"{model.name!r} has d_model={a.d_model}")
-        if s.site == "resid_mid" and (a.parallel_attn_mlp or a.attn_only):
+        if s.site == "resid_mid" and "resid_mid" not in model.block.points:
             raise UnsupportedArchitectureError(f"{name}[{i}] reads resid_mid; model {model.name!r} has no point between "
                                                "attention and MLP (parallel or attention-only blocks)")
 

@@ -1,8 +1,9 @@
 """Training per-layer TopK transcoders on a model's own activations, streamed from an English corpus.
 
-For each chosen layer l the transcoder learns the MLP's map x ↦ y, where x is the MLP's input (the
-second norm's output, as the engine computes it) and y the MLP's write to the residual stream (after a
-sandwich norm where the model has one), both read from :class:`interp.engine.Engine`'s forward::
+For each chosen layer l the transcoder learns the MLP's map x ↦ y, where x is what the MLP reads (the block's
+MLP read: through its read norm, or the stream raw; ``_transcoder.mlp_input``) and y the MLP's write as it
+joins the stream (after the MLP's output norm where the block has one), both read from
+:class:`interp.engine.Engine`'s forward::
 
     f = TopK(relu(x W_encᵀ + b_enc))     ŷ = f W_dec + b_dec
 
@@ -435,9 +436,10 @@ def train_transcoders(
     a = model.arch
     if not model.has_mlp:
         raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to train transcoders for")
-    if a.norm_placement != "pre":
-        raise UnsupportedArchitectureError(f"model {model.name!r} is post-norm; transcoders are trained for pre-norm "
-                                           "decoders (the models attribution graphs support)")
+    if model.block.normed_stream:
+        raise UnsupportedArchitectureError(f"model {model.name!r} is post-norm (its stream is normed after each join); "
+                                           "transcoders are trained for pre-norm decoders (the models attribution "
+                                           "graphs support)")
     layers_ = _check_layers(model, layers)
     width = _int("width", width, 1)
     k = _int("k", k, 1, width, f" (at most width={width})")

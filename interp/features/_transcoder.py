@@ -155,10 +155,10 @@ def check_layers(transcoders: Sequence[Transcoder], name: str = "transcoders") -
 
 def mlp_input(e: Any, x: Tensor, mid: Optional[Tensor], l: int) -> Tensor:
     """What layer l's MLP reads, from the stream entering the layer ``x`` and the stream after its attention ``mid``:
-    N2(mid) — N2(x) in a parallel block, the stream itself without pre-norms (OLMo 2). The one definition of a
-    transcoder's input, for training, the graph, interventions and contexts."""
-    if e.arch.parallel_attn_mlp:
-        mid = x
-    if mid is None:
+    the block's MLP read (its read norm, or the stream raw) of ``mid`` where the MLP sees the attention's write, of
+    ``x`` where it does not (a parallel block). The one definition of a transcoder's input, for training, the
+    graph, interventions and contexts."""
+    stream = mid if e.block.sees("mlp", "attn") else x
+    if stream is None:
         raise RuntimeError("the engine did not keep resid_mid, which a sequential block's MLP reads")
-    return e.read_norm(mid, l, "mlp")
+    return e.read_norm(stream, l, "mlp")
