@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import math
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Sequence, TypeVar
 
@@ -39,12 +40,12 @@ import torch
 
 from interp._io import SaveLoadMixin
 from interp._validate import check_bool, check_positive_int
-from interp.errors import ArgumentError, LabelError
+from interp.errors import ArgumentError, LabelError, MetricGapWarning, warn_user
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-__all__ = ["Result", "prompt_alias", "place", "result_device", "on_host"]
+__all__ = ["Result", "prompt_alias", "place", "result_device", "on_host", "metric_gap", "GAP_RTOL"]
 
 _R = TypeVar("_R")
 #: the methods that read a host copy of a result (``to_dataframe``, ``top`` via ``_ranked_frame``, ``plot``, ``save``)
@@ -253,6 +254,27 @@ class Result(SaveLoadMixin):
     def plot(self) -> go.Figure:
         """The result's figure (subclasses add keyword options)."""
         raise NotImplementedError
+
+
+#: M(clean) and M(corrupt) closer than this fraction of the larger |M| are the same metric: no normalisation
+GAP_RTOL = 1e-5
+
+
+def metric_gap(high: float, low: float, *, warn: Optional[str] = None, names: tuple[str, str] = ("M(clean)", "M(corrupt)"),
+               undefined: str = "normalized values (value − M(corrupt)) / (M(clean) − M(corrupt))") -> float:
+    """``high − low``, the denominator of every normalised result (M(clean) − M(corrupt) for patching, M(all) − M(∅)
+    for faithfulness of edge circuits and of attribution graphs), or NaN when it is not finite or |high − low| ≤
+    :data:`GAP_RTOL` · max(|high|, |low|) (the two runs give the same metric). ``warn``: the analysis to name in a
+    :class:`interp.MetricGapWarning` given then, with the two values (``names``) and what is ``undefined``. Here, in
+    the bottom layer, so that every analysis package normalises by this one definition."""
+    gap = high - low
+    if math.isfinite(gap) and abs(gap) > GAP_RTOL * max(abs(high), abs(low)):
+        return gap
+    if warn is not None and math.isfinite(high) and math.isfinite(low):
+        warn_user(f"{warn}: {names[0]} = {high:.6g} and {names[1]} = {low:.6g} are the same (difference {gap:.3g}), so "
+                  f"{undefined} are undefined (NaN); the two runs must give different metrics — e.g. corrupt prompts "
+                  "that change what the metric reads, not the clean prompts again", MetricGapWarning)
+    return math.nan
 
 
 def prompt_alias(prompt: Any, batch: Any, *, default: Any = 0, owner: str = "") -> tuple[Any, str]:

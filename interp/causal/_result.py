@@ -21,36 +21,15 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp._result import Result
+from interp._result import GAP_RTOL, Result, metric_gap
 from interp._validate import check_index
-from interp.errors import LabelError, MetricGapWarning, warn_user
+from interp.errors import LabelError
 from interp.labels import Edge, Head, NormBias, Path, parse
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 __all__ = ["PatchResult", "Effects", "metric_gap", "GAP_RTOL"]
-
-#: M(clean) and M(corrupt) closer than this fraction of the larger |M| are the same metric: no normalisation
-GAP_RTOL = 1e-5
-
-
-def metric_gap(high: float, low: float, *, warn: Optional[str] = None, names: tuple[str, str] = ("M(clean)", "M(corrupt)"),
-               undefined: str = "normalized values (value − M(corrupt)) / (M(clean) − M(corrupt))") -> float:
-    """``high − low``, the denominator of every normalised result (M(clean) − M(corrupt) for patching, M(all) − M(∅)
-    for faithfulness), or NaN when it is not finite or |high − low| ≤ :data:`GAP_RTOL` · max(|high|, |low|) (the
-    two runs give the same metric). ``warn``: the analysis to name in a :class:`interp.MetricGapWarning` given
-    then, with the two values (``names``) and what is ``undefined``."""
-    gap = high - low
-    if math.isfinite(gap) and abs(gap) > GAP_RTOL * max(abs(high), abs(low)):
-        return gap
-    if warn is not None and math.isfinite(high) and math.isfinite(low):
-        warn_user(f"{warn}: {names[0]} = {high:.6g} and {names[1]} = {low:.6g} are the same (difference {gap:.3g}), so "
-                  f"{undefined} are undefined (NaN); the two runs must give different metrics — e.g. corrupt prompts "
-                  "that change what the metric reads, not the clean prompts again", MetricGapWarning)
-    return math.nan
-
-
 
 def _parsed(label: Any) -> Any:
     """``label`` as an :mod:`interp.labels` label, or None if it is not one."""
