@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from interp.errors import UnsupportedArchitectureError
+from interp.models import describe_block
 
 __all__ = ["CAPABILITIES", "require_capabilities"]
 
@@ -20,8 +21,10 @@ CAPABILITIES: dict[str, tuple[Any, str]] = {
     "qk_norm": (lambda a: a.qk_norm, "an RMSNorm on each head's query and key (QK-norm)"),
     "qk_norm_projection": (lambda a: a.qk_norm and a.qk_norm_scope == "projection",
                            "a QK-norm over the whole projected q and k (one σ shared by every head, OLMo 2)"),
-    "no_pre_norms": (lambda a: not a.pre_norms, "no norm in front of its sublayers (output norms only, OLMo 2)"),
-    "sandwich_norms": (lambda a: a.sandwich_norms, "sandwich norms (a norm on each sublayer's output before it is added)"),
+    "raw_reads": (lambda a: a.norm != "none" and not describe_block(a).reads_normed and not describe_block(a).normed_stream,
+                  "sublayers that read the raw stream (no norm in front of them: output norms only, OLMo 2)"),
+    "output_norms": (lambda a: describe_block(a).sublayer_norms,
+                     "a norm on each sublayer's output before it is added (sandwich or output norms)"),
     "experts": (lambda a: a.n_experts > 0, "mixture-of-experts MLPs (a router's top-k experts per token)"),
     "attn_softcap": (lambda a: bool(a.attn_softcap), "soft-capped attention scores"),
     "final_softcap": (lambda a: bool(a.final_softcap), "soft-capped logits"),

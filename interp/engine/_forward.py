@@ -52,8 +52,6 @@ class Engine:
         a, w = model.arch, model.weights
         self.arch, self.w = a, w
         self.block = model.block  # the wiring every forward of this engine interprets
-        if a.norm_placement not in ("pre", "post"):
-            raise UnsupportedArchitectureError(f"model {model.name!r}: norm_placement={a.norm_placement!r}")
         L, H, Hkv, dh = a.n_layers, a.n_heads, a.n_kv_heads, a.d_head
         self.L, self.H, self.Hkv, self.dh = L, H, Hkv, dh
         self.group = H // Hkv  # query heads per KV head

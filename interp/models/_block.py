@@ -33,6 +33,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Protocol
 
+from interp.errors import UnsupportedArchitectureError
 from interp.models._arch import ArchInfo
 
 __all__ = ["Block", "BlockOps", "Step", "describe_block", "run_block"]
@@ -141,6 +142,9 @@ def _sublayer(sub: str, read: Optional[str], out: Optional[str]) -> list[Step]:
 def describe_block(arch: ArchInfo, has_mlp: Optional[bool] = None) -> Block:
     """``arch``'s block (module docstring). ``has_mlp`` overrides ``not arch.attn_only`` (a model whose MLP
     weights are empty, e.g. a tracr program without MLPs)."""
+    if arch.norm_placement not in ("pre", "post"):
+        raise UnsupportedArchitectureError(f"model {arch.name!r}: norm_placement={arch.norm_placement!r}; "
+                                           "a block's norms are placed 'pre' or 'post'")
     mlp = (not arch.attn_only) if has_mlp is None else has_mlp
     post = arch.norm_placement == "post"
     normed = arch.norm != "none"
