@@ -34,7 +34,8 @@ from interp._result import Result
 from interp.attribution import TokenSpec
 from interp.engine import Patch
 from interp.errors import ArgumentError, LabelError, warn_user
-from interp.features._graph import _check, _Real, _tok, one_prompt, output_tokens, position, real_forward
+from interp.features._prompt import one_prompt, output_tokens, position, token_text
+from interp.features._replacement import RealRun, check_replaceable, real_forward
 from interp.features._transcoder import Transcoder, mlp_input
 from interp.features._warnings import ClosureWarning
 from interp.labels import Feature, parse
@@ -157,7 +158,7 @@ def _apply(f: Tensor, ivs: list[Intervention]) -> Tensor:
     return f
 
 
-def _dense(real: _Real, l: int, n: int) -> Tensor:
+def _dense(real: RealRun, l: int, n: int) -> Tensor:
     """Layer l's activations at the real forward as a dense [n, F]."""
     f = torch.zeros(n, real.tcs[l].n_features, dtype=real.dtype, device=real.emb.device)
     f[real.feats[l]] = real.acts[l]
@@ -180,7 +181,7 @@ REGIMES = {
 CLOSURE_TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 5e-2}
 
 
-def _run(real: _Real, tokens: Tensor, mask: Tensor, ivs: list[Intervention], pos: int, *, frozen_attention: bool,
+def _run(real: RealRun, tokens: Tensor, mask: Tensor, ivs: list[Intervention], pos: int, *, frozen_attention: bool,
          freeze_features: bool) -> Tensor:
     """The rerun's logits [d_vocab] at ``pos`` with ``ivs`` applied, in the regime the flags name (module
     docstring, :data:`REGIMES`)."""
@@ -269,7 +270,7 @@ def intervene(
     and the target(s).
     """
     require_model(model)
-    _check(model, transcoders)
+    check_replaceable(model, transcoders)
     for name, flag in (("frozen_attention", frozen_attention), ("freeze_features", freeze_features)):
         if not isinstance(flag, bool):
             raise ArgumentError(f"{name}={flag!r} must be True or False")
@@ -311,10 +312,10 @@ def intervene(
                   (after - before).abs().argsort(descending=True)):
         chosen += [i for i in order[:top_k].tolist()]
     rows = list(dict.fromkeys(ids + chosen))
-    text = _tok(model, t_id) + ("" if w_id is None else f" − {_tok(model, w_id)}")
+    text = token_text(model, t_id) + ("" if w_id is None else f" − {token_text(model, w_id)}")
     return InterventionResult(
         logits_before=before.detach().cpu(), logits_after=after.detach().cpu(), token_ids=rows,
-        token_text=[_tok(model, i) for i in rows], target_ids=ids, target=text,
+        token_text=[token_text(model, i) for i in rows], target_ids=ids, target=text,
         metric_before=metric(before), metric_after=metric(after), closure_error=closure, relative_error=relative,
         interventions=[str(it) for it in ivs], frozen_attention=frozen_attention, freeze_features=freeze_features,
         pos=pos, model_name=model.name, regime=regime, closure_tolerance=tol)

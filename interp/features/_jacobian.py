@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from interp.features._graph import _Frozen
+    from interp.features._replacement import FrozenReplacement
 
 __all__ = ["Ends", "FrozenJacobian"]
 
@@ -81,7 +81,7 @@ class _Packed:
 class FrozenJacobian:
     """The frozen model's layers as folded matrices (module docstring), and :meth:`fill`."""
 
-    def __init__(self, fr: "_Frozen", n: int):
+    def __init__(self, fr: "FrozenReplacement", n: int):
         a, w = fr.a, fr.w
         H, Hkv, d = a.n_heads, a.n_kv_heads, a.d_model
         dh = int(w.W_O.shape[-2])

@@ -28,7 +28,8 @@ from torch import Tensor
 from interp._result import Result
 from interp.engine import allowed_keys, apply_rotary
 from interp.errors import ArgumentError
-from interp.features._graph import _check, one_prompt, real_forward
+from interp.features._prompt import one_prompt
+from interp.features._replacement import check_replaceable, real_forward
 from interp.features._transcoder import Transcoder
 from interp.labels import Feature, FeatureError, Head
 from interp.models import Model
@@ -60,7 +61,7 @@ def qk_attribution(
     nodes of the layers below ``layer``, token embeddings, and ``bias`` (every constant). The pair must be one
     the head attends to (causal, inside a sliding window)."""
     require_model(model)
-    _check(model, transcoders)
+    check_replaceable(model, transcoders)
     a = model.arch
     tokens, mask = one_prompt(model, prompt)
     n = tokens.shape[1]

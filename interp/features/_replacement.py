@@ -1,0 +1,285 @@
+"""The replacement model of one prompt: the model with every attention pattern and norm scale frozen at one real
+forward and every MLP write replaced by its transcoder's features plus an error node.
+
+Run the model once (:func:`real_forward`). At each layer l and position p the transcoder reads what the MLP really
+read, x_{l,p} (:func:`~interp.features._transcoder.mlp_input`), and gives feature activations a_{l,p} and an
+output â_{l,p}; the **error node** e_{l,p} = MLP_l(x)_p − â_{l,p} is the rest of the MLP's real write. Freeze every
+attention pattern and every norm's scale σ at the real forward's and replace each MLP write by the constant
+Σ_f a_{l,p,f} W_dec[f] + e_{l,p} (plus b_dec and, for a skip transcoder, the linear term x W_skipᵀ of the frozen
+stream): the resulting model (:class:`FrozenReplacement`) is affine in its sources — the token embeddings, the
+feature activations and the error nodes — and reproduces the real forward exactly. Each of its layers interprets
+the model's block (:func:`interp.models.run_block`): reads through their norms with σ frozen, the attention with its
+frozen pattern, the MLP replaced. The attribution graph's edges are its Jacobian (:mod:`._jacobian`); interventions
+and QK attribution rerun it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from interp.engine import Engine, RunCache
+from interp.errors import ArgumentError, ContextLengthWarning, UnsupportedArchitectureError, warn_user
+from interp.features._sae import SAE
+from interp.features._transcoder import Transcoder, check_layers, mlp_input
+from interp.models import Model, run_block
+
+__all__ = ["FrozenReplacement", "RealRun", "check_replaceable", "real_forward"]
+
+
+def check_replaceable(model: Model, transcoders: Sequence[Transcoder]) -> None:
+    """``model`` is a decoder whose MLPs ``transcoders`` (one per layer, in layer order) can replace: pre-norm, with
+    MLPs and an unembedding (else :class:`~interp.errors.UnsupportedArchitectureError`); the transcoders a list of
+    :class:`Transcoder` of the model's width (else :class:`~interp.errors.ArgumentError`)."""
+    a = model.arch
+    if model.block.normed_stream:
+        raise UnsupportedArchitectureError(f"model {model.name!r} is post-norm (its stream is normed after each join); "
+                                           "attribution graphs need a pre-norm decoder")
+    if not model.has_mlp:
+        raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to replace by transcoders")
+    if not a.causal or model.weights.W_U is None:
+        raise UnsupportedArchitectureError(f"model {model.name!r} is not a decoder with an unembedding")
+    if isinstance(transcoders, (list, tuple)):
+        for i, t in enumerate(transcoders):
+            if isinstance(t, SAE):
+                raise ArgumentError(f"transcoders[{i}] is an SAE of the residual stream ({t.hook_name}); the "
+                                    "replacement model replaces MLPs, so it needs transcoders (MLP input → MLP "
+                                    "output): interp.features.load_transcoders or train_transcoders")
+    if not isinstance(transcoders, (list, tuple)) or not all(isinstance(t, Transcoder) for t in transcoders):
+        raise ArgumentError("transcoders must be a list of interp.features.Transcoder, one per layer")
+    if len(transcoders) != a.n_layers:
+        raise ArgumentError(f"transcoders has {len(transcoders)} entries; model {model.name!r} has {a.n_layers} layers")
+    check_layers(transcoders)
+    for l, t in enumerate(transcoders):
+        if t.d_model != a.d_model:
+            raise ArgumentError(f"transcoders[{l}] has d_model={t.d_model}; the model's is {a.d_model}")
+
+
+class FrozenReplacement:
+    """The replacement model with attention patterns and norm scales frozen at one real forward (module docstring):
+    each layer an interpreter of the model's block (:class:`_FrozenLayer`). Built by :func:`real_forward`."""
+
+    def __init__(self, e: Engine, tcs: list[Transcoder], patterns: list[Tensor], s1: list[Tensor], s2: list[Tensor],
+                 s_post: list[Optional[Tensor]], s_final: Tensor, dtype: torch.dtype):
+        self.e, self.a, self.block, self.tcs, self.dt = e, e.arch, e.block, tcs, dtype
+        self.w = e.w.to(dtype=dtype)
+        self.patterns, self.s1, self.s2, self.s_post, self.s_final = patterns, s1, s2, s_post, s_final
+        # the frozen scales, by the block's norm ids
+        self._sigma: dict[str, Sequence[Optional[Tensor]]] = {"ln1": s1, "ln2": s2, "ln1_post": s_post}
+
+    def norm(self, x: Tensor, gain: Optional[Tensor], bias: Optional[Tensor], sigma: Tensor) -> Tensor:
+        """A norm with its scale σ [n, 1] frozen: γ ⊙ (x − mean x)/σ + β (LayerNorm), γ ⊙ x/σ (RMSNorm)."""
+        kind = self.a.norm
+        if kind == "none":
+            return x
+        if kind == "layernorm":
+            x = x - x.mean(-1, keepdim=True)
+        y = x / sigma
+        if gain is not None:
+            y = y * gain
+        return y + bias if (bias is not None and kind == "layernorm") else y
+
+    def gain(self, norm: str, l: int) -> Optional[Tensor]:
+        """γ of layer l's norm ``norm`` (a block step's norm id: "ln1", "ln2", "ln1_post"), in the model's dtype."""
+        g = getattr(self.w, f"{norm}_w", None)
+        return None if g is None else g[l]
+
+    def sigma(self, norm: str, l: int) -> Tensor:
+        """The frozen scale σ [n, 1] of layer l's norm ``norm`` at the real forward."""
+        if norm not in self._sigma:
+            raise AssertionError(f"the replacement model keeps no frozen scale for norm {norm!r}")
+        s = self._sigma[norm][l]
+        assert s is not None, f"the real forward kept no scale for {norm!r}"
+        return s
+
+    def norm_at(self, norm: Optional[str], l: int, x: Tensor) -> Tensor:
+        """x through layer l's norm ``norm`` with its frozen scale, or x itself for None (a raw read)."""
+        if norm is None:
+            return x
+        b = getattr(self.w, f"{norm}_b", None)
+        return self.norm(x, self.gain(norm, l), None if b is None else b[l], self.sigma(norm, l))
+
+    def attention(self, l: int, h1: Tensor) -> Tensor:
+        """Layer l's attention on what it read, h1 [B, n, d], with the frozen pattern: Σ_h P_h (h1 W_V^{kv(h)} + b_V)
+        W_O^h + b_O (before its output norm)."""
+        a, w = self.a, self.w
+        G = a.n_heads // a.n_kv_heads  # query heads per KV head
+        v = torch.einsum("bnd,kdh->bnkh", h1, w.W_V[l]) + w.b_V[l]  # [B, n, Hkv, dh]
+        v = v.repeat_interleave(G, dim=2)  # query head h reads KV head h // G
+        z = torch.einsum("hqk,bkhd->bqhd", self.patterns[l], v)
+        return torch.einsum("bqhd,hdm->bqm", z, w.W_O[l]) + w.b_O[l]
+
+    def attn_input(self, l: int, x: Tensor) -> Tensor:
+        """What layer l's attention reads from the stream x (q, k and v): its read norm with the frozen scale, or
+        x itself where the block reads the stream raw."""
+        return self.norm_at(self.block.read_norm("attn"), l, x)
+
+    def step(self, l: int, x: Tensor, mlp: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
+        """Layer l on the stream x [B, n, d] with its MLP write replaced by ``mlp(h2)`` (h2 = what the MLP reads,
+        through its frozen read norm): (the next stream, h2). The block's steps, interpreted (:class:`_FrozenLayer`)."""
+        ops = _FrozenLayer(self, l, mlp)
+        x = run_block(self.block, ops, x)
+        assert ops.h2 is not None  # check_replaceable: the block has an MLP
+        return x, ops.h2
+
+    def leaf_mlp(self, l: int, leaf: Tensor) -> Callable[[Tensor], Tensor]:
+        """The replacement MLP write with the layer's features and error node held as the source ``leaf``:
+        leaf + b_dec + the skip term of the (frozen) stream."""
+        tc = self.tcs[l]
+        return lambda h2: leaf + tc.b_dec + tc.skip(h2)
+
+    def resid(self, emb: Tensor, leaves: list[Tensor], upto: int) -> Tensor:
+        """The stream entering layer ``upto`` from the sources (embeddings, the MLP leaves of layers < upto)."""
+        x = emb
+        for l in range(upto):
+            x, _ = self.step(l, x, self.leaf_mlp(l, leaves[l]))
+        return x
+
+    def readout(self, x: Tensor, pos: int, u: Tensor, b_u: Tensor) -> Tensor:
+        """The metric of the final stream x [B, n, d] at ``pos``: N_f(x_pos) (frozen σ) · u + b_u."""
+        w = self.w
+        return self.norm(x[:, pos], w.lnf_w, w.lnf_b, self.s_final[pos]) @ u + b_u
+
+    def forward(self, emb: Tensor, leaves: list[Tensor], feats: list[tuple[Tensor, Tensor]], pos: int,
+                u: Tensor, b_u: Tensor) -> tuple[list[Tensor], Tensor]:
+        """Sources emb [B, n, d] and per-layer MLP leaves [B, n, d] → (per-layer pre-activations [B, m_l] of
+        the selected features (positions, feature ids), the metric [B])."""
+        x = emb
+        pres: list[Tensor] = []
+        for l in range(self.a.n_layers):
+            x, h2 = self.step(l, x, self.leaf_mlp(l, leaves[l]))
+            tc = self.tcs[l]
+            p_idx, f_idx = feats[l]
+            pres.append((h2[:, p_idx] * tc.W_enc[f_idx]).sum(-1) + tc.b_enc[f_idx])
+        return pres, self.readout(x, pos, u, b_u)
+
+
+    def stream_reads(self, vecs: Tensor, p_idx: Tensor, l: int) -> Tensor:
+        """Targets' reads carried to the stream they read, [m, d]: a layer-l feature's W_enc through the frozen map
+        of the MLP's read norm at its position (W_enc itself where the MLP reads the stream raw), an output's u
+        through the final norm's (``l`` = n_layers): γ ⊙ C(v)/σ_p (C the centring of LayerNorm)."""
+        a, w, e = self.a, self.w, self.e
+        if l == a.n_layers:
+            return e.norm_vjp(vecs, None, w.lnf_w, frozen=True, sigma=self.s_final[p_idx])
+        norm = self.block.read_norm("mlp")
+        if norm is None:
+            return vecs
+        return e.norm_vjp(vecs, None, self.gain(norm, l), frozen=True, sigma=self.sigma(norm, l)[p_idx])
+
+
+class _FrozenLayer:
+    """One layer of the replacement model, an interpreter of the block (:class:`interp.models.BlockOps`): reads
+    through their norms with the scales frozen, the attention with its frozen pattern, its output norm frozen
+    ("ln1_post"), the MLP replaced by ``mlp`` — whose write is already the MLP's output as it joins the stream (the
+    real ``mlp_out``, after any output norm "ln2_post"), so the MLP's output norm is not applied again. Keeps
+    ``h2``, what the MLP read."""
+
+    def __init__(self, fr: FrozenReplacement, l: int, mlp: Callable[[Tensor], Tensor]):
+        self.fr, self.l, self.mlp = fr, l, mlp
+        self.h2: Optional[Tensor] = None
+
+    def point(self, site: str, v: Tensor) -> Tensor:
+        return v
+
+    def read(self, sub: str, norm: Optional[str], stream: Tensor) -> Tensor:
+        h = self.fr.norm_at(norm, self.l, stream)
+        if sub == "mlp":
+            self.h2 = h
+        return h
+
+    def apply(self, sub: str, h: Tensor) -> Tensor:
+        return self.fr.attention(self.l, h) if sub == "attn" else self.mlp(h)
+
+    def out_norm(self, sub: str, norm: str, out: Tensor) -> Tensor:
+        return self.fr.norm_at(norm, self.l, out) if sub == "attn" else out
+
+    def add(self, sub: str, stream: Tensor, out: Tensor) -> Tensor:
+        return stream + out
+
+    def norm(self, norm: str, stream: Tensor) -> Tensor:
+        raise UnsupportedArchitectureError("the replacement model has no frozen stream norms (post-norm blocks)")
+
+
+@dataclass
+class RealRun:
+    """The real forward of one prompt, read for the replacement model: the frozen model, each layer's active
+    features (positions, ids), their activations and pre-activations, the error nodes [n, d], the embedding
+    [n, d], the final stream [n, d] and the engine's cache."""
+
+    frozen: FrozenReplacement
+    tcs: list[Transcoder]
+    feats: list[tuple[Tensor, Tensor]]
+    acts: list[Tensor]
+    pre: list[Tensor]
+    errs: list[Tensor]
+    emb: Tensor
+    final: Tensor
+    cache: RunCache
+    dtype: torch.dtype
+
+    def leaves(self) -> list[Tensor]:
+        """Each layer's MLP leaf at the real forward: Σ_f a_f W_dec[f] + e (per position) [n, d]."""
+        return [self.errs[l].index_add(0, self.feats[l][0], self.acts[l][:, None] * self.tcs[l].W_dec[self.feats[l][1]])
+                for l in range(len(self.tcs))]
+
+    def hold_prefix(self, k: int) -> list[Tensor]:
+        """Hold the MLP writes at positions < k as constants (in place): drop the features there and zero the error
+        nodes' vectors there; returns the held writes per layer [n, d] (zero from position k on)."""
+        held = [torch.zeros_like(leaf) for leaf in self.errs]
+        if not k:
+            return held
+        for l, leaf in enumerate(self.leaves()):
+            held[l][:k] = leaf[:k]
+            keep = self.feats[l][0] >= k
+            self.feats[l] = (self.feats[l][0][keep], self.feats[l][1][keep])
+            self.acts[l], self.pre[l] = self.acts[l][keep], self.pre[l][keep]
+            self.errs[l] = self.errs[l].clone()
+            self.errs[l][:k] = 0
+        return held
+
+
+def real_forward(model: Model, tokens: Tensor, mask: Tensor, transcoders: Sequence[Transcoder],
+                 capture: Iterable[str] = ()) -> RealRun:
+    """Run ``tokens`` [1, n] once on the engine and read what the replacement model needs (:class:`RealRun`).
+    A prompt longer than the dictionaries' training sequences warns (:class:`ContextLengthWarning`)."""
+    a = model.arch
+    trained = [t.context_length for t in transcoders if t.context_length is not None]
+    if trained and tokens.shape[1] > min(trained):
+        warn_user(f"the prompt has {tokens.shape[1]} tokens but the transcoders were trained on sequences of "
+                  f"{min(trained)}: their features past position {min(trained) - 1} are out of distribution (the "
+                  "graph still closes, through larger error nodes); shorten the prompt or train on longer "
+                  "sequences (train_transcoders(seq_len=...))", ContextLengthWarning)
+    e = Engine.of(model)
+    dt = torch.float64 if model.dtype == torch.float64 else torch.float32
+    tcs = [t.to(device=tokens.device, dtype=dt) for t in transcoders]
+    cache = e.run(tokens, mask, capture={"pattern", "resid_mid", "mlp_out", *capture}, keep_scales=True)
+
+    def c(t: Optional[Tensor]) -> Tensor:  # prompt 0, out of inference mode (autograd may save it), in dtype dt
+        if t is None:
+            raise RuntimeError("the engine did not keep an activation the graph needs")
+        return t[0].to(dt).clone()
+
+    s1, s2, s_post, patterns = [], [], [], []
+    acts, errs, feats, pre_real = [], [], [], []
+    for l in range(a.n_layers):
+        x = c(cache.resid_pre[l])
+        mid = c(cache.acts["resid_mid"][l]) if e.block.sees("mlp", "attn") else x  # the stream the MLP reads
+        h2 = mlp_input(e, x, mid, l).to(dt)
+        s1.append(e.norm_scale(x))
+        s2.append(e.norm_scale(mid))
+        post = cache.scales.get("ln1_post")
+        s_post.append(None if post is None else c(post[l]))
+        patterns.append(c(cache.acts["pattern"][l]))
+        pre = tcs[l].pre_activation(h2)
+        f = tcs[l].activate(pre)
+        errs.append(c(cache.acts["mlp_out"][l]) - tcs[l].decode(f, h2 if tcs[l].W_skip is not None else None))
+        p_idx, f_idx = f.nonzero(as_tuple=True)
+        feats.append((p_idx, f_idx))
+        acts.append(f[p_idx, f_idx])
+        pre_real.append(pre[p_idx, f_idx])
+    final = c(cache.final)
+    frozen = FrozenReplacement(e, tcs, patterns, s1, s2, s_post, e.norm_scale(final), dt)
+    return RealRun(frozen, tcs, feats, acts, pre_real, errs, c(e.embed(cache.embed)), final, cache, dt)
