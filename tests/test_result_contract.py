@@ -79,6 +79,7 @@ NOT_RESULTS = {
                          "not a table of labelled rows",
     "TrainedTranscoders": "trained dictionaries and their per-layer held-out metrics (cached on disk by train_transcoders), not a table of labelled rows",
     "Intervention": "an intervention specification (what to set or scale in the replacement model)",
+    "Steer": "a steering vector specification (what generate adds to the residual stream)",
 }
 
 
@@ -145,6 +146,14 @@ def _intervention(m):
     return intervene(m["llama"], "w1 w2 w3 w4", random_transcoders(m["llama"], 8, seed=0), [(0, 1, 2, 3.0)], top_k=3)
 
 
+def _generation(m):
+    from interp.features import generate
+    from tiny_transcoders import random_transcoders
+
+    return generate(m["llama"], ["w1 w2 w3 w4", "w5 w6"], random_transcoders(m["llama"], 8, seed=0),
+                    [(0, None, 2, 3.0)], max_new_tokens=3, top_k=3)
+
+
 def _qk(m):
     from interp.features import qk_attribution
     from tiny_transcoders import random_transcoders
@@ -190,6 +199,7 @@ FACTORIES: dict[str, Callable[[dict], Any]] = {
     "Predictions": lambda m: interp.predict(m["gpt2"], ["w1 w2 w3 w4 w5", "w6 w7 w8"], k=4),
     "AttributionGraph": lambda m: _attribution_graph(m),
     "InterventionResult": lambda m: _intervention(m),
+    "GenerationResult": lambda m: _generation(m),
     "QKAttribution": lambda m: _qk(m),
     "FaithfulnessCurve": lambda m: interp.faithfulness_curve(m["gpt2"], EDGE_CLEAN, EDGE_CORRUPT, _edge_scores(m),
                                                              metric=_causal_metric(), sizes=(0.05, 0.2, 1.0), progress=False),
@@ -397,6 +407,16 @@ def _check_intervention(r, label, v, rows):
     assert _close(row["change"], r.logits_after[t] - r.logits_before[t])
 
 
+def _check_generation(r, label, v, rows):
+    (row,) = rows.to_dict("records")
+    b, s = (int(x[1:]) for x in label.split("."))
+    t, bt = int(r.tokens[b, s]), int(r.baseline_tokens[b, s])
+    assert v == row and row["token_id"] == t and row["baseline_token_id"] == bt and row["same"] == (t == bt)
+    assert _close(row["logit"], r.logits[b, s, t]) and _close(row["baseline_logit"], r.baseline_logits[b, s, bt])
+    lp, blp = torch.log_softmax(r.logits[b, s].double(), -1), torch.log_softmax(r.baseline_logits[b, s].double(), -1)
+    assert _close(row["kl"], (lp.exp() * (lp - blp)).sum())
+
+
 def _check_qk(r, label, v, rows):
     (row,) = rows.to_dict("records")
     q, k = label.split(" · ")
@@ -407,6 +427,7 @@ def _check_qk(r, label, v, rows):
 ROW_CHECKS: dict[str, Callable[[Any, str, Any, pd.DataFrame], None]] = {
     "QKAttribution": _check_qk,
     "InterventionResult": _check_intervention,
+    "GenerationResult": _check_generation,
     "AttributionGraph": _check_attribution_graph,
     "Predictions": _check_predictions,
     "LogitAttribution": _check_logit_attribution, "Decomposition": _check_decomposition,

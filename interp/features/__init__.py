@@ -1,9 +1,11 @@
 """Feature dictionaries and attribution graphs: per-layer transcoders and residual-stream SAEs (load circuit-tracer's,
 SAELens's, sparsify's and dictionary_learning's formats; an SAE's reconstruction of the real stream, FVU and L0);
 the exact attribution graph of a prompt over transcoders (error nodes make the replacement model exact);
-interventions on features in the replacement model; QK attribution of a head's score to the graph's nodes."""
+interventions on features in the replacement model, and during generation (features and steering vectors); QK
+attribution of a head's score to the graph's nodes."""
 
 from interp.features._contexts import top_activating_contexts
+from interp.features._generate import GenerationResult, Steer, generate
 from interp.features._graph import attribution_graph
 from interp.features._intervene import CLOSURE_TOLERANCE, REGIMES, Intervention, InterventionResult, intervene
 from interp.features._qk import QKAttribution, qk_attribution
@@ -15,6 +17,6 @@ from interp.features._transcoder import ACTIVATIONS, Transcoder
 from interp.features._warnings import ClosureWarning, DictionaryQualityWarning
 
 __all__ = ["ACTIVATIONS", "CLOSURE_TOLERANCE", "FORMATS", "REGIMES", "AttributionGraph", "ClosureWarning", "DictionaryQualityWarning",
-           "Intervention", "InterventionResult", "QKAttribution", "SAE", "SAEReconstruction", "SAE_SITES", "TrainedTranscoders", "Transcoder",
-           "attribution_graph", "default_lr", "default_passes", "intervene", "load_saes", "load_transcoders", "qk_attribution",
+           "GenerationResult", "Intervention", "InterventionResult", "QKAttribution", "SAE", "SAEReconstruction", "SAE_SITES", "Steer", "TrainedTranscoders", "Transcoder",
+           "attribution_graph", "default_lr", "default_passes", "generate", "intervene", "load_saes", "load_transcoders", "qk_attribution",
            "sae_reconstruction", "top_activating_contexts", "train_transcoders"]

@@ -27,7 +27,7 @@ from interp.errors import (
     UnsupportedArchitectureError,
 )
 from interp.models._arch import with_module_scales
-from interp.models._families import SUPPORTED_FAMILIES, arch_from_hf_config, weights_from_hf
+from interp.models._families import FAMILIES, SUPPORTED_FAMILIES, arch_from_hf_config, weights_from_hf
 from interp.models._catalog import (
     CatalogEntry,
     catalog_entry,
@@ -161,7 +161,7 @@ def model_from_hf_unchecked(
     else:
         hf_model = hf_model.to(device=dev, dtype=dtype).eval()
     if dtype == torch.float64:
-        full_precision_norms(hf_model)
+        full_precision_norms(hf_model, FAMILIES[arch.family].caps.gain_offset)
     arch = with_module_scales(arch, hf_model)
     if not getattr(hf_model.config, "architectures", None):  # a GGUF's or a from_config model's config has
         hf_model.config.architectures = [type(hf_model).__name__]  # none: the bridge picks its adapter by it

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import types
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 import torch
 
@@ -36,35 +36,29 @@ def check_dtype(dtype: Any) -> torch.dtype:
     return dtype
 
 
-#: RMSNorm classes whose forward rounds through float32 (HF Llama; transformer-lens's native one).
-_FP32_RMSNORMS = ("LlamaRMSNorm", "NativeRMSNorm", "Qwen2RMSNorm", "MistralRMSNorm", "Phi3RMSNorm", "Qwen3RMSNorm",
-                  "Olmo2RMSNorm", "MixtralRMSNorm", "OlmoeRMSNorm")
-_FP32_GEMMA_RMSNORMS = ("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm")  # γ = 1 + w
+def _rmsnorm_in_input_dtype(offset: float) -> Callable[[Any, torch.Tensor], torch.Tensor]:
+    """RMSNorm.forward without its float32 round trip: (offset + w) ⊙ x / sqrt(mean(x²) + ε) in x's dtype
+    (offset 1 for Gemma's norms, whose gain is 1 + w)."""
+
+    def forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+        eps = self.variance_epsilon if hasattr(self, "variance_epsilon") else self.eps
+        gain = self.weight if offset == 0.0 else offset + self.weight
+        return gain * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    return forward
 
 
-def _rmsnorm_in_input_dtype(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
-    """RMSNorm.forward without its float32 round trip: γ ⊙ x / sqrt(mean(x²) + ε) in x's dtype."""
-    eps = self.variance_epsilon if hasattr(self, "variance_epsilon") else self.eps
-    variance = hidden_states.pow(2).mean(-1, keepdim=True)
-    return self.weight * (hidden_states * torch.rsqrt(variance + eps))
+def full_precision_norms(hf_model: Any, gain_offset: float = 0.0) -> None:
+    """In float64, make RMSNorms compute in float64: every module whose class is an ``…RMSNorm`` (the Hugging Face
+    naming; transformer-lens's NativeRMSNorm of the toys too), its gain ``gain_offset`` + w (the family's
+    :class:`~interp.models._families._spec.Capabilities`: 1 for Gemma's).
 
-
-def _gemma_rmsnorm_in_input_dtype(self: Any, x: torch.Tensor) -> torch.Tensor:
-    """Gemma's RMSNorm.forward without its float32 round trip: (1 + w) ⊙ x / sqrt(mean(x²) + ε)."""
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)
-
-
-def full_precision_norms(hf_model: Any) -> None:
-    """In float64, make RMSNorms compute in float64.
-
-    HF's LlamaRMSNorm (and Qwen 2's, Mistral's, Phi-3's, OLMo 2's, Gemma's; transformer-lens's NativeRMSNorm, used by the toys) upcasts to
-    float32 and casts back, so a float64 model would round every norm output to float32
+    HF's RMSNorms (Llama's and every family's copy of it, Gemma's) upcast to float32 and cast back, so a float64 model would round every norm output to float32
     precision (measured: closure 1e-7 instead of 1e-16 on a tiny Llama), defeating the point of
     dtype=torch.float64 (checking a result at high precision). In float64 the norm is computed
     in float64 instead; other dtypes keep the original numerics.
     """
+    forward = _rmsnorm_in_input_dtype(gain_offset)
     for mod in hf_model.modules():
-        if type(mod).__name__ in _FP32_RMSNORMS:
-            mod.forward = types.MethodType(_rmsnorm_in_input_dtype, mod)
-        elif type(mod).__name__ in _FP32_GEMMA_RMSNORMS:
-            mod.forward = types.MethodType(_gemma_rmsnorm_in_input_dtype, mod)
+        if type(mod).__name__.endswith("RMSNorm") and isinstance(getattr(mod, "weight", None), torch.Tensor):
+            mod.forward = types.MethodType(forward, mod)

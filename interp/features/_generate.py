@@ -1,0 +1,624 @@
+"""Interventions during generation: clamp, scale or ablate transcoder features, or add steering vectors, while the
+model generates; the intervened continuation beside the unintervened one, step by step.
+
+Each prompt is generated twice, token by token with a key/value cache (the engine's maths: one pass over the prompt,
+then one position per step reading the cached keys and values): the **baseline** (the model itself) and the
+**intervened** run. At step s the run's logits z_s [d_vocab] are read at its last position and the next token is
+argmax z_s (``temperature`` 0) or drawn from softmax(z_s / T) with a seeded ``torch.Generator`` (the same seed for
+both runs, so without interventions they draw the same tokens).
+
+What an intervention does in a pass over rows of positions, at layer l:
+
+* a feature (:class:`~interp.features.Intervention`): the MLP runs on its input h2 as in the model, and the
+  intervened features' change is added to its write,  m' = MLP(h2) + (f̃(h2) − f(h2)) W_dec,  f = act(h2 W_encᵀ +
+  b_enc) the layer's transcoder, f̃ = f with the clamp / scale applied (:func:`interp.features.intervene`'s default
+  regimes, docs/math.md §28);
+* a steering vector (:class:`Steer`): x ← x + α·v at the layer's ``resid_pre`` / ``resid_mid`` / ``resid_post``.
+
+Where: a feature with a position (``"L3.F12@5"``) acts at that prompt position, in the prompt pass; one for every
+position (``"L3.F12@*"``) and every steering vector act at every position — the prompt's and each generated one —
+or, with ``positions="prompt"``, at the prompt's positions only (the generated positions then see the change only
+through attention to the prompt).
+
+Regimes (``frozen_attention``):
+
+* ``False`` ("live", the default): every attention pattern and norm recomputed at every position. Without an
+  intervention the run performs the baseline's own operations, so the two are identical.
+* ``True`` ("frozen attention"): in the prompt pass — which computes the prompt positions and the first generated
+  token's logits — every attention pattern, the scale σ of every read norm (and of the attention's output norm),
+  and the final norm's σ are held at the baseline's values at those positions: the first step is exactly
+  :func:`interp.features.intervene` with ``frozen_attention=True`` (its logit change equals intervene's). The prompt
+  positions' keys and values, which later queries read, are those of this frozen pass (q, k, v projected from what
+  the frozen norms gave). Every generated position is live: its own pattern over all keys, its norms recomputed —
+  there is no unintervened value to freeze it at (the baseline generated other tokens there). circuit-tracer's
+  ``feature_intervention_generate`` freezes the same way (its freezes hold for the prompt pass only). The MLP's own
+  output norm ("ln2_post") is recomputed, as in intervene. Checked on every call: the frozen prompt pass without the
+  interventions reproduces the baseline's first logits (``closure_error``; past
+  :data:`~interp.features.CLOSURE_TOLERANCE` a :class:`~interp.features.ClosureWarning`).
+
+Prompts of a list are generated one by one (no padding: each one's positions are its own).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Optional, Sequence, Union
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from interp._norms import apply_frozen
+from interp._result import Result
+from interp._validate import check_bool, check_choice, check_index, check_int, check_positive_int
+from interp.engine import Engine, unembed
+from interp.errors import ArgumentError, ContextLengthWarning, UnsupportedArchitectureError, warn_user
+from interp.features._intervene import CLOSURE_TOLERANCE, REGIMES, Intervention, _apply, _interventions
+from interp.features._sae import SAE
+from interp.features._transcoder import Transcoder
+from interp.features._warnings import ClosureWarning
+from interp.labels import Feature
+from interp.models import Model, run_block
+from interp.stream import as_batch, require_model
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+__all__ = ["GenerationResult", "Steer", "generate"]
+
+POSITIONS = ("all", "prompt")
+
+
+@dataclass(frozen=True, eq=False)
+class Steer:
+    """A steering vector: add ``alpha · vector`` ([d_model]) to the residual stream at layer ``layer``'s ``site``
+    ("resid_pre", "resid_mid" where the block has one, "resid_post"), at every position (or the prompt's only:
+    ``generate(..., positions="prompt")``). ``name`` labels it in the result."""
+
+    layer: int
+    vector: Tensor
+    alpha: float = 1.0
+    site: str = "resid_pre"
+    name: str = "v"
+
+    def __str__(self) -> str:
+        return f"L{self.layer}.{self.site} += {self.alpha:g}·{self.name}"
+
+
+def _transcoders(model: Model, transcoders: Any) -> dict[int, Transcoder]:
+    """``transcoders`` as {layer: Transcoder}: None (steering only), a list with one per layer, a list whose
+    transcoders know their ``layer``, a ``TrainedTranscoders`` or a mapping {layer: Transcoder}."""
+    L, d = model.arch.n_layers, model.arch.d_model
+    if transcoders is None:
+        return {}
+    if hasattr(transcoders, "layers") and hasattr(transcoders, "transcoders"):  # TrainedTranscoders
+        transcoders = dict(zip(transcoders.layers, transcoders.transcoders))
+    if isinstance(transcoders, Mapping):
+        out = dict(transcoders)
+    elif isinstance(transcoders, (list, tuple)):
+        for i, t in enumerate(transcoders):
+            if isinstance(t, SAE):
+                raise ArgumentError(f"transcoders[{i}] is an SAE of the residual stream ({t.hook_name}); feature "
+                                    "interventions replace MLP writes, so they need transcoders (MLP input → MLP "
+                                    "output): interp.features.load_transcoders or train_transcoders")
+            if not isinstance(t, Transcoder):
+                raise ArgumentError(f"transcoders[{i}] is a {type(t).__name__}, not an interp.features.Transcoder")
+        if len(transcoders) == L and all(t.layer in (None, i) for i, t in enumerate(transcoders)):
+            out = dict(enumerate(transcoders))
+        elif all(t.layer is not None for t in transcoders) and len({t.layer for t in transcoders}) == len(transcoders):
+            out = {t.layer: t for t in transcoders}
+        else:
+            raise ArgumentError(f"transcoders has {len(transcoders)} entries for a model of {L} layers: give one per "
+                                "layer in layer order, transcoders whose .layer is set (each layer once), or a dict "
+                                "{layer: Transcoder}")
+    else:
+        raise ArgumentError(f"transcoders={transcoders!r:.80} must be None (steering vectors only), a list of "
+                            "interp.features.Transcoder, a dict {layer: Transcoder} or a TrainedTranscoders")
+    for l, t in out.items():
+        if isinstance(t, SAE) or not isinstance(t, Transcoder):
+            raise ArgumentError(f"transcoders[{l!r}] is a {type(t).__name__}, not an interp.features.Transcoder")
+        if isinstance(l, bool) or not isinstance(l, int) or not 0 <= l < L:
+            raise ArgumentError(f"transcoders has a transcoder for layer {l!r}; model {model.name!r} has layers "
+                                f"0..{L - 1}")
+        if t.layer is not None and t.layer != l:
+            raise ArgumentError(f"transcoders[{l}] is the transcoder of layer {t.layer}, given for layer {l}")
+        if t.d_model != d:
+            raise ArgumentError(f"transcoders[{l}] has d_model={t.d_model}; the model's is {d}")
+    return out
+
+
+def _split(interventions: Any) -> tuple[list[tuple[int, Any]], list[tuple[int, Steer]]]:
+    """The items of ``interventions`` (one item, a list, or None / [] for none) as (index, feature item) and
+    (index, steering vector)."""
+    if interventions is None:
+        return [], []
+    if isinstance(interventions, (Intervention, Feature, str, Steer)) or (
+            isinstance(interventions, tuple) and len(interventions) == 4 and isinstance(interventions[0], int)):
+        interventions = [interventions]
+    if not isinstance(interventions, (list, tuple)):
+        raise ArgumentError(f"interventions={interventions!r:.80} must be a list of Intervention, (layer, pos, feature, "
+                            "value) tuples, feature labels or Steer vectors (or [] for none)")
+    feats = [(i, it) for i, it in enumerate(interventions) if not isinstance(it, Steer)]
+    steers = [(i, it) for i, it in enumerate(interventions) if isinstance(it, Steer)]
+    return feats, steers
+
+
+class _ByLayer:
+    """The transcoders of some layers seen as one per layer (what intervene's validation reads): a layer without one
+    is an :class:`ArgumentError` naming the layers that have one."""
+
+    def __init__(self, tcs: dict[int, Transcoder], n_layers: int):
+        self.tcs, self.n_layers = tcs, n_layers
+
+    def __len__(self) -> int:
+        return self.n_layers
+
+    def __getitem__(self, l: int) -> Transcoder:
+        if l not in self.tcs:
+            raise ArgumentError(f"interventions[0]: layer={l!r} has no transcoder: the transcoders given are those of "
+                                f"layers {sorted(self.tcs)}")
+        return self.tcs[l]
+
+
+def _features(items: list[tuple[int, Any]], tcs: dict[int, Transcoder], n_layers: int, n: int) -> list[Intervention]:
+    """The feature items validated for a prompt of ``n`` tokens (intervene's rules; errors name the item's index in
+    the caller's list)."""
+    out = []
+    by_layer: Any = _ByLayer(tcs, n_layers)
+    for i, it in items:
+        try:
+            out += _interventions([it], by_layer, n)
+        except ArgumentError as e:
+            raise ArgumentError(str(e).replace("interventions[0]", f"interventions[{i}]", 1)) from None
+    return out
+
+
+def _steer(i: int, s: Steer, model: Model) -> tuple[str, int, Tensor]:
+    """(site, layer, α·v in the model's dtype and device) of a validated steering vector."""
+    name, L, d = f"interventions[{i}]", model.arch.n_layers, model.arch.d_model
+    if isinstance(s.layer, bool) or not isinstance(s.layer, int) or not 0 <= s.layer < L:
+        raise ArgumentError(f"{name}: layer={s.layer!r} must be an int in [0, {L - 1}]")
+    sites = model.block.resid_sites()
+    if s.site not in sites:
+        raise ArgumentError(f"{name}: site={s.site!r} must be one of {list(sites)} (the stream's points in this "
+                            "model's block)")
+    if not isinstance(s.vector, Tensor) or s.vector.is_complex() or not s.vector.is_floating_point():
+        raise ArgumentError(f"{name}: vector must be a real floating-point torch.Tensor of shape [{d}] (d_model), got "
+                            f"{type(s.vector).__name__}")
+    if tuple(s.vector.shape) != (d,):
+        raise ArgumentError(f"{name}: vector has shape {tuple(s.vector.shape)}; a steering vector is [d_model] = [{d}]")
+    if isinstance(s.alpha, bool) or not isinstance(s.alpha, (int, float)) or not math.isfinite(s.alpha):
+        raise ArgumentError(f"{name}: alpha={s.alpha!r} must be a finite number")
+    v = s.vector.detach().to(device=model.device, dtype=model.dtype) * float(s.alpha)
+    if not bool(torch.isfinite(v).all()):
+        raise ArgumentError(f"{name}: alpha · vector has a value that is not finite")
+    return s.site, s.layer, v
+
+
+def _prompts(model: Model, prompt: Any) -> list[tuple[str, Tensor]]:
+    """(text, token ids [1, n]) of each prompt: a string, a list of strings, or token ids [batch, pos] (a padded
+    batch's padding dropped)."""
+    batch = as_batch(model, prompt)
+    out = []
+    tok = model.tokenizer
+    texts = [prompt] if isinstance(prompt, str) else list(prompt) if isinstance(prompt, (list, tuple)) and \
+        all(isinstance(p, str) for p in prompt) else None
+    for b in range(batch.tokens.shape[0]):
+        ids = batch.tokens[b][batch.attention_mask[b].bool()][None]
+        text = texts[b] if texts is not None else (tok.decode(ids[0].tolist()) if tok is not None
+                                                   else " ".join(map(str, ids[0].tolist())))
+        out.append((text, ids))
+    return out
+
+
+def _frozen_norm(e: Engine, norm: str, l: Optional[int], x: Tensor, sigma: Tensor) -> Tensor:
+    """x through norm ``norm`` of layer ``l`` ("lnf": the final norm) with its scale held at ``sigma``:
+    γ ⊙ centre(x) / σ + β (:func:`interp._norms.apply_frozen`, then β)."""
+    kind = e.arch.norm
+    if kind == "none":
+        return x
+    if l is None:
+        gain, bias = e.w.lnf_w, e.w.lnf_b
+    else:
+        gain, bias = e.norm_weights(norm, l)
+    y = apply_frozen(x, gain if gain is not None else torch.ones((), dtype=x.dtype, device=x.device), sigma, kind)
+    return y + bias if (bias is not None and kind == "layernorm") else y
+
+
+class _Run:
+    """One generation of one prompt: the key/value cache per layer, the baseline's kept values (``record``: the
+    prompt pass's patterns and norm scales), the interventions by layer and the steering vectors."""
+
+    def __init__(self, e: Engine, tcs: dict[int, Transcoder], ivs: list[Intervention],
+                 steers: list[tuple[str, int, Tensor]], positions: str, *, record: bool = False,
+                 frozen: Optional[dict[Any, Tensor]] = None):
+        self.e, self.tcs, self.positions = e, tcs, positions
+        self.ivs, self.steers = ivs, steers
+        self.kv: list[Optional[tuple[Tensor, Tensor]]] = [None] * e.L
+        self.record: Optional[dict[Any, Tensor]] = {} if record else None
+        self.frozen = frozen
+
+    def logits(self, ids: Tensor, t0: int) -> Tensor:
+        """The logits [d_vocab] at the last of ``ids`` [1, N], running positions t0…N−1 (t0 = 0: the prompt pass)."""
+        e = self.e
+        prompt_pass = t0 == 0
+        parts = {k: v[:, t0:] for k, v in e.embed_parts(ids).items()}
+        x = e.embed(parts)
+        p = _Pass(self, t0, ids.shape[1], prompt_pass)
+        for l in range(e.L):
+            p.l = l
+            x = run_block(e.block, p, x)
+        last = x[:, -1]
+        if prompt_pass and self.record is not None:
+            self.record["final"] = e.norm_scale(x)
+        if prompt_pass and self.frozen is not None:
+            y = _frozen_norm(e, "lnf", None, last, self.frozen["final"][:, -1])
+        else:
+            y = e.norm(last, e.w.lnf_w, e.w.lnf_b)
+        return unembed(y, e.w.need("W_U"), e.w.b_U, e.arch.final_softcap)[0]
+
+
+class _Pass:
+    """The block interpreter (:class:`interp.models.BlockOps`) of one pass of a :class:`_Run` over positions
+    t0…N−1, layer by layer (``l``): the engine's live maths, the interventions of this pass, and — the prompt pass of
+    a frozen run — the baseline's patterns and norm scales."""
+
+    def __init__(self, run: _Run, t0: int, N: int, prompt_pass: bool):
+        self.run, self.e, self.t0, self.N, self.prompt_pass = run, run.e, t0, N, prompt_pass
+        self.l = 0
+        self.frozen = run.frozen if prompt_pass else None
+        self.h2: Optional[Tensor] = None
+        dev = run.e.model.device
+        self.mask = torch.ones(1, N, dtype=torch.long, device=dev)
+        self.rows = torch.zeros(1, dtype=torch.long, device=dev)
+        every = prompt_pass or run.positions == "all"  # do the every-position interventions act in this pass?
+        self.ivs: dict[int, list[Intervention]] = {}
+        for it in run.ivs:
+            if (it.pos is None and every) or (it.pos is not None and prompt_pass):
+                self.ivs.setdefault(it.layer, []).append(it)
+        self.steers: dict[tuple[str, int], Tensor] = {}
+        if every:
+            for site, l, v in run.steers:
+                self.steers[site, l] = self.steers[site, l] + v if (site, l) in self.steers else v
+
+    def _norm(self, norm: Optional[str], x: Tensor, *, freeze: bool = True) -> Tensor:
+        if norm is None:
+            return x
+        if self.run.record is not None and self.prompt_pass:
+            self.run.record[norm, self.l] = self.e.norm_scale(x)
+        if self.frozen is not None and freeze:
+            return _frozen_norm(self.e, norm, self.l, x, self.frozen[norm, self.l])
+        return self.e.norm_at(norm, self.l, x)
+
+    def point(self, site: str, v: Tensor) -> Tensor:
+        add = self.steers.get((site, self.l))
+        if add is not None:
+            v = v + add
+        ivs = self.ivs.get(self.l)
+        if site == "mlp_out" and ivs:
+            assert self.h2 is not None
+            tc = self.run.tcs[self.l]
+            f = tc.encode(self.h2[0].to(tc.W_enc.dtype))  # [T, F]: the features this run's MLP input gives
+            v = v + ((_apply(f, ivs) - f) @ tc.W_dec)[None].to(v.dtype)
+        return v
+
+    def read(self, sub: str, norm: Optional[str], stream: Tensor) -> Tensor:
+        h = self._norm(norm, stream)
+        if sub == "mlp":
+            self.h2 = h
+        return h
+
+    def apply(self, sub: str, h: Tensor) -> Tensor:
+        return self._attention(h) if sub == "attn" else self.e.mlp(self.l, h)
+
+    def out_norm(self, sub: str, norm: str, out: Tensor) -> Tensor:
+        return self._norm(norm, out, freeze=sub == "attn")  # the MLP's output norm stays live (as in intervene)
+
+    def add(self, sub: str, stream: Tensor, out: Tensor) -> Tensor:
+        return stream + out
+
+    def norm(self, norm: str, stream: Tensor) -> Tensor:  # post-norm blocks: live steering only (generate checks)
+        return self.e.norm_at(norm, self.l, stream)
+
+    def _attention(self, h1: Tensor) -> Tensor:
+        """Layer l's attention output on what it read, h1 [1, T, d]: q, k, v projected (QK-norm, rotation), this
+        pass's keys and values appended to the cache, the pattern over every cached key — the baseline's (frozen
+        prompt pass), explicit (a prompt pass: kept by the baseline) or fused (a generated position)."""
+        e, l, run = self.e, self.l, self.run
+        H, Hkv = e.H, e.Hkv
+        qkv = e.project_qkv(l, h1)
+        qk = e.position_qk(l, qkv[:, :, : H + Hkv], self.t0)
+        q, k = qk[:, :, :H].transpose(1, 2), qk[:, :, H:].transpose(1, 2)
+        v = qkv[:, :, H + Hkv:].transpose(1, 2)
+        cached = run.kv[l]
+        if self.t0:
+            assert cached is not None
+            k, v = torch.cat([cached[0], k], dim=2), torch.cat([cached[1], v], dim=2)
+        run.kv[l] = (k, v)
+        if self.frozen is not None:
+            z = e.weigh(self.frozen["pattern", l], v)
+        else:
+            allowed = e.allowed(self.mask, self.rows, self.t0, h1.shape[1], e.arch.window(l))
+            if self.prompt_pass:
+                A = e.pattern(l, q, k, allowed)
+                if run.record is not None:
+                    run.record["pattern", l] = A
+                z = e.weigh(A, v)
+            else:
+                z = e.attend(l, q, k, v, allowed)
+        return e.attn_out(l, z)
+
+
+def _choose(z: Tensor, temperature: float, g: Optional[torch.Generator]) -> int:
+    """The next token: argmax z (temperature 0), else a draw from softmax(z / T)."""
+    if not temperature:
+        return int(z.argmax())
+    probs = torch.softmax(z.double() / temperature, dim=-1)
+    return int(torch.multinomial(probs, 1, generator=g))
+
+
+def _generate(run: _Run, ids: Tensor, steps: int, temperature: float, seed: int) -> tuple[Tensor, Tensor]:
+    """(generated ids [steps], logits [steps, d_vocab]) of ``run`` from the prompt ``ids`` [1, n]."""
+    g = None
+    if temperature:
+        g = torch.Generator(device=ids.device).manual_seed(seed)
+    n = ids.shape[1]
+    out, zs = [], []
+    for s in range(steps):
+        z = run.logits(ids, 0 if s == 0 else n + s - 1)
+        t = _choose(z, temperature, g)
+        zs.append(z)
+        out.append(t)
+        ids = torch.cat([ids, torch.tensor([[t]], dtype=ids.dtype, device=ids.device)], dim=1)
+    return torch.tensor(out, dtype=torch.long, device=ids.device), torch.stack(zs)
+
+
+def generate(
+    model: Model,
+    prompt: Union[str, Sequence[str], Tensor],
+    transcoders: Any,
+    interventions: Any,
+    *,
+    max_new_tokens: int,
+    frozen_attention: bool = False,
+    positions: Literal["all", "prompt"] = "all",
+    temperature: float = 0.0,
+    seed: int = 0,
+    top_k: int = 5,
+) -> "GenerationResult":
+    """Generate ``max_new_tokens`` tokens from each prompt twice — the model itself and with ``interventions`` — and
+    return both continuations with every step's logits (module docstring; docs/api.md).
+
+    ``prompt``: a string, a list of strings (generated one by one) or token ids [batch, pos]. ``transcoders``: one
+    per layer (a list), those of some layers (a dict {layer: Transcoder}, a list of transcoders whose ``layer`` is
+    set, a ``TrainedTranscoders``), or None when every intervention is a steering vector. ``interventions``:
+    :class:`~interp.features.Intervention` objects, circuit-tracer-style tuples ``(layer, pos, feature, value)``
+    (clamp), feature labels (ablate; ``"L3.F12@*"``: every position) and :class:`Steer` vectors; [] for none (then
+    the intervened run is the baseline). ``positions="prompt"``: the every-position interventions act at the
+    prompt's positions only. ``frozen_attention``: the prompt pass with the baseline's patterns and norm scales
+    (the first step equals :func:`interp.features.intervene`'s regime of that name), the generated positions live.
+    ``temperature`` 0: greedy; > 0: sampled with ``torch.Generator().manual_seed(seed)`` (each prompt and run its
+    own generator with that seed). Every step generates a token (no stop at end-of-sequence). ``top_k``: the tokens
+    the result lists per step.
+    """
+    require_model(model)
+    a = model.arch
+    if not a.causal or model.weights.W_U is None:
+        raise UnsupportedArchitectureError(f"model {model.name!r} is not a decoder with an unembedding: it generates "
+                                           "no text")
+    steps = check_positive_int("max_new_tokens", max_new_tokens)
+    frozen_attention = check_bool("frozen_attention", frozen_attention)
+    positions = check_choice("positions", positions, POSITIONS)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or \
+            not (math.isfinite(temperature) and temperature >= 0):
+        raise ArgumentError(f"temperature={temperature!r} must be a finite number ≥ 0 (0: greedy)")
+    seed = check_int("seed", seed)
+    top_k = check_positive_int("top_k", top_k)
+    V = int(model.weights.W_U.shape[1])
+    if top_k > V:
+        raise ArgumentError(f"top_k={top_k} must be at most the vocabulary's {V} tokens")
+    tcs = _transcoders(model, transcoders)
+    feat_items, steer_items = _split(interventions)
+    if (feat_items or frozen_attention) and model.block.normed_stream:
+        raise UnsupportedArchitectureError(f"model {model.name!r} is post-norm (its stream is normed after each join): "
+                                           "feature interventions and frozen attention need a pre-norm decoder (live "
+                                           "steering vectors run on any decoder)")
+    if feat_items and not model.has_mlp:
+        raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers for transcoder features")
+    steers = [_steer(i, s, model) for i, s in steer_items]
+    prompts = _prompts(model, prompt)
+    longest = max(ids.shape[1] for _, ids in prompts) + steps
+    if a.positional == "learned" and longest > a.n_ctx:
+        raise ArgumentError(f"max_new_tokens={steps}: the longest prompt plus the generated tokens is {longest} "
+                            f"positions, past the model's {a.n_ctx} learned positions")
+    ivs = [_features(feat_items, tcs, a.n_layers, ids.shape[1]) for _, ids in prompts]  # all validated before any run
+    trained = [c for c in (tcs[it.layer].context_length for it in ivs[0]) if c is not None]
+    if trained and longest - 1 > min(trained):
+        warn_user(f"generation reaches {longest - 1} tokens but the intervened transcoders were trained on "
+                  f"sequences of {min(trained)}: their features past position {min(trained) - 1} are out of "
+                  "distribution", ContextLengthWarning)
+
+    e = Engine.of(model)
+    dt = torch.float64 if model.dtype == torch.float64 else torch.float32
+    used = {it.layer for per in ivs for it in per}
+    tc_run = {l: tcs[l].to(device=model.device, dtype=dt) for l in used}
+    base_ids, base_z, ids_, z_ = [], [], [], []
+    closure, scale = 0.0, 0.0
+    with torch.no_grad():
+        for (_, ids), iv in zip(prompts, ivs):
+            base = _Run(e, tc_run, [], [], positions, record=True)
+            t, z = _generate(base, ids, steps, temperature, seed)
+            base_ids.append(t)
+            base_z.append(z)
+            frozen = base.record if frozen_attention else None
+            t, z = _generate(_Run(e, tc_run, iv, steers, positions, frozen=frozen), ids, steps, temperature, seed)
+            ids_.append(t)
+            z_.append(z)
+            if frozen is not None:  # the frozen prompt pass without the interventions is the baseline
+                z0 = _Run(e, tc_run, [], [], positions, frozen=frozen).logits(ids, 0)
+                closure = max(closure, float((z0 - base_z[-1][0]).abs().max()))
+            scale = max(scale, float(base_z[-1][0].abs().max()))
+    relative = closure / max(scale, torch.finfo(model.dtype).tiny)
+    regime = REGIMES[(False, frozen_attention)][0]
+    tol = CLOSURE_TOLERANCE.get(model.dtype, 1e-3)
+    if not relative <= tol:
+        warn_user(f"generate: without the interventions the frozen prompt pass is {closure:.3g} logits off the "
+                  f"model's own (relative {relative:.2e}, tolerance {tol:g} for {model.dtype}), so the first step's "
+                  "change mixes the interventions with that error; run in float64 (load_model(..., "
+                  "dtype=torch.float64)) or with frozen_attention=False", ClosureWarning)
+    return _result(model, prompts, base_ids, base_z, ids_, z_, top_k,
+                   interventions=[str(it) for it in ivs[0]] + [str(s) for _, s in steer_items],
+                   frozen_attention=frozen_attention, positions=positions, temperature=float(temperature), seed=seed,
+                   closure_error=closure, relative_error=relative, closure_tolerance=tol, regime=regime)
+
+
+def _result(model: Model, prompts: list[tuple[str, Tensor]], base_ids: list[Tensor], base_z: list[Tensor],
+            ids: list[Tensor], z: list[Tensor], top_k: int, **kw: Any) -> "GenerationResult":
+    tok = model.tokenizer
+
+    def dec(t: list[int]) -> str:
+        return tok.decode(t) if tok is not None else " ".join(map(str, t))
+
+    def one(t: int) -> str:
+        return tok.decode([t]) if tok is not None else str(t)
+
+    T, BT = torch.stack(ids), torch.stack(base_ids)
+    Z, BZ = torch.stack(z), torch.stack(base_z)
+    top, btop = Z.topk(top_k, dim=-1).indices, BZ.topk(top_k, dim=-1).indices
+    strs = {i: one(i) for i in set(T.flatten().tolist()) | set(BT.flatten().tolist()) | set(top.flatten().tolist())
+            | set(btop.flatten().tolist())}
+    return GenerationResult(
+        tokens=T, baseline_tokens=BT, logits=Z, baseline_logits=BZ, top_ids=top, baseline_top_ids=btop,
+        prompts=[p for p, _ in prompts], prompt_tokens=[ids_[0].tolist() for _, ids_ in prompts],
+        texts=[dec(t) for t in T.tolist()], baseline_texts=[dec(t) for t in BT.tolist()],
+        token_strs=[[strs[i] for i in row] for row in T.tolist()],
+        baseline_token_strs=[[strs[i] for i in row] for row in BT.tolist()],
+        top_strs=[[[strs[i] for i in ks] for ks in row] for row in top.tolist()],
+        baseline_top_strs=[[[strs[i] for i in ks] for ks in row] for row in btop.tolist()],
+        model_name=model.name, **kw)
+
+
+@dataclass(frozen=True, eq=False)
+class GenerationResult(Result):
+    """Both continuations of each prompt (:func:`generate`): the intervened run's ``tokens`` [n_prompts, n_steps]
+    and ``logits`` [n_prompts, n_steps, d_vocab] (step s: the logits that chose token s), the baseline's
+    ``baseline_tokens`` / ``baseline_logits``, the ``top_k`` most likely tokens per step (``top_ids``,
+    ``baseline_top_ids``, and their text ``top_strs`` / ``baseline_top_strs``), the continuations as text
+    (``texts``, ``baseline_texts``; the generated tokens only) and per token (``token_strs``, …). ``regime``: "live"
+    or "frozen attention"; ``closure_error`` (frozen): max |first logits of the frozen prompt pass without the
+    interventions − the baseline's|, ``relative_error`` over max |baseline logit|. Rows: one per (prompt, step),
+    labelled ``p<prompt>.s<step>``; ``top()`` ranks them by ``kl`` = KL(intervened ‖ baseline) of that step's
+    next-token distributions (the two runs' own prefixes, which differ once the texts do)."""
+
+    tokens: Tensor
+    baseline_tokens: Tensor
+    logits: Tensor
+    baseline_logits: Tensor
+    top_ids: Tensor
+    baseline_top_ids: Tensor
+    prompts: list[str]
+    prompt_tokens: list[list[int]]
+    texts: list[str]
+    baseline_texts: list[str]
+    token_strs: list[list[str]] = field(repr=False)
+    baseline_token_strs: list[list[str]] = field(repr=False)
+    top_strs: list[list[list[str]]] = field(repr=False)
+    baseline_top_strs: list[list[list[str]]] = field(repr=False)
+    interventions: list[str] = field(default_factory=list)
+    frozen_attention: bool = False
+    positions: str = "all"
+    temperature: float = 0.0
+    seed: int = 0
+    closure_error: float = 0.0
+    relative_error: float = 0.0
+    closure_tolerance: float = 0.0
+    regime: str = "live"
+    model_name: str = ""
+
+    label_column: ClassVar[str] = "label"
+    default_by: ClassVar[str] = "kl"
+    default_absolute: ClassVar[bool] = False
+
+    @property
+    def n_prompts(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.tokens.shape[1])
+
+    @property
+    def labels(self) -> list[str]:
+        return [f"p{b}.s{s}" for b in range(self.n_prompts) for s in range(self.n_steps)]
+
+    @property
+    def first_difference(self) -> list[Optional[int]]:
+        """Per prompt, the first step whose token differs from the baseline's (None: the same text)."""
+        diff = self.tokens != self.baseline_tokens
+        return [int(d.nonzero()[0, 0]) if bool(d.any()) else None for d in diff]
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per (prompt, step): the intervened run's token (``token``, ``token_id``, its ``logit`` and
+        ``prob``), the baseline's (``baseline_…``), ``same``, ``kl`` = Σ p log(p / p_baseline) and ``max_change`` =
+        max |Δ logit| of the step."""
+        z, bz = self.logits.double(), self.baseline_logits.double()
+        lp, blp = torch.log_softmax(z, -1), torch.log_softmax(bz, -1)
+        kl = (lp.exp() * (lp - blp)).sum(-1)
+        change = (z - bz).abs().amax(-1)
+        T, BT = self.tokens, self.baseline_tokens
+        rows = []
+        for b in range(self.n_prompts):
+            for s in range(self.n_steps):
+                t, bt = int(T[b, s]), int(BT[b, s])
+                rows.append({"label": f"p{b}.s{s}", "prompt": b, "step": s, "token": self.token_strs[b][s],
+                             "token_id": t, "logit": float(z[b, s, t]), "prob": float(lp[b, s, t].exp()),
+                             "baseline_token": self.baseline_token_strs[b][s], "baseline_token_id": bt,
+                             "baseline_logit": float(bz[b, s, bt]), "baseline_prob": float(blp[b, s, bt].exp()),
+                             "same": t == bt, "kl": float(kl[b, s]), "max_change": float(change[b, s])})
+        return pd.DataFrame(rows, columns=["label", "prompt", "step", "token", "token_id", "logit", "prob",
+                                           "baseline_token", "baseline_token_id", "baseline_logit", "baseline_prob",
+                                           "same", "kl", "max_change"])
+
+    def _row(self, index: int) -> Any:
+        return self.to_dataframe().iloc[index].to_dict()
+
+    def top_tokens(self, prompt: int = 0, *, baseline: bool = False) -> pd.DataFrame:
+        """The ``top_k`` most likely tokens of each step of prompt ``prompt`` (the baseline's with ``baseline``):
+        ``step``, ``rank`` (1 = most likely), ``token``, ``token_id``, ``logit``, ``prob``."""
+        b = check_index("prompt", prompt, self.n_prompts, what="prompts")
+        z = (self.baseline_logits if baseline else self.logits)[b].double().cpu()
+        ids = (self.baseline_top_ids if baseline else self.top_ids)[b].cpu()
+        strs = (self.baseline_top_strs if baseline else self.top_strs)[b]
+        p = torch.softmax(z, -1)
+        return pd.DataFrame([{"step": s, "rank": r + 1, "token": strs[s][r], "token_id": int(ids[s, r]),
+                              "logit": float(z[s, ids[s, r]]), "prob": float(p[s, ids[s, r]])}
+                             for s in range(ids.shape[0]) for r in range(ids.shape[1])],
+                            columns=["step", "rank", "token", "token_id", "logit", "prob"])
+
+    def plot(self, *, prompt: int = 0) -> "go.Figure":
+        """KL(intervened ‖ baseline) per step of prompt ``prompt``, each bar labelled with the two tokens."""
+        import plotly.graph_objects as go
+
+        b = check_index("prompt", prompt, self.n_prompts, what="prompts")
+        df = self.to_dataframe()
+        df = df[df["prompt"] == b]
+        text = [f"{t!r} / {bt!r}" for t, bt in zip(df["token"], df["baseline_token"])]
+        fig = go.Figure(go.Bar(x=df["step"], y=df["kl"], hovertext=text,
+                               marker_color=["#888" if s else "#d62728" for s in df["same"]]))
+        fig.update_layout(title=f"{self.model_name}: {'; '.join(self.interventions) or 'no intervention'} "
+                                f"({self.regime}) — KL(intervened ‖ baseline) per step, red: the tokens differ",
+                          xaxis_title="step", yaxis_title="KL (nats)")
+        return fig
+
+    def __repr__(self) -> str:
+        def short(s: str) -> str:
+            return repr(s if len(s) <= 40 else s[:37] + "…")
+
+        more = f" (prompt 0 of {self.n_prompts})" if self.n_prompts > 1 else ""
+        what = "; ".join(self.interventions) if len(self.interventions) <= 3 else \
+            "; ".join(self.interventions[:3]) + f"; … ({len(self.interventions)})"
+        closure = f", closure_error={self.closure_error:.2e}" if self.frozen_attention else ""
+        return (f"GenerationResult({self.model_name!r}, {what or 'no intervention'}, regime {self.regime!r}, "
+                f"{self.n_steps} steps{more}: {short(self.texts[0])} vs baseline {short(self.baseline_texts[0])}"
+                f"{closure})")
