@@ -1,7 +1,9 @@
 """Attribution graphs over transcoders: exact closure on every pre-norm family, and checks against
 computations that do not use the graph code.
 
-* closure (tiny GPT-2, Llama, NeoX, GPT-J, Qwen 3, Gemma 2, Gemma 3): every active feature's pre-activation = Σ incoming edges + its constant term, and the output
+* closure (every tiny pre-norm decoder family in ``FAMILIES``: GPT-2, Llama, NeoX, GPT-J, Qwen 2, Qwen 3, Mistral,
+  Gemma, Gemma 2, Gemma 3, Phi-3, OLMo 2, Mixtral, OLMoE — 14, each with relu, skip, top-k and JumpReLU
+  transcoders): every active feature's pre-activation = Σ incoming edges + its constant term, and the output
   (logit or logit difference) = Σ incoming edges + its constant term, ≤ 1e-4 relative in float32 (printed);
 * the output's value is the logit of the bridge's own forward (``attribute_logits``, read off its hooks; for
   Gemma 2 the graph's output is the logit before the soft-cap c, and c·tanh(output/c) is the model's logit);
