@@ -50,7 +50,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence, Union, cast
+from typing import Any, Iterator, Sequence, Union, cast
 
 import torch
 from torch import Tensor
@@ -61,7 +61,7 @@ from interp.causal._metrics import as_metric
 from interp.causal._result import PatchResult, metric_gap
 from interp.errors import ShapeError, UnsupportedOperationError
 from interp.engine import allowed_keys, apply_rotary, require_capabilities
-from interp.models import Model
+from interp.models import Block, Model
 from interp.stream import require_model
 
 __all__ = ["attribution_patch", "key_fix_each"]
@@ -87,19 +87,20 @@ class _Stop(Exception):
     """Raised in the last block's resid_post hook: nothing after it is needed."""
 
 
-def _resid_hook(arch: Any, name: str) -> str:
+def _resid_hook(block: Block, name: str) -> str:
     """The hook holding resid point ``name``'s stream. The bridge's ``hook_resid_mid`` is ln2's input: the
-    mid stream in a pre-norm block, but x_mid + MLP in a post-norm one, where x_mid = N1(x + attn) is
-    ln1's output."""
-    if arch.norm_placement == "post" and name.endswith("hook_resid_mid"):
-        return name.replace("hook_resid_mid", "ln1.hook_out")
+    mid stream where the stream is the sum of the writes, but x_mid + MLP in a block that norms the stream
+    after the attention's add (post-norm, ``block.stream_norm("attn")``), where x_mid = N1(x + attn) is that
+    norm's output."""
+    norm = block.stream_norm("attn")
+    if norm is not None and name.endswith("hook_resid_mid"):
+        return name.replace("hook_resid_mid", f"{norm}.hook_out")
     return name
 
 
 def _plan(model: Model, nodes: Any) -> list[_Site]:
     """The hooks to read for ``nodes`` (a node set or labels, resolved as :func:`interp.patch` resolves
     them: same labels, same order), consecutive nodes of one hook grouped."""
-    arch = model.arch
     resolved, _ = resolve_nodes(model, nodes)
     sites: list[_Site] = []
     for n in resolved:
@@ -112,7 +113,7 @@ def _plan(model: Model, nodes: Any) -> list[_Site]:
         elif n.site.startswith("embed."):
             hook, kind, slot = _EMBED_HOOKS[n.site.split(".")[1]], "stream", None
         elif n.site.startswith("resid_"):
-            hook, kind, slot = _resid_hook(arch, n.text), "stream", None
+            hook, kind, slot = _resid_hook(model.block, n.text), "stream", None
         else:
             raise UnsupportedOperationError(f"nodes: attribution patching has no estimate for {n.text!r} (site {n.site})")
         last = sites[-1] if sites else None

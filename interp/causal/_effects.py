@@ -8,8 +8,10 @@ the noising ablation a_n → ã_n (the corrupt run's value, zero, a mean or a re
     indirect(n) = total(n) − direct(n)
 
 where J_n carries a write to the final residual with every later node frozen at its clean value:
-the identity for pre-norm and parallel blocks, and for post-norm blocks every later Add & Norm
-with its scale frozen at the clean run's (γ ⊙ centre(·)/σ). With the final scale frozen the
+the identity where the stream is the sum of the writes (pre-norm and parallel blocks), and where the block
+norms the stream after each join (post-norm, ``model.block.normed_stream``) every later Add & Norm with its
+scale frozen at the clean run's (γ ⊙ centre(·)/σ); a head's write first passes its layer's output norm where
+the block has one (``model.block.out_norm("attn")``), its scale frozen too. With the final scale frozen the
 logits are linear in the final residual, so for a logit difference direct(n) is exactly the
 difference of n's direct-logit-attribution terms between the clean run and the run with only n
 replaced — the same number two ways (tests/causal/test_effects.py).
@@ -47,7 +49,7 @@ def node_write(model: Model, node: PatchNode, run: Optional[RunCache], like: Run
         if z is None or node.head is None:
             raise RuntimeError("head outputs were not captured")
         out = z[:, :, node.head] @ model.weights.W_O[node.layer, node.head]
-    elif node.site == "mlp_out":  # (under sandwich norms, after the MLP's own norm: its write itself)
+    elif node.site == "mlp_out":  # (after the MLP's output norm, where the block has one: its write itself)
         m = src.acts["mlp_out"][node.layer]
         if m is None:
             raise RuntimeError("MLP outputs were not captured")
@@ -60,34 +62,41 @@ def node_write(model: Model, node: PatchNode, run: Optional[RunCache], like: Run
 def carry_to_final(model: Model, node: PatchNode, delta: Tensor, clean: RunCache, pos: Optional[Tensor]) -> Tensor:
     """J_n δ: a change of n's write carried to the final residual with every later node frozen.
 
-    ``delta`` [P, m, d] at positions ``pos`` [P, m] (or every position when None). Post-norm: through
-    every later norm with its scale frozen at the clean run's; otherwise the identity.
+    ``delta`` [P, m, d] at positions ``pos`` [P, m] (or every position when None). A head's write through its
+    layer's output norm (where the block has one); then, where the block norms the stream after each join,
+    through every later stream norm — each with its scale frozen at the clean run's (``RunCache.scales``, by
+    norm id); otherwise the identity.
     """
-    a, w = model.arch, model.weights
+    a, w, block = model.arch, model.weights, model.block
 
     def sig(t: Tensor) -> Tensor:  # a clean σ [P, n, 1] at the positions of delta
         return t if pos is None else torch.gather(t, 1, pos[..., None])
 
-    if a.sandwich_norms and node.site == "z" and w.ln1_post_w is not None:
-        # a head's write passes its layer's sandwich norm (shared by the layer's heads), its scale frozen at
-        # the clean run's: γ' ⊙ δ / σ'
-        return apply_frozen(delta, w.ln1_post_w[node.layer], sig(clean.scales["ln1_post"][node.layer]), a.norm)
-    if a.norm_placement != "post":
-        return delta
+    def frozen(x: Tensor, norm: str, l: int) -> Tensor:  # γ ⊙ centre(x) / σ of layer l's norm ``norm``
+        return apply_frozen(x, getattr(w, f"{norm}_w")[l], sig(clean.scales[norm][l]), a.norm)
 
     x = delta
+    out_norm = block.out_norm("attn")
+    if node.site == "z" and out_norm is not None:
+        # a head's write passes its layer's output norm (shared by the layer's heads): γ' ⊙ δ / σ'
+        x = frozen(x, out_norm, node.layer)
+    if not block.normed_stream:
+        return x
+
     if node.layer < 0:  # embeddings: the embedding norm, then every block
         if w.ln_emb_w is not None:
             parts = torch.stack(list(clean.embed.values())).sum(0)
             s = torch.sqrt(((parts - parts.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True) + a.norm_eps)
             x = apply_frozen(x, w.ln_emb_w, sig(s), "layernorm")
-        start, in_ln2 = 0, False
+        start, joins = 0, None
     else:
-        start, in_ln2 = node.layer, node.site == "mlp_out"
+        start, joins = node.layer, ("attn" if node.site == "z" else "mlp")
     for l in range(start, a.n_layers):
-        if not (l == start and in_ln2):
-            x = apply_frozen(x, w.ln1_w[l], sig(clean.scales["ln1"][l]), a.norm)
-        x = apply_frozen(x, w.ln2_w[l], sig(clean.scales["ln2"][l]), a.norm)
+        after = joins is None or l > start  # past the node's own add (its layer's earlier norms do not see it)
+        for st in block.walk():
+            if after and st.op == "norm":
+                x = frozen(x, st.norm, l)  # type: ignore[arg-type]
+            after = after or (st.op == "add" and st.sub == joins)
     return x
 
 
@@ -132,11 +141,11 @@ def effects(
     if bad:
         raise ArgumentError(f"nodes={bad[:3]}: effects are defined for writes (heads, MLPs, embeddings), "
                             "not resid points, head inputs or patterns")
-    post = model.arch.norm_placement == "post"
+    block = model.block
     sw = sweep_nodes(model, pair, node_list, positions="all", direction="noise", ablation=ablation,
                      reference=reference, batch_size=batch_size, progress=progress, seed=seed,
-                     desc=f"effects {kind}", keep_scales=post or model.arch.sandwich_norms,
-                     extra_sites={"attn_out", "mlp_out", "resid_mid"} if post else set())
+                     desc=f"effects {kind}", keep_scales=block.normed_stream or block.sublayer_norms,
+                     extra_sites={"attn_out", "mlp_out", "resid_mid"} if block.normed_stream else set())
     total = sw.per_prompt - sw.clean_m[None]
     direct = _direct(model, pair, node_list, sw.c_run, sw.src, sw.clean_out)
     indirect = total - direct

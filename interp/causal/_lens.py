@@ -40,7 +40,7 @@ from interp.attribution import TokenSpec, resolve_positions, resolve_tokens, war
 from interp.causal._metrics import final_norm, readout
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.labels import Resid
-from interp.models import Model
+from interp.models import Model, describe_block
 from interp.stream import as_batch, capture, require_model
 
 __all__ = ["LogitLens", "logit_lens", "lens_points"]
@@ -53,12 +53,13 @@ def lens_points(arch: Any) -> list[Resid]:
     """The resid points read, in stream order, each stream state once.
 
     ``blocks.{l}.hook_resid_post`` is ``blocks.{l+1}.hook_resid_pre``, so only layer 0's
-    ``resid_pre`` (the embeddings) is kept; then each layer's ``resid_mid`` (sequential blocks with
-    an MLP) and ``resid_post``.
+    ``resid_pre`` (the embeddings) is kept; then each layer's ``resid_mid`` (where the block has that point:
+    sequential blocks with an MLP) and ``resid_post``.
     """
+    mid = "resid_mid" in describe_block(arch).points
     points = [Resid(0, "pre")]
     for l in range(arch.n_layers):
-        if not arch.parallel_attn_mlp and not arch.attn_only:
+        if mid:
             points.append(Resid(l, "mid"))
         points.append(Resid(l, "post"))
     return points

@@ -81,7 +81,7 @@ def final_norm(model: Model, x: Float[Tensor, "... d_model"], scale: Optional[Te
     Post-norm encoders have no final norm (their last block ends in one): N_f is the identity.
     """
     arch, w = model.arch, model.weights
-    if arch.norm_placement == "post" or arch.norm == "none" or w.lnf_w is None:
+    if model.block.normed_stream or arch.norm == "none" or w.lnf_w is None:
         return x, torch.ones_like(x[..., :1])
     sigma = norm_scale(x, arch.norm, arch.norm_eps).to(x.dtype) if scale is None else scale.to(x.dtype)
     y = x - x.mean(dim=-1, keepdim=True) if arch.norm == "layernorm" else x

@@ -25,7 +25,6 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence, Union, cast
 
 import torch
-from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._validate import check_bool, check_choice, check_positive_int
@@ -68,9 +67,13 @@ def _receivers(model: Model, receivers: Any, via: Any, sender: PatchNode) -> lis
                                 "leave receivers=None")
         return [(Output("unembed" if a.has_logits else "final"), a.n_layers, -1)]
     s_layer = sender.layer
-    # a read at layer l sees the sender's write if the sender comes earlier in the block program
+    # a read at layer l sees the sender's write if the sender's add comes before it in the block's steps: a
+    # head's own layer's MLP sees it where that MLP reads after the attention's add (sequential blocks)
     first_head_layer = s_layer + 1 if sender.site in ("z", "mlp_out") else 0
-    first_mlp_layer = s_layer + 1 if (sender.site == "mlp_out" or a.parallel_attn_mlp) else (s_layer if sender.site == "z" else 0)
+    if sender.site == "z" and model.block.sees("mlp", "attn"):
+        first_mlp_layer = s_layer
+    else:
+        first_mlp_layer = s_layer + 1 if sender.site in ("z", "mlp_out") else 0
     if isinstance(receivers, str):
         if receivers not in ("heads", "mlps", "all"):
             raise ArgumentError(f"receivers={receivers!r} must be 'all', 'heads', 'mlps' or a list of labels")
@@ -142,7 +145,7 @@ def path_patch(
     check_bool("progress", progress)
     check_positive_int("batch_size", batch_size, allow_none=True)
     check_ablation("noise", ablation, reference)
-    if model.arch.norm_placement == "post":
+    if model.block.normed_stream:
         raise UnsupportedOperationError(
             f"model={model.name!r} is post-norm: every reader sees the stream through the same Add & Norm, so a "
             "path to one reader only is undefined; use interp.effects (direct effects) or interp.patch")

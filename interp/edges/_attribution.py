@@ -192,7 +192,7 @@ def _chunk(model: Model, pair: Any, ew: EdgeWrites, idx: Tensor, steps: int, ig_
         clean_out = None if sub_out is None else _scatter(sub_out, idx, bound.n_prompts)
     read = MetricReader(model, bound, clean_out)
     frozen = scale == "frozen"
-    one_gemm = not ew.post and ig_at == "inputs"
+    one_gemm = not ew.block.normed_stream and ig_at == "inputs"  # ΔA fixed and no stream norms: Σ G, one product
     G_sum: Optional[Tensor] = None
     S_sum: Optional[Tensor] = None
     dA: Optional[Tensor] = None

@@ -83,52 +83,61 @@ class _Replay:
 
     def __init__(self, writes: EdgeWrites, run: RunCache):
         self.e, self.run = writes.e, run
-        self.a, self.w = writes.a, writes.w
+        self.a, self.w, self.block = writes.a, writes.w, writes.block
 
-    def _n1(self, l: int, x: Tensor) -> Tensor:
-        return self.e.norm(x, self.w.ln1_w[l], self.w.ln1_b[l])
+    def _resid(self, site: str, l: int, p: int) -> Tensor:
+        """The clean run's stream at point ``site`` (resid_pre / resid_mid) of layer l, prompt p, [T, d]."""
+        return self.run.resid_pre[l][p] if site == "resid_pre" else self.run.acts[site][l][p]  # type: ignore[index]
 
-    def _n2(self, l: int, x: Tensor) -> Tensor:
-        return self.e.norm(x, self.w.ln2_w[l], self.w.ln2_b[l])
+    def _out(self, sub: str, l: int, p: int) -> Tensor:
+        """The clean run's sublayer ``sub`` output of layer l as it joins the stream, prompt p, [T, d]."""
+        return self.run.acts[f"{sub}_out"][l][p]  # type: ignore[index]
 
     def stream(self, wi: WriterInfo, ri: ReaderInfo, p: int, delta: Tensor) -> Tensor:
         """r's input stream [T, d] (before its own norm) with w's write shifted by ``delta`` [T, d]."""
-        a, run = self.a, self.run
-        L = a.n_layers
-        if a.norm_placement != "post":
+        block, run = self.block, self.run
+        if not block.normed_stream:  # the stream is the sum of the writes: the clean stream r reads, + δ
             if ri.kind == "out":
                 base = run.final[p]
-            elif ri.kind == "mlp" and not a.parallel_attn_mlp:
-                base = run.acts["resid_mid"][ri.layer][p]  # type: ignore[index]
+            elif ri.kind == "mlp" and block.sees("mlp", "attn"):
+                base = self._resid("resid_mid", ri.layer, p)
             else:
                 base = run.resid_pre[ri.layer][p]
             return base + delta
-        # post-norm: replay the stream from w's write to r's read, every Add & Norm recomputed
+        return self._replayed(wi, ri, p, delta)
+
+    def _replayed(self, wi: WriterInfo, ri: ReaderInfo, p: int, delta: Tensor) -> Tensor:
+        """A normed stream: r's copy replayed from w's write to r's read, the block's steps walked from w's add
+        (the clean run's sublayer outputs added at each add, every stream norm recomputed) until r reads."""
+        steps, L = self.block.steps, self.a.n_layers
         if wi.kind == "embed":
-            V = sum(t[p] for t in run.embed.values()) + delta
+            V = sum(t[p] for t in self.run.embed.values()) + delta
             if self.w.ln_emb_w is not None:
                 V = self.e.norm(V, self.w.ln_emb_w, self.w.ln_emb_b, "layernorm")
-            l, stage = 0, "pre"
-        elif wi.kind == "head":
-            V = self._n1(wi.layer, run.resid_pre[wi.layer][p] + run.acts["attn_out"][wi.layer][p] + delta)  # type: ignore[index]
-            l, stage = wi.layer, "mid"
-        else:
-            V = self._n2(wi.layer, run.acts["resid_mid"][wi.layer][p] + run.acts["mlp_out"][wi.layer][p] + delta)  # type: ignore[index]
-            l, stage = wi.layer + 1, "pre"
+            l, i = 0, 0
+        else:  # from the stream point before w's add: the clean stream there, then the adds up to w's own
+            l, sub = wi.layer, ("attn" if wi.kind == "head" else "mlp")
+            i = next(k for k, s in enumerate(steps) if s.op == "add" and s.sub == sub)
+            j = max(k for k in range(i) if steps[k].op == "point" and steps[k].site.startswith("resid_"))
+            V = self._resid(steps[j].site, l, p)
+            for s in steps[j + 1: i]:
+                if s.op == "add":
+                    V = V + self._out(s.sub, l, p)
+            V, i = V + self._out(sub, l, p) + delta, i + 1
+        reads = {"q": "attn", "k": "attn", "v": "attn", "mlp": "mlp"}
         while True:
-            if stage == "pre":
-                if ri.kind in ("q", "k", "v") and ri.layer == l:
-                    return V
-                if l == L:
-                    return V
-                V = self._n1(l, V + run.acts["attn_out"][l][p])  # type: ignore[index]
-                stage = "mid"
-            else:
-                if ri.kind == "mlp" and ri.layer == l:
-                    return V
-                if self.e.has_mlp:
-                    V = self._n2(l, V + run.acts["mlp_out"][l][p])  # type: ignore[index]
-                l, stage = l + 1, "pre"
+            if i == len(steps):
+                l, i = l + 1, 0
+            if l == L:
+                return V
+            s = steps[i]
+            if s.op == "read" and ri.layer == l and reads.get(ri.kind) == s.sub:
+                return V
+            if s.op == "add":
+                V = V + self._out(s.sub, l, p)
+            elif s.op == "norm":
+                V = self.e.norm_at(s.norm, l, V)
+            i += 1
 
     def patch(self, ri: ReaderInfo, V: Tensor, row: int, t0: int) -> Patch:
         """The engine patch that gives reader r the input ``V`` [T, d] (its output recomputed from it)."""
@@ -144,7 +153,7 @@ class _Replay:
         if ri.kind == "mlp":
             l = ri.layer
             x = self.e.read_norm(V, l, "mlp")
-            # the engine's mlp_out site is the output as it joins the stream (after a sandwich norm, if any)
+            # the engine's mlp_out site is the output as it joins the stream (after its output norm, if any)
             return Patch(site="mlp_out", layer=l, rows=rows, value=self.e.joined(l, self.e.mlp(l, x), "mlp")[None])
         return Patch(site="final", layer=a.n_layers, rows=rows, value=V[None])
 
@@ -212,7 +221,6 @@ def sweep_edges(model: Model, pair: Any, graph: CircuitGraph, idx: list[int], ab
     share = min(shared_prefix(pair), n - 1) if ablation == "corrupt" else 0
     t0 = share if causal else 0
     replay = _Replay(writes, c_run)
-    dev = model.device
 
     def variant(ei: int, p: int) -> Variant:
         wi = graph.writer_info[int(graph.edge_writer[ei])]
