@@ -154,6 +154,21 @@ def _generation(m):
                     [(0, None, 2, 3.0)], max_new_tokens=3, top_k=3)
 
 
+def _aggregate(m):
+    from interp.features import aggregate_graphs
+    from tiny_transcoders import random_transcoders
+
+    return aggregate_graphs(m["llama"], ["w1 w2 w3 w4", "w5 w6 w7"], random_transcoders(m["llama"], 8, seed=0),
+                            target="w3", progress=False)
+
+
+def _graph_faithfulness(m):
+    from tiny_transcoders import random_transcoders
+
+    return _attribution_graph(m).faithfulness(m["llama"], random_transcoders(m["llama"], 8, seed=0),
+                                              thresholds=(0.5, 0.8, 1.0))
+
+
 def _qk(m):
     from interp.features import qk_attribution
     from tiny_transcoders import random_transcoders
@@ -199,6 +214,8 @@ FACTORIES: dict[str, Callable[[dict], Any]] = {
     "Predictions": lambda m: interp.predict(m["gpt2"], ["w1 w2 w3 w4 w5", "w6 w7 w8"], k=4),
     "AttributionGraph": lambda m: _attribution_graph(m),
     "InterventionResult": lambda m: _intervention(m),
+    "AggregateGraph": lambda m: _aggregate(m),
+    "GraphFaithfulness": lambda m: _graph_faithfulness(m),
     "GenerationResult": lambda m: _generation(m),
     "QKAttribution": lambda m: _qk(m),
     "FaithfulnessCurve": lambda m: interp.faithfulness_curve(m["gpt2"], EDGE_CLEAN, EDGE_CORRUPT, _edge_scores(m),
@@ -417,6 +434,21 @@ def _check_generation(r, label, v, rows):
     assert _close(row["kl"], (lp.exp() * (lp - blp)).sum())
 
 
+def _check_aggregate(r, label, v, rows):
+    (row,) = rows.to_dict("records")
+    i = r.labels.index(label)
+    assert v == row and row["kind"] == r.node_kind[i] and int(row["n_active"]) == int(r.n_active[i])
+    assert _close(row["influence"], r.influence_sum[i] / r.n_prompts)
+    assert _close(row["influence_active"], r.influence_sum[i] / r.n_active[i])
+
+
+def _check_graph_faithfulness(r, label, v, rows):
+    (row,) = rows.to_dict("records")
+    j = r.labels.index(label)
+    assert v == row and row["threshold"] == r.thresholds[j] and _close(row["value"], r.values[j])
+    assert _close(row["faithfulness"], (r.values[j] - r.empty) / (r.full - r.empty))
+
+
 def _check_qk(r, label, v, rows):
     (row,) = rows.to_dict("records")
     q, k = label.split(" · ")
@@ -429,6 +461,7 @@ ROW_CHECKS: dict[str, Callable[[Any, str, Any, pd.DataFrame], None]] = {
     "InterventionResult": _check_intervention,
     "GenerationResult": _check_generation,
     "AttributionGraph": _check_attribution_graph,
+    "AggregateGraph": _check_aggregate, "GraphFaithfulness": _check_graph_faithfulness,
     "Predictions": _check_predictions,
     "LogitAttribution": _check_logit_attribution, "Decomposition": _check_decomposition,
     "HeadScores": _check_head_scores, "OVDiagonalStats": _check_ov_diagonal, "VirtualWeightNorms": _check_virtual,

@@ -2,14 +2,15 @@
 
 ``cluster=interp.RayCluster(workers=N)`` (a local cluster) or ``interp.RayCluster(address=...)`` (an existing
 one) on :func:`interp.attribute_logits`, :func:`interp.patch`, :func:`interp.effects`,
-:func:`interp.attribution_patch`, :func:`interp.edge_attribution`, :func:`interp.evaluate_circuit` and
-:func:`interp.faithfulness_curve`;
+:func:`interp.attribution_patch`, :func:`interp.edge_attribution`, :func:`interp.evaluate_circuit`,
+:func:`interp.faithfulness_curve` and :func:`interp.features.aggregate_graphs`;
 ``out=DIR`` keeps each finished shard so a rerun computes only the missing ones. Ray is an optional dependency (``interp[distributed]``), imported
 only when a cluster is made. See docs/scaling.md.
 """
 
 from interp.distributed._cluster import DEFAULT_OBJECT_STORE, RayCluster
 from interp.distributed._merge import (
+    merge_aggregate,
     merge_edge_scores,
     merge_effects,
     merge_evaluation,
@@ -19,5 +20,5 @@ from interp.distributed._merge import (
 )
 from interp.distributed._shard import model_source, shard_bounds
 
-__all__ = ["DEFAULT_OBJECT_STORE", "RayCluster", "merge_edge_scores", "merge_effects", "merge_evaluation",
+__all__ = ["DEFAULT_OBJECT_STORE", "RayCluster", "merge_aggregate", "merge_edge_scores", "merge_effects", "merge_evaluation",
            "merge_faithfulness", "merge_logit_attribution", "merge_patch", "model_source", "shard_bounds"]

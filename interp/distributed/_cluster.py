@@ -52,14 +52,16 @@ def _functions() -> dict[str, Callable[..., Any]]:
     from interp.attribution import attribute_logits
     from interp.causal import attribution_patch, effects, patch
     from interp.edges import edge_attribution, evaluate_circuit, faithfulness_curve
+    from interp.features import aggregate_graphs
 
     return {"patch": patch, "effects": effects, "attribution_patch": attribution_patch,
             "edge_attribution": edge_attribution, "evaluate_circuit": evaluate_circuit,
-            "attribute_logits": attribute_logits, "faithfulness_curve": faithfulness_curve}
+            "attribute_logits": attribute_logits, "faithfulness_curve": faithfulness_curve,
+            "aggregate_graphs": aggregate_graphs}
 
 
 #: the sharded functions that take progress= (the workers run them without a bar; the driver shows one)
-_WITH_PROGRESS = ("patch", "effects", "edge_attribution", "attribute_logits", "faithfulness_curve")
+_WITH_PROGRESS = ("patch", "effects", "edge_attribution", "attribute_logits", "faithfulness_curve", "aggregate_graphs")
 
 
 class _Worker:
@@ -127,7 +129,8 @@ class RayCluster:
     ``shards_per_worker``: how many contiguous shards each worker gets (default 2; more shards = finer
     resume and retries). Pass it as ``cluster=`` to :func:`interp.attribute_logits`, :func:`interp.patch`,
     :func:`interp.effects`, :func:`interp.attribution_patch`, :func:`interp.edge_attribution`,
-    :func:`interp.evaluate_circuit` or :func:`interp.faithfulness_curve`.
+    :func:`interp.evaluate_circuit`, :func:`interp.faithfulness_curve` or
+    :func:`interp.features.aggregate_graphs`.
     """
 
     def __init__(self, workers: Optional[int] = None, *, address: Optional[str] = None,

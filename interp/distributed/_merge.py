@@ -21,9 +21,10 @@ import torch
 from interp.attribution import LogitAttribution, resolve_targets
 from interp.causal import Effects, PatchResult
 from interp.edges import CircuitEvaluation, EdgeScores, FaithfulnessCurve, check_completeness
+from interp.features import AggregateGraph
 from interp.errors import ShapeError
 
-__all__ = ["merge_faithfulness", "merge_logit_attribution", "merge_patch", "merge_effects", "merge_edge_scores", "merge_evaluation", "MERGES"]
+__all__ = ["merge_aggregate", "merge_faithfulness", "merge_logit_attribution", "merge_patch", "merge_effects", "merge_edge_scores", "merge_evaluation", "MERGES"]
 
 
 def _weighted(values: Sequence[float], sizes: Sequence[int]) -> float:
@@ -153,6 +154,13 @@ def merge_faithfulness(parts: Sequence[FaithfulnessCurve], details: dict[str, An
         details={**first.details, "reference": "given" if given else "the corrupt prompts", "distributed": details})
 
 
+def merge_aggregate(parts: Sequence[AggregateGraph], details: dict[str, Any], model: Any = None,
+                    args: Any = None) -> AggregateGraph:
+    """One :class:`interp.features.AggregateGraph` from the shards': their sums and counts added
+    (:meth:`AggregateGraph.combine`, as in process)."""
+    return AggregateGraph.combine(parts, details={"distributed": details})
+
+
 #: function name → (result class, merge)
 MERGES: dict[str, tuple[Any, Any]] = {
     "patch": (PatchResult, merge_patch),
@@ -162,4 +170,5 @@ MERGES: dict[str, tuple[Any, Any]] = {
     "evaluate_circuit": (CircuitEvaluation, merge_evaluation),
     "attribute_logits": (LogitAttribution, merge_logit_attribution),
     "faithfulness_curve": (FaithfulnessCurve, merge_faithfulness),
+    "aggregate_graphs": (AggregateGraph, merge_aggregate),
 }

@@ -113,13 +113,13 @@ def take_metric(metric: Any, n: int, start: int, stop: int) -> Any:
 
 def input_keys(fn: str) -> tuple[str, ...]:
     """The arguments of ``fn`` that hold one row per prompt (the first one counts the prompts)."""
-    return ("inputs",) if fn == "attribute_logits" else ("clean", "corrupt")
+    return {"attribute_logits": ("inputs",), "aggregate_graphs": ("prompts",)}.get(fn, ("clean", "corrupt"))
 
 
 def take_args(fn: str, args: dict[str, Any], n: int, start: int, stop: int) -> dict[str, Any]:
     """``fn``'s arguments for prompts [start, stop): the inputs' rows, the metric's per-prompt fields, and for
     ``attribute_logits`` a per-prompt ``answer`` / ``wrong`` / ``pos`` (keys starting with "_" are the driver's
-    own notes, not arguments)."""
+    own notes, not arguments); for ``aggregate_graphs`` a per-prompt ``target`` / ``wrong``."""
     keys = input_keys(fn)
     out = {k: (take(v, start, stop) if k in keys else v) for k, v in args.items() if not k.startswith("_")}
     if "metric" in args:
@@ -129,6 +129,11 @@ def take_args(fn: str, args: dict[str, Any], n: int, start: int, stop: int) -> d
         for k in ("answer", "wrong", "pos"):
             v: Any = args.get(k)
             if _per_prompt_field(k, v, n, multi) or (k == "wrong" and isinstance(v, list) and len(v) == n > 1):
+                out[k] = v[start:stop] if isinstance(v, Tensor) else type(v)(v[start:stop])
+    if fn == "aggregate_graphs":  # a target / wrong token per prompt (a list, a tuple or a 1-d tensor of n)
+        for k in ("target", "wrong"):
+            v = args.get(k)
+            if n > 1 and (isinstance(v, (list, tuple)) or (isinstance(v, Tensor) and v.ndim == 1)) and len(v) == n:
                 out[k] = v[start:stop] if isinstance(v, Tensor) else type(v)(v[start:stop])
     return out
 

@@ -15,8 +15,11 @@ from interp.features._formats import FORMATS, load_saes, load_transcoders
 from interp.features._sae import SAE, SAE_SITES, SAEReconstruction, sae_reconstruction
 from interp.features._transcoder import ACTIVATIONS, Transcoder
 from interp.features._warnings import ClosureWarning, DictionaryQualityWarning
+from interp.features._aggregate import AggregateGraph, aggregate_graphs
+from interp.features._faithfulness import GRAPH_ABLATIONS, GRAPH_THRESHOLDS, GraphFaithfulness
 
 __all__ = ["ACTIVATIONS", "CLOSURE_TOLERANCE", "FORMATS", "REGIMES", "AttributionGraph", "ClosureWarning", "DictionaryQualityWarning",
            "GenerationResult", "Intervention", "InterventionResult", "QKAttribution", "SAE", "SAEReconstruction", "SAE_SITES", "Steer", "TrainedTranscoders", "Transcoder",
            "attribution_graph", "default_lr", "default_passes", "generate", "intervene", "load_saes", "load_transcoders", "qk_attribution",
            "sae_reconstruction", "top_activating_contexts", "train_transcoders"]
+__all__ += ["AggregateGraph", "GRAPH_ABLATIONS", "GRAPH_THRESHOLDS", "GraphFaithfulness", "aggregate_graphs"]

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from interp._result import Result
 from interp.errors import ArgumentError
+from interp.features._faithfulness import GRAPH_THRESHOLDS, GraphFaithfulness, graph_faithfulness
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -54,7 +55,7 @@ def _influence(An: Tensor, w: Tensor) -> Tensor:
 def _threshold(scores: Tensor, frac: float) -> Tensor:
     s = torch.sort(scores.flatten(), descending=True).values
     cum = torch.cumsum(s, 0) / s.sum().clamp_min(1e-30)
-    i = min(int(torch.searchsorted(cum, torch.tensor(frac, dtype=cum.dtype))), len(s) - 1)
+    i = min(int(torch.searchsorted(cum, torch.tensor(frac, dtype=cum.dtype, device=cum.device))), len(s) - 1)
     return s[i]
 
 
@@ -134,7 +135,7 @@ class AttributionGraph(Result):
                 f"{self.completeness_score():.3f}; top features by influence: {tops or 'none'})")
 
     def _mask(self, kind: str) -> Tensor:
-        return torch.tensor([k == kind for k in self.node_kind], dtype=torch.bool)
+        return torch.tensor([k == kind for k in self.node_kind], dtype=torch.bool, device=self.adjacency.device)
 
     def _logit_weights(self) -> Tensor:
         """w: each output's weight (its probability for top logits; 1 for one target), 0 elsewhere."""
@@ -255,6 +256,34 @@ class AttributionGraph(Result):
         out = _influence(An, w) + w
         non_err = 1 - An[:, self._mask("error")].sum(1)
         return float((non_err * out).sum() / out.sum())
+
+    def faithfulness(self, model: Any, transcoders: Sequence[Any], *, thresholds: Sequence[float] = GRAPH_THRESHOLDS,
+                     edge_threshold: Optional[float] = None, ablation: str = "mean", reference: Any = None,
+                     frozen_attention: bool = True) -> GraphFaithfulness:
+        """How much of the graph's output its pruned graphs recover: for each node threshold t in ``thresholds``
+        (increasing, each in (0, 1]), the replacement model over ``transcoders`` (those the graph was built with) is
+        run with every feature and error node that :meth:`prune` (t, ``edge_threshold``; None: the graph's) drops
+        ablated — ``ablation`` "mean" (each feature's mean activation and each layer's mean error vector over the
+        prompt's positions, or over the ``reference`` prompts') or "zero" — and the kept features recomputed from
+        their inputs; faithfulness (M(pruned) − M(no nodes)) / (M(all nodes) − M(no nodes)), with CPR and CMD over
+        t. ``frozen_attention``: attention patterns and norm scales frozen at the real forward (the graph's model) or
+        recomputed. M(all nodes) is the model's own output (closure; past the tolerance a ClosureWarning).
+        docs/math.md §32."""
+        check_thresholds(1.0, self.edge_threshold if edge_threshold is None else edge_threshold)
+        try:
+            ts = [] if isinstance(thresholds, str) else [t for t in thresholds]
+        except TypeError:
+            ts = []
+        if not ts:
+            raise ArgumentError(f"thresholds={thresholds!r} must be a non-empty sequence of node thresholds in (0, 1]")
+        for i, t in enumerate(ts):
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 < t <= 1.0:
+                raise ArgumentError(f"thresholds[{i}]={t!r} must be a number in (0, 1] (the fraction of influence kept)")
+        if any(b <= a for a, b in zip(ts, ts[1:])):
+            raise ArgumentError(f"thresholds={list(ts)!r} must be increasing (the curve's axis)")
+        return graph_faithfulness(self, model, transcoders, thresholds=ts,
+                                  edge_threshold=self.edge_threshold if edge_threshold is None else edge_threshold,
+                                  ablation=ablation, reference=reference, frozen_attention=frozen_attention)
 
     def plot(self, *, max_edges: int = 200) -> "go.Figure":
         """Nodes at (position, layer) — embeddings at layer −1, the output above the last layer — and the

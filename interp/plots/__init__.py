@@ -17,6 +17,7 @@ from interp.plots._common import esc, fmt, parse_head, token_label
 from interp.plots._compact import compact_figure, compact_runtime, compact_status
 from interp.plots._decomposition import decomposition_figure
 from interp.plots._export import Exporter, export, find_browser
+from interp.plots._faithfulness import graph_faithfulness_figure
 from interp.plots._feature_graph import FeatureGraphView, feature_graph_view
 from interp.plots._graph import composition_graph_figure
 from interp.plots._lens import logit_lens_figure
@@ -60,6 +61,7 @@ __all__ = [
     "feature_graph_view",
     "find_browser",
     "fmt",
+    "graph_faithfulness_figure",
     "head_score_map",
     "head_source_heatmap",
     "logit_lens_figure",

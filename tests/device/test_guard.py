@@ -79,6 +79,11 @@ GUARDED = {
     "interp.circuits_report": lambda m, tmp: interp.circuits_report(m, out_dir=tmp / "cs", max_edges=5, static=False),
     "interp.features.Intervention": lambda m, tmp: interp.features.intervene(
         m, "w1 w2 w3 w4", _tcs(m), interp.features.Intervention.scale("L0.F1@2", 2.0), target="w3"),
+    "interp.features.aggregate_graphs": lambda m, tmp: interp.features.aggregate_graphs(
+        m, ["w1 w2 w3 w4", "w5 w6 w7"], _tcs(m), target="w3", progress=False),
+    "interp.plots.graph_faithfulness_figure": lambda m, tmp: interp.plots.graph_faithfulness_figure(
+        interp.features.attribution_graph(m, "w1 w2 w3 w4", _tcs(m), target="w3").faithfulness(
+            m, _tcs(m), thresholds=(0.5, 1.0))),
     "interp.features.attribution_graph": lambda m, tmp: interp.features.attribution_graph(m, "w1 w2 w3 w4", _tcs(m)),
     "interp.features.intervene": lambda m, tmp: interp.features.intervene(m, "w1 w2 w3 w4", _tcs(m), [(0, 1, 2, 3.0)],
                                                                           top_k=3),
