@@ -60,6 +60,10 @@ def _functions() -> dict[str, Callable[..., Any]]:
             "aggregate_graphs": aggregate_graphs}
 
 
+#: arguments that are the same for every shard and large (transcoders: weights, but inputs of the call rather than the
+#: model, so they cannot be reloaded by the workers): put in the object store once per sweep
+_SHARED = ("transcoders",)
+
 #: the sharded functions that take progress= (the workers run them without a bar; the driver shows one)
 _WITH_PROGRESS = ("patch", "effects", "edge_attribution", "attribute_logits", "faithfulness_curve", "aggregate_graphs")
 
@@ -79,8 +83,10 @@ class _Worker:
         return os.getpid()
 
     def run(self, fn: str, start: int, args: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """``{"ok": result, "pid": ...}`` or ``{"error": ..., "prompt": first failing prompt or None}``."""
+        """``{"ok": result, "pid": ...}`` or ``{"error": ..., "prompt": first failing prompt or None}``; an argument
+        the driver put in the object store once (:data:`_SHARED`) arrives as its reference and is read here."""
         f = _functions()[fn]
+        args = {k: (_ray().get(v) if k in _SHARED and v is not None else v) for k, v in args.items()}
         try:
             t0 = time.perf_counter()
             with warnings.catch_warnings(record=True) as caught:
@@ -225,6 +231,8 @@ class RayCluster:
         folder = Path(out) if out is not None else None
         if folder is not None:
             bounds = self._prepare(folder, fn, key, bounds)
+        # the dictionaries go through the object store once, not once per shard (workers read the reference)
+        shared = {k: ray.put(args[k]) for k in _SHARED if args.get(k) is not None}
         done: dict[int, Any] = {}
         if folder is not None:
             for i in range(len(bounds)):
@@ -250,7 +258,7 @@ class RayCluster:
                 while todo and free:
                     i, w = todo.pop(0), free.pop(0)
                     s, e = bounds[i]
-                    shard = take_args(fn, args, n, s, e)
+                    shard = {**take_args(fn, args, n, s, e), **shared}
                     kw = {"progress": False} if fn in _WITH_PROGRESS else {}
                     pending[actors[w].run.remote(fn, s, shard, kw)] = (i, w)
                 ready, _ = ray.wait(list(pending), num_returns=1)
