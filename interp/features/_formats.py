@@ -7,6 +7,15 @@ Formats read (each tested on files written by that library's own save function):
   ``config.yaml`` (``model_kind: transcoder_set``) listing the files under ``transcoders:``. A file whose
   safetensors metadata holds ``k`` (interp's trained transcoders) is TopK. Gemma Scope 2's keys (``w_enc``
   [d, F], ``w_dec``, ``threshold``, ``affine_skip_connection`` [d_in, d_out]) are read too.
+* **circuit-tracer's cross-layer transcoders** (``model_kind: cross_layer_transcoder``; its
+  ``CrossLayerTranscoder.to_safetensors``, also interp's cache of trained CLTs), read into one
+  :class:`CrossLayerTranscoder`: per encoder layer i ``W_enc_{i}.safetensors`` (``W_enc_{i}`` [F, d],
+  ``b_enc_{i}``, ``b_dec_{i}`` — the bias of layer i's *output* —, optional ``threshold_{i}``: JumpReLU
+  pre·[pre > θ], as its JumpReLU computes it) and ``W_dec_{i}.safetensors`` (``W_dec_{i}`` [F, L − i, d]: layer i's
+  features to the outputs of layers i..L−1). A ``k`` in the encoder files' metadata (interp's trained CLTs) is
+  TopK, a ``layer`` there the model layer. The config's ``feature_input_hook`` / ``feature_output_hook``, where
+  given, must be the MLP's input and output (circuit-tracer's default ``hook_resid_mid``, the stream before the
+  MLP's norm, is refused: interp's encoders read the MLP's input); circuit-tracer saves no skip weights for CLTs.
 * **SAELens** (its ``save_model``; Gemma Scope 2 as SAELens loads it): a folder with ``cfg.json`` and
   ``sae_weights.safetensors`` (``W_enc`` [d, F], ``W_dec`` [F, d], ``b_enc``, ``b_dec``, ``threshold``,
   ``W_skip`` [d_out, d_in]) — one such folder, or a folder of them, one per layer. ``architecture``
@@ -49,13 +58,15 @@ from torch import Tensor
 
 from interp.errors import ArgumentError, ResultFormatError, ShapeError, UnsupportedOperationError
 from interp.features._sae import SAE, SAE_SITES, check_saes
-from interp.features._transcoder import Transcoder
+from interp.features._transcoder import CrossLayerTranscoder, Transcoder
 from interp.models import Model, default_cache_dir
 
-__all__ = ["FORMATS", "load_saes", "load_transcoders"]
+__all__ = ["FORMATS", "clt_files", "load_saes", "load_transcoders", "read_clt"]
 
 #: the dictionary formats :func:`load_transcoders` reads
 FORMATS = ("circuit-tracer (layer_{i}.safetensors [+ config.yaml]; also interp's cache)",
+           "circuit-tracer cross-layer transcoder (W_enc_{i}.safetensors + W_dec_{i}.safetensors [+ config.yaml "
+           "model_kind: cross_layer_transcoder]; also interp's cache)",
            "SAELens / Gemma Scope 2 (cfg.json + sae_weights.safetensors, one folder per layer)",
            "sparsify (one folder per hookpoint layers.{l}.mlp with cfg.json + sae.safetensors)")
 
@@ -134,8 +145,8 @@ def _circuit_tracer(root: Path, dtype: torch.dtype) -> Optional[dict[int, Transc
             raise ResultFormatError(f"path={str(cfg)!r} is not valid YAML ({e})") from None
         kind = conf.get("model_kind") if isinstance(conf, dict) else None
         if kind not in (None, "transcoder_set"):
-            raise UnsupportedOperationError(f"path={str(cfg)!r} has model_kind={kind!r}; interp reads per-layer "
-                                            "transcoders (model_kind 'transcoder_set'), not cross-layer ones")
+            raise UnsupportedOperationError(f"path={str(cfg)!r} has model_kind={kind!r}; interp reads circuit-tracer's "
+                                            "'transcoder_set' and 'cross_layer_transcoder'")
         listed = conf.get("transcoders") if isinstance(conf, dict) else None
         if listed is not None:
             if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
@@ -147,6 +158,117 @@ def _circuit_tracer(root: Path, dtype: torch.dtype) -> Optional[dict[int, Transc
     if not layers:
         return None
     return {l: _read_ct_layer(root / f"layer_{l}.safetensors", dtype) for l in layers}
+
+
+def _yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        conf = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ResultFormatError(f"path={str(path)!r} is not readable YAML ({e})") from None
+    if not isinstance(conf, dict):
+        raise ResultFormatError(f"path={str(path)!r} holds {type(conf).__name__}, not a mapping")
+    return conf
+
+
+def _is_clt(root: Path) -> bool:
+    """A circuit-tracer cross-layer transcoder: config.yaml says so, or (no config) W_enc_0.safetensors is there."""
+    cfg = root / "config.yaml"
+    if cfg.is_file():
+        return _yaml(cfg).get("model_kind") == "cross_layer_transcoder"
+    return (root / "W_enc_0.safetensors").is_file()
+
+
+def read_clt(root: Path, dtype: torch.dtype = torch.float32) -> CrossLayerTranscoder:
+    """The cross-layer transcoder in folder ``root``, in circuit-tracer's layout (module docstring), as its
+    ``load_clt`` reads it; ``layers`` from the files' ``layer`` metadata where every file has one, else 0..L−1."""
+    cfg = root / "config.yaml"
+    if cfg.is_file():
+        conf = _yaml(cfg)
+        for key, allowed, what in (("feature_input_hook", _MLP_IN, "input"), ("feature_output_hook", _MLP_OUT, "output")):
+            hook = conf.get(key)
+            if hook is not None and not (isinstance(hook, str) and any(hook == a or hook.endswith("." + a) for a in allowed)):
+                raise UnsupportedOperationError(
+                    f"path={str(cfg)!r}: {key}={hook!r}; interp's cross-layer transcoders read each layer's MLP "
+                    f"input and write its output ({key} one of {list(allowed)})" + (
+                        " — hook_resid_mid is the stream before the MLP's norm, not what the MLP reads"
+                        if what == "input" else ""))
+    L = 0
+    while (root / f"W_enc_{L}.safetensors").is_file():
+        L += 1
+    if L == 0:
+        raise ResultFormatError(f"path={str(root)!r} holds no W_enc_0.safetensors: a cross-layer transcoder in "
+                                "circuit-tracer's layout has W_enc_{i}.safetensors and W_dec_{i}.safetensors per layer")
+    stray = sorted(p.name for p in root.glob("W_enc_*.safetensors")
+                   if (m := re.fullmatch(r"W_enc_(\d+)\.safetensors", p.name)) and int(m.group(1)) >= L)
+    if stray:
+        raise ResultFormatError(f"path={str(root)!r} has {stray} but no W_enc_{L}.safetensors: encoder files must be "
+                                f"W_enc_0 .. W_enc_{{L-1}}")
+    W_enc, b_enc, b_dec, thr, W_dec, metas = [], [], [], [], [], []
+    for i in range(L):
+        p = root / f"W_enc_{i}.safetensors"
+        t, meta = _tensors(p)
+        _need(p, t, (f"W_enc_{i}", f"b_enc_{i}", f"b_dec_{i}"))
+        W_enc.append(t[f"W_enc_{i}"])
+        b_enc.append(t[f"b_enc_{i}"])
+        b_dec.append(t[f"b_dec_{i}"])
+        thr.append(t.get(f"threshold_{i}"))
+        metas.append(meta)
+        q = root / f"W_dec_{i}.safetensors"
+        td, _ = _tensors(q)
+        _need(q, td, (f"W_dec_{i}",))
+        W_dec.append(td[f"W_dec_{i}"].to(dtype))
+    if len({x is None for x in thr}) != 1:
+        raise ResultFormatError(f"path={str(root)!r}: threshold_{{i}} is in some encoder files and not others "
+                                f"({[i for i, x in enumerate(thr) if x is not None]}): JumpReLU needs one per layer")
+    shapes = {tuple(w.shape) for w in W_enc}
+    if len(shapes) != 1:
+        raise ResultFormatError(f"path={str(root)!r}: the encoders' W_enc_{{i}} shapes differ ({sorted(shapes)})")
+    ks = {m.get("k") for m in metas}
+    k: Optional[int] = None
+    if ks != {None}:
+        (kk,) = ks if len(ks) == 1 else (None,)
+        if not (isinstance(kk, str) and kk.isdigit()) or thr[0] is not None:
+            raise ResultFormatError(f"path={str(root)!r}: metadata k={sorted(map(str, ks))} must be one int in every "
+                                    "encoder file (TopK, no threshold)")
+        k = int(kk)
+    ls = [m.get("layer", "") for m in metas]
+    layers = tuple(int(x) for x in ls) if all(x.isdigit() for x in ls) else None
+    ctx = metas[0].get("context_length")
+    try:
+        return _make(root, dtype, cls=CrossLayerTranscoder, W_enc=torch.stack(W_enc), b_enc=torch.stack(b_enc),
+                     W_dec=tuple(W_dec), b_dec=torch.stack(b_dec),
+                     activation="topk" if k is not None else "relu" if thr[0] is None else "jumprelu",
+                     threshold=None if thr[0] is None else torch.stack([x.reshape(-1) for x in thr]),  # type: ignore[union-attr]
+                     k=k, context_length=int(ctx) if isinstance(ctx, str) and ctx.isdigit() else None, layers=layers)
+    except RuntimeError as e:  # torch.stack on unequal bias shapes
+        raise ResultFormatError(f"path={str(root)!r}: the layers' biases have unequal shapes ({e})") from None
+
+
+def clt_files(clt: CrossLayerTranscoder) -> tuple[dict[str, tuple[dict[str, Tensor], dict[str, str]]], str]:
+    """What circuit-tracer's layout holds for ``clt``: {file name: (tensors, safetensors metadata)} and the
+    config.yaml text (:func:`read_clt` reads them back; circuit-tracer's ``load_clt`` reads the tensors — a TopK
+    CLT's ``k`` is interp's metadata, which circuit-tracer ignores). W_skip is not written (circuit-tracer's CLT
+    format has none): refused."""
+    if clt.W_skip is not None:
+        raise UnsupportedOperationError("circuit-tracer's cross-layer transcoder files hold no skip weights: a CLT "
+                                        "with W_skip cannot be written in its layout")
+    files: dict[str, tuple[dict[str, Tensor], dict[str, str]]] = {}
+    for i, l in enumerate(clt.model_layers):
+        enc = {f"W_enc_{i}": clt.W_enc[i], f"b_enc_{i}": clt.b_enc[i], f"b_dec_{i}": clt.b_dec[i]}
+        if clt.threshold is not None and clt.activation == "jumprelu":
+            enc[f"threshold_{i}"] = clt.threshold[i]
+        elif clt.activation not in ("relu", "topk"):
+            raise UnsupportedOperationError(f"activation={clt.activation!r}: circuit-tracer's CLT layout holds "
+                                            "relu, jumprelu (and interp's topk)")
+        meta = {"layer": str(l)} | ({"k": str(clt.k)} if clt.activation == "topk" else {}) | (
+            {} if clt.context_length is None else {"context_length": str(clt.context_length)})
+        files[f"W_enc_{i}.safetensors"] = ({n: v.detach().contiguous() for n, v in enc.items()}, meta)
+        files[f"W_dec_{i}.safetensors"] = ({f"W_dec_{i}": clt.W_dec[i].detach().contiguous()}, {})
+    config = ("model_kind: cross_layer_transcoder\nfeature_input_hook: mlp.hook_in\n"
+              "feature_output_hook: mlp.hook_out\n")
+    return files, config
 
 
 def _hook_layer(path: Path, hook: Any, allowed: tuple[str, ...], what: str) -> int:
@@ -387,14 +509,16 @@ def _resolve(source: Union[str, os.PathLike], model: Optional[Model]) -> Path:
 
 
 def load_transcoders(source: Union[str, os.PathLike], model: Optional[Model] = None, *,
-                     dtype: torch.dtype = torch.float32) -> list[Transcoder]:
-    """The per-layer transcoders in ``source``, in layer order (the formats: module docstring and :data:`FORMATS`).
+                     dtype: torch.dtype = torch.float32) -> Union[list[Transcoder], CrossLayerTranscoder]:
+    """The per-layer transcoders in ``source``, in layer order — or, for circuit-tracer's cross-layer format, one
+    :class:`CrossLayerTranscoder` (the formats: module docstring and :data:`FORMATS`).
 
-    ``source`` is a directory in circuit-tracer's, SAELens's (Gemma Scope 2) or sparsify's layout, or — with
-    ``model`` — the name of a trained set in interp's cache (``<cache>/transcoders/<model>/<name>``). With
-    ``model`` the set must cover every layer with the model's d_model (else :class:`interp.errors.ShapeError`
-    naming the layer). An unreadable format raises :class:`interp.errors.ResultFormatError` listing the formats
-    read; a residual SAE or a cross-layer transcoder, :class:`interp.errors.UnsupportedOperationError`.
+    ``source`` is a directory in circuit-tracer's (per-layer or cross-layer), SAELens's (Gemma Scope 2) or
+    sparsify's layout, or — with ``model`` — the name of a trained set in interp's cache
+    (``<cache>/transcoders/<model>/<name>``). With ``model`` the set must cover every layer with the model's
+    d_model (else :class:`interp.errors.ShapeError` naming the layer); a CLT's encoders must be the model's layers
+    0..L−1. An unreadable format raises :class:`interp.errors.ResultFormatError` listing the formats read; a
+    residual SAE or a CLT that reads another hook than the MLP's input, :class:`interp.errors.UnsupportedOperationError`.
     """
     if not isinstance(source, (str, os.PathLike)):
         raise ArgumentError(f"source={source!r} must be a directory path or a cached name (str or os.PathLike)")
@@ -404,6 +528,8 @@ def load_transcoders(source: Union[str, os.PathLike], model: Optional[Model] = N
     if not root.is_dir():
         raise ResultFormatError(f"source={str(source)!r} is not a directory of transcoders"
                                 + ("" if model is None else f" nor a name in {str(default_cache_dir() / 'transcoders' / model.name)!r}"))
+    if _is_clt(root):
+        return _check_clt(read_clt(root, dtype), model, root)
     found = _circuit_tracer(root, dtype)
     if found is None:
         found = _collect(root, dtype)
@@ -428,6 +554,21 @@ def load_transcoders(source: Union[str, os.PathLike], model: Optional[Model] = N
         raise ResultFormatError(f"source={str(root)!r} has transcoders for layers {layers}, not 0..{len(layers) - 1}: "
                                 "pass model= to check them against the model")
     return [replace(found[l], layer=l) for l in layers]  # each knows its layer (checked where it is used)
+
+
+def _check_clt(clt: CrossLayerTranscoder, model: Optional[Model], root: Path) -> CrossLayerTranscoder:
+    """With ``model``: one encoder per model layer (each knowing it), the model's d_model. The result knows its
+    layers (0..L−1 where the files do not say)."""
+    layers = clt.model_layers
+    if model is not None:
+        L, d = model.arch.n_layers, model.arch.d_model
+        if layers != tuple(range(L)):
+            raise ShapeError(f"source={str(root)!r} is a cross-layer transcoder of layers {list(layers)}; model "
+                             f"{model.name!r} has {L} layers (attribution graphs need an encoder at each, 0..{L - 1})")
+        if clt.d_model != d:
+            raise ShapeError(f"source={str(root)!r}: the cross-layer transcoder has d_model={clt.d_model}; model "
+                             f"{model.name!r} has d_model={d}")
+    return replace(clt, layers=layers)
 
 
 def load_saes(source: Union[str, os.PathLike], model: Optional[Model] = None, *,

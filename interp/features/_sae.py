@@ -27,8 +27,8 @@ from torch import Tensor
 
 from interp._result import place
 from interp.errors import ArgumentError, ShapeError, UnsupportedArchitectureError
-from interp.features._train import _fvu
 from interp.features._transcoder import Dictionary
+from interp.features._transcoder import fvu as _fvu
 from interp.labels import Resid
 from interp.models import Model
 from interp.stream import as_batch, capture, require_model

@@ -1,4 +1,5 @@
-"""Training per-layer TopK transcoders on a model's own activations, streamed from an English corpus.
+"""Training TopK transcoders — per-layer, or one cross-layer transcoder — on a model's own activations, streamed
+from an English corpus.
 
 For each chosen layer l the transcoder learns the MLP's map x ↦ y, where x is what the MLP reads (the block's
 MLP read: through its read norm, or the stream raw; ``_transcoder.mlp_input``) and y the MLP's write as it
@@ -7,23 +8,30 @@ joins the stream (after the MLP's output norm where the block has one), both rea
 
     f = TopK(relu(x W_encᵀ + b_enc))     ŷ = f W_dec + b_dec
 
-Loss (per layer, summed over layers): the batch's fraction of variance unexplained
+With ``cross_layer=True`` one :class:`CrossLayerTranscoder` is trained instead: layer l's features also write to
+every later chosen layer's MLP output, ŷ_l' = Σ_{l ≤ l'} f_l W_dec[l → l'] + b_dec[l'], and the loss below is the
+joint one over all output layers. Both are one code path: encoder l's decoder is [F, m_l, d], writing to the m_l
+layers from l on (m_l = 1 per-layer, L − l cross-layer); a CLT starts as the per-layer transcoders (its decoders
+to later layers zero).
+
+Loss (per output layer, summed over layers): the batch's fraction of variance unexplained
 
     FVU = Σ_tokens ‖y − ŷ‖² / Σ_tokens ‖y − ȳ‖²        (ȳ the batch mean of y)
 
 plus ``aux_alpha`` × the AuxK loss (EleutherAI sparsify's): the features that have not fired for
 ``dead_after`` training tokens are *dead*; the ``aux_k`` largest of their pre-activations reconstruct the
-residual y − ŷ, and that reconstruction's FVU is added, so dead features get a gradient. Adam; the decoder
-rows are kept at unit norm (the gradient's component along each row is removed before the step and the rows
-renormalised after it). The corpus is cut into sequences of ``seq_len`` tokens; position 0 of each sequence
+residual y − ŷ, and that reconstruction's FVU is added, so dead features get a gradient. Adam; each feature's
+decoder (its rows to all the layers it writes to, concatenated) is kept at unit norm (the gradient's component
+along it is removed before the step and it is renormalised after it). The corpus is cut into sequences of ``seq_len`` tokens; position 0 of each sequence
 (the attention sink, whose activations are outliers) is neither trained on nor evaluated.
 
 Activations are computed batch by batch (``batch_size`` sequences) and never all kept. Every
 ``checkpoint_every`` steps the whole state (weights, Adam moments, dead-feature counters, step) is written
 atomically to ``<cache>/transcoders/<model>/<config hash>/checkpoint.pt``; a run with the same
 configuration resumes from it and ends with the same weights as an uninterrupted run. The finished
-dictionaries (``layer_{l}.safetensors``) and their held-out metrics (``metrics.json``) are cached there and
-returned without training next time.
+dictionaries (``layer_{l}.safetensors``; a CLT in circuit-tracer's layout, ``W_enc_{i}`` / ``W_dec_{i}.safetensors``
+and ``config.yaml``) and their held-out metrics (``metrics.json``) are cached there and returned without training
+next time.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
+from functools import reduce
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -45,31 +54,29 @@ from interp._io import atomic_write
 from interp.engine import Engine
 from interp.errors import ArgumentError, ResultFormatError, UnsupportedArchitectureError, UnsupportedOperationError, warn_user
 from interp.features._corpus import CORPUS_LICENCE, CORPUS_NAME, CORPUS_SOURCE, english_corpus
-from interp.features._transcoder import Transcoder, mlp_input
+from interp.features._formats import clt_files, read_clt
+from interp.features._transcoder import CrossLayerTranscoder, Transcoder, fvu, mlp_input
 from interp.features._warnings import DictionaryQualityWarning
 from interp.models import Model, default_cache_dir
 from interp.stream import require_model
 
-__all__ = ["TrainedTranscoders", "train_transcoders"]
+__all__ = ["TrainedCrossLayerTranscoder", "TrainedTranscoders", "train_transcoders"]
 
 _FORMAT = 2  # bump when the training maths changes: old caches are not reused (2: the lr schedule)
 
 
-@dataclass
-class TrainedTranscoders:
-    """Trained per-layer transcoders and their held-out metrics.
-
-    ``transcoders[i]`` belongs to layer ``layers[i]``; ``fvu[i]`` = Σ‖y − ŷ‖² / Σ‖y − ȳ‖² over the held-out
-    tokens (ȳ their mean: predicting the mean scores 1), ``l0[i]`` the mean number of active features per
-    held-out token, ``dead[i]`` the fraction of features never active on them. ``tokens`` counts training
-    tokens (sequence positions, position 0 included), ``eval_tokens`` the held-out tokens scored.
-    ``tokens_per_second`` is the training run's throughput (activations + optimisation; None when the run
-    was resumed), ``from_cache`` whether this call trained nothing, ``path`` the cache directory.
+@dataclass(kw_only=True)
+class _Trained:
+    """What a training run reports, per-layer or cross-layer: ``fvu[i]`` = Σ‖y − ŷ‖² / Σ‖y − ȳ‖² of the MLP output
+    of layer ``layers[i]`` over the held-out tokens (ȳ their mean: predicting the mean scores 1), ``l0[i]`` the mean
+    number of layer ``layers[i]``'s features active per held-out token, ``dead[i]`` the fraction of them never active
+    there. ``tokens`` counts training tokens (sequence positions, position 0 included), ``eval_tokens`` the
+    held-out tokens scored. ``tokens_per_second`` is the training run's throughput (activations + optimisation;
+    None when the run was resumed), ``from_cache`` whether this call trained nothing, ``path`` the cache directory.
     """
 
     model_name: str
     layers: list[int]
-    transcoders: list[Transcoder]
     fvu: list[float]
     l0: list[float]
     dead: list[float]
@@ -83,25 +90,57 @@ class TrainedTranscoders:
     corpus: str = ""
     details: dict[str, Any] = field(default_factory=dict)
 
+    def _widths(self) -> tuple[list[int], list[Optional[int]]]:
+        raise NotImplementedError
+
+    def to_dataframe(self) -> Any:
+        """One row per layer: layer, fvu, l0, dead, n_features, k."""
+        import pandas as pd
+
+        n, k = self._widths()
+        return pd.DataFrame({"layer": self.layers, "fvu": self.fvu, "l0": self.l0, "dead": self.dead,
+                             "n_features": n, "k": k})
+
+    def __repr__(self) -> str:
+        mean = sum(self.fvu) / len(self.fvu)
+        return (f"{type(self).__name__}({self.model_name!r}: {len(self.layers)} layers, width "
+                f"{self.config['width']}, k={self.config['k']}, {self.tokens} tokens; held-out FVU mean {mean:.3f}, "
+                f"L0 mean {sum(self.l0) / len(self.l0):.1f})")
+
+
+@dataclass(kw_only=True, repr=False)
+class TrainedTranscoders(_Trained):
+    """Trained per-layer transcoders and their held-out metrics (:class:`_Trained`): ``transcoders[i]`` belongs to
+    layer ``layers[i]``."""
+
+    transcoders: list[Transcoder]
+
     def __getitem__(self, layer: int) -> Transcoder:
         """The transcoder of ``layer`` (a model layer index, not a position in ``layers``)."""
         if layer not in self.layers:
             raise ArgumentError(f"layer={layer!r} was not trained; trained layers: {self.layers}")
         return self.transcoders[self.layers.index(layer)]
 
-    def to_dataframe(self) -> Any:
-        """One row per layer: layer, fvu, l0, dead, n_features, k."""
-        import pandas as pd
+    def _widths(self) -> tuple[list[int], list[Optional[int]]]:
+        return [t.n_features for t in self.transcoders], [t.k for t in self.transcoders]
 
-        return pd.DataFrame({"layer": self.layers, "fvu": self.fvu, "l0": self.l0, "dead": self.dead,
-                             "n_features": [t.n_features for t in self.transcoders],
-                             "k": [t.k for t in self.transcoders]})
 
-    def __repr__(self) -> str:
-        mean = sum(self.fvu) / len(self.fvu)
-        return (f"TrainedTranscoders({self.model_name!r}: {len(self.layers)} layers, width "
-                f"{self.config['width']}, k={self.config['k']}, {self.tokens} tokens; held-out FVU mean {mean:.3f}, "
-                f"L0 mean {sum(self.l0) / len(self.l0):.1f})")
+@dataclass(kw_only=True, repr=False)
+class TrainedCrossLayerTranscoder(_Trained):
+    """A trained cross-layer transcoder (``clt``, its encoders at ``layers``) and its held-out metrics per layer
+    (:class:`_Trained`; ``fvu[i]`` of the joint reconstruction of layer ``layers[i]``'s MLP output, ``l0[i]`` of
+    its encoder's features). ``transcoders`` is ``clt`` too, so that the analyses read the same for both kinds:
+    ``attribution_graph(model, prompt, trained.transcoders)``."""
+
+    clt: CrossLayerTranscoder
+
+    @property
+    def transcoders(self) -> CrossLayerTranscoder:
+        return self.clt
+
+    def _widths(self) -> tuple[list[int], list[Optional[int]]]:
+        n = len(self.layers)
+        return [self.clt.n_features] * n, [self.clt.k] * n
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -201,29 +240,47 @@ def _activations(e: Engine, ids: Tensor, layers: list[int]) -> tuple[Tensor, Ten
 
 
 class _State:
-    """All layers' parameters stacked: W_enc, W_dec [n, F, d]; b_enc [n, F]; b_dec [n, d] — on the host, where the
-    training steps run (on host copies of the activations)."""
+    """All layers' parameters: W_enc [n, F, d], b_enc [n, F], b_dec [n, d] stacked; ``W_dec[i]`` [F, m_i, d] encoder
+    i's decoder to the m_i output layers i..i + m_i − 1 (m_i = 1 per-layer, n − i cross-layer) — on the host, where
+    the training steps run (on host copies of the activations). Each decoder starts as its encoder's unit rows at
+    its own layer (zero at later ones)."""
 
-    def __init__(self, n: int, d: int, width: int, gen: torch.Generator):
+    def __init__(self, n: int, d: int, width: int, gen: torch.Generator, cross: bool = False):
         bound = 1.0 / math.sqrt(d)  # nn.Linear's default init for the encoder
+        self.cross = cross
         self.W_enc = ((torch.rand(n, width, d, generator=gen, device="cpu") * 2 - 1) * bound).requires_grad_()
         self.b_enc = torch.zeros(n, width, requires_grad=True, device="cpu")
-        self.W_dec = (self.W_enc.detach() / self.W_enc.detach().norm(dim=-1, keepdim=True)).requires_grad_()
+        unit = self.W_enc.detach() / self.W_enc.detach().norm(dim=-1, keepdim=True)
+        self.W_dec = [torch.cat([unit[i][:, None], torch.zeros(width, (n - i - 1) if cross else 0, d)], 1).requires_grad_()
+                      for i in range(n)]
         self.b_dec = torch.zeros(n, d, requires_grad=True, device="cpu")
         self.since = torch.zeros(n, width, dtype=torch.long, device="cpu")  # training tokens since each feature last fired
         self.sx = torch.ones(n, 1, 1, device="cpu")  # the scales x and y are divided by while training
         self.sy = torch.ones(n, 1, 1, device="cpu")
 
     def params(self) -> list[Tensor]:
-        return [self.W_enc, self.b_enc, self.W_dec, self.b_dec]
+        return [self.W_enc, self.b_enc, *self.W_dec, self.b_dec]
+
+    def _dec(self, i: int) -> Tensor:
+        """Encoder i's decoder on the model's scale: W_dec[i][:, t] · s_y of output layer i + t."""
+        m = self.W_dec[i].shape[1]
+        return self.W_dec[i] * self.sy[i:i + m, 0, 0][None, :, None]
 
     def transcoders(self, k: int, layers: list[int], context_length: Optional[int] = None) -> list[Transcoder]:
-        """The trained transcoders of ``layers`` on the model's own scale: W_enc / s_x, W_dec · s_y, b_dec · s_y."""
+        """The trained per-layer transcoders of ``layers`` on the model's own scale: W_enc / s_x, W_dec · s_y,
+        b_dec · s_y."""
         with torch.no_grad():
-            return [Transcoder(self.W_enc[i] / self.sx[i], self.b_enc[i].clone(), self.W_dec[i] * self.sy[i],
+            return [Transcoder(self.W_enc[i] / self.sx[i], self.b_enc[i].clone(), self._dec(i)[:, 0],
                                self.b_dec[i] * self.sy[i, 0], activation="topk", k=k, context_length=context_length,
                                layer=l)
                     for i, l in enumerate(layers)]
+
+    def clt(self, k: int, layers: list[int], context_length: Optional[int] = None) -> CrossLayerTranscoder:
+        """The trained cross-layer transcoder of ``layers`` on the model's own scale (as :meth:`transcoders`)."""
+        with torch.no_grad():
+            return CrossLayerTranscoder(self.W_enc / self.sx, self.b_enc.clone(),
+                                        tuple(self._dec(i) for i in range(len(layers))), self.b_dec * self.sy[:, 0],
+                                        activation="topk", k=k, context_length=context_length, layers=tuple(layers))
 
 
 def _init(s: _State, x: Tensor, y: Tensor, k: int) -> None:
@@ -237,22 +294,26 @@ def _init(s: _State, x: Tensor, y: Tensor, k: int) -> None:
         s.b_dec.copy_((ym / s.sy)[:, 0])
         xn, yn = x / s.sx, (y - ym) / s.sy
         vals, idx = torch.relu(torch.bmm(xn, s.W_enc.transpose(1, 2))).topk(k, dim=-1)
-        out = _decode(s.W_dec, idx, vals).norm(dim=-1).mean(1)  # [n]
+        out = _decode(s.W_dec, idx, vals).norm(dim=-1).mean(1)  # [n]; a CLT's later decoders are still zero
         s.W_enc.mul_((yn.norm(dim=-1).mean(1) / out.clamp_min(1e-12))[:, None, None])
 
 
-def _decode(W_dec: Tensor, idx: Tensor, vals: Tensor) -> Tensor:
-    """Σ_j vals[..., j] W_dec[l, idx[..., j]] for idx, vals [n, N, k] → [n, N, d] (a sparse gather-sum)."""
+def _decode(W_dec: list[Tensor], idx: Tensor, vals: Tensor) -> Tensor:
+    """Output layer l': Σ_{i writing to l'} Σ_j vals[i, :, j] W_dec[i][idx[i, :, j], l' − i] for idx, vals [n, N, k]
+    (encoder i's kept features) → [n, N, d] (a sparse gather-sum per encoder)."""
     n, N, k = idx.shape
-    F_ = W_dec.shape[1]
-    flat = (idx + torch.arange(n, device=idx.device)[:, None, None] * F_).reshape(n * N, k)
-    out = F.embedding_bag(flat, W_dec.reshape(n * F_, -1), per_sample_weights=vals.reshape(n * N, k), mode="sum")
-    return out.view(n, N, -1)
-
-
-def _fvu(y: Tensor, yhat: Tensor) -> Tensor:
-    """Per layer: Σ‖y − ŷ‖² / Σ‖y − ȳ‖² over the token axis of y, ŷ [n, N, d] → [n]."""
-    return (y - yhat).pow(2).sum((1, 2)) / (y - y.mean(1, keepdim=True)).pow(2).sum((1, 2)).clamp_min(1e-12)
+    if all(w.shape[1] == 1 for w in W_dec):  # per-layer: one gather-sum over the stacked tables
+        F_ = W_dec[0].shape[0]
+        flat = (idx + torch.arange(n, device=idx.device)[:, None, None] * F_).reshape(n * N, k)
+        table = torch.stack(W_dec).reshape(n * F_, -1)
+        return F.embedding_bag(flat, table, per_sample_weights=vals.reshape(n * N, k), mode="sum").view(n, N, -1)
+    parts: list[list[Tensor]] = [[] for _ in range(n)]
+    for i, w in enumerate(W_dec):
+        F_, m, d = w.shape
+        out = F.embedding_bag(idx[i], w.reshape(F_, m * d), per_sample_weights=vals[i], mode="sum").view(N, m, d)
+        for t in range(m):
+            parts[i + t].append(out[:, t])
+    return torch.stack([reduce(torch.add, p) for p in parts])
 
 
 @torch.enable_grad()  # also under a caller's torch.set_grad_enabled(False), as transformer-lens's demos start
@@ -262,8 +323,8 @@ def _step(s: _State, opt: torch.optim.Optimizer, x: Tensor, y: Tensor, k: int, a
     pre = torch.baddbmm(s.b_enc[:, None], x, s.W_enc.transpose(1, 2))  # [n, N, F]
     vals, idx = torch.relu(pre).topk(k, dim=-1)
     yhat = _decode(s.W_dec, idx, vals) + s.b_dec[:, None]
-    fvu = _fvu(y, yhat)
-    loss = fvu.sum()
+    err = fvu(y, yhat)
+    loss = err.sum()
     with torch.no_grad():
         fired = _fired(idx, vals, s.since.shape[1])
         if new_tokens:  # a batch's first pass counts its tokens
@@ -277,19 +338,21 @@ def _step(s: _State, opt: torch.optim.Optimizer, x: Tensor, y: Tensor, k: int, a
         avals = torch.relu(avals)  # -inf (a layer with fewer dead features) → 0
         resid = (y - yhat).detach()
         ehat = _decode(s.W_dec, aidx, avals)
-        aux = _fvu(resid, ehat)
-        aux = torch.where(dead.any(1), aux, torch.zeros_like(aux))
+        aux = fvu(resid, ehat)
+        has = dead.any(1)  # [n] encoders with dead features; an output layer's AuxK term needs one writing to it
+        aux = torch.where(has.cummax(0).values if s.cross else has, aux, torch.zeros_like(aux))
         loss = loss + aux_alpha * aux.nan_to_num(0.0).sum()
     opt.zero_grad(set_to_none=True)
     loss.backward()
     with torch.no_grad():
-        g, W = s.W_dec.grad, s.W_dec
-        if g is not None:  # keep the rows' norms: remove the gradient's component along each row
-            g -= (g * W).sum(-1, keepdim=True) * W
+        for W in s.W_dec:  # keep each feature's decoder norm: remove the gradient's component along it
+            if W.grad is not None:
+                W.grad -= (W.grad * W).sum((-2, -1), keepdim=True) * W
     opt.step()
     with torch.no_grad():
-        s.W_dec /= s.W_dec.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    return fvu.detach()
+        for W in s.W_dec:
+            W /= W.norm(dim=(-2, -1), keepdim=True).clamp_min(1e-12)
+    return err.detach()
 
 
 def _fired(idx: Tensor, vals: Tensor, width: int) -> Tensor:
@@ -309,26 +372,39 @@ def _atomic(path: Path, write: Callable[[str], Any]) -> None:
     atomic_write(path, write)
 
 
-def _save_final(root: Path, layers: list[int], tcs: list[Transcoder], metrics: dict[str, Any]) -> None:
+def _write(path: Path, tensors: dict[str, Tensor], meta: dict[str, str]) -> None:
     from safetensors.torch import save_file
 
-    for l, t in zip(layers, tcs):
-        ts = {"W_enc": t.W_enc, "W_dec": t.W_dec, "b_enc": t.b_enc, "b_dec": t.b_dec}
+    _atomic(path, lambda p: save_file({name: v.contiguous() for name, v in tensors.items()}, p, metadata=meta))
 
-        meta = {"k": str(t.k), "layer": str(l)} | ({} if t.context_length is None else {"context_length": str(t.context_length)})
 
-        def write(p: str, ts: dict[str, Tensor] = ts, meta: dict[str, str] = meta) -> None:
-            save_file({name: v.contiguous() for name, v in ts.items()}, p, metadata=meta)
-
-        _atomic(root / f"layer_{l}.safetensors", write)
+def _save_final(root: Path, layers: list[int], trained: Union[list[Transcoder], CrossLayerTranscoder],
+                metrics: dict[str, Any]) -> None:
+    """Per-layer: ``layer_{l}.safetensors`` (metadata k, layer, context_length); a CLT: circuit-tracer's layout
+    (``_formats.clt_files``). ``metrics.json`` is written last: its presence marks a finished cache."""
+    if isinstance(trained, CrossLayerTranscoder):
+        files, config = clt_files(trained)
+        for name, (ts, meta) in files.items():
+            _write(root / name, ts, meta)
+        _atomic(root / "config.yaml", lambda p: Path(p).write_text(config))
+    else:
+        for l, t in zip(layers, trained):
+            meta = {"k": str(t.k), "layer": str(l)} | ({} if t.context_length is None else {"context_length": str(t.context_length)})
+            _write(root / f"layer_{l}.safetensors", {"W_enc": t.W_enc, "W_dec": t.W_dec, "b_enc": t.b_enc, "b_dec": t.b_dec}, meta)
     _atomic(root / "metrics.json", lambda p: Path(p).write_text(json.dumps(metrics, indent=1)))  # written last
 
 
-def _load_final(root: Path) -> tuple[list[Transcoder], dict[str, Any]]:
+def _load_final(root: Path) -> tuple[Union[list[Transcoder], CrossLayerTranscoder], dict[str, Any]]:
     from safetensors import safe_open
 
     try:
         metrics = json.loads((root / "metrics.json").read_text())
+        if metrics["config"].get("cross_layer"):
+            clt = read_clt(root)
+            if list(clt.model_layers) != metrics["layers"] or clt.k != metrics["config"]["k"]:
+                raise ValueError(f"its files hold layers {list(clt.model_layers)}, k={clt.k}; metrics.json says "
+                                 f"{metrics['layers']}, k={metrics['config']['k']}")
+            return clt, metrics
         tcs = []
         for l in metrics["layers"]:
             with safe_open(str(root / f"layer_{l}.safetensors"), framework="pt") as f:
@@ -415,7 +491,8 @@ def train_transcoders(
     checkpoint_every: int = 25,
     progress: Optional[bool] = None,
     passes: Optional[int] = None,
-) -> TrainedTranscoders:
+    cross_layer: bool = False,
+) -> Union[TrainedTranscoders, TrainedCrossLayerTranscoder]:
     """Train TopK transcoders (MLP input → MLP output) for ``layers`` of ``model`` (module docstring).
 
     ``width`` features per layer, ``k`` active per token, ``tokens`` training tokens from ``corpus`` (None:
@@ -431,6 +508,11 @@ def train_transcoders(
     4 for a short run, 1 from 64 batches): where the model's forward costs more than a step, as on a CPU, a short
     run learns more per token read. A layer whose held-out FVU is ≥ 1 (no better than predicting the mean) or
     most of whose features never fire warns (:class:`DictionaryQualityWarning`, naming the layers and the fix).
+
+    ``cross_layer=True`` trains one :class:`CrossLayerTranscoder` over ``layers`` instead (each encoder's features
+    write to its layer's and every later chosen layer's MLP output; the joint loss Σ_l' FVU_l'; ``width`` and ``k``
+    per layer) and returns a :class:`TrainedCrossLayerTranscoder` (per-layer held-out FVU of the joint
+    reconstruction, L0 per encoder); its cache is circuit-tracer's CLT layout, readable by :func:`load_transcoders`.
     """
     require_model(model)
     a = model.arch
@@ -457,6 +539,9 @@ def train_transcoders(
             raise ArgumentError(f"{name}={v!r} must be a finite number {'> 0' if name == 'lr' else '>= 0'}")
     if progress is not None and not isinstance(progress, bool):
         raise ArgumentError(f"progress={progress!r} must be True, False or None (automatic)")
+    if not isinstance(cross_layer, bool):
+        raise ArgumentError(f"cross_layer={cross_layer!r} must be True (one cross-layer transcoder) or False "
+                            "(per-layer transcoders)")
     train_docs, held_docs, corpus_id = _documents(corpus)
 
     n_steps = tokens // step_tokens
@@ -466,22 +551,27 @@ def train_transcoders(
     config = dict(format=_FORMAT, model=model.name, fingerprint=_fingerprint(model), layers=layers_, width=width, k=k,
                   tokens=n_steps * step_tokens, seq_len=seq_len, batch_size=batch_size, lr=float(lr), aux_k=aux_k,
                   aux_alpha=float(aux_alpha), dead_after=dead_after, eval_tokens=eval_tokens, seed=seed, corpus=corpus_id,
-                  passes=passes, schedule="warmup")
+                  passes=passes, schedule="warmup") | ({"cross_layer": True} if cross_layer else {})
     key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in model.name)
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     root = root / "transcoders" / safe_name / key
     source = CORPUS_SOURCE if corpus is None else f"{len(train_docs) + len(held_docs)} documents given as corpus="
 
-    def result(tcs: list[Transcoder], m: dict[str, Any], cached: bool) -> TrainedTranscoders:
+    def result(trained: Union[list[Transcoder], CrossLayerTranscoder], m: dict[str, Any],
+               cached: bool) -> Union[TrainedTranscoders, TrainedCrossLayerTranscoder]:
         _warn_quality(model.name, layers_, m["fvu"], m["dead"], n_steps * step_tokens, float(lr), passes)
-        return TrainedTranscoders(model.name, layers_, tcs, m["fvu"], m["l0"], m["dead"], n_steps * step_tokens, m["eval_tokens"],
-                                  config, root, m.get("tokens_per_second"), m.get("train_seconds"), cached, source,
-                                  {"licence": CORPUS_LICENCE if corpus is None else None, "steps": n_steps})
+        kw = dict(model_name=model.name, layers=layers_, fvu=m["fvu"], l0=m["l0"], dead=m["dead"],
+                  tokens=n_steps * step_tokens, eval_tokens=m["eval_tokens"], config=config, path=root,
+                  tokens_per_second=m.get("tokens_per_second"), train_seconds=m.get("train_seconds"), from_cache=cached,
+                  corpus=source, details={"licence": CORPUS_LICENCE if corpus is None else None, "steps": n_steps})
+        if isinstance(trained, CrossLayerTranscoder):
+            return TrainedCrossLayerTranscoder(clt=trained, **kw)
+        return TrainedTranscoders(transcoders=trained, **kw)
 
     if (root / "metrics.json").is_file():
-        tcs, m = _load_final(root)
-        return result(tcs, m, True)
+        cached, m = _load_final(root)
+        return result(cached, m, True)
 
     # the data: the first n_steps·batch_size training sequences in a seeded order; held-out sequences
     train = _sequences(model, train_docs, seq_len, n_steps * batch_size)
@@ -495,7 +585,7 @@ def train_transcoders(
     order = torch.randperm(train.shape[0], generator=gen, device="cpu")
     e = Engine.of(model)
     d, n = a.d_model, len(layers_)
-    s = _State(n, d, width, gen)
+    s = _State(n, d, width, gen, cross_layer)
     opt = torch.optim.Adam(s.params(), lr=float(lr))
     start = 0
     ckpt = root / "checkpoint.pt"
@@ -540,42 +630,47 @@ def train_transcoders(
     finally:
         bar.close()
     seconds = time.perf_counter() - t0
-    tcs = s.transcoders(k, layers_, seq_len)
-    m = _evaluate(e, held, layers_, tcs, batch_size, model.device)
+    trained = s.clt(k, layers_, seq_len) if cross_layer else s.transcoders(k, layers_, seq_len)
+    m = _evaluate(e, held, layers_, trained, batch_size, model.device)
     m.update(layers=layers_, config=config, train_seconds=seconds if start == 0 else None,
              tokens_per_second=(n_steps * step_tokens / seconds) if start == 0 and seconds > 0 else None)
-    _save_final(root, layers_, tcs, m)
+    _save_final(root, layers_, trained, m)
     if ckpt.is_file():
         ckpt.unlink()
-    return result(tcs, m, False)
+    return result(trained, m, False)
 
 
-def _evaluate(e: Engine, held: Tensor, layers: list[int], tcs: list[Transcoder], batch_size: int,
-              device: torch.device) -> dict[str, Any]:
-    """Held-out FVU (Σ‖y − ŷ‖² / Σ‖y − ȳ‖², ȳ the held-out mean; sums accumulated over batches), L0 and the
-    fraction of features never active."""
+def _evaluate(e: Engine, held: Tensor, layers: list[int], trained: Union[list[Transcoder], CrossLayerTranscoder],
+              batch_size: int, device: torch.device) -> dict[str, Any]:
+    """Held-out FVU per output layer (Σ‖y − ŷ‖² / Σ‖y − ȳ‖², ȳ the held-out mean; sums accumulated over batches; a
+    CLT's ŷ its joint reconstruction), L0 and the fraction of features never active per encoder layer."""
     n = len(layers)
+    widths = [trained.n_features] * n if isinstance(trained, CrossLayerTranscoder) else [t.n_features for t in trained]
     sse = torch.zeros(n, dtype=torch.float64, device="cpu")
-    sy = torch.zeros(n, tcs[0].d_model, dtype=torch.float64, device="cpu")
+    sy = torch.zeros(n, e.arch.d_model, dtype=torch.float64, device="cpu")
     syy = torch.zeros(n, dtype=torch.float64, device="cpu")
     active = torch.zeros(n, dtype=torch.float64, device="cpu")
-    ever = [torch.zeros(t.n_features, dtype=torch.bool, device="cpu") for t in tcs]
+    ever = [torch.zeros(w, dtype=torch.bool, device="cpu") for w in widths]
     N = 0
     with torch.no_grad():
         for b in range(0, held.shape[0], batch_size):
             x, y = _activations(e, held[b: b + batch_size].to(device), layers)
             x, y = x.cpu(), y.cpu()
             N += x.shape[1]
-            for i, t in enumerate(tcs):
-                f = t.encode(x[i])
-                r = y[i] - t.decode(f)
+            if isinstance(trained, CrossLayerTranscoder):
+                fs = trained.encode(x)
+                yhat = trained.decode(fs, x)
+            else:
+                fs = torch.stack([t.encode(x[i]) for i, t in enumerate(trained)])
+                yhat = torch.stack([t.decode(fs[i]) for i, t in enumerate(trained)])
+            for i in range(n):
+                r = y[i] - yhat[i]
                 sse[i] += r.double().pow(2).sum()
                 sy[i] += y[i].double().sum(0)
                 syy[i] += y[i].double().pow(2).sum()
-                nz = f != 0
+                nz = fs[i] != 0
                 active[i] += nz.sum()
                 ever[i] |= nz.any(0)
     var = syy - sy.pow(2).sum(1) / N  # Σ‖y − ȳ‖² = Σ‖y‖² − N‖ȳ‖²
     return dict(fvu=(sse / var).tolist(), l0=(active / N).tolist(), dead=[1.0 - float(v.float().mean()) for v in ever],
                 eval_tokens=N)
-

@@ -9,7 +9,7 @@ Run in the side environments (never interp's):
 
     /work/sidenv/sae/bin/python scripts/sidenv/make_dictionary_fixtures.py saelens saelens_saes sparsify dictionary_learning
     # sae-lens 6.54, eai-sparsify 1.3, dictionary-learning 0.1.0 (--no-deps)
-    /work/sidenv/ct/bin/python scripts/sidenv/make_dictionary_fixtures.py circuit_tracer gemma_scope_2  # circuit-tracer 0.5.0
+    /work/sidenv/ct/bin/python scripts/sidenv/make_dictionary_fixtures.py circuit_tracer circuit_tracer_clt gemma_scope_2  # circuit-tracer 0.5.0
 
 (the environments: ``python -m venv DIR; DIR/bin/pip install torch==2.13.0`` first, then
 ``sae-lens eai-sparsify`` (and ``--no-deps dictionary-learning==0.1.0``), or ``circuit-tracer==0.5.0 "nnsight<0.8"``).
@@ -195,6 +195,36 @@ def circuit_tracer() -> None:
                                       "transcoders:\n" + "".join(f"  - {f}\n" for f in files))
 
 
+def circuit_tracer_clt() -> None:
+    """Cross-layer transcoders (model_kind: cross_layer_transcoder) written by circuit-tracer's own
+    CrossLayerTranscoder.to_safetensors (W_enc_{i}.safetensors: W_enc_i [F, d], b_enc_i, b_dec_i, threshold_i;
+    W_dec_{i}.safetensors: W_dec_i [F, L − i, d]), a ReLU one and a JumpReLU one; the expected numbers are those of
+    the CLT circuit-tracer's load_clt reads back from the folder: x [L, 5, d] (each layer's MLP input), ``acts``
+    (its encode) and ``out`` (its forward: every layer's reconstruction Σ_{i ≤ j} f_i W_dec[i → j] + b_dec[j])."""
+    from circuit_tracer.transcoder.cross_layer_transcoder import CrossLayerTranscoder, load_clt
+
+    x = torch.randn(LAYERS, 5, D, generator=torch.Generator().manual_seed(1))
+    for name, act in (("circuit_tracer_clt", "relu"), ("circuit_tracer_clt_jumprelu", "jump_relu")):
+        root = OUT / name
+        root.mkdir(parents=True, exist_ok=True)
+        clt = CrossLayerTranscoder(LAYERS, F, D, activation_function=act, lazy_decoder=False,
+                                   feature_input_hook="mlp.hook_in", feature_output_hook="mlp.hook_out",
+                                   device=torch.device("cpu"), dtype=torch.float32)
+        _randomize(clt, 500 + len(act))
+        if act == "jump_relu":
+            with torch.no_grad():
+                clt.activation_function.threshold.abs_()
+        clt.to_safetensors(str(root))
+        (root / "config.yaml").write_text("model_kind: cross_layer_transcoder\nscan: tiny-llama-clt-fixture\n"
+                                          "feature_input_hook: mlp.hook_in\nfeature_output_hook: mlp.hook_out\n")
+        back = load_clt(str(root), feature_input_hook="mlp.hook_in", feature_output_hook="mlp.hook_out",
+                        device=torch.device("cpu"), dtype=torch.float32)
+        with torch.no_grad():
+            acts, out = back.encode(x), back(x)
+        assert out.shape == x.shape and int((acts != 0).sum()) > 0
+        save_file({"x": x, "acts": acts.contiguous(), "out": out.contiguous()}, str(root / "expected.safetensors"))
+
+
 def gemma_scope_2() -> None:
     """Gemma Scope 2's transcoder keys (w_enc [d, F], w_dec, b_enc, b_dec, threshold, affine_skip_connection
     [d_in, d_out]), read back by circuit-tracer's own load_gemma_scope_2_transcoder for the expected numbers."""
@@ -219,5 +249,5 @@ def gemma_scope_2() -> None:
 if __name__ == "__main__":
     for what in sys.argv[1:]:
         {"saelens": saelens, "saelens_saes": saelens_saes, "sparsify": sparsify, "dictionary_learning": dictionary_learning, "circuit_tracer": circuit_tracer,
-         "gemma_scope_2": gemma_scope_2}[what]()
+         "circuit_tracer_clt": circuit_tracer_clt, "gemma_scope_2": gemma_scope_2}[what]()
         print("wrote", what)
