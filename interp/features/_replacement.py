@@ -22,9 +22,9 @@ import torch
 from torch import Tensor
 
 from interp.engine import Engine, RunCache
-from interp.errors import ArgumentError, ContextLengthWarning, UnsupportedArchitectureError, warn_user
+from interp.errors import ArgumentError, ContextLengthWarning, UnsupportedArchitectureError, UnsupportedOperationError, warn_user
 from interp.features._sae import SAE
-from interp.features._transcoder import Transcoder, check_layers, mlp_input
+from interp.features._transcoder import CrossLayerTranscoder, Transcoder, check_layers, mlp_input
 from interp.models import Model, run_block
 
 __all__ = ["FrozenReplacement", "RealRun", "check_replaceable", "real_forward"]
@@ -42,6 +42,11 @@ def check_replaceable(model: Model, transcoders: Sequence[Transcoder]) -> None:
         raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to replace by transcoders")
     if not a.causal or model.weights.W_U is None:
         raise UnsupportedArchitectureError(f"model {model.name!r} is not a decoder with an unembedding")
+    if isinstance(transcoders, CrossLayerTranscoder):
+        raise UnsupportedOperationError(
+            f"transcoders is a {transcoders!r}: attribution graphs, interventions, QK attribution and faithfulness "
+            "take per-layer transcoders so far (a cross-layer feature, one node writing at several layers, is not "
+            "built into the replacement model yet); pass a list of interp.features.Transcoder, one per layer")
     if isinstance(transcoders, (list, tuple)):
         for i, t in enumerate(transcoders):
             if isinstance(t, SAE):
