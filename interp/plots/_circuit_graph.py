@@ -148,7 +148,8 @@ class _Grid:
         if isinstance(lab, L.Mlp):
             return _Node(s, "mlp", x, cm, "")
         if isinstance(lab, L.MlpInput):
-            return _Node(s, "port", x - _PORT_DX[lab.which], cm + (0.3 if lab.which == "gate" else 0.0), str(L.Mlp(lab.layer)))
+            return _Node(s, "port", x - _PORT_DX[lab.which], cm + (0.3 if lab.which == "gate" else 0.0),
+                         str(L.Mlp(lab.layer)))
         if isinstance(lab, L.Neuron):
             return _Node(s, "neuron", x, c + 1.0 + 0.5 * self._neuron_rank[(lab.layer, lab.index)], "")
         if isinstance(lab, L.Embed):
@@ -182,11 +183,13 @@ def _read_inputs(edges: Any, scores: Any, exact: Any, n_layers: Any, n_heads: An
             v = getattr(arch, attr, None) if v is None else v
             return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else given  # 0: not known
 
-        n_layers, n_heads, n_kv_heads = count("n_layers", n_layers), count("n_heads", n_heads), count("n_kv_heads", n_kv_heads)
+        n_layers, n_heads = count("n_layers", n_layers), count("n_heads", n_heads)
+        n_kv_heads = count("n_kv_heads", n_kv_heads)
         if title is None:
             parts = [str(v) for v in (getattr(res, "model_name", None), getattr(res, "method", None)) if v]
             metric = getattr(res, "metric", None)
-            title = "Circuit graph" + (f" — {', '.join(parts)}" if parts else "") + (f"; metric {metric}" if metric else "")
+            title = ("Circuit graph" + (f" — {', '.join(parts)}" if parts else "")
+                     + (f"; metric {metric}" if metric else ""))
     if scores is None:
         raise ArgumentError("scores is None: give one score per edge (or a result with .edges and .scores)")
     if isinstance(edges, (str, bytes)) or not isinstance(edges, Sequence):
@@ -270,9 +273,9 @@ def circuit_graph_figure(
 
     ``edges``: edge labels ``'L0.H3→L1.attn.k[H2]'`` (str or :class:`interp.labels.Edge`), or a result
     with ``.edges`` and ``.scores`` (and optionally ``.exact``, ``.n_layers``/``.n_heads``/``.n_kv_heads``);
-    ``scores``: one number per edge (NaN: an edge without a score, drawn dotted grey); ``exact``: the exact patching effect per edge (NaN where not
-    computed) or a mapping edge → effect — shown in the edge's hover; ``node_info``: per node label
-    (``'L3.H5'``, ``'L3.mlp'``, a port ``'L3.attn.q[H5]'``) a mapping of hover lines, e.g.
+    ``scores``: one number per edge (NaN: an edge without a score, drawn dotted grey); ``exact``: the exact
+    patching effect per edge (NaN where not computed) or a mapping edge → effect — shown in the edge's hover;
+    ``node_info``: per node label (``'L3.H5'``, ``'L3.mlp'``, a port ``'L3.attn.q[H5]'``) a mapping of hover lines, e.g.
     ``{"DLA": 0.41, "attends to": "“ Mary”@4 0.62", "OV top tokens": ["“ Mary” → “ Mary” 3.1"]}``; nodes
     are coloured by the numeric entry ``node_value``. ``max_edges``: draw the edges with the largest
     |score| (the subtitle says how many were left out); ``n_heads`` / ``n_kv_heads``: the model's head
@@ -288,26 +291,64 @@ def circuit_graph_figure(
     The figure has no fixed width (it fills its container); with many layers the columns are labelled by
     layer only, node labels are left to the hover and markers shrink, so that 30 layers fit in 1,400 px.
     """
+    # 1. the inputs read and checked
     edges, s, ex, n_layers, n_heads, n_kv_heads, title = _read_inputs(edges, scores, exact, n_layers, n_heads,
                                                                       n_kv_heads, title)
+    _check_options(max_edges, n_bins, scale, n_layers, n_heads, n_kv_heads, node_info)
+    # 2. the edges drawn: the max_edges largest |score|, or the union of the steps
+    sets = _read_steps(steps, step_labels, edges) if steps is not None else None
+    keep, active = _drawn_edges(s, max_edges, sets, active)
+    # 3. their writers and readers parsed, and every node placed on the grid
+    w_txt, r_txt, parsed = _parse_edges(edges, keep)
+    grid = _Grid([parsed[t] for t in w_txt], [parsed[t] for t in r_txt], n_layers, n_heads, n_kv_heads)
+    nodes, kv_of = _place_nodes(grid, parsed, w_txt, r_txt, node_info if sets is None else None)
+    # 4. each drawn edge's curve, |score| bin and hover; each node's hover and colour value
+    arcs = _arcs(nodes, w_txt, r_txt, s, ex, keep, score_name, scale, n_bins)
+    node_hover, node_value_of = _node_hovers(nodes, edges, s, node_info, node_value, score_name, grid)
+    scene = _Scene(nodes, kv_of, arcs, node_hover, node_value_of, grid, score_name, n_bins, len(edges),
+                   ranked=sets is None)
+    # 5. one drawing per view: the whole graph, or each step
+    views = _views(keep, w_txt, r_txt, nodes, kv_of, sets)
+    drawn = [scene.draw(sel, labels) for sel, labels, _ in views]
+    # 6. the figure: the first view's traces and layout, and with steps a slider over the views
+    first = drawn[active if sets is not None and active is not None else 0]
+    fig = go.Figure()
+    _add_traces(fig, first[1], scene, node_value, stepped=sets is not None)
+    head = f"{esc(title)}<br><sup>"
+    fig.update_layout(**_layout(scene, head + first[2] + "</sup>", first[0], stepped=sets is not None))
+    if sets is not None:
+        fig.update_layout(sliders=[_slider(views, drawn, head, active, len(fig.data))])
+    return fig
+
+
+def _check_options(max_edges: Any, n_bins: Any, scale: Any, n_layers: Any, n_heads: Any, n_kv_heads: Any,
+                   node_info: Any) -> None:
+    """The drawing options checked (typed errors naming the argument)."""
     check_positive_int("max_edges", max_edges)
     check_int_range("n_bins", n_bins, 1, 10)
     check_choice("scale", scale, ("sqrt", "linear", "log"))
     for name, v in (("n_layers", n_layers), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
         check_positive_int(name, v, allow_none=True)
     if node_info is not None and not isinstance(node_info, Mapping):
-        raise ArgumentError(f"node_info must be a mapping node label -> {{name: value}}, got {type(node_info).__name__}")
-    n_total = len(edges)
-    sets = _read_steps(steps, step_labels, edges) if steps is not None else None
+        raise ArgumentError(f"node_info must be a mapping node label -> {{name: value}}, "
+                            f"got {type(node_info).__name__}")
+
+
+def _drawn_edges(s: np.ndarray, max_edges: int, sets: Optional[list[tuple[list[int], str]]],
+                 active: Optional[int]) -> tuple[np.ndarray, Optional[int]]:
+    """The indices of the drawn edges in the caller's order, and the step drawn first (``active`` mod steps)."""
     if sets is None:
         order = np.argsort(-np.nan_to_num(np.abs(s), nan=-1.0), kind="stable")[:max_edges]  # NaN (no score) last
-        keep = np.sort(order)  # drawn edges, in the caller's order
-    else:
-        keep = np.array(sorted(set().union(*(set(st) for st, _ in sets))), dtype=np.int64)
-        if active is None:
-            active = len(sets) - 1
-        check_int_range("active", active, -len(sets), len(sets))
-        active %= len(sets)
+        return np.sort(order), active
+    keep = np.array(sorted(set().union(*(set(st) for st, _ in sets))), dtype=np.int64)
+    if active is None:
+        active = len(sets) - 1
+    check_int_range("active", active, -len(sets), len(sets))
+    return keep, active % len(sets)
+
+
+def _parse_edges(edges: list[str], keep: np.ndarray) -> tuple[list[str], list[str], dict[str, Any]]:
+    """The drawn edges' writer and reader texts, and each text parsed; an edge must join a write to a read."""
     w_txt, r_txt = [], []
     for i in keep:
         w, r = _split_edge(edges[i], int(i))
@@ -321,14 +362,20 @@ def circuit_graph_figure(
             raise LabelError(f"edges holds {t!r}, which is not a label: {e}") from None
     for i, (w, r) in enumerate(zip(w_txt, r_txt)):
         if not isinstance(parsed[w], L._WRITES) or not isinstance(parsed[r], L._READS):
-            raise LabelError(f"edges[{int(keep[i])}]={edges[keep[i]]!r} must join a write (embed, L3.H5, L3.mlp, ...) "
-                             f"to a read (L3.attn.q[H5], L3.attn.k[H1], L3.mlp.in, unembed)")
-    grid = _Grid([parsed[t] for t in w_txt], [parsed[t] for t in r_txt], n_layers, n_heads, n_kv_heads)
+            raise LabelError(f"edges[{int(keep[i])}]={edges[keep[i]]!r} must join a write (embed, L3.H5, L3.mlp, "
+                             f"...) to a read (L3.attn.q[H5], L3.attn.k[H1], L3.mlp.in, unembed)")
+    return w_txt, r_txt, parsed
+
+
+def _place_nodes(grid: _Grid, parsed: Mapping[str, Any], w_txt: list[str], r_txt: list[str],
+                 described: Optional[Mapping[str, Any]]) -> tuple[dict[str, _Node], dict[str, list[str]]]:
+    """Every node drawn (the edges' ends, the ``described`` nodes, ports' owners, KV ports' query heads), and the
+    query heads each KV port is read by."""
     nodes: dict[str, _Node] = {}
     for t in sorted({*w_txt, *r_txt}):
         node = grid.place(parsed[t])
         nodes[node.label] = node
-    for t in (node_info or {}) if sets is None else ():  # described nodes are drawn even without a drawn edge
+    for t in described or {}:  # described nodes are drawn even without a drawn edge
         try:
             lab = L.parse(t)
         except LabelError:
@@ -348,13 +395,54 @@ def circuit_graph_figure(
         for h in hs:
             if h not in nodes:
                 nodes[h] = grid.place(L.parse(h))
+    return nodes, kv_of
 
-    ss = s[keep]
+
+@dataclass(frozen=True)
+class _Arcs:
+    """The drawn edges as curves: ends (wx, wy) → (rx, ry), control height cy, score, |score| bin (−1: no
+    score), hover text and hover point; ``smax``, ``fmin`` and ``scale`` give each bin's |score| range."""
+
+    wx: np.ndarray
+    wy: np.ndarray
+    rx: np.ndarray
+    ry: np.ndarray
+    cy: np.ndarray
+    scores: np.ndarray
+    bins: np.ndarray
+    hover: list[str]
+    mid_x: np.ndarray
+    mid_y: np.ndarray
+    smax: float
+    fmin: float
+    scale: str
+
+    def bin_edge(self, q: float) -> float:
+        """The |score| at fraction q of the bin scale."""
+        scale, fmin = self.scale, self.fmin
+        return self.smax * (q if scale == "linear" else q * q if scale == "sqrt" else fmin ** (1 - q) if fmin else q)
+
+
+def _arcs(nodes: Mapping[str, _Node], w_txt: list[str], r_txt: list[str], s: np.ndarray, ex: Optional[np.ndarray],
+          keep: np.ndarray, score_name: str, scale: str, n_bins: int) -> _Arcs:
+    """Each drawn edge's curve (longer edges arc higher), |score| bin and hover text at its midpoint."""
     wx = np.array([nodes[w].x for w in w_txt], dtype=np.float64)
     wy = np.array([nodes[w].y for w in w_txt], dtype=np.float64)
     rx = np.array([nodes[r].x for r in r_txt], dtype=np.float64)
     ry = np.array([nodes[r].y for r in r_txt], dtype=np.float64)
     cy = (wy + ry) / 2 - _bend(wx, rx)  # control points (y grows downwards: minus lifts the arc)
+    ss = s[keep]
+    bins, smax, fmin = _score_bins(ss, scale, n_bins)
+    # hover text at the edges' midpoints (invisible markers, of which plotly draws one: maxdisplayed)
+    mid_x = ((wx + rx) / 2).astype(np.float32)
+    mid_y = (0.25 * wy + 0.25 * ry + 0.5 * cy).astype(np.float32)
+    return _Arcs(wx, wy, rx, ry, cy, ss, bins, _edge_hovers(w_txt, r_txt, s, ex, keep, score_name), mid_x, mid_y,
+                 smax, fmin, scale)
+
+
+def _score_bins(ss: np.ndarray, scale: str, n_bins: int) -> tuple[np.ndarray, float, float]:
+    """Each score's |score| bin on the ``scale`` spacing (−1: no score), the largest |score| (1 when none) and,
+    for ``log``, the smallest nonzero |score| / the largest (0 when none)."""
     scored = np.isfinite(ss)
     smax = float(np.abs(ss[scored]).max()) if scored.any() else 0.0
     smax = smax or 1.0
@@ -366,143 +454,193 @@ def circuit_graph_figure(
     elif scale == "log":
         frac = (np.clip(np.log(np.maximum(frac, fmin) / fmin) / -math.log(fmin), 0, 1) if fmin
                 else (frac > 0).astype(np.float64))
-
-    def edge_of(q: float) -> float:
-        """The |score| at fraction q of the bin scale."""
-        return smax * (q if scale == "linear" else q * q if scale == "sqrt" else fmin ** (1 - q) if fmin else q)
     bins = np.where(scored, np.minimum((frac * n_bins).astype(int), n_bins - 1), -1)  # -1: no score
-    pos_c, neg_c = _bin_colours(n_bins, _POS), _bin_colours(n_bins, _NEG)
-    # hover text at the edges' midpoints (invisible markers, of which plotly draws one: maxdisplayed)
+    return bins, smax, fmin
+
+
+def _edge_hovers(w_txt: list[str], r_txt: list[str], s: np.ndarray, ex: Optional[np.ndarray], keep: np.ndarray,
+                 score_name: str) -> list[str]:
+    """Each drawn edge's hover: writer → reader, its score and its exact patching effect where computed."""
     hov = []
     for k, i in enumerate(keep):
         h = f"<b>{esc(w_txt[k])} {L.ARROW} {esc(r_txt[k])}</b><br>{esc(score_name)} {fmt(float(s[i]))}"
         if ex is not None:
-            h += f"<br>exact patching effect {fmt(float(ex[i]))}" if math.isfinite(ex[i]) else "<br>exact effect not computed"
+            h += (f"<br>exact patching effect {fmt(float(ex[i]))}" if math.isfinite(ex[i])
+                  else "<br>exact effect not computed")
         hov.append(h)
-    mid_x = ((wx + rx) / 2).astype(np.float32)
-    mid_y = (0.25 * wy + 0.25 * ry + 0.5 * cy).astype(np.float32)
-    node_hover, node_value_of = _node_hovers(nodes, edges, s, node_info, node_value, score_name, grid)
-    z_all = np.array([v for v in node_value_of.values() if math.isfinite(v)], dtype=float)
-    zmax = float(np.abs(z_all).max()) if len(z_all) else 0.0
-    n_cols = len(grid.columns)
-    dense = n_cols > _DENSE_COLUMNS
-    shrink = min(1.0, math.sqrt(_PLOT_PX / (n_cols + 0.4) / 40.0))  # markers shrink as columns get narrower
+    return hov
 
-    def draw(sel: np.ndarray, labels: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+
+def _views(keep: np.ndarray, w_txt: list[str], r_txt: list[str], nodes: Mapping[str, _Node],
+           kv_of: Mapping[str, list[str]], sets: Optional[list[tuple[list[int], str]]]
+           ) -> list[tuple[np.ndarray, list[str], str]]:
+    """(edges drawn as positions in ``keep``, node labels drawn, slider label) per view: the whole graph, or each
+    step with its ports' owners and its KV ports' query heads."""
+    if sets is None:
+        return [(np.arange(len(keep)), [*w_txt, *r_txt, *nodes], "")]
+    pos_in_keep = {int(i): k for k, i in enumerate(keep)}
+    views: list[tuple[np.ndarray, list[str], str]] = []
+    for st, step_name in sets:
+        sel = np.array(sorted(pos_in_keep[int(i)] for i in st), dtype=np.int64)
+        labels = [*(w_txt[k] for k in sel), *(r_txt[k] for k in sel)]
+        labels += [nodes[t].owner for t in labels if nodes[t].owner]
+        labels += [h for t in labels if t in kv_of for h in kv_of[t]]
+        views.append((sel, labels, step_name))
+    return views
+
+
+class _Scene:
+    """Everything one view is drawn from: the placed nodes, the arcs, the hovers, the marker sizes."""
+
+    def __init__(self, nodes: dict[str, _Node], kv_of: dict[str, list[str]], arcs: _Arcs, node_hover: dict[str, str],
+                 node_value_of: dict[str, float], grid: _Grid, score_name: str, n_bins: int, n_total: int, *,
+                 ranked: bool) -> None:
+        self.nodes, self.kv_of, self.arcs, self.grid = nodes, kv_of, arcs, grid
+        self.node_hover, self.node_value_of = node_hover, node_value_of
+        self.score_name, self.n_bins, self.n_total, self.ranked = score_name, n_bins, n_total, ranked
+        z_all = np.array([v for v in node_value_of.values() if math.isfinite(v)], dtype=float)
+        self.zmax = float(np.abs(z_all).max()) if len(z_all) else 0.0
+        self.n_cols = len(grid.columns)
+        self.dense = self.n_cols > _DENSE_COLUMNS
+        self.shrink = min(1.0, math.sqrt(_PLOT_PX / (self.n_cols + 0.4) / 40.0))  # markers shrink with the columns
+
+    def draw(self, sel: np.ndarray, labels: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
         """Shapes, the three traces' data (edge hovers, nodes, ports) and the subtitle of the edges ``sel``."""
-        shown_nodes = [nodes[t] for t in sorted(set(labels))]
-        have = set(labels)
+        shown_nodes = [self.nodes[t] for t in sorted(set(labels))]
+        shapes = self._joins(shown_nodes, set(labels)) + self._edge_paths(sel)
+        traces = [self._edge_hover_trace(sel)] + [self._node_trace(shown_nodes, kind) for kind in ("node", "port")]
+        return shapes, traces, self._subtitle(len(sel), len(shown_nodes))
+
+    def _joins(self, shown_nodes: list[_Node], have: set[str]) -> list[dict[str, Any]]:
+        """The structure: ports joined to their heads / MLP (one thin grey path under everything)."""
+        nodes, kv_of = self.nodes, self.kv_of
         joins = [(n, nodes[n.owner]) for n in shown_nodes if n.owner and n.owner in have]
         joins += [(nodes[t], nodes[h]) for t in sorted(have & set(kv_of)) for h in kv_of[t] if h in have]
+        if not joins:
+            return []
+        return [dict(type="path", xref="x", yref="y", layer="below", line=dict(color="#bbbbbb", width=0.8),
+                     path=_segments([a.x for a, _ in joins], [a.y for a, _ in joins],
+                                    [b.x for _, b in joins], [b.y for _, b in joins]))]
+
+    def _edge_paths(self, sel: np.ndarray) -> list[dict[str, Any]]:
+        """The unscored edges (dotted grey), then one path per (|score| bin, sign) holding all its curves, weakest
+        first so strong edges are on top."""
+        a, n_bins, name = self.arcs, self.n_bins, esc(self.score_name)
+        b_sel, s_sel = a.bins[sel], a.scores[sel]
         shapes: list[dict[str, Any]] = []
-        if joins:  # structure: ports joined to their heads / MLP (one thin grey path under everything)
-            shapes.append(dict(type="path", xref="x", yref="y", layer="below", line=dict(color="#bbbbbb", width=0.8),
-                               path=_segments([a.x for a, _ in joins], [a.y for a, _ in joins],
-                                              [b.x for _, b in joins], [b.y for _, b in joins])))
-        b_sel, s_sel = bins[sel], ss[sel]
         unscored = sel[b_sel < 0]
         if len(unscored):
             shapes.append(dict(type="path", xref="x", yref="y", layer="below", showlegend=True, legendrank=99,
-                               path=_curves(wx[unscored], wy[unscored], rx[unscored], ry[unscored], cy[unscored]),
+                               path=_curves(a.wx[unscored], a.wy[unscored], a.rx[unscored], a.ry[unscored],
+                                            a.cy[unscored]),
                                line=dict(color="#888888", width=1.0, dash="dot"), opacity=0.6,
-                               name=f"no {esc(score_name)} ({len(unscored)})"))
-        # edges: one path per (|score| bin, sign) holding all its curves, weakest first so strong edges are on top
+                               name=f"no {name} ({len(unscored)})"))
+        pos_c, neg_c = _bin_colours(n_bins, _POS), _bin_colours(n_bins, _NEG)
         for b in range(n_bins):
             for positive, colours, word in ((True, pos_c, "supports (> 0)"), (False, neg_c, "opposes (≤ 0)")):
                 one = sel[(b_sel == b) & ((s_sel > 0) if positive else (s_sel <= 0))]
                 if not len(one):
                     continue
-                lo, hi = edge_of(b / n_bins), edge_of((b + 1) / n_bins)
+                lo, hi = a.bin_edge(b / n_bins), a.bin_edge((b + 1) / n_bins)
                 shapes.append(dict(
                     type="path", xref="x", yref="y", layer="below",
-                    path=_curves(wx[one], wy[one], rx[one], ry[one], cy[one]),
+                    path=_curves(a.wx[one], a.wy[one], a.rx[one], a.ry[one], a.cy[one]),
                     line=dict(color=colours[b], width=round(0.6 + 5.4 * (b + 1) / n_bins, 2)),
                     opacity=round(0.3 + 0.7 * (b + 1) / n_bins, 3), showlegend=True, legendrank=100 + b,
-                    name=f"{word}: |{esc(score_name)}| {fmt(lo, 2)}–{fmt(hi, 2)} ({len(one)})",
+                    name=f"{word}: |{name}| {fmt(lo, 2)}–{fmt(hi, 2)} ({len(one)})",
                 ))
-        traces = [dict(x=mid_x[sel].tolist(), y=mid_y[sel].tolist(), hovertext=[hov[k] for k in sel], text=None,
-                       size=8, symbol="circle", color="rgba(0,0,0,0)")]
-        for kind in ("node", "port"):  # a fixed trace order: the figure is the same on every run
-            members = sorted((n for n in shown_nodes if (n.kind == "port") == (kind == "port")),
-                             key=lambda n: (n.x, n.y, n.label))
-            z = np.array([node_value_of[n.label] for n in members], dtype=float)
-            traces.append(dict(
-                x=[n.x for n in members], y=[n.y for n in members], hovertext=[node_hover[n.label] for n in members],
-                text=None if kind == "port" or dense else [_short(n) for n in members],
-                size=max(4, round(7 * shrink)) if kind == "port" else
-                [max(6, round(_SIZE.get(n.kind, 12) * shrink)) for n in members],
-                symbol="circle" if kind == "port" else [_SYMBOL.get(n.kind, "circle") for n in members],
-                color="#ffffff" if kind == "port" else
-                (np.where(np.isfinite(z), z, 0.0).tolist() if zmax else "#dddddd")))
-        shown = (f"{len(sel):,} of {n_total:,} edges (largest |{score_name}|)" if sets is None and len(sel) < n_total
-                 else f"{len(sel):,} of {n_total:,} edges" if len(sel) < n_total else f"{n_total:,} edges")
-        sub = (f"{shown}, {len(shown_nodes)} nodes · width and opacity ∝ |{score_name}|, blue > 0 supports the "
-               "metric, red < 0 opposes it · "
-               "hover an edge's middle or a node")
-        return shapes, traces, sub
+        return shapes
 
-    pos_in_keep = {int(i): k for k, i in enumerate(keep)}
-    views: list[tuple[np.ndarray, list[str], str]] = []
-    if sets is None:
-        views.append((np.arange(len(keep)), [*w_txt, *r_txt, *nodes], ""))
-    else:
-        for st, step_name in sets:
-            sel = np.array(sorted(pos_in_keep[int(i)] for i in st), dtype=np.int64)
-            labels = [*(w_txt[k] for k in sel), *(r_txt[k] for k in sel)]
-            labels += [nodes[t].owner for t in labels if nodes[t].owner]
-            labels += [h for t in labels if t in kv_of for h in kv_of[t]]
-            views.append((sel, labels, step_name))
-    drawn = [draw(sel, labels) for sel, labels, _ in views]
-    first = drawn[active if sets is not None and active is not None else 0]
-    fig = go.Figure()
-    edge_tr, node_tr, port_tr = first[1]
+    def _edge_hover_trace(self, sel: np.ndarray) -> dict[str, Any]:
+        """The invisible markers at the edges' midpoints that carry their hover text."""
+        a = self.arcs
+        return dict(x=a.mid_x[sel].tolist(), y=a.mid_y[sel].tolist(), hovertext=[a.hover[k] for k in sel], text=None,
+                    size=8, symbol="circle", color="rgba(0,0,0,0)")
+
+    def _node_trace(self, shown_nodes: list[_Node], kind: str) -> dict[str, Any]:
+        """The markers of the shown nodes (``kind="node"``, coloured by value) or ports, in a fixed order."""
+        members = sorted((n for n in shown_nodes if (n.kind == "port") == (kind == "port")),
+                         key=lambda n: (n.x, n.y, n.label))
+        z = np.array([self.node_value_of[n.label] for n in members], dtype=float)
+        shrink = self.shrink
+        return dict(
+            x=[n.x for n in members], y=[n.y for n in members], hovertext=[self.node_hover[n.label] for n in members],
+            text=None if kind == "port" or self.dense else [_short(n) for n in members],
+            size=max(4, round(7 * shrink)) if kind == "port" else
+            [max(6, round(_SIZE.get(n.kind, 12) * shrink)) for n in members],
+            symbol="circle" if kind == "port" else [_SYMBOL.get(n.kind, "circle") for n in members],
+            color="#ffffff" if kind == "port" else
+            (np.where(np.isfinite(z), z, 0.0).tolist() if self.zmax else "#dddddd"))
+
+    def _subtitle(self, n_drawn: int, n_nodes: int) -> str:
+        """How many edges and nodes are drawn, and how to read the figure."""
+        n_total, score_name = self.n_total, self.score_name
+        shown = (f"{n_drawn:,} of {n_total:,} edges (largest |{score_name}|)" if self.ranked and n_drawn < n_total
+                 else f"{n_drawn:,} of {n_total:,} edges" if n_drawn < n_total else f"{n_total:,} edges")
+        return (f"{shown}, {n_nodes} nodes · width and opacity ∝ |{score_name}|, blue > 0 supports the "
+                "metric, red < 0 opposes it · "
+                "hover an edge's middle or a node")
+
+
+def _add_traces(fig: go.Figure, traces: list[dict[str, Any]], scene: _Scene, node_value: str, *,
+                stepped: bool) -> None:
+    """The edge-hover, node and port traces of the first view (node and port traces kept empty with steps)."""
+    edge_tr, node_tr, port_tr = traces
     fig.add_trace(go.Scatter(x=edge_tr["x"], y=edge_tr["y"], mode="markers", hovertext=edge_tr["hovertext"],
                              marker=dict(size=8, color="rgba(0,0,0,0)", maxdisplayed=1), hoverinfo="text",
                              showlegend=False, name="edges"))
     for kind, tr in (("node", node_tr), ("port", port_tr)):
-        if sets is None and not tr["x"]:
+        if not stepped and not tr["x"]:
             continue
         marker: dict[str, Any] = dict(line=dict(color="#333", width=1), size=tr["size"], symbol=tr["symbol"],
                                       color=tr["color"])
-        if kind == "node" and zmax:
-            marker.update(colorscale="RdBu", cmid=0.0, cmin=-zmax, cmax=zmax,
+        if kind == "node" and scene.zmax:
+            marker.update(colorscale="RdBu", cmid=0.0, cmin=-scene.zmax, cmax=scene.zmax,
                           colorbar=dict(title=esc(node_value), x=1.02, len=0.5))
         fig.add_trace(go.Scatter(
-            x=tr["x"], y=tr["y"], mode="markers" if kind == "port" or dense else "markers+text", text=tr["text"],
-            textposition="top center", textfont=dict(size=9), marker=marker, hovertext=tr["hovertext"],
-            hoverinfo="text", showlegend=False, name="inputs (q, k, v, mlp.in)" if kind == "port" else "nodes"))
-    n_tr = len(fig.data)
+            x=tr["x"], y=tr["y"], mode="markers" if kind == "port" or scene.dense else "markers+text",
+            text=tr["text"], textposition="top center", textfont=dict(size=9), marker=marker,
+            hovertext=tr["hovertext"], hoverinfo="text", showlegend=False,
+            name="inputs (q, k, v, mlp.in)" if kind == "port" else "nodes"))
+
+
+def _layout(scene: _Scene, title: str, shapes: list[dict[str, Any]], *, stepped: bool) -> dict[str, Any]:
+    """The layout: title, axes (head 0 on top; with steps one y range for all of them), size, legend, shapes."""
+    grid, dense = scene.grid, scene.dense
     # with steps, one y range for all of them (every node and arc of the union), so nothing moves between steps
-    ys = [n.y for n in nodes.values()] + cy.tolist() + [0.0, float(grid.n_heads - 1)]
+    ys = [n.y for n in scene.nodes.values()] + scene.arcs.cy.tolist() + [0.0, float(grid.n_heads - 1)]
     y_range = [max(ys) + 0.5, min(ys) - 0.3]  # reversed: head 0 on top
-    head = f"{esc(title)}<br><sup>"
-    fig.update_layout(
-        title=dict(text=head + first[2] + "</sup>", yref="container", y=1.0, yanchor="top", pad=dict(t=12)),
+    return dict(
+        title=dict(text=title, yref="container", y=1.0, yanchor="top", pad=dict(t=12)),
         xaxis=dict(tickmode="array", tickvals=grid.ticks(short=dense)[0], ticktext=grid.ticks(short=dense)[1],
-                   zeroline=False, showgrid=False, range=[-0.8, n_cols - 0.4], tickangle=0,
+                   zeroline=False, showgrid=False, range=[-0.8, scene.n_cols - 0.4], tickangle=0,
                    title="layer (each layer: its attention heads, then its MLP)" if dense else None),
         yaxis=dict(title="head", zeroline=False, showgrid=False,  # ticks at the heads only (arcs rise above head 0)
                    **(dict(tickmode="array", tickvals=list(range(grid.n_heads))) if grid.n_heads <= 24 else {}),
-                   **(dict(autorange="reversed") if sets is None else dict(range=y_range))),
+                   **(dict(autorange="reversed") if not stepped else dict(range=y_range))),
         autosize=True,
-        height=int(min(2400, max(520, 34 * (grid.n_heads + 3) + 240)) + (90 if sets is not None else 0)),
-        template="plotly_white", hovermode="closest", hoverlabel=dict(align="left"), shapes=first[0],
-        margin=dict(l=60, r=30, t=90 if sets is None else 140, b=60),
-        legend=dict(orientation="h", yanchor="top", y=-0.1 if dense else -0.08, xanchor="left", x=0, font=dict(size=10),
-                    title=dict(text=f"edges ({esc(score_name)})")),
+        height=int(min(2400, max(520, 34 * (grid.n_heads + 3) + 240)) + (90 if stepped else 0)),
+        template="plotly_white", hovermode="closest", hoverlabel=dict(align="left"), shapes=shapes,
+        margin=dict(l=60, r=30, t=140 if stepped else 90, b=60),
+        legend=dict(orientation="h", yanchor="top", y=-0.1 if dense else -0.08, xanchor="left", x=0,
+                    font=dict(size=10), title=dict(text=f"edges ({esc(scene.score_name)})")),
     )
-    if sets is not None:
-        keys = ("x", "y", "hovertext", "text", "size", "symbol", "color")
-        fig.update_layout(sliders=[dict(
-            active=active, x=0, len=1, y=1.0, yanchor="bottom", pad=dict(t=0, b=36),
-            currentvalue=dict(visible=False), font=dict(size=10),
-            steps=[dict(method="update", label=lab, args=[
-                {("marker." + k if k in ("size", "symbol", "color") else k): [tr[k] for tr in trs][:n_tr]
-                 for k in keys},
-                {"shapes": shapes, "title.text": head + sub + "</sup>"}, list(range(n_tr))])
-                for (_, _, lab), (shapes, trs, sub) in zip(views, drawn)],
-        )])
-    return fig
+
+
+def _slider(views: list[tuple[np.ndarray, list[str], str]],
+            drawn: list[tuple[list[dict[str, Any]], list[dict[str, Any]], str]], head: str, active: Optional[int],
+            n_tr: int) -> dict[str, Any]:
+    """The step slider: each step restyles the ``n_tr`` traces and swaps the shapes and the subtitle."""
+    keys = ("x", "y", "hovertext", "text", "size", "symbol", "color")
+    return dict(
+        active=active, x=0, len=1, y=1.0, yanchor="bottom", pad=dict(t=0, b=36),
+        currentvalue=dict(visible=False), font=dict(size=10),
+        steps=[dict(method="update", label=lab, args=[
+            {("marker." + k if k in ("size", "symbol", "color") else k): [tr[k] for tr in trs][:n_tr]
+             for k in keys},
+            {"shapes": shapes, "title.text": head + sub + "</sup>"}, list(range(n_tr))])
+            for (_, _, lab), (shapes, trs, sub) in zip(views, drawn)],
+    )
 
 
 _SIZE = {"head": 15, "mlp": 17, "embed": 15, "output": 19, "bias": 8, "neuron": 7, "other": 10}
@@ -523,7 +661,8 @@ def _bend(x0: np.ndarray, x1: np.ndarray) -> np.ndarray:
 
 def _curves(x0: Any, y0: Any, x1: Any, y1: Any, cy: Any) -> str:
     """An SVG path of separate quadratic Bézier curves (x0, y0) → (x1, y1) with control points ((x0+x1)/2, cy)."""
-    return "".join(f"M{a:.4g},{b:.4g}Q{(a + c) / 2:.4g},{e:.4g} {c:.4g},{d:.4g}" for a, b, c, d, e in zip(x0, y0, x1, y1, cy))
+    return "".join(f"M{a:.4g},{b:.4g}Q{(a + c) / 2:.4g},{e:.4g} {c:.4g},{d:.4g}"
+                   for a, b, c, d, e in zip(x0, y0, x1, y1, cy))
 
 
 def _read_steps(steps: Any, step_labels: Any, edges: list[str]) -> list[tuple[list[int], str]]:
