@@ -22,7 +22,7 @@ filled (edges, constant terms, values), 5. the graph assembled.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -35,7 +35,7 @@ from interp.features._logit_effects import top_and_bottom_logits
 from interp.features._prompt import one_prompt, output_tokens, position, token_text
 from interp.features._replacement import RealRun, check_replaceable, real_forward
 from interp.features._result import AttributionGraph, check_thresholds
-from interp.features._transcoder import Transcoder
+from interp.features._transcoder import CrossLayerTranscoder, Transcoder
 from interp.labels import Feature, FeatureError
 from interp.models import Model
 from interp.stream import require_model
@@ -46,7 +46,7 @@ __all__ = ["attribution_graph"]
 def attribution_graph(
     model: Model,
     prompt: str | Tensor,
-    transcoders: Sequence[Transcoder],
+    transcoders: Union[Sequence[Transcoder], CrossLayerTranscoder],
     *,
     target: Optional[TokenSpec] = None,
     wrong: Optional[TokenSpec] = None,
@@ -59,7 +59,10 @@ def attribution_graph(
     logit_effects: int = 0,
     batch_size: int = 256,
 ) -> AttributionGraph:
-    """The exact attribution graph of ``prompt`` over per-layer ``transcoders`` (module docstring).
+    """The exact attribution graph of ``prompt`` over per-layer ``transcoders`` (module docstring), or over one
+    :class:`CrossLayerTranscoder`: its feature of layer l is one node whose decoders write at l and every later
+    layer (its edges into a target sum the paths from each of its writes), the error node of layer l' is the MLP's
+    write minus the CLT's joint reconstruction of it.
 
     ``target`` is the token whose logit at position ``pos`` is the graph's output (node ``logit``); with ``wrong``
     the output is the logit difference target − wrong. Without ``target`` the outputs are the top logits (nodes
@@ -86,7 +89,7 @@ def attribution_graph(
     """
     # 1. the inputs checked
     require_model(model)
-    check_replaceable(model, transcoders)
+    check_replaceable(model, transcoders, cross_layer=True)
     _check_options(node_threshold, edge_threshold, batch_size, max_n_logits, logit_effects, desired_logit_prob)
     tokens, mask = one_prompt(model, prompt)
     n = tokens.shape[1]
@@ -267,30 +270,50 @@ def _target_ends(real: RealRun, nodes: NodeOrder, out: LogitTargets) -> Ends:
     return Ends(torch.cat(reads), torch.cat(layer), torch.cat(pos), nodes.targets())
 
 
-def _source_ends(real: RealRun, nodes: NodeOrder) -> Ends:
+def _source_ends(real: RealRun, nodes: NodeOrder) -> tuple[Ends, Tensor]:
     """The sources' writes (per layer: its features' a_f W_dec[f], then its error nodes; then the token
-    embeddings), their layer (−1 for an embedding), position and column."""
-    tcs, feats, n = real.tcs, real.feats, nodes.n
+    embeddings), their layer (−1 for an embedding), position and column; and ``owner`` [X]: a CLT feature's writes
+    at the layers after its own are extra sources in columns N, N + 1, … of their own, ``owner`` their feature's
+    column (empty for per-layer transcoders)."""
+    feats, n = real.feats, nodes.n
     every = torch.arange(n, device="cpu")
-    vecs, layer, pos, index = [], [], [], []
+    vecs, layer, pos, index, owner = [], [], [], [], []
+    extra = nodes.N
     for k in range(nodes.L):
-        vecs += [tcs[k].W_dec[feats[k][1]] * real.acts[k][:, None], real.errs[k]]
-        layer.append(_host_full(nodes.counts[k] + n, k))
-        pos += [feats[k][0].cpu(), every]
         rows = nodes.features(k)
-        index += [torch.arange(rows.start, rows.stop, device="cpu"), nodes.n_feat + k * n + every]
+        cols = torch.arange(rows.start, rows.stop, device="cpu")
+        for j, W in real.writes(k, feats[k][1]):
+            vecs.append(W * real.acts[k][:, None])
+            layer.append(_host_full(nodes.counts[k], j))
+            pos.append(feats[k][0].cpu())
+            if j == k:
+                index.append(cols)
+            else:
+                index.append(torch.arange(extra, extra + len(cols), device="cpu"))
+                owner.append(cols)
+                extra += len(cols)
+        vecs.append(real.errs[k])
+        layer.append(_host_full(n, k))
+        pos.append(every)
+        index.append(nodes.n_feat + k * n + every)
     vecs.append(real.emb)
     layer.append(_host_full(n, -1))
     pos.append(every)
     index.append(nodes.tokens.start + every)
-    return Ends(torch.cat(vecs), torch.cat(layer), torch.cat(pos), torch.cat(index))
+    return (Ends(torch.cat(vecs), torch.cat(layer), torch.cat(pos), torch.cat(index)),
+            torch.cat(owner) if owner else torch.zeros(0, dtype=torch.long, device="cpu"))
 
 
 def _edges(real: RealRun, nodes: NodeOrder, out: LogitTargets, batch_size: int) -> Tensor:
     """The adjacency [N, N] (on the host): the frozen model's Jacobian between every source and every target
-    (:mod:`interp.features._jacobian`); zero where a source cannot reach a target, and in the sources' rows."""
-    A = torch.zeros(nodes.N, nodes.N, dtype=real.dtype, device=real.emb.device)
-    FrozenJacobian(real.frozen, nodes.n).fill(A, _target_ends(real, nodes, out), _source_ends(real, nodes), batch_size)
+    (:mod:`interp.features._jacobian`); zero where a source cannot reach a target, and in the sources' rows. A CLT
+    feature's writes at later layers are filled into columns of their own, then added into its column."""
+    src, owner = _source_ends(real, nodes)
+    A = torch.zeros(nodes.N, nodes.N + len(owner), dtype=real.dtype, device=real.emb.device)
+    FrozenJacobian(real.frozen, nodes.n).fill(A, _target_ends(real, nodes, out), src, batch_size)
+    if len(owner):
+        A[:, : nodes.N].index_add_(1, owner.to(A.device), A[:, nodes.N:])
+        A = A[:, : nodes.N].contiguous()
     return A.cpu()
 
 
@@ -394,7 +417,8 @@ def _logit_effects(real: RealRun, k: int) -> tuple[Tensor, Tensor]:
     for l, (_, f_idx) in enumerate(real.feats):
         u, inv = torch.unique(f_idx, return_inverse=True)
         where.append(inv + sum(int(x.shape[0]) for x in uniq))
-        uniq.append(real.tcs[l].W_dec[u])
+        Ws = [W for _, W in real.writes(l, u)]  # a CLT feature's writes at every layer reach the final stream
+        uniq.append(Ws[0] if len(Ws) == 1 else torch.stack(Ws).sum(0))
     if not uniq:
         return torch.zeros(0, 2 * k, dtype=torch.long, device="cpu"), torch.zeros(0, 2 * k, dtype=fr.dt, device="cpu")
     with torch.no_grad():

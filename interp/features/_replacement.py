@@ -16,7 +16,7 @@ and QK attribution rerun it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -30,10 +30,12 @@ from interp.models import Model, run_block
 __all__ = ["FrozenReplacement", "RealRun", "check_replaceable", "real_forward"]
 
 
-def check_replaceable(model: Model, transcoders: Sequence[Transcoder]) -> None:
+def check_replaceable(model: Model, transcoders: Union[Sequence[Transcoder], CrossLayerTranscoder], *,
+                      cross_layer: bool = False) -> None:
     """``model`` is a decoder whose MLPs ``transcoders`` (one per layer, in layer order) can replace: pre-norm, with
     MLPs and an unembedding (else :class:`~interp.errors.UnsupportedArchitectureError`); the transcoders a list of
-    :class:`Transcoder` of the model's width (else :class:`~interp.errors.ArgumentError`)."""
+    :class:`Transcoder` of the model's width (else :class:`~interp.errors.ArgumentError`) — or, where the caller
+    takes one (``cross_layer``), a :class:`CrossLayerTranscoder` with an encoder at each of the model's layers."""
     a = model.arch
     if model.block.normed_stream:
         raise UnsupportedArchitectureError(f"model {model.name!r} is post-norm (its stream is normed after each join); "
@@ -42,10 +44,15 @@ def check_replaceable(model: Model, transcoders: Sequence[Transcoder]) -> None:
         raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to replace by transcoders")
     if not a.causal or model.weights.W_U is None:
         raise UnsupportedArchitectureError(f"model {model.name!r} is not a decoder with an unembedding")
+    if isinstance(transcoders, CrossLayerTranscoder) and cross_layer:
+        if transcoders.model_layers != tuple(range(a.n_layers)) or transcoders.d_model != a.d_model:
+            raise ArgumentError(f"transcoders is a {transcoders!r}; model {model.name!r} needs an encoder at each of its "
+                                f"{a.n_layers} layers 0..{a.n_layers - 1} with d_model={a.d_model}")
+        return
     if isinstance(transcoders, CrossLayerTranscoder):
         raise UnsupportedOperationError(
-            f"transcoders is a {transcoders!r}: attribution graphs, interventions, QK attribution and faithfulness "
-            "take per-layer transcoders so far (a cross-layer feature, one node writing at several layers, is not "
+            f"transcoders is a {transcoders!r}: interventions, QK attribution and faithfulness take per-layer "
+            "transcoders so far (attribution_graph takes a CLT) (a cross-layer feature, one node writing at several layers, is not "
             "built into the replacement model yet); pass a list of interp.features.Transcoder, one per layer")
     if isinstance(transcoders, (list, tuple)):
         for i, t in enumerate(transcoders):
@@ -224,11 +231,26 @@ class RealRun:
     final: Tensor
     cache: RunCache
     dtype: torch.dtype
+    clt: Optional[CrossLayerTranscoder] = None
 
     def leaves(self) -> list[Tensor]:
-        """Each layer's MLP leaf at the real forward: Σ_f a_f W_dec[f] + e (per position) [n, d]."""
-        return [self.errs[l].index_add(0, self.feats[l][0], self.acts[l][:, None] * self.tcs[l].W_dec[self.feats[l][1]])
-                for l in range(len(self.tcs))]
+        """Each layer's MLP leaf at the real forward: Σ_f a_f W_dec[f] + e (per position) [n, d]; with a CLT, layer
+        l''s leaf sums the features of every layer k ≤ l', Σ_k Σ_f a_{k,f} W_dec[k → l'][f] + e_l'."""
+        if self.clt is None:
+            return [self.errs[l].index_add(0, self.feats[l][0], self.acts[l][:, None] * self.tcs[l].W_dec[self.feats[l][1]])
+                    for l in range(len(self.tcs))]
+        out = [e.clone() for e in self.errs]
+        for k, (p_idx, f_idx) in enumerate(self.feats):
+            for j in range(k, len(out)):
+                out[j].index_add_(0, p_idx, self.acts[k][:, None] * self.clt.W_dec[k][f_idx, j - k])
+        return out
+
+    def writes(self, l: int, f_idx: Tensor) -> list[tuple[int, Tensor]]:
+        """Where layer l's features ``f_idx`` write per unit activation: [(layer, W_dec rows [m, d])] — their own
+        layer's MLP output, and with a CLT every later layer's too."""
+        if self.clt is None:
+            return [(l, self.tcs[l].W_dec[f_idx])]
+        return [(j, self.clt.W_dec[l][f_idx, j - l]) for j in range(l, len(self.tcs))]
 
     def hold_prefix(self, k: int) -> list[Tensor]:
         """Hold the MLP writes at positions < k as constants (in place): drop the features there and zero the error
@@ -246,20 +268,25 @@ class RealRun:
         return held
 
 
-def real_forward(model: Model, tokens: Tensor, mask: Tensor, transcoders: Sequence[Transcoder],
+def real_forward(model: Model, tokens: Tensor, mask: Tensor, transcoders: Union[Sequence[Transcoder], CrossLayerTranscoder],
                  capture: Iterable[str] = ()) -> RealRun:
     """Run ``tokens`` [1, n] once on the engine and read what the replacement model needs (:class:`RealRun`).
-    A prompt longer than the dictionaries' training sequences warns (:class:`ContextLengthWarning`)."""
+    A prompt longer than the dictionaries' training sequences warns (:class:`ContextLengthWarning`). A
+    :class:`CrossLayerTranscoder` is read through its per-layer encoders (:meth:`CrossLayerTranscoder.encoder`);
+    each layer's error node is the MLP's write minus the CLT's joint reconstruction of it."""
     a = model.arch
-    trained = [t.context_length for t in transcoders if t.context_length is not None]
+    dt = torch.float64 if model.dtype == torch.float64 else torch.float32
+    clt = transcoders.to(device=tokens.device, dtype=dt) if isinstance(transcoders, CrossLayerTranscoder) else None
+    per_layer = [clt.encoder(l) for l in range(clt.n_layers)] if clt is not None else transcoders
+    assert not isinstance(per_layer, CrossLayerTranscoder)
+    trained = [t.context_length for t in per_layer if t.context_length is not None]
     if trained and tokens.shape[1] > min(trained):
         warn_user(f"the prompt has {tokens.shape[1]} tokens but the transcoders were trained on sequences of "
                   f"{min(trained)}: their features past position {min(trained) - 1} are out of distribution (the "
                   "graph still closes, through larger error nodes); shorten the prompt or train on longer "
                   "sequences (train_transcoders(seq_len=...))", ContextLengthWarning)
     e = Engine.of(model)
-    dt = torch.float64 if model.dtype == torch.float64 else torch.float32
-    tcs = [t.to(device=tokens.device, dtype=dt) for t in transcoders]
+    tcs = [t.to(device=tokens.device, dtype=dt) for t in per_layer]
     cache = e.run(tokens, mask, capture={"pattern", "resid_mid", "mlp_out", *capture}, keep_scales=True)
 
     def c(t: Optional[Tensor]) -> Tensor:  # prompt 0, out of inference mode (autograd may save it), in dtype dt
@@ -268,7 +295,7 @@ def real_forward(model: Model, tokens: Tensor, mask: Tensor, transcoders: Sequen
         return t[0].to(dt).clone()
 
     s1, s2, s_post, patterns = [], [], [], []
-    acts, errs, feats, pre_real = [], [], [], []
+    acts, errs, feats, pre_real, fs, h2s = [], [], [], [], [], []
     for l in range(a.n_layers):
         x = c(cache.resid_pre[l])
         mid = c(cache.acts["resid_mid"][l]) if e.block.sees("mlp", "attn") else x  # the stream the MLP reads
@@ -280,11 +307,17 @@ def real_forward(model: Model, tokens: Tensor, mask: Tensor, transcoders: Sequen
         patterns.append(c(cache.acts["pattern"][l]))
         pre = tcs[l].pre_activation(h2)
         f = tcs[l].activate(pre)
-        errs.append(c(cache.acts["mlp_out"][l]) - tcs[l].decode(f, h2 if tcs[l].W_skip is not None else None))
+        if clt is None:
+            errs.append(c(cache.acts["mlp_out"][l]) - tcs[l].decode(f, h2 if tcs[l].W_skip is not None else None))
+        fs.append(f)
+        h2s.append(h2)
         p_idx, f_idx = f.nonzero(as_tuple=True)
         feats.append((p_idx, f_idx))
         acts.append(f[p_idx, f_idx])
         pre_real.append(pre[p_idx, f_idx])
+    if clt is not None:  # the joint reconstruction of every layer's MLP write
+        recon = clt.decode(torch.stack(fs), torch.stack(h2s) if clt.W_skip is not None else None)
+        errs = [c(cache.acts["mlp_out"][l]) - recon[l] for l in range(a.n_layers)]
     final = c(cache.final)
     frozen = FrozenReplacement(e, tcs, patterns, s1, s2, s_post, e.norm_scale(final), dt)
-    return RealRun(frozen, tcs, feats, acts, pre_real, errs, c(e.embed(cache.embed)), final, cache, dt)
+    return RealRun(frozen, tcs, feats, acts, pre_real, errs, c(e.embed(cache.embed)), final, cache, dt, clt)

@@ -278,6 +278,16 @@ class CrossLayerTranscoder:
         self._check_stack(xs, self.d_model, "xs")
         return torch.stack([self.encode_layer(xs[l], l) for l in range(self.n_layers)])
 
+    def encoder(self, l: int) -> Transcoder:
+        """Layer l's encoder as a per-layer :class:`Transcoder` (its activation, threshold and k; the decoder to its
+        own layer's output, b_dec[l] and W_skip[l]): what reads and encodes layer l's MLP input. Its decode is
+        *not* the CLT's reconstruction of layer l (which adds the earlier layers' features: :meth:`decode`)."""
+        l = self._layer(l)
+        thr = None if self.threshold is None else self.threshold[l]
+        return Transcoder(self.W_enc[l], self.b_enc[l], self.W_dec[l][:, 0], self.b_dec[l],
+                          None if self.W_skip is None else self.W_skip[l], self.activation, thr, self.k,
+                          self.context_length, layer=self.model_layers[l])
+
     def decoder(self, l: int, target: int) -> Float[Tensor, "n_features d_model"]:
         """W_dec[l → target] [F, d]: where layer l's features write in the output of layer ``target`` ≥ l."""
         l = self._layer(l)

@@ -215,14 +215,13 @@ def test_bad_construction_is_an_argument_error():
         s.decode(s.encode(xs))
 
 
-def test_graph_analyses_refuse_a_clt_by_type(llama):
-    """Until the replacement model builds cross-layer features (one node writing at several layers), the analyses
-    over it refuse a CLT with UnsupportedOperationError, naming what they take."""
-    from interp.features import Intervention, attribution_graph, intervene, qk_attribution
+def test_interventions_and_qk_refuse_a_clt_by_type(llama):
+    """attribution_graph takes a CLT (tests/features/test_clt_graph.py); interventions and QK attribution do not yet
+    and refuse it with UnsupportedOperationError, naming what they take."""
+    from interp.features import Intervention, intervene, qk_attribution
 
     c = load_transcoders(FIX / "circuit_tracer_clt", llama)
-    for call in (lambda: attribution_graph(llama, "w1 w2 w3", c),
-                 lambda: intervene(llama, "w1 w2 w3", c, [Intervention.ablate("L0.F1@1")]),
+    for call in (lambda: intervene(llama, "w1 w2 w3", c, [Intervention.ablate("L0.F1@1")]),
                  lambda: qk_attribution(llama, "w1 w2 w3", c, 1, 0, query_pos=-1, key_pos=0)):
         with pytest.raises(UnsupportedOperationError, match="CrossLayerTranscoder.*per-layer transcoders"):
             call()

@@ -1,0 +1,78 @@
+"""Attribution graphs over a cross-layer transcoder: a CLT feature is one node whose decoders write at its layer and
+every later one; the error node of layer l' is the MLP's write minus the CLT's joint reconstruction.
+
+* closure (value = Σ edges + bias) ≤ 1e-4 relative in float32 on every tiny pre-norm decoder family (3 layers, so
+  that a feature writes two layers on), for ReLU and skip CLTs, and on Llama / GPT-2 for JumpReLU, TopK, BatchTopK
+  and with the first position held constant; a graph that left out a feature's later writes would not close
+  (0.48 relative on tiny Llama, measured);
+* a CLT whose decoders to later layers are zero gives the graph of the per-layer transcoders of its encoders (every
+  edge, bias, value and logit effect, float64);
+* a CLT of another model's shape is an ArgumentError.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from features.test_attribution_graph import FAMILIES, PROMPT, _check_closure
+from interp.errors import ArgumentError
+from interp.features import CrossLayerTranscoder, attribution_graph
+from tiny_models import tiny_model
+from tiny_transcoders import random_clt
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {}
+
+
+def _model(models, family, dtype=torch.float32):
+    if (family, dtype) not in models:
+        models[family, dtype] = tiny_model(family, n_layers=3, dtype=dtype)
+    return models[family, dtype]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("kind", ["relu", "skip"])
+def test_clt_graph_closes(models, family, kind):
+    m = _model(models, family)
+    c = random_clt(m, 16, seed=1, skip=kind == "skip")
+    g = attribution_graph(m, PROMPT, c, batch_size=7)
+    layers = {l for k, l in zip(g.node_kind, g.node_layer) if k == "feature"}
+    assert layers == {0, 1, 2}  # features at every layer; those of layers 0 and 1 write on at 1 and 2
+    _check_closure(g)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("kind", ["jumprelu", "topk", "batchtopk", "prefix"])
+def test_clt_graph_closes_other_activations(models, family, kind):
+    m = _model(models, family)
+    c = random_clt(m, 16, seed=2, activation="relu" if kind == "prefix" else kind, k=3)
+    g = attribution_graph(m, PROMPT, c, constant_prefix=1 if kind == "prefix" else 0, batch_size=5)
+    assert sum(k == "feature" for k in g.node_kind) > 0
+    _check_closure(g)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "neox"])
+def test_without_later_decoders_it_is_the_per_layer_graph(models, family):
+    m = _model(models, family, torch.float64)
+    c = random_clt(m, 12, seed=3, activation="jumprelu", skip=True, dtype=torch.float64)
+    own = CrossLayerTranscoder(c.W_enc, c.b_enc, tuple(torch.cat([w[:, :1], torch.zeros_like(w[:, 1:])], 1) for w in c.W_dec),
+                               c.b_dec, c.W_skip, c.activation, c.threshold, layers=c.layers)
+    g = attribution_graph(m, PROMPT, own, logit_effects=3)
+    h = attribution_graph(m, PROMPT, [own.encoder(l) for l in range(3)], logit_effects=3)
+    assert g.node_labels == h.node_labels and g.node_kind.count("feature") > 0
+    for name in ("adjacency", "bias", "value", "logit_effect_values"):
+        a, b = getattr(g, name), getattr(h, name)
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-12 * float(b.abs().max())), name
+    assert torch.equal(g.logit_effect_ids, h.logit_effect_ids)
+    full = attribution_graph(m, PROMPT, c)  # with its later decoders: other edges, the same nodes
+    assert full.node_labels == g.node_labels and not torch.allclose(full.adjacency, g.adjacency)
+    _check_closure(full, 1e-10)
+
+
+def test_clt_of_another_shape(models):
+    m = _model(models, "llama")
+    with pytest.raises(ArgumentError, match="an encoder at each of its 3 layers"):
+        attribution_graph(m, PROMPT, random_clt(tiny_model("llama"), 8))
