@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import time
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 __all__ = ["main", "build_parser"]
 
@@ -26,31 +26,51 @@ log = logging.getLogger("interp.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # -v/-q work before or after the subcommand: every parser shares them (SUPPRESS keeps a flag given
-    # before the subcommand from being reset by the subparser's default)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                        help="log every step (debug level)")
-    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
-                        help="no progress output, only errors")
+    """The ``interp`` parser: the shared -v/-q flags, then one subcommand each for models, report, circuits and
+    circuit."""
+    common = _common_flags()
     p = argparse.ArgumentParser(
         prog="interp", parents=[common],
         description="Exact mechanistic-interpretability reports of transformer models (offline).",
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    _add_models(sub, common)
+    _add_report(sub, common)
+    _add_circuits(sub, common)
+    _add_circuit(sub, common)
+    return p
 
-    m = sub.add_parser("models", parents=[common], help="list the catalog models and whether they are available offline",
+
+def _common_flags() -> argparse.ArgumentParser:
+    """-v/-q, which work before or after the subcommand: every parser shares them (SUPPRESS keeps a flag given
+    before the subcommand from being reset by the subparser's default)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="log every step (debug level)")
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="no progress output, only errors")
+    return common
+
+
+def _add_models(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``interp models``: the catalog and what is installed."""
+    m = sub.add_parser("models", parents=[common],
+                       help="list the catalog models and whether they are available offline",
                        description="List the catalog models, their family and size, and whether their files are "
                                    "installed on this machine (no network needed).")
     m.add_argument("--json", action="store_true", help="print the catalog as JSON")
 
+
+def _add_report(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``interp report``: the one-prompt (or several-prompt) HTML report."""
     r = sub.add_parser(
         "report", parents=[common],
         help="write an HTML report (+ PNG/SVG figures and results.json) for one prompt or several",
         description="Trace one prompt, attribute the answer's logit to every head and component, and write a "
                     "self-contained index.html with the model card, prediction, attribution heatmap and waterfall, "
                     "causal effects of every head (total vs direct), attention patterns of the top heads, their "
-                    "composition graph, copying scores, the top head's OV circuit and the residual stream; every figure also as PNG and SVG; numbers in results.json.",
+                    "composition graph, copying scores, the top head's OV circuit and the residual stream; every "
+                    "figure also as PNG and SVG; numbers in results.json.",
         epilog=f"With no arguments: --model {DEFAULT_MODEL} --prompt {DEFAULT_PROMPT!r} --answer {DEFAULT_ANSWER!r} "
                f"--wrong {DEFAULT_WRONG!r} --out report/. Without --answer the model's top prediction is attributed. "
                "Several --prompt (or --prompts-file) write one report per prompt in OUT/prompt-01/, ... and an "
@@ -73,7 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--top-k", type=int, default=10, help="alternatives listed for the prediction (default: 10)")
     r.add_argument("--no-static", action="store_true", help="skip PNG/SVG files (no browser needed)")
 
-    c = sub.add_parser("circuits", parents=[common], help="write weight-only pages: composition graph and copying scores",
+
+def _add_circuits(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``interp circuits``: the weight-only composition and copying pages."""
+    c = sub.add_parser("circuits", parents=[common],
+                       help="write weight-only pages: composition graph and copying scores",
                        description="Weight-only circuit pages (no prompt): the strongest Q/K/V composition edges "
                                    "between heads, and every head's copying score; HTML, PNG, SVG and JSON.")
     c.add_argument("--model", default=DEFAULT_MODEL, help=f"catalog name or local path (default: {DEFAULT_MODEL})")
@@ -81,8 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-edges", type=int, default=30, help="strongest edges per kind to draw (default: 30)")
     c.add_argument("--no-static", action="store_true", help="skip PNG/SVG files (no browser needed)")
 
+
+def _add_circuit(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``interp circuit``: an edge-level circuit of a task, its graph page and faithfulness curves."""
     e = sub.add_parser(
-        "circuit", parents=[common], help="discover an edge-level circuit of a task and write its interactive graph page",
+        "circuit", parents=[common],
+        help="discover an edge-level circuit of a task and write its interactive graph page",
         description="Score every edge (writer → reader) of the model's circuit graph on a task with EAP or EAP-IG, "
                     "patch the top edges exactly, measure faithfulness curves (CPR/CMD) under zero, mean and resample "
                     "ablation, and write a self-contained index.html (interactive circuit graph, curves, tables), "
@@ -98,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="your own task: a JSON Lines file, one pair per line with clean, corrupt, answer, wrong "
                         "(optional metric); clean and corrupt must have the same token length")
     e.add_argument("--multi-token", default="error", choices=["error", "first"],
-                   help="with --pairs: an answer/wrong of several tokens is an error (default) or keeps its first token")
+                   help="with --pairs: an answer/wrong of several tokens is an error (default) or keeps its first "
+                        "token")
     e.add_argument("--out", default="circuit", help="output directory (default: circuit/)")
     e.add_argument("--method", default="eap-ig", choices=["eap", "eap-ig"], help="edge scores (default: eap-ig)")
     e.add_argument("--ig-steps", type=int, default=5, help="EAP-IG points on the corrupt → clean path (default: 5)")
@@ -111,8 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--sizes", default=None,
                    help="faithfulness-curve circuit sizes as fractions of the edges, comma-separated, increasing "
                         "(default: 0.001,0.002,0.005,0.01,0.02,0.05,0.1,0.2,0.5,1 as in MIB)")
-    e.add_argument("--static", action="store_true", help="also write the faithfulness curve as PNG/SVG (needs a browser)")
-    return p
+    e.add_argument("--static", action="store_true",
+                   help="also write the faithfulness curve as PNG/SVG (needs a browser)")
 
 
 def _setup_logging(verbose: bool, quiet: bool) -> None:
