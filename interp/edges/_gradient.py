@@ -1,8 +1,9 @@
 """EAP's two steps: each reader's gradient at the stream it reads (:class:`ReaderGradients`), and the
 products ΔA · Jᵀg over every edge at once (:class:`EdgeScorer`).
 
-:class:`ReaderGradients` runs the engine's block maths (:class:`interp.engine.Engine`) under autograd,
-keeping each reader's linear input (the fused q|k|v projection output, the MLP's normalised input, the
+:class:`ReaderGradients` runs each layer as the model's block (:attr:`interp.models.Model.block`) interpreted
+by :class:`_Grad` with the engine's block maths (:class:`interp.engine.Engine`) under autograd, keeping each
+reader's linear input (the fused q|k|v projection output, the MLP's normalised input, the
 final norm's output), and returns, per reader r, the gradient g_r = ∂M/∂x_r carried to the residual
 stream just before r's own norm (pre-norm) or at the stream r reads (post-norm): for a query head
 g_q W_Q^{hᵀ}, then the norm's vector-Jacobian product (:meth:`interp.engine.Engine.norm_vjp`).
