@@ -56,7 +56,14 @@ def main() -> None:
 
     ours = torch.load(work / "interp_graph.pt", weights_only=False)
     conf = yaml.safe_load((work / "tc" / "config.yaml").read_text())
-    tset = load_transcoders(conf, device=torch.device("cpu"), dtype=torch.float32)
+    if conf["model_kind"] == "cross_layer_transcoder":  # its load_transcoders wants a hub repo_id for a CLT
+        from circuit_tracer.transcoder.cross_layer_transcoder import load_clt
+
+        tset = load_clt(str(work / "tc"), feature_input_hook=conf["feature_input_hook"],
+                        feature_output_hook=conf["feature_output_hook"], scan=conf.get("scan"),
+                        device=torch.device("cpu"), dtype=torch.float32, lazy_decoder=False)
+    else:
+        tset = load_transcoders(conf, device=torch.device("cpu"), dtype=torch.float32)
     rm = ReplacementModel.from_pretrained_and_transcoders(str(work / "model"), tset, backend="nnsight",
                                                          device=torch.device("cpu"), dtype=torch.float32)
     tokens = torch.tensor(ours["tokens"])
