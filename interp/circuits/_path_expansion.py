@@ -229,7 +229,8 @@ def _per_row(name: str, value: Any, n: int, lo: int, hi: int, device: torch.devi
 def _tokens(model: Model, inputs: Any) -> Int[Tensor, "batch pos"]:
     """Token ids [batch, pos] from a string, equal-length strings, or an int tensor."""
     arch = model.arch
-    if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs and all(isinstance(x, str) for x in inputs)):
+    if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs
+                                   and all(isinstance(x, str) for x in inputs)):
         texts = [inputs] if isinstance(inputs, str) else list(inputs)
         rows = [model.to_tokens(t)[0] for t in texts]
         if len({len(r) for r in rows}) != 1:
@@ -343,73 +344,28 @@ def path_expansion(
     ``pos`` (default the last position). Raises UnsupportedOperationError for models with
     MLPs, without an unembedding, or with post-norm blocks.
     """
+    # 1. the model checked, the inputs tokenised, the peak memory bounded
     _check_model(model, order)
     arch, dt = model.arch, accumulate_dtype(model.dtype)  # half precision: the paths accumulate in float32
     w = model.weights if dt == model.dtype else model.weights.to(dtype=dt)
     tokens = _tokens(model, inputs)
     n_batch, n_pos = tokens.shape
-    ln_bias = arch.norm == "layernorm"
-    n_sources = 1 + (w.W_pos is not None)
-    n_terms = _count_terms(arch.n_layers, arch.n_heads, order, n_sources, ln_bias)
-    # held at the peak: the paths, their final-norm images (norm models) and the stacked result; the
-    # logits and their reconstruction [batch, pos, d_vocab]; every layer's pattern [batch, heads, pos, pos]
-    e = torch.finfo(dt).bits // 8
-    copies = 3 if arch.norm != "none" else 2
-    need = e * n_batch * n_pos * (copies * n_terms * arch.d_model + 2 * arch.d_vocab
-                                  + arch.n_layers * arch.n_heads * n_pos)
-    if need > MEMORY_CAP_BYTES:
-        raise MemoryCapError(
-            f"order={order} gives {n_terms} paths × inputs {tuple(tokens.shape)} × d_model {arch.d_model} "
-            f"(× {copies} copies) plus logits [.., d_vocab={arch.d_vocab}] and patterns: {need / 2**30:.1f} GiB "
-            f"(cap {MEMORY_CAP_BYTES / 2**30:.0f} GiB); lower order or shorten inputs"
-        )
-
+    _check_memory(arch, tokens, order, n_sources=1 + (w.W_pos is not None), dt=dt)
+    # 2. one forward: the logits, every layer's pattern, and the norms' inputs (their scales frozen below)
     logits, patterns, norm_in, final_in = _capture(model, tokens)
     if dt != model.dtype:
         logits, patterns, norm_in = logits.to(dt), [a.to(dt) for a in patterns], [x.to(dt) for x in norm_in]
         final_in = final_in.to(dt) if final_in is not None else None
 
     with torch.no_grad():
-        # paths: label -> (order, contribution to the residual stream [batch, pos, d_model])
-        paths: dict[str, tuple[int, Tensor]] = {"embed": (0, w.W_E[tokens])}
-        if w.W_pos is not None:
-            paths["pos_embed"] = (0, w.W_pos[:n_pos].expand(n_batch, n_pos, arch.d_model))
-        for l in range(arch.n_layers):
-            A = patterns[l]  # [batch, n_heads, query_pos, key_pos]
-            lin = _norm_linear(norm_in[l], arch.norm, arch.norm_eps, w.ln1_w[l]) if arch.norm != "none" else (lambda c: c)
-            readers = [(label, k, lin(c)) for label, (k, c) in paths.items() if k < order]
-            if ln_bias and order >= 1:
-                readers.append((str(NormBias(Norm(l, "ln1"))), 0, w.ln1_b[l].expand(n_batch, n_pos, arch.d_model)))
-            new: dict[str, tuple[int, Tensor]] = {}
-            for h in range(arch.n_heads):
-                kv = arch.kv_head(h)
-                W_V, W_O = w.W_V[l, kv], w.W_O[l, h]
-                for label, k, x in readers:
-                    v = x @ W_V  # [batch, key_pos, d_head]
-                    z = einops.einsum(A[:, h], v, "b q p, b p h -> b q h")
-                    new[f"{label}{ARROW}{Head(l, h)}"] = (k + 1, z @ W_O)
-            rowsum = A.sum(dim=-1)  # [batch, n_heads, query_pos]; 1 except fully masked rows
-            bias_V = einops.einsum(w.b_V[l][[arch.kv_head(h) for h in range(arch.n_heads)]], w.W_O[l],
-                                   "n h, n h d -> n d")  # each head's b_V W_O
-            attn_bias = w.b_O[l] + einops.einsum(rowsum, bias_V, "b n q, n d -> b q d")
-            paths.update(new)
-            paths[str(Bias(l, "attn"))] = (0, attn_bias)
-
-        final = (_norm_linear(final_in, arch.norm, arch.norm_eps, w.lnf_w)
-                 if arch.norm != "none" and final_in is not None and w.lnf_w is not None else (lambda c: c))
-        labels = list(paths)
-        contributions = [final(c) for _, c in paths.values()]
-        orders = [k for k, _ in paths.values()]
-        if arch.norm == "layernorm" and w.lnf_b is not None:
-            labels.append("final_bias")
-            contributions.append(w.lnf_b.expand(n_batch, n_pos, arch.d_model))
-            orders.append(0)
-        contrib = torch.stack([c.expand(n_batch, n_pos, arch.d_model) for c in contributions])
+        # 3. every path through ≤ order heads, its contribution to the stream through the final norm
+        paths = _expand_paths(arch, w, tokens, patterns, norm_in, order)
+        labels, orders, contrib = _final_terms(arch, w, paths, final_in, n_batch, n_pos)
+        # 4. the closure of the logits, and each path's term in the answer's logit
         W_U = need_unembed(model).to(dt)  # _check_model refused models without one
         b_U = w.b_U if w.b_U is not None else torch.zeros(arch.d_vocab, dtype=dt, device=model.device)
         recon = contrib.sum(dim=0) @ W_U + b_U
         closure = float((recon - logits).abs().max())
-
         p = _per_row("pos", pos, n_batch, -n_pos, n_pos, tokens.device) % n_pos
         rows = torch.arange(n_batch, device=tokens.device)
         ans = _answer(model, answer, logits[rows, p], n_batch)
@@ -426,6 +382,74 @@ def path_expansion(
         patterns=torch.stack(patterns), W_U=W_U.detach().clone(), b_U=b_U.detach().clone(),
         order=order, closure_error=closure, answer_str=answer_str,
     )
+
+
+def _check_memory(arch: Any, tokens: Tensor, order: int, *, n_sources: int, dt: torch.dtype) -> None:
+    """Refuse (MemoryCapError) an expansion whose peak memory passes MEMORY_CAP_BYTES."""
+    n_batch, n_pos = tokens.shape
+    n_terms = _count_terms(arch.n_layers, arch.n_heads, order, n_sources, arch.norm == "layernorm")
+    # held at the peak: the paths, their final-norm images (norm models) and the stacked result; the
+    # logits and their reconstruction [batch, pos, d_vocab]; every layer's pattern [batch, heads, pos, pos]
+    e = torch.finfo(dt).bits // 8
+    copies = 3 if arch.norm != "none" else 2
+    need = e * n_batch * n_pos * (copies * n_terms * arch.d_model + 2 * arch.d_vocab
+                                  + arch.n_layers * arch.n_heads * n_pos)
+    if need > MEMORY_CAP_BYTES:
+        raise MemoryCapError(
+            f"order={order} gives {n_terms} paths × inputs {tuple(tokens.shape)} × d_model {arch.d_model} "
+            f"(× {copies} copies) plus logits [.., d_vocab={arch.d_vocab}] and patterns: {need / 2**30:.1f} GiB "
+            f"(cap {MEMORY_CAP_BYTES / 2**30:.0f} GiB); lower order or shorten inputs"
+        )
+
+
+def _expand_paths(arch: Any, w: Any, tokens: Tensor, patterns: list[Tensor], norm_in: list[Tensor],
+                  order: int) -> dict[str, tuple[int, Tensor]]:
+    """label → (order, contribution to the residual stream [batch, pos, d_model]) of every path: the
+    embeddings, then per layer each head reading every path of order < ``order`` (and the ln1 bias) through
+    its frozen-scale norm, and the layer's attention bias."""
+    n_batch, n_pos = tokens.shape
+    paths: dict[str, tuple[int, Tensor]] = {"embed": (0, w.W_E[tokens])}
+    if w.W_pos is not None:
+        paths["pos_embed"] = (0, w.W_pos[:n_pos].expand(n_batch, n_pos, arch.d_model))
+    for l in range(arch.n_layers):
+        A = patterns[l]  # [batch, n_heads, query_pos, key_pos]
+        lin = (_norm_linear(norm_in[l], arch.norm, arch.norm_eps, w.ln1_w[l]) if arch.norm != "none"
+               else (lambda c: c))
+        readers = [(label, k, lin(c)) for label, (k, c) in paths.items() if k < order]
+        if arch.norm == "layernorm" and order >= 1:
+            readers.append((str(NormBias(Norm(l, "ln1"))), 0, w.ln1_b[l].expand(n_batch, n_pos, arch.d_model)))
+        new: dict[str, tuple[int, Tensor]] = {}
+        for h in range(arch.n_heads):
+            kv = arch.kv_head(h)
+            W_V, W_O = w.W_V[l, kv], w.W_O[l, h]
+            for label, k, x in readers:
+                v = x @ W_V  # [batch, key_pos, d_head]
+                z = einops.einsum(A[:, h], v, "b q p, b p h -> b q h")
+                new[f"{label}{ARROW}{Head(l, h)}"] = (k + 1, z @ W_O)
+        rowsum = A.sum(dim=-1)  # [batch, n_heads, query_pos]; 1 except fully masked rows
+        bias_V = einops.einsum(w.b_V[l][[arch.kv_head(h) for h in range(arch.n_heads)]], w.W_O[l],
+                               "n h, n h d -> n d")  # each head's b_V W_O
+        attn_bias = w.b_O[l] + einops.einsum(rowsum, bias_V, "b n q, n d -> b q d")
+        paths.update(new)
+        paths[str(Bias(l, "attn"))] = (0, attn_bias)
+    return paths
+
+
+def _final_terms(arch: Any, w: Any, paths: dict[str, tuple[int, Tensor]], final_in: Optional[Tensor],
+                 n_batch: int, n_pos: int) -> tuple[list[str], list[int], Tensor]:
+    """The labels, orders and stacked contributions [n_terms, batch, pos, d_model] after the final norm (its
+    scale frozen), with the final LayerNorm's bias as its own term."""
+    final = (_norm_linear(final_in, arch.norm, arch.norm_eps, w.lnf_w)
+             if arch.norm != "none" and final_in is not None and w.lnf_w is not None else (lambda c: c))
+    labels = list(paths)
+    contributions = [final(c) for _, c in paths.values()]
+    orders = [k for k, _ in paths.values()]
+    if arch.norm == "layernorm" and w.lnf_b is not None:
+        labels.append("final_bias")
+        contributions.append(w.lnf_b.expand(n_batch, n_pos, arch.d_model))
+        orders.append(0)
+    contrib = torch.stack([c.expand(n_batch, n_pos, arch.d_model) for c in contributions])
+    return labels, orders, contrib
 
 
 def _answer(model: Model, answer: Any, last_logits: Tensor, n_batch: int) -> Tensor:
