@@ -36,7 +36,7 @@ from interp.engine import Patch
 from interp.errors import ArgumentError, LabelError, warn_user
 from interp.features._prompt import one_prompt, output_tokens, position, token_text
 from interp.features._replacement import RealRun, check_replaceable, real_forward
-from interp.features._transcoder import Transcoder, mlp_input
+from interp.features._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
 from interp.features._warnings import ClosureWarning
 from interp.labels import Feature, parse
 from interp.models import Model
@@ -185,22 +185,34 @@ def _run(real: RealRun, tokens: Tensor, mask: Tensor, ivs: list[Intervention], p
          freeze_features: bool) -> Tensor:
     """The rerun's logits [d_vocab] at ``pos`` with ``ivs`` applied, in the regime the flags name (module
     docstring, :data:`REGIMES`)."""
-    fr, e = real.frozen, real.frozen.e
+    fr, e, clt = real.frozen, real.frozen.e, real.clt
     n, L = tokens.shape[1], len(real.tcs)
     by = [[it for it in ivs if it.layer == l] for l in range(L)]
+    # a layer's write changes where one of its features is intervened on — with a CLT, one of any layer k ≤ l
+    touched = [any(by[: l + 1]) if clt is not None else bool(by[l]) for l in range(L)]
+    dfs: list[Optional[Tensor]] = [None] * L  # a CLT's intervened activation changes Δf_k [n, F], as this run meets them
     e_dt = e.w.W_E.dtype
 
     def delta(l: int, h2: Tensor) -> Tensor:  # the intervened features' change of layer l's write, [n, d]
         tc = real.tcs[l]
         f = tc.encode(h2)
-        return (_apply(f, by[l]) - f) @ tc.W_dec
+        if clt is None:
+            return (_apply(f, by[l]) - f) @ tc.W_dec
+        if by[l]:
+            dfs[l] = _apply(f, by[l]) - f
+        return sum((df @ clt.W_dec[k][:, l - k] for k, df in enumerate(dfs[: l + 1]) if df is not None),
+                   torch.zeros_like(h2))
 
     def write(l: int, h2: Tensor) -> Tensor:  # h2 [n, d] (this run's MLP input) -> layer l's MLP write [n, d]
         tc = real.tcs[l]
+        if freeze_features and clt is not None:  # Σ_{k ≤ l} (real activations, intervened) W_dec[k → l] + b_dec + skip + e_l
+            feats = sum((_apply(_dense(real, k, n), by[k]) @ clt.W_dec[k][:, l - k] for k in range(l + 1)),
+                        torch.zeros_like(h2))
+            return feats + tc.b_dec + tc.skip(h2) + real.errs[l]
         if freeze_features:  # the graph's leaf: the real activations (intervened) decoded, plus the error node
             return tc.decode(_apply(_dense(real, l, n), by[l]), h2 if tc.W_skip is not None else None) + real.errs[l]
         m = e.joined(l, e.mlp(l, h2.to(e_dt)), "mlp").to(real.dtype)  # the real MLP on this run's input
-        return m + delta(l, h2) if by[l] else m
+        return m + delta(l, h2) if touched[l] else m
 
     w = fr.w
     with torch.no_grad():
@@ -214,7 +226,7 @@ def _run(real: RealRun, tokens: Tensor, mask: Tensor, ivs: list[Intervention], p
             prompt = torch.zeros(1, dtype=torch.long, device=tokens.device)
             rows = torch.zeros(1, dtype=torch.long, device=tokens.device)
             for l in range(L):
-                if not freeze_features and not by[l]:  # the real layer
+                if not freeze_features and not touched[l]:  # the real layer
                     x = e.layer(l, x, prompt=prompt, mask=mask)
                     continue
                 store: dict[str, Tensor] = {}
@@ -243,7 +255,7 @@ def _bias(fr: Any) -> Tensor:
 def intervene(
     model: Model,
     prompt: Union[str, Tensor],
-    transcoders: Sequence[Transcoder],
+    transcoders: Union[Sequence[Transcoder], CrossLayerTranscoder],
     interventions: Any,
     *,
     frozen_attention: bool = True,
@@ -270,7 +282,7 @@ def intervene(
     and the target(s).
     """
     require_model(model)
-    check_replaceable(model, transcoders)
+    check_replaceable(model, transcoders, cross_layer=True)
     for name, flag in (("frozen_attention", frozen_attention), ("freeze_features", freeze_features)):
         if not isinstance(flag, bool):
             raise ArgumentError(f"{name}={flag!r} must be True or False")
@@ -280,7 +292,9 @@ def intervene(
     n = tokens.shape[1]
     pos = position("pos", pos, n)
     t_given, w_id = output_tokens(model, tokens, pos, target, wrong, "intervene")
-    ivs = _interventions(interventions, transcoders, n)
+    per_layer = [transcoders.encoder(l) for l in range(transcoders.n_layers)] \
+        if isinstance(transcoders, CrossLayerTranscoder) else transcoders
+    ivs = _interventions(interventions, per_layer, n)
     real = real_forward(model, tokens, mask, transcoders)
     fr = real.frozen
     with torch.no_grad():

@@ -51,8 +51,8 @@ def check_replaceable(model: Model, transcoders: Union[Sequence[Transcoder], Cro
         return
     if isinstance(transcoders, CrossLayerTranscoder):
         raise UnsupportedOperationError(
-            f"transcoders is a {transcoders!r}: interventions, QK attribution and faithfulness take per-layer "
-            "transcoders so far (attribution_graph takes a CLT) (a cross-layer feature, one node writing at several layers, is not "
+            f"transcoders is a {transcoders!r}: QK attribution, faithfulness and aggregate graphs take per-layer "
+            "transcoders so far (attribution_graph and intervene take a CLT) (a cross-layer feature, one node writing at several layers, is not "
             "built into the replacement model yet); pass a list of interp.features.Transcoder, one per layer")
     if isinstance(transcoders, (list, tuple)):
         for i, t in enumerate(transcoders):
