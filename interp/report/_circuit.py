@@ -58,7 +58,8 @@ METHODS = ("eap", "eap-ig")
 #: the ablation whose faithfulness picks the circuit drawn first, in order of preference: the closest to the
 #: corruption the scores measure (the corrupt run, then a resample or the mean of the corrupt prompts)
 _PREFERRED_ABLATIONS = ("corrupt", "resample", "mean", "zero")
-#: the circuit graph's height on the page at most (px): with the header above it, it opens whole in a 1,400 × 900 window
+#: the circuit graph's height on the page at most (px): with the header above it, it opens whole in a
+#: 1,400 × 900 window
 _GRAPH_HEIGHT = 660
 
 
@@ -112,7 +113,8 @@ def _dla(model: Model, task: Any, nodes: set[str]) -> tuple[dict[str, float], st
         f"closure error {float(attr.closure_error):.1e}")
 
 
-def _attention_summary(model: Model, task: Any, heads: list[str], k: int = 3) -> tuple[Any, dict[str, str], dict[str, int]]:
+def _attention_summary(model: Model, task: Any, heads: list[str], k: int = 3
+                       ) -> tuple[Any, dict[str, str], dict[str, int]]:
     """Each head's top ``k`` attended source tokens from the last position of the first clean prompt."""
     pats = attention_patterns(model, task.clean, heads, prompt=0)
     toks = pats.str_tokens
@@ -281,8 +283,10 @@ def circuit_report(
     it opens on the smallest circuit whose faithfulness reaches ``target`` (under the first of corrupt,
     resample, mean, zero among ``ablations``), or on the largest when none does — the page says which.
     """
-    check_circuit_options(method=method, ig_steps=ig_steps, max_edges=max_edges, n_exact=n_exact, ablations=ablations,
-                          sizes=sizes, n_ov_heads=n_ov_heads, target=target, static=static, progress=progress)
+    # 1. the options checked, the model and task resolved, out_dir prepared
+    check_circuit_options(method=method, ig_steps=ig_steps, max_edges=max_edges, n_exact=n_exact,
+                          ablations=ablations, sizes=sizes, n_ov_heads=n_ov_heads, target=target, static=static,
+                          progress=progress)
     model = _resolve_model(model)
     if static and exporter is None:
         find_browser()
@@ -294,69 +298,33 @@ def circuit_report(
     res: dict[str, Any] = {"model": dict(_model_card(model)), "task": task_name, "method": method}
     figs: dict[str, Any] = {}
     try:
+        # 2. every edge scored, the strongest patched exactly, the faithfulness curve
         with steps("edge attribution"):
             sc = edge_attribution(model, task.clean, task.corrupt, metric=task.metric, method=method,
                                   ig_steps=ig_steps, progress=progress)
         with steps("exact edge patching"):
             if n_exact:
-                top = [sc.edges[i] for i in torch.argsort(sc.scores.abs(), descending=True)[:n_exact].tolist()]
-                sc = sc.with_exact(edge_patch(model, task.clean, task.corrupt, top, metric=task.metric,
-                                              progress=progress))
+                sc = _with_exact(model, task, sc, n_exact, progress)
         with steps("faithfulness curve"):
             curve = faithfulness_curve(model, task.clean, task.corrupt, sc, metric=task.metric,
                                        ablations=tuple(ablations), progress=progress,
                                        sizes=MIB_SIZES if sizes is None else sizes)
             figs["faithfulness"] = curve.plot()
-        scores = sc.scores.double().numpy()
+        # 3. the graph's steps, the edges they draw, and the heads by edge weight
         gsteps = _graph_steps(sc, curve, max_edges, target)
-        pos = {e: i for i, e in enumerate(sc.edges)}
-        drawn = np.array(sorted({pos[e] for st in gsteps["circuits"] for e in st}), dtype=np.int64)
-        nodes = {x for i in drawn for x in sc.edges[i].split("→")}
-        heads_by_weight = sorted(_head_scores([sc.edges[i] for i in drawn], scores[drawn]).items(), key=lambda t: -t[1])
-        heads = [h for h, _ in heads_by_weight]
+        drawn, nodes, heads = _drawn(sc, gsteps)
+        # 4. each node's hover: DLA, where its head attends, its OV top tokens
         with steps("node information"):
-            ov_heads = heads[:n_ov_heads] if model.arch.has_logits else []
-            # its own bar: direct logit attribution, attention patterns, then one OV circuit per head (the slow part)
-            inner = tqdm(total=2 + len(ov_heads), desc="node information", unit="step", disable=not progress)
-            try:
-                info: dict[str, dict[str, Any]] = {}
-                inner.set_postfix_str("direct logit attribution")
-                dla, dla_note = _dla(model, task, nodes | set(heads))
-                for lab, v in dla.items():
-                    info.setdefault(lab, {})["DLA"] = v
-                inner.update(1)
-                inner.set_postfix_str("attention")
-                pats, summary, src = _attention_summary(model, task, heads) if heads else (None, {}, {})
-                for h, s in summary.items():
-                    info.setdefault(h, {})["attends to (last token)"] = s
-                inner.update(1)
-                ov_note = ""
-                if ov_heads:
-                    inner.set_postfix_str("OV circuits")
-                    try:
-                        for h, s in _ov_tokens(model, task, ov_heads, src, bar=inner).items():
-                            info.setdefault(h, {})["OV top tokens"] = s
-                    except InterpError as e:  # e.g. a model whose OV circuit cannot be materialised
-                        ov_note = str(e)
-            finally:
-                inner.close()
+            info, pats, dla_note, ov_note = _node_info(model, task, nodes, heads, n_ov_heads, progress)
+        # 5. the circuit graph with its slider, the curve's title, the attention view
         with steps("figures"):
-            figs["circuit_graph"] = circuit_graph_figure(
-                sc, node_info=info, steps=gsteps["circuits"], step_labels=gsteps["labels"], active=gsteps["active"],
-                scale="log", title=f"Circuit graph — {model.name}, {sc.method}")
-            # fits a 900-px-high window under the page's header (the heads' rows shrink; the layers run across)
-            figs["circuit_graph"].update_layout(height=min(int(figs["circuit_graph"].layout.height or 0) or
-                                                           _GRAPH_HEIGHT, _GRAPH_HEIGHT))
-            figs["faithfulness"].update_layout(title=f"Faithfulness of the top-k {sc.method} circuits ({model.name})")
-            view = pats.view(title=f"Attention of the {min(6, len(heads))} heads with the most edge weight") \
-                if pats is not None else None
-            if pats is not None and view is not None and len(heads) > 6:
-                view = attention_view(pats.patterns[:6], pats.str_tokens, heads=pats.labels[:6], title=view.title)
+            view = _figures(model, sc, gsteps, info, heads, pats, figs)
         with steps("write"):
             files, _ = _export_static({k: figs[k] for k in ("faithfulness",)}, out, exporter, static=static)
             _write_json(out, model, task_name, sc, curve)
     finally:
         steps.close()
+    # 6. results.json and the page
     res.update(_summary(sc, curve, dla_note, ov_note, n_drawn=len(drawn)))
     res["metric_for_task"] = _metric_text(model, task, sc)
     res["graph_steps"] = [{"label": lab, "n_edges": len(st), "faithfulness": f}
@@ -370,6 +338,73 @@ def circuit_report(
     write_atomic(index, page.render().encode())
     log.info("circuit report written to %s in %.1f s", index, time.perf_counter() - t_start)
     return index
+
+
+def _with_exact(model: Model, task: Any, sc: Any, n_exact: int, progress: bool) -> Any:
+    """The scores with the exact patching effect of the ``n_exact`` edges of largest |score|."""
+    top = [sc.edges[i] for i in torch.argsort(sc.scores.abs(), descending=True)[:n_exact].tolist()]
+    return sc.with_exact(edge_patch(model, task.clean, task.corrupt, top, metric=task.metric, progress=progress))
+
+
+def _drawn(sc: Any, gsteps: dict[str, Any]) -> tuple[np.ndarray, set[str], list[str]]:
+    """The edges some graph step draws (indices), the nodes they join, and their heads by summed edge weight."""
+    scores = sc.scores.double().numpy()
+    pos = {e: i for i, e in enumerate(sc.edges)}
+    drawn = np.array(sorted({pos[e] for st in gsteps["circuits"] for e in st}), dtype=np.int64)
+    nodes = {x for i in drawn for x in sc.edges[i].split("→")}
+    heads_by_weight = sorted(_head_scores([sc.edges[i] for i in drawn], scores[drawn]).items(),
+                             key=lambda t: -t[1])
+    return drawn, nodes, [h for h, _ in heads_by_weight]
+
+
+def _node_info(model: Model, task: Any, nodes: set[str], heads: list[str], n_ov_heads: int, progress: bool
+               ) -> tuple[dict[str, dict[str, Any]], Any, str, str]:
+    """Hover lines per node (DLA, where each head's last token attends, its OV top tokens), the heads'
+    patterns, and why DLA or OV tokens are missing ("" when not)."""
+    ov_heads = heads[:n_ov_heads] if model.arch.has_logits else []
+    # its own bar: direct logit attribution, attention patterns, then one OV circuit per head (the slow part)
+    inner = tqdm(total=2 + len(ov_heads), desc="node information", unit="step", disable=not progress)
+    try:
+        info: dict[str, dict[str, Any]] = {}
+        inner.set_postfix_str("direct logit attribution")
+        dla, dla_note = _dla(model, task, nodes | set(heads))
+        for lab, v in dla.items():
+            info.setdefault(lab, {})["DLA"] = v
+        inner.update(1)
+        inner.set_postfix_str("attention")
+        pats, summary, src = _attention_summary(model, task, heads) if heads else (None, {}, {})
+        for h, s in summary.items():
+            info.setdefault(h, {})["attends to (last token)"] = s
+        inner.update(1)
+        ov_note = ""
+        if ov_heads:
+            inner.set_postfix_str("OV circuits")
+            try:
+                for h, s in _ov_tokens(model, task, ov_heads, src, bar=inner).items():
+                    info.setdefault(h, {})["OV top tokens"] = s
+            except InterpError as e:  # e.g. a model whose OV circuit cannot be materialised
+                ov_note = str(e)
+    finally:
+        inner.close()
+    return info, pats, dla_note, ov_note
+
+
+def _figures(model: Model, sc: Any, gsteps: dict[str, Any], info: dict[str, dict[str, Any]], heads: list[str],
+             pats: Any, figs: dict[str, Any]) -> Any:
+    """The circuit graph (a slider over the steps) and the curve's title into ``figs``; the attention view of
+    the 6 heads with the most edge weight (None without heads)."""
+    figs["circuit_graph"] = circuit_graph_figure(
+        sc, node_info=info, steps=gsteps["circuits"], step_labels=gsteps["labels"], active=gsteps["active"],
+        scale="log", title=f"Circuit graph — {model.name}, {sc.method}")
+    # fits a 900-px-high window under the page's header (the heads' rows shrink; the layers run across)
+    figs["circuit_graph"].update_layout(height=min(int(figs["circuit_graph"].layout.height or 0) or
+                                                   _GRAPH_HEIGHT, _GRAPH_HEIGHT))
+    figs["faithfulness"].update_layout(title=f"Faithfulness of the top-k {sc.method} circuits ({model.name})")
+    view = pats.view(title=f"Attention of the {min(6, len(heads))} heads with the most edge weight") \
+        if pats is not None else None
+    if pats is not None and view is not None and len(heads) > 6:
+        view = attention_view(pats.patterns[:6], pats.str_tokens, heads=pats.labels[:6], title=view.title)
+    return view
 
 
 def _write_json(out: Path, model: Model, task_name: str, sc: Any, curve: Any) -> None:
@@ -400,13 +435,14 @@ def _summary(sc: Any, curve: Any, dla_note: str, ov_note: str, *, n_drawn: int) 
             "n_drawn": n_drawn, "n_prompts": sc.n_prompts, "completeness": sc.completeness,
             "completeness_of": sc.completeness_of, "completeness_error": sc.completeness_error,
             "n_exact": int(have.sum()), "spearman_score_vs_exact": rank_corr,
-            "cpr": dict(zip(curve.ablations, curve.cpr.tolist())), "cmd": dict(zip(curve.ablations, curve.cmd.tolist())),
+            "cpr": dict(zip(curve.ablations, curve.cpr.tolist())),
+            "cmd": dict(zip(curve.ablations, curve.cmd.tolist())),
             "smallest_80": {a: curve.smallest(0.8, ablation=a) for a in curve.ablations},
             "dla_note": dla_note, "ov_note": ov_note}
 
 
-def _page(model: Model, task: Any, task_name: str, sc: Any, curve: Any, figs: dict[str, Any], files: dict[str, list[str]],
-          view: Any, r: dict[str, Any]) -> Page:
+def _page(model: Model, task: Any, task_name: str, sc: Any, curve: Any, figs: dict[str, Any],
+          files: dict[str, list[str]], view: Any, r: dict[str, Any]) -> Page:
     metric = r["metric_for_task"]
     page = Page(title=f"interp circuit — {model.name}, {task_name}",
                 subtitle=f"{esc(sc.method.upper())} over {len(sc.edges):,} edges · {sc.n_prompts} prompt pairs · "
@@ -431,8 +467,8 @@ def _page(model: Model, task: Any, task_name: str, sc: Any, curve: Any, figs: di
     if isinstance(task.clean, (list, tuple)):
         clean0, corrupt0 = task.clean[0], task.corrupt[0]
     else:  # token ids
-        clean0, corrupt0 = (" ".join(cast(list[str], model.to_str_tokens(t[0]))) if model.tokenizer is not None  # one row
-                            else str(t[0].tolist())
+        clean0, corrupt0 = (" ".join(cast(list[str], model.to_str_tokens(t[0])))  # one row
+                            if model.tokenizer is not None else str(t[0].tolist())
                             for t in (task.clean, task.corrupt))
     rows = [("task", task_name)] + ([("description", task.description)] if getattr(task, "description", "") else [])
     rows += [("prompt pairs", sc.n_prompts), ("first clean prompt", clean0),
@@ -440,7 +476,8 @@ def _page(model: Model, task: Any, task_name: str, sc: Any, curve: Any, figs: di
     if sc.metric.endswith("(per-prompt tokens)"):
         rows += [("the first pair's metric", sc.metric[: -len("(per-prompt tokens)")].rstrip())]
     rows += [("M(clean)", fmt(sc.clean)),
-            ("M(corrupt)", fmt(sc.corrupt)), ("method", sc.method + (f", {sc.ig_steps} steps" if sc.method == "eap-ig" else "")),
+            ("M(corrupt)", fmt(sc.corrupt)),
+            ("method", sc.method + (f", {sc.ig_steps} steps" if sc.method == "eap-ig" else "")),
             ("completeness", f"Σ scores ({sc.completeness_of}) = {fmt(sc.completeness)} vs M(clean) − M(corrupt) = "
                              f"{fmt(sc.target)}; error {sc.completeness_error:.2e}"),
             ("sign convention", sc.convention)]
@@ -463,8 +500,8 @@ def _page(model: Model, task: Any, task_name: str, sc: Any, curve: Any, figs: di
                           "smallest k with faithfulness ≥ 0.8"], curve_rows, numeric=[False, True, True, True])
             + "<p class='files'>numbers: <a href='faithfulness.json'>faithfulness.json</a></p>")
     page.section("Faithfulness", body, anchor="faithfulness",
-                 note="Faithfulness (M(C) − M(∅)) / (M(all) − M(∅)) of the top-k circuits, every edge outside the "
-                      "circuit ablated (norms, attention and MLPs recomputed in that run).")
+                 note="Faithfulness (M(C) − M(∅)) / (M(all) − M(∅)) of the top-k circuits, every edge outside "
+                      "the circuit ablated (norms, attention and MLPs recomputed in that run).")
     if view is not None:
         page.section("Attention of the top heads", view.to_html(), anchor="attention",
                      note="Hover a token: where each head attends from it (→) and which tokens attend to it (←); "
