@@ -68,7 +68,8 @@ def resolve_tokens(model: Model, spec: Optional[TokenSpec], n_prompts: int, arg:
         raise ArgumentError(f"{arg}={spec!r} must be a single-token string, a token id, or a per-prompt list of them")
     spec = list(spec)
     if len(spec) != n_prompts:
-        raise ArgumentError(f"{arg} has {len(spec)} entries but there are {n_prompts} prompts; give one per prompt or a single token")
+        raise ArgumentError(f"{arg} has {len(spec)} entries but there are {n_prompts} prompts; give one per prompt "
+                            "or a single token")
     return torch.tensor([_one_token(model, v, f"{arg}[{i}]") for i, v in enumerate(spec)], dtype=torch.long,
                         device=model.device)
 

@@ -58,7 +58,8 @@ def attribute_direction(
     if u.is_complex() or not u.is_floating_point():
         raise ShapeError(f"direction must be a float tensor, got dtype {u.dtype}")
     if u.shape[-1] != arch.d_model or u.ndim not in (1, 2):
-        raise ShapeError(f"direction has shape {tuple(u.shape)}; expected [d_model={arch.d_model}] or [batch, {arch.d_model}]")
+        raise ShapeError(f"direction has shape {tuple(u.shape)}; expected [d_model={arch.d_model}] or "
+                         f"[batch, {arch.d_model}]")
     if not torch.isfinite(u).all():
         raise ArgumentError("direction contains NaN or inf; pass a finite vector")
     batch = as_batch(model, inputs)
@@ -95,7 +96,8 @@ def attribute_direction(
     return LogitAttribution(
         values=values, labels=labels, total=tot, target=target, unit=unit, n_layers=arch.n_layers,
         n_heads=arch.n_heads, closure_error=err, relative_error=err / scale if scale > 0 else err,
-        positions=positions.cpu(), prompts=[inputs] if isinstance(inputs, str) else (list(inputs) if isinstance(inputs, (list, tuple)) else None),
+        positions=positions.cpu(),
+        prompts=[inputs] if isinstance(inputs, str) else (list(inputs) if isinstance(inputs, (list, tuple)) else None),
         str_tokens=dec.str_tokens[0] if dec.str_tokens else None,
         prompt_str_tokens=[row[: int(n)] for row, n in zip(dec.str_tokens, batch.attention_mask.sum(1))]
         if dec.str_tokens else None, target_kind="direction",

@@ -50,7 +50,8 @@ def require_head_sources(model: Model, what: str) -> None:
             "source position is not implemented there (use unit='head')")
 
 
-def head_source_terms(model: Model, acts: dict[str, Tensor], u: Tensor, valid: Tensor) -> Float[Tensor, "row layer head src"]:
+def head_source_terms(model: Model, acts: dict[str, Tensor], u: Tensor,
+                      valid: Tensor) -> Float[Tensor, "row layer head src"]:
     """Σ over kept positions j of A[dst_j, src] · (v_src · W_O^h u'_j) / σ_j, per batch row.
 
     ``acts``: a position-gathered trace's activations with ``keep=("patterns", "v")``; ``u``
@@ -190,8 +191,8 @@ def ov_at(model: Model, inputs: Union[str, list, Tensor], layer: int, head: int,
     v = acts[hv][s, arch.kv_head(head)].to(dt)  # [d_head], b_V included
     copy = v @ w.W_O[layer, head]  # [d_model]
     if out_norm is not None:  # through the layer's output norm, its scale at dst frozen
-        copy = apply_frozen(copy, w.need(f"{out_norm}_w")[layer], norm_scale(acts[hs][d], arch.norm, arch.norm_eps).to(dt),
-                            arch.norm)
+        copy = apply_frozen(copy, w.need(f"{out_norm}_w")[layer],
+                            norm_scale(acts[hs][d], arch.norm, arch.norm_eps).to(dt), arch.norm)
     if arch.norm != "none":
         sigma = norm_scale(acts["ln_final.hook_in"][d], arch.norm, arch.norm_eps).to(dt)
         copy = apply_frozen(copy, w.need("lnf_w"), sigma, arch.norm)

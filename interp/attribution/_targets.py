@@ -94,7 +94,8 @@ class Targets:
         s = "per-prompt " + self._score("answer_i")
         if self.wrongs is not None:
             single = all(len(ws) == 1 for ws in self.wrongs)
-            s += f" − {self._score('wrong_i')}" if single else f" − {self.agg} over {self._score('w')}, w ∈ wrong_i"
+            s += (f" − {self._score('wrong_i')}" if single
+                  else f" − {self.agg} over {self._score('w')}, w ∈ wrong_i")
         return f"{s} ({len(texts)} prompts; prompt 0: {texts[0]})"
 
 
@@ -145,14 +146,17 @@ def _answers(model: Model, spec: Any, n: int, multi: bool) -> list[Candidate]:
     if isinstance(spec, Tensor):
         t = _ints(spec, "answer")
         if multi and t.ndim == 2 and t.shape[0] == n:
-            return [resolve_candidate(model, tuple(int(x) for x in row), f"answer[{i}]", True) for i, row in enumerate(t)]
+            return [resolve_candidate(model, tuple(int(x) for x in row), f"answer[{i}]", True)
+                    for i, row in enumerate(t)]
         spec = t.flatten().tolist() if t.ndim else int(t)
     if isinstance(spec, (str, int)):
         return [resolve_candidate(model, spec, "answer", multi)] * n
     if not isinstance(spec, (list, tuple)):
-        raise ArgumentError(f"answer={spec!r:.80} must be a single-token string, a token id, or a per-prompt list of them")
+        raise ArgumentError(f"answer={spec!r:.80} must be a single-token string, a token id, or a per-prompt list "
+                            "of them")
     if len(spec) != n:
-        raise ArgumentError(f"answer has {len(spec)} entries but there are {n} prompts; give one per prompt or a single token")
+        raise ArgumentError(f"answer has {len(spec)} entries but there are {n} prompts; give one per prompt or a "
+                            "single token")
     return [resolve_candidate(model, v, f"answer[{i}]", multi) for i, v in enumerate(spec)]
 
 
@@ -175,7 +179,8 @@ def _wrongs(model: Model, spec: Any, n: int, multi: bool) -> Optional[list[list[
         t = _ints(spec, "wrong")
         if t.ndim == 2 and t.shape[0] == n:
             if multi:
-                return [[resolve_candidate(model, tuple(int(x) for x in row), f"wrong[{i}]", True)] for i, row in enumerate(t)]
+                return [[resolve_candidate(model, tuple(int(x) for x in row), f"wrong[{i}]", True)]
+                        for i, row in enumerate(t)]
             return [[(_one_token(model, int(x), f"wrong[{i}]"),) for x in row] for i, row in enumerate(t)]
         spec = t.flatten().tolist() if t.ndim else int(t)
     if isinstance(spec, (set, frozenset)):
