@@ -154,7 +154,8 @@ def _token_rows(model: Model, inputs: Union[str, Sequence[str], Tensor]) -> list
         check_data(inputs, name="inputs")
         t = inputs[None] if inputs.ndim == 1 else inputs
         if t.ndim != 2 or t.is_floating_point() or t.dtype == torch.bool or t.numel() == 0:
-            raise ShapeError(f"inputs must be int token ids [batch, pos], got shape {tuple(inputs.shape)} dtype {inputs.dtype}")
+            raise ShapeError(f"inputs must be int token ids [batch, pos], got shape {tuple(inputs.shape)} "
+                             f"dtype {inputs.dtype}")
         if int(t.min()) < 0 or int(t.max()) >= model.arch.d_vocab:
             raise ArgumentError(f"inputs has token ids outside [0, {model.arch.d_vocab - 1}]")
         return [row[None].to(model.device, torch.long) for row in t]

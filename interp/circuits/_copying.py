@@ -144,7 +144,8 @@ def _cyclic_products(model: Model, fold_norms: bool) -> Float[Tensor, "n_layers 
     kv = torch.tensor([a.kv_head(h) for h in range(a.n_heads)], device=W_U_raw.device)
     W_V = W_V[:, kv].double()  # [L, H, d, dh]
     pa = post_gain(model, "attn")
-    W_O = fold_write(model, model.weights.W_O, fold_norms, None if pa is None else pa[:, None, None, :]).double()  # [L, H, dh, d]
+    W_O = fold_write(model, model.weights.W_O, fold_norms,
+                     None if pa is None else pa[:, None, None, :]).double()  # [L, H, dh, d]
     return W_O @ UE @ W_V  # [L, H, dh, dh]
 
 

@@ -56,7 +56,8 @@ _ROW_SUM_TOL = 1e-4
 
 def _check_pattern(pattern: Any) -> Tensor:
     if not isinstance(pattern, Tensor):
-        raise ShapeError(f"pattern must be a torch.Tensor [pos, pos] or [batch, pos, pos], got {type(pattern).__name__}")
+        raise ShapeError(f"pattern must be a torch.Tensor [pos, pos] or [batch, pos, pos], "
+                         f"got {type(pattern).__name__}")
     check_data(pattern, name="pattern")
     if not pattern.is_floating_point():
         raise ShapeError(f"pattern must be a float tensor of attention probabilities, got dtype {pattern.dtype}")
@@ -188,14 +189,16 @@ class HeadOperator(Result):
         """W_V W_O as a factored circuit (raw weights)."""
         return Circuit(self.W_V, self.W_O, label=f"{self.label} OV", convention="raw weights")
 
-    def apply(self, x: Float[Tensor, "*batch pos d_model"], *, value_bias: bool = True) -> Float[Tensor, "*batch pos d_model"]:
+    def apply(self, x: Float[Tensor, "*batch pos d_model"], *,
+              value_bias: bool = True) -> Float[Tensor, "*batch pos d_model"]:
         """The head's write A (x W_V + b_V) W_O for x [pos, d_model] or [batch, pos, d_model].
 
         ``value_bias=False`` gives the linear part A x W_V W_O only (what ``.matrix()`` represents).
         """
         if isinstance(x, Tensor):
             check_data(x, name="x")
-        if not isinstance(x, Tensor) or x.ndim not in (2, 3) or x.shape[-1] != self.d_model or x.shape[-2] != self.n_pos:
+        if (not isinstance(x, Tensor) or x.ndim not in (2, 3) or x.shape[-1] != self.d_model
+                or x.shape[-2] != self.n_pos):
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ShapeError(
                 f"x has shape {shape}; it must be [pos, d_model] or [batch, pos, d_model] with pos={self.n_pos} "

@@ -156,7 +156,8 @@ def parse_read(model: Model, label: Any, *, name: str = "dst") -> Read:
             return Read(label, kind, l, h, node=lab)
         if l < a.n_layers and kind != "q" and h < a.n_heads:
             raise _bad(name, label, valid, f" (k and v are indexed by KV head 0..{a.n_kv_heads - 1}; query head "
-                                           f"{h} reads KV head {a.kv_head(h)}, i.e. {L.HeadInput(l, kind, a.kv_head(h))})")
+                                           f"{h} reads KV head {a.kv_head(h)}, "
+                                           f"i.e. {L.HeadInput(l, kind, a.kv_head(h))})")
     if isinstance(lab, L.MlpInput) and not a.attn_only:
         l, which = lab.layer, lab.which
         if l < a.n_layers and (which == "in" or model.weights.W_gate is not None):

@@ -144,7 +144,8 @@ def _head_label(h: Any) -> Optional[Head]:
 
 
 def _parse_heads(heads: Sequence[Any], n_layers: int, n_heads: int) -> list[tuple[int, int]]:
-    if isinstance(heads, (str, tuple)) and not (isinstance(heads, tuple) and heads and isinstance(heads[0], (tuple, str))):
+    if isinstance(heads, (str, tuple)) and not (isinstance(heads, tuple) and heads
+                                                and isinstance(heads[0], (tuple, str))):
         heads = [heads]
     out = []
     for h in heads:

@@ -29,7 +29,8 @@ def require_model(model: Any, *, name: str = "model") -> None:
 def check_tensor_data(t: Tensor, name: str) -> None:
     """ShapeError for a tensor without data (the 'meta' device): nothing can be read from it."""
     if t.device.type == "meta":
-        raise ShapeError(f"{name} is on the 'meta' device (a tensor without data); pass a tensor on a real device such as 'cpu'")
+        raise ShapeError(f"{name} is on the 'meta' device (a tensor without data); pass a tensor on a real device "
+                         "such as 'cpu'")
 
 
 def as_batch(model: Model, inputs: Inputs, attention_mask: Optional[Tensor] = None) -> Batch:
@@ -56,7 +57,8 @@ def as_batch(model: Model, inputs: Inputs, attention_mask: Optional[Tensor] = No
             raise ShapeError(f"inputs must be an integer tensor of token ids, got dtype {t.dtype}")
         lo, hi = int(t.min()), int(t.max())
         if lo < 0 or hi >= arch.d_vocab:
-            raise ArgumentError(f"inputs has token id {lo if lo < 0 else hi}; ids must be in [0, {arch.d_vocab - 1}] (d_vocab={arch.d_vocab})")
+            raise ArgumentError(f"inputs has token id {lo if lo < 0 else hi}; ids must be in [0, {arch.d_vocab - 1}] "
+                                f"(d_vocab={arch.d_vocab})")
         t = t.to(device=model.device, dtype=torch.long).contiguous()
         if attention_mask is None:
             mask = torch.ones_like(t)
@@ -89,10 +91,12 @@ def as_batch(model: Model, inputs: Inputs, attention_mask: Optional[Tensor] = No
     elif isinstance(inputs, (list, tuple)) and inputs and all(isinstance(x, (list, tuple)) for x in inputs):
         lens = {len(x) for x in inputs}
         if len(lens) != 1:
-            raise ShapeError(f"inputs rows have different lengths {sorted(lens)}; pass strings (padded for you) or a rectangular id tensor")
+            raise ShapeError(f"inputs rows have different lengths {sorted(lens)}; pass strings (padded for you) or a "
+                             "rectangular id tensor")
         bad = [x for row in inputs for x in row if isinstance(x, bool) or not isinstance(x, int)]
         if bad:
-            raise ShapeError(f"inputs as lists of token ids must hold ints only; got {bad[0]!r} ({type(bad[0]).__name__})")
+            raise ShapeError(f"inputs as lists of token ids must hold ints only; got {bad[0]!r} "
+                             f"({type(bad[0]).__name__})")
         return as_batch(model, torch.tensor(inputs, dtype=torch.long).reshape(len(inputs), -1), attention_mask)
     else:
         raise ArgumentError(

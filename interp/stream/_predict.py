@@ -167,7 +167,8 @@ def predict(
                if tok is not None else [" ".join(map(str, t[m.bool()].tolist()))
                                         for t, m in zip(batch.tokens.cpu(), batch.attention_mask.cpu())])
     return Predictions(
-        labels=_labels(tok, uniq), label_ids=uniq, top_ids=ids.cpu(), top_probs=logp.gather(-1, ids).exp().float().cpu(),
+        labels=_labels(tok, uniq), label_ids=uniq, top_ids=ids.cpu(),
+        top_probs=logp.gather(-1, ids).exp().float().cpu(),
         top_logits=vals.cpu(), label_probs=logp[:, label_ids].exp().T.float().cpu().contiguous(),
         positions=positions.cpu(), prompts=prompts, model_name=model.name,
     )

@@ -32,7 +32,8 @@ from torch import Tensor
 from interp._norms import accumulate_dtype
 from interp._result import place
 from interp.errors import ArgumentError, LabelError, ShapeError
-from interp.models import ArchInfo, Block, Event, Model, Weights, build_program, describe_block, norm_hook, resid_hook_names
+from interp.models import (ArchInfo, Block, Event, Model, Weights, build_program, describe_block, norm_hook,
+                           resid_hook_names)
 from interp.stream._capture import capture
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch, as_batch, check_tensor_data, require_model
@@ -147,7 +148,8 @@ class ResidualTrace:
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike]) -> "ResidualTrace":
-        """Read a trace written by :meth:`save`; its tensors are the original's bit for bit; it decomposes as the original (to float rounding)."""
+        """Read a trace written by :meth:`save`; its tensors are the original's bit for bit; it decomposes as the
+        original (to float rounding)."""
         from interp.stream._trace_io import load_trace
 
         return load_trace(cls, path)
@@ -189,7 +191,8 @@ class ResidualTrace:
         try:
             u = torch.as_tensor(project_onto)
         except (TypeError, ValueError, RuntimeError) as e:
-            raise ShapeError(f"project_onto must be a float tensor [k, d_model={d}]; got {type(project_onto).__name__} ({e})") from None
+            raise ShapeError(f"project_onto must be a float tensor [k, d_model={d}]; "
+                             f"got {type(project_onto).__name__} ({e})") from None
         shape = tuple(u.shape)
         check_tensor_data(u, "project_onto")
         if u.is_complex() or not u.is_floating_point():

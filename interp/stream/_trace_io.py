@@ -99,13 +99,14 @@ def load_trace(cls: type, path: Union[str, os.PathLike]) -> Any:
     """Read a trace written by :func:`save_trace`."""
     path, meta, tensors = read_safetensors(path, what="interp trace")
     if meta.get("format") != _FORMAT:
-        raise ResultFormatError(f"path={str(path)!r} holds {meta.get('class', 'no interp trace')!r}, not a ResidualTrace "
-                                "(saved with ResidualTrace.save)")
+        raise ResultFormatError(f"path={str(path)!r} holds {meta.get('class', 'no interp trace')!r}, not a "
+                                "ResidualTrace (saved with ResidualTrace.save)")
     try:
         fields = json.loads(meta["fields"])
         arch_fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in fields["arch"].items()}
         arch = ArchInfo(**arch_fields)
-        blank: dict[str, Any] = {f.name: None for f in dataclasses.fields(Weights)}  # only what decompose reads is saved
+        # only what decompose reads is saved
+        blank: dict[str, Any] = {f.name: None for f in dataclasses.fields(Weights)}
         weights = Weights(**blank).with_updates(
             **{name: tensors[f"w/{name}"] for name in fields["weights"]})
         projected = None
@@ -121,4 +122,5 @@ def load_trace(cls: type, path: Union[str, os.PathLike]) -> Any:
             logits=tensors.get("logits"), projected=projected, has_types=fields["has_types"], kept=fields["kept"],
         )
     except (KeyError, TypeError, ValueError) as e:
-        raise ResultFormatError(f"path={str(path)!r} has a damaged ResidualTrace header or lacks a tensor ({e!r})") from None
+        raise ResultFormatError(f"path={str(path)!r} has a damaged ResidualTrace header or lacks a tensor "
+                                f"({e!r})") from None
