@@ -33,7 +33,8 @@ from interp.plots._common import (
 __all__ = ["attribution_heatmap", "attribution_waterfall", "attribution_vector"]
 
 
-def attribution_vector(attribution: Any, *, prompt: Optional[int] = None) -> tuple[list[str], np.ndarray, Optional[float]]:
+def attribution_vector(attribution: Any, *,
+                       prompt: Optional[int] = None) -> tuple[list[str], np.ndarray, Optional[float]]:
     """(labels, values [n_terms], total or None) for one prompt, or the mean over prompts."""
     require_attr(attribution, ("values", "labels"), name="attribution",
                  expected="a LogitAttribution-like result with .values [n_terms, batch] and .labels")

@@ -56,13 +56,15 @@ def _patch_values(result: Any, what: str, prompt: Optional[int]) -> tuple[np.nda
     return v, "metric after patch"
 
 
-def patch_figure(result: Any, *, what: str = "auto", prompt: Optional[int] = None, max_side_nodes: int = 40) -> go.Figure:
+def patch_figure(result: Any, *, what: str = "auto", prompt: Optional[int] = None,
+                 max_side_nodes: int = 40) -> go.Figure:
     """A patching result as a layer × head heatmap (+ bars of other nodes) or a node × position heatmap.
 
     ``what``: "normalized", "effect" (value − the base run's metric), "value" or "auto" (normalized when
     both baselines exist). ``prompt``: one prompt's values instead of the mean over prompts.
     """
-    require_attr(result, ("values", "labels"), name="result", expected="a PatchResult-like result with .values and .labels")
+    require_attr(result, ("values", "labels"), name="result",
+                 expected="a PatchResult-like result with .values and .labels")
     check_choice("what", what, _WHAT)
     check_positive_int("max_side_nodes", max_side_nodes)
     labels = list(result.labels)
@@ -103,7 +105,8 @@ def patch_figure(result: Any, *, what: str = "auto", prompt: Optional[int] = Non
     has_heads = bool(np.isfinite(grid).any())
     cols = (2 if side else 1) if has_heads else 1
     fig = make_subplots(rows=1, cols=cols, column_widths=[0.64, 0.36] if cols == 2 else None, horizontal_spacing=0.2,
-                        subplot_titles=(("heads (layer × head)",) if has_heads else ()) + (("other nodes",) if side else ()))
+                        subplot_titles=((("heads (layer × head)",) if has_heads else ())
+                                        + (("other nodes",) if side else ())))
     if has_heads:
         zmax = float(np.nanmax(np.abs(grid))) or 1.0
         hover = [[f"node <b>{Head(l, h)}</b><br>{title}: {fmt(grid[l, h])}" for h in range(n_h)] for l in range(n_l)]

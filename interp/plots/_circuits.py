@@ -276,7 +276,8 @@ def top_token_table(
         header=dict(values=header, fill_color="#e8eef7", align="left", font=dict(size=12), height=head_h),
         cells=dict(values=cells, align="left", font=dict(size=11), height=24),
     ))
-    scope = "the chosen tokens" if targets is None else ("the whole vocabulary" if targets == "all" else f"{len(cols)} tokens")
+    scope = ("the chosen tokens" if targets is None
+             else ("the whole vocabulary" if targets == "all" else f"{len(cols)} tokens"))
     fig.update_layout(
         title=f"Top tokens: {esc(label or f'full {kind} circuit')}<br><sup>restricted to {esc(scope)}"
               + (f"<br>{esc(caption)}" if caption else "") + "</sup>",

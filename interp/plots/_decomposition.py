@@ -96,7 +96,8 @@ def decomposition_figure(decomposition: Any, *, prompt: int = 0, pos: Any = -1, 
     ce = getattr(decomposition, "closure_error", float("nan"))
     fig.update_layout(
         title=(f"{esc(point)} at {where}: top {min(k, len(labels))} of {len(labels)} writes"
-               f"<br><sup>bars sum to ‖total‖ = {fmt(float(tab['total_norm']))}; {closure_text(ce, getattr(decomposition, 'relative_error', None))}</sup>"),
+               f"<br><sup>bars sum to ‖total‖ = {fmt(float(tab['total_norm']))}; "
+               f"{closure_text(ce, getattr(decomposition, 'relative_error', None))}</sup>"),
         xaxis_title="projection on the total (bars) / norm (diamonds)", yaxis_title="write",
         width=900, height=max(380, 26 * len(y) + 140), template="plotly_white", barmode="overlay",
         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1),

@@ -230,7 +230,8 @@ def _check_target(path: Union[str, Path]) -> tuple[Path, str]:
     p = Path(path).expanduser()
     suffix = p.suffix.lower()
     if suffix not in SUFFIXES:
-        raise ArgumentError(f"path={str(path)!r} has suffix {p.suffix or '(none)'!r}; allowed suffixes: {list(SUFFIXES)}")
+        raise ArgumentError(f"path={str(path)!r} has suffix {p.suffix or '(none)'!r}; "
+                            f"allowed suffixes: {list(SUFFIXES)}")
     if p.is_dir():
         raise ExportError(f"path={str(path)!r} is a directory; give a file name ending in {suffix}")
     parent = p.parent if str(p.parent) else Path(".")
@@ -331,7 +332,8 @@ def export(
         n_bytes = len(fig.to_json())
         if n_bytes > MAX_STATIC_JSON_BYTES:
             raise ExportError(f"figure holds {n_bytes / 1e6:.0f} MB of data, too large for static {suffix} export "
-                              f"(limit {MAX_STATIC_JSON_BYTES / 1e6:.0f} MB); export to .html instead or plot fewer points")
+                              f"(limit {MAX_STATIC_JSON_BYTES / 1e6:.0f} MB); export to .html instead or plot fewer "
+                              "points")
         ex = exporter if exporter is not None else _shared_exporter()
         data = ex.render(fig, suffix[1:], width=w, height=h, scale=scale)
         write_atomic(p, data)

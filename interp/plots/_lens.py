@@ -84,7 +84,8 @@ def logit_lens_figure(lens: Any, *, prompt: int = 0, value: str = "auto", max_te
     err = getattr(lens, "closure_error", None)
     fig.update_layout(
         title=f"logit lens ({esc(scale)} final-norm scale): {what}, prompt {b}"
-              + (f"<br><sub>last point vs the model's logits: max |Δ| = {fmt(err, 3)}</sub>" if err is not None else ""),
+              + (f"<br><sub>last point vs the model's logits: max |Δ| = {fmt(err, 3)}</sub>"
+                 if err is not None else ""),
         width=max(520, 90 + 70 * len(cols)), height=max(360, 140 + 22 * P),
         xaxis_title="position", yaxis_title="resid point",
     )

@@ -193,7 +193,8 @@ def residual_stream_figure(trace: Any, *, prompt: int = 0, pos: int = -1) -> go.
             j = int(finite[0])
             xs.append(names[j])
             ys.append(float(norms[gi, j]))
-            hs.append(f"write <b>{esc(g)}</b><br>‖write‖ = {fmt(ys[-1])} at {esc(points[j])}<br>token {quoted(tok)}")
+            hs.append(f"write <b>{esc(g)}</b><br>‖write‖ = {fmt(ys[-1])} at {esc(points[j])}"
+                      f"<br>token {quoted(tok)}")
         if xs:
             fig.add_trace(go.Bar(x=xs, y=ys, name=f"‖{kind} write‖", marker_color=colour, opacity=0.75,
                                  hovertext=hs, hoverinfo="text"), row=1, col=1)
@@ -210,7 +211,8 @@ def residual_stream_figure(trace: Any, *, prompt: int = 0, pos: int = -1) -> go.
     if mask is not None:
         real = as_numpy(mask[b], name="mask").astype(bool)
     ylabels = [f"{i}:{token_label(t)}" for i, t in enumerate(row_toks)]
-    hover_all = [[f"‖stream‖ = {fmt(sa[i, j])}<br>{esc(P)}<br>token {esc(ylabels[i])}" for j, P in enumerate(points)]
+    hover_all = [[f"‖stream‖ = {fmt(sa[i, j])}<br>{esc(P)}<br>token {esc(ylabels[i])}"
+                  for j, P in enumerate(points)]
                  for i in range(len(ylabels))]
     sa = np.where(real[:, None], sa, np.nan)
     fig.add_trace(go.Heatmap(
@@ -223,7 +225,8 @@ def residual_stream_figure(trace: Any, *, prompt: int = 0, pos: int = -1) -> go.
         fig.update_xaxes(type="category", tickangle=-60, categoryorder="array", categoryarray=names, row=row, col=1)
     fig.update_yaxes(title_text="norm", row=1, col=1)
     arch, block = getattr(trace, "arch", None), getattr(trace, "block", None)
-    kind = "" if arch is None or block is None else block.layout if arch.norm == "none" else f"{block.layout} {arch.norm}"
+    kind = ("" if arch is None or block is None
+            else block.layout if arch.norm == "none" else f"{block.layout} {arch.norm}")
     fig.update_layout(
         title=(f"Residual stream of token {quoted(tok)} (pos {p}, prompt {b})"
                f"<br><sup>{esc(getattr(arch, 'name', ''))} {esc(kind)} · {closure_text(r['closure'])}</sup>"),
