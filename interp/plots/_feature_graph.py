@@ -247,13 +247,15 @@ class FeatureGraphView:
                 '<div class="fg-controls">'
                 f'<label>feature / error nodes: <input class="fg-nodes" type="range" min="1" max="{max(n_ranked, 1)}" '
                 f'value="{d["default_nodes"]}"> <span class="fg-nodes-n"></span></label>'
-                f'<label>edges: <input class="fg-edges" type="range" min="0" max="{n_edges}" value="{d["default_edges"]}">'
+                f'<label>edges: <input class="fg-edges" type="range" min="0" max="{n_edges}" '
+                f'value="{d["default_edges"]}">'
                 ' <span class="fg-edges-n"></span></label>'
                 '<span class="fg-muted"><span style="color:#1f77b4">●</span> feature '
                 '<span style="color:#7f7f7f">■</span> error node <span style="color:#2ca02c">●</span> token '
                 '<span style="color:#d62728">●</span> output · edges: <span style="color:#1f77b4">+</span> / '
                 '<span style="color:#d62728">−</span>, width ∝ |weight|</span></div>'
-                '<div class="fg-main"><div class="fg-canvas-wrap"><canvas></canvas></div><div class="fg-info"></div></div>'
+                '<div class="fg-main"><div class="fg-canvas-wrap"><canvas></canvas></div>'
+                '<div class="fg-info"></div></div>'
                 f"</div><script>{_JS.replace('DATA', _script_json(d), 1)}</script>")
 
     def _repr_html_(self) -> str:
@@ -303,7 +305,8 @@ def feature_graph_view(
     absA = A.abs()
     ins_v, ins_i = absA.topk(k, dim=1)
     outs_v, outs_i = absA.topk(k, dim=0)
-    ins = [[[labels[j], _num(A[i, j])] for v, j in zip(ins_v[i].tolist(), ins_i[i].tolist()) if v > 0] for i in range(N)]
+    ins = [[[labels[j], _num(A[i, j])] for v, j in zip(ins_v[i].tolist(), ins_i[i].tolist()) if v > 0]
+           for i in range(N)]
     outs = [[[labels[j], _num(A[j, i])] for v, j in zip(outs_v[:, i].tolist(), outs_i[:, i].tolist()) if v > 0]
             for i in range(N)]
     effects: list[list] = [[] for _ in range(N)]

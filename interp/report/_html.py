@@ -83,7 +83,8 @@ class Page:
         config = json.dumps({"displaylogo": False, "responsive": True})
         w, h = fig.layout.width or 900, fig.layout.height or 500
         return (f'<div id="{div_id}" style="width:{int(w)}px;max-width:100%;height:{int(h)}px"></div>'
-                f'<script>(function(){{var s={spec};Plotly.newPlot("{div_id}", s.data, s.layout, {config});}})();</script>'
+                f'<script>(function(){{var s={spec};Plotly.newPlot("{div_id}", s.data, s.layout, {config});}})();'
+                '</script>'
                 f"{self._links(files)}")
 
     @staticmethod

@@ -203,7 +203,8 @@ def project_term(t: Term, x: Optional[Tensor], w: Weights, b: int, p: int) -> Te
     (a stream activation) or [b|1, 1, k] (a bias). ``x`` is the term's captured activation."""
     U = t.U
     if t.kind == "bias":
-        return torch.einsum("d,bkd->bk", t.vector.to(U.dtype), U)[:, None, :]  # type: ignore[union-attr]  # a bias has its vector
+        # a bias has its vector
+        return torch.einsum("d,bkd->bk", t.vector.to(U.dtype), U)[:, None, :]  # type: ignore[union-attr]
     if x is None:
         raise ArgumentError(f"term {t.labels[0]!r} needs the activation captured at {t.hook!r}")
     if t.kind == "heads":
