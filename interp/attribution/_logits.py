@@ -217,6 +217,8 @@ def _readout(model: Model, own: Tensor, pre: Tensor, lse: Optional[Tensor], read
     has_bias = b_U is not None and bool((b_U != 0).any())
     for r in reads:
         c = coef[r.prompt][r.cand]
+        if lse is not None:  # −c·log Z: the read's own coefficient (the cap's slope scales z's terms only)
+            log_z[r.prompt] -= c * lse[r.row, r.j]
         if cap:  # capped(z) = z·sech²(z/c) (first order, split over the terms of z) + a remainder term
             y = own[r.row, r.j, r.token]  # the capped logit
             slope = 1 - (y / cap) ** 2  # sech²(z/c) = 1 − tanh²(z/c)
@@ -225,8 +227,6 @@ def _readout(model: Model, own: Tensor, pre: Tensor, lse: Optional[Tensor], read
         u[r.row, r.j] += c * W_U[:, r.token]
         if has_bias and b_U is not None:
             bias[r.prompt] += c * b_U[r.token]
-        if lse is not None:
-            log_z[r.prompt] -= c * lse[r.row, r.j]
     return u, bias, log_z, capped, has_bias
 
 

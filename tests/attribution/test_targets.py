@@ -190,6 +190,25 @@ def test_logprob_target_reports_the_log_partition(family):
     assert s.relative_error <= 1e-5
 
 
+def test_logprob_target_closes_under_a_logit_soft_cap():
+    """Gemma 2 caps its logits, c·tanh(z/c): a log-probability's terms (the cap's first-order split of z, its
+    remainder and the log-partition) sum to HF's log-softmax of the capped logits — the log-partition weighted by
+    the read's coefficient, not by the cap's slope (which scales z's terms only)."""
+    m = tiny_model("gemma2")
+    assert m.arch.final_softcap > 0
+    a = attribute_logits(m, PROMPTS, answer="w3", target="logprob")
+    lg = _hf_logits("gemma2", m, [_prompt_ids(m, p) for p in PROMPTS])
+    a3 = _ids(m, "w3")[0]
+    want = torch.stack([torch.log_softmax(l[-1], -1)[a3] for l in lg])
+    torch.testing.assert_close(a.total, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a.values.sum(0), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a["log_partition"], -torch.stack([torch.logsumexp(l[-1], -1) for l in lg]),
+                               atol=1e-5, rtol=1e-5)
+    assert a.relative_error <= 1e-5
+    wrong = attribute_logits(m, PROMPTS, answer="w3", wrong={"w5", "w6"}, target="logprob", wrong_agg="mean")
+    assert wrong.relative_error <= 1e-5
+
+
 def test_toy_without_final_norm_logprob_and_sets():
     m = interp.load_model("toy-attn-only-2l")
     toks = torch.tensor([[3, 9, 4, 11, 3, 9], [5, 6, 7, 5, 6, 2]])
