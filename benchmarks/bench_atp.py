@@ -76,27 +76,34 @@ def main() -> None:
     ids_c, ids_k = m.to_tokens(CLEAN), m.to_tokens(CORRUPT)
     bc, bk, ans, wrong = ioi_batch(m, 16)
     bmet = LogitDiff(ans, wrong)
-    print(f"smollm2-135m, {torch.get_num_threads()} threads; IOI pair {ids_c.shape[1]} tokens, "
-          f"batch {tuple(bc.shape)}")
+    print(f"smollm2-135m, {torch.get_num_threads()} threads; IOI pair {ids_c.shape[1]} tokens, batch {tuple(bc.shape)}")
 
     def forward(ids):
         with torch.inference_mode():
             return m.bridge(ids)
 
     print("\n1. cost against a plain forward of the same batch (target <= 5x)")
-    kinds = {"components x each position": dict(nodes="components", positions="each"),
-             "components, all positions": dict(nodes="components"),
-             "head inputs x each position, QK fix": dict(nodes="head_inputs", positions="each", qk_fix=True)}
+    kinds = {
+        "components x each position": dict(nodes="components", positions="each"),
+        "components, all positions": dict(nodes="components"),
+        "head inputs x each position, QK fix": dict(nodes="head_inputs", positions="each", qk_fix=True),
+    }
     for name, c, k, mt in (("IOI pair", ids_c, ids_k, met), ("16 prompts", bc, bk, bmet)):
         fns = {"forward": lambda c=c: forward(c)}
-        fns.update({what: (lambda kw=kw, c=c, k=k, mt=mt: attribution_patch(m, c, k, metric=mt, **kw))
-                    for what, kw in kinds.items()})
+        fns.update(
+            {
+                what: (lambda kw=kw, c=c, k=k, mt=mt: attribution_patch(m, c, k, metric=mt, **kw))
+                for what, kw in kinds.items()
+            }
+        )
         res = interleaved(fns, args.iters)
         t_f, c_f, rss_f = res.pop("forward")
         for what, (t_a, c_a, rss_a) in res.items():
-            print(f"  {name:10s} {what:38s} forward {t_f * 1e3:8.1f} ms   AtP {t_a * 1e3:8.1f} ms   "
-                  f"ratio {t_a / t_f:4.2f}x (CPU time {c_a / c_f:4.2f}x)   "
-                  f"peak RSS {rss_a / 2**20:5.0f} MB (forward {rss_f / 2**20:5.0f} MB)")
+            print(
+                f"  {name:10s} {what:38s} forward {t_f * 1e3:8.1f} ms   AtP {t_a * 1e3:8.1f} ms   "
+                f"ratio {t_a / t_f:4.2f}x (CPU time {c_a / c_f:4.2f}x)   "
+                f"peak RSS {rss_a / 2**20:5.0f} MB (forward {rss_f / 2**20:5.0f} MB)"
+            )
 
     print("\n2. agreement with exact patching (interp.patch, same nodes/positions, denoising)")
     cases = [("heads", "all"), ("components", "all"), ("head_inputs", "all")]
@@ -115,9 +122,11 @@ def main() -> None:
                 est = attribution_patch(m, c, k, metric=mt, nodes=nodes, positions=positions, qk_fix=fix)
                 t_est = time.perf_counter() - t
                 rho, top = agreement(est, exact)
-                print(f"  {label:10s} {nodes:11s} {positions:4s} qk_fix={str(fix):5s}  Spearman {rho:6.3f}   "
-                      f"top-10 overlap {top:4.0%}   ({est.effect.numel()} effects; exact {t_exact:6.1f} s, "
-                      f"AtP {t_est:5.2f} s)")
+                print(
+                    f"  {label:10s} {nodes:11s} {positions:4s} qk_fix={str(fix):5s}  Spearman {rho:6.3f}   "
+                    f"top-10 overlap {top:4.0%}   ({est.effect.numel()} effects; exact {t_exact:6.1f} s, "
+                    f"AtP {t_est:5.2f} s)"
+                )
 
 
 if __name__ == "__main__":

@@ -63,8 +63,12 @@ print(json.dumps({"mode": mode, "s_per_iter": min(times), "peak_rss_mb": peak[0]
 
 
 def measure(mode: str, args) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, mode, str(args.batch), str(args.seq), str(args.iters), args.model],
-                         capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, str(args.batch), str(args.seq), str(args.iters), args.model],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     if out.returncode != 0:
         raise SystemExit(f"{mode} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -81,11 +85,16 @@ def main() -> None:
     f = res["forward"]
     print(f"{args.model}, batch {args.batch}×{args.seq}, best of {args.iters}")
     for m, r in res.items():
-        print(f"  {m:8s} {r['s_per_iter']:7.3f} s/iter   peak RSS {r['peak_rss_mb']:8.0f} MB "
-              f"(steady {r['base_rss_mb']:.0f} MB)   time ×{r['s_per_iter'] / f['s_per_iter']:.2f}   "
-              f"peak RSS ×{r['peak_rss_mb'] / f['peak_rss_mb']:.2f}")
+        print(
+            f"  {m:8s} {r['s_per_iter']:7.3f} s/iter   peak RSS {r['peak_rss_mb']:8.0f} MB "
+            f"(steady {r['base_rss_mb']:.0f} MB)   time ×{r['s_per_iter'] / f['s_per_iter']:.2f}   "
+            f"peak RSS ×{r['peak_rss_mb'] / f['peak_rss_mb']:.2f}"
+        )
     t_max, m_max = (1.0, 1.2) if args.model == "gemma3-270m" else (1.25, 1.25)
-    ok = res["interp"]["s_per_iter"] / f["s_per_iter"] <= t_max and res["interp"]["peak_rss_mb"] / f["peak_rss_mb"] <= m_max
+    ok = (
+        res["interp"]["s_per_iter"] / f["s_per_iter"] <= t_max
+        and res["interp"]["peak_rss_mb"] / f["peak_rss_mb"] <= m_max
+    )
     print(f"target (interp ≤{t_max}× forward in time, ≤{m_max}× in peak RSS):", "met" if ok else "NOT met")
 
 

@@ -67,8 +67,10 @@ def main() -> None:
 
     cells: dict[tuple[str, str, str], object] = {}
     width = max(len(m) for m in methods)
-    print("\nedge ROC AUC: against the true circuit / against the truth the ablation can test "
-          "(the goal: zero ≥ 0.99, resample ≥ 0.95)")
+    print(
+        "\nedge ROC AUC: against the true circuit / against the truth the ablation can test "
+        "(the goal: zero ≥ 0.99, resample ≥ 0.95)"
+    )
     print(f"{'model':<11} {'method':<{width}} " + " ".join(f"{a:>17}" for a in ablations) + "   seconds")
     for task in tasks:
         for m in methods:
@@ -86,15 +88,26 @@ def main() -> None:
         tested = ", ".join(f"{a} {int(cells[(task.name, methods[0], a)].testable.sum())}" for a in ablations)  # type: ignore[attr-defined]
         print(f"  {task.name}: {int(r0.truth.sum())} true of {len(r0.edges)} edges; testable: {tested}")  # type: ignore[attr-defined]
 
-    print("\nnotes — every cell below its goal, its misplaced edges by class "
-          "(blind / inert: no single-edge method can see them under this ablation; first-order / spurious: the "
-          "method's own error; off-circuit: real effects outside the known circuit)")
+    print(
+        "\nnotes — every cell below its goal, its misplaced edges by class "
+        "(blind / inert: no single-edge method can see them under this ablation; first-order / spurious: the "
+        "method's own error; off-circuit: real effects outside the known circuit)"
+    )
     out = []
     for (name, m, a), r in cells.items():
         oracle = cells.get((name, "edge-patching", a))
         groups = misplaced(r, oracle)
-        out.append({"model": name, "method": m, "ablation": a, "auc": r.auc, "auc_testable": r.auc_testable,  # type: ignore[attr-defined]
-                    "seconds": r.seconds, "misplaced": groups})  # type: ignore[attr-defined]
+        out.append(
+            {
+                "model": name,
+                "method": m,
+                "ablation": a,
+                "auc": r.auc,
+                "auc_testable": r.auc_testable,  # type: ignore[attr-defined]
+                "seconds": r.seconds,
+                "misplaced": groups,
+            }
+        )  # type: ignore[attr-defined]
         if r.auc >= GOAL[a]:  # type: ignore[attr-defined]
             continue
         print(f"- {name} · {m} · {a}: AUC {r.auc:.3f} (testable {r.auc_testable:.3f}) — {counts(groups)}")  # type: ignore[attr-defined]

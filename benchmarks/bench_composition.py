@@ -71,12 +71,16 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}")
     model = interp.load_model("smollm2-135m")
     a = model.arch
-    print(f"{model.name}: {a.n_layers} layers × {a.n_heads} heads ({a.n_kv_heads} KV) = {a.n_layers * a.n_heads} heads, "
-          f"d_model {a.d_model}, d_head {a.d_head}")
+    print(
+        f"{model.name}: {a.n_layers} layers × {a.n_heads} heads ({a.n_kv_heads} KV) = {a.n_layers * a.n_heads} heads, "
+        f"d_model {a.d_model}, d_head {a.d_head}"
+    )
     composition_scores(model, "K", fold_norms=False)  # warm-up
     print("wall = elapsed seconds, cpu = process CPU seconds (less sensitive to other jobs on a shared machine)")
-    print(f"{'mode':>4} {'interp wall':>11} {'cpu':>6} {'TL wall':>8} {'cpu':>6} {'TL/interp wall':>14} {'cpu':>6} "
-          f"{'max |diff|':>10}  interp(fold_norms=True) wall")
+    print(
+        f"{'mode':>4} {'interp wall':>11} {'cpu':>6} {'TL wall':>8} {'cpu':>6} {'TL/interp wall':>14} {'cpu':>6} "
+        f"{'max |diff|':>10}  interp(fold_norms=True) wall"
+    )
     for mode in args.modes.split(","):
         walls, cpus = [], []
         for _ in range(args.repeats):
@@ -93,11 +97,16 @@ def main() -> None:
         mask = ours.mask
         diff = float((ours.scores[mask] - tl[mask]).abs().max())
         t_ours, c_ours = min(walls), min(cpus)
-        print(f"{mode:>4} {t_ours:11.2f} {c_ours:6.2f} {t_tl:8.1f} {c_tl:6.1f} {t_tl / t_ours:13.1f}× {c_tl / c_ours:5.1f}× "
-              f"{diff:10.1e}  {t_fold:.2f}", flush=True)
+        print(
+            f"{mode:>4} {t_ours:11.2f} {c_ours:6.2f} {t_tl:8.1f} {c_tl:6.1f} {t_tl / t_ours:13.1f}× {c_tl / c_ours:5.1f}× "
+            f"{diff:10.1e}  {t_fold:.2f}",
+            flush=True,
+        )
         if args.try_unchunked:
             r = subprocess.run([sys.executable, "-c", CHILD, mode], capture_output=True, text=True)
-            status = f"{r.stdout.strip().splitlines()[-1]} s" if r.returncode == 0 else f"died (exit code {r.returncode})"
+            status = (
+                f"{r.stdout.strip().splitlines()[-1]} s" if r.returncode == 0 else f"died (exit code {r.returncode})"
+            )
             print(f"     TL bridge.all_composition_scores({mode!r}) unchunked: {status}", flush=True)
     print(f"load average at the end {os.getloadavg()[0]:.1f} (timings on a loaded 2-core machine are noisy)")
 

@@ -63,16 +63,19 @@ def cost(m, task, iters: int) -> None:
         return interp.edge_attribution(m, task.clean, task.corrupt, metric=task.metric, method="eap", progress=False)
 
     def eap_ig():
-        return interp.edge_attribution(m, task.clean, task.corrupt, metric=task.metric, method="eap-ig",
-                                       ig_steps=5, progress=False)
+        return interp.edge_attribution(
+            m, task.clean, task.corrupt, metric=task.metric, method="eap-ig", ig_steps=5, progress=False
+        )
 
     res = interleaved({"forward": fwd, "eap": eap, "eap-ig": eap_ig}, iters)
     fw_, fc, _ = res["forward"]
     print(f"   plain forward (HF, {torch.get_num_threads()} threads): wall {fw_:.2f} s, CPU {fc:.2f} s")
     for k, target in (("eap", 5), ("eap-ig", 15)):
         w, c, rss = res[k]
-        print(f"   {k:7s}: wall {w:6.2f} s = {w / fw_:5.1f}x, CPU {c:6.2f} s = {c / fc:5.1f}x (target <= {target}x), "
-              f"peak RSS {rss / 2**30:.2f} GiB")
+        print(
+            f"   {k:7s}: wall {w:6.2f} s = {w / fw_:5.1f}x, CPU {c:6.2f} s = {c / fc:5.1f}x (target <= {target}x), "
+            f"peak RSS {rss / 2**30:.2f} GiB"
+        )
     # one circuit evaluation per circuit size (the engine-level call evaluate_circuit makes three times)
     s = eap()
     pair = interp.causal._common.make_pair(m, task.clean, task.corrupt, task.metric, need_corrupt=True)
@@ -82,7 +85,7 @@ def cost(m, task, iters: int) -> None:
     fns = {"forward": fwd}
     for frac in (0.001, 0.01, 0.05, 0.2, 0.5):
         K = _K(g, _select.prune(g, _select.top_n(s.scores, int(frac * g.n_edges))))
-        fns[f"{frac:g}"] = (lambda K=K: fw(pair.clean.tokens, pair.clean.attention_mask, abl, K, read, prompt))
+        fns[f"{frac:g}"] = lambda K=K: fw(pair.clean.tokens, pair.clean.attention_mask, abl, K, read, prompt)
     res = interleaved(fns, iters)
     fw_, fc, _ = res["forward"]
     print("   one circuit evaluation (every edge outside the circuit ablated; target <= 2x):")
@@ -103,8 +106,12 @@ def tl_comparison() -> None:
     cfg = transformers.GPT2Config()  # GPT-2 small's shape: 12 layers, 12 heads, d_model 768
     cfg._attn_implementation = "eager"
     hf = transformers.GPT2LMHeadModel(cfg).eval()
-    tok = PreTrainedTokenizerFast(tokenizer_object=_word_tokenizer(Tokenizer, models, pre_tokenizers),
-                                  pad_token="<pad>", bos_token="<bos>", unk_token="<unk>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=_word_tokenizer(Tokenizer, models, pre_tokenizers),
+        pad_token="<pad>",
+        bos_token="<bos>",
+        unk_token="<unk>",
+    )
     tmp = tempfile.mkdtemp(prefix="bench-edges-tok-")  # the bridge reloads its tokenizer by name_or_path
     tok.save_pretrained(tmp)
     tok = AutoTokenizer.from_pretrained(tmp)
@@ -141,10 +148,14 @@ def tl_comparison() -> None:
     shared = [k for k in agg if k in ours]
     diff = max(abs(agg[k] - ours[k]) for k in shared)
     scale = max(abs(v) for v in agg.values())
-    print(f"   plain forward {t_f:.2f} s; transformer-lens {t_tl:.1f} s ({t_tl / t_f:.0f} forwards); interp {t_i:.2f} s "
-          f"({t_i / t_f:.1f} forwards): {t_tl / t_i:.1f}x faster (target >= 10x)")
-    print(f"   {len(shared):,} shared edges (transformer-lens {len(agg):,}, interp {len(ours):,}: + pos_embed's edges); "
-          f"max |difference| {diff:.2e} (largest |score| {scale:.3g}; target <= 1e-4)")
+    print(
+        f"   plain forward {t_f:.2f} s; transformer-lens {t_tl:.1f} s ({t_tl / t_f:.0f} forwards); interp {t_i:.2f} s "
+        f"({t_i / t_f:.1f} forwards): {t_tl / t_i:.1f}x faster (target >= 10x)"
+    )
+    print(
+        f"   {len(shared):,} shared edges (transformer-lens {len(agg):,}, interp {len(ours):,}: + pos_embed's edges); "
+        f"max |difference| {diff:.2e} (largest |score| {scale:.3g}; target <= 1e-4)"
+    )
 
 
 def _word_tokenizer(Tokenizer, models, pre_tokenizers):
@@ -169,8 +180,9 @@ def _tl_reader(n) -> str:
 def findings(m, task) -> None:
     print(f"\n3. findings on IOI ({task.n} pairs)")
     eap = interp.edge_attribution(m, task.clean, task.corrupt, metric=task.metric, method="eap", progress=False)
-    frozen = interp.edge_attribution(m, task.clean, task.corrupt, metric=task.metric, method="eap", scale="frozen",
-                                     progress=False)
+    frozen = interp.edge_attribution(
+        m, task.clean, task.corrupt, metric=task.metric, method="eap", scale="frozen", progress=False
+    )
     ig = interp.edge_attribution(m, task.clean, task.corrupt, metric=task.metric, method="eap-ig", progress=False)
     print(f"   {eap!r}\n   {ig!r}")
     print("   top 8 edges by |EAP-IG|: " + ", ".join(f"{e} {v:+.3f}" for e, v in ig.top(8)[["edge", "score"]].values))
@@ -188,8 +200,10 @@ def findings(m, task) -> None:
         r_eap = spearmanr([eap[e] for e in edges], x).statistic
         r_ig = spearmanr([ig[e] for e in edges], x).statistic
         r_fz = spearmanr([frozen[e] for e in edges], x).statistic
-        print(f"   Spearman with exact edge patching, {name:10s}: EAP {r_eap:.3f}, EAP-IG {r_ig:.3f} "
-              f"(EAP with the norms' scale frozen: {r_fz:.3f})")
+        print(
+            f"   Spearman with exact edge patching, {name:10s}: EAP {r_eap:.3f}, EAP-IG {r_ig:.3f} "
+            f"(EAP with the norms' scale frozen: {r_fz:.3f})"
+        )
     # reference prompts for mean / resample: another draw of IOI corrupt prompts of the task's length
     ref = interp.load_task("ioi", m, n=32, seed=1).corrupt
     L = tokenize(m, task.clean).tokens.shape[1]
@@ -199,15 +213,23 @@ def findings(m, task) -> None:
     for ablation in ("resample", "corrupt"):
         for absolute in (False, True):
             smallest_circuit(m, task, ig, ref if ablation == "resample" else None, ablation, absolute)
-    print("   faithfulness curves (MIB sizes 0.1% … 100%); CPR from the signed ranking (score: the edges whose "
-          "corruption lowers the logit difference most), CMD from |score| — as MIB reports them")
+    print(
+        "   faithfulness curves (MIB sizes 0.1% … 100%); CPR from the signed ranking (score: the edges whose "
+        "corruption lowers the logit difference most), CMD from |score| — as MIB reports them"
+    )
     for s in (eap, ig):
-        curves = {a: interp.faithfulness_curve(m, task.clean, task.corrupt, s, metric=task.metric, reference=ref,
-                                               absolute=a, progress=False) for a in (False, True)}
+        curves = {
+            a: interp.faithfulness_curve(
+                m, task.clean, task.corrupt, s, metric=task.metric, reference=ref, absolute=a, progress=False
+            )
+            for a in (False, True)
+        }
         for i, ab in enumerate(curves[True].ablations):
             sg, ab_ = curves[False], curves[True]
-            print(f"   {s.method.upper():6s} {ab:8s}: CPR {float(sg.cpr[i]):.3f} (|score|: {float(ab_.cpr[i]):.3f})  "
-                  f"CMD {float(ab_.cmd[i]):.3f} (signed: {float(sg.cmd[i]):.3f})")
+            print(
+                f"   {s.method.upper():6s} {ab:8s}: CPR {float(sg.cpr[i]):.3f} (|score|: {float(ab_.cpr[i]):.3f})  "
+                f"CMD {float(ab_.cmd[i]):.3f} (signed: {float(sg.cmd[i]):.3f})"
+            )
             print(f"          f(k) signed  {' '.join(f'{f:5.2f}' for f in sg.faithfulness[i].tolist())}")
             print(f"          f(k) |score| {' '.join(f'{f:5.2f}' for f in ab_.faithfulness[i].tolist())}")
 
@@ -226,17 +248,21 @@ def smallest_circuit(m, task, scores, ref, ablation: str, absolute: bool) -> Non
     t, mk = pair.clean.tokens, pair.clean.attention_mask
     full = float(fw(t, mk, abl, torch.zeros_like(g.mask, dtype=torch.float32), read, prompt).double().mean())
     empty = float(fw(t, mk, abl, g.mask.float(), read, prompt).double().mean())
-    ns = sorted({max(1, round(g.n_edges * 10 ** e)) for e in torch.linspace(-4, 0, 33).tolist()})
+    ns = sorted({max(1, round(g.n_edges * 10**e)) for e in torch.linspace(-4, 0, 33).tolist()})
     rank = "|score|" if absolute else "score"
     for n in ns:
         keep = _select.prune(g, _select.top_n(scores.scores, n, absolute=absolute))
         f = (float(fw(t, mk, abl, _K(g, keep), read, prompt).double().mean()) - empty) / (full - empty)
         if f >= 0.8:
-            print(f"   smallest circuit with faithfulness >= 0.8 under {ablation} ablation, {scores.method.upper()} by "
-                  f"{rank}: top {n:,} edges ({n / g.n_edges:.2%}), {int(keep.sum()):,} after pruning "
-                  f"({int(keep.sum()) / g.n_edges:.2%}); faithfulness {f:.3f}")
+            print(
+                f"   smallest circuit with faithfulness >= 0.8 under {ablation} ablation, {scores.method.upper()} by "
+                f"{rank}: top {n:,} edges ({n / g.n_edges:.2%}), {int(keep.sum()):,} after pruning "
+                f"({int(keep.sum()) / g.n_edges:.2%}); faithfulness {f:.3f}"
+            )
             return
-    print(f"   no circuit on the grid reaches faithfulness 0.8 under {ablation} ablation ({scores.method.upper()} by {rank})")
+    print(
+        f"   no circuit on the grid reaches faithfulness 0.8 under {ablation} ablation ({scores.method.upper()} by {rank})"
+    )
 
 
 def main() -> None:

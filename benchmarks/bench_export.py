@@ -33,8 +33,13 @@ def build_figures() -> dict:
     from tiny_models import tiny_model
     from interp.attribution import attribute_logits
     from interp.circuits import composition_graph
-    from interp.plots import (attention_pattern_figure, attribution_heatmap, attribution_waterfall,
-                              copying_score_map, residual_stream_figure)
+    from interp.plots import (
+        attention_pattern_figure,
+        attribution_heatmap,
+        attribution_waterfall,
+        copying_score_map,
+        residual_stream_figure,
+    )
     from interp.stream import attention_patterns, trace
 
     m = tiny_model("llama")
@@ -74,9 +79,11 @@ def main() -> int:
     names = list(figs)[: args.baseline]
     for name in names:
         t0 = time.perf_counter()
-        kaleido.calc_fig_sync(figs[name], opts={"format": "png", "width": figs[name].layout.width,
-                                                "height": figs[name].layout.height},
-                              kopts={"mathjax": False, "path": browser})
+        kaleido.calc_fig_sync(
+            figs[name],
+            opts={"format": "png", "width": figs[name].layout.width, "height": figs[name].layout.height},
+            kopts={"mathjax": False, "path": browser},
+        )
         base.append(time.perf_counter() - t0)
 
     # (b) one Exporter for everything
@@ -103,8 +110,10 @@ def main() -> int:
     o_mean = statistics.mean(per_fig)
     print(f"baseline, new browser per figure (png, {len(base)} figures): {b_mean:.2f} s/figure")
     print(f"interp Exporter, first figure (browser start included): {first:.2f} s")
-    print(f"interp Exporter, later figures ({len(per_fig)} exports): mean {o_mean:.3f} s, "
-          f"median {statistics.median(per_fig):.3f} s, max {max(per_fig):.3f} s")
+    print(
+        f"interp Exporter, later figures ({len(per_fig)} exports): mean {o_mean:.3f} s, "
+        f"median {statistics.median(per_fig):.3f} s, max {max(per_fig):.3f} s"
+    )
     for fmt, ts in by_fmt.items():
         print(f"   {fmt}: mean {statistics.mean(ts):.3f} s, max {max(ts):.3f} s")
     print(f"ratio baseline / reused browser: {b_mean / o_mean:.1f}x")

@@ -83,12 +83,12 @@ def write_transcoders(m: "interp.Model", tokens: torch.Tensor, out: Path, width:
     e = Engine(m)
     cache = e.run(tokens, torch.ones_like(tokens), capture={"resid_mid"}, keep_scales=True)
     g = torch.Generator().manual_seed(0)
-    d, L, n = m.arch.d_model, m.arch.n_layers, tokens.shape[1]
+    d, L = m.arch.d_model, m.arch.n_layers
     paths = []
     for l in range(L):
-        W_enc = torch.randn(width, d, generator=g) / d ** 0.5
+        W_enc = torch.randn(width, d, generator=g) / d**0.5
         b_enc = torch.randn(width, generator=g) * 0.1
-        W_dec = torch.randn(width, d, generator=g) / width ** 0.5
+        W_dec = torch.randn(width, d, generator=g) / width**0.5
         b_dec = torch.randn(d, generator=g) * 0.01
         mid = cache.acts["resid_mid"][l][0].float()
         h2 = e.norm(mid, m.weights.ln2_w[l].float(), None if m.weights.ln2_b is None else m.weights.ln2_b[l])
@@ -98,12 +98,21 @@ def write_transcoders(m: "interp.Model", tokens: torch.Tensor, out: Path, width:
         # have the same features
         thr = torch.maximum(torch.full((width,), float(thr)), pre[0] + 1e-3)
         p = out / f"layer_{l}.safetensors"
-        save_file({"W_enc": W_enc, "W_dec": W_dec, "b_enc": b_enc, "b_dec": b_dec,
-                   "activation_function.threshold": thr.contiguous()}, str(p))
+        save_file(
+            {
+                "W_enc": W_enc,
+                "W_dec": W_dec,
+                "b_enc": b_enc,
+                "b_dec": b_dec,
+                "activation_function.threshold": thr.contiguous(),
+            },
+            str(p),
+        )
         paths.append(str(p))
     (out / "config.yaml").write_text(
         "model_kind: transcoder_set\nscan: bench-random-jumprelu\nfeature_input_hook: mlp.hook_in\n"
-        "feature_output_hook: mlp.hook_out\ntranscoders:\n" + "".join(f"  - {p}\n" for p in paths))
+        "feature_output_hook: mlp.hook_out\ntranscoders:\n" + "".join(f"  - {p}\n" for p in paths)
+    )
 
 
 def write_clt(m: "interp.Model", tokens: torch.Tensor, out: Path, width: int, per_pos: float) -> None:
@@ -117,7 +126,7 @@ def write_clt(m: "interp.Model", tokens: torch.Tensor, out: Path, width: int, pe
     cache = e.run(tokens, torch.ones_like(tokens), capture={"resid_mid"}, keep_scales=True)
     g = torch.Generator().manual_seed(0)
     d, L = m.arch.d_model, m.arch.n_layers
-    W_enc = torch.randn(L, width, d, generator=g) / d ** 0.5
+    W_enc = torch.randn(L, width, d, generator=g) / d**0.5
     b_enc = torch.randn(L, width, generator=g) * 0.1
     W_dec = tuple(torch.randn(width, L - l, d, generator=g) / (width * (L - l)) ** 0.5 for l in range(L))
     b_dec = torch.randn(L, d, generator=g) * 0.01
@@ -127,7 +136,9 @@ def write_clt(m: "interp.Model", tokens: torch.Tensor, out: Path, width: int, pe
         h2 = e.norm(mid, m.weights.ln2_w[l].float(), None if m.weights.ln2_b is None else m.weights.ln2_b[l])
         pre = h2 @ W_enc[l].T + b_enc[l]
         t = torch.quantile(pre[1:].flatten(), 1 - per_pos / width).clamp_min(1e-3)
-        thr.append(torch.maximum(torch.full((width,), float(t)), pre[0] + 1e-3))  # none at BOS, as for the per-layer set
+        thr.append(
+            torch.maximum(torch.full((width,), float(t)), pre[0] + 1e-3)
+        )  # none at BOS, as for the per-layer set
     clt = CrossLayerTranscoder(W_enc, b_enc, W_dec, b_dec, activation="jumprelu", threshold=torch.stack(thr))
     files, config = clt_files(clt)
     for name, (ts, meta) in files.items():
@@ -168,22 +179,49 @@ def main() -> None:
     g, cold, warm, cpu_warm = timed()
     _, cold5, warm5, cpu5 = timed(logit_effects=5)
     n_feat = sum(k == "feature" for k in g.node_kind)
-    print(f"interp: {len(g.tokens)} tokens, {n_feat} features, {g.n_nodes} nodes; {cold:.2f} s cold, {warm:.2f} s "
-          f"warm (CPU {cpu_warm:.2f} s); with every feature's top tokens for the viewer (logit_effects=5) {cold5:.2f} / "
-          f"{warm5:.2f} s (CPU {cpu5:.2f} s); closure {g.closure_error:.2e} ({g.relative_error:.2e} relative)",
-          flush=True)
-    torch.save({"adjacency": g.adjacency, "node_kind": g.node_kind, "node_layer": g.node_layer,
-                "node_pos": g.node_pos, "node_feature": g.node_feature, "tokens": g.tokens,
-                "target_ids": g.target_ids, "activation": g.activation, "output_weight": g.output_weight,
-                "bias": g.bias, "value": g.value, "interp_seconds": [cold, warm], "interp_cpu_seconds": cpu_warm}, work / "interp_graph.pt")
+    print(
+        f"interp: {len(g.tokens)} tokens, {n_feat} features, {g.n_nodes} nodes; {cold:.2f} s cold, {warm:.2f} s "
+        f"warm (CPU {cpu_warm:.2f} s); with every feature's top tokens for the viewer (logit_effects=5) {cold5:.2f} / "
+        f"{warm5:.2f} s (CPU {cpu5:.2f} s); closure {g.closure_error:.2e} ({g.relative_error:.2e} relative)",
+        flush=True,
+    )
+    torch.save(
+        {
+            "adjacency": g.adjacency,
+            "node_kind": g.node_kind,
+            "node_layer": g.node_layer,
+            "node_pos": g.node_pos,
+            "node_feature": g.node_feature,
+            "tokens": g.tokens,
+            "target_ids": g.target_ids,
+            "activation": g.activation,
+            "output_weight": g.output_weight,
+            "bias": g.bias,
+            "value": g.value,
+            "interp_seconds": [cold, warm],
+            "interp_cpu_seconds": cpu_warm,
+        },
+        work / "interp_graph.pt",
+    )
     g.export(work / "interp_graph.json")
 
     if not Path(a.ct_python).exists():
-        print(f"circuit-tracer's environment {a.ct_python} is missing: build it as scripts/compare_circuit_tracer.py "
-              "says; no ratio")
+        print(
+            f"circuit-tracer's environment {a.ct_python} is missing: build it as scripts/compare_circuit_tracer.py "
+            "says; no ratio"
+        )
         return
-    r = subprocess.run([a.ct_python, str(ROOT / "scripts" / "compare_circuit_tracer.py"), str(work),
-                        "--batch-sizes", a.ct_batch_sizes], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            a.ct_python,
+            str(ROOT / "scripts" / "compare_circuit_tracer.py"),
+            str(work),
+            "--batch-sizes",
+            a.ct_batch_sizes,
+        ],
+        capture_output=True,
+        text=True,
+    )
     sys.stderr.write(r.stderr[-3000:] if r.returncode else "")
     print(r.stdout)
     if r.returncode:
@@ -192,18 +230,26 @@ def main() -> None:
     ct = {int(b): t for b, t in res["ct_timing"].items()}
     best = min(ct, key=lambda b: ct[b]["warm"])
     default = 512 if 512 in ct else best
-    print(f"wall time (warm): interp {warm:.2f} s; circuit-tracer at its fastest batch size ({best}) "
-          f"{ct[best]['warm']:.2f} s: interp {ct[best]['warm'] / warm:.1f}× faster (target ≥ 5×); at its default "
-          f"batch size ({default}) {ct[default]['warm']:.2f} s: {ct[default]['warm'] / warm:.1f}×; interp with logit "
-          f"effects (logit_effects=5, which circuit-tracer does not compute) {ct[best]['warm'] / warm5:.1f}× / "
-          f"{ct[default]['warm'] / warm5:.1f}×")
-    print(f"cold: interp {cold:.2f} s, circuit-tracer {ct[best]['cold']:.2f} s ({best}): {ct[best]['cold'] / cold:.1f}×")
-    print(f"CPU time (this process's threads; the shared machine's load does not inflate it): interp {cpu_warm:.2f} s, "
-          f"circuit-tracer {ct[best]['cpu_warm']:.2f} s ({best}): interp {ct[best]['cpu_warm'] / cpu_warm:.1f}× less")
-    print(f"adjacency on shared nodes and edges: max |Δ| / max |edge| = {res['feature_rows_rel']:.2e} over the "
-          f"features' rows (per row max |Δ| / max |row|: median {res['row_rel_median']:.1e}, max "
-          f"{res['row_rel_max']:.1e}), {res['logit_rows_rel']:.2e} over the logit rows after circuit-tracer's "
-          f"demeaning (target ≤ 1e-4)")
+    print(
+        f"wall time (warm): interp {warm:.2f} s; circuit-tracer at its fastest batch size ({best}) "
+        f"{ct[best]['warm']:.2f} s: interp {ct[best]['warm'] / warm:.1f}× faster (target ≥ 5×); at its default "
+        f"batch size ({default}) {ct[default]['warm']:.2f} s: {ct[default]['warm'] / warm:.1f}×; interp with logit "
+        f"effects (logit_effects=5, which circuit-tracer does not compute) {ct[best]['warm'] / warm5:.1f}× / "
+        f"{ct[default]['warm'] / warm5:.1f}×"
+    )
+    print(
+        f"cold: interp {cold:.2f} s, circuit-tracer {ct[best]['cold']:.2f} s ({best}): {ct[best]['cold'] / cold:.1f}×"
+    )
+    print(
+        f"CPU time (this process's threads; the shared machine's load does not inflate it): interp {cpu_warm:.2f} s, "
+        f"circuit-tracer {ct[best]['cpu_warm']:.2f} s ({best}): interp {ct[best]['cpu_warm'] / cpu_warm:.1f}× less"
+    )
+    print(
+        f"adjacency on shared nodes and edges: max |Δ| / max |edge| = {res['feature_rows_rel']:.2e} over the "
+        f"features' rows (per row max |Δ| / max |row|: median {res['row_rel_median']:.1e}, max "
+        f"{res['row_rel_max']:.1e}), {res['logit_rows_rel']:.2e} over the logit rows after circuit-tracer's "
+        f"demeaning (target ≤ 1e-4)"
+    )
 
 
 if __name__ == "__main__":

@@ -52,14 +52,24 @@ def main() -> None:
     tl = patching.get_act_patch_attn_head_out_all_pos(m.bridge, kt, cache, tl_metric)
     t_tl = time.perf_counter() - t0
     diff = float((r.head_matrix() - tl.double()).abs().max())
-    print(f"gemma3-270m IOI, {m.arch.n_layers * m.arch.n_heads} heads, {ct.shape[1]} tokens; "
-          f"M(clean) = {r.clean:.3f}, M(corrupt) = {r.corrupt:.3f}")
+    print(
+        f"gemma3-270m IOI, {m.arch.n_layers * m.arch.n_heads} heads, {ct.shape[1]} tokens; "
+        f"M(clean) = {r.clean:.3f}, M(corrupt) = {r.corrupt:.3f}"
+    )
     print(f"  interp.patch       {t_interp:7.2f} s")
     print(f"  transformer-lens   {t_tl:7.2f} s   ratio {t_tl / t_interp:.1f}×   max |difference| {diff:.2e}")
     print("target (≥ 10× at ≤ 1e-4):", "met" if t_tl / t_interp >= 10 and diff <= 1e-4 else "NOT met")
 
-    names = [(" John", " Mary"), (" Tom", " Anna"), (" James", " Sarah"), (" David", " Lisa"),
-             (" Paul", " Emma"), (" Mark", " Kate"), (" Peter", " Alice"), (" Jack", " Rose")]
+    names = [
+        (" John", " Mary"),
+        (" Tom", " Anna"),
+        (" James", " Sarah"),
+        (" David", " Lisa"),
+        (" Paul", " Emma"),
+        (" Mark", " Kate"),
+        (" Peter", " Alice"),
+        (" Jack", " Rose"),
+    ]
     clean = [f"When{b} and{s} went to the store,{s} gave a drink to" for s, b in names]
     corrupt = [f"When{b} and{s} went to the store,{b} gave a drink to" for s, b in names]
     m_batch = LogitDiff([b for _, b in names], [s for s, _ in names])
@@ -83,8 +93,10 @@ def main() -> None:
     t_ig = best(lambda: interp.edge_attribution(m, clean, corrupt, metric=m_batch, method="eap-ig", progress=False), 1)
     n_edges = len(interp.circuit_graph(m).edges)
     print(f"edges ({n_edges:,} of them), {len(clean)} IOI pairs × {toks.shape[1]} tokens:")
-    print(f"  plain forward {t_fwd:6.2f} s   EAP {t_eap:6.2f} s ({t_eap / t_fwd:.1f}×, target ≤ 5×)   "
-          f"EAP-IG(5) {t_ig:6.2f} s ({t_ig / t_fwd:.1f}×)")
+    print(
+        f"  plain forward {t_fwd:6.2f} s   EAP {t_eap:6.2f} s ({t_eap / t_fwd:.1f}×, target ≤ 5×)   "
+        f"EAP-IG(5) {t_ig:6.2f} s ({t_ig / t_fwd:.1f}×)"
+    )
 
 
 if __name__ == "__main__":

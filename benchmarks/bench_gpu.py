@@ -54,27 +54,90 @@ import interp  # noqa: E402
 
 #: the real checkpoints' config.json values (architecture fields only)
 REAL: dict[str, tuple[str, dict[str, Any]]] = {
-    "llama": ("llama-3.2-1b", dict(
-        model_type="llama", hidden_size=2048, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
-        head_dim=64, intermediate_size=8192, vocab_size=128256, max_position_embeddings=131072, rms_norm_eps=1e-5,
-        hidden_act="silu", attention_bias=False, mlp_bias=False, tie_word_embeddings=True,
-        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "high_freq_factor": 4.0,
-                         "low_freq_factor": 1.0, "original_max_position_embeddings": 8192},
-        bos_token_id=128000, eos_token_id=128001, initializer_range=0.02)),
-    "qwen3": ("qwen3-1.7b", dict(
-        model_type="qwen3", hidden_size=2048, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
-        head_dim=128, intermediate_size=6144, vocab_size=151936, max_position_embeddings=40960, rms_norm_eps=1e-6,
-        hidden_act="silu", attention_bias=False, tie_word_embeddings=True, use_sliding_window=False,
-        sliding_window=None, max_window_layers=28, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
-        bos_token_id=151643, eos_token_id=151645, initializer_range=0.02)),
-    "gemma2": ("gemma-2-2b", dict(
-        model_type="gemma2", hidden_size=2304, num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4,
-        head_dim=256, intermediate_size=9216, vocab_size=256000, max_position_embeddings=8192, rms_norm_eps=1e-6,
-        hidden_activation="gelu_pytorch_tanh", hidden_act="gelu_pytorch_tanh", attention_bias=False,
-        query_pre_attn_scalar=256, attn_logit_softcapping=50.0, final_logit_softcapping=30.0, sliding_window=4096,
-        layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(26)],
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=True,
-        bos_token_id=2, eos_token_id=1, pad_token_id=0, initializer_range=0.02)),
+    "llama": (
+        "llama-3.2-1b",
+        dict(
+            model_type="llama",
+            hidden_size=2048,
+            num_hidden_layers=16,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=64,
+            intermediate_size=8192,
+            vocab_size=128256,
+            max_position_embeddings=131072,
+            rms_norm_eps=1e-5,
+            hidden_act="silu",
+            attention_bias=False,
+            mlp_bias=False,
+            tie_word_embeddings=True,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 32.0,
+                "high_freq_factor": 4.0,
+                "low_freq_factor": 1.0,
+                "original_max_position_embeddings": 8192,
+            },
+            bos_token_id=128000,
+            eos_token_id=128001,
+            initializer_range=0.02,
+        ),
+    ),
+    "qwen3": (
+        "qwen3-1.7b",
+        dict(
+            model_type="qwen3",
+            hidden_size=2048,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            intermediate_size=6144,
+            vocab_size=151936,
+            max_position_embeddings=40960,
+            rms_norm_eps=1e-6,
+            hidden_act="silu",
+            attention_bias=False,
+            tie_word_embeddings=True,
+            use_sliding_window=False,
+            sliding_window=None,
+            max_window_layers=28,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            bos_token_id=151643,
+            eos_token_id=151645,
+            initializer_range=0.02,
+        ),
+    ),
+    "gemma2": (
+        "gemma-2-2b",
+        dict(
+            model_type="gemma2",
+            hidden_size=2304,
+            num_hidden_layers=26,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            head_dim=256,
+            intermediate_size=9216,
+            vocab_size=256000,
+            max_position_embeddings=8192,
+            rms_norm_eps=1e-6,
+            hidden_activation="gelu_pytorch_tanh",
+            hidden_act="gelu_pytorch_tanh",
+            attention_bias=False,
+            query_pre_attn_scalar=256,
+            attn_logit_softcapping=50.0,
+            final_logit_softcapping=30.0,
+            sliding_window=4096,
+            layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(26)],
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            tie_word_embeddings=True,
+            bos_token_id=2,
+            eos_token_id=1,
+            pad_token_id=0,
+            initializer_range=0.02,
+        ),
+    ),
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -82,8 +145,9 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 def small(cfg: dict[str, Any]) -> dict[str, Any]:
     """2 layers, hidden 64, vocab 1000, keeping each checkpoint's head-layout quirks (Llama 4 query heads per KV head,
     Qwen 3 n_heads × d_head = d_model, Gemma 2 n_heads × d_head < d_model and a sliding window that bites)."""
-    c = dict(cfg, num_hidden_layers=2, hidden_size=64, vocab_size=1000, intermediate_size=128, bos_token_id=1,
-             eos_token_id=2)
+    c = dict(
+        cfg, num_hidden_layers=2, hidden_size=64, vocab_size=1000, intermediate_size=128, bos_token_id=1, eos_token_id=2
+    )
     if "pad_token_id" in c:
         c["pad_token_id"] = 0
     if c["model_type"] == "llama":
@@ -91,8 +155,14 @@ def small(cfg: dict[str, Any]) -> dict[str, Any]:
     elif c["model_type"] == "qwen3":
         c.update(num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_window_layers=2)
     elif c["model_type"] == "gemma2":
-        c.update(num_attention_heads=4, num_key_value_heads=2, head_dim=12, query_pre_attn_scalar=12, sliding_window=8,
-                 layer_types=["sliding_attention", "full_attention"])
+        c.update(
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=12,
+            query_pre_attn_scalar=12,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"],
+        )
     return c
 
 
@@ -201,9 +271,15 @@ def tl_patch(m: Any, x: dict[str, Any], layers: list[int]) -> torch.Tensor:
         if len(layers) == m.arch.n_layers:
             return patching.get_act_patch_attn_head_out_all_pos(m.bridge, x["corrupt"], cache, metric).reshape(-1)
         df = pd.DataFrame([(l, h) for l in layers for h in range(H)], columns=["layer", "head"])
-        return patching.generic_activation_patch(m.bridge, x["corrupt"], cache, metric,
-                                                 patch_setter=patching.layer_head_vector_patch_setter,
-                                                 activation_name="z", index_df=df).reshape(-1)
+        return patching.generic_activation_patch(
+            m.bridge,
+            x["corrupt"],
+            cache,
+            metric,
+            patch_setter=patching.layer_head_vector_patch_setter,
+            activation_name="z",
+            index_df=df,
+        ).reshape(-1)
 
 
 def run_one(key: str, dtype_name: str, args: argparse.Namespace, dev: torch.device) -> dict[str, Any]:
@@ -227,20 +303,39 @@ def run_one(key: str, dtype_name: str, args: argparse.Namespace, dev: torch.devi
     _, fwd = best_of(forward, dev)
     r["forward_ms"] = fwd * 1e3
 
-    (a, t_a), r["attribute_peak_mib"] = peak_mib(lambda: best_of(
-        lambda: interp.attribute_logits(m, x["clean"], answer=x["A"], wrong=x["W"], unit="head"), dev), dev)
+    (a, t_a), r["attribute_peak_mib"] = peak_mib(
+        lambda: best_of(lambda: interp.attribute_logits(m, x["clean"], answer=x["A"], wrong=x["W"], unit="head"), dev),
+        dev,
+    )
     r["attribute_x_forward"], r["attribute_closure_rel"] = t_a / fwd, float(a.relative_error)
-    r.update({f"attribute_{k}": v for k, v in count_syncs(
-        lambda: interp.attribute_logits(m, x["clean"], answer=x["A"], wrong=x["W"], unit="head"), dev).items()})
+    r.update(
+        {
+            f"attribute_{k}": v
+            for k, v in count_syncs(
+                lambda: interp.attribute_logits(m, x["clean"], answer=x["A"], wrong=x["W"], unit="head"), dev
+            ).items()
+        }
+    )
 
-    (p, t_p), r["patch_peak_mib"] = peak_mib(lambda: best_of(
-        lambda: interp.patch(m, x["clean"], x["corrupt"], metric=metric, nodes="heads", progress=False), dev,
-        slow_s=6.0), dev)
+    (p, t_p), r["patch_peak_mib"] = peak_mib(
+        lambda: best_of(
+            lambda: interp.patch(m, x["clean"], x["corrupt"], metric=metric, nodes="heads", progress=False),
+            dev,
+            slow_s=6.0,
+        ),
+        dev,
+    )
     r["patch_s"] = t_p
-    r.update({f"patch_{k}": v for k, v in count_syncs(
-        lambda: interp.patch(m, x["clean"], x["corrupt"], metric=metric, nodes="heads", progress=False), dev).items()})
+    r.update(
+        {
+            f"patch_{k}": v
+            for k, v in count_syncs(
+                lambda: interp.patch(m, x["clean"], x["corrupt"], metric=metric, nodes="heads", progress=False), dev
+            ).items()
+        }
+    )
     if not args.no_tl:
-        L, H = m.arch.n_layers, m.arch.n_heads
+        L = m.arch.n_layers
         tl_patch(m, x, [0])  # warm-up; one layer sizes the sweep
         sync(dev)
         t = time.perf_counter()
@@ -258,40 +353,76 @@ def run_one(key: str, dtype_name: str, args: argparse.Namespace, dev: torch.devi
         # interp's patch is one sweep over every layer: on a subset, scale its time by the layers' share of work
         share = sum(L - l for l in layers) / sum(L - l for l in range(L))
         scale = max(abs(p.clean - p.corrupt), float(theirs.abs().max()), 1e-30)
-        r.update(tl_layers=f"{len(layers)}/{L}", tl_s=t_tl, patch_x_tl=t_tl / (t_p * share),
-                 patch_max_diff_rel=float((mine - theirs).abs().max()) / scale)
+        r.update(
+            tl_layers=f"{len(layers)}/{L}",
+            tl_s=t_tl,
+            patch_x_tl=t_tl / (t_p * share),
+            patch_max_diff_rel=float((mine - theirs).abs().max()) / scale,
+        )
 
     for method, key_ in (("eap", "eap"), ("eap-ig", "eap_ig")):
-        (s, t_e), r[f"{key_}_peak_mib"] = peak_mib(lambda: best_of(lambda: interp.edge_attribution(
-            m, x["clean"], x["corrupt"], metric=metric, method=method, ig_steps=5, progress=False), dev), dev)
+        (s, t_e), r[f"{key_}_peak_mib"] = peak_mib(
+            lambda: best_of(
+                lambda: interp.edge_attribution(
+                    m, x["clean"], x["corrupt"], metric=metric, method=method, ig_steps=5, progress=False
+                ),
+                dev,
+            ),
+            dev,
+        )
         r[f"{key_}_x_forward"], r[f"{key_}_edges"] = t_e / fwd, len(s.edges)
-        r.update({f"{key_}_{k}": v for k, v in count_syncs(lambda: interp.edge_attribution(
-            m, x["clean"], x["corrupt"], metric=metric, method=method, ig_steps=5, progress=False), dev).items()})
+        r.update(
+            {
+                f"{key_}_{k}": v
+                for k, v in count_syncs(
+                    lambda: interp.edge_attribution(
+                        m, x["clean"], x["corrupt"], metric=metric, method=method, ig_steps=5, progress=False
+                    ),
+                    dev,
+                ).items()
+            }
+        )
 
     if not args.no_graph:
         from interp.features import Transcoder, attribution_graph
 
         a_, width = m.arch, 64 if args.small else args.width
         g = torch.Generator(device=dev).manual_seed(0)
-        tcs = [Transcoder(W_enc=torch.randn(width, a_.d_model, generator=g, device=dev, dtype=torch.float32) / a_.d_model ** 0.5,
-                          b_enc=torch.randn(width, generator=g, device=dev) * 0.1,
-                          W_dec=torch.randn(width, a_.d_model, generator=g, device=dev) / width ** 0.5,
-                          b_dec=torch.randn(a_.d_model, generator=g, device=dev) * 0.01,
-                          activation="topk", k=16, layer=l) for l in range(a_.n_layers)]
+        tcs = [
+            Transcoder(
+                W_enc=torch.randn(width, a_.d_model, generator=g, device=dev, dtype=torch.float32) / a_.d_model**0.5,
+                b_enc=torch.randn(width, generator=g, device=dev) * 0.1,
+                W_dec=torch.randn(width, a_.d_model, generator=g, device=dev) / width**0.5,
+                b_dec=torch.randn(a_.d_model, generator=g, device=dev) * 0.01,
+                activation="topk",
+                k=16,
+                layer=l,
+            )
+            for l in range(a_.n_layers)
+        ]
         try:
-            (gr, t_g), r["graph_peak_mib"] = peak_mib(lambda: best_of(
-                lambda: attribution_graph(m, x["prompt"], tcs), dev, slow_s=10.0), dev)
-            r.update(graph_s=t_g, graph_tokens=int(x["prompt"].shape[1]), graph_width=width,
-                     graph_nodes=gr.n_nodes, graph_closure_rel=float(gr.relative_error))
+            (gr, t_g), r["graph_peak_mib"] = peak_mib(
+                lambda: best_of(lambda: attribution_graph(m, x["prompt"], tcs), dev, slow_s=10.0), dev
+            )
+            r.update(
+                graph_s=t_g,
+                graph_tokens=int(x["prompt"].shape[1]),
+                graph_width=width,
+                graph_nodes=gr.n_nodes,
+                graph_closure_rel=float(gr.relative_error),
+            )
         except interp.InterpError as e:  # e.g. a dtype the graph refuses: say so and go on
             r["graph"] = f"refused: {type(e).__name__}: {e}"
         del tcs
     interp.engine.Engine.drop(m)
-    del m, hf
+    return r  # the model and its closures die with this frame: the caller frees the device memory (free_device)
+
+
+def free_device(dev: torch.device) -> None:
+    """Collect the last model's garbage and hand its cached blocks back (before the next model is built)."""
     gc.collect()
     if dev.type == "cuda":
         torch.cuda.empty_cache()
-    return r
 
 
 def main() -> int:
@@ -310,10 +441,15 @@ def main() -> int:
     args = ap.parse_args()
     args.models = args.models or ("llama" if args.small else "llama,qwen3,gemma2")
     dev = torch.device(args.device)
-    card = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU ({platform.processor() or platform.machine()})"
-    print(f"bench_gpu: {card}; {datetime.datetime.now().isoformat(timespec='seconds')}; torch {torch.__version__}; "
-          f"{'small configs' if args.small else 'real configs'}; batch {args.batch} × "
-          f"{16 if args.small else args.tokens} tokens", flush=True)
+    card = (
+        torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU ({platform.processor() or platform.machine()})"
+    )
+    print(
+        f"bench_gpu: {card}; {datetime.datetime.now().isoformat(timespec='seconds')}; torch {torch.__version__}; "
+        f"{'small configs' if args.small else 'real configs'}; batch {args.batch} × "
+        f"{16 if args.small else args.tokens} tokens",
+        flush=True,
+    )
     warnings.simplefilter("ignore")  # completeness / metric-gap warnings on random weights are expected
     rows = []
     for key in args.models.split(","):
@@ -323,13 +459,15 @@ def main() -> int:
                 r = run_one(key, dt, args, dev)
             except Exception as e:  # noqa: BLE001 — one model's failure never stops the others
                 r = {"model": key, "dtype": dt, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+            free_device(dev)
             r["section_s"] = time.perf_counter() - t
             rows.append(r)
             print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"card": card, "date": datetime.date.today().isoformat(), "args": vars(args), "rows": rows}, f,
-                      indent=1)
+            json.dump(
+                {"card": card, "date": datetime.date.today().isoformat(), "args": vars(args), "rows": rows}, f, indent=1
+            )
     return 1 if any("error" in r for r in rows) else 0
 
 

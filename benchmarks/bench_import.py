@@ -30,8 +30,13 @@ def main() -> None:
     for label, code in CASES.items():
         times = []
         for _ in range(args.repeat):
-            out = subprocess.run([sys.executable, "-c", _TIMED.format(code=code)], capture_output=True, text=True,
-                                 check=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+            out = subprocess.run(
+                [sys.executable, "-c", _TIMED.format(code=code)],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={**os.environ, "PYTHONPATH": os.getcwd()},
+            )
             times.append(float(out.stdout.strip().splitlines()[-1]))
         print(f"  {label:70s} {min(times):6.2f} s")
 

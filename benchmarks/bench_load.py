@@ -81,8 +81,14 @@ def _env() -> dict[str, str]:
 
 
 def _cached_load(cache: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", _CHILD, MODEL, str(cache)], env=_env(), cwd=ROOT,
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, MODEL, str(cache)],
+        env=_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode != 0:
         sys.stderr.write(out.stderr)
         raise SystemExit(f"cached load failed (exit {out.returncode})")
@@ -115,15 +121,21 @@ def main() -> int:
     loads = [r["load"] for r in runs]
     t_cached = statistics.median(loads)
     load_after = os.getloadavg()[0]
-    print(f"{MODEL} load time (cpu, {os.cpu_count()} cores; 1-min load average {load_before:.1f} before, "
-          f"{load_after:.1f} after: above ~{os.cpu_count()} other processes compete for the cores)")
+    print(
+        f"{MODEL} load time (cpu, {os.cpu_count()} cores; 1-min load average {load_before:.1f} before, "
+        f"{load_after:.1f} after: above ~{os.cpu_count()} other processes compete for the cores)"
+    )
     print(f"  import interp + transformer-lens : {t_import:6.2f} s (not part of either load)")
     print(f"  first load (dequantize + cache)  : {t_first:6.2f} s  (CPU time {c_first:.2f} s)")
-    print(f"  cached load, fresh process       : {t_cached:6.2f} s median of {len(loads)} "
-          f"(min {min(loads):.2f} s, max {max(loads):.2f} s)")
+    print(
+        f"  cached load, fresh process       : {t_cached:6.2f} s median of {len(loads)} "
+        f"(min {min(loads):.2f} s, max {max(loads):.2f} s)"
+    )
     cpus = [r["cpu"] for r in runs]
-    print(f"  cached load, CPU time            : {statistics.median(cpus):6.2f} s median (all threads; what a "
-          f"quiet machine's wall time approaches)")
+    print(
+        f"  cached load, CPU time            : {statistics.median(cpus):6.2f} s median (all threads; what a "
+        f"quiet machine's wall time approaches)"
+    )
     print(f"  ratio cached / first             : {t_cached / t_first:6.3f}  ({t_first / t_cached:.1f}x faster)")
     best = runs[loads.index(min(loads))]
     print("  cached-load steps (fastest run):")

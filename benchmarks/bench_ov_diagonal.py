@@ -61,7 +61,7 @@ def product_only(model, layer: int, head: int, chunk_rows: int) -> None:
     buf = torch.empty(chunk_rows, V)
     with torch.no_grad():
         for s in range(0, V, chunk_rows):
-            torch.matmul(A[s:s + chunk_rows], B, out=buf[: min(V, s + chunk_rows) - s])
+            torch.matmul(A[s : s + chunk_rows], B, out=buf[: min(V, s + chunk_rows) - s])
 
 
 def main() -> None:
@@ -77,17 +77,26 @@ def main() -> None:
     print(f"copying_scores: {time.perf_counter() - t0:.2f} s for {cs.scores.numel()} heads (d_vocab {V})")
     print("top copying heads (Σλ/Σ|λ| of W_E W_V W_O W_U, norms folded):")
     print(cs.top(10).to_string(index=False))
-    print("most negative:", ", ".join(f"{r.head} {r.copying_score:.3f}" for r in cs.to_dataframe()
-                                      .sort_values("copying_score").head(3).itertuples()))
+    print(
+        "most negative:",
+        ", ".join(
+            f"{r.head} {r.copying_score:.3f}"
+            for r in cs.to_dataframe().sort_values("copying_score").head(3).itertuples()
+        ),
+    )
     if args.heads:
         heads = [tuple(int(x) for x in h[1:].split(".H")) for h in args.heads.split(",")]
     else:
         heads = [(int(r.layer), int(r.head_index)) for r in cs.top(3).itertuples()] + [(0, 0)]
     chunk_rows = (256 << 20) // (4 * V)
-    print(f"\nov_diagonal_stats (k={args.k}, chunks of {chunk_rows} rows = 256 MiB; dense circuit would be "
-          f"{V * V * 4 / 2**30:.1f} GiB)")
-    print(f"{'head':>7} {'top1':>6} {'top' + str(args.k):>6} {'interp s':>9} {'cpu s':>6} {'peak MB':>8} "
-          f"{'product-only s':>14} {'interp/product':>14}")
+    print(
+        f"\nov_diagonal_stats (k={args.k}, chunks of {chunk_rows} rows = 256 MiB; dense circuit would be "
+        f"{V * V * 4 / 2**30:.1f} GiB)"
+    )
+    print(
+        f"{'head':>7} {'top1':>6} {'top' + str(args.k):>6} {'interp s':>9} {'cpu s':>6} {'peak MB':>8} "
+        f"{'product-only s':>14} {'interp/product':>14}"
+    )
     for layer, head in heads:
         with PeakRSS() as mem:
             t0, c0 = time.perf_counter(), time.process_time()
@@ -96,15 +105,20 @@ def main() -> None:
         t0 = time.perf_counter()
         product_only(model, layer, head, chunk_rows)
         t_base = time.perf_counter() - t0
-        print(f"L{layer}.H{head:<3} {st.top1:6.3f} {st.topk:6.3f} {t_ours:9.2f} {c_ours:6.2f} {mem.growth_mb:8.0f} "
-              f"{t_base:14.2f} {t_ours / t_base:13.2f}×", flush=True)
+        print(
+            f"L{layer}.H{head:<3} {st.top1:6.3f} {st.topk:6.3f} {t_ours:9.2f} {c_ours:6.2f} {mem.growth_mb:8.0f} "
+            f"{t_base:14.2f} {t_ours / t_base:13.2f}×",
+            flush=True,
+        )
     layer, head = heads[0]
     with PeakRSS() as mem:
         t0 = time.perf_counter()
         ex = ov_diagonal_stats(model, layer, head, k=args.k, exact_ranks=True)
         t_ex = time.perf_counter() - t0
-    print(f"exact_ranks=True on L{layer}.H{head}: {t_ex:.2f} s, peak {mem.growth_mb:.0f} MB, median self-rank "
-          f"{int(ex.ranks.median())} of {V}")
+    print(
+        f"exact_ranks=True on L{layer}.H{head}: {t_ex:.2f} s, peak {mem.growth_mb:.0f} MB, median self-rank "
+        f"{int(ex.ranks.median())} of {V}"
+    )
     print(f"load average at the end {os.getloadavg()[0]:.1f} (timings on a loaded 2-core machine are noisy)")
 
 

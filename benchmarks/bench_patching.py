@@ -39,8 +39,24 @@ from interp.causal._patch import shared_prefix  # noqa: E402
 
 CLEAN = "When John and Mary went to the shops, John gave the bag to"
 CORRUPT = "When Alice and Bob went to the shops, Alice gave the bag to"
-NAMES = ["John", "Mary", "Alice", "Bob", "Tom", "James", "Anna", "David", "Sarah", "Mike", "Lisa", "Paul",
-         "Emma", "Mark", "Kate", "Peter"]
+NAMES = [
+    "John",
+    "Mary",
+    "Alice",
+    "Bob",
+    "Tom",
+    "James",
+    "Anna",
+    "David",
+    "Sarah",
+    "Mike",
+    "Lisa",
+    "Paul",
+    "Emma",
+    "Mark",
+    "Kate",
+    "Peter",
+]
 PLACES = ["shops", "park", "store", "school"]
 OBJECTS = ["bag", "book", "ball", "drink"]
 
@@ -161,42 +177,67 @@ def main() -> None:
     share = shared_prefix(interp.causal._common.make_pair(m, ids_c, ids_k, met, need_corrupt=True))
     fl = sweep_flops(m, ids_c.shape[1], share, 1)
     print("\n1. all heads x all positions, IOI pair (270 patches)")
-    print(f"   transformer-lens get_act_patch_attn_head_out_all_pos: {t_tl:7.2f} s  ({t_tl / t_fwd:.0f} plain forwards)")
-    print(f"   interp.patch (prefix sharing, one growing batch):       {t_i:7.2f} s  ({t_i / t_fwd:.1f} plain forwards)")
+    print(
+        f"   transformer-lens get_act_patch_attn_head_out_all_pos: {t_tl:7.2f} s  ({t_tl / t_fwd:.0f} plain forwards)"
+    )
+    print(
+        f"   interp.patch (prefix sharing, one growing batch):       {t_i:7.2f} s  ({t_i / t_fwd:.1f} plain forwards)"
+    )
     print(f"   speed-up {t_tl / t_i:.1f}x (target >= 10x); max |interp - TL| = {diff:.2e} (target <= 1e-4)")
-    print(f"   interp: {fl / 1e9:.0f} GFLOP in {t_i:.2f} s = {fl / t_i / 1e9:.1f} GFLOP/s "
-          f"(matmul rate {rate:.1f} GFLOP/s: {fl / t_i / 1e9 / rate:.0%}); shared prefix {share} tokens")
+    print(
+        f"   interp: {fl / 1e9:.0f} GFLOP in {t_i:.2f} s = {fl / t_i / 1e9:.1f} GFLOP/s "
+        f"(matmul rate {rate:.1f} GFLOP/s: {fl / t_i / 1e9 / rate:.0%}); shared prefix {share} tokens"
+    )
 
     # 2. the 16-prompt batch
     bc, bk, ans, wrong = ioi_batch(m)
     bmet = LogitDiff(ans, wrong)
     rb, t_ib, rss_ib = timed(patch, m, bc, bk, metric=bmet, progress=False)
-    flb = sweep_flops(m, bc.shape[1], shared_prefix(interp.causal._common.make_pair(m, bc, bk, bmet, need_corrupt=True)), 16)
+    flb = sweep_flops(
+        m, bc.shape[1], shared_prefix(interp.causal._common.make_pair(m, bc, bk, bmet, need_corrupt=True)), 16
+    )
     print(f"\n2. all heads x all positions, 16-prompt IOI batch ({bc.shape[1]} tokens each)")
-    print(f"   interp.patch: {t_ib:7.2f} s, {flb / t_ib / 1e9:.1f} GFLOP/s ({flb / t_ib / 1e9 / rate:.0%} of matmul), "
-          f"clean {rb.clean:.3f}, corrupt {rb.corrupt:.3f}")
+    print(
+        f"   interp.patch: {t_ib:7.2f} s, {flb / t_ib / 1e9:.1f} GFLOP/s ({flb / t_ib / 1e9 / rate:.0%} of matmul), "
+        f"clean {rb.clean:.3f}, corrupt {rb.corrupt:.3f}"
+    )
     if not args.skip_tl_batch:
         tlb, t_tlb, _ = timed(tl_sweep, m, bc, bk, ans, wrong)
-        print(f"   transformer-lens:  {t_tlb:7.2f} s; speed-up {t_tlb / t_ib:.1f}x; "
-              f"max |interp - TL| = {float((rb.head_matrix() - tlb.double()).abs().max()):.2e}")
+        print(
+            f"   transformer-lens:  {t_tlb:7.2f} s; speed-up {t_tlb / t_ib:.1f}x; "
+            f"max |interp - TL| = {float((rb.head_matrix() - tlb.double()).abs().max()):.2e}"
+        )
 
     # 3. per position
     re_, t_each, rss_each = timed(patch, m, ids_c, ids_k, metric=met, positions="each", progress=False)
-    print("\n3. all heads x each position, IOI pair "
-          f"({270 * (ids_c.shape[1] - share)} patches that can change the metric)")
-    print(f"   interp.patch(positions='each'): {t_each:6.2f} s (target <= 60 s; {t_each / t_i:.1f}x the all-position sweep)")
+    print(
+        "\n3. all heads x each position, IOI pair "
+        f"({270 * (ids_c.shape[1] - share)} patches that can change the metric)"
+    )
+    print(
+        f"   interp.patch(positions='each'): {t_each:6.2f} s (target <= 60 s; {t_each / t_i:.1f}x the all-position sweep)"
+    )
 
     # 4. effects
     e, t_eff, rss_eff = timed(effects, m, ids_c, ids_k, metric=met, progress=False)
-    print(f"\n4. interp.effects, all {len(e.labels)} components: {t_eff:6.2f} s = {t_eff / t_i:.2f}x the head sweep (target <= 3x)")
+    print(
+        f"\n4. interp.effects, all {len(e.labels)} components: {t_eff:6.2f} s = {t_eff / t_i:.2f}x the head sweep (target <= 3x)"
+    )
     top = e.top(3)
     for _, row in top.iterrows():
-        print(f"   {row['node']:>8}: total {row['total']:+.3f}  direct {row['direct']:+.3f}  indirect {row['indirect']:+.3f}")
+        print(
+            f"   {row['node']:>8}: total {row['total']:+.3f}  direct {row['direct']:+.3f}  indirect {row['indirect']:+.3f}"
+        )
 
     # 5. memory
     print("\n5. peak RSS (whole process, model included) / plain forward's (target <= 3x)")
-    for name, rss in (("heads sweep, IOI pair", rss_i), ("heads sweep, 16 prompts", rss_ib),
-                      ("each position", rss_each), ("effects", rss_eff), ("transformer-lens sweep", rss_tl)):
+    for name, rss in (
+        ("heads sweep, IOI pair", rss_i),
+        ("heads sweep, 16 prompts", rss_ib),
+        ("each position", rss_each),
+        ("effects", rss_eff),
+        ("transformer-lens sweep", rss_tl),
+    ):
         print(f"   {name:<24} {rss / 2**30:5.2f} GiB = {rss / rss_fwd:.2f}x")
 
 

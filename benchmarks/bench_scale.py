@@ -24,7 +24,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -64,9 +63,11 @@ def ray_eap(n: int, batch_size: int) -> None:
         t_sweep = time.perf_counter() - t
     rel = float((r.scores.double() - ref.scores.double()).norm() / ref.scores.double().norm())
     d = r.details.get("distributed", r.details)
-    print(f"   2-worker local cluster: start {t_start:.1f} s, model load in the workers {t_load:.1f} s, "
-          f"sweep {t_sweep:.1f} s → sweep {t_sweep / t_in:.2f}× in process (target ≤ 1.15×), with start and load "
-          f"{(t_start + t_load + t_sweep) / t_in:.2f}×; scores equal to {rel:.1e} relative")
+    print(
+        f"   2-worker local cluster: start {t_start:.1f} s, model load in the workers {t_load:.1f} s, "
+        f"sweep {t_sweep:.1f} s → sweep {t_sweep / t_in:.2f}× in process (target ≤ 1.15×), with start and load "
+        f"{(t_start + t_load + t_sweep) / t_in:.2f}×; scores equal to {rel:.1e} relative"
+    )
     rates = []
     for (s, e), sec in zip(d["bounds"], d["shard_seconds"]):
         rates.append((e - s) / sec)
@@ -113,26 +114,38 @@ print(json.dumps(dict(imports=imports, peak=rss(), load=t_load, attr=t_attr, pat
 
 
 def offload(n_attr: int, n_patch: int, n_eap: int) -> None:
-    print(f"\n2. smollm2-135m fp32 (~540 MB of weights) with max_memory 200 MB and disk offload, against in memory "
-          f"({load()}); attribution on {n_attr} IOI prompts, head patching (270 heads) on {n_patch} pairs, EAP and "
-          f"EAP-IG (5 steps, every edge) on {n_eap} pairs")
+    print(
+        f"\n2. smollm2-135m fp32 (~540 MB of weights) with max_memory 200 MB and disk offload, against in memory "
+        f"({load()}); attribution on {n_attr} IOI prompts, head patching (270 heads) on {n_patch} pairs, EAP and "
+        f"EAP-IG (5 steps, every edge) on {n_eap} pairs"
+    )
     runs = {}
     for mode in ("mem", "off"):
-        r = subprocess.run([sys.executable, "-c", _PROBE, mode, str(n_attr), str(n_patch), str(n_eap)],
-                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+        r = subprocess.run(
+            [sys.executable, "-c", _PROBE, mode, str(n_attr), str(n_patch), str(n_eap)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.getcwd()},
+        )
         if r.returncode != 0:
             raise SystemExit(r.stderr[-3000:])
         runs[mode] = json.loads(r.stdout.strip().splitlines()[-1])
     m, o = runs["mem"], runs["off"]
     for k in ("load", "attr", "patch", "eap", "eap_ig"):
-        print(f"   {k:6s}: in memory {m[k]:6.1f} s, offloaded {o[k]:6.1f} s → {o[k] / m[k]:.2f}×"
-              + ("" if k == "load" else " (target ≤ 3×)"))
-    print(f"   peak RSS: in memory {m['peak']:.0f} MiB, offloaded {o['peak']:.0f} MiB → {o['peak'] / m['peak']:.0%} "
-          f"(target ≤ 60 %); above the imports ({m['imports']:.0f} / {o['imports']:.0f} MiB): "
-          f"{(o['peak'] - o['imports']) / (m['peak'] - m['imports']):.0%}")
-    print(f"   same results: closure {m['closure']:.2e} / {o['closure']:.2e}; Σ attribution {m['attr_sum']:.9g} / "
-          f"{o['attr_sum']:.9g}; Σ patching effects {m['patch_sum']:.9g} / {o['patch_sum']:.9g}; Σ|EAP| "
-          f"{m['eap_sum']:.9g} / {o['eap_sum']:.9g}; Σ|EAP-IG| {m['eap_ig_sum']:.9g} / {o['eap_ig_sum']:.9g}")
+        print(
+            f"   {k:6s}: in memory {m[k]:6.1f} s, offloaded {o[k]:6.1f} s → {o[k] / m[k]:.2f}×"
+            + ("" if k == "load" else " (target ≤ 3×)")
+        )
+    print(
+        f"   peak RSS: in memory {m['peak']:.0f} MiB, offloaded {o['peak']:.0f} MiB → {o['peak'] / m['peak']:.0%} "
+        f"(target ≤ 60 %); above the imports ({m['imports']:.0f} / {o['imports']:.0f} MiB): "
+        f"{(o['peak'] - o['imports']) / (m['peak'] - m['imports']):.0%}"
+    )
+    print(
+        f"   same results: closure {m['closure']:.2e} / {o['closure']:.2e}; Σ attribution {m['attr_sum']:.9g} / "
+        f"{o['attr_sum']:.9g}; Σ patching effects {m['patch_sum']:.9g} / {o['patch_sum']:.9g}; Σ|EAP| "
+        f"{m['eap_sum']:.9g} / {o['eap_sum']:.9g}; Σ|EAP-IG| {m['eap_ig_sum']:.9g} / {o['eap_ig_sum']:.9g}"
+    )
 
 
 def main() -> None:

@@ -133,8 +133,15 @@ def child(mode: str, model_name: str, batch: int, pos: int) -> dict:
     hwm = _vm_hwm() if exact else None
     if hwm is not None:
         peak = max(peak, hwm)
-    return {"mode": mode, "before_mb": before / MB, "peak_mb": peak / MB, "delta_mb": (peak - before) / MB,
-            "seconds": seconds, "exact_peak": hwm is not None, **info}
+    return {
+        "mode": mode,
+        "before_mb": before / MB,
+        "peak_mb": peak / MB,
+        "delta_mb": (peak - before) / MB,
+        "seconds": seconds,
+        "exact_peak": hwm is not None,
+        **info,
+    }
 
 
 def main() -> None:
@@ -152,18 +159,30 @@ def main() -> None:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     results = {}
     for mode in args.modes.split(","):
-        cmd = [sys.executable, __file__, "--child", mode, "--model", args.model,
-               "--batch", str(args.batch), "--pos", str(args.pos)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            mode,
+            "--model",
+            args.model,
+            "--batch",
+            str(args.batch),
+            "--pos",
+            str(args.pos),
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True, env=env)
         line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
         if out.returncode != 0 or not line:
             print(f"{mode}: failed (exit {out.returncode})\n{out.stderr[-2000:]}", file=sys.stderr)
             sys.exit(1)
-        results[mode] = json.loads(line[0][len("RESULT "):])
+        results[mode] = json.loads(line[0][len("RESULT ") :])
 
     base = results.get("forward", {}).get("delta_mb")
-    print(f"peak RSS increase, {args.model}, batch {args.batch} x {args.pos} random ids "
-          f"(fresh process each; {'kernel VmHWM' if all(r['exact_peak'] for r in results.values()) else 'sampled'} peaks)")
+    print(
+        f"peak RSS increase, {args.model}, batch {args.batch} x {args.pos} random ids "
+        f"(fresh process each; {'kernel VmHWM' if all(r['exact_peak'] for r in results.values()) else 'sampled'} peaks)"
+    )
     print(f"{'mode':<12} {'delta MB':>10} {'x forward':>10} {'seconds':>8}  notes")
     for mode, r in results.items():
         ratio = f"{r['delta_mb'] / base:10.2f}" if base else f"{'-':>10}"
@@ -177,10 +196,14 @@ def main() -> None:
         print(f"projection / full trace: {results['trace_proj']['delta_mb'] / results['trace_full']['delta_mb']:.2f}")
     if "trace_project" in results and base:
         ratio = results["trace_project"]["delta_mb"] / base
-        print(f"projection mode / plain forward (same run): {results['trace_project']['delta_mb']:.1f} MB / "
-              f"{base:.1f} MB = {ratio:.2f}x (goal <= {GOAL}x: {'met' if ratio <= GOAL else 'NOT met'})")
+        print(
+            f"projection mode / plain forward (same run): {results['trace_project']['delta_mb']:.1f} MB / "
+            f"{base:.1f} MB = {ratio:.2f}x (goal <= {GOAL}x: {'met' if ratio <= GOAL else 'NOT met'})"
+        )
     if "trace_proj" in results and "trace_project" in results:
-        print(f"projection mode / trace + project_onto: {results['trace_project']['delta_mb'] / results['trace_proj']['delta_mb']:.2f}")
+        print(
+            f"projection mode / trace + project_onto: {results['trace_project']['delta_mb'] / results['trace_proj']['delta_mb']:.2f}"
+        )
     if "tl_heads" in results and "trace_full" in results:
         print(f"trace_full / tl_heads:   {results['trace_full']['delta_mb'] / results['tl_heads']['delta_mb']:.2f}")
 

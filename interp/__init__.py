@@ -16,23 +16,63 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
-from interp.errors import (AblationWarning, CompletenessWarning, ContextLengthWarning, InterpError, InterpWarning,
-                           MetricGapWarning, TokenSpacingWarning)
+from interp.errors import (
+    AblationWarning,
+    CompletenessWarning,
+    ContextLengthWarning,
+    InterpError,
+    InterpWarning,
+    MetricGapWarning,
+    TokenSpacingWarning,
+)
 
 if TYPE_CHECKING:  # the same names as _LAZY, for type checkers and editors (tests/test_lazy_import.py checks both)
     from interp.attribution import LogitAttribution, OVAt, attribute_direction, attribute_logits, ov_at
     from interp.causal import (
-        KL, Direction, Effects, Logit, LogitDiff, LogitLens, LogProb, Metric, PatchResult, Prob, attribution_patch,
-        effects, logit_lens, patch, path_patch,
+        KL,
+        Direction,
+        Effects,
+        Logit,
+        LogitDiff,
+        LogitLens,
+        LogProb,
+        Metric,
+        PatchResult,
+        Prob,
+        attribution_patch,
+        effects,
+        logit_lens,
+        patch,
+        path_patch,
     )
     from interp.circuits import (
-        CompositionScores, HeadOperator, HeadScores, PathExpansion, composition_scores, copying_scores, head_operator,
-        ov_circuit, path_expansion, qk_circuit, rotate_residual, virtual_weights,
+        CompositionScores,
+        HeadOperator,
+        HeadScores,
+        PathExpansion,
+        composition_scores,
+        copying_scores,
+        head_operator,
+        ov_circuit,
+        path_expansion,
+        qk_circuit,
+        rotate_residual,
+        virtual_weights,
     )
     from interp.distributed import RayCluster
     from interp.edges import (
-        CircuitEvaluation, CircuitGraph, EdgeCircuit, EdgeScores, FaithfulnessCurve, Task, circuit_graph,
-        edge_attribution, edge_patch, evaluate_circuit, faithfulness_curve, load_task,
+        CircuitEvaluation,
+        CircuitGraph,
+        EdgeCircuit,
+        EdgeScores,
+        FaithfulnessCurve,
+        Task,
+        circuit_graph,
+        edge_attribution,
+        edge_patch,
+        evaluate_circuit,
+        faithfulness_curve,
+        load_task,
     )
     from interp.engine import load_model
     from interp.features import AttributionGraph, attribution_graph
@@ -44,15 +84,61 @@ if TYPE_CHECKING:  # the same names as _LAZY, for type checkers and editors (tes
 #: Each lazily imported public name -> the subpackage that defines it.
 _LAZY: dict[str, str] = {
     **dict.fromkeys(["LogitAttribution", "OVAt", "attribute_direction", "attribute_logits", "ov_at"], "attribution"),
-    **dict.fromkeys(["KL", "Direction", "Effects", "Logit", "LogitDiff", "LogitLens", "LogProb", "Metric", "PatchResult",
-                     "Prob", "attribution_patch", "effects", "logit_lens", "patch", "path_patch"], "causal"),
-    **dict.fromkeys(["CompositionScores", "HeadOperator", "HeadScores", "PathExpansion", "composition_scores",
-                     "copying_scores", "head_operator", "ov_circuit", "path_expansion", "qk_circuit", "rotate_residual",
-                     "virtual_weights"], "circuits"),
+    **dict.fromkeys(
+        [
+            "KL",
+            "Direction",
+            "Effects",
+            "Logit",
+            "LogitDiff",
+            "LogitLens",
+            "LogProb",
+            "Metric",
+            "PatchResult",
+            "Prob",
+            "attribution_patch",
+            "effects",
+            "logit_lens",
+            "patch",
+            "path_patch",
+        ],
+        "causal",
+    ),
+    **dict.fromkeys(
+        [
+            "CompositionScores",
+            "HeadOperator",
+            "HeadScores",
+            "PathExpansion",
+            "composition_scores",
+            "copying_scores",
+            "head_operator",
+            "ov_circuit",
+            "path_expansion",
+            "qk_circuit",
+            "rotate_residual",
+            "virtual_weights",
+        ],
+        "circuits",
+    ),
     "RayCluster": "distributed",
-    **dict.fromkeys(["CircuitEvaluation", "CircuitGraph", "EdgeCircuit", "EdgeScores", "FaithfulnessCurve", "Task",
-                     "circuit_graph", "edge_attribution", "edge_patch", "evaluate_circuit", "faithfulness_curve",
-                     "load_task"], "edges"),
+    **dict.fromkeys(
+        [
+            "CircuitEvaluation",
+            "CircuitGraph",
+            "EdgeCircuit",
+            "EdgeScores",
+            "FaithfulnessCurve",
+            "Task",
+            "circuit_graph",
+            "edge_attribution",
+            "edge_patch",
+            "evaluate_circuit",
+            "faithfulness_curve",
+            "load_task",
+        ],
+        "edges",
+    ),
     "load_model": "engine",
     **dict.fromkeys(["AttributionGraph", "attribution_graph"], "features"),
     **dict.fromkeys(["ArchInfo", "CatalogEntry", "Model", "list_models"], "models"),
@@ -62,8 +148,23 @@ _LAZY: dict[str, str] = {
 }
 
 #: The subpackages, each imported on first use as an attribute (``interp.circuits.effective_embedding``).
-_SUBPACKAGES = ("attribution", "causal", "circuits", "cli", "distributed", "edges", "engine", "features",
-                "groundtruth", "labels", "models", "plots", "report", "stream", "toy")
+_SUBPACKAGES = (
+    "attribution",
+    "causal",
+    "circuits",
+    "cli",
+    "distributed",
+    "edges",
+    "engine",
+    "features",
+    "groundtruth",
+    "labels",
+    "models",
+    "plots",
+    "report",
+    "stream",
+    "toy",
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -65,6 +65,7 @@ def atomic_write(path: Path, write: Callable[[str], Any]) -> None:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """``data`` to ``path`` atomically (flushed to disk before the rename), or an ExportError naming the path."""
+
     def put(tmp: str) -> None:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -74,8 +75,9 @@ def write_atomic(path: Path, data: bytes) -> None:
     try:
         atomic_write(path, put)
     except OSError as e:
-        raise ExportError(f"cannot write path={str(path)!r}: {e.strerror or e} (is {str(Path(path).parent)!r} "
-                          "writable?)") from e
+        raise ExportError(
+            f"cannot write path={str(path)!r}: {e.strerror or e} (is {str(Path(path).parent)!r} writable?)"
+        ) from e
 
 
 def write_safetensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
@@ -117,8 +119,11 @@ class SaveLoadMixin:
                 tensors[f.name] = v.detach().cpu().contiguous()
             elif isinstance(v, pd.DataFrame):
                 split = v.to_dict(orient="split")  # Python floats: JSON keeps them bit-exact
-                frame = {"columns": [str(c) for c in split["columns"]], "data": split["data"],
-                         "dtypes": {str(c): str(t) for c, t in v.dtypes.items()}}
+                frame = {
+                    "columns": [str(c) for c in split["columns"]],
+                    "data": split["data"],
+                    "dtypes": {str(c): str(t) for c, t in v.dtypes.items()},
+                }
                 meta[f.name] = {_FRAME: frame}
             else:
                 meta[f.name] = v
@@ -143,7 +148,9 @@ class SaveLoadMixin:
         except (KeyError, TypeError, ValueError) as e:
             raise ResultFormatError(f"path={str(path)!r} has a damaged {cls.__name__} header (fields: {e!r})") from None
         if not isinstance(fields, dict):
-            raise ResultFormatError(f"path={str(path)!r} has a damaged {cls.__name__} header (fields is not a JSON object)")
+            raise ResultFormatError(
+                f"path={str(path)!r} has a damaged {cls.__name__} header (fields is not a JSON object)"
+            )
         fields.update(tensors)
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             v = fields.get(f.name)
@@ -153,8 +160,11 @@ class SaveLoadMixin:
             elif isinstance(v, list) and str(f.type).startswith(("tuple", "Tuple")):
                 fields[f.name] = tuple(v)  # JSON has no tuples
         names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        required = {f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        required = {
+            f.name
+            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        }
         missing = required - set(fields)  # a field added later with a default reads old files
         if missing:
             raise ResultFormatError(f"path={str(path)!r} lacks fields {sorted(missing)} of {cls.__name__}")

@@ -45,7 +45,7 @@ def norm_scale(x: Float[Tensor, "... d_model"], kind: str, eps: float) -> Float[
 
 def apply_frozen(
     terms: Float[Tensor, "... d_model"],
-    gain: Float[Tensor, "d_model"],
+    gain: Float[Tensor, " d_model"],
     scale: Float[Tensor, "... 1"],
     kind: str,
 ) -> Float[Tensor, "... d_model"]:
@@ -62,7 +62,7 @@ def apply_frozen(
 
 
 def frozen_direction(
-    direction: Float[Tensor, "... d_model"], gain: Float[Tensor, "d_model"], kind: str
+    direction: Float[Tensor, "... d_model"], gain: Float[Tensor, " d_model"], kind: str
 ) -> Float[Tensor, "... d_model"]:
     """The direction u' with  apply_frozen(w)·u = (w·u')/σ  for every write w.
 
@@ -96,8 +96,16 @@ def norm(x: Tensor, gain: Optional[Tensor], bias: Optional[Tensor], kind: str, e
     return y + bias if (bias is not None and kind == "layernorm") else y
 
 
-def norm_vjp(g: Tensor, x: Optional[Tensor], gain: Optional[Tensor], *, kind: str, eps: float, frozen: bool,
-         sigma: Optional[Tensor] = None) -> Tensor:
+def norm_vjp(
+    g: Tensor,
+    x: Optional[Tensor],
+    gain: Optional[Tensor],
+    *,
+    kind: str,
+    eps: float,
+    frozen: bool,
+    sigma: Optional[Tensor] = None,
+) -> Tensor:
     """Jᵀg for the norm N at input ``x`` (``g`` at N's output; leading axes broadcast against ``x``).
 
     LayerNorm: Jᵀg = (C(γ⊙g) − x̂ (x̂·γ⊙g)/d)/σ with x̂ = C x/σ; RMSNorm: (γ⊙g − x̂ (x̂·γ⊙g)/d)/σ with

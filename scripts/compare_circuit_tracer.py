@@ -47,8 +47,11 @@ import yaml  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("workdir")
-    ap.add_argument("--batch-sizes", default="512,64,32",
-                    help="circuit-tracer's batch sizes to time (512 is its default); the graph compared is the last's")
+    ap.add_argument(
+        "--batch-sizes",
+        default="512,64,32",
+        help="circuit-tracer's batch sizes to time (512 is its default); the graph compared is the last's",
+    )
     a = ap.parse_args()
     work = Path(a.workdir).resolve()
     from circuit_tracer import ReplacementModel, attribute
@@ -59,13 +62,20 @@ def main() -> None:
     if conf["model_kind"] == "cross_layer_transcoder":  # its load_transcoders wants a hub repo_id for a CLT
         from circuit_tracer.transcoder.cross_layer_transcoder import load_clt
 
-        tset = load_clt(str(work / "tc"), feature_input_hook=conf["feature_input_hook"],
-                        feature_output_hook=conf["feature_output_hook"], scan=conf.get("scan"),
-                        device=torch.device("cpu"), dtype=torch.float32, lazy_decoder=False)
+        tset = load_clt(
+            str(work / "tc"),
+            feature_input_hook=conf["feature_input_hook"],
+            feature_output_hook=conf["feature_output_hook"],
+            scan=conf.get("scan"),
+            device=torch.device("cpu"),
+            dtype=torch.float32,
+            lazy_decoder=False,
+        )
     else:
         tset = load_transcoders(conf, device=torch.device("cpu"), dtype=torch.float32)
-    rm = ReplacementModel.from_pretrained_and_transcoders(str(work / "model"), tset, backend="nnsight",
-                                                         device=torch.device("cpu"), dtype=torch.float32)
+    rm = ReplacementModel.from_pretrained_and_transcoders(
+        str(work / "model"), tset, backend="nnsight", device=torch.device("cpu"), dtype=torch.float32
+    )
     tokens = torch.tensor(ours["tokens"])
     timing = {}
     for bs in [int(b) for b in a.batch_sizes.split(",")]:
@@ -76,8 +86,11 @@ def main() -> None:
             secs.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
         timing[bs] = {"cold": secs[0], "warm": min(secs[1:]), "cpu_warm": min(cpu[1:])}
-        print(f"circuit-tracer batch_size={bs}: {secs[0]:.2f} s cold, {min(secs[1:]):.2f} s warm "
-              f"(CPU {min(cpu[1:]):.2f} s)", flush=True)
+        print(
+            f"circuit-tracer batch_size={bs}: {secs[0]:.2f} s cold, {min(secs[1:]):.2f} s warm "
+            f"(CPU {min(cpu[1:]):.2f} s)",
+            flush=True,
+        )
 
     # index both graphs' nodes by key
     n = len(ours["tokens"])
@@ -113,7 +126,7 @@ def main() -> None:
     sub_ct, sub_us = A_ct[s_ct][:, s_ct], A_us[s_us][:, s_us]
     feat_rows = torch.tensor([k[0] == "f" for k in shared])
     logit_rows = torch.tensor([k[0] == "l" for k in shared])
-    d = (sub_us - sub_ct)
+    d = sub_us - sub_ct
     scale = sub_us.abs().max()
     feat_rel = float(d[feat_rows].abs().max() / scale)
     row_rel = (d.abs().amax(1) / sub_us.abs().amax(1).clamp_min(1e-30))[feat_rows]  # per target row
@@ -127,12 +140,16 @@ def main() -> None:
     n_shared_edges = int(((sub_us != 0) | (sub_ct != 0)).sum())
     same_logits = sorted(k[1] for k in our_keys if k[0] == "l") == sorted(int(t.vocab_idx) for t in g.logit_targets)
     print(f"circuit-tracer 0.5.0 (nnsight): {len(af)} features, {A_ct.shape[0]} nodes")
-    print(f"shared nodes {len(shared)} (interp only: {len(only_us)}, all at BOS: "
-          f"{all(len(k) > 2 and k[2] == 0 for k in only_us)}; circuit-tracer only: {len(only_ct)}); "
-          f"same top logits: {same_logits}; shared nonzero edges {n_shared_edges}")
-    print(f"features' rows: max |Δ| / max |A| = {feat_rel:.2e} (largest at target {worst[0]} ← source {worst[1]}); "
-          f"per row, max |Δ| / max |row|: median {float(row_rel.median()):.1e}, max {float(row_rel.max()):.1e}; "
-          f"logit rows (common demeaning row removed): {logit_rel:.2e}; features in one graph only: {sorted(odd)}")
+    print(
+        f"shared nodes {len(shared)} (interp only: {len(only_us)}, all at BOS: "
+        f"{all(len(k) > 2 and k[2] == 0 for k in only_us)}; circuit-tracer only: {len(only_ct)}); "
+        f"same top logits: {same_logits}; shared nonzero edges {n_shared_edges}"
+    )
+    print(
+        f"features' rows: max |Δ| / max |A| = {feat_rel:.2e} (largest at target {worst[0]} ← source {worst[1]}); "
+        f"per row, max |Δ| / max |row|: median {float(row_rel.median()):.1e}, max {float(row_rel.max()):.1e}; "
+        f"logit rows (common demeaning row removed): {logit_rel:.2e}; features in one graph only: {sorted(odd)}"
+    )
     torch.save({"adjacency": g.adjacency_matrix, "keys": ct_keys}, work / "ct_graph.pt")
 
     # interp's export, against circuit-tracer's schema and its own create_graph_files on interp's adjacency
@@ -144,22 +161,37 @@ def main() -> None:
     exported = json.loads((work / "interp_graph.json").read_text())
     Model.model_validate(exported)
     nf = sum(k == "feature" for k in ours["node_kind"])
-    feats = torch.tensor([[l, p, f] for k, l, p, f in zip(ours["node_kind"], ours["node_layer"], ours["node_pos"],
-                                                           ours["node_feature"]) if k == "feature"])
-    lw = ours["output_weight"][-len(ours["target_ids"]):].float()
+    feats = torch.tensor(
+        [
+            [l, p, f]
+            for k, l, p, f in zip(ours["node_kind"], ours["node_layer"], ours["node_pos"], ours["node_feature"])
+            if k == "feature"
+        ]
+    )
+    lw = ours["output_weight"][-len(ours["target_ids"]) :].float()
     tok = rm.tokenizer
-    twin = Graph(input_string=tok.decode(ours["tokens"]), input_tokens=tokens, active_features=feats,
-                 adjacency_matrix=ours["adjacency"].float(), cfg=rm.cfg, selected_features=torch.arange(nf),
-                 activation_values=ours["activation"][:nf].float(),
-                 logit_targets=[LogitTarget(tok.decode([i]), int(i)) for i in ours["target_ids"]],
-                 logit_probabilities=lw, scan="bench", vocab_size=rm.cfg.d_vocab)
+    twin = Graph(
+        input_string=tok.decode(ours["tokens"]),
+        input_tokens=tokens,
+        active_features=feats,
+        adjacency_matrix=ours["adjacency"].float(),
+        cfg=rm.cfg,
+        selected_features=torch.arange(nf),
+        activation_values=ours["activation"][:nf].float(),
+        logit_targets=[LogitTarget(tok.decode([i]), int(i)) for i in ours["target_ids"]],
+        logit_probabilities=lw,
+        scan="bench",
+        vocab_size=rm.cfg.d_vocab,
+    )
     with tempfile.TemporaryDirectory() as td:
         create_graph_files(twin, "ct", td, scan="bench")
         theirs = json.loads((Path(td) / "ct.json").read_text())
     ren = lambda nid: ("err_" + nid[2:]) if nid.startswith("0_") and nid.count("_") == 2 else nid  # noqa: E731
     # circuit-tracer's error ids collide with layer-0 feature ids: rename only its error nodes
-    t_ids = {(ren(x["node_id"]) if x["feature_type"] == "mlp reconstruction error" else x["node_id"])
-             for x in theirs["nodes"]}
+    t_ids = {
+        (ren(x["node_id"]) if x["feature_type"] == "mlp reconstruction error" else x["node_id"])
+        for x in theirs["nodes"]
+    }
     e_ids = {x["node_id"] for x in exported["nodes"]}
     t_links = {}
     err_of = {x["node_id"] for x in theirs["nodes"] if x["feature_type"] == "mlp reconstruction error"}
@@ -175,16 +207,35 @@ def main() -> None:
         same_links = mapped.keys() == e_links.keys()
         if same_links:
             rel_w = max(abs(mapped[k] - e_links[k]) / max(abs(mapped[k]), 1e-30) for k in mapped)
-    print(f"export: validates against circuit-tracer's Model; create_graph_files on interp's adjacency: "
-          f"{len(theirs['nodes'])} nodes ({collisions} duplicate ids), {len(theirs['links'])} links; interp's file "
-          f"{len(exported['nodes'])} nodes, {len(exported['links'])} links; same nodes {same_nodes}, same links "
-          f"{same_links}, max relative weight difference {rel_w:.1e}")
-    (work / "comparison.json").write_text(json.dumps({
-        "ct_timing": timing, "ct_features": len(af), "shared_nodes": len(shared), "interp_only": len(only_us),
-        "ct_only": len(only_ct), "same_top_logits": same_logits, "feature_rows_rel": feat_rel,
-        "logit_rows_rel": logit_rel, "row_rel_median": float(row_rel.median()), "row_rel_max": float(row_rel.max()), "shared_nonzero_edges": n_shared_edges,
-        "export_valid": True, "export_same_nodes": same_nodes, "export_same_links": same_links,
-        "export_weight_rel": rel_w, "ct_duplicate_ids": collisions}, indent=1))
+    print(
+        f"export: validates against circuit-tracer's Model; create_graph_files on interp's adjacency: "
+        f"{len(theirs['nodes'])} nodes ({collisions} duplicate ids), {len(theirs['links'])} links; interp's file "
+        f"{len(exported['nodes'])} nodes, {len(exported['links'])} links; same nodes {same_nodes}, same links "
+        f"{same_links}, max relative weight difference {rel_w:.1e}"
+    )
+    (work / "comparison.json").write_text(
+        json.dumps(
+            {
+                "ct_timing": timing,
+                "ct_features": len(af),
+                "shared_nodes": len(shared),
+                "interp_only": len(only_us),
+                "ct_only": len(only_ct),
+                "same_top_logits": same_logits,
+                "feature_rows_rel": feat_rel,
+                "logit_rows_rel": logit_rel,
+                "row_rel_median": float(row_rel.median()),
+                "row_rel_max": float(row_rel.max()),
+                "shared_nonzero_edges": n_shared_edges,
+                "export_valid": True,
+                "export_same_nodes": same_nodes,
+                "export_same_links": same_links,
+                "export_weight_rel": rel_w,
+                "ct_duplicate_ids": collisions,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

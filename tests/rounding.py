@@ -33,4 +33,6 @@ def assert_same_up_to_rounding(actual: torch.Tensor, expected: torch.Tensor, msg
     assert torch.equal(actual.isnan(), expected.isnan()), msg
     tol = rounding_tolerance(expected)
     diff = float((actual - expected).nan_to_num(0.0).abs().max()) if actual.numel() else 0.0
-    assert diff <= tol, f"{msg}: max |diff| {diff:.3g} > {tol:.3g} ({ULPS} ulps of {expected.dtype} at the tensor's scale)"
+    assert diff <= tol, (
+        f"{msg}: max |diff| {diff:.3g} > {tol:.3g} ({ULPS} ulps of {expected.dtype} at the tensor's scale)"
+    )

@@ -69,7 +69,8 @@ def _default(node: ast.expr) -> Any:
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):  # "a" | "b": the first is the default
         return _default(node.left)
     if (isinstance(node, ast.Constant) and node.value is Ellipsis) or (
-            isinstance(node, ast.Name) and node.id.isupper() and len(node.id) <= 2):
+        isinstance(node, ast.Name) and node.id.isupper() and len(node.id) <= 2
+    ):
         return PLACEHOLDER
     src = ast.unparse(node)
     try:
@@ -81,8 +82,15 @@ def _default(node: ast.expr) -> Any:
 def test_the_page_documents_signatures():
     names = {n for n, _, where, full in DOCUMENTED if full and where.startswith("docs/api.md:")}
     assert len(DOCUMENTED) >= 25, sorted(names)
-    assert {"interp.effects", "interp.faithfulness_curve", "interp.circuit_report", "interp.evaluate_circuit",
-            "interp.edge_attribution", "interp.predict", "interp.Task.from_jsonl"} <= names, sorted(names)
+    assert {
+        "interp.effects",
+        "interp.faithfulness_curve",
+        "interp.circuit_report",
+        "interp.evaluate_circuit",
+        "interp.edge_attribution",
+        "interp.predict",
+        "interp.Task.from_jsonl",
+    } <= names, sorted(names)
 
 
 @pytest.mark.parametrize("name, args, line, full", DOCUMENTED, ids=[f"{ln}:{n}" for n, _, ln, _ in DOCUMENTED])
@@ -100,11 +108,13 @@ def test_documented_signature_equals_the_code(name, args, line, full):
         assert doc_names == real_names, f"{where}: documents {doc_names}, the code has {real_names}"
     else:
         required = [p.name for p in real if p.default is p.empty]
-        assert set(required) <= set(doc_names) and doc_names == [n for n in real_names if n in doc_names], \
+        assert set(required) <= set(doc_names) and doc_names == [n for n in real_names if n in doc_names], (
             f"{where}: mentions {doc_names}; the code has {real_names} (required: {required})"
+        )
     pos_defaults = [None] * (len(pos) - len(args.defaults)) + list(args.defaults)
-    for a, d, kw in [(a, d, False) for a, d in zip(pos, pos_defaults)] + \
-                    [(a, d, True) for a, d in zip(args.kwonlyargs, args.kw_defaults)]:
+    for a, d, kw in [(a, d, False) for a, d in zip(pos, pos_defaults)] + [
+        (a, d, True) for a, d in zip(args.kwonlyargs, args.kw_defaults)
+    ]:
         p = sig.parameters[a.arg]
         if not full and not kw and p.kind == p.KEYWORD_ONLY:
             kw = True  # a short mention may leave out the *
@@ -113,14 +123,17 @@ def test_documented_signature_equals_the_code(name, args, line, full):
             assert p.default is p.empty, f"{where}: {a.arg} has the default {p.default!r} in the code, none documented"
         else:
             assert p.default is not p.empty, f"{where}: {a.arg} is required in the code, documented as {ast.unparse(d)}"
-            assert _default(d) is PLACEHOLDER or _default(d) == p.default, (f"{where}: {a.arg} defaults to {p.default!r} in the code, "
-                                              f"documented as {ast.unparse(d)}")
+            assert _default(d) is PLACEHOLDER or _default(d) == p.default, (
+                f"{where}: {a.arg} defaults to {p.default!r} in the code, documented as {ast.unparse(d)}"
+            )
 
 
 def _result_classes() -> dict[str, type]:
     out = {}
-    for mod in [interp] + [importlib.import_module(f"interp.{m}") for m in
-                           ("attribution", "causal", "circuits", "edges", "features", "groundtruth", "stream")]:
+    for mod in [interp] + [
+        importlib.import_module(f"interp.{m}")
+        for m in ("attribution", "causal", "circuits", "edges", "features", "groundtruth", "stream")
+    ]:
         for n in getattr(mod, "__all__", []):
             c = getattr(mod, n)
             if inspect.isclass(c) and issubclass(c, Result):
@@ -134,8 +147,9 @@ def test_result_table_states_each_default_column():
     for m in re.finditer(pat, DOC.read_text(encoding="utf-8"), re.M):
         rows[m.group(1)] = m.groups()[1:]
     classes = _result_classes()
-    assert sorted(rows) == sorted(classes), f"result classes missing from / extra in the table: " \
-                                            f"{sorted(set(classes) ^ set(rows))}"
+    assert sorted(rows) == sorted(classes), (
+        f"result classes missing from / extra in the table: {sorted(set(classes) ^ set(rows))}"
+    )
     for name, (label, by, absolute, per_instance, notes) in rows.items():
         c = classes[name]
         assert label == c.label_column, name
@@ -157,6 +171,6 @@ def test_readme_says_what_smollm2_is():
 def test_edge_attribution_scale_is_explained():
     text = " ".join(DOC.read_text(encoding="utf-8").split())
     i = text.index("`scale` says how the gradient crosses each norm")
-    para = text[i: i + 1500]
+    para = text[i : i + 1500]
     assert '`"recomputed"` (default)' in para and '`scale="frozen"`' in para and "change sign" in para
-    assert "Pick `\"recomputed\"`" in para and "pick `\"frozen\"`" in para
+    assert 'Pick `"recomputed"`' in para and 'pick `"frozen"`' in para

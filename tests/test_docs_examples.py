@@ -9,7 +9,6 @@ marked ``real`` and ``slow``; a block nobody listed here fails (none is skipped 
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -37,7 +36,7 @@ for l, tc in enumerate(random_transcoders(interp.load_model("smollm2-135m"))):  
 #: What a block needs before it runs, keyed by a line of the block.
 PRELUDES = {
     "saes = load_saes(": _SAES,
-    "load_transcoders(\"transcoders/\", model)": _TRANSCODERS,
+    'load_transcoders("transcoders/", model)': _TRANSCODERS,
 }
 REAL = re.compile(r"load_model\(\"(smollm2|gemma3|minilm)|compile_program\(")
 
@@ -54,8 +53,11 @@ def _blocks() -> list[tuple[str, str, str]]:
 
 
 BLOCKS = _blocks()
-SCRIPTS = [pytest.param(w, code, id=w, marks=[pytest.mark.real, pytest.mark.slow] if REAL.search(code) else [])
-           for w, kind, code in BLOCKS if kind == "script"]
+SCRIPTS = [
+    pytest.param(w, code, id=w, marks=[pytest.mark.real, pytest.mark.slow] if REAL.search(code) else [])
+    for w, kind, code in BLOCKS
+    if kind == "script"
+]
 
 
 def test_doctest_blocks_are_collected_by_pytest():

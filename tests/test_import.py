@@ -16,8 +16,13 @@ HEAVY = ("torch", "transformer_lens", "transformers", "datasets", "pyarrow", "py
 
 
 def _modules_after(code: str) -> set[str]:
-    out = subprocess.run([sys.executable, "-c", f"{code}\nimport json, sys; print(json.dumps(sorted(sys.modules)))"],
-                         capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[1])
+    out = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport json, sys; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
@@ -36,8 +41,15 @@ def test_every_public_name_resolves_to_its_subpackage_object():
     import importlib
 
     lazy = interp._LAZY
-    eager = {"InterpError", "InterpWarning", "AblationWarning", "CompletenessWarning", "ContextLengthWarning",
-             "MetricGapWarning", "TokenSpacingWarning"}
+    eager = {
+        "InterpError",
+        "InterpWarning",
+        "AblationWarning",
+        "CompletenessWarning",
+        "ContextLengthWarning",
+        "MetricGapWarning",
+        "TokenSpacingWarning",
+    }
     assert set(interp.__all__) == set(lazy) | eager and len(interp.__all__) == len(set(interp.__all__))
     for name in interp.__all__:
         obj = getattr(interp, name)

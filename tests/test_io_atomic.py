@@ -39,6 +39,9 @@ def test_no_other_module_writes_through_its_own_temporary_file():
     """One implementation: no module but interp/_io.py pairs a temporary file with os.replace (a folder renamed into
     place, as the GGUF cache entry is, is another operation)."""
     root = pathlib.Path(__file__).resolve().parents[1] / "interp"
-    hits = [str(p.relative_to(root)) for p in root.rglob("*.py") if p.name != "_io.py"
-            and re.search(r"tempfile\.mkstemp|NamedTemporaryFile", p.read_text())]
+    hits = [
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if p.name != "_io.py" and re.search(r"tempfile\.mkstemp|NamedTemporaryFile", p.read_text())
+    ]
     assert not hits, hits

@@ -45,8 +45,10 @@ def cell_differences(a: nbformat.NotebookNode, b: nbformat.NotebookNode) -> list
         elif x.source != y.source:
             xl, yl = x.source.splitlines(), y.source.splitlines()
             j = next((k for k, (p, q) in enumerate(zip(xl, yl)) if p != q), min(len(xl), len(yl)))
-            diffs.append(f"cell {i}, line {j + 1}: {xl[j] if j < len(xl) else '<end>'!r} vs "
-                         f"{yl[j] if j < len(yl) else '<end>'!r}")
+            diffs.append(
+                f"cell {i}, line {j + 1}: {xl[j] if j < len(xl) else '<end>'!r} vs "
+                f"{yl[j] if j < len(yl) else '<end>'!r}"
+            )
     return diffs
 
 
@@ -72,8 +74,10 @@ def test_every_source_has_its_notebook():
 def test_source_and_notebook_have_the_same_cells(source):
     nb = source.with_suffix(".ipynb")
     diffs = cell_differences(jupytext.read(source), jupytext.read(nb))
-    assert not diffs, (f"{source.name} and {nb.name} differ (edit the .py, then `make notebooks` "
-                       "rewrites the .ipynb):\n" + "\n".join(diffs[:10]))
+    assert not diffs, (
+        f"{source.name} and {nb.name} differ (edit the .py, then `make notebooks` "
+        "rewrites the .ipynb):\n" + "\n".join(diffs[:10])
+    )
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
@@ -87,8 +91,9 @@ def test_committed_notebook_is_executed_and_clean(nb_path):
     nb = nbformat.read(nb_path, as_version=4)
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), \
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), (
         "not executed top to bottom in one kernel: run `make notebooks`"
+    )
     assert not [c for c in code for o in c.outputs if o.output_type == "error"]
     scrub = _build_script().scrub_text
     for i, text in _texts(nb):
@@ -118,7 +123,8 @@ def test_cell_differences_catches_an_edit_on_one_side(tmp_path):
     i = next(k for k, c in enumerate(nb.cells) if c.cell_type == "code")
     nb.cells[i].source += "\nprint('edited')"
     jupytext.write(nb, edited, fmt="py:percent")
-    assert cell_differences(jupytext.read(edited), jupytext.read(source.with_suffix(".ipynb"))) == \
-        [f"cell {i}, line {len(nb.cells[i].source.splitlines())}: \"print('edited')\" vs '<end>'"]
+    assert cell_differences(jupytext.read(edited), jupytext.read(source.with_suffix(".ipynb"))) == [
+        f"cell {i}, line {len(nb.cells[i].source.splitlines())}: \"print('edited')\" vs '<end>'"
+    ]
     del nb.cells[-1]
     assert cell_differences(nb, jupytext.read(source))[0] == f"{len(nb.cells)} cells vs {len(nb.cells) + 1} cells"

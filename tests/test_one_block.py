@@ -31,6 +31,7 @@ FLAGS = ("parallel_attn_mlp", "pre_norms", "norm_placement", "sandwich_norms")
 
 # --- 1. nothing outside interp/models/ reads the wiring flags -------------------------------------------------
 
+
 def flag_mentions(source: str) -> list[tuple[int, str, str]]:
     """(line, flag, token text) for every token of ``source`` — a name (``arch.pre_norms``, ``pre_norms=``), a
     string (``getattr(a, "norm_placement")``, a docstring, an f-string) or a comment — that mentions a flag."""
@@ -43,15 +44,23 @@ def flag_mentions(source: str) -> list[tuple[int, str, str]]:
 
 
 def test_the_scan_finds_every_kind_of_mention():
-    src = ('"""The block reads norm_placement."""\n'
-           "x = arch.parallel_attn_mlp\n"
-           "f(pre_norms=True)\n"
-           "y = getattr(a, 'sandwich_norms', False)  # and a comment on norm_placement\n"
-           "z = f'{a.norm_placement}-norm'\n"
-           "ok = block.normed_stream and block.read_norm('mlp')  # pre-norm, sandwich norms: words, not flags\n")
+    src = (
+        '"""The block reads norm_placement."""\n'
+        "x = arch.parallel_attn_mlp\n"
+        "f(pre_norms=True)\n"
+        "y = getattr(a, 'sandwich_norms', False)  # and a comment on norm_placement\n"
+        "z = f'{a.norm_placement}-norm'\n"
+        "ok = block.normed_stream and block.read_norm('mlp')  # pre-norm, sandwich norms: words, not flags\n"
+    )
     found = [(line, flag) for line, flag, _ in flag_mentions(src)]
-    assert found == [(1, "norm_placement"), (2, "parallel_attn_mlp"), (3, "pre_norms"), (4, "sandwich_norms"),
-                     (4, "norm_placement"), (5, "norm_placement")]
+    assert found == [
+        (1, "norm_placement"),
+        (2, "parallel_attn_mlp"),
+        (3, "pre_norms"),
+        (4, "sandwich_norms"),
+        (4, "norm_placement"),
+        (5, "norm_placement"),
+    ]
 
 
 def test_the_block_module_is_where_the_flags_are_read():
@@ -63,10 +72,15 @@ def test_the_block_module_is_where_the_flags_are_read():
 def test_no_module_outside_models_reads_the_wiring_flags():
     files = sorted(p for p in ROOT.rglob("*.py") if (ROOT / "models") not in p.parents)
     assert len(files) > 50  # the scan sees the packages
-    hits = [f"{p.relative_to(ROOT.parent)}:{line}: {flag} in {text!r}"
-            for p in files for line, flag, text in flag_mentions(p.read_text())]
-    assert not hits, ("ask the block (model.block / interp.models.describe_block: read_norm, out_norm, stream_norm, "
-                      "normed_stream, sublayer_norms, sees, layout) instead of the flags:\n" + "\n".join(hits))
+    hits = [
+        f"{p.relative_to(ROOT.parent)}:{line}: {flag} in {text!r}"
+        for p in files
+        for line, flag, text in flag_mentions(p.read_text())
+    ]
+    assert not hits, (
+        "ask the block (model.block / interp.models.describe_block: read_norm, out_norm, stream_norm, "
+        "normed_stream, sublayer_norms, sees, layout) instead of the flags:\n" + "\n".join(hits)
+    )
 
 
 # --- 2. the description is what HF's layer computes -------------------------------------------------------------
@@ -81,12 +95,26 @@ ROLES: dict[str, dict[str, Any]] = {
     "gpt2": {"ln1": "ln_1", "attn": "attn", "ln2": "ln_2", "mlp": "mlp"},
     "gptj": {"ln1": "ln_1", "attn": "attn", "ln2": "ln_1", "mlp": "mlp"},
     "neox": {"ln1": "input_layernorm", "attn": "attention", "ln2": "post_attention_layernorm", "mlp": "mlp"},
-    "bert": {"attn": ("attention.self", "attention.output.dense"), "ln1": "attention.output.LayerNorm",
-             "mlp": ("intermediate", "output.dense"), "ln2": "output.LayerNorm"},
-    "gemma2": {"ln1": "input_layernorm", "attn": "self_attn", "ln1_post": "post_attention_layernorm",
-               "ln2": "pre_feedforward_layernorm", "mlp": "mlp", "ln2_post": "post_feedforward_layernorm"},
-    "olmo2": {"attn": "self_attn", "ln1_post": "post_attention_layernorm", "mlp": "mlp",
-              "ln2_post": "post_feedforward_layernorm"},
+    "bert": {
+        "attn": ("attention.self", "attention.output.dense"),
+        "ln1": "attention.output.LayerNorm",
+        "mlp": ("intermediate", "output.dense"),
+        "ln2": "output.LayerNorm",
+    },
+    "gemma2": {
+        "ln1": "input_layernorm",
+        "attn": "self_attn",
+        "ln1_post": "post_attention_layernorm",
+        "ln2": "pre_feedforward_layernorm",
+        "mlp": "mlp",
+        "ln2_post": "post_feedforward_layernorm",
+    },
+    "olmo2": {
+        "attn": "self_attn",
+        "ln1_post": "post_attention_layernorm",
+        "mlp": "mlp",
+        "ln2_post": "post_feedforward_layernorm",
+    },
 }
 ROLES["gemma3_text"] = ROLES["gemma2"]
 LAYERS = {"gpt2": "transformer.h", "gptj": "transformer.h", "neox": "gpt_neox.layers", "bert": "bert.encoder.layer"}
@@ -108,6 +136,7 @@ class _Record:
             if name not in self.outputs:
                 self.inputs[name] = _first(args) if args else kwargs["hidden_states"]
                 self.outputs[name] = _first(output)
+
         return keep
 
 
@@ -128,8 +157,13 @@ class _AgainstHF:
     def _feed(self, role: str, x: torch.Tensor) -> torch.Tensor:
         """x must be what HF's module for ``role`` received; returns what it gave."""
         name_in, name_out = self._module(role, 0), self._module(role, -1)
-        torch.testing.assert_close(x, self.rec.inputs[name_in], rtol=1e-12, atol=1e-12,
-                                   msg=lambda m: f"layer {self.layer}, input of {role}: {m}")
+        torch.testing.assert_close(
+            x,
+            self.rec.inputs[name_in],
+            rtol=1e-12,
+            atol=1e-12,
+            msg=lambda m: f"layer {self.layer}, input of {role}: {m}",
+        )
         return self.rec.outputs[name_out]
 
     def point(self, site: str, value: Any) -> Any:
@@ -168,7 +202,11 @@ def test_the_block_is_what_the_hf_layer_computes(family):
     for l in range(len(layers)):
         ops = _AgainstHF(rec, roles, l)
         out = run_block(block, ops, rec.inputs[f"{l}:layer"])
-        torch.testing.assert_close(out, rec.outputs[f"{l}:layer"], rtol=1e-12, atol=1e-12,
-                                   msg=lambda m: f"{family} layer {l}: the block's output vs HF's: {m}")
+        torch.testing.assert_close(
+            out,
+            rec.outputs[f"{l}:layer"],
+            rtol=1e-12,
+            atol=1e-12,
+            msg=lambda m: f"{family} layer {l}: the block's output vs HF's: {m}",
+        )
         assert ops.used == set(roles), f"{family}: HF modules the block never used: {set(roles) - ops.used}"
-

@@ -17,14 +17,23 @@ KNOWN = {"ABLATIONS: interp.causal and interp.groundtruth", "attention_patterns:
 def test_a_public_name_is_one_object_everywhere():
     seen: dict[str, tuple[str, object]] = {}
     clashes = []
-    modules = ["interp"] + [f"interp.{m.name}" for m in pkgutil.iter_modules(interp.__path__)
-                            if not m.name.startswith("_") and m.name not in ("cli",)]
+    modules = ["interp"] + [
+        f"interp.{m.name}"
+        for m in pkgutil.iter_modules(interp.__path__)
+        if not m.name.startswith("_") and m.name not in ("cli",)
+    ]
     for name in modules:
         mod = importlib.import_module(name)
         for n in getattr(mod, "__all__", []):
             obj = getattr(mod, n)
-            if n in seen and seen[n][1] is not obj and not isinstance(obj, (str, int, float, tuple, frozenset)) \
-                    or n in seen and isinstance(obj, tuple) and seen[n][1] != obj:
+            if (
+                n in seen
+                and seen[n][1] is not obj
+                and not isinstance(obj, (str, int, float, tuple, frozenset))
+                or n in seen
+                and isinstance(obj, tuple)
+                and seen[n][1] != obj
+            ):
                 clashes.append(f"{n}: {seen[n][0]} and {name}")
             seen.setdefault(n, (name, obj))
     assert set(clashes) <= KNOWN, sorted(set(clashes) - KNOWN)

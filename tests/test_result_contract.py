@@ -23,7 +23,7 @@ import inspect
 import math
 import pkgutil
 import re
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -41,6 +41,12 @@ PROMPTS = ["w1 w2 w3 w4 w5", "w6 w7 w8 w9 w10"]
 #: exported dataclass-like classes that are not results, and why
 NOT_RESULTS = {
     "ArchInfo": "a model's architecture description",
+    "Block": "a block's wiring, the ordered steps every forward interprets (a description, not a result)",
+    "Step": "one step of a block description",
+    "CrossLayerTranscoder": "a cross-layer feature dictionary's weights (the input of an attribution graph), not a result",
+    "TrainedCrossLayerTranscoder": (
+        "a trained cross-layer dictionary and its per-layer held-out metrics (cached on disk), not a table of labelled rows"
+    ),
     "Batch": "tokenised inputs",
     "CatalogEntry": "a catalog row (model name, source, licence)",
     "Event": "one step of a model's block program",
@@ -76,7 +82,7 @@ NOT_RESULTS = {
     "Transcoder": "a feature dictionary's weights (the input of an attribution graph), not a result",
     "SAE": "a residual-stream dictionary's weights (the input of sae_reconstruction), not a result",
     "SAEReconstruction": "per-SAE tensors of one batch (stream, features, reconstruction) and one FVU / L0 per SAE, "
-                         "not a table of labelled rows",
+    "not a table of labelled rows",
     "TrainedTranscoders": "trained dictionaries and their per-layer held-out metrics (cached on disk by train_transcoders), not a table of labelled rows",
     "Intervention": "an intervention specification (what to set or scale in the replacement model)",
     "Steer": "a steering vector specification (what generate adds to the residual stream)",
@@ -121,8 +127,9 @@ _EDGE_CACHE: dict = {}
 
 def _edge_scores(m):
     if "s" not in _EDGE_CACHE:
-        _EDGE_CACHE["s"] = interp.edge_attribution(m["gpt2"], EDGE_CLEAN, EDGE_CORRUPT, metric=_causal_metric(),
-                                                   progress=False)
+        _EDGE_CACHE["s"] = interp.edge_attribution(
+            m["gpt2"], EDGE_CLEAN, EDGE_CORRUPT, metric=_causal_metric(), progress=False
+        )
     return _EDGE_CACHE["s"]
 
 
@@ -150,30 +157,40 @@ def _generation(m):
     from interp.features import generate
     from tiny_transcoders import random_transcoders
 
-    return generate(m["llama"], ["w1 w2 w3 w4", "w5 w6"], random_transcoders(m["llama"], 8, seed=0),
-                    [(0, None, 2, 3.0)], max_new_tokens=3, top_k=3)
+    return generate(
+        m["llama"],
+        ["w1 w2 w3 w4", "w5 w6"],
+        random_transcoders(m["llama"], 8, seed=0),
+        [(0, None, 2, 3.0)],
+        max_new_tokens=3,
+        top_k=3,
+    )
 
 
 def _aggregate(m):
     from interp.features import aggregate_graphs
     from tiny_transcoders import random_transcoders
 
-    return aggregate_graphs(m["llama"], ["w1 w2 w3 w4", "w5 w6 w7"], random_transcoders(m["llama"], 8, seed=0),
-                            target="w3", progress=False)
+    return aggregate_graphs(
+        m["llama"], ["w1 w2 w3 w4", "w5 w6 w7"], random_transcoders(m["llama"], 8, seed=0), target="w3", progress=False
+    )
 
 
 def _graph_faithfulness(m):
     from tiny_transcoders import random_transcoders
 
-    return _attribution_graph(m).faithfulness(m["llama"], random_transcoders(m["llama"], 8, seed=0),
-                                              thresholds=(0.5, 0.8, 1.0))
+    return _attribution_graph(m).faithfulness(
+        m["llama"], random_transcoders(m["llama"], 8, seed=0), thresholds=(0.5, 0.8, 1.0)
+    )
 
 
 def _qk(m):
     from interp.features import qk_attribution
     from tiny_transcoders import random_transcoders
 
-    return qk_attribution(m["llama"], "w1 w2 w3 w4", random_transcoders(m["llama"], 8, seed=0), 1, 2, query_pos=3, key_pos=1)
+    return qk_attribution(
+        m["llama"], "w1 w2 w3 w4", random_transcoders(m["llama"], 8, seed=0), 1, 2, query_pos=3, key_pos=1
+    )
 
 
 def _causal_metric():
@@ -191,25 +208,31 @@ FACTORIES: dict[str, Callable[[dict], Any]] = {
     "VirtualWeightNorms": lambda m: interp.circuits.virtual_weight_norms(m["llama"]),
     "CompositionScores": lambda m: interp.composition_scores(m["neox"], "K"),
     "CompositionGraph": lambda m: interp.circuits.composition_edges(
-        {k: interp.composition_scores(m["llama"], k) for k in "QKV"}, max_edges=4),
+        {k: interp.composition_scores(m["llama"], k) for k in "QKV"}, max_edges=4
+    ),
     "HeadOperator": lambda m: interp.head_operator(
-        m["llama"], 1, 3, torch.softmax(torch.randn(2, 4, 4, generator=torch.Generator().manual_seed(0)), -1)),
+        m["llama"], 1, 3, torch.softmax(torch.randn(2, 4, 4, generator=torch.Generator().manual_seed(0)), -1)
+    ),
     "PathExpansion": lambda m: interp.path_expansion(m["toy"], torch.tensor([[0, 5, 6, 7], [3, 4, 5, 6]]), order=2),
     "PrivilegedBasisReport": lambda m: interp.circuits.privileged_basis_report(m["gpt2"], PROMPTS),
     "SubspaceOverlap": lambda m: interp.circuits.write_subspace_overlap(m["gpt2"]),
     "ErasureTable": lambda m: interp.circuits.erasure_candidates(m["gpt2"]),
-    "PatchResult": lambda m: interp.causal.patch(m["llama"], "w1 w2 w3 w4", "w1 w9 w3 w4", metric=_causal_metric(),
-                                                 nodes="heads", progress=False),
-    "Effects": lambda m: interp.causal.effects(m["gpt2"], "w1 w2 w3 w4", "w1 w9 w3 w4", metric=_causal_metric(),
-                                               progress=False),
+    "PatchResult": lambda m: interp.causal.patch(
+        m["llama"], "w1 w2 w3 w4", "w1 w9 w3 w4", metric=_causal_metric(), nodes="heads", progress=False
+    ),
+    "Effects": lambda m: interp.causal.effects(
+        m["gpt2"], "w1 w2 w3 w4", "w1 w9 w3 w4", metric=_causal_metric(), progress=False
+    ),
     "OVAt": lambda m: interp.ov_at(m["llama"], PROMPTS, 1, 2, src=2, prompt=1),
     "AttentionPatternBatch": lambda m: interp.stream.attention_patterns(
-        m["llama"], ["w1 w2 w3", "w4 w5 w6 w7 w8"], ["L0.H1", "L1.H3"], prompt=None),
+        m["llama"], ["w1 w2 w3", "w4 w5 w6 w7 w8"], ["L0.H1", "L1.H3"], prompt=None
+    ),
     "LogitLens": lambda m: interp.logit_lens(m["llama"], ["w1 w2 w3 w4 w5", "w6 w7 w8"], answer="w3", top_k=3),
     "EdgeScores": lambda m: _edge_scores(m),
     "EdgeCircuit": lambda m: _edge_scores(m).circuit(n=12),
-    "CircuitEvaluation": lambda m: interp.evaluate_circuit(m["gpt2"], EDGE_CLEAN, EDGE_CORRUPT, _edge_scores(m).circuit(n=12),
-                                                           metric=_causal_metric()),
+    "CircuitEvaluation": lambda m: interp.evaluate_circuit(
+        m["gpt2"], EDGE_CLEAN, EDGE_CORRUPT, _edge_scores(m).circuit(n=12), metric=_causal_metric()
+    ),
     "EdgeRanking": lambda m: _edge_ranking(m),
     "Predictions": lambda m: interp.predict(m["gpt2"], ["w1 w2 w3 w4 w5", "w6 w7 w8"], k=4),
     "AttributionGraph": lambda m: _attribution_graph(m),
@@ -218,8 +241,15 @@ FACTORIES: dict[str, Callable[[dict], Any]] = {
     "GraphFaithfulness": lambda m: _graph_faithfulness(m),
     "GenerationResult": lambda m: _generation(m),
     "QKAttribution": lambda m: _qk(m),
-    "FaithfulnessCurve": lambda m: interp.faithfulness_curve(m["gpt2"], EDGE_CLEAN, EDGE_CORRUPT, _edge_scores(m),
-                                                             metric=_causal_metric(), sizes=(0.05, 0.2, 1.0), progress=False),
+    "FaithfulnessCurve": lambda m: interp.faithfulness_curve(
+        m["gpt2"],
+        EDGE_CLEAN,
+        EDGE_CORRUPT,
+        _edge_scores(m),
+        metric=_causal_metric(),
+        sizes=(0.05, 0.2, 1.0),
+        progress=False,
+    ),
 }
 
 
@@ -293,7 +323,7 @@ def _check_head_operator(r, label, v, rows):
     assert _close(row["weight"], r.pattern[b, q, k])
     torch.testing.assert_close(v.double(), float(r.pattern[b, q, k]) * W, rtol=1e-5, atol=1e-7)
     d = r.d_model
-    torch.testing.assert_close(v, r.matrix()[b][q * d:(q + 1) * d, k * d:(k + 1) * d])  # the Kronecker block
+    torch.testing.assert_close(v, r.matrix()[b][q * d : (q + 1) * d, k * d : (k + 1) * d])  # the Kronecker block
     assert _close(row["block_norm"], float(r.pattern[b, q, k]) * torch.linalg.matrix_norm(W))
 
 
@@ -419,7 +449,7 @@ def _check_attribution_graph(r, label, v, rows):
 
 def _check_intervention(r, label, v, rows):
     (row,) = rows.to_dict("records")
-    t = int(label[len("logit["):-1])
+    t = int(label[len("logit[") : -1])
     assert v == row and row["id"] == t and _close(row["logit_before"], r.logits_before[t])
     assert _close(row["change"], r.logits_after[t] - r.logits_before[t])
 
@@ -461,17 +491,32 @@ ROW_CHECKS: dict[str, Callable[[Any, str, Any, pd.DataFrame], None]] = {
     "InterventionResult": _check_intervention,
     "GenerationResult": _check_generation,
     "AttributionGraph": _check_attribution_graph,
-    "AggregateGraph": _check_aggregate, "GraphFaithfulness": _check_graph_faithfulness,
+    "AggregateGraph": _check_aggregate,
+    "GraphFaithfulness": _check_graph_faithfulness,
     "Predictions": _check_predictions,
-    "LogitAttribution": _check_logit_attribution, "Decomposition": _check_decomposition,
-    "HeadScores": _check_head_scores, "OVDiagonalStats": _check_ov_diagonal, "VirtualWeightNorms": _check_virtual,
-    "CompositionScores": _check_composition, "CompositionGraph": _check_graph, "HeadOperator": _check_head_operator,
-    "PathExpansion": _check_path_expansion, "PrivilegedBasisReport": _check_privileged,
-    "SubspaceOverlap": _check_overlap, "ErasureTable": _check_erasure, "AttentionPatterns": _check_attention,
-    "PatchResult": _check_patch, "Effects": _check_effects, "OVAt": _check_ov_at, "LogitLens": _check_lens,
+    "LogitAttribution": _check_logit_attribution,
+    "Decomposition": _check_decomposition,
+    "HeadScores": _check_head_scores,
+    "OVDiagonalStats": _check_ov_diagonal,
+    "VirtualWeightNorms": _check_virtual,
+    "CompositionScores": _check_composition,
+    "CompositionGraph": _check_graph,
+    "HeadOperator": _check_head_operator,
+    "PathExpansion": _check_path_expansion,
+    "PrivilegedBasisReport": _check_privileged,
+    "SubspaceOverlap": _check_overlap,
+    "ErasureTable": _check_erasure,
+    "AttentionPatterns": _check_attention,
+    "PatchResult": _check_patch,
+    "Effects": _check_effects,
+    "OVAt": _check_ov_at,
+    "LogitLens": _check_lens,
     "AttentionPatternBatch": _check_attention_batch,
-    "EdgeScores": _check_edge_rows, "EdgeCircuit": _check_edge_rows,
-    "EdgeRanking": _check_edge_ranking, "CircuitEvaluation": _check_circuit_evaluation, "FaithfulnessCurve": _check_faithfulness_curve,
+    "EdgeScores": _check_edge_rows,
+    "EdgeCircuit": _check_edge_rows,
+    "EdgeRanking": _check_edge_ranking,
+    "CircuitEvaluation": _check_circuit_evaluation,
+    "FaithfulnessCurve": _check_faithfulness_curve,
 }
 
 
@@ -497,14 +542,19 @@ RESULT_CLASSES = sorted(n for n, c in _exported_classes().items() if issubclass(
 
 def test_every_exported_result_class_is_in_the_contract():
     classes = _exported_classes()
-    not_result = sorted(n for n, c in classes.items()
-                        if _looks_like_result(c) and not issubclass(c, Result) and n not in NOT_RESULTS)
-    assert not not_result, (f"exported dataclass-like classes that neither subclass interp._result.Result nor are "
-                            f"listed in NOT_RESULTS with a reason: {not_result}")
+    not_result = sorted(
+        n for n, c in classes.items() if _looks_like_result(c) and not issubclass(c, Result) and n not in NOT_RESULTS
+    )
+    assert not not_result, (
+        f"exported dataclass-like classes that neither subclass interp._result.Result nor are "
+        f"listed in NOT_RESULTS with a reason: {not_result}"
+    )
     wrongly_excluded = sorted(n for n in NOT_RESULTS if n in classes and issubclass(classes[n], Result))
     assert not wrongly_excluded, f"NOT_RESULTS lists Result subclasses: {wrongly_excluded}"
     no_factory = sorted(n for n in RESULT_CLASSES if n not in FACTORIES or n not in ROW_CHECKS)
-    assert not no_factory, f"result classes without a factory / row check in tests/test_result_contract.py: {no_factory}"
+    assert not no_factory, (
+        f"result classes without a factory / row check in tests/test_result_contract.py: {no_factory}"
+    )
     assert {"Decomposition", "LogitAttribution", "PathExpansion", "CompositionGraph"} <= set(RESULT_CLASSES)
 
 
@@ -533,9 +583,19 @@ def _instance(name: str, models, cache) -> Any:
 
 def _field_equal(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and bool(
-            torch.equal(a, b) or (a.is_floating_point() and torch.equal(a.nan_to_num(7.25), b.nan_to_num(7.25))
-                                  and torch.equal(a.isnan(), b.isnan())))
+        return (
+            isinstance(b, torch.Tensor)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and bool(
+                torch.equal(a, b)
+                or (
+                    a.is_floating_point()
+                    and torch.equal(a.nan_to_num(7.25), b.nan_to_num(7.25))
+                    and torch.equal(a.isnan(), b.isnan())
+                )
+            )
+        )
     if isinstance(a, pd.DataFrame):
         return isinstance(b, pd.DataFrame) and a.equals(b)
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
@@ -601,8 +661,11 @@ def test_result_contract(name, models, results, tmp_path):
     assert signed in full.columns and pd.api.types.is_numeric_dtype(full[signed]), (name, signed)
     _assert_ranked(r.top(3, absolute=True), full, col, True, 3)
     _assert_ranked(r.top(3, absolute=False), full, signed, False, 3)
-    other = [c for c in full.columns if c != col and pd.api.types.is_numeric_dtype(full[c])
-             and not pd.api.types.is_bool_dtype(full[c])]
+    other = [
+        c
+        for c in full.columns
+        if c != col and pd.api.types.is_numeric_dtype(full[c]) and not pd.api.types.is_bool_dtype(full[c])
+    ]
     if other:
         _assert_ranked(r.top(2, by=other[-1], absolute=False), full, other[-1], False, 2)
     with pytest.raises(ArgumentError, match="k="):
@@ -625,11 +688,14 @@ def test_result_contract(name, models, results, tmp_path):
 def test_fold_norms_is_a_typed_field_where_weights_may_be_folded(models):
     m = models["llama"]
     for fold in (True, False):
-        for r in (interp.copying_scores(m, fold_norms=fold), interp.composition_scores(m, "Q", fold_norms=fold),
-                  interp.circuits.virtual_weight_norms(m, fold_norms=fold),
-                  interp.circuits.write_subspace_overlap(m, fold_norms=fold),
-                  interp.circuits.erasure_candidates(m, fold_norms=fold),
-                  interp.circuits.ov_diagonal_stats(m, 0, 0, fold_norms=fold)):
+        for r in (
+            interp.copying_scores(m, fold_norms=fold),
+            interp.composition_scores(m, "Q", fold_norms=fold),
+            interp.circuits.virtual_weight_norms(m, fold_norms=fold),
+            interp.circuits.write_subspace_overlap(m, fold_norms=fold),
+            interp.circuits.erasure_candidates(m, fold_norms=fold),
+            interp.circuits.ov_diagonal_stats(m, 0, 0, fold_norms=fold),
+        ):
             assert r.fold_norms is fold, type(r).__name__
             assert {f.name: f.type for f in dataclasses.fields(r)}["fold_norms"] == "bool"
 

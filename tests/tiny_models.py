@@ -26,11 +26,33 @@ FAMILIES = ("gpt2", "llama", "neox", "bert")
 #: OLMo 2 (output norms without pre-norms, QK-norm over the whole projection, GQA), Mixtral (mixture-of-experts
 #: MLPs: 4 experts, the router's top 2), OLMoE (Mixtral's experts with the top 2 weights not renormalised, OLMo 2's
 #: QK-norm over the projection, pre-norms).
-MORE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text", "olmo2", "mixtral",
-                 "olmoe")
+MORE_FAMILIES = (
+    "qwen2",
+    "mistral",
+    "gemma",
+    "phi3",
+    "gptj",
+    "qwen3",
+    "gemma2",
+    "gemma3_text",
+    "olmo2",
+    "mixtral",
+    "olmoe",
+)
 #: Of those, the ones whose blocks EAP, edge patching and circuit evaluation implement.
-EDGE_FAMILIES = ("qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma2", "gemma3_text", "olmo2", "mixtral",
-                 "olmoe")
+EDGE_FAMILIES = (
+    "qwen2",
+    "mistral",
+    "gemma",
+    "phi3",
+    "gptj",
+    "qwen3",
+    "gemma2",
+    "gemma3_text",
+    "olmo2",
+    "mixtral",
+    "olmoe",
+)
 #: Of those, the ones whose logits are linear in the final stream (Gemma 2 soft-caps them).
 LINEAR_LOGITS = tuple(f for f in MORE_FAMILIES if f != "gemma2")
 #: Families whose Hugging Face forward rounds through float32 inside attention even in a float64 model
@@ -42,6 +64,8 @@ FP32_ATTENTION = ("phi3", "gptj")
 def fp64_tol(family: str, tol: float) -> float:
     """``tol`` for a float64 comparison with the HF forward, or 1e-7 for :data:`FP32_ATTENTION` families."""
     return 1e-7 if family in FP32_ATTENTION else tol
+
+
 VOCAB = 100
 #: the device the suite builds its models on: ``pytest --device cuda`` or ``INTERP_TEST_DEVICE`` (tests/conftest.py
 #: sets it); the plain Hugging Face reference models (:func:`tiny_hf_model`) stay on the CPU
@@ -75,74 +99,156 @@ def tiny_config(family: str, *, n_layers: int = 2):
         c = transformers.GPT2Config(n_layer=n_layers, n_head=4, n_embd=32, n_positions=64, **common)
     elif family == "llama":
         c = transformers.LlamaConfig(
-            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
-            intermediate_size=64, max_position_embeddings=64, **common,
+            num_hidden_layers=n_layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            hidden_size=32,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            **common,
         )
     elif family == "neox":
         c = transformers.GPTNeoXConfig(
-            num_hidden_layers=n_layers, num_attention_heads=4, hidden_size=32, intermediate_size=64,
-            max_position_embeddings=64, use_parallel_residual=True, rotary_pct=0.25, **common,
+            num_hidden_layers=n_layers,
+            num_attention_heads=4,
+            hidden_size=32,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            use_parallel_residual=True,
+            rotary_pct=0.25,
+            **common,
         )
     elif family == "qwen2":
         c = transformers.Qwen2Config(
-            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
-            intermediate_size=64, max_position_embeddings=64, **common,
+            num_hidden_layers=n_layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            hidden_size=32,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            **common,
         )
     elif family == "mistral":
         c = transformers.MistralConfig(
-            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, head_dim=8,
-            intermediate_size=64, max_position_embeddings=64, sliding_window=3, **common,
+            num_hidden_layers=n_layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            hidden_size=32,
+            head_dim=8,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            sliding_window=3,
+            **common,
         )
     elif family == "gemma":
         c = transformers.GemmaConfig(
-            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=1, hidden_size=32, head_dim=8,
-            intermediate_size=64, max_position_embeddings=64, query_pre_attn_scalar=16, **common,
+            num_hidden_layers=n_layers,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            hidden_size=32,
+            head_dim=8,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            query_pre_attn_scalar=16,
+            **common,
         )
     elif family == "phi3":
         c = transformers.Phi3Config(
-            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
-            intermediate_size=64, max_position_embeddings=64, partial_rotary_factor=0.5, **common,
+            num_hidden_layers=n_layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            hidden_size=32,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            partial_rotary_factor=0.5,
+            **common,
         )
     elif family == "qwen3":
         c = transformers.Qwen3Config(
-            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, head_dim=8,
-            intermediate_size=64, max_position_embeddings=64, **common,
+            num_hidden_layers=n_layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            hidden_size=32,
+            head_dim=8,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            **common,
         )
     elif family == "olmo2":
         c = transformers.Olmo2Config(
-            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
-            intermediate_size=64, max_position_embeddings=64, **common,
+            num_hidden_layers=n_layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            hidden_size=32,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            **common,
         )
     elif family == "mixtral":  # 4 experts, 2 per token: each expert's MLP is d_mlp 16 wide
         c = transformers.MixtralConfig(
-            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
-            intermediate_size=16, max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2, **common,
+            num_hidden_layers=n_layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            hidden_size=32,
+            intermediate_size=16,
+            max_position_embeddings=64,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            **common,
         )
     elif family == "olmoe":  # 4 experts, 2 per token, their router weights left as the softmax gives them
         c = transformers.OlmoeConfig(
-            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32,
-            intermediate_size=16, max_position_embeddings=64, num_experts=4, num_experts_per_tok=2,
-            norm_topk_prob=False, **common,
+            num_hidden_layers=n_layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            hidden_size=32,
+            intermediate_size=16,
+            max_position_embeddings=64,
+            num_experts=4,
+            num_experts_per_tok=2,
+            norm_topk_prob=False,
+            **common,
         )
     elif family == "gemma2":
         c = transformers.Gemma2Config(
-            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2, hidden_size=32, head_dim=8,
-            intermediate_size=64, max_position_embeddings=64, query_pre_attn_scalar=16, sliding_window=3,
-            attn_logit_softcapping=0.5, final_logit_softcapping=0.3,
-            layer_types=["sliding_attention" if l % 2 == 0 else "full_attention" for l in range(n_layers)], **common,
+            num_hidden_layers=n_layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            hidden_size=32,
+            head_dim=8,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            query_pre_attn_scalar=16,
+            sliding_window=3,
+            attn_logit_softcapping=0.5,
+            final_logit_softcapping=0.3,
+            layer_types=["sliding_attention" if l % 2 == 0 else "full_attention" for l in range(n_layers)],
+            **common,
         )
     elif family == "gemma3_text":
         c = transformers.Gemma3TextConfig(
-            num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=1, hidden_size=32, head_dim=8,
-            intermediate_size=64, max_position_embeddings=64, query_pre_attn_scalar=16, sliding_window=3,
-            layer_types=["sliding_attention" if l % 2 == 0 else "full_attention" for l in range(n_layers)], **common,
+            num_hidden_layers=n_layers,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            hidden_size=32,
+            head_dim=8,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            query_pre_attn_scalar=16,
+            sliding_window=3,
+            layer_types=["sliding_attention" if l % 2 == 0 else "full_attention" for l in range(n_layers)],
+            **common,
         )
     elif family == "gptj":
         c = transformers.GPTJConfig(n_layer=n_layers, n_head=4, n_embd=32, n_positions=64, rotary_dim=4, **common)
     elif family == "bert":
         c = transformers.BertConfig(
-            num_hidden_layers=n_layers, num_attention_heads=4, hidden_size=32, intermediate_size=64,
-            max_position_embeddings=64, **common,
+            num_hidden_layers=n_layers,
+            num_attention_heads=4,
+            hidden_size=32,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            **common,
         )
     else:
         raise ValueError(family)
@@ -152,8 +258,9 @@ def tiny_config(family: str, *, n_layers: int = 2):
     return c
 
 
-def tiny_hf_model(family: str, *, seed: int = 0, n_layers: int = 2, dtype=torch.float32,
-                  bias_scale: float = 0.1, **config_overrides):
+def tiny_hf_model(
+    family: str, *, seed: int = 0, n_layers: int = 2, dtype=torch.float32, bias_scale: float = 0.1, **config_overrides
+):
     """The plain HF model (eval mode), with non-trivial norm gains/biases so they matter.
 
     ``config_overrides`` set config attributes (e.g. Llama ``attention_bias=True``); biases get
@@ -194,8 +301,7 @@ def hooked_forward(hf, handles, *args, **kwargs):
             h.remove()
 
 
-def tiny_model(family: str, *, seed: int = 0, n_layers: int = 2, dtype=torch.float32,
-               device=None) -> "interp.Model":
+def tiny_model(family: str, *, seed: int = 0, n_layers: int = 2, dtype=torch.float32, device=None) -> "interp.Model":
     """An interp Model of a tiny random ``family`` model ('gpt2', 'llama', 'neox', 'bert'), on ``device`` (default:
     the suite's :data:`DEVICE`)."""
     hf = tiny_hf_model(family, seed=seed, n_layers=n_layers, dtype=dtype)

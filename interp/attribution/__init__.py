@@ -8,6 +8,15 @@ from interp.attribution._sources import OVAt, ov_at
 from interp.attribution._targets import resolve_candidate, resolve_targets
 
 __all__ = [
-    "LogitAttribution", "OVAt", "TokenSpec", "attribute_direction", "attribute_logits", "ov_at", "resolve_candidate",
-    "resolve_positions", "resolve_targets", "resolve_tokens", "warn_unspaced",
+    "LogitAttribution",
+    "OVAt",
+    "TokenSpec",
+    "attribute_direction",
+    "attribute_logits",
+    "ov_at",
+    "resolve_candidate",
+    "resolve_positions",
+    "resolve_targets",
+    "resolve_tokens",
+    "warn_unspaced",
 ]

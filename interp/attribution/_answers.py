@@ -68,10 +68,12 @@ def resolve_tokens(model: Model, spec: Optional[TokenSpec], n_prompts: int, arg:
         raise ArgumentError(f"{arg}={spec!r} must be a single-token string, a token id, or a per-prompt list of them")
     spec = list(spec)
     if len(spec) != n_prompts:
-        raise ArgumentError(f"{arg} has {len(spec)} entries but there are {n_prompts} prompts; give one per prompt "
-                            "or a single token")
-    return torch.tensor([_one_token(model, v, f"{arg}[{i}]") for i, v in enumerate(spec)], dtype=torch.long,
-                        device=model.device)
+        raise ArgumentError(
+            f"{arg} has {len(spec)} entries but there are {n_prompts} prompts; give one per prompt or a single token"
+        )
+    return torch.tensor(
+        [_one_token(model, v, f"{arg}[{i}]") for i, v in enumerate(spec)], dtype=torch.long, device=model.device
+    )
 
 
 def resolve_positions(pos: Union[int, Sequence[int], Tensor], mask: Tensor, offset: int = 0) -> Tensor:
@@ -90,7 +92,7 @@ def resolve_positions(pos: Union[int, Sequence[int], Tensor], mask: Tensor, offs
         pos = pos.flatten().tolist() if pos.ndim else int(pos)
     if isinstance(pos, bool) or not isinstance(pos, (int, list, tuple)):
         raise ArgumentError(f"pos={pos!r} must be an int or a per-prompt list of ints")
-    per = [pos] * b if isinstance(pos, int) else list(pos)[offset: offset + b]
+    per = [pos] * b if isinstance(pos, int) else list(pos)[offset : offset + b]
     out = []
     for i, p in enumerate(per):
         if isinstance(p, bool) or not isinstance(p, int):
@@ -114,14 +116,18 @@ def _strings(spec: Any, n: int, arg: str) -> list[tuple[str, str, list[int]]]:
     out: list[tuple[str, str, list[int]]] = []
     if isinstance(spec, (list, tuple)) and len(spec) == n:
         for i, v in enumerate(spec):
-            items = sorted(x for x in v if isinstance(x, str)) if isinstance(v, (set, frozenset)) else (
-                list(v) if isinstance(v, (list, tuple)) else [v])
+            items = (
+                sorted(x for x in v if isinstance(x, str))
+                if isinstance(v, (set, frozenset))
+                else (list(v) if isinstance(v, (list, tuple)) else [v])
+            )
             out += [(f"{arg}[{i}]", x, [i]) for x in items if isinstance(x, str)]
     return out
 
 
-def warn_unspaced(model: Model, spec: Any, arg: str, tokens: Tensor, positions: Optional[Tensor], *,
-                  owner: str = "") -> None:
+def warn_unspaced(
+    model: Model, spec: Any, arg: str, tokens: Tensor, positions: Optional[Tensor], *, owner: str = ""
+) -> None:
     """A :class:`interp.TokenSpacingWarning` for each token string of ``spec`` (an answer, wrong or metric
     token: a string, a set, or one entry per prompt) that has no leading space, is read after a prompt token
     that does not end in whitespace (``tokens[i, positions[i]]``), and whose space-prefixed form is a single
@@ -148,5 +154,7 @@ def warn_unspaced(model: Model, spec: Any, arg: str, tokens: Tensor, positions: 
                     f"and follows {before!r}{where}, which does not end in one: the logit read is {got}, not the "
                     f"space-prefixed word {' ' + text!r} (id {spaced[0]}) that usually comes next. Pass "
                     f"{name}={' ' + text!r} if that is meant; to keep {text!r}, pass its token id or filter "
-                    "interp.TokenSpacingWarning", TokenSpacingWarning)
+                    "interp.TokenSpacingWarning",
+                    TokenSpacingWarning,
+                )
                 break

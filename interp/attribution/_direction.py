@@ -11,7 +11,7 @@ decoders too (the read is then the final norm's output, ``unembed``).
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from typing import Sequence, Union
 
 import torch
 from torch import Tensor
@@ -58,8 +58,9 @@ def attribute_direction(
     if u.is_complex() or not u.is_floating_point():
         raise ShapeError(f"direction must be a float tensor, got dtype {u.dtype}")
     if u.shape[-1] != arch.d_model or u.ndim not in (1, 2):
-        raise ShapeError(f"direction has shape {tuple(u.shape)}; expected [d_model={arch.d_model}] or "
-                         f"[batch, {arch.d_model}]")
+        raise ShapeError(
+            f"direction has shape {tuple(u.shape)}; expected [d_model={arch.d_model}] or [batch, {arch.d_model}]"
+        )
     if not torch.isfinite(u).all():
         raise ArgumentError("direction contains NaN or inf; pass a finite vector")
     batch = as_batch(model, inputs)
@@ -94,11 +95,20 @@ def attribute_direction(
     scale = float(tot.abs().max())
     target = f"{read} hidden state · direction" + (" (mean-pooled)" if pos == "mean" else f" at pos {pos}")
     return LogitAttribution(
-        values=values, labels=labels, total=tot, target=target, unit=unit, n_layers=arch.n_layers,
-        n_heads=arch.n_heads, closure_error=err, relative_error=err / scale if scale > 0 else err,
+        values=values,
+        labels=labels,
+        total=tot,
+        target=target,
+        unit=unit,
+        n_layers=arch.n_layers,
+        n_heads=arch.n_heads,
+        closure_error=err,
+        relative_error=err / scale if scale > 0 else err,
         positions=positions.cpu(),
         prompts=[inputs] if isinstance(inputs, str) else (list(inputs) if isinstance(inputs, (list, tuple)) else None),
         str_tokens=dec.str_tokens[0] if dec.str_tokens else None,
         prompt_str_tokens=[row[: int(n)] for row, n in zip(dec.str_tokens, batch.attention_mask.sum(1))]
-        if dec.str_tokens else None, target_kind="direction",
+        if dec.str_tokens
+        else None,
+        target_kind="direction",
     )

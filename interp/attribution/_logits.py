@@ -56,8 +56,9 @@ def _prompts(inputs: Any) -> tuple[list[Any], bool]:
         if all(isinstance(x, str) for x in inputs):
             return list(inputs), True
         return [torch.as_tensor(x) for x in inputs], False
-    raise ArgumentError(f"inputs must be a string, a non-empty list of strings or an int tensor [batch, pos]; "
-                        f"got {inputs!r:.60}")
+    raise ArgumentError(
+        f"inputs must be a string, a non-empty list of strings or an int tensor [batch, pos]; got {inputs!r:.60}"
+    )
 
 
 def _component_of(label: str) -> str:
@@ -99,8 +100,9 @@ def _rows_batch(model: Model, rows: list[list[int]], like: Batch) -> Batch:
     return as_batch(model, tokens, mask)
 
 
-def _chunk(model: Model, batch: Batch, p: Tensor, targets: Targets, start: int, neuron_layers: tuple[int, ...],
-           unit: str) -> dict[str, Any]:
+def _chunk(
+    model: Model, batch: Batch, p: Tensor, targets: Targets, start: int, neuron_layers: tuple[int, ...], unit: str
+) -> dict[str, Any]:
     """Attribute one batch of prompts: values [n_terms, b] (+ head sources), totals, texts, tokens."""
     W_U = model.weights.W_U
     if W_U is None:  # attribute_logits refuses models without logits before it gets here
@@ -134,7 +136,8 @@ def _chunk(model: Model, batch: Batch, p: Tensor, targets: Targets, start: int, 
     if unit == "head_source":
         hs = head_source_terms(model, tr.activations, u, valid)  # [R, L, H, S]
         out["sources"] = torch.zeros(b, *hs.shape[1:], dtype=hs.dtype, device=hs.device).index_add_(
-            0, owner.to(hs.device), hs)
+            0, owner.to(hs.device), hs
+        )
     # the tokens each prompt is read in: its own, or its answer's teacher-forced context
     ans_row = [i for i in range(b)]
     for r in reads:
@@ -144,8 +147,9 @@ def _chunk(model: Model, batch: Batch, p: Tensor, targets: Targets, start: int, 
     return out
 
 
-def _read_plan(model: Model, batch: Batch, p: Tensor, targets: Targets, start: int
-               ) -> tuple[list[list[int]], list[Any], Batch, Tensor, Tensor]:
+def _read_plan(
+    model: Model, batch: Batch, p: Tensor, targets: Targets, start: int
+) -> tuple[list[list[int]], list[Any], Batch, Tensor, Tensor]:
     """The token rows, the reads (row, position, token → prompt, candidate), the rows' batch, the read
     positions P [R, K] (padded with each row's first) and which of them are real."""
     b = batch.tokens.shape[0]
@@ -161,8 +165,7 @@ def _read_plan(model: Model, batch: Batch, p: Tensor, targets: Targets, start: i
     return rows, reads, rb, P, valid
 
 
-def _own_logits(model: Model, tr: Any, dtype: torch.dtype, targets: Targets
-                ) -> tuple[Tensor, Tensor, Optional[Tensor]]:
+def _own_logits(model: Model, tr: Any, dtype: torch.dtype, targets: Targets) -> tuple[Tensor, Tensor, Optional[Tensor]]:
     """The model's own logits at the read positions (soft-capped c·tanh(z/c) where it caps), the pre-cap z, and
     log Σ exp logits for ``logprob`` targets."""
     # its unembedding of its own final-norm output, or (no final norm, e.g. the toys: the forward ran to the
@@ -173,8 +176,9 @@ def _own_logits(model: Model, tr: Any, dtype: torch.dtype, targets: Targets
     elif tr.logits is not None:
         own = tr.logits
     else:
-        raise UnsupportedOperationError(f"model {model.name!r}: the pass kept neither the final norm's output "
-                                        "nor logits")
+        raise UnsupportedOperationError(
+            f"model {model.name!r}: the pass kept neither the final norm's output nor logits"
+        )
     own = own.to(dtype)
     cap = model.arch.final_softcap
     pre = own  # the pre-cap logits z (the same tensor when nothing is capped)
@@ -184,8 +188,9 @@ def _own_logits(model: Model, tr: Any, dtype: torch.dtype, targets: Targets
     return own, pre, lse
 
 
-def _combine_reads(own: Tensor, lse: Optional[Tensor], reads: list[Any], targets: Targets, start: int, b: int
-                   ) -> tuple[list[Any], list[Tensor], list[Tensor]]:
+def _combine_reads(
+    own: Tensor, lse: Optional[Tensor], reads: list[Any], targets: Targets, start: int, b: int
+) -> tuple[list[Any], list[Tensor], list[Tensor]]:
     """Per prompt: each candidate's score (its read logits or log-probs summed), the coefficients of the
     candidates in the target, the target and its first-order remainder."""
     n_cand = 1 + (max(len(targets.wrongs[start + i]) for i in range(b)) if targets.wrongs is not None else 0)
@@ -203,8 +208,17 @@ def _combine_reads(own: Tensor, lse: Optional[Tensor], reads: list[Any], targets
     return coef, total, remainder
 
 
-def _readout(model: Model, own: Tensor, pre: Tensor, lse: Optional[Tensor], reads: list[Any], coef: list[Any],
-             R: int, K: int, b: int) -> tuple[Tensor, Tensor, Tensor, Tensor, bool]:
+def _readout(
+    model: Model,
+    own: Tensor,
+    pre: Tensor,
+    lse: Optional[Tensor],
+    reads: list[Any],
+    coef: list[Any],
+    R: int,
+    K: int,
+    b: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, bool]:
     """u [R, K, d_model] = Σ_reads c · W_U[:, token] (c·sech²(z/c) under a soft-cap), and per prompt the
     unembedding-bias term Σ c·b_U[token], the log-partition term −Σ c·lse and the soft-cap remainder."""
     W_U, b_U, cap = model.weights.W_U, model.weights.b_U, model.arch.final_softcap
@@ -230,8 +244,16 @@ def _readout(model: Model, own: Tensor, pre: Tensor, lse: Optional[Tensor], read
     return u, bias, log_z, capped, has_bias
 
 
-def _extra_terms(model: Model, targets: Targets, bias: Tensor, log_z: Tensor, capped: Tensor,
-                 remainder: list[Tensor], *, has_bias: bool) -> list[tuple[str, Tensor]]:
+def _extra_terms(
+    model: Model,
+    targets: Targets,
+    bias: Tensor,
+    log_z: Tensor,
+    capped: Tensor,
+    remainder: list[Tensor],
+    *,
+    has_bias: bool,
+) -> list[tuple[str, Tensor]]:
     """The terms no component writes: the unembedding bias, the log-partition, the soft-cap and the
     logsumexp-over-wrongs remainders, where they apply."""
     extra = []
@@ -298,9 +320,20 @@ def attribute_logits(
     require_model(model)
     if cluster is not None or out is not None:
         return check_cluster(cluster, out).sweep(
-            "attribute_logits", model, out=out, progress=progress is not False, inputs=inputs, answer=answer,
-            wrong=wrong, pos=pos, unit=unit, target=target, wrong_agg=wrong_agg, multi_token=multi_token,
-            batch_size=batch_size)
+            "attribute_logits",
+            model,
+            out=out,
+            progress=progress is not False,
+            inputs=inputs,
+            answer=answer,
+            wrong=wrong,
+            pos=pos,
+            unit=unit,
+            target=target,
+            wrong_agg=wrong_agg,
+            multi_token=multi_token,
+            batch_size=batch_size,
+        )
     # 1. the inputs checked: unit, prompts, batch size, positions, targets
     _check_unit(model, unit)
     items, is_text = _prompts(inputs)
@@ -310,19 +343,18 @@ def attribute_logits(
     _check_run_options(n, batch_size, pos, progress)
     targets = resolve_targets(model, answer, wrong, n, multi_token=multi_token, target=target, wrong_agg=wrong_agg)
     if targets.multi_token and not model.arch.causal:
-        raise UnsupportedOperationError(f"multi_token answers are teacher-forced, which needs a causal model; "
-                                        f"{model.name!r} is bidirectional")
+        raise UnsupportedOperationError(
+            f"multi_token answers are teacher-forced, which needs a causal model; {model.name!r} is bidirectional"
+        )
     neuron_layers = tuple(range(model.arch.n_layers)) if unit == "neuron" else ()
     if neuron_layers:  # a mixture of experts' neurons are its experts', scaled by the router: not split yet
         require_capabilities(model, "attribute_logits(unit='neuron')", "experts")
     # 2. each batch of prompts attributed; a warning where an answer lacks the space its context suggests
     show = progress if progress is not None else n > batch_size
-    chunks, positions, before = _run_chunks(model, items, is_text, pos, targets, neuron_layers, unit, batch_size,
-                                            show)
+    chunks, positions, before = _run_chunks(model, items, is_text, pos, targets, neuron_layers, unit, batch_size, show)
     last = torch.cat(before)[:, None]  # the token each answer follows
     for arg, spec in (("answer", answer), ("wrong", wrong)):
-        warn_unspaced(model, spec, arg, last, torch.zeros(n, dtype=torch.long, device="cpu"),
-                      owner="attribute_logits")
+        warn_unspaced(model, spec, arg, last, torch.zeros(n, dtype=torch.long, device="cpu"), owner="attribute_logits")
     # 3. the chunks merged into one term table in the asked unit, and the result with its closure error
     labels, values, total = _merge(chunks, unit)
     return _result(model, items, is_text, targets, chunks, labels, values, total, torch.cat(positions), unit)
@@ -351,9 +383,17 @@ def _check_run_options(n: int, batch_size: Any, pos: Any, progress: Any) -> None
     check_bool("progress", progress, none="automatic")
 
 
-def _run_chunks(model: Model, items: list[Any], is_text: bool, pos: Any, targets: Targets,
-                neuron_layers: tuple[int, ...], unit: str, batch_size: int, show: bool
-                ) -> tuple[list[dict[str, Any]], list[Tensor], list[Tensor]]:
+def _run_chunks(
+    model: Model,
+    items: list[Any],
+    is_text: bool,
+    pos: Any,
+    targets: Targets,
+    neuron_layers: tuple[int, ...],
+    unit: str,
+    batch_size: int,
+    show: bool,
+) -> tuple[list[dict[str, Any]], list[Tensor], list[Tensor]]:
     """Each batch of ``batch_size`` prompts attributed (``_chunk``): the chunks, their read positions and the
     token at each read position."""
     chunks: list[dict[str, Any]] = []
@@ -362,14 +402,15 @@ def _run_chunks(model: Model, items: list[Any], is_text: bool, pos: Any, targets
     bar = tqdm(total=len(items), desc="attribute_logits", unit="prompt", disable=not show)
     try:
         for start in range(0, len(items), batch_size):
-            chunk = items[start: start + batch_size]
+            chunk = items[start : start + batch_size]
             if is_text:
                 batch = as_batch(model, chunk)
             else:
                 lens = {len(x) for x in chunk}
                 if len(lens) != 1:
-                    raise ArgumentError(f"token-id prompts have different lengths {sorted(lens)}; pass a "
-                                        "rectangular tensor")
+                    raise ArgumentError(
+                        f"token-id prompts have different lengths {sorted(lens)}; pass a rectangular tensor"
+                    )
                 batch = as_batch(model, torch.stack(chunk))
             p = resolve_positions(pos, batch.attention_mask.cpu(), offset=start)
             chunks.append(_chunk(model, batch, p, targets, start, neuron_layers, unit))
@@ -396,8 +437,18 @@ def _merge(chunks: list[dict[str, Any]], unit: str) -> tuple[list[str], Tensor, 
     return labels, values, total
 
 
-def _result(model: Model, items: list[Any], is_text: bool, targets: Targets, chunks: list[dict[str, Any]],
-            labels: list[str], values: Tensor, total: Tensor, positions: Tensor, unit: str) -> LogitAttribution:
+def _result(
+    model: Model,
+    items: list[Any],
+    is_text: bool,
+    targets: Targets,
+    chunks: list[dict[str, Any]],
+    labels: list[str],
+    values: Tensor,
+    total: Tensor,
+    positions: Tensor,
+    unit: str,
+) -> LogitAttribution:
     """The result: the terms, the closure error max |Σ terms − target| (and relative to max |target|), the
     targets' and prompts' texts."""
     arch, n = model.arch, len(items)
@@ -411,12 +462,22 @@ def _result(model: Model, items: list[Any], is_text: bool, targets: Targets, chu
     row_ids = [r for c in chunks for r in c["row_ids"]]
     prompt_str_tokens = [list(map(tok.decode, ([t] for t in r))) for r in row_ids] if tok is not None else None
     return LogitAttribution(
-        values=values, labels=labels, total=total, target=targets.overall_text(texts), unit=unit,
-        n_layers=arch.n_layers, n_heads=arch.n_heads, closure_error=err,
-        relative_error=err / scale if scale > 0 else err, positions=positions,
+        values=values,
+        labels=labels,
+        total=total,
+        target=targets.overall_text(texts),
+        unit=unit,
+        n_layers=arch.n_layers,
+        n_heads=arch.n_heads,
+        closure_error=err,
+        relative_error=err / scale if scale > 0 else err,
+        positions=positions,
         prompts=list(items) if is_text else None,
         str_tokens=prompt_str_tokens[0] if (prompt_str_tokens and is_text) else None,
-        answer_ids=targets.answer_ids(), wrong_ids=targets.wrong_ids(), prompt_str_tokens=prompt_str_tokens,
-        prompt_targets=texts, target_kind=targets.kind,
+        answer_ids=targets.answer_ids(),
+        wrong_ids=targets.wrong_ids(),
+        prompt_str_tokens=prompt_str_tokens,
+        prompt_targets=texts,
+        target_kind=targets.kind,
         wrong_agg=targets.agg if targets.wrongs is not None and any(len(w) > 1 for w in targets.wrongs) else None,
     )

@@ -63,7 +63,7 @@ class LogitAttribution(Result):
 
     values: Float[Tensor, "n_terms batch"] = field(repr=False)
     labels: list[str]
-    total: Float[Tensor, "batch"] = field(repr=False)
+    total: Float[Tensor, " batch"] = field(repr=False)
     target: str
     unit: str
     n_layers: int
@@ -128,9 +128,14 @@ class LogitAttribution(Result):
     def to_dataframe(self) -> pd.DataFrame:
         """One row per term: mean and std over prompts, and each prompt's value (columns p0, p1...)."""
         v = self.values.double().cpu()
-        df = pd.DataFrame({"term": self.labels, "mean": v.mean(1).numpy(),
-                           "std": v.std(1).numpy() if v.shape[1] > 1 else 0.0,
-                           "mean_abs": v.abs().mean(1).numpy()})
+        df = pd.DataFrame(
+            {
+                "term": self.labels,
+                "mean": v.mean(1).numpy(),
+                "std": v.std(1).numpy() if v.shape[1] > 1 else 0.0,
+                "mean_abs": v.abs().mean(1).numpy(),
+            }
+        )
         if v.shape[1] <= 64:
             for n in range(v.shape[1]):
                 df[f"p{n}"] = v[:, n].numpy()
@@ -146,6 +151,8 @@ class LogitAttribution(Result):
         return attribution_heatmap(self, prompt=prompt)
 
     def __repr__(self) -> str:
-        return (f"LogitAttribution({self.target}, unit={self.unit!r}: {len(self.labels)} terms × "
-                f"{self.n_prompts} prompts, closure_error={self.closure_error:.2e}, "
-                f"relative_error={self.relative_error:.2e})")
+        return (
+            f"LogitAttribution({self.target}, unit={self.unit!r}: {len(self.labels)} terms × "
+            f"{self.n_prompts} prompts, closure_error={self.closure_error:.2e}, "
+            f"relative_error={self.relative_error:.2e})"
+        )

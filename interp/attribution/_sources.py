@@ -47,11 +47,13 @@ def require_head_sources(model: Model, what: str) -> None:
     if model.block.normed_stream:
         raise UnsupportedOperationError(
             f"{what}: model {model.name!r} is post-norm; a head's write passes every later Add & Norm, so its split by "
-            "source position is not implemented there (use unit='head')")
+            "source position is not implemented there (use unit='head')"
+        )
 
 
-def head_source_terms(model: Model, acts: dict[str, Tensor], u: Tensor,
-                      valid: Tensor) -> Float[Tensor, "row layer head src"]:
+def head_source_terms(
+    model: Model, acts: dict[str, Tensor], u: Tensor, valid: Tensor
+) -> Float[Tensor, "row layer head src"]:
     """Σ over kept positions j of A[dst_j, src] · (v_src · W_O^h u'_j) / σ_j, per batch row.
 
     ``acts``: a position-gathered trace's activations with ``keep=("patterns", "v")``; ``u``
@@ -85,8 +87,10 @@ def _position(value: Any, name: str, n_real: int) -> int:
     p = check_int(name, value)
     q = n_real + p if p < 0 else p
     if not 0 <= q < n_real:
-        raise ArgumentError(f"{name}={value} is out of range: the prompt has {n_real} real tokens "
-                            f"(positions 0 … {n_real - 1}, or negative from the end)")
+        raise ArgumentError(
+            f"{name}={value} is out of range: the prompt has {n_real} real tokens "
+            f"(positions 0 … {n_real - 1}, or negative from the end)"
+        )
     return q
 
 
@@ -114,7 +118,7 @@ class OVAt(Result):
     dst: int
     prompt: int
     weight: float
-    logits: Float[Tensor, "d_vocab"] = field(repr=False)
+    logits: Float[Tensor, " d_vocab"] = field(repr=False)
     src_token: Optional[str] = None
     dst_token: Optional[str] = None
     token_strs: dict[str, str] = field(default_factory=dict, repr=False)
@@ -130,8 +134,11 @@ class OVAt(Result):
 
     def _index(self, label: Union[int, str]) -> int:
         n = int(self.logits.shape[0])
-        t = label if isinstance(label, int) and not isinstance(label, bool) else (
-            int(label) if isinstance(label, str) and label.isdigit() else None)
+        t = (
+            label
+            if isinstance(label, int) and not isinstance(label, bool)
+            else (int(label) if isinstance(label, str) and label.isdigit() else None)
+        )
         if t is None or not 0 <= t < n:
             raise LabelError(f"label={label!r} is not a token of this result; tokens are ids 0 … {n - 1}")
         return t
@@ -142,9 +149,14 @@ class OVAt(Result):
     def to_dataframe(self) -> pd.DataFrame:
         """One row per vocabulary token: id, its text (top/bottom tokens), logit of the copy, logit × A[dst, src]."""
         lg = self.logits.double().cpu()
-        return pd.DataFrame({"token": range(lg.shape[0]),
-                             "token_str": [self.token_strs.get(str(t), "") for t in range(lg.shape[0])],
-                             "logit": lg.numpy(), "weighted": (lg * self.weight).numpy()})
+        return pd.DataFrame(
+            {
+                "token": range(lg.shape[0]),
+                "token_str": [self.token_strs.get(str(t), "") for t in range(lg.shape[0])],
+                "logit": lg.numpy(),
+                "weighted": (lg * self.weight).numpy(),
+            }
+        )
 
     def plot(self, *, k: int = 15) -> "go.Figure":
         """Bars of the ``k`` most raised and most lowered tokens (a plotly Figure)."""
@@ -155,12 +167,23 @@ class OVAt(Result):
     def __repr__(self) -> str:
         top = self.logits.topk(min(5, self.logits.shape[0])).indices.tolist()
         names = [self.token_strs.get(str(t), f"#{t}") for t in top]
-        return (f"OVAt({self.label} copying src={self.src} ({self.src_token!r}) at dst={self.dst} "
-                f"({self.dst_token!r}), A={self.weight:.3f}: top {names})")
+        return (
+            f"OVAt({self.label} copying src={self.src} ({self.src_token!r}) at dst={self.dst} "
+            f"({self.dst_token!r}), A={self.weight:.3f}: top {names})"
+        )
 
 
-def ov_at(model: Model, inputs: Union[str, list, Tensor], layer: int, head: int, *, src: int, dst: int = -1,
-          prompt: int = 0, k: int = 20) -> OVAt:
+def ov_at(
+    model: Model,
+    inputs: Union[str, list, Tensor],
+    layer: int,
+    head: int,
+    *,
+    src: int,
+    dst: int = -1,
+    prompt: int = 0,
+    k: int = 20,
+) -> OVAt:
     """The logits of head ``(layer, head)``'s copy of source position ``src`` (docstring of :class:`OVAt`).
 
     One hooked forward pass. ``src``/``dst``: positions of prompt ``prompt`` (negative counts back from
@@ -180,8 +203,10 @@ def ov_at(model: Model, inputs: Union[str, list, Tensor], layer: int, head: int,
     n_real = int(batch.attention_mask[bi].sum())
     s, d = _position(src, "src", n_real), _position(dst, "dst", n_real)
     if arch.causal and s > d:
-        raise ArgumentError(f"src={src} (position {s}) comes after dst={dst} (position {d}); a causal head reads "
-                            "only earlier or equal positions")
+        raise ArgumentError(
+            f"src={src} (position {s}) comes after dst={dst} (position {d}); a causal head reads "
+            "only earlier or equal positions"
+        )
     hv, hp = f"blocks.{layer}.attn.hook_v", f"blocks.{layer}.attn.hook_pattern"
     out_norm = model.block.out_norm("attn")  # "ln1_post": a norm on the attention's output before its add
     hs = f"blocks.{layer}.{out_norm}.hook_in"  # that norm's input (the layer's attention output)
@@ -191,8 +216,9 @@ def ov_at(model: Model, inputs: Union[str, list, Tensor], layer: int, head: int,
     v = acts[hv][s, arch.kv_head(head)].to(dt)  # [d_head], b_V included
     copy = v @ w.W_O[layer, head]  # [d_model]
     if out_norm is not None:  # through the layer's output norm, its scale at dst frozen
-        copy = apply_frozen(copy, w.need(f"{out_norm}_w")[layer],
-                            norm_scale(acts[hs][d], arch.norm, arch.norm_eps).to(dt), arch.norm)
+        copy = apply_frozen(
+            copy, w.need(f"{out_norm}_w")[layer], norm_scale(acts[hs][d], arch.norm, arch.norm_eps).to(dt), arch.norm
+        )
     if arch.norm != "none":
         sigma = norm_scale(acts["ln_final.hook_in"][d], arch.norm, arch.norm_eps).to(dt)
         copy = apply_frozen(copy, w.need("lnf_w"), sigma, arch.norm)
@@ -205,5 +231,15 @@ def ov_at(model: Model, inputs: Union[str, list, Tensor], layer: int, head: int,
         ids = torch.cat([logits.topk(kk).indices, (-logits).topk(kk).indices]).tolist()
         strs = {str(t): readable_token(model.tokenizer, t) for t in ids}  # byte pieces as \xNN escapes
         toks = cast(list[str], model.to_str_tokens(batch.tokens[bi, :n_real]))  # one row: one string per token
-    return OVAt(layer=layer, head=head, src=s, dst=d, prompt=bi, weight=weight, logits=logits.cpu(),
-                src_token=toks[s] if toks else None, dst_token=toks[d] if toks else None, token_strs=strs)
+    return OVAt(
+        layer=layer,
+        head=head,
+        src=s,
+        dst=d,
+        prompt=bi,
+        weight=weight,
+        logits=logits.cpu(),
+        src_token=toks[s] if toks else None,
+        dst_token=toks[d] if toks else None,
+        token_strs=strs,
+    )

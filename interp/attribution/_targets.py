@@ -94,8 +94,7 @@ class Targets:
         s = "per-prompt " + self._score("answer_i")
         if self.wrongs is not None:
             single = all(len(ws) == 1 for ws in self.wrongs)
-            s += (f" − {self._score('wrong_i')}" if single
-                  else f" − {self.agg} over {self._score('w')}, w ∈ wrong_i")
+            s += f" − {self._score('wrong_i')}" if single else f" − {self.agg} over {self._score('w')}, w ∈ wrong_i"
         return f"{s} ({len(texts)} prompts; prompt 0: {texts[0]})"
 
 
@@ -110,6 +109,7 @@ def _pad(rows: list[list[int]], *, squeeze: bool) -> Tensor:
 
 
 # ---- resolving user specs ------------------------------------------------------------------------
+
 
 def resolve_candidate(model: Model, value: Any, arg: str, multi: bool) -> Candidate:
     """One candidate: a single token (str / id), or with ``multi`` any text or a tuple of ids."""
@@ -146,17 +146,20 @@ def _answers(model: Model, spec: Any, n: int, multi: bool) -> list[Candidate]:
     if isinstance(spec, Tensor):
         t = _ints(spec, "answer")
         if multi and t.ndim == 2 and t.shape[0] == n:
-            return [resolve_candidate(model, tuple(int(x) for x in row), f"answer[{i}]", True)
-                    for i, row in enumerate(t)]
+            return [
+                resolve_candidate(model, tuple(int(x) for x in row), f"answer[{i}]", True) for i, row in enumerate(t)
+            ]
         spec = t.flatten().tolist() if t.ndim else int(t)
     if isinstance(spec, (str, int)):
         return [resolve_candidate(model, spec, "answer", multi)] * n
     if not isinstance(spec, (list, tuple)):
-        raise ArgumentError(f"answer={spec!r:.80} must be a single-token string, a token id, or a per-prompt list "
-                            "of them")
+        raise ArgumentError(
+            f"answer={spec!r:.80} must be a single-token string, a token id, or a per-prompt list of them"
+        )
     if len(spec) != n:
-        raise ArgumentError(f"answer has {len(spec)} entries but there are {n} prompts; give one per prompt or a "
-                            "single token")
+        raise ArgumentError(
+            f"answer has {len(spec)} entries but there are {n} prompts; give one per prompt or a single token"
+        )
     return [resolve_candidate(model, v, f"answer[{i}]", multi) for i, v in enumerate(spec)]
 
 
@@ -179,8 +182,10 @@ def _wrongs(model: Model, spec: Any, n: int, multi: bool) -> Optional[list[list[
         t = _ints(spec, "wrong")
         if t.ndim == 2 and t.shape[0] == n:
             if multi:
-                return [[resolve_candidate(model, tuple(int(x) for x in row), f"wrong[{i}]", True)]
-                        for i, row in enumerate(t)]
+                return [
+                    [resolve_candidate(model, tuple(int(x) for x in row), f"wrong[{i}]", True)]
+                    for i, row in enumerate(t)
+                ]
             return [[(_one_token(model, int(x), f"wrong[{i}]"),) for x in row] for i, row in enumerate(t)]
         spec = t.flatten().tolist() if t.ndim else int(t)
     if isinstance(spec, (set, frozenset)):
@@ -189,17 +194,21 @@ def _wrongs(model: Model, spec: Any, n: int, multi: bool) -> Optional[list[list[
     if isinstance(spec, (str, int)):
         return [[resolve_candidate(model, spec, "wrong", multi)]] * n
     if not isinstance(spec, (list, tuple)):
-        raise ArgumentError(f"wrong={spec!r:.80} must be a token, a set of tokens shared by every prompt, "
-                            "or a per-prompt list (each entry a token or a list / set of tokens)")
+        raise ArgumentError(
+            f"wrong={spec!r:.80} must be a token, a set of tokens shared by every prompt, "
+            "or a per-prompt list (each entry a token or a list / set of tokens)"
+        )
     if len(spec) != n:
         raise ArgumentError(
             f"wrong has {len(spec)} entries but there are {n} prompts; give one entry per prompt (a token or a "
-            f"list of tokens), a single token, or a set such as {{' London', ' Berlin'}} shared by every prompt")
+            f"list of tokens), a single token, or a set such as {{' London', ' Berlin'}} shared by every prompt"
+        )
     return [_wrong_set(model, v, f"wrong[{i}]", multi) for i, v in enumerate(spec)]
 
 
-def resolve_targets(model: Model, answer: Any, wrong: Any, n: int, *, multi_token: bool, target: str,
-                    wrong_agg: str) -> Targets:
+def resolve_targets(
+    model: Model, answer: Any, wrong: Any, n: int, *, multi_token: bool, target: str, wrong_agg: str
+) -> Targets:
     """Check and resolve ``answer``/``wrong`` for ``n`` prompts (module docstring)."""
     check_bool("multi_token", multi_token)
     if target not in TARGETS:
@@ -213,6 +222,7 @@ def resolve_targets(model: Model, answer: Any, wrong: Any, n: int, *, multi_toke
 
 # ---- where each candidate is read -------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Read:
     """Logit of ``token`` at kept position ``j`` of batch row ``row``, for candidate ``cand`` (0 = the
@@ -225,8 +235,9 @@ class Read:
     cand: int
 
 
-def plan_reads(prompt_ids: Sequence[Sequence[int]], positions: Sequence[int], targets: Targets, start: int
-               ) -> tuple[list[list[int]], list[list[int]], list[Read]]:
+def plan_reads(
+    prompt_ids: Sequence[Sequence[int]], positions: Sequence[int], targets: Targets, start: int
+) -> tuple[list[list[int]], list[list[int]], list[Read]]:
     """(rows of token ids, each row's read positions, reads) for the chunk of prompts from ``start``.
 
     Row i < len(prompt_ids) is prompt i itself (read at its position p_i: every single-token

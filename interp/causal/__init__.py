@@ -19,7 +19,14 @@ from interp.causal._metrics import (
     final_norm,
     readout,
 )
-from interp.causal._common import MetricReader, check_reference_spread, clean_output, make_pair, metric_of, reference_acts
+from interp.causal._common import (
+    MetricReader,
+    check_reference_spread,
+    clean_output,
+    make_pair,
+    metric_of,
+    reference_acts,
+)
 from interp.causal._atp import attribution_patch
 from interp.causal._effects import effects
 from interp.causal._patch import ABLATIONS, default_batch_size, patch, shared_prefix

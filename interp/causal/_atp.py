@@ -115,7 +115,9 @@ def _plan(model: Model, nodes: Any) -> list[_Site]:
         elif n.site.startswith("resid_"):
             hook, kind, slot = _resid_hook(model.block, n.text), "stream", None
         else:
-            raise UnsupportedOperationError(f"nodes: attribution patching has no estimate for {n.text!r} (site {n.site})")
+            raise UnsupportedOperationError(
+                f"nodes: attribution patching has no estimate for {n.text!r} (site {n.site})"
+            )
         last = sites[-1] if sites else None
         if slot is not None and last is not None and last.hook == hook and last.kind == kind:
             last.slots.append(slot)
@@ -129,13 +131,17 @@ def _pair(model: Model, clean: Any, corrupt: Any) -> tuple[Any, Any]:
     """Clean and corrupt batches of equal shape, pair by pair the same token length."""
     bc, bk = _checked_batch(model, clean, "clean"), _checked_batch(model, corrupt, "corrupt")
     if bk.tokens.shape[0] != bc.tokens.shape[0]:
-        raise ShapeError(f"corrupt has {bk.tokens.shape[0]} prompts but clean has {bc.tokens.shape[0]}; "
-                         "give one corrupt prompt per clean prompt")
+        raise ShapeError(
+            f"corrupt has {bk.tokens.shape[0]} prompts but clean has {bc.tokens.shape[0]}; "
+            "give one corrupt prompt per clean prompt"
+        )
     lc, lk = bc.attention_mask.sum(1), bk.attention_mask.sum(1)
     if bk.tokens.shape[1] != bc.tokens.shape[1] or bool((lc != lk).any()):
         i = int((lc != lk).nonzero()[0, 0]) if bool((lc != lk).any()) else 0
-        raise ShapeError(f"corrupt prompt {i} has {int(lk[i])} tokens but clean prompt {i} has {int(lc[i])}; "
-                         "each clean/corrupt pair must have the same token length (patching aligns positions)")
+        raise ShapeError(
+            f"corrupt prompt {i} has {int(lk[i])} tokens but clean prompt {i} has {int(lc[i])}; "
+            "each clean/corrupt pair must have the same token length (patching aligns positions)"
+        )
     return bc, bk
 
 
@@ -193,8 +199,9 @@ def _run(model: Model, batch: Any, names: list[str], final: str, *, grad: bool) 
     fwd = []
     if grad:
         fwd += [(h, leaf(h)) for h in _EMBED_HOOKS.values() if h in bridge.hook_dict]
-    fwd += [(n, keep(n, n == final)) for n in dict.fromkeys(names + [final])
-            if not (grad and n in _EMBED_HOOKS.values())]
+    fwd += [
+        (n, keep(n, n == final)) for n in dict.fromkeys(names + [final]) if not (grad and n in _EMBED_HOOKS.values())
+    ]
     ctx = _activations_only(bridge) if grad else torch.inference_mode()
     try:
         with ctx, bridge.hooks(fwd_hooks=fwd):
@@ -259,8 +266,21 @@ def key_fix_each(scores: Tensor, valid: Tensor, grad: Tensor, delta: Tensor) -> 
     return c.sum(dim=-2)
 
 
-def _qk_fix_layer(kinds: set[str], Qb: Tensor, Kb: Tensor, Qs: Tensor, Ks: Tensor, A: Tensor, gA: Tensor,
-                  scale: float, valid: Tensor, group: int, each: bool, tol: float, where: str) -> dict[str, Tensor]:
+def _qk_fix_layer(
+    kinds: set[str],
+    Qb: Tensor,
+    Kb: Tensor,
+    Qs: Tensor,
+    Ks: Tensor,
+    A: Tensor,
+    gA: Tensor,
+    scale: float,
+    valid: Tensor,
+    group: int,
+    each: bool,
+    tol: float,
+    where: str,
+) -> dict[str, Tensor]:
     """The fixed estimates of one layer's q (per query head) and/or k (per KV head) nodes.
 
     Inputs as captured: Q [b, T, H, d], K [b, T, G, d], A and gA [b, H, T, T]. Returns ``{kind: [b, T, n]}``
@@ -277,7 +297,8 @@ def _qk_fix_layer(kinds: set[str], Qb: Tensor, Kb: Tensor, Qs: Tensor, Ks: Tenso
     if gap > tol:
         raise UnsupportedOperationError(
             f"qk_fix=True: could not reproduce the attention pattern of {where} from its queries and keys "
-            f"(max |Δ| = {gap:.2e}); this attention variant is not supported by the QK fix")
+            f"(max |Δ| = {gap:.2e}); this attention variant is not supported by the QK fix"
+        )
     b, H, T, _ = g.shape
     out: dict[str, Tensor] = {}
     if "q" in kinds:
@@ -323,8 +344,17 @@ def attribution_patch(
     require_model(model)
     if cluster is not None or out is not None:
         return check_cluster(cluster, out).sweep(
-            "attribution_patch", model, out=out, clean=clean, corrupt=corrupt, metric=metric, nodes=nodes,
-            positions=positions, direction=direction, qk_fix=qk_fix)
+            "attribution_patch",
+            model,
+            out=out,
+            clean=clean,
+            corrupt=corrupt,
+            metric=metric,
+            nodes=nodes,
+            positions=positions,
+            direction=direction,
+            qk_fix=qk_fix,
+        )
     arch = model.arch
     check_choice("positions", positions, ("all", "each"))
     check_choice("direction", direction, ("denoise", "noise"))
@@ -369,8 +399,21 @@ def attribution_patch(
         Qb, Kb = _qk(model, base, qk[l])
         Qs, Ks = _qk(model, src, qk[l])
         kinds = {s.kind for s in sites if s.layer == l and s.kind in ("q", "k")}
-        fixed[l] = _qk_fix_layer(kinds, Qb, Kb, Qs, Ks, base[pattern[l]], grads[pattern[l]],
-                                 model.arch.attn_scale(l), valid, arch.group_size, each, tol, f"layer {l}")
+        fixed[l] = _qk_fix_layer(
+            kinds,
+            Qb,
+            Kb,
+            Qs,
+            Ks,
+            base[pattern[l]],
+            grads[pattern[l]],
+            model.arch.attn_scale(l),
+            valid,
+            arch.group_size,
+            each,
+            tol,
+            f"layer {l}",
+        )
     per_node: list[Tensor] = []  # each [b] or [b, T]
     for site in sites:
         a_b, a_s = base[site.hook].detach(), src[site.hook]
@@ -399,16 +442,30 @@ def attribution_patch(
     labels = [lab for s in sites for lab in s.labels]
     M_clean, M_corrupt = (M_src, M_base) if direction == "denoise" else (M_base, M_src)
     str_tokens = cast(list[str], model.to_str_tokens(bc.tokens[0])) if model.tokenizer is not None else None
-    log.info("attribution_patch: %d nodes, positions=%s, direction=%s, qk_fix=%s", len(labels), positions,
-             direction, qk_fix)
+    log.info(
+        "attribution_patch: %d nodes, positions=%s, direction=%s, qk_fix=%s", len(labels), positions, direction, qk_fix
+    )
     metric_gap(float(M_clean.mean()), float(M_corrupt.mean()), warn="attribution_patch")
     return PatchResult(
-        values=per_prompt.mean(-1).cpu(), per_prompt=per_prompt.cpu(), labels=labels,
-        clean=float(M_clean.mean()), corrupt=float(M_corrupt.mean()),
-        clean_per_prompt=M_clean.detach().cpu(), corrupt_per_prompt=M_corrupt.detach().cpu(),
-        metric=bound.name, method="attribution patching", direction=direction, ablation="corrupt",
-        positions=positions, n_layers=arch.n_layers, n_heads=arch.n_heads, str_tokens=str_tokens,
-        details={"qk_fix": qk_fix, "gradient_at": "corrupt" if direction == "denoise" else "clean",
-                 "estimate": "M(base) + Σ (a_n(source) − a_n(base))·∂M/∂a_n at base"
-                             + ("; q/k nodes: exact softmax, linear in the pattern" if qk_fix else "")},
+        values=per_prompt.mean(-1).cpu(),
+        per_prompt=per_prompt.cpu(),
+        labels=labels,
+        clean=float(M_clean.mean()),
+        corrupt=float(M_corrupt.mean()),
+        clean_per_prompt=M_clean.detach().cpu(),
+        corrupt_per_prompt=M_corrupt.detach().cpu(),
+        metric=bound.name,
+        method="attribution patching",
+        direction=direction,
+        ablation="corrupt",
+        positions=positions,
+        n_layers=arch.n_layers,
+        n_heads=arch.n_heads,
+        str_tokens=str_tokens,
+        details={
+            "qk_fix": qk_fix,
+            "gradient_at": "corrupt" if direction == "denoise" else "clean",
+            "estimate": "M(base) + Σ (a_n(source) − a_n(base))·∂M/∂a_n at base"
+            + ("; q/k nodes: exact softmax, linear in the pattern" if qk_fix else ""),
+        },
     )

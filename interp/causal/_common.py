@@ -8,7 +8,7 @@ pattern, or a whole attention layer's output. Nodes are named by :mod:`interp.la
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -21,8 +21,16 @@ from interp.models import Batch, resid_hook_names
 from interp.models import Model
 from interp.stream import as_batch
 
-__all__ = ["PatchNode", "NODE_SETS", "resolve_nodes", "Pair", "make_pair", "MetricReader", "source_acts",
-           "check_reference_spread"]
+__all__ = [
+    "PatchNode",
+    "NODE_SETS",
+    "resolve_nodes",
+    "Pair",
+    "make_pair",
+    "MetricReader",
+    "source_acts",
+    "check_reference_spread",
+]
 
 NODE_SETS = ("heads", "mlps", "components", "resid", "head_inputs", "patterns")
 _EMBED_SITE = {"token": "embed.token", "pos": "embed.pos", "type": "embed.type"}
@@ -85,8 +93,10 @@ def resolve_nodes(model: Model, nodes: Any, *, name: str = "nodes") -> tuple[lis
             out += [PatchNode(HeadInput(l, "v", h), "v", l, h) for h in range(Hkv)]
         return out, nodes
     if isinstance(nodes, str) or not isinstance(nodes, (list, tuple)) or not nodes:
-        raise ArgumentError(f"{name}={nodes!r} must be one of {list(NODE_SETS)} or a non-empty list of labels "
-                            "(e.g. ['L3.H5', 'L3.mlp', 'embed', 'blocks.3.hook_resid_pre', 'L3.attn.q[H5]'])")
+        raise ArgumentError(
+            f"{name}={nodes!r} must be one of {list(NODE_SETS)} or a non-empty list of labels "
+            "(e.g. ['L3.H5', 'L3.mlp', 'embed', 'blocks.3.hook_resid_pre', 'L3.attn.q[H5]'])"
+        )
     out = []
     for i, text in enumerate(nodes):
         lab = as_label(text, (Head, Mlp, Embed, Resid, HeadInput, Attn), name=f"{name}[{i}]")
@@ -119,8 +129,10 @@ def _check_node(model: Model, lab: Any, name: str) -> PatchNode:
         return PatchNode(lab, "attn_out", layer)
     if isinstance(lab, Resid):
         if str(lab) not in resid_hook_names(a):
-            raise LabelError(f"{name}={str(lab)!r} is not a resid point of this model "
-                             f"({'parallel blocks have no resid_mid' if lab.where == 'mid' else 'unknown'})")
+            raise LabelError(
+                f"{name}={str(lab)!r} is not a resid point of this model "
+                f"({'parallel blocks have no resid_mid' if lab.where == 'mid' else 'unknown'})"
+            )
         return PatchNode(lab, f"resid_{lab.where}", layer)
     emb = {n.text: n for n in _embed_nodes(model)}
     if str(lab) not in emb:
@@ -157,18 +169,24 @@ def make_pair(model: Model, clean: Any, corrupt: Any, metric: Any, *, need_corru
     kb = None
     if corrupt is None:
         if need_corrupt:
-            raise ArgumentError("corrupt=None: this analysis needs a corrupt input (strings or ids, "
-                                "one per clean prompt, each the same token length)")
+            raise ArgumentError(
+                "corrupt=None: this analysis needs a corrupt input (strings or ids, "
+                "one per clean prompt, each the same token length)"
+            )
     else:
         kb = _checked_batch(model, corrupt, "corrupt")
         if kb.tokens.shape[0] != cb.tokens.shape[0]:
-            raise ShapeError(f"corrupt has {kb.tokens.shape[0]} prompts but clean has {cb.tokens.shape[0]}; "
-                             "give one corrupt prompt per clean prompt")
+            raise ShapeError(
+                f"corrupt has {kb.tokens.shape[0]} prompts but clean has {cb.tokens.shape[0]}; "
+                "give one corrupt prompt per clean prompt"
+            )
         lc, lk = cb.attention_mask.sum(1), kb.attention_mask.sum(1)
         if kb.tokens.shape[1] != cb.tokens.shape[1] or bool((lc != lk).any()):
             i = int((lc != lk).nonzero()[0, 0]) if bool((lc != lk).any()) else 0
-            raise ShapeError(f"corrupt prompt {i} has {int(lk[i])} tokens but clean prompt {i} has {int(lc[i])}; "
-                             "each clean/corrupt pair must have the same token length (patching aligns positions)")
+            raise ShapeError(
+                f"corrupt prompt {i} has {int(lk[i])} tokens but clean prompt {i} has {int(lc[i])}; "
+                "each clean/corrupt pair must have the same token length (patching aligns positions)"
+            )
     m = as_metric(metric, model)
     bound = m.bind(model, cb)
     # a multi-token continuation is teacher-forced: appended to the clean and corrupt prompts alike
@@ -188,8 +206,15 @@ class MetricReader:
     logits y W_U + b_U, soft-capped where the model caps them). ``head`` refuses, under autograd, a metric
     whose value carries no gradient (``name``: the argument named in that error)."""
 
-    def __init__(self, model: Model, bound: BoundMetric, clean_out: Optional[Tensor] = None,
-                 base: Optional[RunCache] = None, *, name: str = "metric"):
+    def __init__(
+        self,
+        model: Model,
+        bound: BoundMetric,
+        clean_out: Optional[Tensor] = None,
+        base: Optional[RunCache] = None,
+        *,
+        name: str = "metric",
+    ):
         self.model, self.bound, self.clean_out, self.base, self.name = model, bound, clean_out, base, name
 
     def __call__(self, x: Tensor, prompt: Tensor, t0: int = 0) -> Tensor:
@@ -217,9 +242,11 @@ class MetricReader:
             out = b.select(out, prompt)
         M = b(out, prompt=prompt, clean=self.clean_out)
         if torch.is_grad_enabled() and (not M.is_floating_point() or not M.requires_grad):
-            raise ArgumentError(f"{self.name}={b.name!r} returned {M.dtype} values without a gradient; a gradient "
-                                "method differentiates the metric — use a float function of the logits "
-                                "(e.g. interp.LogitDiff), not argmax or integer outputs")
+            raise ArgumentError(
+                f"{self.name}={b.name!r} returned {M.dtype} values without a gradient; a gradient "
+                "method differentiates the metric — use a float function of the logits "
+                "(e.g. interp.LogitDiff), not argmax or integer outputs"
+            )
         return M
 
 
@@ -238,8 +265,9 @@ def clean_output(model: Model, bound: BoundMetric, clean_run: RunCache) -> Optio
     return bound.read(model, bound.select(clean_run.final))
 
 
-def check_reference_spread(model: Model, pair: Any, ablations: Sequence[str], reference: Any, *,
-                           arg: str = "ablations") -> None:
+def check_reference_spread(
+    model: Model, pair: Any, ablations: Sequence[str], reference: Any, *, arg: str = "ablations"
+) -> None:
     """Mean and resample ablation over one distinct reference prompt are that prompt's run. With the default
     reference (the corrupt prompts) they are then the corrupt ablation: an :class:`AblationWarning` says so;
     a ``reference`` given explicitly that is the single corrupt prompt is an ArgumentError (it cannot give a
@@ -261,19 +289,28 @@ def check_reference_spread(model: Model, pair: Any, ablations: Sequence[str], re
     corrupt_rows = None if pair.corrupt is None else torch.unique(pair.corrupt.tokens, dim=0)
     is_corrupt = corrupt_rows is not None and corrupt_rows.shape == rows.shape and bool(torch.equal(corrupt_rows, rows))
     keep = [a for a in ablations if a not in same] if arg == "ablations" else []
-    drop = (f"leave them out ({arg}={tuple(keep)!r})" if keep else
-            "use ablation='corrupt' (what they reduce to) or 'zero'")
-    fix = (f"pass reference= with several prompts of the clean prompts' length (the distribution to draw from), "
-           f"use more prompt pairs, or {drop}")
+    drop = (
+        f"leave them out ({arg}={tuple(keep)!r})" if keep else "use ablation='corrupt' (what they reduce to) or 'zero'"
+    )
+    fix = (
+        f"pass reference= with several prompts of the clean prompts' length (the distribution to draw from), "
+        f"use more prompt pairs, or {drop}"
+    )
     if reference is not None and is_corrupt:
-        raise ArgumentError(f"reference={reference!r:.80} is the single corrupt prompt: with {what}, {it} the corrupt "
-                            f"ablation, not a different distribution; {fix}")
+        raise ArgumentError(
+            f"reference={reference!r:.80} is the single corrupt prompt: with {what}, {it} the corrupt "
+            f"ablation, not a different distribution; {fix}"
+        )
     if reference is None:
-        msg = (f"{what} with reference=None {'draws' if len(same) == 1 else 'draw'} from the corrupt prompts, and there is 1 distinct corrupt prompt: "
-               f"{it} the corrupt ablation (the same numbers); {fix}")
+        msg = (
+            f"{what} with reference=None {'draws' if len(same) == 1 else 'draw'} from the corrupt prompts, and there is 1 distinct corrupt prompt: "
+            f"{it} the corrupt ablation (the same numbers); {fix}"
+        )
     else:
-        msg = (f"reference={reference!r:.80} has 1 distinct prompt: with {what}, {it} ablation with that one prompt "
-               f"(mean = resample); {fix}")
+        msg = (
+            f"reference={reference!r:.80} has 1 distinct prompt: with {what}, {it} ablation with that one prompt "
+            f"(mean = resample); {fix}"
+        )
     warn_user(msg, AblationWarning)
 
 
@@ -289,21 +326,34 @@ def source_acts(site: str, layer: int, run: RunCache) -> Tensor:
     return t
 
 
-def reference_acts(engine: Engine, model: Model, reference: Any, sites: set[str], ablation: str,
-                   n: int, n_prompts: int, seed: int, bound: Optional[BoundMetric] = None) -> RunCache:
+def reference_acts(
+    engine: Engine,
+    model: Model,
+    reference: Any,
+    sites: set[str],
+    ablation: str,
+    n: int,
+    n_prompts: int,
+    seed: int,
+    bound: Optional[BoundMetric] = None,
+) -> RunCache:
     """A run-shaped cache whose activations are the mean over ``reference`` (``ablation="mean"``) or a
     seeded random reference prompt per base prompt (``"resample"``), each [n_prompts, n, ...]. ``bound``: the
     metric, whose teacher-forced continuation (if any) the reference prompts get too."""
     rb = _checked_batch(model, reference, "reference")
     if bound is not None:
         rb = bound.extend(rb, name="reference") or rb
-    run = engine.run(rb.tokens, rb.attention_mask, capture=[s for s in sites if not s.startswith("embed") and s != "resid_pre"])
+    run = engine.run(
+        rb.tokens, rb.attention_mask, capture=[s for s in sites if not s.startswith("embed") and s != "resid_pre"]
+    )
     R, m = rb.tokens.shape
     out = RunCache(acts={s: [] for s in run.acts})
     if ablation == "resample":
         if m != n or bool((rb.attention_mask == 0).any()):
-            raise ShapeError(f"reference prompts have {m} tokens (with padding: {bool((rb.attention_mask == 0).any())}); "
-                             f"ablation='resample' needs reference prompts of the clean prompts' length {n}, unpadded")
+            raise ShapeError(
+                f"reference prompts have {m} tokens (with padding: {bool((rb.attention_mask == 0).any())}); "
+                f"ablation='resample' needs reference prompts of the clean prompts' length {n}, unpadded"
+            )
         g = torch.Generator().manual_seed(seed)  # a CPU generator: the same picks on every device
         pick = torch.randint(0, R, (n_prompts,), generator=g, device="cpu").to(rb.tokens.device)
 
@@ -317,11 +367,14 @@ def reference_acts(engine: Engine, model: Model, reference: Any, sites: set[str]
             if same:  # the mean at each position over reference prompts
                 return t.mean(0, keepdim=True).expand(n_prompts, *t.shape[1:])
             if pattern:
-                raise ShapeError(f"reference prompts have {m} tokens (or padding); a mean attention pattern needs "
-                                 f"reference prompts of the clean prompts' length {n}, unpadded")
+                raise ShapeError(
+                    f"reference prompts have {m} tokens (or padding); a mean attention pattern needs "
+                    f"reference prompts of the clean prompts' length {n}, unpadded"
+                )
             w = maskf.reshape(R, m, *([1] * (t.ndim - 2)))
             mean = (t * w).sum((0, 1)) / w.sum()  # over every real token of every reference prompt
             return mean.expand(n_prompts, n, *t.shape[2:])
+
     for s, layers in run.acts.items():
         out.acts[s] = [None if t is None else (take(t, True) if s == "pattern" else take(t)) for t in layers]
     out.resid_pre = [take(t) for t in run.resid_pre]

@@ -125,41 +125,81 @@ def effects(
     require_model(model)
     if cluster is not None or out is not None:
         return check_cluster(cluster, out).sweep(
-            "effects", model, out=out, progress=progress, clean=clean, corrupt=corrupt, metric=metric, nodes=nodes,
-            ablation=ablation, reference=reference, batch_size=batch_size, seed=seed)
+            "effects",
+            model,
+            out=out,
+            progress=progress,
+            clean=clean,
+            corrupt=corrupt,
+            metric=metric,
+            nodes=nodes,
+            ablation=ablation,
+            reference=reference,
+            batch_size=batch_size,
+            seed=seed,
+        )
     check_choice("ablation", ablation, ABLATIONS)
     check_bool("progress", progress)
     check_positive_int("batch_size", batch_size, allow_none=True)
     check_ablation("noise", ablation, reference)
     if isinstance(nodes, str) and nodes not in ("components", "heads", "mlps"):
-        raise ArgumentError(f"nodes={nodes!r}: effects are defined for writes; use 'components', 'heads', 'mlps' "
-                            "or a list of head / MLP / embedding labels")
+        raise ArgumentError(
+            f"nodes={nodes!r}: effects are defined for writes; use 'components', 'heads', 'mlps' "
+            "or a list of head / MLP / embedding labels"
+        )
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=ablation == "corrupt")
     check_reference_spread(model, pair, [ablation], reference, arg="ablation")
     node_list, kind = resolve_nodes(model, nodes)
     bad = [nd.text for nd in node_list if nd.site not in _WRITE_SITES]
     if bad:
-        raise ArgumentError(f"nodes={bad[:3]}: effects are defined for writes (heads, MLPs, embeddings), "
-                            "not resid points, head inputs or patterns")
+        raise ArgumentError(
+            f"nodes={bad[:3]}: effects are defined for writes (heads, MLPs, embeddings), "
+            "not resid points, head inputs or patterns"
+        )
     block = model.block
-    sw = sweep_nodes(model, pair, node_list, positions="all", direction="noise", ablation=ablation,
-                     reference=reference, batch_size=batch_size, progress=progress, seed=seed,
-                     desc=f"effects {kind}", keep_scales=block.normed_stream or block.sublayer_norms,
-                     extra_sites={"attn_out", "mlp_out", "resid_mid"} if block.normed_stream else set())
+    sw = sweep_nodes(
+        model,
+        pair,
+        node_list,
+        positions="all",
+        direction="noise",
+        ablation=ablation,
+        reference=reference,
+        batch_size=batch_size,
+        progress=progress,
+        seed=seed,
+        desc=f"effects {kind}",
+        keep_scales=block.normed_stream or block.sublayer_norms,
+        extra_sites={"attn_out", "mlp_out", "resid_mid"} if block.normed_stream else set(),
+    )
     total = sw.per_prompt - sw.clean_m[None]
     direct = _direct(model, pair, node_list, sw.c_run, sw.src, sw.clean_out)
     indirect = total - direct
     per = torch.stack([total, direct, indirect]).cpu()
     return Effects(
-        total=total.mean(-1).cpu(), direct=direct.mean(-1).cpu(), indirect=indirect.mean(-1).cpu(), per_prompt=per,
-        labels=[nd.text for nd in node_list], clean=float(sw.clean_m.mean()), clean_per_prompt=sw.clean_m.cpu(),
-        metric=pair.bound.name, ablation=ablation, n_layers=model.arch.n_layers, n_heads=model.arch.n_heads,
+        total=total.mean(-1).cpu(),
+        direct=direct.mean(-1).cpu(),
+        indirect=indirect.mean(-1).cpu(),
+        per_prompt=per,
+        labels=[nd.text for nd in node_list],
+        clean=float(sw.clean_m.mean()),
+        clean_per_prompt=sw.clean_m.cpu(),
+        metric=pair.bound.name,
+        ablation=ablation,
+        n_layers=model.arch.n_layers,
+        n_heads=model.arch.n_heads,
         corrupt=float(sw.corrupt_m.mean()),
     )
 
 
-def _direct(model: Model, pair: Pair, node_list: list[PatchNode], c_run: RunCache, src: Optional[RunCache],
-            clean_out: Optional[Tensor]) -> Tensor:
+def _direct(
+    model: Model,
+    pair: Pair,
+    node_list: list[PatchNode],
+    c_run: RunCache,
+    src: Optional[RunCache],
+    clean_out: Optional[Tensor],
+) -> Tensor:
     """direct [n_nodes, P]: one batched frozen-scale readout of x_final + J_n δ_n for every node."""
     bound = pair.bound
     P, n = pair.clean.tokens.shape

@@ -105,9 +105,12 @@ class LogitLens(Result):
         return self.decoded.get(str(int(token_id)), f"#{int(token_id)}")
 
     def _row(self, index: int) -> dict[str, Optional[Tensor]]:
-        return {"top_tokens": self.top_tokens[index], "top_logits": self.top_logits[index],
-                "top_probs": self.top_probs[index],
-                "target": None if self.target_values is None else self.target_values[index]}
+        return {
+            "top_tokens": self.top_tokens[index],
+            "top_logits": self.top_logits[index],
+            "top_probs": self.top_probs[index],
+            "target": None if self.target_values is None else self.target_values[index],
+        }
 
     def layer_of(self, label: str) -> float:
         """A point's depth for plotting: resid_pre of layer l → l, resid_mid → l + 0.5, resid_post → l + 1."""
@@ -123,17 +126,24 @@ class LogitLens(Result):
         pos = self.positions[b, s]
         n = int(b.numel())
         ids = self.tokens[b, pos].tolist()
-        inputs = ([self.str_tokens[i][p] for i, p in zip(b.tolist(), pos.tolist())] if self.str_tokens
-                  else [f"#{t}" for t in ids])
+        inputs = (
+            [self.str_tokens[i][p] for i, p in zip(b.tolist(), pos.tolist())]
+            if self.str_tokens
+            else [f"#{t}" for t in ids]
+        )
         top = self.top_tokens[:, b, s, 0].reshape(-1).tolist()
-        df = pd.DataFrame({
-            "point": [lab for lab in self.labels for _ in range(n)],
-            "depth": [self.layer_of(lab) for lab in self.labels for _ in range(n)],
-            "prompt": b.repeat(P).numpy(), "pos": pos.repeat(P).numpy(), "input_token": inputs * P,
-            "top_token": [self.token_str(t) for t in top],
-            "top_logit": self.top_logits[:, b, s, 0].double().reshape(-1).numpy(),
-            "top_prob": self.top_probs[:, b, s, 0].double().reshape(-1).numpy(),
-        })
+        df = pd.DataFrame(
+            {
+                "point": [lab for lab in self.labels for _ in range(n)],
+                "depth": [self.layer_of(lab) for lab in self.labels for _ in range(n)],
+                "prompt": b.repeat(P).numpy(),
+                "pos": pos.repeat(P).numpy(),
+                "input_token": inputs * P,
+                "top_token": [self.token_str(t) for t in top],
+                "top_logit": self.top_logits[:, b, s, 0].double().reshape(-1).numpy(),
+                "top_prob": self.top_probs[:, b, s, 0].double().reshape(-1).numpy(),
+            }
+        )
         if self.target_values is not None:
             df["target"] = self.target_values[:, b, s].double().reshape(-1).numpy()
         df["value"] = df["target"] if self.target_values is not None else df["top_logit"]
@@ -149,8 +159,10 @@ class LogitLens(Result):
 
     def __repr__(self) -> str:
         P, B, S, k = self.top_tokens.shape
-        return (f"LogitLens(scale={self.scale!r}: {P} resid points × {B} prompts × {S} positions, top {k}"
-                f"{f', target {self.target}' if self.target else ''}, closure_error={self.closure_error:.2e})")
+        return (
+            f"LogitLens(scale={self.scale!r}: {P} resid points × {B} prompts × {S} positions, top {k}"
+            f"{f', target {self.target}' if self.target else ''}, closure_error={self.closure_error:.2e})"
+        )
 
 
 def logit_lens(
@@ -250,17 +262,28 @@ def logit_lens(
     decoded = {str(i): tok.decode([i]) for i in sorted(ids)} if tok is not None else {}
     target = None
     if ans is not None:
-        tok_name = (lambda t: repr(decoded.get(str(int(t)), f"#{int(t)}")))
+        tok_name = lambda t: repr(decoded.get(str(int(t)), f"#{int(t)}"))
         per = B > 1 and (bool((ans != ans[0]).any()) or (wr is not None and bool((wr != wr[0]).any())))
-        target = (f"logit[{tok_name(ans[0])}]" + (f" − logit[{tok_name(wr[0])}]" if wr is not None else "")
-                  + (" (per-prompt tokens)" if per else ""))
+        target = (
+            f"logit[{tok_name(ans[0])}]"
+            + (f" − logit[{tok_name(wr[0])}]" if wr is not None else "")
+            + (" (per-prompt tokens)" if per else "")
+        )
     log.info("logit_lens(scale=%s): %d points, closure error %.3g", scale, P, closure)
     return LogitLens(
-        labels=names, scale=scale, top_tokens=top_tokens.cpu(), top_logits=top_logits.cpu(),
-        top_probs=top_probs.cpu(), target_values=None if target_values is None else target_values.cpu(),
-        target=target, tokens=batch.tokens.cpu(), positions=positions.cpu().contiguous(),
-        attention_mask=keep_mask.cpu().contiguous(), decoded=decoded,
+        labels=names,
+        scale=scale,
+        top_tokens=top_tokens.cpu(),
+        top_logits=top_logits.cpu(),
+        top_probs=top_probs.cpu(),
+        target_values=None if target_values is None else target_values.cpu(),
+        target=target,
+        tokens=batch.tokens.cpu(),
+        positions=positions.cpu().contiguous(),
+        attention_mask=keep_mask.cpu().contiguous(),
+        decoded=decoded,
         str_tokens=cast(list[list[str]], model.to_str_tokens(batch.tokens)) if tok is not None else None,  # [B, pos]
-        n_layers=arch.n_layers, closure_error=closure,
+        n_layers=arch.n_layers,
+        closure_error=closure,
         relative_error=closure / scale_ref if scale_ref > 0 else closure,
     )

@@ -107,7 +107,7 @@ class BoundMetric:
     name: str
     space: str  # "logits" | "hidden"
     n_prompts: int
-    positions: Optional[Int[Tensor, "batch"]]  # absolute metric position per prompt; None = mean pool
+    positions: Optional[Int[Tensor, " batch"]]  # absolute metric position per prompt; None = mean pool
     mask: Int[Tensor, "batch pos"]
     needs_clean: bool
     fn: Callable[[Tensor, Tensor, Optional[Tensor]], Tensor] = field(repr=False)
@@ -128,9 +128,11 @@ class BoundMetric:
         B, T = batch.tokens.shape
         if B != app.shape[0]:
             if not bool((app == app[0]).all()):
-                raise ArgumentError(f"{name} has {B} prompts but the metric's per-prompt continuations are for "
-                                    f"{app.shape[0]}; give {name} one prompt per clean prompt, or one continuation "
-                                    "shared by every prompt")
+                raise ArgumentError(
+                    f"{name} has {B} prompts but the metric's per-prompt continuations are for "
+                    f"{app.shape[0]}; give {name} one prompt per clean prompt, or one continuation "
+                    "shared by every prompt"
+                )
             app = app[:1].expand(B, -1)
         k = app.shape[1]
         tokens = torch.zeros(B, T + k, dtype=batch.tokens.dtype, device=batch.tokens.device)
@@ -140,8 +142,8 @@ class BoundMetric:
         for b in range(B):
             e = int(last[b]) + 1
             tokens[b, :e], mask[b, :e] = batch.tokens[b, :e], batch.attention_mask[b, :e]
-            tokens[b, e:e + k], mask[b, e:e + k] = app[b], 1
-            tokens[b, e + k:], mask[b, e + k:] = batch.tokens[b, e:], batch.attention_mask[b, e:]
+            tokens[b, e : e + k], mask[b, e : e + k] = app[b], 1
+            tokens[b, e + k :], mask[b, e + k :] = batch.tokens[b, e:], batch.attention_mask[b, e:]
         return Batch(tokens=tokens, attention_mask=mask)
 
     def at(self, x: Float[Tensor, "rows pos d"], prompt: Tensor, t0: int = 0) -> Tensor:
@@ -183,11 +185,15 @@ class BoundMetric:
         v = self.fn(out, p, c)
         if not isinstance(v, Tensor) or v.shape != (out.shape[0],):
             shape = tuple(v.shape) if isinstance(v, Tensor) else type(v).__name__
-            raise ShapeError(f"metric {self.name} returned {shape}; a metric must return one number per prompt, "
-                             f"a tensor of shape [{out.shape[0]}]")
+            raise ShapeError(
+                f"metric {self.name} returned {shape}; a metric must return one number per prompt, "
+                f"a tensor of shape [{out.shape[0]}]"
+            )
         if not bool(torch.isfinite(v).all()):
-            raise ArgumentError(f"metric {self.name} returned a non-finite value ({v.tolist()[:4]}…); "
-                                "a metric must be finite on every prompt")
+            raise ArgumentError(
+                f"metric {self.name} returned a non-finite value ({v.tolist()[:4]}…); "
+                "a metric must be finite on every prompt"
+            )
         return v
 
 
@@ -243,17 +249,30 @@ class Metric:
             positions = resolve_positions(pos, mask.cpu()).to(mask.device)
         if cont is not None:
             if pos != -1:
-                raise ArgumentError(f"{type(self).__name__}(..., multi_token=True, pos={pos!r}): a multi-token "
-                                    "continuation is read after each prompt's last token; leave pos=-1")
+                raise ArgumentError(
+                    f"{type(self).__name__}(..., multi_token=True, pos={pos!r}): a multi-token "
+                    "continuation is read after each prompt's last token; leave pos=-1"
+                )
             if not model.arch.causal:
-                raise UnsupportedOperationError(f"metric={self!r}: a multi-token continuation is teacher-forced, "
-                                                f"which needs a causal model; {model.name!r} is not")
+                raise UnsupportedOperationError(
+                    f"metric={self!r}: a multi-token continuation is teacher-forced, "
+                    f"which needs a causal model; {model.name!r} is not"
+                )
             span, append = int(cont.shape[1]), cont[:, :-1].to(mask.device)
         fn = self._fn(model, n)
         for arg, spec in self._token_specs():
             warn_unspaced(model, spec, arg, batch.tokens, positions, owner=type(self).__name__)
-        bound = BoundMetric(name=self.describe(model), space=self.space, n_prompts=n, positions=positions,
-                            mask=mask, needs_clean=self.needs_clean, fn=fn, span=span, append=append)
+        bound = BoundMetric(
+            name=self.describe(model),
+            space=self.space,
+            n_prompts=n,
+            positions=positions,
+            mask=mask,
+            needs_clean=self.needs_clean,
+            fn=fn,
+            span=span,
+            append=append,
+        )
         if append is not None and append.shape[1] > 0:  # the mask of the prompts as they are run
             ext = bound.extend(batch)
             bound = replace(bound, mask=ext.attention_mask if ext is not None else mask)
@@ -278,15 +297,21 @@ def _sequences(model: Model, spec: Any, n: int, arg: str, owner: str, multi: boo
                             f"{owner}: {where}={v!r} must be a single token, but it tokenises to {len(ids)} tokens "
                             f"{pieces}; pass "
                             f"{owner}(..., multi_token=True) to read the whole continuation teacher-forced (appended "
-                            "to every prompt, summed over its tokens), or give a single token")
+                            "to every prompt, summed over its tokens), or give a single token"
+                        )
         return resolve_tokens(model, spec, n, arg)[:, None]
     if len(items) != n:
-        raise ArgumentError(f"{arg} has {len(items)} entries but there are {n} prompts; give one per prompt or one "
-                            "continuation")
-    rows = [list(resolve_candidate(model, v, f"{arg}[{i}]" if len(items) > 1 else arg, True)) for i, v in enumerate(items)]
+        raise ArgumentError(
+            f"{arg} has {len(items)} entries but there are {n} prompts; give one per prompt or one continuation"
+        )
+    rows = [
+        list(resolve_candidate(model, v, f"{arg}[{i}]" if len(items) > 1 else arg, True)) for i, v in enumerate(items)
+    ]
     if len({len(r) for r in rows}) > 1:
-        raise ArgumentError(f"{owner}({arg}=...): the per-prompt continuations have {sorted({len(r) for r in rows})} "
-                            "tokens; with multi_token=True every prompt's continuation must have the same length")
+        raise ArgumentError(
+            f"{owner}({arg}=...): the per-prompt continuations have {sorted({len(r) for r in rows})} "
+            "tokens; with multi_token=True every prompt's continuation must have the same length"
+        )
     return torch.tensor(rows, dtype=torch.long, device=model.device)
 
 
@@ -317,13 +342,17 @@ class LogitDiff(Metric):
 
     def __post_init__(self) -> None:
         if self.answer is None or self.wrong is None:
-            raise ArgumentError(f"LogitDiff(answer={self.answer!r}, wrong={self.wrong!r}) needs both tokens; "
-                                "use interp.Logit(token) for a single logit")
+            raise ArgumentError(
+                f"LogitDiff(answer={self.answer!r}, wrong={self.wrong!r}) needs both tokens; "
+                "use interp.Logit(token) for a single logit"
+            )
         _check_multi("LogitDiff", self.multi_token)
         if isinstance(self.answer, (str, int)) and type(self.answer) is type(self.wrong) and self.answer == self.wrong:
-            raise ArgumentError(f"LogitDiff(answer={self.answer!r}, wrong={self.wrong!r}): the answer and the wrong token "
-                                "are the same, so the metric is 0 on every run; give a different wrong token (use "
-                                "interp.Logit(answer) for one logit)")
+            raise ArgumentError(
+                f"LogitDiff(answer={self.answer!r}, wrong={self.wrong!r}): the answer and the wrong token "
+                "are the same, so the metric is 0 on every run; give a different wrong token (use "
+                "interp.Logit(answer) for one logit)"
+            )
 
     def _ids(self, model: Model, n: int) -> tuple[Tensor, Tensor]:
         a = _sequences(model, self.answer, n, "answer", "LogitDiff", self.multi_token)
@@ -331,14 +360,18 @@ class LogitDiff(Metric):
         if a.shape == w.shape and bool((a == w).all(1).any()):
             i = int((a == w).all(1).nonzero()[0, 0])
             which = "" if a.shape[0] == 1 or not (_per_prompt(a[:, 0]) or _per_prompt(w[:, 0])) else f" for prompt {i}"
-            raise ArgumentError(f"LogitDiff(answer={self.answer!r:.60}, wrong={self.wrong!r:.60}): the answer and the "
-                                f"wrong token are the same token{which} ({_tok_name(model, a[i])}), so the metric is 0 "
-                                "on every run; give a different wrong token (use interp.Logit(answer) for one logit)")
+            raise ArgumentError(
+                f"LogitDiff(answer={self.answer!r:.60}, wrong={self.wrong!r:.60}): the answer and the "
+                f"wrong token are the same token{which} ({_tok_name(model, a[i])}), so the metric is 0 "
+                "on every run; give a different wrong token (use interp.Logit(answer) for one logit)"
+            )
         if a.shape[1] != w.shape[1]:
-            raise ArgumentError(f"LogitDiff(answer={self.answer!r}, wrong={self.wrong!r}, multi_token=True): the "
-                                f"answer has {a.shape[1]} tokens and wrong {w.shape[1]}; a logit difference is read "
-                                "per position, so both continuations must have the same number of tokens (compare "
-                                "unequal continuations with two interp.LogProb(..., multi_token=True) metrics)")
+            raise ArgumentError(
+                f"LogitDiff(answer={self.answer!r}, wrong={self.wrong!r}, multi_token=True): the "
+                f"answer has {a.shape[1]} tokens and wrong {w.shape[1]}; a logit difference is read "
+                "per position, so both continuations must have the same number of tokens (compare "
+                "unequal continuations with two interp.LogProb(..., multi_token=True) metrics)"
+            )
         return a, w
 
     def _continuation(self, model: Model, n: int) -> Optional[Tensor]:
@@ -349,12 +382,17 @@ class LogitDiff(Metric):
         return [("answer", self.answer), ("wrong", self.wrong)]
 
     def describe(self, model: Model) -> str:
-        n = 1 if isinstance(self.answer, (str, int)) or (self.multi_token and isinstance(self.answer, tuple)) \
+        n = (
+            1
+            if isinstance(self.answer, (str, int)) or (self.multi_token and isinstance(self.answer, tuple))
             else len(self.answer)
+        )
         a, w = self._ids(model, n)
         per = _per_prompt(a) or _per_prompt(w)
-        return f"logit[{_tok_name(model, a[:, 0] if a.shape[1] == 1 else a[0])}] − " \
-               f"logit[{_tok_name(model, w[:, 0] if w.shape[1] == 1 else w[0])}]" + per
+        return (
+            f"logit[{_tok_name(model, a[:, 0] if a.shape[1] == 1 else a[0])}] − "
+            f"logit[{_tok_name(model, w[:, 0] if w.shape[1] == 1 else w[0])}]" + per
+        )
 
     def _fn(self, model: Model, n: int) -> Callable:
         a, w = (t.to(model.device) for t in self._ids(model, n))
@@ -387,8 +425,11 @@ class _OneToken(Metric):
         return self._ids(model, n) if self.multi_token else None
 
     def describe(self, model: Model) -> str:
-        n = 1 if isinstance(self.token, (str, int)) or (self.multi_token and isinstance(self.token, tuple)) \
+        n = (
+            1
+            if isinstance(self.token, (str, int)) or (self.multi_token and isinstance(self.token, tuple))
             else len(self.token)
+        )
         t = self._ids(model, n)
         if t.shape[1] > 1:
             tok = model.tokenizer
@@ -489,8 +530,10 @@ class Direction(Metric):
         d = model.arch.d_model
         u = self.direction
         if not isinstance(u, Tensor) or u.is_complex() or not u.is_floating_point():
-            raise ShapeError(f"direction must be a float tensor [d_model={d}] or [batch, {d}], got {type(u).__name__}"
-                             + (f" of dtype {u.dtype}" if isinstance(u, Tensor) else ""))
+            raise ShapeError(
+                f"direction must be a float tensor [d_model={d}] or [batch, {d}], got {type(u).__name__}"
+                + (f" of dtype {u.dtype}" if isinstance(u, Tensor) else "")
+            )
         if u.ndim not in (1, 2) or u.shape[-1] != d or (u.ndim == 2 and u.shape[0] not in (1, n)):
             raise ShapeError(f"direction has shape {tuple(u.shape)}; expected [d_model={d}] or [{n}, {d}]")
         if not bool(torch.isfinite(u).all()):
@@ -530,8 +573,10 @@ class CustomMetric(Metric):
             except IndexError as e:  # a lambda indexing an axis that is not there (the other shape)
                 raise ShapeError(f"metric {name} raised {type(e).__name__}: {e} — {_shape_hint(out, self.pos)}") from e
             if isinstance(v, Tensor) and v.shape != (out.shape[0],):
-                raise ShapeError(f"metric {name} returned {tuple(v.shape)}; a metric must return one number per "
-                                 f"prompt, a tensor of shape [{out.shape[0]}] — {_shape_hint(out, self.pos)}")
+                raise ShapeError(
+                    f"metric {name} returned {tuple(v.shape)}; a metric must return one number per "
+                    f"prompt, a tensor of shape [{out.shape[0]}] — {_shape_hint(out, self.pos)}"
+                )
             return v
 
         return fn
@@ -540,10 +585,14 @@ class CustomMetric(Metric):
 def _shape_hint(out: Tensor, pos: Any) -> str:
     what = "the logits" if out.ndim else "its input"
     if out.ndim == 3:
-        return (f"it receives {what} at every position, shape [batch, pos, d_vocab] = {list(out.shape)} "
-                "(pos='all'); for the metric position only, [batch, d_vocab], leave pos at its default (-1)")
-    return (f"it receives {what} at the metric position only, shape [batch, d_vocab] = {list(out.shape)}; for "
-            "every position, [batch, pos, d_vocab], use interp.causal.CustomMetric(fn, pos='all')")
+        return (
+            f"it receives {what} at every position, shape [batch, pos, d_vocab] = {list(out.shape)} "
+            "(pos='all'); for the metric position only, [batch, d_vocab], leave pos at its default (-1)"
+        )
+    return (
+        f"it receives {what} at the metric position only, shape [batch, d_vocab] = {list(out.shape)}; for "
+        "every position, [batch, pos, d_vocab], use interp.causal.CustomMetric(fn, pos='all')"
+    )
 
 
 def as_metric(metric: Any, model: Model, *, name: str = "metric") -> Metric:

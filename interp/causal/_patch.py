@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence, Union, cast
+from typing import Any, Optional, Sequence, Union, cast
 
 import torch
 from torch import Tensor
@@ -45,7 +45,7 @@ from interp.causal._common import (
     resolve_nodes,
     source_acts,
 )
-from interp.engine import HEADED_SITES, Engine, Patch, RunCache, Variant
+from interp.engine import HEADED_SITES, Patch, RunCache, Variant
 from interp.causal._result import PatchResult, metric_gap
 from interp.errors import ArgumentError
 from interp.models import Model
@@ -63,8 +63,10 @@ ABLATIONS = ("corrupt", "zero", "mean", "resample")
 def check_ablation(direction: str, ablation: str, reference: Any) -> None:
     """Typed errors for combinations that do not exist."""
     if direction == "denoise" and ablation != "corrupt":
-        raise ArgumentError(f"ablation={ablation!r} applies to direction='noise' (the clean run with nodes "
-                            "ablated); direction='denoise' patches clean activations into the corrupt run")
+        raise ArgumentError(
+            f"ablation={ablation!r} applies to direction='noise' (the clean run with nodes "
+            "ablated); direction='denoise' patches clean activations into the corrupt run"
+        )
     if ablation in ("mean", "resample") and reference is None:
         raise ArgumentError(f"ablation={ablation!r} needs reference= (prompts to take the {ablation} from)")
     if ablation in ("corrupt", "zero") and reference is not None:
@@ -87,8 +89,9 @@ def shared_prefix(pair: Pair) -> int:
     return int(diff.nonzero()[0, 0]) if bool(diff.any()) else pair.clean.tokens.shape[1]
 
 
-def node_value(node: PatchNode, src: Optional[RunCache], like: RunCache, prompt: int, t: Optional[int],
-               t0: int) -> Tensor:
+def node_value(
+    node: PatchNode, src: Optional[RunCache], like: RunCache, prompt: int, t: Optional[int], t0: int
+) -> Tensor:
     """The source value of ``node`` for one prompt: [1, T, ...] (all positions from t0) or [1, ...] (position t).
     ``src=None`` means zero ablation (zeros shaped like ``like``'s activation)."""
     act = source_acts(node.site, node.layer, src if src is not None else like)
@@ -105,13 +108,19 @@ def node_value(node: PatchNode, src: Optional[RunCache], like: RunCache, prompt:
 def node_patch(node: PatchNode, row: int, value: Tensor, t: Optional[int], ids: Tensor) -> Patch:
     """The patch of ``node`` in row ``row``; its one-element indices are views of ``ids`` (an arange on the model's
     device longer than any row, head and position), not a host-to-device copy each."""
-    return Patch(site=node.site, layer=node.layer, rows=ids[row: row + 1], value=value,
-                 head=None if node.head is None else ids[node.head: node.head + 1],
-                 pos=None if t is None else ids[t: t + 1])
+    return Patch(
+        site=node.site,
+        layer=node.layer,
+        rows=ids[row : row + 1],
+        value=value,
+        head=None if node.head is None else ids[node.head : node.head + 1],
+        pos=None if t is None else ids[t : t + 1],
+    )
 
 
-def _variant(node: PatchNode, src: Optional[RunCache], like: RunCache, prompt: int, t: Optional[int], t0: int,
-             ids: Tensor) -> Variant:
+def _variant(
+    node: PatchNode, src: Optional[RunCache], like: RunCache, prompt: int, t: Optional[int], t0: int, ids: Tensor
+) -> Variant:
     def make(row: int, t0_: int) -> list[Patch]:
         return [node_patch(node, row, node_value(node, src, like, prompt, t, t0_), t, ids)]
 
@@ -123,15 +132,23 @@ def capture_sites(nodes: Sequence[PatchNode]) -> set[str]:
     return {n.site for n in nodes if not n.site.startswith("embed.") and n.site != "resid_pre"}
 
 
-def run_pair(pair: Pair, sites: set[str], *, base: str, keep_kv: bool, keep_scales: bool = False
-             ) -> tuple[RunCache, Optional[RunCache]]:
+def run_pair(
+    pair: Pair, sites: set[str], *, base: str, keep_kv: bool, keep_scales: bool = False
+) -> tuple[RunCache, Optional[RunCache]]:
     """(clean run, corrupt run) with the sites captured; the base run keeps keys/values if asked."""
     e = pair.engine
-    c = e.run(pair.clean.tokens, pair.clean.attention_mask, capture=sites,
-              keep_kv=keep_kv and base == "clean", keep_scales=keep_scales)
+    c = e.run(
+        pair.clean.tokens,
+        pair.clean.attention_mask,
+        capture=sites,
+        keep_kv=keep_kv and base == "clean",
+        keep_scales=keep_scales,
+    )
     k = None
     if pair.corrupt is not None:
-        k = e.run(pair.corrupt.tokens, pair.corrupt.attention_mask, capture=sites, keep_kv=keep_kv and base == "corrupt")
+        k = e.run(
+            pair.corrupt.tokens, pair.corrupt.attention_mask, capture=sites, keep_kv=keep_kv and base == "corrupt"
+        )
     return c, k
 
 
@@ -169,9 +186,21 @@ def patch(
     require_model(model)
     if cluster is not None or out is not None:
         return check_cluster(cluster, out).sweep(
-            "patch", model, out=out, progress=progress, clean=clean, corrupt=corrupt, metric=metric, nodes=nodes,
-            positions=positions, direction=direction, ablation=ablation, reference=reference, batch_size=batch_size,
-            seed=seed)
+            "patch",
+            model,
+            out=out,
+            progress=progress,
+            clean=clean,
+            corrupt=corrupt,
+            metric=metric,
+            nodes=nodes,
+            positions=positions,
+            direction=direction,
+            ablation=ablation,
+            reference=reference,
+            batch_size=batch_size,
+            seed=seed,
+        )
     check_choice("positions", positions, POSITIONS)
     check_choice("direction", direction, DIRECTIONS)
     check_choice("ablation", ablation, ABLATIONS)
@@ -182,16 +211,38 @@ def patch(
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=direction == "denoise" or ablation == "corrupt")
     check_reference_spread(model, pair, [ablation], reference, arg="ablation")
     node_list, kind = resolve_nodes(model, nodes)
-    sw = sweep_nodes(model, pair, node_list, positions=positions, direction=direction, ablation=ablation,
-                     reference=reference, batch_size=batch_size, progress=progress, seed=seed, desc=f"patch {kind}")
+    sw = sweep_nodes(
+        model,
+        pair,
+        node_list,
+        positions=positions,
+        direction=direction,
+        ablation=ablation,
+        reference=reference,
+        batch_size=batch_size,
+        progress=progress,
+        seed=seed,
+        desc=f"patch {kind}",
+    )
     str_tokens = cast(list[str], model.to_str_tokens(pair.clean.tokens[0])) if model.tokenizer is not None else None
     metric_gap(float(sw.clean_m.mean()), float(sw.corrupt_m.mean()), warn="patch")
     return PatchResult(
-        values=sw.per_prompt.mean(-1).cpu(), per_prompt=sw.per_prompt.cpu(), labels=[nd.text for nd in node_list],
-        clean=float(sw.clean_m.mean()), corrupt=float(sw.corrupt_m.mean()), clean_per_prompt=sw.clean_m.cpu(),
-        corrupt_per_prompt=sw.corrupt_m.cpu(), metric=pair.bound.name, method="activation patching",
-        direction=direction, ablation=ablation, positions=positions, n_layers=model.arch.n_layers,
-        n_heads=model.arch.n_heads, str_tokens=str_tokens, details={"nodes": kind, "seed": seed},
+        values=sw.per_prompt.mean(-1).cpu(),
+        per_prompt=sw.per_prompt.cpu(),
+        labels=[nd.text for nd in node_list],
+        clean=float(sw.clean_m.mean()),
+        corrupt=float(sw.corrupt_m.mean()),
+        clean_per_prompt=sw.clean_m.cpu(),
+        corrupt_per_prompt=sw.corrupt_m.cpu(),
+        metric=pair.bound.name,
+        method="activation patching",
+        direction=direction,
+        ablation=ablation,
+        positions=positions,
+        n_layers=model.arch.n_layers,
+        n_heads=model.arch.n_heads,
+        str_tokens=str_tokens,
+        details={"nodes": kind, "seed": seed},
     )
 
 
@@ -208,9 +259,22 @@ class Sweep:
     clean_out: Optional[Tensor]
 
 
-def sweep_nodes(model: Model, pair: Pair, node_list: list[PatchNode], *, positions: str, direction: str, ablation: str,
-                reference: Any, batch_size: Optional[int], progress: bool, seed: int, desc: str,
-                keep_scales: bool = False, extra_sites: Optional[set[str]] = None) -> Sweep:
+def sweep_nodes(
+    model: Model,
+    pair: Pair,
+    node_list: list[PatchNode],
+    *,
+    positions: str,
+    direction: str,
+    ablation: str,
+    reference: Any,
+    batch_size: Optional[int],
+    progress: bool,
+    seed: int,
+    desc: str,
+    keep_scales: bool = False,
+    extra_sites: Optional[set[str]] = None,
+) -> Sweep:
     """Steps 2–4 of the module docstring for checked inputs."""
     e = pair.engine
     P, n = pair.clean.tokens.shape
@@ -232,7 +296,9 @@ def sweep_nodes(model: Model, pair: Pair, node_list: list[PatchNode], *, positio
         src = reference_acts(e, model, reference, sites, ablation, n, P, seed, pair.bound)
     clean_out = clean_output(model, pair.bound, c_run)
     clean_m = metric_of(model, pair.bound, c_run, clean_out)
-    corrupt_m = metric_of(model, pair.bound, k_run, clean_out) if k_run is not None else torch.full_like(clean_m, math.nan)
+    corrupt_m = (
+        metric_of(model, pair.bound, k_run, clean_out) if k_run is not None else torch.full_like(clean_m, math.nan)
+    )
     base_m = corrupt_m if direction == "denoise" else clean_m
 
     share = shared_prefix(pair) if ablation == "corrupt" else 0
@@ -244,8 +310,11 @@ def sweep_nodes(model: Model, pair: Pair, node_list: list[PatchNode], *, positio
     real = mask.bool().tolist() if positions == "each" else []
     last = mpos.tolist() if positions == "each" and mpos is not None else None
     # [nodes, P] or [nodes, pos, P], the base run's metric wherever a patch is a no-op
-    per_prompt = base_m.reshape(1, P).repeat(len(node_list), 1) if positions == "all" else \
-        base_m.reshape(1, 1, P).repeat(len(node_list), n, 1)
+    per_prompt = (
+        base_m.reshape(1, P).repeat(len(node_list), 1)
+        if positions == "all"
+        else base_m.reshape(1, 1, P).repeat(len(node_list), n, 1)
+    )
     variants: list[Variant] = []
     where: list[tuple] = []
     for i, node in enumerate(node_list):
@@ -261,7 +330,9 @@ def sweep_nodes(model: Model, pair: Pair, node_list: list[PatchNode], *, positio
                     continue
                 variants.append(_variant(node, src, base_run, p, t, t if causal else 0, ids))
                 where.append((i, t, p))
-    log.info("%s: %d nodes, %d variants, batch_size %d, shared prefix %d", desc, len(node_list), len(variants), bs, share)
+    log.info(
+        "%s: %d nodes, %d variants, batch_size %d, shared prefix %d", desc, len(node_list), len(variants), bs, share
+    )
     if variants:
         read = MetricReader(model, pair.bound, clean_out, base_run)
         bar = tqdm(total=len(variants), desc=desc, unit="run", disable=not progress)
@@ -271,5 +342,12 @@ def sweep_nodes(model: Model, pair: Pair, node_list: list[PatchNode], *, positio
             bar.close()
         idx = torch.tensor(where, device=per_prompt.device)
         per_prompt[tuple(idx.T)] = vals.to(per_prompt.dtype)
-    return Sweep(per_prompt=per_prompt, clean_m=clean_m, corrupt_m=corrupt_m, c_run=c_run, k_run=k_run, src=src,
-                 clean_out=clean_out)
+    return Sweep(
+        per_prompt=per_prompt,
+        clean_m=clean_m,
+        corrupt_m=corrupt_m,
+        c_run=c_run,
+        k_run=k_run,
+        src=src,
+        clean_out=clean_out,
+    )

@@ -63,8 +63,9 @@ def _receivers(model: Model, receivers: Any, via: Any, sender: PatchNode) -> lis
     a = model.arch
     if via == "logits":
         if receivers not in (None, "logits", "unembed", "final"):
-            raise ArgumentError(f"receivers={receivers!r}: with via='logits' the receiver is the final readout; "
-                                "leave receivers=None")
+            raise ArgumentError(
+                f"receivers={receivers!r}: with via='logits' the receiver is the final readout; leave receivers=None"
+            )
         return [(Output("unembed" if a.has_logits else "final"), a.n_layers, -1)]
     s_layer = sender.layer
     # a read at layer l sees the sender's write if the sender's add comes before it in the block's steps: a
@@ -96,7 +97,9 @@ def _receivers(model: Model, receivers: Any, via: Any, sender: PatchNode) -> lis
             if not 0 <= layer < a.n_layers:
                 raise LabelError(f"{name}={str(lab)!r}: layer {layer} does not exist")
             if layer < first_mlp_layer:
-                raise ArgumentError(f"{name}={str(lab)!r} does not read the sender {sender.text!r} (it comes before it)")
+                raise ArgumentError(
+                    f"{name}={str(lab)!r} does not read the sender {sender.text!r} (it comes before it)"
+                )
             out.append((MlpInput(layer, "in"), layer, -1))
             continue
         lab = as_label(r, (Head, HeadInput), name=name)
@@ -148,7 +151,8 @@ def path_patch(
     if model.block.normed_stream:
         raise UnsupportedOperationError(
             f"model={model.name!r} is post-norm: every reader sees the stream through the same Add & Norm, so a "
-            "path to one reader only is undefined; use interp.effects (direct effects) or interp.patch")
+            "path to one reader only is undefined; use interp.effects (direct effects) or interp.patch"
+        )
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=ablation == "corrupt")
     check_reference_spread(model, pair, [ablation], reference, arg="ablation")
     s = _sender(model, sender)
@@ -166,7 +170,9 @@ def path_patch(
     delta = node_write(model, s, src, c_run) - node_write(model, s, c_run, c_run)  # [P, n, d]
     clean_out = clean_output(model, pair.bound, c_run)
     clean_m = metric_of(model, pair.bound, c_run, clean_out)
-    corrupt_m = metric_of(model, pair.bound, k_run, clean_out) if k_run is not None else torch.full_like(clean_m, float("nan"))
+    corrupt_m = (
+        metric_of(model, pair.bound, k_run, clean_out) if k_run is not None else torch.full_like(clean_m, float("nan"))
+    )
     share = shared_prefix(pair) if ablation == "corrupt" else 0
     share = min(share, n - 1)
     t0 = share if model.arch.causal else 0
@@ -175,8 +181,16 @@ def path_patch(
 
     def variant(layer: int, head: int, prompt: int) -> Variant:
         def make(row: int, t0_: int) -> list[Patch]:
-            return [Patch(site=site, layer=layer, rows=torch.tensor([row], device=dev), value=delta[prompt, t0_:][None],
-                          head=None if head < 0 else torch.tensor([head], device=dev), add=True)]
+            return [
+                Patch(
+                    site=site,
+                    layer=layer,
+                    rows=torch.tensor([row], device=dev),
+                    value=delta[prompt, t0_:][None],
+                    head=None if head < 0 else torch.tensor([head], device=dev),
+                    add=True,
+                )
+            ]
 
         return Variant(layer=layer, prompt=prompt, t0=t0, make=make)
 
@@ -184,17 +198,35 @@ def path_patch(
     read = MetricReader(model, pair.bound, clean_out, c_run)
     bar = tqdm(total=len(variants), desc=f"path_patch {s.text} via {via}", unit="run", disable=not progress)
     try:
-        vals = e.sweep(c_run, pair.clean.tokens, pair.clean.attention_mask, variants, read,
-                       batch_size=batch_size or default_batch_size(model, n), progress=bar)
+        vals = e.sweep(
+            c_run,
+            pair.clean.tokens,
+            pair.clean.attention_mask,
+            variants,
+            read,
+            batch_size=batch_size or default_batch_size(model, n),
+            progress=bar,
+        )
     finally:
         bar.close()
     per_prompt = vals.reshape(len(recv), P).to(clean_m.dtype)
     str_tokens = cast(list[str], model.to_str_tokens(pair.clean.tokens[0])) if model.tokenizer is not None else None
     metric_gap(float(clean_m.mean()), float(corrupt_m.mean()), warn="path_patch")
     return PatchResult(
-        values=per_prompt.mean(-1).cpu(), per_prompt=per_prompt.cpu(), labels=[str(r[0]) for r in recv],
-        clean=float(clean_m.mean()), corrupt=float(corrupt_m.mean()), clean_per_prompt=clean_m.cpu(),
-        corrupt_per_prompt=corrupt_m.cpu(), metric=pair.bound.name, method="path patching", direction="noise",
-        ablation=ablation, positions="all", n_layers=model.arch.n_layers, n_heads=model.arch.n_heads,
-        str_tokens=str_tokens, details={"sender": s.text, "via": via, "seed": seed},
+        values=per_prompt.mean(-1).cpu(),
+        per_prompt=per_prompt.cpu(),
+        labels=[str(r[0]) for r in recv],
+        clean=float(clean_m.mean()),
+        corrupt=float(corrupt_m.mean()),
+        clean_per_prompt=clean_m.cpu(),
+        corrupt_per_prompt=corrupt_m.cpu(),
+        metric=pair.bound.name,
+        method="path patching",
+        direction="noise",
+        ablation=ablation,
+        positions="all",
+        n_layers=model.arch.n_layers,
+        n_heads=model.arch.n_heads,
+        str_tokens=str_tokens,
+        details={"sender": s.text, "via": via, "seed": seed},
     )

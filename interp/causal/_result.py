@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PatchResult", "Effects", "metric_gap", "GAP_RTOL"]
 
+
 def _parsed(label: Any) -> Any:
     """``label`` as an :mod:`interp.labels` label, or None if it is not one."""
     try:
@@ -143,7 +144,11 @@ class PatchResult(Result):
         arg = eff.abs().argmax(dim=1)
         rows = torch.arange(v.shape[0])
         df["pos"] = arg.numpy()
-        df["value"], df["effect"], df["normalized"] = v[rows, arg].numpy(), eff[rows, arg].numpy(), nz[rows, arg].numpy()
+        df["value"], df["effect"], df["normalized"] = (
+            v[rows, arg].numpy(),
+            eff[rows, arg].numpy(),
+            nz[rows, arg].numpy(),
+        )
         for p in range(v.shape[1]):
             df[f"value@{p}"] = v[:, p].numpy()
         return df
@@ -157,8 +162,10 @@ class PatchResult(Result):
 
     def __repr__(self) -> str:
         shape = "×".join(map(str, self.values.shape))
-        return (f"PatchResult({self.method}, {self.direction}, ablation={self.ablation!r}, metric {self.metric}: "
-                f"{shape} values, clean={self.clean:.4g}, corrupt={self.corrupt:.4g})")
+        return (
+            f"PatchResult({self.method}, {self.direction}, ablation={self.ablation!r}, metric {self.metric}: "
+            f"{shape} values, clean={self.clean:.4g}, corrupt={self.corrupt:.4g})"
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -205,11 +212,15 @@ class Effects(Result):
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per node: layer, total, direct, indirect."""
-        return pd.DataFrame({
-            "node": list(self.labels), "layer": [_layer_of(s) for s in self.labels],
-            "total": self.total.double().cpu().numpy(), "direct": self.direct.double().cpu().numpy(),
-            "indirect": self.indirect.double().cpu().numpy(),
-        })
+        return pd.DataFrame(
+            {
+                "node": list(self.labels),
+                "layer": [_layer_of(s) for s in self.labels],
+                "total": self.total.double().cpu().numpy(),
+                "direct": self.direct.double().cpu().numpy(),
+                "indirect": self.indirect.double().cpu().numpy(),
+            }
+        )
 
     def plot(self, **options: Any) -> "go.Figure":
         """Total, direct and indirect effect side by side per node (a plotly Figure)."""
@@ -218,5 +229,7 @@ class Effects(Result):
         return effects_figure(self, **options)
 
     def __repr__(self) -> str:
-        return (f"Effects(metric {self.metric}, ablation={self.ablation!r}: {len(self.labels)} nodes × "
-                f"{self.n_prompts} prompts, clean={self.clean:.4g})")
+        return (
+            f"Effects(metric {self.metric}, ablation={self.ablation!r}: {len(self.labels)} nodes × "
+            f"{self.n_prompts} prompts, clean={self.clean:.4g})"
+        )

@@ -69,8 +69,8 @@ class _Moments:
     def kurtosis(self) -> Tensor:
         n = self.n
         m1, m2, m3, m4 = (s / n for s in self.s)
-        var = m2 - m1 ** 2
-        c4 = m4 - 4 * m1 * m3 + 6 * m1 ** 2 * m2 - 3 * m1 ** 4
+        var = m2 - m1**2
+        c4 = m4 - 4 * m1 * m3 + 6 * m1**2 * m2 - 3 * m1**4
         return (c4 / var.clamp_min(1e-30) ** 2 - 3).float()
 
 
@@ -154,19 +154,23 @@ def _token_rows(model: Model, inputs: Union[str, Sequence[str], Tensor]) -> list
         check_data(inputs, name="inputs")
         t = inputs[None] if inputs.ndim == 1 else inputs
         if t.ndim != 2 or t.is_floating_point() or t.dtype == torch.bool or t.numel() == 0:
-            raise ShapeError(f"inputs must be int token ids [batch, pos], got shape {tuple(inputs.shape)} "
-                             f"dtype {inputs.dtype}")
+            raise ShapeError(
+                f"inputs must be int token ids [batch, pos], got shape {tuple(inputs.shape)} dtype {inputs.dtype}"
+            )
         if int(t.min()) < 0 or int(t.max()) >= model.arch.d_vocab:
             raise ArgumentError(f"inputs has token ids outside [0, {model.arch.d_vocab - 1}]")
         return [row[None].to(model.device, torch.long) for row in t]
     if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(s, str) for s in inputs):
         return [model.to_tokens(s) for s in inputs]
-    raise ArgumentError(f"inputs must be a string, a non-empty list of strings or int token ids [batch, pos]; "
-                        f"got {type(inputs).__name__}")
+    raise ArgumentError(
+        f"inputs must be a string, a non-empty list of strings or int token ids [batch, pos]; "
+        f"got {type(inputs).__name__}"
+    )
 
 
-def privileged_basis_report(model: Model, inputs: Union[str, Sequence[str], Tensor], *, drop_first: bool = True,
-                            seed: int = 0) -> PrivilegedBasisReport:
+def privileged_basis_report(
+    model: Model, inputs: Union[str, Sequence[str], Tensor], *, drop_first: bool = True, seed: int = 0
+) -> PrivilegedBasisReport:
     """Excess kurtosis of residual coordinates (own and random basis) vs MLP neurons over ``inputs``.
 
     ``drop_first`` leaves out position 0 of each sequence (BOS/[CLS], whose activations are
@@ -182,7 +186,8 @@ def privileged_basis_report(model: Model, inputs: Union[str, Sequence[str], Tens
     if a.n_experts:
         raise UnsupportedOperationError(
             f"privileged_basis_report: model {model.name!r} has mixture-of-experts MLPs ({a.n_experts} experts, the "
-            f"router's top {a.experts_per_token} per token): there is no one MLP whose neurons it could measure")
+            f"router's top {a.experts_per_token} per token): there is no one MLP whose neurons it could measure"
+        )
     Q = random_rotation(a.d_model, seed=seed).to(device=model.device, dtype=torch.float64)
     resid = [_Moments() for _ in range(a.n_layers)]
     rotated = [_Moments() for _ in range(a.n_layers)]
@@ -194,12 +199,14 @@ def privileged_basis_report(model: Model, inputs: Union[str, Sequence[str], Tens
             resid[layer].add(x)
             rotated[layer].add(x @ Q)
             return t
+
         return fn
 
     def neuron_hook(layer: int):
         def fn(t: Tensor, hook: Any) -> Tensor:
             neurons[layer].add(t[0, first:])  # type: ignore[index]
             return t
+
         return fn
 
     hooks = [(f"blocks.{l}.hook_resid_post", resid_hook(l)) for l in range(a.n_layers)]
@@ -213,6 +220,10 @@ def privileged_basis_report(model: Model, inputs: Union[str, Sequence[str], Tens
             model.bridge(r)
             n_tokens += r.shape[1] - first
     stack = lambda ms: torch.stack([m.kurtosis() for m in ms])  # noqa: E731
-    return PrivilegedBasisReport(resid=stack(resid), resid_rotated=stack(rotated),
-                                 neurons=None if neurons is None else stack(neurons), n_tokens=n_tokens,
-                                 model_name=model.name)
+    return PrivilegedBasisReport(
+        resid=stack(resid),
+        resid_rotated=stack(rotated),
+        neurons=None if neurons is None else stack(neurons),
+        n_tokens=n_tokens,
+        model_name=model.name,
+    )

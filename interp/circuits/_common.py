@@ -76,8 +76,10 @@ def check_model(model: Any, *, name: str = "model") -> Any:
     from interp.models import Model
 
     if not isinstance(model, Model):
-        raise ArgumentError(f"{name}={model!r:.80} is a {type(model).__name__}, not an interp Model; "
-                            "load one with interp.load_model(name_or_path)")
+        raise ArgumentError(
+            f"{name}={model!r:.80} is a {type(model).__name__}, not an interp Model; "
+            "load one with interp.load_model(name_or_path)"
+        )
     return model
 
 
@@ -133,6 +135,7 @@ def refuse_materialise(what: str, shape: tuple[int, ...], dtype: torch.dtype, ma
 
 # --- the folding convention -------------------------------------------------------------------
 
+
 def centres_writes(model: Model) -> bool:
     return model.arch.norm == "layernorm"
 
@@ -151,8 +154,9 @@ def convention(model: Model, fold_norms: bool) -> str:
         return "raw weights (the model has no norms)"
     if block.normed_stream:
         return "writes centred (W P); no gain folded: post-norm gains act on the residual stream itself"
-    extra = ("; QK-norm gains folded into W_Q, W_K" if a.qk_norm else "") + \
-        ("; sandwich-norm gains into the writes (W_O diag(γ'), W_out diag(γ'))" if block.sublayer_norms else "")
+    extra = ("; QK-norm gains folded into W_Q, W_K" if a.qk_norm else "") + (
+        "; sandwich-norm gains into the writes (W_O diag(γ'), W_out diag(γ'))" if block.sublayer_norms else ""
+    )
     if not block.reads_normed:
         return "reads see the raw stream (no norm before them)" + extra
     if a.norm == "rmsnorm":
@@ -235,8 +239,9 @@ def folded_writes(model: Model, fold_norms: bool) -> FoldedWrites:
         "W_E": fold_write(model, w.W_E, fold_norms),
         "W_pos": None if w.W_pos is None else fold_write(model, w.W_pos, fold_norms),
         "W_O": fold_write(model, w.W_O, fold_norms, None if pa is None else pa[:, None, None, :]),
-        "W_out": None if model.arch.attn_only else fold_write(model, w.W_out, fold_norms,
-                                                              None if pm is None else pm[:, None, :]),
+        "W_out": None
+        if model.arch.attn_only
+        else fold_write(model, w.W_out, fold_norms, None if pm is None else pm[:, None, :]),
     }
 
 
@@ -259,4 +264,5 @@ def _need_mlp(model: Model) -> None:
         raise UnsupportedOperationError(
             f"model {model.name!r} has mixture-of-experts MLPs ({model.arch.n_experts} experts, the router's top "
             f"{model.arch.experts_per_token} per token): an MLP's read and write depend on the token's routing, "
-            "which the weight-only circuits do not model yet (heads' circuits work)")
+            "which the weight-only circuits do not model yet (heads' circuits work)"
+        )

@@ -119,10 +119,18 @@ class CompositionScores(Result):
         l1, h1, l2, h2 = (idx[:, i].cpu().numpy() for i in range(4))
         src = [str(Head(int(a), int(b))) for a, b in zip(l1, h1)]
         dst = [str(Head(int(a), int(b))) for a, b in zip(l2, h2)]
-        return pd.DataFrame({
-            "pair": [f"{s}{ARROW}{d}" for s, d in zip(src, dst)], "src": src, "dst": dst,
-            "src_layer": l1, "src_head": h1, "dst_layer": l2, "dst_head": h2, "score": v,
-        })
+        return pd.DataFrame(
+            {
+                "pair": [f"{s}{ARROW}{d}" for s, d in zip(src, dst)],
+                "src": src,
+                "dst": dst,
+                "src_layer": l1,
+                "src_head": h1,
+                "dst_layer": l2,
+                "dst_head": h2,
+                "score": v,
+            }
+        )
 
     def plot(self) -> go.Figure:
         """Heatmap of all [src head, dst head] scores (a plotly Figure)."""
@@ -150,20 +158,26 @@ def _parse_heads(model: Model, heads: Any) -> list[tuple[int, int]]:
             except LabelError as e:
                 raise LabelError(f"{e}; give {allowed}") from None
             lh = (head.layer, head.head)
-        elif (isinstance(item, (tuple, list)) and len(item) == 2
-              and all(isinstance(x, int) and not isinstance(x, bool) for x in item)):
+        elif (
+            isinstance(item, (tuple, list))
+            and len(item) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in item)
+        ):
             lh = (item[0], item[1])
         else:
             raise LabelError(f"heads contains {item!r}; give {allowed}")
         if not (0 <= lh[0] < L and 0 <= lh[1] < H):
-            raise LabelError(f"heads contains {item!r}, not a head of model {model.name!r} "
-                             f"(n_layers={L}, n_heads={H}); give {allowed}")
+            raise LabelError(
+                f"heads contains {item!r}, not a head of model {model.name!r} "
+                f"(n_layers={L}, n_heads={H}); give {allowed}"
+            )
         out.add(lh)
     return sorted(out)
 
 
-def _factors(model: Model, kind: str, ls: Tensor, hs: Tensor, fold_norms: bool, dtype: torch.dtype,
-             side: str) -> Tensor:
+def _factors(
+    model: Model, kind: str, ls: Tensor, hs: Tensor, fold_norms: bool, dtype: torch.dtype, side: str
+) -> Tensor:
     """The reduced factors of heads (ls[i], hs[i]): M_s [n, dh, d] (side "src") or N_d [n, d, dh] ("dst")."""
     a, w = model.arch, model.weights
     kv = torch.tensor([a.kv_head(int(h)) for h in hs], dtype=torch.long, device=ls.device)
@@ -188,8 +202,14 @@ def _dst_factors(kind: str, W_Q: Tensor, W_K: Tensor, W_V: Tensor, W_O: Tensor) 
     return W_V, W_O
 
 
-def composition_scores(model: Model, kind: str = "K", *, heads: Optional[Sequence[Any]] = None,
-                       fold_norms: bool = True, dtype: Optional[torch.dtype] = None) -> CompositionScores:
+def composition_scores(
+    model: Model,
+    kind: str = "K",
+    *,
+    heads: Optional[Sequence[Any]] = None,
+    fold_norms: bool = True,
+    dtype: Optional[torch.dtype] = None,
+) -> CompositionScores:
     """All-pairs ``kind``-composition scores ("Q", "K" or "V") as a [L, H, L, H] tensor.
 
     ``heads``: only the pairs among these heads (labels such as "L3.H5" or (layer, head) pairs),
@@ -208,15 +228,16 @@ def composition_scores(model: Model, kind: str = "K", *, heads: Optional[Sequenc
     if dtype not in (torch.float32, torch.float64):
         raise ArgumentError(f"dtype={dtype!r} must be torch.float32 or torch.float64")
     a = model.arch
-    L, H, d = a.n_layers, a.n_heads, a.d_model
+    L, H = a.n_layers, a.n_heads
     if heads is not None:
         return _subset_scores(model, kind, _parse_heads(model, heads), fold_norms, dtype)
     kv = torch.tensor([a.kv_head(h) for h in range(H)], device=model.device)
     W_Q, W_K, W_V = (t.to(dtype) for t in folded_qkv(model, fold_norms))
     W_K, W_V = W_K[:, kv], W_V[:, kv]  # query head h reads KV head h // group   [L, H, d, dh]
     pa = post_gain(model, "attn")
-    W_O = fold_write(model, model.weights.W_O.to(dtype), fold_norms,
-                     None if pa is None else pa[:, None, None, :].to(dtype))  # [L, H, dh, d]
+    W_O = fold_write(
+        model, model.weights.W_O.to(dtype), fold_norms, None if pa is None else pa[:, None, None, :].to(dtype)
+    )  # [L, H, dh, d]
 
     flat = lambda t: t.reshape(L * H, *t.shape[2:])  # noqa: E731  [L, H, ...] -> [L*H, ...]
     # 1. sources: M_s = R(W_V^s) W_O^s  [N, dh, d]
@@ -235,18 +256,20 @@ def composition_scores(model: Model, kind: str = "K", *, heads: Optional[Sequenc
     step = max(1, -(-L // 6))
     for g0 in range(0, L - 1, step):
         g1 = min(L - 1, g0 + step)
-        sq = X[g0:g1].reshape((g1 - g0) * H, -1) @ Z[g0 + 1:].reshape((L - g0 - 1) * H, -1).T
+        sq = X[g0:g1].reshape((g1 - g0) * H, -1) @ Z[g0 + 1 :].reshape((L - g0 - 1) * H, -1).T
         block = sq.clamp_min(0).sqrt().reshape(g1 - g0, H, L - g0 - 1, H)
         for i, l in enumerate(range(g0, g1)):
-            scores[l, :, l + 1:] = block[i, :, l - g0:]
+            scores[l, :, l + 1 :] = block[i, :, l - g0 :]
     # 4. normalise
     scores = scores / (src_norm[:, :, None, None] * dst_norm[None, None, :, :])
-    return CompositionScores(kind=kind, scores=scores, convention=convention(model, fold_norms),
-                             model_name=model.name, fold_norms=fold_norms)
+    return CompositionScores(
+        kind=kind, scores=scores, convention=convention(model, fold_norms), model_name=model.name, fold_norms=fold_norms
+    )
 
 
-def _subset_scores(model: Model, kind: str, sel: list[tuple[int, int]], fold_norms: bool,
-                   dtype: torch.dtype) -> CompositionScores:
+def _subset_scores(
+    model: Model, kind: str, sel: list[tuple[int, int]], fold_norms: bool, dtype: torch.dtype
+) -> CompositionScores:
     """Scores among the heads ``sel`` only: factors of those heads, one [n_src, F] × [F, n_dst] product."""
     L, H = model.arch.n_layers, model.arch.n_heads
     dev = model.device
@@ -263,6 +286,11 @@ def _subset_scores(model: Model, kind: str, sel: list[tuple[int, int]], fold_nor
         later = sl[:, None] < dl[None, :]
         i, j = later.nonzero(as_tuple=True)
         scores[sl[i], sh[i], dl[j], dh[j]] = vals[i, j]
-    return CompositionScores(kind=kind, scores=scores, convention=convention(model, fold_norms),
-                             model_name=model.name, heads=tuple(str(Head(l, h)) for l, h in sel),
-                             fold_norms=fold_norms)
+    return CompositionScores(
+        kind=kind,
+        scores=scores,
+        convention=convention(model, fold_norms),
+        model_name=model.name,
+        heads=tuple(str(Head(l, h)) for l, h in sel),
+        fold_norms=fold_norms,
+    )

@@ -101,8 +101,10 @@ class HeadScores(Result):
         except LabelError:
             head = None
         if head is None or head.layer >= self.n_layers or head.head >= self.n_heads:
-            raise LabelError(f"label={label!r} is not a head of this result; heads are L0.H0 … "
-                             f"{Head(self.n_layers - 1, self.n_heads - 1)}")
+            raise LabelError(
+                f"label={label!r} is not a head of this result; heads are L0.H0 … "
+                f"{Head(self.n_layers - 1, self.n_heads - 1)}"
+            )
         return head.layer * self.n_heads + head.head
 
     def _row(self, index: int) -> float:
@@ -112,9 +114,14 @@ class HeadScores(Result):
         """One row per head: head label, layer, head_index and the score (column named ``metric``)."""
         L, H = self.n_layers, self.n_heads
         v = self.scores.double().cpu().reshape(-1).numpy()
-        return pd.DataFrame({"head": self.labels,
-                             "layer": [l for l in range(L) for _ in range(H)],
-                             "head_index": [h for _ in range(L) for h in range(H)], self.metric: v})
+        return pd.DataFrame(
+            {
+                "head": self.labels,
+                "layer": [l for l in range(L) for _ in range(H)],
+                "head_index": [h for _ in range(L) for h in range(H)],
+                self.metric: v,
+            }
+        )
 
     def plot(self) -> go.Figure:
         """Layer × head heatmap (a plotly Figure)."""
@@ -138,14 +145,15 @@ def _cyclic_products(model: Model, fold_norms: bool) -> Float[Tensor, "n_layers 
     d, V = a.d_model, W_U_raw.shape[1]
     UE = torch.zeros(d, d, dtype=torch.float64, device=W_U_raw.device)
     for s in range(0, V, _VOCAB_BLOCK):
-        U = fold_read(model, W_U_raw[:, s:s + _VOCAB_BLOCK], w.lnf_w, fold_norms).double()  # [d, block]
-        UE += U @ fold_write(model, w.W_E[s:s + _VOCAB_BLOCK], fold_norms).double()
+        U = fold_read(model, W_U_raw[:, s : s + _VOCAB_BLOCK], w.lnf_w, fold_norms).double()  # [d, block]
+        UE += U @ fold_write(model, w.W_E[s : s + _VOCAB_BLOCK], fold_norms).double()
     _, _, W_V = folded_qkv(model, fold_norms)
     kv = torch.tensor([a.kv_head(h) for h in range(a.n_heads)], device=W_U_raw.device)
     W_V = W_V[:, kv].double()  # [L, H, d, dh]
     pa = post_gain(model, "attn")
-    W_O = fold_write(model, model.weights.W_O, fold_norms,
-                     None if pa is None else pa[:, None, None, :]).double()  # [L, H, dh, d]
+    W_O = fold_write(
+        model, model.weights.W_O, fold_norms, None if pa is None else pa[:, None, None, :]
+    ).double()  # [L, H, dh, d]
     return W_O @ UE @ W_V  # [L, H, dh, dh]
 
 
@@ -158,8 +166,13 @@ def copying_scores(model: Model, *, fold_norms: bool = True) -> HeadScores:
     lam = torch.linalg.eigvals(K)  # [L, H, dh] complex
     score = lam.real.sum(-1) / lam.abs().sum(-1).clamp_min(torch.finfo(torch.float64).tiny)
     out_dtype = torch.float64 if model.dtype == torch.float64 else torch.float32
-    return HeadScores(metric="copying_score", scores=score.to(out_dtype), convention=convention(model, fold_norms),
-                      model_name=model.name, fold_norms=fold_norms)
+    return HeadScores(
+        metric="copying_score",
+        scores=score.to(out_dtype),
+        convention=convention(model, fold_norms),
+        model_name=model.name,
+        fold_norms=fold_norms,
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,8 +198,8 @@ class OVDiagonalStats(Result):
     k: int
     top1: float
     topk: float
-    ranks: Int[Tensor, "d_vocab"] = field(repr=False)
-    diagonal: Float[Tensor, "d_vocab"] = field(repr=False)
+    ranks: Int[Tensor, " d_vocab"] = field(repr=False)
+    diagonal: Float[Tensor, " d_vocab"] = field(repr=False)
     ranks_exact: bool = False
     convention: str = ""
     fold_norms: bool = True
@@ -202,8 +215,11 @@ class OVDiagonalStats(Result):
 
     def _index(self, label: Union[int, str]) -> int:
         n = int(self.ranks.shape[0])
-        t = label if isinstance(label, int) and not isinstance(label, bool) else (
-            int(label) if isinstance(label, str) and label.isdigit() else None)
+        t = (
+            label
+            if isinstance(label, int) and not isinstance(label, bool)
+            else (int(label) if isinstance(label, str) and label.isdigit() else None)
+        )
         if t is None or not 0 <= t < n:
             raise LabelError(f"label={label!r} is not a token of this result; tokens are ids 0 … {n - 1}")
         return t
@@ -214,8 +230,13 @@ class OVDiagonalStats(Result):
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per input token: token id, rank of itself (capped at k unless exact), diagonal entry."""
-        return pd.DataFrame({"token": range(self.ranks.shape[0]), "rank": self.ranks.cpu().numpy(),
-                             "diagonal": self.diagonal.double().cpu().numpy()})
+        return pd.DataFrame(
+            {
+                "token": range(self.ranks.shape[0]),
+                "rank": self.ranks.cpu().numpy(),
+                "diagonal": self.diagonal.double().cpu().numpy(),
+            }
+        )
 
     def _default_order(self, df: pd.DataFrame) -> pd.Index:
         """Copied most strongly first: rank 0 first, then the largest diagonal entry."""
@@ -252,9 +273,17 @@ def _full_ov_factors(model: Model, layer: int, head: int, fold_norms: bool) -> t
     return left, right
 
 
-def ov_diagonal_stats(model: Model, layer: int, head: int, k: int = 5, *, fold_norms: bool = True,
-                      exact_ranks: bool = False, chunk_rows: Optional[int] = None,
-                      max_chunk_bytes: int = 256 << 20) -> OVDiagonalStats:
+def ov_diagonal_stats(
+    model: Model,
+    layer: int,
+    head: int,
+    k: int = 5,
+    *,
+    fold_norms: bool = True,
+    exact_ranks: bool = False,
+    chunk_rows: Optional[int] = None,
+    max_chunk_bytes: int = 256 << 20,
+) -> OVDiagonalStats:
     """Top-1 / top-``k`` self-prediction rates of head ``(layer, head)``'s full OV circuit.
 
     Rows of W_E W_V W_O W_U are computed ``chunk_rows`` at a time into one reused buffer
@@ -288,12 +317,20 @@ def ov_diagonal_stats(model: Model, layer: int, head: int, k: int = 5, *, fold_n
             if exact_ranks:  # 128 rows at a time: the count's int64 temporary is 8 bytes per entry
                 for s0 in range(0, stop - start, 128):
                     s1 = min(stop - start, s0 + 128)
-                    ranks[start + s0:start + s1] = (rows[s0:s1] > dg[s0:s1, None]).sum(dim=1)
+                    ranks[start + s0 : start + s1] = (rows[s0:s1] > dg[s0:s1, None]).sum(dim=1)
             else:
                 top = rows.topk(k, dim=1, sorted=False).values  # [c, k]
                 ranks[start:stop] = (top > dg[:, None]).sum(dim=1)
             diag[start:stop] = dg
-    return OVDiagonalStats(layer=layer, head=head, k=k, top1=float((ranks == 0).double().mean()),
-                           topk=float((ranks < k).double().mean()), ranks=ranks, diagonal=diag,
-                           ranks_exact=exact_ranks, convention=convention(model, fold_norms),
-                           fold_norms=fold_norms)
+    return OVDiagonalStats(
+        layer=layer,
+        head=head,
+        k=k,
+        top1=float((ranks == 0).double().mean()),
+        topk=float((ranks < k).double().mean()),
+        ranks=ranks,
+        diagonal=diag,
+        ranks_exact=exact_ranks,
+        convention=convention(model, fold_norms),
+        fold_norms=fold_norms,
+    )

@@ -37,8 +37,10 @@ from interp.models import Model
 __all__ = ["EFFECTIVE_EMBEDDING", "effective_embedding"]
 
 #: How the effective embedding is built, in words (for captions and labels).
-EFFECTIVE_EMBEDDING = ("the effective token embedding W_E + MLP₀(N₂(W_E)): each token's embedding "
-                       "through block 0's MLP (block 0's attention and the position embedding left out)")
+EFFECTIVE_EMBEDDING = (
+    "the effective token embedding W_E + MLP₀(N₂(W_E)): each token's embedding "
+    "through block 0's MLP (block 0's attention and the position embedding left out)"
+)
 
 
 def _act(model: Model) -> Callable[[Tensor], Tensor]:
@@ -50,8 +52,9 @@ def _act(model: Model) -> Callable[[Tensor], Tensor]:
     return ACT2FN[name]
 
 
-def effective_embedding(model: Model, *, fold_norms: bool = True,
-                        batch_size: int = 4096) -> Float[Tensor, "d_vocab d_model"]:
+def effective_embedding(
+    model: Model, *, fold_norms: bool = True, batch_size: int = 4096
+) -> Float[Tensor, "d_vocab d_model"]:
     """W_E + MLP_0(N2_0(W_E)) [d_vocab, d_model]: the token embedding through block 0's MLP.
 
     Block 0's attention and the position embedding are left out (see the module docstring);
@@ -67,19 +70,21 @@ def effective_embedding(model: Model, *, fold_norms: bool = True,
         _need_mlp(model)
     if a.attn_only or w.W_in.shape[-1] == 0:
         raise UnsupportedOperationError(
-            f"model {model.name!r} is attention-only: it has no MLP, so its effective embedding is the raw W_E")
+            f"model {model.name!r} is attention-only: it has no MLP, so its effective embedding is the raw W_E"
+        )
     block = model.block
     if block.normed_stream:
         raise UnsupportedOperationError(
             f"model {model.name!r} is post-norm (block: {block.layout}): block 0's Add & Norm "
             "mixes its attention into the stream before the MLP reads it, so an effective embedding without "
-            "attention is not defined; use the raw W_E")
+            "attention is not defined; use the raw W_E"
+        )
     act = _act(model)
     W_E = w.W_E
     out = torch.empty_like(W_E)
     with torch.no_grad():
         for i in range(0, W_E.shape[0], batch_size):
-            x = W_E[i:i + batch_size]  # [batch, d_model]
+            x = W_E[i : i + batch_size]  # [batch, d_model]
             h = x
             if block.read_norm("mlp") is not None:  # the MLP reads N2(x); OLMo 2's reads the raw stream
                 xc = x - x.mean(-1, keepdim=True) if a.norm == "layernorm" else x
@@ -97,5 +102,5 @@ def effective_embedding(model: Model, *, fold_norms: bool = True,
             m = pre @ w.W_out[0] + w.b_out[0]
             if w.ln2_post_w is not None:  # sandwich norms: the MLP's output is normed before it is added
                 m = m / norm_scale(m, a.norm, a.norm_eps).to(m.dtype) * w.ln2_post_w[0]
-            out[i:i + batch_size] = x + m
+            out[i : i + batch_size] = x + m
     return fold_write(model, out, fold_norms)

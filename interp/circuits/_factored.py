@@ -39,8 +39,17 @@ POSITION_NOTE = (
 class Circuit(FactoredMatrix):
     """A labelled, memory-capped FactoredMatrix (see module docstring)."""
 
-    def __init__(self, A: torch.Tensor, B: torch.Tensor, *, label: str = "", note: str = "",
-                 convention: str = "", max_bytes: int = DEFAULT_MAX_BYTES, **meta: Any):
+    def __init__(
+        self,
+        A: torch.Tensor,
+        B: torch.Tensor,
+        *,
+        label: str = "",
+        note: str = "",
+        convention: str = "",
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        **meta: Any,
+    ):
         super().__init__(A, B)
         self.label = label
         self.note = note
@@ -52,7 +61,10 @@ class Circuit(FactoredMatrix):
     def AB(self) -> torch.Tensor:
         """The dense product A @ B, refused past ``max_bytes`` (MemoryCapError)."""
         refuse_materialise(
-            f"circuit {self.label or 'product'} (.AB)", tuple(self.shape), self.A.dtype, self.max_bytes,
+            f"circuit {self.label or 'product'} (.AB)",
+            tuple(self.shape),
+            self.A.dtype,
+            self.max_bytes,
             "keep it factored (.A, .B, .BA, .svd(), .eigenvalues, .norm(), circuit @ vector), use a chunked "
             "statistic such as interp.circuits.ov_diagonal_stats, or call .materialize(max_bytes=...) to raise the cap",
         )
@@ -61,7 +73,10 @@ class Circuit(FactoredMatrix):
     def materialize(self, *, max_bytes: int = DEFAULT_MAX_BYTES) -> torch.Tensor:
         """The dense product, with an explicit memory cap in bytes."""
         refuse_materialise(
-            f"circuit {self.label or 'product'}", tuple(self.shape), self.A.dtype, check_max_bytes(max_bytes),
+            f"circuit {self.label or 'product'}",
+            tuple(self.shape),
+            self.A.dtype,
+            check_max_bytes(max_bytes),
             "keep it factored or use a chunked statistic (interp.circuits.ov_diagonal_stats)",
         )
         return self.A @ self.B

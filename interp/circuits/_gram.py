@@ -65,9 +65,9 @@ def packed_gram_left(B: Float[Tensor, "n k d"], *, weighted: bool) -> Float[Tens
     for s, e in _blocks(d):
         G = B[:, :, s:e].transpose(-2, -1) @ B[:, :, s:]  # [n, e−s, d−s], one block row
         if weighted:
-            G[:, :, e - s:] *= 2
+            G[:, :, e - s :] *= 2
         size = (e - s) * (d - s)
-        out[:, off:off + size] = G.reshape(n, size)
+        out[:, off : off + size] = G.reshape(n, size)
         off += size
     return out
 
@@ -84,6 +84,6 @@ def pack_symmetric(S: Float[Tensor, "n d d"], *, weighted: bool) -> Float[Tensor
     for s, e in _blocks(d):
         G = S[:, s:e, s:].clone()
         if weighted:
-            G[:, :, e - s:] *= 2
+            G[:, :, e - s :] *= 2
         parts.append(G.reshape(n, -1))
     return torch.cat(parts, dim=1)

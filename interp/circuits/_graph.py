@@ -81,9 +81,16 @@ class CompositionGraph(Result):
         return dict(self.edges[index])
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {"nodes": self.nodes, "edges": self.edges, "threshold": self.threshold,
-                "max_edges": self.max_edges, "n_layers": self.n_layers, "n_heads": self.n_heads,
-                "node_value_name": self.node_value_name, "meta": self.meta}
+        return {
+            "nodes": self.nodes,
+            "edges": self.edges,
+            "threshold": self.threshold,
+            "max_edges": self.max_edges,
+            "n_layers": self.n_layers,
+            "n_heads": self.n_heads,
+            "node_value_name": self.node_value_name,
+            "meta": self.meta,
+        }
 
     def to_json(self, *, indent: Optional[int] = 2) -> str:
         """The nodes and edges as JSON (what ``export(graph, 'x.json')`` writes)."""
@@ -187,11 +194,16 @@ def _head_set(heads: Optional[Sequence[Any]], n_l: int, n_h: int) -> Optional[se
         return None
     out = set()
     for h in heads:
-        lh = _head(h) if isinstance(h, (str, Head)) else (
-            tuple(int(x) for x in h) if isinstance(h, (tuple, list)) else None)
+        lh = (
+            _head(h)
+            if isinstance(h, (str, Head))
+            else (tuple(int(x) for x in h) if isinstance(h, (tuple, list)) else None)
+        )
         if lh is None or len(lh) != 2 or not (0 <= lh[0] < n_l and 0 <= lh[1] < n_h):
-            raise ArgumentError(f"heads contains {h!r}; give labels like 'L3.H5' or (layer, head) pairs "
-                                f"with layer < {n_l} and head < {n_h}")
+            raise ArgumentError(
+                f"heads contains {h!r}; give labels like 'L3.H5' or (layer, head) pairs "
+                f"with layer < {n_l} and head < {n_h}"
+            )
         out.add((lh[0], lh[1]))
     return out
 
@@ -255,9 +267,17 @@ def composition_edges(
         if node_values is not None and lab in node_values:
             node["value"] = float(node_values[lab])
         nodes.append(node)
-    return CompositionGraph(nodes=nodes, edges=edges, threshold=threshold, max_edges=max_edges, n_layers=n_l,
-                            n_heads=n_h, node_value_name=node_value_name, title=title,
-                            meta={"kinds": list(by_kind)})
+    return CompositionGraph(
+        nodes=nodes,
+        edges=edges,
+        threshold=threshold,
+        max_edges=max_edges,
+        n_layers=n_l,
+        n_heads=n_h,
+        node_value_name=node_value_name,
+        title=title,
+        meta={"kinds": list(by_kind)},
+    )
 
 
 def composition_graph(scores: Any, **kwargs: Any) -> go.Figure:

@@ -56,8 +56,9 @@ _ROW_SUM_TOL = 1e-4
 
 def _check_pattern(pattern: Any) -> Tensor:
     if not isinstance(pattern, Tensor):
-        raise ShapeError(f"pattern must be a torch.Tensor [pos, pos] or [batch, pos, pos], "
-                         f"got {type(pattern).__name__}")
+        raise ShapeError(
+            f"pattern must be a torch.Tensor [pos, pos] or [batch, pos, pos], got {type(pattern).__name__}"
+        )
     check_data(pattern, name="pattern")
     if not pattern.is_floating_point():
         raise ShapeError(f"pattern must be a float tensor of attention probabilities, got dtype {pattern.dtype}")
@@ -104,7 +105,7 @@ class HeadOperator(Result):
     kv_head: int
     pattern: Float[Tensor, "*batch pos pos"] = field(repr=False)
     W_V: Float[Tensor, "d_model d_head"] = field(repr=False)
-    b_V: Float[Tensor, "d_head"] = field(repr=False)
+    b_V: Float[Tensor, " d_head"] = field(repr=False)
     W_O: Float[Tensor, "d_head d_model"] = field(repr=False)
 
     @property
@@ -140,11 +141,18 @@ class HeadOperator(Result):
 
         m = re.fullmatch(r"(?:p(\d+)\.)?k(\d+)→q(\d+)", label) if isinstance(label, str) else None
         n, nb = self.n_pos, self.n_prompts
-        if m is None or (m[1] is None) != (nb is None) or int(m[2]) >= n or int(m[3]) >= n \
-                or (nb is not None and int(m[1]) >= nb):
+        if (
+            m is None
+            or (m[1] is None) != (nb is None)
+            or int(m[2]) >= n
+            or int(m[3]) >= n
+            or (nb is not None and int(m[1]) >= nb)
+        ):
             ex = self._block_label(None if nb is None else nb - 1, n - 1, 0)
-            raise LabelError(f"label={label!r} is not a block of this HeadOperator; blocks are labelled like "
-                             f"{ex!r} (key → query position{'' if nb is None else ', prompt p0…'})")
+            raise LabelError(
+                f"label={label!r} is not a block of this HeadOperator; blocks are labelled like "
+                f"{ex!r} (key → query position{'' if nb is None else ', prompt p0…'})"
+            )
         b = 0 if m[1] is None else int(m[1])
         return (b * n + int(m[3])) * n + int(m[2])
 
@@ -164,9 +172,16 @@ class HeadOperator(Result):
         blocks = self._blocks()
         A = (self.pattern if self.pattern.ndim == 3 else self.pattern[None]).detach().double().cpu().reshape(-1)
         w_norm = float(torch.linalg.matrix_norm(self._ov_column().double()))
-        return pd.DataFrame({"block": self.labels, "prompt": [0 if b is None else b for b, _, _ in blocks],
-                             "query_pos": [q for _, q, _ in blocks], "key_pos": [k for _, _, k in blocks],
-                             "weight": A.numpy(), "block_norm": (A * w_norm).numpy()})
+        return pd.DataFrame(
+            {
+                "block": self.labels,
+                "prompt": [0 if b is None else b for b, _, _ in blocks],
+                "query_pos": [q for _, q, _ in blocks],
+                "key_pos": [k for _, _, k in blocks],
+                "weight": A.numpy(),
+                "block_norm": (A * w_norm).numpy(),
+            }
+        )
 
     def plot(self, **options: Any) -> go.Figure:
         """The pattern A as a heatmap (one panel per prompt; :func:`interp.plots.attention_pattern_figure`)."""
@@ -189,16 +204,21 @@ class HeadOperator(Result):
         """W_V W_O as a factored circuit (raw weights)."""
         return Circuit(self.W_V, self.W_O, label=f"{self.label} OV", convention="raw weights")
 
-    def apply(self, x: Float[Tensor, "*batch pos d_model"], *,
-              value_bias: bool = True) -> Float[Tensor, "*batch pos d_model"]:
+    def apply(
+        self, x: Float[Tensor, "*batch pos d_model"], *, value_bias: bool = True
+    ) -> Float[Tensor, "*batch pos d_model"]:
         """The head's write A (x W_V + b_V) W_O for x [pos, d_model] or [batch, pos, d_model].
 
         ``value_bias=False`` gives the linear part A x W_V W_O only (what ``.matrix()`` represents).
         """
         if isinstance(x, Tensor):
             check_data(x, name="x")
-        if (not isinstance(x, Tensor) or x.ndim not in (2, 3) or x.shape[-1] != self.d_model
-                or x.shape[-2] != self.n_pos):
+        if (
+            not isinstance(x, Tensor)
+            or x.ndim not in (2, 3)
+            or x.shape[-1] != self.d_model
+            or x.shape[-2] != self.n_pos
+        ):
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ShapeError(
                 f"x has shape {shape}; it must be [pos, d_model] or [batch, pos, d_model] with pos={self.n_pos} "
@@ -220,8 +240,13 @@ class HeadOperator(Result):
         check_max_bytes(max_bytes)
         n = self.n_pos * self.d_model
         shape = (*self.pattern.shape[:-2], n, n)
-        refuse_materialise("the head operator A ⊗ W_O W_V", shape, self.W_O.dtype, max_bytes,
-                           "use HeadOperator.apply(x), which never forms it")
+        refuse_materialise(
+            "the head operator A ⊗ W_O W_V",
+            shape,
+            self.W_O.dtype,
+            max_bytes,
+            "use HeadOperator.apply(x), which never forms it",
+        )
         W = (self.W_V @ self.W_O).T.contiguous()  # column convention W_OV [d_model, d_model]
         A = self.pattern.to(W.dtype).contiguous()
         if A.ndim == 2:
@@ -243,5 +268,12 @@ def head_operator(model: Model, layer: int, head: int, pattern: Tensor) -> HeadO
     pattern = _check_pattern(pattern)
     w = model.weights
     g = model.arch.kv_head(head)
-    return HeadOperator(layer=layer, head=head, kv_head=g, pattern=pattern.detach(),
-                        W_V=w.W_V[layer, g], b_V=w.b_V[layer, g], W_O=w.W_O[layer, head])
+    return HeadOperator(
+        layer=layer,
+        head=head,
+        kv_head=g,
+        pattern=pattern.detach(),
+        W_V=w.W_V[layer, g],
+        b_V=w.b_V[layer, g],
+        W_O=w.W_O[layer, head],
+    )

@@ -114,8 +114,10 @@ class _Lazy:
 def _bad(name: str, label: Any, lazy: "_Lazy", why: str = "") -> LabelError:
     valid = lazy.get()
     ex = valid if len(valid) <= 6 else valid[:3] + ["…"] + valid[-3:]
-    return LabelError(f"{name}={label!r} is not a {'write' if name == 'src' else 'read'} label of this model"
-                      f"{why}; valid labels look like {ex}")
+    return LabelError(
+        f"{name}={label!r} is not a {'write' if name == 'src' else 'read'} label of this model"
+        f"{why}; valid labels look like {ex}"
+    )
 
 
 def parse_write(model: Model, label: Any, *, name: str = "src") -> Write:
@@ -155,9 +157,14 @@ def parse_read(model: Model, label: Any, *, name: str = "dst") -> Read:
         if l < a.n_layers and h < n:
             return Read(label, kind, l, h, node=lab)
         if l < a.n_layers and kind != "q" and h < a.n_heads:
-            raise _bad(name, label, valid, f" (k and v are indexed by KV head 0..{a.n_kv_heads - 1}; query head "
-                                           f"{h} reads KV head {a.kv_head(h)}, "
-                                           f"i.e. {L.HeadInput(l, kind, a.kv_head(h))})")
+            raise _bad(
+                name,
+                label,
+                valid,
+                f" (k and v are indexed by KV head 0..{a.n_kv_heads - 1}; query head "
+                f"{h} reads KV head {a.kv_head(h)}, "
+                f"i.e. {L.HeadInput(l, kind, a.kv_head(h))})",
+            )
     if isinstance(lab, L.MlpInput) and not a.attn_only:
         l, which = lab.layer, lab.which
         if l < a.n_layers and (which == "in" or model.weights.W_gate is not None):
@@ -205,6 +212,8 @@ def check_order(model: Model, w: Write, r: Read) -> Optional[str]:
     if w.position(model) < r.position(model):
         return None
     if w.kind == "head" and r.kind.startswith("mlp") and w.layer == r.layer:
-        return (f"in this parallel-block model ({model.arch.family}) L{r.layer}'s MLP reads the same residual "
-                f"stream as its attention, before L{w.layer}'s heads write")
+        return (
+            f"in this parallel-block model ({model.arch.family}) L{r.layer}'s MLP reads the same residual "
+            f"stream as its attention, before L{w.layer}'s heads write"
+        )
     return f"{r.label} is read before {w.label} is written"

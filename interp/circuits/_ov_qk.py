@@ -19,7 +19,7 @@ Rotary models without ``rel_pos`` get ``Circuit.note`` = :data:`POSITION_NOTE`.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from interp._validate import check_bool
 from interp.errors import ArgumentError
@@ -43,8 +43,16 @@ from interp.models import Model
 __all__ = ["ov_circuit", "qk_circuit"]
 
 
-def ov_circuit(model: Model, layer: int, head: int, *, full: bool = False, fold_norms: bool = True,
-               embedding: str = "raw", max_bytes: int = DEFAULT_MAX_BYTES) -> Circuit:
+def ov_circuit(
+    model: Model,
+    layer: int,
+    head: int,
+    *,
+    full: bool = False,
+    fold_norms: bool = True,
+    embedding: str = "raw",
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> Circuit:
     """The OV circuit of query head ``head`` in ``layer``: W_V^g W_O^h, or W_E W_V^g W_O^h W_U if ``full``.
 
     Returns a :class:`Circuit` (a transformer-lens FactoredMatrix); its ``.AB`` is capped at
@@ -59,11 +67,14 @@ def ov_circuit(model: Model, layer: int, head: int, *, full: bool = False, fold_
     check_bool("full", full)
     check_bool("fold_norms", fold_norms)
     if embedding not in ("raw", "effective"):
-        raise ArgumentError(f"embedding={embedding!r}; allowed: 'raw' (the token embedding W_E) or 'effective' "
-                            "(W_E + MLP_0(N2_0(W_E)), the token embedding through block 0's MLP)")
+        raise ArgumentError(
+            f"embedding={embedding!r}; allowed: 'raw' (the token embedding W_E) or 'effective' "
+            "(W_E + MLP_0(N2_0(W_E)), the token embedding through block 0's MLP)"
+        )
     if embedding != "raw" and not full:
-        raise ArgumentError(f"embedding={embedding!r} needs full=True: only the full circuit W_E W_OV W_U "
-                            "starts from an embedding")
+        raise ArgumentError(
+            f"embedding={embedding!r} needs full=True: only the full circuit W_E W_OV W_U starts from an embedding"
+        )
     g = model.arch.kv_head(head)
     _, _, W_V = folded_qkv(model, fold_norms, layer=layer)
     pa = post_gain(model, "attn")
@@ -78,12 +89,29 @@ def ov_circuit(model: Model, layer: int, head: int, *, full: bool = False, fold_
         else:
             A = fold_write(model, model.weights.W_E, fold_norms) @ A  # [d_vocab, d_head]
             label = f"{Head(layer, head)} full OV (W_E … W_U)"
-    return Circuit(A, B, label=label, convention=convention(model, fold_norms), max_bytes=max_bytes,
-                   layer=layer, head=head, kv_head=g, embedding=embedding if full else None)
+    return Circuit(
+        A,
+        B,
+        label=label,
+        convention=convention(model, fold_norms),
+        max_bytes=max_bytes,
+        layer=layer,
+        head=head,
+        kv_head=g,
+        embedding=embedding if full else None,
+    )
 
 
-def qk_circuit(model: Model, layer: int, head: int, *, full: bool = False, rel_pos: Optional[int] = None,
-               fold_norms: bool = True, max_bytes: int = DEFAULT_MAX_BYTES) -> Circuit:
+def qk_circuit(
+    model: Model,
+    layer: int,
+    head: int,
+    *,
+    full: bool = False,
+    rel_pos: Optional[int] = None,
+    fold_norms: bool = True,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> Circuit:
     """The QK circuit of query head ``head`` in ``layer``: W_Q^h W_K^gᵀ (× W_E on both sides if ``full``).
 
     ``rel_pos=Δ`` (rotary models only) folds in the RoPE rotation between a query and a key Δ
@@ -114,6 +142,15 @@ def qk_circuit(model: Model, layer: int, head: int, *, full: bool = False, rel_p
         W_E = fold_write(model, model.weights.W_E, fold_norms)
         A, Bt = W_E @ A, W_E @ Bt  # [d_vocab, d_head]
         label = label.replace(" QK", " full QK (W_E … W_Eᵀ)")
-    return Circuit(A, Bt.transpose(-2, -1), label=label, note=note, convention=convention(model, fold_norms),
-                   max_bytes=max_bytes, layer=layer, head=head, kv_head=g, rel_pos=rel_pos)
-
+    return Circuit(
+        A,
+        Bt.transpose(-2, -1),
+        label=label,
+        note=note,
+        convention=convention(model, fold_norms),
+        max_bytes=max_bytes,
+        layer=layer,
+        head=head,
+        kv_head=g,
+        rel_pos=rel_pos,
+    )

@@ -108,14 +108,14 @@ class PathExpansion(Result):
     orders: tuple[int, ...]
     contributions: Float[Tensor, "n_terms batch pos d_model"]
     values: Float[Tensor, "n_terms batch"]
-    logit: Float[Tensor, "batch"]
-    unembed_bias: Float[Tensor, "batch"]
-    answer: Int[Tensor, "batch"]
-    pos: Int[Tensor, "batch"]
+    logit: Float[Tensor, " batch"]
+    unembed_bias: Float[Tensor, " batch"]
+    answer: Int[Tensor, " batch"]
+    pos: Int[Tensor, " batch"]
     tokens: Int[Tensor, "batch pos"]
     patterns: Float[Tensor, "n_layers batch n_heads pos pos"]
     W_U: Float[Tensor, "d_model d_vocab"]
-    b_U: Float[Tensor, "d_vocab"]
+    b_U: Float[Tensor, " d_vocab"]
     order: int
     closure_error: float
     answer_str: tuple[str, ...] = ()
@@ -140,16 +140,17 @@ class PathExpansion(Result):
     def _index(self, label: Any) -> int:
         return self.index(label)
 
-    def _row(self, index: int) -> Float[Tensor, "batch"]:
+    def _row(self, index: int) -> Float[Tensor, " batch"]:
         """The path's contribution to the chosen logit, per prompt."""
         return self.values[index]
 
-    def value(self, label: str) -> Float[Tensor, "batch"]:
+    def value(self, label: str) -> Float[Tensor, " batch"]:
         """Deprecated spelling of ``pe[label]``: the path's contribution to the chosen logit, per prompt."""
         return self[label]
 
-    def logit_values(self, token: Union[int, Sequence[int], Tensor], *, pos: Union[int, Sequence[int], Tensor] = -1
-                     ) -> Float[Tensor, "n_terms batch"]:
+    def logit_values(
+        self, token: Union[int, Sequence[int], Tensor], *, pos: Union[int, Sequence[int], Tensor] = -1
+    ) -> Float[Tensor, "n_terms batch"]:
         """Each path's contribution to the logit of ``token`` at ``pos`` (other than the chosen one)."""
         n_batch, n_pos = self.tokens.shape
         dev = self.tokens.device
@@ -170,15 +171,23 @@ class PathExpansion(Result):
             b = check_index("prompt", prompt, n, what="prompts")
             v, lg = vals[:, b], float(logit[b])
         parts = [label.split(ARROW) for label in self.labels]
-        return pd.DataFrame({"label": list(self.labels), "order": list(self.orders), "source": [p[0] for p in parts],
-                             "heads": [ARROW.join(p[1:]) for p in parts], "value": v.numpy(),
-                             "logit": [lg] * len(self.labels)})
+        return pd.DataFrame(
+            {
+                "label": list(self.labels),
+                "order": list(self.orders),
+                "source": [p[0] for p in parts],
+                "heads": [ARROW.join(p[1:]) for p in parts],
+                "value": v.numpy(),
+                "logit": [lg] * len(self.labels),
+            }
+        )
 
     def _ranked_frame(self) -> pd.DataFrame:
         return self.path_table()
 
-    def top(self, k: int = 10, *, by: Optional[str] = None, absolute: Optional[bool] = None,
-            prompt: Optional[int] = None) -> pd.DataFrame:
+    def top(
+        self, k: int = 10, *, by: Optional[str] = None, absolute: Optional[bool] = None, prompt: Optional[int] = None
+    ) -> pd.DataFrame:
         """The ``k`` paths that raise the chosen logit most (by ``value``, the mean over prompts unless
         ``prompt``), a DataFrame as :meth:`path_table`. ``absolute=True`` ranks by |value| instead
         (paths that push either way)."""
@@ -191,8 +200,17 @@ class PathExpansion(Result):
         for i, (label, order) in enumerate(zip(self.labels, self.orders)):
             parts = label.split(ARROW)
             for b in range(vals.shape[1]):
-                rows.append(dict(label=label, order=order, source=parts[0], heads=ARROW.join(parts[1:]),
-                                 prompt=b, value=float(vals[i, b]), logit=float(self.logit[b])))
+                rows.append(
+                    dict(
+                        label=label,
+                        order=order,
+                        source=parts[0],
+                        heads=ARROW.join(parts[1:]),
+                        prompt=b,
+                        value=float(vals[i, b]),
+                        logit=float(self.logit[b]),
+                    )
+                )
         return pd.DataFrame(rows)
 
     def plot(self, *, k: int = 20, prompt: Optional[int] = None) -> go.Figure:
@@ -202,8 +220,10 @@ class PathExpansion(Result):
         return path_expansion_figure(self, k=k, prompt=prompt)
 
     def __repr__(self) -> str:
-        return (f"PathExpansion({len(self.labels)} paths up to order {self.order}, batch={self.values.shape[1]}, "
-                f"closure_error={self.closure_error:.2e})")
+        return (
+            f"PathExpansion({len(self.labels)} paths up to order {self.order}, batch={self.values.shape[1]}, "
+            f"closure_error={self.closure_error:.2e})"
+        )
 
 
 def _per_row(name: str, value: Any, n: int, lo: int, hi: int, device: torch.device) -> Tensor:
@@ -229,8 +249,9 @@ def _per_row(name: str, value: Any, n: int, lo: int, hi: int, device: torch.devi
 def _tokens(model: Model, inputs: Any) -> Int[Tensor, "batch pos"]:
     """Token ids [batch, pos] from a string, equal-length strings, or an int tensor."""
     arch = model.arch
-    if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs
-                                   and all(isinstance(x, str) for x in inputs)):
+    if isinstance(inputs, str) or (
+        isinstance(inputs, (list, tuple)) and inputs and all(isinstance(x, str) for x in inputs)
+    ):
         texts = [inputs] if isinstance(inputs, str) else list(inputs)
         rows = [model.to_tokens(t)[0] for t in texts]
         if len({len(r) for r in rows}) != 1:
@@ -318,9 +339,12 @@ def _capture(model: Model, tokens: Tensor) -> tuple[Tensor, list[Tensor], list[T
     missing = [l for l in range(arch.n_layers) if l not in patterns]
     if missing:
         raise UnsupportedOperationError(f"model {arch.name!r}: no attention pattern captured for layers {missing}")
-    return (logits.detach(), [patterns[l] for l in range(arch.n_layers)],
-            [norm_in[l] for l in range(arch.n_layers)] if arch.norm != "none" else [],
-            final_in[0] if final_in else None)
+    return (
+        logits.detach(),
+        [patterns[l] for l in range(arch.n_layers)],
+        [norm_in[l] for l in range(arch.n_layers)] if arch.norm != "none" else [],
+        final_in[0] if final_in else None,
+    )
 
 
 def _norm_linear(x: Tensor, kind: str, eps: float, gain: Tensor) -> Callable[[Tensor], Tensor]:
@@ -377,10 +401,21 @@ def path_expansion(
         answer_str = tuple(model.tokenizer.decode([int(a)]) for a in ans)
     log.debug("path_expansion: %d paths, closure error %.2e", len(labels), closure)
     return PathExpansion(
-        labels=tuple(labels), orders=tuple(orders), contributions=contrib, values=values,
-        logit=logits[rows, p, ans], unembed_bias=b_U[ans], answer=ans, pos=p, tokens=tokens,
-        patterns=torch.stack(patterns), W_U=W_U.detach().clone(), b_U=b_U.detach().clone(),
-        order=order, closure_error=closure, answer_str=answer_str,
+        labels=tuple(labels),
+        orders=tuple(orders),
+        contributions=contrib,
+        values=values,
+        logit=logits[rows, p, ans],
+        unembed_bias=b_U[ans],
+        answer=ans,
+        pos=p,
+        tokens=tokens,
+        patterns=torch.stack(patterns),
+        W_U=W_U.detach().clone(),
+        b_U=b_U.detach().clone(),
+        order=order,
+        closure_error=closure,
+        answer_str=answer_str,
     )
 
 
@@ -392,8 +427,12 @@ def _check_memory(arch: Any, tokens: Tensor, order: int, *, n_sources: int, dt: 
     # logits and their reconstruction [batch, pos, d_vocab]; every layer's pattern [batch, heads, pos, pos]
     e = torch.finfo(dt).bits // 8
     copies = 3 if arch.norm != "none" else 2
-    need = e * n_batch * n_pos * (copies * n_terms * arch.d_model + 2 * arch.d_vocab
-                                  + arch.n_layers * arch.n_heads * n_pos)
+    need = (
+        e
+        * n_batch
+        * n_pos
+        * (copies * n_terms * arch.d_model + 2 * arch.d_vocab + arch.n_layers * arch.n_heads * n_pos)
+    )
     if need > MEMORY_CAP_BYTES:
         raise MemoryCapError(
             f"order={order} gives {n_terms} paths × inputs {tuple(tokens.shape)} × d_model {arch.d_model} "
@@ -402,8 +441,9 @@ def _check_memory(arch: Any, tokens: Tensor, order: int, *, n_sources: int, dt: 
         )
 
 
-def _expand_paths(arch: Any, w: Any, tokens: Tensor, patterns: list[Tensor], norm_in: list[Tensor],
-                  order: int) -> dict[str, tuple[int, Tensor]]:
+def _expand_paths(
+    arch: Any, w: Any, tokens: Tensor, patterns: list[Tensor], norm_in: list[Tensor], order: int
+) -> dict[str, tuple[int, Tensor]]:
     """label → (order, contribution to the residual stream [batch, pos, d_model]) of every path: the
     embeddings, then per layer each head reading every path of order < ``order`` (and the ln1 bias) through
     its frozen-scale norm, and the layer's attention bias."""
@@ -413,8 +453,7 @@ def _expand_paths(arch: Any, w: Any, tokens: Tensor, patterns: list[Tensor], nor
         paths["pos_embed"] = (0, w.W_pos[:n_pos].expand(n_batch, n_pos, arch.d_model))
     for l in range(arch.n_layers):
         A = patterns[l]  # [batch, n_heads, query_pos, key_pos]
-        lin = (_norm_linear(norm_in[l], arch.norm, arch.norm_eps, w.ln1_w[l]) if arch.norm != "none"
-               else (lambda c: c))
+        lin = _norm_linear(norm_in[l], arch.norm, arch.norm_eps, w.ln1_w[l]) if arch.norm != "none" else (lambda c: c)
         readers = [(label, k, lin(c)) for label, (k, c) in paths.items() if k < order]
         if arch.norm == "layernorm" and order >= 1:
             readers.append((str(NormBias(Norm(l, "ln1"))), 0, w.ln1_b[l].expand(n_batch, n_pos, arch.d_model)))
@@ -427,20 +466,25 @@ def _expand_paths(arch: Any, w: Any, tokens: Tensor, patterns: list[Tensor], nor
                 z = einops.einsum(A[:, h], v, "b q p, b p h -> b q h")
                 new[f"{label}{ARROW}{Head(l, h)}"] = (k + 1, z @ W_O)
         rowsum = A.sum(dim=-1)  # [batch, n_heads, query_pos]; 1 except fully masked rows
-        bias_V = einops.einsum(w.b_V[l][[arch.kv_head(h) for h in range(arch.n_heads)]], w.W_O[l],
-                               "n h, n h d -> n d")  # each head's b_V W_O
+        bias_V = einops.einsum(
+            w.b_V[l][[arch.kv_head(h) for h in range(arch.n_heads)]], w.W_O[l], "n h, n h d -> n d"
+        )  # each head's b_V W_O
         attn_bias = w.b_O[l] + einops.einsum(rowsum, bias_V, "b n q, n d -> b q d")
         paths.update(new)
         paths[str(Bias(l, "attn"))] = (0, attn_bias)
     return paths
 
 
-def _final_terms(arch: Any, w: Any, paths: dict[str, tuple[int, Tensor]], final_in: Optional[Tensor],
-                 n_batch: int, n_pos: int) -> tuple[list[str], list[int], Tensor]:
+def _final_terms(
+    arch: Any, w: Any, paths: dict[str, tuple[int, Tensor]], final_in: Optional[Tensor], n_batch: int, n_pos: int
+) -> tuple[list[str], list[int], Tensor]:
     """The labels, orders and stacked contributions [n_terms, batch, pos, d_model] after the final norm (its
     scale frozen), with the final LayerNorm's bias as its own term."""
-    final = (_norm_linear(final_in, arch.norm, arch.norm_eps, w.lnf_w)
-             if arch.norm != "none" and final_in is not None and w.lnf_w is not None else (lambda c: c))
+    final = (
+        _norm_linear(final_in, arch.norm, arch.norm_eps, w.lnf_w)
+        if arch.norm != "none" and final_in is not None and w.lnf_w is not None
+        else (lambda c: c)
+    )
     labels = list(paths)
     contributions = [final(c) for _, c in paths.values()]
     orders = [k for k, _ in paths.values()]

@@ -46,7 +46,7 @@ def _hf_config(model: Model) -> Any:
     return cfg
 
 
-def rope_frequencies(model: Model, layer: int = 0) -> tuple[Float[Tensor, "half"], float]:
+def rope_frequencies(model: Model, layer: int = 0) -> tuple[Float[Tensor, " half"], float]:
     """(inv_freq [rotary_dim/2] float64, attention_scaling) of ``layer`` as Hugging Face computes them (a
     model with a RoPE per layer type, Gemma 3, keys its ``rope_parameters`` by the layer's type)."""
     arch = model.arch
@@ -58,7 +58,8 @@ def rope_frequencies(model: Model, layer: int = 0) -> tuple[Float[Tensor, "half"
     if arch.rotary_interleaved:
         raise UnsupportedOperationError(
             f"model {model.name!r} rotates adjacent pairs (GPT-J layout); rel_pos circuits are built for the "
-            "rotate-half layout only")
+            "rotate-half layout only"
+        )
     cfg = _hf_config(model)
     params = dict(getattr(cfg, "rope_parameters", None) or {})
     types: Any = getattr(cfg, "layer_types", None)

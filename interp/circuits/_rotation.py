@@ -43,8 +43,9 @@ __all__ = ["rotate_residual", "random_rotation"]
 log = logging.getLogger(__name__)
 
 
-def random_rotation(d_model: int, *, fix_ones: bool = False, seed: int = 0,
-                    dtype: torch.dtype = torch.float64) -> Tensor:
+def random_rotation(
+    d_model: int, *, fix_ones: bool = False, seed: int = 0, dtype: torch.dtype = torch.float64
+) -> Tensor:
     """A random orthogonal [d_model, d_model] matrix (Haar, seeded); ``fix_ones=True`` makes R·1 = 1
     (a rotation of the hyperplane orthogonal to 1, as LayerNorm models need)."""
     check_int_min("d_model", d_model, 2)
@@ -55,7 +56,7 @@ def random_rotation(d_model: int, *, fix_ones: bool = False, seed: int = 0,
     Q = Q * torch.sign(torch.diagonal(Rr))  # Haar measure
     if fix_ones:
         # Householder H swaps u = 1/sqrt(d) and e_1; R = H (1 ⊕ Q) H fixes u and rotates its complement
-        u = torch.full((d_model,), d_model ** -0.5, dtype=torch.float64, device="cpu")
+        u = torch.full((d_model,), d_model**-0.5, dtype=torch.float64, device="cpu")
         v = u.clone()
         v[0] -= 1.0
         H = torch.eye(d_model, dtype=torch.float64, device="cpu") - 2 * torch.outer(v, v) / (v @ v)
@@ -98,7 +99,7 @@ def _check_model(model: Any, R64: Tensor, atol: float) -> None:
     if a.norm == "layernorm":
         ones = torch.ones(a.d_model, dtype=torch.float64, device=R64.device)
         dev = float((R64 @ ones - ones).abs().max())
-        if dev > atol * a.d_model ** 0.5:
+        if dev > atol * a.d_model**0.5:
             raise ArgumentError(
                 f"R·1 ≠ 1 (max deviation {dev:.3g}) but model {model.name!r} uses LayerNorm: LayerNorm subtracts "
                 "each vector's mean, i.e. projects out the all-ones direction 1, and that centring commutes with "
@@ -128,19 +129,40 @@ def rotated_weights(model: Model, R64: Tensor) -> Weights:
     W_gate, b_gate = (None, w.b_gate) if w.W_gate is None else read(w.W_gate, w.b_gate, w.ln2_w, w.ln2_b, "ld,ldm->lm")
     lnf_w, W_U0 = w.lnf_w, w.W_U
     if lnf_w is None or W_U0 is None:
-        raise UnsupportedOperationError(f"rotate_residual needs a final norm and an unembedding; model "
-                                        f"{model.name!r} lacks {'the final norm' if lnf_w is None else 'W_U'}")
+        raise UnsupportedOperationError(
+            f"rotate_residual needs a final norm and an unembedding; model "
+            f"{model.name!r} lacks {'the final norm' if lnf_w is None else 'W_U'}"
+        )
     lnf_b = w.lnf_b if w.lnf_b is not None else torch.zeros_like(lnf_w)
     b_U0 = w.b_U if w.b_U is not None else torch.zeros(W_U0.shape[1], dtype=W_U0.dtype, device=W_U0.device)
     W_U = Rt @ (lnf_w[:, None] * W_U0)
     b_U = b_U0 + (lnf_b @ W_U0 if ln else 0)
     ones, zeros = torch.ones_like(w.ln1_w), torch.zeros_like(w.ln1_b)
     new = w.with_updates(
-        W_E=w.W_E @ R64, W_pos=None if w.W_pos is None else w.W_pos @ R64,
-        W_Q=W_Q, W_K=W_K, W_V=W_V, b_Q=b_Q, b_K=b_K, b_V=b_V, W_O=w.W_O @ R64, b_O=w.b_O @ R64,
-        W_in=W_in, b_in=b_in, W_gate=W_gate, b_gate=b_gate, W_out=w.W_out @ R64, b_out=w.b_out @ R64,
-        ln1_w=ones, ln1_b=zeros, ln2_w=ones.clone(), ln2_b=zeros.clone(),
-        lnf_w=torch.ones_like(lnf_w), lnf_b=torch.zeros_like(lnf_b), W_U=W_U, b_U=b_U,
+        W_E=w.W_E @ R64,
+        W_pos=None if w.W_pos is None else w.W_pos @ R64,
+        W_Q=W_Q,
+        W_K=W_K,
+        W_V=W_V,
+        b_Q=b_Q,
+        b_K=b_K,
+        b_V=b_V,
+        W_O=w.W_O @ R64,
+        b_O=w.b_O @ R64,
+        W_in=W_in,
+        b_in=b_in,
+        W_gate=W_gate,
+        b_gate=b_gate,
+        W_out=w.W_out @ R64,
+        b_out=w.b_out @ R64,
+        ln1_w=ones,
+        ln1_b=zeros,
+        ln2_w=ones.clone(),
+        ln2_b=zeros.clone(),
+        lnf_w=torch.ones_like(lnf_w),
+        lnf_b=torch.zeros_like(lnf_b),
+        W_U=W_U,
+        b_U=b_U,
     )
     return new.to(device=model.device, dtype=model.dtype)
 
@@ -160,12 +182,14 @@ def _build_hf(model: Model, w: Any) -> Any:
         if k in params:
             sd[k] = v.detach().contiguous().to(sd[k].dtype)
         elif bool((v != 0).any()):
-            raise UnsupportedOperationError(f"the rotated model needs a nonzero {k} that this HF model class has no "
-                                            "parameter for")
+            raise UnsupportedOperationError(
+                f"the rotated model needs a nonzero {k} that this HF model class has no parameter for"
+            )
     missing = sorted(set(params) - set(values))
     if missing:
-        raise UnsupportedOperationError(f"rotate_residual cannot write HF parameters {missing[:5]} of "
-                                        f"{type(hf_old).__name__}")
+        raise UnsupportedOperationError(
+            f"rotate_residual cannot write HF parameters {missing[:5]} of {type(hf_old).__name__}"
+        )
     hf.load_state_dict(sd, strict=True)
     log.debug("rotate_residual: built a fresh %s with untied embeddings (W_U = Rᵀ diag(γ_f) W_U)", type(hf).__name__)
     if bool((w.b_U != 0).any()):
@@ -195,6 +219,13 @@ def rotate_residual(model: Model, R: Tensor, *, atol: float = 1e-5, name: Option
     w = rotated_weights(model, R64)
     hf = _build_hf(model, w)
     new_name = name or f"{model.name}-rotated"
-    rotated = model_from_hf_unchecked(hf, model.tokenizer, name=new_name, device=model.device, dtype=model.dtype,
-                            has_unembed=model.arch.has_unembed, source=f"rotate_residual({model.name})")
+    rotated = model_from_hf_unchecked(
+        hf,
+        model.tokenizer,
+        name=new_name,
+        device=model.device,
+        dtype=model.dtype,
+        has_unembed=model.arch.has_unembed,
+        source=f"rotate_residual({model.name})",
+    )
     return dataclasses.replace(rotated, weights=w, arch=dataclasses.replace(model.arch, name=new_name))

@@ -81,8 +81,9 @@ def _head_bases(model: Model, fold_norms: bool, rtol: float = 1e-6) -> tuple[Ten
     """(U [N, d, dh] orthonormal columns, zero-padded past each head's rank, ranks [N])."""
     a = model.arch
     pa = post_gain(model, "attn")
-    W_O = fold_write(model, model.weights.W_O, fold_norms, None if pa is None else pa[:, None, None, :]
-                     ).reshape(a.n_layers * a.n_heads, a.d_head, a.d_model)
+    W_O = fold_write(model, model.weights.W_O, fold_norms, None if pa is None else pa[:, None, None, :]).reshape(
+        a.n_layers * a.n_heads, a.d_head, a.d_model
+    )
     return _row_bases(W_O, rtol)
 
 
@@ -138,8 +139,15 @@ class SubspaceOverlap(Result):
         v = flat[i, j].double().numpy()
         lab = self._heads()
         a, b = [lab[x] for x in i.tolist()], [lab[x] for x in j.tolist()]
-        return pd.DataFrame({"pair": [f"{x}{ARROW}{y}" for x, y in zip(a, b)], "head_a": a, "head_b": b,
-                             "overlap": v, "vs_baseline": v / self.baseline})
+        return pd.DataFrame(
+            {
+                "pair": [f"{x}{ARROW}{y}" for x, y in zip(a, b)],
+                "head_a": a,
+                "head_b": b,
+                "overlap": v,
+                "vs_baseline": v / self.baseline,
+            }
+        )
 
     def plot(self) -> go.Figure:
         """Heatmap of all pairs (a plotly Figure)."""
@@ -160,9 +168,13 @@ def write_subspace_overlap(model: Model, *, fold_norms: bool = True) -> Subspace
     Ut = U.transpose(-2, -1).float()  # [N, dh, d]
     sq = packed_gram_left(Ut, weighted=False) @ packed_gram_left(Ut, weighted=True).T  # ‖U_iᵀ U_j‖_F²
     ov = (sq.double() / torch.minimum(r[:, None], r[None, :]).clamp_min(1)).clamp(0, 1)
-    return SubspaceOverlap(overlap=ov.float().reshape(a.n_layers, a.n_heads, a.n_layers, a.n_heads).cpu(),
-                           baseline=a.d_head / a.d_model, convention=convention(model, fold_norms),
-                           model_name=model.name, fold_norms=fold_norms)
+    return SubspaceOverlap(
+        overlap=ov.float().reshape(a.n_layers, a.n_heads, a.n_layers, a.n_heads).cpu(),
+        baseline=a.d_head / a.d_model,
+        convention=convention(model, fold_norms),
+        model_name=model.name,
+        fold_norms=fold_norms,
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -194,8 +206,12 @@ class ErasureTable(Result):
 
     def _row(self, index: int) -> dict[str, Any]:
         """The candidate's columns (src, dst, mean_gain, max_eig, min_eig, negative_definite)."""
-        return {c: self.table[c].iloc[index].item() if hasattr(self.table[c].iloc[index], "item")
-                else self.table[c].iloc[index] for c in self.table.columns}
+        return {
+            c: self.table[c].iloc[index].item()
+            if hasattr(self.table[c].iloc[index], "item")
+            else self.table[c].iloc[index]
+            for c in self.table.columns
+        }
 
     def to_dataframe(self) -> pd.DataFrame:
         """The candidates: pair ``src→dst`` and the table's columns."""
@@ -239,8 +255,9 @@ def _write_bases(model: Model, labels: list[str], k: int, fold_norms: bool) -> T
         kk = min(k, int((S > S[0] * 1e-6).sum()))
         out[i, :, :kk] = Vh[:kk].T
     for idx in tall.values():
-        G = torch.stack([(lambda M: M.T @ M)(write_matrix(model, parse_write(model, labels[i]), fold_norms).double())
-                         for i in idx])  # [n, d, d]
+        G = torch.stack(
+            [(lambda M: M.T @ M)(write_matrix(model, parse_write(model, labels[i]), fold_norms).double()) for i in idx]
+        )  # [n, d, d]
         evals, evecs = torch.linalg.eigh(G)  # one batched call: eigh is the slow step
         for j, i in enumerate(idx):
             kk = min(k, int((evals[j] > evals[j, -1] * 1e-12).sum()))
@@ -248,8 +265,15 @@ def _write_bases(model: Model, labels: list[str], k: int, fold_norms: bool) -> T
     return out
 
 
-def erasure_candidates(model: Model, *, k: int | None = None, screen: int = 200, fold_norms: bool = True,
-                       include_embed: bool = True, include_mlps: bool = True) -> ErasureTable:
+def erasure_candidates(
+    model: Model,
+    *,
+    k: int | None = None,
+    screen: int = 200,
+    fold_norms: bool = True,
+    include_embed: bool = True,
+    include_mlps: bool = True,
+) -> ErasureTable:
     """Heads whose OV map is negative on an earlier write's subspace (see module docstring).
 
     ``k``: dimensions of each source's subspace (default d_head); ``screen``: how many of the most
@@ -273,8 +297,11 @@ def erasure_candidates(model: Model, *, k: int | None = None, screen: int = 200,
     kv = torch.tensor([a.kv_head(h) for h in range(a.n_heads)], device=model.device)
     W_V = W_V[:, kv].double().reshape(-1, a.d_model, a.d_head)
     pa = post_gain(model, "attn")
-    W_O = fold_write(model, model.weights.W_O, fold_norms, None if pa is None else pa[:, None, None, :]
-                     ).double().reshape(-1, a.d_head, a.d_model)
+    W_O = (
+        fold_write(model, model.weights.W_O, fold_norms, None if pa is None else pa[:, None, None, :])
+        .double()
+        .reshape(-1, a.d_head, a.d_model)
+    )
     # screen: tr(E) = ⟨sym(T_d), U_s U_sᵀ⟩ for all pairs
     Ps = packed_gram_left(Us.transpose(-2, -1).float(), weighted=False)  # [S, F] float32 (screen only)
     tr = torch.empty(len(srcs), W_V.shape[0], dtype=torch.float64, device=W_V.device)
@@ -282,13 +309,16 @@ def erasure_candidates(model: Model, *, k: int | None = None, screen: int = 200,
         T = (W_V[sl] @ W_O[sl]).float()  # [c, d, d]
         Tsym = (T + T.transpose(-2, -1)) / 2
         tr[:, sl] = (Ps @ pack_symmetric(Tsym, weighted=True).T).double()
-    ranks = torch.tensor([min(k, int((Us[i].abs().sum(0) > 0).sum())) for i in range(len(srcs))],
-                         dtype=torch.float64, device=tr.device)
+    ranks = torch.tensor(
+        [min(k, int((Us[i].abs().sum(0) > 0).sum())) for i in range(len(srcs))], dtype=torch.float64, device=tr.device
+    )
     gain = tr / ranks.clamp_min(1)[:, None]
     src_pos = torch.tensor([w.position(model) for w in src_objs], device=tr.device)
     # destination head j = l * n_heads + h reads its values at L{l}.attn.v[H{kv_head(h)}]
-    dst_pos = torch.tensor([program_position(a, HeadInput(l, "v", a.kv_head(h)))
-                            for l in range(a.n_layers) for h in range(a.n_heads)], device=tr.device)
+    dst_pos = torch.tensor(
+        [program_position(a, HeadInput(l, "v", a.kv_head(h))) for l in range(a.n_layers) for h in range(a.n_heads)],
+        device=tr.device,
+    )
     valid = src_pos[:, None] < dst_pos[None, :]
     gain = torch.where(valid, gain, torch.full_like(gain, float("inf")))
     n_valid = int(valid.sum())
@@ -300,9 +330,17 @@ def erasure_candidates(model: Model, *, k: int | None = None, screen: int = 200,
         U = Us[i][:, : int(ranks[i])]
         E = (U.T @ W_V[j]) @ (W_O[j] @ U)  # [k, k]
         ev = torch.linalg.eigvalsh((E + E.T) / 2)
-        rows.append({"src": srcs[i], "dst": str(Head(*divmod(j, a.n_heads))),
-                     "mean_gain": float(torch.trace(E) / U.shape[1]),
-                     "max_eig": float(ev[-1]), "min_eig": float(ev[0]), "negative_definite": bool(ev[-1] < 0)})
+        rows.append(
+            {
+                "src": srcs[i],
+                "dst": str(Head(*divmod(j, a.n_heads))),
+                "mean_gain": float(torch.trace(E) / U.shape[1]),
+                "max_eig": float(ev[-1]),
+                "min_eig": float(ev[0]),
+                "negative_definite": bool(ev[-1] < 0),
+            }
+        )
     table = pd.DataFrame(rows, columns=["src", "dst", "mean_gain", "max_eig", "min_eig", "negative_definite"])
-    return ErasureTable(table=table, k=k, convention=convention(model, fold_norms), model_name=model.name,
-                        fold_norms=fold_norms)
+    return ErasureTable(
+        table=table, k=k, convention=convention(model, fold_norms), model_name=model.name, fold_norms=fold_norms
+    )

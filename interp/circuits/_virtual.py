@@ -62,8 +62,9 @@ if TYPE_CHECKING:
 __all__ = ["VirtualWeightNorms", "virtual_weights", "virtual_weight_norms"]
 
 
-def virtual_weights(model: Model, src: str, dst: str, *, fold_norms: bool = True,
-                    max_bytes: int = DEFAULT_MAX_BYTES) -> Circuit:
+def virtual_weights(
+    model: Model, src: str, dst: str, *, fold_norms: bool = True, max_bytes: int = DEFAULT_MAX_BYTES
+) -> Circuit:
     """The virtual weight from write ``src`` to read ``dst``: W_O^src W_I^dst (row convention), factored.
 
     ``src``: ``embed``, ``pos_embed``, ``L3.H5``, ``L3.mlp``; ``dst``: ``L3.attn.q[H5]``,
@@ -76,9 +77,15 @@ def virtual_weights(model: Model, src: str, dst: str, *, fold_norms: bool = True
     why = check_order(model, w, r)
     if why is not None:
         raise ArgumentError(f"dst={dst!r} does not read src={src!r}: {why}; the read must come after the write")
-    return Circuit(write_matrix(model, w, fold_norms), read_matrix(model, r, fold_norms),
-                   label=f"{src} → {dst}", convention=convention(model, fold_norms), max_bytes=max_bytes,
-                   src=src, dst=dst)
+    return Circuit(
+        write_matrix(model, w, fold_norms),
+        read_matrix(model, r, fold_norms),
+        label=f"{src} → {dst}",
+        convention=convention(model, fold_norms),
+        max_bytes=max_bytes,
+        src=src,
+        dst=dst,
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,8 +125,10 @@ class VirtualWeightNorms(Result):
         elif isinstance(key, str) and ARROW in key:
             key = tuple(key.split(ARROW, 1))
         if not (isinstance(key, tuple) and len(key) == 2):
-            raise LabelError(f"label={key!r} must be a (src, dst) pair or an edge 'src{ARROW}dst' such as "
-                             f"{self.writes[0] + ARROW + self.reads[0]!r}")
+            raise LabelError(
+                f"label={key!r} must be a (src, dst) pair or an edge 'src{ARROW}dst' such as "
+                f"{self.writes[0] + ARROW + self.reads[0]!r}"
+            )
         src, dst = key
         if src not in self.writes:
             raise LabelError(f"src={src!r} is not a write of this table; writes look like {self.writes[:4]}")
@@ -136,8 +145,14 @@ class VirtualWeightNorms(Result):
         pairs = list(self._pairs())
         src = [self.writes[i] for i, _ in pairs]
         dst = [self.reads[j] for _, j in pairs]
-        return pd.DataFrame({"edge": [f"{s}{ARROW}{d}" for s, d in zip(src, dst)], "src": src, "dst": dst,
-                             "norm": self.values[mask].double().cpu().numpy()})
+        return pd.DataFrame(
+            {
+                "edge": [f"{s}{ARROW}{d}" for s, d in zip(src, dst)],
+                "src": src,
+                "dst": dst,
+                "norm": self.values[mask].double().cpu().numpy(),
+            }
+        )
 
     def plot(self) -> go.Figure:
         """Heatmap of the norms, writes × reads (a plotly Figure)."""
@@ -179,8 +194,9 @@ def _read_stacks(model: Model, fold_norms: bool, dtype: torch.dtype):
         yield ["unembed"], folded_unembed(model, fold_norms)[None]
 
 
-def virtual_weight_norms(model: Model, *, fold_norms: bool = True,
-                         dtype: Optional[torch.dtype] = None) -> VirtualWeightNorms:
+def virtual_weight_norms(
+    model: Model, *, fold_norms: bool = True, dtype: Optional[torch.dtype] = None
+) -> VirtualWeightNorms:
     """‖W_O^src W_I^dst‖_F for all (write, read) pairs of the model (NaN where the read is earlier)."""
     check_model(model)
     check_bool("fold_norms", fold_norms)
@@ -204,7 +220,11 @@ def virtual_weight_norms(model: Model, *, fold_norms: bool = True,
     r_ord = torch.tensor([parse_read(model, s).position(model) for s in reads], device=dev)
     ok = w_ord[:, None] < r_ord[None, :]
     vals = torch.where(ok, sq.clamp_min(0).sqrt(), torch.full_like(sq, float("nan")))
-    return VirtualWeightNorms(values=vals.to(dtype), writes=writes, reads=reads,
-                              convention=convention(model, fold_norms), model_name=model.name,
-                              fold_norms=fold_norms)
-
+    return VirtualWeightNorms(
+        values=vals.to(dtype),
+        writes=writes,
+        reads=reads,
+        convention=convention(model, fold_norms),
+        model_name=model.name,
+        fold_norms=fold_norms,
+    )

@@ -20,5 +20,16 @@ from interp.distributed._merge import (
 )
 from interp.distributed._shard import model_source, shard_bounds
 
-__all__ = ["DEFAULT_OBJECT_STORE", "RayCluster", "merge_aggregate", "merge_edge_scores", "merge_effects", "merge_evaluation",
-           "merge_faithfulness", "merge_logit_attribution", "merge_patch", "model_source", "shard_bounds"]
+__all__ = [
+    "DEFAULT_OBJECT_STORE",
+    "RayCluster",
+    "merge_aggregate",
+    "merge_edge_scores",
+    "merge_effects",
+    "merge_evaluation",
+    "merge_faithfulness",
+    "merge_logit_attribution",
+    "merge_patch",
+    "model_source",
+    "shard_bounds",
+]

@@ -54,10 +54,16 @@ def _functions() -> dict[str, Callable[..., Any]]:
     from interp.edges import edge_attribution, evaluate_circuit, faithfulness_curve
     from interp.features import aggregate_graphs
 
-    return {"patch": patch, "effects": effects, "attribution_patch": attribution_patch,
-            "edge_attribution": edge_attribution, "evaluate_circuit": evaluate_circuit,
-            "attribute_logits": attribute_logits, "faithfulness_curve": faithfulness_curve,
-            "aggregate_graphs": aggregate_graphs}
+    return {
+        "patch": patch,
+        "effects": effects,
+        "attribution_patch": attribution_patch,
+        "edge_attribution": edge_attribution,
+        "evaluate_circuit": evaluate_circuit,
+        "attribute_logits": attribute_logits,
+        "faithfulness_curve": faithfulness_curve,
+        "aggregate_graphs": aggregate_graphs,
+    }
 
 
 #: arguments that are the same for every shard and large (transcoders: weights, but inputs of the call rather than the
@@ -92,13 +98,18 @@ class _Worker:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 res = f(self.model, **args, **kwargs)
-            return {"ok": res, "pid": os.getpid(), "warnings": [(w.category, str(w.message)) for w in caught],
-                    "seconds": time.perf_counter() - t0}
+            return {
+                "ok": res,
+                "pid": os.getpid(),
+                "warnings": [(w.category, str(w.message)) for w in caught],
+                "seconds": time.perf_counter() - t0,
+            }
         except Exception as e:  # reported to the driver, which raises it naming the shard
             return {"error": e, "prompt": self._first_failing(fn, f, start, args, kwargs), "pid": os.getpid()}
 
-    def _first_failing(self, fn: str, f: Callable[..., Any], start: int, args: dict[str, Any],
-                       kwargs: dict[str, Any]) -> Optional[int]:
+    def _first_failing(
+        self, fn: str, f: Callable[..., Any], start: int, args: dict[str, Any], kwargs: dict[str, Any]
+    ) -> Optional[int]:
         n = n_prompts(args[input_keys(fn)[0]])
         if n <= 1:
             return start
@@ -139,8 +150,14 @@ class RayCluster:
     :func:`interp.features.aggregate_graphs`.
     """
 
-    def __init__(self, workers: Optional[int] = None, *, address: Optional[str] = None,
-                 object_store_memory: Optional[int] = None, shards_per_worker: int = 2):
+    def __init__(
+        self,
+        workers: Optional[int] = None,
+        *,
+        address: Optional[str] = None,
+        object_store_memory: Optional[int] = None,
+        shards_per_worker: int = 2,
+    ):
         for name, v in (("workers", workers), ("object_store_memory", object_store_memory)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ArgumentError(f"{name}={v!r} must be an int >= 1 or None")
@@ -148,8 +165,9 @@ class RayCluster:
         if address is not None and (not isinstance(address, str) or not address):
             raise ArgumentError(f"address={address!r} must be a Ray address string (e.g. 'ray://host:10001', 'auto')")
         if address is not None and object_store_memory is not None:
-            raise ArgumentError("object_store_memory= caps a local cluster's store; an existing cluster (address=) "
-                                "keeps its own")
+            raise ArgumentError(
+                "object_store_memory= caps a local cluster's store; an existing cluster (address=) keeps its own"
+            )
         if address is None and workers is None:
             raise ArgumentError("RayCluster() needs workers=N (a local cluster) or address=... (an existing one)")
         ray = _ray()
@@ -167,8 +185,13 @@ class RayCluster:
             level = auth_log.level
             auth_log.setLevel(logging.ERROR)
             try:
-                ray.init(num_cpus=workers, object_store_memory=object_store_memory or DEFAULT_OBJECT_STORE,
-                         include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+                ray.init(
+                    num_cpus=workers,
+                    object_store_memory=object_store_memory or DEFAULT_OBJECT_STORE,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    logging_level=logging.WARNING,
+                )
             finally:
                 auth_log.setLevel(level)
         self.workers = int(workers or max(1, int(ray.cluster_resources().get("CPU", 1))))
@@ -214,8 +237,15 @@ class RayCluster:
         """The process id of each worker holding ``model``."""
         return [int(p) for p in _ray().get([a.pid.remote() for a in self.actors(model)])]
 
-    def sweep(self, fn: str, model: Model, *, out: Optional[Union[str, os.PathLike]] = None,
-              progress: bool = True, **args: Any) -> Any:
+    def sweep(
+        self,
+        fn: str,
+        model: Model,
+        *,
+        out: Optional[Union[str, os.PathLike]] = None,
+        progress: bool = True,
+        **args: Any,
+    ) -> Any:
         """``fn(model, **args)`` sharded over the prompts, merged exactly (what ``cluster=`` calls)."""
         if fn not in MERGES:
             raise ArgumentError(f"cluster=: {fn!r} is not sharded yet; the sharded functions are {sorted(MERGES)}")
@@ -270,12 +300,15 @@ class RayCluster:
                     tries[i] += 1
                     retried += 1
                     if tries[i] > _RETRIES:
-                        raise InterpError(f"cluster=: shard {i} (prompts {bounds[i][0]}–{bounds[i][1] - 1}) lost its "
-                                          f"worker {tries[i]} times; giving up ({err})") from err
+                        raise InterpError(
+                            f"cluster=: shard {i} (prompts {bounds[i][0]}–{bounds[i][1] - 1}) lost its "
+                            f"worker {tries[i]} times; giving up ({err})"
+                        ) from err
                     log.warning("shard %d: worker %d died (%s); retrying on another worker", i, w, err)
                     todo.insert(0, i)
                     actors[w] = ray.remote(num_cpus=1, max_restarts=_RETRIES, max_task_retries=_RETRIES)(
-                        _Worker).remote(source, str(model.dtype), str(model.device))
+                        _Worker
+                    ).remote(source, str(model.dtype), str(model.device))
                     known.pop(w, None)
                     free.append(w)
                     continue
@@ -301,12 +334,19 @@ class RayCluster:
             bar.close()
             for ref in pending:
                 ray.cancel(ref, force=False)
-        details = {"workers": len(actors), "shards": len(bounds), "bounds": [list(b) for b in bounds],
-                   "computed": len(bounds) - resumed, "resumed": resumed, "restarted_workers": restarts,
-                   "resubmitted": retried, "lost": 0,
-                   "worker_pids": [pids.get(i) for i in range(len(bounds))],
-                   # each computed shard's time in its worker (None: resumed from out=), for throughput figures
-                   "shard_seconds": [seconds.get(i) for i in range(len(bounds))]}
+        details = {
+            "workers": len(actors),
+            "shards": len(bounds),
+            "bounds": [list(b) for b in bounds],
+            "computed": len(bounds) - resumed,
+            "resumed": resumed,
+            "restarted_workers": restarts,
+            "resubmitted": retried,
+            "lost": 0,
+            "worker_pids": [pids.get(i) for i in range(len(bounds))],
+            # each computed shard's time in its worker (None: resumed from out=), for throughput figures
+            "shard_seconds": [seconds.get(i) for i in range(len(bounds))],
+        }
         return merge([done[i] for i in range(len(bounds))], details, model, args)
 
     @staticmethod
@@ -322,10 +362,12 @@ class RayCluster:
 
         ablations = list(args.get("ablations") or []) + [args.get("ablation")]
         if "resample" in ablations:
-            raise UnsupportedOperationError(f"{fn}(..., cluster=...) with resample ablation: the resample draw depends "
-                                            "on the whole batch, so shards cannot reproduce it; use 'mean' (with "
-                                            "reference=), 'zero' or 'corrupt' (faithfulness_curve: pass ablations="
-                                            "('corrupt', 'zero', 'mean')), or cluster=None")
+            raise UnsupportedOperationError(
+                f"{fn}(..., cluster=...) with resample ablation: the resample draw depends "
+                "on the whole batch, so shards cannot reproduce it; use 'mean' (with "
+                "reference=), 'zero' or 'corrupt' (faithfulness_curve: pass ablations="
+                "('corrupt', 'zero', 'mean')), or cluster=None"
+            )
         if fn in ("evaluate_circuit", "faithfulness_curve"):
             args = {**args, "_reference_given": args.get("reference") is not None}
             if "mean" in ablations and args.get("reference") is None and _distinct(args.get("corrupt")) > 1:
@@ -355,8 +397,10 @@ class RayCluster:
         if manifest.is_file():
             old = json.loads(manifest.read_text())
             if old.get("fingerprint") != key:
-                raise ArgumentError(f"out={str(folder)!r} holds the shards of another sweep ({old.get('function')!r} "
-                                    "with other inputs or options); give an empty or new folder")
+                raise ArgumentError(
+                    f"out={str(folder)!r} holds the shards of another sweep ({old.get('function')!r} "
+                    "with other inputs or options); give an empty or new folder"
+                )
             return [(int(a), int(b)) for a, b in old["bounds"]]
         _write_json(manifest, {"function": fn, "fingerprint": key, "bounds": [list(b) for b in bounds]})
         return bounds

@@ -24,7 +24,16 @@ from interp.edges import CircuitEvaluation, EdgeScores, FaithfulnessCurve, check
 from interp.features import AggregateGraph
 from interp.errors import ShapeError
 
-__all__ = ["merge_aggregate", "merge_faithfulness", "merge_logit_attribution", "merge_patch", "merge_effects", "merge_edge_scores", "merge_evaluation", "MERGES"]
+__all__ = [
+    "merge_aggregate",
+    "merge_faithfulness",
+    "merge_logit_attribution",
+    "merge_patch",
+    "merge_effects",
+    "merge_edge_scores",
+    "merge_evaluation",
+    "MERGES",
+]
 
 
 def _weighted(values: Sequence[float], sizes: Sequence[int]) -> float:
@@ -34,25 +43,36 @@ def _weighted(values: Sequence[float], sizes: Sequence[int]) -> float:
     return float((v * n).sum() / n.sum())
 
 
-def merge_patch(parts: Sequence[PatchResult], details: dict[str, Any], model: Any = None,
-                args: Any = None) -> PatchResult:
+def merge_patch(
+    parts: Sequence[PatchResult], details: dict[str, Any], model: Any = None, args: Any = None
+) -> PatchResult:
     """One :class:`interp.PatchResult` from the shards' (the prompt axis is last)."""
     shapes = {tuple(p.per_prompt.shape[:-1]) for p in parts}
     if len(shapes) > 1:
-        raise ShapeError(f"cluster=: the shards' patch results have different node × position shapes {sorted(shapes)} "
-                         "(positions='each' over prompts of different token lengths); give prompts of one token "
-                         "length, or run with cluster=None")
+        raise ShapeError(
+            f"cluster=: the shards' patch results have different node × position shapes {sorted(shapes)} "
+            "(positions='each' over prompts of different token lengths); give prompts of one token "
+            "length, or run with cluster=None"
+        )
     first = parts[0]
     per_prompt = torch.cat([p.per_prompt for p in parts], dim=-1)
     cpp = torch.cat([p.clean_per_prompt for p in parts], dim=-1)
     kpp = torch.cat([p.corrupt_per_prompt for p in parts], dim=-1)
     return dataclasses.replace(
-        first, values=per_prompt.mean(-1), per_prompt=per_prompt, clean=float(cpp.mean()), corrupt=float(kpp.mean()),
-        clean_per_prompt=cpp, corrupt_per_prompt=kpp, details={**first.details, "distributed": details})
+        first,
+        values=per_prompt.mean(-1),
+        per_prompt=per_prompt,
+        clean=float(cpp.mean()),
+        corrupt=float(kpp.mean()),
+        clean_per_prompt=cpp,
+        corrupt_per_prompt=kpp,
+        details={**first.details, "distributed": details},
+    )
 
 
-def merge_edge_scores(parts: Sequence[EdgeScores], details: dict[str, Any], model: Any = None,
-                      args: Any = None) -> EdgeScores:
+def merge_edge_scores(
+    parts: Sequence[EdgeScores], details: dict[str, Any], model: Any = None, args: Any = None
+) -> EdgeScores:
     """One :class:`interp.EdgeScores` from the shards' (``per_prompt`` [n_edges, n_prompts]); the merged
     completeness is the prompt-weighted mean of the shards' (each the mean of its prompts' sums)."""
     first = parts[0]
@@ -60,41 +80,54 @@ def merge_edge_scores(parts: Sequence[EdgeScores], details: dict[str, Any], mode
     per_prompt = torch.cat([p.per_prompt for p in parts], dim=1)
     scores = per_prompt.double().mean(1).to(first.scores.dtype)
     out = dataclasses.replace(
-        first, scores=scores, per_prompt=per_prompt,
-        clean=_weighted([p.clean for p in parts], sizes), corrupt=_weighted([p.corrupt for p in parts], sizes),
+        first,
+        scores=scores,
+        per_prompt=per_prompt,
+        clean=_weighted([p.clean for p in parts], sizes),
+        corrupt=_weighted([p.corrupt for p in parts], sizes),
         clean_per_prompt=torch.cat([p.clean_per_prompt for p in parts]),
         corrupt_per_prompt=torch.cat([p.corrupt_per_prompt for p in parts]),
-        completeness=_weighted([p.completeness for p in parts], sizes), exact=None,
-        details={**first.details, "distributed": details})
+        completeness=_weighted([p.completeness for p in parts], sizes),
+        exact=None,
+        details={**first.details, "distributed": details},
+    )
     check_completeness(out)
     return out
 
 
-def merge_effects(parts: Sequence[Effects], details: dict[str, Any], model: Any = None,
-                  args: Any = None) -> Effects:
+def merge_effects(parts: Sequence[Effects], details: dict[str, Any], model: Any = None, args: Any = None) -> Effects:
     """One :class:`interp.Effects` from the shards' (``per_prompt`` [3, n_nodes, n_prompts]); ``corrupt``,
     kept only as a mean, is the prompt-weighted mean of the shards' (NaN stays NaN)."""
     first = parts[0]
     per = torch.cat([p.per_prompt for p in parts], dim=-1)
     cpp = torch.cat([p.clean_per_prompt for p in parts], dim=-1)
     return dataclasses.replace(
-        first, total=per[0].mean(-1), direct=per[1].mean(-1), indirect=per[2].mean(-1), per_prompt=per,
-        clean=float(cpp.mean()), clean_per_prompt=cpp,
+        first,
+        total=per[0].mean(-1),
+        direct=per[1].mean(-1),
+        indirect=per[2].mean(-1),
+        per_prompt=per,
+        clean=float(cpp.mean()),
+        clean_per_prompt=cpp,
         corrupt=_weighted([p.corrupt for p in parts], [p.n_prompts for p in parts]),
-        details={**first.details, "distributed": details})
+        details={**first.details, "distributed": details},
+    )
 
 
-def merge_evaluation(parts: Sequence[CircuitEvaluation], details: dict[str, Any], model: Any = None,
-                     args: Any = None) -> CircuitEvaluation:
+def merge_evaluation(
+    parts: Sequence[CircuitEvaluation], details: dict[str, Any], model: Any = None, args: Any = None
+) -> CircuitEvaluation:
     """One :class:`interp.CircuitEvaluation` from the shards' (``per_prompt`` [3, n_prompts]: circuit, all, none)."""
     first = parts[0]
     per = torch.cat([p.per_prompt for p in parts], dim=1)
-    return dataclasses.replace(first, values=per.mean(1), per_prompt=per,
-                               details={**first.details, "distributed": details})
+    return dataclasses.replace(
+        first, values=per.mean(1), per_prompt=per, details={**first.details, "distributed": details}
+    )
 
 
-def merge_logit_attribution(parts: Sequence[LogitAttribution], details: dict[str, Any], model: Any = None,
-                            args: Any = None) -> LogitAttribution:
+def merge_logit_attribution(
+    parts: Sequence[LogitAttribution], details: dict[str, Any], model: Any = None, args: Any = None
+) -> LogitAttribution:
     """One :class:`interp.LogitAttribution` from the shards' (``values`` [n_terms, n_prompts]): per-prompt fields
     concatenated; ``closure_error`` (a max over prompts) the max of the shards'; ``relative_error`` recomputed from
     it and the merged totals; the target's text and the answer / wrong ids resolved for all prompts at once, as
@@ -102,34 +135,51 @@ def merge_logit_attribution(parts: Sequence[LogitAttribution], details: dict[str
     first = parts[0]
     labels = {tuple(p.labels) for p in parts}
     if len(labels) > 1:
-        raise ShapeError("cluster=: the shards' attributions have different terms (unit='head_source' over prompts "
-                         "of different token lengths); give prompts of one token length, or run with cluster=None")
+        raise ShapeError(
+            "cluster=: the shards' attributions have different terms (unit='head_source' over prompts "
+            "of different token lengths); give prompts of one token length, or run with cluster=None"
+        )
     values = torch.cat([p.values for p in parts], dim=1)
     total = torch.cat([p.total for p in parts])
     err = max(p.closure_error for p in parts)
     scale = float(total.abs().max())
     texts = [t for p in parts for t in (p.prompt_targets or [])]
     a = args or {}
-    targets = resolve_targets(model, a.get("answer"), a.get("wrong"), int(values.shape[1]),
-                              multi_token=a.get("multi_token", False), target=a.get("target", "logit"),
-                              wrong_agg=a.get("wrong_agg", "mean"))
+    targets = resolve_targets(
+        model,
+        a.get("answer"),
+        a.get("wrong"),
+        int(values.shape[1]),
+        multi_token=a.get("multi_token", False),
+        target=a.get("target", "logit"),
+        wrong_agg=a.get("wrong_agg", "mean"),
+    )
 
     def cat(field: str) -> Any:
         vals = [getattr(p, field) for p in parts]
         return None if any(v is None for v in vals) else [x for v in vals for x in v]
 
     return dataclasses.replace(
-        first, values=values, total=total, closure_error=err, relative_error=err / scale if scale > 0 else err,
-        positions=torch.cat([p.positions for p in parts]), prompts=cat("prompts"),
-        prompt_str_tokens=cat("prompt_str_tokens"), prompt_targets=texts or None,
-        target=targets.overall_text(texts) if texts else first.target, answer_ids=targets.answer_ids(),
+        first,
+        values=values,
+        total=total,
+        closure_error=err,
+        relative_error=err / scale if scale > 0 else err,
+        positions=torch.cat([p.positions for p in parts]),
+        prompts=cat("prompts"),
+        prompt_str_tokens=cat("prompt_str_tokens"),
+        prompt_targets=texts or None,
+        target=targets.overall_text(texts) if texts else first.target,
+        answer_ids=targets.answer_ids(),
         wrong_ids=targets.wrong_ids(),
         wrong_agg=targets.agg if targets.wrongs is not None and any(len(w) > 1 for w in targets.wrongs) else None,
-        details={**first.details, "distributed": details})
+        details={**first.details, "distributed": details},
+    )
 
 
-def merge_faithfulness(parts: Sequence[FaithfulnessCurve], details: dict[str, Any], model: Any = None,
-                       args: Any = None) -> FaithfulnessCurve:
+def merge_faithfulness(
+    parts: Sequence[FaithfulnessCurve], details: dict[str, Any], model: Any = None, args: Any = None
+) -> FaithfulnessCurve:
     """One :class:`interp.FaithfulnessCurve` from the shards': the means M(C_k), M(all), M(∅) prompt-weighted
     (the shards' prompt counts are in ``details["bounds"]``), then faithfulness = (M(C) − M(∅)) / (M(all) − M(∅)),
     CPR and CMD recomputed from them as in process — never a mean of the shards' ratios."""
@@ -150,12 +200,20 @@ def merge_faithfulness(parts: Sequence[FaithfulnessCurve], details: dict[str, An
     cmd = torch.stack([torch.trapezoid((1 - F[i]).abs(), x) for i in range(V.shape[0])])
     given = (args or {}).get("_reference_given", True)
     return dataclasses.replace(
-        first, values=V, full=full, empty=empty, faithfulness=F, cpr=cpr, cmd=cmd,
-        details={**first.details, "reference": "given" if given else "the corrupt prompts", "distributed": details})
+        first,
+        values=V,
+        full=full,
+        empty=empty,
+        faithfulness=F,
+        cpr=cpr,
+        cmd=cmd,
+        details={**first.details, "reference": "given" if given else "the corrupt prompts", "distributed": details},
+    )
 
 
-def merge_aggregate(parts: Sequence[AggregateGraph], details: dict[str, Any], model: Any = None,
-                    args: Any = None) -> AggregateGraph:
+def merge_aggregate(
+    parts: Sequence[AggregateGraph], details: dict[str, Any], model: Any = None, args: Any = None
+) -> AggregateGraph:
     """One :class:`interp.features.AggregateGraph` from the shards': their sums and counts added
     (:meth:`AggregateGraph.combine`, as in process)."""
     return AggregateGraph.combine(parts, details={"distributed": details})

@@ -39,14 +39,19 @@ def model_source(model: Model) -> str:
     if src.startswith("hub:") and src[4:] == model.name:
         return model.name
     path = Path(src) if src else None
-    if path is not None and path.is_absolute() and path.exists() and (
-            path.suffix == ".gguf" or (path.is_dir() and (path / "config.json").is_file())):
+    if (
+        path is not None
+        and path.is_absolute()
+        and path.exists()
+        and (path.suffix == ".gguf" or (path.is_dir() and (path / "config.json").is_file()))
+    ):
         return src
     raise UnsupportedOperationError(
         f"cluster=: model {model.name!r} has no source a worker can reload (source={src!r}); workers load the "
         "model themselves and never receive weights through the object store. Load it with interp.load_model("
         "<catalog name | local HF folder | .gguf file | hub id>), or save it to a folder (e.g. HF save_pretrained) "
-        "and load that, then pass cluster=; or run with cluster=None")
+        "and load that, then pass cluster=; or run with cluster=None"
+    )
 
 
 def n_prompts(clean: Any, arg: str = "clean") -> int:
@@ -59,8 +64,9 @@ def n_prompts(clean: Any, arg: str = "clean") -> int:
         return 1  # one prompt's ids
     if isinstance(clean, (list, tuple)):
         return len(clean)
-    raise ArgumentError(f"{arg}={clean!r:.80}: with cluster=, give a string, a list of strings or an int tensor "
-                        "[batch, pos]")
+    raise ArgumentError(
+        f"{arg}={clean!r:.80}: with cluster=, give a string, a list of strings or an int tensor [batch, pos]"
+    )
 
 
 def shard_bounds(n: int, n_shards: int) -> list[tuple[int, int]]:
@@ -141,9 +147,13 @@ def take_args(fn: str, args: dict[str, Any], n: int, start: int, stop: int) -> d
 def _canon(x: Any) -> Any:
     if isinstance(x, Tensor):
         t = x.detach().cpu().contiguous()
-        return {"tensor": hashlib.sha256(t.numpy().tobytes() if t.dtype != torch.bfloat16 else
-                                         t.float().numpy().tobytes()).hexdigest(),
-                "shape": list(t.shape), "dtype": str(t.dtype)}
+        return {
+            "tensor": hashlib.sha256(
+                t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes()
+            ).hexdigest(),
+            "shape": list(t.shape),
+            "dtype": str(t.dtype),
+        }
     if isinstance(x, (str, int, float, bool)) or x is None:
         return x
     if isinstance(x, (list, tuple)):
@@ -159,6 +169,7 @@ def _canon(x: Any) -> Any:
 
 def fingerprint(fn: str, source: str, dtype: Any, args: dict[str, Any], extra: Optional[dict] = None) -> str:
     """A sha256 of everything that determines a sweep's shards (function, model source and dtype, arguments)."""
-    blob = json.dumps({"fn": fn, "source": source, "dtype": str(dtype), "args": _canon(args), **(extra or {})},
-                      sort_keys=True)
+    blob = json.dumps(
+        {"fn": fn, "source": source, "dtype": str(dtype), "args": _canon(args), **(extra or {})}, sort_keys=True
+    )
     return hashlib.sha256(blob.encode()).hexdigest()

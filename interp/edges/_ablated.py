@@ -43,8 +43,9 @@ class AblatedForward:
     def __init__(self, writes: EdgeWrites):
         self.ew, self.e, self.a, self.w = writes, writes.e, writes.a, writes.w
 
-    def __call__(self, tokens: Tensor, mask: Tensor, abl: Optional[Acts], K: Tensor, read: Any, prompt: Tensor
-                 ) -> Tensor:
+    def __call__(
+        self, tokens: Tensor, mask: Tensor, abl: Optional[Acts], K: Tensor, read: Any, prompt: Tensor
+    ) -> Tensor:
         """The metric [P] of prompts ``prompt`` (``tokens`` [P, T] theirs) with every edge's reader seeing
         (1 − K_wr) a_w + K_wr ã_w (module docstring).
 
@@ -61,8 +62,16 @@ class AblatedForward:
 
     # ------------------------------------------------------------------ a stream that sums the writes
 
-    def _buffered(self, tokens: Tensor, mask: Tensor, parts: dict[str, Tensor], abl: Optional[Acts], K: Tensor,
-                  read: Any, prompt: Tensor) -> Tensor:
+    def _buffered(
+        self,
+        tokens: Tensor,
+        mask: Tensor,
+        parts: dict[str, Tensor],
+        abl: Optional[Acts],
+        K: Tensor,
+        read: Any,
+        prompt: Tensor,
+    ) -> Tensor:
         """Pre-norm and parallel blocks (any block whose stream is the sum of the writes): one buffer
         B [2 + W, P, T, d] holds the clean stream x, S = Σ D_w over the writers so far and each
         D_w = ã_w − a_w(this run), writer-major, so that the inputs of a layer's readers,
@@ -188,8 +197,16 @@ class AblatedForward:
 
     # ------------------------------------------------------------------ a normed stream
 
-    def _copies(self, tokens: Tensor, mask: Tensor, parts: dict[str, Tensor], abl: Optional[Acts], K: Tensor,
-                read: Any, prompt: Tensor) -> Tensor:
+    def _copies(
+        self,
+        tokens: Tensor,
+        mask: Tensor,
+        parts: dict[str, Tensor],
+        abl: Optional[Acts],
+        K: Tensor,
+        read: Any,
+        prompt: Tensor,
+    ) -> Tensor:
         """A normed stream (post-norm): each reader with an ablated edge reads its own copy V_r of the stream,
         replayed with its ablated writers' values and every Add & Norm recomputed on it (:class:`_Copies`)."""
         ew, e, w = self.ew, self.e, self.w
@@ -275,7 +292,7 @@ class _Mixed:
         ew, l, z, abl = self.ew, self.l, self.z, self.abl
         assert z is not None
         nw, H = ew.head0[l], ew.H
-        Dh = self.D[nw: nw + H]
+        Dh = self.D[nw : nw + H]
         if self.heads_normed:
             Dh.copy_(ew.head_delta(l, abl, _layer_acts(l, z)).transpose(0, 1))
         else:
@@ -299,9 +316,9 @@ class _Mixed:
                 assert self.attn is not None
                 nw, C, comp, _ = self.specs[l]
                 h_in.add_(self.attn)
-                ch = C[nw: nw + ew.H, n] + comp[n].to(h_in.dtype)
+                ch = C[nw : nw + ew.H, n] + comp[n].to(h_in.dtype)
                 if bool((ch != 0).any()):
-                    h_in.view(1, -1).addmm_(ch[None], self.D[nw: nw + ew.H].reshape(ew.H, -1))
+                    h_in.view(1, -1).addmm_(ch[None], self.D[nw : nw + ew.H].reshape(ew.H, -1))
         return e.norm_at(norm, l, h_in)
 
     def apply(self, sub: str, h: Tensor) -> Tensor:
@@ -318,7 +335,7 @@ class _Mixed:
         ew = self.ew
         if sub == "attn":
             nw = ew.head0[self.l]
-            self.S.add_(self.D[nw: nw + ew.H].sum(0))
+            self.S.add_(self.D[nw : nw + ew.H].sum(0))
         else:
             self.S.add_(self.D[ew.mlp_w[self.l]])
         self.dx.add_(out)
@@ -334,8 +351,7 @@ class _Copies:
     readers with an ablated edge, ``Ks`` [W, S] their columns of K); each join adds Σ_w K_ws D_w of the
     sublayer's writers to the copies, each norm is recomputed on both."""
 
-    def __init__(self, f: AblatedForward, D: Tensor, Ks: Tensor, special: list[int], abl: Optional[Acts],
-                 mask: Tensor):
+    def __init__(self, f: AblatedForward, D: Tensor, Ks: Tensor, special: list[int], abl: Optional[Acts], mask: Tensor):
         self.ew, self.e, self.D, self.Ks, self.abl, self.mask = f.ew, f.e, D, Ks, abl, mask
         self.pos = {r: i for i, r in enumerate(special)}
         self.heads_normed = f.ew.block.out_norm("attn") is not None  # an output norm on the attention
@@ -359,9 +375,9 @@ class _Copies:
             assert z is not None
             nw = ew.head0[l]
             if self.heads_normed:
-                D[:, nw: nw + ew.H] = ew.head_delta(l, abl, _layer_acts(l, z))
+                D[:, nw : nw + ew.H] = ew.head_delta(l, abl, _layer_acts(l, z))
             else:  # through Δz
-                D[:, nw: nw + ew.H] = ew.head_writes(l, (abl.z[l] - z) if abl is not None else -z)
+                D[:, nw : nw + ew.H] = ew.head_writes(l, (abl.z[l] - z) if abl is not None else -z)
         elif site == "mlp_out":
             i = ew.mlp_w[l]
             D[:, i] = (abl.mlp[l] - v) if abl is not None else -v
@@ -378,9 +394,14 @@ class _Copies:
         e, w, l, H, Hkv = self.e, self.ew.w, self.l, self.ew.H, self.ew.Hkv
         if sub == "mlp":
             return e.mlp(l, h)
-        qkv = torch.cat([torch.einsum("pthd,hde->pthe", h[:, :, :H], w.W_Q[l]) + w.b_Q[l],
-                         torch.einsum("pthd,hde->pthe", h[:, :, H: H + Hkv], w.W_K[l]) + w.b_K[l],
-                         torch.einsum("pthd,hde->pthe", h[:, :, H + Hkv:], w.W_V[l]) + w.b_V[l]], dim=2)
+        qkv = torch.cat(
+            [
+                torch.einsum("pthd,hde->pthe", h[:, :, :H], w.W_Q[l]) + w.b_Q[l],
+                torch.einsum("pthd,hde->pthe", h[:, :, H : H + Hkv], w.W_K[l]) + w.b_K[l],
+                torch.einsum("pthd,hde->pthe", h[:, :, H + Hkv :], w.W_V[l]) + w.b_V[l],
+            ],
+            dim=2,
+        )
         self.z = e.attention(l, qkv, self.mask)
         return e.attn_out(l, self.z)
 

@@ -100,16 +100,29 @@ def edge_attribution(
     require_model(model)
     if cluster is not None or out is not None:
         return check_cluster(cluster, out).sweep(
-            "edge_attribution", model, out=out, progress=progress, clean=clean, corrupt=corrupt, metric=metric,
-            method=method, ig_steps=ig_steps, ig_at=ig_at, scale=scale, batch_size=batch_size)
+            "edge_attribution",
+            model,
+            out=out,
+            progress=progress,
+            clean=clean,
+            corrupt=corrupt,
+            metric=metric,
+            method=method,
+            ig_steps=ig_steps,
+            ig_at=ig_at,
+            scale=scale,
+            batch_size=batch_size,
+        )
     check_choice("method", method, METHODS)
     check_choice("ig_at", ig_at, IG_AT)
     check_choice("scale", scale, SCALES)
     check_bool("progress", progress)
     check_positive_int("batch_size", batch_size, allow_none=True)
     if isinstance(ig_steps, bool) or not isinstance(ig_steps, int) or ig_steps < 1:
-        raise ArgumentError(f"ig_steps={ig_steps!r} must be an int >= 1 (the number of points on the corrupt → "
-                            "clean path; 5 is the reference default)")
+        raise ArgumentError(
+            f"ig_steps={ig_steps!r} must be an int >= 1 (the number of points on the corrupt → "
+            "clean path; 5 is the reference default)"
+        )
     if torch.is_inference_mode_enabled():
         raise UnsupportedOperationError("edge_attribution takes gradients: call it outside torch.inference_mode()")
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=True)
@@ -130,8 +143,9 @@ def edge_attribution(
     bar = tqdm(total=len(chunks) * steps, desc=f"edge_attribution {method}", unit="pass", disable=not progress)
     try:
         for idx in chunks:
-            s, comp, mc, mk = _chunk(model, pair, ew, torch.tensor(idx, device=model.device), steps, ig_at, scale,
-                                     tok_w, bar)
+            s, comp, mc, mk = _chunk(
+                model, pair, ew, torch.tensor(idx, device=model.device), steps, ig_at, scale, tok_w, bar
+            )
             per_prompt[:, idx] = s
             completeness[idx], Mc[idx], Mk[idx] = comp, mc, mk
     finally:
@@ -139,16 +153,36 @@ def edge_attribution(
     scores = per_prompt.mean(1).to(torch.float32 if model.dtype != torch.float64 else torch.float64)
     of = "every edge" if (method == "eap-ig" and ig_at == "activations") else "the edges out of embed"
     out = EdgeScores(
-        edges=list(graph.edges), scores=scores, per_prompt=per_prompt.to(scores.dtype), method=method,
-        metric=pair.bound.name, clean=float(Mc.mean()), corrupt=float(Mk.mean()),
-        clean_per_prompt=Mc.to(scores.dtype), corrupt_per_prompt=Mk.to(scores.dtype), model_name=model.name,
-        n_layers=a.n_layers, n_heads=a.n_heads, n_kv_heads=a.n_kv_heads, ig_steps=steps, ig_at=ig_at, scale=scale,
-        completeness=float(completeness.mean()), completeness_of=of,
+        edges=list(graph.edges),
+        scores=scores,
+        per_prompt=per_prompt.to(scores.dtype),
+        method=method,
+        metric=pair.bound.name,
+        clean=float(Mc.mean()),
+        corrupt=float(Mk.mean()),
+        clean_per_prompt=Mc.to(scores.dtype),
+        corrupt_per_prompt=Mk.to(scores.dtype),
+        model_name=model.name,
+        n_layers=a.n_layers,
+        n_heads=a.n_heads,
+        n_kv_heads=a.n_kv_heads,
+        ig_steps=steps,
+        ig_at=ig_at,
+        scale=scale,
+        completeness=float(completeness.mean()),
+        completeness_of=of,
         details={"batch_size": bs, "path": "α = k/m, k = 1..m" if method == "eap-ig" else "gradient at clean"},
     )
     log.info("%r", out)
-    if math.isfinite(metric_gap(out.clean, out.corrupt, warn="edge_attribution", undefined="the edges' scores (whose "
-                                "completeness sum estimates M(clean) − M(corrupt)) and their relative error")):
+    if math.isfinite(
+        metric_gap(
+            out.clean,
+            out.corrupt,
+            warn="edge_attribution",
+            undefined="the edges' scores (whose "
+            "completeness sum estimates M(clean) − M(corrupt)) and their relative error",
+        )
+    ):
         check_completeness(out)
     return out
 
@@ -169,7 +203,8 @@ def check_completeness(scores: EdgeScores, tolerance: float = COMPLETENESS_TOLER
         f"edge_attribution(method={scores.method!r}): the completeness sum ({scores.completeness_of}) is "
         f"{scores.completeness:.4g} but M(clean) − M(corrupt) = {target:.4g}: an error of {err:.3g} "
         f"({err / abs(target):.1%} > {tolerance:.0%}), so the scores are a poor estimate of the edges' effects; {fix}",
-        CompletenessWarning)
+        CompletenessWarning,
+    )
 
 
 def _default_batch(graph: CircuitGraph, arch: Any, T: int) -> int:
@@ -177,8 +212,9 @@ def _default_batch(graph: CircuitGraph, arch: Any, T: int) -> int:
     return max(1, int(1e9 // max(per_prompt, 1)))
 
 
-def _chunk(model: Model, pair: Any, ew: EdgeWrites, idx: Tensor, steps: int, ig_at: str, scale: str, tok_w: int,
-           bar: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _chunk(
+    model: Model, pair: Any, ew: EdgeWrites, idx: Tensor, steps: int, ig_at: str, scale: str, tok_w: int, bar: Any
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Scores [n_edges, p], completeness sums [p], M(clean) [p], M(corrupt) [p] for the prompts ``idx``."""
     g = ew.g
     gradients, scorer = ReaderGradients(ew), EdgeScorer(ew)
@@ -202,8 +238,16 @@ def _chunk(model: Model, pair: Any, ew: EdgeWrites, idx: Tensor, steps: int, ig_
         alpha = k / steps
         first = k == steps
         every = ig_at == "activations"
-        gp = gradients(ct, cm, read, idx, scale=scale, mix=None if first else (abl, alpha, ig_at),
-                       corrupt=(kt, km) if first else None, delta=first or every)
+        gp = gradients(
+            ct,
+            cm,
+            read,
+            idx,
+            scale=scale,
+            mix=None if first else (abl, alpha, ig_at),
+            corrupt=(kt, km) if first else None,
+            delta=first or every,
+        )
         if first:
             if gp.corrupt_final is None:
                 raise RuntimeError("edge attribution: the first pass gave no corrupt run")
@@ -244,8 +288,13 @@ def _sub(bound: BoundMetric, idx: Tensor) -> BoundMetric:
     from dataclasses import replace
 
     pos = None if bound.positions is None else bound.positions[idx.to(bound.positions.device)]
-    return replace(bound, n_prompts=len(idx), positions=pos, mask=bound.mask[idx.to(bound.mask.device)],
-                   fn=lambda out, p, c: bound.fn(out, idx.to(p.device)[p], c))
+    return replace(
+        bound,
+        n_prompts=len(idx),
+        positions=pos,
+        mask=bound.mask[idx.to(bound.mask.device)],
+        fn=lambda out, p, c: bound.fn(out, idx.to(p.device)[p], c),
+    )
 
 
 def _scatter(t: Tensor, idx: Tensor, n: int) -> Tensor:

@@ -37,13 +37,21 @@ from interp.edges._ablated import AblatedForward
 from interp.edges._writes import Acts, EdgeWrites
 from interp.edges._graph import CircuitGraph, circuit_graph
 from interp.edges._patch import ablated_writes, check_edge_ablation
-from interp.edges._scores import EdgeCircuit, EdgeScores
+from interp.edges._scores import EdgeScores
 from interp.errors import ArgumentError
 from interp.models import Model
 from interp.stream import require_model
 
-__all__ = ["evaluate_circuit", "faithfulness_curve", "check_curve_args", "CircuitEvaluation", "FaithfulnessCurve", "MIB_SIZES",
-           "circuit_mask", "check_reference_spread"]
+__all__ = [
+    "evaluate_circuit",
+    "faithfulness_curve",
+    "check_curve_args",
+    "CircuitEvaluation",
+    "FaithfulnessCurve",
+    "MIB_SIZES",
+    "circuit_mask",
+    "check_reference_spread",
+]
 
 _FAITH = "faithfulness values (M(C) − M(no edges)) / (M(all edges) − M(no edges))"
 MIB_SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -53,18 +61,24 @@ def circuit_mask(graph: CircuitGraph, circuit: Any, *, name: str = "circuit") ->
     """Bool [n_edges]: the graph's edges that are in ``circuit`` (an EdgeCircuit, an object with ``.edges``
     such as a ground-truth circuit, or a list of edge labels); a LabelError names an edge the graph lacks."""
     if circuit is None:
-        raise ArgumentError(f"{name} is required: pass the circuit to evaluate, e.g. scores.circuit(n=200) (the 200 "
-                            "best edges of an EdgeScores), a circuit with .edges, or a list of edge labels; [] "
-                            "evaluates the empty circuit")
+        raise ArgumentError(
+            f"{name} is required: pass the circuit to evaluate, e.g. scores.circuit(n=200) (the 200 "
+            "best edges of an EdgeScores), a circuit with .edges, or a list of edge labels; [] "
+            "evaluates the empty circuit"
+        )
     if isinstance(circuit, EdgeScores):
-        raise ArgumentError(f"{name}=EdgeScores({circuit.model_name!r}, {circuit.method}) holds a score for every "
-                            f"edge ({len(circuit.edges):,}), not a circuit: evaluating it keeps every edge (faithfulness "
-                            "1 by construction). Pass scores.circuit(n=…) (the n best edges) or "
-                            "scores.circuit(threshold=…)")
+        raise ArgumentError(
+            f"{name}=EdgeScores({circuit.model_name!r}, {circuit.method}) holds a score for every "
+            f"edge ({len(circuit.edges):,}), not a circuit: evaluating it keeps every edge (faithfulness "
+            "1 by construction). Pass scores.circuit(n=…) (the n best edges) or "
+            "scores.circuit(threshold=…)"
+        )
     edges = getattr(circuit, "edges", circuit)
     if isinstance(edges, str) or not isinstance(edges, (list, tuple)):
-        raise ArgumentError(f"{name}={circuit!r:.80} must be an EdgeCircuit (EdgeScores.circuit(...)), a circuit "
-                            "with .edges, or a list of edge labels such as ['L0.H3→L1.attn.k[H1]']")
+        raise ArgumentError(
+            f"{name}={circuit!r:.80} must be an EdgeCircuit (EdgeScores.circuit(...)), a circuit "
+            "with .edges, or a list of edge labels such as ['L0.H3→L1.attn.k[H1]']"
+        )
     keep = torch.zeros(graph.n_edges, dtype=torch.bool, device="cpu")  # host bookkeeping, like the graph
     if edges:
         keep[graph.indices(edges, name=name)] = True
@@ -142,24 +156,40 @@ class CircuitEvaluation(Result):
         return float(self.values[index])
 
     def __repr__(self) -> str:
-        return (f"CircuitEvaluation({self.model_name!r}: {self.n_edges:,} of {self.n_total:,} edges, {self.ablation} "
-                f"ablation, {self.metric}: circuit {self.circuit:.4g}, all edges {self.full:.4g}, no edges "
-                f"{self.empty:.4g}; faithfulness {self.faithfulness:.3f})")
+        return (
+            f"CircuitEvaluation({self.model_name!r}: {self.n_edges:,} of {self.n_total:,} edges, {self.ablation} "
+            f"ablation, {self.metric}: circuit {self.circuit:.4g}, all edges {self.full:.4g}, no edges "
+            f"{self.empty:.4g}; faithfulness {self.faithfulness:.3f})"
+        )
 
     def to_dataframe(self) -> pd.DataFrame:
         gap = metric_gap(self.full, self.empty)
         v = self.values.double()
-        return pd.DataFrame({"run": self.labels, "value": v.numpy(), "faithfulness": ((v - self.empty) / gap).numpy(),
-                             "n_edges": [self.n_edges, self.n_total, 0]})
+        return pd.DataFrame(
+            {
+                "run": self.labels,
+                "value": v.numpy(),
+                "faithfulness": ((v - self.empty) / gap).numpy(),
+                "n_edges": [self.n_edges, self.n_total, 0],
+            }
+        )
 
     def plot(self, **options: Any) -> Any:
         import plotly.graph_objects as go
 
         df = self.to_dataframe()
-        fig = go.Figure(go.Bar(x=df["run"], y=df["value"], text=[f"{f:.2f}" for f in df["faithfulness"]],
-                               hovertemplate="%{x}: %{y:.4g}<br>faithfulness %{text}<extra></extra>"))
-        fig.update_layout(title=f"circuit of {self.n_edges:,} edges ({self.ablation} ablation): faithfulness "
-                                f"{self.faithfulness:.3f}", yaxis_title=self.metric)
+        fig = go.Figure(
+            go.Bar(
+                x=df["run"],
+                y=df["value"],
+                text=[f"{f:.2f}" for f in df["faithfulness"]],
+                hovertemplate="%{x}: %{y:.4g}<br>faithfulness %{text}<extra></extra>",
+            )
+        )
+        fig.update_layout(
+            title=f"circuit of {self.n_edges:,} edges ({self.ablation} ablation): faithfulness {self.faithfulness:.3f}",
+            yaxis_title=self.metric,
+        )
         return fig
 
 
@@ -202,7 +232,9 @@ class FaithfulnessCurve(Result):
 
     def areas(self) -> pd.DataFrame:
         """CPR and CMD per ablation."""
-        return pd.DataFrame({"ablation": self.ablations, "cpr": self.cpr.double().numpy(), "cmd": self.cmd.double().numpy()})
+        return pd.DataFrame(
+            {"ablation": self.ablations, "cpr": self.cpr.double().numpy(), "cmd": self.cmd.double().numpy()}
+        )
 
     def smallest(self, target: float = 0.8, *, ablation: Optional[str] = None) -> float:
         """The smallest size k on the grid whose circuit reaches faithfulness ≥ ``target`` (NaN if none);
@@ -213,16 +245,26 @@ class FaithfulnessCurve(Result):
         return min(ok) if ok else math.nan
 
     def __repr__(self) -> str:
-        parts = ", ".join(f"{a}: CPR {float(p):.3f} CMD {float(c):.3f}" for a, p, c in zip(self.ablations, self.cpr, self.cmd))
+        parts = ", ".join(
+            f"{a}: CPR {float(p):.3f} CMD {float(c):.3f}" for a, p, c in zip(self.ablations, self.cpr, self.cmd)
+        )
         return f"FaithfulnessCurve({self.model_name!r}, {self.method} scores, {len(self.sizes)} sizes; {parts})"
 
     def to_dataframe(self) -> pd.DataFrame:
         rows = []
         for i, a in enumerate(self.ablations):
             for j, k in enumerate(self.sizes):
-                rows.append({"point": f"{a}@{k:g}", "ablation": a, "k": k, "n_edges": int(self.n_edges[j]),
-                             "kept": int(self.kept[i, j]), "faithfulness": float(self.faithfulness[i, j]),
-                             "value": float(self.values[i, j])})
+                rows.append(
+                    {
+                        "point": f"{a}@{k:g}",
+                        "ablation": a,
+                        "k": k,
+                        "n_edges": int(self.n_edges[j]),
+                        "kept": int(self.kept[i, j]),
+                        "faithfulness": float(self.faithfulness[i, j]),
+                        "value": float(self.values[i, j]),
+                    }
+                )
         return pd.DataFrame(rows)
 
     def plot(self, **options: Any) -> Any:
@@ -230,12 +272,21 @@ class FaithfulnessCurve(Result):
 
         fig = go.Figure()
         for i, a in enumerate(self.ablations):
-            fig.add_trace(go.Scatter(x=list(self.sizes), y=self.faithfulness[i].tolist(), mode="lines+markers",
-                                     name=f"{a} (CPR {float(self.cpr[i]):.2f}, CMD {float(self.cmd[i]):.2f})",
-                                     hovertemplate="k=%{x:.3g}<br>faithfulness %{y:.3f}<extra></extra>"))
+            fig.add_trace(
+                go.Scatter(
+                    x=list(self.sizes),
+                    y=self.faithfulness[i].tolist(),
+                    mode="lines+markers",
+                    name=f"{a} (CPR {float(self.cpr[i]):.2f}, CMD {float(self.cmd[i]):.2f})",
+                    hovertemplate="k=%{x:.3g}<br>faithfulness %{y:.3f}<extra></extra>",
+                )
+            )
         fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
-        fig.update_layout(title=f"faithfulness of the top-k {self.method} circuits ({self.model_name}, {self.metric})",
-                          xaxis=dict(title="fraction of edges k", type="log"), yaxis_title="faithfulness")
+        fig.update_layout(
+            title=f"faithfulness of the top-k {self.method} circuits ({self.model_name}, {self.metric})",
+            xaxis=dict(title="fraction of edges k", type="log"),
+            yaxis_title="faithfulness",
+        )
         return fig
 
 
@@ -283,22 +334,46 @@ def evaluate_circuit(
     """
     if cluster is not None or out is not None:
         return check_cluster(cluster, out).sweep(
-            "evaluate_circuit", model, out=out, clean=clean, corrupt=corrupt, circuit=circuit, metric=metric,
-            ablation=ablation, reference=reference, seed=seed)
+            "evaluate_circuit",
+            model,
+            out=out,
+            clean=clean,
+            corrupt=corrupt,
+            circuit=circuit,
+            metric=metric,
+            ablation=ablation,
+            reference=reference,
+            seed=seed,
+        )
     seed = check_int("seed", seed)
     pair, graph, writes = _setup(model, clean, corrupt, metric, ablation, reference)
     keep = circuit_mask(graph, circuit)
     check_reference_spread(model, pair, [ablation], reference, arg="ablation")
     abl = ablated_writes(model, pair, writes, ablation, reference, seed)
     evaluate = _evaluator(model, pair, writes)
-    runs = [evaluate(abl, _K(graph, keep)),
-            evaluate(abl, torch.zeros_like(graph.mask, dtype=torch.float32)),
-            evaluate(abl, graph.mask.float())]
+    runs = [
+        evaluate(abl, _K(graph, keep)),
+        evaluate(abl, torch.zeros_like(graph.mask, dtype=torch.float32)),
+        evaluate(abl, graph.mask.float()),
+    ]
     per = torch.stack(runs).double().cpu()
-    metric_gap(float(per[1].mean()), float(per[2].mean()), warn=f"evaluate_circuit(ablation={ablation!r})",
-               names=("M(all edges)", "M(no edges)"), undefined=_FAITH)
-    return CircuitEvaluation(values=per.mean(1), per_prompt=per, n_edges=int(keep.sum()), n_total=graph.n_edges,
-                             ablation=ablation, metric=pair.bound.name, model_name=model.name, details={"seed": seed})
+    metric_gap(
+        float(per[1].mean()),
+        float(per[2].mean()),
+        warn=f"evaluate_circuit(ablation={ablation!r})",
+        names=("M(all edges)", "M(no edges)"),
+        undefined=_FAITH,
+    )
+    return CircuitEvaluation(
+        values=per.mean(1),
+        per_prompt=per,
+        n_edges=int(keep.sum()),
+        n_total=graph.n_edges,
+        ablation=ablation,
+        metric=pair.bound.name,
+        model_name=model.name,
+        details={"seed": seed},
+    )
 
 
 def faithfulness_curve(
@@ -333,9 +408,21 @@ def faithfulness_curve(
     """
     if cluster is not None or out is not None:
         return check_cluster(cluster, out).sweep(
-            "faithfulness_curve", model, out=out, progress=progress, clean=clean, corrupt=corrupt, scores=scores,
-            metric=metric, ablations=ablations, reference=reference, sizes=sizes, absolute=absolute, prune=prune,
-            seed=seed)
+            "faithfulness_curve",
+            model,
+            out=out,
+            progress=progress,
+            clean=clean,
+            corrupt=corrupt,
+            scores=scores,
+            metric=metric,
+            ablations=ablations,
+            reference=reference,
+            sizes=sizes,
+            absolute=absolute,
+            prune=prune,
+            seed=seed,
+        )
     if not isinstance(scores, EdgeScores):
         raise ArgumentError(f"scores={type(scores).__name__} must be the EdgeScores of interp.edge_attribution")
     check_bool("absolute", absolute)
@@ -343,12 +430,16 @@ def faithfulness_curve(
     check_bool("progress", progress)
     ks = check_curve_args(ablations, sizes)
     if "corrupt" in ablations and corrupt is None:
-        raise ArgumentError(f"ablations={list(ablations)!r} includes 'corrupt' but corrupt=None: pass the corrupt "
-                            "prompts, or leave 'corrupt' out (e.g. ablations=('zero',))")
+        raise ArgumentError(
+            f"ablations={list(ablations)!r} includes 'corrupt' but corrupt=None: pass the corrupt "
+            "prompts, or leave 'corrupt' out (e.g. ablations=('zero',))"
+        )
     pair, graph, writes = _setup(model, clean, corrupt, metric, ablations[0], None)
     if list(scores.edges) != list(graph.edges):
-        raise ArgumentError(f"scores are for another graph ({len(scores.edges)} edges of {scores.model_name!r}); "
-                            f"{model.name!r} has {graph.n_edges}")
+        raise ArgumentError(
+            f"scores are for another graph ({len(scores.edges)} edges of {scores.model_name!r}); "
+            f"{model.name!r} has {graph.n_edges}"
+        )
     check_reference_spread(model, pair, ablations, reference)
     N = graph.n_edges
     n_edges = [int(k * N) for k in ks]
@@ -374,8 +465,13 @@ def faithfulness_curve(
             for j, keep in enumerate(masks):
                 V[i, j] = evaluate(abl, _K(graph, keep)).double().mean()
                 bar.update(1)
-            gap = metric_gap(float(full), float(empty[i]), warn=f"faithfulness_curve, ablation {a!r}",
-                             names=("M(all edges)", "M(no edges)"), undefined=_FAITH)
+            gap = metric_gap(
+                float(full),
+                float(empty[i]),
+                warn=f"faithfulness_curve, ablation {a!r}",
+                names=("M(all edges)", "M(no edges)"),
+                undefined=_FAITH,
+            )
             F[i] = (V[i] - empty[i]) / gap
     finally:
         bar.close()
@@ -383,8 +479,25 @@ def faithfulness_curve(
     cpr = torch.stack([torch.trapezoid(F[i], x) for i in range(len(ablations))])
     cmd = torch.stack([torch.trapezoid((1 - F[i]).abs(), x) for i in range(len(ablations))])
     kept = torch.tensor([[int(k.sum()) for k in masks]] * len(ablations), device=dev)
-    return FaithfulnessCurve(sizes=ks, ablations=list(ablations), n_edges=torch.tensor(n_edges, device=dev), kept=kept,
-                             faithfulness=F, values=V, full=full.repeat(len(ablations)), empty=empty, cpr=cpr, cmd=cmd,
-                             n_total=N, method=scores.method, metric=pair.bound.name, model_name=model.name,
-                             details={"absolute": absolute, "prune": prune, "seed": seed,
-                                      "reference": "given" if reference is not None else "the corrupt prompts"})
+    return FaithfulnessCurve(
+        sizes=ks,
+        ablations=list(ablations),
+        n_edges=torch.tensor(n_edges, device=dev),
+        kept=kept,
+        faithfulness=F,
+        values=V,
+        full=full.repeat(len(ablations)),
+        empty=empty,
+        cpr=cpr,
+        cmd=cmd,
+        n_total=N,
+        method=scores.method,
+        metric=pair.bound.name,
+        model_name=model.name,
+        details={
+            "absolute": absolute,
+            "prune": prune,
+            "seed": seed,
+            "reference": "given" if reference is not None else "the corrupt prompts",
+        },
+    )

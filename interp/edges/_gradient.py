@@ -74,9 +74,19 @@ class ReaderGradients:
     def __init__(self, writes: EdgeWrites):
         self.ew, self.e, self.a, self.w = writes, writes.e, writes.a, writes.w
 
-    def __call__(self, tokens: Tensor, mask: Tensor, read: Any, prompt: Tensor, *, scale: str = "recomputed",
-                 mix: Optional[tuple[Optional[Acts], float, str]] = None, keep: bool = False,
-                 corrupt: Optional[tuple[Tensor, Tensor]] = None, delta: bool = False) -> GradientPass:
+    def __call__(
+        self,
+        tokens: Tensor,
+        mask: Tensor,
+        read: Any,
+        prompt: Tensor,
+        *,
+        scale: str = "recomputed",
+        mix: Optional[tuple[Optional[Acts], float, str]] = None,
+        keep: bool = False,
+        corrupt: Optional[tuple[Tensor, Tensor]] = None,
+        delta: bool = False,
+    ) -> GradientPass:
         """G for prompts ``prompt`` (``tokens`` [P, T] are theirs).
 
         ``read`` a :class:`interp.causal.MetricReader`: ``read.norm(x_final)`` the final norm, ``read.head(y,
@@ -158,22 +168,27 @@ class ReaderGradients:
             gs = torch.autograd.grad(b.out, handles, grad_outputs=g, allow_unused=True)
             g = gs[0] if gs[0] is not None else torch.zeros_like(xin[l])
             r0, gq = ew.q0[l], gs[1]
-            G[:, r0: r0 + n] = 0.0 if gq is None else self._qkv_grad(l, gq, xin[l], b.qkv.detach(), frozen).transpose(0, 1)
+            G[:, r0 : r0 + n] = (
+                0.0 if gq is None else self._qkv_grad(l, gq, xin[l], b.qkv.detach(), frozen).transpose(0, 1)
+            )
             if ew.has_mlp:
                 g2, r = gs[2], ew.mlp_r[l]
                 if g2 is None:
                     G[:, r] = 0.0
                 else:
-                    G[:, r] = g2 if mlp_norm is None else \
-                        e.norm_vjp(g2, b.mid, e.norm_weights(mlp_norm, l)[0], frozen=frozen)
+                    G[:, r] = (
+                        g2 if mlp_norm is None else e.norm_vjp(g2, b.mid, e.norm_weights(mlp_norm, l)[0], frozen=frozen)
+                    )
             if dA is not None:
                 ew.delta_layer(dA, l, ref, this)
             del b, gs
-        return GradientPass(G=G, acts=this if keep else None, norm_in=norm_in, M=M.detach(), dA=dA,
-                            corrupt=k_acts, corrupt_final=kx)
+        return GradientPass(
+            G=G, acts=this if keep else None, norm_in=norm_in, M=M.detach(), dA=dA, corrupt=k_acts, corrupt_final=kx
+        )
 
-    def _block(self, l: int, x: Tensor, mask: Tensor, frozen: bool, abl: Optional[Acts], alpha: float,
-               every: bool) -> _Block:
+    def _block(
+        self, l: int, x: Tensor, mask: Tensor, frozen: bool, abl: Optional[Acts], alpha: float, every: bool
+    ) -> _Block:
         """Layer l of the pass on its input x [P, T, d]: the block's steps interpreted by :class:`_Grad`
         (``every``: each write mixed α a_w + (1 − α) ã_w)."""
         g = _Grad(self.ew, l, mask, frozen, abl, alpha, every)
@@ -227,8 +242,9 @@ class _Grad:
     (keyed "{norm}.{l}"); with ``every`` each sublayer's output is mixed α a + (1 − α) ã as it joins the stream
     (after its output norm, where the block has one)."""
 
-    def __init__(self, ew: EdgeWrites, l: int, mask: Tensor, frozen: bool, abl: Optional[Acts], alpha: float,
-                 every: bool):
+    def __init__(
+        self, ew: EdgeWrites, l: int, mask: Tensor, frozen: bool, abl: Optional[Acts], alpha: float, every: bool
+    ):
         self.e, self.w, self.l, self.mask, self.frozen = ew.e, ew.w, l, mask, frozen
         self.abl, self.alpha, self.every = abl, alpha, every
         self.qkv: Optional[Tensor] = None
@@ -311,14 +327,18 @@ class EdgeScorer:
             for l0, l1 in zip(cuts[:-1], cuts[1:]):
                 r0, r1 = ew.q0[l0], (ew.q0[l1] if l1 < L else R)
                 nw = ew.head0[l1] if l1 < L else W
-                S[:, :nw, r0:r1] = torch.bmm(dA[:, :nw].reshape(P, nw, T * d), G[:, r0:r1].reshape(P, r1 - r0, T * d).transpose(1, 2))
+                S[:, :nw, r0:r1] = torch.bmm(
+                    dA[:, :nw].reshape(P, nw, T * d), G[:, r0:r1].reshape(P, r1 - r0, T * d).transpose(1, 2)
+                )
             return S * mask
         e, a, w = ew.e, ew.a, ew.w
         S = torch.zeros(P, W, R, dtype=dA.dtype, device=dA.device)
         C = G.clone()
 
         def gemm(w0: int, w1: int, r0: int) -> None:
-            S[:, w0:w1, r0:] = torch.bmm(dA[:, w0:w1].reshape(P, w1 - w0, -1), C[:, r0:].reshape(P, R - r0, -1).transpose(1, 2))
+            S[:, w0:w1, r0:] = torch.bmm(
+                dA[:, w0:w1].reshape(P, w1 - w0, -1), C[:, r0:].reshape(P, R - r0, -1).transpose(1, 2)
+            )
 
         def back(key: str, gain: Tensor, r0: int) -> None:
             C[:, r0:] = e.norm_vjp(C[:, r0:], norm_in[key][:, None], gain, frozen=frozen)

@@ -23,7 +23,7 @@ Edges are listed reader by reader (program order), each reader's writers in prog
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 import pandas as pd
 import torch
@@ -125,10 +125,15 @@ class CircuitGraph:
         return self.n_edges
 
     def __repr__(self) -> str:
-        kv = f", k/v readers per KV head ({self.n_kv_heads} KV heads for {self.n_heads} query heads)" \
-            if self.n_kv_heads != self.n_heads else ""
-        return (f"CircuitGraph({self.model_name!r}: {len(self.writers):,} writers, {len(self.readers):,} readers "
-                f"({self.n_nodes:,} nodes), {self.n_edges:,} edges{kv})")
+        kv = (
+            f", k/v readers per KV head ({self.n_kv_heads} KV heads for {self.n_heads} query heads)"
+            if self.n_kv_heads != self.n_heads
+            else ""
+        )
+        return (
+            f"CircuitGraph({self.model_name!r}: {len(self.writers):,} writers, {len(self.readers):,} readers "
+            f"({self.n_nodes:,} nodes), {self.n_edges:,} edges{kv})"
+        )
 
     __str__ = __repr__
 
@@ -148,24 +153,38 @@ class CircuitGraph:
         i = self._lookup().get(str(lab))
         if i is None:
             w, r = str(lab.writer), str(lab.reader)
-            why = (f"writer {w!r} is not a writer of this model" if w not in self.writers else
-                   f"reader {r!r} is not a reader of this model" if r not in self.readers else
-                   f"{r!r} does not see {w!r} (it comes before it in the block program)")
-            raise LabelError(f"{name}={str(lab)!r} is not an edge of {self.model_name!r}: {why}; "
-                             f"edges look like {self.edges[0]!r}, {self.edges[-1]!r}")
+            why = (
+                f"writer {w!r} is not a writer of this model"
+                if w not in self.writers
+                else f"reader {r!r} is not a reader of this model"
+                if r not in self.readers
+                else f"{r!r} does not see {w!r} (it comes before it in the block program)"
+            )
+            raise LabelError(
+                f"{name}={str(lab)!r} is not an edge of {self.model_name!r}: {why}; "
+                f"edges look like {self.edges[0]!r}, {self.edges[-1]!r}"
+            )
         return i
 
     def indices(self, edges: Iterable[Any], *, name: str = "edges") -> Tensor:
         """Positions [n] of ``edges`` in :attr:`edges` (a LabelError names the first that does not exist)."""
-        return torch.tensor([self.index(e, name=f"{name}[{i}]") for i, e in enumerate(edges)], dtype=torch.long,
-                            device="cpu")
+        return torch.tensor(
+            [self.index(e, name=f"{name}[{i}]") for i, e in enumerate(edges)], dtype=torch.long, device="cpu"
+        )
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per edge: edge, writer, reader, and the layers they sit in."""
         w = [self.writer_info[i] for i in self.edge_writer.tolist()]
         r = [self.reader_info[i] for i in self.edge_reader.tolist()]
-        return pd.DataFrame({"edge": list(self.edges), "writer": [x.label for x in w], "reader": [x.label for x in r],
-                             "writer_layer": [x.layer for x in w], "reader_layer": [x.layer for x in r]})
+        return pd.DataFrame(
+            {
+                "edge": list(self.edges),
+                "writer": [x.label for x in w],
+                "reader": [x.label for x in r],
+                "writer_layer": [x.layer for x in w],
+                "reader_layer": [x.layer for x in r],
+            }
+        )
 
 
 def circuit_graph(model: Model) -> CircuitGraph:
@@ -200,10 +219,20 @@ def _build(model: Model) -> CircuitGraph:
     mask = wp[:, None] < rp[None, :]  # [W, R]: the writer's event precedes the reader's
     ridx, widx = torch.nonzero(mask.T, as_tuple=True)  # reader-major
     edges = tuple(f"{writers[i].label}→{readers[j].label}" for i, j in zip(widx.tolist(), ridx.tolist()))
-    return CircuitGraph(model_name=model.name, writers=tuple(w.label for w in writers),
-                        readers=tuple(r.label for r in readers), edges=edges, edge_writer=widx, edge_reader=ridx,
-                        mask=mask, writer_info=tuple(writers), reader_info=tuple(readers), n_layers=a.n_layers,
-                        n_heads=a.n_heads, n_kv_heads=a.n_kv_heads)
+    return CircuitGraph(
+        model_name=model.name,
+        writers=tuple(w.label for w in writers),
+        readers=tuple(r.label for r in readers),
+        edges=edges,
+        edge_writer=widx,
+        edge_reader=ridx,
+        mask=mask,
+        writer_info=tuple(writers),
+        reader_info=tuple(readers),
+        n_layers=a.n_layers,
+        n_heads=a.n_heads,
+        n_kv_heads=a.n_kv_heads,
+    )
 
 
 _READER_ORDER = {"q": 0, "k": 1, "v": 2, "mlp": 3, "out": 4}
@@ -227,26 +256,42 @@ def _reader_info(text: str, n_layers: int) -> ReaderInfo:
     return ReaderInfo(text, "out", n_layers, -1)
 
 
-def graph_from_edges(edges: Iterable[str], *, model_name: str = "", n_layers: int = 0, n_heads: int = 0,
-                     n_kv_heads: int = 0) -> CircuitGraph:
+def graph_from_edges(
+    edges: Iterable[str], *, model_name: str = "", n_layers: int = 0, n_heads: int = 0, n_kv_heads: int = 0
+) -> CircuitGraph:
     """The graph spanned by ``edges`` (label strings), rebuilt without the model — for results, which never
     hold it. Writers and readers are ordered by layer and kind; ``mask`` marks the listed edges only."""
     edges = list(edges)
     pairs = [e.split("→") for e in edges]
     w_names = dict.fromkeys(p[0] for p in pairs)
     r_names = dict.fromkeys(p[1] for p in pairs)
-    winfo = sorted((_writer_info(t) for t in w_names),
-                   key=lambda w: (w.layer, {"embed": 0, "head": 1, "mlp": 2}[w.kind], w.head,
-                                  {"embed.token": 0, "embed.pos": 1, "embed.type": 2}.get(w.site, 0)))
-    rinfo = sorted((_reader_info(t, n_layers) for t in r_names),
-                   key=lambda r: (r.layer, _READER_ORDER[r.kind], r.head))
+    winfo = sorted(
+        (_writer_info(t) for t in w_names),
+        key=lambda w: (
+            w.layer,
+            {"embed": 0, "head": 1, "mlp": 2}[w.kind],
+            w.head,
+            {"embed.token": 0, "embed.pos": 1, "embed.type": 2}.get(w.site, 0),
+        ),
+    )
+    rinfo = sorted((_reader_info(t, n_layers) for t in r_names), key=lambda r: (r.layer, _READER_ORDER[r.kind], r.head))
     wpos = {w.label: i for i, w in enumerate(winfo)}
     rpos = {r.label: i for i, r in enumerate(rinfo)}
     ew = torch.tensor([wpos[p[0]] for p in pairs], dtype=torch.long, device="cpu")
     er = torch.tensor([rpos[p[1]] for p in pairs], dtype=torch.long, device="cpu")
     mask = torch.zeros(len(winfo), len(rinfo), dtype=torch.bool, device="cpu")
     mask[ew, er] = True
-    return CircuitGraph(model_name=model_name, writers=tuple(w.label for w in winfo),
-                        readers=tuple(r.label for r in rinfo), edges=tuple(edges), edge_writer=ew, edge_reader=er,
-                        mask=mask, writer_info=tuple(winfo), reader_info=tuple(rinfo), n_layers=n_layers,
-                        n_heads=n_heads, n_kv_heads=n_kv_heads)
+    return CircuitGraph(
+        model_name=model_name,
+        writers=tuple(w.label for w in winfo),
+        readers=tuple(r.label for r in rinfo),
+        edges=tuple(edges),
+        edge_writer=ew,
+        edge_reader=er,
+        mask=mask,
+        writer_info=tuple(winfo),
+        reader_info=tuple(rinfo),
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+    )

@@ -54,14 +54,23 @@ def check_edge_ablation(ablation: str, reference: Any, corrupt: Any) -> None:
     """Typed errors for ablations that cannot run (mean and resample take ``reference`` or the corrupt prompts)."""
     check_choice("ablation", ablation, ABLATIONS)
     if ablation in ("mean", "resample") and reference is None and corrupt is None:
-        raise ArgumentError(f"ablation={ablation!r} needs reference= (prompts to take the {ablation} from) "
-                            "or corrupt prompts to use as the reference")
+        raise ArgumentError(
+            f"ablation={ablation!r} needs reference= (prompts to take the {ablation} from) "
+            "or corrupt prompts to use as the reference"
+        )
     if ablation in ("corrupt", "zero") and reference is not None:
         raise ArgumentError(f"reference is only used with ablation='mean' or 'resample', not ablation={ablation!r}")
 
 
-def ablated_writes(model: Model, pair: Any, writes: EdgeWrites, ablation: str, reference: Any, seed: int,
-                   k_run: Optional[RunCache] = None) -> Optional[Acts]:
+def ablated_writes(
+    model: Model,
+    pair: Any,
+    writes: EdgeWrites,
+    ablation: str,
+    reference: Any,
+    seed: int,
+    k_run: Optional[RunCache] = None,
+) -> Optional[Acts]:
     """ã for every writer: the corrupt run's writes, None (zero), the mean over the reference prompts (per
     position when they have the clean length, else over every token) or a seeded resample."""
     e = pair.engine
@@ -73,8 +82,9 @@ def ablated_writes(model: Model, pair: Any, writes: EdgeWrites, ablation: str, r
         return Acts.of(k_run)
     P, n = pair.clean.tokens.shape
     ref = reference if reference is not None else pair.corrupt.tokens
-    src = reference_acts(e, model, ref, {"z", "mlp_out"}, ablation, n, P, seed,
-                         pair.bound if reference is not None else None)  # the corrupt prompts are extended already
+    src = reference_acts(
+        e, model, ref, {"z", "mlp_out"}, ablation, n, P, seed, pair.bound if reference is not None else None
+    )  # the corrupt prompts are extended already
     return Acts.of(src)
 
 
@@ -120,7 +130,7 @@ class _Replay:
             i = next(k for k, s in enumerate(steps) if s.op == "add" and s.sub == sub)
             j = max(k for k in range(i) if steps[k].op == "point" and steps[k].site.startswith("resid_"))
             V = self._resid(steps[j].site, l, p)
-            for s in steps[j + 1: i]:
+            for s in steps[j + 1 : i]:
                 if s.op == "add":
                     V = V + self._out(s.sub, l, p)
             V, i = V + self._out(sub, l, p) + delta, i + 1
@@ -184,8 +194,10 @@ def edge_patch(
     seed = check_int("seed", seed)
     check_edge_ablation(ablation, reference, corrupt)
     if isinstance(edges, str) or not isinstance(edges, (list, tuple)) or not edges:
-        raise ArgumentError(f"edges={edges!r:.80} must be a non-empty list of edge labels, e.g. "
-                            "['L0.H3→L1.attn.k[H1]', 'L1.mlp→unembed']")
+        raise ArgumentError(
+            f"edges={edges!r:.80} must be a non-empty list of edge labels, e.g. "
+            "['L0.H3→L1.attn.k[H1]', 'L1.mlp→unembed']"
+        )
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=ablation == "corrupt")
     graph = circuit_graph(model)
     idx = graph.indices(edges).tolist()
@@ -194,16 +206,36 @@ def edge_patch(
     values, clean_m, corrupt_m = sweep_edges(model, pair, graph, idx, ablation, reference, seed, batch_size, progress)
     str_tokens = cast(list[str], model.to_str_tokens(pair.clean.tokens[0])) if model.tokenizer is not None else None
     return PatchResult(
-        values=values.mean(-1).cpu(), per_prompt=values.cpu(), labels=[graph.edges[i] for i in idx],
-        clean=float(clean_m.mean()), corrupt=float(corrupt_m.mean()), clean_per_prompt=clean_m.cpu(),
-        corrupt_per_prompt=corrupt_m.cpu(), metric=pair.bound.name, method="edge patching", direction="noise",
-        ablation=ablation, positions="all", n_layers=model.arch.n_layers, n_heads=model.arch.n_heads,
-        str_tokens=str_tokens, details={"seed": seed},
+        values=values.mean(-1).cpu(),
+        per_prompt=values.cpu(),
+        labels=[graph.edges[i] for i in idx],
+        clean=float(clean_m.mean()),
+        corrupt=float(corrupt_m.mean()),
+        clean_per_prompt=clean_m.cpu(),
+        corrupt_per_prompt=corrupt_m.cpu(),
+        metric=pair.bound.name,
+        method="edge patching",
+        direction="noise",
+        ablation=ablation,
+        positions="all",
+        n_layers=model.arch.n_layers,
+        n_heads=model.arch.n_heads,
+        str_tokens=str_tokens,
+        details={"seed": seed},
     )
 
 
-def sweep_edges(model: Model, pair: Any, graph: CircuitGraph, idx: list[int], ablation: str, reference: Any,
-                seed: int, batch_size: Optional[int], progress: bool) -> tuple[Tensor, Tensor, Tensor]:
+def sweep_edges(
+    model: Model,
+    pair: Any,
+    graph: CircuitGraph,
+    idx: list[int],
+    ablation: str,
+    reference: Any,
+    seed: int,
+    batch_size: Optional[int],
+    progress: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
     """(values [n_edges, P], M(clean) [P], M(corrupt) [P]) for the checked inputs."""
     e: Engine = pair.engine
     writes = EdgeWrites(model, graph, e)
@@ -217,7 +249,9 @@ def sweep_edges(model: Model, pair: Any, graph: CircuitGraph, idx: list[int], ab
     this = Acts.of(c_run)
     clean_out = clean_output(model, pair.bound, c_run)
     clean_m = metric_of(model, pair.bound, c_run, clean_out)
-    corrupt_m = metric_of(model, pair.bound, k_run, clean_out) if k_run is not None else torch.full_like(clean_m, float("nan"))
+    corrupt_m = (
+        metric_of(model, pair.bound, k_run, clean_out) if k_run is not None else torch.full_like(clean_m, float("nan"))
+    )
     share = min(shared_prefix(pair), n - 1) if ablation == "corrupt" else 0
     t0 = share if causal else 0
     replay = _Replay(writes, c_run)
@@ -238,8 +272,15 @@ def sweep_edges(model: Model, pair: Any, graph: CircuitGraph, idx: list[int], ab
     bar = tqdm(total=len(variants), desc="edge_patch", unit="run", disable=not progress)
     try:
         with torch.inference_mode():
-            vals = e.sweep(c_run, pair.clean.tokens, pair.clean.attention_mask, variants, read,
-                           batch_size=batch_size or default_batch_size(model, n), progress=bar)
+            vals = e.sweep(
+                c_run,
+                pair.clean.tokens,
+                pair.clean.attention_mask,
+                variants,
+                read,
+                batch_size=batch_size or default_batch_size(model, n),
+                progress=bar,
+            )
     finally:
         bar.close()
     return vals.reshape(len(idx), P).to(clean_m.dtype), clean_m, corrupt_m

@@ -27,9 +27,11 @@ from interp.errors import ArgumentError
 
 __all__ = ["EdgeScores", "EdgeCircuit", "CONVENTION"]
 
-CONVENTION = ("score(w→r) = (a_w(clean) − a_w(corrupt))·∂M/∂x_r carried to w's write, gradient at the clean run "
-              "(EAP-IG: averaged over the corrupt→clean path); ≈ M(clean) − M(only r sees w's corrupt value): "
-              "positive = the edge supports the metric")
+CONVENTION = (
+    "score(w→r) = (a_w(clean) − a_w(corrupt))·∂M/∂x_r carried to w's write, gradient at the clean run "
+    "(EAP-IG: averaged over the corrupt→clean path); ≈ M(clean) − M(only r sees w's corrupt value): "
+    "positive = the edge supports the metric"
+)
 
 
 def _split(edge: str) -> tuple[str, str]:
@@ -39,7 +41,7 @@ def _split(edge: str) -> tuple[str, str]:
 
 def _layer(label: str) -> int:
     if label.startswith("L"):
-        return int(label[1: label.index(".")])
+        return int(label[1 : label.index(".")])
     return -1 if label in ("embed", "pos_embed", "type_embed") else 1 << 30
 
 
@@ -56,11 +58,18 @@ def _simple_figure(df: pd.DataFrame, title: str, k: int = 30) -> Any:
     import plotly.graph_objects as go
 
     top = df.reindex(df["score"].abs().sort_values(ascending=False, kind="stable").index).head(k)[::-1]
-    fig = go.Figure(go.Bar(x=top["score"], y=top["edge"], orientation="h",
-                           marker_color=["#2166ac" if v > 0 else "#b2182b" for v in top["score"]],
-                           hovertemplate="%{y}<br>score %{x:.4g}<extra></extra>"))
-    fig.update_layout(title=title, xaxis_title="score", height=max(300, 18 * len(top) + 120),
-                      margin=dict(l=220, r=20, t=50, b=40))
+    fig = go.Figure(
+        go.Bar(
+            x=top["score"],
+            y=top["edge"],
+            orientation="h",
+            marker_color=["#2166ac" if v > 0 else "#b2182b" for v in top["score"]],
+            hovertemplate="%{y}<br>score %{x:.4g}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title=title, xaxis_title="score", height=max(300, 18 * len(top) + 120), margin=dict(l=220, r=20, t=50, b=40)
+    )
     return fig
 
 
@@ -140,10 +149,12 @@ class EdgeScores(Result):
     def __repr__(self) -> str:
         m = self.method.upper() + (f" ({self.ig_steps} steps at the {self.ig_at})" if self.method == "eap-ig" else "")
         rel = self.completeness_error / abs(self.target) if self.target else math.nan
-        return (f"EdgeScores({self.model_name!r}: {m}, {len(self.edges):,} edges, {self.n_prompts} prompts, "
-                f"metric {self.metric}: clean {self.clean:.4g}, corrupt {self.corrupt:.4g}; completeness "
-                f"({self.completeness_of}) {self.completeness:.4g} vs M(clean) − M(corrupt) = {self.target:.4g}: "
-                f"error {self.completeness_error:.3g} ({rel:.1%}))")
+        return (
+            f"EdgeScores({self.model_name!r}: {m}, {len(self.edges):,} edges, {self.n_prompts} prompts, "
+            f"metric {self.metric}: clean {self.clean:.4g}, corrupt {self.corrupt:.4g}; completeness "
+            f"({self.completeness_of}) {self.completeness:.4g} vs M(clean) − M(corrupt) = {self.target:.4g}: "
+            f"error {self.completeness_error:.3g} ({rel:.1%}))"
+        )
 
     def to_dataframe(self) -> pd.DataFrame:
         cols: dict[str, Any] = {"score": self.scores.double().numpy()}
@@ -151,8 +162,15 @@ class EdgeScores(Result):
             cols["exact"] = self.exact.double().numpy()
         return _edge_frame(self.edges, cols)
 
-    def circuit(self, n: Optional[int] = None, *, threshold: Optional[float] = None, method: str = "top",
-                absolute: bool = True, prune: bool = True) -> "EdgeCircuit":
+    def circuit(
+        self,
+        n: Optional[int] = None,
+        *,
+        threshold: Optional[float] = None,
+        method: str = "top",
+        absolute: bool = True,
+        prune: bool = True,
+    ) -> "EdgeCircuit":
         """The circuit of the ``n`` best edges (``method="top"`` or ``"greedy"`` from the metric) or of every edge
         with |score| ≥ ``threshold`` (a number > 0); ``prune`` then removes edges from unfed writers / into unproductive readers.
         ``absolute=False`` ranks by the signed score: the edges that support the metric most."""
@@ -171,10 +189,12 @@ class EdgeScores(Result):
         if threshold is not None:
             threshold = check_finite_float("threshold", threshold)
             if threshold <= 0:
-                raise ArgumentError(f"threshold={threshold!r} must be > 0: it keeps the edges with "
-                                    f"{'|score|' if absolute else 'score'} ≥ threshold, so {threshold!r} would keep "
-                                    f"{'every edge' if absolute else 'every edge that does not oppose the metric'}; "
-                                    "use n= for a number of edges")
+                raise ArgumentError(
+                    f"threshold={threshold!r} must be > 0: it keeps the edges with "
+                    f"{'|score|' if absolute else 'score'} ≥ threshold, so {threshold!r} would keep "
+                    f"{'every edge' if absolute else 'every edge that does not oppose the metric'}; "
+                    "use n= for a number of edges"
+                )
             if method == "greedy":
                 raise ArgumentError("method='greedy' takes n=, not threshold=")
         g = _graph_of(self)
@@ -191,10 +211,17 @@ class EdgeScores(Result):
         if prune:
             keep = _select.prune(g, keep)
         idx = torch.nonzero(keep).flatten()
-        return EdgeCircuit(edges=[self.edges[i] for i in idx.tolist()], scores=self.scores[idx].clone(),
-                           n_total=len(self.edges), selection=how + (", pruned" if prune else ""),
-                           model_name=self.model_name, pruned=chosen - int(keep.sum()), n_layers=self.n_layers,
-                           n_heads=self.n_heads, n_kv_heads=self.n_kv_heads)
+        return EdgeCircuit(
+            edges=[self.edges[i] for i in idx.tolist()],
+            scores=self.scores[idx].clone(),
+            n_total=len(self.edges),
+            selection=how + (", pruned" if prune else ""),
+            model_name=self.model_name,
+            pruned=chosen - int(keep.sum()),
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            n_kv_heads=self.n_kv_heads,
+        )
 
     def with_exact(self, patched: Any) -> "EdgeScores":
         """A copy whose ``exact`` holds, for the edges of an :func:`interp.edge_patch` result, M(clean) − M(patched)
@@ -214,8 +241,13 @@ class EdgeScores(Result):
     def plot(self, **options: Any) -> Any:
         """The circuit viewer (when :mod:`interp.plots` has it), else a bar chart of the top edges."""
         fig = _viewer(self, **options)
-        return fig if fig is not None else _simple_figure(self.to_dataframe(), f"{self.method.upper()} edge scores "
-                                                          f"({self.model_name}, {self.metric})")
+        return (
+            fig
+            if fig is not None
+            else _simple_figure(
+                self.to_dataframe(), f"{self.method.upper()} edge scores ({self.model_name}, {self.metric})"
+            )
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -263,8 +295,10 @@ class EdgeCircuit(Result):
         return iter(self.edges)
 
     def __repr__(self) -> str:
-        return (f"EdgeCircuit({self.model_name!r}: {len(self.edges):,} of {self.n_total:,} edges "
-                f"({self.fraction:.2%}), {self.selection})")
+        return (
+            f"EdgeCircuit({self.model_name!r}: {len(self.edges):,} of {self.n_total:,} edges "
+            f"({self.fraction:.2%}), {self.selection})"
+        )
 
     def _row(self, index: int) -> float:
         return float(self.scores[index])
@@ -274,8 +308,11 @@ class EdgeCircuit(Result):
 
     def plot(self, **options: Any) -> Any:
         fig = _viewer(self, **options)
-        return fig if fig is not None else _simple_figure(self.to_dataframe(), f"circuit: {len(self.edges)} edges "
-                                                          f"({self.selection})")
+        return (
+            fig
+            if fig is not None
+            else _simple_figure(self.to_dataframe(), f"circuit: {len(self.edges)} edges ({self.selection})")
+        )
 
 
 def _graph_of(scores: EdgeScores) -> Any:
@@ -284,7 +321,12 @@ def _graph_of(scores: EdgeScores) -> Any:
 
     g = scores.__dict__.get("_graph")
     if g is None:
-        g = graph_from_edges(scores.edges, model_name=scores.model_name, n_heads=scores.n_heads,
-                             n_kv_heads=scores.n_kv_heads, n_layers=scores.n_layers)
+        g = graph_from_edges(
+            scores.edges,
+            model_name=scores.model_name,
+            n_heads=scores.n_heads,
+            n_kv_heads=scores.n_kv_heads,
+            n_layers=scores.n_layers,
+        )
         object.__setattr__(scores, "_graph", g)
     return g

@@ -30,7 +30,7 @@ import json
 import os
 import random
 from dataclasses import InitVar, dataclass, field, replace
-from typing import Any, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -58,11 +58,68 @@ MULTI_TOKEN = ("error", "first")
 _PAIR_KEYS = ("clean", "corrupt", "answer", "wrong")
 
 IOI_NAMES = (
-    "Mary", "John", "Tom", "James", "Alice", "Bob", "Sarah", "David", "Michael", "Emma", "Anna", "Paul", "Mark",
-    "Lisa", "Kate", "Jack", "Peter", "Laura", "Daniel", "Rachel", "Sam", "Ben", "Dan", "Max", "Alex", "Chris",
-    "Steve", "Rose", "Amy", "Emily", "Grace", "Jane", "Ryan", "Kevin", "Brian", "Eric", "Adam", "Frank", "George",
-    "Henry", "Jason", "Joe", "Justin", "Luke", "Matt", "Nick", "Richard", "Robert", "Scott", "Thomas", "William",
-    "Andrew", "Anthony", "Charles", "Edward", "Jessica", "Linda", "Susan", "Karen", "Nancy", "Betty", "Helen",
+    "Mary",
+    "John",
+    "Tom",
+    "James",
+    "Alice",
+    "Bob",
+    "Sarah",
+    "David",
+    "Michael",
+    "Emma",
+    "Anna",
+    "Paul",
+    "Mark",
+    "Lisa",
+    "Kate",
+    "Jack",
+    "Peter",
+    "Laura",
+    "Daniel",
+    "Rachel",
+    "Sam",
+    "Ben",
+    "Dan",
+    "Max",
+    "Alex",
+    "Chris",
+    "Steve",
+    "Rose",
+    "Amy",
+    "Emily",
+    "Grace",
+    "Jane",
+    "Ryan",
+    "Kevin",
+    "Brian",
+    "Eric",
+    "Adam",
+    "Frank",
+    "George",
+    "Henry",
+    "Jason",
+    "Joe",
+    "Justin",
+    "Luke",
+    "Matt",
+    "Nick",
+    "Richard",
+    "Robert",
+    "Scott",
+    "Thomas",
+    "William",
+    "Andrew",
+    "Anthony",
+    "Charles",
+    "Edward",
+    "Jessica",
+    "Linda",
+    "Susan",
+    "Karen",
+    "Nancy",
+    "Betty",
+    "Helen",
 )
 #: BABA order ({B} first): "{B} and {A} …, {B} gave … to" → {A}; the ABBA version swaps the first two names.
 IOI_TEMPLATES = (
@@ -83,17 +140,54 @@ IOI_PLACES = ("store", "garden", "restaurant", "school", "hospital", "office", "
 IOI_OBJECTS = ("ring", "kiss", "bone", "basketball", "computer", "necklace", "drink", "snack", "book", "flower")
 
 CAPITALS = (
-    ("France", "Paris"), ("Germany", "Berlin"), ("Italy", "Rome"), ("Spain", "Madrid"), ("Japan", "Tokyo"),
-    ("China", "Beijing"), ("Russia", "Moscow"), ("England", "London"), ("Egypt", "Cairo"), ("Greece", "Athens"),
-    ("Canada", "Ottawa"), ("Australia", "Canberra"), ("Turkey", "Ankara"), ("Iran", "Tehran"), ("Iraq", "Baghdad"),
-    ("Kenya", "Nairobi"), ("Norway", "Oslo"), ("Sweden", "Stockholm"), ("Finland", "Helsinki"),
-    ("Denmark", "Copenhagen"), ("Poland", "Warsaw"), ("Austria", "Vienna"), ("Hungary", "Budapest"),
-    ("Portugal", "Lisbon"), ("Ireland", "Dublin"), ("Belgium", "Brussels"), ("Netherlands", "Amsterdam"),
-    ("Switzerland", "Bern"), ("Thailand", "Bangkok"), ("Vietnam", "Hanoi"), ("Indonesia", "Jakarta"),
-    ("Peru", "Lima"), ("Chile", "Santiago"), ("Cuba", "Havana"), ("Ukraine", "Kyiv"), ("Philippines", "Manila"),
-    ("Pakistan", "Islamabad"), ("Nigeria", "Abuja"), ("Morocco", "Rabat"), ("Argentina", "Buenos Aires"),
-    ("Scotland", "Edinburgh"), ("Wales", "Cardiff"), ("Israel", "Jerusalem"), ("Syria", "Damascus"),
-    ("Lebanon", "Beirut"), ("Afghanistan", "Kabul"), ("Nepal", "Kathmandu"), ("Mongolia", "Ulaanbaatar"),
+    ("France", "Paris"),
+    ("Germany", "Berlin"),
+    ("Italy", "Rome"),
+    ("Spain", "Madrid"),
+    ("Japan", "Tokyo"),
+    ("China", "Beijing"),
+    ("Russia", "Moscow"),
+    ("England", "London"),
+    ("Egypt", "Cairo"),
+    ("Greece", "Athens"),
+    ("Canada", "Ottawa"),
+    ("Australia", "Canberra"),
+    ("Turkey", "Ankara"),
+    ("Iran", "Tehran"),
+    ("Iraq", "Baghdad"),
+    ("Kenya", "Nairobi"),
+    ("Norway", "Oslo"),
+    ("Sweden", "Stockholm"),
+    ("Finland", "Helsinki"),
+    ("Denmark", "Copenhagen"),
+    ("Poland", "Warsaw"),
+    ("Austria", "Vienna"),
+    ("Hungary", "Budapest"),
+    ("Portugal", "Lisbon"),
+    ("Ireland", "Dublin"),
+    ("Belgium", "Brussels"),
+    ("Netherlands", "Amsterdam"),
+    ("Switzerland", "Bern"),
+    ("Thailand", "Bangkok"),
+    ("Vietnam", "Hanoi"),
+    ("Indonesia", "Jakarta"),
+    ("Peru", "Lima"),
+    ("Chile", "Santiago"),
+    ("Cuba", "Havana"),
+    ("Ukraine", "Kyiv"),
+    ("Philippines", "Manila"),
+    ("Pakistan", "Islamabad"),
+    ("Nigeria", "Abuja"),
+    ("Morocco", "Rabat"),
+    ("Argentina", "Buenos Aires"),
+    ("Scotland", "Edinburgh"),
+    ("Wales", "Cardiff"),
+    ("Israel", "Jerusalem"),
+    ("Syria", "Damascus"),
+    ("Lebanon", "Beirut"),
+    ("Afghanistan", "Kabul"),
+    ("Nepal", "Kathmandu"),
+    ("Mongolia", "Ulaanbaatar"),
 )
 FACT_TEMPLATES = ("The capital of {C} is", "The capital city of {C} is", "{C}'s capital city is")
 
@@ -131,17 +225,25 @@ class Task:
         for arg in ("corrupt", "answer", "wrong"):
             v = getattr(self, arg)
             if isinstance(v, str) or len(v) != n:
-                raise ArgumentError(f"task {self.name!r}: {arg} has {len(v) if not isinstance(v, str) else 'a string, not'} "
-                                    f"entries but clean has {n}; give one per clean prompt")
+                raise ArgumentError(
+                    f"task {self.name!r}: {arg} has {len(v) if not isinstance(v, str) else 'a string, not'} "
+                    f"entries but clean has {n}; give one per clean prompt"
+                )
         if isinstance(self.clean, Tensor) != isinstance(self.corrupt, Tensor):
             raise ArgumentError(f"task {self.name!r}: clean and corrupt must both be text or both be token ids")
-        if isinstance(self.clean, Tensor) and isinstance(self.corrupt, Tensor) and \
-                tuple(self.clean.shape) != tuple(self.corrupt.shape):
-            raise ArgumentError(f"task {self.name!r}: clean has shape {tuple(self.clean.shape)} but corrupt has "
-                                f"{tuple(self.corrupt.shape)}; each clean/corrupt pair must have the same token length")
+        if (
+            isinstance(self.clean, Tensor)
+            and isinstance(self.corrupt, Tensor)
+            and tuple(self.clean.shape) != tuple(self.corrupt.shape)
+        ):
+            raise ArgumentError(
+                f"task {self.name!r}: clean has shape {tuple(self.clean.shape)} but corrupt has "
+                f"{tuple(self.corrupt.shape)}; each clean/corrupt pair must have the same token length"
+            )
         if not isinstance(self.metric_name, str) or self.metric_name not in TASK_METRICS:
-            raise ArgumentError(f"metric_name={self.metric_name!r} is not a task metric; choose one of "
-                                f"{list(TASK_METRICS)}")
+            raise ArgumentError(
+                f"metric_name={self.metric_name!r} is not a task metric; choose one of {list(TASK_METRICS)}"
+            )
         object.__setattr__(self, "answer", list(self.answer))
         object.__setattr__(self, "wrong", list(self.wrong))
         if model is not None:
@@ -170,7 +272,9 @@ class Task:
         n = check_positive_int("n", n)
         if n > self.n:
             raise ArgumentError(f"n={n} is more than the task's {self.n} pairs")
-        return replace(self, clean=self.clean[:n], corrupt=self.corrupt[:n], answer=self.answer[:n], wrong=self.wrong[:n])
+        return replace(
+            self, clean=self.clean[:n], corrupt=self.corrupt[:n], answer=self.answer[:n], wrong=self.wrong[:n]
+        )
 
     def check(self, model: Model) -> None:
         """A typed error if a pair differs in token length or an answer/wrong token is not one token for ``model``."""
@@ -182,8 +286,15 @@ class Task:
         resolve_tokens(model, list(self.wrong), self.n, "wrong")  # also when the metric does not read it
 
     @classmethod
-    def from_jsonl(cls, path: Union[str, "os.PathLike[str]"], model: Model, *, name: Optional[str] = None,
-                   multi_token: str = "error", description: str = "") -> "Task":
+    def from_jsonl(
+        cls,
+        path: Union[str, "os.PathLike[str]"],
+        model: Model,
+        *,
+        name: Optional[str] = None,
+        multi_token: str = "error",
+        description: str = "",
+    ) -> "Task":
         """A task from a JSON Lines file, checked for ``model`` record by record.
 
         Each non-blank line is one pair: ``{"clean": str, "corrupt": str, "answer": str | int, "wrong": str | int}``
@@ -201,26 +312,37 @@ class Task:
             raise ArgumentError(f"multi_token={multi_token!r} must be one of {list(MULTI_TOKEN)}")
         recs, metric_name = read_pairs(path)
         if not model.arch.has_logits:
-            raise UnsupportedOperationError(f"path={str(path)!r}: a task reads logits; model {model.name!r} has none "
-                                            "(an encoder)")
+            raise UnsupportedOperationError(
+                f"path={str(path)!r}: a task reads logits; model {model.name!r} has none (an encoder)"
+            )
         if model.tokenizer is None:
-            raise UnsupportedOperationError(f"path={str(path)!r}: the pairs are text, but model {model.name!r} has "
-                                            "no tokenizer")
+            raise UnsupportedOperationError(
+                f"path={str(path)!r}: the pairs are text, but model {model.name!r} has no tokenizer"
+            )
         where = lambda i: f"{os.fspath(path)}, line {i}"  # noqa: E731
         lc = _lengths(model, [r["clean"] for _, r in recs])
         lk = _lengths(model, [r["corrupt"] for _, r in recs])
         answers, wrongs = [], []
         for (i, rec), a, b in zip(recs, lc, lk):
             if a != b:
-                raise ArgumentError(f"{where(i)}: clean has {a} tokens but corrupt has {b} for {model.name!r}'s "
-                                    f"tokenizer (clean={rec['clean']!r}, corrupt={rec['corrupt']!r}); each pair "
-                                    "must have the same token length (patching aligns positions)")
+                raise ArgumentError(
+                    f"{where(i)}: clean has {a} tokens but corrupt has {b} for {model.name!r}'s "
+                    f"tokenizer (clean={rec['clean']!r}, corrupt={rec['corrupt']!r}); each pair "
+                    "must have the same token length (patching aligns positions)"
+                )
             answers.append(_pair_token(model, rec["answer"], f"{where(i)}: answer", multi_token))
             wrongs.append(_pair_token(model, rec["wrong"], f"{where(i)}: wrong", multi_token))
         stem = os.path.splitext(os.path.basename(os.fspath(path)))[0]
-        return cls(stem if name is None else name, [r["clean"] for _, r in recs], [r["corrupt"] for _, r in recs],
-                   answers, wrongs, description=description or f"{len(recs)} pairs from {os.path.basename(os.fspath(path))}",
-                   metric_name=metric_name, model=model)
+        return cls(
+            stem if name is None else name,
+            [r["clean"] for _, r in recs],
+            [r["corrupt"] for _, r in recs],
+            answers,
+            wrongs,
+            description=description or f"{len(recs)} pairs from {os.path.basename(os.fspath(path))}",
+            metric_name=metric_name,
+            model=model,
+        )
 
 
 def read_pairs(path: Union[str, "os.PathLike[str]"]) -> tuple[list[tuple[int, dict]], str]:
@@ -252,8 +374,9 @@ def read_pairs(path: Union[str, "os.PathLike[str]"]) -> tuple[list[tuple[int, di
             raise ArgumentError(f"{where(i)}: a {type(rec).__name__}, not a JSON object with keys {list(_PAIR_KEYS)}")
         missing = [k for k in _PAIR_KEYS if k not in rec]
         if missing:
-            raise ArgumentError(f"{where(i)}: missing key(s) {missing}; each pair needs {list(_PAIR_KEYS)} "
-                                "(and optionally 'metric')")
+            raise ArgumentError(
+                f"{where(i)}: missing key(s) {missing}; each pair needs {list(_PAIR_KEYS)} (and optionally 'metric')"
+            )
         extra = sorted(set(rec) - set(_PAIR_KEYS) - {"metric"})
         if extra:
             raise ArgumentError(f"{where(i)}: unknown key(s) {extra}; allowed: {list(_PAIR_KEYS) + ['metric']}")
@@ -272,8 +395,10 @@ def read_pairs(path: Union[str, "os.PathLike[str]"]) -> tuple[list[tuple[int, di
         elif m != first[1]:
             here = f"metric={m!r}" if given else f"no metric (the default {m!r})"
             there = f"gives metric={first[1]!r}" if first[2] else f"gives no metric (the default {first[1]!r})"
-            raise ArgumentError(f"{where(i)}: {here} but line {first[0]} {there}; a task has one metric: give the "
-                                "same \"metric\" on every line, or on none (logit_diff)")
+            raise ArgumentError(
+                f"{where(i)}: {here} but line {first[0]} {there}; a task has one metric: give the "
+                'same "metric" on every line, or on none (logit_diff)'
+            )
         recs.append((i, rec))
     if not recs or first is None:
         raise ArgumentError(f"path={os.fspath(path)!r} holds no pairs; give one JSON object per line")
@@ -295,8 +420,10 @@ def _pair_token(model: Model, value: Union[str, int], where: str, multi_token: s
     if multi_token == "first":
         return int(ids[0])
     pieces = [model.tokenizer.decode([t]) for t in ids]
-    raise ArgumentError(f"{where}={value!r} is {len(ids)} tokens {pieces}; give one token, or pass "
-                        "multi_token='first' (CLI: --multi-token first) to keep its first token")
+    raise ArgumentError(
+        f"{where}={value!r} is {len(ids)} tokens {pieces}; give one token, or pass "
+        "multi_token='first' (CLI: --multi-token first) to keep its first token"
+    )
 
 
 def _single_token(model: Model, text: str) -> Optional[int]:
@@ -325,16 +452,19 @@ def _modal(model: Model, rows: list[tuple], n: int, what: str) -> list[tuple]:
     best = max(counts, key=lambda k: (counts[k], -k))
     kept = [r for r, a in ok if a == best]
     if len(kept) < n:
-        raise UnsupportedOperationError(f"{what}: only {len(kept)} pairs of one token length ({best}) for "
-                                        f"{model.name!r}; ask for n <= {len(kept)}")
+        raise UnsupportedOperationError(
+            f"{what}: only {len(kept)} pairs of one token length ({best}) for {model.name!r}; ask for n <= {len(kept)}"
+        )
     return kept[:n]
 
 
 def _ioi(model: Model, n: int, seed: int) -> Task:
     names = [x for x in IOI_NAMES if _single_token(model, " " + x) is not None]
     if len(names) < 5:
-        raise UnsupportedOperationError(f"task 'ioi': only {len(names)} of the candidate names are single tokens for "
-                                        f"{model.name!r}'s tokenizer; IOI needs at least 5")
+        raise UnsupportedOperationError(
+            f"task 'ioi': only {len(names)} of the candidate names are single tokens for "
+            f"{model.name!r}'s tokenizer; IOI needs at least 5"
+        )
     rng = random.Random(seed)
     rows = []
     for i in range(8 * n):
@@ -346,20 +476,33 @@ def _ioi(model: Model, n: int, seed: int) -> Task:
         clean = first.format(A=A, B=B, PLACE=place, OBJECT=obj)
         # three other names: the two of the pair and the repeated subject each replaced by a different one
         x, y = (C, D)
-        corrupt = first.replace("{A} and {B}", "{X} and {Y}").replace("{B} and {A}", "{Y} and {X}") \
-            .replace("{B}", "{Z}").format(X=x, Y=y, Z=E, PLACE=place, OBJECT=obj)
+        corrupt = (
+            first.replace("{A} and {B}", "{X} and {Y}")
+            .replace("{B} and {A}", "{Y} and {X}")
+            .replace("{B}", "{Z}")
+            .format(X=x, Y=y, Z=E, PLACE=place, OBJECT=obj)
+        )
         rows.append((clean, corrupt, " " + A, " " + B, "ABBA" if abba else "BABA"))
     kept = _modal(model, rows, n, "task 'ioi'")
-    return Task("ioi", [r[0] for r in kept], [r[1] for r in kept], [r[2] for r in kept], [r[3] for r in kept],
-                description=f"indirect object identification, {sum(r[4] == 'ABBA' for r in kept)} ABBA and "
-                            f"{sum(r[4] == 'BABA' for r in kept)} BABA prompts; corrupt: three other names; "
-                            "metric logit[IO] − logit[S]")
+    return Task(
+        "ioi",
+        [r[0] for r in kept],
+        [r[1] for r in kept],
+        [r[2] for r in kept],
+        [r[3] for r in kept],
+        description=f"indirect object identification, {sum(r[4] == 'ABBA' for r in kept)} ABBA and "
+        f"{sum(r[4] == 'BABA' for r in kept)} BABA prompts; corrupt: three other names; "
+        "metric logit[IO] − logit[S]",
+    )
 
 
 def _factual(model: Model, n: Optional[int], seed: int) -> Task:
     rng = random.Random(seed)
-    rows = [(ti, t.format(C=c), _first_token(model, " " + cap)) for ti, t in enumerate(FACT_TEMPLATES)
-            for c, cap in CAPITALS]
+    rows = [
+        (ti, t.format(C=c), _first_token(model, " " + cap))
+        for ti, t in enumerate(FACT_TEMPLATES)
+        for c, cap in CAPITALS
+    ]
     lengths = _lengths(model, [r[1] for r in rows])
     counts: dict[int, int] = {}
     for L in lengths:
@@ -375,12 +518,19 @@ def _factual(model: Model, n: Optional[int], seed: int) -> Task:
     rng.shuffle(out)
     want = len(out) if n is None else n
     if want > len(out):
-        raise UnsupportedOperationError(f"task 'factual': only {len(out)} prompts of one token length for "
-                                        f"{model.name!r}; ask for n <= {len(out)}")
+        raise UnsupportedOperationError(
+            f"task 'factual': only {len(out)} prompts of one token length for {model.name!r}; ask for n <= {len(out)}"
+        )
     out = out[:want]
-    return Task("factual", [r[0] for r in out], [r[1] for r in out], [r[2] for r in out], [r[3] for r in out],
-                description="country → capital; corrupt: another country of the same token length; metric "
-                            "logit[capital] − logit[the other country's capital] (first token of each)")
+    return Task(
+        "factual",
+        [r[0] for r in out],
+        [r[1] for r in out],
+        [r[2] for r in out],
+        [r[3] for r in out],
+        description="country → capital; corrupt: another country of the same token length; metric "
+        "logit[capital] − logit[the other country's capital] (first token of each)",
+    )
 
 
 def _first_token(model: Model, text: str) -> int:
@@ -391,7 +541,9 @@ def _induction(model: Model, n: int, seed: int, length: int) -> Task:
     a = model.arch
     total = 1 + 2 * length - 1
     if total > a.n_ctx:
-        raise ArgumentError(f"length={length}: the prompts would have {total} tokens; {model.name!r} has n_ctx={a.n_ctx}")
+        raise ArgumentError(
+            f"length={length}: the prompts would have {total} tokens; {model.name!r} has n_ctx={a.n_ctx}"
+        )
     bos: Optional[int]
     bos, low = ordinary_tokens(model, 2 * length)
     if a.d_vocab - low < 2 * length:
@@ -406,9 +558,15 @@ def _induction(model: Model, n: int, seed: int, length: int) -> Task:
         corrupt.append(head + r.tolist() + s[:-1].tolist())
         ans.append(int(s[-1]))
         wrong.append(int(r[-1]))
-    return Task("induction", torch.tensor(clean, device=model.device), torch.tensor(corrupt, device=model.device), ans, wrong,
-                description=f"{length} random tokens then the first {length - 1} again; answer the {length}-th token; "
-                            "corrupt: a different first half; wrong: its last token")
+    return Task(
+        "induction",
+        torch.tensor(clean, device=model.device),
+        torch.tensor(corrupt, device=model.device),
+        ans,
+        wrong,
+        description=f"{length} random tokens then the first {length - 1} again; answer the {length}-th token; "
+        "corrupt: a different first half; wrong: its last token",
+    )
 
 
 def load_task(name: str, model: Model, *, n: Optional[int] = None, seed: int = 0, length: int = 10) -> Task:
@@ -416,11 +574,14 @@ def load_task(name: str, model: Model, *, n: Optional[int] = None, seed: int = 0
     prompts of 2·``length`` tokens) or "factual" (every pair of the modal length). Deterministic in ``seed``."""
     require_model(model)
     if not isinstance(name, str) or name not in TASKS:
-        raise ArgumentError(f"name={name!r} is not a task; tasks are {list(TASKS)} (or build interp.Task from your "
-                            "own prompts)")
+        raise ArgumentError(
+            f"name={name!r} is not a task; tasks are {list(TASKS)} (or build interp.Task from your own prompts)"
+        )
     if not model.arch.has_logits:
-        raise UnsupportedOperationError(f"task {name!r} reads logits: model {model.name!r} has none (an encoder); "
-                                        "build an interp.Task with your own prompts and use interp.Direction")
+        raise UnsupportedOperationError(
+            f"task {name!r} reads logits: model {model.name!r} has none (an encoder); "
+            "build an interp.Task with your own prompts and use interp.Direction"
+        )
     seed = check_int("seed", seed)
     if n is not None:
         n = check_positive_int("n", n)

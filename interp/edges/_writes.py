@@ -47,8 +47,11 @@ class Acts:
 
     def select(self, idx: Tensor) -> "Acts":
         """The prompts ``idx``."""
-        return Acts(embed={k: v[idx] for k, v in self.embed.items()}, z=[t[idx] for t in self.z],
-                    mlp=[None if t is None else t[idx] for t in self.mlp])
+        return Acts(
+            embed={k: v[idx] for k, v in self.embed.items()},
+            z=[t[idx] for t in self.z],
+            mlp=[None if t is None else t[idx] for t in self.mlp],
+        )
 
 
 class EdgeWrites:
@@ -62,7 +65,8 @@ class EdgeWrites:
         if self.block.out_norm("attn") is not None and model.arch.attn_bias:
             raise UnsupportedArchitectureError(
                 f"edge attribution and circuit evaluation: model {model.name!r} has an attention output bias under "
-                "an output norm (its image changes with the run's scale and is no edge), which is not implemented")
+                "an output norm (its image changes with the run's scale and is no edge), which is not implemented"
+            )
         self.model, self.g = model, graph
         self.e = engine if engine is not None else Engine.of(model)
         a = model.arch
@@ -76,9 +80,13 @@ class EdgeWrites:
         self.embed_idx = {w.site: i for i, w in enumerate(wi) if w.kind == "embed"}
         self.n_embed = len(self.embed_idx)
         self.head0 = [next(i for i, w in enumerate(wi) if w.kind == "head" and w.layer == l) for l in range(a.n_layers)]
-        self.mlp_w = [next((i for i, w in enumerate(wi) if w.kind == "mlp" and w.layer == l), -1) for l in range(a.n_layers)]
+        self.mlp_w = [
+            next((i for i, w in enumerate(wi) if w.kind == "mlp" and w.layer == l), -1) for l in range(a.n_layers)
+        ]
         self.q0 = [next(i for i, r in enumerate(ri) if r.kind == "q" and r.layer == l) for l in range(a.n_layers)]
-        self.mlp_r = [next((i for i, r in enumerate(ri) if r.kind == "mlp" and r.layer == l), -1) for l in range(a.n_layers)]
+        self.mlp_r = [
+            next((i for i, r in enumerate(ri) if r.kind == "mlp" and r.layer == l), -1) for l in range(a.n_layers)
+        ]
         self.out_r = self.R - 1
         self.H, self.Hkv, self.dh = a.n_heads, a.n_kv_heads, a.d_head
 
@@ -120,7 +128,7 @@ class EdgeWrites:
     def delta_layer(self, out: Tensor, l: int, abl: Optional[Acts], this: Acts) -> None:
         """Fill layer l's writers' rows of ``out`` [P, W, T, d] with ã_w − a_w (its heads through Δz, one
         product with W_O^l: the gradient pass calls it while layer l's weights are in hand)."""
-        out[:, self.head0[l]: self.head0[l] + self.H] = self.head_delta(l, abl, this)
+        out[:, self.head0[l] : self.head0[l] + self.H] = self.head_delta(l, abl, this)
         if self.mlp_w[l] >= 0:
             m = this.mlp[l]
             if m is None:
@@ -136,7 +144,9 @@ class EdgeWrites:
         if wi.kind == "head":
             if self.block.out_norm("attn") is not None:  # the images' difference (see head_delta)
                 pick = torch.tensor([p], device=this.z[0].device)
-                return self.head_delta(wi.layer, None if abl is None else abl.select(pick), this.select(pick))[0, wi.head]
+                return self.head_delta(wi.layer, None if abl is None else abl.select(pick), this.select(pick))[
+                    0, wi.head
+                ]
             z = this.z[wi.layer][p, :, wi.head]
             dz = (abl.z[wi.layer][p, :, wi.head] - z) if abl is not None else -z
             return dz @ self.w.W_O[wi.layer, wi.head]

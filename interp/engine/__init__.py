@@ -13,6 +13,18 @@ from interp.engine._patches import HEADED_SITES, SITES, Patch, Variant
 from interp.engine._rotary import allowed_keys, apply_rotary, unembed
 
 __all__ = [
-    "CAPABILITIES", "Engine", "HEADED_SITES", "Patch", "RunCache", "SITES", "Variant", "allowed_keys", "apply_rotary", "load_model",
-    "model_from_hf", "require_capabilities", "self_check", "unembed",
+    "CAPABILITIES",
+    "Engine",
+    "HEADED_SITES",
+    "Patch",
+    "RunCache",
+    "SITES",
+    "Variant",
+    "allowed_keys",
+    "apply_rotary",
+    "load_model",
+    "model_from_hf",
+    "require_capabilities",
+    "self_check",
+    "unembed",
 ]

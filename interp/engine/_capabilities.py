@@ -19,12 +19,18 @@ __all__ = ["CAPABILITIES", "require_capabilities"]
 #: capability -> (its test on an ArchInfo, what it is)
 CAPABILITIES: dict[str, tuple[Any, str]] = {
     "qk_norm": (lambda a: a.qk_norm, "an RMSNorm on each head's query and key (QK-norm)"),
-    "qk_norm_projection": (lambda a: a.qk_norm and a.qk_norm_scope == "projection",
-                           "a QK-norm over the whole projected q and k (one σ shared by every head, OLMo 2)"),
-    "raw_reads": (lambda a: a.norm != "none" and not describe_block(a).reads_normed and not describe_block(a).normed_stream,
-                  "sublayers that read the raw stream (no norm in front of them: output norms only, OLMo 2)"),
-    "output_norms": (lambda a: describe_block(a).sublayer_norms,
-                     "a norm on each sublayer's output before it is added (sandwich or output norms)"),
+    "qk_norm_projection": (
+        lambda a: a.qk_norm and a.qk_norm_scope == "projection",
+        "a QK-norm over the whole projected q and k (one σ shared by every head, OLMo 2)",
+    ),
+    "raw_reads": (
+        lambda a: a.norm != "none" and not describe_block(a).reads_normed and not describe_block(a).normed_stream,
+        "sublayers that read the raw stream (no norm in front of them: output norms only, OLMo 2)",
+    ),
+    "output_norms": (
+        lambda a: describe_block(a).sublayer_norms,
+        "a norm on each sublayer's output before it is added (sandwich or output norms)",
+    ),
     "experts": (lambda a: a.n_experts > 0, "mixture-of-experts MLPs (a router's top-k experts per token)"),
     "attn_softcap": (lambda a: bool(a.attn_softcap), "soft-capped attention scores"),
     "final_softcap": (lambda a: bool(a.final_softcap), "soft-capped logits"),
@@ -40,4 +46,5 @@ def require_capabilities(model: Any, what: str, *unsupported: str) -> None:
         if test(a):
             raise UnsupportedArchitectureError(
                 f"{what}: model {model.name!r} ({a.family}) has {text}, which {what} does not implement yet; "
-                "patch, effects, path_patch, trace, the logit lens and the edge analyses run exactly on it")
+                "patch, effects, path_patch, trace, the logit lens and the edge analyses run exactly on it"
+            )

@@ -71,14 +71,17 @@ def self_check(model: Model, *, tol: Optional[float] = None) -> float:
         def hook(x: Tensor, hook: Any = None) -> Tensor:
             store[name] = x.detach()
             return x
+
         return hook
 
     with torch.inference_mode(), model.bridge.hooks(fwd_hooks=[(n, keep(n)) for n in [*names, last]]):
         out = model.bridge(ids, attention_mask=mask)
     missing = [n for n in [*names, last] if n not in store]
     if missing:
-        raise UnsupportedArchitectureError(f"model {model.name!r}: its bridge fired no hook {missing[0]!r}, so "
-                                           "interp cannot check its forward against the model's own")
+        raise UnsupportedArchitectureError(
+            f"model {model.name!r}: its bridge fired no hook {missing[0]!r}, so "
+            "interp cannot check its forward against the model's own"
+        )
     theirs_final: Optional[Tensor] = store[last]
     engine = Engine.of(model)
     with torch.inference_mode():
@@ -91,7 +94,9 @@ def self_check(model: Model, *, tol: Optional[float] = None) -> float:
         else:
             mine_final = run.final
     worst = 0.0
-    pairs = [(f"the residual stream entering block {l}", run.resid_pre[l], store.get(names[l])) for l in range(a.n_layers)]
+    pairs = [
+        (f"the residual stream entering block {l}", run.resid_pre[l], store.get(names[l])) for l in range(a.n_layers)
+    ]
     pairs.append(("the logits" if a.has_logits else "the final hidden state", mine_final, theirs_final))
     for what, mine, theirs in pairs:
         if theirs is None:
@@ -104,7 +109,8 @@ def self_check(model: Model, *, tol: Optional[float] = None) -> float:
                 f"model {model.name!r} ({a.family}): interp's forward differs from the model's own at {what}: "
                 f"max |difference| {diff:.3g} against a largest magnitude of {scale:.3g} ({rel:.2g} relative; "
                 f"allowed {tol:g}). The checkpoint has a quirk interp does not implement, so every analysis that "
-                "re-runs it would be wrong; it is refused. Please report the model id.")
+                "re-runs it would be wrong; it is refused. Please report the model id."
+            )
         worst = max(worst, rel)
     return worst
 
@@ -128,19 +134,43 @@ def load_model(
     a bar naming each step (None: only for a first load, which builds a cache entry; True: always; False: never);
     each step's time is logged at INFO by the logger ``interp.models``."""
     with load_progress(str(name_or_path), progress):
-        model = load_model_unchecked(name_or_path, device=device, dtype=dtype, cache_dir=cache_dir,
-                                     trust_remote_code=trust_remote_code, device_map=device_map,
-                                     max_memory=max_memory, offload_folder=offload_folder, progress=progress)
+        model = load_model_unchecked(
+            name_or_path,
+            device=device,
+            dtype=dtype,
+            cache_dir=cache_dir,
+            trust_remote_code=trust_remote_code,
+            device_map=device_map,
+            max_memory=max_memory,
+            offload_folder=offload_folder,
+            progress=progress,
+        )
         with load_step("self-check interp's forward against the model's own"):
             self_check(model)
     return model
 
 
-def model_from_hf(hf_model: Any, tokenizer: Any, *, name: str, device: Union[str, torch.device] = "cpu",
-                  dtype: torch.dtype = torch.float32, has_unembed: bool = True, source: str = "",
-                  provenance: str = "") -> Model:
+def model_from_hf(
+    hf_model: Any,
+    tokenizer: Any,
+    *,
+    name: str,
+    device: Union[str, torch.device] = "cpu",
+    dtype: torch.dtype = torch.float32,
+    has_unembed: bool = True,
+    source: str = "",
+    provenance: str = "",
+) -> Model:
     """:func:`interp.models.model_from_hf_unchecked` (wrap a loaded Hugging Face model), then :func:`self_check` it."""
-    model = model_from_hf_unchecked(hf_model, tokenizer, name=name, device=device, dtype=dtype,
-                                    has_unembed=has_unembed, source=source, provenance=provenance)
+    model = model_from_hf_unchecked(
+        hf_model,
+        tokenizer,
+        name=name,
+        device=device,
+        dtype=dtype,
+        has_unembed=has_unembed,
+        source=source,
+        provenance=provenance,
+    )
     self_check(model)
     return model

@@ -31,6 +31,7 @@ from interp.models import Model, per_layer, rotary_table_index, rotary_tables, r
 
 __all__ = ["Engine", "RunCache"]
 
+
 @dataclass
 class RunCache:
     """What a capture run kept: ``acts[site][layer]`` [batch, pos, ...], ``resid_pre[layer]``,
@@ -69,8 +70,11 @@ class Engine:
                 raise UnsupportedArchitectureError(f"model {model.name!r}: activation {a.act_fn!r} is unknown")
             self.act = ACT2FN[a.act_fn]
             # gated MLPs: one GEMM for [gate | up]
-            self.W_in = per_layer(lambda g, u: torch.cat([g, u], dim=-1).contiguous(), w.W_gate, w.W_in) \
-                if w.W_gate is not None else w.W_in
+            self.W_in = (
+                per_layer(lambda g, u: torch.cat([g, u], dim=-1).contiguous(), w.W_gate, w.W_in)
+                if w.W_gate is not None
+                else w.W_in
+            )
             gate_b = w.b_gate if w.b_gate is not None else torch.zeros_like(w.b_in)
             self.b_in = _nonzero(torch.cat([gate_b, w.b_in], dim=1) if w.W_gate is not None else w.b_in)
             self.b_out = _nonzero(w.b_out)
@@ -150,8 +154,16 @@ class Engine:
         Reduced in at least float32 (:func:`interp._norms.norm_scale`, the one rule), returned in ``x``'s dtype."""
         return norm_scale(x, kind or self.arch.norm, self.arch.norm_eps).to(x.dtype)
 
-    def norm_vjp(self, g: Tensor, x: Optional[Tensor], gain: Optional[Tensor], *, frozen: bool,
-                 kind: Optional[str] = None, sigma: Optional[Tensor] = None) -> Tensor:
+    def norm_vjp(
+        self,
+        g: Tensor,
+        x: Optional[Tensor],
+        gain: Optional[Tensor],
+        *,
+        frozen: bool,
+        kind: Optional[str] = None,
+        sigma: Optional[Tensor] = None,
+    ) -> Tensor:
         """Jᵀg for the model's norm at input ``x`` (``frozen``: σ held) — :func:`interp._norms.norm_vjp`."""
         return norm_vjp(g, x, gain, kind=kind or self.arch.norm, eps=self.arch.norm_eps, frozen=frozen, sigma=sigma)
 
@@ -220,8 +232,13 @@ class Engine:
         ``frozen``), then rotated (q and k in one pass); ``qk`` itself when the model does neither."""
         a, w, H = self.arch, self.w, self.H
         if a.qk_norm:  # q and k normed (per head, or over the whole projection) before the rotation
-            qk = torch.cat([self.head_norm(qk[:, :, :H], w.q_norm_w[l], frozen=frozen),  # type: ignore[index]
-                            self.head_norm(qk[:, :, H:], w.k_norm_w[l], frozen=frozen)], dim=2)  # type: ignore[index]
+            qk = torch.cat(
+                [
+                    self.head_norm(qk[:, :, :H], w.q_norm_w[l], frozen=frozen),  # type: ignore[index]
+                    self.head_norm(qk[:, :, H:], w.k_norm_w[l], frozen=frozen),  # type: ignore[index]
+                ],
+                dim=2,
+            )
         if a.positional == "rotary":
             cos, sin = self.rope(t0 + qk.shape[1], l)
             qk = self.rotate(qk, cos[t0:], sin[t0:])
@@ -233,7 +250,9 @@ class Engine:
         the mask; the softmax in at least float32)."""
         R, H, T, dh = q.shape
         N, a = k.shape[2], self.arch
-        scores = torch.matmul(q.reshape(R, self.Hkv, self.group, T, dh), k[:, :, None].transpose(-1, -2)) * self.scales[l]
+        scores = (
+            torch.matmul(q.reshape(R, self.Hkv, self.group, T, dh), k[:, :, None].transpose(-1, -2)) * self.scales[l]
+        )
         if a.attn_softcap:
             scores = torch.tanh(scores / a.attn_softcap) * a.attn_softcap
         scores = scores.to(self.softmax_dtype)
@@ -251,7 +270,9 @@ class Engine:
         """z [R, T, H, d_head] = :meth:`weigh` (:meth:`pattern`, v), fused (one kernel) where the softmax runs
         in the model's precision and the scores are not capped."""
         if self.softmax_dtype == q.dtype and not self.arch.attn_softcap:
-            z = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=self.scales[l], enable_gqa=self.group > 1)
+            z = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=allowed, scale=self.scales[l], enable_gqa=self.group > 1
+            )
             return z.transpose(1, 2)
         return self.weigh(self.pattern(l, q, k, allowed), v)
 
@@ -262,8 +283,9 @@ class Engine:
         H, Hkv = self.H, self.Hkv
         qk = self.position_qk(l, qkv[:, :, : H + Hkv], frozen=frozen)
         allowed = self.allowed(mask, torch.arange(P, device=mask.device), 0, T, self.arch.window(l))
-        return self.attend(l, qk[:, :, :H].transpose(1, 2), qk[:, :, H:].transpose(1, 2),
-                           qkv[:, :, H + Hkv:].transpose(1, 2), allowed)
+        return self.attend(
+            l, qk[:, :, :H].transpose(1, 2), qk[:, :, H:].transpose(1, 2), qkv[:, :, H + Hkv :].transpose(1, 2), allowed
+        )
 
     def attn_out(self, l: int, z: Tensor) -> Tensor:
         """Layer l's attention output Σ_h z_h W_O^h + b_O, [R, T, d] (before a sandwich norm)."""
@@ -300,8 +322,9 @@ class Engine:
         by: dict[str, list[Patch]] = {}
         for p in patches:
             by.setdefault(p.site, []).append(p)
-        live = LiveLayer(self, l, by, capture or set(), store, t0=t0, prompt=prompt, mask=mask, prefix=prefix,
-                     inplace=inplace)
+        live = LiveLayer(
+            self, l, by, capture or set(), store, t0=t0, prompt=prompt, mask=mask, prefix=prefix, inplace=inplace
+        )
         return run_block(self.block, live, x)
 
     def attention_live(self, l: int, x: Tensor, h1: Tensor, live: LiveLayer) -> Tensor:
@@ -312,14 +335,14 @@ class Engine:
         R, T = x.shape[:2]
         H, Hkv = self.H, self.Hkv
         qkv = self.project_qkv(l, h1)  # [R, T, H + 2 Hkv, dh]
-        q, k, v = qkv[:, :, :H], qkv[:, :, H: H + Hkv], qkv[:, :, H + Hkv:]
+        q, k, v = qkv[:, :, :H], qkv[:, :, H : H + Hkv], qkv[:, :, H + Hkv :]
         for site, t, W, b in (("q_in", q, w.W_Q, w.b_Q), ("k_in", k, w.W_K, w.b_K), ("v_in", v, w.W_V, w.b_V)):
             for p in by.get(site, ()):  # one reader sees the residual shifted by p.value
                 hh = self.read_norm(x[p.rows] + p.value, l, "attn")
                 t[p.rows, :, p.head] = torch.einsum("ntm,nmh->nth", hh, W[l][p.head]) + b[l][p.head][:, None]
         for site, t in (("q", q), ("k", k), ("v", v)):  # in place: qkv is this call's own tensor
             apply_patches(t, by.get(site), t0, headed=True, inplace=True)
-        q, k, v = qkv[:, :, :H], qkv[:, :, H: H + Hkv], qkv[:, :, H + Hkv:]
+        q, k, v = qkv[:, :, :H], qkv[:, :, H : H + Hkv], qkv[:, :, H + Hkv :]
         keep("q", q)
         keep("k", k)
         keep("v", v)
@@ -350,15 +373,31 @@ class Engine:
         keep("z", z)
         return self.attn_out(l, z)
 
-    def sweep(self, base: RunCache, tokens: Tensor, mask: Tensor, variants: list[Variant],
-              read: Callable[[Tensor, Tensor, int], Tensor], *, batch_size: int, progress: Any = None) -> Tensor:
+    def sweep(
+        self,
+        base: RunCache,
+        tokens: Tensor,
+        mask: Tensor,
+        variants: list[Variant],
+        read: Callable[[Tensor, Tensor, int], Tensor],
+        *,
+        batch_size: int,
+        progress: Any = None,
+    ) -> Tensor:
         """The metric [n_variants] of every variant by the prefix-sharing sweep (:func:`interp.engine._sweep.sweep`)."""
         return sweep(self, base, tokens, mask, variants, read, batch_size=batch_size, progress=progress)
 
     # ------------------------------------------------------------------ whole runs
 
-    def run(self, tokens: Tensor, mask: Tensor, *, capture: Iterable[str] = (), keep_kv: bool = False,
-            keep_scales: bool = False) -> RunCache:
+    def run(
+        self,
+        tokens: Tensor,
+        mask: Tensor,
+        *,
+        capture: Iterable[str] = (),
+        keep_kv: bool = False,
+        keep_scales: bool = False,
+    ) -> RunCache:
         """One plain forward of ``tokens`` [P, n], keeping the ``capture`` sites of every layer, every
         layer's input, the final residual (and with ``keep_kv`` the rotated keys/values)."""
         cap = set(capture)
@@ -369,7 +408,11 @@ class Engine:
             parts = self.embed_parts(tokens)
             cache.embed = parts
             x = self.embed(parts)
-            layer_cap = cap | ({"kv"} if keep_kv else set()) | ({f"{n}_in" for n in self._norms_in_block()} if keep_scales else set())
+            layer_cap = (
+                cap
+                | ({"kv"} if keep_kv else set())
+                | ({f"{n}_in" for n in self._norms_in_block()} if keep_scales else set())
+            )
             for l in range(self.L):
                 cache.resid_pre.append(x)
                 store: dict[str, Tensor] = {}
@@ -390,9 +433,10 @@ class Engine:
 
     def _keep_scales(self, cache: RunCache, store: dict[str, Tensor]) -> None:
         """σ of the input of each of the layer's stream and output norms (:meth:`_norms_in_block`), by norm id."""
-        for norm in self._norms_in_block():
-            inp = store.get(f"{norm}_in")
-            cache.scales.setdefault(norm, []).append(None if inp is None else self.norm_scale(inp))  # type: ignore[arg-type]
+        for norm_id in self._norms_in_block():
+            inp = store.get(f"{norm_id}_in")
+            cache.scales.setdefault(norm_id, []).append(None if inp is None else self.norm_scale(inp))  # type: ignore[arg-type]
+
 
 def _nonzero(b: Tensor) -> Optional[Tensor]:
     """``b``, or None when it is all zeros (no bias add at all)."""
@@ -414,6 +458,6 @@ def _fuse_heads(*Ws: Tensor) -> Tensor:
     out = torch.empty(*lead, m, sum(widths), dtype=Ws[0].dtype, device=Ws[0].device)
     c = 0
     for W, n in zip(Ws, widths):
-        out[..., c: c + n].unflatten(-1, (W.shape[-3], W.shape[-1])).copy_(W.transpose(-3, -2))
+        out[..., c : c + n].unflatten(-1, (W.shape[-3], W.shape[-1])).copy_(W.transpose(-3, -2))
         c += n
     return out

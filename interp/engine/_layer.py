@@ -19,9 +19,20 @@ class LiveLayer:
     """:meth:`Engine.layer`'s interpreter of the block (:class:`interp.models.BlockOps`): each step run on the
     rows, each point's patches written and its value kept when captured."""
 
-    def __init__(self, e: "Engine", l: int, by: dict[str, list[Patch]], cap: set[str],
-                 store: Optional[dict[str, Tensor]], *, t0: int, prompt: Tensor, mask: Tensor,
-                 prefix: Optional[tuple[Tensor, Tensor]], inplace: bool):
+    def __init__(
+        self,
+        e: "Engine",
+        l: int,
+        by: dict[str, list[Patch]],
+        cap: set[str],
+        store: Optional[dict[str, Tensor]],
+        *,
+        t0: int,
+        prompt: Tensor,
+        mask: Tensor,
+        prefix: Optional[tuple[Tensor, Tensor]],
+        inplace: bool,
+    ):
         self.e, self.l, self.by, self.cap, self.store = e, l, by, cap, store
         self.t0, self.prompt, self.mask, self.prefix, self.inplace = t0, prompt, mask, prefix, inplace
         self.x: Optional[Tensor] = None  # the stream the attention read (its q_in/k_in/v_in patches shift it)

@@ -59,8 +59,9 @@ class KeyMasks:
     def _mask(self, mask: Tensor, t0: int, T: int, full: bool, window: int) -> Optional[Tensor]:
         """:meth:`allowed` before the rows are picked: [P | 1, T, N] (None: nothing masked)."""
         N = t0 + T
-        allowed: Optional[Tensor] = mask[:, None, :N].bool() if not full else \
-            torch.ones(1, 1, N, dtype=torch.bool, device=mask.device)
+        allowed: Optional[Tensor] = (
+            mask[:, None, :N].bool() if not full else torch.ones(1, 1, N, dtype=torch.bool, device=mask.device)
+        )
         if self.causal or window:
             allowed = allowed & allowed_keys(T, N, causal=self.causal, window=window, device=mask.device)  # type: ignore[operator]
         elif full:

@@ -12,8 +12,26 @@ from torch import Tensor
 __all__ = ["HEADED_SITES", "Patch", "SITES", "Variant", "apply_patches", "merge_patches"]
 
 #: The activations a patch can replace (or, with ``add``, shift).
-SITES = ("embed.token", "embed.pos", "embed.type", "resid_pre", "q", "k", "v", "q_in", "k_in", "v_in",
-         "pattern", "z", "attn_out", "resid_mid", "mlp_in", "mlp_out", "resid_post", "final")
+SITES = (
+    "embed.token",
+    "embed.pos",
+    "embed.type",
+    "resid_pre",
+    "q",
+    "k",
+    "v",
+    "q_in",
+    "k_in",
+    "v_in",
+    "pattern",
+    "z",
+    "attn_out",
+    "resid_mid",
+    "mlp_in",
+    "mlp_out",
+    "resid_post",
+    "final",
+)
 #: The sites that carry a head axis (a patch of one needs ``head``).
 HEADED_SITES = ("q", "k", "v", "q_in", "k_in", "v_in", "pattern", "z")
 
@@ -38,8 +56,15 @@ class Patch:
     add: bool = False
 
 
-def apply_patches(t: Tensor, patches: Optional[list[Patch]], t0: int, *, headed: bool = False,
-           pattern: bool = False, inplace: bool = False) -> Tensor:
+def apply_patches(
+    t: Tensor,
+    patches: Optional[list[Patch]],
+    t0: int,
+    *,
+    headed: bool = False,
+    pattern: bool = False,
+    inplace: bool = False,
+) -> Tensor:
     """``t`` [R, T, ...] with each patch written into its rows (a copy if anything changes, unless ``inplace``)."""
     if not patches:
         return t
@@ -83,10 +108,15 @@ def merge_patches(patches: list[Patch]) -> list[Patch]:
         groups.setdefault(key, []).append(p)
     out = []
     for (site, layer, add, _, _, _), ps in groups.items():
-        out.append(Patch(
-            site=site, layer=layer, add=add, rows=torch.cat([p.rows for p in ps]),
-            value=torch.cat([p.value for p in ps]),
-            head=None if ps[0].head is None else torch.cat([p.head for p in ps if p.head is not None]),
-            pos=None if ps[0].pos is None else torch.cat([p.pos for p in ps if p.pos is not None]),
-        ))
+        out.append(
+            Patch(
+                site=site,
+                layer=layer,
+                add=add,
+                rows=torch.cat([p.rows for p in ps]),
+                value=torch.cat([p.value for p in ps]),
+                head=None if ps[0].head is None else torch.cat([p.head for p in ps if p.head is not None]),
+                pos=None if ps[0].pos is None else torch.cat([p.pos for p in ps if p.pos is not None]),
+            )
+        )
     return out

@@ -56,7 +56,7 @@ def _apply_rotary_autograd(x: Tensor, cos: Tensor, sin: Tensor, *, interleaved: 
     if interleaved:
         rot = torch.stack((-xr[..., 1::2], xr[..., 0::2]), dim=-1).flatten(-2)
     else:
-        rot = torch.cat((-xr[..., rd // 2:], xr[..., : rd // 2]), dim=-1)
+        rot = torch.cat((-xr[..., rd // 2 :], xr[..., : rd // 2]), dim=-1)
     out = xr * cos.to(x.dtype) + rot * sin.to(x.dtype)
     return torch.cat([out, xp.expand(*out.shape[:-1], xp.shape[-1])], dim=-1) if xp.shape[-1] else out
 

@@ -57,15 +57,23 @@ def sweep(
         for t0, idx in sorted(groups.items()):
             idx.sort(key=lambda i: variants[i].layer)
             for c in range(0, len(idx), batch_size):
-                chunk = idx[c: c + batch_size]
+                chunk = idx[c : c + batch_size]
                 vals = _chunk(e, base, tokens, mask, [variants[i] for i in chunk], t0, read)
                 out[torch.tensor(chunk, device=out.device)] = vals
                 if progress is not None:
                     progress.update(len(chunk))
     return out
 
-def _chunk(e: "Engine", base: RunCache, tokens: Tensor, mask: Tensor, vs: list["Variant"], t0: int,
-           read: Callable[[Tensor, Tensor, int], Tensor]) -> Tensor:
+
+def _chunk(
+    e: "Engine",
+    base: RunCache,
+    tokens: Tensor,
+    mask: Tensor,
+    vs: list["Variant"],
+    t0: int,
+    read: Callable[[Tensor, Tensor, int], Tensor],
+) -> Tensor:
     dev = e.model.device
     first = vs[0].layer
     # every row of the chunk, allocated once: rows join by writing into it, layers update it in place
@@ -91,9 +99,9 @@ def _chunk(e: "Engine", base: RunCache, tokens: Tensor, mask: Tensor, vs: list["
         patches: list[Patch] = []
         if new:
             R0 = x.shape[0]
-            pr = prs[j - len(new): j]
+            pr = prs[j - len(new) : j]
             start = base.resid_pre[l] if l < e.L else base.final
-            X[R0: R0 + len(new)] = start[pr, t0:]
+            X[R0 : R0 + len(new)] = start[pr, t0:]
             x = X[: R0 + len(new)]
             prompt = torch.cat([prompt, pr])
             patches = merge_patches([p for r, v in enumerate(new) for p in v.patches(R0 + r, t0)])
@@ -101,8 +109,16 @@ def _chunk(e: "Engine", base: RunCache, tokens: Tensor, mask: Tensor, vs: list["
             for p in patches:
                 x = apply_patches(x, [p], t0)
             break
-        out = e.layer(l, x, prompt=prompt, mask=mask, t0=t0,
-                         prefix=(base.kv[l] if t0 > 0 else None), patches=patches, inplace=True)
+        out = e.layer(
+            l,
+            x,
+            prompt=prompt,
+            mask=mask,
+            t0=t0,
+            prefix=(base.kv[l] if t0 > 0 else None),
+            patches=patches,
+            inplace=True,
+        )
         if out.data_ptr() != x.data_ptr():  # post-norm blocks return a new tensor
             x.copy_(out)
     return read(x, prompt, t0)

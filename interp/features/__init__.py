@@ -10,7 +10,13 @@ from interp.features._graph import attribution_graph
 from interp.features._intervene import CLOSURE_TOLERANCE, REGIMES, Intervention, InterventionResult, intervene
 from interp.features._qk import QKAttribution, qk_attribution
 from interp.features._result import AttributionGraph
-from interp.features._train import TrainedCrossLayerTranscoder, TrainedTranscoders, default_lr, default_passes, train_transcoders
+from interp.features._train import (
+    TrainedCrossLayerTranscoder,
+    TrainedTranscoders,
+    default_lr,
+    default_passes,
+    train_transcoders,
+)
 from interp.features._formats import FORMATS, load_saes, load_transcoders
 from interp.features._sae import SAE, SAE_SITES, SAEReconstruction, sae_reconstruction
 from interp.features._transcoder import ACTIVATIONS, CrossLayerTranscoder, Transcoder
@@ -18,8 +24,36 @@ from interp.features._warnings import ClosureWarning, DictionaryQualityWarning
 from interp.features._aggregate import AggregateGraph, aggregate_graphs
 from interp.features._faithfulness import GRAPH_ABLATIONS, GRAPH_THRESHOLDS, GraphFaithfulness
 
-__all__ = ["ACTIVATIONS", "CLOSURE_TOLERANCE", "FORMATS", "REGIMES", "AttributionGraph", "ClosureWarning", "CrossLayerTranscoder", "DictionaryQualityWarning",
-           "GenerationResult", "Intervention", "InterventionResult", "QKAttribution", "SAE", "SAEReconstruction", "SAE_SITES", "Steer", "TrainedCrossLayerTranscoder", "TrainedTranscoders", "Transcoder",
-           "attribution_graph", "default_lr", "default_passes", "generate", "intervene", "load_saes", "load_transcoders", "qk_attribution",
-           "sae_reconstruction", "top_activating_contexts", "train_transcoders"]
+__all__ = [
+    "ACTIVATIONS",
+    "CLOSURE_TOLERANCE",
+    "FORMATS",
+    "REGIMES",
+    "AttributionGraph",
+    "ClosureWarning",
+    "CrossLayerTranscoder",
+    "DictionaryQualityWarning",
+    "GenerationResult",
+    "Intervention",
+    "InterventionResult",
+    "QKAttribution",
+    "SAE",
+    "SAEReconstruction",
+    "SAE_SITES",
+    "Steer",
+    "TrainedCrossLayerTranscoder",
+    "TrainedTranscoders",
+    "Transcoder",
+    "attribution_graph",
+    "default_lr",
+    "default_passes",
+    "generate",
+    "intervene",
+    "load_saes",
+    "load_transcoders",
+    "qk_attribution",
+    "sae_reconstruction",
+    "top_activating_contexts",
+    "train_transcoders",
+]
 __all__ += ["AggregateGraph", "GRAPH_ABLATIONS", "GRAPH_THRESHOLDS", "GraphFaithfulness", "aggregate_graphs"]

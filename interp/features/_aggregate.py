@@ -123,23 +123,35 @@ class AggregateGraph(Result):
         infl = self.influence.tolist()
         feats = [i for i, k in enumerate(self.node_kind) if k == "feature"]
         top = sorted(feats, key=lambda i: -abs(infl[i]))[:3]
-        tops = ", ".join(f"{self.node_labels[i]} ({infl[i]:.3g}, {int(self.n_active[i])}/{self.n_prompts} prompts)"
-                         for i in top)
-        return (f"AggregateGraph({self.model_name!r}, {self.n_prompts} prompts: {self.n_nodes} identities "
-                f"({kinds['feature']} features, {kinds['error']} error layers, {kinds['token']} tokens, {kinds['logit']} "
-                f"outputs), {int(self.edge_index.shape[1])} edges; top features by mean influence: {tops or 'none'})")
+        tops = ", ".join(
+            f"{self.node_labels[i]} ({infl[i]:.3g}, {int(self.n_active[i])}/{self.n_prompts} prompts)" for i in top
+        )
+        return (
+            f"AggregateGraph({self.model_name!r}, {self.n_prompts} prompts: {self.n_nodes} identities "
+            f"({kinds['feature']} features, {kinds['error']} error layers, {kinds['token']} tokens, {kinds['logit']} "
+            f"outputs), {int(self.edge_index.shape[1])} edges; top features by mean influence: {tops or 'none'})"
+        )
 
     def to_dataframe(self) -> pd.DataFrame:
         n_active = self.n_active.double()
-        return pd.DataFrame({
-            "node": self.node_labels, "kind": self.node_kind, "layer": self.node_layer, "feature": self.node_feature,
-            "token": self.node_token, "wrong": self.node_wrong, "text": self.node_text,
-            "influence": (self.influence_sum / self.n_prompts).tolist(),
-            "influence_active": (self.influence_sum / n_active.clamp_min(1)).tolist(),
-            "activation": (self.activation_sum / self.n_prompts).tolist(),
-            "direct": (self.direct_sum / self.n_prompts).tolist(),
-            "n_active": self.n_active.tolist(), "n_kept": self.n_kept.tolist(), "n_positions": self.n_positions.tolist(),
-        })
+        return pd.DataFrame(
+            {
+                "node": self.node_labels,
+                "kind": self.node_kind,
+                "layer": self.node_layer,
+                "feature": self.node_feature,
+                "token": self.node_token,
+                "wrong": self.node_wrong,
+                "text": self.node_text,
+                "influence": (self.influence_sum / self.n_prompts).tolist(),
+                "influence_active": (self.influence_sum / n_active.clamp_min(1)).tolist(),
+                "activation": (self.activation_sum / self.n_prompts).tolist(),
+                "direct": (self.direct_sum / self.n_prompts).tolist(),
+                "n_active": self.n_active.tolist(),
+                "n_kept": self.n_kept.tolist(),
+                "n_positions": self.n_positions.tolist(),
+            }
+        )
 
     def _row(self, index: int) -> Any:
         return self.to_dataframe().iloc[index].to_dict()
@@ -155,9 +167,14 @@ class AggregateGraph(Result):
         w = e.edge_sum[keep] / e.n_prompts
         c = e.edge_count[keep]
         order = w.abs().argsort(descending=True, stable=True)
-        return pd.DataFrame({"source": [e.node_labels[i] for i in s[order].tolist()],
-                             "target": [e.node_labels[i] for i in t[order].tolist()],
-                             "weight": w[order].tolist(), "n_prompts": c[order].tolist()})
+        return pd.DataFrame(
+            {
+                "source": [e.node_labels[i] for i in s[order].tolist()],
+                "target": [e.node_labels[i] for i in t[order].tolist()],
+                "weight": w[order].tolist(),
+                "n_prompts": c[order].tolist(),
+            }
+        )
 
     def plot(self, *, n: int = 30) -> "go.Figure":
         """The ``n`` feature identities of largest mean influence (bars), hover with their counts."""
@@ -165,12 +182,17 @@ class AggregateGraph(Result):
 
         df = self.to_dataframe()
         df = df[df["kind"] == "feature"].sort_values("influence", key=abs, ascending=False, kind="stable").head(n)
-        hover = [f"{lab}: influence {v:.3g} (mean over {self.n_prompts} prompts)<br>active in {a}, kept in {k}, "
-                 f"{p} positions" for lab, v, a, k, p in zip(df["node"], df["influence"], df["n_active"], df["n_kept"],
-                                                              df["n_positions"])]
+        hover = [
+            f"{lab}: influence {v:.3g} (mean over {self.n_prompts} prompts)<br>active in {a}, kept in {k}, "
+            f"{p} positions"
+            for lab, v, a, k, p in zip(df["node"], df["influence"], df["n_active"], df["n_kept"], df["n_positions"])
+        ]
         fig = go.Figure(go.Bar(x=df["node"], y=df["influence"], hovertext=hover, hoverinfo="text"))
-        fig.update_layout(title=f"features by mean influence over {self.n_prompts} prompts ({self.model_name})",
-                          xaxis_title="feature", yaxis_title="mean influence on the outputs")
+        fig.update_layout(
+            title=f"features by mean influence over {self.n_prompts} prompts ({self.model_name})",
+            xaxis_title="feature",
+            yaxis_title="mean influence on the outputs",
+        )
         return fig
 
     @classmethod
@@ -182,20 +204,38 @@ class AggregateGraph(Result):
         parts = [p.to("cpu") for p in parts]
         first = parts[0]
         for p in parts[1:]:
-            if (p.model_name, p.n_layers, p.node_threshold, p.edge_threshold) != \
-                    (first.model_name, first.n_layers, first.node_threshold, first.edge_threshold):
-                raise ArgumentError(f"cannot combine aggregates of {p.model_name!r} (thresholds {p.node_threshold}, "
-                                    f"{p.edge_threshold}) and {first.model_name!r} ({first.node_threshold}, "
-                                    f"{first.edge_threshold})")
+            if (p.model_name, p.n_layers, p.node_threshold, p.edge_threshold) != (
+                first.model_name,
+                first.n_layers,
+                first.node_threshold,
+                first.edge_threshold,
+            ):
+                raise ArgumentError(
+                    f"cannot combine aggregates of {p.model_name!r} (thresholds {p.node_threshold}, "
+                    f"{p.edge_threshold}) and {first.model_name!r} ({first.node_threshold}, "
+                    f"{first.edge_threshold})"
+                )
         meta: dict[str, tuple[str, int, int, int, int, str]] = {}
         for p in parts:
             for i, lab in enumerate(p.node_labels):
-                meta.setdefault(lab, (p.node_kind[i], p.node_layer[i], p.node_feature[i], p.node_token[i],
-                                      p.node_wrong[i], p.node_text[i]))
+                meta.setdefault(
+                    lab,
+                    (
+                        p.node_kind[i],
+                        p.node_layer[i],
+                        p.node_feature[i],
+                        p.node_token[i],
+                        p.node_wrong[i],
+                        p.node_text[i],
+                    ),
+                )
         labels = sorted(meta, key=lambda lab: _sort_key(*meta[lab][:5]))
         at = {lab: i for i, lab in enumerate(labels)}
         M = len(labels)
-        sums = {f: torch.zeros(M, dtype=torch.float64, device="cpu") for f in ("influence_sum", "activation_sum", "direct_sum")}
+        sums = {
+            f: torch.zeros(M, dtype=torch.float64, device="cpu")
+            for f in ("influence_sum", "activation_sum", "direct_sum")
+        }
         counts = {f: torch.zeros(M, dtype=torch.long, device="cpu") for f in ("n_active", "n_kept", "n_positions")}
         keys, esum, ecount = [], [], []
         for p in parts:
@@ -211,14 +251,26 @@ class AggregateGraph(Result):
         uniq, inv = torch.unique(key, return_inverse=True)
         edge_sum = torch.zeros(len(uniq), dtype=torch.float64, device="cpu").index_add_(0, inv, torch.cat(esum))
         edge_count = torch.zeros(len(uniq), dtype=torch.long, device="cpu").index_add_(0, inv, torch.cat(ecount))
-        return cls(node_labels=labels, node_kind=[meta[lab][0] for lab in labels],
-                   node_layer=[meta[lab][1] for lab in labels], node_feature=[meta[lab][2] for lab in labels],
-                   node_token=[meta[lab][3] for lab in labels], node_wrong=[meta[lab][4] for lab in labels],
-                   node_text=[meta[lab][5] for lab in labels], **sums, **counts,
-                   edge_index=torch.stack([uniq // M, uniq % M]) if M else torch.zeros(2, 0, dtype=torch.long, device="cpu"),
-                   edge_sum=edge_sum, edge_count=edge_count, n_prompts=sum(p.n_prompts for p in parts),
-                   n_layers=first.n_layers, model_name=first.model_name, node_threshold=first.node_threshold,
-                   edge_threshold=first.edge_threshold, details=dict(details or {}))
+        return cls(
+            node_labels=labels,
+            node_kind=[meta[lab][0] for lab in labels],
+            node_layer=[meta[lab][1] for lab in labels],
+            node_feature=[meta[lab][2] for lab in labels],
+            node_token=[meta[lab][3] for lab in labels],
+            node_wrong=[meta[lab][4] for lab in labels],
+            node_text=[meta[lab][5] for lab in labels],
+            **sums,
+            **counts,
+            edge_index=torch.stack([uniq // M, uniq % M]) if M else torch.zeros(2, 0, dtype=torch.long, device="cpu"),
+            edge_sum=edge_sum,
+            edge_count=edge_count,
+            n_prompts=sum(p.n_prompts for p in parts),
+            n_layers=first.n_layers,
+            model_name=first.model_name,
+            node_threshold=first.node_threshold,
+            edge_threshold=first.edge_threshold,
+            details=dict(details or {}),
+        )
 
 
 def _sort_key(kind: str, layer: int, feature: int, token: int, wrong: int) -> tuple[int, int, int, int, int]:
@@ -274,27 +326,45 @@ def one_graph(g: AttributionGraph, node_threshold: float, edge_threshold: float)
     edge_sum = torch.zeros(len(uniq), dtype=torch.float64, device="cpu").index_add_(0, inv, A[tgt, src])
     n_pos = add(torch.ones(len(ids), dtype=torch.long, device="cpu"), torch.long)
     return AggregateGraph(
-        node_labels=labels, node_kind=[meta[lab][0] for lab in labels], node_layer=[meta[lab][1] for lab in labels],
-        node_feature=[meta[lab][2] for lab in labels], node_token=[meta[lab][3] for lab in labels],
-        node_wrong=[meta[lab][4] for lab in labels], node_text=[meta[lab][5] for lab in labels],
-        influence_sum=add(infl, torch.float64), activation_sum=add(g.activation, torch.float64),
-        direct_sum=add(direct, torch.float64), n_active=(n_pos > 0).long(), n_kept=(add(is_kept, torch.long) > 0).long(),
-        n_positions=n_pos, edge_index=torch.stack([uniq // M, uniq % M]), edge_sum=edge_sum,
-        edge_count=torch.ones(len(uniq), dtype=torch.long, device="cpu"), n_prompts=1, n_layers=g.n_layers, model_name=g.model_name,
-        node_threshold=float(node_threshold), edge_threshold=float(edge_threshold))
+        node_labels=labels,
+        node_kind=[meta[lab][0] for lab in labels],
+        node_layer=[meta[lab][1] for lab in labels],
+        node_feature=[meta[lab][2] for lab in labels],
+        node_token=[meta[lab][3] for lab in labels],
+        node_wrong=[meta[lab][4] for lab in labels],
+        node_text=[meta[lab][5] for lab in labels],
+        influence_sum=add(infl, torch.float64),
+        activation_sum=add(g.activation, torch.float64),
+        direct_sum=add(direct, torch.float64),
+        n_active=(n_pos > 0).long(),
+        n_kept=(add(is_kept, torch.long) > 0).long(),
+        n_positions=n_pos,
+        edge_index=torch.stack([uniq // M, uniq % M]),
+        edge_sum=edge_sum,
+        edge_count=torch.ones(len(uniq), dtype=torch.long, device="cpu"),
+        n_prompts=1,
+        n_layers=g.n_layers,
+        model_name=g.model_name,
+        node_threshold=float(node_threshold),
+        edge_threshold=float(edge_threshold),
+    )
 
 
 def _prompt_list(prompts: Any) -> list[Any]:
     """``prompts`` as a list of single prompts (strings or token ids [1, n]); an empty or malformed input refused."""
     if isinstance(prompts, Tensor):
         if prompts.ndim != 2 or prompts.shape[0] == 0 or prompts.is_floating_point():
-            raise ArgumentError(f"prompts: a tensor must hold token ids [n_prompts ≥ 1, pos], got {tuple(prompts.shape)} "
-                                f"{prompts.dtype}")
+            raise ArgumentError(
+                f"prompts: a tensor must hold token ids [n_prompts ≥ 1, pos], got {tuple(prompts.shape)} "
+                f"{prompts.dtype}"
+            )
         return [row[None] for row in prompts]
     if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) or not prompts:
-        raise ArgumentError(f"prompts={prompts!r:.80} must be a non-empty list of prompts (strings or token-id tensors "
-                            "[1, pos]) or a token-id tensor [n_prompts, pos]; a single prompt's graph is "
-                            "interp.features.attribution_graph")
+        raise ArgumentError(
+            f"prompts={prompts!r:.80} must be a non-empty list of prompts (strings or token-id tensors "
+            "[1, pos]) or a token-id tensor [n_prompts, pos]; a single prompt's graph is "
+            "interp.features.attribution_graph"
+        )
     for i, p in enumerate(prompts):
         if not isinstance(p, (str, Tensor)):
             raise ArgumentError(f"prompts[{i}]={p!r:.60} must be a string or a token-id tensor")
@@ -308,8 +378,9 @@ def _per_prompt(name: str, value: Any, n: int) -> list[Any]:
         value = value.tolist()
     if isinstance(value, (list, tuple)):
         if len(value) != n:
-            raise ArgumentError(f"{name} has {len(value)} entries for {n} prompts: give one {name} per prompt, or "
-                                "one token for all")
+            raise ArgumentError(
+                f"{name} has {len(value)} entries for {n} prompts: give one {name} per prompt, or one token for all"
+            )
         return list(value)
     return [value] * n
 
@@ -350,16 +421,37 @@ def aggregate_graphs(
     targets, wrongs = _per_prompt("target", target, len(items)), _per_prompt("wrong", wrong, len(items))
     if cluster is not None or out is not None:
         return check_cluster(cluster, out).sweep(
-            "aggregate_graphs", model, out=out, progress=progress, prompts=prompts, transcoders=list(transcoders),
-            target=target, wrong=wrong, pos=pos, max_n_logits=max_n_logits, desired_logit_prob=desired_logit_prob,
-            node_threshold=node_threshold, edge_threshold=edge_threshold, constant_prefix=constant_prefix,
-            batch_size=batch_size)
+            "aggregate_graphs",
+            model,
+            out=out,
+            progress=progress,
+            prompts=prompts,
+            transcoders=list(transcoders),
+            target=target,
+            wrong=wrong,
+            pos=pos,
+            max_n_logits=max_n_logits,
+            desired_logit_prob=desired_logit_prob,
+            node_threshold=node_threshold,
+            edge_threshold=edge_threshold,
+            constant_prefix=constant_prefix,
+            batch_size=batch_size,
+        )
     parts = []
     for i, p in enumerate(tqdm(items, desc="aggregate_graphs", unit="prompt", disable=not progress)):
-        g = attribution_graph(model, p, transcoders, target=targets[i], wrong=wrongs[i], pos=pos,
-                              max_n_logits=max_n_logits, desired_logit_prob=desired_logit_prob,
-                              node_threshold=node_threshold, edge_threshold=edge_threshold,
-                              constant_prefix=constant_prefix, batch_size=batch_size)
+        g = attribution_graph(
+            model,
+            p,
+            transcoders,
+            target=targets[i],
+            wrong=wrongs[i],
+            pos=pos,
+            max_n_logits=max_n_logits,
+            desired_logit_prob=desired_logit_prob,
+            node_threshold=node_threshold,
+            edge_threshold=edge_threshold,
+            constant_prefix=constant_prefix,
+            batch_size=batch_size,
+        )
         parts.append(one_graph(g, node_threshold, edge_threshold))
     return AggregateGraph.combine(parts)
-

@@ -31,11 +31,15 @@ def _feature_ids(features: Any, transcoders: Sequence[Transcoder]) -> list[tuple
         if isinstance(lab, tuple) and len(lab) == 2:
             lab = Feature(int(lab[0]), int(lab[1]), None)
         if not isinstance(lab, Feature):
-            raise ArgumentError(f"features[{i}]={x!r} must be a feature label ('L3.F12@*'; a position is ignored) or (layer, feature)")
+            raise ArgumentError(
+                f"features[{i}]={x!r} must be a feature label ('L3.F12@*'; a position is ignored) or (layer, feature)"
+            )
         if not 0 <= lab.layer < len(transcoders) or not 0 <= lab.feature < transcoders[lab.layer].n_features:
             n = transcoders[lab.layer].n_features if 0 <= lab.layer < len(transcoders) else None
-            raise ArgumentError(f"features[{i}]={x!r}: feature {lab.feature} of layer {lab.layer} does not exist "
-                                f"({len(transcoders)} layers; n_features={n})")
+            raise ArgumentError(
+                f"features[{i}]={x!r}: feature {lab.feature} of layer {lab.layer} does not exist "
+                f"({len(transcoders)} layers; n_features={n})"
+            )
         out.append((lab.layer, lab.feature))
     return list(dict.fromkeys(out))
 
@@ -61,7 +65,9 @@ def top_activating_contexts(
             raise ArgumentError(f"{name}={v!r} must be an int ≥ {1 if name == 'k' else 0}")
     ids = _feature_ids(features, transcoders)
     if len(transcoders) != model.arch.n_layers:
-        raise ArgumentError(f"transcoders has {len(transcoders)} entries; model {model.name!r} has {model.arch.n_layers} layers")
+        raise ArgumentError(
+            f"transcoders has {len(transcoders)} entries; model {model.name!r} has {model.arch.n_layers} layers"
+        )
     check_layers(transcoders)
     e = Engine.of(model)
     layers = sorted({l for l, _ in ids})
@@ -77,7 +83,7 @@ def top_activating_contexts(
             h2 = mlp_input(e, cache.resid_pre[l], None if mids is None else mids[l], l)[0].float()
             tc = transcoders[l].to(device=h2.device, dtype=h2.dtype)
             f = tc.encode(h2)  # [n, F]
-            for (ll, fi) in ids:
+            for ll, fi in ids:
                 if ll != l:
                     continue
                 col = f[:, fi]
@@ -93,6 +99,8 @@ def top_activating_contexts(
     dec = (lambda xs: tok.decode(xs)) if tok is not None else (lambda xs: " ".join(map(str, xs)))  # noqa: E731
     out: dict[str, list[str]] = {}
     for (l, fi), h in heaps.items():
-        out[f"L{l}.F{fi}"] = [f"{dec(toks[ti][max(0, p - before): p])}«{dec(toks[ti][p: p + 1])}» ({v:.4g})"
-                              for v, ti, p in sorted(h, reverse=True)]
+        out[f"L{l}.F{fi}"] = [
+            f"{dec(toks[ti][max(0, p - before) : p])}«{dec(toks[ti][p : p + 1])}» ({v:.4g})"
+            for v, ti, p in sorted(h, reverse=True)
+        ]
     return out

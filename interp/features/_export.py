@@ -37,15 +37,45 @@ def _cantor(x: int, y: int) -> int:
     return (x + y) * (x + y + 1) // 2 + y
 
 
-def _node(node_id: str, feature: int, layer: str, pos: int, ftype: str, js: str, *, influence: Optional[float],
-          activation: Optional[float] = None, token_prob: float = 0.0, target: bool = False, clerp: str = "") -> dict:
-    return {"node_id": node_id, "feature": feature, "layer": layer, "ctx_idx": pos, "feature_type": ftype,
-            "token_prob": token_prob, "is_target_logit": target, "run_idx": 0, "reverse_ctx_idx": 0,
-            "jsNodeId": js, "clerp": clerp, "influence": influence, "activation": activation}
+def _node(
+    node_id: str,
+    feature: int,
+    layer: str,
+    pos: int,
+    ftype: str,
+    js: str,
+    *,
+    influence: Optional[float],
+    activation: Optional[float] = None,
+    token_prob: float = 0.0,
+    target: bool = False,
+    clerp: str = "",
+) -> dict:
+    return {
+        "node_id": node_id,
+        "feature": feature,
+        "layer": layer,
+        "ctx_idx": pos,
+        "feature_type": ftype,
+        "token_prob": token_prob,
+        "is_target_logit": target,
+        "run_idx": 0,
+        "reverse_ctx_idx": 0,
+        "jsNodeId": js,
+        "clerp": clerp,
+        "influence": influence,
+        "activation": activation,
+    }
 
 
-def graph_json(graph: "AttributionGraph", *, slug: str = "graph", scan: Optional[str] = None,
-               node_threshold: float = 0.8, edge_threshold: float = 0.98) -> dict[str, Any]:
+def graph_json(
+    graph: "AttributionGraph",
+    *,
+    slug: str = "graph",
+    scan: Optional[str] = None,
+    node_threshold: float = 0.8,
+    edge_threshold: float = 0.98,
+) -> dict[str, Any]:
     """The graph as a dict in circuit-tracer's graph JSON schema (module docstring), pruned at the thresholds."""
     if not isinstance(slug, str) or not slug:
         raise ArgumentError(f"slug={slug!r} must be a non-empty string")
@@ -64,37 +94,69 @@ def graph_json(graph: "AttributionGraph", *, slug: str = "graph", scan: Optional
     ids: list[str] = []
     nodes = []
     first_logit = True
-    for i, (lab, kind, layer, pos, feat) in enumerate(zip(p.node_labels, p.node_kind, p.node_layer, p.node_pos,
-                                                          p.node_feature)):
+    for i, (lab, kind, layer, pos, feat) in enumerate(
+        zip(p.node_labels, p.node_kind, p.node_layer, p.node_pos, p.node_feature)
+    ):
         inf = cum_of[lab]
         if kind == "feature":
             nid = f"{layer}_{feat}_{pos}"
-            nodes.append(_node(nid, _cantor(layer, feat), str(layer), pos, "cross layer transcoder",
-                               f"{layer}_{feat}-0", influence=inf, activation=float(p.activation[i])))
+            nodes.append(
+                _node(
+                    nid,
+                    _cantor(layer, feat),
+                    str(layer),
+                    pos,
+                    "cross layer transcoder",
+                    f"{layer}_{feat}-0",
+                    influence=inf,
+                    activation=float(p.activation[i]),
+                )
+            )
         elif kind == "error":
             nid = f"err_{layer}_{pos}"
-            nodes.append(_node(nid, -1, str(layer), pos, "mlp reconstruction error", f"err_{layer}_{pos}-0",
-                               influence=inf))
+            nodes.append(
+                _node(nid, -1, str(layer), pos, "mlp reconstruction error", f"err_{layer}_{pos}-0", influence=inf)
+            )
         elif kind == "token":
             nid = f"E_{g.tokens[pos]}_{pos}"
             nodes.append(_node(nid, pos, "E", pos, "embedding", f"E_{g.tokens[pos]}-{pos}", influence=inf))
         else:  # an output: logit[<id>] or the chosen logit / logit difference
-            vocab = int(lab[len("logit["):-1]) if lab.startswith("logit[") else int(g.target_ids[0])
+            vocab = int(lab[len("logit[") : -1]) if lab.startswith("logit[") else int(g.target_ids[0])
             prob = float(w[i])
             name = g.target if lab == "logit" else _decode(g, vocab)
             nid = f"{L + 1}_{vocab}_{pos}"
-            nodes.append(_node(nid, vocab, str(L + 1), pos, "logit", f"L_{vocab}-{pos}", influence=None,
-                               token_prob=prob, target=first_logit, clerp=f'Output "{name}" (p={prob:.3f})'))
+            nodes.append(
+                _node(
+                    nid,
+                    vocab,
+                    str(L + 1),
+                    pos,
+                    "logit",
+                    f"L_{vocab}-{pos}",
+                    influence=None,
+                    token_prob=prob,
+                    target=first_logit,
+                    clerp=f'Output "{name}" (p={prob:.3f})',
+                )
+            )
             first_logit = False
         ids.append(nid)
     if len(set(ids)) != len(ids):  # cannot happen with the ids above; a guard against silent merging
         raise ArgumentError("the exported node ids are not unique")
     t, s = p.adjacency.nonzero(as_tuple=True)
-    links = [{"source": ids[si], "target": ids[ti], "weight": float(p.adjacency[ti, si])}
-             for ti, si in zip(t.tolist(), s.tolist())]
-    meta = {"slug": slug, "scan": g.model_name if scan is None else scan, "transcoder_list": [],
-            "prompt_tokens": toks, "prompt": "".join(toks), "node_threshold": node_threshold,
-            "schema_version": SCHEMA_VERSION}
+    links = [
+        {"source": ids[si], "target": ids[ti], "weight": float(p.adjacency[ti, si])}
+        for ti, si in zip(t.tolist(), s.tolist())
+    ]
+    meta = {
+        "slug": slug,
+        "scan": g.model_name if scan is None else scan,
+        "transcoder_list": [],
+        "prompt_tokens": toks,
+        "prompt": "".join(toks),
+        "node_threshold": node_threshold,
+        "schema_version": SCHEMA_VERSION,
+    }
     qparams = {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""}
     return {"metadata": meta, "qParams": qparams, "nodes": nodes, "links": links}
 
@@ -106,14 +168,26 @@ def _decode(g: "AttributionGraph", vocab: int) -> str:
     return str(vocab)
 
 
-def write_graph_json(graph: "AttributionGraph", path: Union[str, os.PathLike], *, slug: Optional[str] = None,
-                     scan: Optional[str] = None, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> Path:
+def write_graph_json(
+    graph: "AttributionGraph",
+    path: Union[str, os.PathLike],
+    *,
+    slug: Optional[str] = None,
+    scan: Optional[str] = None,
+    node_threshold: float = 0.8,
+    edge_threshold: float = 0.98,
+) -> Path:
     """Write :func:`graph_json` to ``path`` atomically (a temporary file, then a rename); the slug defaults to
     the file's stem. Returns the path."""
     if not isinstance(path, (str, os.PathLike)):
         raise ArgumentError(f"path={path!r} must be a file path (str or os.PathLike)")
     out = Path(path)
-    data = graph_json(graph, slug=out.stem if slug is None else slug, scan=scan, node_threshold=node_threshold,
-                      edge_threshold=edge_threshold)
+    data = graph_json(
+        graph,
+        slug=out.stem if slug is None else slug,
+        scan=scan,
+        node_threshold=node_threshold,
+        edge_threshold=edge_threshold,
+    )
     write_atomic(out, json.dumps(data, indent=1).encode())
     return out

@@ -111,18 +111,26 @@ class GraphFaithfulness(Result):
         return self.to_dataframe().iloc[index].to_dict()
 
     def __repr__(self) -> str:
-        return (f"GraphFaithfulness({self.model_name!r}, {self.target}: {len(self.thresholds)} thresholds, "
-                f"{self.ablation} ablation, {'frozen' if self.frozen_attention else 'live'} attention; M(full) "
-                f"{self.full:.4g} (the model's {self.graph_value:.4g}, closure {self.relative_error:.1e}), M(none) "
-                f"{self.empty:.4g}; CPR {self.cpr:.3f}, CMD {self.cmd:.3f})")
+        return (
+            f"GraphFaithfulness({self.model_name!r}, {self.target}: {len(self.thresholds)} thresholds, "
+            f"{self.ablation} ablation, {'frozen' if self.frozen_attention else 'live'} attention; M(full) "
+            f"{self.full:.4g} (the model's {self.graph_value:.4g}, closure {self.relative_error:.1e}), M(none) "
+            f"{self.empty:.4g}; CPR {self.cpr:.3f}, CMD {self.cmd:.3f})"
+        )
 
     def to_dataframe(self) -> pd.DataFrame:
         n_all = max(self.n_features_total + self.n_errors_total, 1)
-        return pd.DataFrame({
-            "point": self.labels, "threshold": list(self.thresholds), "n_features": self.n_features.tolist(),
-            "n_errors": self.n_errors.tolist(), "frac_nodes": ((self.n_features + self.n_errors) / n_all).tolist(),
-            "value": self.values.tolist(), "faithfulness": self.faithfulness.tolist(),
-        })
+        return pd.DataFrame(
+            {
+                "point": self.labels,
+                "threshold": list(self.thresholds),
+                "n_features": self.n_features.tolist(),
+                "n_errors": self.n_errors.tolist(),
+                "frac_nodes": ((self.n_features + self.n_errors) / n_all).tolist(),
+                "value": self.values.tolist(),
+                "faithfulness": self.faithfulness.tolist(),
+            }
+        )
 
     def plot(self, **options: Any) -> "go.Figure":
         """Faithfulness against the node threshold (:func:`interp.plots.graph_faithfulness_figure`)."""
@@ -155,8 +163,11 @@ def _output(g: "AttributionGraph", W_U: Tensor, b_U: Tensor) -> tuple[int, Tenso
         if len(ids) == 2:
             u, b = u - W_U[:, ids[1]], b - b_U[ids[1]]
         return pos, u, b, float(g.value[outs[0]])
-    w = (torch.ones(len(outs), dtype=torch.float64, device="cpu") if g.output_weight is None else
-         g.output_weight.detach().cpu().double()[outs])
+    w = (
+        torch.ones(len(outs), dtype=torch.float64, device="cpu")
+        if g.output_weight is None
+        else g.output_weight.detach().cpu().double()[outs]
+    )
     w = w / w.sum()
     wd = w.to(device=W_U.device, dtype=W_U.dtype)
     ids = list(g.target_ids)
@@ -170,8 +181,9 @@ def _dense(real: RealRun, l: int, n: int) -> Tensor:
     return f
 
 
-def _means(model: Model, real: RealRun, transcoders: Sequence[Transcoder], reference: Any, k: int
-           ) -> tuple[list[Tensor], list[Tensor], str]:
+def _means(
+    model: Model, real: RealRun, transcoders: Sequence[Transcoder], reference: Any, k: int
+) -> tuple[list[Tensor], list[Tensor], str]:
     """Per layer the mean activation of every feature [F] and the mean error vector [d] over positions ≥ k of the
     prompt (``reference`` None) or of each reference prompt; and how the reference is described."""
     runs: list[RealRun]
@@ -181,14 +193,18 @@ def _means(model: Model, real: RealRun, transcoders: Sequence[Transcoder], refer
         if isinstance(reference, (str, Tensor)):
             reference = [reference]
         if not isinstance(reference, (list, tuple)) or not reference:
-            raise ArgumentError(f"reference={reference!r:.80} must be None (the prompt itself) or a non-empty list of "
-                                "prompts (strings or token-id tensors)")
+            raise ArgumentError(
+                f"reference={reference!r:.80} must be None (the prompt itself) or a non-empty list of "
+                "prompts (strings or token-id tensors)"
+            )
         runs = []
         for i, p in enumerate(reference):
             tokens, mask = one_prompt(model, p)
             if tokens.shape[1] <= k:
-                raise ArgumentError(f"reference[{i}] has {tokens.shape[1]} tokens; the graph holds its first {k} "
-                                    "positions, so a reference prompt needs more")
+                raise ArgumentError(
+                    f"reference[{i}] has {tokens.shape[1]} tokens; the graph holds its first {k} "
+                    "positions, so a reference prompt needs more"
+                )
             runs.append(real_forward(model, tokens, mask, transcoders))
         what = f"{len(runs)} reference prompts"
     L = len(real.tcs)
@@ -198,17 +214,27 @@ def _means(model: Model, real: RealRun, transcoders: Sequence[Transcoder], refer
     return acts, errs, what
 
 
-def graph_faithfulness(graph: "AttributionGraph", model: Model, transcoders: Sequence[Transcoder], *,
-                       thresholds: Sequence[float], edge_threshold: float, ablation: str, reference: Any,
-                       frozen_attention: bool) -> GraphFaithfulness:
+def graph_faithfulness(
+    graph: "AttributionGraph",
+    model: Model,
+    transcoders: Sequence[Transcoder],
+    *,
+    thresholds: Sequence[float],
+    edge_threshold: float,
+    ablation: str,
+    reference: Any,
+    frozen_attention: bool,
+) -> GraphFaithfulness:
     """:meth:`AttributionGraph.faithfulness` (module docstring); ``thresholds`` and ``edge_threshold`` checked there."""
     require_model(model)
     check_replaceable(model, transcoders)
     check_choice("ablation", ablation, GRAPH_ABLATIONS)
     check_bool("frozen_attention", frozen_attention)
     if model.name != graph.model_name or model.arch.n_layers != graph.n_layers:
-        raise ArgumentError(f"model {model.name!r} ({model.arch.n_layers} layers) is not the graph's "
-                            f"({graph.model_name!r}, {graph.n_layers} layers)")
+        raise ArgumentError(
+            f"model {model.name!r} ({model.arch.n_layers} layers) is not the graph's "
+            f"({graph.model_name!r}, {graph.n_layers} layers)"
+        )
     if reference is not None and ablation != "mean":
         raise ArgumentError(f"reference= gives the means of mean ablation; ablation={ablation!r} does not use it")
     device = model.device
@@ -222,12 +248,16 @@ def graph_faithfulness(graph: "AttributionGraph", model: Model, transcoders: Seq
     kinds = graph.node_kind
     feat_nodes = [i for i, kd in enumerate(kinds) if kd == "feature"]
     node_pf = {(graph.node_layer[i], graph.node_pos[i], graph.node_feature[i]) for i in feat_nodes}
-    real_pf = {(l, p, f) for l in range(L) for p, f in zip(real.feats[l][0].tolist(), real.feats[l][1].tolist()) if p >= k}
+    real_pf = {
+        (l, p, f) for l in range(L) for p, f in zip(real.feats[l][0].tolist(), real.feats[l][1].tolist()) if p >= k
+    }
     if node_pf != real_pf:
         extra, missing = sorted(node_pf - real_pf)[:3], sorted(real_pf - node_pf)[:3]
-        raise ArgumentError(f"transcoders: the graph's feature nodes are not the features these transcoders make active "
-                            f"on its prompt (graph only: {extra}; transcoders only: {missing}, as (layer, pos, feature)): "
-                            "pass the transcoders (and model) the graph was built with")
+        raise ArgumentError(
+            f"transcoders: the graph's feature nodes are not the features these transcoders make active "
+            f"on its prompt (graph only: {extra}; transcoders only: {missing}, as (layer, pos, feature)): "
+            "pass the transcoders (and model) the graph was built with"
+        )
     err_nodes = [i for i, kd in enumerate(kinds) if kd == "error" and graph.node_pos[i] >= k]
 
     # the runs: every node, none, then each threshold's pruned graph
@@ -236,8 +266,11 @@ def graph_faithfulness(graph: "AttributionGraph", model: Model, transcoders: Seq
     for t in ts:
         kept_sets.append(set(graph.prune(t, edge_threshold).node_labels))
     B = len(kept_sets)
-    K_feat = torch.tensor([[True] * len(feat_nodes) if s is None else [graph.node_labels[i] in s for i in feat_nodes]
-                           for s in kept_sets], dtype=torch.bool, device="cpu")
+    K_feat = torch.tensor(
+        [[True] * len(feat_nodes) if s is None else [graph.node_labels[i] in s for i in feat_nodes] for s in kept_sets],
+        dtype=torch.bool,
+        device="cpu",
+    )
     K_err = torch.ones(B, L, n, dtype=torch.bool, device="cpu")  # held positions (< k) always keep their error
     for r, s in enumerate(kept_sets):
         if s is not None:
@@ -295,8 +328,9 @@ def graph_faithfulness(graph: "AttributionGraph", model: Model, transcoders: Seq
             m = e.norm(x[:, pos], e.w.lnf_w, e.w.lnf_b).to(dt) @ u + b_u
     m = m.detach().double().cpu()
     full, empty, values = float(m[0]), float(m[1]), m[2:]
-    gap = metric_gap(full, empty, warn="AttributionGraph.faithfulness", names=("M(full graph)", "M(no nodes)"),
-                     undefined=_FAITH)
+    gap = metric_gap(
+        full, empty, warn="AttributionGraph.faithfulness", names=("M(full graph)", "M(no nodes)"), undefined=_FAITH
+    )
     faith = (values - empty) / gap
     x_t = torch.tensor(ts, dtype=torch.float64, device="cpu")
     cpr = float(torch.trapezoid(faith, x_t)) if len(ts) > 1 else math.nan
@@ -307,15 +341,34 @@ def graph_faithfulness(graph: "AttributionGraph", model: Model, transcoders: Seq
     relative = closure / max(scale, torch.finfo(dt).tiny)
     tol = CLOSURE_TOLERANCE.get(model.dtype, 1e-3)
     if not relative <= tol:
-        warn_user(f"AttributionGraph.faithfulness: with every node kept the replacement run gives {full:.6g}, not the "
-                  f"graph's (the model's) {graph_value:.6g} (relative {relative:.2e}, tolerance {tol:g} for "
-                  f"{model.dtype}), so the curve mixes the ablations with that error; run in float64 "
-                  "(load_model(..., dtype=torch.float64)) or check the transcoders' held-out FVU", ClosureWarning)
+        warn_user(
+            f"AttributionGraph.faithfulness: with every node kept the replacement run gives {full:.6g}, not the "
+            f"graph's (the model's) {graph_value:.6g} (relative {relative:.2e}, tolerance {tol:g} for "
+            f"{model.dtype}), so the curve mixes the ablations with that error; run in float64 "
+            "(load_model(..., dtype=torch.float64)) or check the transcoders' held-out FVU",
+            ClosureWarning,
+        )
     n_err = [sum(1 for i in err_nodes if graph.node_labels[i] in (s or ())) for s in kept_sets[2:]]
     return GraphFaithfulness(
-        thresholds=ts, values=values, faithfulness=faith, n_features=K_feat[2:].sum(1),
+        thresholds=ts,
+        values=values,
+        faithfulness=faith,
+        n_features=K_feat[2:].sum(1),
         n_errors=torch.tensor(n_err, dtype=torch.long, device="cpu"),
-        full=full, empty=empty, graph_value=graph_value, closure_error=closure, relative_error=relative,
-        closure_tolerance=tol, cpr=cpr, cmd=cmd, n_features_total=len(feat_nodes), n_errors_total=len(err_nodes),
-        edge_threshold=float(edge_threshold), ablation=ablation, frozen_attention=frozen_attention,
-        reference=ref_text, target=graph.target, model_name=model.name)
+        full=full,
+        empty=empty,
+        graph_value=graph_value,
+        closure_error=closure,
+        relative_error=relative,
+        closure_tolerance=tol,
+        cpr=cpr,
+        cmd=cmd,
+        n_features_total=len(feat_nodes),
+        n_errors_total=len(err_nodes),
+        edge_threshold=float(edge_threshold),
+        ablation=ablation,
+        frozen_attention=frozen_attention,
+        reference=ref_text,
+        target=graph.target,
+        model_name=model.name,
+    )

@@ -64,17 +64,23 @@ from interp.models import Model, default_cache_dir
 __all__ = ["FORMATS", "clt_files", "load_saes", "load_transcoders", "read_clt"]
 
 #: the dictionary formats :func:`load_transcoders` reads
-FORMATS = ("circuit-tracer (layer_{i}.safetensors [+ config.yaml]; also interp's cache)",
-           "circuit-tracer cross-layer transcoder (W_enc_{i}.safetensors + W_dec_{i}.safetensors [+ config.yaml "
-           "model_kind: cross_layer_transcoder]; also interp's cache)",
-           "SAELens / Gemma Scope 2 (cfg.json + sae_weights.safetensors, one folder per layer)",
-           "sparsify (one folder per hookpoint layers.{l}.mlp with cfg.json + sae.safetensors)")
+FORMATS = (
+    "circuit-tracer (layer_{i}.safetensors [+ config.yaml]; also interp's cache)",
+    "circuit-tracer cross-layer transcoder (W_enc_{i}.safetensors + W_dec_{i}.safetensors [+ config.yaml "
+    "model_kind: cross_layer_transcoder]; also interp's cache)",
+    "SAELens / Gemma Scope 2 (cfg.json + sae_weights.safetensors, one folder per layer)",
+    "sparsify (one folder per hookpoint layers.{l}.mlp with cfg.json + sae.safetensors)",
+)
 
 _LAYER = re.compile(r"(?:^|\.)(?:blocks|layers|h|layer)\.(\d+)(?:\.|$)")
 _MLP_IN = ("ln2.hook_normalized", "hook_mlp_in", "mlp.hook_in")
 _MLP_OUT = ("hook_mlp_out", "mlp.hook_out")
-_SAELENS_TC = {"transcoder": "relu", "skip_transcoder": "relu", "jumprelu_transcoder": "jumprelu",
-               "jumprelu_skip_transcoder": "jumprelu"}
+_SAELENS_TC = {
+    "transcoder": "relu",
+    "skip_transcoder": "relu",
+    "jumprelu_transcoder": "jumprelu",
+    "jumprelu_skip_transcoder": "jumprelu",
+}
 _SAELENS_SAE = {"standard": "relu", "topk": "topk", "jumprelu": "jumprelu", "batchtopk": "batchtopk"}
 _RESID = re.compile(r"blocks\.(\d+)\.hook_resid_(pre|mid|post)")
 _DL_SITE = re.compile(r"resid_(pre|mid|post)_layer_(\d+)")  # dictionary_learning's submodule_name
@@ -96,8 +102,9 @@ def _tensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
 def _need(path: Path, t: dict[str, Tensor], keys: tuple[str, ...]) -> None:
     for k in keys:
         if k not in t:
-            raise ResultFormatError(f"path={str(path)!r} has no key {k!r} (it holds {sorted(t)}); this format needs "
-                                    f"{list(keys)}")
+            raise ResultFormatError(
+                f"path={str(path)!r} has no key {k!r} (it holds {sorted(t)}); this format needs {list(keys)}"
+            )
 
 
 def _make(path: Path, dtype: torch.dtype, cls: Any = Transcoder, **kw: Any) -> Any:
@@ -114,8 +121,17 @@ def _read_ct_layer(path: Path, dtype: torch.dtype) -> Transcoder:
     if "w_enc" in t and "W_enc" not in t:  # Gemma Scope 2: w_enc [d, F], affine_skip_connection [d_in, d_out]
         _need(path, t, ("w_enc", "w_dec", "b_enc", "b_dec", "threshold"))
         skip = t.get("affine_skip_connection")
-        return _make(path, dtype, W_enc=t["w_enc"].T, b_enc=t["b_enc"], W_dec=t["w_dec"], b_dec=t["b_dec"],
-                     W_skip=None if skip is None else skip.T, activation="jumprelu", threshold=t["threshold"])
+        return _make(
+            path,
+            dtype,
+            W_enc=t["w_enc"].T,
+            b_enc=t["b_enc"],
+            W_dec=t["w_dec"],
+            b_dec=t["b_dec"],
+            W_skip=None if skip is None else skip.T,
+            activation="jumprelu",
+            threshold=t["threshold"],
+        )
     _need(path, t, ("W_enc", "W_dec", "b_enc", "b_dec"))
     thr = t.get("activation_function.threshold")
     k = meta.get("k")
@@ -125,12 +141,29 @@ def _read_ct_layer(path: Path, dtype: torch.dtype) -> Transcoder:
         except ValueError:
             raise ResultFormatError(f"path={str(path)!r}: metadata k={k!r} is not an int") from None
         ctx = meta.get("context_length")
-        return _make(path, dtype, W_enc=t["W_enc"], b_enc=t["b_enc"], W_dec=t["W_dec"], b_dec=t["b_dec"],
-                     W_skip=t.get("W_skip"), activation="topk", k=kk,
-                     context_length=int(ctx) if ctx is not None and ctx.isdigit() else None)
-    return _make(path, dtype, W_enc=t["W_enc"], b_enc=t["b_enc"], W_dec=t["W_dec"], b_dec=t["b_dec"],
-                 W_skip=t.get("W_skip"), activation="relu" if thr is None else "jumprelu",
-                 threshold=None if thr is None else thr.reshape(-1))
+        return _make(
+            path,
+            dtype,
+            W_enc=t["W_enc"],
+            b_enc=t["b_enc"],
+            W_dec=t["W_dec"],
+            b_dec=t["b_dec"],
+            W_skip=t.get("W_skip"),
+            activation="topk",
+            k=kk,
+            context_length=int(ctx) if ctx is not None and ctx.isdigit() else None,
+        )
+    return _make(
+        path,
+        dtype,
+        W_enc=t["W_enc"],
+        b_enc=t["b_enc"],
+        W_dec=t["W_dec"],
+        b_dec=t["b_dec"],
+        W_skip=t.get("W_skip"),
+        activation="relu" if thr is None else "jumprelu",
+        threshold=None if thr is None else thr.reshape(-1),
+    )
 
 
 def _circuit_tracer(root: Path, dtype: torch.dtype) -> Optional[dict[int, Transcoder]]:
@@ -145,16 +178,21 @@ def _circuit_tracer(root: Path, dtype: torch.dtype) -> Optional[dict[int, Transc
             raise ResultFormatError(f"path={str(cfg)!r} is not valid YAML ({e})") from None
         kind = conf.get("model_kind") if isinstance(conf, dict) else None
         if kind not in (None, "transcoder_set"):
-            raise UnsupportedOperationError(f"path={str(cfg)!r} has model_kind={kind!r}; interp reads circuit-tracer's "
-                                            "'transcoder_set' and 'cross_layer_transcoder'")
+            raise UnsupportedOperationError(
+                f"path={str(cfg)!r} has model_kind={kind!r}; interp reads circuit-tracer's "
+                "'transcoder_set' and 'cross_layer_transcoder'"
+            )
         listed = conf.get("transcoders") if isinstance(conf, dict) else None
         if listed is not None:
             if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
                 raise ResultFormatError(f"path={str(cfg)!r}: key 'transcoders' must be a list of file paths")
             files = [Path(p) if Path(p).is_absolute() else root / p for p in listed]
             return {i: _read_ct_layer(p, dtype) for i, p in enumerate(files)}
-    layers = sorted(int(m.group(1)) for p in root.glob("layer_*.safetensors")
-                    if (m := re.fullmatch(r"layer_(\d+)\.safetensors", p.name)))
+    layers = sorted(
+        int(m.group(1))
+        for p in root.glob("layer_*.safetensors")
+        if (m := re.fullmatch(r"layer_(\d+)\.safetensors", p.name))
+    )
     if not layers:
         return None
     return {l: _read_ct_layer(root / f"layer_{l}.safetensors", dtype) for l in layers}
@@ -186,25 +224,41 @@ def read_clt(root: Path, dtype: torch.dtype = torch.float32) -> CrossLayerTransc
     cfg = root / "config.yaml"
     if cfg.is_file():
         conf = _yaml(cfg)
-        for key, allowed, what in (("feature_input_hook", _MLP_IN, "input"), ("feature_output_hook", _MLP_OUT, "output")):
+        for key, allowed, what in (
+            ("feature_input_hook", _MLP_IN, "input"),
+            ("feature_output_hook", _MLP_OUT, "output"),
+        ):
             hook = conf.get(key)
-            if hook is not None and not (isinstance(hook, str) and any(hook == a or hook.endswith("." + a) for a in allowed)):
+            if hook is not None and not (
+                isinstance(hook, str) and any(hook == a or hook.endswith("." + a) for a in allowed)
+            ):
                 raise UnsupportedOperationError(
                     f"path={str(cfg)!r}: {key}={hook!r}; interp's cross-layer transcoders read each layer's MLP "
-                    f"input and write its output ({key} one of {list(allowed)})" + (
+                    f"input and write its output ({key} one of {list(allowed)})"
+                    + (
                         " — hook_resid_mid is the stream before the MLP's norm, not what the MLP reads"
-                        if what == "input" else ""))
+                        if what == "input"
+                        else ""
+                    )
+                )
     L = 0
     while (root / f"W_enc_{L}.safetensors").is_file():
         L += 1
     if L == 0:
-        raise ResultFormatError(f"path={str(root)!r} holds no W_enc_0.safetensors: a cross-layer transcoder in "
-                                "circuit-tracer's layout has W_enc_{i}.safetensors and W_dec_{i}.safetensors per layer")
-    stray = sorted(p.name for p in root.glob("W_enc_*.safetensors")
-                   if (m := re.fullmatch(r"W_enc_(\d+)\.safetensors", p.name)) and int(m.group(1)) >= L)
+        raise ResultFormatError(
+            f"path={str(root)!r} holds no W_enc_0.safetensors: a cross-layer transcoder in "
+            "circuit-tracer's layout has W_enc_{i}.safetensors and W_dec_{i}.safetensors per layer"
+        )
+    stray = sorted(
+        p.name
+        for p in root.glob("W_enc_*.safetensors")
+        if (m := re.fullmatch(r"W_enc_(\d+)\.safetensors", p.name)) and int(m.group(1)) >= L
+    )
     if stray:
-        raise ResultFormatError(f"path={str(root)!r} has {stray} but no W_enc_{L}.safetensors: encoder files must be "
-                                f"W_enc_0 .. W_enc_{{L-1}}")
+        raise ResultFormatError(
+            f"path={str(root)!r} has {stray} but no W_enc_{L}.safetensors: encoder files must be "
+            f"W_enc_0 .. W_enc_{{L-1}}"
+        )
     W_enc, b_enc, b_dec, thr, W_dec, metas = [], [], [], [], [], []
     for i in range(L):
         p = root / f"W_enc_{i}.safetensors"
@@ -220,8 +274,10 @@ def read_clt(root: Path, dtype: torch.dtype = torch.float32) -> CrossLayerTransc
         _need(q, td, (f"W_dec_{i}",))
         W_dec.append(td[f"W_dec_{i}"].to(dtype))
     if len({x is None for x in thr}) != 1:
-        raise ResultFormatError(f"path={str(root)!r}: threshold_{{i}} is in some encoder files and not others "
-                                f"({[i for i, x in enumerate(thr) if x is not None]}): JumpReLU needs one per layer")
+        raise ResultFormatError(
+            f"path={str(root)!r}: threshold_{{i}} is in some encoder files and not others "
+            f"({[i for i, x in enumerate(thr) if x is not None]}): JumpReLU needs one per layer"
+        )
     shapes = {tuple(w.shape) for w in W_enc}
     if len(shapes) != 1:
         raise ResultFormatError(f"path={str(root)!r}: the encoders' W_enc_{{i}} shapes differ ({sorted(shapes)})")
@@ -230,18 +286,29 @@ def read_clt(root: Path, dtype: torch.dtype = torch.float32) -> CrossLayerTransc
     if ks != {None}:
         (kk,) = ks if len(ks) == 1 else (None,)
         if not (isinstance(kk, str) and kk.isdigit()) or thr[0] is not None:
-            raise ResultFormatError(f"path={str(root)!r}: metadata k={sorted(map(str, ks))} must be one int in every "
-                                    "encoder file (TopK, no threshold)")
+            raise ResultFormatError(
+                f"path={str(root)!r}: metadata k={sorted(map(str, ks))} must be one int in every "
+                "encoder file (TopK, no threshold)"
+            )
         k = int(kk)
     ls = [m.get("layer", "") for m in metas]
     layers = tuple(int(x) for x in ls) if all(x.isdigit() for x in ls) else None
     ctx = metas[0].get("context_length")
     try:
-        return _make(root, dtype, cls=CrossLayerTranscoder, W_enc=torch.stack(W_enc), b_enc=torch.stack(b_enc),
-                     W_dec=tuple(W_dec), b_dec=torch.stack(b_dec),
-                     activation="topk" if k is not None else "relu" if thr[0] is None else "jumprelu",
-                     threshold=None if thr[0] is None else torch.stack([x.reshape(-1) for x in thr]),  # type: ignore[union-attr]
-                     k=k, context_length=int(ctx) if isinstance(ctx, str) and ctx.isdigit() else None, layers=layers)
+        return _make(
+            root,
+            dtype,
+            cls=CrossLayerTranscoder,
+            W_enc=torch.stack(W_enc),
+            b_enc=torch.stack(b_enc),
+            W_dec=tuple(W_dec),
+            b_dec=torch.stack(b_dec),
+            activation="topk" if k is not None else "relu" if thr[0] is None else "jumprelu",
+            threshold=None if thr[0] is None else torch.stack([x.reshape(-1) for x in thr]),  # type: ignore[union-attr]
+            k=k,
+            context_length=int(ctx) if isinstance(ctx, str) and ctx.isdigit() else None,
+            layers=layers,
+        )
     except RuntimeError as e:  # torch.stack on unequal bias shapes
         raise ResultFormatError(f"path={str(root)!r}: the layers' biases have unequal shapes ({e})") from None
 
@@ -252,22 +319,27 @@ def clt_files(clt: CrossLayerTranscoder) -> tuple[dict[str, tuple[dict[str, Tens
     CLT's ``k`` is interp's metadata, which circuit-tracer ignores). W_skip is not written (circuit-tracer's CLT
     format has none): refused."""
     if clt.W_skip is not None:
-        raise UnsupportedOperationError("circuit-tracer's cross-layer transcoder files hold no skip weights: a CLT "
-                                        "with W_skip cannot be written in its layout")
+        raise UnsupportedOperationError(
+            "circuit-tracer's cross-layer transcoder files hold no skip weights: a CLT "
+            "with W_skip cannot be written in its layout"
+        )
     files: dict[str, tuple[dict[str, Tensor], dict[str, str]]] = {}
     for i, l in enumerate(clt.model_layers):
         enc = {f"W_enc_{i}": clt.W_enc[i], f"b_enc_{i}": clt.b_enc[i], f"b_dec_{i}": clt.b_dec[i]}
         if clt.threshold is not None and clt.activation == "jumprelu":
             enc[f"threshold_{i}"] = clt.threshold[i]
         elif clt.activation not in ("relu", "topk"):
-            raise UnsupportedOperationError(f"activation={clt.activation!r}: circuit-tracer's CLT layout holds "
-                                            "relu, jumprelu (and interp's topk)")
-        meta = {"layer": str(l)} | ({"k": str(clt.k)} if clt.activation == "topk" else {}) | (
-            {} if clt.context_length is None else {"context_length": str(clt.context_length)})
+            raise UnsupportedOperationError(
+                f"activation={clt.activation!r}: circuit-tracer's CLT layout holds relu, jumprelu (and interp's topk)"
+            )
+        meta = (
+            {"layer": str(l)}
+            | ({"k": str(clt.k)} if clt.activation == "topk" else {})
+            | ({} if clt.context_length is None else {"context_length": str(clt.context_length)})
+        )
         files[f"W_enc_{i}.safetensors"] = ({n: v.detach().contiguous() for n, v in enc.items()}, meta)
         files[f"W_dec_{i}.safetensors"] = ({f"W_dec_{i}": clt.W_dec[i].detach().contiguous()}, {})
-    config = ("model_kind: cross_layer_transcoder\nfeature_input_hook: mlp.hook_in\n"
-              "feature_output_hook: mlp.hook_out\n")
+    config = "model_kind: cross_layer_transcoder\nfeature_input_hook: mlp.hook_in\nfeature_output_hook: mlp.hook_out\n"
     return files, config
 
 
@@ -277,9 +349,14 @@ def _hook_layer(path: Path, hook: Any, allowed: tuple[str, ...], what: str) -> i
     if not any(hook.endswith(a) for a in allowed):
         raise UnsupportedOperationError(
             f"path={str(path)!r} reads or writes hook {hook!r}; a transcoder's {what} must be one of "
-            f"{['blocks.{l}.' + a for a in allowed]}" + ("" if what == "output" else
-                                                         " (a dictionary on the residual stream is an SAE, not a "
-                                                         "transcoder: attribution graphs need transcoders)"))
+            f"{['blocks.{l}.' + a for a in allowed]}"
+            + (
+                ""
+                if what == "output"
+                else " (a dictionary on the residual stream is an SAE, not a "
+                "transcoder: attribution graphs need transcoders)"
+            )
+        )
     return int(m.group(1))
 
 
@@ -313,15 +390,20 @@ def _saelens_one(d: Path, dtype: torch.dtype) -> tuple[int, Transcoder]:
         raise UnsupportedOperationError(
             f"path={str(d)!r} is a SAELens {arch!r} SAE on {hook!r}: it reconstructs its input, it is not a "
             f"transcoder (MLP input → MLP output; interp reads the SAELens architectures {sorted(_SAELENS_TC)}); "
-            "load a residual-stream SAE with interp.features.load_saes")
+            "load a residual-stream SAE with interp.features.load_saes"
+        )
     if cfg.get("normalize_activations", "none") not in ("none", None) or cfg.get("apply_b_dec_to_input"):
-        raise UnsupportedOperationError(f"path={str(d)!r}: normalize_activations="
-                                        f"{cfg.get('normalize_activations')!r} / apply_b_dec_to_input is not read "
-                                        "(interp reads transcoders on the raw MLP input)")
+        raise UnsupportedOperationError(
+            f"path={str(d)!r}: normalize_activations="
+            f"{cfg.get('normalize_activations')!r} / apply_b_dec_to_input is not read "
+            "(interp reads transcoders on the raw MLP input)"
+        )
     layer = _hook_layer(d, hook, _MLP_IN, "input")
     out_hook = meta.get("hook_name_out", cfg.get("hook_name_out"))
     if out_hook is not None and _hook_layer(d, out_hook, _MLP_OUT, "output") != layer:
-        raise ResultFormatError(f"path={str(d)!r}: hook_name {hook!r} and hook_name_out {out_hook!r} name different layers")
+        raise ResultFormatError(
+            f"path={str(d)!r}: hook_name {hook!r} and hook_name_out {out_hook!r} name different layers"
+        )
     p = d / "sae_weights.safetensors"
     t, _ = _tensors(p)
     _need(p, t, ("W_enc", "W_dec", "b_enc", "b_dec"))
@@ -330,10 +412,18 @@ def _saelens_one(d: Path, dtype: torch.dtype) -> tuple[int, Transcoder]:
         _need(p, t, ("threshold",))
     if "skip" in arch:
         _need(p, t, ("W_skip",))
-    return layer, _make(p, dtype, W_enc=t["W_enc"].T, b_enc=t["b_enc"], W_dec=t["W_dec"], b_dec=t["b_dec"],
-                        W_skip=t.get("W_skip"), activation=act,
-                        threshold=None if act != "jumprelu" else t["threshold"].reshape(-1).clamp_min(0),  # as for SAEs
-                        context_length=_saelens_context(cfg))
+    return layer, _make(
+        p,
+        dtype,
+        W_enc=t["W_enc"].T,
+        b_enc=t["b_enc"],
+        W_dec=t["W_dec"],
+        b_dec=t["b_dec"],
+        W_skip=t.get("W_skip"),
+        activation=act,
+        threshold=None if act != "jumprelu" else t["threshold"].reshape(-1).clamp_min(0),  # as for SAEs
+        context_length=_saelens_context(cfg),
+    )
 
 
 def _resid_site(d: Path, hook: Any) -> tuple[int, str]:
@@ -342,9 +432,13 @@ def _resid_site(d: Path, hook: Any) -> tuple[int, str]:
     if m is None:
         raise UnsupportedOperationError(
             f"path={str(d)!r} reads hook {hook!r}; interp reads SAEs of the residual stream "
-            "(blocks.{l}.hook_resid_pre / hook_resid_mid / hook_resid_post)" +
-            (" — this is an MLP transcoder's input: use load_transcoders" if isinstance(hook, str)
-             and any(hook.endswith(a) for a in _MLP_IN) else ""))
+            "(blocks.{l}.hook_resid_pre / hook_resid_mid / hook_resid_post)"
+            + (
+                " — this is an MLP transcoder's input: use load_transcoders"
+                if isinstance(hook, str) and any(hook.endswith(a) for a in _MLP_IN)
+                else ""
+            )
+        )
     return int(m.group(1)), "resid_" + m.group(2)
 
 
@@ -357,15 +451,24 @@ def _saelens_sae(d: Path, dtype: torch.dtype) -> SAE:
     hook = _saelens_hook(cfg)
     meta = cfg.get("metadata") or {}
     if arch in _SAELENS_TC:
-        raise UnsupportedOperationError(f"path={str(d)!r} is a SAELens {arch!r} (MLP input → output), not an SAE of "
-                                        "the residual stream: load it with interp.features.load_transcoders")
+        raise UnsupportedOperationError(
+            f"path={str(d)!r} is a SAELens {arch!r} (MLP input → output), not an SAE of "
+            "the residual stream: load it with interp.features.load_transcoders"
+        )
     if arch not in _SAELENS_SAE:
-        raise UnsupportedOperationError(f"path={str(d)!r}: SAELens architecture {arch!r} is not read; interp reads "
-                                        f"the SAE architectures {sorted(_SAELENS_SAE)}")
-    if cfg.get("normalize_activations", "none") not in ("none", None) or cfg.get("reshape_activations", "none") != "none":
-        raise UnsupportedOperationError(f"path={str(d)!r}: normalize_activations={cfg.get('normalize_activations')!r}, "
-                                        f"reshape_activations={cfg.get('reshape_activations')!r}: interp reads SAEs on "
-                                        "the raw stream ('none')")
+        raise UnsupportedOperationError(
+            f"path={str(d)!r}: SAELens architecture {arch!r} is not read; interp reads "
+            f"the SAE architectures {sorted(_SAELENS_SAE)}"
+        )
+    if (
+        cfg.get("normalize_activations", "none") not in ("none", None)
+        or cfg.get("reshape_activations", "none") != "none"
+    ):
+        raise UnsupportedOperationError(
+            f"path={str(d)!r}: normalize_activations={cfg.get('normalize_activations')!r}, "
+            f"reshape_activations={cfg.get('reshape_activations')!r}: interp reads SAEs on "
+            "the raw stream ('none')"
+        )
     layer, site = _resid_site(d, hook)
     p = d / "sae_weights.safetensors"
     t, _ = _tensors(p)
@@ -388,34 +491,64 @@ def _saelens_sae(d: Path, dtype: torch.dtype) -> SAE:
     else:
         if act == "jumprelu":
             _need(p, t, ("threshold",))
-            thr = t["threshold"].double().reshape(-1).clamp_min(0)  # SAELens: relu(pre)·[pre > θ] = pre·[pre > max(θ, 0)]
+            thr = (
+                t["threshold"].double().reshape(-1).clamp_min(0)
+            )  # SAELens: relu(pre)·[pre > θ] = pre·[pre > max(θ, 0)]
             # SAELens saves a BatchTopK SAE for inference as JumpReLU with its one global θ in every feature
-            if meta.get("training_architecture") in ("batchtopk", "matryoshka_batchtopk") and thr.numel() \
-                    and bool((thr == thr[0]).all()) and float(thr[0]) >= 0:
+            if (
+                meta.get("training_architecture") in ("batchtopk", "matryoshka_batchtopk")
+                and thr.numel()
+                and bool((thr == thr[0]).all())
+                and float(thr[0]) >= 0
+            ):
                 act, thr = "batchtopk", thr[0].clone()
-    return _make(p, dtype, cls=SAE, W_enc=W_enc, b_enc=b_enc, W_dec=W_dec, b_dec=b_dec, activation=act,
-                 threshold=thr, k=k, context_length=_saelens_context(cfg),
-                 layer=layer, site=site)
+    return _make(
+        p,
+        dtype,
+        cls=SAE,
+        W_enc=W_enc,
+        b_enc=b_enc,
+        W_dec=W_dec,
+        b_dec=b_dec,
+        activation=act,
+        threshold=thr,
+        k=k,
+        context_length=_saelens_context(cfg),
+        layer=layer,
+        site=site,
+    )
 
 
 def _sparsify_one(d: Path, dtype: torch.dtype) -> tuple[int, Transcoder]:
     cfg = _cfg(d)
     if not cfg.get("transcode", False):
-        raise UnsupportedOperationError(f"path={str(d)!r} is a sparsify SAE on {d.name!r} (transcode: false): it "
-                                        "reconstructs its input, it is not a transcoder; attribution graphs need "
-                                        "transcoders trained with transcode=True on layers.{l}.mlp (load an SAE of "
-                                        "the residual stream with interp.features.load_saes)")
+        raise UnsupportedOperationError(
+            f"path={str(d)!r} is a sparsify SAE on {d.name!r} (transcode: false): it "
+            "reconstructs its input, it is not a transcoder; attribution graphs need "
+            "transcoders trained with transcode=True on layers.{l}.mlp (load an SAE of "
+            "the residual stream with interp.features.load_saes)"
+        )
     if cfg.get("activation", "topk") != "topk":
-        raise UnsupportedOperationError(f"path={str(d)!r}: activation={cfg.get('activation')!r}; interp reads "
-                                        "sparsify's 'topk'")
+        raise UnsupportedOperationError(
+            f"path={str(d)!r}: activation={cfg.get('activation')!r}; interp reads sparsify's 'topk'"
+        )
     m = _LAYER.search(d.name)
     if m is None or not d.name.endswith("mlp"):
         raise UnsupportedOperationError(f"path={str(d)!r}: hookpoint {d.name!r} is not an MLP (layers.{{l}}.mlp)")
     p = d / "sae.safetensors"
     t, _ = _tensors(p)
     _need(p, t, ("encoder.weight", "encoder.bias", "W_dec", "b_dec"))
-    return int(m.group(1)), _make(p, dtype, W_enc=t["encoder.weight"], b_enc=t["encoder.bias"], W_dec=t["W_dec"],
-                                  b_dec=t["b_dec"], W_skip=t.get("W_skip"), activation="topk", k=int(cfg["k"]))
+    return int(m.group(1)), _make(
+        p,
+        dtype,
+        W_enc=t["encoder.weight"],
+        b_enc=t["encoder.bias"],
+        W_dec=t["W_dec"],
+        b_dec=t["b_dec"],
+        W_skip=t.get("W_skip"),
+        activation="topk",
+        k=int(cfg["k"]),
+    )
 
 
 def _sparsify_sae(d: Path, dtype: torch.dtype) -> SAE:
@@ -423,23 +556,39 @@ def _sparsify_sae(d: Path, dtype: torch.dtype) -> SAE:
     after block l, resid_post). sparsify encodes x − b_dec: folded into b_enc here, exactly."""
     cfg = _cfg(d)
     if cfg.get("transcode", False):
-        raise UnsupportedOperationError(f"path={str(d)!r} is a sparsify transcoder (transcode: true), not an SAE of "
-                                        "the residual stream: load it with interp.features.load_transcoders")
+        raise UnsupportedOperationError(
+            f"path={str(d)!r} is a sparsify transcoder (transcode: true), not an SAE of "
+            "the residual stream: load it with interp.features.load_transcoders"
+        )
     if cfg.get("activation", "topk") != "topk":
-        raise UnsupportedOperationError(f"path={str(d)!r}: activation={cfg.get('activation')!r}; interp reads "
-                                        "sparsify's 'topk'")
+        raise UnsupportedOperationError(
+            f"path={str(d)!r}: activation={cfg.get('activation')!r}; interp reads sparsify's 'topk'"
+        )
     m = _SPARSIFY_RESID.fullmatch(d.name)
     if m is None:
-        raise UnsupportedOperationError(f"path={str(d)!r}: hookpoint {d.name!r} is not a decoder layer's output "
-                                        "(layers.{l}: the residual stream after block l)")
+        raise UnsupportedOperationError(
+            f"path={str(d)!r}: hookpoint {d.name!r} is not a decoder layer's output "
+            "(layers.{l}: the residual stream after block l)"
+        )
     p = d / "sae.safetensors"
     t, _ = _tensors(p)
     _need(p, t, ("encoder.weight", "encoder.bias", "W_dec", "b_dec"))
     if "W_skip" in t:
         raise UnsupportedOperationError(f"path={str(p)!r} has W_skip: a skip term belongs to a transcoder, not an SAE")
     W_enc, b_dec = t["encoder.weight"].double(), t["b_dec"].double()
-    return _make(p, dtype, cls=SAE, W_enc=W_enc, b_enc=t["encoder.bias"].double() - W_enc @ b_dec, W_dec=t["W_dec"],
-                 b_dec=b_dec, activation="topk", k=int(cfg["k"]), layer=int(m.group(1)), site="resid_post")
+    return _make(
+        p,
+        dtype,
+        cls=SAE,
+        W_enc=W_enc,
+        b_enc=t["encoder.bias"].double() - W_enc @ b_dec,
+        W_dec=t["W_dec"],
+        b_dec=b_dec,
+        activation="topk",
+        k=int(cfg["k"]),
+        layer=int(m.group(1)),
+        site="resid_post",
+    )
 
 
 def _dictionary_learning_sae(d: Path, dtype: torch.dtype) -> SAE:
@@ -449,17 +598,22 @@ def _dictionary_learning_sae(d: Path, dtype: torch.dtype) -> SAE:
     try:
         conf = json.loads((d / "config.json").read_text())["trainer"]
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
-        raise ResultFormatError(f"path={str(d / 'config.json')!r} is not a dictionary_learning config with a "
-                                f"'trainer' object ({e!r})") from None
+        raise ResultFormatError(
+            f"path={str(d / 'config.json')!r} is not a dictionary_learning config with a 'trainer' object ({e!r})"
+        ) from None
     if conf.get("dict_class") != "BatchTopKSAE":
-        raise UnsupportedOperationError(f"path={str(d)!r}: dictionary_learning dict_class={conf.get('dict_class')!r}; "
-                                        "interp reads its 'BatchTopKSAE'")
+        raise UnsupportedOperationError(
+            f"path={str(d)!r}: dictionary_learning dict_class={conf.get('dict_class')!r}; "
+            "interp reads its 'BatchTopKSAE'"
+        )
     layer, sub = conf.get("layer"), conf.get("submodule_name")
     m = _DL_SITE.fullmatch(sub) if isinstance(sub, str) else None
     if not isinstance(layer, int) or (sub is not None and (m is None or int(m.group(2)) != layer)):
-        raise UnsupportedOperationError(f"path={str(d)!r}: layer={layer!r}, submodule_name={sub!r}; interp reads "
-                                        "dictionary_learning SAEs of a layer's residual stream (submodule_name "
-                                        "'resid_post_layer_{l}', or none: the layer's output)")
+        raise UnsupportedOperationError(
+            f"path={str(d)!r}: layer={layer!r}, submodule_name={sub!r}; interp reads "
+            "dictionary_learning SAEs of a layer's residual stream (submodule_name "
+            "'resid_post_layer_{l}', or none: the layer's output)"
+        )
     p = d / "ae.pt"
     try:
         t = torch.load(p, map_location="cpu", weights_only=True)
@@ -469,10 +623,19 @@ def _dictionary_learning_sae(d: Path, dtype: torch.dtype) -> SAE:
         raise ResultFormatError(f"path={str(p)!r} holds {type(t).__name__}, not a state dict")
     _need(p, t, ("encoder.weight", "encoder.bias", "decoder.weight", "b_dec", "threshold"))
     W_enc, b_dec = t["encoder.weight"].double(), t["b_dec"].double()
-    return _make(p, dtype, cls=SAE, W_enc=W_enc, b_enc=t["encoder.bias"].double() - W_enc @ b_dec,
-                 W_dec=t["decoder.weight"].T, b_dec=b_dec, activation="batchtopk",
-                 threshold=t["threshold"].double().reshape(()), layer=layer,
-                 site="resid_post" if m is None else "resid_" + m.group(1))
+    return _make(
+        p,
+        dtype,
+        cls=SAE,
+        W_enc=W_enc,
+        b_enc=t["encoder.bias"].double() - W_enc @ b_dec,
+        W_dec=t["decoder.weight"].T,
+        b_dec=b_dec,
+        activation="batchtopk",
+        threshold=t["threshold"].double().reshape(()),
+        layer=layer,
+        site="resid_post" if m is None else "resid_" + m.group(1),
+    )
 
 
 def _cfg_dirs(root: Path) -> list[Path]:
@@ -492,8 +655,10 @@ def _collect(root: Path, dtype: torch.dtype) -> Optional[dict[int, Transcoder]]:
         elif (d / "sae.safetensors").is_file():
             l, tc = _sparsify_one(d, dtype)
         else:
-            raise ResultFormatError(f"path={str(d)!r} has a cfg.json but neither sae_weights.safetensors (SAELens) "
-                                    "nor sae.safetensors (sparsify)")
+            raise ResultFormatError(
+                f"path={str(d)!r} has a cfg.json but neither sae_weights.safetensors (SAELens) "
+                "nor sae.safetensors (sparsify)"
+            )
         if l in out:
             raise ResultFormatError(f"path={str(root)!r} holds two dictionaries for layer {l}")
         out[l] = tc
@@ -508,8 +673,9 @@ def _resolve(source: Union[str, os.PathLike], model: Optional[Model]) -> Path:
     return cached if cached.is_dir() else p
 
 
-def load_transcoders(source: Union[str, os.PathLike], model: Optional[Model] = None, *,
-                     dtype: torch.dtype = torch.float32) -> Union[list[Transcoder], CrossLayerTranscoder]:
+def load_transcoders(
+    source: Union[str, os.PathLike], model: Optional[Model] = None, *, dtype: torch.dtype = torch.float32
+) -> Union[list[Transcoder], CrossLayerTranscoder]:
     """The per-layer transcoders in ``source``, in layer order — or, for circuit-tracer's cross-layer format, one
     :class:`CrossLayerTranscoder` (the formats: module docstring and :data:`FORMATS`).
 
@@ -526,33 +692,45 @@ def load_transcoders(source: Union[str, os.PathLike], model: Optional[Model] = N
         raise ArgumentError(f"model={model!r} must be an interp Model (from interp.load_model) or None")
     root = _resolve(source, model)
     if not root.is_dir():
-        raise ResultFormatError(f"source={str(source)!r} is not a directory of transcoders"
-                                + ("" if model is None else f" nor a name in {str(default_cache_dir() / 'transcoders' / model.name)!r}"))
+        raise ResultFormatError(
+            f"source={str(source)!r} is not a directory of transcoders"
+            + ("" if model is None else f" nor a name in {str(default_cache_dir() / 'transcoders' / model.name)!r}")
+        )
     if _is_clt(root):
         return _check_clt(read_clt(root, dtype), model, root)
     found = _circuit_tracer(root, dtype)
     if found is None:
         found = _collect(root, dtype)
     if not found:
-        raise ResultFormatError(f"source={str(root)!r} holds no layer_0.safetensors (and no config.yaml listing "
-                                f"transcoders), no cfg.json: interp reads {list(FORMATS)}")
+        raise ResultFormatError(
+            f"source={str(root)!r} holds no layer_0.safetensors (and no config.yaml listing "
+            f"transcoders), no cfg.json: interp reads {list(FORMATS)}"
+        )
     layers = sorted(found)
     if model is not None:
         L, d = model.arch.n_layers, model.arch.d_model
         missing = [l for l in range(L) if l not in found]
         extra = [l for l in layers if l >= L]
         if extra:
-            raise ShapeError(f"source={str(root)!r} has transcoders for layers {extra}; model {model.name!r} has {L} layers")
+            raise ShapeError(
+                f"source={str(root)!r} has transcoders for layers {extra}; model {model.name!r} has {L} layers"
+            )
         if missing:
-            raise ShapeError(f"source={str(root)!r} has no transcoder for layers {missing} of model {model.name!r} "
-                             f"({L} layers; attribution graphs need one per layer)")
+            raise ShapeError(
+                f"source={str(root)!r} has no transcoder for layers {missing} of model {model.name!r} "
+                f"({L} layers; attribution graphs need one per layer)"
+            )
         for l in layers:
             if found[l].d_model != d:
-                raise ShapeError(f"source={str(root)!r}: the layer-{l} transcoder has d_model={found[l].d_model}; "
-                                 f"model {model.name!r} has d_model={d}")
+                raise ShapeError(
+                    f"source={str(root)!r}: the layer-{l} transcoder has d_model={found[l].d_model}; "
+                    f"model {model.name!r} has d_model={d}"
+                )
     elif layers != list(range(len(layers))):
-        raise ResultFormatError(f"source={str(root)!r} has transcoders for layers {layers}, not 0..{len(layers) - 1}: "
-                                "pass model= to check them against the model")
+        raise ResultFormatError(
+            f"source={str(root)!r} has transcoders for layers {layers}, not 0..{len(layers) - 1}: "
+            "pass model= to check them against the model"
+        )
     return [replace(found[l], layer=l) for l in layers]  # each knows its layer (checked where it is used)
 
 
@@ -563,16 +741,21 @@ def _check_clt(clt: CrossLayerTranscoder, model: Optional[Model], root: Path) ->
     if model is not None:
         L, d = model.arch.n_layers, model.arch.d_model
         if layers != tuple(range(L)):
-            raise ShapeError(f"source={str(root)!r} is a cross-layer transcoder of layers {list(layers)}; model "
-                             f"{model.name!r} has {L} layers (attribution graphs need an encoder at each, 0..{L - 1})")
+            raise ShapeError(
+                f"source={str(root)!r} is a cross-layer transcoder of layers {list(layers)}; model "
+                f"{model.name!r} has {L} layers (attribution graphs need an encoder at each, 0..{L - 1})"
+            )
         if clt.d_model != d:
-            raise ShapeError(f"source={str(root)!r}: the cross-layer transcoder has d_model={clt.d_model}; model "
-                             f"{model.name!r} has d_model={d}")
+            raise ShapeError(
+                f"source={str(root)!r}: the cross-layer transcoder has d_model={clt.d_model}; model "
+                f"{model.name!r} has d_model={d}"
+            )
     return replace(clt, layers=layers)
 
 
-def load_saes(source: Union[str, os.PathLike], model: Optional[Model] = None, *,
-              dtype: torch.dtype = torch.float32) -> list[SAE]:
+def load_saes(
+    source: Union[str, os.PathLike], model: Optional[Model] = None, *, dtype: torch.dtype = torch.float32
+) -> list[SAE]:
     """The residual-stream SAEs in ``source``, ordered by (layer, site): each an :class:`interp.features.SAE` that
     knows its ``layer`` and ``site`` (resid_pre / resid_mid / resid_post, from the library's hook name).
 
@@ -596,9 +779,11 @@ def load_saes(source: Union[str, os.PathLike], model: Optional[Model] = None, *,
     dl = lambda p: (p / "ae.pt").is_file() and (p / "config.json").is_file()  # noqa: E731
     dirs = [root] if dl(root) else _cfg_dirs(root) + sorted(p for p in root.iterdir() if p.is_dir() and dl(p))
     if not dirs:
-        raise ResultFormatError(f"source={str(root)!r} holds no cfg.json nor ae.pt: interp reads SAEs in SAELens's "
-                                "layout (cfg.json + sae_weights.safetensors), sparsify's (cfg.json + sae.safetensors) "
-                                "and dictionary_learning's (ae.pt + config.json), one folder or a folder of them")
+        raise ResultFormatError(
+            f"source={str(root)!r} holds no cfg.json nor ae.pt: interp reads SAEs in SAELens's "
+            "layout (cfg.json + sae_weights.safetensors), sparsify's (cfg.json + sae.safetensors) "
+            "and dictionary_learning's (ae.pt + config.json), one folder or a folder of them"
+        )
     out: list[SAE] = []
     for d in dirs:
         if dl(d) and not (d / "cfg.json").is_file():
@@ -608,8 +793,10 @@ def load_saes(source: Union[str, os.PathLike], model: Optional[Model] = None, *,
         elif (d / "sae.safetensors").is_file():
             out.append(_sparsify_sae(d, dtype))
         else:
-            raise ResultFormatError(f"path={str(d)!r} has a cfg.json but neither sae_weights.safetensors (SAELens) "
-                                    "nor sae.safetensors (sparsify)")
+            raise ResultFormatError(
+                f"path={str(d)!r} has a cfg.json but neither sae_weights.safetensors (SAELens) "
+                "nor sae.safetensors (sparsify)"
+            )
     out.sort(key=lambda s: (s.layer, SAE_SITES.index(s.site)))
     for a, b in zip(out, out[1:]):
         if (a.layer, a.site) == (b.layer, b.site):

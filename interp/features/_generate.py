@@ -99,9 +99,11 @@ def _transcoders(model: Model, transcoders: Any) -> dict[int, Transcoder]:
     elif isinstance(transcoders, (list, tuple)):
         for i, t in enumerate(transcoders):
             if isinstance(t, SAE):
-                raise ArgumentError(f"transcoders[{i}] is an SAE of the residual stream ({t.hook_name}); feature "
-                                    "interventions replace MLP writes, so they need transcoders (MLP input → MLP "
-                                    "output): interp.features.load_transcoders or train_transcoders")
+                raise ArgumentError(
+                    f"transcoders[{i}] is an SAE of the residual stream ({t.hook_name}); feature "
+                    "interventions replace MLP writes, so they need transcoders (MLP input → MLP "
+                    "output): interp.features.load_transcoders or train_transcoders"
+                )
             if not isinstance(t, Transcoder):
                 raise ArgumentError(f"transcoders[{i}] is a {type(t).__name__}, not an interp.features.Transcoder")
         if len(transcoders) == L and all(t.layer in (None, i) for i, t in enumerate(transcoders)):
@@ -109,18 +111,23 @@ def _transcoders(model: Model, transcoders: Any) -> dict[int, Transcoder]:
         elif all(t.layer is not None for t in transcoders) and len({t.layer for t in transcoders}) == len(transcoders):
             out = {t.layer: t for t in transcoders}
         else:
-            raise ArgumentError(f"transcoders has {len(transcoders)} entries for a model of {L} layers: give one per "
-                                "layer in layer order, transcoders whose .layer is set (each layer once), or a dict "
-                                "{layer: Transcoder}")
+            raise ArgumentError(
+                f"transcoders has {len(transcoders)} entries for a model of {L} layers: give one per "
+                "layer in layer order, transcoders whose .layer is set (each layer once), or a dict "
+                "{layer: Transcoder}"
+            )
     else:
-        raise ArgumentError(f"transcoders={transcoders!r:.80} must be None (steering vectors only), a list of "
-                            "interp.features.Transcoder, a dict {layer: Transcoder} or a TrainedTranscoders")
+        raise ArgumentError(
+            f"transcoders={transcoders!r:.80} must be None (steering vectors only), a list of "
+            "interp.features.Transcoder, a dict {layer: Transcoder} or a TrainedTranscoders"
+        )
     for l, t in out.items():
         if isinstance(t, SAE) or not isinstance(t, Transcoder):
             raise ArgumentError(f"transcoders[{l!r}] is a {type(t).__name__}, not an interp.features.Transcoder")
         if isinstance(l, bool) or not isinstance(l, int) or not 0 <= l < L:
-            raise ArgumentError(f"transcoders has a transcoder for layer {l!r}; model {model.name!r} has layers "
-                                f"0..{L - 1}")
+            raise ArgumentError(
+                f"transcoders has a transcoder for layer {l!r}; model {model.name!r} has layers 0..{L - 1}"
+            )
         if t.layer is not None and t.layer != l:
             raise ArgumentError(f"transcoders[{l}] is the transcoder of layer {t.layer}, given for layer {l}")
         if t.d_model != d:
@@ -134,11 +141,14 @@ def _split(interventions: Any) -> tuple[list[tuple[int, Any]], list[tuple[int, S
     if interventions is None:
         return [], []
     if isinstance(interventions, (Intervention, Feature, str, Steer)) or (
-            isinstance(interventions, tuple) and len(interventions) == 4 and isinstance(interventions[0], int)):
+        isinstance(interventions, tuple) and len(interventions) == 4 and isinstance(interventions[0], int)
+    ):
         interventions = [interventions]
     if not isinstance(interventions, (list, tuple)):
-        raise ArgumentError(f"interventions={interventions!r:.80} must be a list of Intervention, (layer, pos, feature, "
-                            "value) tuples, feature labels or Steer vectors (or [] for none)")
+        raise ArgumentError(
+            f"interventions={interventions!r:.80} must be a list of Intervention, (layer, pos, feature, "
+            "value) tuples, feature labels or Steer vectors (or [] for none)"
+        )
     feats = [(i, it) for i, it in enumerate(interventions) if not isinstance(it, Steer)]
     steers = [(i, it) for i, it in enumerate(interventions) if isinstance(it, Steer)]
     return feats, steers
@@ -156,8 +166,10 @@ class _ByLayer:
 
     def __getitem__(self, l: int) -> Transcoder:
         if l not in self.tcs:
-            raise ArgumentError(f"interventions[0]: layer={l!r} has no transcoder: the transcoders given are those of "
-                                f"layers {sorted(self.tcs)}")
+            raise ArgumentError(
+                f"interventions[0]: layer={l!r} has no transcoder: the transcoders given are those of "
+                f"layers {sorted(self.tcs)}"
+            )
         return self.tcs[l]
 
 
@@ -181,11 +193,14 @@ def _steer(i: int, s: Steer, model: Model) -> tuple[str, int, Tensor]:
         raise ArgumentError(f"{name}: layer={s.layer!r} must be an int in [0, {L - 1}]")
     sites = model.block.resid_sites()
     if s.site not in sites:
-        raise ArgumentError(f"{name}: site={s.site!r} must be one of {list(sites)} (the stream's points in this "
-                            "model's block)")
+        raise ArgumentError(
+            f"{name}: site={s.site!r} must be one of {list(sites)} (the stream's points in this model's block)"
+        )
     if not isinstance(s.vector, Tensor) or s.vector.is_complex() or not s.vector.is_floating_point():
-        raise ArgumentError(f"{name}: vector must be a real floating-point torch.Tensor of shape [{d}] (d_model), got "
-                            f"{type(s.vector).__name__}")
+        raise ArgumentError(
+            f"{name}: vector must be a real floating-point torch.Tensor of shape [{d}] (d_model), got "
+            f"{type(s.vector).__name__}"
+        )
     if tuple(s.vector.shape) != (d,):
         raise ArgumentError(f"{name}: vector has shape {tuple(s.vector.shape)}; a steering vector is [d_model] = [{d}]")
     if isinstance(s.alpha, bool) or not isinstance(s.alpha, (int, float)) or not math.isfinite(s.alpha):
@@ -202,12 +217,20 @@ def _prompts(model: Model, prompt: Any) -> list[tuple[str, Tensor]]:
     batch = as_batch(model, prompt)
     out = []
     tok = model.tokenizer
-    texts = [prompt] if isinstance(prompt, str) else list(prompt) if isinstance(prompt, (list, tuple)) and \
-        all(isinstance(p, str) for p in prompt) else None
+    texts = (
+        [prompt]
+        if isinstance(prompt, str)
+        else list(prompt)
+        if isinstance(prompt, (list, tuple)) and all(isinstance(p, str) for p in prompt)
+        else None
+    )
     for b in range(batch.tokens.shape[0]):
         ids = batch.tokens[b][batch.attention_mask[b].bool()][None]
-        text = texts[b] if texts is not None else (tok.decode(ids[0].tolist()) if tok is not None
-                                                   else " ".join(map(str, ids[0].tolist())))
+        text = (
+            texts[b]
+            if texts is not None
+            else (tok.decode(ids[0].tolist()) if tok is not None else " ".join(map(str, ids[0].tolist())))
+        )
         out.append((text, ids))
     return out
 
@@ -230,9 +253,17 @@ class _Run:
     """One generation of one prompt: the key/value cache per layer, the baseline's kept values (``record``: the
     prompt pass's patterns and norm scales), the interventions by layer and the steering vectors."""
 
-    def __init__(self, e: Engine, tcs: dict[int, Transcoder], ivs: list[Intervention],
-                 steers: list[tuple[str, int, Tensor]], positions: str, *, record: bool = False,
-                 frozen: Optional[dict[Any, Tensor]] = None):
+    def __init__(
+        self,
+        e: Engine,
+        tcs: dict[int, Transcoder],
+        ivs: list[Intervention],
+        steers: list[tuple[str, int, Tensor]],
+        positions: str,
+        *,
+        record: bool = False,
+        frozen: Optional[dict[Any, Tensor]] = None,
+    ):
         self.e, self.tcs, self.positions = e, tcs, positions
         self.ivs, self.steers = ivs, steers
         self.kv: list[Optional[tuple[Tensor, Tensor]]] = [None] * e.L
@@ -330,7 +361,7 @@ class _Pass:
         qkv = e.project_qkv(l, h1)
         qk = e.position_qk(l, qkv[:, :, : H + Hkv], self.t0)
         q, k = qk[:, :, :H].transpose(1, 2), qk[:, :, H:].transpose(1, 2)
-        v = qkv[:, :, H + Hkv:].transpose(1, 2)
+        v = qkv[:, :, H + Hkv :].transpose(1, 2)
         cached = run.kv[l]
         if self.t0:
             assert cached is not None
@@ -405,13 +436,17 @@ def generate(
     require_model(model)
     a = model.arch
     if not a.causal or model.weights.W_U is None:
-        raise UnsupportedArchitectureError(f"model {model.name!r} is not a decoder with an unembedding: it generates "
-                                           "no text")
+        raise UnsupportedArchitectureError(
+            f"model {model.name!r} is not a decoder with an unembedding: it generates no text"
+        )
     steps = check_positive_int("max_new_tokens", max_new_tokens)
     frozen_attention = check_bool("frozen_attention", frozen_attention)
     positions = check_choice("positions", positions, POSITIONS)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or \
-            not (math.isfinite(temperature) and temperature >= 0):
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not (math.isfinite(temperature) and temperature >= 0)
+    ):
         raise ArgumentError(f"temperature={temperature!r} must be a finite number ≥ 0 (0: greedy)")
     seed = check_int("seed", seed)
     top_k = check_positive_int("top_k", top_k)
@@ -421,23 +456,30 @@ def generate(
     tcs = _transcoders(model, transcoders)
     feat_items, steer_items = _split(interventions)
     if (feat_items or frozen_attention) and model.block.normed_stream:
-        raise UnsupportedArchitectureError(f"model {model.name!r} is post-norm (its stream is normed after each join): "
-                                           "feature interventions and frozen attention need a pre-norm decoder (live "
-                                           "steering vectors run on any decoder)")
+        raise UnsupportedArchitectureError(
+            f"model {model.name!r} is post-norm (its stream is normed after each join): "
+            "feature interventions and frozen attention need a pre-norm decoder (live "
+            "steering vectors run on any decoder)"
+        )
     if feat_items and not model.has_mlp:
         raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers for transcoder features")
     steers = [_steer(i, s, model) for i, s in steer_items]
     prompts = _prompts(model, prompt)
     longest = max(ids.shape[1] for _, ids in prompts) + steps
     if a.positional == "learned" and longest > a.n_ctx:
-        raise ArgumentError(f"max_new_tokens={steps}: the longest prompt plus the generated tokens is {longest} "
-                            f"positions, past the model's {a.n_ctx} learned positions")
+        raise ArgumentError(
+            f"max_new_tokens={steps}: the longest prompt plus the generated tokens is {longest} "
+            f"positions, past the model's {a.n_ctx} learned positions"
+        )
     ivs = [_features(feat_items, tcs, a.n_layers, ids.shape[1]) for _, ids in prompts]  # all validated before any run
     trained = [c for c in (tcs[it.layer].context_length for it in ivs[0]) if c is not None]
     if trained and longest - 1 > min(trained):
-        warn_user(f"generation reaches {longest - 1} tokens but the intervened transcoders were trained on "
-                  f"sequences of {min(trained)}: their features past position {min(trained) - 1} are out of "
-                  "distribution", ContextLengthWarning)
+        warn_user(
+            f"generation reaches {longest - 1} tokens but the intervened transcoders were trained on "
+            f"sequences of {min(trained)}: their features past position {min(trained) - 1} are out of "
+            "distribution",
+            ContextLengthWarning,
+        )
 
     e = Engine.of(model)
     dt = torch.float64 if model.dtype == torch.float64 else torch.float32
@@ -463,18 +505,43 @@ def generate(
     regime = REGIMES[(False, frozen_attention)][0]
     tol = CLOSURE_TOLERANCE.get(model.dtype, 1e-3)
     if not relative <= tol:
-        warn_user(f"generate: without the interventions the frozen prompt pass is {closure:.3g} logits off the "
-                  f"model's own (relative {relative:.2e}, tolerance {tol:g} for {model.dtype}), so the first step's "
-                  "change mixes the interventions with that error; run in float64 (load_model(..., "
-                  "dtype=torch.float64)) or with frozen_attention=False", ClosureWarning)
-    return _result(model, prompts, base_ids, base_z, ids_, z_, top_k,
-                   interventions=[str(it) for it in ivs[0]] + [str(s) for _, s in steer_items],
-                   frozen_attention=frozen_attention, positions=positions, temperature=float(temperature), seed=seed,
-                   closure_error=closure, relative_error=relative, closure_tolerance=tol, regime=regime)
+        warn_user(
+            f"generate: without the interventions the frozen prompt pass is {closure:.3g} logits off the "
+            f"model's own (relative {relative:.2e}, tolerance {tol:g} for {model.dtype}), so the first step's "
+            "change mixes the interventions with that error; run in float64 (load_model(..., "
+            "dtype=torch.float64)) or with frozen_attention=False",
+            ClosureWarning,
+        )
+    return _result(
+        model,
+        prompts,
+        base_ids,
+        base_z,
+        ids_,
+        z_,
+        top_k,
+        interventions=[str(it) for it in ivs[0]] + [str(s) for _, s in steer_items],
+        frozen_attention=frozen_attention,
+        positions=positions,
+        temperature=float(temperature),
+        seed=seed,
+        closure_error=closure,
+        relative_error=relative,
+        closure_tolerance=tol,
+        regime=regime,
+    )
 
 
-def _result(model: Model, prompts: list[tuple[str, Tensor]], base_ids: list[Tensor], base_z: list[Tensor],
-            ids: list[Tensor], z: list[Tensor], top_k: int, **kw: Any) -> "GenerationResult":
+def _result(
+    model: Model,
+    prompts: list[tuple[str, Tensor]],
+    base_ids: list[Tensor],
+    base_z: list[Tensor],
+    ids: list[Tensor],
+    z: list[Tensor],
+    top_k: int,
+    **kw: Any,
+) -> "GenerationResult":
     tok = model.tokenizer
 
     def dec(t: list[int]) -> str:
@@ -486,17 +553,31 @@ def _result(model: Model, prompts: list[tuple[str, Tensor]], base_ids: list[Tens
     T, BT = torch.stack(ids), torch.stack(base_ids)
     Z, BZ = torch.stack(z), torch.stack(base_z)
     top, btop = Z.topk(top_k, dim=-1).indices, BZ.topk(top_k, dim=-1).indices
-    strs = {i: one(i) for i in set(T.flatten().tolist()) | set(BT.flatten().tolist()) | set(top.flatten().tolist())
-            | set(btop.flatten().tolist())}
+    strs = {
+        i: one(i)
+        for i in set(T.flatten().tolist())
+        | set(BT.flatten().tolist())
+        | set(top.flatten().tolist())
+        | set(btop.flatten().tolist())
+    }
     return GenerationResult(
-        tokens=T, baseline_tokens=BT, logits=Z, baseline_logits=BZ, top_ids=top, baseline_top_ids=btop,
-        prompts=[p for p, _ in prompts], prompt_tokens=[ids_[0].tolist() for _, ids_ in prompts],
-        texts=[dec(t) for t in T.tolist()], baseline_texts=[dec(t) for t in BT.tolist()],
+        tokens=T,
+        baseline_tokens=BT,
+        logits=Z,
+        baseline_logits=BZ,
+        top_ids=top,
+        baseline_top_ids=btop,
+        prompts=[p for p, _ in prompts],
+        prompt_tokens=[ids_[0].tolist() for _, ids_ in prompts],
+        texts=[dec(t) for t in T.tolist()],
+        baseline_texts=[dec(t) for t in BT.tolist()],
         token_strs=[[strs[i] for i in row] for row in T.tolist()],
         baseline_token_strs=[[strs[i] for i in row] for row in BT.tolist()],
         top_strs=[[[strs[i] for i in ks] for ks in row] for row in top.tolist()],
         baseline_top_strs=[[[strs[i] for i in ks] for ks in row] for row in btop.tolist()],
-        model_name=model.name, **kw)
+        model_name=model.name,
+        **kw,
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -571,14 +652,43 @@ class GenerationResult(Result):
         for b in range(self.n_prompts):
             for s in range(self.n_steps):
                 t, bt = int(T[b, s]), int(BT[b, s])
-                rows.append({"label": f"p{b}.s{s}", "prompt": b, "step": s, "token": self.token_strs[b][s],
-                             "token_id": t, "logit": float(z[b, s, t]), "prob": float(lp[b, s, t].exp()),
-                             "baseline_token": self.baseline_token_strs[b][s], "baseline_token_id": bt,
-                             "baseline_logit": float(bz[b, s, bt]), "baseline_prob": float(blp[b, s, bt].exp()),
-                             "same": t == bt, "kl": float(kl[b, s]), "max_change": float(change[b, s])})
-        return pd.DataFrame(rows, columns=["label", "prompt", "step", "token", "token_id", "logit", "prob",
-                                           "baseline_token", "baseline_token_id", "baseline_logit", "baseline_prob",
-                                           "same", "kl", "max_change"])
+                rows.append(
+                    {
+                        "label": f"p{b}.s{s}",
+                        "prompt": b,
+                        "step": s,
+                        "token": self.token_strs[b][s],
+                        "token_id": t,
+                        "logit": float(z[b, s, t]),
+                        "prob": float(lp[b, s, t].exp()),
+                        "baseline_token": self.baseline_token_strs[b][s],
+                        "baseline_token_id": bt,
+                        "baseline_logit": float(bz[b, s, bt]),
+                        "baseline_prob": float(blp[b, s, bt].exp()),
+                        "same": t == bt,
+                        "kl": float(kl[b, s]),
+                        "max_change": float(change[b, s]),
+                    }
+                )
+        return pd.DataFrame(
+            rows,
+            columns=[
+                "label",
+                "prompt",
+                "step",
+                "token",
+                "token_id",
+                "logit",
+                "prob",
+                "baseline_token",
+                "baseline_token_id",
+                "baseline_logit",
+                "baseline_prob",
+                "same",
+                "kl",
+                "max_change",
+            ],
+        )
 
     def _row(self, index: int) -> Any:
         return self.to_dataframe().iloc[index].to_dict()
@@ -591,10 +701,21 @@ class GenerationResult(Result):
         ids = (self.baseline_top_ids if baseline else self.top_ids)[b].cpu()
         strs = (self.baseline_top_strs if baseline else self.top_strs)[b]
         p = torch.softmax(z, -1)
-        return pd.DataFrame([{"step": s, "rank": r + 1, "token": strs[s][r], "token_id": int(ids[s, r]),
-                              "logit": float(z[s, ids[s, r]]), "prob": float(p[s, ids[s, r]])}
-                             for s in range(ids.shape[0]) for r in range(ids.shape[1])],
-                            columns=["step", "rank", "token", "token_id", "logit", "prob"])
+        return pd.DataFrame(
+            [
+                {
+                    "step": s,
+                    "rank": r + 1,
+                    "token": strs[s][r],
+                    "token_id": int(ids[s, r]),
+                    "logit": float(z[s, ids[s, r]]),
+                    "prob": float(p[s, ids[s, r]]),
+                }
+                for s in range(ids.shape[0])
+                for r in range(ids.shape[1])
+            ],
+            columns=["step", "rank", "token", "token_id", "logit", "prob"],
+        )
 
     def plot(self, *, prompt: int = 0) -> "go.Figure":
         """KL(intervened ‖ baseline) per step of prompt ``prompt``, each bar labelled with the two tokens."""
@@ -604,11 +725,17 @@ class GenerationResult(Result):
         df = self.to_dataframe()
         df = df[df["prompt"] == b]
         text = [f"{t!r} / {bt!r}" for t, bt in zip(df["token"], df["baseline_token"])]
-        fig = go.Figure(go.Bar(x=df["step"], y=df["kl"], hovertext=text,
-                               marker_color=["#888" if s else "#d62728" for s in df["same"]]))
-        fig.update_layout(title=f"{self.model_name}: {'; '.join(self.interventions) or 'no intervention'} "
-                                f"({self.regime}) — KL(intervened ‖ baseline) per step, red: the tokens differ",
-                          xaxis_title="step", yaxis_title="KL (nats)")
+        fig = go.Figure(
+            go.Bar(
+                x=df["step"], y=df["kl"], hovertext=text, marker_color=["#888" if s else "#d62728" for s in df["same"]]
+            )
+        )
+        fig.update_layout(
+            title=f"{self.model_name}: {'; '.join(self.interventions) or 'no intervention'} "
+            f"({self.regime}) — KL(intervened ‖ baseline) per step, red: the tokens differ",
+            xaxis_title="step",
+            yaxis_title="KL (nats)",
+        )
         return fig
 
     def __repr__(self) -> str:
@@ -616,9 +743,14 @@ class GenerationResult(Result):
             return repr(s if len(s) <= 40 else s[:37] + "…")
 
         more = f" (prompt 0 of {self.n_prompts})" if self.n_prompts > 1 else ""
-        what = "; ".join(self.interventions) if len(self.interventions) <= 3 else \
-            "; ".join(self.interventions[:3]) + f"; … ({len(self.interventions)})"
+        what = (
+            "; ".join(self.interventions)
+            if len(self.interventions) <= 3
+            else "; ".join(self.interventions[:3]) + f"; … ({len(self.interventions)})"
+        )
         closure = f", closure_error={self.closure_error:.2e}" if self.frozen_attention else ""
-        return (f"GenerationResult({self.model_name!r}, {what or 'no intervention'}, regime {self.regime!r}, "
-                f"{self.n_steps} steps{more}: {short(self.texts[0])} vs baseline {short(self.baseline_texts[0])}"
-                f"{closure})")
+        return (
+            f"GenerationResult({self.model_name!r}, {what or 'no intervention'}, regime {self.regime!r}, "
+            f"{self.n_steps} steps{more}: {short(self.texts[0])} vs baseline {short(self.baseline_texts[0])}"
+            f"{closure})"
+        )

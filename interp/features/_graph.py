@@ -110,12 +110,29 @@ def attribution_graph(
     A = _edges(real, nodes, outputs, batch_size)
 
     # 5. the graph assembled
-    return _assemble(model, tokens, real, nodes, outputs, A, bias, value, logit_effects=logit_effects,
-                     node_threshold=node_threshold, edge_threshold=edge_threshold)
+    return _assemble(
+        model,
+        tokens,
+        real,
+        nodes,
+        outputs,
+        A,
+        bias,
+        value,
+        logit_effects=logit_effects,
+        node_threshold=node_threshold,
+        edge_threshold=edge_threshold,
+    )
 
 
-def _check_options(node_threshold: Any, edge_threshold: Any, batch_size: Any, max_n_logits: Any, logit_effects: Any,
-                   desired_logit_prob: Any) -> None:
+def _check_options(
+    node_threshold: Any,
+    edge_threshold: Any,
+    batch_size: Any,
+    max_n_logits: Any,
+    logit_effects: Any,
+    desired_logit_prob: Any,
+) -> None:
     """The options that do not depend on the prompt (typed errors naming the argument, its value and what is
     allowed)."""
     check_thresholds(node_threshold, edge_threshold)
@@ -123,15 +140,20 @@ def _check_options(node_threshold: Any, edge_threshold: Any, batch_size: Any, ma
     check_positive_int("max_n_logits", max_n_logits)
     if not isinstance(logit_effects, int) or isinstance(logit_effects, bool) or logit_effects < 0:
         raise ArgumentError(f"logit_effects={logit_effects!r} must be an int ≥ 0 (0: none)")
-    if isinstance(desired_logit_prob, bool) or not isinstance(desired_logit_prob, (int, float)) \
-            or not 0.0 < desired_logit_prob <= 1.0:
+    if (
+        isinstance(desired_logit_prob, bool)
+        or not isinstance(desired_logit_prob, (int, float))
+        or not 0.0 < desired_logit_prob <= 1.0
+    ):
         raise ArgumentError(f"desired_logit_prob={desired_logit_prob!r} must be a number in (0, 1]")
 
 
 def _check_prefix(constant_prefix: Any, n: int) -> None:
     if not isinstance(constant_prefix, int) or isinstance(constant_prefix, bool) or not 0 <= constant_prefix < n:
-        raise ArgumentError(f"constant_prefix={constant_prefix!r} must be an int in [0, {n - 1}] for a prompt of {n} "
-                            "tokens (1: the BOS position's MLP writes are constants, circuit-tracer's convention)")
+        raise ArgumentError(
+            f"constant_prefix={constant_prefix!r} must be an int in [0, {n - 1}] for a prompt of {n} "
+            "tokens (1: the BOS position's MLP writes are constants, circuit-tracer's convention)"
+        )
 
 
 @dataclass(frozen=True)
@@ -151,8 +173,16 @@ class LogitTargets:
     text: str
 
     @classmethod
-    def choose(cls, model: Model, real: RealRun, pos: int, t_id: Optional[int], w_id: Optional[int],
-               desired_logit_prob: float, max_n_logits: int) -> "LogitTargets":
+    def choose(
+        cls,
+        model: Model,
+        real: RealRun,
+        pos: int,
+        t_id: Optional[int],
+        w_id: Optional[int],
+        desired_logit_prob: float,
+        max_n_logits: int,
+    ) -> "LogitTargets":
         """``t_id``'s logit (minus ``w_id``'s where given), or without ``t_id`` the top logits by the model's own
         (soft-capped) probabilities: the most probable until they sum to ``desired_logit_prob``, at most
         ``max_n_logits`` (circuit-tracer's choice)."""
@@ -300,8 +330,10 @@ def _source_ends(real: RealRun, nodes: NodeOrder) -> tuple[Ends, Tensor]:
     layer.append(_host_full(n, -1))
     pos.append(every)
     index.append(nodes.tokens.start + every)
-    return (Ends(torch.cat(vecs), torch.cat(layer), torch.cat(pos), torch.cat(index)),
-            torch.cat(owner) if owner else torch.zeros(0, dtype=torch.long, device="cpu"))
+    return (
+        Ends(torch.cat(vecs), torch.cat(layer), torch.cat(pos), torch.cat(index)),
+        torch.cat(owner) if owner else torch.zeros(0, dtype=torch.long, device="cpu"),
+    )
 
 
 def _edges(real: RealRun, nodes: NodeOrder, out: LogitTargets, batch_size: int) -> Tensor:
@@ -312,7 +344,7 @@ def _edges(real: RealRun, nodes: NodeOrder, out: LogitTargets, batch_size: int) 
     A = torch.zeros(nodes.N, nodes.N + len(owner), dtype=real.dtype, device=real.emb.device)
     FrozenJacobian(real.frozen, nodes.n).fill(A, _target_ends(real, nodes, out), src, batch_size)
     if len(owner):
-        A[:, : nodes.N].index_add_(1, owner.to(A.device), A[:, nodes.N:])
+        A[:, : nodes.N].index_add_(1, owner.to(A.device), A[:, nodes.N :])
         A = A[:, : nodes.N].contiguous()
     return A.cpu()
 
@@ -320,7 +352,7 @@ def _edges(real: RealRun, nodes: NodeOrder, out: LogitTargets, batch_size: int) 
 def _closure(A: Tensor, bias: Tensor, value: Tensor, nodes: NodeOrder) -> tuple[float, float]:
     """max |value − (Σ edges + bias)| over the targets, and each residual over Σ|edges| + |bias| (its largest)."""
     res = value - (A.sum(1) + bias)
-    res[nodes.n_feat: nodes.N - nodes.K] = 0  # sources have no incoming edges
+    res[nodes.n_feat : nodes.N - nodes.K] = 0  # sources have no incoming edges
     scale = A.abs().sum(1) + bias.abs()
     rows = nodes.targets()
     closure = float(res[rows].abs().max())
@@ -359,8 +391,9 @@ def _node_table(real: RealRun, nodes: NodeOrder, out: LogitTargets) -> dict[str,
     activation[nodes.tokens] = real.emb.detach().norm(dim=-1).cpu()
     for lab in out.labels:
         add(lab, "logit", L, out.pos)
-    return dict(node_labels=labels, node_kind=kinds, node_layer=layers, node_pos=poss, node_feature=fids,
-                activation=activation)
+    return dict(
+        node_labels=labels, node_kind=kinds, node_layer=layers, node_pos=poss, node_feature=fids, activation=activation
+    )
 
 
 def _logit_effect_table(model: Model, real: RealRun, nodes: NodeOrder, k: int) -> dict[str, Any]:
@@ -372,18 +405,29 @@ def _logit_effect_table(model: Model, real: RealRun, nodes: NodeOrder, k: int) -
     ids = torch.full((nodes.N, 2 * k), -1, dtype=torch.long, device="cpu")
     vals = torch.zeros(nodes.N, 2 * k, dtype=real.dtype, device="cpu")
     if nodes.n_feat:
-        ids[:nodes.n_feat], vals[:nodes.n_feat] = _logit_effects(real, k)
+        ids[: nodes.n_feat], vals[: nodes.n_feat] = _logit_effects(real, k)
     strs: Optional[list[list[str]]] = None
     if model.tokenizer is not None:
-        uniq = sorted(set(ids[:nodes.n_feat].reshape(-1).tolist()))
+        uniq = sorted(set(ids[: nodes.n_feat].reshape(-1).tolist()))
         text = dict(zip(uniq, model.tokenizer.batch_decode([[i] for i in uniq]))) if uniq else {}
         strs = [[text[i] for i in row] if row[0] >= 0 else [] for row in ids.tolist()]
     return dict(logit_effect_ids=ids, logit_effect_values=vals, logit_effect_strs=strs)
 
 
-def _assemble(model: Model, tokens: Tensor, real: RealRun, nodes: NodeOrder, out: LogitTargets, A: Tensor,
-              bias: Tensor, value: Tensor, *, logit_effects: int, node_threshold: float,
-              edge_threshold: float) -> AttributionGraph:
+def _assemble(
+    model: Model,
+    tokens: Tensor,
+    real: RealRun,
+    nodes: NodeOrder,
+    out: LogitTargets,
+    A: Tensor,
+    bias: Tensor,
+    value: Tensor,
+    *,
+    logit_effects: int,
+    node_threshold: float,
+    edge_threshold: float,
+) -> AttributionGraph:
     """The :class:`AttributionGraph`: the adjacency, constant terms and values with the node table, the closure, the
     outputs' weights and the display data (token text, logit effects)."""
     closure, relative = _closure(A, bias, value, nodes)
@@ -392,13 +436,23 @@ def _assemble(model: Model, tokens: Tensor, real: RealRun, nodes: NodeOrder, out
     tok = model.tokenizer
     ids = tokens[0].tolist()
     return AttributionGraph(
-        adjacency=A, bias=bias, value=value, **_node_table(real, nodes, out), tokens=ids,
-        target_ids=out.ids, target=out.text, closure_error=closure, relative_error=relative, n_layers=nodes.L,
-        model_name=model.name, output_weight=weight,
+        adjacency=A,
+        bias=bias,
+        value=value,
+        **_node_table(real, nodes, out),
+        tokens=ids,
+        target_ids=out.ids,
+        target=out.text,
+        closure_error=closure,
+        relative_error=relative,
+        n_layers=nodes.L,
+        model_name=model.name,
+        output_weight=weight,
         token_strs=None if tok is None else [tok.decode([t]) for t in ids],
         output_token_strs=None if tok is None else [tok.decode([t]) for t in out.ids],
         **_logit_effect_table(model, real, nodes, logit_effects),
-        node_threshold=float(node_threshold), edge_threshold=float(edge_threshold),
+        node_threshold=float(node_threshold),
+        edge_threshold=float(edge_threshold),
     )
 
 

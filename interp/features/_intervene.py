@@ -94,27 +94,33 @@ def _feature(x: Any) -> tuple[int, int, Optional[int]]:
         except LabelError as e:
             raise ArgumentError(f"feature={x!r}: {e}") from None
         if not isinstance(lab, Feature):
-            raise ArgumentError(f"feature={x!r} is not a feature label: 'L3.F12@5' (position 5) or 'L3.F12@*' "
-                                "(every position)")
+            raise ArgumentError(
+                f"feature={x!r} is not a feature label: 'L3.F12@5' (position 5) or 'L3.F12@*' (every position)"
+            )
         x = lab
     if isinstance(x, Feature):
         return x.layer, x.feature, x.pos
     if isinstance(x, tuple) and len(x) in (2, 3) and all(isinstance(v, int) or v is None for v in x):
         return int(x[0]), int(x[1]), (None if len(x) == 2 else x[2])
-    raise ArgumentError(f"feature={x!r} must be a Feature label, its text ('L3.F12@5', or 'L3.F12@*' for every "
-                        "position) or (layer, feature[, pos])")
+    raise ArgumentError(
+        f"feature={x!r} must be a Feature label, its text ('L3.F12@5', or 'L3.F12@*' for every "
+        "position) or (layer, feature[, pos])"
+    )
 
 
 def _interventions(items: Any, transcoders: Sequence[Transcoder], n: int) -> list[Intervention]:
     """Validated interventions, positions made non-negative (typed errors name the item, the value and what is
     allowed). An item is an :class:`Intervention`, a tuple (layer, pos, feature, value) (circuit-tracer's
     order: clamp), or a feature label / its text (ablate)."""
-    if isinstance(items, (Intervention, Feature, str)) or (isinstance(items, tuple) and len(items) == 4
-                                                           and isinstance(items[0], int)):
+    if isinstance(items, (Intervention, Feature, str)) or (
+        isinstance(items, tuple) and len(items) == 4 and isinstance(items[0], int)
+    ):
         items = [items]
     if not isinstance(items, (list, tuple)) or not items:
-        raise ArgumentError(f"interventions={items!r} must be a non-empty list of Intervention, (layer, pos, feature, "
-                            "value) tuples or feature labels")
+        raise ArgumentError(
+            f"interventions={items!r} must be a non-empty list of Intervention, (layer, pos, feature, "
+            "value) tuples or feature labels"
+        )
     out = []
     L = len(transcoders)
     for i, it in enumerate(items):
@@ -123,24 +129,31 @@ def _interventions(items: Any, transcoders: Sequence[Transcoder], n: int) -> lis
             it = Intervention.ablate(it)
         elif isinstance(it, tuple) and len(it) == 4:
             l, p, f, v = it
-            if not all(isinstance(t, int) and not isinstance(t, bool) for t in (l, f)) or \
-                    not (p is None or (isinstance(p, int) and not isinstance(p, bool))):
+            if not all(isinstance(t, int) and not isinstance(t, bool) for t in (l, f)) or not (
+                p is None or (isinstance(p, int) and not isinstance(p, bool))
+            ):
                 raise ArgumentError(f"{name}={it!r}: a tuple is (layer: int, pos: int | None, feature: int, value)")
             it = Intervention(l, f, p, "set", v)
         elif not isinstance(it, Intervention):
-            raise ArgumentError(f"{name}={it!r} must be an Intervention, a (layer, pos, feature, value) tuple or a "
-                                "feature label such as 'L3.F12@5'")
+            raise ArgumentError(
+                f"{name}={it!r} must be an Intervention, a (layer, pos, feature, value) tuple or a "
+                "feature label such as 'L3.F12@5'"
+            )
         if it.mode not in MODES:
             raise ArgumentError(f"{name}: mode={it.mode!r} is not one of {MODES}")
         if not isinstance(it.layer, int) or isinstance(it.layer, bool) or not 0 <= it.layer < L:
             raise ArgumentError(f"{name}: layer={it.layer!r} must be an int in [0, {L - 1}] (one transcoder per layer)")
         F_ = transcoders[it.layer].n_features
         if not isinstance(it.feature, int) or isinstance(it.feature, bool) or not 0 <= it.feature < F_:
-            raise ArgumentError(f"{name}: feature {it.feature!r} of layer {it.layer} does not exist: its transcoder has "
-                                f"n_features={F_} (indices 0..{F_ - 1})")
+            raise ArgumentError(
+                f"{name}: feature {it.feature!r} of layer {it.layer} does not exist: its transcoder has "
+                f"n_features={F_} (indices 0..{F_ - 1})"
+            )
         if it.pos is not None and (not isinstance(it.pos, int) or isinstance(it.pos, bool) or not -n <= it.pos < n):
-            raise ArgumentError(f"{name}: pos={it.pos!r} must be None (every position) or an int in [{-n}, {n - 1}] "
-                                f"for a prompt of {n} tokens")
+            raise ArgumentError(
+                f"{name}: pos={it.pos!r} must be None (every position) or an int in [{-n}, {n - 1}] "
+                f"for a prompt of {n} tokens"
+            )
         if isinstance(it.value, bool) or not isinstance(it.value, (int, float)) or not math.isfinite(it.value):
             raise ArgumentError(f"{name}: value={it.value!r} must be a finite number")
         out.append(Intervention(it.layer, it.feature, None if it.pos is None else it.pos % n, it.mode, float(it.value)))
@@ -167,13 +180,22 @@ def _dense(real: RealRun, l: int, n: int) -> Tensor:
 
 #: (freeze_features, frozen_attention) → the regime's name and what it holds fixed (docs/math.md §28)
 REGIMES = {
-    (True, True): ("graph", "every other feature and error node frozen, attention patterns and norm scales frozen: "
-                   "the attribution graph's linear model (Δ = Σ Δf/f · edge)"),
+    (True, True): (
+        "graph",
+        "every other feature and error node frozen, attention patterns and norm scales frozen: "
+        "the attribution graph's linear model (Δ = Σ Δf/f · edge)",
+    ),
     (True, False): ("frozen features", "every other feature and error node frozen, attention and norms recomputed"),
-    (False, True): ("frozen attention", "the real MLPs rerun, each intervened feature's change added to its MLP's "
-                    "write; attention patterns and norm scales frozen"),
-    (False, False): ("live", "the real model rerun, each intervened feature's change added to its MLP's write; "
-                     "attention and norms recomputed"),
+    (False, True): (
+        "frozen attention",
+        "the real MLPs rerun, each intervened feature's change added to its MLP's "
+        "write; attention patterns and norm scales frozen",
+    ),
+    (False, False): (
+        "live",
+        "the real model rerun, each intervened feature's change added to its MLP's write; "
+        "attention and norms recomputed",
+    ),
 }
 
 #: the largest closure error max|logit_rerun − logit_real| / max|logit_real| an unintervened rerun may have, by the
@@ -181,8 +203,16 @@ REGIMES = {
 CLOSURE_TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 5e-2}
 
 
-def _run(real: RealRun, tokens: Tensor, mask: Tensor, ivs: list[Intervention], pos: int, *, frozen_attention: bool,
-         freeze_features: bool) -> Tensor:
+def _run(
+    real: RealRun,
+    tokens: Tensor,
+    mask: Tensor,
+    ivs: list[Intervention],
+    pos: int,
+    *,
+    frozen_attention: bool,
+    freeze_features: bool,
+) -> Tensor:
     """The rerun's logits [d_vocab] at ``pos`` with ``ivs`` applied, in the regime the flags name (module
     docstring, :data:`REGIMES`)."""
     fr, e, clt = real.frozen, real.frozen.e, real.clt
@@ -190,7 +220,9 @@ def _run(real: RealRun, tokens: Tensor, mask: Tensor, ivs: list[Intervention], p
     by = [[it for it in ivs if it.layer == l] for l in range(L)]
     # a layer's write changes where one of its features is intervened on — with a CLT, one of any layer k ≤ l
     touched = [any(by[: l + 1]) if clt is not None else bool(by[l]) for l in range(L)]
-    dfs: list[Optional[Tensor]] = [None] * L  # a CLT's intervened activation changes Δf_k [n, F], as this run meets them
+    dfs: list[Optional[Tensor]] = [
+        None
+    ] * L  # a CLT's intervened activation changes Δf_k [n, F], as this run meets them
     e_dt = e.w.W_E.dtype
 
     def delta(l: int, h2: Tensor) -> Tensor:  # the intervened features' change of layer l's write, [n, d]
@@ -200,14 +232,18 @@ def _run(real: RealRun, tokens: Tensor, mask: Tensor, ivs: list[Intervention], p
             return (_apply(f, by[l]) - f) @ tc.W_dec
         if by[l]:
             dfs[l] = _apply(f, by[l]) - f
-        return sum((df @ clt.W_dec[k][:, l - k] for k, df in enumerate(dfs[: l + 1]) if df is not None),
-                   torch.zeros_like(h2))
+        return sum(
+            (df @ clt.W_dec[k][:, l - k] for k, df in enumerate(dfs[: l + 1]) if df is not None), torch.zeros_like(h2)
+        )
 
     def write(l: int, h2: Tensor) -> Tensor:  # h2 [n, d] (this run's MLP input) -> layer l's MLP write [n, d]
         tc = real.tcs[l]
-        if freeze_features and clt is not None:  # Σ_{k ≤ l} (real activations, intervened) W_dec[k → l] + b_dec + skip + e_l
-            feats = sum((_apply(_dense(real, k, n), by[k]) @ clt.W_dec[k][:, l - k] for k in range(l + 1)),
-                        torch.zeros_like(h2))
+        if (
+            freeze_features and clt is not None
+        ):  # Σ_{k ≤ l} (real activations, intervened) W_dec[k → l] + b_dec + skip + e_l
+            feats = sum(
+                (_apply(_dense(real, k, n), by[k]) @ clt.W_dec[k][:, l - k] for k in range(l + 1)), torch.zeros_like(h2)
+            )
             return feats + tc.b_dec + tc.skip(h2) + real.errs[l]
         if freeze_features:  # the graph's leaf: the real activations (intervened) decoded, plus the error node
             return tc.decode(_apply(_dense(real, l, n), by[l]), h2 if tc.W_skip is not None else None) + real.errs[l]
@@ -232,8 +268,11 @@ def _run(real: RealRun, tokens: Tensor, mask: Tensor, ivs: list[Intervention], p
                 store: dict[str, Tensor] = {}
                 e.layer(l, x, prompt=prompt, mask=mask, capture={"resid_mid"}, store=store)
                 h2 = mlp_input(e, x, store.get("resid_mid"), l)[0].to(real.dtype)
-                patch = (Patch(site="mlp_out", layer=l, rows=rows, value=write(l, h2)[None]) if freeze_features else
-                         Patch(site="mlp_out", layer=l, rows=rows, value=delta(l, h2)[None].to(e_dt), add=True))
+                patch = (
+                    Patch(site="mlp_out", layer=l, rows=rows, value=write(l, h2)[None])
+                    if freeze_features
+                    else Patch(site="mlp_out", layer=l, rows=rows, value=delta(l, h2)[None].to(e_dt), add=True)
+                )
                 x = e.layer(l, x, prompt=prompt, mask=mask, patches=[patch])
             lnf_b = None if e.w.lnf_b is None else e.w.lnf_b
             y = e.norm(x[0, pos], e.w.lnf_w, lnf_b).to(real.dtype)
@@ -292,8 +331,11 @@ def intervene(
     n = tokens.shape[1]
     pos = position("pos", pos, n)
     t_given, w_id = output_tokens(model, tokens, pos, target, wrong, "intervene")
-    per_layer = [transcoders.encoder(l) for l in range(transcoders.n_layers)] \
-        if isinstance(transcoders, CrossLayerTranscoder) else transcoders
+    per_layer = (
+        [transcoders.encoder(l) for l in range(transcoders.n_layers)]
+        if isinstance(transcoders, CrossLayerTranscoder)
+        else transcoders
+    )
     ivs = _interventions(interventions, per_layer, n)
     real = real_forward(model, tokens, mask, transcoders)
     fr = real.frozen
@@ -310,11 +352,13 @@ def intervene(
     regime, held = REGIMES[(freeze_features, frozen_attention)]
     tol = CLOSURE_TOLERANCE.get(model.dtype, 1e-3)
     if not relative <= tol:
-        warn_user(f"intervene: without the intervention the rerun ({regime!r} regime: {held}) is {closure:.3g} "
-                  f"logits off the model's own (relative {relative:.2e}, tolerance {tol:g} for {model.dtype}), so its "
-                  "changes mix the intervention with that error. Check the transcoders' held-out FVU (a large error "
-                  "node at a position is the usual cause) or run in float64 (load_model(..., dtype=torch.float64))",
-                  ClosureWarning)
+        warn_user(
+            f"intervene: without the intervention the rerun ({regime!r} regime: {held}) is {closure:.3g} "
+            f"logits off the model's own (relative {relative:.2e}, tolerance {tol:g} for {model.dtype}), so its "
+            "changes mix the intervention with that error. Check the transcoders' held-out FVU (a large error "
+            "node at a position is the usual cause) or run in float64 (load_model(..., dtype=torch.float64))",
+            ClosureWarning,
+        )
     t_id = int(before.argmax()) if t_given is None else t_given
     ids = [t_id] + ([] if w_id is None else [w_id])
 
@@ -322,17 +366,33 @@ def intervene(
         return float(z[t_id] - (0 if w_id is None else z[w_id]))
 
     chosen: list[int] = []
-    for order in (before.argsort(descending=True), after.argsort(descending=True),
-                  (after - before).abs().argsort(descending=True)):
+    for order in (
+        before.argsort(descending=True),
+        after.argsort(descending=True),
+        (after - before).abs().argsort(descending=True),
+    ):
         chosen += [i for i in order[:top_k].tolist()]
     rows = list(dict.fromkeys(ids + chosen))
     text = token_text(model, t_id) + ("" if w_id is None else f" − {token_text(model, w_id)}")
     return InterventionResult(
-        logits_before=before.detach().cpu(), logits_after=after.detach().cpu(), token_ids=rows,
-        token_text=[token_text(model, i) for i in rows], target_ids=ids, target=text,
-        metric_before=metric(before), metric_after=metric(after), closure_error=closure, relative_error=relative,
-        interventions=[str(it) for it in ivs], frozen_attention=frozen_attention, freeze_features=freeze_features,
-        pos=pos, model_name=model.name, regime=regime, closure_tolerance=tol)
+        logits_before=before.detach().cpu(),
+        logits_after=after.detach().cpu(),
+        token_ids=rows,
+        token_text=[token_text(model, i) for i in rows],
+        target_ids=ids,
+        target=text,
+        metric_before=metric(before),
+        metric_after=metric(after),
+        closure_error=closure,
+        relative_error=relative,
+        interventions=[str(it) for it in ivs],
+        frozen_attention=frozen_attention,
+        freeze_features=freeze_features,
+        pos=pos,
+        model_name=model.name,
+        regime=regime,
+        closure_tolerance=tol,
+    )
 
 
 @dataclass(frozen=True)
@@ -366,10 +426,12 @@ class InterventionResult(Result):
     default_absolute: ClassVar[bool] = True
 
     def __repr__(self) -> str:
-        return (f"InterventionResult({self.model_name!r}, {'; '.join(self.interventions)} at pos {self.pos}, regime "
-                f"{self.regime!r}: metric {self.target} {self.metric_before:.4g} → {self.metric_after:.4g} (change "
-                f"{self.metric_change:+.4g}); closure_error={self.closure_error:.2e}, relative_error="
-                f"{self.relative_error:.2e} (tolerance {self.closure_tolerance:g}))")
+        return (
+            f"InterventionResult({self.model_name!r}, {'; '.join(self.interventions)} at pos {self.pos}, regime "
+            f"{self.regime!r}: metric {self.target} {self.metric_before:.4g} → {self.metric_after:.4g} (change "
+            f"{self.metric_change:+.4g}); closure_error={self.closure_error:.2e}, relative_error="
+            f"{self.relative_error:.2e} (tolerance {self.closure_tolerance:g}))"
+        )
 
     @property
     def metric_change(self) -> float:
@@ -384,11 +446,18 @@ class InterventionResult(Result):
         b, a = self.logits_before.double(), self.logits_after.double()
         ids = torch.tensor(self.token_ids, dtype=torch.long, device=b.device)
         pb, pa = torch.softmax(b, -1)[ids], torch.softmax(a, -1)[ids]
-        return pd.DataFrame({
-            "label": self.labels, "token": self.token_text, "id": self.token_ids,
-            "logit_before": b[ids].tolist(), "logit_after": a[ids].tolist(), "change": (a[ids] - b[ids]).tolist(),
-            "prob_before": pb.tolist(), "prob_after": pa.tolist(),
-        })
+        return pd.DataFrame(
+            {
+                "label": self.labels,
+                "token": self.token_text,
+                "id": self.token_ids,
+                "logit_before": b[ids].tolist(),
+                "logit_after": a[ids].tolist(),
+                "change": (a[ids] - b[ids]).tolist(),
+                "prob_before": pb.tolist(),
+                "prob_after": pa.tolist(),
+            }
+        )
 
     def _row(self, index: int) -> Any:
         return self.to_dataframe().iloc[index].to_dict()
@@ -403,7 +472,10 @@ class InterventionResult(Result):
 
         df = self.to_dataframe().sort_values("change", key=abs, ascending=False)
         fig = go.Figure(go.Bar(x=df["token"], y=df["change"], hovertext=df["label"]))
-        fig.update_layout(title=f"logit change after {'; '.join(self.interventions)} ({self.model_name}; metric "
-                                f"{self.target}: {self.metric_before:.4g} → {self.metric_after:.4g})",
-                          xaxis_title="token", yaxis_title="Δ logit")
+        fig.update_layout(
+            title=f"logit change after {'; '.join(self.interventions)} ({self.model_name}; metric "
+            f"{self.target}: {self.metric_before:.4g} → {self.metric_after:.4g})",
+            xaxis_title="token",
+            yaxis_title="Δ logit",
+        )
         return fig

@@ -73,7 +73,7 @@ class _Packed:
         """X [R, n_x, d] covering positions p0 … p0 + n_x − 1 dotted with each packed vector at its own position:
         ([R, m'] values, the [m] mask of the vectors inside that range)."""
         n_x = X.shape[1]
-        out = torch.bmm(X.transpose(0, 1), self.D[p0: p0 + n_x])  # [n_x, R, J]
+        out = torch.bmm(X.transpose(0, 1), self.D[p0 : p0 + n_x])  # [n_x, R, J]
         keep = (self.pos >= p0) & (self.pos < p0 + n_x)
         return out.transpose(0, 1).reshape(X.shape[0], -1)[:, self.flat[keep] - p0 * self.J], keep
 
@@ -115,7 +115,7 @@ class FrozenJacobian:
         R, n_x = G.shape[:2]
         Gf = G.view(R * n_x, self.d)
         gz = torch.mm(self.WO[l], Gf.t())  # [H dh, R n_x]
-        P = self.P[l][:, p0: p0 + n_x, p0: p0 + n_x]
+        P = self.P[l][:, p0 : p0 + n_x, p0 : p0 + n_x]
         gv = torch.bmm(gz.view(self.H, self.dh * R, n_x), P)  # Σ_q gz[q] P[q, k]
         if self.H != self.Hkv:
             gv = gv.view(self.Hkv, self.H // self.Hkv, -1).sum(1)
@@ -126,7 +126,7 @@ class FrozenJacobian:
         S, n_x = X.shape[:2]
         Xf = X.view(S * n_x, self.d)
         v = torch.mm(self.WV[l], Xf.t()).view(self.Hkv, 1, self.dh * S, n_x)  # [Hkv, 1, dh S, n_x]
-        Pt = self.P[l][:, p0: p0 + n_x, p0: p0 + n_x].transpose(1, 2)
+        Pt = self.P[l][:, p0 : p0 + n_x, p0 : p0 + n_x].transpose(1, 2)
         z = torch.matmul(v, Pt.reshape(self.Hkv, self.H // self.Hkv, n_x, n_x))  # Σ_k v[k] P[q, k]
         Xf.addmm_(z.view(self.H * self.dh, S * n_x).t(), self.WO[l])
 
@@ -138,7 +138,7 @@ class FrozenJacobian:
         norm = fr.block.read_norm("mlp")
         if norm is None:
             return X @ (W if down else W.T)
-        gain, sigma = fr.gain(norm, l), fr.sigma(norm, l)[p0: p0 + X.shape[1]]
+        gain, sigma = fr.gain(norm, l), fr.sigma(norm, l)[p0 : p0 + X.shape[1]]
         if down:
             return fr.e.norm_vjp(X @ W, None, gain, frozen=True, sigma=sigma)
         return fr.norm(X, gain, None, sigma) @ W.T
@@ -173,20 +173,24 @@ class FrozenJacobian:
         m = self._meeting_layer(tgt, src, budget)
         L, n = self.L, self.n
         up, down = tgt.layer >= m, src.layer < m
-        t_up, t_low, s_up, s_low = (tgt.take(up.nonzero()[:, 0]), tgt.take((~up).nonzero()[:, 0]),
-                                    src.take((~down).nonzero()[:, 0]), src.take(down.nonzero()[:, 0]))
+        t_up, t_low, s_up, s_low = (
+            tgt.take(up.nonzero()[:, 0]),
+            tgt.take((~up).nonzero()[:, 0]),
+            src.take((~down).nonzero()[:, 0]),
+            src.take(down.nonzero()[:, 0]),
+        )
         src_by = [self._pack(s_up, k) for k in range(L)]  # sources each layer's targets pass going down
         tgt_by = [self._pack(t_low, l) for l in range(L)]  # targets each layer's sources pass going up
         C = torch.zeros(len(s_low.layer), n, self.d, dtype=src.vecs.dtype, device=src.vecs.device)
         order = torch.argsort(s_low.pos, descending=True, stable=True)
         for c0 in range(0, len(order), batch_size):
-            idx = order[c0: c0 + batch_size]
+            idx = order[c0 : c0 + batch_size]
             idx = idx[torch.argsort(s_low.layer[idx], stable=True)]
             self._ascend(A, s_low.take(idx), tgt_by, m, C, idx)
         C = C.view(len(s_low.layer), n * self.d)
         order = torch.argsort(t_up.pos, stable=True)
         for c0 in range(0, len(order), batch_size):
-            idx = order[c0: c0 + batch_size]
+            idx = order[c0 : c0 + batch_size]
             idx = idx[torch.argsort(t_up.layer[idx], descending=True, stable=True)]
             G = self._descend(A, t_up.take(idx), src_by, m)
             if len(s_low.layer):  # the pairs across m: Σ_p (Jᵀ r_t)_p · (J v_s)_p
@@ -235,8 +239,9 @@ class FrozenJacobian:
                     live = r_ge
         return G
 
-    def _ascend(self, A: Tensor, s: Ends, tgt_by: list[tuple[_Packed, Tensor]], m: int, C: Tensor,
-                slots: Tensor) -> None:
+    def _ascend(
+        self, A: Tensor, s: Ends, tgt_by: list[tuple[_Packed, Tensor]], m: int, C: Tensor, slots: Tensor
+    ) -> None:
         """Sources ``s`` (sorted by layer, lowest first) carried up to x_m, the edges into the targets of layers
         < m read off on the way; their images at x_m go to C[slots] [·, n, d].
 

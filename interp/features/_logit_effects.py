@@ -18,7 +18,7 @@ def top_and_bottom_logits(U: Tensor, W_U: Tensor, k: int, *, chunk: int = 256) -
     largest first then smallest first."""
     ids, vals = [], []
     for c in range(0, len(U), chunk):
-        i, v = top_and_bottom(U[c: c + chunk] @ W_U, k)
+        i, v = top_and_bottom(U[c : c + chunk] @ W_U, k)
         ids.append(i)
         vals.append(v)
     return torch.cat(ids), torch.cat(vals)

@@ -24,8 +24,9 @@ def one_prompt(model: Model, prompt: Any) -> tuple[Tensor, Tensor]:
     return batch.tokens, batch.attention_mask
 
 
-def output_tokens(model: Model, tokens: Tensor, pos: int, target: Optional[TokenSpec], wrong: Optional[TokenSpec],
-                  owner: str) -> tuple[Optional[int], Optional[int]]:
+def output_tokens(
+    model: Model, tokens: Tensor, pos: int, target: Optional[TokenSpec], wrong: Optional[TokenSpec], owner: str
+) -> tuple[Optional[int], Optional[int]]:
     """The ids of ``target`` and ``wrong`` (None where not given) read at position ``pos`` of ``tokens`` [1, n]; a
     token string without its leading space after a word warns (:class:`interp.TokenSpacingWarning`). The one
     reader of output tokens of every function of this package that takes one."""

@@ -72,8 +72,10 @@ def qk_attribution(
     ok = allowed_keys(n, n, causal=a.causal, window=a.window(layer), device=tokens.device)
     if not bool(ok[qp, kp]):
         win = f", and within its sliding window of {a.window(layer)}" if a.window(layer) else ""
-        raise ArgumentError(f"key_pos={kp} is not attended from query_pos={qp} by layer {layer} (keys must be at or before "
-                            f"the query{win}); the score there is masked")
+        raise ArgumentError(
+            f"key_pos={kp} is not attended from query_pos={qp} by layer {layer} (keys must be at or before "
+            f"the query{win}); the score there is masked"
+        )
     real = real_forward(model, tokens, mask, transcoders, capture={"q", "k"})
     fr, e, dt = real.frozen, real.frozen.e, real.dtype
     w = fr.w
@@ -161,10 +163,22 @@ def qk_attribution(
         relative = closure / max(float(M.abs().sum()), torch.finfo(dt).tiny)
     c = a.attn_softcap
     return QKAttribution(
-        q_terms=Q, k_terms=K, q_labels=[labels[i] for i in qi.tolist()], k_labels=[labels[i] for i in ki.tolist()],
-        score=score, capped_score=(float(c * torch.tanh(torch.tensor(score / c))) if c else score), softcap=float(c),
-        closure_error=closure, relative_error=relative, layer=layer, head=head, query_pos=qp, key_pos=kp,
-        tokens=tokens[0].tolist(), model_name=model.name)
+        q_terms=Q,
+        k_terms=K,
+        q_labels=[labels[i] for i in qi.tolist()],
+        k_labels=[labels[i] for i in ki.tolist()],
+        score=score,
+        capped_score=(float(c * torch.tanh(torch.tensor(score / c))) if c else score),
+        softcap=float(c),
+        closure_error=closure,
+        relative_error=relative,
+        layer=layer,
+        head=head,
+        query_pos=qp,
+        key_pos=kp,
+        tokens=tokens[0].tolist(),
+        model_name=model.name,
+    )
 
 
 @dataclass(frozen=True)
@@ -206,9 +220,11 @@ class QKAttribution(Result):
         top = self.top(3)
         terms = ", ".join(f"{p} ({v:.3g})" for p, v in zip(top["pair"], top["value"]))
         cap = f" (capped {self.capped_score:.4g})" if self.softcap else ""
-        return (f"QKAttribution({self.model_name!r}, {Head(self.layer, self.head)} query {self.query_pos} → key "
-                f"{self.key_pos}: score {self.score:.4g}{cap} = {len(self.q_labels)} × {len(self.k_labels)} terms; "
-                f"closure_error={self.closure_error:.2e}, relative_error={self.relative_error:.2e}; largest: {terms})")
+        return (
+            f"QKAttribution({self.model_name!r}, {Head(self.layer, self.head)} query {self.query_pos} → key "
+            f"{self.key_pos}: score {self.score:.4g}{cap} = {len(self.q_labels)} × {len(self.k_labels)} terms; "
+            f"closure_error={self.closure_error:.2e}, relative_error={self.relative_error:.2e}; largest: {terms})"
+        )
 
     @property
     def labels(self) -> list[str]:
@@ -216,16 +232,24 @@ class QKAttribution(Result):
 
     def to_dataframe(self) -> pd.DataFrame:
         Nq, Nk = len(self.q_labels), len(self.k_labels)
-        return pd.DataFrame({
-            "pair": self.labels, "query_node": [q for q in self.q_labels for _ in range(Nk)],
-            "key_node": self.k_labels * Nq, "value": self.matrix.reshape(-1).tolist(),
-        })
+        return pd.DataFrame(
+            {
+                "pair": self.labels,
+                "query_node": [q for q in self.q_labels for _ in range(Nk)],
+                "key_node": self.k_labels * Nq,
+                "value": self.matrix.reshape(-1).tolist(),
+            }
+        )
 
     def _row(self, index: int) -> Any:
         Nk = len(self.k_labels)
         i, j = divmod(index, Nk)
-        return {"pair": f"{self.q_labels[i]} · {self.k_labels[j]}", "query_node": self.q_labels[i],
-                "key_node": self.k_labels[j], "value": float(self.matrix[i, j])}
+        return {
+            "pair": f"{self.q_labels[i]} · {self.k_labels[j]}",
+            "query_node": self.q_labels[i],
+            "key_node": self.k_labels[j],
+            "value": float(self.matrix[i, j]),
+        }
 
     def top(self, k: int = 10, *, by: Optional[str] = None, absolute: Optional[bool] = None) -> pd.DataFrame:
         """The ``k`` pairs with the largest term (|term| by default), ranked on the matrix without building the
@@ -259,10 +283,21 @@ class QKAttribution(Result):
         ki = M.sum(0).abs().argsort(descending=True)[:max_nodes]
         sub = M[qi][:, ki]
         lim = float(sub.abs().max()) or 1.0
-        fig = go.Figure(go.Heatmap(z=sub.tolist(), x=[self.k_labels[j] for j in ki.tolist()],
-                                   y=[self.q_labels[i] for i in qi.tolist()], colorscale="RdBu", zmin=-lim, zmax=lim,
-                                   hovertemplate="query %{y}<br>key %{x}<br>term %{z:.4g}<extra></extra>"))
-        fig.update_layout(title=f"QK attribution of L{self.layer}.H{self.head}, query {self.query_pos} → key "
-                                f"{self.key_pos} (score {self.score:.4g}; {self.model_name})",
-                          xaxis_title="key-side node", yaxis_title="query-side node")
+        fig = go.Figure(
+            go.Heatmap(
+                z=sub.tolist(),
+                x=[self.k_labels[j] for j in ki.tolist()],
+                y=[self.q_labels[i] for i in qi.tolist()],
+                colorscale="RdBu",
+                zmin=-lim,
+                zmax=lim,
+                hovertemplate="query %{y}<br>key %{x}<br>term %{z:.4g}<extra></extra>",
+            )
+        )
+        fig.update_layout(
+            title=f"QK attribution of L{self.layer}.H{self.head}, query {self.query_pos} → key "
+            f"{self.key_pos} (score {self.score:.4g}; {self.model_name})",
+            xaxis_title="key-side node",
+            yaxis_title="query-side node",
+        )
         return fig

@@ -22,7 +22,13 @@ import torch
 from torch import Tensor
 
 from interp.engine import Engine, RunCache
-from interp.errors import ArgumentError, ContextLengthWarning, UnsupportedArchitectureError, UnsupportedOperationError, warn_user
+from interp.errors import (
+    ArgumentError,
+    ContextLengthWarning,
+    UnsupportedArchitectureError,
+    UnsupportedOperationError,
+    warn_user,
+)
 from interp.features._sae import SAE
 from interp.features._transcoder import CrossLayerTranscoder, Transcoder, check_layers, mlp_input
 from interp.models import Model, run_block
@@ -30,36 +36,44 @@ from interp.models import Model, run_block
 __all__ = ["FrozenReplacement", "RealRun", "check_replaceable", "real_forward"]
 
 
-def check_replaceable(model: Model, transcoders: Union[Sequence[Transcoder], CrossLayerTranscoder], *,
-                      cross_layer: bool = False) -> None:
+def check_replaceable(
+    model: Model, transcoders: Union[Sequence[Transcoder], CrossLayerTranscoder], *, cross_layer: bool = False
+) -> None:
     """``model`` is a decoder whose MLPs ``transcoders`` (one per layer, in layer order) can replace: pre-norm, with
     MLPs and an unembedding (else :class:`~interp.errors.UnsupportedArchitectureError`); the transcoders a list of
     :class:`Transcoder` of the model's width (else :class:`~interp.errors.ArgumentError`) — or, where the caller
     takes one (``cross_layer``), a :class:`CrossLayerTranscoder` with an encoder at each of the model's layers."""
     a = model.arch
     if model.block.normed_stream:
-        raise UnsupportedArchitectureError(f"model {model.name!r} is post-norm (its stream is normed after each join); "
-                                           "attribution graphs need a pre-norm decoder")
+        raise UnsupportedArchitectureError(
+            f"model {model.name!r} is post-norm (its stream is normed after each join); "
+            "attribution graphs need a pre-norm decoder"
+        )
     if not model.has_mlp:
         raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to replace by transcoders")
     if not a.causal or model.weights.W_U is None:
         raise UnsupportedArchitectureError(f"model {model.name!r} is not a decoder with an unembedding")
     if isinstance(transcoders, CrossLayerTranscoder) and cross_layer:
         if transcoders.model_layers != tuple(range(a.n_layers)) or transcoders.d_model != a.d_model:
-            raise ArgumentError(f"transcoders is a {transcoders!r}; model {model.name!r} needs an encoder at each of its "
-                                f"{a.n_layers} layers 0..{a.n_layers - 1} with d_model={a.d_model}")
+            raise ArgumentError(
+                f"transcoders is a {transcoders!r}; model {model.name!r} needs an encoder at each of its "
+                f"{a.n_layers} layers 0..{a.n_layers - 1} with d_model={a.d_model}"
+            )
         return
     if isinstance(transcoders, CrossLayerTranscoder):
         raise UnsupportedOperationError(
             f"transcoders is a {transcoders!r}: QK attribution, faithfulness and aggregate graphs take per-layer "
             "transcoders so far (attribution_graph and intervene take a CLT) (a cross-layer feature, one node writing at several layers, is not "
-            "built into the replacement model yet); pass a list of interp.features.Transcoder, one per layer")
+            "built into the replacement model yet); pass a list of interp.features.Transcoder, one per layer"
+        )
     if isinstance(transcoders, (list, tuple)):
         for i, t in enumerate(transcoders):
             if isinstance(t, SAE):
-                raise ArgumentError(f"transcoders[{i}] is an SAE of the residual stream ({t.hook_name}); the "
-                                    "replacement model replaces MLPs, so it needs transcoders (MLP input → MLP "
-                                    "output): interp.features.load_transcoders or train_transcoders")
+                raise ArgumentError(
+                    f"transcoders[{i}] is an SAE of the residual stream ({t.hook_name}); the "
+                    "replacement model replaces MLPs, so it needs transcoders (MLP input → MLP "
+                    "output): interp.features.load_transcoders or train_transcoders"
+                )
     if not isinstance(transcoders, (list, tuple)) or not all(isinstance(t, Transcoder) for t in transcoders):
         raise ArgumentError("transcoders must be a list of interp.features.Transcoder, one per layer")
     if len(transcoders) != a.n_layers:
@@ -74,8 +88,17 @@ class FrozenReplacement:
     """The replacement model with attention patterns and norm scales frozen at one real forward (module docstring):
     each layer an interpreter of the model's block (:class:`_FrozenLayer`). Built by :func:`real_forward`."""
 
-    def __init__(self, e: Engine, tcs: list[Transcoder], patterns: list[Tensor], s1: list[Tensor], s2: list[Tensor],
-                 s_post: list[Optional[Tensor]], s_final: Tensor, dtype: torch.dtype):
+    def __init__(
+        self,
+        e: Engine,
+        tcs: list[Transcoder],
+        patterns: list[Tensor],
+        s1: list[Tensor],
+        s2: list[Tensor],
+        s_post: list[Optional[Tensor]],
+        s_final: Tensor,
+        dtype: torch.dtype,
+    ):
         self.e, self.a, self.block, self.tcs, self.dt = e, e.arch, e.block, tcs, dtype
         self.w = e.w.to(dtype=dtype)
         self.patterns, self.s1, self.s2, self.s_post, self.s_final = patterns, s1, s2, s_post, s_final
@@ -155,8 +178,9 @@ class FrozenReplacement:
         w = self.w
         return self.norm(x[:, pos], w.lnf_w, w.lnf_b, self.s_final[pos]) @ u + b_u
 
-    def forward(self, emb: Tensor, leaves: list[Tensor], feats: list[tuple[Tensor, Tensor]], pos: int,
-                u: Tensor, b_u: Tensor) -> tuple[list[Tensor], Tensor]:
+    def forward(
+        self, emb: Tensor, leaves: list[Tensor], feats: list[tuple[Tensor, Tensor]], pos: int, u: Tensor, b_u: Tensor
+    ) -> tuple[list[Tensor], Tensor]:
         """Sources emb [B, n, d] and per-layer MLP leaves [B, n, d] → (per-layer pre-activations [B, m_l] of
         the selected features (positions, feature ids), the metric [B])."""
         x = emb
@@ -167,7 +191,6 @@ class FrozenReplacement:
             p_idx, f_idx = feats[l]
             pres.append((h2[:, p_idx] * tc.W_enc[f_idx]).sum(-1) + tc.b_enc[f_idx])
         return pres, self.readout(x, pos, u, b_u)
-
 
     def stream_reads(self, vecs: Tensor, p_idx: Tensor, l: int) -> Tensor:
         """Targets' reads carried to the stream they read, [m, d]: a layer-l feature's W_enc through the frozen map
@@ -237,8 +260,10 @@ class RealRun:
         """Each layer's MLP leaf at the real forward: Σ_f a_f W_dec[f] + e (per position) [n, d]; with a CLT, layer
         l''s leaf sums the features of every layer k ≤ l', Σ_k Σ_f a_{k,f} W_dec[k → l'][f] + e_l'."""
         if self.clt is None:
-            return [self.errs[l].index_add(0, self.feats[l][0], self.acts[l][:, None] * self.tcs[l].W_dec[self.feats[l][1]])
-                    for l in range(len(self.tcs))]
+            return [
+                self.errs[l].index_add(0, self.feats[l][0], self.acts[l][:, None] * self.tcs[l].W_dec[self.feats[l][1]])
+                for l in range(len(self.tcs))
+            ]
         out = [e.clone() for e in self.errs]
         for k, (p_idx, f_idx) in enumerate(self.feats):
             for j in range(k, len(out)):
@@ -268,8 +293,13 @@ class RealRun:
         return held
 
 
-def real_forward(model: Model, tokens: Tensor, mask: Tensor, transcoders: Union[Sequence[Transcoder], CrossLayerTranscoder],
-                 capture: Iterable[str] = ()) -> RealRun:
+def real_forward(
+    model: Model,
+    tokens: Tensor,
+    mask: Tensor,
+    transcoders: Union[Sequence[Transcoder], CrossLayerTranscoder],
+    capture: Iterable[str] = (),
+) -> RealRun:
     """Run ``tokens`` [1, n] once on the engine and read what the replacement model needs (:class:`RealRun`).
     A prompt longer than the dictionaries' training sequences warns (:class:`ContextLengthWarning`). A
     :class:`CrossLayerTranscoder` is read through its per-layer encoders (:meth:`CrossLayerTranscoder.encoder`);
@@ -281,10 +311,13 @@ def real_forward(model: Model, tokens: Tensor, mask: Tensor, transcoders: Union[
     assert not isinstance(per_layer, CrossLayerTranscoder)
     trained = [t.context_length for t in per_layer if t.context_length is not None]
     if trained and tokens.shape[1] > min(trained):
-        warn_user(f"the prompt has {tokens.shape[1]} tokens but the transcoders were trained on sequences of "
-                  f"{min(trained)}: their features past position {min(trained) - 1} are out of distribution (the "
-                  "graph still closes, through larger error nodes); shorten the prompt or train on longer "
-                  "sequences (train_transcoders(seq_len=...))", ContextLengthWarning)
+        warn_user(
+            f"the prompt has {tokens.shape[1]} tokens but the transcoders were trained on sequences of "
+            f"{min(trained)}: their features past position {min(trained) - 1} are out of distribution (the "
+            "graph still closes, through larger error nodes); shorten the prompt or train on longer "
+            "sequences (train_transcoders(seq_len=...))",
+            ContextLengthWarning,
+        )
     e = Engine.of(model)
     tcs = [t.to(device=tokens.device, dtype=dt) for t in per_layer]
     cache = e.run(tokens, mask, capture={"pattern", "resid_mid", "mlp_out", *capture}, keep_scales=True)

@@ -128,11 +128,13 @@ class AttributionGraph(Result):
         feats = [i for i, k in enumerate(self.node_kind) if k == "feature"]
         top = sorted(feats, key=lambda i: -abs(float(infl[i])))[:3]
         tops = ", ".join(f"{self.node_labels[i]} ({float(infl[i]):.3g})" for i in top)
-        return (f"AttributionGraph({self.model_name!r}, {len(self.tokens)} tokens → {self.target}: {self.n_nodes} nodes "
-                f"({kinds['feature']} features, {kinds['error']} errors, {kinds['token']} tokens, {kinds['logit']} "
-                f"outputs), {n_edges} edges; closure_error={self.closure_error:.2e}, relative_error="
-                f"{self.relative_error:.2e}; replacement {self.replacement_score():.3f}, completeness "
-                f"{self.completeness_score():.3f}; top features by influence: {tops or 'none'})")
+        return (
+            f"AttributionGraph({self.model_name!r}, {len(self.tokens)} tokens → {self.target}: {self.n_nodes} nodes "
+            f"({kinds['feature']} features, {kinds['error']} errors, {kinds['token']} tokens, {kinds['logit']} "
+            f"outputs), {n_edges} edges; closure_error={self.closure_error:.2e}, relative_error="
+            f"{self.relative_error:.2e}; replacement {self.replacement_score():.3f}, completeness "
+            f"{self.completeness_score():.3f}; top features by influence: {tops or 'none'})"
+        )
 
     def _mask(self, kind: str) -> Tensor:
         return torch.tensor([k == kind for k in self.node_kind], dtype=torch.bool, device=self.adjacency.device)
@@ -149,11 +151,20 @@ class AttributionGraph(Result):
 
     def to_dataframe(self) -> pd.DataFrame:
         direct = self._logit_weights() @ self.adjacency  # Σ_outputs w_k · edge into output k
-        return pd.DataFrame({
-            "node": self.node_labels, "kind": self.node_kind, "layer": self.node_layer, "pos": self.node_pos,
-            "feature": self.node_feature, "activation": self.activation.tolist(), "value": self.value.tolist(),
-            "bias": self.bias.tolist(), "direct": direct.tolist(), "influence": self.influence().tolist(),
-        })
+        return pd.DataFrame(
+            {
+                "node": self.node_labels,
+                "kind": self.node_kind,
+                "layer": self.node_layer,
+                "pos": self.node_pos,
+                "feature": self.node_feature,
+                "activation": self.activation.tolist(),
+                "value": self.value.tolist(),
+                "bias": self.bias.tolist(),
+                "direct": direct.tolist(),
+                "influence": self.influence().tolist(),
+            }
+        )
 
     def _row(self, index: int) -> Any:
         return self.to_dataframe().iloc[index].to_dict()
@@ -163,11 +174,17 @@ class AttributionGraph(Result):
         t, s = self.adjacency.nonzero(as_tuple=True)
         w = self.adjacency[t, s]
         order = w.abs().argsort(descending=True)
-        return pd.DataFrame({"source": [self.node_labels[i] for i in s[order].tolist()],
-                             "target": [self.node_labels[i] for i in t[order].tolist()],
-                             "weight": w[order].tolist()})
+        return pd.DataFrame(
+            {
+                "source": [self.node_labels[i] for i in s[order].tolist()],
+                "target": [self.node_labels[i] for i in t[order].tolist()],
+                "weight": w[order].tolist(),
+            }
+        )
 
-    def prune(self, node_threshold: Optional[float] = None, edge_threshold: Optional[float] = None) -> "AttributionGraph":
+    def prune(
+        self, node_threshold: Optional[float] = None, edge_threshold: Optional[float] = None
+    ) -> "AttributionGraph":
         """The graph restricted to the nodes and edges that carry the given fractions of influence (module
         docstring; None: the graph's own thresholds); pruned edges are zero. ``bias``, ``value`` and the closure
         fields stay those of the full graph (a pruned graph does not close)."""
@@ -198,29 +215,56 @@ class AttributionGraph(Result):
         sub = (A * edge)[idx][:, idx]
         pick = lambda xs: [xs[i] for i in idx.tolist()]  # noqa: E731
         return AttributionGraph(
-            adjacency=sub.contiguous(), bias=self.bias[idx].contiguous(), value=self.value[idx].contiguous(),
-            activation=self.activation[idx].contiguous(), node_labels=pick(self.node_labels),
-            node_kind=pick(self.node_kind), node_layer=pick(self.node_layer), node_pos=pick(self.node_pos),
-            node_feature=pick(self.node_feature), tokens=list(self.tokens), target_ids=list(self.target_ids),
-            target=self.target, closure_error=self.closure_error, relative_error=self.relative_error,
-            n_layers=self.n_layers, model_name=self.model_name,
+            adjacency=sub.contiguous(),
+            bias=self.bias[idx].contiguous(),
+            value=self.value[idx].contiguous(),
+            activation=self.activation[idx].contiguous(),
+            node_labels=pick(self.node_labels),
+            node_kind=pick(self.node_kind),
+            node_layer=pick(self.node_layer),
+            node_pos=pick(self.node_pos),
+            node_feature=pick(self.node_feature),
+            tokens=list(self.tokens),
+            target_ids=list(self.target_ids),
+            target=self.target,
+            closure_error=self.closure_error,
+            relative_error=self.relative_error,
+            n_layers=self.n_layers,
+            model_name=self.model_name,
             output_weight=None if self.output_weight is None else self.output_weight[idx].contiguous(),
-            token_strs=self.token_strs, output_token_strs=self.output_token_strs,
+            token_strs=self.token_strs,
+            output_token_strs=self.output_token_strs,
             logit_effect_ids=None if self.logit_effect_ids is None else self.logit_effect_ids[idx].contiguous(),
-            logit_effect_values=None if self.logit_effect_values is None else self.logit_effect_values[idx].contiguous(),
+            logit_effect_values=None
+            if self.logit_effect_values is None
+            else self.logit_effect_values[idx].contiguous(),
             logit_effect_strs=None if self.logit_effect_strs is None else pick(self.logit_effect_strs),
-            node_threshold=float(node_threshold), edge_threshold=float(edge_threshold))
+            node_threshold=float(node_threshold),
+            edge_threshold=float(edge_threshold),
+        )
 
-    def export(self, path: Union[str, os.PathLike], *, slug: Optional[str] = None, scan: Optional[str] = None,
-               node_threshold: Optional[float] = None, edge_threshold: Optional[float] = None) -> Path:
+    def export(
+        self,
+        path: Union[str, os.PathLike],
+        *,
+        slug: Optional[str] = None,
+        scan: Optional[str] = None,
+        node_threshold: Optional[float] = None,
+        edge_threshold: Optional[float] = None,
+    ) -> Path:
         """Write the graph, pruned at the thresholds (None: the graph's own), as circuit-tracer's graph JSON (the
         schema its frontend and Neuronpedia read; unique node ids) to ``path`` atomically; ``slug`` defaults to the
         file's stem, ``scan`` (the transcoder set's name) to the model's name. Returns the path."""
         from interp.features._export import write_graph_json
 
-        return write_graph_json(self, path, slug=slug, scan=scan,
-                                node_threshold=self.node_threshold if node_threshold is None else node_threshold,
-                                edge_threshold=self.edge_threshold if edge_threshold is None else edge_threshold)
+        return write_graph_json(
+            self,
+            path,
+            slug=slug,
+            scan=scan,
+            node_threshold=self.node_threshold if node_threshold is None else node_threshold,
+            edge_threshold=self.edge_threshold if edge_threshold is None else edge_threshold,
+        )
 
     def show(self, *, contexts: Optional[Mapping[str, Sequence[str]]] = None, **kwargs: Any) -> "FeatureGraphView":
         """The interactive viewer of this graph (Jupyter displays it): nodes by layer × position on one canvas,
@@ -231,8 +275,9 @@ class AttributionGraph(Result):
 
         return feature_graph_view(self, contexts=contexts, **kwargs)
 
-    def to_html(self, path: Union[str, os.PathLike], *, contexts: Optional[Mapping[str, Sequence[str]]] = None,
-                **kwargs: Any) -> Path:
+    def to_html(
+        self, path: Union[str, os.PathLike], *, contexts: Optional[Mapping[str, Sequence[str]]] = None, **kwargs: Any
+    ) -> Path:
         """Write :meth:`show`'s viewer as one self-contained HTML page (no network request) to ``path``,
         atomically; returns the path."""
         from interp._io import write_atomic
@@ -257,9 +302,17 @@ class AttributionGraph(Result):
         non_err = 1 - An[:, self._mask("error")].sum(1)
         return float((non_err * out).sum() / out.sum())
 
-    def faithfulness(self, model: Any, transcoders: Sequence[Any], *, thresholds: Sequence[float] = GRAPH_THRESHOLDS,
-                     edge_threshold: Optional[float] = None, ablation: str = "mean", reference: Any = None,
-                     frozen_attention: bool = True) -> GraphFaithfulness:
+    def faithfulness(
+        self,
+        model: Any,
+        transcoders: Sequence[Any],
+        *,
+        thresholds: Sequence[float] = GRAPH_THRESHOLDS,
+        edge_threshold: Optional[float] = None,
+        ablation: str = "mean",
+        reference: Any = None,
+        frozen_attention: bool = True,
+    ) -> GraphFaithfulness:
         """How much of the graph's output its pruned graphs recover: for each node threshold t in ``thresholds``
         (increasing, each in (0, 1]), the replacement model over ``transcoders`` (those the graph was built with) is
         run with every feature and error node that :meth:`prune` (t, ``edge_threshold``; None: the graph's) drops
@@ -278,12 +331,21 @@ class AttributionGraph(Result):
             raise ArgumentError(f"thresholds={thresholds!r} must be a non-empty sequence of node thresholds in (0, 1]")
         for i, t in enumerate(ts):
             if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 < t <= 1.0:
-                raise ArgumentError(f"thresholds[{i}]={t!r} must be a number in (0, 1] (the fraction of influence kept)")
+                raise ArgumentError(
+                    f"thresholds[{i}]={t!r} must be a number in (0, 1] (the fraction of influence kept)"
+                )
         if any(b <= a for a, b in zip(ts, ts[1:])):
             raise ArgumentError(f"thresholds={list(ts)!r} must be increasing (the curve's axis)")
-        return graph_faithfulness(self, model, transcoders, thresholds=ts,
-                                  edge_threshold=self.edge_threshold if edge_threshold is None else edge_threshold,
-                                  ablation=ablation, reference=reference, frozen_attention=frozen_attention)
+        return graph_faithfulness(
+            self,
+            model,
+            transcoders,
+            thresholds=ts,
+            edge_threshold=self.edge_threshold if edge_threshold is None else edge_threshold,
+            ablation=ablation,
+            reference=reference,
+            frozen_attention=frozen_attention,
+        )
 
     def plot(self, *, max_edges: int = 200) -> "go.Figure":
         """Nodes at (position, layer) — embeddings at layer −1, the output above the last layer — and the
@@ -300,12 +362,23 @@ class AttributionGraph(Result):
                 if (wt > 0) == (sign > 0):
                     xs += [at[s][0], at[t][0], None]
                     ys += [at[s][1], at[t][1], None]
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": colour, "width": 1},
-                                     hoverinfo="skip", showlegend=False))
+            fig.add_trace(
+                go.Scatter(
+                    x=xs, y=ys, mode="lines", line={"color": colour, "width": 1}, hoverinfo="skip", showlegend=False
+                )
+            )
         for kind in ("token", "feature", "error", "logit"):
             ids = [i for i, k in enumerate(self.node_kind) if k == kind]
-            fig.add_trace(go.Scatter(x=[self.node_pos[i] for i in ids], y=[self.node_layer[i] for i in ids],
-                                     mode="markers", name=kind, text=[self.node_labels[i] for i in ids]))
-        fig.update_layout(title=f"attribution graph of {self.target} ({self.model_name})",
-                          xaxis_title="position", yaxis_title="layer")
+            fig.add_trace(
+                go.Scatter(
+                    x=[self.node_pos[i] for i in ids],
+                    y=[self.node_layer[i] for i in ids],
+                    mode="markers",
+                    name=kind,
+                    text=[self.node_labels[i] for i in ids],
+                )
+            )
+        fig.update_layout(
+            title=f"attribution graph of {self.target} ({self.model_name})", xaxis_title="position", yaxis_title="layer"
+        )
         return fig

@@ -60,7 +60,7 @@ class SAE(Dictionary):
     @property
     def hook_name(self) -> str:
         """The stream point it reads, as a transformer-lens hook name (``blocks.3.hook_resid_post``)."""
-        return str(Resid(self.layer, self.site[len("resid_"):]))  # type: ignore[arg-type]  # checked: one of SAE_SITES
+        return str(Resid(self.layer, self.site[len("resid_") :]))  # type: ignore[arg-type]  # checked: one of SAE_SITES
 
     def reconstruct(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
         """x̂ = decode(encode(x))."""
@@ -77,11 +77,15 @@ def check_saes(model: Model, saes: Sequence[SAE], name: str = "saes") -> None:
         if s.layer >= a.n_layers:
             raise ShapeError(f"{name}[{i}] reads layer {s.layer}; model {model.name!r} has {a.n_layers} layers")
         if s.d_model != a.d_model:
-            raise ShapeError(f"{name}[{i}] (layer {s.layer}, {s.site}) has d_model={s.d_model}; model "
-                             f"{model.name!r} has d_model={a.d_model}")
+            raise ShapeError(
+                f"{name}[{i}] (layer {s.layer}, {s.site}) has d_model={s.d_model}; model "
+                f"{model.name!r} has d_model={a.d_model}"
+            )
         if s.site == "resid_mid" and "resid_mid" not in model.block.points:
-            raise UnsupportedArchitectureError(f"{name}[{i}] reads resid_mid; model {model.name!r} has no point between "
-                                               "attention and MLP (parallel or attention-only blocks)")
+            raise UnsupportedArchitectureError(
+                f"{name}[{i}] reads resid_mid; model {model.name!r} has no point between "
+                "attention and MLP (parallel or attention-only blocks)"
+            )
 
 
 @dataclass(frozen=True)
@@ -108,8 +112,14 @@ class SAEReconstruction:
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per SAE: hook, n_features, fvu, l0."""
-        return pd.DataFrame({"hook": self.hook_names, "n_features": [int(f.shape[-1]) for f in self.features],
-                             "fvu": self.fvu, "l0": self.l0})
+        return pd.DataFrame(
+            {
+                "hook": self.hook_names,
+                "n_features": [int(f.shape[-1]) for f in self.features],
+                "fvu": self.fvu,
+                "l0": self.l0,
+            }
+        )
 
 
 def sae_reconstruction(model: Model, inputs: Any, saes: Union[SAE, Sequence[SAE]]) -> SAEReconstruction:
@@ -136,4 +146,6 @@ def sae_reconstruction(model: Model, inputs: Any, saes: Union[SAE, Sequence[SAE]
             recon.append(xh)
             fvu.append(float(_fvu(x[m][None].double(), xh[m][None].double())[0]))
             l0.append(float((f[m] != 0).sum(-1).double().mean()))
-    return SAEReconstruction([s.hook_name for s in lst], batch.tokens, batch.attention_mask, resid, feats, recon, fvu, l0)
+    return SAEReconstruction(
+        [s.hook_name for s in lst], batch.tokens, batch.attention_mask, resid, feats, recon, fvu, l0
+    )

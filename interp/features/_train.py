@@ -52,7 +52,13 @@ from torch import Tensor
 
 from interp._io import atomic_write
 from interp.engine import Engine
-from interp.errors import ArgumentError, ResultFormatError, UnsupportedArchitectureError, UnsupportedOperationError, warn_user
+from interp.errors import (
+    ArgumentError,
+    ResultFormatError,
+    UnsupportedArchitectureError,
+    UnsupportedOperationError,
+    warn_user,
+)
 from interp.features._corpus import CORPUS_LICENCE, CORPUS_NAME, CORPUS_SOURCE, english_corpus
 from interp.features._formats import clt_files, read_clt
 from interp.features._transcoder import CrossLayerTranscoder, Transcoder, fvu, mlp_input
@@ -98,14 +104,17 @@ class _Trained:
         import pandas as pd
 
         n, k = self._widths()
-        return pd.DataFrame({"layer": self.layers, "fvu": self.fvu, "l0": self.l0, "dead": self.dead,
-                             "n_features": n, "k": k})
+        return pd.DataFrame(
+            {"layer": self.layers, "fvu": self.fvu, "l0": self.l0, "dead": self.dead, "n_features": n, "k": k}
+        )
 
     def __repr__(self) -> str:
         mean = sum(self.fvu) / len(self.fvu)
-        return (f"{type(self).__name__}({self.model_name!r}: {len(self.layers)} layers, width "
-                f"{self.config['width']}, k={self.config['k']}, {self.tokens} tokens; held-out FVU mean {mean:.3f}, "
-                f"L0 mean {sum(self.l0) / len(self.l0):.1f})")
+        return (
+            f"{type(self).__name__}({self.model_name!r}: {len(self.layers)} layers, width "
+            f"{self.config['width']}, k={self.config['k']}, {self.tokens} tokens; held-out FVU mean {mean:.3f}, "
+            f"L0 mean {sum(self.l0) / len(self.l0):.1f})"
+        )
 
 
 @dataclass(kw_only=True, repr=False)
@@ -160,8 +169,9 @@ def _check_layers(model: Model, layers: Any) -> list[int]:
     if isinstance(layers, int) and not isinstance(layers, bool):
         layers = [layers]
     if not isinstance(layers, (list, tuple, range)) or len(layers) == 0:
-        raise ArgumentError(f"layers={layers!r} must be 'all', a layer index or a non-empty list of layer indices "
-                            f"in [0, {L - 1}]")
+        raise ArgumentError(
+            f"layers={layers!r} must be 'all', a layer index or a non-empty list of layer indices in [0, {L - 1}]"
+        )
     out = []
     for l in layers:
         if isinstance(l, bool) or not isinstance(l, int) or not 0 <= l < L:
@@ -177,10 +187,16 @@ def _documents(corpus: Optional[Sequence[str]]) -> tuple[list[str], list[str], s
     if corpus is None:
         tr, ho = english_corpus()
         return tr, ho, CORPUS_NAME
-    if isinstance(corpus, str) or not isinstance(corpus, (list, tuple)) or len(corpus) < 2 \
-            or not all(isinstance(d, str) and d.strip() for d in corpus):
-        raise ArgumentError("corpus must be None (the bundled English corpus) or a list of at least 2 non-empty "
-                            f"strings (documents; every tenth, and at least the last, is held out), got {type(corpus).__name__}")
+    if (
+        isinstance(corpus, str)
+        or not isinstance(corpus, (list, tuple))
+        or len(corpus) < 2
+        or not all(isinstance(d, str) and d.strip() for d in corpus)
+    ):
+        raise ArgumentError(
+            "corpus must be None (the bundled English corpus) or a list of at least 2 non-empty "
+            f"strings (documents; every tenth, and at least the last, is held out), got {type(corpus).__name__}"
+        )
     docs = list(corpus)
     held = [i for i in range(len(docs)) if i % 10 == 9] or [len(docs) - 1]
     digest = hashlib.sha256("\x00".join(docs).encode()).hexdigest()[:16]
@@ -251,10 +267,16 @@ class _State:
         self.W_enc = ((torch.rand(n, width, d, generator=gen, device="cpu") * 2 - 1) * bound).requires_grad_()
         self.b_enc = torch.zeros(n, width, requires_grad=True, device="cpu")
         unit = self.W_enc.detach() / self.W_enc.detach().norm(dim=-1, keepdim=True)
-        self.W_dec = [torch.cat([unit[i][:, None], torch.zeros(width, (n - i - 1) if cross else 0, d)], 1).requires_grad_()
-                      for i in range(n)]
+        self.W_dec = [
+            torch.cat(
+                [unit[i][:, None], torch.zeros(width, (n - i - 1) if cross else 0, d, device="cpu")], 1
+            ).requires_grad_()
+            for i in range(n)
+        ]
         self.b_dec = torch.zeros(n, d, requires_grad=True, device="cpu")
-        self.since = torch.zeros(n, width, dtype=torch.long, device="cpu")  # training tokens since each feature last fired
+        self.since = torch.zeros(
+            n, width, dtype=torch.long, device="cpu"
+        )  # training tokens since each feature last fired
         self.sx = torch.ones(n, 1, 1, device="cpu")  # the scales x and y are divided by while training
         self.sy = torch.ones(n, 1, 1, device="cpu")
 
@@ -264,23 +286,39 @@ class _State:
     def _dec(self, i: int) -> Tensor:
         """Encoder i's decoder on the model's scale: W_dec[i][:, t] · s_y of output layer i + t."""
         m = self.W_dec[i].shape[1]
-        return self.W_dec[i] * self.sy[i:i + m, 0, 0][None, :, None]
+        return self.W_dec[i] * self.sy[i : i + m, 0, 0][None, :, None]
 
     def transcoders(self, k: int, layers: list[int], context_length: Optional[int] = None) -> list[Transcoder]:
         """The trained per-layer transcoders of ``layers`` on the model's own scale: W_enc / s_x, W_dec · s_y,
         b_dec · s_y."""
         with torch.no_grad():
-            return [Transcoder(self.W_enc[i] / self.sx[i], self.b_enc[i].clone(), self._dec(i)[:, 0],
-                               self.b_dec[i] * self.sy[i, 0], activation="topk", k=k, context_length=context_length,
-                               layer=l)
-                    for i, l in enumerate(layers)]
+            return [
+                Transcoder(
+                    self.W_enc[i] / self.sx[i],
+                    self.b_enc[i].clone(),
+                    self._dec(i)[:, 0],
+                    self.b_dec[i] * self.sy[i, 0],
+                    activation="topk",
+                    k=k,
+                    context_length=context_length,
+                    layer=l,
+                )
+                for i, l in enumerate(layers)
+            ]
 
     def clt(self, k: int, layers: list[int], context_length: Optional[int] = None) -> CrossLayerTranscoder:
         """The trained cross-layer transcoder of ``layers`` on the model's own scale (as :meth:`transcoders`)."""
         with torch.no_grad():
-            return CrossLayerTranscoder(self.W_enc / self.sx, self.b_enc.clone(),
-                                        tuple(self._dec(i) for i in range(len(layers))), self.b_dec * self.sy[:, 0],
-                                        activation="topk", k=k, context_length=context_length, layers=tuple(layers))
+            return CrossLayerTranscoder(
+                self.W_enc / self.sx,
+                self.b_enc.clone(),
+                tuple(self._dec(i) for i in range(len(layers))),
+                self.b_dec * self.sy[:, 0],
+                activation="topk",
+                k=k,
+                context_length=context_length,
+                layers=tuple(layers),
+            )
 
 
 def _init(s: _State, x: Tensor, y: Tensor, k: int) -> None:
@@ -317,8 +355,17 @@ def _decode(W_dec: list[Tensor], idx: Tensor, vals: Tensor) -> Tensor:
 
 
 @torch.enable_grad()  # also under a caller's torch.set_grad_enabled(False), as transformer-lens's demos start
-def _step(s: _State, opt: torch.optim.Optimizer, x: Tensor, y: Tensor, k: int, aux_k: int, aux_alpha: float,
-          dead_after: int, new_tokens: bool = True) -> Tensor:
+def _step(
+    s: _State,
+    opt: torch.optim.Optimizer,
+    x: Tensor,
+    y: Tensor,
+    k: int,
+    aux_k: int,
+    aux_alpha: float,
+    dead_after: int,
+    new_tokens: bool = True,
+) -> Tensor:
     """One Adam step on a batch (x, y [n, N, d]); returns the per-layer FVU [n] before the step."""
     pre = torch.baddbmm(s.b_enc[:, None], x, s.W_enc.transpose(1, 2))  # [n, N, F]
     vals, idx = torch.relu(pre).topk(k, dim=-1)
@@ -378,8 +425,9 @@ def _write(path: Path, tensors: dict[str, Tensor], meta: dict[str, str]) -> None
     _atomic(path, lambda p: save_file({name: v.contiguous() for name, v in tensors.items()}, p, metadata=meta))
 
 
-def _save_final(root: Path, layers: list[int], trained: Union[list[Transcoder], CrossLayerTranscoder],
-                metrics: dict[str, Any]) -> None:
+def _save_final(
+    root: Path, layers: list[int], trained: Union[list[Transcoder], CrossLayerTranscoder], metrics: dict[str, Any]
+) -> None:
     """Per-layer: ``layer_{l}.safetensors`` (metadata k, layer, context_length); a CLT: circuit-tracer's layout
     (``_formats.clt_files``). ``metrics.json`` is written last: its presence marks a finished cache."""
     if isinstance(trained, CrossLayerTranscoder):
@@ -389,8 +437,14 @@ def _save_final(root: Path, layers: list[int], trained: Union[list[Transcoder], 
         _atomic(root / "config.yaml", lambda p: Path(p).write_text(config))
     else:
         for l, t in zip(layers, trained):
-            meta = {"k": str(t.k), "layer": str(l)} | ({} if t.context_length is None else {"context_length": str(t.context_length)})
-            _write(root / f"layer_{l}.safetensors", {"W_enc": t.W_enc, "W_dec": t.W_dec, "b_enc": t.b_enc, "b_dec": t.b_dec}, meta)
+            meta = {"k": str(t.k), "layer": str(l)} | (
+                {} if t.context_length is None else {"context_length": str(t.context_length)}
+            )
+            _write(
+                root / f"layer_{l}.safetensors",
+                {"W_enc": t.W_enc, "W_dec": t.W_dec, "b_enc": t.b_enc, "b_dec": t.b_dec},
+                meta,
+            )
     _atomic(root / "metrics.json", lambda p: Path(p).write_text(json.dumps(metrics, indent=1)))  # written last
 
 
@@ -402,18 +456,32 @@ def _load_final(root: Path) -> tuple[Union[list[Transcoder], CrossLayerTranscode
         if metrics["config"].get("cross_layer"):
             clt = read_clt(root)
             if list(clt.model_layers) != metrics["layers"] or clt.k != metrics["config"]["k"]:
-                raise ValueError(f"its files hold layers {list(clt.model_layers)}, k={clt.k}; metrics.json says "
-                                 f"{metrics['layers']}, k={metrics['config']['k']}")
+                raise ValueError(
+                    f"its files hold layers {list(clt.model_layers)}, k={clt.k}; metrics.json says "
+                    f"{metrics['layers']}, k={metrics['config']['k']}"
+                )
             return clt, metrics
         tcs = []
         for l in metrics["layers"]:
             with safe_open(str(root / f"layer_{l}.safetensors"), framework="pt") as f:
                 t = {k: f.get_tensor(k) for k in ("W_enc", "W_dec", "b_enc", "b_dec")}
-            tcs.append(Transcoder(t["W_enc"], t["b_enc"], t["W_dec"], t["b_dec"], activation="topk", k=metrics["config"]["k"],
-                                   context_length=metrics["config"].get("seq_len"), layer=l))
+            tcs.append(
+                Transcoder(
+                    t["W_enc"],
+                    t["b_enc"],
+                    t["W_dec"],
+                    t["b_dec"],
+                    activation="topk",
+                    k=metrics["config"]["k"],
+                    context_length=metrics["config"].get("seq_len"),
+                    layer=l,
+                )
+            )
     except Exception as e:  # OSError, JSON and safetensors' own errors, a bad shape
-        raise ResultFormatError(f"the cached transcoders in {str(root)!r} are damaged ({type(e).__name__}: {e}); "
-                                "delete that directory to retrain") from None
+        raise ResultFormatError(
+            f"the cached transcoders in {str(root)!r} are damaged ({type(e).__name__}: {e}); "
+            "delete that directory to retrain"
+        ) from None
     return tcs, metrics
 
 
@@ -431,7 +499,7 @@ def default_lr(width: int, updates: int) -> float:
     """The learning rate when not given: 1e-2 up to 500 Adam updates, then 1e-2 · √(500 / updates), and at least
     sparsify's 2e-4 / √(width / 2¹⁴) (tuned for runs of millions of tokens, and far too small for a short one: a
     budget of a few dozen updates needs a large step to move the encoder at all)."""
-    return max(2e-4 / math.sqrt(width / 2 ** 14), min(1e-2, 1e-2 * math.sqrt(500 / max(updates, 1))))
+    return max(2e-4 / math.sqrt(width / 2**14), min(1e-2, 1e-2 * math.sqrt(500 / max(updates, 1))))
 
 
 def _lr_at(peak: float, i: int, total: int) -> float:
@@ -447,8 +515,9 @@ FVU_WARN = 1.0
 DEAD_WARN = 0.5
 
 
-def _warn_quality(name: str, layers: list[int], fvu: list[float], dead: list[float], tokens: int, lr: float,
-                  passes: int) -> None:
+def _warn_quality(
+    name: str, layers: list[int], fvu: list[float], dead: list[float], tokens: int, lr: float, passes: int
+) -> None:
     """A :class:`DictionaryQualityWarning` naming the layers with held-out FVU ≥ :data:`FVU_WARN` or a dead
     fraction > :data:`DEAD_WARN`, and what to change."""
     bad_fvu = [f"layer {l} (FVU {f:.2f})" for l, f in zip(layers, fvu) if not f < FVU_WARN]
@@ -457,15 +526,21 @@ def _warn_quality(name: str, layers: list[int], fvu: list[float], dead: list[flo
         return
     what = []
     if bad_fvu:
-        what.append(f"held-out FVU ≥ {FVU_WARN:g} at {', '.join(bad_fvu)}: no better than predicting the mean, so an "
-                    "attribution graph over these layers is mostly error nodes")
+        what.append(
+            f"held-out FVU ≥ {FVU_WARN:g} at {', '.join(bad_fvu)}: no better than predicting the mean, so an "
+            "attribution graph over these layers is mostly error nodes"
+        )
     if bad_dead:
-        what.append(f"most features never fire on held-out text at {', '.join(bad_dead)}: the dictionary uses a "
-                    "fraction of its width")
-    warn_user(f"train_transcoders({name!r}): {'; '.join(what)}. Train on more tokens (tokens={tokens} now) or with "
-              f"a smaller width; lr={lr:.3g} and passes={passes} were used (leave them None for the defaults scaled "
-              "to the budget)",
-              DictionaryQualityWarning)
+        what.append(
+            f"most features never fire on held-out text at {', '.join(bad_dead)}: the dictionary uses a "
+            "fraction of its width"
+        )
+    warn_user(
+        f"train_transcoders({name!r}): {'; '.join(what)}. Train on more tokens (tokens={tokens} now) or with "
+        f"a smaller width; lr={lr:.3g} and passes={passes} were used (leave them None for the defaults scaled "
+        "to the budget)",
+        DictionaryQualityWarning,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- the function
@@ -519,9 +594,11 @@ def train_transcoders(
     if not model.has_mlp:
         raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to train transcoders for")
     if model.block.normed_stream:
-        raise UnsupportedArchitectureError(f"model {model.name!r} is post-norm (its stream is normed after each join); "
-                                           "transcoders are trained for pre-norm decoders (the models attribution "
-                                           "graphs support)")
+        raise UnsupportedArchitectureError(
+            f"model {model.name!r} is post-norm (its stream is normed after each join); "
+            "transcoders are trained for pre-norm decoders (the models attribution "
+            "graphs support)"
+        )
     layers_ = _check_layers(model, layers)
     width = _int("width", width, 1)
     k = _int("k", k, 1, width, f" (at most width={width})")
@@ -540,31 +617,61 @@ def train_transcoders(
     if progress is not None and not isinstance(progress, bool):
         raise ArgumentError(f"progress={progress!r} must be True, False or None (automatic)")
     if not isinstance(cross_layer, bool):
-        raise ArgumentError(f"cross_layer={cross_layer!r} must be True (one cross-layer transcoder) or False "
-                            "(per-layer transcoders)")
+        raise ArgumentError(
+            f"cross_layer={cross_layer!r} must be True (one cross-layer transcoder) or False (per-layer transcoders)"
+        )
     train_docs, held_docs, corpus_id = _documents(corpus)
 
     n_steps = tokens // step_tokens
     passes = default_passes(n_steps) if passes is None else _int("passes", passes, 1)
     if lr is None:
         lr = default_lr(width, n_steps * passes)
-    config = dict(format=_FORMAT, model=model.name, fingerprint=_fingerprint(model), layers=layers_, width=width, k=k,
-                  tokens=n_steps * step_tokens, seq_len=seq_len, batch_size=batch_size, lr=float(lr), aux_k=aux_k,
-                  aux_alpha=float(aux_alpha), dead_after=dead_after, eval_tokens=eval_tokens, seed=seed, corpus=corpus_id,
-                  passes=passes, schedule="warmup") | ({"cross_layer": True} if cross_layer else {})
+    config = dict(
+        format=_FORMAT,
+        model=model.name,
+        fingerprint=_fingerprint(model),
+        layers=layers_,
+        width=width,
+        k=k,
+        tokens=n_steps * step_tokens,
+        seq_len=seq_len,
+        batch_size=batch_size,
+        lr=float(lr),
+        aux_k=aux_k,
+        aux_alpha=float(aux_alpha),
+        dead_after=dead_after,
+        eval_tokens=eval_tokens,
+        seed=seed,
+        corpus=corpus_id,
+        passes=passes,
+        schedule="warmup",
+    ) | ({"cross_layer": True} if cross_layer else {})
     key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in model.name)
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     root = root / "transcoders" / safe_name / key
     source = CORPUS_SOURCE if corpus is None else f"{len(train_docs) + len(held_docs)} documents given as corpus="
 
-    def result(trained: Union[list[Transcoder], CrossLayerTranscoder], m: dict[str, Any],
-               cached: bool) -> Union[TrainedTranscoders, TrainedCrossLayerTranscoder]:
+    def result(
+        trained: Union[list[Transcoder], CrossLayerTranscoder], m: dict[str, Any], cached: bool
+    ) -> Union[TrainedTranscoders, TrainedCrossLayerTranscoder]:
         _warn_quality(model.name, layers_, m["fvu"], m["dead"], n_steps * step_tokens, float(lr), passes)
-        kw = dict(model_name=model.name, layers=layers_, fvu=m["fvu"], l0=m["l0"], dead=m["dead"],
-                  tokens=n_steps * step_tokens, eval_tokens=m["eval_tokens"], config=config, path=root,
-                  tokens_per_second=m.get("tokens_per_second"), train_seconds=m.get("train_seconds"), from_cache=cached,
-                  corpus=source, details={"licence": CORPUS_LICENCE if corpus is None else None, "steps": n_steps})
+        kw = dict(
+            model_name=model.name,
+            layers=layers_,
+            fvu=m["fvu"],
+            l0=m["l0"],
+            dead=m["dead"],
+            tokens=n_steps * step_tokens,
+            eval_tokens=m["eval_tokens"],
+            config=config,
+            path=root,
+            tokens_per_second=m.get("tokens_per_second"),
+            train_seconds=m.get("train_seconds"),
+            from_cache=cached,
+            corpus=source,
+            details={"licence": CORPUS_LICENCE if corpus is None else None, "steps": n_steps},
+        )
         if isinstance(trained, CrossLayerTranscoder):
             return TrainedCrossLayerTranscoder(clt=trained, **kw)
         return TrainedTranscoders(transcoders=trained, **kw)
@@ -576,11 +683,15 @@ def train_transcoders(
     # the data: the first n_steps·batch_size training sequences in a seeded order; held-out sequences
     train = _sequences(model, train_docs, seq_len, n_steps * batch_size)
     if train.shape[0] < n_steps * batch_size:
-        raise ArgumentError(f"tokens={tokens} is more than the corpus holds for training "
-                            f"({train.shape[0] * seq_len} tokens in sequences of {seq_len})")
+        raise ArgumentError(
+            f"tokens={tokens} is more than the corpus holds for training "
+            f"({train.shape[0] * seq_len} tokens in sequences of {seq_len})"
+        )
     held = _sequences(model, held_docs, seq_len, eval_tokens // seq_len)
     if held.shape[0] == 0:
-        raise ArgumentError("the held-out documents are shorter than one sequence of seq_len tokens; give a larger corpus")
+        raise ArgumentError(
+            "the held-out documents are shorter than one sequence of seq_len tokens; give a larger corpus"
+        )
     gen = torch.Generator().manual_seed(seed)
     order = torch.randperm(train.shape[0], generator=gen, device="cpu")
     e = Engine.of(model)
@@ -599,25 +710,39 @@ def train_transcoders(
             opt.load_state_dict(st["opt"])
             start = int(st["step"])
         except Exception as ex:  # a damaged checkpoint: start again rather than train on garbage
-            raise ResultFormatError(f"checkpoint {str(ckpt)!r} is damaged ({type(ex).__name__}: {ex}); delete it "
-                                    "to start this run again") from None
+            raise ResultFormatError(
+                f"checkpoint {str(ckpt)!r} is damaged ({type(ex).__name__}: {ex}); delete it to start this run again"
+            ) from None
     else:  # scales and the initial b_dec and encoder scale from the first batch
         x0, y0 = _activations(e, train[order[:batch_size]].to(model.device), layers_)
         _init(s, x0.cpu(), y0.cpu(), k)
 
     def save(step: int) -> None:
-        st = {"params": [p.detach() for p in s.params()], "since": s.since, "sx": s.sx, "sy": s.sy, "opt": opt.state_dict(), "step": step}
+        st = {
+            "params": [p.detach() for p in s.params()],
+            "since": s.since,
+            "sx": s.sx,
+            "sy": s.sy,
+            "opt": opt.state_dict(),
+            "step": step,
+        }
         _atomic(ckpt, lambda p: torch.save(st, p))
 
     from tqdm.auto import tqdm
 
     show = progress if progress is not None else n_steps > start
-    bar = tqdm(total=n_steps * step_tokens, initial=start * step_tokens, desc=f"transcoders {model.name}",
-               unit="tok", unit_scale=True, disable=not show)
+    bar = tqdm(
+        total=n_steps * step_tokens,
+        initial=start * step_tokens,
+        desc=f"transcoders {model.name}",
+        unit="tok",
+        unit_scale=True,
+        disable=not show,
+    )
     t0 = time.perf_counter()
     try:
         for step in range(start, n_steps):
-            x, y = _activations(e, train[order[step * batch_size:(step + 1) * batch_size]].to(model.device), layers_)
+            x, y = _activations(e, train[order[step * batch_size : (step + 1) * batch_size]].to(model.device), layers_)
             x, y = x.cpu() / s.sx, y.cpu() / s.sy
             for r in range(passes):
                 for g in opt.param_groups:
@@ -632,16 +757,26 @@ def train_transcoders(
     seconds = time.perf_counter() - t0
     trained = s.clt(k, layers_, seq_len) if cross_layer else s.transcoders(k, layers_, seq_len)
     m = _evaluate(e, held, layers_, trained, batch_size, model.device)
-    m.update(layers=layers_, config=config, train_seconds=seconds if start == 0 else None,
-             tokens_per_second=(n_steps * step_tokens / seconds) if start == 0 and seconds > 0 else None)
+    m.update(
+        layers=layers_,
+        config=config,
+        train_seconds=seconds if start == 0 else None,
+        tokens_per_second=(n_steps * step_tokens / seconds) if start == 0 and seconds > 0 else None,
+    )
     _save_final(root, layers_, trained, m)
     if ckpt.is_file():
         ckpt.unlink()
     return result(trained, m, False)
 
 
-def _evaluate(e: Engine, held: Tensor, layers: list[int], trained: Union[list[Transcoder], CrossLayerTranscoder],
-              batch_size: int, device: torch.device) -> dict[str, Any]:
+def _evaluate(
+    e: Engine,
+    held: Tensor,
+    layers: list[int],
+    trained: Union[list[Transcoder], CrossLayerTranscoder],
+    batch_size: int,
+    device: torch.device,
+) -> dict[str, Any]:
     """Held-out FVU per output layer (Σ‖y − ŷ‖² / Σ‖y − ȳ‖², ȳ the held-out mean; sums accumulated over batches; a
     CLT's ŷ its joint reconstruction), L0 and the fraction of features never active per encoder layer."""
     n = len(layers)
@@ -654,7 +789,7 @@ def _evaluate(e: Engine, held: Tensor, layers: list[int], trained: Union[list[Tr
     N = 0
     with torch.no_grad():
         for b in range(0, held.shape[0], batch_size):
-            x, y = _activations(e, held[b: b + batch_size].to(device), layers)
+            x, y = _activations(e, held[b : b + batch_size].to(device), layers)
             x, y = x.cpu(), y.cpu()
             N += x.shape[1]
             if isinstance(trained, CrossLayerTranscoder):
@@ -672,5 +807,9 @@ def _evaluate(e: Engine, held: Tensor, layers: list[int], trained: Union[list[Tr
                 active[i] += nz.sum()
                 ever[i] |= nz.any(0)
     var = syy - sy.pow(2).sum(1) / N  # Σ‖y − ȳ‖² = Σ‖y‖² − N‖ȳ‖²
-    return dict(fvu=(sse / var).tolist(), l0=(active / N).tolist(), dead=[1.0 - float(v.float().mean()) for v in ever],
-                eval_tokens=N)
+    return dict(
+        fvu=(sse / var).tolist(),
+        l0=(active / N).tolist(),
+        dead=[1.0 - float(v.float().mean()) for v in ever],
+        eval_tokens=N,
+    )

@@ -28,7 +28,16 @@ from torch import Tensor
 
 from interp.errors import ArgumentError
 
-__all__ = ["ACTIVATIONS", "CrossLayerTranscoder", "Dictionary", "Transcoder", "activate", "check_layers", "fvu", "mlp_input"]
+__all__ = [
+    "ACTIVATIONS",
+    "CrossLayerTranscoder",
+    "Dictionary",
+    "Transcoder",
+    "activate",
+    "check_layers",
+    "fvu",
+    "mlp_input",
+]
 
 #: the activation functions a dictionary may use
 ACTIVATIONS = ("relu", "jumprelu", "topk", "batchtopk")
@@ -73,18 +82,24 @@ class Dictionary:
         if self.activation not in ACTIVATIONS:
             raise ArgumentError(f"activation={self.activation!r} is not one of {ACTIVATIONS}")
         if self.W_enc.ndim != 2 or self.W_dec.shape != self.W_enc.shape:
-            raise ArgumentError(f"W_enc {tuple(self.W_enc.shape)} and W_dec {tuple(self.W_dec.shape)} must both be "
-                                "[n_features, d_model]")
+            raise ArgumentError(
+                f"W_enc {tuple(self.W_enc.shape)} and W_dec {tuple(self.W_dec.shape)} must both be "
+                "[n_features, d_model]"
+            )
         F_, d = self.W_enc.shape
         if tuple(self.b_enc.shape) != (F_,) or tuple(self.b_dec.shape) != (d,):
-            raise ArgumentError(f"b_enc {tuple(self.b_enc.shape)} must be [{F_}] and b_dec {tuple(self.b_dec.shape)} [{d}]")
+            raise ArgumentError(
+                f"b_enc {tuple(self.b_enc.shape)} must be [{F_}] and b_dec {tuple(self.b_dec.shape)} [{d}]"
+            )
         if self.W_skip is not None and tuple(self.W_skip.shape) != (d, d):
             raise ArgumentError(f"W_skip {tuple(self.W_skip.shape)} must be [{d}, {d}]")
         if self.activation == "jumprelu" and (self.threshold is None or tuple(self.threshold.shape) != (F_,)):
             raise ArgumentError(f"activation='jumprelu' needs threshold of shape [{F_}]")
         if self.activation == "batchtopk" and (self.threshold is None or self.threshold.ndim != 0):
-            raise ArgumentError("activation='batchtopk' needs threshold: the global θ, a 0-d tensor (got "
-                                f"{None if self.threshold is None else tuple(self.threshold.shape)})")
+            raise ArgumentError(
+                "activation='batchtopk' needs threshold: the global θ, a 0-d tensor (got "
+                f"{None if self.threshold is None else tuple(self.threshold.shape)})"
+            )
         if self.context_length is not None and not (isinstance(self.context_length, int) and self.context_length > 0):
             raise ArgumentError(f"context_length={self.context_length!r} must be a positive int (or None: unknown)")
         if self.activation == "topk" and not (isinstance(self.k, int) and 0 < self.k <= F_):
@@ -127,8 +142,15 @@ class Dictionary:
         """A copy (of the same class) with every tensor moved (floating tensors cast to ``dtype``)."""
         mv = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
         opt = lambda t: None if t is None else mv(t)  # noqa: E731
-        return replace(self, W_enc=mv(self.W_enc), b_enc=mv(self.b_enc), W_dec=mv(self.W_dec), b_dec=mv(self.b_dec),
-                       W_skip=opt(self.W_skip), threshold=opt(self.threshold))
+        return replace(
+            self,
+            W_enc=mv(self.W_enc),
+            b_enc=mv(self.b_enc),
+            W_dec=mv(self.W_dec),
+            b_dec=mv(self.b_dec),
+            W_skip=opt(self.W_skip),
+            threshold=opt(self.threshold),
+        )
 
 
 @dataclass(frozen=True)
@@ -145,7 +167,9 @@ class Transcoder(Dictionary):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.layer is not None and (isinstance(self.layer, bool) or not isinstance(self.layer, int) or self.layer < 0):
+        if self.layer is not None and (
+            isinstance(self.layer, bool) or not isinstance(self.layer, int) or self.layer < 0
+        ):
             raise ArgumentError(f"layer={self.layer!r} must be an int ≥ 0 (the model layer) or None (unknown)")
 
 
@@ -161,9 +185,11 @@ def check_layers(transcoders: Sequence[Transcoder], name: str = "transcoders") -
     for i, t in enumerate(transcoders):
         if t.layer is not None and t.layer != i:
             got = [getattr(u, "layer", None) for u in transcoders]
-            raise ArgumentError(f"{name}[{i}] is the transcoder of layer {t.layer}, but the list gives it to layer {i} "
-                                f"(its layers in order: {got}); pass one transcoder per layer in layer order, e.g. "
-                                "sorted(transcoders, key=lambda t: t.layer)")
+            raise ArgumentError(
+                f"{name}[{i}] is the transcoder of layer {t.layer}, but the list gives it to layer {i} "
+                f"(its layers in order: {got}); pass one transcoder per layer in layer order, e.g. "
+                "sorted(transcoders, key=lambda t: t.layer)"
+            )
 
 
 @dataclass(frozen=True)
@@ -202,37 +228,56 @@ class CrossLayerTranscoder:
             raise ArgumentError(f"W_enc {_shape(self.W_enc)} must be [n_layers, n_features, d_model]")
         L, F_, d = self.W_enc.shape
         if not isinstance(self.W_dec, (tuple, list)) or len(self.W_dec) != L:
-            raise ArgumentError(f"W_dec must be a tuple of {L} tensors (one per encoder layer; W_dec[l] is "
-                                f"[{F_}, {L} − l, {d}]), got {type(self.W_dec).__name__} of length "
-                                f"{len(self.W_dec) if isinstance(self.W_dec, (tuple, list)) else '-'}")
+            raise ArgumentError(
+                f"W_dec must be a tuple of {L} tensors (one per encoder layer; W_dec[l] is "
+                f"[{F_}, {L} − l, {d}]), got {type(self.W_dec).__name__} of length "
+                f"{len(self.W_dec) if isinstance(self.W_dec, (tuple, list)) else '-'}"
+            )
         object.__setattr__(self, "W_dec", tuple(self.W_dec))
         for l, w in enumerate(self.W_dec):
             if not isinstance(w, Tensor) or tuple(w.shape) != (F_, L - l, d):
-                raise ArgumentError(f"W_dec[{l}] {_shape(w)} must be [{F_}, {L - l}, {d}] (layer {l}'s features to "
-                                    f"the outputs of layers {l}..{L - 1})")
+                raise ArgumentError(
+                    f"W_dec[{l}] {_shape(w)} must be [{F_}, {L - l}, {d}] (layer {l}'s features to "
+                    f"the outputs of layers {l}..{L - 1})"
+                )
         if tuple(self.b_enc.shape) != (L, F_) or tuple(self.b_dec.shape) != (L, d):
-            raise ArgumentError(f"b_enc {_shape(self.b_enc)} must be [{L}, {F_}] and b_dec {_shape(self.b_dec)} "
-                                f"[{L}, {d}]")
+            raise ArgumentError(
+                f"b_enc {_shape(self.b_enc)} must be [{L}, {F_}] and b_dec {_shape(self.b_dec)} [{L}, {d}]"
+            )
         if self.W_skip is not None and tuple(self.W_skip.shape) != (L, d, d):
             raise ArgumentError(f"W_skip {_shape(self.W_skip)} must be [{L}, {d}, {d}]")
         if self.activation == "jumprelu" and (self.threshold is None or tuple(self.threshold.shape) != (L, F_)):
-            raise ArgumentError(f"activation='jumprelu' needs threshold of shape [{L}, {F_}] (one per layer and "
-                                f"feature), got {_shape(self.threshold)}")
+            raise ArgumentError(
+                f"activation='jumprelu' needs threshold of shape [{L}, {F_}] (one per layer and "
+                f"feature), got {_shape(self.threshold)}"
+            )
         if self.activation == "batchtopk" and (self.threshold is None or tuple(self.threshold.shape) != (L,)):
-            raise ArgumentError(f"activation='batchtopk' needs threshold of shape [{L}] (each layer's global θ), got "
-                                f"{_shape(self.threshold)}")
-        if self.activation == "topk" and (isinstance(self.k, bool) or not isinstance(self.k, int) or not 0 < self.k <= F_):
+            raise ArgumentError(
+                f"activation='batchtopk' needs threshold of shape [{L}] (each layer's global θ), got "
+                f"{_shape(self.threshold)}"
+            )
+        if self.activation == "topk" and (
+            isinstance(self.k, bool) or not isinstance(self.k, int) or not 0 < self.k <= F_
+        ):
             raise ArgumentError(f"activation='topk' needs k in [1, {F_}], got k={self.k!r}")
-        if self.context_length is not None and (isinstance(self.context_length, bool)
-                                                or not isinstance(self.context_length, int) or self.context_length <= 0):
+        if self.context_length is not None and (
+            isinstance(self.context_length, bool)
+            or not isinstance(self.context_length, int)
+            or self.context_length <= 0
+        ):
             raise ArgumentError(f"context_length={self.context_length!r} must be a positive int (or None: unknown)")
         if self.layers is not None:
-            ok = isinstance(self.layers, (tuple, list)) and len(self.layers) == L and all(
-                isinstance(l, int) and not isinstance(l, bool) and l >= 0 for l in self.layers) and all(
-                a < b for a, b in zip(self.layers, self.layers[1:]))
+            ok = (
+                isinstance(self.layers, (tuple, list))
+                and len(self.layers) == L
+                and all(isinstance(l, int) and not isinstance(l, bool) and l >= 0 for l in self.layers)
+                and all(a < b for a, b in zip(self.layers, self.layers[1:]))
+            )
             if not ok:
-                raise ArgumentError(f"layers={self.layers!r} must be {L} ascending model layer indices ≥ 0 (one per "
-                                    "encoder), or None (unknown: encoder i is layer i)")
+                raise ArgumentError(
+                    f"layers={self.layers!r} must be {L} ascending model layer indices ≥ 0 (one per "
+                    "encoder), or None (unknown: encoder i is layer i)"
+                )
             object.__setattr__(self, "layers", tuple(self.layers))
 
     @property
@@ -284,20 +329,32 @@ class CrossLayerTranscoder:
         *not* the CLT's reconstruction of layer l (which adds the earlier layers' features: :meth:`decode`)."""
         l = self._layer(l)
         thr = None if self.threshold is None else self.threshold[l]
-        return Transcoder(self.W_enc[l], self.b_enc[l], self.W_dec[l][:, 0], self.b_dec[l],
-                          None if self.W_skip is None else self.W_skip[l], self.activation, thr, self.k,
-                          self.context_length, layer=self.model_layers[l])
+        return Transcoder(
+            self.W_enc[l],
+            self.b_enc[l],
+            self.W_dec[l][:, 0],
+            self.b_dec[l],
+            None if self.W_skip is None else self.W_skip[l],
+            self.activation,
+            thr,
+            self.k,
+            self.context_length,
+            layer=self.model_layers[l],
+        )
 
     def decoder(self, l: int, target: int) -> Float[Tensor, "n_features d_model"]:
         """W_dec[l → target] [F, d]: where layer l's features write in the output of layer ``target`` ≥ l."""
         l = self._layer(l)
         if isinstance(target, bool) or not isinstance(target, int) or not l <= target < self.n_layers:
-            raise ArgumentError(f"target={target!r} must be an encoder index in [{l}, {self.n_layers - 1}]: layer "
-                                f"{l}'s features write to its own output and the later ones")
+            raise ArgumentError(
+                f"target={target!r} must be an encoder index in [{l}, {self.n_layers - 1}]: layer "
+                f"{l}'s features write to its own output and the later ones"
+            )
         return self.W_dec[l][:, target - l]
 
-    def decode(self, fs: Float[Tensor, "n_layers ... n_features"],
-               xs: Optional[Tensor] = None) -> Float[Tensor, "n_layers ... d_model"]:
+    def decode(
+        self, fs: Float[Tensor, "n_layers ... n_features"], xs: Optional[Tensor] = None
+    ) -> Float[Tensor, "n_layers ... d_model"]:
         """ŷ_l' = Σ_{l ≤ l'} f_l W_dec[l → l'] + b_dec[l'] for every l' (stacked), plus x_l' W_skip[l']ᵀ when the CLT
         has W_skip (then ``xs``, the MLP inputs stacked, is required)."""
         self._check_stack(fs, self.n_features, "fs")
@@ -325,20 +382,31 @@ class CrossLayerTranscoder:
 
     def _check_stack(self, t: Any, last: int, name: str) -> None:
         if not isinstance(t, Tensor) or t.ndim < 2 or t.shape[0] != self.n_layers or t.shape[-1] != last:
-            raise ArgumentError(f"{name} {_shape(t)} must be [n_layers={self.n_layers}, ..., {last}]: one entry per "
-                                "layer of the cross-layer transcoder, stacked on the first axis")
+            raise ArgumentError(
+                f"{name} {_shape(t)} must be [n_layers={self.n_layers}, ..., {last}]: one entry per "
+                "layer of the cross-layer transcoder, stacked on the first axis"
+            )
 
     def to(self, device: Any = None, dtype: Optional[torch.dtype] = None) -> "CrossLayerTranscoder":
         """A copy with every tensor moved (floating tensors cast to ``dtype``)."""
         mv = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
         opt = lambda t: None if t is None else mv(t)  # noqa: E731
-        return replace(self, W_enc=mv(self.W_enc), b_enc=mv(self.b_enc), W_dec=tuple(mv(w) for w in self.W_dec),
-                       b_dec=mv(self.b_dec), W_skip=opt(self.W_skip), threshold=opt(self.threshold))
+        return replace(
+            self,
+            W_enc=mv(self.W_enc),
+            b_enc=mv(self.b_enc),
+            W_dec=tuple(mv(w) for w in self.W_dec),
+            b_dec=mv(self.b_dec),
+            W_skip=opt(self.W_skip),
+            threshold=opt(self.threshold),
+        )
 
     def __repr__(self) -> str:
         act = self.activation + (f" k={self.k}" if self.activation == "topk" else "")
-        return (f"CrossLayerTranscoder({self.n_layers} layers {list(self.model_layers)}, {self.n_features} features "
-                f"per layer, d_model {self.d_model}, {act}{', skip' if self.W_skip is not None else ''})")
+        return (
+            f"CrossLayerTranscoder({self.n_layers} layers {list(self.model_layers)}, {self.n_features} features "
+            f"per layer, d_model {self.d_model}, {act}{', skip' if self.W_skip is not None else ''})"
+        )
 
 
 def _shape(t: Any) -> str:

@@ -71,7 +71,7 @@ log = logging.getLogger(__name__)
 METHODS = ("eap", "eap-ig", "eap-ig-act", "edge-patching", "acdc")
 ABLATIONS = ("zero", "mean", "resample")
 NOISE = 1e-5
-ACDC_TAUS = tuple(float(10.0 ** e) for e in torch.linspace(-4, 0, 9, device="cpu").tolist())  # × D(∅)
+ACDC_TAUS = tuple(float(10.0**e) for e in torch.linspace(-4, 0, 9, device="cpu").tolist())  # × D(∅)
 
 
 @dataclass(frozen=True, eq=False)
@@ -113,8 +113,15 @@ class EdgeRanking(Result):
     def to_dataframe(self) -> pd.DataFrame:
         """One row per edge in graph order: score, signed effect (NaN for "acdc"), true, testable."""
         signed = self.signed.double().numpy() if self.signed is not None else float("nan")
-        return pd.DataFrame({"edge": list(self.edges), "score": self.scores.double().numpy(), "signed": signed,
-                             "true": self.truth.numpy(), "testable": self.testable.numpy()})
+        return pd.DataFrame(
+            {
+                "edge": list(self.edges),
+                "score": self.scores.double().numpy(),
+                "signed": signed,
+                "true": self.truth.numpy(),
+                "testable": self.testable.numpy(),
+            }
+        )
 
     def plot(self) -> go.Figure:
         """The ROC curve of the ranking against the truth (:func:`interp.plots.edge_roc_figure`)."""
@@ -168,7 +175,9 @@ def _eap(model: Model, group: PromptGroup, ablation: str, steps: int, ig_at: str
     S: Optional[Tensor] = None
     dA: Optional[Tensor] = None
     for k in range(steps, 0, -1):  # α = 1 (the clean run) first: its writes give ΔA
-        gp = gradients(ct, cm, read, prompt, mix=None if k == steps else (abl, k / steps, ig_at), keep=k == steps or every)
+        gp = gradients(
+            ct, cm, read, prompt, mix=None if k == steps else (abl, k / steps, ig_at), keep=k == steps or every
+        )
         if k == steps or every:
             dA = fw.delta(abl, gp.acts)  # type: ignore[arg-type]  # ã_w − a_w [P, W, T, d]
         if every:  # ΔA changes along the path: one product per point
@@ -187,8 +196,13 @@ def _eap(model: Model, group: PromptGroup, ablation: str, steps: int, ig_at: str
 def _reader_matrix(model: Any, kind: str, layer: int, head: int) -> Tensor:
     """The matrix a reader reads the residual through: [d_model, k]."""
     w = model.weights
-    return {"q": lambda: w.W_Q[layer, head], "k": lambda: w.W_K[layer, head], "v": lambda: w.W_V[layer, head],
-            "mlp": lambda: w.W_in[layer], "out": lambda: w.W_U}[kind]()
+    return {
+        "q": lambda: w.W_Q[layer, head],
+        "k": lambda: w.W_K[layer, head],
+        "v": lambda: w.W_V[layer, head],
+        "mlp": lambda: w.W_in[layer],
+        "out": lambda: w.W_U,
+    }[kind]()
 
 
 def testable_edges(task: DiscoveryTask, ablation: str, *, atol: float = 1e-5) -> Tensor:
@@ -231,7 +245,9 @@ def _patching(model: Model, group: PromptGroup, ablation: str, edges: Sequence[s
     return (res.per_prompt - res.clean_per_prompt[None]).double()
 
 
-def _acdc(model: Model, task: DiscoveryTask, ablation: str, graph: Any, taus: Sequence[float]) -> tuple[dict[float, Tensor], float]:
+def _acdc(
+    model: Model, task: DiscoveryTask, ablation: str, graph: Any, taus: Sequence[float]
+) -> tuple[dict[float, Tensor], float]:
     """The edges ACDC keeps at each τ (relative to D(∅), the distance with every edge ablated):
     ({τ: bool [n_edges]}, D(∅)); module docstring."""
     from interp.causal import make_pair
@@ -248,8 +264,15 @@ def _acdc(model: Model, task: DiscoveryTask, ablation: str, graph: Any, taus: Se
         t, m = pair.clean.tokens, pair.clean.attention_mask
         fw = AblatedForward(writes)
 
-        def run(K: Tensor, fw: Any = fw, t: Tensor = t, m: Tensor = m, abl: Any = abl, read: Any = read,
-                prompt: Tensor = prompt) -> Tensor:
+        def run(
+            K: Tensor,
+            fw: Any = fw,
+            t: Tensor = t,
+            m: Tensor = m,
+            abl: Any = abl,
+            read: Any = read,
+            prompt: Tensor = prompt,
+        ) -> Tensor:
             return fw(t, m, abl, K, read, prompt)
 
         runs.append((run, run(torch.zeros_like(graph.mask, dtype=torch.float32))))
@@ -322,8 +345,15 @@ def _sweep_auc(sets: dict[float, Tensor], truth: Tensor) -> float:
     return float(sum((xs[i + 1] - xs[i]) * (ys[i + 1] + ys[i]) / 2 for i in range(len(xs) - 1)))
 
 
-def edge_ranking(task: DiscoveryTask, method: str, ablation: str, *, ig_steps: int = 5,
-                 taus: Sequence[float] = ACDC_TAUS, testable: Optional[Tensor] = None) -> EdgeRanking:
+def edge_ranking(
+    task: DiscoveryTask,
+    method: str,
+    ablation: str,
+    *,
+    ig_steps: int = 5,
+    taus: Sequence[float] = ACDC_TAUS,
+    testable: Optional[Tensor] = None,
+) -> EdgeRanking:
     """Score every edge of ``task``'s model with ``method`` under ``ablation`` and compute its edge ROC AUC.
 
     ``testable``: :func:`testable_edges` of this task and ablation, if already computed (it is otherwise)."""
@@ -363,15 +393,31 @@ def edge_ranking(task: DiscoveryTask, method: str, ablation: str, *, ig_steps: i
         auc, auc_t = roc_auc(scores, truth), _auc_or_nan(scores, testable)
         signed = effects.mean(1)
     seconds = time.perf_counter() - t0
-    out = EdgeRanking(task=task.name, method=method, ablation=ablation, edges=tuple(graph.edges), scores=scores,
-                      truth=truth, auc=auc, testable=testable, auc_testable=auc_t, seconds=seconds, signed=signed,
-                      details=details)
+    out = EdgeRanking(
+        task=task.name,
+        method=method,
+        ablation=ablation,
+        edges=tuple(graph.edges),
+        scores=scores,
+        truth=truth,
+        auc=auc,
+        testable=testable,
+        auc_testable=auc_t,
+        seconds=seconds,
+        signed=signed,
+        details=details,
+    )
     log.info("%s %s %s: AUC %.4f (%.1f s)", task.name, method, ablation, auc, seconds)
     return out
 
 
-def discovery_table(tasks: Sequence[DiscoveryTask], *, methods: Sequence[str] = METHODS,
-                    ablations: Sequence[str] = ABLATIONS, ig_steps: int = 5) -> tuple[pd.DataFrame, list[EdgeRanking]]:
+def discovery_table(
+    tasks: Sequence[DiscoveryTask],
+    *,
+    methods: Sequence[str] = METHODS,
+    ablations: Sequence[str] = ABLATIONS,
+    ig_steps: int = 5,
+) -> tuple[pd.DataFrame, list[EdgeRanking]]:
     """Edge ROC AUC of every method × ablation × task: (a long table, the rankings behind it)."""
     rows, rankings = [], []
     for task in tasks:
@@ -379,7 +425,17 @@ def discovery_table(tasks: Sequence[DiscoveryTask], *, methods: Sequence[str] = 
             for a in ablations:
                 r = edge_ranking(task, m, a, ig_steps=ig_steps)
                 rankings.append(r)
-                rows.append({"model": task.name, "method": m, "ablation": a, "auc": r.auc,
-                             "auc_testable": r.auc_testable, "true": int(r.truth.sum()),
-                             "testable": int(r.testable.sum()), "edges": len(r.edges), "seconds": r.seconds})
+                rows.append(
+                    {
+                        "model": task.name,
+                        "method": m,
+                        "ablation": a,
+                        "auc": r.auc,
+                        "auc_testable": r.auc_testable,
+                        "true": int(r.truth.sum()),
+                        "testable": int(r.testable.sum()),
+                        "edges": len(r.edges),
+                        "seconds": r.seconds,
+                    }
+                )
     return pd.DataFrame(rows), rankings

@@ -93,8 +93,14 @@ class TrueCircuit:
         return torch.tensor([parse(e) in true for e in edges], dtype=torch.bool, device="cpu")
 
     def to_dataframe(self) -> pd.DataFrame:
-        return pd.DataFrame({"edge": self.labels, "writer": [str(e.writer) for e in self.edges],
-                             "reader": [str(e.reader) for e in self.edges], "via": list(self.via)})
+        return pd.DataFrame(
+            {
+                "edge": self.labels,
+                "writer": [str(e.writer) for e in self.edges],
+                "reader": [str(e.reader) for e in self.edges],
+                "via": list(self.via),
+            }
+        )
 
 
 def _nonzero_columns(w: Tensor, atol: float) -> Tensor:
@@ -163,10 +169,14 @@ def edges_from_residual_labels(
                 via.append(", ".join(sorted({subspace[i] for i in torch.nonzero(shared).flatten().tolist()})))
     order = sorted(range(len(edges)), key=lambda i: (edges[i].reader, edges[i].writer))
     return TrueCircuit(
-        name=name, edges=tuple(edges[i] for i in order), via=tuple(via[i] for i in order),
-        convention=(f"w → r iff w writes (nonzero W_E / W_pos / W_O / W_out column, |w| > {atol}) a residual "
-                    f"dimension that r reads (nonzero W_Q / W_K / W_V / W_in / W_U row), w before r; "
-                    f"dimensions {list(ignored)} ignored"),
+        name=name,
+        edges=tuple(edges[i] for i in order),
+        via=tuple(via[i] for i in order),
+        convention=(
+            f"w → r iff w writes (nonzero W_E / W_pos / W_O / W_out column, |w| > {atol}) a residual "
+            f"dimension that r reads (nonzero W_Q / W_K / W_V / W_in / W_U row), w before r; "
+            f"dimensions {list(ignored)} ignored"
+        ),
         details={"ignored": list(ignored), "atol": atol},
     )
 
@@ -175,8 +185,16 @@ def tracr_circuit(program: Any, *, ignored: Sequence[str] | None = None, atol: f
     """The true circuit of a compiled :class:`~interp.groundtruth.TracrProgram` (``one`` and its BOS ignored)."""
     for attr in ("model", "residual_labels", "bos_label", "name"):
         if not hasattr(program, attr):
-            raise ArgumentError(f"program={type(program).__name__} is not a TracrProgram (no .{attr}); "
-                                "use interp.groundtruth.compile_program")
+            raise ArgumentError(
+                f"program={type(program).__name__} is not a TracrProgram (no .{attr}); "
+                "use interp.groundtruth.compile_program"
+            )
     ignored = ("one", program.bos_label) if ignored is None else tuple(ignored)
-    return edges_from_residual_labels(program.model.weights, program.residual_labels, arch=program.model.arch,
-                                      ignored=ignored, atol=atol, name=f"tracr-{program.name}")
+    return edges_from_residual_labels(
+        program.model.weights,
+        program.residual_labels,
+        arch=program.model.arch,
+        ignored=ignored,
+        atol=atol,
+        name=f"tracr-{program.name}",
+    )

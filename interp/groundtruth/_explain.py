@@ -68,4 +68,3 @@ def misplaced(ranking: Any, oracle: Optional[Any] = None, *, atol: float = 1e-6)
 def counts(groups: dict[str, list[str]]) -> str:
     """``"blind 2, first-order 1"`` (the non-empty classes)."""
     return ", ".join(f"{c} {len(v)}" for c, v in groups.items() if v) or "none"
-

@@ -26,7 +26,7 @@ come from ``embed`` instead.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 
@@ -41,11 +41,15 @@ __all__ = ["induction_circuit", "induction_scores"]
 _FIRST_WORD = 2  # the toys' vocabulary: <bos>, <unk>, words…
 
 
-def induction_scores(model: Model, *, n: Optional[int] = None, batch: int = 100, seed: int = 0) -> dict[str, torch.Tensor]:
+def induction_scores(
+    model: Model, *, n: Optional[int] = None, batch: int = 100, seed: int = 0
+) -> dict[str, torch.Tensor]:
     """``prev_token`` and ``induction`` scores [n_layers, n_heads] (see the module docstring)."""
     arch = model.arch
     if not arch.has_logits or not arch.attn_only:
-        raise UnsupportedOperationError(f"model {model.name!r}: induction_circuit reads attention-only toys with logits")
+        raise UnsupportedOperationError(
+            f"model {model.name!r}: induction_circuit reads attention-only toys with logits"
+        )
     n = (arch.n_ctx - 1) // 2 if n is None else n
     if not isinstance(n, int) or not 2 <= n <= (arch.n_ctx - 1) // 2 or n > arch.d_vocab - _FIRST_WORD:
         raise ArgumentError(f"n={n!r} must be an int in [2, {min((arch.n_ctx - 1) // 2, arch.d_vocab - _FIRST_WORD)}]")
@@ -62,8 +66,9 @@ def induction_scores(model: Model, *, n: Optional[int] = None, batch: int = 100,
     }
 
 
-def induction_circuit(model: Model, *, threshold: float = 0.5, n: Optional[int] = None, batch: int = 100,
-                      seed: int = 0) -> TrueCircuit:
+def induction_circuit(
+    model: Model, *, threshold: float = 0.5, n: Optional[int] = None, batch: int = 100, seed: int = 0
+) -> TrueCircuit:
     """The induction circuit of an attention-only toy (e.g. ``toy-attn-only-2l``); see the module docstring.
 
     Raises :class:`UnsupportedOperationError` if no head reaches ``threshold`` as a previous-token
@@ -75,13 +80,17 @@ def induction_circuit(model: Model, *, threshold: float = 0.5, n: Optional[int] 
     prev, ind = scores["prev_token"], scores["induction"]
     P = [Head(l, h) for l, h in torch.nonzero(prev >= threshold).tolist()]
     if not P:
-        raise UnsupportedOperationError(f"model {model.name!r} has no previous-token head: the largest score is "
-                                        f"{float(prev.max()):.3f} < threshold={threshold}")
+        raise UnsupportedOperationError(
+            f"model {model.name!r} has no previous-token head: the largest score is "
+            f"{float(prev.max()):.3f} < threshold={threshold}"
+        )
     first = min(p.layer for p in P)
     I = [Head(l, h) for l, h in torch.nonzero(ind >= threshold).tolist() if l > first]
     if not I:
-        raise UnsupportedOperationError(f"model {model.name!r} has no induction head after layer {first}: the largest "
-                                        f"score there is {float(ind[first + 1:].max()) if first + 1 < len(ind) else 0:.3f}")
+        raise UnsupportedOperationError(
+            f"model {model.name!r} has no induction head after layer {first}: the largest "
+            f"score there is {float(ind[first + 1 :].max()) if first + 1 < len(ind) else 0:.3f}"
+        )
 
     def pscore(h: Head) -> str:
         return f"{h} prev-token {float(prev[h.layer, h.head]):.3f}"
@@ -98,20 +107,38 @@ def induction_circuit(model: Model, *, threshold: float = 0.5, n: Optional[int] 
     for i in I:
         for p in P:
             if p.layer < i.layer:
-                rows.append((Edge(p, HeadInput(i.layer, "k", model.arch.kv_head(i.head))),
-                             f"K-composition: {pscore(p)} → key of {iscore(i)}"))
+                rows.append(
+                    (
+                        Edge(p, HeadInput(i.layer, "k", model.arch.kv_head(i.head))),
+                        f"K-composition: {pscore(p)} → key of {iscore(i)}",
+                    )
+                )
         rows.append((Edge(Embed("token"), HeadInput(i.layer, "q", i.head)), f"current token, query of {iscore(i)}"))
-        rows.append((Edge(Embed("token"), HeadInput(i.layer, "v", model.arch.kv_head(i.head))),
-                     f"copied token, value of {iscore(i)}"))
+        rows.append(
+            (
+                Edge(Embed("token"), HeadInput(i.layer, "v", model.arch.kv_head(i.head))),
+                f"copied token, value of {iscore(i)}",
+            )
+        )
         rows.append((Edge(i, Output("unembed")), f"prediction of {iscore(i)}"))
     unique = dict(rows)  # GQA: heads sharing a KV head give the same k/v edge once
     order = sorted(unique, key=lambda e: (e.reader, e.writer))
     return TrueCircuit(
-        name=f"{model.name}-induction", edges=tuple(order), via=tuple(unique[e] for e in order),
-        convention=(f"previous-token heads (score ≥ {threshold} on random words) → k of induction heads (score "
-                    f"≥ {threshold} on repeated words); embed → their q and v; induction heads → unembed; the "
-                    f"previous-token heads' own inputs (token → v, positions → q, k)"),
-        details={"previous_token_heads": [str(p) for p in P], "induction_heads": [str(i) for i in I],
-                 "prev_token_score": prev.tolist(), "induction_score": ind.tolist(), "threshold": threshold,
-                 "seed": seed, "batch": batch},
+        name=f"{model.name}-induction",
+        edges=tuple(order),
+        via=tuple(unique[e] for e in order),
+        convention=(
+            f"previous-token heads (score ≥ {threshold} on random words) → k of induction heads (score "
+            f"≥ {threshold} on repeated words); embed → their q and v; induction heads → unembed; the "
+            f"previous-token heads' own inputs (token → v, positions → q, k)"
+        ),
+        details={
+            "previous_token_heads": [str(p) for p in P],
+            "induction_heads": [str(i) for i in I],
+            "prev_token_score": prev.tolist(),
+            "induction_score": ind.tolist(),
+            "threshold": threshold,
+            "seed": seed,
+            "batch": batch,
+        },
     )

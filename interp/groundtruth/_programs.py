@@ -53,7 +53,9 @@ def _tracr() -> tuple[Any, Any, Any]:
         from tracr.compiler import compiling, lib
         from tracr.rasp import rasp
     except ImportError as e:
-        raise MissingPackageError(f"compiling RASP programs needs tracr and jax ({e}); install them with {INSTALL_HINT}") from e
+        raise MissingPackageError(
+            f"compiling RASP programs needs tracr and jax ({e}); install them with {INSTALL_HINT}"
+        ) from e
     return compiling, lib, rasp
 
 
@@ -71,15 +73,35 @@ class ProgramSpec:
 PROGRAMS: dict[str, ProgramSpec] = {
     s.name: s
     for s in (
-        ProgramSpec("reverse", lambda lib, rasp: lib.make_reverse(rasp.tokens), (1, 2, 3), 5,
-                    "reverse the sequence: length (selector width), opp_idx = length - index - 1, "
-                    "then a head at query opp_idx reading the token at key index"),
-        ProgramSpec("frac_prevs", lambda lib, rasp: lib.make_frac_prevs(rasp.tokens == "x"), ("w", "x", "y", "z"), 5,
-                    "fraction of the tokens so far that are 'x' (numerical output)"),
-        ProgramSpec("sort", lambda lib, rasp: lib.make_sort(rasp.tokens, rasp.tokens, max_seq_len=5, min_key=1),
-                    (1, 2, 3), 5, "sort the tokens (keys made unique by + index / max_seq_len)"),
-        ProgramSpec("hist", lambda lib, rasp: lib.make_hist(), ("a", "b", "c"), 5,
-                    "how many times each position's token occurs in the sequence"),
+        ProgramSpec(
+            "reverse",
+            lambda lib, rasp: lib.make_reverse(rasp.tokens),
+            (1, 2, 3),
+            5,
+            "reverse the sequence: length (selector width), opp_idx = length - index - 1, "
+            "then a head at query opp_idx reading the token at key index",
+        ),
+        ProgramSpec(
+            "frac_prevs",
+            lambda lib, rasp: lib.make_frac_prevs(rasp.tokens == "x"),
+            ("w", "x", "y", "z"),
+            5,
+            "fraction of the tokens so far that are 'x' (numerical output)",
+        ),
+        ProgramSpec(
+            "sort",
+            lambda lib, rasp: lib.make_sort(rasp.tokens, rasp.tokens, max_seq_len=5, min_key=1),
+            (1, 2, 3),
+            5,
+            "sort the tokens (keys made unique by + index / max_seq_len)",
+        ),
+        ProgramSpec(
+            "hist",
+            lambda lib, rasp: lib.make_hist(),
+            ("a", "b", "c"),
+            5,
+            "how many times each position's token occurs in the sequence",
+        ),
     )
 }
 
@@ -128,8 +150,10 @@ class TracrProgram:
         """Token ids ``[BOS, x_1, …, x_n]`` of equal-length sequences (no padding)."""
         seqs = [list(s) for s in inputs]
         if not seqs or len({len(s) for s in seqs}) != 1 or not 1 <= len(seqs[0]) <= self.max_seq_len:
-            raise ArgumentError(f"inputs must be a non-empty list of sequences of one length in [1, {self.max_seq_len}]; "
-                                f"got lengths {sorted({len(s) for s in seqs})}")
+            raise ArgumentError(
+                f"inputs must be a non-empty list of sequences of one length in [1, {self.max_seq_len}]; "
+                f"got lengths {sorted({len(s) for s in seqs})}"
+            )
         bad = sorted({repr(v) for s in seqs for v in s if v not in self.vocab})
         if bad:
             raise ArgumentError(f"inputs has values {bad[:5]} outside the vocabulary {list(self.vocab)}")
@@ -178,48 +202,81 @@ def compile_program(
     compiling, lib, rasp = _tracr()
     if isinstance(program, str):
         if program not in PROGRAMS:
-            raise ArgumentError(f"program={program!r} is not a known program; choose one of {program_names()} or "
-                                "pass a tracr RASP program (rasp.SOp) with vocab= and max_seq_len=")
+            raise ArgumentError(
+                f"program={program!r} is not a known program; choose one of {program_names()} or "
+                "pass a tracr RASP program (rasp.SOp) with vocab= and max_seq_len="
+            )
         for arg, v in (("vocab", vocab), ("max_seq_len", max_seq_len)):
             if v is not None:
-                raise ArgumentError(f"{arg}={v!r}: the shipped program {program!r} has its own {arg} "
-                                    f"({getattr(PROGRAMS[program], arg)!r}); {arg} is for a RASP program you pass")
+                raise ArgumentError(
+                    f"{arg}={v!r}: the shipped program {program!r} has its own {arg} "
+                    f"({getattr(PROGRAMS[program], arg)!r}); {arg} is for a RASP program you pass"
+                )
         spec = PROGRAMS[program]
         sop = spec.build(lib, rasp)
         name, values, n, description = program, spec.vocab, spec.max_seq_len, spec.description
     else:
         if not isinstance(program, rasp.SOp):
-            raise ArgumentError(f"program={type(program).__name__} must be a shipped name ({program_names()}) or a "
-                                "tracr RASP program (a rasp.SOp, e.g. tracr.compiler.lib.make_sort_unique(...))")
-        if vocab is None or isinstance(vocab, (str, bytes)) or not isinstance(vocab, (set, frozenset, list, tuple)) \
-                or len(vocab) == 0:
-            raise ArgumentError(f"vocab={vocab!r} must be a non-empty set or sequence of the program's input "
-                                "values (e.g. {1, 2, 3} or ['a', 'b'])")
+            raise ArgumentError(
+                f"program={type(program).__name__} must be a shipped name ({program_names()}) or a "
+                "tracr RASP program (a rasp.SOp, e.g. tracr.compiler.lib.make_sort_unique(...))"
+            )
+        if (
+            vocab is None
+            or isinstance(vocab, (str, bytes))
+            or not isinstance(vocab, (set, frozenset, list, tuple))
+            or len(vocab) == 0
+        ):
+            raise ArgumentError(
+                f"vocab={vocab!r} must be a non-empty set or sequence of the program's input "
+                "values (e.g. {1, 2, 3} or ['a', 'b'])"
+            )
         if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 1:
-            raise ArgumentError(f"max_seq_len={max_seq_len!r} must be a positive int: the longest input the "
-                                "compiled model reads (BOS not counted)")
+            raise ArgumentError(
+                f"max_seq_len={max_seq_len!r} must be a positive int: the longest input the "
+                "compiled model reads (BOS not counted)"
+            )
         if BOS in vocab:
             raise ArgumentError(f"vocab has {BOS!r}, the compiler's BOS token; use other values")
         sop = program
         name = str(program.label)
-        values = tuple(sorted(set(vocab), key=lambda v: (type(v).__name__, v))) if isinstance(vocab, (set, frozenset)) \
+        values = (
+            tuple(sorted(set(vocab), key=lambda v: (type(v).__name__, v)))
+            if isinstance(vocab, (set, frozenset))
             else tuple(dict.fromkeys(vocab))
+        )
         n, description = max_seq_len, f"RASP program {name!r}"
     if output_label is not None and not isinstance(output_label, str):
         raise ArgumentError(f"output_label={output_label!r} must be a residual subspace name (a str) or None")
     try:
         compiled = compiling.compile_rasp_to_model(sop, vocab=set(values), max_seq_len=n, compiler_bos=BOS)
     except (ValueError, TypeError, KeyError, NotImplementedError) as e:
-        raise ArgumentError(f"program={name!r}: tracr cannot compile it with vocab={list(values)}, "
-                            f"max_seq_len={n}: {e}") from e
+        raise ArgumentError(
+            f"program={name!r}: tracr cannot compile it with vocab={list(values)}, max_seq_len={n}: {e}"
+        ) from e
     numerical = tracr_is_numerical(compiled)
     label = tracr_output_label(compiled, output_label if output_label is not None else str(sop.label))
     out_values: tuple[Value, ...] = ()
     if not numerical:
         by_column = {int(j): v for v, j in compiled.output_encoder.encoding_map.items()}
         out_values = tuple(by_column[j] for j in range(len(by_column)))
-    model = model_from_tracr(compiled, name=f"tracr-{name}", output_label=label, device=device, dtype=dtype,
-                             source=f"tracr-compiled RASP program {name!r}: {description}")
-    return TracrProgram(name=name, program=sop, compiled=compiled, model=model, vocab=tuple(values),
-                        max_seq_len=n, residual_labels=tuple(compiled.residual_labels),
-                        output_label=label, numerical=numerical, output_values=out_values)
+    model = model_from_tracr(
+        compiled,
+        name=f"tracr-{name}",
+        output_label=label,
+        device=device,
+        dtype=dtype,
+        source=f"tracr-compiled RASP program {name!r}: {description}",
+    )
+    return TracrProgram(
+        name=name,
+        program=sop,
+        compiled=compiled,
+        model=model,
+        vocab=tuple(values),
+        max_seq_len=n,
+        residual_labels=tuple(compiled.residual_labels),
+        output_label=label,
+        numerical=numerical,
+        output_values=out_values,
+    )

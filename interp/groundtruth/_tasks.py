@@ -119,8 +119,10 @@ class DiscoveryTask:
         return sum(g.n_prompts for g in self.groups)
 
     def __repr__(self) -> str:
-        return (f"DiscoveryTask({self.name!r}: {len(self.truth)} true edges, {self.n_prompts} prompts in "
-                f"{len(self.groups)} length groups)")
+        return (
+            f"DiscoveryTask({self.name!r}: {len(self.truth)} true edges, {self.n_prompts} prompts in "
+            f"{len(self.groups)} length groups)"
+        )
 
 
 def _derangement(n: int, g: torch.Generator) -> Tensor:
@@ -131,7 +133,9 @@ def _derangement(n: int, g: torch.Generator) -> Tensor:
     return out
 
 
-def _group(clean_inputs: Tensor, partner: Tensor, answers_at: Optional[Tensor], positions: Sequence[int]) -> PromptGroup:
+def _group(
+    clean_inputs: Tensor, partner: Tensor, answers_at: Optional[Tensor], positions: Sequence[int]
+) -> PromptGroup:
     """One prompt per (input, position): inputs repeated position-major within each input."""
     reps = len(positions)
     clean = clean_inputs.repeat_interleave(reps, 0)
@@ -141,8 +145,9 @@ def _group(clean_inputs: Tensor, partner: Tensor, answers_at: Optional[Tensor], 
     return PromptGroup(clean=clean, corrupt=corrupt, positions=pos, answers=ans)
 
 
-def tracr_task(program: Any, *, lengths: Optional[Sequence[int]] = None, max_inputs: Optional[int] = None,
-               seed: int = 0) -> DiscoveryTask:
+def tracr_task(
+    program: Any, *, lengths: Optional[Sequence[int]] = None, max_inputs: Optional[int] = None, seed: int = 0
+) -> DiscoveryTask:
     """The discovery task of a compiled tracr program (module docstring); its truth is :func:`tracr_circuit`."""
     truth = tracr_circuit(program)  # also checks that program is a TracrProgram
     check_positive_int("max_inputs", max_inputs, allow_none=True)
@@ -163,14 +168,19 @@ def tracr_task(program: Any, *, lengths: Optional[Sequence[int]] = None, max_inp
             answers = torch.tensor([[col[v] for v in out] for out in program.expected(inputs)])
         groups.append(_group(ids, _derangement(len(inputs), g), answers, range(1, n + 1)))
     what = "the value (numerical)" if program.numerical else "the program's output"
-    return DiscoveryTask(name=program.name, model=program.model, truth=truth, groups=tuple(groups),
-                         connected=tracr_circuit(program, ignored=()),
-                         description=f"tracr {program.name}: every output position of inputs of lengths "
-                                     f"{lengths}; M = margin of {what}")
+    return DiscoveryTask(
+        name=program.name,
+        model=program.model,
+        truth=truth,
+        groups=tuple(groups),
+        connected=tracr_circuit(program, ignored=()),
+        description=f"tracr {program.name}: every output position of inputs of lengths {lengths}; M = margin of {what}",
+    )
 
 
-def induction_task(model: Model, *, circuit: Optional[TrueCircuit] = None, n_seqs: int = 8, n: Optional[int] = None,
-                   seed: int = 1) -> DiscoveryTask:
+def induction_task(
+    model: Model, *, circuit: Optional[TrueCircuit] = None, n_seqs: int = 8, n: Optional[int] = None, seed: int = 1
+) -> DiscoveryTask:
     """The induction task of an attention-only toy (module docstring); its truth is :func:`induction_circuit`
     (found with its own seed; ``seed`` here draws the task's sequences)."""
     from interp.toy import repeated_tokens
@@ -185,7 +195,11 @@ def induction_task(model: Model, *, circuit: Optional[TrueCircuit] = None, n_seq
     positions = list(range(n + 1, 2 * n))
     answers = rep[:, [q + 1 for q in positions]]
     group = _group(rep, _derangement(n_seqs, g), answers, positions)
-    return DiscoveryTask(name="induction", model=model, truth=truth, groups=(group,),
-                         description=f"{model.name}: {n_seqs} repeated sequences of {n} words, positions "
-                                     f"{n + 1}…{2 * n - 1}; M = margin of the next (repeated) token")
-
+    return DiscoveryTask(
+        name="induction",
+        model=model,
+        truth=truth,
+        groups=(group,),
+        description=f"{model.name}: {n_seqs} repeated sequences of {n} words, positions "
+        f"{n + 1}…{2 * n - 1}; M = margin of the next (repeated) token",
+    )

@@ -108,7 +108,7 @@ class ArchInfo:
     def attn_scale(self, layer: int) -> float:
         """The factor on layer ``layer``'s attention scores q·k (d_head^-1/2 unless the model says otherwise:
         Gemma's ``query_pre_attn_scalar``^-1/2, GPT-2's per-layer flags, the toys' own)."""
-        return self.attn_scales[layer] if self.attn_scales else self.d_head ** -0.5
+        return self.attn_scales[layer] if self.attn_scales else self.d_head**-0.5
 
     def window(self, layer: int) -> int:
         """Layer ``layer``'s sliding window w (query t sees keys t−w+1…t), 0 when it attends globally."""

@@ -143,8 +143,9 @@ def describe_block(arch: ArchInfo, has_mlp: Optional[bool] = None) -> Block:
     """``arch``'s block (module docstring). ``has_mlp`` overrides ``not arch.attn_only`` (a model whose MLP
     weights are empty, e.g. a tracr program without MLPs)."""
     if arch.norm_placement not in ("pre", "post"):
-        raise UnsupportedArchitectureError(f"model {arch.name!r}: norm_placement={arch.norm_placement!r}; "
-                                           "a block's norms are placed 'pre' or 'post'")
+        raise UnsupportedArchitectureError(
+            f"model {arch.name!r}: norm_placement={arch.norm_placement!r}; a block's norms are placed 'pre' or 'post'"
+        )
     mlp = (not arch.attn_only) if has_mlp is None else has_mlp
     post = arch.norm_placement == "post"
     normed = arch.norm != "none"
@@ -168,8 +169,17 @@ def describe_block(arch: ArchInfo, has_mlp: Optional[bool] = None) -> Block:
             body += [Step("point", site="resid_mid")] + ffn + [Step("add", "mlp")]
             if post and normed:
                 body.append(Step("norm", norm="ln2"))
-        layout = ("post-norm" if post else "sandwich-norm" if sandwich and pre else "output-norm" if sandwich
-                  else "pre-norm" if pre else "no-norm")
+        layout = (
+            "post-norm"
+            if post
+            else "sandwich-norm"
+            if sandwich and pre
+            else "output-norm"
+            if sandwich
+            else "pre-norm"
+            if pre
+            else "no-norm"
+        )
     return Block(steps=tuple(head + body + tail), layout=layout)
 
 

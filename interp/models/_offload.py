@@ -29,7 +29,16 @@ from interp.models._arch import ArchInfo
 from interp.models._families import weights_from_hf
 from interp.models._weights import Weights, only_layers
 
-__all__ = ["LayerStack", "Placement", "block_devices", "check_budget", "check_placement", "is_streamed", "per_layer", "streamed_weights"]
+__all__ = [
+    "LayerStack",
+    "Placement",
+    "block_devices",
+    "check_budget",
+    "check_placement",
+    "is_streamed",
+    "per_layer",
+    "streamed_weights",
+]
 
 #: The per-layer weights streamed (everything else is small and read once).
 BIG = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_gate", "W_out")
@@ -41,8 +50,17 @@ class LayerStack:
     (the last ``keep`` layers are kept). ``shape``, ``dtype``, ``device``, ``len`` and ``to`` work; any
     operation over every layer at once is refused with :class:`UnsupportedOperationError`."""
 
-    def __init__(self, n: int, read: Callable[[int], Tensor], layer_shape: Sequence[int], dtype: torch.dtype,
-                 device: torch.device, *, keep: int = 2, name: str = "weights"):
+    def __init__(
+        self,
+        n: int,
+        read: Callable[[int], Tensor],
+        layer_shape: Sequence[int],
+        dtype: torch.dtype,
+        device: torch.device,
+        *,
+        keep: int = 2,
+        name: str = "weights",
+    ):
         self._n, self._read, self._keep, self._name = n, read, keep, name
         self.shape = torch.Size((n, *layer_shape))
         self.dtype, self.device = dtype, torch.device(device)
@@ -79,16 +97,23 @@ class LayerStack:
 
     def to(self, device: Any = None, dtype: Any = None) -> "LayerStack":
         """The same stack with each layer moved/cast as it is read."""
-        return LayerStack(self._n, lambda l: self[l].to(device=device, dtype=dtype), self.shape[1:],
-                          dtype or self.dtype, torch.device(device) if device is not None else self.device,
-                          keep=self._keep, name=self._name)
+        return LayerStack(
+            self._n,
+            lambda l: self[l].to(device=device, dtype=dtype),
+            self.shape[1:],
+            dtype or self.dtype,
+            torch.device(device) if device is not None else self.device,
+            keep=self._keep,
+            name=self._name,
+        )
 
     def _refuse(self, what: str) -> Any:
         raise UnsupportedOperationError(
             f"{self._name} {tuple(self.shape)} are streamed one layer at a time (the model was loaded with "
             f"device_map/max_memory/offload); {what} would need every layer at once. Analyses that walk the "
             "layers (attribution, patching, edge attribution) work; for weight-only maths over all layers load "
-            "the model without device_map")
+            "the model without device_map"
+        )
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):  # private / protocol lookups (copy, pickle, hasattr probes) are plain misses
@@ -119,11 +144,13 @@ def per_layer(fn: Callable[..., Tensor], *stacks: Any) -> Any:
         return fn(*stacks)
     first = streamed[0]
     meta = fn(*(torch.empty(s.shape[1:], dtype=s.dtype, device="meta") for s in stacks))
-    return LayerStack(len(first), lambda l: fn(*(s[l] for s in stacks)), meta.shape, meta.dtype, first.device,
-                      name="fused weights")
+    return LayerStack(
+        len(first), lambda l: fn(*(s[l] for s in stacks)), meta.shape, meta.dtype, first.device, name="fused weights"
+    )
 
 
 # ---------------------------------------------------------------- reading the blocks where accelerate put them
+
 
 def _blocks(hf_model: torch.nn.Module, n_layers: int) -> tuple[torch.nn.ModuleList, str]:
     """The model's ModuleList of ``n_layers`` blocks and its state-dict prefix (e.g. ``model.layers.``)."""
@@ -166,8 +193,11 @@ class _BlockReader:
         self.prefix = prefix
         self.block_owners = [_owners(b, f"{prefix}{l}.") for l, b in enumerate(blocks)]
         inside = {id(t) for b in blocks for t in [*b.parameters(), *b.buffers()]}
-        self.global_owners = [(k, m, a) for k, m, a in _owners(hf_model, "") if not k.startswith(prefix)
-                              and id(getattr(m, a)) not in inside]
+        self.global_owners = [
+            (k, m, a)
+            for k, m, a in _owners(hf_model, "")
+            if not k.startswith(prefix) and id(getattr(m, a)) not in inside
+        ]
         self.meta = {k: torch.empty(v.shape, dtype=v.dtype, device="meta") for k, v in hf_model.state_dict().items()}
         self._cache: OrderedDict[int, dict[str, Tensor]] = OrderedDict()
 
@@ -191,8 +221,11 @@ class _BlockReader:
             self._cache.move_to_end(l)
             return self._cache[l]
         w = self.read(l)
-        d = {f.name: getattr(w, f.name)[0].to(self.device) for f in fields(w)
-             if f.name in BIG and getattr(w, f.name) is not None}
+        d = {
+            f.name: getattr(w, f.name)[0].to(self.device)
+            for f in fields(w)
+            if f.name in BIG and getattr(w, f.name) is not None
+        }
         self._cache[l] = d
         while len(self._cache) > self.keep:
             self._cache.popitem(last=False)
@@ -299,6 +332,7 @@ def execution_device(hf_model: torch.nn.Module) -> torch.device:
 
 # ---------------------------------------------------------------- the load-time arguments, checked first
 
+
 class Placement:
     """``device_map`` / ``max_memory`` / ``offload_folder`` as accepted by :func:`check_placement`."""
 
@@ -322,15 +356,21 @@ def _check_map_device(key: str, value: Any) -> None:
         except (RuntimeError, TypeError):
             ok = False
     if not ok:
-        raise ArgumentError(f"device_map[{key!r}]={value!r} is not a device; use 'cpu', 'disk', a GPU index "
-                            "(0, 1, ...) or 'cuda:N'")
+        raise ArgumentError(
+            f"device_map[{key!r}]={value!r} is not a device; use 'cpu', 'disk', a GPU index (0, 1, ...) or 'cuda:N'"
+        )
     dev = torch.device(f"cuda:{value}") if isinstance(value, int) else None
     if isinstance(value, str) and value not in ("cpu", "disk"):
         dev = torch.device(value)
-    if dev is not None and dev.type == "cuda" and (not torch.cuda.is_available() or
-                                                    (dev.index or 0) >= torch.cuda.device_count()):
-        raise ArgumentError(f"device_map[{key!r}]={value!r} cannot be honoured: "
-                            f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} CUDA devices here")
+    if (
+        dev is not None
+        and dev.type == "cuda"
+        and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count())
+    ):
+        raise ArgumentError(
+            f"device_map[{key!r}]={value!r} cannot be honoured: "
+            f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} CUDA devices here"
+        )
 
 
 def check_placement(device_map: Any, max_memory: Any, offload_folder: Any) -> Optional[Placement]:
@@ -338,13 +378,16 @@ def check_placement(device_map: Any, max_memory: Any, offload_folder: Any) -> Op
     if device_map is None:
         for arg, v in (("max_memory", max_memory), ("offload_folder", offload_folder)):
             if v is not None:
-                raise ArgumentError(f"{arg}={v!r} needs device_map (e.g. device_map='auto'): accelerate places "
-                                    "the blocks within max_memory only when it is asked to place them")
+                raise ArgumentError(
+                    f"{arg}={v!r} needs device_map (e.g. device_map='auto'): accelerate places "
+                    "the blocks within max_memory only when it is asked to place them"
+                )
         return None
     if isinstance(device_map, str):
         if device_map not in _DEVICE_MAPS:
-            raise ArgumentError(f"device_map={device_map!r} is not one of {list(_DEVICE_MAPS)} or a dict "
-                                "{module name: device}")
+            raise ArgumentError(
+                f"device_map={device_map!r} is not one of {list(_DEVICE_MAPS)} or a dict {{module name: device}}"
+            )
     elif isinstance(device_map, dict):
         if not device_map:
             raise ArgumentError("device_map={} places nothing; give {module name: device} for every block, or 'auto'")
@@ -353,8 +396,10 @@ def check_placement(device_map: Any, max_memory: Any, offload_folder: Any) -> Op
                 raise ArgumentError(f"device_map key {k!r} must be a module name (a string, '' for the whole model)")
             _check_map_device(k, v)
     else:
-        raise ArgumentError(f"device_map={device_map!r} must be 'auto', 'balanced', 'balanced_low_0', "
-                            "'sequential' or a dict {module name: device}")
+        raise ArgumentError(
+            f"device_map={device_map!r} must be 'auto', 'balanced', 'balanced_low_0', "
+            "'sequential' or a dict {module name: device}"
+        )
     budget: Optional[dict[Any, int]] = None
     if max_memory is not None:
         if not isinstance(max_memory, dict) or not max_memory:
@@ -368,8 +413,9 @@ def check_placement(device_map: Any, max_memory: Any, offload_folder: Any) -> Op
             try:
                 size = int(convert_file_size_to_int(v))
             except (ValueError, TypeError) as e:
-                raise ArgumentError(f"max_memory[{k!r}]={v!r} is not a size; use bytes (int) or a string like "
-                                    "'200MB', '2GiB'") from e
+                raise ArgumentError(
+                    f"max_memory[{k!r}]={v!r} is not a size; use bytes (int) or a string like '200MB', '2GiB'"
+                ) from e
             if size < 0:
                 raise ArgumentError(f"max_memory[{k!r}]={v!r} is negative")
             budget[k] = size
@@ -384,8 +430,9 @@ def check_placement(device_map: Any, max_memory: Any, offload_folder: Any) -> Op
     return Placement(device_map, budget, folder)
 
 
-def check_budget(placement: Placement, source: Union[str, Path], config: Any, dtype: torch.dtype,
-                 model_class: Any) -> None:
+def check_budget(
+    placement: Placement, source: Union[str, Path], config: Any, dtype: torch.dtype, model_class: Any
+) -> None:
     """Refuse a ``max_memory`` whose every device is smaller than one block (nothing could run), and a source
     with no safetensors files to offload from; both before any weight is read."""
     src = Path(source)
@@ -393,7 +440,8 @@ def check_budget(placement: Placement, source: Union[str, Path], config: Any, dt
         raise ModelLoadError(
             f"{str(source)!r} has no *.safetensors files: accelerate offloads a model by reading its blocks from "
             "the checkpoint's safetensors shards. Save it once with "
-            "model.save_pretrained(folder, safe_serialization=True) (or load it in memory, without device_map)")
+            "model.save_pretrained(folder, safe_serialization=True) (or load it in memory, without device_map)"
+        )
     if placement.max_memory is None:
         return
     from accelerate import init_empty_weights  # type: ignore[import-untyped]
@@ -409,4 +457,5 @@ def check_budget(placement: Placement, source: Union[str, Path], config: Any, dt
         raise MemoryCapError(
             f"max_memory={ {k: v for k, v in placement.max_memory.items()} } (bytes): no device can hold even one "
             f"block of this model ({block / 2**20:.1f} MiB in {str(dtype).replace('torch.', '')}), which it must "
-            f"to run it; allow at least {block / 2**20:.0f} MiB on one device (more is faster)")
+            f"to run it; allow at least {block / 2**20:.0f} MiB on one device (more is faster)"
+        )

@@ -58,7 +58,7 @@ def norm_hook(arch: ArchInfo, layer: int, which: str) -> str:
 
 def resid_hook_names(arch: ArchInfo) -> list[str]:
     sites = describe_block(arch).resid_sites()
-    return [str(Resid(l, site[len("resid_"):])) for l in range(arch.n_layers) for site in sites]  # type: ignore[arg-type]
+    return [str(Resid(l, site[len("resid_") :])) for l in range(arch.n_layers) for site in sites]  # type: ignore[arg-type]
 
 
 def build_program(arch: ArchInfo, *, neuron_layers: Sequence[int] = (), n_types: int = 0) -> list[Event]:
@@ -92,12 +92,16 @@ def build_program(arch: ArchInfo, *, neuron_layers: Sequence[int] = (), n_types:
 def _step_events(arch: ArchInfo, step: Step, l: int, neuron_layers: Sequence[int]) -> list[Event]:
     """The events of block step ``step`` of layer ``l`` (points on the stream, reads, writes, stream norms)."""
     if step.op == "point":
-        return [_event("resid", Resid(l, step.site[len("resid_"):]), layer=l)] if step.site.startswith("resid_") else []  # type: ignore[arg-type]
+        if not step.site.startswith("resid_"):
+            return []
+        return [_event("resid", Resid(l, step.site[len("resid_") :]), layer=l)]  # type: ignore[arg-type]
     norm = str(Norm(l, step.norm)) if step.norm is not None else None  # type: ignore[arg-type]
     if step.op == "read" and step.sub == "attn":
-        return ([_event("read", HeadInput(l, "q", h), layer=l, head=h, norm=norm) for h in range(arch.n_heads)]
-                + [_event("read", HeadInput(l, kind, g), layer=l, head=g, norm=norm)
-                   for g in range(arch.n_kv_heads) for kind in ("k", "v")])
+        return [_event("read", HeadInput(l, "q", h), layer=l, head=h, norm=norm) for h in range(arch.n_heads)] + [
+            _event("read", HeadInput(l, kind, g), layer=l, head=g, norm=norm)
+            for g in range(arch.n_kv_heads)
+            for kind in ("k", "v")
+        ]
     if step.op == "read":
         return [_event("read", MlpInput(l, "in"), layer=l, norm=norm)]
     if step.op == "add" and step.sub == "attn":
@@ -137,8 +141,10 @@ def program_position(arch: ArchInfo, label: Union[str, Label]) -> int:
             key = str(MlpInput(lab.layer, "in"))
     if key in pos:
         return pos[key]
-    raise LabelError(f"label={label!r} is not a write or read of {arch.name!r}'s block program; "
-                     f"valid labels look like {list(pos)[:3] + ['…'] + list(pos)[-3:]}")
+    raise LabelError(
+        f"label={label!r} is not a write or read of {arch.name!r}'s block program; "
+        f"valid labels look like {list(pos)[:3] + ['…'] + list(pos)[-3:]}"
+    )
 
 
 def sees(arch: ArchInfo, write: Union[str, Label], read: Union[str, Label]) -> bool:

@@ -58,8 +58,13 @@ class LoadProgress:
             self._active = None
             dt = time.perf_counter() - t
             self.times[what] = self.times.get(what, 0.0) + dt
-            log.info("load_model(%r): %s in %.1f s", self.name, what, dt,
-                     extra={"step": what, "seconds": dt, "model": self.name})
+            log.info(
+                "load_model(%r): %s in %.1f s",
+                self.name,
+                what,
+                dt,
+                extra={"step": what, "seconds": dt, "model": self.name},
+            )
             if self._bar is not None:
                 self._bar.update(1)
 

@@ -16,7 +16,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from interp.errors import ArgumentError, UnsupportedOperationError
+from interp.errors import ArgumentError
 from interp.models._native_config import BOS_ID, FIRST_WORD_ID
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ class Batch:
     def has_padding(self) -> bool:
         return bool((self.attention_mask == 0).any())
 
-    def last_positions(self) -> Int[Tensor, "batch"]:
+    def last_positions(self) -> Int[Tensor, " batch"]:
         """Index of each row's last real token (right padding) or the last column (left padding)."""
         pos = torch.arange(self.tokens.shape[1], device=self.tokens.device)
         return (self.attention_mask.bool() * pos).amax(dim=1)
@@ -50,8 +50,11 @@ def public_call() -> str:
     name = ""
     while f is not None:
         code = f.f_code
-        if (os.path.abspath(code.co_filename).startswith(root) and not code.co_name.startswith(("_", "<"))
-                and code.co_name != "wrapper"):
+        if (
+            os.path.abspath(code.co_filename).startswith(root)
+            and not code.co_name.startswith(("_", "<"))
+            and code.co_name != "wrapper"
+        ):
             name = code.co_name
         f = f.f_back
     return name

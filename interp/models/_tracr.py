@@ -56,13 +56,17 @@ def _param(compiled: Any, module: str, name: str) -> np.ndarray:
     try:
         return np.asarray(compiled.params[module][name], dtype=np.float64)
     except (KeyError, TypeError, AttributeError) as e:
-        raise ModelLoadError(f"compiled model has no parameter {module}/{name}; is it a tracr AssembledTransformerModel?") from e
+        raise ModelLoadError(
+            f"compiled model has no parameter {module}/{name}; is it a tracr AssembledTransformerModel?"
+        ) from e
 
 
 def _labels(compiled: Any) -> list[str]:
     labels = getattr(compiled, "residual_labels", None)
     if labels is None:
-        raise ArgumentError(f"compiled={type(compiled).__name__} has no residual_labels; expected a tracr AssembledTransformerModel")
+        raise ArgumentError(
+            f"compiled={type(compiled).__name__} has no residual_labels; expected a tracr AssembledTransformerModel"
+        )
     return [str(x) for x in labels]
 
 
@@ -82,7 +86,9 @@ def tracr_output_label(compiled: Any, output_label: Optional[str] = None) -> str
     names = {lab.split(":", 1)[0] for lab in labels}
     if output_label is not None:
         if output_label not in names:
-            raise ArgumentError(f"output_label={output_label!r} is not a residual subspace; the model has {sorted(names)}")
+            raise ArgumentError(
+                f"output_label={output_label!r} is not a residual subspace; the model has {sorted(names)}"
+            )
         return output_label
     if tracr_is_numerical(compiled):
         raise ArgumentError(
@@ -110,8 +116,10 @@ def tracr_unembed(compiled: Any, output_label: Optional[str] = None) -> np.ndarr
     label = tracr_output_label(compiled, output_label)
     if tracr_is_numerical(compiled):
         if label not in index:
-            raise ArgumentError(f"output_label={label!r} is categorical (its dimensions are '{label}:<value>'), "
-                                "but the compiled output is numerical")
+            raise ArgumentError(
+                f"output_label={label!r} is categorical (its dimensions are '{label}:<value>'), "
+                "but the compiled output is numerical"
+            )
         W_U = np.zeros((len(labels), 1))
         W_U[index[label], 0] = 1.0
         return W_U
@@ -125,11 +133,14 @@ def tracr_unembed(compiled: Any, output_label: Optional[str] = None) -> np.ndarr
     return W_U
 
 
-def tracr_state_dict(compiled: Any, output_label: Optional[str] = None, *,
-                     dtype: torch.dtype = torch.float32) -> dict[str, Tensor]:
+def tracr_state_dict(
+    compiled: Any, output_label: Optional[str] = None, *, dtype: torch.dtype = torch.float32
+) -> dict[str, Tensor]:
     """The ``boot_native`` state dict of a compiled model (nn.Linear weights are [out, in])."""
     if getattr(compiled.model_config, "layer_norm", False):
-        raise ArgumentError("compiled.model_config.layer_norm=True: interp loads tracr models compiled without layer norm")
+        raise ArgumentError(
+            "compiled.model_config.layer_norm=True: interp loads tracr models compiled without layer norm"
+        )
 
     def t(a: np.ndarray) -> Tensor:
         return torch.tensor(a, dtype=dtype)
@@ -155,10 +166,19 @@ def _bridge_config(compiled: Any, sd: dict[str, Tensor]) -> dict[str, Any]:
     c = compiled.model_config
     d_vocab, d_model = sd["tok_embed.weight"].shape
     return dict(
-        n_layers=c.num_layers, n_heads=c.num_heads, d_model=d_model, d_head=c.key_size,
-        d_vocab=d_vocab, d_vocab_out=sd["head.weight"].shape[0], n_ctx=sd["pos.weight"].shape[0],
-        d_mlp=c.mlp_hidden_size, act_fn="relu", attn_only=False, normalization_type=None,
-        positional_embedding_type="standard", attention_dir="causal" if c.causal else "bidirectional",
+        n_layers=c.num_layers,
+        n_heads=c.num_heads,
+        d_model=d_model,
+        d_head=c.key_size,
+        d_vocab=d_vocab,
+        d_vocab_out=sd["head.weight"].shape[0],
+        n_ctx=sd["pos.weight"].shape[0],
+        d_mlp=c.mlp_hidden_size,
+        act_fn="relu",
+        attn_only=False,
+        normalization_type=None,
+        positional_embedding_type="standard",
+        attention_dir="causal" if c.causal else "bidirectional",
         original_architecture="TransformerLensNative",
     )
 
@@ -181,8 +201,12 @@ def _tokenizer(compiled: Any) -> Any:
     tok = Tokenizer(models.WordLevel(vocab={**vocab, "<unk>": len(vocab)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=str(enc.bos_token), eos_token=str(enc.bos_token),
-        pad_token=str(enc.pad_token), add_bos_token=True, name_or_path="interp-tracr",
+        tokenizer_object=tok,
+        bos_token=str(enc.bos_token),
+        eos_token=str(enc.bos_token),
+        pad_token=str(enc.pad_token),
+        add_bos_token=True,
+        name_or_path="interp-tracr",
     )
 
 
@@ -198,7 +222,9 @@ def _weights(sd: dict[str, Tensor], cfg: dict[str, Any]) -> Weights:
         return einops.rearrange(w, "(n h) m -> n m h", n=H)
 
     return Weights(
-        W_E=ref.detach().clone(), W_pos=sd["pos.weight"].detach().clone(), W_type=None,
+        W_E=ref.detach().clone(),
+        W_pos=sd["pos.weight"].detach().clone(),
+        W_type=None,
         W_Q=per_layer(lambda p: heads_in(sd[p + "attn.q.weight"])),
         W_K=per_layer(lambda p: heads_in(sd[p + "attn.k.weight"])),
         W_V=per_layer(lambda p: heads_in(sd[p + "attn.v.weight"])),
@@ -207,12 +233,17 @@ def _weights(sd: dict[str, Tensor], cfg: dict[str, Any]) -> Weights:
         b_K=per_layer(lambda p: sd[p + "attn.k.bias"].reshape(H, -1)),
         b_V=per_layer(lambda p: sd[p + "attn.v.bias"].reshape(H, -1)),
         b_O=per_layer(lambda p: sd[p + "attn.o.bias"]),
-        W_in=per_layer(lambda p: sd[p + "mlp.fc_in.weight"].T), W_gate=None,
+        W_in=per_layer(lambda p: sd[p + "mlp.fc_in.weight"].T),
+        W_gate=None,
         b_in=per_layer(lambda p: sd[p + "mlp.fc_in.bias"]),
         W_out=per_layer(lambda p: sd[p + "mlp.fc_out.weight"].T),
         b_out=per_layer(lambda p: sd[p + "mlp.fc_out.bias"]),
-        ln1_w=ones.clone(), ln1_b=torch.zeros_like(ones), ln2_w=ones.clone(), ln2_b=torch.zeros_like(ones),
-        lnf_w=ones[0].clone(), lnf_b=torch.zeros_like(ones[0]),
+        ln1_w=ones.clone(),
+        ln1_b=torch.zeros_like(ones),
+        ln2_w=ones.clone(),
+        ln2_b=torch.zeros_like(ones),
+        lnf_w=ones[0].clone(),
+        lnf_b=torch.zeros_like(ones[0]),
         W_U=sd["head.weight"].T.contiguous().clone(),
         b_U=torch.zeros(sd["head.weight"].shape[0], dtype=ref.dtype, device=ref.device),
     )
@@ -242,7 +273,8 @@ def model_from_tracr(
     sd = tracr_state_dict(compiled, output_label, dtype=dtype)
     cfg = _bridge_config(compiled, sd)
     bridge = TransformerBridge.boot_native(  # type: ignore[attr-defined]  # set by the sources.native import
-        cfg, tokenizer=_tokenizer(compiled), device=dev, dtype=dtype, model_name=name)
+        cfg, tokenizer=_tokenizer(compiled), device=dev, dtype=dtype, model_name=name
+    )
     full = dict(sd, **{"head.bias": torch.zeros(cfg["d_vocab_out"], dtype=dtype)})
     # strict=False: the bridge also lists alias keys for the MLP's in/out adapters, which the native
     # module's fc_in/fc_out fill; instead, every native parameter is checked to hold its value.
@@ -255,17 +287,42 @@ def model_from_tracr(
     raw.pop("_original_component", None)
     alias = {".mlp.in.": ".mlp.fc_in.", ".mlp.out.": ".mlp.fc_out."}
     unaliased = {k: k.replace(*next(((a, b) for a, b in alias.items() if a in k), ("", ""))) for k in raw}
-    wrong = sorted(k for k, v in raw.items() if unaliased[k] not in full or not torch.equal(v, full[unaliased[k]].to(dev)))
+    wrong = sorted(
+        k for k, v in raw.items() if unaliased[k] not in full or not torch.equal(v, full[unaliased[k]].to(dev))
+    )
     if wrong or set(full) - set(raw):
-        raise ModelLoadError(f"the native bridge did not take the tracr weights: wrong {wrong[:4]}, "
-                             f"unset {sorted(set(full) - set(raw))[:4]}")
+        raise ModelLoadError(
+            f"the native bridge did not take the tracr weights: wrong {wrong[:4]}, "
+            f"unset {sorted(set(full) - set(raw))[:4]}"
+        )
     weights = _weights({k: v.to(dev) for k, v in sd.items()}, cfg)
     arch = ArchInfo(
-        name=name, family="native", n_layers=cfg["n_layers"], n_heads=cfg["n_heads"], n_kv_heads=cfg["n_heads"],
-        d_model=cfg["d_model"], d_head=cfg["d_head"], d_mlp=cfg["d_mlp"], d_vocab=cfg["d_vocab"],
-        n_ctx=cfg["n_ctx"], norm="none", norm_placement="pre", parallel_attn_mlp=False, positional="learned",
-        causal=bool(compiled.model_config.causal), norm_eps=0.0, gated_mlp=False, act_fn="relu",
+        name=name,
+        family="native",
+        n_layers=cfg["n_layers"],
+        n_heads=cfg["n_heads"],
+        n_kv_heads=cfg["n_heads"],
+        d_model=cfg["d_model"],
+        d_head=cfg["d_head"],
+        d_mlp=cfg["d_mlp"],
+        d_vocab=cfg["d_vocab"],
+        n_ctx=cfg["n_ctx"],
+        norm="none",
+        norm_placement="pre",
+        parallel_attn_mlp=False,
+        positional="learned",
+        causal=bool(compiled.model_config.causal),
+        norm_eps=0.0,
+        gated_mlp=False,
+        act_fn="relu",
         has_unembed=True,
     )
-    return Model(name=name, bridge=bridge, tokenizer=bridge.tokenizer, arch=arch, weights=weights,
-                 source=source or "tracr-compiled RASP program", prepend_bos=True)
+    return Model(
+        name=name,
+        bridge=bridge,
+        tokenizer=bridge.tokenizer,
+        arch=arch,
+        weights=weights,
+        source=source or "tracr-compiled RASP program",
+        prepend_bos=True,
+    )

@@ -29,8 +29,16 @@ from torch import Tensor
 from interp.errors import UnsupportedOperationError
 from interp.models._arch import ArchInfo
 
-__all__ = ["Weights", "collect_layers", "detached", "embed_scale_of", "only_layers", "split_heads_in",
-           "split_heads_out", "stack_layers"]
+__all__ = [
+    "Weights",
+    "collect_layers",
+    "detached",
+    "embed_scale_of",
+    "only_layers",
+    "split_heads_in",
+    "split_heads_out",
+    "stack_layers",
+]
 
 
 @dataclass(frozen=True)
@@ -57,12 +65,12 @@ class Weights:
     ln1_b: Float[Tensor, "n_layers d_model"]
     ln2_w: Float[Tensor, "n_layers d_model"]
     ln2_b: Float[Tensor, "n_layers d_model"]
-    lnf_w: Optional[Float[Tensor, "d_model"]]
-    lnf_b: Optional[Float[Tensor, "d_model"]]
+    lnf_w: Optional[Float[Tensor, " d_model"]]
+    lnf_b: Optional[Float[Tensor, " d_model"]]
     W_U: Optional[Float[Tensor, "d_model d_vocab"]]
-    b_U: Optional[Float[Tensor, "d_vocab"]]
-    ln_emb_w: Optional[Float[Tensor, "d_model"]] = None  # post-norm encoders' embedding norm
-    ln_emb_b: Optional[Float[Tensor, "d_model"]] = None
+    b_U: Optional[Float[Tensor, " d_vocab"]]
+    ln_emb_w: Optional[Float[Tensor, " d_model"]] = None  # post-norm encoders' embedding norm
+    ln_emb_b: Optional[Float[Tensor, " d_model"]] = None
     b_gate: Optional[Float[Tensor, "n_layers d_mlp"]] = None  # gated MLPs (zeros unless the gate has a bias)
     ln1_post_w: Optional[Float[Tensor, "n_layers d_model"]] = None  # sandwich norms: on the attention output
     ln2_post_w: Optional[Float[Tensor, "n_layers d_model"]] = None  # and on the MLP output (Gemma 2/3)
@@ -175,7 +183,7 @@ def collect_layers(n_layers: int, fn) -> dict[str, list[Tensor]]:
     """``fn(layer)``'s tensors for every layer (or those :func:`only_layers` names), gathered by name."""
     out: dict[str, list[Tensor]] = {}
     only = _ONLY_LAYERS.get()
-    for layer in (range(n_layers) if only is None else only):
+    for layer in range(n_layers) if only is None else only:
         for k, v in fn(layer).items():
             out.setdefault(k, []).append(v)
     return out

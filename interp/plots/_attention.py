@@ -54,23 +54,48 @@ def attention_pattern_figure(
         raise ArgumentError(f"str_tokens has {len(toks)} tokens but the patterns have {nk} key positions")
     check_positive_int("cols", cols)
     kl = unique_token_labels(toks)
-    ql = kl[nk - nq:]  # query positions are the last nq positions
+    ql = kl[nk - nq :]  # query positions are the last nq positions
     c = min(cols, n)
     r = math.ceil(n / c)
-    fig = make_subplots(rows=r, cols=c, subplot_titles=[esc(h) for h in heads],
-                        horizontal_spacing=0.12 / c + 0.04, vertical_spacing=min(0.12, 0.3 / r))
+    fig = make_subplots(
+        rows=r,
+        cols=c,
+        subplot_titles=[esc(h) for h in heads],
+        horizontal_spacing=0.12 / c + 0.04,
+        vertical_spacing=min(0.12, 0.3 / r),
+    )
     for i in range(n):
-        hover = [[f"<b>{esc(heads[i])}</b><br>query {esc(ql[a])} → key {esc(kl[bb])}<br>weight {fmt(p[i, a, bb])}"
-                  for bb in range(nk)] for a in range(nq)]
-        fig.add_trace(go.Heatmap(
-            z=p[i], x=kl, y=ql, colorscale="Blues", zmin=0.0, zmax=1.0, hovertext=hover, hoverinfo="text",
-            name=heads[i], showscale=(i == 0), colorbar=dict(title="weight", len=0.6),
-        ), row=i // c + 1, col=i % c + 1)
+        hover = [
+            [
+                f"<b>{esc(heads[i])}</b><br>query {esc(ql[a])} → key {esc(kl[bb])}<br>weight {fmt(p[i, a, bb])}"
+                for bb in range(nk)
+            ]
+            for a in range(nq)
+        ]
+        fig.add_trace(
+            go.Heatmap(
+                z=p[i],
+                x=kl,
+                y=ql,
+                colorscale="Blues",
+                zmin=0.0,
+                zmax=1.0,
+                hovertext=hover,
+                hoverinfo="text",
+                name=heads[i],
+                showscale=(i == 0),
+                colorbar=dict(title="weight", len=0.6),
+            ),
+            row=i // c + 1,
+            col=i % c + 1,
+        )
     fig.update_xaxes(type="category", tickangle=-60, tickfont=dict(size=9))
     fig.update_yaxes(type="category", autorange="reversed", tickfont=dict(size=9))
     side = max(260, 16 * nk + 120)
     fig.update_layout(
         title="Attention patterns<br><sup>rows: query token · columns: key token (attended to)</sup>",
-        width=min(1600, side * c + 120), height=min(4000, side * r + 120), template="plotly_white",
+        width=min(1600, side * c + 120),
+        height=min(4000, side * r + 120),
+        template="plotly_white",
     )
     return fig

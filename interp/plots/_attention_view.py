@@ -154,8 +154,13 @@ class AttentionView:
 
     def _payload(self, uid: str) -> dict[str, Any]:
         p = np.round(self.patterns.astype(np.float64), self.digits)
-        return {"id": uid, "heads": list(self.heads), "tokens": list(self.str_tokens), "n_query": int(p.shape[1]),
-                "patterns": p.tolist()}
+        return {
+            "id": uid,
+            "heads": list(self.heads),
+            "tokens": list(self.str_tokens),
+            "n_query": int(p.shape[1]),
+            "patterns": p.tolist(),
+        }
 
     def to_html(self) -> str:
         """The widget as an HTML fragment (a ``<div>``, its ``<style>`` and ``<script>``); no external resource."""
@@ -164,20 +169,24 @@ class AttentionView:
         css = _CSS.replace("#ID", f"#{uid}")
         js = _JS.replace("DATA", _script_json(self._payload(uid)), 1)
         n = len(self.str_tokens)
-        return (f'<div id="{uid}" class="interp-attention-view"><style>{css}</style>'
-                f'<div class="ia-title"><b>{html.escape(self.title)}</b> '
-                f'<span class="ia-hint">· {len(self.heads)} heads, {n} tokens · hover a token: where each head '
-                f'attends from it (→) and which tokens attend to it (←)</span></div>'
-                '<div class="ia-controls"></div><div class="ia-tokens"></div><div class="ia-detail"></div>'
-                f"</div><script>{js}</script>")
+        return (
+            f'<div id="{uid}" class="interp-attention-view"><style>{css}</style>'
+            f'<div class="ia-title"><b>{html.escape(self.title)}</b> '
+            f'<span class="ia-hint">· {len(self.heads)} heads, {n} tokens · hover a token: where each head '
+            f"attends from it (→) and which tokens attend to it (←)</span></div>"
+            '<div class="ia-controls"></div><div class="ia-tokens"></div><div class="ia-detail"></div>'
+            f"</div><script>{js}</script>"
+        )
 
     def _repr_html_(self) -> str:
         return self.to_html()
 
     def to_html_page(self) -> str:
         """A whole HTML page holding the view (what ``interp.export(view, "x.html")`` writes)."""
-        return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                f"<title>{html.escape(self.title)}</title></head><body>\n{self.to_html()}\n</body></html>\n")
+        return (
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>{html.escape(self.title)}</title></head><body>\n{self.to_html()}\n</body></html>\n"
+        )
 
 
 def attention_view(
@@ -207,8 +216,10 @@ def attention_view(
     if nq > nk:
         raise ShapeError(f"patterns has {nq} query positions but only {nk} key positions")
     if nk > MAX_TOKENS:
-        raise ArgumentError(f"patterns has {nk} key positions; the view inlines at most {MAX_TOKENS} tokens "
-                            "(slice the prompt, or use attention_pattern_figure)")
+        raise ArgumentError(
+            f"patterns has {nk} key positions; the view inlines at most {MAX_TOKENS} tokens "
+            "(slice the prompt, or use attention_pattern_figure)"
+        )
     if not np.isfinite(p).all():
         raise ArgumentError("patterns holds NaN or infinite weights")
     toks = [str(i) for i in range(nk)] if str_tokens is None else list(str_tokens)

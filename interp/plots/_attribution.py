@@ -27,17 +27,31 @@ from interp._validate import check_positive_int
 from interp.errors import ArgumentError
 from interp.labels import Head
 from interp.plots._common import (
-    DIVERGING, as_numpy, closure_text, check_index, esc, fmt, head_grid_shape, parse_head, quoted, require_attr,
+    DIVERGING,
+    as_numpy,
+    closure_text,
+    check_index,
+    esc,
+    fmt,
+    head_grid_shape,
+    parse_head,
+    quoted,
+    require_attr,
 )
 
 __all__ = ["attribution_heatmap", "attribution_waterfall", "attribution_vector"]
 
 
-def attribution_vector(attribution: Any, *,
-                       prompt: Optional[int] = None) -> tuple[list[str], np.ndarray, Optional[float]]:
+def attribution_vector(
+    attribution: Any, *, prompt: Optional[int] = None
+) -> tuple[list[str], np.ndarray, Optional[float]]:
     """(labels, values [n_terms], total or None) for one prompt, or the mean over prompts."""
-    require_attr(attribution, ("values", "labels"), name="attribution",
-                 expected="a LogitAttribution-like result with .values [n_terms, batch] and .labels")
+    require_attr(
+        attribution,
+        ("values", "labels"),
+        name="attribution",
+        expected="a LogitAttribution-like result with .values [n_terms, batch] and .labels",
+    )
     v = as_numpy(attribution.values, name="attribution.values")
     if v.ndim == 1:
         v = v[:, None]
@@ -70,8 +84,11 @@ def _context(attribution: Any, prompt: Optional[int]) -> tuple[str, str]:
     if i is not None and per_target and i < len(per_target):
         target = str(per_target[i])
     per_tokens = getattr(attribution, "prompt_str_tokens", None)
-    toks = per_tokens[i] if (i is not None and per_tokens and i < len(per_tokens)) else (
-        getattr(attribution, "str_tokens", None) if i == 0 else None)
+    toks = (
+        per_tokens[i]
+        if (i is not None and per_tokens and i < len(per_tokens))
+        else (getattr(attribution, "str_tokens", None) if i == 0 else None)
+    )
     positions = getattr(attribution, "positions", None)
     where = "mean over prompts" if i is None else f"prompt {i}"
     if toks and positions is not None and i is not None:
@@ -102,20 +119,48 @@ def attribution_heatmap(attribution: Any, *, prompt: Optional[int] = None, max_s
         else:
             side.append((lab, float(val)))
     has_heads = n_l > 0 and bool(np.isfinite(grid).any())
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.64, 0.36], horizontal_spacing=0.2,
-                        subplot_titles=("heads (layer × head)", "other terms"))
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.64, 0.36],
+        horizontal_spacing=0.2,
+        subplot_titles=("heads (layer × head)", "other terms"),
+    )
     if has_heads:
         zmax = float(np.nanmax(np.abs(grid))) or 1.0
-        hover = [[f"term <b>{Head(l, h)}</b><br>value: {fmt(grid[l, h])}<br>{esc(target)}<br>{where}"
-                  for h in range(n_h)] for l in range(n_l)]
-        fig.add_trace(go.Heatmap(
-            z=grid, x=list(range(n_h)), y=list(range(n_l)), colorscale=DIVERGING, zmid=0.0, zmin=-zmax, zmax=zmax,
-            hovertext=hover, hoverinfo="text", colorbar=dict(title="value", x=1.02, len=0.9), name="heads",
-        ), row=1, col=1)
+        hover = [
+            [f"term <b>{Head(l, h)}</b><br>value: {fmt(grid[l, h])}<br>{esc(target)}<br>{where}" for h in range(n_h)]
+            for l in range(n_l)
+        ]
+        fig.add_trace(
+            go.Heatmap(
+                z=grid,
+                x=list(range(n_h)),
+                y=list(range(n_l)),
+                colorscale=DIVERGING,
+                zmid=0.0,
+                zmin=-zmax,
+                zmax=zmax,
+                hovertext=hover,
+                hoverinfo="text",
+                colorbar=dict(title="value", x=1.02, len=0.9),
+                name="heads",
+            ),
+            row=1,
+            col=1,
+        )
     else:
         unit = getattr(attribution, "unit", "")
-        fig.add_annotation(text=f"no per-head terms{f' (unit={unit!r})' if unit else ''}", showarrow=False,
-                           xref="x domain", yref="y domain", x=0.5, y=0.5, row=1, col=1)
+        fig.add_annotation(
+            text=f"no per-head terms{f' (unit={unit!r})' if unit else ''}",
+            showarrow=False,
+            xref="x domain",
+            yref="y domain",
+            x=0.5,
+            y=0.5,
+            row=1,
+            col=1,
+        )
     fig.update_xaxes(title_text="head", dtick=1 if n_h <= 20 else None, row=1, col=1)
     fig.update_yaxes(title_text="layer", autorange="reversed", dtick=1 if n_l <= 32 else None, row=1, col=1)
     if side:
@@ -128,12 +173,21 @@ def attribution_heatmap(attribution: Any, *, prompt: Optional[int] = None, max_s
         if rest:
             names.append(f"other {len(rest)} terms")
             vals.append(float(sum(x for _, x in rest)))
-        fig.add_trace(go.Bar(
-            x=vals, y=names, orientation="h", name="other terms",
-            marker_color=["#2166ac" if x >= 0 else "#b2182b" for x in vals],
-            hovertext=[f"term <b>{esc(n)}</b><br>value: {fmt(x)}<br>{esc(target)}<br>{where}"
-                       for n, x in zip(names, vals)], hoverinfo="text",
-        ), row=1, col=2)
+        fig.add_trace(
+            go.Bar(
+                x=vals,
+                y=names,
+                orientation="h",
+                name="other terms",
+                marker_color=["#2166ac" if x >= 0 else "#b2182b" for x in vals],
+                hovertext=[
+                    f"term <b>{esc(n)}</b><br>value: {fmt(x)}<br>{esc(target)}<br>{where}" for n, x in zip(names, vals)
+                ],
+                hoverinfo="text",
+            ),
+            row=1,
+            col=2,
+        )
         fig.update_yaxes(autorange="reversed", row=1, col=2, type="category")
         fig.update_xaxes(title_text="value", row=1, col=2)
     ce = getattr(attribution, "closure_error", None)
@@ -144,8 +198,10 @@ def attribution_heatmap(attribution: Any, *, prompt: Optional[int] = None, max_s
         sub.append(closure_text(ce, getattr(attribution, "relative_error", None)))
     fig.update_layout(
         title=f"Attribution of {esc(target)}<br><sup>{' · '.join(sub)}</sup>",
-        width=1000, height=max(420, 18 * n_l + 200, 20 * (min(len(side), max_side_terms) + 1) + 200),
-        template="plotly_white", showlegend=False,
+        width=1000,
+        height=max(420, 18 * n_l + 200, 20 * (min(len(side), max_side_terms) + 1) + 200),
+        template="plotly_white",
+        showlegend=False,
     )
     return fig
 
@@ -169,21 +225,38 @@ def attribution_waterfall(attribution: Any, *, prompt: Optional[int] = None, k: 
     s = float(v.sum())
     closure = abs(s - total) if total is not None else float(getattr(attribution, "closure_error", float("nan")))
     cum = np.cumsum(vals)
-    hover = [f"term <b>{esc(n)}</b><br>value: {fmt(x)}<br>running sum: {fmt(c)}<br>{esc(target)}<br>{where}"
-             for n, x, c in zip(names, vals, cum)]
+    hover = [
+        f"term <b>{esc(n)}</b><br>value: {fmt(x)}<br>running sum: {fmt(c)}<br>{esc(target)}<br>{where}"
+        for n, x, c in zip(names, vals, cum)
+    ]
     names.append("total")
     hover.append(f"<b>total</b> Σ terms = {fmt(s)}<br>model: {fmt(total)}<br>{esc(target)}<br>{where}")
-    fig = go.Figure(go.Waterfall(
-        x=names, y=vals + [s], measure=["relative"] * len(vals) + ["total"], orientation="v",
-        hovertext=hover, hoverinfo="text", name=target,
-        increasing=dict(marker=dict(color="#2166ac")), decreasing=dict(marker=dict(color="#b2182b")),
-        totals=dict(marker=dict(color="#555555")), connector=dict(line=dict(color="#999", width=1)),
-    ))
+    fig = go.Figure(
+        go.Waterfall(
+            x=names,
+            y=vals + [s],
+            measure=["relative"] * len(vals) + ["total"],
+            orientation="v",
+            hovertext=hover,
+            hoverinfo="text",
+            name=target,
+            increasing=dict(marker=dict(color="#2166ac")),
+            decreasing=dict(marker=dict(color="#b2182b")),
+            totals=dict(marker=dict(color="#555555")),
+            connector=dict(line=dict(color="#999", width=1)),
+        )
+    )
     model_txt = f" (model: {fmt(total, 6)})" if total is not None else ""
     fig.update_layout(
-        title=(f"{esc(target)}: top {len(top)} of {len(v)} terms sum to {fmt(s, 6)}{model_txt}"
-               f"<br><sup>{where} · {closure_text(closure)}</sup>"),
-        xaxis=dict(title="term", type="category", tickangle=-45), yaxis_title="contribution",
-        width=1000, height=520, template="plotly_white", showlegend=False,
+        title=(
+            f"{esc(target)}: top {len(top)} of {len(v)} terms sum to {fmt(s, 6)}{model_txt}"
+            f"<br><sup>{where} · {closure_text(closure)}</sup>"
+        ),
+        xaxis=dict(title="term", type="category", tickangle=-45),
+        yaxis_title="contribution",
+        width=1000,
+        height=520,
+        template="plotly_white",
+        showlegend=False,
     )
     return fig

@@ -74,16 +74,24 @@ def _split_edge(edge: Any, i: int) -> tuple[str, str]:
         raise ArgumentError(f"edges[{i}]={edge!r} must be an edge label such as 'L0.H3→L1.attn.k[H2]' (str or Edge)")
     w, sep, r = text.partition(L.ARROW)
     if not sep:
-        raise LabelError(f"edges[{i}]={text!r} is not an edge label: expected 'writer{L.ARROW}reader', "
-                         f"e.g. 'L0.H3{L.ARROW}L1.attn.k[H2]'")
+        raise LabelError(
+            f"edges[{i}]={text!r} is not an edge label: expected 'writer{L.ARROW}reader', "
+            f"e.g. 'L0.H3{L.ARROW}L1.attn.k[H2]'"
+        )
     return w, r
 
 
 class _Grid:
     """Places every node: columns in forward order, heads by index, ports beside their head."""
 
-    def __init__(self, writers: Sequence[Any], readers: Sequence[Any], n_layers: Optional[int], n_heads: Optional[int],
-                 n_kv_heads: Optional[int]) -> None:
+    def __init__(
+        self,
+        writers: Sequence[Any],
+        readers: Sequence[Any],
+        n_layers: Optional[int],
+        n_heads: Optional[int],
+        n_kv_heads: Optional[int],
+    ) -> None:
         labs = [*writers, *readers]
         heads = [lab.head for lab in labs if isinstance(lab, L.Head)]
         heads += [lab.head for lab in labs if isinstance(lab, L.HeadInput) and lab.which == "q"]
@@ -108,8 +116,11 @@ class _Grid:
         """(layer, 0 attention | 1 MLP | 2 after the MLP); (-1, 0) the embeddings, (big, 0) the output."""
         if isinstance(lab, (L.Embed,)) or (isinstance(lab, L.NormBias) and lab.norm.which == "embed_ln"):
             return (-1, 0)
-        if isinstance(lab, L.Output) or (isinstance(lab, L.NormBias) and lab.norm.which == "final") or (
-                isinstance(lab, L.Bias) and lab.sublayer == "unembed"):
+        if (
+            isinstance(lab, L.Output)
+            or (isinstance(lab, L.NormBias) and lab.norm.which == "final")
+            or (isinstance(lab, L.Bias) and lab.sublayer == "unembed")
+        ):
             return (1 << 30, 0)
         if isinstance(lab, (L.Head, L.HeadInput, L.Attn)):
             return (lab.layer, 0)
@@ -148,8 +159,9 @@ class _Grid:
         if isinstance(lab, L.Mlp):
             return _Node(s, "mlp", x, cm, "")
         if isinstance(lab, L.MlpInput):
-            return _Node(s, "port", x - _PORT_DX[lab.which], cm + (0.3 if lab.which == "gate" else 0.0),
-                         str(L.Mlp(lab.layer)))
+            return _Node(
+                s, "port", x - _PORT_DX[lab.which], cm + (0.3 if lab.which == "gate" else 0.0), str(L.Mlp(lab.layer))
+            )
         if isinstance(lab, L.Neuron):
             return _Node(s, "neuron", x, c + 1.0 + 0.5 * self._neuron_rank[(lab.layer, lab.index)], "")
         if isinstance(lab, L.Embed):
@@ -169,8 +181,9 @@ class _Grid:
         return [str(L.Head(lab.layer, h)) for h in range(lab.head * self.group, (lab.head + 1) * self.group)]
 
 
-def _read_inputs(edges: Any, scores: Any, exact: Any, n_layers: Any, n_heads: Any, n_kv_heads: Any,
-                 title: Optional[str]) -> tuple[list[str], np.ndarray, Optional[np.ndarray], Any, Any, Any, str]:
+def _read_inputs(
+    edges: Any, scores: Any, exact: Any, n_layers: Any, n_heads: Any, n_kv_heads: Any, title: Optional[str]
+) -> tuple[list[str], np.ndarray, Optional[np.ndarray], Any, Any, Any, str]:
     """Plain attributes from a result (``.edges``, ``.scores``, optional ``.exact``) or the arguments."""
     if hasattr(edges, "edges") and hasattr(edges, "scores"):
         res = edges
@@ -188,8 +201,9 @@ def _read_inputs(edges: Any, scores: Any, exact: Any, n_layers: Any, n_heads: An
         if title is None:
             parts = [str(v) for v in (getattr(res, "model_name", None), getattr(res, "method", None)) if v]
             metric = getattr(res, "metric", None)
-            title = ("Circuit graph" + (f" — {', '.join(parts)}" if parts else "")
-                     + (f"; metric {metric}" if metric else ""))
+            title = (
+                "Circuit graph" + (f" — {', '.join(parts)}" if parts else "") + (f"; metric {metric}" if metric else "")
+            )
     if scores is None:
         raise ArgumentError("scores is None: give one score per edge (or a result with .edges and .scores)")
     if isinstance(edges, (str, bytes)) or not isinstance(edges, Sequence):
@@ -204,8 +218,10 @@ def _read_inputs(edges: Any, scores: Any, exact: Any, n_layers: Any, n_heads: An
         raise ArgumentError("edges is empty: there is no edge to draw")
     bad = np.flatnonzero(np.isinf(s))
     if len(bad):
-        raise ArgumentError(f"scores[{int(bad[0])}]={s[bad[0]]!r} (edge {edges[bad[0]]!r}) is infinite; "
-                            f"{len(bad)} infinite scores in all (NaN marks an edge without a score)")
+        raise ArgumentError(
+            f"scores[{int(bad[0])}]={s[bad[0]]!r} (edge {edges[bad[0]]!r}) is infinite; "
+            f"{len(bad)} infinite scores in all (NaN marks an edge without a score)"
+        )
     ex = None
     if exact is not None:
         if isinstance(exact, Mapping):
@@ -237,8 +253,13 @@ def _info_lines(info: Optional[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def circuit_layout(edges: Sequence[Any], *, n_layers: Optional[int] = None, n_heads: Optional[int] = None,
-                   n_kv_heads: Optional[int] = None) -> dict[str, tuple[float, float]]:
+def circuit_layout(
+    edges: Sequence[Any],
+    *,
+    n_layers: Optional[int] = None,
+    n_heads: Optional[int] = None,
+    n_kv_heads: Optional[int] = None,
+) -> dict[str, tuple[float, float]]:
     """The (x, y) of every node the edges touch (heads, ports, MLPs, embeddings, output), as drawn."""
     w_txt, r_txt = zip(*(_split_edge(e, i) for i, e in enumerate(edges))) if len(edges) else ((), ())
     parsed = {t: L.parse(t) for t in {*w_txt, *r_txt}}
@@ -292,8 +313,9 @@ def circuit_graph_figure(
     layer only, node labels are left to the hover and markers shrink, so that 30 layers fit in 1,400 px.
     """
     # 1. the inputs read and checked
-    edges, s, ex, n_layers, n_heads, n_kv_heads, title = _read_inputs(edges, scores, exact, n_layers, n_heads,
-                                                                      n_kv_heads, title)
+    edges, s, ex, n_layers, n_heads, n_kv_heads, title = _read_inputs(
+        edges, scores, exact, n_layers, n_heads, n_kv_heads, title
+    )
     _check_options(max_edges, n_bins, scale, n_layers, n_heads, n_kv_heads, node_info)
     # 2. the edges drawn: the max_edges largest |score|, or the union of the steps
     sets = _read_steps(steps, step_labels, edges) if steps is not None else None
@@ -305,8 +327,9 @@ def circuit_graph_figure(
     # 4. each drawn edge's curve, |score| bin and hover; each node's hover and colour value
     arcs = _arcs(nodes, w_txt, r_txt, s, ex, keep, score_name, scale, n_bins)
     node_hover, node_value_of = _node_hovers(nodes, edges, s, node_info, node_value, score_name, grid)
-    scene = _Scene(nodes, kv_of, arcs, node_hover, node_value_of, grid, score_name, n_bins, len(edges),
-                   ranked=sets is None)
+    scene = _Scene(
+        nodes, kv_of, arcs, node_hover, node_value_of, grid, score_name, n_bins, len(edges), ranked=sets is None
+    )
     # 5. one drawing per view: the whole graph, or each step
     views = _views(keep, w_txt, r_txt, nodes, kv_of, sets)
     drawn = [scene.draw(sel, labels) for sel, labels, _ in views]
@@ -321,8 +344,9 @@ def circuit_graph_figure(
     return fig
 
 
-def _check_options(max_edges: Any, n_bins: Any, scale: Any, n_layers: Any, n_heads: Any, n_kv_heads: Any,
-                   node_info: Any) -> None:
+def _check_options(
+    max_edges: Any, n_bins: Any, scale: Any, n_layers: Any, n_heads: Any, n_kv_heads: Any, node_info: Any
+) -> None:
     """The drawing options checked (typed errors naming the argument)."""
     check_positive_int("max_edges", max_edges)
     check_int_range("n_bins", n_bins, 1, 10)
@@ -330,12 +354,14 @@ def _check_options(max_edges: Any, n_bins: Any, scale: Any, n_layers: Any, n_hea
     for name, v in (("n_layers", n_layers), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
         check_positive_int(name, v, allow_none=True)
     if node_info is not None and not isinstance(node_info, Mapping):
-        raise ArgumentError(f"node_info must be a mapping node label -> {{name: value}}, "
-                            f"got {type(node_info).__name__}")
+        raise ArgumentError(
+            f"node_info must be a mapping node label -> {{name: value}}, got {type(node_info).__name__}"
+        )
 
 
-def _drawn_edges(s: np.ndarray, max_edges: int, sets: Optional[list[tuple[list[int], str]]],
-                 active: Optional[int]) -> tuple[np.ndarray, Optional[int]]:
+def _drawn_edges(
+    s: np.ndarray, max_edges: int, sets: Optional[list[tuple[list[int], str]]], active: Optional[int]
+) -> tuple[np.ndarray, Optional[int]]:
     """The indices of the drawn edges in the caller's order, and the step drawn first (``active`` mod steps)."""
     if sets is None:
         order = np.argsort(-np.nan_to_num(np.abs(s), nan=-1.0), kind="stable")[:max_edges]  # NaN (no score) last
@@ -362,13 +388,16 @@ def _parse_edges(edges: list[str], keep: np.ndarray) -> tuple[list[str], list[st
             raise LabelError(f"edges holds {t!r}, which is not a label: {e}") from None
     for i, (w, r) in enumerate(zip(w_txt, r_txt)):
         if not isinstance(parsed[w], L._WRITES) or not isinstance(parsed[r], L._READS):
-            raise LabelError(f"edges[{int(keep[i])}]={edges[keep[i]]!r} must join a write (embed, L3.H5, L3.mlp, "
-                             f"...) to a read (L3.attn.q[H5], L3.attn.k[H1], L3.mlp.in, unembed)")
+            raise LabelError(
+                f"edges[{int(keep[i])}]={edges[keep[i]]!r} must join a write (embed, L3.H5, L3.mlp, "
+                f"...) to a read (L3.attn.q[H5], L3.attn.k[H1], L3.mlp.in, unembed)"
+            )
     return w_txt, r_txt, parsed
 
 
-def _place_nodes(grid: _Grid, parsed: Mapping[str, Any], w_txt: list[str], r_txt: list[str],
-                 described: Optional[Mapping[str, Any]]) -> tuple[dict[str, _Node], dict[str, list[str]]]:
+def _place_nodes(
+    grid: _Grid, parsed: Mapping[str, Any], w_txt: list[str], r_txt: list[str], described: Optional[Mapping[str, Any]]
+) -> tuple[dict[str, _Node], dict[str, list[str]]]:
     """Every node drawn (the edges' ends, the ``described`` nodes, ports' owners, KV ports' query heads), and the
     query heads each KV port is read by."""
     nodes: dict[str, _Node] = {}
@@ -389,8 +418,11 @@ def _place_nodes(grid: _Grid, parsed: Mapping[str, Any], w_txt: list[str], r_txt
     for node in list(nodes.values()):  # a q or MLP port implies its owner node
         if node.owner and node.owner not in nodes:
             nodes[node.owner] = grid.place(L.parse(node.owner))
-    kv_of = {t: grid.kv_readers(parsed[t]) for t in sorted(set(r_txt))
-             if isinstance(parsed[t], L.HeadInput) and parsed[t].which != "q"}
+    kv_of = {
+        t: grid.kv_readers(parsed[t])
+        for t in sorted(set(r_txt))
+        if isinstance(parsed[t], L.HeadInput) and parsed[t].which != "q"
+    }
     for hs in kv_of.values():
         for h in hs:
             if h not in nodes:
@@ -423,8 +455,17 @@ class _Arcs:
         return self.smax * (q if scale == "linear" else q * q if scale == "sqrt" else fmin ** (1 - q) if fmin else q)
 
 
-def _arcs(nodes: Mapping[str, _Node], w_txt: list[str], r_txt: list[str], s: np.ndarray, ex: Optional[np.ndarray],
-          keep: np.ndarray, score_name: str, scale: str, n_bins: int) -> _Arcs:
+def _arcs(
+    nodes: Mapping[str, _Node],
+    w_txt: list[str],
+    r_txt: list[str],
+    s: np.ndarray,
+    ex: Optional[np.ndarray],
+    keep: np.ndarray,
+    score_name: str,
+    scale: str,
+    n_bins: int,
+) -> _Arcs:
     """Each drawn edge's curve (longer edges arc higher), |score| bin and hover text at its midpoint."""
     wx = np.array([nodes[w].x for w in w_txt], dtype=np.float64)
     wy = np.array([nodes[w].y for w in w_txt], dtype=np.float64)
@@ -436,8 +477,21 @@ def _arcs(nodes: Mapping[str, _Node], w_txt: list[str], r_txt: list[str], s: np.
     # hover text at the edges' midpoints (invisible markers, of which plotly draws one: maxdisplayed)
     mid_x = ((wx + rx) / 2).astype(np.float32)
     mid_y = (0.25 * wy + 0.25 * ry + 0.5 * cy).astype(np.float32)
-    return _Arcs(wx, wy, rx, ry, cy, ss, bins, _edge_hovers(w_txt, r_txt, s, ex, keep, score_name), mid_x, mid_y,
-                 smax, fmin, scale)
+    return _Arcs(
+        wx,
+        wy,
+        rx,
+        ry,
+        cy,
+        ss,
+        bins,
+        _edge_hovers(w_txt, r_txt, s, ex, keep, score_name),
+        mid_x,
+        mid_y,
+        smax,
+        fmin,
+        scale,
+    )
 
 
 def _score_bins(ss: np.ndarray, scale: str, n_bins: int) -> tuple[np.ndarray, float, float]:
@@ -452,28 +506,40 @@ def _score_bins(ss: np.ndarray, scale: str, n_bins: int) -> tuple[np.ndarray, fl
     if scale == "sqrt":
         frac = np.sqrt(frac)
     elif scale == "log":
-        frac = (np.clip(np.log(np.maximum(frac, fmin) / fmin) / -math.log(fmin), 0, 1) if fmin
-                else (frac > 0).astype(np.float64))
+        frac = (
+            np.clip(np.log(np.maximum(frac, fmin) / fmin) / -math.log(fmin), 0, 1)
+            if fmin
+            else (frac > 0).astype(np.float64)
+        )
     bins = np.where(scored, np.minimum((frac * n_bins).astype(int), n_bins - 1), -1)  # -1: no score
     return bins, smax, fmin
 
 
-def _edge_hovers(w_txt: list[str], r_txt: list[str], s: np.ndarray, ex: Optional[np.ndarray], keep: np.ndarray,
-                 score_name: str) -> list[str]:
+def _edge_hovers(
+    w_txt: list[str], r_txt: list[str], s: np.ndarray, ex: Optional[np.ndarray], keep: np.ndarray, score_name: str
+) -> list[str]:
     """Each drawn edge's hover: writer → reader, its score and its exact patching effect where computed."""
     hov = []
     for k, i in enumerate(keep):
         h = f"<b>{esc(w_txt[k])} {L.ARROW} {esc(r_txt[k])}</b><br>{esc(score_name)} {fmt(float(s[i]))}"
         if ex is not None:
-            h += (f"<br>exact patching effect {fmt(float(ex[i]))}" if math.isfinite(ex[i])
-                  else "<br>exact effect not computed")
+            h += (
+                f"<br>exact patching effect {fmt(float(ex[i]))}"
+                if math.isfinite(ex[i])
+                else "<br>exact effect not computed"
+            )
         hov.append(h)
     return hov
 
 
-def _views(keep: np.ndarray, w_txt: list[str], r_txt: list[str], nodes: Mapping[str, _Node],
-           kv_of: Mapping[str, list[str]], sets: Optional[list[tuple[list[int], str]]]
-           ) -> list[tuple[np.ndarray, list[str], str]]:
+def _views(
+    keep: np.ndarray,
+    w_txt: list[str],
+    r_txt: list[str],
+    nodes: Mapping[str, _Node],
+    kv_of: Mapping[str, list[str]],
+    sets: Optional[list[tuple[list[int], str]]],
+) -> list[tuple[np.ndarray, list[str], str]]:
     """(edges drawn as positions in ``keep``, node labels drawn, slider label) per view: the whole graph, or each
     step with its ports' owners and its KV ports' query heads."""
     if sets is None:
@@ -492,9 +558,20 @@ def _views(keep: np.ndarray, w_txt: list[str], r_txt: list[str], nodes: Mapping[
 class _Scene:
     """Everything one view is drawn from: the placed nodes, the arcs, the hovers, the marker sizes."""
 
-    def __init__(self, nodes: dict[str, _Node], kv_of: dict[str, list[str]], arcs: _Arcs, node_hover: dict[str, str],
-                 node_value_of: dict[str, float], grid: _Grid, score_name: str, n_bins: int, n_total: int, *,
-                 ranked: bool) -> None:
+    def __init__(
+        self,
+        nodes: dict[str, _Node],
+        kv_of: dict[str, list[str]],
+        arcs: _Arcs,
+        node_hover: dict[str, str],
+        node_value_of: dict[str, float],
+        grid: _Grid,
+        score_name: str,
+        n_bins: int,
+        n_total: int,
+        *,
+        ranked: bool,
+    ) -> None:
         self.nodes, self.kv_of, self.arcs, self.grid = nodes, kv_of, arcs, grid
         self.node_hover, self.node_value_of = node_hover, node_value_of
         self.score_name, self.n_bins, self.n_total, self.ranked = score_name, n_bins, n_total, ranked
@@ -518,9 +595,18 @@ class _Scene:
         joins += [(nodes[t], nodes[h]) for t in sorted(have & set(kv_of)) for h in kv_of[t] if h in have]
         if not joins:
             return []
-        return [dict(type="path", xref="x", yref="y", layer="below", line=dict(color="#bbbbbb", width=0.8),
-                     path=_segments([a.x for a, _ in joins], [a.y for a, _ in joins],
-                                    [b.x for _, b in joins], [b.y for _, b in joins]))]
+        return [
+            dict(
+                type="path",
+                xref="x",
+                yref="y",
+                layer="below",
+                line=dict(color="#bbbbbb", width=0.8),
+                path=_segments(
+                    [a.x for a, _ in joins], [a.y for a, _ in joins], [b.x for _, b in joins], [b.y for _, b in joins]
+                ),
+            )
+        ]
 
     def _edge_paths(self, sel: np.ndarray) -> list[dict[str, Any]]:
         """The unscored edges (dotted grey), then one path per (|score| bin, sign) holding all its curves, weakest
@@ -530,11 +616,20 @@ class _Scene:
         shapes: list[dict[str, Any]] = []
         unscored = sel[b_sel < 0]
         if len(unscored):
-            shapes.append(dict(type="path", xref="x", yref="y", layer="below", showlegend=True, legendrank=99,
-                               path=_curves(a.wx[unscored], a.wy[unscored], a.rx[unscored], a.ry[unscored],
-                                            a.cy[unscored]),
-                               line=dict(color="#888888", width=1.0, dash="dot"), opacity=0.6,
-                               name=f"no {name} ({len(unscored)})"))
+            shapes.append(
+                dict(
+                    type="path",
+                    xref="x",
+                    yref="y",
+                    layer="below",
+                    showlegend=True,
+                    legendrank=99,
+                    path=_curves(a.wx[unscored], a.wy[unscored], a.rx[unscored], a.ry[unscored], a.cy[unscored]),
+                    line=dict(color="#888888", width=1.0, dash="dot"),
+                    opacity=0.6,
+                    name=f"no {name} ({len(unscored)})",
+                )
+            )
         pos_c, neg_c = _bin_colours(n_bins, _POS), _bin_colours(n_bins, _NEG)
         for b in range(n_bins):
             for positive, colours, word in ((True, pos_c, "supports (> 0)"), (False, neg_c, "opposes (≤ 0)")):
@@ -542,66 +637,117 @@ class _Scene:
                 if not len(one):
                     continue
                 lo, hi = a.bin_edge(b / n_bins), a.bin_edge((b + 1) / n_bins)
-                shapes.append(dict(
-                    type="path", xref="x", yref="y", layer="below",
-                    path=_curves(a.wx[one], a.wy[one], a.rx[one], a.ry[one], a.cy[one]),
-                    line=dict(color=colours[b], width=round(0.6 + 5.4 * (b + 1) / n_bins, 2)),
-                    opacity=round(0.3 + 0.7 * (b + 1) / n_bins, 3), showlegend=True, legendrank=100 + b,
-                    name=f"{word}: |{name}| {fmt(lo, 2)}–{fmt(hi, 2)} ({len(one)})",
-                ))
+                shapes.append(
+                    dict(
+                        type="path",
+                        xref="x",
+                        yref="y",
+                        layer="below",
+                        path=_curves(a.wx[one], a.wy[one], a.rx[one], a.ry[one], a.cy[one]),
+                        line=dict(color=colours[b], width=round(0.6 + 5.4 * (b + 1) / n_bins, 2)),
+                        opacity=round(0.3 + 0.7 * (b + 1) / n_bins, 3),
+                        showlegend=True,
+                        legendrank=100 + b,
+                        name=f"{word}: |{name}| {fmt(lo, 2)}–{fmt(hi, 2)} ({len(one)})",
+                    )
+                )
         return shapes
 
     def _edge_hover_trace(self, sel: np.ndarray) -> dict[str, Any]:
         """The invisible markers at the edges' midpoints that carry their hover text."""
         a = self.arcs
-        return dict(x=a.mid_x[sel].tolist(), y=a.mid_y[sel].tolist(), hovertext=[a.hover[k] for k in sel], text=None,
-                    size=8, symbol="circle", color="rgba(0,0,0,0)")
+        return dict(
+            x=a.mid_x[sel].tolist(),
+            y=a.mid_y[sel].tolist(),
+            hovertext=[a.hover[k] for k in sel],
+            text=None,
+            size=8,
+            symbol="circle",
+            color="rgba(0,0,0,0)",
+        )
 
     def _node_trace(self, shown_nodes: list[_Node], kind: str) -> dict[str, Any]:
         """The markers of the shown nodes (``kind="node"``, coloured by value) or ports, in a fixed order."""
-        members = sorted((n for n in shown_nodes if (n.kind == "port") == (kind == "port")),
-                         key=lambda n: (n.x, n.y, n.label))
+        members = sorted(
+            (n for n in shown_nodes if (n.kind == "port") == (kind == "port")), key=lambda n: (n.x, n.y, n.label)
+        )
         z = np.array([self.node_value_of[n.label] for n in members], dtype=float)
         shrink = self.shrink
         return dict(
-            x=[n.x for n in members], y=[n.y for n in members], hovertext=[self.node_hover[n.label] for n in members],
+            x=[n.x for n in members],
+            y=[n.y for n in members],
+            hovertext=[self.node_hover[n.label] for n in members],
             text=None if kind == "port" or self.dense else [_short(n) for n in members],
-            size=max(4, round(7 * shrink)) if kind == "port" else
-            [max(6, round(_SIZE.get(n.kind, 12) * shrink)) for n in members],
+            size=max(4, round(7 * shrink))
+            if kind == "port"
+            else [max(6, round(_SIZE.get(n.kind, 12) * shrink)) for n in members],
             symbol="circle" if kind == "port" else [_SYMBOL.get(n.kind, "circle") for n in members],
-            color="#ffffff" if kind == "port" else
-            (np.where(np.isfinite(z), z, 0.0).tolist() if self.zmax else "#dddddd"))
+            color="#ffffff"
+            if kind == "port"
+            else (np.where(np.isfinite(z), z, 0.0).tolist() if self.zmax else "#dddddd"),
+        )
 
     def _subtitle(self, n_drawn: int, n_nodes: int) -> str:
         """How many edges and nodes are drawn, and how to read the figure."""
         n_total, score_name = self.n_total, self.score_name
-        shown = (f"{n_drawn:,} of {n_total:,} edges (largest |{score_name}|)" if self.ranked and n_drawn < n_total
-                 else f"{n_drawn:,} of {n_total:,} edges" if n_drawn < n_total else f"{n_total:,} edges")
-        return (f"{shown}, {n_nodes} nodes · width and opacity ∝ |{score_name}|, blue > 0 supports the "
-                "metric, red < 0 opposes it · "
-                "hover an edge's middle or a node")
+        shown = (
+            f"{n_drawn:,} of {n_total:,} edges (largest |{score_name}|)"
+            if self.ranked and n_drawn < n_total
+            else f"{n_drawn:,} of {n_total:,} edges"
+            if n_drawn < n_total
+            else f"{n_total:,} edges"
+        )
+        return (
+            f"{shown}, {n_nodes} nodes · width and opacity ∝ |{score_name}|, blue > 0 supports the "
+            "metric, red < 0 opposes it · "
+            "hover an edge's middle or a node"
+        )
 
 
-def _add_traces(fig: go.Figure, traces: list[dict[str, Any]], scene: _Scene, node_value: str, *,
-                stepped: bool) -> None:
+def _add_traces(fig: go.Figure, traces: list[dict[str, Any]], scene: _Scene, node_value: str, *, stepped: bool) -> None:
     """The edge-hover, node and port traces of the first view (node and port traces kept empty with steps)."""
     edge_tr, node_tr, port_tr = traces
-    fig.add_trace(go.Scatter(x=edge_tr["x"], y=edge_tr["y"], mode="markers", hovertext=edge_tr["hovertext"],
-                             marker=dict(size=8, color="rgba(0,0,0,0)", maxdisplayed=1), hoverinfo="text",
-                             showlegend=False, name="edges"))
+    fig.add_trace(
+        go.Scatter(
+            x=edge_tr["x"],
+            y=edge_tr["y"],
+            mode="markers",
+            hovertext=edge_tr["hovertext"],
+            marker=dict(size=8, color="rgba(0,0,0,0)", maxdisplayed=1),
+            hoverinfo="text",
+            showlegend=False,
+            name="edges",
+        )
+    )
     for kind, tr in (("node", node_tr), ("port", port_tr)):
         if not stepped and not tr["x"]:
             continue
-        marker: dict[str, Any] = dict(line=dict(color="#333", width=1), size=tr["size"], symbol=tr["symbol"],
-                                      color=tr["color"])
+        marker: dict[str, Any] = dict(
+            line=dict(color="#333", width=1), size=tr["size"], symbol=tr["symbol"], color=tr["color"]
+        )
         if kind == "node" and scene.zmax:
-            marker.update(colorscale="RdBu", cmid=0.0, cmin=-scene.zmax, cmax=scene.zmax,
-                          colorbar=dict(title=esc(node_value), x=1.02, len=0.5))
-        fig.add_trace(go.Scatter(
-            x=tr["x"], y=tr["y"], mode="markers" if kind == "port" or scene.dense else "markers+text",
-            text=tr["text"], textposition="top center", textfont=dict(size=9), marker=marker,
-            hovertext=tr["hovertext"], hoverinfo="text", showlegend=False,
-            name="inputs (q, k, v, mlp.in)" if kind == "port" else "nodes"))
+            marker.update(
+                colorscale="RdBu",
+                cmid=0.0,
+                cmin=-scene.zmax,
+                cmax=scene.zmax,
+                colorbar=dict(title=esc(node_value), x=1.02, len=0.5),
+            )
+        fig.add_trace(
+            go.Scatter(
+                x=tr["x"],
+                y=tr["y"],
+                mode="markers" if kind == "port" or scene.dense else "markers+text",
+                text=tr["text"],
+                textposition="top center",
+                textfont=dict(size=9),
+                marker=marker,
+                hovertext=tr["hovertext"],
+                hoverinfo="text",
+                showlegend=False,
+                name="inputs (q, k, v, mlp.in)" if kind == "port" else "nodes",
+            )
+        )
 
 
 def _layout(scene: _Scene, title: str, shapes: list[dict[str, Any]], *, stepped: bool) -> dict[str, Any]:
@@ -612,40 +758,88 @@ def _layout(scene: _Scene, title: str, shapes: list[dict[str, Any]], *, stepped:
     y_range = [max(ys) + 0.5, min(ys) - 0.3]  # reversed: head 0 on top
     return dict(
         title=dict(text=title, yref="container", y=1.0, yanchor="top", pad=dict(t=12)),
-        xaxis=dict(tickmode="array", tickvals=grid.ticks(short=dense)[0], ticktext=grid.ticks(short=dense)[1],
-                   zeroline=False, showgrid=False, range=[-0.8, scene.n_cols - 0.4], tickangle=0,
-                   title="layer (each layer: its attention heads, then its MLP)" if dense else None),
-        yaxis=dict(title="head", zeroline=False, showgrid=False,  # ticks at the heads only (arcs rise above head 0)
-                   **(dict(tickmode="array", tickvals=list(range(grid.n_heads))) if grid.n_heads <= 24 else {}),
-                   **(dict(autorange="reversed") if not stepped else dict(range=y_range))),
+        xaxis=dict(
+            tickmode="array",
+            tickvals=grid.ticks(short=dense)[0],
+            ticktext=grid.ticks(short=dense)[1],
+            zeroline=False,
+            showgrid=False,
+            range=[-0.8, scene.n_cols - 0.4],
+            tickangle=0,
+            title="layer (each layer: its attention heads, then its MLP)" if dense else None,
+        ),
+        yaxis=dict(
+            title="head",
+            zeroline=False,
+            showgrid=False,  # ticks at the heads only (arcs rise above head 0)
+            **(dict(tickmode="array", tickvals=list(range(grid.n_heads))) if grid.n_heads <= 24 else {}),
+            **(dict(autorange="reversed") if not stepped else dict(range=y_range)),
+        ),
         autosize=True,
         height=int(min(2400, max(520, 34 * (grid.n_heads + 3) + 240)) + (90 if stepped else 0)),
-        template="plotly_white", hovermode="closest", hoverlabel=dict(align="left"), shapes=shapes,
+        template="plotly_white",
+        hovermode="closest",
+        hoverlabel=dict(align="left"),
+        shapes=shapes,
         margin=dict(l=60, r=30, t=140 if stepped else 90, b=60),
-        legend=dict(orientation="h", yanchor="top", y=-0.1 if dense else -0.08, xanchor="left", x=0,
-                    font=dict(size=10), title=dict(text=f"edges ({esc(scene.score_name)})")),
+        legend=dict(
+            orientation="h",
+            yanchor="top",
+            y=-0.1 if dense else -0.08,
+            xanchor="left",
+            x=0,
+            font=dict(size=10),
+            title=dict(text=f"edges ({esc(scene.score_name)})"),
+        ),
     )
 
 
-def _slider(views: list[tuple[np.ndarray, list[str], str]],
-            drawn: list[tuple[list[dict[str, Any]], list[dict[str, Any]], str]], head: str, active: Optional[int],
-            n_tr: int) -> dict[str, Any]:
+def _slider(
+    views: list[tuple[np.ndarray, list[str], str]],
+    drawn: list[tuple[list[dict[str, Any]], list[dict[str, Any]], str]],
+    head: str,
+    active: Optional[int],
+    n_tr: int,
+) -> dict[str, Any]:
     """The step slider: each step restyles the ``n_tr`` traces and swaps the shapes and the subtitle."""
     keys = ("x", "y", "hovertext", "text", "size", "symbol", "color")
     return dict(
-        active=active, x=0, len=1, y=1.0, yanchor="bottom", pad=dict(t=0, b=36),
-        currentvalue=dict(visible=False), font=dict(size=10),
-        steps=[dict(method="update", label=lab, args=[
-            {("marker." + k if k in ("size", "symbol", "color") else k): [tr[k] for tr in trs][:n_tr]
-             for k in keys},
-            {"shapes": shapes, "title.text": head + sub + "</sup>"}, list(range(n_tr))])
-            for (_, _, lab), (shapes, trs, sub) in zip(views, drawn)],
+        active=active,
+        x=0,
+        len=1,
+        y=1.0,
+        yanchor="bottom",
+        pad=dict(t=0, b=36),
+        currentvalue=dict(visible=False),
+        font=dict(size=10),
+        steps=[
+            dict(
+                method="update",
+                label=lab,
+                args=[
+                    {
+                        ("marker." + k if k in ("size", "symbol", "color") else k): [tr[k] for tr in trs][:n_tr]
+                        for k in keys
+                    },
+                    {"shapes": shapes, "title.text": head + sub + "</sup>"},
+                    list(range(n_tr)),
+                ],
+            )
+            for (_, _, lab), (shapes, trs, sub) in zip(views, drawn)
+        ],
     )
 
 
 _SIZE = {"head": 15, "mlp": 17, "embed": 15, "output": 19, "bias": 8, "neuron": 7, "other": 10}
-_SYMBOL = {"head": "circle", "mlp": "square", "embed": "diamond", "output": "star", "bias": "triangle-up",
-           "neuron": "circle", "other": "circle"}
+_SYMBOL = {
+    "head": "circle",
+    "mlp": "square",
+    "embed": "diamond",
+    "output": "star",
+    "bias": "triangle-up",
+    "neuron": "circle",
+    "other": "circle",
+}
 
 
 def _segments(x0: Any, y0: Any, x1: Any, y1: Any) -> str:
@@ -661,15 +855,18 @@ def _bend(x0: np.ndarray, x1: np.ndarray) -> np.ndarray:
 
 def _curves(x0: Any, y0: Any, x1: Any, y1: Any, cy: Any) -> str:
     """An SVG path of separate quadratic Bézier curves (x0, y0) → (x1, y1) with control points ((x0+x1)/2, cy)."""
-    return "".join(f"M{a:.4g},{b:.4g}Q{(a + c) / 2:.4g},{e:.4g} {c:.4g},{d:.4g}"
-                   for a, b, c, d, e in zip(x0, y0, x1, y1, cy))
+    return "".join(
+        f"M{a:.4g},{b:.4g}Q{(a + c) / 2:.4g},{e:.4g} {c:.4g},{d:.4g}" for a, b, c, d, e in zip(x0, y0, x1, y1, cy)
+    )
 
 
 def _read_steps(steps: Any, step_labels: Any, edges: list[str]) -> list[tuple[list[int], str]]:
     """(indices into ``edges``, slider label) per step; every step's edges must be among ``edges``."""
     if isinstance(steps, (str, bytes)) or not isinstance(steps, Sequence) or not steps:
-        raise ArgumentError(f"steps must be a non-empty list of circuits (lists of edge labels or objects with "
-                            f".edges), got {type(steps).__name__}")
+        raise ArgumentError(
+            f"steps must be a non-empty list of circuits (lists of edge labels or objects with "
+            f".edges), got {type(steps).__name__}"
+        )
     if step_labels is not None and (isinstance(step_labels, str) or len(step_labels) != len(steps)):
         raise ArgumentError(f"step_labels must name each of the {len(steps)} steps, got {step_labels!r:.80}")
     pos = {e: i for i, e in enumerate(edges)}
@@ -686,8 +883,15 @@ def _read_steps(steps: Any, step_labels: Any, edges: list[str]) -> list[tuple[li
     return out
 
 
-def _node_hovers(nodes: Mapping[str, _Node], edges: list[str], s: np.ndarray, node_info: Any, node_value: str,
-                 score_name: str, grid: _Grid) -> tuple[dict[str, str], dict[str, float]]:
+def _node_hovers(
+    nodes: Mapping[str, _Node],
+    edges: list[str],
+    s: np.ndarray,
+    node_info: Any,
+    node_value: str,
+    score_name: str,
+    grid: _Grid,
+) -> tuple[dict[str, str], dict[str, float]]:
     """Each node's hover text and colour value; degrees and summed scores over every given edge."""
     deg_in: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     deg_out: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
@@ -723,8 +927,11 @@ def _input_ports(n: _Node, grid: _Grid) -> list[str]:
     lab = L.parse(n.label)
     if isinstance(lab, L.Head):
         g = lab.head // grid.group
-        return [str(L.HeadInput(lab.layer, "q", lab.head)), str(L.HeadInput(lab.layer, "k", g)),
-                str(L.HeadInput(lab.layer, "v", g))]
+        return [
+            str(L.HeadInput(lab.layer, "q", lab.head)),
+            str(L.HeadInput(lab.layer, "k", g)),
+            str(L.HeadInput(lab.layer, "v", g)),
+        ]
     if isinstance(lab, L.Mlp):
         return [str(L.MlpInput(lab.layer, "in")), str(L.MlpInput(lab.layer, "gate"))]
     return []

@@ -48,10 +48,21 @@ def copying_score_map(scores: Any, *, title: str = "Copying scores") -> go.Figur
     name = str(getattr(scores, "metric", "") or getattr(scores, "name", "") or "copying score")
     hover = [[f"head <b>{Head(l, h)}</b><br>{esc(name)}: {fmt(z[l, h])}" for h in range(n_h)] for l in range(n_l)]
     zmax = max(1.0, float(np.nanmax(np.abs(z)))) if np.isfinite(z).any() else 1.0
-    fig = go.Figure(go.Heatmap(
-        z=z, x=list(range(n_h)), y=list(range(n_l)), colorscale=DIVERGING, zmid=0.0, zmin=-zmax, zmax=zmax,
-        hovertext=hover, hoverinfo="text", colorbar=dict(title=name), name=name,
-    ))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(range(n_h)),
+            y=list(range(n_l)),
+            colorscale=DIVERGING,
+            zmid=0.0,
+            zmin=-zmax,
+            zmax=zmax,
+            hovertext=hover,
+            hoverinfo="text",
+            colorbar=dict(title=name),
+            name=name,
+        )
+    )
     flat = np.where(np.isfinite(z), z, -np.inf).ravel()
     best = np.argsort(-flat)[: min(5, flat.size)]
     best_txt = ", ".join(f"{Head(*divmod(int(i), n_h))} {z.flat[i]:.2f}" for i in best)
@@ -59,7 +70,9 @@ def copying_score_map(scores: Any, *, title: str = "Copying scores") -> go.Figur
         title=f"{esc(title)}<br><sup>Σλ/Σ|λ| of W_E W_OV W_U; highest: {esc(best_txt)}</sup>",
         xaxis=dict(title="head", dtick=1 if n_h <= 20 else None),
         yaxis=dict(title="layer", autorange="reversed", dtick=1 if n_l <= 32 else None),
-        width=max(500, 40 * n_h + 300), height=max(420, 18 * n_l + 200), template="plotly_white",
+        width=max(500, 40 * n_h + 300),
+        height=max(420, 18 * n_l + 200),
+        template="plotly_white",
     )
     return fig
 
@@ -74,8 +87,10 @@ def _eigenvalues(circuit: Any) -> np.ndarray:
         ev = torch.linalg.eigvals(m.double())
     ev = torch.as_tensor(ev)
     if ev.ndim != 1:
-        raise ShapeError(f"circuit has leading dimensions (eigenvalues of shape {tuple(ev.shape)}); "
-                         "index one head first, e.g. circuit[layer, head]")
+        raise ShapeError(
+            f"circuit has leading dimensions (eigenvalues of shape {tuple(ev.shape)}); "
+            "index one head first, e.g. circuit[layer, head]"
+        )
     return ev.detach().cpu().to(torch.complex128).numpy()
 
 
@@ -127,8 +142,11 @@ def ov_eigenvalue_figure(circuit: Any, *, label: Optional[str] = None, scale: st
         raise ArgumentError(f"{label} has no eigenvalues to plot")
     mags = np.abs(ev)
     score = float(ev.real.sum() / mags.sum()) if mags.sum() > 0 else float("nan")
-    hover = [f"λ<sub>{i}</sub> = {fmt(z.real)} {'+' if z.imag >= 0 else '−'} {fmt(abs(z.imag))}i<br>|λ| = {fmt(m)}"
-             f"<br>{esc(label)}" for i, (z, m) in enumerate(zip(ev, mags))]
+    hover = [
+        f"λ<sub>{i}</sub> = {fmt(z.real)} {'+' if z.imag >= 0 else '−'} {fmt(abs(z.imag))}i<br>|λ| = {fmt(m)}"
+        f"<br>{esc(label)}"
+        for i, (z, m) in enumerate(zip(ev, mags))
+    ]
     top = float(mags.max())
     if scale == "auto":
         med = float(np.median(mags))
@@ -140,32 +158,52 @@ def ov_eigenvalue_figure(circuit: Any, *, label: Optional[str] = None, scale: st
         r = float(rho.max()) * 1.1
         how = f"log10(1 + |λ|/s), s = {fmt(s)}"
         x_title, y_title = f"Re λ/|λ| · {how}", f"Im λ/|λ| · {how}"
-        scale_note = (f" · log radial scale: radius = {how}, angle = arg λ; |λ| spans "
-                      f"{fmt(float(mags[mags > 0].min()))}…{fmt(top)}")
+        scale_note = (
+            f" · log radial scale: radius = {how}, angle = arg λ; |λ| spans "
+            f"{fmt(float(mags[mags > 0].min()))}…{fmt(top)}"
+        )
     else:
         scale = "linear"
         x, y = ev.real, ev.imag
         r = top * 1.1 or 1.0
         x_title, y_title, scale_note = "Re λ", "Im λ", ""
-    fig = go.Figure(go.Scatter(
-        x=x, y=y, mode="markers", name="eigenvalues",
-        marker=dict(size=8, color=np.where(ev.real >= 0, "#2166ac", "#b2182b"), line=dict(color="#333", width=0.5)),
-        hovertext=hover, hoverinfo="text", customdata=np.stack([ev.real, ev.imag], axis=1),
-    ))
+    fig = go.Figure(
+        go.Scatter(
+            x=x,
+            y=y,
+            mode="markers",
+            name="eigenvalues",
+            marker=dict(size=8, color=np.where(ev.real >= 0, "#2166ac", "#b2182b"), line=dict(color="#333", width=0.5)),
+            hovertext=hover,
+            hoverinfo="text",
+            customdata=np.stack([ev.real, ev.imag], axis=1),
+        )
+    )
     if scale == "log":  # circles at round |λ| = s·10^k so the log radius can be read
         for k in range(1, int(math.log10(top / s)) + 1):
-            rk = math.log10(1.0 + 10.0 ** k)
+            rk = math.log10(1.0 + 10.0**k)
             fig.add_shape(type="circle", x0=-rk, x1=rk, y0=-rk, y1=rk, line=dict(color="#ddd", width=1, dash="dot"))
-            fig.add_annotation(x=rk * 0.7071, y=rk * 0.7071, text=f"|λ|={fmt(s * 10.0 ** k)}", showarrow=False,
-                               font=dict(size=9, color="#888"), xanchor="left", yanchor="bottom")
+            fig.add_annotation(
+                x=rk * 0.7071,
+                y=rk * 0.7071,
+                text=f"|λ|={fmt(s * 10.0**k)}",
+                showarrow=False,
+                font=dict(size=9, color="#888"),
+                xanchor="left",
+                yanchor="bottom",
+            )
     fig.add_shape(type="line", x0=-r, x1=r, y0=0, y1=0, line=dict(color="#aaa", width=1))
     fig.add_shape(type="line", x0=0, x1=0, y0=-r, y1=r, line=dict(color="#aaa", width=1))
     fig.update_layout(
         title=f"Eigenvalues of {esc(label)}<br><sup>{ev.size} eigenvalues · {esc(_ratio_name(circuit))} = {score:.3f}"
-              f"{esc(scale_note)}</sup>",
+        f"{esc(scale_note)}</sup>",
         xaxis=dict(title=x_title, range=[-r, r], zeroline=False),
         yaxis=dict(title=y_title, range=[-r, r], scaleanchor="x", scaleratio=1, zeroline=False),
-        width=620, height=620, template="plotly_white", showlegend=False, meta=dict(scale=scale),
+        width=620,
+        height=620,
+        template="plotly_white",
+        showlegend=False,
+        meta=dict(scale=scale),
     )
     return fig
 
@@ -177,8 +215,11 @@ def _factors(circuit: Any) -> tuple[torch.Tensor, torch.Tensor]:
     else:
         A, B = torch.as_tensor(circuit), None
     if A.ndim != 2 or (B is not None and B.ndim != 2):
-        raise ShapeError(f"circuit must be 2-D (one head); got factors of shape {tuple(A.shape)}"
-                         + ("" if B is None else f" and {tuple(B.shape)}") + "; index one head first")
+        raise ShapeError(
+            f"circuit must be 2-D (one head); got factors of shape {tuple(A.shape)}"
+            + ("" if B is None else f" and {tuple(B.shape)}")
+            + "; index one head first"
+        )
     return A, B
 
 
@@ -193,7 +234,11 @@ def _ids(tokens: Any, n: int, name: str) -> list[int]:
 
 
 def top_token_values(
-    circuit: Any, tokens: Sequence[int], *, targets: Union[None, str, Sequence[int]] = None, k: int = 5,
+    circuit: Any,
+    tokens: Sequence[int],
+    *,
+    targets: Union[None, str, Sequence[int]] = None,
+    k: int = 5,
 ) -> tuple[list[int], list[int], np.ndarray, np.ndarray]:
     """(row ids, target ids, values [n_tokens, k], indices into target ids [n_tokens, k]): top-k per row.
 
@@ -271,17 +316,25 @@ def top_token_table(
     row_h = [_table_row_height([c[i] for c in cells], col_px, font_px=11) for i in range(len(rows))]
     head_h = _table_row_height(header, col_px, font_px=12)
     margin = dict(t=110 if caption else 90, b=20, l=20, r=20)
-    fig = go.Figure(go.Table(
-        columnwidth=col_px,
-        header=dict(values=header, fill_color="#e8eef7", align="left", font=dict(size=12), height=head_h),
-        cells=dict(values=cells, align="left", font=dict(size=11), height=24),
-    ))
-    scope = ("the chosen tokens" if targets is None
-             else ("the whole vocabulary" if targets == "all" else f"{len(cols)} tokens"))
+    fig = go.Figure(
+        go.Table(
+            columnwidth=col_px,
+            header=dict(values=header, fill_color="#e8eef7", align="left", font=dict(size=12), height=head_h),
+            cells=dict(values=cells, align="left", font=dict(size=11), height=24),
+        )
+    )
+    scope = (
+        "the chosen tokens"
+        if targets is None
+        else ("the whole vocabulary" if targets == "all" else f"{len(cols)} tokens")
+    )
     fig.update_layout(
         title=f"Top tokens: {esc(label or f'full {kind} circuit')}<br><sup>restricted to {esc(scope)}"
-              + (f"<br>{esc(caption)}" if caption else "") + "</sup>",
+        + (f"<br>{esc(caption)}" if caption else "")
+        + "</sup>",
         width=sum(col_px) + margin["l"] + margin["r"],
-        height=margin["t"] + margin["b"] + head_h + sum(row_h) + 8, margin=margin, template="plotly_white",
+        height=margin["t"] + margin["b"] + head_h + sum(row_h) + 8,
+        margin=margin,
+        template="plotly_white",
     )
     return fig

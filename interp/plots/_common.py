@@ -41,6 +41,7 @@ DIVERGING = "RdBu"
 #: Colours of the Q/K/V composition kinds (also used for their legend entries).
 KIND_COLOURS = {"Q": "#1f77b4", "K": "#d62728", "V": "#2ca02c"}
 
+
 def parse_head(label: Any) -> Optional[tuple[int, int]]:
     """``'L3.H5'`` (or a :class:`~interp.labels.Head`) -> (3, 5); any other label -> None."""
     if not isinstance(label, (str, Head)):
@@ -78,9 +79,7 @@ def require_attr(obj: Any, attrs: Sequence[str], *, name: str, expected: str) ->
     """Raise ArgumentError unless ``obj`` has every attribute in ``attrs`` (duck typing)."""
     missing = [a for a in attrs if not hasattr(obj, a)]
     if missing:
-        raise ArgumentError(
-            f"{name} is a {type(obj).__name__} without {missing}; expected {expected}"
-        )
+        raise ArgumentError(f"{name} is a {type(obj).__name__} without {missing}; expected {expected}")
 
 
 def check_index(value: Any, size: int, *, name: str, what: str) -> int:

@@ -74,8 +74,10 @@ def compact_figure(fig: go.Figure, key: str) -> str:
     ``key`` must be unique in the page (it names the div and the data block)."""
     w, h = fig.layout.width, fig.layout.height
     style = (f"width:{int(w)}px;max-width:100%;" if w else "") + f"height:{int(h) if h else 500}px"
-    return (f'<div class="interp-figure" id="interp-fig-{key}" data-spec="interp-spec-{key}" style="{style}"></div>'
-            f'<script type="application/gzip" id="interp-spec-{key}">{gzip_b64(fig.to_json().encode())}</script>')
+    return (
+        f'<div class="interp-figure" id="interp-fig-{key}" data-spec="interp-spec-{key}" style="{style}"></div>'
+        f'<script type="application/gzip" id="interp-spec-{key}">{gzip_b64(fig.to_json().encode())}</script>'
+    )
 
 
 def compact_status() -> str:
@@ -86,14 +88,13 @@ def compact_status() -> str:
 def compact_runtime() -> str:
     """plotly.js (compressed) and the script that draws every compact figure of the page; place it last."""
     loader = _LOADER.replace("CONFIG", json.dumps(_CONFIG))
-    return (f'<script type="application/gzip" id="interp-plotlyjs">{_plotlyjs_block()}</script>'
-            f"<script>{loader}</script>")
+    return f'<script type="application/gzip" id="interp-plotlyjs">{_plotlyjs_block()}</script><script>{loader}</script>'
 
 
 def compact_figures_html(figs: Sequence[go.Figure], *, title: str = "interp figures") -> str:
     """One self-contained page drawing ``figs`` from gzip-compressed plotly.js and figure JSON."""
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title></head><body>\n{compact_status()}\n"
         + "\n".join(compact_figure(fig, str(i)) for i, fig in enumerate(figs))
         + f"\n{compact_runtime()}\n</body></html>\n"

@@ -29,8 +29,12 @@ def decomposition_table(decomposition: Any, *, prompt: int = 0, pos: Any = -1) -
     """Per-term ``projection`` and ``norm`` at (prompt, pos) — ``pos="mean"``: averaged over the prompt's
     real tokens (``pos`` is then reported as −1) — the terms themselves [n_terms, k] and the total's
     norm (float64)."""
-    require_attr(decomposition, ("labels", "contributions", "total"), name="decomposition",
-                 expected="an interp Decomposition (from ResidualTrace.decompose)")
+    require_attr(
+        decomposition,
+        ("labels", "contributions", "total"),
+        name="decomposition",
+        expected="an interp Decomposition (from ResidualTrace.decompose)",
+    )
     c = as_numpy(decomposition.contributions, name="decomposition.contributions", ndim=4)
     t = as_numpy(decomposition.total, name="decomposition.total", ndim=3)
     n_terms, n_b, n_p, _ = c.shape
@@ -48,9 +52,15 @@ def decomposition_table(decomposition: Any, *, prompt: int = 0, pos: Any = -1) -
         cv, tv = c[:, b, p], t[b, p]
     tnorm = float(np.linalg.norm(tv))
     proj = cv @ tv / max(tnorm, 1e-30)
-    return {"labels": np.array(decomposition.labels, dtype=object), "projection": proj,
-            "norm": np.linalg.norm(cv, axis=-1), "terms": cv, "total_norm": np.array(tnorm), "prompt": np.array(b),
-            "pos": np.array(p)}
+    return {
+        "labels": np.array(decomposition.labels, dtype=object),
+        "projection": proj,
+        "norm": np.linalg.norm(cv, axis=-1),
+        "terms": cv,
+        "total_norm": np.array(tnorm),
+        "prompt": np.array(b),
+        "pos": np.array(p),
+    }
 
 
 def decomposition_figure(decomposition: Any, *, prompt: int = 0, pos: Any = -1, k: int = 20) -> go.Figure:
@@ -79,27 +89,48 @@ def decomposition_figure(decomposition: Any, *, prompt: int = 0, pos: Any = -1, 
     else:
         tok = quoted(str_tokens[b][p]) if str_tokens else f"#{p}"  # quoted + escaped
         where = f"token {tok} (pos {p})"
-    hover = [f"term <b>{esc(n)}</b><br>projection on total: {fmt(v)}<br>norm: {fmt(m)}<br>"
-             f"read: {esc(point)} at {where}, prompt {b}"
-             for n, v, m in zip(names, vals, norms)]
+    hover = [
+        f"term <b>{esc(n)}</b><br>projection on total: {fmt(v)}<br>norm: {fmt(m)}<br>"
+        f"read: {esc(point)} at {where}, prompt {b}"
+        for n, v, m in zip(names, vals, norms)
+    ]
     y = names[::-1]  # largest at the top
     fig = go.Figure()
-    fig.add_trace(go.Bar(
-        name="projection on total", y=y, x=vals[::-1], orientation="h",
-        marker_color=["#2166ac" if v >= 0 else "#b2182b" for v in vals[::-1]],
-        hovertext=hover[::-1], hoverinfo="text",
-    ))
-    fig.add_trace(go.Scatter(
-        name="norm", y=y, x=norms[::-1], mode="markers", marker=dict(symbol="diamond", color="#444", size=7),
-        hovertext=hover[::-1], hoverinfo="text",
-    ))
+    fig.add_trace(
+        go.Bar(
+            name="projection on total",
+            y=y,
+            x=vals[::-1],
+            orientation="h",
+            marker_color=["#2166ac" if v >= 0 else "#b2182b" for v in vals[::-1]],
+            hovertext=hover[::-1],
+            hoverinfo="text",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            name="norm",
+            y=y,
+            x=norms[::-1],
+            mode="markers",
+            marker=dict(symbol="diamond", color="#444", size=7),
+            hovertext=hover[::-1],
+            hoverinfo="text",
+        )
+    )
     ce = getattr(decomposition, "closure_error", float("nan"))
     fig.update_layout(
-        title=(f"{esc(point)} at {where}: top {min(k, len(labels))} of {len(labels)} writes"
-               f"<br><sup>bars sum to ‖total‖ = {fmt(float(tab['total_norm']))}; "
-               f"{closure_text(ce, getattr(decomposition, 'relative_error', None))}</sup>"),
-        xaxis_title="projection on the total (bars) / norm (diamonds)", yaxis_title="write",
-        width=900, height=max(380, 26 * len(y) + 140), template="plotly_white", barmode="overlay",
+        title=(
+            f"{esc(point)} at {where}: top {min(k, len(labels))} of {len(labels)} writes"
+            f"<br><sup>bars sum to ‖total‖ = {fmt(float(tab['total_norm']))}; "
+            f"{closure_text(ce, getattr(decomposition, 'relative_error', None))}</sup>"
+        ),
+        xaxis_title="projection on the total (bars) / norm (diamonds)",
+        yaxis_title="write",
+        width=900,
+        height=max(380, 26 * len(y) + 140),
+        template="plotly_white",
+        barmode="overlay",
         legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1),
     )
     return fig

@@ -94,8 +94,14 @@ def find_browser(browser_path: Optional[Union[str, Path]] = None) -> str:
         found = Chromium.find_browser(skip_local=False)
     except Exception:  # noqa: BLE001 - discovery is best effort; fall back to PATH below
         found = None
-    found = found or next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome",
-                                                      "google-chrome-stable", "chrome") if shutil.which(n)), None)
+    found = found or next(
+        (
+            shutil.which(n)
+            for n in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+            if shutil.which(n)
+        ),
+        None,
+    )
     if not found:
         raise ExportError(f"no Chrome or Chromium found for static export (.png/.svg/.pdf); {_INSTALL_HINT}")
     return str(found)
@@ -230,8 +236,9 @@ def _check_target(path: Union[str, Path]) -> tuple[Path, str]:
     p = Path(path).expanduser()
     suffix = p.suffix.lower()
     if suffix not in SUFFIXES:
-        raise ArgumentError(f"path={str(path)!r} has suffix {p.suffix or '(none)'!r}; "
-                            f"allowed suffixes: {list(SUFFIXES)}")
+        raise ArgumentError(
+            f"path={str(path)!r} has suffix {p.suffix or '(none)'!r}; allowed suffixes: {list(SUFFIXES)}"
+        )
     if p.is_dir():
         raise ExportError(f"path={str(path)!r} is a directory; give a file name ending in {suffix}")
     parent = p.parent if str(p.parent) else Path(".")
@@ -243,8 +250,9 @@ def _check_target(path: Union[str, Path]) -> tuple[Path, str]:
 
 def figure_html(fig: go.Figure) -> str:
     """A self-contained HTML page for ``fig`` (plotly.js inlined, no MathJax, no CDN)."""
-    return fig.to_html(include_plotlyjs=True, include_mathjax=False, full_html=True,
-                       config={"displaylogo": False, "responsive": True})
+    return fig.to_html(
+        include_plotlyjs=True, include_mathjax=False, full_html=True, config={"displaylogo": False, "responsive": True}
+    )
 
 
 def figures_html(figs: list[go.Figure], *, title: str = "interp figures") -> str:
@@ -252,11 +260,15 @@ def figures_html(figs: list[go.Figure], *, title: str = "interp figures") -> str
     import html as _html
 
     config = {"displaylogo": False, "responsive": True}
-    divs = [fig.to_html(include_plotlyjs=(i == 0), include_mathjax=False, full_html=False, config=config)
-            for i, fig in enumerate(figs)]
+    divs = [
+        fig.to_html(include_plotlyjs=(i == 0), include_mathjax=False, full_html=False, config=config)
+        for i, fig in enumerate(figs)
+    ]
     body = "\n".join(f'<div class="interp-figure">{d}</div>' for d in divs)
-    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{_html.escape(title)}</title></head>"
-            f"<body>\n{body}\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{_html.escape(title)}</title></head>'
+        f"<body>\n{body}\n</body></html>\n"
+    )
 
 
 def _size(fig: go.Figure, width: Optional[int], height: Optional[int]) -> tuple[int, int]:
@@ -294,8 +306,9 @@ def export(
     check_bool("compact", compact)
     if callable(getattr(figure_or_result, "to_html_page", None)) and not isinstance(figure_or_result, go.Figure):
         if suffix != ".html":
-            raise ArgumentError(f"path={str(path)!r}: a {type(figure_or_result).__name__} is an HTML view; "
-                                "export it to .html")
+            raise ArgumentError(
+                f"path={str(path)!r}: a {type(figure_or_result).__name__} is an HTML view; export it to .html"
+            )
         write_atomic(p, figure_or_result.to_html_page().encode())
         return p
     if isinstance(figure_or_result, (list, tuple)):
@@ -308,8 +321,10 @@ def export(
         elif suffix == ".json":
             write_atomic(p, ("[" + ",".join(f.to_json() for f in figs) + "]").encode())
         else:
-            raise ArgumentError(f"path={str(path)!r}: a list of {len(figs)} figures exports to .html (one page) or "
-                                f".json; export each figure to {suffix} separately")
+            raise ArgumentError(
+                f"path={str(path)!r}: a list of {len(figs)} figures exports to .html (one page) or "
+                f".json; export each figure to {suffix} separately"
+            )
         return p
     if suffix == ".json" and callable(getattr(figure_or_result, "to_json_dict", None)):
         payload = figure_or_result.to_json_dict()
@@ -327,13 +342,17 @@ def export(
             raise ArgumentError(f"scale={scale!r} must be a number in (0, 10]")
         w, h = _size(fig, width, height)
         if w * h * scale * scale > MAX_STATIC_PIXELS:
-            raise ExportError(f"figure of {w}×{h} px at scale {scale} is too large for static export "
-                              f"(limit {MAX_STATIC_PIXELS / 1e6:.0f} Mpx); export to .html instead or make it smaller")
+            raise ExportError(
+                f"figure of {w}×{h} px at scale {scale} is too large for static export "
+                f"(limit {MAX_STATIC_PIXELS / 1e6:.0f} Mpx); export to .html instead or make it smaller"
+            )
         n_bytes = len(fig.to_json())
         if n_bytes > MAX_STATIC_JSON_BYTES:
-            raise ExportError(f"figure holds {n_bytes / 1e6:.0f} MB of data, too large for static {suffix} export "
-                              f"(limit {MAX_STATIC_JSON_BYTES / 1e6:.0f} MB); export to .html instead or plot fewer "
-                              "points")
+            raise ExportError(
+                f"figure holds {n_bytes / 1e6:.0f} MB of data, too large for static {suffix} export "
+                f"(limit {MAX_STATIC_JSON_BYTES / 1e6:.0f} MB); export to .html instead or plot fewer "
+                "points"
+            )
         ex = exporter if exporter is not None else _shared_exporter()
         data = ex.render(fig, suffix[1:], width=w, height=h, scale=scale)
         write_atomic(p, data)

@@ -22,29 +22,71 @@ def graph_faithfulness_figure(curve: Any, *, width: int = 760, height: int = 440
     ``n_features``, ``n_errors``, ``n_features_total``, ``n_errors_total``, ``full``, ``empty``, ``cpr``, ``cmd``,
     ``ablation``, ``target``, ``model_name``) against the node threshold, with the fraction of nodes kept (right
     axis); hover gives each point's metric and node counts."""
-    require_attr(curve, ("thresholds", "faithfulness", "values", "n_features", "n_errors", "n_features_total",
-                         "n_errors_total", "full", "empty", "cpr", "cmd", "ablation", "target", "model_name"),
-                 name="curve", expected="a GraphFaithfulness (AttributionGraph.faithfulness)")
+    require_attr(
+        curve,
+        (
+            "thresholds",
+            "faithfulness",
+            "values",
+            "n_features",
+            "n_errors",
+            "n_features_total",
+            "n_errors_total",
+            "full",
+            "empty",
+            "cpr",
+            "cmd",
+            "ablation",
+            "target",
+            "model_name",
+        ),
+        name="curve",
+        expected="a GraphFaithfulness (AttributionGraph.faithfulness)",
+    )
     ts = [float(t) for t in curve.thresholds]
     f = curve.faithfulness.double().cpu().tolist()
     v = curve.values.double().cpu().tolist()
     nf, ne = curve.n_features.cpu().tolist(), curve.n_errors.cpu().tolist()
     total = max(int(curve.n_features_total) + int(curve.n_errors_total), 1)
     frac = [(a + b) / total for a, b in zip(nf, ne)]
-    hover = [f"node threshold {t:g}<br>faithfulness {fi:.3f}<br>metric {vi:.4g} (full {curve.full:.4g}, none "
-             f"{curve.empty:.4g})<br>{a} of {curve.n_features_total} features, {b} of {curve.n_errors_total} error "
-             f"nodes kept" for t, fi, vi, a, b in zip(ts, f, v, nf, ne)]
+    hover = [
+        f"node threshold {t:g}<br>faithfulness {fi:.3f}<br>metric {vi:.4g} (full {curve.full:.4g}, none "
+        f"{curve.empty:.4g})<br>{a} of {curve.n_features_total} features, {b} of {curve.n_errors_total} error "
+        f"nodes kept"
+        for t, fi, vi, a, b in zip(ts, f, v, nf, ne)
+    ]
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=ts, y=f, mode="lines+markers", name=f"faithfulness ({curve.ablation} ablation)",
-                             text=hover, hovertemplate="%{text}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=ts, y=frac, mode="lines", name="fraction of nodes kept", yaxis="y2",
-                             line={"dash": "dash", "color": "grey"}, hoverinfo="skip"))
+    fig.add_trace(
+        go.Scatter(
+            x=ts,
+            y=f,
+            mode="lines+markers",
+            name=f"faithfulness ({curve.ablation} ablation)",
+            text=hover,
+            hovertemplate="%{text}<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=ts,
+            y=frac,
+            mode="lines",
+            name="fraction of nodes kept",
+            yaxis="y2",
+            line={"dash": "dash", "color": "grey"},
+            hoverinfo="skip",
+        )
+    )
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
     fig.add_hline(y=0.0, line_dash="dot", line_color="lightgrey")
     fig.update_layout(
         title=f"faithfulness of the pruned graph — {curve.model_name}, {curve.target}: CPR {curve.cpr:.3f}, "
-              f"CMD {curve.cmd:.3f}",
-        xaxis_title="node threshold (fraction of influence kept)", yaxis_title="faithfulness",
+        f"CMD {curve.cmd:.3f}",
+        xaxis_title="node threshold (fraction of influence kept)",
+        yaxis_title="faithfulness",
         yaxis2={"title": "fraction of nodes kept", "overlaying": "y", "side": "right", "range": [0, 1.05]},
-        width=width, height=height, legend={"x": 0.01, "y": 0.99})
+        width=width,
+        height=height,
+        legend={"x": 0.01, "y": 0.99},
+    )
     return fig

@@ -242,29 +242,33 @@ class FeatureGraphView:
         d = dict(self.payload, id=uid)
         css = _CSS.replace("#ID", f"#{uid}")
         n_ranked, n_edges = d["n_ranked"], len(d["edges"])
-        return (f'<div id="{uid}" class="interp-feature-graph"><style>{css}</style>'
-                f'<div class="fg-title"><b>{html.escape(self.title)}</b></div>'
-                '<div class="fg-controls">'
-                f'<label>feature / error nodes: <input class="fg-nodes" type="range" min="1" max="{max(n_ranked, 1)}" '
-                f'value="{d["default_nodes"]}"> <span class="fg-nodes-n"></span></label>'
-                f'<label>edges: <input class="fg-edges" type="range" min="0" max="{n_edges}" '
-                f'value="{d["default_edges"]}">'
-                ' <span class="fg-edges-n"></span></label>'
-                '<span class="fg-muted"><span style="color:#1f77b4">●</span> feature '
-                '<span style="color:#7f7f7f">■</span> error node <span style="color:#2ca02c">●</span> token '
-                '<span style="color:#d62728">●</span> output · edges: <span style="color:#1f77b4">+</span> / '
-                '<span style="color:#d62728">−</span>, width ∝ |weight|</span></div>'
-                '<div class="fg-main"><div class="fg-canvas-wrap"><canvas></canvas></div>'
-                '<div class="fg-info"></div></div>'
-                f"</div><script>{_JS.replace('DATA', _script_json(d), 1)}</script>")
+        return (
+            f'<div id="{uid}" class="interp-feature-graph"><style>{css}</style>'
+            f'<div class="fg-title"><b>{html.escape(self.title)}</b></div>'
+            '<div class="fg-controls">'
+            f'<label>feature / error nodes: <input class="fg-nodes" type="range" min="1" max="{max(n_ranked, 1)}" '
+            f'value="{d["default_nodes"]}"> <span class="fg-nodes-n"></span></label>'
+            f'<label>edges: <input class="fg-edges" type="range" min="0" max="{n_edges}" '
+            f'value="{d["default_edges"]}">'
+            ' <span class="fg-edges-n"></span></label>'
+            '<span class="fg-muted"><span style="color:#1f77b4">●</span> feature '
+            '<span style="color:#7f7f7f">■</span> error node <span style="color:#2ca02c">●</span> token '
+            '<span style="color:#d62728">●</span> output · edges: <span style="color:#1f77b4">+</span> / '
+            '<span style="color:#d62728">−</span>, width ∝ |weight|</span></div>'
+            '<div class="fg-main"><div class="fg-canvas-wrap"><canvas></canvas></div>'
+            '<div class="fg-info"></div></div>'
+            f"</div><script>{_JS.replace('DATA', _script_json(d), 1)}</script>"
+        )
 
     def _repr_html_(self) -> str:
         return self.to_html()
 
     def to_html_page(self) -> str:
         """A whole HTML page holding the viewer."""
-        return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                f"<title>{html.escape(self.title)}</title></head><body>\n{self.to_html()}\n</body></html>\n")
+        return (
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f"<title>{html.escape(self.title)}</title></head><body>\n{self.to_html()}\n</body></html>\n"
+        )
 
 
 def feature_graph_view(
@@ -286,8 +290,9 @@ def feature_graph_view(
     for name, v in (("max_edges", max_edges), ("nodes", nodes), ("edges", edges), ("row_height", row_height)):
         check_positive_int(name, v)
     if contexts is not None and not isinstance(contexts, Mapping):
-        raise ArgumentError(f"contexts must be a mapping from a feature label to a list of strings, got "
-                            f"{type(contexts).__name__}")
+        raise ArgumentError(
+            f"contexts must be a mapping from a feature label to a list of strings, got {type(contexts).__name__}"
+        )
     A = graph.adjacency.double()
     N = A.shape[0]
     labels, kinds = list(graph.node_labels), list(graph.node_kind)
@@ -305,10 +310,13 @@ def feature_graph_view(
     absA = A.abs()
     ins_v, ins_i = absA.topk(k, dim=1)
     outs_v, outs_i = absA.topk(k, dim=0)
-    ins = [[[labels[j], _num(A[i, j])] for v, j in zip(ins_v[i].tolist(), ins_i[i].tolist()) if v > 0]
-           for i in range(N)]
-    outs = [[[labels[j], _num(A[j, i])] for v, j in zip(outs_v[:, i].tolist(), outs_i[:, i].tolist()) if v > 0]
-            for i in range(N)]
+    ins = [
+        [[labels[j], _num(A[i, j])] for v, j in zip(ins_v[i].tolist(), ins_i[i].tolist()) if v > 0] for i in range(N)
+    ]
+    outs = [
+        [[labels[j], _num(A[j, i])] for v, j in zip(outs_v[:, i].tolist(), outs_i[:, i].tolist()) if v > 0]
+        for i in range(N)
+    ]
     effects: list[list] = [[] for _ in range(N)]
     if getattr(graph, "logit_effect_ids", None) is not None:
         strs = graph.logit_effect_strs
@@ -329,13 +337,27 @@ def feature_graph_view(
         cell.setdefault(f"{graph.node_layer[i]},{graph.node_pos[i]}", []).append(i)
     toks = graph.token_strs if getattr(graph, "token_strs", None) is not None else [str(x) for x in graph.tokens]
     payload = {
-        "label": labels, "kind": kinds, "layer": list(graph.node_layer), "pos": list(graph.node_pos),
-        "act": [_num(x) for x in graph.activation.tolist()], "value": [_num(x) for x in graph.value.tolist()],
-        "infl": [_num(x) for x in infl.tolist()], "rank": rank, "n_ranked": len(order),
-        "edges": edge_list, "n_edges_total": int(len(w)), "ins": ins, "outs": outs, "effects": effects,
+        "label": labels,
+        "kind": kinds,
+        "layer": list(graph.node_layer),
+        "pos": list(graph.node_pos),
+        "act": [_num(x) for x in graph.activation.tolist()],
+        "value": [_num(x) for x in graph.value.tolist()],
+        "infl": [_num(x) for x in infl.tolist()],
+        "rank": rank,
+        "n_ranked": len(order),
+        "edges": edge_list,
+        "n_edges_total": int(len(w)),
+        "ins": ins,
+        "outs": outs,
+        "effects": effects,
         "no_effects": getattr(graph, "logit_effect_ids", None) is None,
-        "contexts": ctx, "cell": cell, "tokens": [repr(x) for x in toks], "n_layers": int(graph.n_layers),
-        "default_nodes": min(nodes, max(len(order), 1)), "default_edges": min(edges, len(edge_list)),
+        "contexts": ctx,
+        "cell": cell,
+        "tokens": [repr(x) for x in toks],
+        "n_layers": int(graph.n_layers),
+        "default_nodes": min(nodes, max(len(order), 1)),
+        "default_edges": min(edges, len(edge_list)),
         "row_height": row_height,
     }
     title = f"attribution graph of {graph.target} ({graph.model_name}): {N} nodes, {int(len(w))} edges"

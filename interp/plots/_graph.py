@@ -31,9 +31,13 @@ def composition_graph_figure(graph: Any) -> go.Figure:
     """The circuit diagram of a :class:`interp.circuits.CompositionGraph`: heads at (layer, head), one
     curved line per edge (width and opacity grow with the score; Q, K and V each have their colour,
     dash and bend, so edges between the same two heads stay apart)."""
-    require_attr(graph, ("nodes", "edges", "meta", "threshold", "max_edges", "n_heads", "node_value_name", "title"),
-                 name="graph", expected="a CompositionGraph (interp.circuits.composition_edges(scores, ...)); "
-                 "plots draws graphs, it does not select edges")
+    require_attr(
+        graph,
+        ("nodes", "edges", "meta", "threshold", "max_edges", "n_heads", "node_value_name", "title"),
+        name="graph",
+        expected="a CompositionGraph (interp.circuits.composition_edges(scores, ...)); "
+        "plots draws graphs, it does not select edges",
+    )
     fig = go.Figure()
     pos = {n["label"]: (n["layer"], n["head"]) for n in graph.nodes}
     kinds = list(dict.fromkeys([*graph.meta.get("kinds", []), *(e["kind"] for e in graph.edges)]))
@@ -50,40 +54,77 @@ def composition_graph_figure(graph: Any) -> go.Figure:
             w = (e["score"] - lo) / span  # 0..1
             bend = _BEND.get(kind, 0.2 * (ki + 1))
             cx, cy = (x0 + x1) / 2, (y0 + y1) / 2 + bend * max(1.0, abs(x1 - x0) ** 0.5)
-            xs = (1 - t) ** 2 * x0 + 2 * (1 - t) * t * cx + t ** 2 * x1  # quadratic Bézier
-            ys = (1 - t) ** 2 * y0 + 2 * (1 - t) * t * cy + t ** 2 * y1
+            xs = (1 - t) ** 2 * x0 + 2 * (1 - t) * t * cx + t**2 * x1  # quadratic Bézier
+            ys = (1 - t) ** 2 * y0 + 2 * (1 - t) * t * cy + t**2 * y1
             hov = f"<b>{kind}</b>-composition {esc(e['src'])} → {esc(e['dst'])}<br>score {fmt(e['score'])}"
-            fig.add_trace(go.Scatter(
-                x=xs, y=ys, mode="lines", line=dict(color=colour, width=1 + 5 * w, dash=_DASH.get(kind, "solid")),
-                opacity=0.35 + 0.6 * w, hoverinfo="skip", legendgroup=kind, showlegend=first,
-                name=f"{kind}-composition" if kind in KIND_COLOURS else kind,
-            ))
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    mode="lines",
+                    line=dict(color=colour, width=1 + 5 * w, dash=_DASH.get(kind, "solid")),
+                    opacity=0.35 + 0.6 * w,
+                    hoverinfo="skip",
+                    legendgroup=kind,
+                    showlegend=first,
+                    name=f"{kind}-composition" if kind in KIND_COLOURS else kind,
+                )
+            )
             first = False
             mid_x.append(float(xs[8]))
             mid_y.append(float(ys[8]))
             mid_h.append(hov)
         if mid_x:  # hover targets on the edges' midpoints
-            fig.add_trace(go.Scatter(x=mid_x, y=mid_y, mode="markers", marker=dict(size=9, color=colour, opacity=0.0),
-                                     hovertext=mid_h, hoverinfo="text", legendgroup=kind, showlegend=False,
-                                     name=f"{kind} edges"))
+            fig.add_trace(
+                go.Scatter(
+                    x=mid_x,
+                    y=mid_y,
+                    mode="markers",
+                    marker=dict(size=9, color=colour, opacity=0.0),
+                    hovertext=mid_h,
+                    hoverinfo="text",
+                    legendgroup=kind,
+                    showlegend=False,
+                    name=f"{kind} edges",
+                )
+            )
     if graph.nodes:
         vals = [n.get("value") for n in graph.nodes]
         has_vals = any(v is not None for v in vals)
-        hover = [f"head <b>{esc(n['label'])}</b>" + (f"<br>{esc(graph.node_value_name)}: {fmt(n['value'])}"
-                                                     if n.get("value") is not None else "") for n in graph.nodes]
+        hover = [
+            f"head <b>{esc(n['label'])}</b>"
+            + (f"<br>{esc(graph.node_value_name)}: {fmt(n['value'])}" if n.get("value") is not None else "")
+            for n in graph.nodes
+        ]
         marker: dict[str, Any] = dict(size=18, line=dict(color="#333", width=1))
         if has_vals:
             z = np.array([np.nan if v is None else v for v in vals], dtype=float)
             zmax = float(np.nanmax(np.abs(z))) or 1.0
-            marker.update(color=np.nan_to_num(z, nan=0.0), colorscale=DIVERGING, cmid=0.0, cmin=-zmax, cmax=zmax,
-                          colorbar=dict(title=graph.node_value_name, x=1.02))
+            marker.update(
+                color=np.nan_to_num(z, nan=0.0),
+                colorscale=DIVERGING,
+                cmid=0.0,
+                cmin=-zmax,
+                cmax=zmax,
+                colorbar=dict(title=graph.node_value_name, x=1.02),
+            )
         else:
             marker.update(color="#dddddd")
-        fig.add_trace(go.Scatter(
-            x=[n["layer"] for n in graph.nodes], y=[n["head"] for n in graph.nodes], mode="markers+text",
-            text=[n["label"] for n in graph.nodes], textposition="top center", textfont=dict(size=10),
-            marker=marker, hovertext=hover, hoverinfo="text", name="heads", showlegend=False,
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=[n["layer"] for n in graph.nodes],
+                y=[n["head"] for n in graph.nodes],
+                mode="markers+text",
+                text=[n["label"] for n in graph.nodes],
+                textposition="top center",
+                textfont=dict(size=10),
+                marker=marker,
+                hovertext=hover,
+                hoverinfo="text",
+                name="heads",
+                showlegend=False,
+            )
+        )
     layers = sorted({n["layer"] for n in graph.nodes})
     sub = []
     if graph.threshold is not None:
@@ -95,7 +136,9 @@ def composition_graph_figure(graph: Any) -> go.Figure:
         title=f"{esc(graph.title)}<br><sup>{' · '.join(sub)}</sup>",
         xaxis=dict(title="layer", tickmode="array", tickvals=layers, zeroline=False),
         yaxis=dict(title="head", autorange="reversed", zeroline=False, dtick=1 if graph.n_heads <= 20 else None),
-        width=1000, height=max(450, 40 * (graph.n_heads or 1) + 200), template="plotly_white",
+        width=1000,
+        height=max(450, 40 * (graph.n_heads or 1) + 200),
+        template="plotly_white",
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),
     )
     return fig

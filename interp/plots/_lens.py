@@ -27,8 +27,12 @@ def logit_lens_figure(lens: Any, *, prompt: int = 0, value: str = "auto", max_te
     Cell text is the top token (shortened to ``max_text`` characters); hover gives the point, position,
     input token, top tokens with their probabilities, and the target's readout.
     """
-    require_attr(lens, ("labels", "top_tokens", "top_logits", "top_probs", "positions", "attention_mask"),
-                 name="lens", expected="an interp LogitLens (from interp.logit_lens)")
+    require_attr(
+        lens,
+        ("labels", "top_tokens", "top_logits", "top_probs", "positions", "attention_mask"),
+        name="lens",
+        expected="an interp LogitLens (from interp.logit_lens)",
+    )
     if value not in ("auto", "top", "target"):
         raise ArgumentError(f"value={value!r} must be 'auto', 'top' or 'target'")
     target_values = getattr(lens, "target_values", None)
@@ -47,14 +51,22 @@ def logit_lens_figure(lens: Any, *, prompt: int = 0, value: str = "auto", max_te
     if not cols:
         raise ArgumentError(f"prompt {b} has no real tokens among the kept positions")
     decoded = getattr(lens, "decoded", {}) or {}
-    name = (lambda t: decoded.get(str(int(t)), f"#{int(t)}"))
+    name = lambda t: decoded.get(str(int(t)), f"#{int(t)}")
     str_tokens = getattr(lens, "str_tokens", None)
     ids = as_numpy(lens.tokens, name="lens.tokens", ndim=2, dtype=np.int64)[b] if hasattr(lens, "tokens") else None
-    in_tok = [(str_tokens[b][int(positions[s])] if str_tokens else f"#{int(ids[positions[s]])}" if ids is not None
-               else str(int(positions[s]))) for s in cols]
+    in_tok = [
+        (
+            str_tokens[b][int(positions[s])]
+            if str_tokens
+            else f"#{int(ids[positions[s]])}"
+            if ids is not None
+            else str(int(positions[s]))
+        )
+        for s in cols
+    ]
     x = [f"{int(positions[s])}:{token_label(t)}" for s, t in zip(cols, in_tok)]
     y = list(lens.labels)
-    short = (lambda s: s if len(s) <= max_text else s[: max_text - 1] + "…")
+    short = lambda s: s if len(s) <= max_text else s[: max_text - 1] + "…"
     text = [[esc(short(token_label(name(tokens[i, b, s, 0])))) for s in cols] for i in range(P)]
     tv = None if target_values is None else as_numpy(target_values, name="lens.target_values", ndim=3)[:, b]
     target = str(getattr(lens, "target", "") or "")
@@ -62,32 +74,57 @@ def logit_lens_figure(lens: Any, *, prompt: int = 0, value: str = "auto", max_te
     for i in range(P):
         row = []
         for s, tok in zip(cols, in_tok):
-            tops = "<br>".join(f"{quoted(name(tokens[i, b, s, j]))}: p={fmt(probs[i, s, j], 3)}, "
-                               f"logit={fmt(logits[i, s, j])}" for j in range(k))
+            tops = "<br>".join(
+                f"{quoted(name(tokens[i, b, s, j]))}: p={fmt(probs[i, s, j], 3)}, logit={fmt(logits[i, s, j])}"
+                for j in range(k)
+            )
             extra = f"<br>{esc(target)} = {fmt(tv[i, s])}" if tv is not None else ""
             row.append(f"<b>{esc(y[i])}</b><br>pos {int(positions[s])} {quoted(tok)}<br>{tops}{extra}")
         hover.append(row)
     if value == "target" and tv is not None:  # (value "target" was refused above for a lens without one)
         z = tv[:, cols]
         zmax = float(np.nanmax(np.abs(z))) or 1.0
-        heat = go.Heatmap(z=z, x=x, y=y, colorscale=DIVERGING, zmid=0.0, zmin=-zmax, zmax=zmax, text=text,
-                          texttemplate="%{text}", hovertext=hover, hoverinfo="text",
-                          colorbar=dict(title="readout"))
+        heat = go.Heatmap(
+            z=z,
+            x=x,
+            y=y,
+            colorscale=DIVERGING,
+            zmid=0.0,
+            zmin=-zmax,
+            zmax=zmax,
+            text=text,
+            texttemplate="%{text}",
+            hovertext=hover,
+            hoverinfo="text",
+            colorbar=dict(title="readout"),
+        )
         what = esc(target)
     else:
         z = probs[:, cols, 0]
-        heat = go.Heatmap(z=z, x=x, y=y, colorscale="Blues", zmin=0.0, zmax=1.0, text=text, texttemplate="%{text}",
-                          hovertext=hover, hoverinfo="text", colorbar=dict(title="p(top)"))
+        heat = go.Heatmap(
+            z=z,
+            x=x,
+            y=y,
+            colorscale="Blues",
+            zmin=0.0,
+            zmax=1.0,
+            text=text,
+            texttemplate="%{text}",
+            hovertext=hover,
+            hoverinfo="text",
+            colorbar=dict(title="p(top)"),
+        )
         what = "top token and its probability"
     fig = go.Figure(heat)
     scale = getattr(lens, "scale", "")
     err = getattr(lens, "closure_error", None)
     fig.update_layout(
         title=f"logit lens ({esc(scale)} final-norm scale): {what}, prompt {b}"
-              + (f"<br><sub>last point vs the model's logits: max |Δ| = {fmt(err, 3)}</sub>"
-                 if err is not None else ""),
-        width=max(520, 90 + 70 * len(cols)), height=max(360, 140 + 22 * P),
-        xaxis_title="position", yaxis_title="resid point",
+        + (f"<br><sub>last point vs the model's logits: max |Δ| = {fmt(err, 3)}</sub>" if err is not None else ""),
+        width=max(520, 90 + 70 * len(cols)),
+        height=max(360, 140 + 22 * P),
+        xaxis_title="position",
+        yaxis_title="resid point",
     )
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(type="category")

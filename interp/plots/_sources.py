@@ -20,21 +20,35 @@ import plotly.graph_objects as go
 from interp.errors import ArgumentError
 from interp.labels import Head, HeadSource, parse
 from interp.plots._attribution import _context
-from interp.plots._common import DIVERGING, as_numpy, check_index, closure_text, esc, fmt, quoted, require_attr, \
-    unique_token_labels
+from interp.plots._common import (
+    DIVERGING,
+    as_numpy,
+    check_index,
+    closure_text,
+    esc,
+    fmt,
+    quoted,
+    require_attr,
+    unique_token_labels,
+)
 
 __all__ = ["head_source_heatmap", "source_ov_figure"]
 
 
-def head_source_heatmap(attribution: Any, *, prompt: int = 0, heads: Optional[Sequence[Any]] = None,
-                        k: int = 12) -> go.Figure:
+def head_source_heatmap(
+    attribution: Any, *, prompt: int = 0, heads: Optional[Sequence[Any]] = None, k: int = 12
+) -> go.Figure:
     """Heads (rows) × source tokens of prompt ``prompt`` (columns): each head's per-source terms.
 
     ``heads``: labels such as ``"L3.H5"`` (or ``Head`` objects) to show; default the ``k`` heads whose
     whole term (Σ over sources) is largest in magnitude for this prompt. Row labels carry that sum.
     """
-    require_attr(attribution, ("values", "labels"), name="attribution",
-                 expected="an attribution with unit='head_source' (terms labelled like 'L3.H5[src=4]')")
+    require_attr(
+        attribution,
+        ("values", "labels"),
+        name="attribution",
+        expected="an attribution with unit='head_source' (terms labelled like 'L3.H5[src=4]')",
+    )
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ArgumentError(f"k={k!r} must be a positive int")
     v = as_numpy(attribution.values, name="attribution.values")
@@ -64,12 +78,29 @@ def head_source_heatmap(attribution: Any, *, prompt: int = 0, heads: Optional[Se
     xs = unique_token_labels(toks) if toks else [str(s) for s in range(n_src)]
     ys = [f"{Head(l, h)} (Σ {fmt(sums[(l, h)], 3)})" for l, h in chosen]
     target, where = _context(attribution, i)
-    hover = [[f"term <b>{HeadSource(l, h, s)}</b><br>source {quoted(toks[s]) if toks else s} (pos {s})<br>"
-              f"value: {fmt(z[r, s])}<br>head total: {fmt(sums[(l, h)])}<br>{esc(target)}"
-              for s in range(n_src)] for r, (l, h) in enumerate(chosen)]
+    hover = [
+        [
+            f"term <b>{HeadSource(l, h, s)}</b><br>source {quoted(toks[s]) if toks else s} (pos {s})<br>"
+            f"value: {fmt(z[r, s])}<br>head total: {fmt(sums[(l, h)])}<br>{esc(target)}"
+            for s in range(n_src)
+        ]
+        for r, (l, h) in enumerate(chosen)
+    ]
     zmax = float(np.abs(z).max()) or 1.0
-    fig = go.Figure(go.Heatmap(z=z, x=xs, y=ys, colorscale=DIVERGING, zmid=0.0, zmin=-zmax, zmax=zmax,
-                               hovertext=hover, hoverinfo="text", colorbar=dict(title="term")))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=xs,
+            y=ys,
+            colorscale=DIVERGING,
+            zmid=0.0,
+            zmin=-zmax,
+            zmax=zmax,
+            hovertext=hover,
+            hoverinfo="text",
+            colorbar=dict(title="term"),
+        )
+    )
     sub = [where]
     ce = getattr(attribution, "closure_error", None)
     if ce is not None:
@@ -78,7 +109,9 @@ def head_source_heatmap(attribution: Any, *, prompt: int = 0, heads: Optional[Se
         title=f"Attribution of {esc(target)} by head × source token<br><sup>{' · '.join(sub)}</sup>",
         xaxis=dict(title="source token (position: token)", type="category", tickangle=-45),
         yaxis=dict(title="head (Σ over sources)", type="category", autorange="reversed"),
-        width=max(700, 40 * n_src + 300), height=max(380, 28 * len(chosen) + 220), template="plotly_white",
+        width=max(700, 40 * n_src + 300),
+        height=max(380, 28 * len(chosen) + 220),
+        template="plotly_white",
     )
     return fig
 
@@ -98,17 +131,31 @@ def source_ov_figure(result: Any, *, k: int = 15) -> go.Figure:
     vals = [float(lg[t]) for t in ids]
     w = float(result.weight)
     label = getattr(result, "label", "head")
-    fig = go.Figure(go.Bar(
-        x=vals, y=names, orientation="h", marker_color=["#2166ac" if x >= 0 else "#b2182b" for x in vals],
-        hovertext=[f"{n}<br>logit of the copy: {fmt(x)}<br>× A[dst, src] = {fmt(x * w)}" for n, x in zip(names, vals)],
-        hoverinfo="text"))
+    fig = go.Figure(
+        go.Bar(
+            x=vals,
+            y=names,
+            orientation="h",
+            marker_color=["#2166ac" if x >= 0 else "#b2182b" for x in vals],
+            hovertext=[
+                f"{n}<br>logit of the copy: {fmt(x)}<br>× A[dst, src] = {fmt(x * w)}" for n, x in zip(names, vals)
+            ],
+            hoverinfo="text",
+        )
+    )
     src_tok = getattr(result, "src_token", None)
     dst_tok = getattr(result, "dst_token", None)
     fig.update_layout(
-        title=(f"What {esc(label)} copies from src {result.src}{' ' + quoted(src_tok) if src_tok else ''} "
-               f"(read at dst {result.dst}{' ' + quoted(dst_tok) if dst_tok else ''})<br><sup>logits of v_src W_O "
-               f"through the final norm frozen at dst · A[dst, src] = {w:.3f}</sup>"),
-        xaxis_title="logit of the copy", yaxis=dict(type="category", autorange="reversed"),
-        width=800, height=max(380, 22 * len(ids) + 200), template="plotly_white", showlegend=False,
+        title=(
+            f"What {esc(label)} copies from src {result.src}{' ' + quoted(src_tok) if src_tok else ''} "
+            f"(read at dst {result.dst}{' ' + quoted(dst_tok) if dst_tok else ''})<br><sup>logits of v_src W_O "
+            f"through the final norm frozen at dst · A[dst, src] = {w:.3f}</sup>"
+        ),
+        xaxis_title="logit of the copy",
+        yaxis=dict(type="category", autorange="reversed"),
+        width=800,
+        height=max(380, 22 * len(ids) + 200),
+        template="plotly_white",
+        showlegend=False,
     )
     return fig

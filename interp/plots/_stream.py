@@ -31,6 +31,7 @@ from interp.plots._common import as_numpy, check_index, closure_text, esc, fmt, 
 
 __all__ = ["residual_stream_figure", "residual_stream_norms"]
 
+
 def write_group(label: str) -> str:
     """The sublayer a write label belongs to: 'embed', 'L{l}.attn' or 'L{l}.mlp'."""
     try:
@@ -41,8 +42,11 @@ def write_group(label: str) -> str:
     layer = norm.layer if isinstance(norm, Norm) else getattr(lab, "layer", None)
     if not isinstance(layer, int):
         return "embed"  # embed, pos_embed, type_embed, embed_ln_bias
-    if (isinstance(lab, (Head, HeadSource, Attn)) or (isinstance(lab, Bias) and lab.sublayer == "attn")
-            or (norm is not None and norm.which == "ln1")):
+    if (
+        isinstance(lab, (Head, HeadSource, Attn))
+        or (isinstance(lab, Bias) and lab.sublayer == "attn")
+        or (norm is not None and norm.which == "ln1")
+    ):
         return str(Attn(layer))
     return str(Mlp(layer))  # mlp, N{n}, mlp_bias, ln2_bias
 
@@ -64,8 +68,12 @@ def residual_stream_norms(trace: Any, *, prompt: int = 0, pos: int = -1) -> dict
     ``group_norms`` [n_groups, n_points] ‖c_g(P)‖ (NaN before g joins); ``closure`` the
     largest closure error of the decompositions used.
     """
-    require_attr(trace, ("resid_points", "decompose", "tokens"), name="trace",
-                 expected="an interp ResidualTrace (from interp.trace)")
+    require_attr(
+        trace,
+        ("resid_points", "decompose", "tokens"),
+        name="trace",
+        expected="an interp ResidualTrace (from interp.trace)",
+    )
     points = list(trace.resid_points)
     if not points:
         raise ArgumentError("trace has no resid points to plot")
@@ -96,7 +104,7 @@ def residual_stream_norms(trace: Any, *, prompt: int = 0, pos: int = -1) -> dict
         joined_at = _join_points(points, groups)
         norms = np.full((len(groups), len(points)), np.nan)
         for g, gi in order.items():
-            norms[gi, joined_at[g]:] = np.linalg.norm(vecs[gi])
+            norms[gi, joined_at[g] :] = np.linalg.norm(vecs[gi])
         stream_all = np.stack([np.linalg.norm(as_numpy(trace.activations[P][b], name=P), axis=-1) for P in points])
     else:
         per_point = []
@@ -117,8 +125,16 @@ def residual_stream_norms(trace: Any, *, prompt: int = 0, pos: int = -1) -> dict
             for g, val in d.items():
                 norms[groups.index(g), j] = val
         stream_all = np.stack(totals)
-    return {"points": points, "stream": stream_all[:, p], "stream_all": stream_all, "groups": groups,
-            "group_norms": norms, "closure": closure, "prompt": b, "pos": p}
+    return {
+        "points": points,
+        "stream": stream_all[:, p],
+        "stream_all": stream_all,
+        "groups": groups,
+        "group_norms": norms,
+        "closure": closure,
+        "prompt": b,
+        "pos": p,
+    }
 
 
 def _join_points(points: list[str], groups: list[str]) -> dict[str, int]:
@@ -145,13 +161,23 @@ def _log_colorbar(a: np.ndarray, title: str, domain: Any) -> dict[str, Any]:
     """A colour bar for log10 data, ticked with the underlying values (1, 2, 5 × powers of ten)."""
     finite = a[np.isfinite(a) & (a > 0)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (1.0, 10.0)
-    ticks = [m * 10.0 ** e for e in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
-             for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
+    ticks = [
+        m * 10.0**e
+        for e in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
+        for m in (1, 2, 5)
+        if lo <= m * 10.0**e <= hi
+    ]
     if len(ticks) > 8:
         ticks = [t for t in ticks if str(t).lstrip("0.").startswith("1")] or ticks
     d0, d1 = domain
-    return dict(title=title, tickvals=[float(np.log10(t)) for t in ticks], ticktext=[f"{t:g}" for t in ticks],
-                len=d1 - d0, y=(d0 + d1) / 2, yanchor="middle")
+    return dict(
+        title=title,
+        tickvals=[float(np.log10(t)) for t in ticks],
+        ticktext=[f"{t:g}" for t in ticks],
+        len=d1 - d0,
+        y=(d0 + d1) / 2,
+        yanchor="middle",
+    )
 
 
 def residual_stream_figure(trace: Any, *, prompt: int = 0, pos: int = -1) -> go.Figure:
@@ -172,15 +198,33 @@ def residual_stream_figure(trace: Any, *, prompt: int = 0, pos: int = -1) -> go.
     # row heights in pixels: the heatmaps get a fixed height per row so labels stay legible
     h1, h2, h3, gap, top = 380, max(160, 13 * len(groups)), max(120, 18 * len(row_toks)), 120, 130
     total_h = h1 + h2 + h3 + 2 * gap + top + 90
-    fig = make_subplots(rows=3, cols=1, row_heights=[h1, h2, h3], vertical_spacing=gap / (total_h - top - 90),
-                        subplot_titles=(f"token {quoted(tok)} (pos {p}): stream norm and write norms",
-                                        "norm of each write's contribution at each point (log colour scale)",
-                                        "stream norm at every position (log colour scale)"))
-    fig.add_trace(go.Scatter(
-        x=names, y=r["stream"], mode="lines+markers", name="‖stream‖", line=dict(color="#222"),
-        hovertext=[f"<b>{esc(P)}</b><br>‖stream‖ = {fmt(v)}<br>token {quoted(tok)} (pos {p})"
-                   for P, v in zip(points, r["stream"])], hoverinfo="text",
-    ), row=1, col=1)
+    fig = make_subplots(
+        rows=3,
+        cols=1,
+        row_heights=[h1, h2, h3],
+        vertical_spacing=gap / (total_h - top - 90),
+        subplot_titles=(
+            f"token {quoted(tok)} (pos {p}): stream norm and write norms",
+            "norm of each write's contribution at each point (log colour scale)",
+            "stream norm at every position (log colour scale)",
+        ),
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=names,
+            y=r["stream"],
+            mode="lines+markers",
+            name="‖stream‖",
+            line=dict(color="#222"),
+            hovertext=[
+                f"<b>{esc(P)}</b><br>‖stream‖ = {fmt(v)}<br>token {quoted(tok)} (pos {p})"
+                for P, v in zip(points, r["stream"])
+            ],
+            hoverinfo="text",
+        ),
+        row=1,
+        col=1,
+    )
     # the write that joined just before each point: its norm at that first point
     for kind, colour in (("attn", "#1f77b4"), ("mlp", "#ff7f0e"), ("embed", "#7f7f7f")):
         xs, ys, hs = [], [], []
@@ -193,17 +237,43 @@ def residual_stream_figure(trace: Any, *, prompt: int = 0, pos: int = -1) -> go.
             j = int(finite[0])
             xs.append(names[j])
             ys.append(float(norms[gi, j]))
-            hs.append(f"write <b>{esc(g)}</b><br>‖write‖ = {fmt(ys[-1])} at {esc(points[j])}"
-                      f"<br>token {quoted(tok)}")
+            hs.append(f"write <b>{esc(g)}</b><br>‖write‖ = {fmt(ys[-1])} at {esc(points[j])}<br>token {quoted(tok)}")
         if xs:
-            fig.add_trace(go.Bar(x=xs, y=ys, name=f"‖{kind} write‖", marker_color=colour, opacity=0.75,
-                                 hovertext=hs, hoverinfo="text"), row=1, col=1)
-    hover = [[f"write <b>{esc(g)}</b> at {esc(P)}<br>‖contribution‖ = {fmt(norms[gi, j])}<br>token {quoted(tok)}"
-              for j, P in enumerate(points)] for gi, g in enumerate(groups)]
-    fig.add_trace(go.Heatmap(
-        z=_log10(norms), customdata=norms, x=names, y=groups, colorscale="Viridis", hovertext=hover,
-        hoverinfo="text", colorbar=_log_colorbar(norms, "‖c‖", fig.layout.yaxis2.domain), name="write norms",
-    ), row=2, col=1)
+            fig.add_trace(
+                go.Bar(
+                    x=xs,
+                    y=ys,
+                    name=f"‖{kind} write‖",
+                    marker_color=colour,
+                    opacity=0.75,
+                    hovertext=hs,
+                    hoverinfo="text",
+                ),
+                row=1,
+                col=1,
+            )
+    hover = [
+        [
+            f"write <b>{esc(g)}</b> at {esc(P)}<br>‖contribution‖ = {fmt(norms[gi, j])}<br>token {quoted(tok)}"
+            for j, P in enumerate(points)
+        ]
+        for gi, g in enumerate(groups)
+    ]
+    fig.add_trace(
+        go.Heatmap(
+            z=_log10(norms),
+            customdata=norms,
+            x=names,
+            y=groups,
+            colorscale="Viridis",
+            hovertext=hover,
+            hoverinfo="text",
+            colorbar=_log_colorbar(norms, "‖c‖", fig.layout.yaxis2.domain),
+            name="write norms",
+        ),
+        row=2,
+        col=1,
+    )
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=groups, tickfont=dict(size=9), row=2, col=1)
     sa = r["stream_all"].T  # [pos, n_points]
     real = np.ones(len(row_toks), dtype=bool)
@@ -211,26 +281,46 @@ def residual_stream_figure(trace: Any, *, prompt: int = 0, pos: int = -1) -> go.
     if mask is not None:
         real = as_numpy(mask[b], name="mask").astype(bool)
     ylabels = [f"{i}:{token_label(t)}" for i, t in enumerate(row_toks)]
-    hover_all = [[f"‖stream‖ = {fmt(sa[i, j])}<br>{esc(P)}<br>token {esc(ylabels[i])}"
-                  for j, P in enumerate(points)]
-                 for i in range(len(ylabels))]
+    hover_all = [
+        [f"‖stream‖ = {fmt(sa[i, j])}<br>{esc(P)}<br>token {esc(ylabels[i])}" for j, P in enumerate(points)]
+        for i in range(len(ylabels))
+    ]
     sa = np.where(real[:, None], sa, np.nan)
-    fig.add_trace(go.Heatmap(
-        z=_log10(sa), customdata=sa, x=names, y=ylabels, colorscale="Cividis", hovertext=hover_all, hoverinfo="text",
-        colorbar=_log_colorbar(sa, "‖x‖", fig.layout.yaxis3.domain), name="stream norms",
-    ), row=3, col=1)
-    fig.update_yaxes(autorange="reversed", type="category", tickmode="array", tickvals=ylabels,
-                     tickfont=dict(size=9), row=3, col=1)
+    fig.add_trace(
+        go.Heatmap(
+            z=_log10(sa),
+            customdata=sa,
+            x=names,
+            y=ylabels,
+            colorscale="Cividis",
+            hovertext=hover_all,
+            hoverinfo="text",
+            colorbar=_log_colorbar(sa, "‖x‖", fig.layout.yaxis3.domain),
+            name="stream norms",
+        ),
+        row=3,
+        col=1,
+    )
+    fig.update_yaxes(
+        autorange="reversed", type="category", tickmode="array", tickvals=ylabels, tickfont=dict(size=9), row=3, col=1
+    )
     for row in (1, 2, 3):
         fig.update_xaxes(type="category", tickangle=-60, categoryorder="array", categoryarray=names, row=row, col=1)
     fig.update_yaxes(title_text="norm", row=1, col=1)
     arch, block = getattr(trace, "arch", None), getattr(trace, "block", None)
-    kind = ("" if arch is None or block is None
-            else block.layout if arch.norm == "none" else f"{block.layout} {arch.norm}")
+    kind = (
+        "" if arch is None or block is None else block.layout if arch.norm == "none" else f"{block.layout} {arch.norm}"
+    )
     fig.update_layout(
-        title=(f"Residual stream of token {quoted(tok)} (pos {p}, prompt {b})"
-               f"<br><sup>{esc(getattr(arch, 'name', ''))} {esc(kind)} · {closure_text(r['closure'])}</sup>"),
-        width=1100, height=total_h, template="plotly_white", margin=dict(t=top, b=90),
-        barmode="group", legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),
+        title=(
+            f"Residual stream of token {quoted(tok)} (pos {p}, prompt {b})"
+            f"<br><sup>{esc(getattr(arch, 'name', ''))} {esc(kind)} · {closure_text(r['closure'])}</sup>"
+        ),
+        width=1100,
+        height=total_h,
+        template="plotly_white",
+        margin=dict(t=top, b=90),
+        barmode="group",
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),
     )
     return fig

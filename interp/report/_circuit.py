@@ -41,13 +41,20 @@ from interp.causal import Logit, LogitDiff, LogProb, Prob
 from interp.circuits import ov_circuit
 from interp.edges import MIB_SIZES, check_curve_args, edge_attribution, edge_patch, faithfulness_curve
 from interp.errors import ArgumentError, InterpError
-from interp.labels import Head, HeadInput, Mlp, parse
+from interp.labels import Head, HeadInput, parse
 from interp.models import Model
 from interp._io import write_atomic
 from interp.plots import Exporter, attention_view, circuit_graph_figure, esc, find_browser, fmt
 from interp.report._html import Page, data_table, kv_table
-from interp.report._report import (_decode, _export_static, _jsonable, _model_card, _prepare_out_dir, _resolve_model,
-                                   _Steps)
+from interp.report._report import (
+    _decode,
+    _export_static,
+    _jsonable,
+    _model_card,
+    _prepare_out_dir,
+    _resolve_model,
+    _Steps,
+)
 from interp.stream import attention_patterns
 
 __all__ = ["circuit_report", "check_circuit_options"]
@@ -75,13 +82,17 @@ def _resolve_task(task: Any, model: Model, n_prompts: Optional[int]) -> Any:
 
         load = getattr(edges, "load_task", None)
         if load is None:
-            raise ArgumentError(f"task={task!r}: this installation has no shipped tasks; pass an object with "
-                                ".clean, .corrupt and .metric")
+            raise ArgumentError(
+                f"task={task!r}: this installation has no shipped tasks; pass an object with "
+                ".clean, .corrupt and .metric"
+            )
         return load(task, model, **({"n": n_prompts} if n_prompts is not None else {}))
     missing = [a for a in ("clean", "corrupt", "metric") if not hasattr(task, a)]
     if missing:
-        raise ArgumentError(f"task is a {type(task).__name__} without {missing}; give a task name such as 'ioi' or an "
-                            "object with .clean and .corrupt prompts and a .metric (e.g. interp.LogitDiff)")
+        raise ArgumentError(
+            f"task is a {type(task).__name__} without {missing}; give a task name such as 'ioi' or an "
+            "object with .clean and .corrupt prompts and a .metric (e.g. interp.LogitDiff)"
+        )
     return task
 
 
@@ -110,11 +121,13 @@ def _dla(model: Model, task: Any, nodes: set[str]) -> tuple[dict[str, float], st
     attr = attribute_logits(model, task.clean, answer=m.answer, wrong=m.wrong, pos=m.pos, unit="head")
     vals = attr.values.double().mean(-1)
     return {lab: float(v) for lab, v in zip(attr.labels, vals) if lab in nodes}, (
-        f"closure error {float(attr.closure_error):.1e}")
+        f"closure error {float(attr.closure_error):.1e}"
+    )
 
 
-def _attention_summary(model: Model, task: Any, heads: list[str], k: int = 3
-                       ) -> tuple[Any, dict[str, str], dict[str, int]]:
+def _attention_summary(
+    model: Model, task: Any, heads: list[str], k: int = 3
+) -> tuple[Any, dict[str, str], dict[str, int]]:
     """Each head's top ``k`` attended source tokens from the last position of the first clean prompt."""
     pats = attention_patterns(model, task.clean, heads, prompt=0)
     toks = pats.str_tokens
@@ -128,8 +141,9 @@ def _attention_summary(model: Model, task: Any, heads: list[str], k: int = 3
     return pats, summary, top_src
 
 
-def _ov_tokens(model: Model, task: Any, heads: list[str], src_pos: dict[str, int], k: int = 3,
-               bar: Any = None) -> dict[str, str]:
+def _ov_tokens(
+    model: Model, task: Any, heads: list[str], src_pos: dict[str, int], k: int = 3, bar: Any = None
+) -> dict[str, str]:
     """What each head's full OV circuit maps its most attended source token to (the top ``k`` output tokens);
     ``bar``: a tqdm bar advanced once per head."""
     from interp.stream import as_batch
@@ -143,8 +157,9 @@ def _ov_tokens(model: Model, task: Any, heads: list[str], src_pos: dict[str, int
         ov = ov_circuit(model, lab.layer, lab.head, full=True)
         row = (ov.A[src] @ ov.B).double()  # [d_vocab]: W_E[src] W_OV W_U
         top = torch.topk(row, k)
-        out[h] = f"{_q(dec(src))} → " + ", ".join(f"{_q(dec(int(i)))} {float(v):.3g}"
-                                                      for v, i in zip(top.values, top.indices))
+        out[h] = f"{_q(dec(src))} → " + ", ".join(
+            f"{_q(dec(int(i)))} {float(v):.3g}" for v, i in zip(top.values, top.indices)
+        )
         if bar is not None:
             bar.update(1)
     return out
@@ -165,15 +180,24 @@ def _metric_text(model: Model, task: Any, sc: Any) -> str:
     mean over 16 prompts``."""
     m, n = task.metric, sc.n_prompts
     pos = getattr(m, "pos", None)
-    where = ("at each prompt's last token" if pos == -1 else "mean over each prompt's tokens" if pos == "mean"
-             else f"at position {pos}" if isinstance(pos, int) else "at each prompt's own position")
+    where = (
+        "at each prompt's last token"
+        if pos == -1
+        else "mean over each prompt's tokens"
+        if pos == "mean"
+        else f"at position {pos}"
+        if isinstance(pos, int)
+        else "at each prompt's own position"
+    )
     if isinstance(m, LogitDiff):
         a, w = _tokens_text(model, m.answer), _tokens_text(model, m.wrong)
         if len(set(a)) <= 1 and len(set(w)) <= 1:
             return f"logit[{a[0]}] − logit[{w[0]}] {where}; mean over {n} prompts"
         pairs = ", ".join(f"{x} vs {y}" for x, y in list(zip(a, w))[:3]) + (", …" if len(a) > 3 else "")
-        return (f"logit[answer] − logit[wrong] {where}, each prompt with its own answer and wrong token "
-                f"({pairs}); mean over {n} prompts")
+        return (
+            f"logit[answer] − logit[wrong] {where}, each prompt with its own answer and wrong token "
+            f"({pairs}); mean over {n} prompts"
+        )
     if isinstance(m, (Logit, LogProb, Prob)):
         what = {Logit: "logit", LogProb: "log p", Prob: "p"}[type(m)]
         t = _tokens_text(model, m.token)
@@ -202,8 +226,12 @@ def _graph_steps(sc: Any, curve: Any, max_edges: int, target: float) -> dict[str
             continue
         c = sc.circuit(n=int(n))  # the circuit the curve evaluated: the top n by |score|, pruned
         if int(curve.kept[i, j]) != len(c.edges):
-            log.warning("circuit of the top %d edges has %d edges after pruning, the curve evaluated %d", n,
-                        len(c.edges), int(curve.kept[i, j]))
+            log.warning(
+                "circuit of the top %d edges has %d edges after pruning, the curve evaluated %d",
+                n,
+                len(c.edges),
+                int(curve.kept[i, j]),
+            )
         f = float(curve.faithfulness[i, j])
         if not c.edges or (circuits and c.edges == circuits[-1]):
             continue
@@ -219,8 +247,14 @@ def _graph_steps(sc: Any, curve: Any, max_edges: int, target: float) -> dict[str
         faith.append(None)
     ok = [k for k, f in enumerate(faith) if f is not None and f >= target]
     active = ok[0] if ok else len(circuits) - 1
-    return {"circuits": circuits, "labels": labels, "faithfulness": faith, "active": active, "ablation": abl,
-            "reached": bool(ok)}
+    return {
+        "circuits": circuits,
+        "labels": labels,
+        "faithfulness": faith,
+        "active": active,
+        "ablation": abl,
+        "reached": bool(ok),
+    }
 
 
 def check_circuit_options(*, names: Optional[dict[str, str]] = None, **options: Any) -> None:
@@ -239,8 +273,11 @@ def check_circuit_options(*, names: Optional[dict[str, str]] = None, **options: 
         if k in o:
             check_int_min(nm[k], o[k], 0)
     if "ablations" in o or "sizes" in o:
-        check_curve_args(o.get("ablations", ("corrupt",)), MIB_SIZES if o.get("sizes") is None else o["sizes"],
-                         names=(nm.get("ablations", "ablations"), nm.get("sizes", "sizes")))
+        check_curve_args(
+            o.get("ablations", ("corrupt",)),
+            MIB_SIZES if o.get("sizes") is None else o["sizes"],
+            names=(nm.get("ablations", "ablations"), nm.get("sizes", "sizes")),
+        )
     if "target" in o:
         t = o["target"]
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
@@ -284,9 +321,18 @@ def circuit_report(
     resample, mean, zero among ``ablations``), or on the largest when none does — the page says which.
     """
     # 1. the options checked, the model and task resolved, out_dir prepared
-    check_circuit_options(method=method, ig_steps=ig_steps, max_edges=max_edges, n_exact=n_exact,
-                          ablations=ablations, sizes=sizes, n_ov_heads=n_ov_heads, target=target, static=static,
-                          progress=progress)
+    check_circuit_options(
+        method=method,
+        ig_steps=ig_steps,
+        max_edges=max_edges,
+        n_exact=n_exact,
+        ablations=ablations,
+        sizes=sizes,
+        n_ov_heads=n_ov_heads,
+        target=target,
+        static=static,
+        progress=progress,
+    )
     model = _resolve_model(model)
     if static and exporter is None:
         find_browser()
@@ -300,15 +346,23 @@ def circuit_report(
     try:
         # 2. every edge scored, the strongest patched exactly, the faithfulness curve
         with steps("edge attribution"):
-            sc = edge_attribution(model, task.clean, task.corrupt, metric=task.metric, method=method,
-                                  ig_steps=ig_steps, progress=progress)
+            sc = edge_attribution(
+                model, task.clean, task.corrupt, metric=task.metric, method=method, ig_steps=ig_steps, progress=progress
+            )
         with steps("exact edge patching"):
             if n_exact:
                 sc = _with_exact(model, task, sc, n_exact, progress)
         with steps("faithfulness curve"):
-            curve = faithfulness_curve(model, task.clean, task.corrupt, sc, metric=task.metric,
-                                       ablations=tuple(ablations), progress=progress,
-                                       sizes=MIB_SIZES if sizes is None else sizes)
+            curve = faithfulness_curve(
+                model,
+                task.clean,
+                task.corrupt,
+                sc,
+                metric=task.metric,
+                ablations=tuple(ablations),
+                progress=progress,
+                sizes=MIB_SIZES if sizes is None else sizes,
+            )
             figs["faithfulness"] = curve.plot()
         # 3. the graph's steps, the edges they draw, and the heads by edge weight
         gsteps = _graph_steps(sc, curve, max_edges, target)
@@ -327,10 +381,17 @@ def circuit_report(
     # 6. results.json and the page
     res.update(_summary(sc, curve, dla_note, ov_note, n_drawn=len(drawn)))
     res["metric_for_task"] = _metric_text(model, task, sc)
-    res["graph_steps"] = [{"label": lab, "n_edges": len(st), "faithfulness": f}
-                          for lab, st, f in zip(gsteps["labels"], gsteps["circuits"], gsteps["faithfulness"])]
-    res["graph_default"] = {"step": gsteps["active"], "n_edges": len(gsteps["circuits"][gsteps["active"]]),
-                            "target": target, "ablation": gsteps["ablation"], "reached": gsteps["reached"]}
+    res["graph_steps"] = [
+        {"label": lab, "n_edges": len(st), "faithfulness": f}
+        for lab, st, f in zip(gsteps["labels"], gsteps["circuits"], gsteps["faithfulness"])
+    ]
+    res["graph_default"] = {
+        "step": gsteps["active"],
+        "n_edges": len(gsteps["circuits"][gsteps["active"]]),
+        "target": target,
+        "ablation": gsteps["ablation"],
+        "reached": gsteps["reached"],
+    }
     res["timings_seconds"] = dict(steps.times, total=round(time.perf_counter() - t_start, 3))
     write_atomic(out / "results.json", json.dumps(_jsonable(res), indent=1).encode())
     page = _page(model, task, task_name, sc, curve, figs, files, view, res)
@@ -352,13 +413,13 @@ def _drawn(sc: Any, gsteps: dict[str, Any]) -> tuple[np.ndarray, set[str], list[
     pos = {e: i for i, e in enumerate(sc.edges)}
     drawn = np.array(sorted({pos[e] for st in gsteps["circuits"] for e in st}), dtype=np.int64)
     nodes = {x for i in drawn for x in sc.edges[i].split("→")}
-    heads_by_weight = sorted(_head_scores([sc.edges[i] for i in drawn], scores[drawn]).items(),
-                             key=lambda t: -t[1])
+    heads_by_weight = sorted(_head_scores([sc.edges[i] for i in drawn], scores[drawn]).items(), key=lambda t: -t[1])
     return drawn, nodes, [h for h, _ in heads_by_weight]
 
 
-def _node_info(model: Model, task: Any, nodes: set[str], heads: list[str], n_ov_heads: int, progress: bool
-               ) -> tuple[dict[str, dict[str, Any]], Any, str, str]:
+def _node_info(
+    model: Model, task: Any, nodes: set[str], heads: list[str], n_ov_heads: int, progress: bool
+) -> tuple[dict[str, dict[str, Any]], Any, str, str]:
     """Hover lines per node (DLA, where each head's last token attends, its OV top tokens), the heads'
     patterns, and why DLA or OV tokens are missing ("" when not)."""
     ov_heads = heads[:n_ov_heads] if model.arch.has_logits else []
@@ -389,19 +450,36 @@ def _node_info(model: Model, task: Any, nodes: set[str], heads: list[str], n_ov_
     return info, pats, dla_note, ov_note
 
 
-def _figures(model: Model, sc: Any, gsteps: dict[str, Any], info: dict[str, dict[str, Any]], heads: list[str],
-             pats: Any, figs: dict[str, Any]) -> Any:
+def _figures(
+    model: Model,
+    sc: Any,
+    gsteps: dict[str, Any],
+    info: dict[str, dict[str, Any]],
+    heads: list[str],
+    pats: Any,
+    figs: dict[str, Any],
+) -> Any:
     """The circuit graph (a slider over the steps) and the curve's title into ``figs``; the attention view of
     the 6 heads with the most edge weight (None without heads)."""
     figs["circuit_graph"] = circuit_graph_figure(
-        sc, node_info=info, steps=gsteps["circuits"], step_labels=gsteps["labels"], active=gsteps["active"],
-        scale="log", title=f"Circuit graph — {model.name}, {sc.method}")
+        sc,
+        node_info=info,
+        steps=gsteps["circuits"],
+        step_labels=gsteps["labels"],
+        active=gsteps["active"],
+        scale="log",
+        title=f"Circuit graph — {model.name}, {sc.method}",
+    )
     # fits a 900-px-high window under the page's header (the heads' rows shrink; the layers run across)
-    figs["circuit_graph"].update_layout(height=min(int(figs["circuit_graph"].layout.height or 0) or
-                                                   _GRAPH_HEIGHT, _GRAPH_HEIGHT))
+    figs["circuit_graph"].update_layout(
+        height=min(int(figs["circuit_graph"].layout.height or 0) or _GRAPH_HEIGHT, _GRAPH_HEIGHT)
+    )
     figs["faithfulness"].update_layout(title=f"Faithfulness of the top-k {sc.method} circuits ({model.name})")
-    view = pats.view(title=f"Attention of the {min(6, len(heads))} heads with the most edge weight") \
-        if pats is not None else None
+    view = (
+        pats.view(title=f"Attention of the {min(6, len(heads))} heads with the most edge weight")
+        if pats is not None
+        else None
+    )
     if pats is not None and view is not None and len(heads) > 6:
         view = attention_view(pats.patterns[:6], pats.str_tokens, heads=pats.labels[:6], title=view.title)
     return view
@@ -410,16 +488,34 @@ def _figures(model: Model, sc: Any, gsteps: dict[str, Any], info: dict[str, dict
 def _write_json(out: Path, model: Model, task_name: str, sc: Any, curve: Any) -> None:
     df = sc.to_dataframe()
     exact = df["exact"].tolist() if "exact" in df else [math.nan] * len(df)
-    edges = [{"edge": e, "writer": w, "reader": r, "score": float(s), "exact": x}
-             for e, w, r, s, x in zip(df["edge"], df["writer"], df["reader"], df["score"], exact)]
-    meta = {"model": model.name, "task": task_name, "method": sc.method, "ig_steps": sc.ig_steps,
-            "metric": sc.metric, "convention": sc.convention, "clean": sc.clean, "corrupt": sc.corrupt,
-            "completeness": sc.completeness, "completeness_of": sc.completeness_of,
-            "completeness_error": sc.completeness_error, "n_edges": len(edges), "edges": edges}
+    edges = [
+        {"edge": e, "writer": w, "reader": r, "score": float(s), "exact": x}
+        for e, w, r, s, x in zip(df["edge"], df["writer"], df["reader"], df["score"], exact)
+    ]
+    meta = {
+        "model": model.name,
+        "task": task_name,
+        "method": sc.method,
+        "ig_steps": sc.ig_steps,
+        "metric": sc.metric,
+        "convention": sc.convention,
+        "clean": sc.clean,
+        "corrupt": sc.corrupt,
+        "completeness": sc.completeness,
+        "completeness_of": sc.completeness_of,
+        "completeness_error": sc.completeness_error,
+        "n_edges": len(edges),
+        "edges": edges,
+    }
     write_atomic(out / "edges.json", json.dumps(_jsonable(meta)).encode())
-    fa = {"method": curve.method, "metric": curve.metric, "n_total": curve.n_total,
-          "points": curve.to_dataframe().to_dict(orient="records"), "areas": curve.areas().to_dict(orient="records"),
-          "smallest_80": {a: curve.smallest(0.8, ablation=a) for a in curve.ablations}}
+    fa = {
+        "method": curve.method,
+        "metric": curve.metric,
+        "n_total": curve.n_total,
+        "points": curve.to_dataframe().to_dict(orient="records"),
+        "areas": curve.areas().to_dict(orient="records"),
+        "smallest_80": {a: curve.smallest(0.8, ablation=a) for a in curve.ablations},
+    }
     write_atomic(out / "faithfulness.json", json.dumps(_jsonable(fa), indent=1).encode())
 
 
@@ -431,81 +527,152 @@ def _summary(sc: Any, curve: Any, dla_note: str, ov_note: str, *, n_drawn: int) 
         a, b = sc.scores.double().numpy()[have], ex[have]
         ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
         rank_corr = float(np.corrcoef(ra, rb)[0, 1]) if ra.std() and rb.std() else None
-    return {"metric": sc.metric, "clean": sc.clean, "corrupt": sc.corrupt, "n_edges": len(sc.edges),
-            "n_drawn": n_drawn, "n_prompts": sc.n_prompts, "completeness": sc.completeness,
-            "completeness_of": sc.completeness_of, "completeness_error": sc.completeness_error,
-            "n_exact": int(have.sum()), "spearman_score_vs_exact": rank_corr,
-            "cpr": dict(zip(curve.ablations, curve.cpr.tolist())),
-            "cmd": dict(zip(curve.ablations, curve.cmd.tolist())),
-            "smallest_80": {a: curve.smallest(0.8, ablation=a) for a in curve.ablations},
-            "dla_note": dla_note, "ov_note": ov_note}
+    return {
+        "metric": sc.metric,
+        "clean": sc.clean,
+        "corrupt": sc.corrupt,
+        "n_edges": len(sc.edges),
+        "n_drawn": n_drawn,
+        "n_prompts": sc.n_prompts,
+        "completeness": sc.completeness,
+        "completeness_of": sc.completeness_of,
+        "completeness_error": sc.completeness_error,
+        "n_exact": int(have.sum()),
+        "spearman_score_vs_exact": rank_corr,
+        "cpr": dict(zip(curve.ablations, curve.cpr.tolist())),
+        "cmd": dict(zip(curve.ablations, curve.cmd.tolist())),
+        "smallest_80": {a: curve.smallest(0.8, ablation=a) for a in curve.ablations},
+        "dla_note": dla_note,
+        "ov_note": ov_note,
+    }
 
 
-def _page(model: Model, task: Any, task_name: str, sc: Any, curve: Any, figs: dict[str, Any],
-          files: dict[str, list[str]], view: Any, r: dict[str, Any]) -> Page:
+def _page(
+    model: Model,
+    task: Any,
+    task_name: str,
+    sc: Any,
+    curve: Any,
+    figs: dict[str, Any],
+    files: dict[str, list[str]],
+    view: Any,
+    r: dict[str, Any],
+) -> Page:
     metric = r["metric_for_task"]
-    page = Page(title=f"interp circuit — {model.name}, {task_name}",
-                subtitle=f"{esc(sc.method.upper())} over {len(sc.edges):,} edges · {sc.n_prompts} prompt pairs · "
-                         f"metric {esc(metric)}", compact=True, wide=True)
+    page = Page(
+        title=f"interp circuit — {model.name}, {task_name}",
+        subtitle=f"{esc(sc.method.upper())} over {len(sc.edges):,} edges · {sc.n_prompts} prompt pairs · "
+        f"metric {esc(metric)}",
+        compact=True,
+        wide=True,
+    )
     # the graph is what the page is for: first, opening in view (its notes below it), then the tables
     d, steps = r["graph_default"], r["graph_steps"]
-    first = (f"It opens on the smallest circuit whose faithfulness reaches {fmt(d['target'], 2)} under "
-             f"{esc(d['ablation'])} ablation: {_n_edges(d['n_edges'])}" if d["reached"] else
-             f"No circuit with at most {steps[-1]['n_edges']:,} edges reached faithfulness {fmt(d['target'], 2)} under "
-             f"{esc(d['ablation'])} ablation; it opens on the largest, {_n_edges(d['n_edges'])}")
-    page.section("Circuit graph", page.figure(figs["circuit_graph"]), anchor="graph", note_below=True,
-                 note=f"{first}. The slider above the graph draws the other circuits the faithfulness curve evaluated "
-                      f"(the top-k edges by |score|, pruned; F = faithfulness under {esc(d['ablation'])} ablation) "
-                      f"and the {steps[-1]['n_edges']:,} strongest edges. "
-                      "Width and opacity grow with |score| (bins of equal ratio: scores span decades); blue: score "
-                      "> 0, the edge supports the metric (corrupting it lowers the metric); red: score < 0, it opposes "
-                      "it. "
-                      "Hover an edge's middle for its score (and exact patching effect where computed); hover a head "
-                      "for its direct logit attribution, where its last token looks, and what its OV circuit copies. "
-                      "All edges with their scores: <a href='edges.json'>edges.json</a>.")
+    first = (
+        f"It opens on the smallest circuit whose faithfulness reaches {fmt(d['target'], 2)} under "
+        f"{esc(d['ablation'])} ablation: {_n_edges(d['n_edges'])}"
+        if d["reached"]
+        else f"No circuit with at most {steps[-1]['n_edges']:,} edges reached faithfulness {fmt(d['target'], 2)} under "
+        f"{esc(d['ablation'])} ablation; it opens on the largest, {_n_edges(d['n_edges'])}"
+    )
+    page.section(
+        "Circuit graph",
+        page.figure(figs["circuit_graph"]),
+        anchor="graph",
+        note_below=True,
+        note=f"{first}. The slider above the graph draws the other circuits the faithfulness curve evaluated "
+        f"(the top-k edges by |score|, pruned; F = faithfulness under {esc(d['ablation'])} ablation) "
+        f"and the {steps[-1]['n_edges']:,} strongest edges. "
+        "Width and opacity grow with |score| (bins of equal ratio: scores span decades); blue: score "
+        "> 0, the edge supports the metric (corrupting it lowers the metric); red: score < 0, it opposes "
+        "it. "
+        "Hover an edge's middle for its score (and exact patching effect where computed); hover a head "
+        "for its direct logit attribution, where its last token looks, and what its OV circuit copies. "
+        "All edges with their scores: <a href='edges.json'>edges.json</a>.",
+    )
     page.section("Model", kv_table(_model_card(model)), anchor="model")
     if isinstance(task.clean, (list, tuple)):
         clean0, corrupt0 = task.clean[0], task.corrupt[0]
     else:  # token ids
-        clean0, corrupt0 = (" ".join(cast(list[str], model.to_str_tokens(t[0])))  # one row
-                            if model.tokenizer is not None else str(t[0].tolist())
-                            for t in (task.clean, task.corrupt))
+        clean0, corrupt0 = (
+            " ".join(cast(list[str], model.to_str_tokens(t[0])))  # one row
+            if model.tokenizer is not None
+            else str(t[0].tolist())
+            for t in (task.clean, task.corrupt)
+        )
     rows = [("task", task_name)] + ([("description", task.description)] if getattr(task, "description", "") else [])
-    rows += [("prompt pairs", sc.n_prompts), ("first clean prompt", clean0),
-            ("first corrupt prompt", corrupt0), ("metric", metric)]
+    rows += [
+        ("prompt pairs", sc.n_prompts),
+        ("first clean prompt", clean0),
+        ("first corrupt prompt", corrupt0),
+        ("metric", metric),
+    ]
     if sc.metric.endswith("(per-prompt tokens)"):
         rows += [("the first pair's metric", sc.metric[: -len("(per-prompt tokens)")].rstrip())]
-    rows += [("M(clean)", fmt(sc.clean)),
-            ("M(corrupt)", fmt(sc.corrupt)),
-            ("method", sc.method + (f", {sc.ig_steps} steps" if sc.method == "eap-ig" else "")),
-            ("completeness", f"Σ scores ({sc.completeness_of}) = {fmt(sc.completeness)} vs M(clean) − M(corrupt) = "
-                             f"{fmt(sc.target)}; error {sc.completeness_error:.2e}"),
-            ("sign convention", sc.convention)]
+    rows += [
+        ("M(clean)", fmt(sc.clean)),
+        ("M(corrupt)", fmt(sc.corrupt)),
+        ("method", sc.method + (f", {sc.ig_steps} steps" if sc.method == "eap-ig" else "")),
+        (
+            "completeness",
+            f"Σ scores ({sc.completeness_of}) = {fmt(sc.completeness)} vs M(clean) − M(corrupt) = "
+            f"{fmt(sc.target)}; error {sc.completeness_error:.2e}",
+        ),
+        ("sign convention", sc.convention),
+    ]
     page.section("Task and scores", kv_table(rows), anchor="task")
     df = sc.to_dataframe()
     df = df.reindex(df["score"].abs().sort_values(ascending=False, kind="stable").index).head(25)
-    edge_rows = [[f"<code>{esc(e)}</code>", fmt(s), fmt(x) if x == x else "—"]
-            for e, s, x in zip(df["edge"], df["score"], df["exact"] if "exact" in df else [math.nan] * len(df))]
+    edge_rows = [
+        [f"<code>{esc(e)}</code>", fmt(s), fmt(x) if x == x else "—"]
+        for e, s, x in zip(df["edge"], df["score"], df["exact"] if "exact" in df else [math.nan] * len(df))
+    ]
     corr = r["spearman_score_vs_exact"]
-    note = (f"Exact effect: M(clean) − M with only the reader seeing the writer's corrupt value (positive: the edge "
-            f"supports the metric, as the scores) "
-            f"({r['n_exact']} edges patched; Spearman rank correlation with the scores "
-            f"{fmt(corr, 3) if corr is not None else '—'}).")
-    page.section("Top edges", data_table(["edge", "score", "exact effect"], edge_rows, numeric=[False, True, True]),
-                 anchor="edges", note=note)
-    curve_rows = [[esc(a), f"{float(p):.3f}", f"{float(c):.3f}", fmt(r["smallest_80"][a], 3)]
-            for a, p, c in zip(curve.ablations, curve.cpr, curve.cmd)]
-    body = (page.figure(figs["faithfulness"], files=files.get("faithfulness", []))
-            + data_table(["ablation", "CPR (area under faithfulness)", "CMD (area of |1 − faithfulness|)",
-                          "smallest k with faithfulness ≥ 0.8"], curve_rows, numeric=[False, True, True, True])
-            + "<p class='files'>numbers: <a href='faithfulness.json'>faithfulness.json</a></p>")
-    page.section("Faithfulness", body, anchor="faithfulness",
-                 note="Faithfulness (M(C) − M(∅)) / (M(all) − M(∅)) of the top-k circuits, every edge outside "
-                      "the circuit ablated (norms, attention and MLPs recomputed in that run).")
+    note = (
+        f"Exact effect: M(clean) − M with only the reader seeing the writer's corrupt value (positive: the edge "
+        f"supports the metric, as the scores) "
+        f"({r['n_exact']} edges patched; Spearman rank correlation with the scores "
+        f"{fmt(corr, 3) if corr is not None else '—'})."
+    )
+    page.section(
+        "Top edges",
+        data_table(["edge", "score", "exact effect"], edge_rows, numeric=[False, True, True]),
+        anchor="edges",
+        note=note,
+    )
+    curve_rows = [
+        [esc(a), f"{float(p):.3f}", f"{float(c):.3f}", fmt(r["smallest_80"][a], 3)]
+        for a, p, c in zip(curve.ablations, curve.cpr, curve.cmd)
+    ]
+    body = (
+        page.figure(figs["faithfulness"], files=files.get("faithfulness", []))
+        + data_table(
+            [
+                "ablation",
+                "CPR (area under faithfulness)",
+                "CMD (area of |1 − faithfulness|)",
+                "smallest k with faithfulness ≥ 0.8",
+            ],
+            curve_rows,
+            numeric=[False, True, True, True],
+        )
+        + "<p class='files'>numbers: <a href='faithfulness.json'>faithfulness.json</a></p>"
+    )
+    page.section(
+        "Faithfulness",
+        body,
+        anchor="faithfulness",
+        note="Faithfulness (M(C) − M(∅)) / (M(all) − M(∅)) of the top-k circuits, every edge outside "
+        "the circuit ablated (norms, attention and MLPs recomputed in that run).",
+    )
     if view is not None:
-        page.section("Attention of the top heads", view.to_html(), anchor="attention",
-                     note="Hover a token: where each head attends from it (→) and which tokens attend to it (←); "
-                          "first clean prompt.")
+        page.section(
+            "Attention of the top heads",
+            view.to_html(),
+            anchor="attention",
+            note="Hover a token: where each head attends from it (→) and which tokens attend to it (←); "
+            "first clean prompt.",
+        )
     notes = [n for n in (r.get("dla_note"), r.get("ov_note")) if n]
     t = r["timings_seconds"]
     body = data_table(["step", "time"], [[esc(k), f"{v:.2f} s"] for k, v in t.items()], numeric=[False, True])

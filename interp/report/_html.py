@@ -63,8 +63,9 @@ class Page:
     wide: bool = False
     _n_fig: int = 0
 
-    def section(self, title: str, body: str, *, anchor: Optional[str] = None, note: str = "",
-                note_below: bool = False) -> None:
+    def section(
+        self, title: str, body: str, *, anchor: Optional[str] = None, note: str = "", note_below: bool = False
+    ) -> None:
         """Append a section; ``note_below`` puts the note after the body (a figure that must open in view)."""
         anchor = anchor or f"s{len(self.parts)}"
         self.toc.append((anchor, title))
@@ -82,24 +83,29 @@ class Page:
         spec = fig.to_json().replace("</", "<\\/")
         config = json.dumps({"displaylogo": False, "responsive": True})
         w, h = fig.layout.width or 900, fig.layout.height or 500
-        return (f'<div id="{div_id}" style="width:{int(w)}px;max-width:100%;height:{int(h)}px"></div>'
-                f'<script>(function(){{var s={spec};Plotly.newPlot("{div_id}", s.data, s.layout, {config});}})();'
-                '</script>'
-                f"{self._links(files)}")
+        return (
+            f'<div id="{div_id}" style="width:{int(w)}px;max-width:100%;height:{int(h)}px"></div>'
+            f'<script>(function(){{var s={spec};Plotly.newPlot("{div_id}", s.data, s.layout, {config});}})();'
+            "</script>"
+            f"{self._links(files)}"
+        )
 
     @staticmethod
     def _links(files: Sequence[str]) -> str:
         if not files:
             return ""
-        return '<div class="files">download: ' + " · ".join(
-            f'<a href="{esc(f)}">{esc(f.rsplit(".", 1)[-1].upper())}</a>' for f in files) + "</div>"
+        return (
+            '<div class="files">download: '
+            + " · ".join(f'<a href="{esc(f)}">{esc(f.rsplit(".", 1)[-1].upper())}</a>' for f in files)
+            + "</div>"
+        )
 
     def render(self) -> str:
         nav = " ".join(f'<a href="#{esc(a)}">{esc(t)}</a>' for a, t in self.toc)
-        head_js = "" if self.compact else f"<script type=\"text/javascript\">{get_plotlyjs()}</script>"
+        head_js = "" if self.compact else f'<script type="text/javascript">{get_plotlyjs()}</script>'
         status, runtime = (compact_status(), compact_runtime()) if self.compact and self._n_fig else ("", "")
         return (
-            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{esc(self.title)}</title><style>{_CSS}{_WIDE if self.wide else ''}</style>{head_js}</head><body>"
             f"<header><h1>{esc(self.title)}</h1><p>{self.subtitle}</p><nav>{nav}</nav></header>"
             f"<main>{status}{''.join(self.parts)}</main>{runtime}</body></html>\n"
@@ -115,6 +121,10 @@ def data_table(header: Sequence[str], rows: Sequence[Sequence[Any]], *, numeric:
     """A table; numeric columns are escaped and right-aligned, others are inserted as given HTML."""
     numeric = list(numeric) + [False] * (len(header) - len(numeric))
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f'<td class="num">{esc(c)}</td>' if numeric[i] else f"<td>{c}</td>"
-                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    body = "".join(
+        "<tr>"
+        + "".join(f'<td class="num">{esc(c)}</td>' if numeric[i] else f"<td>{c}</td>" for i, c in enumerate(r))
+        + "</tr>"
+        for r in rows
+    )
     return f'<table class="data"><tr>{head}</tr>{body}</table>'

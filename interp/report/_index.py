@@ -33,14 +33,26 @@ def report_index(pages: Sequence[Union[str, Path]], *, out_dir: Union[str, Path]
         top = heads[0] if heads else None
         top_txt = f"{esc(top['head'])} ({top['value']:+.3g})" if isinstance(top, dict) else "—"
         link = os.path.relpath(page, out)
-        rows.append([f'<a href="{esc(link)}">{i + 1}</a>', f"<code>{esc(r.get('prompt', ''))}</code>",
-                     esc(a.get("target", "—")), f"{a.get('total', float('nan')):.4g}",
-                     f"{a.get('closure_error', float('nan')):.1e}", top_txt])
-    table = data_table(["#", "prompt", "target", "model's number", "closure error (absolute)", "top head"], rows,
-                       numeric=[False, False, False, True, True, False])
-    html = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>interp reports</title>"
-            f"<style>{_CSS}</style></head><body><header><h1>interp reports</h1><p>{len(rows)} prompts</p></header>"
-            f"<main><section>{table}</section></main></body></html>\n")
+        rows.append(
+            [
+                f'<a href="{esc(link)}">{i + 1}</a>',
+                f"<code>{esc(r.get('prompt', ''))}</code>",
+                esc(a.get("target", "—")),
+                f"{a.get('total', float('nan')):.4g}",
+                f"{a.get('closure_error', float('nan')):.1e}",
+                top_txt,
+            ]
+        )
+    table = data_table(
+        ["#", "prompt", "target", "model's number", "closure error (absolute)", "top head"],
+        rows,
+        numeric=[False, False, False, True, True, False],
+    )
+    html = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>interp reports</title>'
+        f"<style>{_CSS}</style></head><body><header><h1>interp reports</h1><p>{len(rows)} prompts</p></header>"
+        f"<main><section>{table}</section></main></body></html>\n"
+    )
     index = out / "index.html"
     write_atomic(index, html.encode())
     return index

@@ -134,8 +134,9 @@ def _resolve_model(model: Any) -> Model:
     if isinstance(model, str):
         return load_model(model)
     if not isinstance(model, Model):
-        raise ArgumentError(f"model is a {type(model).__name__}; pass an interp Model (interp.load_model) or a "
-                            "catalog name")
+        raise ArgumentError(
+            f"model is a {type(model).__name__}; pass an interp Model (interp.load_model) or a catalog name"
+        )
     return model
 
 
@@ -155,17 +156,32 @@ def _prepare_out_dir(out_dir: Any) -> Path:
 def _model_card(model: Model) -> list[tuple[str, Any]]:
     a, block = model.arch, model.block
     norms = block.layout if a.norm == "none" else f"{block.layout} {a.norm}"
-    wiring = ("attention only" if not block.has_mlp else "sequential" if block.sees("mlp", "attn")
-              else "parallel attention + MLP")
-    rows = [("name", model.name), ("family", a.family), ("source", getattr(model, "source", "") or "—"),
-            ("layers", a.n_layers), ("heads (query / KV)", f"{a.n_heads} / {a.n_kv_heads}"),
-            ("d_model / d_head / d_mlp", f"{a.d_model} / {a.d_head} / {a.d_mlp}"), ("vocabulary", a.d_vocab),
-            ("context", a.n_ctx), ("norm", f"{norms} (ε = {a.norm_eps:g})"),
-            ("positions", a.positional + (f" (rotary dim {a.rotary_dim})" if a.rotary_dim else "")),
-            ("block", wiring), ("steps", str(block)),
-            ("MLP", f"{'gated ' if a.gated_mlp else ''}{a.act_fn}"), ("causal", a.causal),
-            ("unembedding", a.has_unembed), ("dtype / device", f"{model.dtype} / {model.device}"),
-            ("weights", getattr(model, "provenance", "") or "—")]
+    wiring = (
+        "attention only"
+        if not block.has_mlp
+        else "sequential"
+        if block.sees("mlp", "attn")
+        else "parallel attention + MLP"
+    )
+    rows = [
+        ("name", model.name),
+        ("family", a.family),
+        ("source", getattr(model, "source", "") or "—"),
+        ("layers", a.n_layers),
+        ("heads (query / KV)", f"{a.n_heads} / {a.n_kv_heads}"),
+        ("d_model / d_head / d_mlp", f"{a.d_model} / {a.d_head} / {a.d_mlp}"),
+        ("vocabulary", a.d_vocab),
+        ("context", a.n_ctx),
+        ("norm", f"{norms} (ε = {a.norm_eps:g})"),
+        ("positions", a.positional + (f" (rotary dim {a.rotary_dim})" if a.rotary_dim else "")),
+        ("block", wiring),
+        ("steps", str(block)),
+        ("MLP", f"{'gated ' if a.gated_mlp else ''}{a.act_fn}"),
+        ("causal", a.causal),
+        ("unembedding", a.has_unembed),
+        ("dtype / device", f"{model.dtype} / {model.device}"),
+        ("weights", getattr(model, "provenance", "") or "—"),
+    ]
     return rows
 
 
@@ -182,13 +198,22 @@ def _prediction(model: Model, tr: Any, answer_id: Optional[int], wrong_id: Optio
     logp = torch.log_softmax(logits, dim=-1)
     top = torch.topk(logits, k)
     dec = _decode(model)
-    out: dict[str, Any] = {"position": last, "top": [
-        {"token": dec(i), "id": int(i), "logit": float(logits[i]), "prob": float(logp[i].exp())}
-        for i in top.indices]}
+    out: dict[str, Any] = {
+        "position": last,
+        "top": [
+            {"token": dec(i), "id": int(i), "logit": float(logits[i]), "prob": float(logp[i].exp())}
+            for i in top.indices
+        ],
+    }
     for name, tid in (("answer", answer_id), ("wrong", wrong_id)):
         if tid is not None:
-            out[name] = {"token": dec(tid), "id": int(tid), "logit": float(logits[tid]),
-                         "prob": float(logp[tid].exp()), "rank": int((logits > logits[tid]).sum()) + 1}
+            out[name] = {
+                "token": dec(tid),
+                "id": int(tid),
+                "logit": float(logits[tid]),
+                "prob": float(logp[tid].exp()),
+                "rank": int((logits > logits[tid]).sum()) + 1,
+            }
     if answer_id is not None and wrong_id is not None:
         out["logit_diff"] = float(logits[answer_id] - logits[wrong_id])
     return out
@@ -206,13 +231,17 @@ def _check_corrupt(model: Model, prompt: str, corrupt: Any) -> None:
     if corrupt is None:
         return
     if not isinstance(corrupt, str) or not corrupt.strip():
-        raise ArgumentError(f"corrupt={corrupt!r:.60} must be a non-empty string (a prompt of the same token "
-                            "length as prompt) or None (zero ablation)")
+        raise ArgumentError(
+            f"corrupt={corrupt!r:.60} must be a non-empty string (a prompt of the same token "
+            "length as prompt) or None (zero ablation)"
+        )
     lc = int(as_batch(model, prompt).attention_mask.sum())
     lk = int(as_batch(model, corrupt).attention_mask.sum())
     if lc != lk:
-        raise ShapeError(f"corrupt={corrupt!r:.60} has {lk} tokens but prompt has {lc}; the corrupt prompt must "
-                         "have the same token length (noising replaces each head's output position by position)")
+        raise ShapeError(
+            f"corrupt={corrupt!r:.60} has {lk} tokens but prompt has {lc}; the corrupt prompt must "
+            "have the same token length (noising replaces each head's output position by position)"
+        )
 
 
 def _top_heads(attr: Any, n: int) -> list[tuple[str, float]]:
@@ -222,9 +251,9 @@ def _top_heads(attr: Any, n: int) -> list[tuple[str, float]]:
     return heads[:n]
 
 
-
-def _export_static(figs: dict[str, Any], out: Path, exporter: Optional[Exporter], *,
-                   static: bool) -> tuple[dict[str, list[str]], dict[str, float]]:
+def _export_static(
+    figs: dict[str, Any], out: Path, exporter: Optional[Exporter], *, static: bool
+) -> tuple[dict[str, list[str]], dict[str, float]]:
     """Each figure as PNG and SVG under ``out/figures`` through one browser; (files, seconds per file)."""
     files: dict[str, list[str]] = {name: [] for name in figs}
     seconds: dict[str, float] = {}
@@ -243,6 +272,7 @@ def _export_static(figs: dict[str, Any], out: Path, exporter: Optional[Exporter]
         if exporter is None:
             ex.close()
     return files, seconds
+
 
 def report(
     model: Union[str, Model],
@@ -288,8 +318,9 @@ def report(
         # 3. the prediction and the attribution of its logit (decoders) or of the pooled hidden state (encoders)
         if decoder:
             if answer_id is None:  # a decoder's trace has logits, so the default answer was set above
-                raise UnsupportedOperationError(f"model {model.name!r}: the trace has no logits to read a "
-                                                "prediction from")
+                raise UnsupportedOperationError(
+                    f"model {model.name!r}: the trace has no logits to read a prediction from"
+                )
             with steps("prediction"):
                 results["prediction"] = _prediction(model, tr, answer_id, wrong_id, top_k)
             with steps("attribution"):
@@ -321,19 +352,33 @@ def report(
         steps.close()
     # 6. results.json and the page
     results["timings_seconds"] = dict(steps.times, total=round(time.perf_counter() - t_start, 3))
-    results["generated"] = {"at": _dt.datetime.now().isoformat(timespec="seconds"),
-                            "python": platform.python_version(), "torch": torch.__version__}
+    results["generated"] = {
+        "at": _dt.datetime.now().isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
     write_atomic(out / "results.json", json.dumps(_jsonable(results), indent=1).encode())
-    page = _page(model, prompt, results, figs, files, decoder=decoder, copying_note=copying_note,
-                 attention_view=attention_view_html, effects_note=effects_note, n_rows=n_heads)
+    page = _page(
+        model,
+        prompt,
+        results,
+        figs,
+        files,
+        decoder=decoder,
+        copying_note=copying_note,
+        attention_view=attention_view_html,
+        effects_note=effects_note,
+        n_rows=n_heads,
+    )
     index = out / "index.html"
     write_atomic(index, page.render().encode())
     log.info("report written to %s in %.1f s", index, time.perf_counter() - t_start)
     return index
 
 
-def _read_inputs(model: Union[str, Model], prompt: Any, answer: Any, wrong: Any, corrupt: Optional[str],
-                 n_heads: Any, top_k: Any) -> tuple[Model, Optional[int], Optional[int]]:
+def _read_inputs(
+    model: Union[str, Model], prompt: Any, answer: Any, wrong: Any, corrupt: Optional[str], n_heads: Any, top_k: Any
+) -> tuple[Model, Optional[int], Optional[int]]:
     """The model resolved and the inputs checked; the ``answer`` / ``wrong`` token ids (None: not given)."""
     if not isinstance(prompt, str) or not prompt.strip():
         raise ArgumentError(f"prompt={prompt!r:.60} must be a non-empty string")
@@ -356,8 +401,15 @@ def _read_inputs(model: Union[str, Model], prompt: Any, answer: Any, wrong: Any,
     return model, answer_id, wrong_id
 
 
-def _trace_step(model: Model, prompt: str, answer: Any, wrong: Any, answer_id: Optional[int],
-                wrong_id: Optional[int], results: dict[str, Any]) -> tuple[Any, Optional[int], Optional[int]]:
+def _trace_step(
+    model: Model,
+    prompt: str,
+    answer: Any,
+    wrong: Any,
+    answer_id: Optional[int],
+    wrong_id: Optional[int],
+    results: dict[str, Any],
+) -> tuple[Any, Optional[int], Optional[int]]:
     """The trace and its tokens; a decoder's answer defaults to its top prediction (dropping a ``wrong`` equal
     to it)."""
     decoder = model.arch.has_logits
@@ -388,13 +440,18 @@ def _direction_attribution(model: Model, prompt: str, tr: Any, results: dict[str
     return attr, metric
 
 
-def _attribution_results(attr: Any, n_heads: int, results: dict[str, Any],
-                         figs: dict[str, go.Figure]) -> list[tuple[str, float]]:
+def _attribution_results(
+    attr: Any, n_heads: int, results: dict[str, Any], figs: dict[str, go.Figure]
+) -> list[tuple[str, float]]:
     """The attribution's numbers and figures; the ``n_heads`` heads with the largest |attribution|."""
     labels, values, total = attribution_vector(attr, prompt=0)
     results["attribution"] = {
-        "target": getattr(attr, "target", ""), "labels": labels, "values": values, "total": total,
-        "sum_of_terms": float(values.sum()), "closure_error": float(attr.closure_error),
+        "target": getattr(attr, "target", ""),
+        "labels": labels,
+        "values": values,
+        "total": total,
+        "sum_of_terms": float(values.sum()),
+        "closure_error": float(attr.closure_error),
         "relative_error": float(getattr(attr, "relative_error", float("nan"))),
         "position": int(attr.positions[0]) if getattr(attr, "positions", None) is not None else None,
     }
@@ -405,27 +462,52 @@ def _attribution_results(attr: Any, n_heads: int, results: dict[str, Any],
     return top
 
 
-def _effects_step(model: Model, prompt: str, corrupt: Optional[str], metric: Any, progress: bool,
-                  results: dict[str, Any], figs: dict[str, go.Figure]) -> str:
+def _effects_step(
+    model: Model,
+    prompt: str,
+    corrupt: Optional[str],
+    metric: Any,
+    progress: bool,
+    results: dict[str, Any],
+    figs: dict[str, go.Figure],
+) -> str:
     """Every head's total / direct / indirect effect on ``metric``; the reason when the model has none ("" else)."""
     try:
-        eff = effects(model, prompt, corrupt, metric=metric, nodes="heads",
-                      ablation="corrupt" if corrupt is not None else "zero", progress=progress)
+        eff = effects(
+            model,
+            prompt,
+            corrupt,
+            metric=metric,
+            nodes="heads",
+            ablation="corrupt" if corrupt is not None else "zero",
+            progress=progress,
+        )
     except UnsupportedOperationError as e:
         results["effects"] = None
         return str(e)
     figs["causal_effects"] = eff.plot()
     results["effects"] = {
         "ablation": "corrupt" if corrupt is not None else "zero (no corrupt prompt given)",
-        "corrupt_prompt": corrupt, "metric": eff.metric, "clean": eff.clean,
+        "corrupt_prompt": corrupt,
+        "metric": eff.metric,
+        "clean": eff.clean,
         "corrupt": eff.corrupt if corrupt is not None else None,
-        "heads": [{"head": lab, "total": float(eff.total[i]), "direct": float(eff.direct[i]),
-                   "indirect": float(eff.indirect[i])} for i, lab in enumerate(eff.labels)]}
+        "heads": [
+            {
+                "head": lab,
+                "total": float(eff.total[i]),
+                "direct": float(eff.direct[i]),
+                "indirect": float(eff.indirect[i]),
+            }
+            for i, lab in enumerate(eff.labels)
+        ],
+    }
     return ""
 
 
-def _attention_step(model: Model, prompt: str, head_labels: list[str], results: dict[str, Any],
-                    figs: dict[str, go.Figure]) -> str:
+def _attention_step(
+    model: Model, prompt: str, head_labels: list[str], results: dict[str, Any], figs: dict[str, go.Figure]
+) -> str:
     """The top heads' patterns and where the last token attends; the interactive view's HTML."""
     pats = attention_patterns(model, prompt, head_labels)
     figs["attention_patterns"] = attention_pattern_figure(pats)
@@ -433,24 +515,33 @@ def _attention_step(model: Model, prompt: str, head_labels: list[str], results: 
     last_q = pats.patterns[:, -1]  # [n_heads, key_pos]: where the final token looks
     rest = last_q[:, 1:]  # without position 0, where attention sinks put their mass
     results["attention_from_last_token"] = {
-        lab: {"top_key_pos": int(last_q[i].argmax()),
-              "top_key_token": pats.str_tokens[int(last_q[i].argmax())],
-              "weight": float(last_q[i].max()),
-              "top_key_after_first": pats.str_tokens[1 + int(rest[i].argmax())] if rest.shape[1] else None,
-              "weight_after_first": float(rest[i].max()) if rest.shape[1] else None,
-              "pattern_row": last_q[i]}
-        for i, lab in enumerate(head_labels)}
+        lab: {
+            "top_key_pos": int(last_q[i].argmax()),
+            "top_key_token": pats.str_tokens[int(last_q[i].argmax())],
+            "weight": float(last_q[i].max()),
+            "top_key_after_first": pats.str_tokens[1 + int(rest[i].argmax())] if rest.shape[1] else None,
+            "weight_after_first": float(rest[i].max()) if rest.shape[1] else None,
+            "pattern_row": last_q[i],
+        }
+        for i, lab in enumerate(head_labels)
+    }
     return attention_view_html
 
 
-def _composition_step(model: Model, top: list[tuple[str, float]], results: dict[str, Any],
-                      figs: dict[str, go.Figure]) -> None:
+def _composition_step(
+    model: Model, top: list[tuple[str, float]], results: dict[str, Any], figs: dict[str, go.Figure]
+) -> None:
     """Q/K/V-composition among the top heads (their pairs only, not all n_heads_total²), as a graph."""
     head_labels = [lab for lab, _ in top]
     comp = {k: composition_scores(model, kind=k, heads=head_labels) for k in ("Q", "K", "V")}
-    graph = composition_edges(comp, heads=head_labels, max_edges=None,
-                              node_values=dict(top), node_value_name="attribution",
-                              title=f"Composition between the top {len(head_labels)} heads")
+    graph = composition_edges(
+        comp,
+        heads=head_labels,
+        max_edges=None,
+        node_values=dict(top),
+        node_value_name="attribution",
+        title=f"Composition between the top {len(head_labels)} heads",
+    )
     figs["composition_graph"] = graph.plot()
     results["composition"] = graph.to_json_dict()
 
@@ -468,8 +559,17 @@ def _copying_step(model: Model, results: dict[str, Any], figs: dict[str, go.Figu
     return ""
 
 
-def _ov_step(model: Model, tr: Any, head: str, answer_id: Optional[int], wrong_id: Optional[int],
-             results: dict[str, Any], figs: dict[str, go.Figure], *, decoder: bool) -> None:
+def _ov_step(
+    model: Model,
+    tr: Any,
+    head: str,
+    answer_id: Optional[int],
+    wrong_id: Optional[int],
+    results: dict[str, Any],
+    figs: dict[str, go.Figure],
+    *,
+    decoder: bool,
+) -> None:
     """The top head's OV circuit: its eigenvalues, and for decoders its top-token table over the prompt's tokens.
 
     Decoders: the full OV circuit W_E W_OV W_U, whose Σλ/Σ|λ| is the copying score shown in the copying-score
@@ -479,14 +579,26 @@ def _ov_step(model: Model, tr: Any, head: str, answer_id: Optional[int], wrong_i
     ov = ov_circuit(model, l0, h0, full=decoder)
     figs["ov_eigenvalues"] = ov_eigenvalue_figure(ov)
     ev = ov.eigenvalues
-    results["ov_top_head"] = {"head": head, "eigenvalues": ev, "matrix": ov.label,
-                              "eigenvalue_ratio": float(ev.real.sum() / ev.abs().sum())}
+    results["ov_top_head"] = {
+        "head": head,
+        "eigenvalues": ev,
+        "matrix": ov.label,
+        "eigenvalue_ratio": float(ev.real.sum() / ev.abs().sum()),
+    }
     if decoder:
         _ov_top_tokens(model, tr, head, ov, answer_id, wrong_id, results, figs)
 
 
-def _ov_top_tokens(model: Model, tr: Any, head: str, ov: Any, answer_id: Optional[int], wrong_id: Optional[int],
-                   results: dict[str, Any], figs: dict[str, go.Figure]) -> None:
+def _ov_top_tokens(
+    model: Model,
+    tr: Any,
+    head: str,
+    ov: Any,
+    answer_id: Optional[int],
+    wrong_id: Optional[int],
+    results: dict[str, Any],
+    figs: dict[str, go.Figure],
+) -> None:
     """The top head's full-OV top-token table over the prompt's tokens (and answer / wrong), its rows read
     through the effective embedding (the token embedding through block 0's MLP, what later heads actually
     see); models without one use the raw W_E (``ov``)."""
@@ -502,12 +614,14 @@ def _ov_top_tokens(model: Model, tr: Any, head: str, ov: Any, answer_id: Optiona
     ids = [i for i in ids if i not in getattr(model.tokenizer, "all_special_ids", [])] or ids
     dec = _decode(model)
     name = "W_E,eff W_OV W_U" if emb == "effective" else "W_E W_OV W_U"
-    figs["ov_top_tokens"] = top_token_table(full, ids, k=min(5, len(ids)), decode=dec, kind="OV",
-                                            label=f"{head} full OV ({name})", caption=emb_caption)
+    figs["ov_top_tokens"] = top_token_table(
+        full, ids, k=min(5, len(ids)), decode=dec, kind="OV", label=f"{head} full OV ({name})", caption=emb_caption
+    )
     rows, cols, vals, idx = top_token_values(full, ids, k=min(5, len(ids)))
     results["ov_top_head"]["top_tokens_embedding"] = {"embedding": emb, "caption": emb_caption}
     results["ov_top_head"]["top_tokens"] = {
-        dec(r): [[dec(cols[j]), float(v)] for j, v in zip(idx[i], vals[i])] for i, r in enumerate(rows)}
+        dec(r): [[dec(cols[j]), float(v)] for j, v in zip(idx[i], vals[i])] for i, r in enumerate(rows)
+    }
 
 
 def _stream_step(tr: Any, results: dict[str, Any], figs: dict[str, go.Figure]) -> None:
@@ -517,9 +631,19 @@ def _stream_step(tr: Any, results: dict[str, Any], figs: dict[str, go.Figure]) -
     results["residual_stream"] = {k: rs[k] for k in ("points", "stream", "groups", "group_norms", "closure")}
 
 
-def _page(model: Model, prompt: str, r: dict[str, Any], figs: dict[str, go.Figure], files: dict[str, list[str]], *,
-          decoder: bool, copying_note: str, attention_view: str = "", effects_note: str = "",
-          n_rows: int = 6) -> Page:
+def _page(
+    model: Model,
+    prompt: str,
+    r: dict[str, Any],
+    figs: dict[str, go.Figure],
+    files: dict[str, list[str]],
+    *,
+    decoder: bool,
+    copying_note: str,
+    attention_view: str = "",
+    effects_note: str = "",
+    n_rows: int = 6,
+) -> Page:
     """The report page: one section per analysis, in the order they ran."""
     toks = r["str_tokens"]
     sub = f"prompt: <span class='tok'>{esc(prompt)}</span> · {len(toks)} tokens"
@@ -532,14 +656,21 @@ def _page(model: Model, prompt: str, r: dict[str, Any], figs: dict[str, go.Figur
     _composition_section(page, r, figs, files)
     _copying_section(page, figs, files, copying_note)
     _ov_section(page, r, figs, files)
-    page.section("Residual stream of the last token",
-                 page.figure(figs["residual_stream"], files=files.get("residual_stream", [])), anchor="stream",
-                 note="Norm of the stream at every resid point, of each sublayer's write, and of what remains of "
-                      "each write at later points (exact decomposition with frozen norm scales).")
+    page.section(
+        "Residual stream of the last token",
+        page.figure(figs["residual_stream"], files=files.get("residual_stream", [])),
+        anchor="stream",
+        note="Norm of the stream at every resid point, of each sublayer's write, and of what remains of "
+        "each write at later points (exact decomposition with frozen norm scales).",
+    )
     t = r["timings_seconds"]
     rows = [[esc(k), f"{v:.2f} s"] for k, v in t.items()]
-    page.section("Provenance", data_table(["step", "time"], rows, numeric=[False, True])
-                 + "<p class='files'>numbers: <a href='results.json'>results.json</a></p>", anchor="provenance")
+    page.section(
+        "Provenance",
+        data_table(["step", "time"], rows, numeric=[False, True])
+        + "<p class='files'>numbers: <a href='results.json'>results.json</a></p>",
+        anchor="provenance",
+    )
     return page
 
 
@@ -547,82 +678,133 @@ def _prediction_section(page: Page, r: dict[str, Any], *, decoder: bool) -> None
     """The prompt's tokens and, for decoders, the next-token distribution with the answer's (and wrong's) rank."""
     tok_row = " ".join(f"<span class='tok'>{esc(token_label(t))}</span>" for t in r["str_tokens"])
     if not decoder:
-        page.section("Input", f"<p>tokens: {tok_row}</p><p>‖mean-pooled final hidden state‖ = "
-                     f"{r.get('embedding_norm', float('nan')):.4f}</p>", anchor="prediction",
-                     note="An encoder without an unembedding: there are no logits; the report attributes the "
-                          "mean-pooled final hidden state along its own direction (the terms sum to its norm).")
+        page.section(
+            "Input",
+            f"<p>tokens: {tok_row}</p><p>‖mean-pooled final hidden state‖ = "
+            f"{r.get('embedding_norm', float('nan')):.4f}</p>",
+            anchor="prediction",
+            note="An encoder without an unembedding: there are no logits; the report attributes the "
+            "mean-pooled final hidden state along its own direction (the terms sum to its norm).",
+        )
         return
     p = r["prediction"]
-    rows = [[f"<span class='tok'>{esc(token_label(t['token']))}</span>", t["id"], f"{t['logit']:.3f}",
-             f"{t['prob']:.3%}"] for t in p["top"]]
+    rows = [
+        [f"<span class='tok'>{esc(token_label(t['token']))}</span>", t["id"], f"{t['logit']:.3f}", f"{t['prob']:.3%}"]
+        for t in p["top"]
+    ]
     summary = []
     for key in ("answer", "wrong"):
         if key in p:
             t = p[key]
-            summary.append(f"{key} <span class='tok'>{esc(token_label(t['token']))}</span>: rank {t['rank']}, "
-                           f"p = {t['prob']:.2%}, logit {t['logit']:.3f}")
+            summary.append(
+                f"{key} <span class='tok'>{esc(token_label(t['token']))}</span>: rank {t['rank']}, "
+                f"p = {t['prob']:.2%}, logit {t['logit']:.3f}"
+            )
     if "logit_diff" in p:
         summary.append(f"logit difference answer − wrong = <b>{p['logit_diff']:.4f}</b>")
-    body = (f"<p>tokens: {tok_row}</p><p>{'<br>'.join(summary)}</p>"
-            + data_table(["next token", "id", "logit", "probability"], rows, numeric=[False, True, True, True]))
-    page.section("Prediction", body, anchor="prediction",
-                 note=f"The model's distribution for the token after position {p['position']}.")
+    body = f"<p>tokens: {tok_row}</p><p>{'<br>'.join(summary)}</p>" + data_table(
+        ["next token", "id", "logit", "probability"], rows, numeric=[False, True, True, True]
+    )
+    page.section(
+        "Prediction",
+        body,
+        anchor="prediction",
+        note=f"The model's distribution for the token after position {p['position']}.",
+    )
 
 
-def _attribution_section(page: Page, r: dict[str, Any], figs: dict[str, go.Figure],
-                         files: dict[str, list[str]]) -> None:
+def _attribution_section(
+    page: Page, r: dict[str, Any], figs: dict[str, go.Figure], files: dict[str, list[str]]
+) -> None:
     """The attribution's target and closure, its heatmap and waterfall."""
     a = r["attribution"]
-    closure = (f"Σ terms = <b>{a['sum_of_terms']:.6g}</b>, the model's own value = <b>{fmt(a['total'], 7)}</b>; "
-               f"closure error = <b>{a['closure_error']:.2e}</b> (relative {a['relative_error']:.1e}).")
-    body = (f"<p>target: <code>{esc(a['target'])}</code>. {closure}</p>"
-            + page.figure(figs["attribution_heatmap"], files=files.get("attribution_heatmap", []))
-            + page.figure(figs["attribution_waterfall"], files=files.get("attribution_waterfall", [])))
-    page.section("Attribution by head and component", body, anchor="attribution",
-                 note="Direct attribution with the final norm's scale frozen from this forward pass: every head, "
-                      "MLP, embedding and bias gets an exact share, and the shares add up to the model's number.")
+    closure = (
+        f"Σ terms = <b>{a['sum_of_terms']:.6g}</b>, the model's own value = <b>{fmt(a['total'], 7)}</b>; "
+        f"closure error = <b>{a['closure_error']:.2e}</b> (relative {a['relative_error']:.1e})."
+    )
+    body = (
+        f"<p>target: <code>{esc(a['target'])}</code>. {closure}</p>"
+        + page.figure(figs["attribution_heatmap"], files=files.get("attribution_heatmap", []))
+        + page.figure(figs["attribution_waterfall"], files=files.get("attribution_waterfall", []))
+    )
+    page.section(
+        "Attribution by head and component",
+        body,
+        anchor="attribution",
+        note="Direct attribution with the final norm's scale frozen from this forward pass: every head, "
+        "MLP, embedding and bias gets an exact share, and the shares add up to the model's number.",
+    )
 
 
-def _heads_section(page: Page, r: dict[str, Any], figs: dict[str, go.Figure], files: dict[str, list[str]],
-                   attention_view: str) -> None:
+def _heads_section(
+    page: Page, r: dict[str, Any], figs: dict[str, go.Figure], files: dict[str, list[str]], attention_view: str
+) -> None:
     """The top heads: where the last token attends most (and apart from position 0), and their patterns."""
     rows = []
     for h in r["top_heads"]:
         att = r["attention_from_last_token"][h["head"]]
         after = att["top_key_after_first"]
-        rows.append([f"<code>{esc(h['head'])}</code>", f"{h['value']:.4f}",
-                     f"<span class='tok'>{esc(token_label(att['top_key_token']))}</span>", f"{att['weight']:.3f}",
-                     f"<span class='tok'>{esc(token_label(after))}</span>" if after is not None else "—",
-                     f"{att['weight_after_first']:.3f}" if after is not None else "—"])
-    body = (data_table(["head", "attribution", "last token attends most to", "weight", "… apart from position 0",
-                        "weight"], rows, numeric=[False, True, False, True, False, True])
-            + attention_view
-            + page.figure(figs["attention_patterns"], files=files.get("attention_patterns", [])))
-    page.section("Top heads and their attention patterns", body, anchor="heads",
-                 note="The heads with the largest |attribution|, and where each position looks: hover a token of "
-                      "the interactive view to see where each head attends from it and which tokens attend to it.")
+        rows.append(
+            [
+                f"<code>{esc(h['head'])}</code>",
+                f"{h['value']:.4f}",
+                f"<span class='tok'>{esc(token_label(att['top_key_token']))}</span>",
+                f"{att['weight']:.3f}",
+                f"<span class='tok'>{esc(token_label(after))}</span>" if after is not None else "—",
+                f"{att['weight_after_first']:.3f}" if after is not None else "—",
+            ]
+        )
+    body = (
+        data_table(
+            ["head", "attribution", "last token attends most to", "weight", "… apart from position 0", "weight"],
+            rows,
+            numeric=[False, True, False, True, False, True],
+        )
+        + attention_view
+        + page.figure(figs["attention_patterns"], files=files.get("attention_patterns", []))
+    )
+    page.section(
+        "Top heads and their attention patterns",
+        body,
+        anchor="heads",
+        note="The heads with the largest |attribution|, and where each position looks: hover a token of "
+        "the interactive view to see where each head attends from it and which tokens attend to it.",
+    )
 
 
-def _composition_section(page: Page, r: dict[str, Any], figs: dict[str, go.Figure],
-                         files: dict[str, list[str]]) -> None:
+def _composition_section(
+    page: Page, r: dict[str, Any], figs: dict[str, go.Figure], files: dict[str, list[str]]
+) -> None:
     """The composition graph among the top heads and its 15 strongest edges."""
     comp = r["composition"]
-    edge_rows = [[f"<code>{esc(e['src'])}</code>", f"<code>{esc(e['dst'])}</code>", e["kind"], f"{e['score']:.4f}"]
-                 for e in sorted(comp["edges"], key=lambda e: -e["score"])[:15]]
+    edge_rows = [
+        [f"<code>{esc(e['src'])}</code>", f"<code>{esc(e['dst'])}</code>", e["kind"], f"{e['score']:.4f}"]
+        for e in sorted(comp["edges"], key=lambda e: -e["score"])[:15]
+    ]
     body = page.figure(figs["composition_graph"], files=files.get("composition_graph", []))
-    body += data_table(["source", "destination", "kind", "score"], edge_rows, numeric=[False, False, False, True]) \
-        if edge_rows else "<p>No pair of top heads is in different layers, so there is no composition to draw.</p>"
-    page.section("Composition between the top heads", body, anchor="composition",
-                 note="Q/K/V-composition scores ‖W_A W_B‖_F / (‖W_A‖_F ‖W_B‖_F) from the weights alone "
-                      "(Elhage et al. 2021); node colour is each head's attribution.")
+    body += (
+        data_table(["source", "destination", "kind", "score"], edge_rows, numeric=[False, False, False, True])
+        if edge_rows
+        else "<p>No pair of top heads is in different layers, so there is no composition to draw.</p>"
+    )
+    page.section(
+        "Composition between the top heads",
+        body,
+        anchor="composition",
+        note="Q/K/V-composition scores ‖W_A W_B‖_F / (‖W_A‖_F ‖W_B‖_F) from the weights alone "
+        "(Elhage et al. 2021); node colour is each head's attribution.",
+    )
 
 
 def _copying_section(page: Page, figs: dict[str, go.Figure], files: dict[str, list[str]], copying_note: str) -> None:
     """The copying-score map, or why the model has none."""
     if "copying_scores" in figs:
-        page.section("Copying scores", page.figure(figs["copying_scores"], files=files.get("copying_scores", [])),
-                     anchor="copying", note="Σλ/Σ|λ| of each head's full OV circuit W_E W_OV W_U: "
-                                            "+1 copies its input token, −1 suppresses it.")
+        page.section(
+            "Copying scores",
+            page.figure(figs["copying_scores"], files=files.get("copying_scores", [])),
+            anchor="copying",
+            note="Σλ/Σ|λ| of each head's full OV circuit W_E W_OV W_U: +1 copies its input token, −1 suppresses it.",
+        )
     else:
         page.section("Copying scores", f"<p>Not defined for this model: {esc(copying_note)}</p>", anchor="copying")
 
@@ -632,50 +814,88 @@ def _ov_section(page: Page, r: dict[str, Any], figs: dict[str, go.Figure], files
     body = page.figure(figs["ov_eigenvalues"], files=files.get("ov_eigenvalues", []))
     if "ov_top_tokens" in figs:
         body += page.figure(figs["ov_top_tokens"], files=files.get("ov_top_tokens", []))
-    page.section(f"OV circuit of {r['top_heads'][0]['head']}", body, anchor="ov",
-                 note="Eigenvalues of the full OV circuit W_E W_V W_O W_U (W_V W_O for encoders; positive real: "
-                      "the head copies what it reads); for decoders, the top-token table of the full OV circuit "
-                      "restricted to the prompt's tokens, its rows read through "
-                      + ("the effective token embedding W_E + MLP₀(N₂(W_E)) (the embedding through block 0's MLP)"
-                         if (r["ov_top_head"].get("top_tokens_embedding") or {}).get("embedding") == "effective"
-                         else "the raw token embedding W_E") + ".")
+    page.section(
+        f"OV circuit of {r['top_heads'][0]['head']}",
+        body,
+        anchor="ov",
+        note="Eigenvalues of the full OV circuit W_E W_V W_O W_U (W_V W_O for encoders; positive real: "
+        "the head copies what it reads); for decoders, the top-token table of the full OV circuit "
+        "restricted to the prompt's tokens, its rows read through "
+        + (
+            "the effective token embedding W_E + MLP₀(N₂(W_E)) (the embedding through block 0's MLP)"
+            if (r["ov_top_head"].get("top_tokens_embedding") or {}).get("embedding") == "effective"
+            else "the raw token embedding W_E"
+        )
+        + ".",
+    )
 
 
 EFFECTS_TITLE = "Causal effects: total vs direct effect per head"
 
 
-def _effects_section(page: Page, r: dict[str, Any], figs: dict[str, go.Figure], files: dict[str, list[str]], *,
-                     decoder: bool, note: str, n_rows: int) -> None:
+def _effects_section(
+    page: Page,
+    r: dict[str, Any],
+    figs: dict[str, go.Figure],
+    files: dict[str, list[str]],
+    *,
+    decoder: bool,
+    note: str,
+    n_rows: int,
+) -> None:
     e = r.get("effects")
     if e is None:
         page.section(EFFECTS_TITLE, f"<p>Not computed for this model: {esc(note)}</p>", anchor="effects")
         return
     if e["corrupt"] is not None:
-        how = (f"Noising: the clean prompt is run with one head's output replaced by its value on the corrupt prompt "
-               f"<span class='tok'>{esc(e['corrupt_prompt'])}</span>.")
+        how = (
+            f"Noising: the clean prompt is run with one head's output replaced by its value on the corrupt prompt "
+            f"<span class='tok'>{esc(e['corrupt_prompt'])}</span>."
+        )
         base = f"clean = <b>{fmt(e['clean'])}</b>, corrupt = <b>{fmt(e['corrupt'])}</b>"
     else:
-        how = ("Ablation: <b>zero (no corrupt prompt given)</b> — each head's output is set to zero in the clean run "
-               "(pass <code>corrupt=</code> / <code>--corrupt</code> to replace it by a corrupt prompt's instead).")
+        how = (
+            "Ablation: <b>zero (no corrupt prompt given)</b> — each head's output is set to zero in the clean run "
+            "(pass <code>corrupt=</code> / <code>--corrupt</code> to replace it by a corrupt prompt's instead)."
+        )
         base = f"clean = <b>{fmt(e['clean'])}</b>"
-    frozen = ("everything downstream (later heads and MLPs) frozen and the final norm's scale frozen at the clean "
-              "run — equal to the change of its direct-logit-attribution term" if decoder else
-              "everything downstream (later heads, MLPs and every later norm's scale) frozen at the clean run — "
-              "equal to the change of its attribution term along the direction")
-    what = (f"Total: the change of the metric with everything downstream recomputed. Direct: the head's output "
-            f"replaced with {frozen}. Indirect = total − direct: what the head does through later components.")
-    rows = [[f"<code>{esc(h['head'])}</code>", fmt(h["total"]), fmt(h["direct"]), fmt(h["indirect"])]
-            for h in sorted(e["heads"], key=lambda h: -abs(h["total"]))[:n_rows]]
-    body = (f"<p>{how} Metric <code>{esc(e['metric'])}</code>: {base}.</p><p>{what}</p>"
-            + data_table(["head", "total", "direct", "indirect"], rows, numeric=[False, True, True, True])
-            + page.figure(figs["causal_effects"], files=files.get("causal_effects", [])))
-    page.section(EFFECTS_TITLE, body, anchor="effects",
-                 note=f"The top {len(rows)} of {len(e['heads'])} heads by |total effect|; every head is in "
-                      "results.json.")
+    frozen = (
+        "everything downstream (later heads and MLPs) frozen and the final norm's scale frozen at the clean "
+        "run — equal to the change of its direct-logit-attribution term"
+        if decoder
+        else "everything downstream (later heads, MLPs and every later norm's scale) frozen at the clean run — "
+        "equal to the change of its attribution term along the direction"
+    )
+    what = (
+        f"Total: the change of the metric with everything downstream recomputed. Direct: the head's output "
+        f"replaced with {frozen}. Indirect = total − direct: what the head does through later components."
+    )
+    rows = [
+        [f"<code>{esc(h['head'])}</code>", fmt(h["total"]), fmt(h["direct"]), fmt(h["indirect"])]
+        for h in sorted(e["heads"], key=lambda h: -abs(h["total"]))[:n_rows]
+    ]
+    body = (
+        f"<p>{how} Metric <code>{esc(e['metric'])}</code>: {base}.</p><p>{what}</p>"
+        + data_table(["head", "total", "direct", "indirect"], rows, numeric=[False, True, True, True])
+        + page.figure(figs["causal_effects"], files=files.get("causal_effects", []))
+    )
+    page.section(
+        EFFECTS_TITLE,
+        body,
+        anchor="effects",
+        note=f"The top {len(rows)} of {len(e['heads'])} heads by |total effect|; every head is in results.json.",
+    )
 
 
-def circuits_report(model: Union[str, Model], *, out_dir: Union[str, Path], max_edges: int = 30, static: bool = True,
-                    exporter: Optional[Exporter] = None, progress: bool = False) -> Path:
+def circuits_report(
+    model: Union[str, Model],
+    *,
+    out_dir: Union[str, Path],
+    max_edges: int = 30,
+    static: bool = True,
+    exporter: Optional[Exporter] = None,
+    progress: bool = False,
+) -> Path:
     """Weight-only pages: the composition graph of the strongest edges over all heads, copying scores.
 
     Writes ``out_dir/index.html``, ``results.json``, ``composition.json`` (nodes/edges) and the
@@ -694,8 +914,9 @@ def circuits_report(model: Union[str, Model], *, out_dir: Union[str, Path], max_
     try:
         with steps("composition scores"):
             comp = {k: composition_scores(model, kind=k) for k in ("Q", "K", "V")}
-            graph = composition_edges(comp, max_edges=max_edges,
-                                      title=f"Strongest {max_edges} composition edges per kind — {model.name}")
+            graph = composition_edges(
+                comp, max_edges=max_edges, title=f"Strongest {max_edges} composition edges per kind — {model.name}"
+            )
             figs["composition_graph"] = graph.plot()
             results["composition"] = graph.to_json_dict()
             write_atomic(out / "composition.json", graph.to_json().encode())
@@ -714,12 +935,20 @@ def circuits_report(model: Union[str, Model], *, out_dir: Union[str, Path], max_
     write_atomic(out / "results.json", json.dumps(_jsonable(results), indent=1).encode())
     page = Page(title=f"interp circuits — {model.name}", subtitle="weight-only: no prompt, no forward pass")
     page.section("Model", kv_table(_model_card(model)), anchor="model")
-    page.section("Composition graph", page.figure(figs["composition_graph"], files=files["composition_graph"])
-                 + "<p class='files'>edges: <a href='composition.json'>composition.json</a></p>", anchor="composition",
-                 note="The strongest Q/K/V-composition edges between heads in different layers.")
+    page.section(
+        "Composition graph",
+        page.figure(figs["composition_graph"], files=files["composition_graph"])
+        + "<p class='files'>edges: <a href='composition.json'>composition.json</a></p>",
+        anchor="composition",
+        note="The strongest Q/K/V-composition edges between heads in different layers.",
+    )
     if "copying_scores" in figs:
-        page.section("Copying scores", page.figure(figs["copying_scores"], files=files["copying_scores"]),
-                     anchor="copying", note="Σλ/Σ|λ| of each head's full OV circuit W_E W_OV W_U.")
+        page.section(
+            "Copying scores",
+            page.figure(figs["copying_scores"], files=files["copying_scores"]),
+            anchor="copying",
+            note="Σλ/Σ|λ| of each head's full OV circuit W_E W_OV W_U.",
+        )
     else:
         page.section("Copying scores", f"<p>Not defined for this model: {esc(copying_note)}</p>", anchor="copying")
     index = out / "index.html"

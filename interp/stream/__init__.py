@@ -9,7 +9,20 @@ from interp.stream._trace import ResidualTrace, trace
 from interp.stream._trace_at import trace_at
 
 __all__ = [
-    "AttentionPatternBatch", "AttentionPatterns", "Batch", "Decomposition", "Predictions", "ResidualTrace", "as_batch",
-    "attention_patterns", "capture", "check_tensor_data", "count_hooks", "predict", "require_model", "tokenize",
-    "trace", "trace_at",
+    "AttentionPatternBatch",
+    "AttentionPatterns",
+    "Batch",
+    "Decomposition",
+    "Predictions",
+    "ResidualTrace",
+    "as_batch",
+    "attention_patterns",
+    "capture",
+    "check_tensor_data",
+    "count_hooks",
+    "predict",
+    "require_model",
+    "tokenize",
+    "trace",
+    "trace_at",
 ]

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AttentionPatterns", "AttentionPatternBatch", "attention_patterns"]
 
+
 @dataclass(frozen=True, eq=False)
 class AttentionPatterns(Result):
     """Patterns [n_heads_selected, query_pos, key_pos] of one prompt, the head labels and tokens.
@@ -60,9 +61,16 @@ class AttentionPatterns(Result):
         p = self.patterns.detach().cpu().double().numpy()
         h, q, k = np.meshgrid(np.arange(p.shape[0]), np.arange(p.shape[1]), np.arange(p.shape[2]), indexing="ij")
         toks = np.array(self.str_tokens, dtype=object)
-        return pd.DataFrame({"head": np.array(self.labels, dtype=object)[h.ravel()], "query_pos": q.ravel(),
-                             "query_token": toks[q.ravel()], "key_pos": k.ravel(), "key_token": toks[k.ravel()],
-                             "weight": p.ravel()})
+        return pd.DataFrame(
+            {
+                "head": np.array(self.labels, dtype=object)[h.ravel()],
+                "query_pos": q.ravel(),
+                "query_token": toks[q.ravel()],
+                "key_pos": k.ravel(),
+                "key_token": toks[k.ravel()],
+                "weight": p.ravel(),
+            }
+        )
 
     def plot(self, **kwargs: Any) -> go.Figure:
         """One heatmap per head (:func:`interp.plots.attention_pattern_figure`; a plotly Figure)."""
@@ -112,8 +120,11 @@ class AttentionPatternBatch(Result):
         """Prompt ``prompt``'s patterns with its padding dropped."""
         i = check_index("prompt", prompt, self.n_prompts, what="prompts")
         real = self.attention_mask[i].bool()
-        return AttentionPatterns(patterns=self.patterns[:, i][:, real][:, :, real], labels=list(self.labels),
-                                 str_tokens=list(self.str_tokens[i]))
+        return AttentionPatterns(
+            patterns=self.patterns[:, i][:, real][:, :, real],
+            labels=list(self.labels),
+            str_tokens=list(self.str_tokens[i]),
+        )
 
     def to_dataframe(self) -> pd.DataFrame:
         """Long format over real tokens: head, prompt, query position/token, key position/token, weight."""
@@ -129,8 +140,10 @@ class AttentionPatternBatch(Result):
         return self.prompt(prompt).plot(**kwargs)
 
     def __repr__(self) -> str:
-        return (f"AttentionPatternBatch({len(self.labels)} heads × {self.n_prompts} prompts, "
-                f"pos={self.patterns.shape[-1]}: {self.labels[:4]}{' …' if len(self.labels) > 4 else ''})")
+        return (
+            f"AttentionPatternBatch({len(self.labels)} heads × {self.n_prompts} prompts, "
+            f"pos={self.patterns.shape[-1]}: {self.labels[:4]}{' …' if len(self.labels) > 4 else ''})"
+        )
 
 
 def _head_label(h: Any) -> Optional[Head]:
@@ -144,17 +157,23 @@ def _head_label(h: Any) -> Optional[Head]:
 
 
 def _parse_heads(heads: Sequence[Any], n_layers: int, n_heads: int) -> list[tuple[int, int]]:
-    if isinstance(heads, (str, tuple)) and not (isinstance(heads, tuple) and heads
-                                                and isinstance(heads[0], (tuple, str))):
+    if isinstance(heads, (str, tuple)) and not (
+        isinstance(heads, tuple) and heads and isinstance(heads[0], (tuple, str))
+    ):
         heads = [heads]
     out = []
     for h in heads:
         lab = _head_label(h)
-        lh = (lab.layer, lab.head) if lab is not None else (
-            tuple(int(x) for x in h) if isinstance(h, (tuple, list)) else None)
+        lh = (
+            (lab.layer, lab.head)
+            if lab is not None
+            else (tuple(int(x) for x in h) if isinstance(h, (tuple, list)) else None)
+        )
         if lh is None or len(lh) != 2 or not (0 <= lh[0] < n_layers and 0 <= lh[1] < n_heads):
-            raise ArgumentError(f"heads contains {h!r}; give labels like 'L3.H5' or (layer, head) pairs with "
-                                f"layer in [0, {n_layers - 1}] and head in [0, {n_heads - 1}]")
+            raise ArgumentError(
+                f"heads contains {h!r}; give labels like 'L3.H5' or (layer, head) pairs with "
+                f"layer in [0, {n_layers - 1}] and head in [0, {n_heads - 1}]"
+            )
         out.append(lh)
     if not out:
         raise ArgumentError("heads is empty; give at least one head such as 'L0.H0'")
@@ -162,15 +181,21 @@ def _parse_heads(heads: Sequence[Any], n_layers: int, n_heads: int) -> list[tupl
 
 
 @overload
-def attention_patterns(model: Model, inputs: Union[str, Sequence[str], Tensor], heads: Sequence[Any], *,
-                       prompt: int = 0) -> AttentionPatterns: ...
+def attention_patterns(
+    model: Model, inputs: Union[str, Sequence[str], Tensor], heads: Sequence[Any], *, prompt: int = 0
+) -> AttentionPatterns: ...
 @overload
-def attention_patterns(model: Model, inputs: Union[str, Sequence[str], Tensor], heads: Sequence[Any], *,
-                       prompt: None) -> AttentionPatternBatch: ...
+def attention_patterns(
+    model: Model, inputs: Union[str, Sequence[str], Tensor], heads: Sequence[Any], *, prompt: None
+) -> AttentionPatternBatch: ...
 
 
 def attention_patterns(
-    model: Model, inputs: Union[str, Sequence[str], Tensor], heads: Sequence[Any], *, prompt: Optional[int] = 0,
+    model: Model,
+    inputs: Union[str, Sequence[str], Tensor],
+    heads: Sequence[Any],
+    *,
+    prompt: Optional[int] = 0,
 ) -> Union[AttentionPatterns, AttentionPatternBatch]:
     """Capture the patterns of ``heads`` (labels 'L3.H5' or (layer, head)) for one prompt, or for
     every prompt with ``prompt=None`` (an :class:`AttentionPatternBatch`, padding zeroed).
@@ -212,7 +237,12 @@ def _all_prompts(model: Model, b: Any, hl: list[tuple[int, int]]) -> AttentionPa
     toks = []
     for i in range(b.tokens.shape[0]):
         ids = b.tokens[i][mask[i]]
-        toks.append([str(t) for t in model.to_str_tokens(ids)] if model.tokenizer is not None
-                    else [str(int(t)) for t in ids])
-    return AttentionPatternBatch(patterns=pats.cpu(), labels=[str(Head(l, h)) for l, h in hl],
-                                 attention_mask=b.attention_mask.cpu(), str_tokens=toks)
+        toks.append(
+            [str(t) for t in model.to_str_tokens(ids)] if model.tokenizer is not None else [str(int(t)) for t in ids]
+        )
+    return AttentionPatternBatch(
+        patterns=pats.cpu(),
+        labels=[str(Head(l, h)) for l, h in hl],
+        attention_mask=b.attention_mask.cpu(),
+        str_tokens=toks,
+    )

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence, Union
 
 import pandas as pd
-import torch
 from jaxtyping import Float
 from torch import Tensor
 
@@ -55,17 +54,32 @@ class Decomposition(Result):
     default_pos: Union[int, str] = -1
 
     @classmethod
-    def build(cls, *, point: str, labels: Sequence[str], contributions: Tensor, total: Tensor,
-              attention_mask: Tensor, str_tokens: Optional[list[list[str]]] = None,
-              directions: Optional[Tensor] = None, default_pos: Union[int, str] = -1) -> "Decomposition":
+    def build(
+        cls,
+        *,
+        point: str,
+        labels: Sequence[str],
+        contributions: Tensor,
+        total: Tensor,
+        attention_mask: Tensor,
+        str_tokens: Optional[list[list[str]]] = None,
+        directions: Optional[Tensor] = None,
+        default_pos: Union[int, str] = -1,
+    ) -> "Decomposition":
         mask = attention_mask.bool()[..., None]
         gap = ((contributions.sum(0) - total) * mask).abs()
         err = float(gap.max()) if gap.numel() else 0.0
         scale = float((total * mask).abs().max()) if total.numel() else 0.0
         return cls(
-            point=point, labels=list(labels), contributions=contributions, total=total,
-            attention_mask=attention_mask, closure_error=err,
-            relative_error=err / scale if scale > 0 else err, str_tokens=str_tokens, directions=directions,
+            point=point,
+            labels=list(labels),
+            contributions=contributions,
+            total=total,
+            attention_mask=attention_mask,
+            closure_error=err,
+            relative_error=err / scale if scale > 0 else err,
+            str_tokens=str_tokens,
+            directions=directions,
             default_pos=default_pos,
         )
 
@@ -107,8 +121,9 @@ class Decomposition(Result):
             raise ArgumentError(f"pos={pos} of prompt {prompt} is padding")
         return self.contributions[:, bi, pi], self.total[bi, pi]
 
-    def to_dataframe(self, *, prompt: Optional[int] = None, pos: Union[int, str, None] = None,
-                     batch: Optional[int] = None) -> pd.DataFrame:
+    def to_dataframe(
+        self, *, prompt: Optional[int] = None, pos: Union[int, str, None] = None, batch: Optional[int] = None
+    ) -> pd.DataFrame:
         """One row per term at (prompt, pos): its norm, its projection on the total, its share.
 
         Defaults: prompt 0; ``pos=None`` is ``default_pos`` — the last real token for a causal model,
@@ -122,16 +137,25 @@ class Decomposition(Result):
         c, t = c.double(), t.double()
         tnorm = t.norm().clamp_min(1e-30)
         proj = (c @ t) / tnorm
-        return pd.DataFrame({
-            "term": self.labels,
-            "norm": c.norm(dim=-1).cpu().numpy(),
-            "projection": proj.cpu().numpy(),
-            "share": (proj / tnorm).cpu().numpy(),
-        })
+        return pd.DataFrame(
+            {
+                "term": self.labels,
+                "norm": c.norm(dim=-1).cpu().numpy(),
+                "projection": proj.cpu().numpy(),
+                "share": (proj / tnorm).cpu().numpy(),
+            }
+        )
 
-    def top(self, k: int = 10, *, by: Optional[str] = None, absolute: Optional[bool] = None,
-            prompt: Optional[int] = None, pos: Union[int, str, None] = None,
-            batch: Optional[int] = None) -> pd.DataFrame:
+    def top(
+        self,
+        k: int = 10,
+        *,
+        by: Optional[str] = None,
+        absolute: Optional[bool] = None,
+        prompt: Optional[int] = None,
+        pos: Union[int, str, None] = None,
+        batch: Optional[int] = None,
+    ) -> pd.DataFrame:
         """The ``k`` terms with the largest |projection| on the total at (prompt, pos) (or by ``by``);
         ``batch=`` is the deprecated spelling of ``prompt=``."""
         row, name = prompt_alias(prompt, batch, owner="Decomposition.top")
@@ -146,6 +170,8 @@ class Decomposition(Result):
         return decomposition_figure(self, prompt=prompt, pos=self.default_pos if pos is None else pos, k=k)
 
     def __repr__(self) -> str:
-        return (f"Decomposition({self.point!r}: {len(self.labels)} terms, shape "
-                f"{tuple(self.contributions.shape)}, closure_error={self.closure_error:.2e}, "
-                f"relative_error={self.relative_error:.2e})")
+        return (
+            f"Decomposition({self.point!r}: {len(self.labels)} terms, shape "
+            f"{tuple(self.contributions.shape)}, closure_error={self.closure_error:.2e}, "
+            f"relative_error={self.relative_error:.2e})"
+        )

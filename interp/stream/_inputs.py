@@ -29,8 +29,9 @@ def require_model(model: Any, *, name: str = "model") -> None:
 def check_tensor_data(t: Tensor, name: str) -> None:
     """ShapeError for a tensor without data (the 'meta' device): nothing can be read from it."""
     if t.device.type == "meta":
-        raise ShapeError(f"{name} is on the 'meta' device (a tensor without data); pass a tensor on a real device "
-                         "such as 'cpu'")
+        raise ShapeError(
+            f"{name} is on the 'meta' device (a tensor without data); pass a tensor on a real device such as 'cpu'"
+        )
 
 
 def as_batch(model: Model, inputs: Inputs, attention_mask: Optional[Tensor] = None) -> Batch:
@@ -38,7 +39,8 @@ def as_batch(model: Model, inputs: Inputs, attention_mask: Optional[Tensor] = No
     require_model(model)
     arch = model.arch
     is_text = isinstance(inputs, str) or (
-        isinstance(inputs, (list, tuple)) and len(inputs) > 0 and all(isinstance(x, str) for x in inputs))
+        isinstance(inputs, (list, tuple)) and len(inputs) > 0 and all(isinstance(x, str) for x in inputs)
+    )
     if attention_mask is not None and is_text:
         raise ArgumentError(
             "attention_mask is only for token-id inputs (an int tensor [batch, pos]); text inputs are "
@@ -57,8 +59,10 @@ def as_batch(model: Model, inputs: Inputs, attention_mask: Optional[Tensor] = No
             raise ShapeError(f"inputs must be an integer tensor of token ids, got dtype {t.dtype}")
         lo, hi = int(t.min()), int(t.max())
         if lo < 0 or hi >= arch.d_vocab:
-            raise ArgumentError(f"inputs has token id {lo if lo < 0 else hi}; ids must be in [0, {arch.d_vocab - 1}] "
-                                f"(d_vocab={arch.d_vocab})")
+            raise ArgumentError(
+                f"inputs has token id {lo if lo < 0 else hi}; ids must be in [0, {arch.d_vocab - 1}] "
+                f"(d_vocab={arch.d_vocab})"
+            )
         t = t.to(device=model.device, dtype=torch.long).contiguous()
         if attention_mask is None:
             mask = torch.ones_like(t)
@@ -91,12 +95,15 @@ def as_batch(model: Model, inputs: Inputs, attention_mask: Optional[Tensor] = No
     elif isinstance(inputs, (list, tuple)) and inputs and all(isinstance(x, (list, tuple)) for x in inputs):
         lens = {len(x) for x in inputs}
         if len(lens) != 1:
-            raise ShapeError(f"inputs rows have different lengths {sorted(lens)}; pass strings (padded for you) or a "
-                             "rectangular id tensor")
+            raise ShapeError(
+                f"inputs rows have different lengths {sorted(lens)}; pass strings (padded for you) or a "
+                "rectangular id tensor"
+            )
         bad = [x for row in inputs for x in row if isinstance(x, bool) or not isinstance(x, int)]
         if bad:
-            raise ShapeError(f"inputs as lists of token ids must hold ints only; got {bad[0]!r} "
-                             f"({type(bad[0]).__name__})")
+            raise ShapeError(
+                f"inputs as lists of token ids must hold ints only; got {bad[0]!r} ({type(bad[0]).__name__})"
+            )
         return as_batch(model, torch.tensor(inputs, dtype=torch.long).reshape(len(inputs), -1), attention_mask)
     else:
         raise ArgumentError(
@@ -108,5 +115,3 @@ def as_batch(model: Model, inputs: Inputs, attention_mask: Optional[Tensor] = No
     if bool((batch.attention_mask.sum(dim=1) == 0).any()):
         raise ArgumentError("attention_mask has a row with no real tokens")
     return batch
-
-

@@ -69,18 +69,22 @@ def keep_hooks(model: Model, keep: Sequence[str]) -> dict[str, list[str]]:
     return out
 
 
-def kept_tensor(acts: Mapping[str, Tensor], kept: Mapping[str, list[str]], item: str, *,
-                interleaved: bool = False, d_head: int = 0) -> Tensor:
+def kept_tensor(
+    acts: Mapping[str, Tensor], kept: Mapping[str, list[str]], item: str, *, interleaved: bool = False, d_head: int = 0
+) -> Tensor:
     """A kept item stacked over layers (q and k rotated for rotary models; a QK-norm over the whole
     projection, OLMo 2, is kept unsplit [b, pos, n·d_head] and split here into heads of ``d_head``)."""
     hooks = kept.get(item)
     if not hooks:
-        raise ArgumentError(f"this trace did not keep {item!r}; trace again with keep=({item!r},) "
-                            f"(allowed items: {', '.join(KEEP)})")
+        raise ArgumentError(
+            f"this trace did not keep {item!r}; trace again with keep=({item!r},) (allowed items: {', '.join(KEEP)})"
+        )
     xs = [acts[h] for h in hooks]
     if hooks[0].endswith("_normed"):  # the bridge keeps the QK-normed q and k heads-first: [b, n, pos, d]
         xs = [x.unflatten(-1, (-1, d_head)) if x.dim() == 3 else x.transpose(1, 2) for x in xs]
     if item in ("q", "k") and "cos" in kept:
-        xs = [apply_rotary(x, acts[c][:, :, None], acts[s][:, :, None], interleaved=interleaved)
-              for x, c, s in zip(xs, kept["cos"], kept["sin"])]
+        xs = [
+            apply_rotary(x, acts[c][:, :, None], acts[s][:, :, None], interleaved=interleaved)
+            for x, c, s in zip(xs, kept["cos"], kept["sin"])
+        ]
     return torch.stack(xs)

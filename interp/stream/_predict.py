@@ -54,7 +54,7 @@ class Predictions(Result):
     top_probs: Float[Tensor, "batch k"] = field(repr=False)
     top_logits: Float[Tensor, "batch k"] = field(repr=False)
     label_probs: Float[Tensor, "n_labels batch"] = field(repr=False)
-    positions: Int[Tensor, "batch"] = field(repr=False)
+    positions: Int[Tensor, " batch"] = field(repr=False)
     prompts: list[str] = field(repr=False)
     model_name: str = ""
 
@@ -76,12 +76,23 @@ class Predictions(Result):
     def to_dataframe(self, *, prompt: Optional[int] = None) -> pd.DataFrame:
         """One row per (prompt, rank): ``prompt``, ``rank`` (1 = most likely), ``token``, ``token_id``,
         ``prob``, ``logprob`` and ``logit`` (only prompt ``prompt`` when given)."""
-        rows = range(self.n_prompts) if prompt is None else [check_index("prompt", prompt, self.n_prompts,
-                                                                          what="prompts")]
+        rows = (
+            range(self.n_prompts) if prompt is None else [check_index("prompt", prompt, self.n_prompts, what="prompts")]
+        )
         ids, probs, logits = self.top_ids.tolist(), self.top_probs.double(), self.top_logits.tolist()
-        data = [{"prompt": b, "rank": r + 1, "token": self.token_label(ids[b][r]), "token_id": ids[b][r],
-                 "prob": float(probs[b, r]), "logprob": float(probs[b, r].log()), "logit": float(logits[b][r])}
-                for b in rows for r in range(self.k)]
+        data = [
+            {
+                "prompt": b,
+                "rank": r + 1,
+                "token": self.token_label(ids[b][r]),
+                "token_id": ids[b][r],
+                "prob": float(probs[b, r]),
+                "logprob": float(probs[b, r].log()),
+                "logit": float(logits[b][r]),
+            }
+            for b in rows
+            for r in range(self.k)
+        ]
         return pd.DataFrame(data, columns=["prompt", "rank", "token", "token_id", "prob", "logprob", "logit"])
 
     def plot(self, *, prompt: int = 0) -> go.Figure:
@@ -91,8 +102,9 @@ class Predictions(Result):
         return predictions_figure(self, prompt=prompt)
 
     def __repr__(self) -> str:
-        first = ", ".join(f"{self.token_label(int(t))!r} {float(p):.3f}"
-                          for t, p in zip(self.top_ids[0, :3], self.top_probs[0, :3]))
+        first = ", ".join(
+            f"{self.token_label(int(t))!r} {float(p):.3f}" for t, p in zip(self.top_ids[0, :3], self.top_probs[0, :3])
+        )
         more = f" (prompt 0 of {self.n_prompts})" if self.n_prompts > 1 else ""
         return f"Predictions({self.model_name!r}: top {self.k} next tokens{more}: {first}, …)"
 
@@ -136,7 +148,8 @@ def predict(
     if not model.arch.has_logits:
         raise UnsupportedOperationError(
             f"model {model.name!r} is an encoder without an unembedding: it predicts no next token (read its hidden "
-            "state with interp.attribute_direction instead)")
+            "state with interp.attribute_direction instead)"
+        )
     d_out = int(model.weights.W_U.shape[1]) if model.weights.W_U is not None else model.arch.d_vocab
     k = check_positive_int("k", k)
     if k > d_out:
@@ -151,24 +164,31 @@ def predict(
     chunks = []
     with torch.no_grad():
         for s in range(0, B, step):
-            sub = type(batch)(tokens=batch.tokens[s:s + step], attention_mask=batch.attention_mask[s:s + step])
+            sub = type(batch)(tokens=batch.tokens[s : s + step], attention_mask=batch.attention_mask[s : s + step])
             _, logits = capture(model, sub, [])
             if not torch.is_tensor(logits):
                 raise UnsupportedOperationError(f"model {model.name!r} returned no logits tensor from its forward pass")
             rows = torch.arange(logits.shape[0], device=logits.device)
-            chunks.append(logits[rows, positions[s:s + step].to(logits.device)].float())
+            chunks.append(logits[rows, positions[s : s + step].to(logits.device)].float())
     z = torch.cat(chunks)  # [B, d_out]: the model's own logits at each prompt's position
     logp = torch.log_softmax(z.double(), dim=-1)
     vals, ids = z.topk(k, dim=-1)
     uniq = list(dict.fromkeys(ids.flatten().tolist()))
     label_ids = torch.tensor(uniq, device=z.device)
     tok = model.tokenizer
-    prompts = ([tok.decode(t[m.bool()].tolist()) for t, m in zip(batch.tokens.cpu(), batch.attention_mask.cpu())]
-               if tok is not None else [" ".join(map(str, t[m.bool()].tolist()))
-                                        for t, m in zip(batch.tokens.cpu(), batch.attention_mask.cpu())])
+    prompts = (
+        [tok.decode(t[m.bool()].tolist()) for t, m in zip(batch.tokens.cpu(), batch.attention_mask.cpu())]
+        if tok is not None
+        else [" ".join(map(str, t[m.bool()].tolist())) for t, m in zip(batch.tokens.cpu(), batch.attention_mask.cpu())]
+    )
     return Predictions(
-        labels=_labels(tok, uniq), label_ids=uniq, top_ids=ids.cpu(),
+        labels=_labels(tok, uniq),
+        label_ids=uniq,
+        top_ids=ids.cpu(),
         top_probs=logp.gather(-1, ids).exp().float().cpu(),
-        top_logits=vals.cpu(), label_probs=logp[:, label_ids].exp().T.float().cpu().contiguous(),
-        positions=positions.cpu(), prompts=prompts, model_name=model.name,
+        top_logits=vals.cpu(),
+        label_probs=logp[:, label_ids].exp().T.float().cpu().contiguous(),
+        positions=positions.cpu(),
+        prompts=prompts,
+        model_name=model.name,
     )

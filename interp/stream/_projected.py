@@ -34,8 +34,9 @@ from interp.stream._walk import Plan, project_term, scale_chain, sigma
 __all__ = ["capture_projected"]
 
 
-def capture_projected(model: Model, batch: Batch, plans: dict[str, Plan], str_tokens: Any
-                      ) -> tuple[dict[str, Decomposition], Any]:
+def capture_projected(
+    model: Model, batch: Batch, plans: dict[str, Plan], str_tokens: Any
+) -> tuple[dict[str, Decomposition], Any]:
     """Run once; return {read label: its projected Decomposition} and the forward's output.
 
     Every tensor that outlives a hook (each read's [n_terms, batch, pos, k] result, its total, the
@@ -71,7 +72,7 @@ def capture_projected(model: Model, batch: Batch, plans: dict[str, Plan], str_to
             v = x.detach()
             for read, i, row in term_jobs.get(name, ()):
                 t = plans[read].terms[i]
-                out_buf[read][row:row + len(t.labels)].copy_(project_term(t, v, w, b, p))  # broadcasts
+                out_buf[read][row : row + len(t.labels)].copy_(project_term(t, v, w, b, p))  # broadcasts
             if name in sigma_rows:
                 sigma_buf[sigma_rows[name]].copy_(sigma(v, arch, dtype))
             for read in total_jobs.get(name, ()):
@@ -92,10 +93,15 @@ def capture_projected(model: Model, batch: Batch, plans: dict[str, Plan], str_to
             if t.kind == "bias":
                 contributions[row] = project_term(t, None, w, b, p) * s
             else:
-                contributions[row:row + n].mul_(s)
+                contributions[row : row + n].mul_(s)
             row += n
         result[read] = Decomposition.build(
-            point=read, labels=plan.labels, contributions=contributions, total=total_buf[read],
-            attention_mask=batch.attention_mask, str_tokens=str_tokens, directions=plan.U0,
+            point=read,
+            labels=plan.labels,
+            contributions=contributions,
+            total=total_buf[read],
+            attention_mask=batch.attention_mask,
+            str_tokens=str_tokens,
+            directions=plan.U0,
         )
     return result, out

@@ -32,8 +32,17 @@ from torch import Tensor
 from interp._norms import accumulate_dtype
 from interp._result import place
 from interp.errors import ArgumentError, LabelError, ShapeError
-from interp.models import (ArchInfo, Block, Event, Model, Weights, build_program, describe_block, norm_hook,
-                           resid_hook_names)
+from interp.models import (
+    ArchInfo,
+    Block,
+    Event,
+    Model,
+    Weights,
+    build_program,
+    describe_block,
+    norm_hook,
+    resid_hook_names,
+)
 from interp.stream._capture import capture
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch, as_batch, check_tensor_data, require_model
@@ -117,8 +126,9 @@ class ResidualTrace:
         return build_program(self.arch, neuron_layers=self.neuron_layers, n_types=int(types))
 
     def _kept(self, item: str) -> Tensor:
-        return kept_tensor(self.activations, self.kept or {}, item, interleaved=self.arch.rotary_interleaved,
-                           d_head=self.arch.d_head)
+        return kept_tensor(
+            self.activations, self.kept or {}, item, interleaved=self.arch.rotary_interleaved, d_head=self.arch.d_head
+        )
 
     @property
     def patterns(self) -> Float[Tensor, "n_layers batch n_heads query_pos key_pos"]:
@@ -191,8 +201,9 @@ class ResidualTrace:
         try:
             u = torch.as_tensor(project_onto)
         except (TypeError, ValueError, RuntimeError) as e:
-            raise ShapeError(f"project_onto must be a float tensor [k, d_model={d}]; "
-                             f"got {type(project_onto).__name__} ({e})") from None
+            raise ShapeError(
+                f"project_onto must be a float tensor [k, d_model={d}]; got {type(project_onto).__name__} ({e})"
+            ) from None
         shape = tuple(u.shape)
         check_tensor_data(u, "project_onto")
         if u.is_complex() or not u.is_floating_point():
@@ -217,12 +228,16 @@ class ResidualTrace:
         projected = self.projected or {}
         if read_label not in projected:
             self._find(read_label)  # a LabelError if it is no read or resid point at all
-            raise LabelError(f"read_label={read_label!r} was not projected by this trace; it holds only "
-                             f"{sorted(projected)} (trace(..., project={{label: directions}})); trace "
-                             "again with this label in project, or without project to decompose any read")
+            raise LabelError(
+                f"read_label={read_label!r} was not projected by this trace; it holds only "
+                f"{sorted(projected)} (trace(..., project={{label: directions}})); trace "
+                "again with this label in project, or without project to decompose any read"
+            )
         if project_onto is not None:
-            raise ArgumentError("project_onto cannot be given for a trace made with project=...: it kept only "
-                                "the projections onto the directions given there; trace without project for others")
+            raise ArgumentError(
+                "project_onto cannot be given for a trace made with project=...: it kept only "
+                "the projections onto the directions given there; trace without project for others"
+            )
         return projected[read_label]
 
     def decompose(self, read_label: str, *, project_onto: Optional[Tensor] = None) -> Decomposition:
@@ -248,9 +263,14 @@ class ResidualTrace:
         total = actual if full else torch.einsum("bpd,bkd->bpk", actual, plan.U0)
         labels = plan.labels
         return Decomposition.build(
-            point=read_label, labels=labels, contributions=contributions, total=total,
-            attention_mask=self.attention_mask, str_tokens=self.str_tokens,
-            directions=None if full else plan.U0, default_pos=-1 if arch.causal else "mean",
+            point=read_label,
+            labels=labels,
+            contributions=contributions,
+            total=total,
+            attention_mask=self.attention_mask,
+            str_tokens=self.str_tokens,
+            directions=None if full else plan.U0,
+            default_pos=-1 if arch.causal else "mean",
         )
 
 
@@ -305,17 +325,26 @@ def trace(
     keep = check_keep(keep)
     if project is not None:
         if keep:
-            raise ArgumentError(f"keep={keep!r} is not available with project=... (projection mode keeps no "
-                                "activation); trace without project to keep attention internals")
+            raise ArgumentError(
+                f"keep={keep!r} is not available with project=... (projection mode keeps no "
+                "activation); trace without project to keep attention internals"
+            )
         return _trace_projected(model, batch, project, project_onto, neuron_layers, has_types, str_tokens)
     kept = keep_hooks(model, keep) if keep else None
     names = capture_names(arch, neuron_layers=neuron_layers, has_types=has_types)
     names += [h for hooks in (kept or {}).values() for h in hooks]
     acts, logits = capture(model, batch, names)
     tr = ResidualTrace(
-        arch=arch, tokens=batch.tokens, attention_mask=batch.attention_mask, str_tokens=str_tokens,
-        activations=acts, weights=model.weights, neuron_layers=neuron_layers,
-        logits=logits if torch.is_tensor(logits) else None, has_types=has_types, kept=kept,
+        arch=arch,
+        tokens=batch.tokens,
+        attention_mask=batch.attention_mask,
+        str_tokens=str_tokens,
+        activations=acts,
+        weights=model.weights,
+        neuron_layers=neuron_layers,
+        logits=logits if torch.is_tensor(logits) else None,
+        has_types=has_types,
+        kept=kept,
     )
     if project_onto is not None:
         tr._directions(project_onto)  # validate now, not at the first decompose
@@ -323,17 +352,31 @@ def trace(
     return tr
 
 
-def _trace_projected(model: Model, batch: Batch, project: Any, project_onto: Any, neuron_layers: tuple[int, ...],
-                     has_types: bool, str_tokens: Any) -> ResidualTrace:
+def _trace_projected(
+    model: Model,
+    batch: Batch,
+    project: Any,
+    project_onto: Any,
+    neuron_layers: tuple[int, ...],
+    has_types: bool,
+    str_tokens: Any,
+) -> ResidualTrace:
     """trace(..., project=...): validate, plan every read's walk, project during the pass."""
     if project_onto is not None:
-        raise ArgumentError("give project_onto (default directions of a full trace) or project (projection mode), "
-                            "not both")
+        raise ArgumentError(
+            "give project_onto (default directions of a full trace) or project (projection mode), not both"
+        )
     if not isinstance(project, Mapping) or not project:
         raise ArgumentError(f"project={project!r:.80} must be a non-empty dict {{read label: directions [k, d_model]}}")
     tr = ResidualTrace(
-        arch=model.arch, tokens=batch.tokens, attention_mask=batch.attention_mask, str_tokens=str_tokens,
-        activations={}, weights=model.weights, neuron_layers=neuron_layers, has_types=has_types,
+        arch=model.arch,
+        tokens=batch.tokens,
+        attention_mask=batch.attention_mask,
+        str_tokens=str_tokens,
+        activations={},
+        weights=model.weights,
+        neuron_layers=neuron_layers,
+        has_types=has_types,
     )
     prog = tr.program
     plans = {}

@@ -37,7 +37,7 @@ class _StopForward(Exception):
 def trace_at(
     model: Model,
     batch: Batch,
-    positions: Int[Tensor, "batch *k"],
+    positions: Int[Tensor, " batch *k"],
     *,
     neuron_layers: Sequence[int] = (),
     stop_before_unembed: bool = False,
@@ -69,8 +69,10 @@ def trace_at(
         return x[rows, :, pos2].permute(0, 2, 1, 3).clone()
 
     if "q" in keep and arch.positional == "rotary":
-        raise ArgumentError("keep=('q',) of a rotary model is available from trace(), not from a position-gathered "
-                            "trace (its rotation needs every position's angle)")
+        raise ArgumentError(
+            "keep=('q',) of a rotary model is available from trace(), not from a position-gathered "
+            "trace (its rotation needs every position's angle)"
+        )
     reducers = {n: at_pos for n in names}
     extra = keep_hooks(model, keep)
     for item, hooks in extra.items():
@@ -101,6 +103,12 @@ def trace_at(
             store["ln_final.hook_out"] = model.bridge.ln_final(store["ln_final.hook_in"])
     tokens = batch.tokens[rows, pos2]
     return ResidualTrace(
-        arch=arch, tokens=tokens, attention_mask=torch.ones_like(tokens), str_tokens=None,
-        activations=store, weights=model.weights, neuron_layers=tuple(neuron_layers), logits=logits,
+        arch=arch,
+        tokens=tokens,
+        attention_mask=torch.ones_like(tokens),
+        str_tokens=None,
+        activations=store,
+        weights=model.weights,
+        neuron_layers=tuple(neuron_layers),
+        logits=logits,
     )

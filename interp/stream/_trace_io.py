@@ -33,8 +33,22 @@ __all__ = ["save_trace", "load_trace", "DECOMPOSE_WEIGHTS"]
 
 _FORMAT = "interp-trace-v1"
 #: the Weights fields a decomposition reads (W_out only for neuron layers)
-DECOMPOSE_WEIGHTS = ("W_O", "b_O", "b_out", "W_out", "ln1_w", "ln1_b", "ln2_w", "ln2_b", "lnf_w", "lnf_b",
-                     "ln_emb_w", "ln_emb_b", "ln1_post_w", "ln2_post_w")  # the last two: sandwich norms' output gains
+DECOMPOSE_WEIGHTS = (
+    "W_O",
+    "b_O",
+    "b_out",
+    "W_out",
+    "ln1_w",
+    "ln1_b",
+    "ln2_w",
+    "ln2_b",
+    "lnf_w",
+    "lnf_b",
+    "ln_emb_w",
+    "ln_emb_b",
+    "ln1_post_w",
+    "ln2_post_w",
+)  # the last two: sandwich norms' output gains
 
 
 def _put(tensors: dict[str, torch.Tensor], key: str, t: torch.Tensor, seen: set) -> None:
@@ -85,8 +99,15 @@ def save_trace(tr: Any, path: Union[str, os.PathLike]) -> Path:
                 else:
                     meta[f.name] = v
             projected.append({"read": read, "fields": meta})
-    fields = {"arch": tr.arch.to_dict(), "str_tokens": tr.str_tokens, "neuron_layers": list(tr.neuron_layers),
-              "has_types": tr.has_types, "kept": tr.kept, "weights": saved, "projected": projected}
+    fields = {
+        "arch": tr.arch.to_dict(),
+        "str_tokens": tr.str_tokens,
+        "neuron_layers": list(tr.neuron_layers),
+        "has_types": tr.has_types,
+        "kept": tr.kept,
+        "weights": saved,
+        "projected": projected,
+    }
     try:
         header = json.dumps(fields)
     except TypeError as e:
@@ -99,16 +120,17 @@ def load_trace(cls: type, path: Union[str, os.PathLike]) -> Any:
     """Read a trace written by :func:`save_trace`."""
     path, meta, tensors = read_safetensors(path, what="interp trace")
     if meta.get("format") != _FORMAT:
-        raise ResultFormatError(f"path={str(path)!r} holds {meta.get('class', 'no interp trace')!r}, not a "
-                                "ResidualTrace (saved with ResidualTrace.save)")
+        raise ResultFormatError(
+            f"path={str(path)!r} holds {meta.get('class', 'no interp trace')!r}, not a "
+            "ResidualTrace (saved with ResidualTrace.save)"
+        )
     try:
         fields = json.loads(meta["fields"])
         arch_fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in fields["arch"].items()}
         arch = ArchInfo(**arch_fields)
         # only what decompose reads is saved
         blank: dict[str, Any] = {f.name: None for f in dataclasses.fields(Weights)}
-        weights = Weights(**blank).with_updates(
-            **{name: tensors[f"w/{name}"] for name in fields["weights"]})
+        weights = Weights(**blank).with_updates(**{name: tensors[f"w/{name}"] for name in fields["weights"]})
         projected = None
         if fields["projected"] is not None:
             projected = {}
@@ -116,11 +138,20 @@ def load_trace(cls: type, path: Union[str, os.PathLike]) -> Any:
                 own = {k.split("/", 2)[2]: v for k, v in tensors.items() if k.startswith(f"proj/{i}/")}
                 projected[p["read"]] = Decomposition(**p["fields"], **own)
         return cls(
-            arch=arch, tokens=tensors["tokens"], attention_mask=tensors["attention_mask"],
-            str_tokens=fields["str_tokens"], activations={k[4:]: v for k, v in tensors.items() if k.startswith("act/")},
-            weights=weights, neuron_layers=tuple(fields["neuron_layers"]), project_onto=tensors.get("project_onto"),
-            logits=tensors.get("logits"), projected=projected, has_types=fields["has_types"], kept=fields["kept"],
+            arch=arch,
+            tokens=tensors["tokens"],
+            attention_mask=tensors["attention_mask"],
+            str_tokens=fields["str_tokens"],
+            activations={k[4:]: v for k, v in tensors.items() if k.startswith("act/")},
+            weights=weights,
+            neuron_layers=tuple(fields["neuron_layers"]),
+            project_onto=tensors.get("project_onto"),
+            logits=tensors.get("logits"),
+            projected=projected,
+            has_types=fields["has_types"],
+            kept=fields["kept"],
         )
     except (KeyError, TypeError, ValueError) as e:
-        raise ResultFormatError(f"path={str(path)!r} has a damaged ResidualTrace header or lacks a tensor "
-                                f"({e!r})") from None
+        raise ResultFormatError(
+            f"path={str(path)!r} has a damaged ResidualTrace header or lacks a tensor ({e!r})"
+        ) from None

@@ -133,15 +133,22 @@ def plan_walk(arch: ArchInfo, w: Weights, prog: list[Event], idx: int, U: Tensor
     terms: list[Term] = []  # reverse stream order
     norm_hooks: list[str] = []
 
-    def add(labels: list[str], kind: str, hook: Optional[str], layer: int = -1, vector: Optional[Tensor] = None,
-            sub: str = ""):
+    def add(
+        labels: list[str],
+        kind: str,
+        hook: Optional[str],
+        layer: int = -1,
+        vector: Optional[Tensor] = None,
+        sub: str = "",
+    ):
         sandwich = _sandwich(w, arch, sub, layer)
         if sandwich is None:
             terms.append(Term(labels, kind, hook, U, len(norm_hooks), layer, vector))
         else:  # the sublayer's output passes its own norm before it is added: U ← Γ' U, and 1/σ' on it alone
             gamma, local = sandwich
-            terms.append(Term(labels, kind, hook, frozen_direction(U, gamma, arch.norm), len(norm_hooks), layer,
-                              vector, local))
+            terms.append(
+                Term(labels, kind, hook, frozen_direction(U, gamma, arch.norm), len(norm_hooks), layer, vector, local)
+            )
 
     def pass_norm(norm_id: str, bias_label: str) -> None:
         nonlocal U
@@ -170,11 +177,15 @@ def plan_walk(arch: ArchInfo, w: Weights, prog: list[Event], idx: int, U: Tensor
             add([ev.label], "bias", None, l, w.b_out[l], sub=sub)
         elif sub == "neuron":
             if ev.head == arch.d_mlp - 1:
-                add([str(Neuron(l, n)) for n in range(arch.d_mlp)], "neurons", f"blocks.{l}.mlp.out.hook_in", l,
-                    sub=sub)
+                add(
+                    [str(Neuron(l, n)) for n in range(arch.d_mlp)], "neurons", f"blocks.{l}.mlp.out.hook_in", l, sub=sub
+                )
         else:  # embed, pos_embed, type_embed
-            hook = {"embed": "embed.hook_out", "pos_embed": "pos_embed.hook_out",
-                    "type_embed": "token_type_embed.hook_out"}[sub]
+            hook = {
+                "embed": "embed.hook_out",
+                "pos_embed": "pos_embed.hook_out",
+                "type_embed": "token_type_embed.hook_out",
+            }[sub]
             add([ev.label], "stream", hook)
     terms.reverse()
     return Plan(terms=terms, norm_hooks=norm_hooks, total_hook=total_hook(arch, target), U0=U0)
@@ -231,8 +242,16 @@ def scale_chain(sigmas: list[Tensor], b: int, p: int, like: Tensor) -> list[Tens
     return S
 
 
-def fill(plan: Plan, projected: list[Any], S: list[Tensor], b: int, p: int, *, in_place: bool,
-         local: Optional[dict[str, Tensor]] = None) -> Tensor:
+def fill(
+    plan: Plan,
+    projected: list[Any],
+    S: list[Tensor],
+    b: int,
+    p: int,
+    *,
+    in_place: bool,
+    local: Optional[dict[str, Tensor]] = None,
+) -> Tensor:
     """The [n_terms, b, p, k] contributions: each term's projection times its S_j, written straight
     into one preallocated tensor. ``projected[i]`` is term i's projection (or a callable giving it,
     so a full-basis decomposition never holds two [n, b, p, d_model] blocks at once)."""
@@ -244,6 +263,6 @@ def fill(plan: Plan, projected: list[Any], S: list[Tensor], b: int, p: int, *, i
         s = S[t.stage] if t.local is None else S[t.stage] / (local or {})[t.local]
         v = v * s if (t.kind == "bias" or not in_place) else v.mul_(s)  # a bias broadcasts [b|1, 1, k]
         n = len(t.labels)
-        out[i:i + n] = v if n > 1 else v[None]
+        out[i : i + n] = v if n > 1 else v[None]
         i += n
     return out

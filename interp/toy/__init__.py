@@ -16,6 +16,14 @@ from interp.toy._probes import attention_patterns, probe_report
 from interp.toy._skip_trigrams import skip_trigrams
 
 __all__ = [
-    "ToyConfig", "attention_patterns", "build_toy", "load_toy", "probe_report", "random_tokens",
-    "repeated_tokens", "save_toy", "skip_trigrams", "span_copy_batch",
+    "ToyConfig",
+    "attention_patterns",
+    "build_toy",
+    "load_toy",
+    "probe_report",
+    "random_tokens",
+    "repeated_tokens",
+    "save_toy",
+    "skip_trigrams",
+    "span_copy_batch",
 ]

@@ -37,8 +37,14 @@ def _check(name: str, value: int, lo: int) -> None:
 
 
 def span_copy_batch(
-    batch: int, n_ctx: int, d_vocab: int, *, generator: torch.Generator, n_spans: int = 1,
-    min_span: int = 2, max_span: int | None = None,
+    batch: int,
+    n_ctx: int,
+    d_vocab: int,
+    *,
+    generator: torch.Generator,
+    n_spans: int = 1,
+    min_span: int = 2,
+    max_span: int | None = None,
 ) -> tuple[Int[Tensor, "batch pos"], Bool[Tensor, "batch pos"]]:
     """Sequences with copied spans at random offsets, and the mask of predictable positions.
 
@@ -81,7 +87,10 @@ def repeated_tokens(batch: int, n: int, d_vocab: int, *, generator: torch.Genera
     if n > n_words:
         raise ArgumentError(f"n={n} distinct words requested but the vocabulary has {n_words}")
     dev = generator.device
-    first = torch.stack([torch.randperm(n_words, generator=generator, device=dev)[:n] for _ in range(batch)]) + FIRST_WORD_ID
+    first = (
+        torch.stack([torch.randperm(n_words, generator=generator, device=dev)[:n] for _ in range(batch)])
+        + FIRST_WORD_ID
+    )
     bos = torch.full((batch, 1), BOS_ID, dtype=torch.long, device=dev)
     return torch.cat([bos, first, first], dim=1)
 

@@ -58,8 +58,10 @@ def _pass_bytes(model: Model, batch: int, pos: int, *, logits: bool, keep_patter
 
 def _refuse(what: str, need: int, max_bytes: int, hint: str) -> None:
     if need > max_bytes:
-        raise MemoryCapError(f"{what} needs about {need / 2**20:,.0f} MiB, over the cap max_bytes={max_bytes} "
-                             f"({max_bytes / 2**20:,.0f} MiB); {hint}")
+        raise MemoryCapError(
+            f"{what} needs about {need / 2**20:,.0f} MiB, over the cap max_bytes={max_bytes} "
+            f"({max_bytes / 2**20:,.0f} MiB); {hint}"
+        )
 
 
 class _Stop(Exception):
@@ -89,24 +91,38 @@ def _run(model: Model, tokens: Tensor, reduce: Any, *, need_logits: bool) -> tup
     return logits, [store[l] for l in range(L)]
 
 
-def attention_patterns(model: Model, tokens: Int[Tensor, "batch pos"], *, max_bytes: int = MAX_BYTES
-                       ) -> tuple[Float[Tensor, "batch pos d_vocab"], Float[Tensor, "n_layers batch n_heads pos pos"]]:
+def attention_patterns(
+    model: Model, tokens: Int[Tensor, "batch pos"], *, max_bytes: int = MAX_BYTES
+) -> tuple[Float[Tensor, "batch pos d_vocab"], Float[Tensor, "n_layers batch n_heads pos pos"]]:
     """Logits and every layer's attention pattern for ``tokens`` (hooks removed on exit).
 
     Refused with MemoryCapError when the logits and the n_layers patterns would exceed ``max_bytes``.
     """
     check_positive_int("max_bytes", max_bytes)
     if not isinstance(tokens, Tensor) or tokens.ndim != 2:
-        raise ShapeError(f"tokens must be an int tensor [batch, pos]; got {getattr(tokens, 'shape', type(tokens).__name__)}")
+        raise ShapeError(
+            f"tokens must be an int tensor [batch, pos]; got {getattr(tokens, 'shape', type(tokens).__name__)}"
+        )
     b, p = tokens.shape
-    _refuse(f"attention_patterns on tokens {tuple(tokens.shape)}", _pass_bytes(model, b, p, logits=True, keep_patterns=True),
-            max_bytes, "pass fewer or shorter sequences, or raise max_bytes")
+    _refuse(
+        f"attention_patterns on tokens {tuple(tokens.shape)}",
+        _pass_bytes(model, b, p, logits=True, keep_patterns=True),
+        max_bytes,
+        "pass fewer or shorter sequences, or raise max_bytes",
+    )
     logits, pats = _run(model, tokens, lambda t: t.clone(), need_logits=True)
     return logits.detach(), torch.stack(pats)
 
 
-def probe_report(model: Model, *, n: int | None = None, seq_len: int | None = None, batch: int = 200,
-                 seed: int = 1234, max_bytes: int = MAX_BYTES) -> dict[str, Any]:
+def probe_report(
+    model: Model,
+    *,
+    n: int | None = None,
+    seq_len: int | None = None,
+    batch: int = 200,
+    seed: int = 1234,
+    max_bytes: int = MAX_BYTES,
+) -> dict[str, Any]:
     """Per-head previous-token / induction scores and the probe's first/second-half losses.
 
     ``n``: distinct words in the repeated probe (2n + 1 tokens); default min((n_ctx − 1) // 2,
@@ -123,10 +139,16 @@ def probe_report(model: Model, *, n: int | None = None, seq_len: int | None = No
     check_int_range("n", n, 2, n_max + 1)  # 2n + 1 tokens within n_ctx, n distinct words
     seq_len = min(arch.n_ctx, DEFAULT_SEQ_LEN) if seq_len is None else seq_len
     check_int_range("seq_len", seq_len, 2, arch.n_ctx + 1)
-    need = max(_pass_bytes(model, batch, 2 * n + 1, logits=True, keep_patterns=False),
-               _pass_bytes(model, batch, seq_len, logits=False, keep_patterns=False))
-    _refuse(f"probe_report(n={n}, seq_len={seq_len}, batch={batch}) on {arch.name!r}", need, max_bytes,
-            "lower batch, n or seq_len, or raise max_bytes")
+    need = max(
+        _pass_bytes(model, batch, 2 * n + 1, logits=True, keep_patterns=False),
+        _pass_bytes(model, batch, seq_len, logits=False, keep_patterns=False),
+    )
+    _refuse(
+        f"probe_report(n={n}, seq_len={seq_len}, batch={batch}) on {arch.name!r}",
+        need,
+        max_bytes,
+        "lower batch, n or seq_len, or raise max_bytes",
+    )
     g = torch.Generator().manual_seed(seed)
     rep = repeated_tokens(batch, n, arch.d_vocab, generator=g)
     rnd = random_tokens(batch, seq_len, arch.d_vocab, generator=g)
@@ -138,7 +160,10 @@ def probe_report(model: Model, *, n: int | None = None, seq_len: int | None = No
     prev = torch.stack(prv).mean(dim=(1, 3))
     nll = -F.log_softmax(logits.float(), dim=-1)[:, :-1].gather(-1, rep[:, 1:, None].to(logits.device))[..., 0]
     return {
-        "n": n, "seq_len": seq_len, "batch": batch, "seed": seed,
+        "n": n,
+        "seq_len": seq_len,
+        "batch": batch,
+        "seed": seed,
         "prev_token_score": [[round(float(v), 4) for v in row] for row in prev],
         "induction_score": [[round(float(v), 4) for v in row] for row in induction],
         # nll[:, p] is the loss of predicting token p+1

@@ -36,11 +36,12 @@ __all__ = ["skip_trigrams"]
 def _rows_times(X: torch.Tensor, W: torch.Tensor, rows: int) -> torch.Tensor:
     """X.double() @ W.double() in row blocks (X is vocab-long: never copied whole in float64)."""
     Wd = W.double()
-    return torch.cat([X[s:s + rows].double() @ Wd for s in range(0, X.shape[0], rows)])
+    return torch.cat([X[s : s + rows].double() @ Wd for s in range(0, X.shape[0], rows)])
 
 
-def skip_trigrams(model: Model, layer: int, head: int, *, k: int = 10, words_only: bool = True,
-                  max_chunk_bytes: int = 256 << 20) -> Any:
+def skip_trigrams(
+    model: Model, layer: int, head: int, *, k: int = 10, words_only: bool = True, max_chunk_bytes: int = 256 << 20
+) -> Any:
     """The ``k`` strongest skip-trigrams of head ``L{layer}.H{head}`` as a pandas DataFrame.
 
     Columns: source, destination, output (token strings), ov (output logit boost from the
@@ -77,8 +78,10 @@ def skip_trigrams(model: Model, layer: int, head: int, *, k: int = 10, words_onl
         vals = torch.empty(0, dtype=torch.float64, device=A.device)
         idx = torch.empty(0, dtype=torch.long, device=A.device)
         for s in range(0, n, block):  # running top-k over row blocks of OV
-            v, i = torch.topk(A[s:s + block] @ B, k=min(k, n), dim=1)  # each row's top-k: [rows, k]
-            flat = (i + n * torch.arange(s, s + v.shape[0], device=i.device)[:, None]).flatten()  # flat index src · n + out
+            v, i = torch.topk(A[s : s + block] @ B, k=min(k, n), dim=1)  # each row's top-k: [rows, k]
+            flat = (
+                i + n * torch.arange(s, s + v.shape[0], device=i.device)[:, None]
+            ).flatten()  # flat index src · n + out
             vals, order = torch.topk(torch.cat([vals, v.flatten()]), k=min(k, vals.numel() + v.numel()))
             idx = torch.cat([idx, flat])[order]
         K_centred = K - K.mean(dim=0, keepdim=True)  # QK[dst, src] − mean_src' QK[dst, src'] = Q (K[src] − K̄)ᵀ

@@ -91,13 +91,22 @@ class TrainingLog:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "config": self.config.to_dict(), "recipe": asdict(self.recipe),
-            "curve": [{"step": s, "loss": l, "loss_second_half": p["loss_second_half"],
-                       "max_induction": max(max(r) for r in p["induction_score"]),
-                       "max_prev_token": max(p["prev_token_score"][0])}
-                      for s, l, p in zip(self.steps, self.loss, self.probes)],
-            "wall_seconds": round(self.wall_seconds, 1), "cpu_seconds": round(self.cpu_seconds, 1),
-            "threads": self.threads, "final": self.final,
+            "config": self.config.to_dict(),
+            "recipe": asdict(self.recipe),
+            "curve": [
+                {
+                    "step": s,
+                    "loss": l,
+                    "loss_second_half": p["loss_second_half"],
+                    "max_induction": max(max(r) for r in p["induction_score"]),
+                    "max_prev_token": max(p["prev_token_score"][0]),
+                }
+                for s, l, p in zip(self.steps, self.loss, self.probes)
+            ],
+            "wall_seconds": round(self.wall_seconds, 1),
+            "cpu_seconds": round(self.cpu_seconds, 1),
+            "threads": self.threads,
+            "final": self.final,
         }
 
 
@@ -105,8 +114,17 @@ def shipped_recipe(n_layers: int) -> tuple[ToyConfig, Recipe]:
     """The configuration and recipe of the shipped ``attn-only-{n_layers}l`` weights."""
     if n_layers not in (1, 2):
         raise ArgumentError(f"n_layers={n_layers!r}; the shipped toys have 1 or 2 layers")
-    config = ToyConfig(n_layers=n_layers, n_heads=4, d_model=64, d_head=16, d_vocab=258, n_ctx=32,
-                       norm="none", positional="learned", seed=0)
+    config = ToyConfig(
+        n_layers=n_layers,
+        n_heads=4,
+        d_model=64,
+        d_head=16,
+        d_vocab=258,
+        n_ctx=32,
+        norm="none",
+        positional="learned",
+        seed=0,
+    )
     return config, Recipe()
 
 
@@ -127,8 +145,13 @@ def _native_model(config: ToyConfig) -> torch.nn.Module:
     return m
 
 
-def train_toy(config: ToyConfig, recipe: Recipe = Recipe(), *, name: str = "toy",
-              progress: Optional[Callable[[int, float, dict[str, Any]], None]] = None) -> tuple[Model, TrainingLog]:
+def train_toy(
+    config: ToyConfig,
+    recipe: Recipe = Recipe(),
+    *,
+    name: str = "toy",
+    progress: Optional[Callable[[int, float, dict[str, Any]], None]] = None,
+) -> tuple[Model, TrainingLog]:
     """Train a toy with ``recipe``; returns the trained :class:`Model` and its :class:`TrainingLog`.
 
     Trains the bare native module (no hooks: faster), then wraps the result in a bridge.
@@ -147,19 +170,30 @@ def train_toy(config: ToyConfig, recipe: Recipe = Recipe(), *, name: str = "toy"
         torch.set_num_threads(previous_threads)
 
 
-def _train(config: ToyConfig, recipe: Recipe, name: str,
-           progress: Optional[Callable[[int, float, dict[str, Any]], None]]) -> tuple[Model, TrainingLog]:
+def _train(
+    config: ToyConfig, recipe: Recipe, name: str, progress: Optional[Callable[[int, float, dict[str, Any]], None]]
+) -> tuple[Model, TrainingLog]:
     net = _native_model(config).train()
     gen = torch.Generator().manual_seed(recipe.data_seed)
-    opt = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=recipe.lr,
-                            betas=recipe.betas, weight_decay=recipe.weight_decay)
+    opt = torch.optim.AdamW(
+        [p for p in net.parameters() if p.requires_grad],
+        lr=recipe.lr,
+        betas=recipe.betas,
+        weight_decay=recipe.weight_decay,
+    )
     V = config.d_vocab
     steps, losses, probes = [], [], []
     t0, c0 = time.perf_counter(), time.process_time()
 
     def evaluate(step: int, loss: float) -> None:
-        model = build_toy(config, name=name, device="cpu", dtype=torch.float32,
-                          state_dict={k: v.detach() for k, v in net.state_dict().items()}, source="training")
+        model = build_toy(
+            config,
+            name=name,
+            device="cpu",
+            dtype=torch.float32,
+            state_dict={k: v.detach() for k, v in net.state_dict().items()},
+            source="training",
+        )
         rep = probe_report(model, batch=100)
         steps.append(step)
         losses.append(round(loss, 4))
@@ -173,11 +207,18 @@ def _train(config: ToyConfig, recipe: Recipe, name: str,
         for group in opt.param_groups:
             group["lr"] = lr
         tokens, predictable = span_copy_batch(
-            recipe.batch_size, config.n_ctx, V, generator=gen, n_spans=recipe.n_spans,
-            min_span=recipe.min_span, max_span=recipe.max_span,
+            recipe.batch_size,
+            config.n_ctx,
+            V,
+            generator=gen,
+            n_spans=recipe.n_spans,
+            min_span=recipe.min_span,
+            max_span=recipe.max_span,
         )
         logits = net(tokens)[:, :-1]  # predict token p+1 at position p
-        ce = F.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1), reduction="none").view(tokens.shape[0], -1)
+        ce = F.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1), reduction="none").view(
+            tokens.shape[0], -1
+        )
         loss = ce.mean()
         total = loss
         if recipe.predictable_weight:
@@ -193,12 +234,26 @@ def _train(config: ToyConfig, recipe: Recipe, name: str,
 
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     net.eval()
-    model = build_toy(config, name=name, device="cpu", dtype=torch.float32, state_dict=dict(net.state_dict()),
-                      source="trained by interp.toy.train")
+    model = build_toy(
+        config,
+        name=name,
+        device="cpu",
+        dtype=torch.float32,
+        state_dict=dict(net.state_dict()),
+        source="trained by interp.toy.train",
+    )
     final = probe_report(model)
-    return model, TrainingLog(config=config, recipe=recipe, steps=tuple(steps), loss=tuple(losses),
-                              probes=tuple(probes), wall_seconds=wall, cpu_seconds=cpu,
-                              threads=recipe.threads, final=final)
+    return model, TrainingLog(
+        config=config,
+        recipe=recipe,
+        steps=tuple(steps),
+        loss=tuple(losses),
+        probes=tuple(probes),
+        wall_seconds=wall,
+        cpu_seconds=cpu,
+        threads=recipe.threads,
+        final=final,
+    )
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -221,9 +276,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     model, tlog = train_toy(config, recipe, name=name)
     save_toy(model, args.out, config=config, training=tlog.to_dict())
     f = tlog.final
-    logging.info("trained %s in %.0f s wall / %.0f s cpu (%d threads); probe loss first half %.3f, second half %.3f; "
-                 "wrote %s", name, tlog.wall_seconds, tlog.cpu_seconds, tlog.threads,
-                 f["loss_first_half"], f["loss_second_half"], args.out)
+    logging.info(
+        "trained %s in %.0f s wall / %.0f s cpu (%d threads); probe loss first half %.3f, second half %.3f; wrote %s",
+        name,
+        tlog.wall_seconds,
+        tlog.cpu_seconds,
+        tlog.threads,
+        f["loss_first_half"],
+        f["loss_second_half"],
+        args.out,
+    )
     return 0
 
 

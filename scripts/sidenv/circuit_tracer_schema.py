@@ -13,8 +13,10 @@ from importlib.metadata import version
 from circuit_tracer.frontend.graph_models import Model
 
 schema = Model.model_json_schema()
-schema["$comment"] = (f"circuit-tracer {version('circuit-tracer')}: circuit_tracer/frontend/graph_models.py Model."
-                      "model_json_schema(). MIT License, Copyright (c) 2024 Michael Hanna and Mateusz Piotrowski.")
+schema["$comment"] = (
+    f"circuit-tracer {version('circuit-tracer')}: circuit_tracer/frontend/graph_models.py Model."
+    "model_json_schema(). MIT License, Copyright (c) 2024 Michael Hanna and Mateusz Piotrowski."
+)
 with open(sys.argv[1], "w") as f:
     json.dump(schema, f, indent=1, sort_keys=True)
     f.write("\n")

@@ -31,32 +31,46 @@ def _randomize(module: torch.nn.Module, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in module.named_parameters():
-            scale = 0.1 if "b_" in name or "bias" in name or "threshold" in name else 1 / D ** 0.5
+            scale = 0.1 if "b_" in name or "bias" in name or "threshold" in name else 1 / D**0.5
             p.copy_(torch.randn(p.shape, generator=g) * scale)
 
 
 def _expected(path: Path, x: torch.Tensor, acts: torch.Tensor, out: torch.Tensor) -> None:
-    save_file({"x": x.contiguous(), "acts": acts.detach().contiguous(), "out": out.detach().contiguous()},
-              str(path / "expected.safetensors"))
+    save_file(
+        {"x": x.contiguous(), "acts": acts.detach().contiguous(), "out": out.detach().contiguous()},
+        str(path / "expected.safetensors"),
+    )
 
 
 def saelens() -> None:
     from sae_lens import SAE  # noqa: F401
     from sae_lens.saes.sae import SAEMetadata
     from sae_lens.saes.standard_sae import StandardSAE, StandardSAEConfig
-    from sae_lens.saes.transcoder import (JumpReLUTranscoder, JumpReLUTranscoderConfig, SkipTranscoder,
-                                          SkipTranscoderConfig, Transcoder, TranscoderConfig)
+    from sae_lens.saes.transcoder import (
+        JumpReLUTranscoder,
+        JumpReLUTranscoderConfig,
+        SkipTranscoder,
+        SkipTranscoderConfig,
+        Transcoder,
+        TranscoderConfig,
+    )
 
     x = torch.randn(5, D, generator=torch.Generator().manual_seed(1))
-    kinds = {"relu": (Transcoder, TranscoderConfig, "blocks.{l}.ln2.hook_normalized"),
-             "skip": (SkipTranscoder, SkipTranscoderConfig, "blocks.{l}.hook_mlp_in"),
-             "jumprelu": (JumpReLUTranscoder, JumpReLUTranscoderConfig, "blocks.{l}.ln2.hook_normalized")}
+    kinds = {
+        "relu": (Transcoder, TranscoderConfig, "blocks.{l}.ln2.hook_normalized"),
+        "skip": (SkipTranscoder, SkipTranscoderConfig, "blocks.{l}.hook_mlp_in"),
+        "jumprelu": (JumpReLUTranscoder, JumpReLUTranscoderConfig, "blocks.{l}.ln2.hook_normalized"),
+    }
     for kind, (cls, cfg_cls, hook) in kinds.items():
         for l in range(LAYERS):
-            meta = SAEMetadata(hook_name=hook.format(l=l), hook_name_out=f"blocks.{l}.hook_mlp_out",
-                               model_name="tiny-llama")
-            sae = cls(cfg_cls(d_in=D, d_sae=F, d_out=D, dtype="float32", device="cpu", metadata=meta,
-                                  apply_b_dec_to_input=False))
+            meta = SAEMetadata(
+                hook_name=hook.format(l=l), hook_name_out=f"blocks.{l}.hook_mlp_out", model_name="tiny-llama"
+            )
+            sae = cls(
+                cfg_cls(
+                    d_in=D, d_sae=F, d_out=D, dtype="float32", device="cpu", metadata=meta, apply_b_dec_to_input=False
+                )
+            )
             _randomize(sae, 10 * l + len(kind))
             if kind == "jumprelu":
                 with torch.no_grad():
@@ -64,8 +78,11 @@ def saelens() -> None:
             p = OUT / f"saelens_{kind}" / f"layer_{l}"
             sae.save_model(p)
             _expected(p, x, sae.encode(x), sae(x))
-    sae = StandardSAE(StandardSAEConfig(d_in=D, d_sae=F, dtype="float32", device="cpu",
-                                        metadata=SAEMetadata(hook_name="blocks.1.hook_resid_post")))
+    sae = StandardSAE(
+        StandardSAEConfig(
+            d_in=D, d_sae=F, dtype="float32", device="cpu", metadata=SAEMetadata(hook_name="blocks.1.hook_resid_post")
+        )
+    )
     _randomize(sae, 7)
     p = OUT / "saelens_resid_sae"
     sae.save_model(p)
@@ -89,10 +106,17 @@ def saelens_saes() -> None:
     root = OUT / "saelens_saes"
     meta = lambda hook: SAEMetadata(hook_name=hook, model_name="tiny-llama", context_size=16)  # noqa: E731
     made = {
-        "standard_resid_pre_0": StandardSAE(StandardSAEConfig(d_in=D, d_sae=F, metadata=meta("blocks.0.hook_resid_pre"))),
-        "topk_resid_mid_0": TopKSAE(TopKSAEConfig(d_in=D, d_sae=F, k=3, rescale_acts_by_decoder_norm=True,
-                                                  metadata=meta("blocks.0.hook_resid_mid"))),
-        "jumprelu_resid_post_0": JumpReLUSAE(JumpReLUSAEConfig(d_in=D, d_sae=F, metadata=meta("blocks.0.hook_resid_post"))),
+        "standard_resid_pre_0": StandardSAE(
+            StandardSAEConfig(d_in=D, d_sae=F, metadata=meta("blocks.0.hook_resid_pre"))
+        ),
+        "topk_resid_mid_0": TopKSAE(
+            TopKSAEConfig(
+                d_in=D, d_sae=F, k=3, rescale_acts_by_decoder_norm=True, metadata=meta("blocks.0.hook_resid_mid")
+            )
+        ),
+        "jumprelu_resid_post_0": JumpReLUSAE(
+            JumpReLUSAEConfig(d_in=D, d_sae=F, metadata=meta("blocks.0.hook_resid_post"))
+        ),
     }
     for i, (name, sae) in enumerate(made.items()):
         _randomize(sae, 400 + i)
@@ -100,8 +124,11 @@ def saelens_saes() -> None:
             with torch.no_grad():
                 sae.W_dec.mul_(torch.linspace(0.5, 2.0, F)[:, None])  # decoder rows far from unit norm
         sae.save_model(root / name)
-    bt = BatchTopKTrainingSAE(BatchTopKTrainingSAEConfig(d_in=D, d_sae=F, k=2.0, topk_threshold_lr=1.0,
-                                                          metadata=meta("blocks.1.hook_resid_post")))
+    bt = BatchTopKTrainingSAE(
+        BatchTopKTrainingSAEConfig(
+            d_in=D, d_sae=F, k=2.0, topk_threshold_lr=1.0, metadata=meta("blocks.1.hook_resid_post")
+        )
+    )
     _randomize(bt, 410)
     with torch.no_grad():
         bt.W_dec.mul_(torch.linspace(0.5, 2.0, F)[:, None])
@@ -112,8 +139,9 @@ def saelens_saes() -> None:
     for p in sorted(root.iterdir()):
         sae = SAE.load_from_disk(p)
         _expected(p, x, sae.encode(x), sae(x))
-    _expected(OUT / "saelens_batchtopk_ckpt", x, *((s := SAE.load_from_disk(root / "batchtopk_resid_post_1")).encode(x),
-                                                    s(x)))
+    _expected(
+        OUT / "saelens_batchtopk_ckpt", x, *((s := SAE.load_from_disk(root / "batchtopk_resid_post_1")).encode(x), s(x))
+    )
 
 
 def sparsify() -> None:
@@ -122,8 +150,9 @@ def sparsify() -> None:
     x = torch.randn(5, D, generator=torch.Generator().manual_seed(1))
     for name, skip in (("sparsify", False), ("sparsify_skip", True)):
         for l in range(LAYERS):
-            sc = SparseCoder(D, SparseCoderConfig(num_latents=F, k=3, transcode=True, skip_connection=skip),
-                             dtype=torch.float32)
+            sc = SparseCoder(
+                D, SparseCoderConfig(num_latents=F, k=3, transcode=True, skip_connection=skip), dtype=torch.float32
+            )
             _randomize(sc, 100 + l)
             p = OUT / name / f"layers.{l}.mlp"  # the trainer's layout: one folder per hookpoint
             sc.save_to_disk(p)
@@ -157,8 +186,19 @@ def dictionary_learning() -> None:
 
     x = torch.randn(5, D, generator=torch.Generator().manual_seed(1))
     xs = torch.randn(20, 64, D, generator=torch.Generator().manual_seed(3))
-    tr = BatchTopKTrainer(steps=20, activation_dim=D, dict_size=F, k=2, layer=1, lm_name="tiny-llama", warmup_steps=1,
-                          threshold_start_step=0, seed=0, device="cpu", submodule_name="resid_post_layer_1")
+    tr = BatchTopKTrainer(
+        steps=20,
+        activation_dim=D,
+        dict_size=F,
+        k=2,
+        layer=1,
+        lm_name="tiny-llama",
+        warmup_steps=1,
+        threshold_start_step=0,
+        seed=0,
+        device="cpu",
+        submodule_name="resid_post_layer_1",
+    )
     for step in range(20):
         tr.update(step, xs[step])
     p = OUT / "dictionary_learning" / "trainer_0"
@@ -179,8 +219,15 @@ def circuit_tracer() -> None:
     root.mkdir(parents=True, exist_ok=True)
     files = []
     for l in range(LAYERS):
-        tc = SingleLayerTranscoder(D, F, JumpReLU(torch.full((F,), 0.05), 0.1), l, skip_connection=True,
-                                   device=torch.device("cpu"), dtype=torch.float32)
+        tc = SingleLayerTranscoder(
+            D,
+            F,
+            JumpReLU(torch.full((F,), 0.05), 0.1),
+            l,
+            skip_connection=True,
+            device=torch.device("cpu"),
+            dtype=torch.float32,
+        )
         _randomize(tc, 200 + l)
         with torch.no_grad():
             tc.activation_function.threshold.abs_()
@@ -188,11 +235,15 @@ def circuit_tracer() -> None:
         files.append(f"layer_{l}.safetensors")
         acts = tc.encode(x)
         out = tc(x)
-        save_file({"x": x, "acts": acts.detach().contiguous(), "out": out.detach().contiguous()},
-                  str(root / f"expected_{l}.safetensors"))
-    (root / "config.yaml").write_text("model_kind: transcoder_set\nscan: tiny-llama-fixture\n"
-                                      "feature_input_hook: mlp.hook_in\nfeature_output_hook: mlp.hook_out\n"
-                                      "transcoders:\n" + "".join(f"  - {f}\n" for f in files))
+        save_file(
+            {"x": x, "acts": acts.detach().contiguous(), "out": out.detach().contiguous()},
+            str(root / f"expected_{l}.safetensors"),
+        )
+    (root / "config.yaml").write_text(
+        "model_kind: transcoder_set\nscan: tiny-llama-fixture\n"
+        "feature_input_hook: mlp.hook_in\nfeature_output_hook: mlp.hook_out\n"
+        "transcoders:\n" + "".join(f"  - {f}\n" for f in files)
+    )
 
 
 def circuit_tracer_clt() -> None:
@@ -207,18 +258,33 @@ def circuit_tracer_clt() -> None:
     for name, act in (("circuit_tracer_clt", "relu"), ("circuit_tracer_clt_jumprelu", "jump_relu")):
         root = OUT / name
         root.mkdir(parents=True, exist_ok=True)
-        clt = CrossLayerTranscoder(LAYERS, F, D, activation_function=act, lazy_decoder=False,
-                                   feature_input_hook="mlp.hook_in", feature_output_hook="mlp.hook_out",
-                                   device=torch.device("cpu"), dtype=torch.float32)
+        clt = CrossLayerTranscoder(
+            LAYERS,
+            F,
+            D,
+            activation_function=act,
+            lazy_decoder=False,
+            feature_input_hook="mlp.hook_in",
+            feature_output_hook="mlp.hook_out",
+            device=torch.device("cpu"),
+            dtype=torch.float32,
+        )
         _randomize(clt, 500 + len(act))
         if act == "jump_relu":
             with torch.no_grad():
                 clt.activation_function.threshold.abs_()
         clt.to_safetensors(str(root))
-        (root / "config.yaml").write_text("model_kind: cross_layer_transcoder\nscan: tiny-llama-clt-fixture\n"
-                                          "feature_input_hook: mlp.hook_in\nfeature_output_hook: mlp.hook_out\n")
-        back = load_clt(str(root), feature_input_hook="mlp.hook_in", feature_output_hook="mlp.hook_out",
-                        device=torch.device("cpu"), dtype=torch.float32)
+        (root / "config.yaml").write_text(
+            "model_kind: cross_layer_transcoder\nscan: tiny-llama-clt-fixture\n"
+            "feature_input_hook: mlp.hook_in\nfeature_output_hook: mlp.hook_out\n"
+        )
+        back = load_clt(
+            str(root),
+            feature_input_hook="mlp.hook_in",
+            feature_output_hook="mlp.hook_out",
+            device=torch.device("cpu"),
+            dtype=torch.float32,
+        )
         with torch.no_grad():
             acts, out = back.encode(x), back(x)
         assert out.shape == x.shape and int((acts != 0).sum()) > 0
@@ -235,19 +301,32 @@ def gemma_scope_2() -> None:
     root.mkdir(parents=True, exist_ok=True)
     for l in range(LAYERS):
         g = torch.Generator().manual_seed(300 + l)
-        t = {"w_enc": torch.randn(D, F, generator=g) / D ** 0.5, "w_dec": torch.randn(F, D, generator=g) / F ** 0.5,
-             "b_enc": torch.randn(F, generator=g) * 0.1, "b_dec": torch.randn(D, generator=g) * 0.1,
-             "threshold": torch.rand(F, generator=g) * 0.1,
-             "affine_skip_connection": torch.randn(D, D, generator=g) * 0.05}
+        t = {
+            "w_enc": torch.randn(D, F, generator=g) / D**0.5,
+            "w_dec": torch.randn(F, D, generator=g) / F**0.5,
+            "b_enc": torch.randn(F, generator=g) * 0.1,
+            "b_dec": torch.randn(D, generator=g) * 0.1,
+            "threshold": torch.rand(F, generator=g) * 0.1,
+            "affine_skip_connection": torch.randn(D, D, generator=g) * 0.05,
+        }
         path = root / f"layer_{l}.safetensors"
         save_file(t, str(path))
         tc = load_gemma_scope_2_transcoder(str(path), l, device=torch.device("cpu"), dtype=torch.float32)
-        save_file({"x": x, "acts": tc.encode(x).detach().contiguous(), "out": tc(x).detach().contiguous()},
-                  str(root / f"expected_{l}.safetensors"))
+        save_file(
+            {"x": x, "acts": tc.encode(x).detach().contiguous(), "out": tc(x).detach().contiguous()},
+            str(root / f"expected_{l}.safetensors"),
+        )
 
 
 if __name__ == "__main__":
     for what in sys.argv[1:]:
-        {"saelens": saelens, "saelens_saes": saelens_saes, "sparsify": sparsify, "dictionary_learning": dictionary_learning, "circuit_tracer": circuit_tracer,
-         "circuit_tracer_clt": circuit_tracer_clt, "gemma_scope_2": gemma_scope_2}[what]()
+        {
+            "saelens": saelens,
+            "saelens_saes": saelens_saes,
+            "sparsify": sparsify,
+            "dictionary_learning": dictionary_learning,
+            "circuit_tracer": circuit_tracer,
+            "circuit_tracer_clt": circuit_tracer_clt,
+            "gemma_scope_2": gemma_scope_2,
+        }[what]()
         print("wrote", what)

@@ -18,7 +18,13 @@ from interp.plots import head_source_heatmap
 from interp.plots._common import quoted
 from tiny_models import tiny_model
 
-DECODERS = ("gpt2", "llama", "neox", "gemma3_text", "olmo2")  # Gemma 3, OLMo 2: each source's term through the sandwich norm
+DECODERS = (
+    "gpt2",
+    "llama",
+    "neox",
+    "gemma3_text",
+    "olmo2",
+)  # Gemma 3, OLMo 2: each source's term through the sandwich norm
 PROMPTS = ["w1 w2 w3 w4 w5", "w6 w7", "w8 w9 w10 w11"]
 
 
@@ -77,7 +83,7 @@ def test_sources_sum_to_the_head_term_and_match_the_cache(family):
     W_U = m.weights.W_U
     for i in range(2):
         if family == "toy":
-            prompt, a_id, w_id = inputs[i:i + 1], ans[i], wr[i]
+            prompt, a_id, w_id = inputs[i : i + 1], ans[i], wr[i]
         else:
             prompt = PROMPTS[i]
             a_id, w_id = (m.tokenizer.convert_tokens_to_ids(t) for t in (ans[i], wr))
@@ -88,7 +94,7 @@ def test_sources_sum_to_the_head_term_and_match_the_cache(family):
             got = src[str(HeadSource(l, h, s))][i]
             assert abs(float(got) - float(want)) < 1e-6, (l, h, s, float(got), float(want))
         # sources after the attributed token (and padding) get nothing: the head cannot read them
-        after = src.source_matrix(prompt=i)[..., dst + 1:]
+        after = src.source_matrix(prompt=i)[..., dst + 1 :]
         assert after.numel() == 0 or float(after.abs().max()) == 0.0
 
 

@@ -13,7 +13,12 @@ import transformers
 
 import interp
 from interp.attribution import attribute_direction, attribute_logits
-from interp.errors import ArgumentError, InterpError, ShapeError, UnsupportedArchitectureError, UnsupportedOperationError
+from interp.errors import (
+    ArgumentError,
+    InterpError,
+    UnsupportedArchitectureError,
+    UnsupportedOperationError,
+)
 from tiny_models import LINEAR_LOGITS, hooked_forward, tiny_hf_model, tiny_model, tiny_tokenizer
 from interp.models import model_from_hf_unchecked as model_from_hf
 
@@ -78,15 +83,25 @@ def test_head_terms_match_hf_head_outputs(family):
     toks = m.to_tokens("w1 w2 w3 w4")
     a = attribute_logits(m, toks, answer="w7")
     # independent: capture each layer's input to the output projection (the concatenated z)
-    oproj = {"gpt2": lambda l: hf.transformer.h[l].attn.c_proj, "gptj": lambda l: hf.transformer.h[l].attn.out_proj,
-             "neox": lambda l: hf.gpt_neox.layers[l].attention.dense}.get(family, lambda l: hf.model.layers[l].self_attn.o_proj)
+    oproj = {
+        "gpt2": lambda l: hf.transformer.h[l].attn.c_proj,
+        "gptj": lambda l: hf.transformer.h[l].attn.out_proj,
+        "neox": lambda l: hf.gpt_neox.layers[l].attention.dense,
+    }.get(family, lambda l: hf.model.layers[l].self_attn.o_proj)
     zs, final_in, attn_out = {}, {}, {}
-    hs = [oproj(l).register_forward_pre_hook(lambda mod, args, l=l: zs.__setitem__(l, args[0].detach()))
-          for l in range(m.arch.n_layers)]
-    hs += [oproj(l).register_forward_hook(lambda mod, args, out, l=l: attn_out.__setitem__(l, out.detach()))
-           for l in range(m.arch.n_layers)]
-    norm = {"gpt2": lambda: hf.transformer.ln_f, "gptj": lambda: hf.transformer.ln_f,
-            "neox": lambda: hf.gpt_neox.final_layer_norm}.get(family, lambda: hf.model.norm)()
+    hs = [
+        oproj(l).register_forward_pre_hook(lambda mod, args, l=l: zs.__setitem__(l, args[0].detach()))
+        for l in range(m.arch.n_layers)
+    ]
+    hs += [
+        oproj(l).register_forward_hook(lambda mod, args, out, l=l: attn_out.__setitem__(l, out.detach()))
+        for l in range(m.arch.n_layers)
+    ]
+    norm = {
+        "gpt2": lambda: hf.transformer.ln_f,
+        "gptj": lambda: hf.transformer.ln_f,
+        "neox": lambda: hf.gpt_neox.final_layer_norm,
+    }.get(family, lambda: hf.model.norm)()
     hs.append(norm.register_forward_pre_hook(lambda mod, args: final_in.__setitem__("x", args[0].detach())))
     hooked_forward(hf, hs, toks)
     x = final_in["x"][0, -1]
@@ -105,8 +120,11 @@ def test_head_terms_match_hf_head_outputs(family):
                 post = hf.model.layers[l].post_attention_layernorm
                 o = attn_out[l][0, -1]
                 eps = post.eps if hasattr(post, "eps") else post.variance_epsilon
-                write = write * (post.weight.detach() + (1.0 if family.startswith("gemma") else 0.0)) \
+                write = (
+                    write
+                    * (post.weight.detach() + (1.0 if family.startswith("gemma") else 0.0))
                     / torch.sqrt(o.pow(2).mean() + eps)
+                )
             if m.arch.norm == "layernorm":
                 write = write - write.mean()
             expected = (gamma * write / sigma) @ u
@@ -126,8 +144,13 @@ def test_matches_transformer_lens_dla_per_head(family):
     other.bridge.enable_compatibility_mode(disable_warnings=True, fold_value_biases=False)
     toks = m.to_tokens("w1 w2 w3 w4 w5")
     a = attribute_logits(m, toks, answer="w9", wrong="w4")
-    r = direct_logit_attribution(other.bridge, toks, answer_tokens=torch.tensor([m.tokenizer.convert_tokens_to_ids("w9")]),
-                                 incorrect_tokens=torch.tensor([m.tokenizer.convert_tokens_to_ids("w4")]), unit="head")
+    r = direct_logit_attribution(
+        other.bridge,
+        toks,
+        answer_tokens=torch.tensor([m.tokenizer.convert_tokens_to_ids("w9")]),
+        incorrect_tokens=torch.tensor([m.tokenizer.convert_tokens_to_ids("w4")]),
+        unit="head",
+    )
     tl = {re.sub(r"L(\d+)H(\d+)", r"L\1.H\2", lab): v for lab, v in zip(r.labels, r.attribution.flatten().tolist())}
     heads = [lab for lab in tl if re.fullmatch(r"L\d+\.H\d+", lab)]
     assert len(heads) == m.arch.n_layers * m.arch.n_heads

@@ -175,8 +175,9 @@ def test_logprob_target_reports_the_log_partition(family):
     want = torch.stack([torch.log_softmax(l[-1], -1)[a3] for l in lg])
     torch.testing.assert_close(a.total, want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(a.values.sum(0), want, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(a["log_partition"], -torch.stack([torch.logsumexp(l[-1], -1) for l in lg]),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        a["log_partition"], -torch.stack([torch.logsumexp(l[-1], -1) for l in lg]), atol=1e-5, rtol=1e-5
+    )
     logit = attribute_logits(m, PROMPTS, answer="w3")
     assert a.labels[:-1] == logit.labels and a.target == "log p('w3')" and a.target_kind == "logprob"
     torch.testing.assert_close(a.values[:-1], logit.values, atol=0, rtol=0)
@@ -202,8 +203,9 @@ def test_logprob_target_closes_under_a_logit_soft_cap():
     want = torch.stack([torch.log_softmax(l[-1], -1)[a3] for l in lg])
     torch.testing.assert_close(a.total, want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(a.values.sum(0), want, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(a["log_partition"], -torch.stack([torch.logsumexp(l[-1], -1) for l in lg]),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        a["log_partition"], -torch.stack([torch.logsumexp(l[-1], -1) for l in lg]), atol=1e-5, rtol=1e-5
+    )
     assert a.relative_error <= 1e-5
     wrong = attribute_logits(m, PROMPTS, answer="w3", wrong={"w5", "w6"}, target="logprob", wrong_agg="mean")
     assert wrong.relative_error <= 1e-5
@@ -223,17 +225,20 @@ def test_toy_without_final_norm_logprob_and_sets():
 # ---- bad input --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs, err, words", [
-    (dict(answer="w1", target="prob"), ArgumentError, ["target='prob'", "logprob"]),
-    (dict(answer="w1", wrong="w2", wrong_agg="max"), ArgumentError, ["wrong_agg='max'", "logsumexp"]),
-    (dict(answer="w1", wrong=set()), ArgumentError, ["wrong", "empty"]),
-    (dict(answer="w1", wrong=[["w2"], [], "w3"]), ArgumentError, ["wrong[1]", "empty"]),
-    (dict(answer="w1", wrong=["w2", "w3"]), ArgumentError, ["wrong has 2 entries", "set"]),
-    (dict(answer="w1 w2"), ArgumentError, ["answer='w1 w2'", "multi_token=True"]),
-    (dict(answer="w1", multi_token="yes"), ArgumentError, ["multi_token='yes'"]),
-    (dict(answer=[(5, 6), (7,), ()], multi_token=True), ArgumentError, ["answer[2]", "empty"]),
-    (dict(answer=[(5, 600), 7, 8], multi_token=True), ArgumentError, ["answer[0][1]=600"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, err, words",
+    [
+        (dict(answer="w1", target="prob"), ArgumentError, ["target='prob'", "logprob"]),
+        (dict(answer="w1", wrong="w2", wrong_agg="max"), ArgumentError, ["wrong_agg='max'", "logsumexp"]),
+        (dict(answer="w1", wrong=set()), ArgumentError, ["wrong", "empty"]),
+        (dict(answer="w1", wrong=[["w2"], [], "w3"]), ArgumentError, ["wrong[1]", "empty"]),
+        (dict(answer="w1", wrong=["w2", "w3"]), ArgumentError, ["wrong has 2 entries", "set"]),
+        (dict(answer="w1 w2"), ArgumentError, ["answer='w1 w2'", "multi_token=True"]),
+        (dict(answer="w1", multi_token="yes"), ArgumentError, ["multi_token='yes'"]),
+        (dict(answer=[(5, 6), (7,), ()], multi_token=True), ArgumentError, ["answer[2]", "empty"]),
+        (dict(answer=[(5, 600), 7, 8], multi_token=True), ArgumentError, ["answer[0][1]=600"]),
+    ],
+)
 def test_bad_target_input(kwargs, err, words):
     m = tiny_model("gpt2")
     with pytest.raises(err) as e:

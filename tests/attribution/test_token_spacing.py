@@ -37,8 +37,9 @@ def _tokenizer_dir() -> str:
     t = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     t.decoder = decoders.ByteLevel()
-    tok = PreTrainedTokenizerFast(tokenizer_object=t, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
-                                  unk_token="<unk>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=t, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<unk>"
+    )
     d = tempfile.mkdtemp(prefix="interp-spaced-tok-")
     tok.save_pretrained(d)
     return d
@@ -80,9 +81,11 @@ def test_attribute_logits_warns_for_wrong_without_space(model):
 
 def test_no_warning_when_spaced_or_after_a_space_or_an_id_or_no_spaced_token(model):
     rome = model.tokenizer("Rome", add_special_tokens=False)["input_ids"][0]
-    for kw in (dict(answer=" Madrid", wrong=" Rome"),  # spaced: what was meant
-               dict(answer=" Madrid", wrong=rome),  # a token id says exactly which token
-               dict(answer=" Madrid", wrong="Paris")):  # ' Paris' is not a single token here
+    for kw in (
+        dict(answer=" Madrid", wrong=" Rome"),  # spaced: what was meant
+        dict(answer=" Madrid", wrong=rome),  # a token id says exactly which token
+        dict(answer=" Madrid", wrong="Paris"),
+    ):  # ' Paris' is not a single token here
         _, msgs = _run(lambda: interp.attribute_logits(model, PROMPT, **kw))
         assert msgs == [], (kw, msgs)
     _, msgs = _run(lambda: interp.attribute_logits(model, PROMPT + " ", answer="Madrid", wrong="Rome"))
@@ -90,15 +93,21 @@ def test_no_warning_when_spaced_or_after_a_space_or_an_id_or_no_spaced_token(mod
 
 
 def test_per_prompt_lists_and_sets_name_the_entry(model):
-    _, msgs = _run(lambda: interp.attribute_logits(model, [PROMPT, CORRUPT], answer=[" Madrid", " Rome"],
-                                                   wrong=[" Rome", "Madrid"]))
+    _, msgs = _run(
+        lambda: interp.attribute_logits(
+            model, [PROMPT, CORRUPT], answer=[" Madrid", " Rome"], wrong=[" Rome", "Madrid"]
+        )
+    )
     assert len(msgs) == 1 and "wrong[1]='Madrid'" in msgs[0] and "prompt 1" in msgs[0]
     _, msgs = _run(lambda: interp.attribute_logits(model, PROMPT, answer=" Madrid", wrong={"Rome", " Italy"}))
     assert len(msgs) == 1 and "wrong='Rome'" in msgs[0]
 
 
-@pytest.mark.parametrize("metric", [interp.LogitDiff(" Madrid", "Rome"), interp.Logit("Rome"), interp.LogProb("Rome"),
-                                    interp.Prob("Rome")], ids=["LogitDiff", "Logit", "LogProb", "Prob"])
+@pytest.mark.parametrize(
+    "metric",
+    [interp.LogitDiff(" Madrid", "Rome"), interp.Logit("Rome"), interp.LogProb("Rome"), interp.Prob("Rome")],
+    ids=["LogitDiff", "Logit", "LogProb", "Prob"],
+)
 def test_every_token_metric_warns(model, metric):
     _, msgs = _run(lambda: interp.patch(model, PROMPT, CORRUPT, metric=metric, nodes="mlps"))
     assert len(msgs) == 1, msgs
@@ -106,8 +115,11 @@ def test_every_token_metric_warns(model, metric):
 
 
 def test_edge_analyses_warn_through_their_metric(model):
-    _, msgs = _run(lambda: interp.edge_attribution(model, PROMPT, CORRUPT, metric=interp.LogitDiff(" Madrid", "Rome"),
-                                                   progress=False))
+    _, msgs = _run(
+        lambda: interp.edge_attribution(
+            model, PROMPT, CORRUPT, metric=interp.LogitDiff(" Madrid", "Rome"), progress=False
+        )
+    )
     assert len(msgs) == 1 and "LogitDiff: wrong='Rome'" in msgs[0]
 
 

@@ -24,8 +24,7 @@ CLEAN, CORRUPT, OTHER = "w1 w2 w3 w4 w5", "w1 w9 w3 w4 w5", "w6 w7 w8 w10 w11"
 SPREAD = ["w20 w21 w22 w23 w24", "w30 w31 w32 w33 w34", "w40 w41 w42 w43 w44"]
 
 CALLS = {
-    "patch": lambda m, **kw: patch(m, CLEAN, CORRUPT, metric=M, nodes="mlps", direction="noise", progress=False,
-                                   **kw),
+    "patch": lambda m, **kw: patch(m, CLEAN, CORRUPT, metric=M, nodes="mlps", direction="noise", progress=False, **kw),
     "effects": lambda m, **kw: effects(m, CLEAN, CORRUPT, metric=M, nodes="mlps", progress=False, **kw),
     "path_patch": lambda m, **kw: path_patch(m, CLEAN, CORRUPT, metric=M, sender="L0.H0", progress=False, **kw),
 }
@@ -47,8 +46,11 @@ def _caught(fn):
 @pytest.mark.parametrize("ablation", ["mean", "resample"])
 def test_the_single_corrupt_prompt_as_reference_is_an_error(llama, name, ablation):
     for ref in (CORRUPT, [CORRUPT, CORRUPT]):  # one distinct prompt, however many times it is given
-        with pytest.raises(ArgumentError, match=rf"reference=.*single corrupt prompt.*ablation='{ablation}'.*"
-                                                r"ablation='corrupt'"):
+        with pytest.raises(
+            ArgumentError,
+            match=rf"reference=.*single corrupt prompt.*ablation='{ablation}'.*"
+            r"ablation='corrupt'",
+        ):
             CALLS[name](llama, ablation=ablation, reference=ref)
 
 
@@ -58,8 +60,9 @@ def test_one_other_reference_prompt_warns(llama, name, ablation):
     r, msgs = _caught(lambda: CALLS[name](llama, ablation=ablation, reference=[OTHER, OTHER]))
     assert len(msgs) == 1 and f"ablation={ablation!r}" in msgs[0] and "1 distinct prompt" in msgs[0], msgs
     # what the warning says: mean = resample = ablation with that one prompt
-    other, _ = _caught(lambda: CALLS[name](llama, ablation="resample" if ablation == "mean" else "mean",
-                                           reference=OTHER))
+    other, _ = _caught(
+        lambda: CALLS[name](llama, ablation="resample" if ablation == "mean" else "mean", reference=OTHER)
+    )
     torch.testing.assert_close(r.per_prompt, other.per_prompt)
 
 

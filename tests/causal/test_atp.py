@@ -75,6 +75,7 @@ def _plain(model, batch, hooks):
         def h(x, hook=None):
             store[n] = x.detach().clone()
             return x
+
         return h
 
     with torch.no_grad(), model.bridge.hooks(fwd_hooks=[(n, keep(n)) for n in hooks]):
@@ -115,8 +116,10 @@ def _jvp_effects(model, family, base, src, labels, each, metric, patterns=False)
         v_base, _ = _plain(model, base, sorted({h.replace("hook_pattern", "hook_v") for h in hooks}))
         inject = {h: h.replace("hook_pattern", "hook_z") for h in hooks}
         a_z, _ = _plain(model, base, sorted(inject.values()))
-    tangents = {inject[h]: torch.zeros(R * B, *(a_z[inject[h]] if via_z else a_base[h]).shape[1:],
-                                       dtype=a_base[h].dtype) for h in hooks}
+    tangents = {
+        inject[h]: torch.zeros(R * B, *(a_z[inject[h]] if via_z else a_base[h]).shape[1:], dtype=a_base[h].dtype)
+        for h in hooks
+    }
     for i, (lab, t) in enumerate(variants):
         h, slot = _where(lab, arch, patterns)
         d = a_src[h] - a_base[h]
@@ -130,12 +133,13 @@ def _jvp_effects(model, family, base, src, labels, each, metric, patterns=False)
             sel[:, ts, slot] = d[:, ts, slot]
         if via_z:  # [b, H, T, T] @ [b, T, H, d] -> [b, T, H, d]
             sel = torch.einsum("bhts,bshd->bthd", sel, v_base[h.replace("hook_pattern", "hook_v")])
-        tangents[inject[h]][i * B:(i + 1) * B] += sel
+        tangents[inject[h]][i * B : (i + 1) * B] += sel
     store = {}
 
     def shift(h):
         def fn(x, hook=None):
             return x + fwAD.make_dual(torch.zeros_like(x), tangents[h])
+
         return fn
 
     def keep(x, hook=None):
@@ -168,10 +172,17 @@ def _check(model, family, nodes, positions, direction="denoise", metric=None, rt
 
 
 @pytest.mark.parametrize("family", FAMILIES + MORE_FAMILIES)
-@pytest.mark.parametrize("nodes,positions", [
-    ("components", "all"), ("components", "each"), ("resid", "all"), ("head_inputs", "all"), ("head_inputs", "each"),
-    (["L1.attn", "L0.attn", "L1.H2", "embed", "blocks.1.hook_resid_pre"], "each"),
-])
+@pytest.mark.parametrize(
+    "nodes,positions",
+    [
+        ("components", "all"),
+        ("components", "each"),
+        ("resid", "all"),
+        ("head_inputs", "all"),
+        ("head_inputs", "each"),
+        (["L1.attn", "L0.attn", "L1.H2", "embed", "blocks.1.hook_resid_pre"], "each"),
+    ],
+)
 def test_atp_equals_forward_mode_first_order_term(family, nodes, positions):
     model = tiny_model(family)
     _check(model, family, nodes, positions)
@@ -218,8 +229,11 @@ def test_atp_kl_metric_denoising():
             keep = torch.zeros_like(d)
             keep[:, :, slot] = d[:, :, slot]
             d = keep
-        with torch.no_grad(), fwAD.dual_level(), model.bridge.hooks(
-                fwd_hooks=[(h, lambda x, hook=None, d=d: x + fwAD.make_dual(torch.zeros_like(x), d))]):
+        with (
+            torch.no_grad(),
+            fwAD.dual_level(),
+            model.bridge.hooks(fwd_hooks=[(h, lambda x, hook=None, d=d: x + fwAD.make_dual(torch.zeros_like(x), d))]),
+        ):
             out = model.bridge(base.tokens, attention_mask=base.attention_mask)
             lp = torch.log_softmax(out[rows, last], -1)
             kl = (lp_clean.exp() * (lp_clean - lp)).sum(-1)
@@ -262,13 +276,14 @@ def _pattern_grad(model, family, base, layer, metric):
         def h(x, hook=None):
             store[n] = x
             return x
+
         return h
 
     pat = f"blocks.{layer}.attn.hook_pattern"
     with torch.enable_grad(), model.bridge.hooks(fwd_hooks=[(pat, keep(pat)), (final, keep(final))]):
         out = model.bridge(base.tokens, attention_mask=base.attention_mask)
         M = _reference_metric(model, family, out, store[final], base.attention_mask, metric)
-        g, = torch.autograd.grad(M.sum(), store[pat])
+        (g,) = torch.autograd.grad(M.sum(), store[pat])
     return store[pat].detach(), g
 
 
@@ -289,16 +304,18 @@ def test_qk_fix_refuses_soft_capped_scores(family):
         attribution_patch(model, CLEAN, CORRUPT, metric=_metric(model, family), nodes=["L1.attn.q[H0]"], qk_fix=True)
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2", "neox", "bert", "qwen2", "mistral", "gemma", "phi3", "qwen3",
-                                    "gemma3_text"])
+@pytest.mark.parametrize(
+    "family", ["llama", "gpt2", "neox", "bert", "qwen2", "mistral", "gemma", "phi3", "qwen3", "gemma3_text"]
+)
 @pytest.mark.parametrize("positions", ["all", "each"])
 def test_qk_fix_is_the_exact_pattern_change_times_the_pattern_gradient(family, positions):
     """AtP*: for q and k nodes, ĉ = Σ (A' − A)·∂M/∂A with A' from an actual patched forward pass."""
     model = tiny_model(family)
     metric = _metric(model, family)
     layer = 1
-    labels = ([f"L{layer}.attn.q[H{h}]" for h in range(model.arch.n_heads)]
-              + [f"L{layer}.attn.k[H{g}]" for g in range(model.arch.n_kv_heads)])
+    labels = [f"L{layer}.attn.q[H{h}]" for h in range(model.arch.n_heads)] + [
+        f"L{layer}.attn.k[H{g}]" for g in range(model.arch.n_kv_heads)
+    ]
     r = attribution_patch(model, CLEAN, CORRUPT, metric=metric, nodes=labels, positions=positions, qk_fix=True)
     base, src = interp.stream.as_batch(model, CORRUPT), interp.stream.as_batch(model, CLEAN)
     A, g = _pattern_grad(model, family, base, layer, metric)
@@ -307,7 +324,7 @@ def test_qk_fix_is_the_exact_pattern_change_times_the_pattern_gradient(family, p
     for i, lab in enumerate(labels):
         kind, slot = lab.split(".")[2][0], int(lab.split("[H")[1][:-1])
         heads = [slot] if kind == "q" else list(range(slot * G, (slot + 1) * G))
-        for t in (range(T) if positions == "each" else [None]):
+        for t in range(T) if positions == "each" else [None]:
             A1 = _patched_patterns(model, base, src, layer, kind, slot, t)
             ref = ((A1 - A)[:, heads] * g[:, heads]).sum((1, 2, 3))  # [batch]
             est = r.per_prompt[i] if t is None else r.per_prompt[i, t]
@@ -332,7 +349,7 @@ def test_key_fix_each_matches_a_softmax_per_key_on_saturated_rows():
     for s in range(T):
         e = torch.zeros(T, dtype=torch.float64)
         e[s] = 1.0
-        A1 = torch.softmax((scores + delta[..., s:s + 1] * e).masked_fill(~valid, float("-inf")), -1)
+        A1 = torch.softmax((scores + delta[..., s : s + 1] * e).masked_fill(~valid, float("-inf")), -1)
         ref[..., s] = ((A1 - A) * grad).sum(-1).sum(-1)
     torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-12)
     assert float(ref[0, 0, 2].abs()) > 1.0  # the case the fix exists for is in the data
@@ -359,10 +376,12 @@ def test_qk_fix_beats_plain_atp_when_attention_saturates():
     exact = torch.zeros_like(plain.per_prompt)
     for i in range(4):
         for t in range(base.tokens.shape[1]):
+
             def put(x, hook=None, i=i, t=t):
                 x = x.clone()
                 x[:, t, i] = a_src["blocks.1.attn.hook_q"][:, t, i]
                 return x
+
             with torch.no_grad(), model.bridge.hooks(fwd_hooks=[(hook, put)]):
                 out = model.bridge(base.tokens, attention_mask=base.attention_mask)
             exact[i, t] = out[rows, last, a] - out[rows, last, w]
@@ -409,8 +428,10 @@ def test_qk_fix_leaves_other_nodes_alone():
 
 
 def _state(model):
-    return [(n, p.requires_grad, p.grad is None, len(p._backward_hooks or {}) if hasattr(p, "_backward_hooks") else 0)
-            for n, p in model.bridge.named_parameters()]
+    return [
+        (n, p.requires_grad, p.grad is None, len(p._backward_hooks or {}) if hasattr(p, "_backward_hooks") else 0)
+        for n, p in model.bridge.named_parameters()
+    ]
 
 
 def test_no_hook_grad_or_flag_survives_a_call_or_an_interrupt():
@@ -472,25 +493,29 @@ def test_result_contract_and_baselines():
         _, out = _plain(model, b, [])
         last = b.attention_mask.sum(1) - 1
         a, w = (model.tokenizer(t, add_special_tokens=False)["input_ids"][0] for t in (A, W))
-        torch.testing.assert_close(want, out[torch.arange(2), last, a] - out[torch.arange(2), last, w],
-                                   rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            want, out[torch.arange(2), last, a] - out[torch.arange(2), last, w], rtol=1e-5, atol=1e-6
+        )
     df = r.top(3)
     assert list(df["node"]) and df["effect"].abs().is_monotonic_decreasing
     assert float(r["L1.H2"]) == float(r.values[r.labels.index("L1.H2")])
 
 
-@pytest.mark.parametrize("kwargs,err,words", [
-    (dict(nodes="neurons"), ArgumentError, "nodes='neurons'"),
-    (dict(nodes=["L0.H9"]), LabelError, "head 9 does not exist"),
-    (dict(nodes=["L5.mlp"]), LabelError, "layer 5 does not exist"),
-    (dict(nodes=["L0.H1", "L0.H1"]), ArgumentError, "twice"),
-    (dict(nodes=["unembed"]), LabelError, "nodes[0]"),
-    (dict(nodes=["L0.attn.k[H3]"]), LabelError, "k head 3 does not exist"),
-    (dict(positions="some"), ArgumentError, "positions"),
-    (dict(direction="sideways"), ArgumentError, "direction"),
-    (dict(qk_fix=1), ArgumentError, "qk_fix"),
-    (dict(metric="logits"), ArgumentError, "metric"),
-])
+@pytest.mark.parametrize(
+    "kwargs,err,words",
+    [
+        (dict(nodes="neurons"), ArgumentError, "nodes='neurons'"),
+        (dict(nodes=["L0.H9"]), LabelError, "head 9 does not exist"),
+        (dict(nodes=["L5.mlp"]), LabelError, "layer 5 does not exist"),
+        (dict(nodes=["L0.H1", "L0.H1"]), ArgumentError, "twice"),
+        (dict(nodes=["unembed"]), LabelError, "nodes[0]"),
+        (dict(nodes=["L0.attn.k[H3]"]), LabelError, "k head 3 does not exist"),
+        (dict(positions="some"), ArgumentError, "positions"),
+        (dict(direction="sideways"), ArgumentError, "direction"),
+        (dict(qk_fix=1), ArgumentError, "qk_fix"),
+        (dict(metric="logits"), ArgumentError, "metric"),
+    ],
+)
 def test_bad_input_is_a_typed_error_naming_the_argument(kwargs, err, words):
     model = tiny_model("llama")
     args = dict(metric=LogitDiff(A, W))

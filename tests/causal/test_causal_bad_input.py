@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import interp
 from interp.causal import KL, Direction, Logit, LogitDiff, LogProb, Prob, effects, patch, path_patch
 from interp.errors import ArgumentError, InterpError, LabelError, ShapeError, UnsupportedOperationError
 from interp.stream import count_hooks
@@ -23,30 +22,33 @@ def m():
     return model
 
 
-@pytest.mark.parametrize("kwargs,err,match", [
-    (dict(corrupt=["w1 w9 w3", "w5 w10 w7"]), ShapeError, "corrupt prompt 0 has 4 tokens but clean prompt 0 has 5"),
-    (dict(corrupt=["w1 w9 w3 w4"]), ShapeError, "corrupt has 1 prompts"),
-    (dict(nodes=["L0.H9"]), LabelError, r"nodes\[0\]='L0.H9'"),
-    (dict(nodes=["L7.mlp"]), LabelError, r"nodes\[0\]='L7.mlp'"),
-    (dict(nodes=["bogus"]), LabelError, r"nodes\[0\]='bogus'"),
-    (dict(nodes="neurons"), ArgumentError, "nodes='neurons'"),
-    (dict(nodes=[]), ArgumentError, "nodes=\\[\\]"),
-    (dict(nodes=["pos_embed"]), LabelError, "no such embedding"),
-    (dict(positions="some"), ArgumentError, "positions='some'"),
-    (dict(direction="up"), ArgumentError, "direction='up'"),
-    (dict(direction="noise", ablation="mean"), ArgumentError, "reference"),
-    (dict(direction="noise", ablation="zero", reference=["w1 w2"]), ArgumentError, "reference is only used"),
-    (dict(ablation="zero"), ArgumentError, "applies to direction='noise'"),
-    (dict(corrupt=None), ArgumentError, "corrupt=None"),
-    (dict(batch_size=0), ArgumentError, "batch_size=0"),
-    (dict(progress="yes"), ArgumentError, "progress='yes'"),
-    (dict(metric=lambda logits: logits[:, :2]), ShapeError, "metric .* returned \\(2, 2\\)"),
-    (dict(metric=lambda logits: logits[:, 0] * float("nan")), ArgumentError, "non-finite"),
-    (dict(metric="logit diff"), ArgumentError, "metric='logit diff'"),
-    (dict(metric=LogitDiff("w1 w2", "w3")), ArgumentError, "answer='w1 w2' must be a single token"),
-    (dict(metric=LogitDiff(["w1", "w2", "w3"], "w4")), ArgumentError, "answer has 3 entries"),
-    (dict(clean=torch.tensor([[1, 500]])), ArgumentError, "token id 500"),
-])
+@pytest.mark.parametrize(
+    "kwargs,err,match",
+    [
+        (dict(corrupt=["w1 w9 w3", "w5 w10 w7"]), ShapeError, "corrupt prompt 0 has 4 tokens but clean prompt 0 has 5"),
+        (dict(corrupt=["w1 w9 w3 w4"]), ShapeError, "corrupt has 1 prompts"),
+        (dict(nodes=["L0.H9"]), LabelError, r"nodes\[0\]='L0.H9'"),
+        (dict(nodes=["L7.mlp"]), LabelError, r"nodes\[0\]='L7.mlp'"),
+        (dict(nodes=["bogus"]), LabelError, r"nodes\[0\]='bogus'"),
+        (dict(nodes="neurons"), ArgumentError, "nodes='neurons'"),
+        (dict(nodes=[]), ArgumentError, "nodes=\\[\\]"),
+        (dict(nodes=["pos_embed"]), LabelError, "no such embedding"),
+        (dict(positions="some"), ArgumentError, "positions='some'"),
+        (dict(direction="up"), ArgumentError, "direction='up'"),
+        (dict(direction="noise", ablation="mean"), ArgumentError, "reference"),
+        (dict(direction="noise", ablation="zero", reference=["w1 w2"]), ArgumentError, "reference is only used"),
+        (dict(ablation="zero"), ArgumentError, "applies to direction='noise'"),
+        (dict(corrupt=None), ArgumentError, "corrupt=None"),
+        (dict(batch_size=0), ArgumentError, "batch_size=0"),
+        (dict(progress="yes"), ArgumentError, "progress='yes'"),
+        (dict(metric=lambda logits: logits[:, :2]), ShapeError, "metric .* returned \\(2, 2\\)"),
+        (dict(metric=lambda logits: logits[:, 0] * float("nan")), ArgumentError, "non-finite"),
+        (dict(metric="logit diff"), ArgumentError, "metric='logit diff'"),
+        (dict(metric=LogitDiff("w1 w2", "w3")), ArgumentError, "answer='w1 w2' must be a single token"),
+        (dict(metric=LogitDiff(["w1", "w2", "w3"], "w4")), ArgumentError, "answer has 3 entries"),
+        (dict(clean=torch.tensor([[1, 500]])), ArgumentError, "token id 500"),
+    ],
+)
 def test_typed_errors_name_the_argument(m, kwargs, err, match):
     args = dict(clean=CLEAN, corrupt=CORRUPT, metric=MET, progress=False)
     args.update(kwargs)

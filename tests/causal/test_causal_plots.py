@@ -17,8 +17,18 @@ from tiny_models import tiny_model
 
 
 def _result(values, labels, **kw):
-    base = dict(values=torch.as_tensor(values, dtype=torch.float64), labels=labels, clean=2.0, corrupt=0.0,
-                direction="denoise", ablation="corrupt", metric="m", method="activation patching", n_layers=2, n_heads=2)
+    base = dict(
+        values=torch.as_tensor(values, dtype=torch.float64),
+        labels=labels,
+        clean=2.0,
+        corrupt=0.0,
+        direction="denoise",
+        ablation="corrupt",
+        metric="m",
+        method="activation patching",
+        n_layers=2,
+        n_heads=2,
+    )
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -45,9 +55,15 @@ def test_node_by_position_heatmap():
 
 
 def test_effects_panels_side_by_side():
-    e = SimpleNamespace(total=torch.tensor([1.0, -3.0, 0.1]), direct=torch.tensor([1.0, -1.0, 0.0]),
-                        indirect=torch.tensor([0.0, -2.0, 0.1]), labels=["L0.H0", "L0.mlp", "L1.H1"], metric="m",
-                        ablation="corrupt", clean=1.0)
+    e = SimpleNamespace(
+        total=torch.tensor([1.0, -3.0, 0.1]),
+        direct=torch.tensor([1.0, -1.0, 0.0]),
+        indirect=torch.tensor([0.0, -2.0, 0.1]),
+        labels=["L0.H0", "L0.mlp", "L1.H1"],
+        metric="m",
+        ablation="corrupt",
+        clean=1.0,
+    )
     fig = effects_figure(e, k=2)
     assert [t.name for t in fig.data] == ["total", "direct", "indirect"]
     assert all(list(t.y) == ["L0.H0", "L0.mlp"] for t in fig.data)  # top 2 by |total|, stream order
@@ -58,9 +74,11 @@ def test_real_results_plot():
     m = tiny_model("llama")
     met = LogitDiff("w12", "w13")
     c, k = ["w1 w2 w3 w4", "w5 w6 w7"], ["w1 w9 w3 w4", "w5 w10 w7"]
-    for r in (patch(m, c, k, metric=met, nodes="components", progress=False),
-              patch(m, c, k, metric=met, positions="each", progress=False),
-              path_patch(m, c, k, metric=met, sender="L0.H1", progress=False)):
+    for r in (
+        patch(m, c, k, metric=met, nodes="components", progress=False),
+        patch(m, c, k, metric=met, positions="each", progress=False),
+        path_patch(m, c, k, metric=met, sender="L0.H1", progress=False),
+    ):
         fig = r.plot()
         assert isinstance(fig, go.Figure) and r.metric in fig.layout.title.text.replace("&#x27;", "'")
         assert isinstance(r.plot(prompt=1, what="effect"), go.Figure)

@@ -38,8 +38,11 @@ def _logits(model, prompts):
 
 
 def test_logit_diff_of_a_token_with_itself_is_refused(m):
-    with pytest.raises(ArgumentError, match=r"LogitDiff\(answer='w12', wrong='w12'\): the answer and the wrong token "
-                                            r"are the same"):
+    with pytest.raises(
+        ArgumentError,
+        match=r"LogitDiff\(answer='w12', wrong='w12'\): the answer and the wrong token "
+        r"are the same",
+    ):
         LogitDiff("w12", "w12")
     # the same token reached two ways (text and id), or one prompt's pair of a per-prompt list: refused when bound
     tid = m.tokenizer.convert_tokens_to_ids("w12")
@@ -60,9 +63,11 @@ def test_clean_equal_to_corrupt_warns_with_the_two_values(m, analysis):
     want = _logits(m, CLEAN)
     a, w = (m.tokenizer.convert_tokens_to_ids(t) for t in ("w12", "w13"))
     value = float((want[:, a] - want[:, w]).mean())
-    run = {"patch": lambda: patch(m, CLEAN, CLEAN, metric=MET, nodes="heads", progress=False),
-           "path_patch": lambda: path_patch(m, CLEAN, CLEAN, metric=MET, sender="L0.H0", receivers="heads", via="q"),
-           "attribution_patch": lambda: attribution_patch(m, CLEAN, CLEAN, metric=MET, nodes="heads")}[analysis]
+    run = {
+        "patch": lambda: patch(m, CLEAN, CLEAN, metric=MET, nodes="heads", progress=False),
+        "path_patch": lambda: path_patch(m, CLEAN, CLEAN, metric=MET, sender="L0.H0", receivers="heads", via="q"),
+        "attribution_patch": lambda: attribution_patch(m, CLEAN, CLEAN, metric=MET, nodes="heads"),
+    }[analysis]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = run()
@@ -90,8 +95,9 @@ def test_edges_clean_equal_to_corrupt_warn(m):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ev = evaluate_circuit(m, CLEAN, CLEAN, [], metric=MET)
-        curve = faithfulness_curve(m, CLEAN, CLEAN, s, metric=MET, ablations=("corrupt",), sizes=(0.5, 1.0),
-                                   progress=False)
+        curve = faithfulness_curve(
+            m, CLEAN, CLEAN, s, metric=MET, ablations=("corrupt",), sizes=(0.5, 1.0), progress=False
+        )
     msgs = _gap_warnings(caught)
     assert any(x.startswith("evaluate_circuit(ablation='corrupt'): M(all edges) = ") for x in msgs), msgs
     assert any(x.startswith("faithfulness_curve, ablation 'corrupt': M(all edges) = ") for x in msgs), msgs

@@ -65,8 +65,12 @@ def test_direct_effect_is_the_ledger(family, dtype, tol):
 
 def _hooked_direct(m, node, clean, corrupt, read):
     """M(clean with node ← corrupt, every other write and every norm scale frozen at clean) − M(clean)."""
-    names = [k for k in m.bridge.hook_dict if k.endswith(("attn.hook_z", "hook_mlp_out", "hook_scale"))
-             or k in ("embed.hook_out", "pos_embed.hook_out", "token_type_embed.hook_out")]
+    names = [
+        k
+        for k in m.bridge.hook_dict
+        if k.endswith(("attn.hook_z", "hook_mlp_out", "hook_scale"))
+        or k in ("embed.hook_out", "pos_embed.hook_out", "token_type_embed.hook_out")
+    ]
     if not m.arch.has_logits:
         names = [k for k in names if not k.startswith("ln_final")]  # BERT's is in the MLM head
     _, cc = m.bridge.run_with_cache(clean, names_filter=lambda k: k in names)
@@ -81,13 +85,19 @@ def _hooked_direct(m, node, clean, corrupt, read):
                 z = cc[k].clone()
                 z[:, :, h] = kc[k][:, :, h]
                 return z
-        elif (mm and k == f"blocks.{mm[1]}.hook_mlp_out") or k == {"embed": "embed.hook_out", "pos_embed": "pos_embed.hook_out",
-                                                                   "type_embed": "token_type_embed.hook_out"}.get(node):
+        elif (mm and k == f"blocks.{mm[1]}.hook_mlp_out") or k == {
+            "embed": "embed.hook_out",
+            "pos_embed": "pos_embed.hook_out",
+            "type_embed": "token_type_embed.hook_out",
+        }.get(node):
+
             def f(x, hook=None, k=k):
                 return kc[k]
         else:
+
             def f(x, hook=None, k=k):
                 return cc[k]
+
         hooks.append((k, f))
     last = f"blocks.{m.arch.n_layers - 1}.hook_resid_post"
     store = {}
@@ -119,6 +129,7 @@ def test_direct_effect_equals_frozen_hooked_run(family):
         def read(out, x):
             lg = out if isinstance(out, torch.Tensor) else out.logits
             return lg[:, -1, A] - lg[:, -1, W]
+
     e = effects(m, CLEAN, CORRUPT, metric=met, progress=False)
     for node in ["embed", "L0.H1", "L0.mlp", "L1.H3", "L1.mlp"]:
         ref = _hooked_direct(m, node, CLEAN, CORRUPT, read)
@@ -137,8 +148,12 @@ def test_total_is_the_noising_patch_and_indirect_the_rest(family):
     assert torch.allclose(e.indirect, e.total - e.direct, rtol=0, atol=1e-7)
     df = e.to_dataframe()
     assert list(df.columns[:5]) == ["node", "layer", "total", "direct", "indirect"]
-    assert torch.equal(e["L1.H0"], torch.stack([e.total[e.labels.index("L1.H0")], e.direct[e.labels.index("L1.H0")],
-                                                e.indirect[e.labels.index("L1.H0")]]))
+    assert torch.equal(
+        e["L1.H0"],
+        torch.stack(
+            [e.total[e.labels.index("L1.H0")], e.direct[e.labels.index("L1.H0")], e.indirect[e.labels.index("L1.H0")]]
+        ),
+    )
 
 
 def test_zero_ablation_direct_effect_is_minus_the_term():

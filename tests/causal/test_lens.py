@@ -22,8 +22,11 @@ ANSWER = "w12"
 
 def _hf_parts(family, hf):
     """(final norm module, unembedding module) of the plain HF model."""
-    norm = {"gpt2": lambda: hf.transformer.ln_f, "gptj": lambda: hf.transformer.ln_f,
-            "neox": lambda: hf.gpt_neox.final_layer_norm}.get(family, lambda: hf.model.norm)()
+    norm = {
+        "gpt2": lambda: hf.transformer.ln_f,
+        "gptj": lambda: hf.transformer.ln_f,
+        "neox": lambda: hf.gpt_neox.final_layer_norm,
+    }.get(family, lambda: hf.model.norm)()
     cap = getattr(hf.config, "final_logit_softcapping", None)  # Gemma 2 caps its logits: c·tanh(z / c)
     head = hf.get_output_embeddings()
     return norm, (lambda y: torch.tanh(head(y) / cap) * cap) if cap else head
@@ -49,8 +52,9 @@ def test_recomputed_lens_is_hf_final_norm_of_hf_hidden_states(family):
         torch.testing.assert_close(lens.target_values[i][mask], ref[..., a][mask], rtol=1e-4, atol=1e-5)
         top = ref.topk(4, dim=-1)
         torch.testing.assert_close(lens.top_logits[i][mask], top.values[mask], rtol=1e-4, atol=1e-5)
-        torch.testing.assert_close(lens.top_probs[i][mask], ref.softmax(-1).topk(4, -1).values[mask],
-                                   rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(
+            lens.top_probs[i][mask], ref.softmax(-1).topk(4, -1).values[mask], rtol=1e-4, atol=1e-6
+        )
         assert torch.equal(lens.top_tokens[i][mask][:, 0], top.indices[mask][:, 0])
     with torch.no_grad():
         ref0 = unembed(norm(out.hidden_states[0]))
@@ -86,15 +90,17 @@ def test_frozen_lens_is_the_cumulative_sum_of_dla_terms_and_ends_at_the_logits(f
     for p in range(int(lengths.min())):  # every position both prompts have
         attr = attribute_logits(model, PROMPTS, answer=ANSWER, wrong="w13", pos=[p, p], unit="head")
         for i, point in enumerate(lens.labels):
-            torch.testing.assert_close(lens.target_values[i, :, p], _cumulative(attr, point, model.arch),
-                                       rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(
+                lens.target_values[i, :, p], _cumulative(attr, point, model.arch), rtol=1e-5, atol=1e-5
+            )
     # the last readout is the model's own logits (the bridge's full forward pass)
     with torch.no_grad():
         logits = model.bridge(batch.tokens, attention_mask=batch.attention_mask)
     a, w = (model.tokenizer(t, add_special_tokens=False)["input_ids"][0] for t in (ANSWER, "w13"))
     mask = batch.attention_mask.bool()
-    torch.testing.assert_close(lens.target_values[-1][mask], (logits[..., a] - logits[..., w])[mask],
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        lens.target_values[-1][mask], (logits[..., a] - logits[..., w])[mask], rtol=1e-5, atol=1e-5
+    )
     assert lens.closure_error < 1e-4
 
 
@@ -171,9 +177,15 @@ def test_encoders_and_bad_input():
     with pytest.raises(UnsupportedOperationError, match="attribute_direction"):
         logit_lens(tiny_model("bert"), PROMPTS)
     model = tiny_model("llama")
-    for kwargs, words in [(dict(scale="fixed"), "scale"), (dict(top_k=0), "top_k"), (dict(top_k=10**6), "top_k"),
-                          (dict(wrong="w3"), "wrong"), (dict(pos=7), "pos"), (dict(pos=[1]), "pos"),
-                          (dict(answer="w1 w2"), "answer")]:
+    for kwargs, words in [
+        (dict(scale="fixed"), "scale"),
+        (dict(top_k=0), "top_k"),
+        (dict(top_k=10**6), "top_k"),
+        (dict(wrong="w3"), "wrong"),
+        (dict(pos=7), "pos"),
+        (dict(pos=[1]), "pos"),
+        (dict(answer="w1 w2"), "answer"),
+    ]:
         with pytest.raises(ArgumentError, match=words):
             logit_lens(model, PROMPTS, **kwargs)
 
@@ -187,7 +199,8 @@ def test_smollm2_frozen_lens_ends_at_the_logits_and_sums_the_ledger(smollm2):
     assert float(fro.target_values[-1, 0, 0]) == pytest.approx(float(attr.total[0]), rel=1e-5)
     assert float(rec.target_values[-1, 0, 0]) == pytest.approx(float(attr.total[0]), rel=1e-5)
     for i, point in enumerate(fro.labels):
-        assert float(fro.target_values[i, 0, 0]) == pytest.approx(float(_cumulative(attr, point, smollm2.arch)[0]),
-                                                                   abs=2e-4 * float(attr.values.abs().sum()))
+        assert float(fro.target_values[i, 0, 0]) == pytest.approx(
+            float(_cumulative(attr, point, smollm2.arch)[0]), abs=2e-4 * float(attr.values.abs().sum())
+        )
     assert fro.closure_error < 1e-3 and rec.closure_error < 1e-3
     assert fro.token_str(int(fro.top_tokens[-1, 0, 0, 0])) == " Mary"

@@ -77,6 +77,7 @@ def _close(a, b, tol=TOL):
 
 # ---- the seven analyses -------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", METRICS)
 def test_patch_reads_the_teacher_forced_value_and_its_endpoints_hold(llama, hf, kind):
     met = METRICS[kind]
@@ -102,11 +103,27 @@ def test_patch_with_a_reference_extends_it_too(llama, hf):
     # a node patched with its own value (the reference is the clean prompt itself) changes nothing
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # one distinct reference prompt: an AblationWarning, as it should
-        own = patch(llama, CLEAN[:1], metric=met, nodes="components", direction="noise", ablation="resample",
-                    reference=CLEAN[:1], progress=False)
+        own = patch(
+            llama,
+            CLEAN[:1],
+            metric=met,
+            nodes="components",
+            direction="noise",
+            ablation="resample",
+            reference=CLEAN[:1],
+            progress=False,
+        )
     _close(own.per_prompt, torch.full_like(own.per_prompt, own.clean), 1e-10)
-    m = patch(llama, CLEAN, metric=met, nodes=["blocks.0.hook_resid_pre"], direction="noise", ablation="resample",
-              reference=REFERENCE, progress=False)
+    m = patch(
+        llama,
+        CLEAN,
+        metric=met,
+        nodes=["blocks.0.hook_resid_pre"],
+        direction="noise",
+        ablation="resample",
+        reference=REFERENCE,
+        progress=False,
+    )
     # the resampled stream is a reference prompt with the continuation appended: HF's value on that prompt
     ref_vals = hf_value(llama, hf, REFERENCE)
     for v in m.per_prompt[0]:
@@ -156,13 +173,15 @@ def test_edge_attribution_evaluate_circuit_and_faithfulness_curve(llama, hf):
     _close(every.per_prompt[0], c)  # all edges: the clean run (HF rounds its softmax through float32: TOL)
     none = evaluate_circuit(llama, CLEAN, CORRUPT, [], metric=met)
     _close(none.per_prompt[0], k)  # no edges: the corrupt run
-    curve = faithfulness_curve(llama, CLEAN, CORRUPT, s, metric=met, sizes=(0.1, 1.0), ablations=("corrupt",),
-                               progress=False)
+    curve = faithfulness_curve(
+        llama, CLEAN, CORRUPT, s, metric=met, sizes=(0.1, 1.0), ablations=("corrupt",), progress=False
+    )
     assert float(curve.empty[0]) == pytest.approx(float(k.mean()), abs=TOL)
     assert float(curve.faithfulness[0, -1]) == pytest.approx(1.0, abs=1e-6)
 
 
 # ---- construction, binding and shapes -----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("make", [lambda: LogProb(ANS), lambda: Logit(ANS), lambda: LogitDiff(ANS, " w3")])
 def test_a_multi_token_answer_without_opt_in_is_an_argument_error_before_any_run(llama, make, monkeypatch):

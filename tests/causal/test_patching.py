@@ -15,7 +15,6 @@ import pytest
 import torch
 from transformer_lens import patching
 
-import interp
 from interp.causal import KL, Direction, LogitDiff, patch
 from interp.models import tokenize
 from tiny_models import MORE_FAMILIES, tiny_model
@@ -66,8 +65,15 @@ def test_by_position_sweeps_equal_transformer_lens(causal_model):
     mlps = patch(m, CLEAN, CORRUPT, metric=met, nodes="mlps", positions="each", progress=False)
     tl = patching.get_act_patch_mlp_out(m.bridge, CORRUPT, cache, tl_metric)  # [layer, pos]
     assert torch.allclose(mlps.values.double(), tl.double(), rtol=0, atol=1e-6)
-    resid = patch(m, CLEAN, CORRUPT, metric=met, nodes=[f"blocks.{l}.hook_resid_pre" for l in range(3)],
-                  positions="each", progress=False)
+    resid = patch(
+        m,
+        CLEAN,
+        CORRUPT,
+        metric=met,
+        nodes=[f"blocks.{l}.hook_resid_pre" for l in range(3)],
+        positions="each",
+        progress=False,
+    )
     tl = patching.get_act_patch_resid_pre(m.bridge, CORRUPT, cache, tl_metric)
     assert torch.allclose(resid.values.double(), tl.double(), rtol=0, atol=1e-6)
 
@@ -78,13 +84,19 @@ def test_head_inputs_and_patterns_equal_transformer_lens(causal_model):
     _, cache = m.bridge.run_with_cache(CLEAN)
     met = LogitDiff(A, W)
     r = patch(m, CLEAN, CORRUPT, metric=met, nodes="head_inputs", progress=False)
-    for which, fn in (("q", patching.get_act_patch_attn_head_q_all_pos),
-                      ("k", patching.get_act_patch_attn_head_k_all_pos),
-                      ("v", patching.get_act_patch_attn_head_v_all_pos)):
+    for which, fn in (
+        ("q", patching.get_act_patch_attn_head_q_all_pos),
+        ("k", patching.get_act_patch_attn_head_k_all_pos),
+        ("v", patching.get_act_patch_attn_head_v_all_pos),
+    ):
         tl = fn(m.bridge, CORRUPT, cache, tl_metric)
         n = a.n_heads if which == "q" else a.n_kv_heads
-        mine = _grid(r, a.n_layers, n, lambda lab: (int(lab[1]), int(lab.split("[H")[1][:-1]))
-                     if f".attn.{which}[" in lab else None)
+        mine = _grid(
+            r,
+            a.n_layers,
+            n,
+            lambda lab: (int(lab[1]), int(lab.split("[H")[1][:-1])) if f".attn.{which}[" in lab else None,
+        )
         assert torch.allclose(mine, tl.double()[:, :n], rtol=0, atol=1e-6), which
     pat = patch(m, CLEAN, CORRUPT, metric=met, nodes="patterns", progress=False)
     tl = patching.get_act_patch_attn_head_pattern_all_pos(m.bridge, CORRUPT, cache, tl_metric)
@@ -103,8 +115,16 @@ def test_own_value_changes_nothing(family):
     m = tiny_model(family, dtype=torch.float64)
     clean = CLEAN[:1]
     for nodes in ("components", "head_inputs", "patterns", "resid"):
-        r = patch(m, clean, metric=LogitDiff(A, W), nodes=nodes, direction="noise", ablation="resample",
-                  reference=clean, progress=False)
+        r = patch(
+            m,
+            clean,
+            metric=LogitDiff(A, W),
+            nodes=nodes,
+            direction="noise",
+            ablation="resample",
+            reference=clean,
+            progress=False,
+        )
         assert (r.values - r.clean).abs().max() <= 1e-12, nodes
 
 
@@ -132,6 +152,7 @@ def _set_head(layer_values, head):
         z = z.clone()
         z[:, :, head] = layer_values[:, :, head]
         return z
+
     return hook
 
 
@@ -212,7 +233,9 @@ def test_kl_metric_zero_at_clean_and_matches_hooked_run():
 
     z = _hooked_metric(m, CORRUPT, [("blocks.0.attn.hook_z", _set_head(cache["blocks.0.attn.hook_z"], 1))], read)
     assert torch.allclose(r.per_prompt[0], z, rtol=0, atol=1e-6)
-    mlp = _hooked_metric(m, CORRUPT, [("blocks.1.hook_mlp_out", lambda x, hook=None: cache["blocks.1.hook_mlp_out"])], read)
+    mlp = _hooked_metric(
+        m, CORRUPT, [("blocks.1.hook_mlp_out", lambda x, hook=None: cache["blocks.1.hook_mlp_out"])], read
+    )
     assert torch.allclose(r.per_prompt[1], mlp, rtol=0, atol=1e-6)
 
 

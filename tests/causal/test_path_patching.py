@@ -39,14 +39,16 @@ def test_equals_transformer_lens_direct_path(family, via):
         for lab, v in zip(r.labels, r.values):
             grid[int(lab[1]), int(lab.split("[H")[1][:-1])] = v
         assert r.labels[0] == f"L{sl + 1}.attn.{via}[H0]"
-        assert torch.allclose(grid[sl + 1:], tl[sl + 1:], rtol=0, atol=1e-6)
+        assert torch.allclose(grid[sl + 1 :], tl[sl + 1 :], rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama", "neox"])
 def test_mlp_receivers_equal_a_hooked_run(family):
     m = tiny_model(family, n_layers=3)
     sender = "L0.H2"
-    r = path_patch(m, CLEAN, CORRUPT, metric=LogitDiff(A, W), sender=sender, receivers="mlps", via="mlp", progress=False)
+    r = path_patch(
+        m, CLEAN, CORRUPT, metric=LogitDiff(A, W), sender=sender, receivers="mlps", via="mlp", progress=False
+    )
     _, cc = m.bridge.run_with_cache(CLEAN)
     _, kc = m.bridge.run_with_cache(CORRUPT)
     W_O = m.weights.W_O[0, 2]
@@ -74,14 +76,32 @@ def test_logits_receiver_without_norms_is_the_direct_effect():
 
 def test_gqa_kv_receivers_and_bad_receivers():
     m = tiny_model("llama", n_layers=3)
-    r = path_patch(m, CLEAN, CORRUPT, metric=LogitDiff(A, W), sender="L0.H0", receivers=["L1.H3", "L2.attn.k[H0]"],
-                   via="k", progress=False)
+    r = path_patch(
+        m,
+        CLEAN,
+        CORRUPT,
+        metric=LogitDiff(A, W),
+        sender="L0.H0",
+        receivers=["L1.H3", "L2.attn.k[H0]"],
+        via="k",
+        progress=False,
+    )
     assert r.labels == ["L1.attn.k[H1]", "L2.attn.k[H0]"]  # query head 3 reads KV head 1
     with pytest.raises(ArgumentError, match=r"receivers\[0\]"):
-        path_patch(m, CLEAN, CORRUPT, metric=LogitDiff(A, W), sender="L1.H0", receivers=["L0.H1"], via="q", progress=False)
+        path_patch(
+            m, CLEAN, CORRUPT, metric=LogitDiff(A, W), sender="L1.H0", receivers=["L0.H1"], via="q", progress=False
+        )
     with pytest.raises(ArgumentError, match="same input twice"):
-        path_patch(m, CLEAN, CORRUPT, metric=LogitDiff(A, W), sender="L0.H0", receivers=["L1.H0", "L1.H1"], via="v",
-                   progress=False)
+        path_patch(
+            m,
+            CLEAN,
+            CORRUPT,
+            metric=LogitDiff(A, W),
+            sender="L0.H0",
+            receivers=["L1.H0", "L1.H1"],
+            via="v",
+            progress=False,
+        )
     with pytest.raises(ArgumentError, match="via"):
         path_patch(m, CLEAN, CORRUPT, metric=LogitDiff(A, W), sender="L0.H0", via="o", progress=False)
     with pytest.raises(UnsupportedOperationError, match="post-norm"):

@@ -65,6 +65,7 @@ def capture(model, tokens: torch.Tensor, names) -> dict:
         def fn(t, hook):
             out[name] = t.detach().clone()
             return t
+
         return fn
 
     with torch.no_grad(), model.bridge.hooks(fwd_hooks=[(n, make(n)) for n in names]):

@@ -22,8 +22,9 @@ def test_kurtosis_matches_captured_activations(family_model):
     toks = torch.randint(4, 100, (3, 16), generator=torch.Generator().manual_seed(0))
     toks[:, 0] = 1
     rep = C.privileged_basis_report(m, toks)
-    names = [f"blocks.{l}.hook_resid_post" for l in range(m.arch.n_layers)] + \
-            [f"blocks.{l}.mlp.out.hook_in" for l in range(m.arch.n_layers)]
+    names = [f"blocks.{l}.hook_resid_post" for l in range(m.arch.n_layers)] + [
+        f"blocks.{l}.mlp.out.hook_in" for l in range(m.arch.n_layers)
+    ]
     rows = [capture(m, t[None], names) for t in toks]  # one prompt at a time, like the report
     Q = C.random_rotation(m.arch.d_model, seed=0)
     for l in range(m.arch.n_layers):
@@ -77,7 +78,7 @@ def test_write_subspace_overlap_equals_principal_angles(family_model):
     for (l1, h1), U1 in bases.items():
         for (l2, h2), U2 in bases.items():
             cos = torch.linalg.svdvals(U1.T @ U2)  # cosines of the principal angles
-            ref = float((cos ** 2).sum() / min(U1.shape[1], U2.shape[1]))
+            ref = float((cos**2).sum() / min(U1.shape[1], U2.shape[1]))
             assert float(ov.overlap[l1, h1, l2, h2]) == pytest.approx(ref, abs=1e-5)
     assert ov.baseline == pytest.approx(m.arch.d_head / m.arch.d_model)
     df = ov.top(3)
@@ -116,7 +117,7 @@ def test_erasure_values_equal_dense_computation(tiny_models):
     d = m.arch.d_model
     P = torch.eye(d, dtype=torch.float64) - 1.0 / d
     Wo_src = w.W_O[0, 1].double() @ P
-    U = torch.linalg.svd(Wo_src.T, full_matrices=False).U[:, :m.arch.d_head]
+    U = torch.linalg.svd(Wo_src.T, full_matrices=False).U[:, : m.arch.d_head]
     OV = P @ torch.diag(w.ln1_w[1].double()) @ w.W_V[1, 2].double() @ w.W_O[1, 2].double() @ P
     E = U.T @ OV @ U
     ev = torch.linalg.eigvalsh((E + E.T) / 2)

@@ -34,8 +34,11 @@ def test_smollm2_composition_matches_transformer_lens(smollm2, kind):
         W_V, W_O = b._expand_kv_heads(b.W_V), b.W_O
         W_Q, W_K = b.W_Q, b._expand_kv_heads(b.W_K)
         left = FactoredMatrix(W_V[src], W_O[src])
-        right = (FactoredMatrix(W_Q[dst], W_K[dst].transpose(-2, -1)).T if kind == "K"
-                 else FactoredMatrix(W_V[dst], W_O[dst]))
+        right = (
+            FactoredMatrix(W_Q[dst], W_K[dst].transpose(-2, -1)).T
+            if kind == "K"
+            else FactoredMatrix(W_V[dst], W_O[dst])
+        )
         tl = tl_composition_scores(left, right, broadcast_dims=True)  # [2, 9, 2, 9]
     got = ours.scores[src][:, :, dst]
     torch.testing.assert_close(got, tl.float(), atol=1e-4, rtol=0)
@@ -76,8 +79,9 @@ def test_smollm2_head_operator_reproduces_the_heads_write(smollm2):
 
     m, layer = smollm2, 7
     toks = m.to_tokens("When Mary and John went to the store, John gave a drink to")
-    cap = capture(m, toks, [f"blocks.{layer}.ln1.hook_out", f"blocks.{layer}.attn.hook_pattern",
-                            f"blocks.{layer}.attn.hook_z"])
+    cap = capture(
+        m, toks, [f"blocks.{layer}.ln1.hook_out", f"blocks.{layer}.attn.hook_pattern", f"blocks.{layer}.attn.hook_z"]
+    )
     x = cap[f"blocks.{layer}.ln1.hook_out"][0]
     for h in range(m.arch.n_heads):
         actual = cap[f"blocks.{layer}.attn.hook_z"][0, :, h] @ m.weights.W_O[layer, h]

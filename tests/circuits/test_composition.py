@@ -88,9 +88,15 @@ def test_result_structure(tiny_models):
     assert fig.data[0].type == "heatmap" and len(fig.data[0].x) == 8
 
 
-@pytest.mark.parametrize("kwargs,name", [(dict(kind="X"), "kind"), (dict(kind="q"), "kind"),
-                                         (dict(kind="K", fold_norms=1), "fold_norms"),
-                                         (dict(kind="K", dtype=torch.float16), "dtype")])
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        (dict(kind="X"), "kind"),
+        (dict(kind="q"), "kind"),
+        (dict(kind="K", fold_norms=1), "fold_norms"),
+        (dict(kind="K", dtype=torch.float16), "dtype"),
+    ],
+)
 def test_bad_arguments(tiny_models, kwargs, name):
     with pytest.raises(ArgumentError, match=name):
         C.composition_scores(tiny_models["llama"], **kwargs)

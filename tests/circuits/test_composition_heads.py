@@ -90,12 +90,23 @@ def test_subset_result_contract(tiny_models, tmp_path):
     assert torch.equal(back.scores[back.mask], s.scores[s.mask])
 
 
-@pytest.mark.parametrize("heads,err", [
-    ("L0.H1", ArgumentError), ([], ArgumentError), ({"L0.H1"}, ArgumentError),
-    (["L2.H0"], LabelError), (["L0.H4"], LabelError), ([(0, 9)], LabelError), ([(-1, 0)], LabelError),
-    ([(0,)], LabelError), ([(True, 1)], LabelError), (["L0.mlp"], LabelError), (["head 3"], LabelError),
-    ([3], LabelError),
-])
+@pytest.mark.parametrize(
+    "heads,err",
+    [
+        ("L0.H1", ArgumentError),
+        ([], ArgumentError),
+        ({"L0.H1"}, ArgumentError),
+        (["L2.H0"], LabelError),
+        (["L0.H4"], LabelError),
+        ([(0, 9)], LabelError),
+        ([(-1, 0)], LabelError),
+        ([(0,)], LabelError),
+        ([(True, 1)], LabelError),
+        (["L0.mlp"], LabelError),
+        (["head 3"], LabelError),
+        ([3], LabelError),
+    ],
+)
 def test_bad_heads(tiny_models, heads, err):
     with pytest.raises(err, match="heads"):
         C.composition_scores(tiny_models["llama"], "K", heads=heads)

@@ -12,16 +12,28 @@ from interp.errors import ArgumentError, UnsupportedOperationError
 def _one_head_model(base, W_E, W_OV_sign, W_U=None):
     """A 1-layer, 1-head model with d_head = d_model and W_V = I, W_O = ±I (the OV circuit is ±identity)."""
     d = W_E.shape[1]
-    arch = dataclasses.replace(base.arch, n_layers=1, n_heads=1, n_kv_heads=1, d_head=d, d_vocab=W_E.shape[0],
-                               name="constructed")
+    arch = dataclasses.replace(
+        base.arch, n_layers=1, n_heads=1, n_kv_heads=1, d_head=d, d_vocab=W_E.shape[0], name="constructed"
+    )
     w = base.weights
     eye = torch.eye(d)[None, None]
     weights = w.with_updates(
-        W_E=W_E, W_U=W_E.T.clone() if W_U is None else W_U, b_U=torch.zeros(W_E.shape[0]),
-        W_Q=eye.clone(), W_K=eye.clone(), W_V=eye.clone(), W_O=W_OV_sign * eye,
-        b_Q=torch.zeros(1, 1, d), b_K=torch.zeros(1, 1, d), b_V=torch.zeros(1, 1, d),
-        ln1_w=torch.ones(1, d), ln1_b=torch.zeros(1, d), ln2_w=torch.ones(1, d), ln2_b=torch.zeros(1, d),
-        lnf_w=torch.ones(d), lnf_b=torch.zeros(d),
+        W_E=W_E,
+        W_U=W_E.T.clone() if W_U is None else W_U,
+        b_U=torch.zeros(W_E.shape[0]),
+        W_Q=eye.clone(),
+        W_K=eye.clone(),
+        W_V=eye.clone(),
+        W_O=W_OV_sign * eye,
+        b_Q=torch.zeros(1, 1, d),
+        b_K=torch.zeros(1, 1, d),
+        b_V=torch.zeros(1, 1, d),
+        ln1_w=torch.ones(1, d),
+        ln1_b=torch.zeros(1, d),
+        ln2_w=torch.ones(1, d),
+        ln2_b=torch.zeros(1, d),
+        lnf_w=torch.ones(d),
+        lnf_b=torch.zeros(d),
     )
     return dataclasses.replace(base, arch=arch, weights=weights)
 
@@ -78,8 +90,9 @@ def test_ov_diagonal_stats_equal_dense_ranks(family_model):
     torch.testing.assert_close(st.diagonal.double(), diag, atol=1e-5, rtol=1e-5)
     fold_false = C.ov_diagonal_stats(m, 1, 3, fold_norms=False)
     raw = C.ov_circuit(m, 1, 3, full=True, fold_norms=False)
-    torch.testing.assert_close(fold_false.diagonal.double(), (raw.A.double() @ raw.B.double()).diagonal(),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        fold_false.diagonal.double(), (raw.A.double() @ raw.B.double()).diagonal(), atol=1e-5, rtol=1e-5
+    )
     assert st.to_dataframe().shape == (full.shape[0], 3)
     assert st.plot().data[0].type == "histogram" and exact.plot().data[0].type == "histogram"
 

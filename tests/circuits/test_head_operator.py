@@ -44,10 +44,12 @@ def test_matrix_is_the_kronecker_form_of_apply(family_model):
     Ab = _random_pattern(5, batch=3)
     Xb = torch.randn(3, 5, m.arch.d_model)
     opb = C.head_operator(m, 1, 2, Ab)
-    torch.testing.assert_close(opb.apply(Xb, value_bias=False), Ab @ Xb @ m.weights.W_V[1, g] @ m.weights.W_O[1, 2],
-                               atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close((opb.matrix() @ Xb.reshape(3, -1, 1)).reshape(3, 5, -1), opb.apply(Xb, value_bias=False),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        opb.apply(Xb, value_bias=False), Ab @ Xb @ m.weights.W_V[1, g] @ m.weights.W_O[1, 2], atol=1e-5, rtol=1e-5
+    )
+    torch.testing.assert_close(
+        (opb.matrix() @ Xb.reshape(3, -1, 1)).reshape(3, 5, -1), opb.apply(Xb, value_bias=False), atol=1e-5, rtol=1e-5
+    )
 
 
 def test_apply_reproduces_the_heads_actual_output(family_model):

@@ -149,12 +149,12 @@ def test_rel_pos_circuit_reproduces_the_models_attention_scores(tiny_models, whi
         for delta in (0, 1, 3, 7):
             qk = C.qk_circuit(m, layer, h, rel_pos=delta, fold_norms=False).AB
             i = torch.arange(delta, n)
-            got = ((x[i] @ qk) * x[i - delta]).sum(-1) / m.arch.d_head ** 0.5
+            got = ((x[i] @ qk) * x[i - delta]).sum(-1) / m.arch.d_head**0.5
             torch.testing.assert_close(got, scores[h, i, i - delta], atol=2e-5, rtol=1e-4)
         # and the rotation matters: the Δ=0 circuit does not give the Δ=3 scores
         qk0 = C.qk_circuit(m, layer, h, fold_norms=False).AB
         i = torch.arange(3, n)
-        wrong = ((x[i] @ qk0) * x[i - 3]).sum(-1) / m.arch.d_head ** 0.5
+        wrong = ((x[i] @ qk0) * x[i - 3]).sum(-1) / m.arch.d_head**0.5
         assert (wrong - scores[h, i, i - 3]).abs().max() > 1e-3
 
 
@@ -171,8 +171,13 @@ def test_qk_norm_circuit_reproduces_the_scores_up_to_the_frozen_scales(family):
     toks = torch.tensor([[1, 17, 42, 5, 63, 8, 99, 23, 4, 71, 36, 12]])
     layer = 1
     pre = m.arch.pre_norms
-    names = [f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.ln1.hook_scale", f"blocks.{layer}.attn.hook_q",
-             f"blocks.{layer}.attn.hook_k", f"blocks.{layer}.attn.hook_attn_scores"]
+    names = [
+        f"blocks.{layer}.hook_resid_pre",
+        f"blocks.{layer}.ln1.hook_scale",
+        f"blocks.{layer}.attn.hook_q",
+        f"blocks.{layer}.attn.hook_k",
+        f"blocks.{layer}.attn.hook_attn_scores",
+    ]
     cap = capture(m, toks, names if pre else [n for n in names if "ln1" not in n])
     x = cap[names[0]][0] / cap[names[1]][0] if pre else cap[names[0]][0]  # [pos, d]: x / σ1 (RMSNorm, no centring)
     q, k = cap[names[2]][0], cap[names[3]][0]  # [pos, heads, d_head] before the QK-norm

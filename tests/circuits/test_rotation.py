@@ -18,7 +18,7 @@ def _haar(d, seed):
 def _fixing_ones(d, seed):
     """An independent R with R·1 = 1: Haar rotation of an orthonormal basis of 1's complement."""
     g = torch.Generator().manual_seed(seed)
-    u = torch.ones(d, 1, dtype=torch.float64) / d ** 0.5
+    u = torch.ones(d, 1, dtype=torch.float64) / d**0.5
     Bfull = torch.linalg.qr(torch.cat([u, torch.randn(d, d - 1, generator=g, dtype=torch.float64)], 1)).Q
     B = Bfull[:, 1:]  # [d, d-1], orthogonal to 1
     return u @ u.T + B @ _haar(d - 1, seed + 1) @ B.T
@@ -61,8 +61,9 @@ def test_llama_circuit_statistics_invariant(rotated_llama):
         torch.testing.assert_close(b.scores[b.mask], a.scores[a.mask], atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(C.copying_scores(r).scores, C.copying_scores(m).scores, atol=1e-5, rtol=1e-4)
     # the full OV circuit (token → logit) is basis-free, so its entries are unchanged
-    torch.testing.assert_close(C.ov_circuit(r, 1, 2, full=True).AB, C.ov_circuit(m, 1, 2, full=True).AB,
-                               atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        C.ov_circuit(r, 1, 2, full=True).AB, C.ov_circuit(m, 1, 2, full=True).AB, atol=1e-5, rtol=1e-4
+    )
     # ... while a d_model-basis object like the OV matrix itself is rotated
     assert (C.ov_circuit(r, 1, 2).AB - C.ov_circuit(m, 1, 2).AB).abs().max() > 1e-3
 

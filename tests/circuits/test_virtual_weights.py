@@ -14,7 +14,7 @@ def _dense_write(m, src):
     elif src == "pos_embed":
         M = w.W_pos
     elif src.endswith(".mlp"):
-        M = w.W_out[int(src[1:src.index(".")])]
+        M = w.W_out[int(src[1 : src.index(".")])]
     else:
         layer, head = (int(x) for x in src[1:].split(".H"))
         M = w.W_O[layer, head]
@@ -28,7 +28,7 @@ def _dense_read(m, dst):
     if dst == "unembed":
         M, g = w.W_U, w.lnf_w
     else:
-        layer = int(dst[1:dst.index(".")])
+        layer = int(dst[1 : dst.index(".")])
         if ".attn." in dst:
             kind, idx = dst.split(".attn.")[1][0], int(dst.split("[H")[1][:-1])
             M, g = {"q": w.W_Q, "k": w.W_K, "v": w.W_V}[kind][layer, idx], w.ln1_w[layer]
@@ -41,8 +41,16 @@ def _dense_read(m, dst):
     return M
 
 
-PAIRS = [("embed", "L0.attn.q[H1]"), ("L0.H2", "L1.attn.k[H1]"), ("L0.H3", "L1.attn.v[H0]"), ("L0.H0", "L0.mlp.in"),
-         ("L0.mlp", "L1.attn.q[H3]"), ("L1.H1", "unembed"), ("L0.mlp", "unembed"), ("embed", "unembed")]
+PAIRS = [
+    ("embed", "L0.attn.q[H1]"),
+    ("L0.H2", "L1.attn.k[H1]"),
+    ("L0.H3", "L1.attn.v[H0]"),
+    ("L0.H0", "L0.mlp.in"),
+    ("L0.mlp", "L1.attn.q[H3]"),
+    ("L1.H1", "unembed"),
+    ("L0.mlp", "unembed"),
+    ("embed", "unembed"),
+]
 
 
 def test_virtual_weights_equal_dense_products(family_model):
@@ -62,16 +70,24 @@ def test_virtual_weights_equal_dense_products(family_model):
 
 def test_gated_mlp_has_a_gate_read(tiny_models):
     m = tiny_models["llama"]
-    torch.testing.assert_close(C.virtual_weights(m, "L0.H1", "L0.mlp.gate").AB,
-                               _dense_write(m, "L0.H1") @ _dense_read(m, "L0.mlp.gate"), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        C.virtual_weights(m, "L0.H1", "L0.mlp.gate").AB,
+        _dense_write(m, "L0.H1") @ _dense_read(m, "L0.mlp.gate"),
+        atol=1e-5,
+        rtol=1e-5,
+    )
     with pytest.raises(LabelError, match="mlp.gate"):
         C.virtual_weights(tiny_models["gpt2"], "L0.H1", "L0.mlp.gate")
 
 
 def test_pos_embed_only_for_learned_positions(tiny_models):
     m = tiny_models["gpt2"]
-    torch.testing.assert_close(C.virtual_weights(m, "pos_embed", "L0.attn.k[H2]").AB,
-                               _dense_write(m, "pos_embed") @ _dense_read(m, "L0.attn.k[H2]"), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        C.virtual_weights(m, "pos_embed", "L0.attn.k[H2]").AB,
+        _dense_write(m, "pos_embed") @ _dense_read(m, "L0.attn.k[H2]"),
+        atol=1e-5,
+        rtol=1e-5,
+    )
     with pytest.raises(LabelError, match="pos_embed"):
         C.virtual_weights(tiny_models["llama"], "pos_embed", "L0.attn.q[H0]")
 
@@ -83,16 +99,28 @@ def test_parallel_block_mlp_does_not_read_its_own_heads(tiny_models):
     C.virtual_weights(tiny_models["neox"], "L0.H0", "L1.mlp.in")  # earlier layer: allowed
 
 
-@pytest.mark.parametrize("src,dst", [("L1.H0", "L0.attn.q[H0]"), ("L1.H0", "L1.attn.q[H0]"), ("L1.mlp", "L1.mlp.in"),
-                                     ("L1.mlp", "L1.attn.k[H0]")])
+@pytest.mark.parametrize(
+    "src,dst",
+    [("L1.H0", "L0.attn.q[H0]"), ("L1.H0", "L1.attn.q[H0]"), ("L1.mlp", "L1.mlp.in"), ("L1.mlp", "L1.attn.k[H0]")],
+)
 def test_reads_not_after_the_write_are_refused(tiny_models, src, dst):
     with pytest.raises(ArgumentError, match=r"dst=.*does not read src="):
         C.virtual_weights(tiny_models["llama"], src, dst)
 
 
-@pytest.mark.parametrize("src,dst,name", [("L9.H0", "unembed", "src"), ("L0.H4", "unembed", "src"), ("l0.h0", "unembed", "src"),
-                                          ("L0.H0", "L1.attn.k[H3]", "dst"), ("L0.H0", "L1.attn.x[H0]", "dst"),
-                                          ("L0.H0", "L5.mlp.in", "dst"), (3, "unembed", "src"), ("embed", None, "dst")])
+@pytest.mark.parametrize(
+    "src,dst,name",
+    [
+        ("L9.H0", "unembed", "src"),
+        ("L0.H4", "unembed", "src"),
+        ("l0.h0", "unembed", "src"),
+        ("L0.H0", "L1.attn.k[H3]", "dst"),
+        ("L0.H0", "L1.attn.x[H0]", "dst"),
+        ("L0.H0", "L5.mlp.in", "dst"),
+        (3, "unembed", "src"),
+        ("embed", None, "dst"),
+    ],
+)
 def test_bad_labels(tiny_models, src, dst, name):
     with pytest.raises(LabelError, match=name + "="):
         C.virtual_weights(tiny_models["llama"], src, dst)

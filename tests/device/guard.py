@@ -35,23 +35,75 @@ TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _HERE = os.path.abspath(__file__)
 
 #: factory functions whose result lands on the default device unless given ``device=``
-FACTORIES = frozenset(f for f in (
-    torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.range, torch.eye, torch.linspace,
-    torch.logspace, torch.rand, torch.randn, torch.randint, torch.randperm, torch.empty_strided,
-    torch.scalar_tensor, torch.tril_indices, torch.triu_indices, torch.tensor, torch.as_tensor, torch.asarray,
-    torch.bartlett_window, torch.hann_window, torch.hamming_window,
-) if f is not None)
+FACTORIES = frozenset(
+    f
+    for f in (
+        torch.zeros,
+        torch.ones,
+        torch.empty,
+        torch.full,
+        torch.arange,
+        torch.range,
+        torch.eye,
+        torch.linspace,
+        torch.logspace,
+        torch.rand,
+        torch.randn,
+        torch.randint,
+        torch.randperm,
+        torch.empty_strided,
+        torch.scalar_tensor,
+        torch.tril_indices,
+        torch.triu_indices,
+        torch.tensor,
+        torch.as_tensor,
+        torch.asarray,
+        torch.bartlett_window,
+        torch.hann_window,
+        torch.hamming_window,
+    )
+    if f is not None
+)
 #: factories that copy their data's device when the data is a tensor
 _DATA_FOLLOWS = frozenset({torch.tensor, torch.as_tensor, torch.asarray})
 #: host synchronisations (a read of a device value into Python, or an op whose output shape depends on the data)
-SYNCS = frozenset({torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.__float__, torch.Tensor.__int__,
-                   torch.Tensor.__index__, torch.Tensor.tolist, torch.equal, torch.Tensor.equal, torch.allclose, torch.Tensor.allclose,
-                   torch.nonzero, torch.Tensor.nonzero, torch.argwhere, torch.Tensor.argwhere,
-                   torch.unique, torch.Tensor.unique, torch.unique_consecutive, torch.Tensor.unique_consecutive,
-                   torch.masked_select, torch.Tensor.masked_select})
+SYNCS = frozenset(
+    {
+        torch.Tensor.item,
+        torch.Tensor.__bool__,
+        torch.Tensor.__float__,
+        torch.Tensor.__int__,
+        torch.Tensor.__index__,
+        torch.Tensor.tolist,
+        torch.equal,
+        torch.Tensor.equal,
+        torch.allclose,
+        torch.Tensor.allclose,
+        torch.nonzero,
+        torch.Tensor.nonzero,
+        torch.argwhere,
+        torch.Tensor.argwhere,
+        torch.unique,
+        torch.Tensor.unique,
+        torch.unique_consecutive,
+        torch.Tensor.unique_consecutive,
+        torch.masked_select,
+        torch.Tensor.masked_select,
+    }
+)
 #: syncs only with some arguments (see :func:`_is_sync`)
-_MAYBE = frozenset({torch.Tensor.to, torch.Tensor.cpu, torch.Tensor.numpy, torch.where, torch.Tensor.__getitem__, torch.Tensor.__setitem__,
-                    torch.repeat_interleave, torch.Tensor.repeat_interleave})
+_MAYBE = frozenset(
+    {
+        torch.Tensor.to,
+        torch.Tensor.cpu,
+        torch.Tensor.numpy,
+        torch.where,
+        torch.Tensor.__getitem__,
+        torch.Tensor.__setitem__,
+        torch.repeat_interleave,
+        torch.Tensor.repeat_interleave,
+    }
+)
 
 
 def _has_bool_index(idx: Any) -> bool:
@@ -91,8 +143,7 @@ def _is_copy(func: Any, args: tuple, kwargs: dict) -> bool:
     """A tensor made from Python data on a device named by ``device=`` other than the literal "cpu" (host
     bookkeeping): one host-to-device copy on a GPU."""
     dev = kwargs.get("device")
-    return (func in _DATA_FOLLOWS and dev is not None and dev != "cpu"
-            and _is_factory_without_device(func, args, {}))
+    return func in _DATA_FOLLOWS and dev is not None and dev != "cpu" and _is_factory_without_device(func, args, {})
 
 
 class StrayHostTensor(AssertionError):
@@ -115,9 +166,14 @@ def _is_factory_without_device(func: Any, args: tuple, kwargs: dict) -> bool:
         return False
     if kwargs.get("device") is not None:
         return False
-    if func in _DATA_FOLLOWS and args and (isinstance(args[0], torch.Tensor)
-                                           or (isinstance(args[0], (list, tuple)) and args[0]
-                                               and all(isinstance(a, torch.Tensor) for a in args[0]))):
+    if (
+        func in _DATA_FOLLOWS
+        and args
+        and (
+            isinstance(args[0], torch.Tensor)
+            or (isinstance(args[0], (list, tuple)) and args[0] and all(isinstance(a, torch.Tensor) for a in args[0]))
+        )
+    ):
         return False  # torch.tensor(t) / as_tensor(t): on t's device
     return True
 
@@ -141,8 +197,10 @@ class HostTensorGuard(TorchFunctionMode):
                 where = f"{os.path.relpath(file, os.path.dirname(INTERP_DIR.rstrip(os.sep)))}:{line}"
                 self.violations[where] += 1
                 if self.raise_:
-                    raise StrayHostTensor(f"{getattr(func, '__name__', func)}() without device= at {where}: on a GPU "
-                                          "this tensor is on the CPU; pass device= (the model's or the input's)")
+                    raise StrayHostTensor(
+                        f"{getattr(func, '__name__', func)}() without device= at {where}: on a GPU "
+                        "this tensor is on the CPU; pass device= (the model's or the input's)"
+                    )
         elif self.count_syncs and (_is_sync(func, args, kwargs) or _is_copy(func, args, kwargs)):
             file, line = _caller()
             if file.startswith(INTERP_DIR):

@@ -36,15 +36,18 @@ def _tcs(m):
 def _task(m):
     from types import SimpleNamespace
 
-    return SimpleNamespace(name="tiny", clean=CLEAN, corrupt=CORRUPT, metric=interp.LogitDiff(["w3", "w7"], ["w4", "w8"]))
+    return SimpleNamespace(
+        name="tiny", clean=CLEAN, corrupt=CORRUPT, metric=interp.LogitDiff(["w3", "w7"], ["w4", "w8"])
+    )
 
 
 def _jsonl(m, tmp):
     import json
 
     p = tmp / "pairs.jsonl"
-    p.write_text("\n".join(json.dumps({"clean": c, "corrupt": k, "answer": "w3", "wrong": "w4"})
-                           for c, k in zip(CLEAN, CORRUPT)))
+    p.write_text(
+        "\n".join(json.dumps({"clean": c, "corrupt": k, "answer": "w3", "wrong": "w4"}) for c, k in zip(CLEAN, CORRUPT))
+    )
     return interp.Task.from_jsonl(p, m)
 
 
@@ -52,8 +55,20 @@ def _train(m, tmp):
     from interp.features import train_transcoders
 
     docs = [" ".join(f"w{(7 * i + j) % 90 + 3}" for j in range(40)) for i in range(8)]
-    return train_transcoders(m, layers="all", width=8, k=2, tokens=8 * 4 * 2, seq_len=8, batch_size=4, lr=1e-2,
-                             corpus=docs, cache_dir=tmp, progress=False, eval_tokens=8 * 4)
+    return train_transcoders(
+        m,
+        layers="all",
+        width=8,
+        k=2,
+        tokens=8 * 4 * 2,
+        seq_len=8,
+        batch_size=4,
+        lr=1e-2,
+        corpus=docs,
+        cache_dir=tmp,
+        progress=False,
+        eval_tokens=8 * 4,
+    )
 
 
 def _sae(m):
@@ -66,41 +81,65 @@ def _sae(m):
 #: folder (tmp), or the reason the guard cannot run it here (a string). Anything else must be called by an example.
 GUARDED = {
     "interp.RayCluster": "starts a Ray cluster (tests/distributed run the sharded sweeps, whose workers run the same "
-                         "functions guarded here)",
+    "functions guarded here)",
     "interp.models.load_catalog_hf": "loads a real catalog checkpoint (tests marked real)",
     "interp.models._gguf.verify_entry": lambda m, tmp: _verify(tmp),
     "interp.Logit": lambda m, tmp: interp.patch(m, CLEAN, CORRUPT, metric=interp.Logit("w3")),
     "interp.Prob": lambda m, tmp: interp.patch(m, CLEAN, CORRUPT, metric=interp.Prob("w3")),
     "interp.Task": lambda m, tmp: _eap(interp.Task("t", CLEAN, CORRUPT, ["w3", "w7"], ["w4", "w8"], model=m), m),
     "interp.Task.from_jsonl": lambda m, tmp: _jsonl(m, tmp),
-    "interp.circuit_report": lambda m, tmp: interp.circuit_report(m, _task(m), out_dir=tmp / "c", method="eap",
-                                                                  n_exact=2, max_edges=10, sizes=(0.5, 1.0),
-                                                                  ablations=("zero",), static=False),
+    "interp.circuit_report": lambda m, tmp: interp.circuit_report(
+        m,
+        _task(m),
+        out_dir=tmp / "c",
+        method="eap",
+        n_exact=2,
+        max_edges=10,
+        sizes=(0.5, 1.0),
+        ablations=("zero",),
+        static=False,
+    ),
     "interp.circuits_report": lambda m, tmp: interp.circuits_report(m, out_dir=tmp / "cs", max_edges=5, static=False),
     "interp.features.Intervention": lambda m, tmp: interp.features.intervene(
-        m, "w1 w2 w3 w4", _tcs(m), interp.features.Intervention.scale("L0.F1@2", 2.0), target="w3"),
+        m, "w1 w2 w3 w4", _tcs(m), interp.features.Intervention.scale("L0.F1@2", 2.0), target="w3"
+    ),
     "interp.features.aggregate_graphs": lambda m, tmp: interp.features.aggregate_graphs(
-        m, ["w1 w2 w3 w4", "w5 w6 w7"], _tcs(m), target="w3", progress=False),
+        m, ["w1 w2 w3 w4", "w5 w6 w7"], _tcs(m), target="w3", progress=False
+    ),
     "interp.plots.graph_faithfulness_figure": lambda m, tmp: interp.plots.graph_faithfulness_figure(
         interp.features.attribution_graph(m, "w1 w2 w3 w4", _tcs(m), target="w3").faithfulness(
-            m, _tcs(m), thresholds=(0.5, 1.0))),
+            m, _tcs(m), thresholds=(0.5, 1.0)
+        )
+    ),
+    "interp.features.generate": lambda m, tmp: interp.features.generate(
+        m, "w1 w2 w3 w4", _tcs(m), [(0, 1, 2, 3.0)], max_new_tokens=2, frozen_attention=True
+    ),
+    "interp.features.Steer": lambda m, tmp: interp.features.generate(
+        m, "w1 w2 w3", None, [interp.features.Steer(1, torch.ones(m.arch.d_model, device=m.device))], max_new_tokens=2
+    ),
+    "interp.models.describe_block": lambda m, tmp: interp.models.describe_block(m.arch),  # pure Python: no tensors
     "interp.features.attribution_graph": lambda m, tmp: interp.features.attribution_graph(m, "w1 w2 w3 w4", _tcs(m)),
-    "interp.features.intervene": lambda m, tmp: interp.features.intervene(m, "w1 w2 w3 w4", _tcs(m), [(0, 1, 2, 3.0)],
-                                                                          top_k=3),
+    "interp.features.intervene": lambda m, tmp: interp.features.intervene(
+        m, "w1 w2 w3 w4", _tcs(m), [(0, 1, 2, 3.0)], top_k=3
+    ),
     "interp.features.default_lr": lambda m, tmp: interp.features.default_lr(8, 16),  # pure Python: no tensors
     "interp.features.default_passes": lambda m, tmp: interp.features.default_passes(16),
     "interp.features.load_saes": lambda m, tmp: interp.features.load_saes(FIX / "saelens_saes", m),
     "interp.features.load_transcoders": lambda m, tmp: interp.features.load_transcoders(FIX / "circuit_tracer", m),
-    "interp.features.qk_attribution": lambda m, tmp: interp.features.qk_attribution(m, "w1 w2 w3 w4", _tcs(m), 1, 2,
-                                                                                    query_pos=3, key_pos=1),
+    "interp.features.qk_attribution": lambda m, tmp: interp.features.qk_attribution(
+        m, "w1 w2 w3 w4", _tcs(m), 1, 2, query_pos=3, key_pos=1
+    ),
     "interp.features.sae_reconstruction": lambda m, tmp: _sae(m),
     "interp.features.top_activating_contexts": lambda m, tmp: interp.features.top_activating_contexts(
-        m, _tcs(m), ["w1 w2 w3 w4 w5", "w6 w7 w8 w9"], ["L0.F1", "L1.F2"], k=2),
+        m, _tcs(m), ["w1 w2 w3 w4 w5", "w6 w7 w8 w9"], ["L0.F1", "L1.F2"], k=2
+    ),
     "interp.features.train_transcoders": lambda m, tmp: _train(m, tmp),
     "interp.plots.attention_view": lambda m, tmp: interp.plots.attention_view(
-        interp.stream.attention_patterns(m, "w1 w2 w3 w4", ["L0.H1"])),
+        interp.stream.attention_patterns(m, "w1 w2 w3 w4", ["L0.H1"])
+    ),
     "interp.plots.feature_graph_view": lambda m, tmp: interp.plots.feature_graph_view(
-        interp.features.attribution_graph(m, "w1 w2 w3 w4", _tcs(m))),
+        interp.features.attribution_graph(m, "w1 w2 w3 w4", _tcs(m))
+    ),
 }
 
 
@@ -136,8 +175,10 @@ def test_every_documented_entry_point_is_guarded():
     names = sorted({name for name, *_ in DOCUMENTED})
     assert len(names) > 40, names  # the enumeration found the documented API
     missing = [n for n in names if n not in GUARDED and not _called(n, source)]
-    assert not missing, (f"documented entry points without a >>> example in docs/api.md (so the device guard does not "
-                         f"run them): {missing}; add an example, or a guarded call here")
+    assert not missing, (
+        f"documented entry points without a >>> example in docs/api.md (so the device guard does not "
+        f"run them): {missing}; add an example, or a guarded call here"
+    )
 
 
 def test_the_guard_catches_a_stray_factory(tmp_path):

@@ -35,7 +35,8 @@ DEVICE = torch.device(tiny_models.DEVICE)
 
 def _models(device):
     return {f: tiny_model(f, device=device) for f in ("gpt2", "llama", "neox", "bert")} | {
-        "toy": interp.load_model("toy-attn-only-2l", device=device)}
+        "toy": interp.load_model("toy-attn-only-2l", device=device)
+    }
 
 
 def _extra(m):
@@ -45,8 +46,10 @@ def _extra(m):
 
     tc = random_transcoders(m["llama"], 8, seed=0)[0]
     sae = SAE(tc.W_enc, tc.b_enc, tc.W_dec, tc.b_dec, layer=0, site="resid_post").to(m["llama"].device)
-    return {"ResidualTrace": interp.trace(m["gpt2"], ["w1 w2 w3", "w4 w5"], keep=("patterns",)),
-            "SAEReconstruction": sae_reconstruction(m["llama"], ["w1 w2 w3", "w4 w5"], sae)}
+    return {
+        "ResidualTrace": interp.trace(m["gpt2"], ["w1 w2 w3", "w4 w5"], keep=("patterns",)),
+        "SAEReconstruction": sae_reconstruction(m["llama"], ["w1 w2 w3", "w4 w5"], sae),
+    }
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from tiny_models import tiny_model
 
 PROMPTS = ["w1 w2 w3 w4 w1 w2 w9 w10", "w5 w6 w7 w8 w5 w6 w11 w3"]
 CORRUPT = ["w1 w2 w3 w4 w13 w14 w9 w10", "w5 w6 w7 w8 w15 w16 w11 w3"]
-ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 
 
 @pytest.fixture(scope="module", params=[torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
@@ -39,8 +39,10 @@ def _exact(m, t):
     the per-element rounding bound of the model's own output."""
     A = {k: v.double() for k, v in t.activations.items()}
     w, L = m.weights, m.arch.n_layers
-    attn = [torch.einsum("bphe,hed->bpd", A[f"blocks.{l}.attn.hook_z"], w.W_O[l].double()) + w.b_O[l].double()
-            for l in range(L)]
+    attn = [
+        torch.einsum("bphe,hed->bpd", A[f"blocks.{l}.attn.hook_z"], w.W_O[l].double()) + w.b_O[l].double()
+        for l in range(L)
+    ]
     total = A["embed.hook_out"] + sum(attn) + sum(A[f"blocks.{l}.hook_mlp_out"] for l in range(L))
     x = A["ln_final.hook_in"]
     sigma = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + m.arch.norm_eps)
@@ -59,7 +61,7 @@ def test_decomposition_adds_no_rounding_of_its_own(half):
     assert d.contributions.dtype == torch.float32
     exact, _, _ = _exact(m, t)
     rel = float((d.contributions.double().sum(0) - exact).abs().max() / exact.abs().max())
-    assert rel <= len(d.labels) * 2.0 ** -23, rel  # float32: each of the n terms rounds once, the sum n times
+    assert rel <= len(d.labels) * 2.0**-23, rel  # float32: each of the n terms rounds once, the sum n times
 
 
 def test_closure_is_the_model_own_rounding(half):
@@ -91,7 +93,7 @@ def test_one_norm_scale_rule():
     x = torch.randn(2, 5, m.arch.d_model, generator=torch.Generator().manual_seed(0)).to(m.device, torch.bfloat16) * 30
     ref = torch.sqrt(x.double().pow(2).mean(-1, keepdim=True) + m.arch.norm_eps)
     assert norm_scale(x, "rmsnorm", m.arch.norm_eps).dtype == torch.float32
-    torch.testing.assert_close(norm_scale(x, "rmsnorm", m.arch.norm_eps).double(), ref, rtol=2.0 ** -23, atol=0)
+    torch.testing.assert_close(norm_scale(x, "rmsnorm", m.arch.norm_eps).double(), ref, rtol=2.0**-23, atol=0)
     eng = interp.engine.Engine.of(m).norm_scale(x)
     assert eng.dtype == torch.bfloat16
     assert torch.equal(eng, ref.to(torch.bfloat16))  # correctly rounded once

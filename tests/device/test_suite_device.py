@@ -10,7 +10,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_device_option_reaches_the_tiny_model_builder():
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--device", "meta",
-                        "tests/device/device_probe.py"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--device",
+            "meta",
+            "tests/device/device_probe.py",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "1 passed" in r.stdout

@@ -38,10 +38,23 @@ def test_join_an_existing_cluster_by_address(monkeypatch):
     port = _free_port()
     tmp = tempfile.mkdtemp(prefix="rj", dir="/tmp")  # short: Ray's socket paths live under it
     head = subprocess.Popen(
-        [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head", f"--port={port}", "--num-cpus=2",
-         "--node-ip-address=127.0.0.1", "--include-dashboard=false", f"--temp-dir={tmp}",
-         "--object-store-memory=500000000", "--block"],
-        env=dict(os.environ), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            os.path.join(os.path.dirname(sys.executable), "ray"),
+            "start",
+            "--head",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--node-ip-address=127.0.0.1",
+            "--include-dashboard=false",
+            f"--temp-dir={tmp}",
+            "--object-store-memory=500000000",
+            "--block",
+        ],
+        env=dict(os.environ),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         toy = interp.load_model("toy-attn-only-2l")
         g = torch.Generator().manual_seed(0)

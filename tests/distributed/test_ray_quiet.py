@@ -15,10 +15,18 @@ pytest.importorskip("ray")
 
 def test_local_cluster_start_prints_no_token_auth_warning():
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}  # Ray's default: it would warn
-    code = ("import interp, os\nc = interp.RayCluster(workers=1)\nprint('auth', os.environ.get('RAY_AUTH_MODE'))\n"
-            "c.shutdown()")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
-                         cwd=Path(__file__).resolve().parents[2])
+    code = (
+        "import interp, os\nc = interp.RayCluster(workers=1)\nprint('auth', os.environ.get('RAY_AUTH_MODE'))\n"
+        "c.shutdown()"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     text = out.stdout + out.stderr
     assert "Token authentication" not in text, text[-2000:]

@@ -66,8 +66,13 @@ def _same_patch(r, ref) -> None:
         assert getattr(r, f).shape == getattr(ref, f).shape, f
         assert _rel(getattr(r, f), getattr(ref, f)) <= 1e-6, f
     _same_mean(r, ref, ("clean", "corrupt"))
-    assert (r.metric, r.direction, r.ablation, r.positions, r.str_tokens) == \
-        (ref.metric, ref.direction, ref.ablation, ref.positions, ref.str_tokens)
+    assert (r.metric, r.direction, r.ablation, r.positions, r.str_tokens) == (
+        ref.metric,
+        ref.direction,
+        ref.ablation,
+        ref.positions,
+        ref.str_tokens,
+    )
 
 
 def _same_edges(e, ref) -> None:
@@ -79,8 +84,9 @@ def _same_edges(e, ref) -> None:
     assert e.completeness == pytest.approx(ref.completeness, rel=1e-6)
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(positions="each", nodes="heads"),
-                                dict(direction="noise", ablation="mean", nodes="components")])
+@pytest.mark.parametrize(
+    "kw", [dict(), dict(positions="each", nodes="heads"), dict(direction="noise", ablation="mean", nodes="components")]
+)
 def test_patch_on_two_workers_equals_in_process(toy, pairs, cluster, kw):
     clean, corrupt, metric = pairs
     if kw.get("ablation") == "mean":
@@ -98,8 +104,9 @@ def test_patch_on_two_workers_equals_in_process(toy, pairs, cluster, kw):
 def test_edge_attribution_on_two_workers_equals_in_process(toy, pairs, cluster, method):
     clean, corrupt, metric = pairs
     ref = interp.edge_attribution(toy, clean, corrupt, metric=metric, method=method, ig_steps=3, progress=False)
-    e = interp.edge_attribution(toy, clean, corrupt, metric=metric, method=method, ig_steps=3, cluster=cluster,
-                                progress=False)
+    e = interp.edge_attribution(
+        toy, clean, corrupt, metric=metric, method=method, ig_steps=3, cluster=cluster, progress=False
+    )
     _same_edges(e, ref)
     assert e.details["distributed"]["shards"] == 4
 
@@ -148,8 +155,17 @@ def test_the_shards_warnings_reach_the_caller_once(toy, pairs, cluster):
     clean, corrupt, metric = pairs
     one = clean[:1].repeat(3, 1)  # a reference of one distinct prompt: mean ablation is ablation with it
     with pytest.warns(interp.AblationWarning) as rec:
-        interp.patch(toy, clean, corrupt, metric=metric, direction="noise", ablation="mean", reference=one,
-                     cluster=cluster, progress=False)
+        interp.patch(
+            toy,
+            clean,
+            corrupt,
+            metric=metric,
+            direction="noise",
+            ablation="mean",
+            reference=one,
+            cluster=cluster,
+            progress=False,
+        )
     assert len([w for w in rec if issubclass(w.category, interp.AblationWarning)]) == 1
 
 
@@ -171,21 +187,33 @@ def test_faithfulness_curve_on_two_workers_equals_in_process(toy, pairs, cluster
 def test_resample_ablation_is_refused_on_a_cluster(toy, pairs, cluster):
     clean, corrupt, metric = pairs
     with pytest.raises(UnsupportedOperationError, match="resample"):
-        interp.patch(toy, clean, corrupt, metric=metric, direction="noise", ablation="resample", reference=corrupt,
-                     cluster=cluster, progress=False)
+        interp.patch(
+            toy,
+            clean,
+            corrupt,
+            metric=metric,
+            direction="noise",
+            ablation="resample",
+            reference=corrupt,
+            cluster=cluster,
+            progress=False,
+        )
 
 
 WORDS = "dog sun moon tree leaf rock sand fish bird frog bear wolf deer lion duck rain".split()
 
 
-@pytest.mark.parametrize("kw", [
-    dict(unit="head"),
-    dict(unit="component", wrong={"sun", "moon"}),
-    dict(unit="head", target="logprob", wrong="per-prompt"),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(unit="head"),
+        dict(unit="component", wrong={"sun", "moon"}),
+        dict(unit="head", target="logprob", wrong="per-prompt"),
+    ],
+)
 def test_attribute_logits_on_two_workers_equals_in_process(toy, cluster, kw):
     # text prompts of different lengths, one answer per prompt: shards see different paddings and answers
-    prompts = [" ".join(WORDS[i: i + 3 + i % 4]) for i in range(P)]
+    prompts = [" ".join(WORDS[i : i + 3 + i % 4]) for i in range(P)]
     answers = [WORDS[(3 * i) % len(WORDS)] for i in range(P)]
     if kw.get("wrong") == "per-prompt":
         kw = {**kw, "wrong": [WORDS[(5 * i + 1) % len(WORDS)] for i in range(P)]}
@@ -197,8 +225,16 @@ def test_attribute_logits_on_two_workers_equals_in_process(toy, cluster, kw):
     assert (r.wrong_ids is None) == (ref.wrong_ids is None)
     if ref.wrong_ids is not None:
         assert torch.equal(r.wrong_ids, ref.wrong_ids)
-    for f in ("prompts", "str_tokens", "prompt_str_tokens", "prompt_targets", "target", "target_kind", "wrong_agg",
-              "unit"):
+    for f in (
+        "prompts",
+        "str_tokens",
+        "prompt_str_tokens",
+        "prompt_targets",
+        "target",
+        "target_kind",
+        "wrong_agg",
+        "unit",
+    ):
         assert getattr(r, f) == getattr(ref, f), f
     assert r.closure_error <= max(ref.closure_error, 1e-5) and r.relative_error <= max(ref.relative_error, 1e-6)
     assert r.details["distributed"]["shards"] == 4
@@ -226,26 +262,30 @@ def test_out_resumes_computing_only_the_missing_shards(toy, pairs, cluster, tmp_
     cluster._after_shard = interrupt
     try:
         with pytest.raises(KeyboardInterrupt):
-            interp.edge_attribution(toy, clean, corrupt, metric=metric, method="eap", cluster=cluster,
-                                    out=tmp_path, progress=False)
+            interp.edge_attribution(
+                toy, clean, corrupt, metric=metric, method="eap", cluster=cluster, out=tmp_path, progress=False
+            )
     finally:
         cluster._after_shard = None
     files = sorted(p.name for p in tmp_path.glob("shard-*.safetensors"))
     assert len(files) == 2 and len(list(tmp_path.glob("shard-*.json"))) == 2
     assert not list(tmp_path.glob(".tmp-*"))  # atomic writes leave no partial file
-    e = interp.edge_attribution(toy, clean, corrupt, metric=metric, method="eap", cluster=cluster, out=tmp_path,
-                                progress=False)
+    e = interp.edge_attribution(
+        toy, clean, corrupt, metric=metric, method="eap", cluster=cluster, out=tmp_path, progress=False
+    )
     d = e.details["distributed"]
     assert (d["computed"], d["resumed"], d["shards"]) == (2, 2, 4)
     assert len(list(tmp_path.glob("shard-*.safetensors"))) == 4
     _same_edges(e, ref)
-    again = interp.edge_attribution(toy, clean, corrupt, metric=metric, method="eap", cluster=cluster, out=tmp_path,
-                                    progress=False)
+    again = interp.edge_attribution(
+        toy, clean, corrupt, metric=metric, method="eap", cluster=cluster, out=tmp_path, progress=False
+    )
     assert again.details["distributed"]["computed"] == 0
     assert torch.equal(again.per_prompt, e.per_prompt)
     with pytest.raises(ArgumentError, match="another sweep"):  # a different sweep never reads these shards
-        interp.edge_attribution(toy, clean, corrupt, metric=metric, method="eap-ig", cluster=cluster, out=tmp_path,
-                                progress=False)
+        interp.edge_attribution(
+            toy, clean, corrupt, metric=metric, method="eap-ig", cluster=cluster, out=tmp_path, progress=False
+        )
 
 
 def test_a_killed_worker_has_its_shard_retried_and_nothing_lost(toy, pairs, cluster):

@@ -42,13 +42,18 @@ class Reference:
         self.post = family == "bert"
         self.parallel = family == "neox" and c.use_parallel_residual
         self.direction = direction
-        self.writers = ["embed"] + (["pos_embed"] if family in ("gpt2", "bert") else []) + \
-            (["type_embed"] if family == "bert" else [])
+        self.writers = (
+            ["embed"]
+            + (["pos_embed"] if family in ("gpt2", "bert") else [])
+            + (["type_embed"] if family == "bert" else [])
+        )
         self.readers: list[str] = []
         for l in range(self.L):
             self.writers += [f"L{l}.H{h}" for h in range(self.H)] + [f"L{l}.mlp"]
             self.readers += [f"L{l}.attn.q[H{h}]" for h in range(self.H)]
-            self.readers += [f"L{l}.attn.k[H{g}]" for g in range(self.G)] + [f"L{l}.attn.v[H{g}]" for g in range(self.G)]
+            self.readers += [f"L{l}.attn.k[H{g}]" for g in range(self.G)] + [
+                f"L{l}.attn.v[H{g}]" for g in range(self.G)
+            ]
             self.readers.append(f"L{l}.mlp.in")
         self.readers.append("final" if self.post else "unembed")
         self.wi = {w: i for i, w in enumerate(self.writers)}
@@ -58,7 +63,7 @@ class Reference:
 
     @staticmethod
     def _layer(label: str) -> int:
-        return int(label[1: label.index(".")]) if label.startswith("L") else -1
+        return int(label[1 : label.index(".")]) if label.startswith("L") else -1
 
     def sees(self, w: str, r: str) -> bool:
         """Does reader r read writer w (independently of interp's block program)?"""
@@ -79,9 +84,12 @@ class Reference:
 
     def _blocks(self):
         f, m = self.family, self.hf
-        return {"gpt2": m.transformer.h if f == "gpt2" else None, "llama": m.model.layers if f == "llama" else None,
-                "neox": m.gpt_neox.layers if f == "neox" else None,
-                "bert": m.bert.encoder.layer if f == "bert" else None}[f]
+        return {
+            "gpt2": m.transformer.h if f == "gpt2" else None,
+            "llama": m.model.layers if f == "llama" else None,
+            "neox": m.gpt_neox.layers if f == "neox" else None,
+            "bert": m.bert.encoder.layer if f == "bert" else None,
+        }[f]
 
     def norm(self, x: Tensor, mod, sigma_from: Optional[Tensor] = None) -> Tensor:
         """The norm ``mod`` of x, its σ computed from ``sigma_from`` (default x)."""
@@ -100,18 +108,30 @@ class Reference:
 
     def ln1(self, l):
         blk = self._blocks()[l]
-        return {"gpt2": lambda: blk.ln_1, "llama": lambda: blk.input_layernorm, "neox": lambda: blk.input_layernorm,
-                "bert": lambda: blk.attention.output.LayerNorm}[self.family]()
+        return {
+            "gpt2": lambda: blk.ln_1,
+            "llama": lambda: blk.input_layernorm,
+            "neox": lambda: blk.input_layernorm,
+            "bert": lambda: blk.attention.output.LayerNorm,
+        }[self.family]()
 
     def ln2(self, l):
         blk = self._blocks()[l]
-        return {"gpt2": lambda: blk.ln_2, "llama": lambda: blk.post_attention_layernorm,
-                "neox": lambda: blk.post_attention_layernorm, "bert": lambda: blk.output.LayerNorm}[self.family]()
+        return {
+            "gpt2": lambda: blk.ln_2,
+            "llama": lambda: blk.post_attention_layernorm,
+            "neox": lambda: blk.post_attention_layernorm,
+            "bert": lambda: blk.output.LayerNorm,
+        }[self.family]()
 
     def ln_final(self):
         m = self.hf
-        return {"gpt2": lambda: m.transformer.ln_f, "llama": lambda: m.model.norm,
-                "neox": lambda: m.gpt_neox.final_layer_norm, "bert": lambda: None}[self.family]()
+        return {
+            "gpt2": lambda: m.transformer.ln_f,
+            "llama": lambda: m.model.norm,
+            "neox": lambda: m.gpt_neox.final_layer_norm,
+            "bert": lambda: None,
+        }[self.family]()
 
     def proj(self, l: int, x: Tensor, which: str, head: int) -> Tensor:
         """One head's q / one KV head's k or v from its own input x [B, T, d] (pre-rotary) [B, T, dh]."""
@@ -119,12 +139,12 @@ class Reference:
         sl = slice(head * dh, (head + 1) * dh)
         if self.family == "gpt2":
             out = blk.attn.c_attn(x)  # [B, T, 3d]: q | k | v
-            return out[..., {"q": 0, "k": 1, "v": 2}[which] * self.d:][..., sl]
+            return out[..., {"q": 0, "k": 1, "v": 2}[which] * self.d :][..., sl]
         if self.family == "llama":
             return {"q": blk.self_attn.q_proj, "k": blk.self_attn.k_proj, "v": blk.self_attn.v_proj}[which](x)[..., sl]
         if self.family == "neox":
             out = blk.attention.query_key_value(x).view(*x.shape[:2], self.H, 3 * dh)
-            return out[:, :, head, {"q": 0, "k": 1, "v": 2}[which] * dh:][..., :dh]
+            return out[:, :, head, {"q": 0, "k": 1, "v": 2}[which] * dh :][..., :dh]
         a = blk.attention.self
         return {"q": a.query, "k": a.key, "v": a.value}[which](x)[..., sl]
 
@@ -134,8 +154,11 @@ class Reference:
         if self.family == "gpt2":
             W, b = blk.attn.c_proj.weight, blk.attn.c_proj.bias  # Conv1D: [in, out]
         else:
-            lin = {"llama": lambda: blk.self_attn.o_proj, "neox": lambda: blk.attention.dense,
-                   "bert": lambda: blk.attention.output.dense}[self.family]()
+            lin = {
+                "llama": lambda: blk.self_attn.o_proj,
+                "neox": lambda: blk.attention.dense,
+                "bert": lambda: blk.attention.output.dense,
+            }[self.family]()
             W, b = lin.weight.T, lin.bias
         return W.reshape(self.H, self.dh, self.d), b
 
@@ -152,9 +175,11 @@ class Reference:
         pos = torch.arange(T)[None]
         if self.family == "llama":
             from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
             cos, sin = self.hf.model.rotary_emb(q, pos)
         else:
             from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb
+
             cos, sin = self.hf.gpt_neox.rotary_emb(q, pos)
         qr, _ = apply_rotary_pos_emb(q, q, cos, sin)
         kr, _ = apply_rotary_pos_emb(k, k, cos, sin)
@@ -164,20 +189,35 @@ class Reference:
         m, T = self.hf, tokens.shape[1]
         pos = torch.arange(T)
         if self.family == "gpt2":
-            return {"embed": m.transformer.wte(tokens), "pos_embed": m.transformer.wpe(pos)[None].expand(len(tokens), -1, -1)}
+            return {
+                "embed": m.transformer.wte(tokens),
+                "pos_embed": m.transformer.wpe(pos)[None].expand(len(tokens), -1, -1),
+            }
         if self.family == "llama":
             return {"embed": m.model.embed_tokens(tokens)}
         if self.family == "neox":
             return {"embed": m.gpt_neox.embed_in(tokens)}
         e = m.bert.embeddings
-        return {"embed": e.word_embeddings(tokens), "pos_embed": e.position_embeddings(pos)[None].expand(len(tokens), -1, -1),
-                "type_embed": e.token_type_embeddings(torch.zeros_like(tokens))}
+        return {
+            "embed": e.word_embeddings(tokens),
+            "pos_embed": e.position_embeddings(pos)[None].expand(len(tokens), -1, -1),
+            "type_embed": e.token_type_embeddings(torch.zeros_like(tokens)),
+        }
 
     # -------------------------------------------------------------- the forward
 
-    def run(self, tokens: Tensor, mask: Tensor, *, abl: Optional[dict] = None, coef: Optional[Tensor] = None,
-            beta: Optional[Tensor] = None, delta: Optional[dict] = None, embed_mix: Optional[tuple] = None,
-            frozen: bool = False) -> tuple[Tensor, dict]:
+    def run(
+        self,
+        tokens: Tensor,
+        mask: Tensor,
+        *,
+        abl: Optional[dict] = None,
+        coef: Optional[Tensor] = None,
+        beta: Optional[Tensor] = None,
+        delta: Optional[dict] = None,
+        embed_mix: Optional[tuple] = None,
+        frozen: bool = False,
+    ) -> tuple[Tensor, dict]:
         """(M [B], this run's writes) — see the module docstring. ``embed_mix`` = (α, e_tok of the corrupt
         input): the token embedding's own value becomes α e + (1 − α) e_corrupt."""
         B, T = tokens.shape
@@ -282,5 +322,9 @@ class Reference:
 
     def per_edge(self, S: Tensor) -> dict[str, float]:
         """{edge label: value} from a [W, R] matrix."""
-        return {f"{w}→{r}": float(S[i, j]) for j, r in enumerate(self.readers) for i, w in enumerate(self.writers)
-                if self.sees(w, r)}
+        return {
+            f"{w}→{r}": float(S[i, j])
+            for j, r in enumerate(self.readers)
+            for i, w in enumerate(self.writers)
+            if self.sees(w, r)
+        }

@@ -126,8 +126,16 @@ def test_eap_ig_activations_equals_the_mask_gradient(pairs64, fam):
     (coef the reference's per-edge mix toward the corrupt write, 1 − α on every edge)."""
     model, ref = pairs64[fam]
     m = 3
-    s = edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, fam), method="eap-ig", ig_steps=m,
-                         ig_at="activations", progress=False)
+    s = edge_attribution(
+        model,
+        CLEAN,
+        CORRUPT,
+        metric=_metric(model, fam),
+        method="eap-ig",
+        ig_steps=m,
+        ig_at="activations",
+        progress=False,
+    )
     bc, bk = _batches(model)
     _, wk = _ref_writes(ref, bk)
     total = None
@@ -145,9 +153,15 @@ def test_eap_ig_activations_equals_the_mask_gradient(pairs64, fam):
 @pytest.mark.parametrize("ig_at", ["inputs", "activations"])
 def test_eap_ig_completeness_error_shrinks(pairs64, fam, ig_at):
     model, _ = pairs64[fam]
-    errs = [edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, fam), method="eap-ig", ig_steps=m,
-                             ig_at=ig_at, progress=False).completeness_error for m in (1, 8, 64)]
-    target = abs(edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, fam), method="eap", progress=False).target)
+    errs = [
+        edge_attribution(
+            model, CLEAN, CORRUPT, metric=_metric(model, fam), method="eap-ig", ig_steps=m, ig_at=ig_at, progress=False
+        ).completeness_error
+        for m in (1, 8, 64)
+    ]
+    target = abs(
+        edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, fam), method="eap", progress=False).target
+    )
     assert errs[2] < errs[0], errs  # a right Riemann sum: the error falls like 1/m, not always monotonically
     assert errs[2] < 0.05 * target, (errs, target)
 
@@ -160,7 +174,7 @@ def _hf_reader_tangents(model, ref, fam):
 
     bc, bk = _batches(model)
     hf = ref.hf
-    H, G, dh, d = ref.H, ref.G, ref.dh, ref.d
+    dh, d = ref.dh, ref.d
     blocks = ref._blocks()
 
     def hidden(batch):
@@ -181,25 +195,30 @@ def _hf_reader_tangents(model, ref, fam):
         else:
             l = ref._layer(r)
             key, mod = (("mid", l), ref.ln2(l)) if r.endswith("mlp.in") else (("pre", l), ref.ln1(l))
-        _, t_norm = jvp(lambda x: mod(x), (xc[key],), (xc[key] - xk[key],))  # J_r Δx_r (clean − corrupt) at r's norm output
+        _, t_norm = jvp(
+            lambda x: mod(x), (xc[key],), (xc[key] - xk[key],)
+        )  # J_r Δx_r (clean − corrupt) at r's norm output
         if r == "unembed":
             target, tangent = mod, t_norm
         elif r.endswith("mlp.in"):
             target, tangent = mod, t_norm
         else:
             which, h = r.split(".")[2][0], int(r.split("[H")[1][:-1])
-            proj_full = {"gpt2": lambda l=l: blocks[l].attn.c_attn, "llama": lambda l=l: getattr(blocks[l].self_attn, f"{which}_proj"),
-                         "neox": lambda l=l: blocks[l].attention.query_key_value}[fam]()
+            proj_full = {
+                "gpt2": lambda l=l: blocks[l].attn.c_attn,
+                "llama": lambda l=l: getattr(blocks[l].self_attn, f"{which}_proj"),
+                "neox": lambda l=l: blocks[l].attention.query_key_value,
+            }[fam]()
             lin = proj_full(t_norm) - (proj_full.bias if proj_full.bias is not None else 0)  # the linear part only
             tangent = torch.zeros_like(lin)
             if fam == "gpt2":
                 off = {"q": 0, "k": 1, "v": 2}[which] * d + h * dh
-                tangent[..., off: off + dh] = lin[..., off: off + dh]
+                tangent[..., off : off + dh] = lin[..., off : off + dh]
             elif fam == "llama":
-                tangent[..., h * dh:(h + 1) * dh] = lin[..., h * dh:(h + 1) * dh]
+                tangent[..., h * dh : (h + 1) * dh] = lin[..., h * dh : (h + 1) * dh]
             else:
                 off = h * 3 * dh + {"q": 0, "k": 1, "v": 2}[which] * dh
-                tangent[..., off: off + dh] = lin[..., off: off + dh]
+                tangent[..., off : off + dh] = lin[..., off : off + dh]
             target = proj_full
         hook = target.register_forward_hook(lambda m, i, o, t=tangent: fwAD.make_dual(o, t))
         try:
@@ -250,8 +269,12 @@ def test_reader_sums_post_norm_equal_the_chained_linearisation(pairs64):
     (g,) = torch.autograd.grad(M.mean(), per_reader)
     want = dict(zip(ref.readers, g.tolist()))
     got = torch.tensor([float(sums[r]) for r in want], dtype=torch.float64)
-    torch.testing.assert_close(got, torch.tensor(list(want.values()), dtype=torch.float64), rtol=1e-6,
-                               atol=1e-8 * max(abs(v) for v in want.values()))
+    torch.testing.assert_close(
+        got,
+        torch.tensor(list(want.values()), dtype=torch.float64),
+        rtol=1e-6,
+        atol=1e-8 * max(abs(v) for v in want.values()),
+    )
 
 
 def test_scores_result_contract_and_convention(pairs64):
@@ -269,10 +292,12 @@ def test_scores_result_contract_and_convention(pairs64):
 
 def test_batch_size_chunks_give_the_same_scores(pairs64):
     model, _ = pairs64["llama"]
-    whole = edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, "llama"), method="eap-ig", ig_steps=2,
-                             progress=False)
-    one = edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, "llama"), method="eap-ig", ig_steps=2,
-                           batch_size=1, progress=False)
+    whole = edge_attribution(
+        model, CLEAN, CORRUPT, metric=_metric(model, "llama"), method="eap-ig", ig_steps=2, progress=False
+    )
+    one = edge_attribution(
+        model, CLEAN, CORRUPT, metric=_metric(model, "llama"), method="eap-ig", ig_steps=2, batch_size=1, progress=False
+    )
     torch.testing.assert_close(one.per_prompt, whole.per_prompt, rtol=1e-9, atol=1e-12)
     assert one.completeness == pytest.approx(whole.completeness, rel=1e-9)
 
@@ -282,8 +307,9 @@ def test_kl_metric(pairs64):
     model, _ = pairs64["gpt2"]
     eap = edge_attribution(model, CLEAN, CORRUPT, metric=interp.KL(), method="eap", progress=False)
     assert float(eap.scores.abs().max()) < 1e-12 and eap.clean == pytest.approx(0.0, abs=1e-12)
-    ig = edge_attribution(model, CLEAN, CORRUPT, metric=interp.KL(), method="eap-ig", ig_steps=8,
-                          ig_at="activations", progress=False)
+    ig = edge_attribution(
+        model, CLEAN, CORRUPT, metric=interp.KL(), method="eap-ig", ig_steps=8, ig_at="activations", progress=False
+    )
     assert float(ig.scores.abs().max()) > 0 and ig.corrupt > 0
     assert ig.target == pytest.approx(ig.clean - ig.corrupt) and ig.target < 0  # KL is 0 at clean
     assert ig.completeness_error < 0.25 * abs(ig.target)

@@ -92,8 +92,12 @@ def test_attribution_arguments(llama, bert):
 def _state(model):
     params = list(model.bridge.parameters())
     w = [getattr(model.weights, f) for f in model.weights.__dataclass_fields__]
-    return (count_hooks(model.bridge), [p.requires_grad for p in params], [p.grad is None for p in params],
-            [t.requires_grad for t in w if isinstance(t, torch.Tensor)])
+    return (
+        count_hooks(model.bridge),
+        [p.requires_grad for p in params],
+        [p.grad is None for p in params],
+        [t.requires_grad for t in w if isinstance(t, torch.Tensor)],
+    )
 
 
 @pytest.mark.parametrize("fam", ["llama", "bert"])

@@ -6,7 +6,7 @@ import pytest
 
 import interp
 from interp.groundtruth import induction_circuit
-from interp.labels import Edge, Head, HeadInput, Output
+from interp.labels import Edge, HeadInput, Output
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,9 @@ def test_top_edges_are_the_induction_circuit(toy, method):
     task = interp.load_task("induction", toy, n=40, length=10)
     s = interp.edge_attribution(toy, task.clean, task.corrupt, metric=task.metric, method=method, progress=False)
     top = set(s.top(12)["edge"])  # of 106 edges
-    k_edges = {str(Edge(p, HeadInput(i.layer, "k", toy.arch.kv_head(i.head)))) for p in prev for i in ind if p.layer < i.layer}
+    k_edges = {
+        str(Edge(p, HeadInput(i.layer, "k", toy.arch.kv_head(i.head)))) for p in prev for i in ind if p.layer < i.layer
+    }
     out_edges = {str(Edge(i, Output("unembed"))) for i in ind}
     assert len(top & k_edges) >= 2, (sorted(top), k_edges)  # previous-token head → induction heads' keys
     assert out_edges <= top, (sorted(top), out_edges)  # induction heads → the logits

@@ -75,8 +75,12 @@ def test_eap_edges_into_the_metric_are_the_ledger_differences(family):
 @pytest.mark.parametrize("family", EDGE_FAMILIES)
 def test_eap_ig_completeness_error_shrinks(family):
     m = tiny_model(family)
-    errs = [edge_attribution(m, CLEAN, CORRUPT, metric=LogitDiff(A, W), method="eap-ig", ig_steps=k,
-                             progress=False).completeness_error for k in (1, 32)]
+    errs = [
+        edge_attribution(
+            m, CLEAN, CORRUPT, metric=LogitDiff(A, W), method="eap-ig", ig_steps=k, progress=False
+        ).completeness_error
+        for k in (1, 32)
+    ]
     assert errs[1] < errs[0], errs
 
 

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 import interp
-from interp.causal import Direction, LogitDiff
 from interp.edges import circuit_graph, edge_patch, evaluate_circuit
 from interp.models import model_from_hf_unchecked as model_from_hf
 from interp.stream import as_batch
@@ -60,14 +59,24 @@ def test_edge_patch_equals_the_reference(pairs64, fam, ablation):
     g = circuit_graph(model)
     edges = _some_edges(g)
     kw = {"reference": REFERENCE} if ablation == "mean" else {}
-    r = edge_patch(model, CLEAN, CORRUPT if ablation != "zero" else None, edges, metric=_metric(model, fam),
-                   ablation=ablation, progress=False, **kw)
+    r = edge_patch(
+        model,
+        CLEAN,
+        CORRUPT if ablation != "zero" else None,
+        edges,
+        metric=_metric(model, fam),
+        ablation=ablation,
+        progress=False,
+        **kw,
+    )
     abl = _abl(ref, model, ablation)
     for i, e in enumerate(edges):
         w, rd = e.split("→")
         coef = torch.zeros(len(ref.writers), len(ref.readers), dtype=model.dtype)
         coef[ref.wi[w], ref.ri[rd]] = 1.0
-        torch.testing.assert_close(r.per_prompt[i], _ref_M(ref, model, coef, abl), **TOL.get(fam, dict(rtol=1e-9, atol=1e-9)))
+        torch.testing.assert_close(
+            r.per_prompt[i], _ref_M(ref, model, coef, abl), **TOL.get(fam, dict(rtol=1e-9, atol=1e-9))
+        )
     assert r.method == "edge patching" and r.labels == edges
 
 
@@ -79,8 +88,15 @@ def test_circuit_evaluation_equals_the_reference(pairs64, fam, ablation):
     keep = torch.rand(g.n_edges, generator=torch.Generator().manual_seed(1)) < 0.4
     circuit = [e for e, k in zip(g.edges, keep.tolist()) if k]
     kw = {"reference": REFERENCE} if ablation == "mean" else {}
-    ev = evaluate_circuit(model, CLEAN, CORRUPT if ablation != "zero" else None, circuit, metric=_metric(model, fam),
-                          ablation=ablation, **kw)
+    ev = evaluate_circuit(
+        model,
+        CLEAN,
+        CORRUPT if ablation != "zero" else None,
+        circuit,
+        metric=_metric(model, fam),
+        ablation=ablation,
+        **kw,
+    )
     coef = ref.edge_matrix().to(model.dtype)
     for e in circuit:
         w, rd = e.split("→")
@@ -88,8 +104,9 @@ def test_circuit_evaluation_equals_the_reference(pairs64, fam, ablation):
     abl = _abl(ref, model, ablation)
     tol = TOL.get(fam, dict(rtol=1e-9, atol=1e-9))
     torch.testing.assert_close(ev.per_prompt[0].to(model.dtype), _ref_M(ref, model, coef, abl), **tol)
-    torch.testing.assert_close(ev.per_prompt[2].to(model.dtype), _ref_M(ref, model, ref.edge_matrix().to(model.dtype), abl),
-                               **tol)
+    torch.testing.assert_close(
+        ev.per_prompt[2].to(model.dtype), _ref_M(ref, model, ref.edge_matrix().to(model.dtype), abl), **tol
+    )
     assert ev.n_edges == len(circuit) and ev.n_total == g.n_edges
 
 
@@ -119,29 +136,34 @@ def test_edge_patch_is_evaluation_without_that_edge(pairs64, fam):
     r = edge_patch(model, CLEAN, CORRUPT, edges, metric=_metric(model, fam), progress=False)
     for i, e in enumerate(edges):
         ev = evaluate_circuit(model, CLEAN, CORRUPT, [x for x in g.edges if x != e], metric=_metric(model, fam))
-        torch.testing.assert_close(r.per_prompt[i].double(), ev.per_prompt[0], **TOL.get(fam, dict(rtol=1e-9, atol=1e-9)))
+        torch.testing.assert_close(
+            r.per_prompt[i].double(), ev.per_prompt[0], **TOL.get(fam, dict(rtol=1e-9, atol=1e-9))
+        )
 
 
 def test_resample_ablation_draws_reference_prompts(pairs64):
     """Resample: each clean prompt's ablated writes are one seeded reference prompt's (the none-in run is that run)."""
     model, ref = pairs64["gpt2"]
-    ev = evaluate_circuit(model, CLEAN, None, [], metric=_metric(model, "gpt2"), ablation="resample",
-                          reference=REFERENCE, seed=5)
+    ev = evaluate_circuit(
+        model, CLEAN, None, [], metric=_metric(model, "gpt2"), ablation="resample", reference=REFERENCE, seed=5
+    )
     with torch.no_grad():
         ms = [ref.run(*_tm(model, [p]))[0] for p in REFERENCE]
     # the empty circuit's metric per clean prompt is some reference prompt's own metric
     for v in ev.per_prompt[0].tolist():
         assert min(abs(v - float(m)) for m in ms) < 1e-9
-    again = evaluate_circuit(model, CLEAN, None, [], metric=_metric(model, "gpt2"), ablation="resample",
-                             reference=REFERENCE, seed=5)
+    again = evaluate_circuit(
+        model, CLEAN, None, [], metric=_metric(model, "gpt2"), ablation="resample", reference=REFERENCE, seed=5
+    )
     assert torch.equal(again.per_prompt, ev.per_prompt)
 
 
 def test_scores_estimate_the_exact_effects(pairs64):
     """EAP is the first-order term of edge patching: on a tiny model its estimate tracks the exact effect."""
     model, _ = pairs64["llama"]
-    s = interp.edges.edge_attribution(model, CLEAN, CORRUPT, metric=_metric(model, "llama"), method="eap",
-                                      progress=False)
+    s = interp.edges.edge_attribution(
+        model, CLEAN, CORRUPT, metric=_metric(model, "llama"), method="eap", progress=False
+    )
     top = list(s.top(10)["edge"])
     r = edge_patch(model, CLEAN, CORRUPT, top, metric=_metric(model, "llama"), progress=False)
     est = torch.tensor([s[e] for e in top], dtype=torch.float64)
@@ -164,9 +186,13 @@ def test_padded_batch_evaluates_and_patches_each_prompt_alone(pairs64, fam):
     pt = edge_patch(model, clean, corrupt, edges, metric=_metric(model, fam), progress=False)
     for i in range(2):
         one = evaluate_circuit(model, clean[i], corrupt[i], circuit, metric=_metric(model, fam))
-        torch.testing.assert_close(ev.per_prompt[:, i], one.per_prompt[:, 0], **TOL.get(fam, dict(rtol=1e-9, atol=1e-9)))
+        torch.testing.assert_close(
+            ev.per_prompt[:, i], one.per_prompt[:, 0], **TOL.get(fam, dict(rtol=1e-9, atol=1e-9))
+        )
         alone = edge_patch(model, clean[i], corrupt[i], edges, metric=_metric(model, fam), progress=False)
-        torch.testing.assert_close(pt.per_prompt[:, i], alone.per_prompt[:, 0], **TOL.get(fam, dict(rtol=1e-9, atol=1e-9)))
+        torch.testing.assert_close(
+            pt.per_prompt[:, i], alone.per_prompt[:, 0], **TOL.get(fam, dict(rtol=1e-9, atol=1e-9))
+        )
 
 
 @pytest.mark.parametrize("fam", ["gpt2", "llama", "neox"])
@@ -174,8 +200,9 @@ def test_padded_batch_evaluates_and_patches_each_prompt_alone(pairs64, fam):
 def test_deep_circuit_evaluation_equals_the_reference(fam, share):
     """Seven layers (evaluation builds its readers' inputs a block of layers at a time, then adds the writers
     since the block's start): sparse, medium and dense circuits against the reference, float64."""
-    model = model_from_hf(tiny_hf_model(fam, n_layers=7, dtype=torch.float64), tiny_tokenizer(), name=f"tiny-{fam}",
-                          dtype=torch.float64)
+    model = model_from_hf(
+        tiny_hf_model(fam, n_layers=7, dtype=torch.float64), tiny_tokenizer(), name=f"tiny-{fam}", dtype=torch.float64
+    )
     hf = tiny_hf_model(fam, n_layers=7, dtype=torch.float64)
     ref = Reference(hf, fam, model.tokenizer, direction(hf.config.hidden_size, torch.float64))
     g = circuit_graph(model)
@@ -187,5 +214,6 @@ def test_deep_circuit_evaluation_equals_the_reference(fam, share):
         w, rd = e.split("→")
         coef[ref.wi[w], ref.ri[rd]] = 0.0
     abl = _abl(ref, model, "corrupt")
-    torch.testing.assert_close(ev.per_prompt[0].to(model.dtype), _ref_M(ref, model, coef, abl),
-                               **TOL.get(fam, dict(rtol=1e-9, atol=1e-9)))
+    torch.testing.assert_close(
+        ev.per_prompt[0].to(model.dtype), _ref_M(ref, model, coef, abl), **TOL.get(fam, dict(rtol=1e-9, atol=1e-9))
+    )

@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 
-import interp
 from interp.causal import LogitDiff
 from interp.edges import edge_attribution, faithfulness_curve
 from interp.errors import ArgumentError
@@ -43,8 +42,9 @@ def test_circuit_threshold_must_be_positive(scores, threshold, absolute):
 
 @pytest.mark.filterwarnings("ignore::interp.CompletenessWarning")
 def test_curve_smallest_target_and_ablation(llama, scores):
-    curve = faithfulness_curve(llama, CLEAN, CORRUPT, scores, metric=M, ablations=("corrupt", "zero"),
-                               sizes=(0.5, 1.0), progress=False)
+    curve = faithfulness_curve(
+        llama, CLEAN, CORRUPT, scores, metric=M, ablations=("corrupt", "zero"), sizes=(0.5, 1.0), progress=False
+    )
     for bad in (math.nan, math.inf, True, "0.8"):
         with pytest.raises(ArgumentError, match="target=.* must be a finite number"):
             curve.smallest(bad)
@@ -80,7 +80,6 @@ def test_edge_attribution_under_no_grad(llama, no_grad, method, ig_at):
     got = edge_attribution(llama, CLEAN, CORRUPT, metric=M, method=method, ig_at=ig_at, ig_steps=3, progress=False)
     assert not torch.is_grad_enabled()
     with torch.enable_grad():
-        want = edge_attribution(llama, CLEAN, CORRUPT, metric=M, method=method, ig_at=ig_at, ig_steps=3,
-                                progress=False)
+        want = edge_attribution(llama, CLEAN, CORRUPT, metric=M, method=method, ig_at=ig_at, ig_steps=3, progress=False)
     assert float(want.scores.abs().max()) > 0
     torch.testing.assert_close(got.scores, want.scores, rtol=0, atol=0)

@@ -84,9 +84,20 @@ def test_graph_from_edges_rebuilds_the_structure(gpt2_graph):
 def test_scores_circuit(gpt2_graph):
     g = gpt2_graph
     s = _scores(g, {"embed→L0.attn.v[H0]": 3.0, "L0.H0→unembed": 2.0, "embed→L1.attn.q[H3]": 4.0})
-    r = EdgeScores(edges=list(g.edges), scores=s, per_prompt=s[:, None], method="eap", metric="m", clean=0.0,
-                   corrupt=0.0, clean_per_prompt=torch.zeros(1), corrupt_per_prompt=torch.zeros(1), n_layers=2,
-                   n_heads=4, n_kv_heads=4)
+    r = EdgeScores(
+        edges=list(g.edges),
+        scores=s,
+        per_prompt=s[:, None],
+        method="eap",
+        metric="m",
+        clean=0.0,
+        corrupt=0.0,
+        clean_per_prompt=torch.zeros(1),
+        corrupt_per_prompt=torch.zeros(1),
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=4,
+    )
     c = r.circuit(n=3)
     assert set(c.edges) == {"embed→L0.attn.v[H0]", "L0.H0→unembed"} and c.pruned == 1  # L1.H3 goes nowhere
     assert c.fraction == pytest.approx(2 / g.n_edges) and "top 3" in c.selection

@@ -61,8 +61,10 @@ def test_evaluate_circuit_refuses_the_scores_themselves(llama, scores):
 
 
 def test_evaluate_circuit_requires_a_circuit(llama):
-    for call in (lambda: evaluate_circuit(llama, CLEAN, CORRUPT, metric=M),
-                 lambda: evaluate_circuit(llama, CLEAN, CORRUPT, None, metric=M)):
+    for call in (
+        lambda: evaluate_circuit(llama, CLEAN, CORRUPT, metric=M),
+        lambda: evaluate_circuit(llama, CLEAN, CORRUPT, None, metric=M),
+    ):
         with pytest.raises(ArgumentError, match=r"circuit is required.*scores\.circuit\(n="):
             call()
 
@@ -94,34 +96,44 @@ def test_default_ablations_need_the_corrupt_prompts(llama, scores):
 
 
 def test_one_prompt_pair_warns_that_mean_and_resample_are_the_corrupt_ablation(llama, scores):
-    curve, msgs = _caught(lambda: faithfulness_curve(llama, CLEAN[0], CORRUPT[0], scores, metric=M, sizes=SIZES,
-                                                     progress=False), AblationWarning)
+    curve, msgs = _caught(
+        lambda: faithfulness_curve(llama, CLEAN[0], CORRUPT[0], scores, metric=M, sizes=SIZES, progress=False),
+        AblationWarning,
+    )
     assert len(msgs) == 1 and "'mean' and 'resample'" in msgs[0] and "reference=" in msgs[0]
     # what the warning says: their curves are the corrupt ablation's
     for a in ("mean", "resample"):
         i = curve.ablations.index(a)
         torch.testing.assert_close(curve.faithfulness[i], curve.faithfulness[0])
-    _, msgs = _caught(lambda: faithfulness_curve(llama, CLEAN[0], CORRUPT[0], scores, metric=M, sizes=SIZES,
-                                                 ablations=("corrupt", "zero"), progress=False), AblationWarning)
+    _, msgs = _caught(
+        lambda: faithfulness_curve(
+            llama, CLEAN[0], CORRUPT[0], scores, metric=M, sizes=SIZES, ablations=("corrupt", "zero"), progress=False
+        ),
+        AblationWarning,
+    )
     assert msgs == []
 
 
 def test_a_reference_that_is_the_corrupt_prompt_is_an_error(llama, scores):
     with pytest.raises(ArgumentError, match=r"reference=.*single corrupt prompt.*corrupt ablation"):
-        faithfulness_curve(llama, CLEAN[0], CORRUPT[0], scores, metric=M, sizes=SIZES, reference=CORRUPT[0],
-                           progress=False)
+        faithfulness_curve(
+            llama, CLEAN[0], CORRUPT[0], scores, metric=M, sizes=SIZES, reference=CORRUPT[0], progress=False
+        )
 
 
 def test_a_spread_reference_or_several_pairs_do_not_warn(llama, scores):
     for kw in (dict(clean=CLEAN[0], corrupt=CORRUPT[0], reference=REFERENCE), dict(clean=CLEAN, corrupt=CORRUPT)):
-        _, msgs = _caught(lambda: faithfulness_curve(llama, scores=scores, metric=M, sizes=SIZES, progress=False,
-                                                     **kw), AblationWarning)
+        _, msgs = _caught(
+            lambda: faithfulness_curve(llama, scores=scores, metric=M, sizes=SIZES, progress=False, **kw),
+            AblationWarning,
+        )
         assert msgs == [], kw
 
 
 def test_evaluate_circuit_mean_over_one_pair_warns(llama):
-    _, msgs = _caught(lambda: evaluate_circuit(llama, CLEAN[0], CORRUPT[0], [], metric=M, ablation="mean"),
-                      AblationWarning)
+    _, msgs = _caught(
+        lambda: evaluate_circuit(llama, CLEAN[0], CORRUPT[0], [], metric=M, ablation="mean"), AblationWarning
+    )
     assert len(msgs) == 1 and "ablation='mean'" in msgs[0] and "ablation='corrupt'" in msgs[0]
 
 
@@ -134,15 +146,17 @@ def test_edge_attribution_defaults_to_eap_ig(llama, scores):
 
 
 def test_eap_far_from_complete_warns(llama):
-    s, msgs = _caught(lambda: edge_attribution(llama, CLEAN, CORRUPT, metric=M, method="eap", progress=False),
-                      CompletenessWarning)
+    s, msgs = _caught(
+        lambda: edge_attribution(llama, CLEAN, CORRUPT, metric=M, method="eap", progress=False), CompletenessWarning
+    )
     assert s.completeness_error > COMPLETENESS_TOLERANCE * abs(s.target)  # the case the warning is for
     assert len(msgs) == 1 and "method='eap'" in msgs[0] and "method='eap-ig'" in msgs[0]
 
 
 def test_complete_enough_scores_do_not_warn(llama):
-    s, msgs = _caught(lambda: edge_attribution(llama, CLEAN, CORRUPT, metric=M, ig_steps=32, progress=False),
-                      CompletenessWarning)
+    s, msgs = _caught(
+        lambda: edge_attribution(llama, CLEAN, CORRUPT, metric=M, ig_steps=32, progress=False), CompletenessWarning
+    )
     assert s.completeness_error <= COMPLETENESS_TOLERANCE * abs(s.target) and msgs == []
 
 

@@ -19,8 +19,13 @@ from tiny_models import tiny_hf_dir, tiny_hf_model, tiny_model, tiny_tokenizer
 PAIRS = [
     {"clean": "w1 w2 w3 w4 w1", "corrupt": "w1 w2 w3 w4 w9", "answer": "w2", "wrong": "w3"},
     {"clean": "w5 w6 w7 w8 w5", "corrupt": "w5 w6 w7 w8 w10", "answer": "w6", "wrong": 9},
-    {"clean": "w11 w12 w13 w14 w11", "corrupt": "w11 w12 w13 w14 w15", "answer": "w12", "wrong": "w16",
-     "metric": "logit_diff"},
+    {
+        "clean": "w11 w12 w13 w14 w11",
+        "corrupt": "w11 w12 w13 w14 w15",
+        "answer": "w12",
+        "wrong": "w16",
+        "metric": "logit_diff",
+    },
 ]
 
 
@@ -36,7 +41,9 @@ def llama():
 
 
 def test_from_jsonl_loads_every_pair(llama, tmp_path):
-    p = _write(tmp_path / "mine.jsonl", PAIRS[:2] + [{}][:0], raw_lines=["", json.dumps(PAIRS[2])])  # blank line skipped
+    p = _write(
+        tmp_path / "mine.jsonl", PAIRS[:2] + [{}][:0], raw_lines=["", json.dumps(PAIRS[2])]
+    )  # blank line skipped
     t = interp.Task.from_jsonl(p, llama)
     assert t.name == "mine" and t.n == 3 and t.metric_name == "logit_diff"
     assert t.clean == [r["clean"] for r in PAIRS] and t.corrupt == [r["corrupt"] for r in PAIRS]
@@ -69,8 +76,10 @@ def test_from_jsonl_names_the_bad_line(llama, tmp_path):
     with pytest.raises(ArgumentError, match=r"line 2: clean has 6 tokens but corrupt has 5"):
         interp.Task.from_jsonl(_write(tmp_path / "a.jsonl", [PAIRS[0], bad, PAIRS[2]]), llama)
     with pytest.raises(ArgumentError, match=r"line 3: missing key\(s\) \['wrong'\]"):
-        interp.Task.from_jsonl(_write(tmp_path / "b.jsonl", [PAIRS[0], PAIRS[1], {k: v for k, v in PAIRS[2].items()
-                                                                                   if k != "wrong"}]), llama)
+        interp.Task.from_jsonl(
+            _write(tmp_path / "b.jsonl", [PAIRS[0], PAIRS[1], {k: v for k, v in PAIRS[2].items() if k != "wrong"}]),
+            llama,
+        )
     with pytest.raises(ArgumentError, match=r"line 2: not valid JSON"):
         interp.Task.from_jsonl(_write(tmp_path / "c.jsonl", [PAIRS[0]], raw_lines=['{"clean": "w1"']), llama)
     with pytest.raises(ArgumentError, match=r"line 1: unknown key\(s\) \['answr'\]"):
@@ -78,8 +87,9 @@ def test_from_jsonl_names_the_bad_line(llama, tmp_path):
     with pytest.raises(ArgumentError, match=r"line 1: metric='kl' is not a task metric"):
         interp.Task.from_jsonl(_write(tmp_path / "e.jsonl", [dict(PAIRS[0], metric="kl")]), llama)
     with pytest.raises(ArgumentError, match=r"line 2: metric='logprob' but line 1 gives metric='logit_diff'"):
-        interp.Task.from_jsonl(_write(tmp_path / "f.jsonl", [dict(PAIRS[0], metric="logit_diff"),
-                                                              dict(PAIRS[1], metric="logprob")]), llama)
+        interp.Task.from_jsonl(
+            _write(tmp_path / "f.jsonl", [dict(PAIRS[0], metric="logit_diff"), dict(PAIRS[1], metric="logprob")]), llama
+        )
     with pytest.raises(ArgumentError, match=r"line 1: clean=3 must be a non-empty string"):
         interp.Task.from_jsonl(_write(tmp_path / "g.jsonl", [dict(PAIRS[0], clean=3)]), llama)
     with pytest.raises(ArgumentError, match="holds no pairs"):
@@ -132,8 +142,29 @@ def tiny_dir(tmp_path_factory):
 def test_cli_pairs(tiny_dir, tmp_path, capsys):
     p = _write(tmp_path / "capitals.jsonl", PAIRS)
     out = tmp_path / "c"
-    assert main(["circuit", "--model", str(tiny_dir), "--pairs", str(p), "--method", "eap", "--exact", "3",
-                 "--ablations", "zero", "--sizes", "0.5,1", "--out", str(out), "-q"]) == 0
+    assert (
+        main(
+            [
+                "circuit",
+                "--model",
+                str(tiny_dir),
+                "--pairs",
+                str(p),
+                "--method",
+                "eap",
+                "--exact",
+                "3",
+                "--ablations",
+                "zero",
+                "--sizes",
+                "0.5,1",
+                "--out",
+                str(out),
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.strip().endswith("index.html")
     r = json.loads((out / "results.json").read_text())
     assert r["task"] == "capitals" and r["n_prompts"] == 3
@@ -157,8 +188,23 @@ def test_cli_pairs_errors(tiny_dir, tmp_path, capsys):
     p = _write(tmp_path / "bad.jsonl", [PAIRS[0], dict(PAIRS[1], corrupt="w5 w6")])
     assert main(["circuit", "--model", str(tiny_dir), "--pairs", str(p), "--out", str(tmp_path / "y"), "-q"]) == 2
     assert "bad.jsonl, line 2: clean has" in capsys.readouterr().err
-    assert main(["circuit", "--model", str(tiny_dir), "--pairs", str(p), "--task", "ioi",
-                 "--out", str(tmp_path / "z"), "-q"]) == 2
+    assert (
+        main(
+            [
+                "circuit",
+                "--model",
+                str(tiny_dir),
+                "--pairs",
+                str(p),
+                "--task",
+                "ioi",
+                "--out",
+                str(tmp_path / "z"),
+                "-q",
+            ]
+        )
+        == 2
+    )
     assert "give one of them" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
@@ -167,18 +213,29 @@ def test_from_jsonl_one_metric_for_every_line(llama, tmp_path):
     """A metric given on one line only is an error naming both lines, not silently every line's metric: line 1
     without "metric" is a logit difference, line 2's "logprob" disagrees with it (and the other way round)."""
     p = _write(tmp_path / "mixed.jsonl", [PAIRS[0], dict(PAIRS[1], metric="logprob")])
-    with pytest.raises(ArgumentError, match=r"mixed.jsonl, line 2: metric='logprob' but line 1 gives no metric "
-                                            r"\(the default 'logit_diff'\); a task has one metric"):
+    with pytest.raises(
+        ArgumentError,
+        match=r"mixed.jsonl, line 2: metric='logprob' but line 1 gives no metric "
+        r"\(the default 'logit_diff'\); a task has one metric",
+    ):
         interp.Task.from_jsonl(p, llama)
     p = _write(tmp_path / "mixed2.jsonl", [dict(PAIRS[0], metric="prob"), PAIRS[1]])
-    with pytest.raises(ArgumentError, match=r"line 2: no metric \(the default 'logit_diff'\) but line 1 gives "
-                                            r"metric='prob'"):
+    with pytest.raises(
+        ArgumentError,
+        match=r"line 2: no metric \(the default 'logit_diff'\) but line 1 gives "
+        r"metric='prob'",
+    ):
         interp.Task.from_jsonl(p, llama)
     # the same metric on every line, or on none: one metric
-    assert interp.Task.from_jsonl(_write(tmp_path / "lp.jsonl", [dict(r, metric="prob") for r in PAIRS]),
-                                  llama).metric_name == "prob"
-    assert isinstance(interp.Task.from_jsonl(_write(tmp_path / "none.jsonl", PAIRS[:2]), llama).metric,
-                      interp.LogitDiff)
+    assert (
+        interp.Task.from_jsonl(
+            _write(tmp_path / "lp.jsonl", [dict(r, metric="prob") for r in PAIRS]), llama
+        ).metric_name
+        == "prob"
+    )
+    assert isinstance(
+        interp.Task.from_jsonl(_write(tmp_path / "none.jsonl", PAIRS[:2]), llama).metric, interp.LogitDiff
+    )
 
 
 def test_cli_pairs_checked_before_the_model_loads(tmp_path, capsys, monkeypatch):
@@ -199,10 +256,19 @@ def test_cli_pairs_checked_before_the_model_loads(tmp_path, capsys, monkeypatch)
     assert main(["circuit", "--model", "smollm2-135m", "--pairs", str(mixed), "--out", str(tmp_path / "o"), "-q"]) == 2
     assert "line 2: metric='logprob' but line 1" in capsys.readouterr().err
     good = _write(tmp_path / "good.jsonl", PAIRS)
-    for flags, says in ((["--ablations", "zero,nope"], "--ablations"), (["--sizes", "0.5,2"], "--sizes"),
-                        (["--ig-steps", "0"], "--ig-steps"), (["--max-edges", "0"], "--max-edges"),
-                        (["--exact", "-1"], "--exact"), (["--prompts", "0"], "--prompts")):
-        assert main(["circuit", "--model", "smollm2-135m", "--pairs", str(good), "--out", str(tmp_path / "o"), "-q",
-                     *flags]) == 2
+    for flags, says in (
+        (["--ablations", "zero,nope"], "--ablations"),
+        (["--sizes", "0.5,2"], "--sizes"),
+        (["--ig-steps", "0"], "--ig-steps"),
+        (["--max-edges", "0"], "--max-edges"),
+        (["--exact", "-1"], "--exact"),
+        (["--prompts", "0"], "--prompts"),
+    ):
+        assert (
+            main(
+                ["circuit", "--model", "smollm2-135m", "--pairs", str(good), "--out", str(tmp_path / "o"), "-q", *flags]
+            )
+            == 2
+        )
         assert says in capsys.readouterr().err
     assert not (tmp_path / "o").exists()

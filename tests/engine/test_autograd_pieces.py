@@ -18,8 +18,11 @@ from tiny_models import tiny_model
 
 
 def _hf_norm(model, l):
-    layer = model.bridge.original_model.base_model.layers[l] if hasattr(model.bridge.original_model.base_model, "layers") \
+    layer = (
+        model.bridge.original_model.base_model.layers[l]
+        if hasattr(model.bridge.original_model.base_model, "layers")
         else model.bridge.original_model.transformer.h[l]
+    )
     return getattr(layer, "input_layernorm", None) or layer.ln_1
 
 

@@ -14,7 +14,7 @@ import torch
 import interp
 from interp.engine import Engine, Patch, Variant
 from interp.causal._metrics import readout
-from interp.models import Batch, tokenize
+from interp.models import tokenize
 from interp.stream._capture import capture
 from tiny_models import FAMILIES, MORE_FAMILIES, fp64_tol, tiny_model
 
@@ -86,8 +86,17 @@ def test_suffix_rows_over_cached_keys_equal_full_rows(family):
 
     def make(t0):
         def f(row, t0_):
-            return [Patch("z", 1, torch.tensor([row]), src.acts["z"][1][0, t, 2][None], head=torch.tensor([2]),
-                          pos=torch.tensor([t]))]
+            return [
+                Patch(
+                    "z",
+                    1,
+                    torch.tensor([row]),
+                    src.acts["z"][1][0, t, 2][None],
+                    head=torch.tensor([2]),
+                    pos=torch.tensor([t]),
+                )
+            ]
+
         return Variant(layer=1, prompt=0, t0=t0, make=f)
 
     u = torch.randn(m.arch.d_model, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
@@ -112,8 +121,10 @@ def test_joint_patch_of_every_write_below_layer_one_is_the_corrupt_run():
     k = e.run(corrupt, mask, capture=["z", "mlp_out"])
     H = m.arch.n_heads
     rows = torch.zeros(H, dtype=torch.long)
-    layer0 = [Patch("z", 0, rows, k.acts["z"][0][0].permute(1, 0, 2), head=torch.arange(H)),
-              Patch("mlp_out", 0, torch.tensor([0]), k.acts["mlp_out"][0])]
+    layer0 = [
+        Patch("z", 0, rows, k.acts["z"][0][0].permute(1, 0, 2), head=torch.arange(H)),
+        Patch("mlp_out", 0, torch.tensor([0]), k.acts["mlp_out"][0]),
+    ]
     with torch.inference_mode():
         x = e.embed({s: t for s, t in e.embed_parts(clean).items()})
         for s, t in k.embed.items():  # every embedding write replaced
@@ -131,8 +142,12 @@ def test_embedding_variant_in_the_sweep_is_the_corrupt_embedding():
     corrupt = torch.tensor([[1, 15, 6, 17, 8, 19]])
     mask = torch.ones_like(clean)
     base, k = e.run(clean, mask), e.run(corrupt, mask)
-    v = Variant(layer=-1, prompt=0, t0=0, make=lambda row, t0: [Patch("embed.token", -1, torch.tensor([row]),
-                                                                    k.embed["embed.token"][:1])])
+    v = Variant(
+        layer=-1,
+        prompt=0,
+        t0=0,
+        make=lambda row, t0: [Patch("embed.token", -1, torch.tensor([row]), k.embed["embed.token"][:1])],
+    )
     out = e.sweep(base, clean, mask, [v], lambda x, p, t0: readout(m, x[:, -1], "logits")[:, 7], batch_size=2)
     assert torch.allclose(out, readout(m, k.final[:, -1], "logits")[:, 7], rtol=0, atol=1e-6)
 

@@ -4,7 +4,6 @@ model's own on the probe, and a quirk of a checkpoint that interp does not model
 from __future__ import annotations
 
 import pytest
-import torch
 
 import interp
 from interp.engine import model_from_hf, self_check

@@ -85,7 +85,11 @@ def _check_against_hand(agg, graphs):
         assert row["influence"] == pytest.approx(infl[ident] / N, rel=1e-12, abs=1e-15), ident
         assert row["activation"] == pytest.approx(act[ident] / N, rel=1e-12, abs=1e-15), ident
         assert row["direct"] == pytest.approx(direct[ident] / N, rel=1e-12, abs=1e-15), ident
-        assert (row["n_active"], row["n_kept"], row["n_positions"]) == (len(active[ident]), len(kept[ident]), npos[ident])
+        assert (row["n_active"], row["n_kept"], row["n_positions"]) == (
+            len(active[ident]),
+            len(kept[ident]),
+            npos[ident],
+        )
         assert row["influence_active"] == pytest.approx(infl[ident] / len(active[ident]), rel=1e-12, abs=1e-15)
     e = agg.edges()
     got = {(t, s): (wt, c) for s, t, wt, c in zip(e["source"], e["target"], e["weight"], e["n_prompts"])}
@@ -154,7 +158,9 @@ def test_result_contract(llama, tmp_path):
     assert top["influence"].abs().tolist() == sorted(agg.to_dataframe()["influence"].abs(), reverse=True)[:3]
     assert agg.edges(min_prompts=2)["n_prompts"].min() >= 2
     back = AggregateGraph.load(agg.save(tmp_path / "agg.safetensors"))
-    assert back.labels == agg.labels and torch.equal(back.edge_sum, agg.edge_sum) and torch.equal(back.n_kept, agg.n_kept)
+    assert (
+        back.labels == agg.labels and torch.equal(back.edge_sum, agg.edge_sum) and torch.equal(back.n_kept, agg.n_kept)
+    )
     assert isinstance(agg.plot(), go.Figure) and agg.to("cpu") is agg
 
 
@@ -184,7 +190,9 @@ def test_sharded_on_ray_equals_in_process(tmp_path):
     ref = aggregate_graphs(m, PROMPTS, tcs, target=TARGETS, progress=False)
     with interp.RayCluster(workers=2) as cluster:
         r = aggregate_graphs(m, PROMPTS, tcs, target=TARGETS, progress=False, cluster=cluster, out=tmp_path / "shards")
-        again = aggregate_graphs(m, PROMPTS, tcs, target=TARGETS, progress=False, cluster=cluster, out=tmp_path / "shards")
+        again = aggregate_graphs(
+            m, PROMPTS, tcs, target=TARGETS, progress=False, cluster=cluster, out=tmp_path / "shards"
+        )
     d = r.details["distributed"]
     print(f"{d['shards']} shards on {d['workers']} workers: bounds {d['bounds']}")
     assert d["shards"] > 1 and d["computed"] == d["shards"] and again.details["distributed"]["resumed"] == d["shards"]

@@ -30,8 +30,22 @@ from tiny_models import hooked_forward, tiny_model
 from tiny_transcoders import random_transcoders
 
 PROMPT = "w1 w2 w3 w4 w5 w6"
-FAMILIES = ("gpt2", "llama", "neox", "gptj", "qwen3", "gemma2", "gemma3_text", "qwen2", "mistral", "gemma", "phi3",
-            "olmo2", "mixtral", "olmoe")  # every pre-norm decoder family (Mixtral, OLMoE: the routed MLP as a whole)
+FAMILIES = (
+    "gpt2",
+    "llama",
+    "neox",
+    "gptj",
+    "qwen3",
+    "gemma2",
+    "gemma3_text",
+    "qwen2",
+    "mistral",
+    "gemma",
+    "phi3",
+    "olmo2",
+    "mixtral",
+    "olmoe",
+)  # every pre-norm decoder family (Mixtral, OLMoE: the routed MLP as a whole)
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +65,10 @@ def _check_closure(g: AttributionGraph, tol: float = 1e-4) -> None:
     resid = g.value[rows] - (g.adjacency[rows].sum(1) + g.bias[rows])
     scale = g.adjacency[rows].abs().sum(1) + g.bias[rows].abs()
     rel = float((resid.abs() / scale).max())
-    print(f"closure {g.model_name} {g.target}: max |error| {float(resid.abs().max()):.2e}, relative {rel:.2e} "
-          f"({len(rows) - 1} features)")
+    print(
+        f"closure {g.model_name} {g.target}: max |error| {float(resid.abs().max()):.2e}, relative {rel:.2e} "
+        f"({len(rows) - 1} features)"
+    )
     assert rel <= tol and g.relative_error <= tol
     assert abs(float(resid.abs().max()) - g.closure_error) <= 1e-6 * max(1.0, g.closure_error)
     src = [i for i, k in enumerate(kinds) if k in ("error", "token")]
@@ -92,8 +108,11 @@ def test_logit_difference_and_direct_path(models, family):
     la = interp.attribute_logits(m, PROMPT, answer="w3", wrong="w4", unit="component")
     assert float(g.value[-1]) == pytest.approx(float(la.logit[0]), rel=1e-5, abs=1e-5)
     last = len(g.tokens) - 1
-    at = [i for i, (k, l, p) in enumerate(zip(g.node_kind, g.node_layer, g.node_pos))
-          if k in ("feature", "error") and l == L - 1 and p == last]
+    at = [
+        i
+        for i, (k, l, p) in enumerate(zip(g.node_kind, g.node_layer, g.node_pos))
+        if k in ("feature", "error") and l == L - 1 and p == last
+    ]
     dla = float(la[f"L{L - 1}.mlp"][0])
     assert float(g.adjacency[-1, at].sum()) == pytest.approx(dla, rel=1e-4, abs=1e-5)
 
@@ -156,11 +175,24 @@ def _hand_graph() -> AttributionGraph:
     A = torch.zeros(4, 4)
     A[0, 2], A[0, 1] = 2.0, -1.0
     A[3, 0], A[3, 1], A[3, 2] = 3.0, 1.0, -4.0
-    return AttributionGraph(adjacency=A, bias=torch.zeros(4), value=torch.tensor([1.0, 0, 0, 0]),
-                            activation=torch.ones(4), node_labels=["L0.F0@0", "L0.mlp_error@0", "embed@0", "logit"],
-                            node_kind=["feature", "error", "token", "logit"], node_layer=[0, 0, -1, 1],
-                            node_pos=[0, 0, 0, 0], node_feature=[0, -1, -1, -1], tokens=[1], target_ids=[5],
-                            target="'x'", closure_error=0.0, relative_error=0.0, n_layers=1, model_name="hand")
+    return AttributionGraph(
+        adjacency=A,
+        bias=torch.zeros(4),
+        value=torch.tensor([1.0, 0, 0, 0]),
+        activation=torch.ones(4),
+        node_labels=["L0.F0@0", "L0.mlp_error@0", "embed@0", "logit"],
+        node_kind=["feature", "error", "token", "logit"],
+        node_layer=[0, 0, -1, 1],
+        node_pos=[0, 0, 0, 0],
+        node_feature=[0, -1, -1, -1],
+        tokens=[1],
+        target_ids=[5],
+        target="'x'",
+        closure_error=0.0,
+        relative_error=0.0,
+        n_layers=1,
+        model_name="hand",
+    )
 
 
 def test_influence_and_scores_by_hand():
@@ -222,7 +254,7 @@ def test_token_edges_by_hand_from_the_hf_model():
         k = (x1 @ at.k_proj.weight.T).view(n, Hkv, dh).transpose(0, 1).repeat_interleave(H // Hkv, dim=0)[None]
         cos, sin = hf.model.rotary_emb(e[None], torch.arange(n)[None])
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        scores = (q[0] @ k[0].transpose(-1, -2)) * dh ** -0.5
+        scores = (q[0] @ k[0].transpose(-1, -2)) * dh**-0.5
         A = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf")).softmax(-1)  # [H, n, n]
         v = (x1 @ at.v_proj.weight.T).view(n, Hkv, dh).repeat_interleave(H // Hkv, dim=1)  # [n, H, dh]
         W_O = at.o_proj.weight.T.view(H, dh, -1)  # [H, dh, d]
@@ -235,7 +267,9 @@ def test_token_edges_by_hand_from_the_hf_model():
             for p in range(n):
                 write = torch.einsum("h,hd,hdm->m", A[:, t, p], v[p], W_O) + (e[p] if p == t else 0)
                 want = float(tc.W_enc[f] @ (blk.post_attention_layernorm.weight * write / s2[t]))
-                assert float(g.adjacency[i, g.node_labels.index(f"embed@{p}")]) == pytest.approx(want, rel=1e-4, abs=1e-6)
+                assert float(g.adjacency[i, g.node_labels.index(f"embed@{p}")]) == pytest.approx(
+                    want, rel=1e-4, abs=1e-6
+                )
 
 
 def test_logit_effects_option(models):
@@ -277,7 +311,11 @@ def test_constant_prefix_holds_the_first_writes(models, family):
         assert all(p >= k for kind, p in zip(g.node_kind, g.node_pos) if kind == "feature")
         idx = {lab: i for i, lab in enumerate(full.node_labels)}
         sel = torch.tensor([idx[lab] for lab in g.node_labels])
-        held = [i for i, (kind, p) in enumerate(zip(full.node_kind, full.node_pos)) if kind in ("feature", "error") and p < k]
+        held = [
+            i
+            for i, (kind, p) in enumerate(zip(full.node_kind, full.node_pos))
+            if kind in ("feature", "error") and p < k
+        ]
         err_held = [i for i, (kind, p) in enumerate(zip(g.node_kind, g.node_pos)) if kind == "error" and p < k]
         assert not g.adjacency[:, err_held].any()
         keep = [i for i, (kind, p) in enumerate(zip(g.node_kind, g.node_pos)) if not (kind == "error" and p < k)]

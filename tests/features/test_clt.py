@@ -47,8 +47,10 @@ def _reconstruct_by_hand(c: CrossLayerTranscoder, xs: torch.Tensor) -> tuple[tor
     out = torch.zeros(L, N, d, dtype=torch.float64)
     for n in range(N):
         for l in range(L):
-            pre = [sum(float(xs[l, n, a]) * float(c.W_enc[l, f, a]) for a in range(d)) + float(c.b_enc[l, f])
-                   for f in range(F)]
+            pre = [
+                sum(float(xs[l, n, a]) * float(c.W_enc[l, f, a]) for a in range(d)) + float(c.b_enc[l, f])
+                for f in range(F)
+            ]
             thr = None if c.threshold is None else c.threshold[l]
             acts[l, n] = torch.tensor(_act_by_hand(pre, c.activation, thr, c.k), dtype=torch.float64)
         for j in range(L):
@@ -65,8 +67,9 @@ def _reconstruct_by_hand(c: CrossLayerTranscoder, xs: torch.Tensor) -> tuple[tor
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("skip", [False, True])
 def test_reconstruction_is_the_sum_over_earlier_layers(activation, skip):
-    c = random_clt(n_features=6, n_layers=3, d_model=5, activation=activation, skip=skip, k=2, dtype=torch.float64,
-                   seed=3)
+    c = random_clt(
+        n_features=6, n_layers=3, d_model=5, activation=activation, skip=skip, k=2, dtype=torch.float64, seed=3
+    )
     xs = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     acts, out = _reconstruct_by_hand(c, xs)
     assert int((acts != 0).sum()) > 0 and int((acts == 0).sum()) > 0  # some features on, some off
@@ -75,8 +78,16 @@ def test_reconstruction_is_the_sum_over_earlier_layers(activation, skip):
     print(f"{activation} skip={skip}: max |ŷ − hand| = {float((got - out).abs().max()):.2e}")
     assert torch.allclose(got, out, rtol=0, atol=1e-12)
     # the later layers do receive the earlier layers' features: dropping layer 0's decoders to layer 2 changes ŷ_2
-    cut = CrossLayerTranscoder(c.W_enc, c.b_enc, (c.W_dec[0] * torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64)[:, None],
-                                                  *c.W_dec[1:]), c.b_dec, c.W_skip, c.activation, c.threshold, c.k)
+    cut = CrossLayerTranscoder(
+        c.W_enc,
+        c.b_enc,
+        (c.W_dec[0] * torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64)[:, None], *c.W_dec[1:]),
+        c.b_dec,
+        c.W_skip,
+        c.activation,
+        c.threshold,
+        c.k,
+    )
     assert torch.equal(cut.reconstruct(xs)[:2], got[:2]) and not torch.allclose(cut.reconstruct(xs)[2], got[2])
     # decoder(l, l') is the column l' − l of W_dec[l]; one layer's encode is encode_layer
     assert torch.equal(c.decoder(1, 2), c.W_dec[1][:, 1]) and torch.equal(c.encode_layer(xs[2], 2), c.encode(xs)[2])
@@ -84,8 +95,15 @@ def test_reconstruction_is_the_sum_over_earlier_layers(activation, skip):
 
 def test_without_later_decoders_it_is_the_per_layer_transcoders():
     c = random_clt(n_features=8, n_layers=3, d_model=6, activation="jumprelu", skip=True, dtype=torch.float64)
-    own = CrossLayerTranscoder(c.W_enc, c.b_enc, tuple(torch.cat([w[:, :1], torch.zeros_like(w[:, 1:])], 1) for w in c.W_dec),
-                               c.b_dec, c.W_skip, "jumprelu", c.threshold)
+    own = CrossLayerTranscoder(
+        c.W_enc,
+        c.b_enc,
+        tuple(torch.cat([w[:, :1], torch.zeros_like(w[:, 1:])], 1) for w in c.W_dec),
+        c.b_dec,
+        c.W_skip,
+        "jumprelu",
+        c.threshold,
+    )
     xs = torch.randn(3, 7, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     for l in range(3):
         t = Transcoder(c.W_enc[l], c.b_enc[l], c.W_dec[l][:, 0], c.b_dec[l], c.W_skip[l], "jumprelu", c.threshold[l])
@@ -97,7 +115,9 @@ def llama():
     return tiny_model("llama")  # d_model 32, 2 layers: the fixtures' shape
 
 
-@pytest.mark.parametrize("name, activation", [("circuit_tracer_clt", "relu"), ("circuit_tracer_clt_jumprelu", "jumprelu")])
+@pytest.mark.parametrize(
+    "name, activation", [("circuit_tracer_clt", "relu"), ("circuit_tracer_clt_jumprelu", "jumprelu")]
+)
 def test_circuit_tracer_written_clt(name, activation, llama):
     """circuit-tracer's own to_safetensors wrote the files; its load_clt's encode and forward gave the numbers."""
     c = load_transcoders(FIX / name, llama)
@@ -108,7 +128,9 @@ def test_circuit_tracer_written_clt(name, activation, llama):
     assert int((acts != 0).sum()) > 0 and int((acts == 0).sum()) > 0
     assert torch.allclose(acts, exp["acts"], rtol=1e-5, atol=1e-6)
     out = c.reconstruct(exp["x"])
-    print(f"{name}: max |ŷ − circuit-tracer| = {float((out - exp['out']).abs().max()):.2e} (|ŷ| ≤ {float(out.abs().max()):.2f})")
+    print(
+        f"{name}: max |ŷ − circuit-tracer| = {float((out - exp['out']).abs().max()):.2e} (|ŷ| ≤ {float(out.abs().max()):.2f})"
+    )
     assert torch.allclose(out, exp["out"], rtol=1e-5, atol=1e-5)
     assert load_transcoders(str(FIX / name)).layers == (0, 1)  # without the model: the encoder files' order
 
@@ -126,7 +148,11 @@ def test_written_clt_reads_back(activation, tmp_path, llama):
     c = random_clt(llama, activation=activation, k=4)
     _write(c, tmp_path / "clt")
     back = load_transcoders(tmp_path / "clt", llama)
-    assert isinstance(back, CrossLayerTranscoder) and (back.activation, back.k, back.layers) == (activation, c.k, (0, 1))
+    assert isinstance(back, CrossLayerTranscoder) and (back.activation, back.k, back.layers) == (
+        activation,
+        c.k,
+        (0, 1),
+    )
     for name in ("W_enc", "b_enc", "b_dec", "threshold"):
         a, b = getattr(c, name), getattr(back, name)
         assert (a is None and b is None) or torch.equal(a, b), name
@@ -141,8 +167,9 @@ def _copy(tmp_path: Path, name: str = "circuit_tracer_clt") -> Path:
 
 def test_bad_files_are_typed_errors(tmp_path, llama):
     d = _copy(tmp_path)
-    (d / "config.yaml").write_text("model_kind: cross_layer_transcoder\nfeature_input_hook: hook_resid_mid\n"
-                                   "feature_output_hook: hook_mlp_out\n")
+    (d / "config.yaml").write_text(
+        "model_kind: cross_layer_transcoder\nfeature_input_hook: hook_resid_mid\nfeature_output_hook: hook_mlp_out\n"
+    )
     with pytest.raises(UnsupportedOperationError, match="feature_input_hook='hook_resid_mid'"):
         load_transcoders(d)
     (d / "config.yaml").write_text("model_kind: cross_layer_transcoder\nfeature_output_hook: hook_resid_post\n")

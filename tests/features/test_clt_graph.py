@@ -60,8 +60,16 @@ def test_clt_graph_closes_other_activations(models, family, kind):
 def test_without_later_decoders_it_is_the_per_layer_graph(models, family):
     m = _model(models, family, torch.float64)
     c = random_clt(m, 12, seed=3, activation="jumprelu", skip=True, dtype=torch.float64)
-    own = CrossLayerTranscoder(c.W_enc, c.b_enc, tuple(torch.cat([w[:, :1], torch.zeros_like(w[:, 1:])], 1) for w in c.W_dec),
-                               c.b_dec, c.W_skip, c.activation, c.threshold, layers=c.layers)
+    own = CrossLayerTranscoder(
+        c.W_enc,
+        c.b_enc,
+        tuple(torch.cat([w[:, :1], torch.zeros_like(w[:, 1:])], 1) for w in c.W_dec),
+        c.b_dec,
+        c.W_skip,
+        c.activation,
+        c.threshold,
+        layers=c.layers,
+    )
     g = attribution_graph(m, PROMPT, own, logit_effects=3)
     h = attribution_graph(m, PROMPT, [own.encoder(l) for l in range(3)], logit_effects=3)
     assert g.node_labels == h.node_labels and g.node_kind.count("feature") > 0
@@ -93,8 +101,15 @@ def test_intervention_in_the_graph_regime_is_the_edge(models, family):
     cand = [i for i, (k, l) in enumerate(zip(g.node_kind, g.node_layer)) if k == "feature" and l == 0]
     i = max(cand, key=lambda j: abs(float(g.adjacency[out, j])))
     edge = float(g.adjacency[out, i])
-    r = intervene(m, PROMPT, c, [Intervention.scale(g.node_labels[i], 3.0)], target="w3",
-                  freeze_features=True, frozen_attention=True)
+    r = intervene(
+        m,
+        PROMPT,
+        c,
+        [Intervention.scale(g.node_labels[i], 3.0)],
+        target="w3",
+        freeze_features=True,
+        frozen_attention=True,
+    )
     print(f"{family}: Δ logit {r.metric_after - r.metric_before:.6e}, 2 × edge {2 * edge:.6e}")
     assert abs(edge) > 1e-3
     assert r.metric_after - r.metric_before == pytest.approx(2 * edge, rel=1e-9, abs=1e-12)
@@ -111,7 +126,11 @@ def test_live_intervention_is_the_hooked_hf_model():
     m = model_from_hf(hf, tiny_tokenizer(), name="tiny-llama-3", dtype=torch.float64)
     c = random_clt(m, 12, seed=5, dtype=torch.float64)
     g = attribution_graph(m, PROMPT, c)
-    i = next(j for j, (k, l, p) in enumerate(zip(g.node_kind, g.node_layer, g.node_pos)) if k == "feature" and l == 0 and p > 0)
+    i = next(
+        j
+        for j, (k, l, p) in enumerate(zip(g.node_kind, g.node_layer, g.node_pos))
+        if k == "feature" and l == 0 and p > 0
+    )
     p, f, a = g.node_pos[i], g.node_feature[i], float(g.activation[i])
     r = intervene(m, PROMPT, c, [Intervention.ablate(g.node_labels[i])], frozen_attention=False, freeze_features=False)
     ids = m.to_tokens(PROMPT)
@@ -121,6 +140,7 @@ def test_live_intervention_is_the_hooked_hf_model():
             out = out.clone()
             out[0, p] -= a * c.W_dec[0][f, l]
             return out
+
         return hook
 
     hooks = [layer.mlp.register_forward_hook(add(l)) for l, layer in enumerate(hf.model.layers)]

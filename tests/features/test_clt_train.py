@@ -29,9 +29,22 @@ def llama():
 
 
 def _train(model, cache, **kw) -> TrainedCrossLayerTranscoder:
-    args = dict(layers="all", width=64, k=4, tokens=SEQ * BATCH * 40, seq_len=SEQ, batch_size=BATCH, lr=1e-2, passes=2,
-                corpus=_docs(), cache_dir=cache, progress=False, eval_tokens=SEQ * 16, checkpoint_every=3,
-                cross_layer=True)
+    args = dict(
+        layers="all",
+        width=64,
+        k=4,
+        tokens=SEQ * BATCH * 40,
+        seq_len=SEQ,
+        batch_size=BATCH,
+        lr=1e-2,
+        passes=2,
+        corpus=_docs(),
+        cache_dir=cache,
+        progress=False,
+        eval_tokens=SEQ * 16,
+        checkpoint_every=3,
+        cross_layer=True,
+    )
     args.update(kw)
     r = train_transcoders(model, **args)
     assert isinstance(r, TrainedCrossLayerTranscoder)
@@ -104,9 +117,14 @@ def test_interrupted_clt_run_resumes_to_the_same_weights(llama, tmp_path, monkey
     monkeypatch.setattr(T, "_step", lambda *a, **k: pytest.fail("trained again"))
     again = _train(model, tmp_path / "a", tokens=SEQ * BATCH * 10, passes=1)
     assert again.from_cache and again.fvu == full.fvu and torch.equal(again.clt.W_dec[0], a.W_dec[0])
-    assert sorted(p.name for p in full.path.iterdir()) == ["W_dec_0.safetensors", "W_dec_1.safetensors",
-                                                           "W_enc_0.safetensors", "W_enc_1.safetensors",
-                                                           "config.yaml", "metrics.json"]
+    assert sorted(p.name for p in full.path.iterdir()) == [
+        "W_dec_0.safetensors",
+        "W_dec_1.safetensors",
+        "W_enc_0.safetensors",
+        "W_enc_1.safetensors",
+        "config.yaml",
+        "metrics.json",
+    ]
     loaded = load_transcoders(full.path, model)
     assert isinstance(loaded, CrossLayerTranscoder) and loaded.k == 4 and loaded.layers == (0, 1)
     assert torch.equal(loaded.W_enc, a.W_enc) and all(torch.equal(u, v) for u, v in zip(loaded.W_dec, a.W_dec))

@@ -49,11 +49,35 @@ def test_bad_context_length_is_typed(llama):
 def test_trained_length_round_trips_through_the_cache(llama, tmp_path):
     rng = random.Random(0)
     docs = [" ".join(f"w{rng.randrange(3, 96)}" for _ in range(300)) for _ in range(40)]
-    r = train_transcoders(llama, layers="all", width=16, k=2, tokens=8 * 4 * 2, seq_len=8, batch_size=4, lr=1e-2,
-                          corpus=docs, cache_dir=tmp_path, progress=False, eval_tokens=8 * 4)
+    r = train_transcoders(
+        llama,
+        layers="all",
+        width=16,
+        k=2,
+        tokens=8 * 4 * 2,
+        seq_len=8,
+        batch_size=4,
+        lr=1e-2,
+        corpus=docs,
+        cache_dir=tmp_path,
+        progress=False,
+        eval_tokens=8 * 4,
+    )
     assert {t.context_length for t in r.transcoders} == {8}
-    again = train_transcoders(llama, layers="all", width=16, k=2, tokens=8 * 4 * 2, seq_len=8, batch_size=4,
-                              lr=1e-2, corpus=docs, cache_dir=tmp_path, progress=False, eval_tokens=8 * 4)
+    again = train_transcoders(
+        llama,
+        layers="all",
+        width=16,
+        k=2,
+        tokens=8 * 4 * 2,
+        seq_len=8,
+        batch_size=4,
+        lr=1e-2,
+        corpus=docs,
+        cache_dir=tmp_path,
+        progress=False,
+        eval_tokens=8 * 4,
+    )
     assert {t.context_length for t in again.transcoders} == {8}  # the cached reload keeps it
 
 

@@ -27,8 +27,10 @@ def test_contexts_against_hf_mlp_inputs():
     for text in TEXTS:
         ids = m.to_tokens(text)
         seen = {}
-        hs = [hf.model.layers[l].mlp.register_forward_pre_hook(lambda mod, a, l=l: seen.__setitem__(l, a[0][0]))
-              for l in (0, 1)]
+        hs = [
+            hf.model.layers[l].mlp.register_forward_pre_hook(lambda mod, a, l=l: seen.__setitem__(l, a[0][0]))
+            for l in (0, 1)
+        ]
         hooked_forward(hf, hs, ids)
         for l in (0, 1):
             acts[l].append((ids[0].tolist(), tcs[l].encode(seen[l])))

@@ -83,18 +83,33 @@ def test_every_function_runs_with_gradients_disabled(tmp_path):
     m = tiny_model("llama")
     tcs = random_transcoders(m, 16, seed=1)
     calls = {
-        "train_transcoders": lambda: F.train_transcoders(m, layers="all", width=16, k=2, tokens=32 * 4 * 3, seq_len=32,
-                                                         batch_size=4, corpus=_docs(), cache_dir=tmp_path,
-                                                         progress=False, eval_tokens=64),
+        "train_transcoders": lambda: F.train_transcoders(
+            m,
+            layers="all",
+            width=16,
+            k=2,
+            tokens=32 * 4 * 3,
+            seq_len=32,
+            batch_size=4,
+            corpus=_docs(),
+            cache_dir=tmp_path,
+            progress=False,
+            eval_tokens=64,
+        ),
         "qk_attribution": lambda: F.qk_attribution(m, "w1 w2 w3 w4", tcs, 1, 0, -1, 1),
         "attribution_graph": lambda: F.attribution_graph(m, "w1 w2 w3 w4", tcs),
         "intervene": lambda: F.intervene(m, "w1 w2 w3 w4", tcs, "L0.F1@*"),
         "top_activating_contexts": lambda: F.top_activating_contexts(m, tcs, ["w1 w2 w3"], ["L0.F1@*"]),
-        "sae_reconstruction": lambda: F.sae_reconstruction(m, "w1 w2 w3", F.SAE(tcs[0].W_enc, tcs[0].b_enc, tcs[0].W_dec,
-                                                                               tcs[0].b_dec, layer=0, site="resid_pre")),
+        "sae_reconstruction": lambda: F.sae_reconstruction(
+            m, "w1 w2 w3", F.SAE(tcs[0].W_enc, tcs[0].b_enc, tcs[0].W_dec, tcs[0].b_dec, layer=0, site="resid_pre")
+        ),
     }
-    public = {n for n in F.__all__ if inspect.isfunction(getattr(F, n))} - {"load_saes", "load_transcoders",
-                                                                              "default_lr", "default_passes"}
+    public = {n for n in F.__all__ if inspect.isfunction(getattr(F, n))} - {
+        "load_saes",
+        "load_transcoders",
+        "default_lr",
+        "default_passes",
+    }
     assert public == set(calls), f"public functions {sorted(public)}: add the new ones here"
     before = torch.is_grad_enabled()
     torch.set_grad_enabled(False)
@@ -110,14 +125,18 @@ def test_every_function_runs_with_gradients_disabled(tmp_path):
 
 def test_transcoders_know_their_layer(tmp_path):
     m = tiny_model("llama", n_layers=3)
-    tcs = [F.Transcoder(t.W_enc, t.b_enc, t.W_dec, t.b_dec, layer=l)
-           for l, t in enumerate(random_transcoders(m, 16, seed=2))]
+    tcs = [
+        F.Transcoder(t.W_enc, t.b_enc, t.W_dec, t.b_dec, layer=l)
+        for l, t in enumerate(random_transcoders(m, 16, seed=2))
+    ]
     F.attribution_graph(m, "w1 w2 w3", tcs)  # in order
     with pytest.raises(ArgumentError, match=r"transcoders\[0\] is the transcoder of layer 2.*layer order"):
         F.attribution_graph(m, "w1 w2 w3", list(reversed(tcs)))
-    for call in (lambda t: F.intervene(m, "w1 w2 w3", t, "L0.F1@*"),
-                 lambda t: F.qk_attribution(m, "w1 w2 w3", t, 1, 0, -1, 0),
-                 lambda t: F.top_activating_contexts(m, t, ["w1 w2"], ["L0.F1@*"])):
+    for call in (
+        lambda t: F.intervene(m, "w1 w2 w3", t, "L0.F1@*"),
+        lambda t: F.qk_attribution(m, "w1 w2 w3", t, 1, 0, -1, 0),
+        lambda t: F.top_activating_contexts(m, t, ["w1 w2"], ["L0.F1@*"]),
+    ):
         with pytest.raises(ArgumentError, match="is the transcoder of layer"):
             call([tcs[1], tcs[0], tcs[2]])
     hand = random_transcoders(m, 16, seed=2)  # built by hand: no layer, taken in the order given
@@ -133,7 +152,10 @@ def test_loaders_order_by_layer_number_and_record_it(tmp_path):
     m = tiny_model("llama", n_layers=12)
     tcs = random_transcoders(m, 8, seed=3)
     for l, t in enumerate(tcs):
-        save_file({"W_enc": t.W_enc, "W_dec": t.W_dec, "b_enc": t.b_enc, "b_dec": t.b_dec}, str(tmp_path / f"layer_{l}.safetensors"))
+        save_file(
+            {"W_enc": t.W_enc, "W_dec": t.W_dec, "b_enc": t.b_enc, "b_dec": t.b_dec},
+            str(tmp_path / f"layer_{l}.safetensors"),
+        )
     got = F.load_transcoders(tmp_path, m)
     assert [t.layer for t in got] == list(range(12))
     assert all(torch.equal(g.W_enc, t.W_enc) for g, t in zip(got, tcs))  # layer_10 is the 11th, not the 3rd
@@ -143,13 +165,35 @@ def test_trained_transcoders_know_their_layer(tmp_path):
     m = tiny_model("llama")
     # three batches of 128 tokens are too few: the held-out FVU is above 1, which warns naming the layers
     with pytest.warns(F.DictionaryQualityWarning, match=r"held-out FVU ≥ 1 at layer 0 \(FVU .*Train on more tokens"):
-        r = F.train_transcoders(m, layers="all", width=16, k=2, tokens=32 * 4 * 3, seq_len=32, batch_size=4,
-                                corpus=_docs(), cache_dir=tmp_path, progress=False, eval_tokens=64)
+        r = F.train_transcoders(
+            m,
+            layers="all",
+            width=16,
+            k=2,
+            tokens=32 * 4 * 3,
+            seq_len=32,
+            batch_size=4,
+            corpus=_docs(),
+            cache_dir=tmp_path,
+            progress=False,
+            eval_tokens=64,
+        )
     assert [t.layer for t in r.transcoders] == [0, 1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        again = F.train_transcoders(m, layers="all", width=16, k=2, tokens=32 * 4 * 3, seq_len=32, batch_size=4,
-                                    corpus=_docs(), cache_dir=tmp_path, progress=False, eval_tokens=64)
+        again = F.train_transcoders(
+            m,
+            layers="all",
+            width=16,
+            k=2,
+            tokens=32 * 4 * 3,
+            seq_len=32,
+            batch_size=4,
+            corpus=_docs(),
+            cache_dir=tmp_path,
+            progress=False,
+            eval_tokens=64,
+        )
     assert again.from_cache and [t.layer for t in again.transcoders] == [0, 1]
     with pytest.raises(ArgumentError, match="is the transcoder of layer 1"):
         F.attribution_graph(m, "w1 w2", list(reversed(r.transcoders)))

@@ -87,7 +87,9 @@ def test_export_pruned_matches_prune(graph, tmp_path):
     p = g.prune()
     jsonschema.validate(data, SCHEMA)
     idx = _index(g)
-    assert {n["node_id"] for n in data["nodes"]} == {k for k, i in idx.items() if g.node_labels[i] in set(p.node_labels)}
+    assert {n["node_id"] for n in data["nodes"]} == {
+        k for k, i in idx.items() if g.node_labels[i] in set(p.node_labels)
+    }
     assert len(data["links"]) == int((p.adjacency != 0).sum())
     for e in data["links"]:
         assert e["weight"] == pytest.approx(float(g.adjacency[idx[e["target"]], idx[e["source"]]]), rel=1e-6)
@@ -102,8 +104,9 @@ def test_ids_unique_where_circuit_tracer_collides(tmp_path):
     layer's error node both '0_{layer}_{pos}'."""
     m = tiny_model("llama")
     tcs = random_transcoders(m, 4, seed=0, activation="relu")
-    tcs[0] = type(tcs[0])(tcs[0].W_enc, tcs[0].b_enc + torch.tensor([0.0, 10.0, 0.0, 0.0]), tcs[0].W_dec,
-                          tcs[0].b_dec)  # layer 0's feature 1 is active everywhere
+    tcs[0] = type(tcs[0])(
+        tcs[0].W_enc, tcs[0].b_enc + torch.tensor([0.0, 10.0, 0.0, 0.0]), tcs[0].W_dec, tcs[0].b_dec
+    )  # layer 0's feature 1 is active everywhere
     g = attribution_graph(m, "w1 w2 w3", tcs)
     data = json.loads(g.export(tmp_path / "c.json", node_threshold=1.0, edge_threshold=1.0).read_text())
     ids = [n["node_id"] for n in data["nodes"]]

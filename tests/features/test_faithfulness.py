@@ -65,7 +65,10 @@ class _Real:
         seen, mlp_in, mlp_out, handles = {}, {}, {}, []
         for name, mod in hf.named_modules():
             if name.endswith("layernorm") or name == "model.norm":
-                handles.append(mod.register_forward_hook(lambda mod, a, o, name=name: seen.__setitem__(name, a[0][0].detach())))
+                handles.append(
+                    mod.register_forward_hook(lambda mod, a, o, name=name: seen.__setitem__(name, a[0][0].detach()))
+                )
+
         def keep(mod, a, o, l):  # returns None: the module's output is left as it is
             mlp_in[l], mlp_out[l] = a[0][0].detach(), o[0].detach()
 
@@ -86,6 +89,7 @@ def _writes(real, keep_feat, keep_err, abl_a, abl_e, held):
     """write(l, h) [n, d]: layer l's replacement write on this run's MLP input h (module docstring): the kept feature
     nodes recomputed from h, the other active features at their ablated value, inactive ones 0; the kept error nodes
     (and every write at a held position) real, the others ablated."""
+
     def write(l, h):
         t = real.tcs[l]
         f = torch.relu(h @ t.W_enc.T + t.b_enc)
@@ -100,6 +104,7 @@ def _writes(real, keep_feat, keep_err, abl_a, abl_e, held):
                     v[p, i] = f[p, i] if (l, p, i) in keep_feat else abl_a[l][i]
         e = torch.stack([real.errs[l][p] if (p < held or (l, p) in keep_err) else abl_e[l] for p in range(n)])
         return v @ t.W_dec + t.b_dec + e
+
     return write
 
 
@@ -125,8 +130,10 @@ def _frozen_by_hand(real, write, pos, t_id):
 
 def _live_by_hand(real, write, pos, t_id):
     """The replacement run with attention and norms live: the HF forward with each MLP module's output replaced."""
-    handles = [layer.mlp.register_forward_hook(lambda mod, a, o, l=l: write(l, a[0][0])[None])
-               for l, layer in enumerate(real.hf.model.layers)]
+    handles = [
+        layer.mlp.register_forward_hook(lambda mod, a, o, l=l: write(l, a[0][0])[None])
+        for l, layer in enumerate(real.hf.model.layers)
+    ]
     return float(hooked_forward(real.hf, handles, real.ids).logits[0, pos, t_id])
 
 
@@ -184,7 +191,10 @@ def test_nothing_kept_endpoint_by_hand(llama, frozen, ablation):
     c = g.faithfulness(m, tcs, thresholds=(0.5, 1.0), ablation=ablation, frozen_attention=frozen)
     L, d = len(tcs), m.arch.d_model
     if ablation == "zero":
-        abl_a, abl_e = [torch.zeros(t.n_features, dtype=torch.float64) for t in tcs], [torch.zeros(d, dtype=torch.float64)] * L
+        abl_a, abl_e = (
+            [torch.zeros(t.n_features, dtype=torch.float64) for t in tcs],
+            [torch.zeros(d, dtype=torch.float64)] * L,
+        )
     else:
         abl_a, abl_e = _means([real], 0)
     want = _by_hand(real, frozen, _writes(real, set(), set(), abl_a, abl_e, 0), -1, T_ID)
@@ -283,6 +293,8 @@ def test_bad_input(llama):
         g.faithfulness(m, tcs[:1])
     with pytest.raises(ArgumentError, match="reference"):
         g.faithfulness(m, tcs, ablation="zero", reference=REF)
-    other = model_from_hf(tiny_hf_model("llama", dtype=torch.float64), tiny_tokenizer(), name="other", dtype=torch.float64)
+    other = model_from_hf(
+        tiny_hf_model("llama", dtype=torch.float64), tiny_tokenizer(), name="other", dtype=torch.float64
+    )
     with pytest.raises(ArgumentError, match="not the graph's"):
         g.faithfulness(other, tcs)

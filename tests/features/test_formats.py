@@ -113,7 +113,9 @@ def test_shapes_and_formats(llama, tmp_path):
         load_transcoders("no-such-set", llama)
     clt = tmp_path / "clt"
     clt.mkdir()
-    (clt / "config.yaml").write_text("model_kind: cross_layer_transcoder\n")  # read (tests/features/test_clt.py): files needed
+    (clt / "config.yaml").write_text(
+        "model_kind: cross_layer_transcoder\n"
+    )  # read (tests/features/test_clt.py): files needed
     with pytest.raises(ResultFormatError, match="no W_enc_0.safetensors"):
         load_transcoders(clt)
     (clt / "config.yaml").write_text("model_kind: sparse_crosscoder\n")

@@ -48,14 +48,14 @@ def _hf_generate(hf, ids, n_new):
     gc.do_sample, gc.max_new_tokens = False, n_new
     with torch.no_grad():
         out = hf.generate(ids, generation_config=gc)
-    return out[0, ids.shape[1]:]
+    return out[0, ids.shape[1] :]
 
 
 def _hf_logits(hf, ids, generated):
     """HF's forward over the prompt and the generated tokens: the logits that chose each generated token [S, V]."""
     seq = torch.cat([ids, generated[None]], dim=1)[:, :-1]
     with torch.no_grad():
-        return hf(seq).logits[0, ids.shape[1] - 1:]
+        return hf(seq).logits[0, ids.shape[1] - 1 :]
 
 
 def _layers(hf):
@@ -71,8 +71,10 @@ def test_baseline_is_hf_generate(family):
     want = _hf_generate(hf, ids, S)
     z = _hf_logits(hf, ids, want)
     err = float((live.baseline_logits[0] - z).abs().max() / z.abs().max())
-    print(f"{family}: HF generate {want.tolist()}, interp {live.baseline_tokens[0].tolist()}; logits vs HF forward "
-          f"relative {err:.1e}")
+    print(
+        f"{family}: HF generate {want.tolist()}, interp {live.baseline_tokens[0].tolist()}; logits vs HF forward "
+        f"relative {err:.1e}"
+    )
     assert live.baseline_tokens[0].tolist() == want.tolist()
     assert err <= fp64_tol(family, 1e-12)
     # no intervention: the live run is the baseline's own operations, bit for bit
@@ -107,8 +109,10 @@ def test_first_step_equals_intervene(family, frozen):
     got = g.logits[0, 0] - g.baseline_logits[0, 0]
     want = one.logits_after - one.logits_before
     err = float((got - want).abs().max())
-    print(f"{family} frozen={frozen}: first-step Δ logits vs intervene's: max |diff| {err:.1e}, max |Δ| "
-          f"{float(want.abs().max()):.3g}; regime {g.regime!r} = {one.regime!r}")
+    print(
+        f"{family} frozen={frozen}: first-step Δ logits vs intervene's: max |diff| {err:.1e}, max |Δ| "
+        f"{float(want.abs().max()):.3g}; regime {g.regime!r} = {one.regime!r}"
+    )
     assert g.regime == one.regime
     assert err <= 1e-11 * max(1.0, float(want.abs().max()))
     assert float(want.abs().max()) > 1e-3  # the interventions do move the logits
@@ -159,15 +163,18 @@ def test_live_steering_equals_hooked_hf(llama, site):
     r = generate(m, PROMPT, None, Steer(1, v, 2.0, site), max_new_tokens=6)
     layer = _layers(hf)[1]
     if site == "resid_pre":
+
         def pre(mod, args, kwargs):
             if args:
                 return (args[0] + 2.0 * v, *args[1:]), kwargs
             kwargs["hidden_states"] = kwargs["hidden_states"] + 2.0 * v
             return args, kwargs
+
         h = layer.register_forward_pre_hook(pre, with_kwargs=True)
     else:
         h = layer.register_forward_hook(
-            lambda mod, args, out: (out[0] + 2.0 * v, *out[1:]) if isinstance(out, tuple) else out + 2.0 * v)
+            lambda mod, args, out: (out[0] + 2.0 * v, *out[1:]) if isinstance(out, tuple) else out + 2.0 * v
+        )
     try:
         z = _hf_logits(hf, ids, r.tokens[0])
         want = _hf_generate(hf, ids, 6)
@@ -187,8 +194,9 @@ def test_frozen_final_norm_by_hand(llama):
     ids = m.to_tokens(PROMPT)
     v = torch.randn(m.arch.d_model, dtype=F64, generator=torch.Generator().manual_seed(1))
     L = m.arch.n_layers
-    r = generate(m, PROMPT, None, Steer(L - 1, v, 3.0, "resid_post"), max_new_tokens=5, frozen_attention=True,
-                 positions="prompt")
+    r = generate(
+        m, PROMPT, None, Steer(L - 1, v, 3.0, "resid_post"), max_new_tokens=5, frozen_attention=True, positions="prompt"
+    )
     seen = {}  # the final norm's input at the last prompt position, in HF's own (unsteered) forward
 
     def keep(mod, args, out):
@@ -207,8 +215,10 @@ def test_frozen_final_norm_by_hand(llama):
     got = r.logits[0, 0] - r.baseline_logits[0, 0]
     err = float((got - want).abs().max())
     later = float((r.logits[0, 1:] - z[1:]).abs().max())
-    print(f"frozen final norm: Δ vs hand computation {err:.1e} (max |Δ| {float(want.abs().max()):.3g}); later steps vs "
-          f"HF forward {later:.1e}; {r.texts[0]!r} (baseline {r.baseline_texts[0]!r})")
+    print(
+        f"frozen final norm: Δ vs hand computation {err:.1e} (max |Δ| {float(want.abs().max()):.3g}); later steps vs "
+        f"HF forward {later:.1e}; {r.texts[0]!r} (baseline {r.baseline_texts[0]!r})"
+    )
     assert err <= 1e-12 * float(want.abs().max()) and float(want.abs().max()) > 1e-2
     assert later <= 1e-12 * float(z.abs().max())
 
@@ -219,7 +229,6 @@ def test_clamp_makes_the_aligned_token_the_argmax(llama):
     (γ_f ⊙ u / rms(u)) W_U, whose argmax (computed here from HF's weights) is t — every generated token."""
     hf, m, _ = llama
     d, W_U, gamma = m.arch.d_model, hf.lm_head.weight.detach(), hf.model.norm.weight.detach()
-    ids = m.to_tokens(PROMPT)
     base = generate(m, PROMPT, None, [], max_new_tokens=1).baseline_tokens[0, 0]
     for t in range(4, W_U.shape[0]):
         u = W_U[t] / gamma
@@ -229,12 +238,15 @@ def test_clamp_makes_the_aligned_token_the_argmax(llama):
     g = torch.Generator().manual_seed(0)
     W_dec = torch.randn(4, d, generator=g, dtype=F64) / 2
     W_dec[0] = u
-    tc = Transcoder(torch.randn(4, d, generator=g, dtype=F64), torch.zeros(4, dtype=F64), W_dec,
-                    torch.zeros(d, dtype=F64), layer=1)
+    tc = Transcoder(
+        torch.randn(4, d, generator=g, dtype=F64), torch.zeros(4, dtype=F64), W_dec, torch.zeros(d, dtype=F64), layer=1
+    )
     r = generate(m, PROMPT, {1: tc}, Intervention.clamp("L1.F0@*", 1e6), max_new_tokens=5)
     off = float((r.logits[0] - limit).abs().max() / limit.abs().max())
-    print(f"clamp L1.F0 (decoder ∝ W_U[:, {t}]/γ): {r.texts[0]!r}; baseline {r.baseline_texts[0]!r}; logits vs "
-          f"their limit (γ ⊙ u / rms(u)) W_U: relative {off:.1e}")
+    print(
+        f"clamp L1.F0 (decoder ∝ W_U[:, {t}]/γ): {r.texts[0]!r}; baseline {r.baseline_texts[0]!r}; logits vs "
+        f"their limit (γ ⊙ u / rms(u)) W_U: relative {off:.1e}"
+    )
     assert r.tokens[0].tolist() == [t] * 5
     assert int(r.baseline_tokens[0, 0]) != t
     assert off <= 1e-4  # the rest of the stream is ~1e-6 of the clamped write
@@ -273,16 +285,23 @@ def test_sampling_is_seeded(llama):
 
 def test_result(llama, tmp_path):
     _, m, tcs = llama
-    r = generate(m, ["w1 w2 w3", "w4 w5"], tcs, [Intervention.clamp("L0.F1@*", 3.0),
-                                                  Steer(0, torch.ones(m.arch.d_model, dtype=F64), 0.5, name="ones")],
-                 max_new_tokens=3, top_k=4)
+    r = generate(
+        m,
+        ["w1 w2 w3", "w4 w5"],
+        tcs,
+        [Intervention.clamp("L0.F1@*", 3.0), Steer(0, torch.ones(m.arch.d_model, dtype=F64), 0.5, name="ones")],
+        max_new_tokens=3,
+        top_k=4,
+    )
     assert isinstance(r, GenerationResult) and r.interventions == ["L0.F1@* = 3", "L0.resid_pre += 0.5·ones"]
     text = repr(r)
     assert len(text) < 400 and "live" in text and "w" in text
     assert r.to("cpu") is r and r.labels == ["p0.s0", "p0.s1", "p0.s2", "p1.s0", "p1.s1", "p1.s2"]
     df = r.to_dataframe()
     row = r["p1.s2"]
-    assert row["token_id"] == int(r.tokens[1, 2]) and row["logit"] == pytest.approx(float(r.logits[1, 2, row["token_id"]]))
+    assert row["token_id"] == int(r.tokens[1, 2]) and row["logit"] == pytest.approx(
+        float(r.logits[1, 2, row["token_id"]])
+    )
     lp, blp = torch.log_softmax(r.logits[1, 2], -1), torch.log_softmax(r.baseline_logits[1, 2], -1)
     assert row["kl"] == pytest.approx(float((lp.exp() * (lp - blp)).sum()), rel=1e-9)
     assert list(df["label"]) == r.labels and r.top(2)["kl"].tolist() == sorted(df["kl"], reverse=True)[:2]
@@ -306,7 +325,9 @@ def test_errors(llama):
         generate(m, PROMPT, {1: tcs[1]}, [Intervention.clamp("L1.F0@*", 1.0), "L0.F1@*"], max_new_tokens=2)
     with pytest.raises(ArgumentError, match=r"interventions\[0\]: layer=5 must be an int in \[0, 1\]"):
         generate(m, PROMPT, tcs, Intervention(5, 0, None, "set", 1.0), max_new_tokens=2)
-    with pytest.raises(ArgumentError, match=r"interventions\[0\]: feature 999 of layer 0 does not exist.*n_features=16"):
+    with pytest.raises(
+        ArgumentError, match=r"interventions\[0\]: feature 999 of layer 0 does not exist.*n_features=16"
+    ):
         generate(m, PROMPT, tcs, (0, None, 999, 1.0), max_new_tokens=2)
     with pytest.raises(ArgumentError, match=r"interventions\[0\]: vector has shape \(5,\).*\[d_model\] = \[32\]"):
         generate(m, PROMPT, None, Steer(0, torch.ones(5), 1.0), max_new_tokens=2)
@@ -345,8 +366,10 @@ def test_smollm2(smollm2):
     want = _hf_generate(hf, ids, 8)
     z = _hf_logits(hf, ids, want)
     err = float((r.baseline_logits[0] - z).abs().max() / z.abs().max())
-    print(f"smollm2: {r.baseline_texts[0]!r}; HF generate the same: {r.baseline_tokens[0].tolist() == want.tolist()}; "
-          f"logits vs HF forward relative {err:.1e}")
+    print(
+        f"smollm2: {r.baseline_texts[0]!r}; HF generate the same: {r.baseline_tokens[0].tolist() == want.tolist()}; "
+        f"logits vs HF forward relative {err:.1e}"
+    )
     assert r.baseline_tokens[0].tolist() == want.tolist() and err <= 1e-5
     assert torch.equal(r.logits, r.baseline_logits)
     tcs = random_transcoders(m, 256, seed=0, activation="topk", k=3)
@@ -357,7 +380,9 @@ def test_smollm2(smollm2):
         got, want_d = g.logits[0, 0] - g.baseline_logits[0, 0], one.logits_after - one.logits_before
         diff = float((got - want_d).abs().max())
         scale = float(g.baseline_logits[0, 0].abs().max())
-        print(f"  frozen={frozen}: first-step Δ vs intervene max |diff| {diff:.1e} (max |Δ| "
-              f"{float(want_d.abs().max()):.3g}, max |logit| {scale:.3g}); closure {g.relative_error:.1e}")
+        print(
+            f"  frozen={frozen}: first-step Δ vs intervene max |diff| {diff:.1e} (max |Δ| "
+            f"{float(want_d.abs().max()):.3g}, max |logit| {scale:.3g}); closure {g.relative_error:.1e}"
+        )
         assert diff <= 1e-5 * scale and float(want_d.abs().max()) > 0.1
         assert g.relative_error <= 1e-5

@@ -25,8 +25,16 @@ import torch
 
 from interp.engine import model_from_hf
 from interp.errors import ArgumentError
-from interp.features import (CLOSURE_TOLERANCE, REGIMES, ClosureWarning, Intervention, InterventionResult, Transcoder,
-                             attribution_graph, intervene)
+from interp.features import (
+    CLOSURE_TOLERANCE,
+    REGIMES,
+    ClosureWarning,
+    Intervention,
+    InterventionResult,
+    Transcoder,
+    attribution_graph,
+    intervene,
+)
 from tiny_models import fp64_tol, hooked_forward, tiny_hf_model, tiny_model, tiny_tokenizer
 from tiny_transcoders import random_transcoders
 
@@ -47,7 +55,9 @@ def _hf_capture(hf, ids, hooks=None):
     handles = []
     for name, mod in hf.named_modules():
         if name.endswith("layernorm") or name == "model.norm":
-            handles.append(mod.register_forward_hook(lambda mod, a, o, name=name: seen.__setitem__(name, a[0][0].detach())))
+            handles.append(
+                mod.register_forward_hook(lambda mod, a, o, name=name: seen.__setitem__(name, a[0][0].detach()))
+            )
     for l, fn in (hooks or {}).items():
         handles.append(hf.model.layers[l].mlp.register_forward_hook(fn))
     out = hooked_forward(hf, handles, ids, output_attentions=True)
@@ -59,8 +69,9 @@ def _feature(g, layer):
     return i, g.node_labels[i]
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama", "neox", "gptj", "qwen3", "gemma2", "gemma3_text", "olmo2", "mixtral",
-                                    "olmoe"])
+@pytest.mark.parametrize(
+    "family", ["gpt2", "llama", "neox", "gptj", "qwen3", "gemma2", "gemma3_text", "olmo2", "mixtral", "olmoe"]
+)
 def test_no_intervention_is_the_real_model(family):
     """In float64 the replacement model's logits are the HF model's to rounding (GPT-J's HF attention rounds
     through float32); in float32 to float32 rounding amplified by the tiny models' small norm scales."""
@@ -74,8 +85,10 @@ def test_no_intervention_is_the_real_model(family):
         for frozen in (True, False):
             r = intervene(m, PROMPT, tcs, Intervention.scale("L0.F1@2", 1.0), target="w3", frozen_attention=frozen)
             hf_err = float((r.logits_before - want).abs().max() / want.abs().max())
-            print(f"{family} {dtype} frozen={frozen}: replacement vs real logits {r.closure_error:.1e} "
-                  f"(relative {r.relative_error:.1e}); vs HF relative {hf_err:.1e}")
+            print(
+                f"{family} {dtype} frozen={frozen}: replacement vs real logits {r.closure_error:.1e} "
+                f"(relative {r.relative_error:.1e}); vs HF relative {hf_err:.1e}"
+            )
             assert r.relative_error <= tol and hf_err <= tol
             assert torch.allclose(r.logits_after, r.logits_before, atol=1e-6)  # × 1 changes nothing
 
@@ -93,6 +106,7 @@ def test_frozen_ablation_by_materialised_matrices(llama):
     _, pats, seen = _hf_capture(hf, ids)
     sig = lambda x: (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()  # noqa: E731
     with torch.no_grad():
+
         def D(name):  # the frozen RMSNorm as a matrix on the row-major flattened stream [n·d]
             mod = dict(hf.named_modules())[name]
             return torch.diag((mod.weight[None, :] / sig(seen[name])).reshape(-1))
@@ -133,14 +147,17 @@ def test_frozen_features_follow_the_graph_edges(family):
         ("clamp", lambda lab: Intervention.clamp(lab, 2.5), lambda a: 2.5 - a),
         ("scale", lambda lab: Intervention.scale(lab, 3.0), lambda a: 2 * a),
     ):
-        r = intervene(m, PROMPT, tcs, [make(g.node_labels[i]) for i in feats], target="w3", wrong="w4",
-                      freeze_features=True)
+        r = intervene(
+            m, PROMPT, tcs, [make(g.node_labels[i]) for i in feats], target="w3", wrong="w4", freeze_features=True
+        )
         # an edge is the source's whole contribution a_i · (its unit effect): Δ = Σ_i (Δf_i / a_i) · edge_i
         want = sum(delta(float(g.activation[i])) / float(g.activation[i]) * float(g.adjacency[-1, i]) for i in feats)
         got = r.metric_change
         if c:  # Gemma 2 reports capped logits: compare the pre-cap logit difference
             pre = lambda z: c * torch.atanh(z / c)  # noqa: E731
-            got = float((pre(r.logits_after[7]) - pre(r.logits_after[8])) - (pre(r.logits_before[7]) - pre(r.logits_before[8])))
+            got = float(
+                (pre(r.logits_after[7]) - pre(r.logits_after[8])) - (pre(r.logits_before[7]) - pre(r.logits_before[8]))
+            )
         print(f"{family} {kind}: Δ {got:.6g}, Σ Δf·edge {want:.6g}")
         assert got == pytest.approx(want, rel=1e-4, abs=1e-6)
 
@@ -151,6 +168,7 @@ def test_live_attention_equals_hooked_hf_forward(llama):
     i, lab = _feature(g, 0)
     p, f, a = g.node_pos[i], g.node_feature[i], float(g.activation[i])
     ids = m.to_tokens(PROMPT)
+
     def layer0(mod, args, out):
         out = out.clone()
         out[0, p] -= a * tcs[0].W_dec[f]
@@ -158,8 +176,10 @@ def test_live_attention_equals_hooked_hf_forward(llama):
 
     logits, _, _ = _hf_capture(hf, ids, {0: layer0})  # layer 1's real MLP runs on its changed input
     r = intervene(m, PROMPT, tcs, lab, target="w3", frozen_attention=False)
-    print(f"live ablation of {lab}: max |logits − hooked HF| {float((r.logits_after - logits[-1]).abs().max()):.1e}, "
-          f"Δ metric {r.metric_change:.5g}")
+    print(
+        f"live ablation of {lab}: max |logits − hooked HF| {float((r.logits_after - logits[-1]).abs().max()):.1e}, "
+        f"Δ metric {r.metric_change:.5g}"
+    )
     assert torch.allclose(r.logits_after, logits[-1], atol=1e-5, rtol=1e-5)
     assert abs(r.metric_change) > 1e-4
     frozen = intervene(m, PROMPT, tcs, lab, target="w3", frozen_attention=True)
@@ -205,8 +225,10 @@ def test_large_gain_transcoders_still_reproduce_the_model(frozen):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ClosureWarning)
         r = intervene(m, PROMPT, big, [lab], target="w3", frozen_attention=frozen)
-    print(f"frozen={frozen}: closure {r.closure_error:.2e} (relative {r.relative_error:.2e}), Δ {r.metric_change:.4g}, "
-          f"max |logit after| {float(r.logits_after.abs().max()):.3g}")
+    print(
+        f"frozen={frozen}: closure {r.closure_error:.2e} (relative {r.relative_error:.2e}), Δ {r.metric_change:.4g}, "
+        f"max |logit after| {float(r.logits_after.abs().max()):.3g}"
+    )
     assert r.relative_error <= 1e-5
     assert r.regime == ("frozen attention" if frozen else "live") and r.regime in repr(r)
     if not frozen:  # the real norms renormalise the (900× too large) ablated write
@@ -216,7 +238,10 @@ def test_large_gain_transcoders_still_reproduce_the_model(frozen):
 def test_closure_warning_names_the_numbers(llama, monkeypatch):
     _, m, tcs = llama
     monkeypatch.setitem(CLOSURE_TOLERANCE, torch.float32, 0.0)
-    with pytest.warns(ClosureWarning, match=r"'frozen attention' regime.* logits off the model's own \(relative .*, tolerance 0 for torch.float32\)"):
+    with pytest.warns(
+        ClosureWarning,
+        match=r"'frozen attention' regime.* logits off the model's own \(relative .*, tolerance 0 for torch.float32\)",
+    ):
         r = intervene(m, PROMPT, tcs, "L0.F1@2", target="w3")
     assert r.closure_tolerance == 0.0
 

@@ -45,8 +45,10 @@ def test_terms_sum_to_the_models_score(family):
         pattern = hf(ids, output_attentions=True).attentions[1][0, 3, q]  # HF's own, not the bridge's
     for k, r in rs.items():
         total = float(r.matrix.sum())
-        print(f"{family} L1.H3 {q}→{k}: {len(r.q_labels)}×{len(r.k_labels)} terms, Σ {total:.6g}, score {r.score:.6g}, "
-              f"closure {r.closure_error:.1e} (relative {r.relative_error:.1e})")
+        print(
+            f"{family} L1.H3 {q}→{k}: {len(r.q_labels)}×{len(r.k_labels)} terms, Σ {total:.6g}, score {r.score:.6g}, "
+            f"closure {r.closure_error:.1e} (relative {r.relative_error:.1e})"
+        )
         assert r.relative_error <= 1e-4 and abs(total - r.score) <= 1e-4 * float(r.matrix.abs().sum())
         if family not in TL_SCORES_DIFFER:
             tl = float(cache["blocks.1.attn.hook_attn_scores"][0, 3, q, k])

@@ -17,8 +17,16 @@ import torch
 from safetensors.torch import load_file
 
 from interp.errors import ArgumentError, ShapeError, UnsupportedArchitectureError, UnsupportedOperationError
-from interp.features import (SAE, Transcoder, attribution_graph, intervene, load_saes, load_transcoders,
-                             qk_attribution, sae_reconstruction)
+from interp.features import (
+    SAE,
+    Transcoder,
+    attribution_graph,
+    intervene,
+    load_saes,
+    load_transcoders,
+    qk_attribution,
+    sae_reconstruction,
+)
 from tiny_models import tiny_hf_model, tiny_model
 
 FIX = Path(__file__).parent / "fixtures" / "dictionaries"
@@ -39,9 +47,17 @@ def _max_diff(sae, exp):
 def test_saelens_saes_equal_saelens(llama):
     saes = load_saes(FIX / "saelens_saes", llama)
     assert [(s.layer, s.site, s.activation) for s in saes] == [
-        (0, "resid_pre", "relu"), (0, "resid_mid", "topk"), (0, "resid_post", "jumprelu"), (1, "resid_post", "batchtopk")]
-    assert [s.hook_name for s in saes] == ["blocks.0.hook_resid_pre", "blocks.0.hook_resid_mid",
-                                           "blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
+        (0, "resid_pre", "relu"),
+        (0, "resid_mid", "topk"),
+        (0, "resid_post", "jumprelu"),
+        (1, "resid_post", "batchtopk"),
+    ]
+    assert [s.hook_name for s in saes] == [
+        "blocks.0.hook_resid_pre",
+        "blocks.0.hook_resid_mid",
+        "blocks.0.hook_resid_post",
+        "blocks.1.hook_resid_post",
+    ]
     names = ["standard_resid_pre_0", "topk_resid_mid_0", "jumprelu_resid_post_0", "batchtopk_resid_post_1"]
     for s, n in zip(saes, names):
         da, do, f = _max_diff(s, load_file(str(FIX / "saelens_saes" / n / "expected.safetensors")))
@@ -81,12 +97,17 @@ def _hf_stream(prompts, llama):
     h2 = hf.model.norm.register_forward_pre_hook(lambda m, a: got.__setitem__("final_in", a[0]))
     try:
         with torch.no_grad():
-            hs = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                    output_hidden_states=True).hidden_states
+            hs = hf(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True
+            ).hidden_states
     finally:
         h1.remove(), h2.remove()
-    return batch, {"blocks.0.hook_resid_pre": hs[0], "blocks.0.hook_resid_mid": hs[0] + got["attn0"],
-                   "blocks.0.hook_resid_post": hs[1], "blocks.1.hook_resid_post": got["final_in"]}
+    return batch, {
+        "blocks.0.hook_resid_pre": hs[0],
+        "blocks.0.hook_resid_mid": hs[0] + got["attn0"],
+        "blocks.0.hook_resid_post": hs[1],
+        "blocks.1.hook_resid_post": got["final_in"],
+    }
 
 
 def test_reconstruction_of_the_real_stream(llama):
@@ -116,10 +137,14 @@ def test_reconstruction_of_the_real_stream(llama):
 def test_saes_are_refused_by_transcoder_analyses(llama):
     saes = load_saes(FIX / "saelens_saes", llama)
     two = [saes[2], saes[3]]  # one per layer, still not transcoders
-    for call in (lambda: attribution_graph(llama, "w1 w2 w3 w4", two),
-                 lambda: intervene(llama, "w1 w2 w3 w4", two, ["L0.F1@2"]),
-                 lambda: qk_attribution(llama, "w1 w2 w3 w4", two, 1, 0)):
-        with pytest.raises(ArgumentError, match=r"transcoders\[0\] is an SAE of the residual stream.*needs transcoders"):
+    for call in (
+        lambda: attribution_graph(llama, "w1 w2 w3 w4", two),
+        lambda: intervene(llama, "w1 w2 w3 w4", two, ["L0.F1@2"]),
+        lambda: qk_attribution(llama, "w1 w2 w3 w4", two, 1, 0),
+    ):
+        with pytest.raises(
+            ArgumentError, match=r"transcoders\[0\] is an SAE of the residual stream.*needs transcoders"
+        ):
             call()
     assert not isinstance(saes[0], Transcoder)
     with pytest.raises(UnsupportedOperationError, match="load_saes"):
@@ -148,8 +173,16 @@ def test_shapes_and_bad_input(llama, tmp_path):
     with pytest.raises(ArgumentError, match="W_skip"):
         SAE(s.W_enc, s.b_enc, s.W_dec, s.b_dec, torch.eye(32), layer=0, site="resid_pre")
     with pytest.raises(ArgumentError, match="batchtopk.*0-d"):
-        SAE(s.W_enc, s.b_enc, s.W_dec, s.b_dec, activation="batchtopk", threshold=torch.zeros(8), layer=0,
-            site="resid_pre")
+        SAE(
+            s.W_enc,
+            s.b_enc,
+            s.W_dec,
+            s.b_dec,
+            activation="batchtopk",
+            threshold=torch.zeros(8),
+            layer=0,
+            site="resid_pre",
+        )
     attn = tmp_path / "attn"
     shutil.copytree(FIX / "saelens_saes" / "standard_resid_pre_0", attn)
     (attn / "cfg.json").write_text((attn / "cfg.json").read_text().replace("hook_resid_pre", "hook_attn_out"))
@@ -165,9 +198,17 @@ def test_batchtopk_transcoders_build_a_closed_graph(llama):
     """A BatchTopK transcoder (relu(pre)·[pre > θ], one θ) in the replacement model: the graph closes."""
     g = torch.Generator().manual_seed(5)
     d, F = 32, 16
-    tcs = [Transcoder(torch.randn(F, d, generator=g) / d ** 0.5, torch.randn(F, generator=g) * 0.1,
-                      torch.randn(F, d, generator=g) / F ** 0.5, torch.randn(d, generator=g) * 0.1,
-                      activation="batchtopk", threshold=torch.tensor(0.2)) for _ in range(2)]
+    tcs = [
+        Transcoder(
+            torch.randn(F, d, generator=g) / d**0.5,
+            torch.randn(F, generator=g) * 0.1,
+            torch.randn(F, d, generator=g) / F**0.5,
+            torch.randn(d, generator=g) * 0.1,
+            activation="batchtopk",
+            threshold=torch.tensor(0.2),
+        )
+        for _ in range(2)
+    ]
     pre = tcs[0].pre_activation(torch.randn(7, d, generator=g))
     assert torch.equal(tcs[0].activate(pre), torch.where(pre > 0.2, pre, torch.zeros_like(pre)))
     gr = attribution_graph(llama, "w1 w2 w3 w4", tcs)

@@ -39,8 +39,21 @@ def llama():
 
 
 def _train(model, cache, **kw) -> TrainedTranscoders:
-    args = dict(layers="all", width=64, k=4, tokens=SEQ * BATCH * 100, seq_len=SEQ, batch_size=BATCH, lr=1e-2, passes=1,
-                corpus=_docs(), cache_dir=cache, progress=False, eval_tokens=SEQ * 16, checkpoint_every=3)
+    args = dict(
+        layers="all",
+        width=64,
+        k=4,
+        tokens=SEQ * BATCH * 100,
+        seq_len=SEQ,
+        batch_size=BATCH,
+        lr=1e-2,
+        passes=1,
+        corpus=_docs(),
+        cache_dir=cache,
+        progress=False,
+        eval_tokens=SEQ * 16,
+        checkpoint_every=3,
+    )
     args.update(kw)
     return train_transcoders(model, **args)
 
@@ -52,12 +65,15 @@ def _hf_mlp_io(hf, ids: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Te
     def keep(l):
         def hook(mod, inp, out):
             xs[l], ys[l] = inp[0], out[0] if isinstance(out, tuple) else out  # a MoE block may return its router logits
+
         return hook
 
     hooks = [layer.mlp.register_forward_hook(keep(l)) for l, layer in enumerate(hf.model.layers)]
     hooked_forward(hf, hooks, input_ids=ids)
     n = len(hf.model.layers)
-    return [xs[l][:, 1:].reshape(-1, xs[l].shape[-1]) for l in range(n)], [ys[l][:, 1:].reshape(-1, ys[l].shape[-1]) for l in range(n)]
+    return [xs[l][:, 1:].reshape(-1, xs[l].shape[-1]) for l in range(n)], [
+        ys[l][:, 1:].reshape(-1, ys[l].shape[-1]) for l in range(n)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -172,21 +188,24 @@ def test_cached_reload_and_atomic_writes(llama, tmp_path, monkeypatch):
         _train(model, tmp_path, **kw)
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(layers=[2]), "layers contains 2"),
-    (dict(layers=[]), "layers="),
-    (dict(layers=[0, 0]), "repeats"),
-    (dict(width=0), "width=0"),
-    (dict(k=65), "k=65"),
-    (dict(k=0), "k=0"),
-    (dict(tokens=10), "tokens=10"),
-    (dict(tokens=10 ** 7), "more than the corpus"),
-    (dict(seq_len=1000), "seq_len=1000"),
-    (dict(corpus="one string"), "corpus"),
-    (dict(lr=-1.0), "lr="),
-    (dict(progress="yes"), "progress="),
-    (dict(passes=0), "passes=0"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(layers=[2]), "layers contains 2"),
+        (dict(layers=[]), "layers="),
+        (dict(layers=[0, 0]), "repeats"),
+        (dict(width=0), "width=0"),
+        (dict(k=65), "k=65"),
+        (dict(k=0), "k=0"),
+        (dict(tokens=10), "tokens=10"),
+        (dict(tokens=10**7), "more than the corpus"),
+        (dict(seq_len=1000), "seq_len=1000"),
+        (dict(corpus="one string"), "corpus"),
+        (dict(lr=-1.0), "lr="),
+        (dict(progress="yes"), "progress="),
+        (dict(passes=0), "passes=0"),
+    ],
+)
 def test_bad_input(llama, tmp_path, kw, match):
     _, model = llama
     with pytest.raises(InterpError, match=match):
@@ -203,8 +222,18 @@ def test_bundled_corpus():
 
 @pytest.mark.real
 def test_smollm2_two_layers_from_the_bundled_corpus(smollm2, tmp_path):
-    r = train_transcoders(smollm2, layers=[0, 1], width=256, k=8, tokens=512, seq_len=64, batch_size=4,
-                          eval_tokens=256, cache_dir=tmp_path, progress=False)
+    r = train_transcoders(
+        smollm2,
+        layers=[0, 1],
+        width=256,
+        k=8,
+        tokens=512,
+        seq_len=64,
+        batch_size=4,
+        eval_tokens=256,
+        cache_dir=tmp_path,
+        progress=False,
+    )
     print(r.to_dataframe())
     # TopK keeps k pre-activations and ReLU zeroes the non-positive ones among them: 0 < L0 ≤ k (with the defaults
     # scaled to this tiny budget some kept ones are ≤ 0: L0 6.3 and 7.5 here)
@@ -225,8 +254,28 @@ def _hf_layers(hf):
     raise AssertionError(f"no decoder layers found in {type(hf).__name__}")
 
 
-@pytest.mark.parametrize("family", [f for f in ("gpt2", "llama", "neox", "qwen2", "mistral", "gemma", "phi3", "gptj",
-                                                "qwen3", "gemma2", "gemma3_text", "olmo2", "mixtral", "olmoe")])
+@pytest.mark.parametrize(
+    "family",
+    [
+        f
+        for f in (
+            "gpt2",
+            "llama",
+            "neox",
+            "qwen2",
+            "mistral",
+            "gemma",
+            "phi3",
+            "gptj",
+            "qwen3",
+            "gemma2",
+            "gemma3_text",
+            "olmo2",
+            "mixtral",
+            "olmoe",
+        )
+    ],
+)
 def test_training_input_is_the_hf_mlp_input(family):
     """The activations a transcoder is trained on are what the Hugging Face MLP module receives (a forward pre-hook on
     it, not the engine), position 0 dropped: OLMo 2 has no pre-norm (its MLP reads the stream itself; the norm after
@@ -236,8 +285,10 @@ def test_training_input_is_the_hf_mlp_input(family):
     ids = m.to_tokens("w1 w2 w3 w4 w5 w6 w7")
     seen: dict[int, torch.Tensor] = {}
     mlps = [layer.mlp for layer in _hf_layers(hf)]
-    hooks = [mod.register_forward_pre_hook(lambda mod, a, l=l: seen.__setitem__(l, a[0].detach()))
-             for l, mod in enumerate(mlps)]
+    hooks = [
+        mod.register_forward_pre_hook(lambda mod, a, l=l: seen.__setitem__(l, a[0].detach()))
+        for l, mod in enumerate(mlps)
+    ]
     hooked_forward(hf, hooks, ids)
     from interp.engine import Engine
 

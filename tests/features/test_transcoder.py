@@ -15,8 +15,12 @@ D, F = 8, 12
 
 def _tensors(seed: int, *, jump: bool = False, skip: bool = False) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    t = {"W_enc": torch.randn(F, D, generator=g), "W_dec": torch.randn(F, D, generator=g),
-         "b_enc": torch.randn(F, generator=g), "b_dec": torch.randn(D, generator=g)}
+    t = {
+        "W_enc": torch.randn(F, D, generator=g),
+        "W_dec": torch.randn(F, D, generator=g),
+        "b_enc": torch.randn(F, generator=g),
+        "b_dec": torch.randn(D, generator=g),
+    }
     if jump:
         t["activation_function.threshold"] = torch.rand(F, generator=g)
     if skip:
@@ -43,8 +47,15 @@ def test_activations():
         skip.decode(skip.encode(x))
 
 
-@pytest.mark.parametrize("kw, match", [({"activation": "gelu"}, "activation="), ({"activation": "topk"}, "k in"),
-                                       ({"activation": "jumprelu"}, "threshold"), ({"W_skip": torch.zeros(3, 3)}, "W_skip")])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"activation": "gelu"}, "activation="),
+        ({"activation": "topk"}, "k in"),
+        ({"activation": "jumprelu"}, "threshold"),
+        ({"W_skip": torch.zeros(3, 3)}, "W_skip"),
+    ],
+)
 def test_bad_transcoder(kw, match):
     t = _tensors(0)
     with pytest.raises(ArgumentError, match=match):
@@ -57,7 +68,8 @@ def test_load_circuit_tracer_format(tmp_path):
         save_file(t, str(tmp_path / f"layer_{i}.safetensors"))
     (tmp_path / "config.yaml").write_text(
         "model_kind: transcoder_set\nfeature_input_hook: mlp.hook_in\nfeature_output_hook: mlp.hook_out\n"
-        "scan: test\ntranscoders:\n  - layer_0.safetensors\n  - " + str(tmp_path / "layer_1.safetensors") + "\n")
+        "scan: test\ntranscoders:\n  - layer_0.safetensors\n  - " + str(tmp_path / "layer_1.safetensors") + "\n"
+    )
     tcs = load_transcoders(tmp_path)
     assert len(tcs) == 2
     for tc, t in zip(tcs, written):

@@ -42,8 +42,7 @@ def writer_outputs(model: Any, tokens: Tensor) -> dict[str, Tensor]:
     return _run(model, tokens, removed=(), ablated={})[1]
 
 
-def run_with_edges(model: Any, tokens: Tensor, *, removed: Iterable[Edge],
-                   ablated: Mapping[str, Tensor]) -> Tensor:
+def run_with_edges(model: Any, tokens: Tensor, *, removed: Iterable[Edge], ablated: Mapping[str, Tensor]) -> Tensor:
     """Logits with the ``removed`` edges' writes replaced by ``ablated[str(writer)]`` at their readers."""
     return _run(model, tokens, removed=removed, ablated=ablated)[0]
 
@@ -64,22 +63,26 @@ def _run(model: Any, tokens: Tensor, *, removed: Iterable[Edge], ablated: Mappin
     def keep(name: str):
         def hook(t: Tensor, hook: Any) -> None:
             writes[name] = t.detach().clone()
+
         return hook
 
     def keep_resid(l: int):
         def hook(t: Tensor, hook: Any) -> None:
             resid_pre[l] = t.detach().clone()
+
         return hook
 
     def heads_out(l: int):
         def hook(z: Tensor, hook: Any) -> None:  # z [batch, pos, n_heads, d_head]
             for h in range(a.n_heads):
                 writes[str(Head(l, h))] = z[:, :, h].detach() @ W.W_O[l, h]
+
         return hook
 
     def mlp_out(l: int):
         def hook(t: Tensor, hook: Any) -> None:
             writes[str(Mlp(l))] = t.detach() - W.b_out[l]
+
         return hook
 
     def qkv(l: int, which: str):
@@ -92,11 +95,13 @@ def _run(model: Any, tokens: Tensor, *, removed: Iterable[Edge], ablated: Mappin
                 if reader in by_reader:
                     out[:, :, h] = (resid_pre[l] - delta(reader)) @ M[l, h] + b[l, h]
             return out
+
         return hook
 
     def reads(reader: str):
         def hook(t: Tensor, hook: Any) -> Tensor:
             return t - delta(reader) if reader in by_reader else t
+
         return hook
 
     hooks = [("embed.hook_out", keep("embed")), ("pos_embed.hook_out", keep("pos_embed"))]

@@ -91,6 +91,7 @@ FLOORS: dict[tuple[str, str, str], tuple[float, float]] = {
     ("induction", "edge-patching", "resample"): (0.89, 1.00),  # measured 0.9087 / 1.0000
 }
 
+
 @pytest.fixture(scope="module")
 def rankings(tracr_programs, toy2l):
     """(model, method, ablation) -> EdgeRanking, computed once per module."""
@@ -98,14 +99,18 @@ def rankings(tracr_programs, toy2l):
 
     def get(model: str, method: str, ablation: str):
         if ("task", model) not in cache:
-            cache[("task", model)] = (induction_task(toy2l, n_seqs=4) if model == "induction"
-                                      else tracr_task(tracr_programs(model), max_inputs=12))
+            cache[("task", model)] = (
+                induction_task(toy2l, n_seqs=4)
+                if model == "induction"
+                else tracr_task(tracr_programs(model), max_inputs=12)
+            )
         task = cache[("task", model)]
         if ("testable", model, ablation) not in cache:
             cache[("testable", model, ablation)] = find_testable(task, ablation)
         if (model, method, ablation) not in cache:
-            cache[(model, method, ablation)] = edge_ranking(task, method, ablation,
-                                                            testable=cache[("testable", model, ablation)])
+            cache[(model, method, ablation)] = edge_ranking(
+                task, method, ablation, testable=cache[("testable", model, ablation)]
+            )
         return cache[(model, method, ablation)]
 
     return get

@@ -39,7 +39,9 @@ def test_eap_under_resample_equals_edge_attribution(tracr_programs):
     ref = E.edge_attribution(p.model, g.clean, g.corrupt, metric=g.metric, method="eap", progress=False)
     assert torch.allclose(mine, -ref.per_prompt.double(), atol=1e-6, rtol=1e-5)  # interp's sign: supports > 0
     mine_ig = _eap(p.model, g, "resample", 3)
-    ref_ig = E.edge_attribution(p.model, g.clean, g.corrupt, metric=g.metric, method="eap-ig", ig_steps=3, progress=False)
+    ref_ig = E.edge_attribution(
+        p.model, g.clean, g.corrupt, metric=g.metric, method="eap-ig", ig_steps=3, progress=False
+    )
     assert torch.allclose(mine_ig, -ref_ig.per_prompt.double(), atol=1e-6, rtol=1e-5)
 
 
@@ -47,8 +49,9 @@ def test_eap_ig_activations_equals_edge_attribution(tracr_programs):
     p = tracr_programs("sort")
     g = tracr_task(p, lengths=[3], max_inputs=10).groups[0]
     mine = _eap(p.model, g, "resample", 3, "activations")
-    ref = E.edge_attribution(p.model, g.clean, g.corrupt, metric=g.metric, method="eap-ig", ig_steps=3,
-                             ig_at="activations", progress=False)
+    ref = E.edge_attribution(
+        p.model, g.clean, g.corrupt, metric=g.metric, method="eap-ig", ig_steps=3, ig_at="activations", progress=False
+    )
     assert torch.allclose(mine, -ref.per_prompt.double(), atol=1e-6, rtol=1e-5)  # interp's sign: supports > 0
 
 
@@ -82,8 +85,10 @@ def test_eap_equals_finite_differences_of_hooked_runs(tracr_programs):
             w = e.split("→")[0]
             up = {k: v - eps * v if k == w else v for k, v in own.items()}  # x_r − (a_w − ablated) = x_r + ε(0 − a_w)
             down = {k: v + eps * v if k == w else v for k, v in own.items()}
-            fd = (M(run_with_edges(m, g.clean, removed=[parse(e)], ablated=up))
-                  - M(run_with_edges(m, g.clean, removed=[parse(e)], ablated=down))) / (2 * eps)
+            fd = (
+                M(run_with_edges(m, g.clean, removed=[parse(e)], ablated=up))
+                - M(run_with_edges(m, g.clean, removed=[parse(e)], ablated=down))
+            ) / (2 * eps)
             assert torch.allclose(mine[i], fd, atol=2e-3, rtol=1e-2), (name, e, mine[i], fd)
             nonzero[name] += int(fd.abs().max() > 0.01)
     # not vacuous: each program has edges with a derivative of order 1 (two each: tracr's MLPs are step

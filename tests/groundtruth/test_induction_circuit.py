@@ -11,7 +11,7 @@ from groundtruth_edge_eval import all_edges, run_with_edges, writer_outputs
 
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.groundtruth import induction_circuit
-from interp.labels import Edge, Head
+from interp.labels import Head
 from interp.toy import random_tokens, repeated_tokens
 
 N = 15  # repeated span: <bos> + 15 words + the same 15 words = the toy's 31 positions
@@ -33,7 +33,7 @@ def data(toy2l):
 def _second_half_loss(logits, rep) -> float:
     """Mean loss of the predictions of tokens N+2 … 2N (the ones induction can make)."""
     nll = -F.log_softmax(logits.double(), -1)[:, :-1].gather(-1, rep[:, 1:, None])[..., 0]
-    return float(nll[:, N + 1:].mean())
+    return float(nll[:, N + 1 :].mean())
 
 
 def test_heads_match_the_training_record(toy2l, circuit):
@@ -50,8 +50,12 @@ def test_edge_set(circuit):
     labels = set(circuit.labels)
     assert len(circuit) == 3 + 4 * 4
     for h in range(4):
-        assert {f"L0.H3→L1.attn.k[H{h}]", f"embed→L1.attn.q[H{h}]", f"embed→L1.attn.v[H{h}]",
-                f"L1.H{h}→unembed"} <= labels
+        assert {
+            f"L0.H3→L1.attn.k[H{h}]",
+            f"embed→L1.attn.q[H{h}]",
+            f"embed→L1.attn.v[H{h}]",
+            f"L1.H{h}→unembed",
+        } <= labels
     assert {"embed→L0.attn.v[H3]", "pos_embed→L0.attn.q[H3]", "pos_embed→L0.attn.k[H3]"} <= labels
     assert all(e.writer.layer_index < e.reader.layer_index for e in circuit.edges)  # attention-only: strictly later
 

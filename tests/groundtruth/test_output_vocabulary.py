@@ -40,7 +40,8 @@ def test_metrics_accept_every_output_id(hist):
         want = m.bridge(clean)[:, -1]  # [2, 6]
     res = interp.patch(m, clean, corrupt, metric=interp.LogitDiff(answer=[2, 3], wrong=[1, 1]), nodes="heads")
     got = res.clean_per_prompt
-    assert torch.allclose(got.double(), torch.stack([want[0, 2] - want[0, 1], want[1, 3] - want[1, 1]]).double(),
-                          atol=1e-5)
+    assert torch.allclose(
+        got.double(), torch.stack([want[0, 2] - want[0, 1], want[1, 3] - want[1, 1]]).double(), atol=1e-5
+    )
     with pytest.raises(ArgumentError, match="wrong"):
         interp.patch(m, clean, corrupt, metric=interp.LogitDiff(answer=5, wrong=6), nodes="heads")

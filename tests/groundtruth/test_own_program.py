@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from interp.errors import ArgumentError
 from interp.groundtruth import compile_program, edge_ranking, tracr_circuit, tracr_task
@@ -17,10 +16,12 @@ lib = pytest.importorskip("tracr.compiler.lib")
 @pytest.fixture(scope="module")
 def own():
     return {
-        "dyck": compile_program(lib.make_shuffle_dyck(pairs=["()", "{}"]).named("dyck"), vocab={"(", ")", "{", "}"},
-                                max_seq_len=4),
-        "less_freq": compile_program(lib.make_count_less_freq(n=2).named("less_freq"), vocab=["a", "b", "c"],
-                                     max_seq_len=4),
+        "dyck": compile_program(
+            lib.make_shuffle_dyck(pairs=["()", "{}"]).named("dyck"), vocab={"(", ")", "{", "}"}, max_seq_len=4
+        ),
+        "less_freq": compile_program(
+            lib.make_count_less_freq(n=2).named("less_freq"), vocab=["a", "b", "c"], max_seq_len=4
+        ),
     }
 
 
@@ -32,8 +33,11 @@ def test_outputs_equal_rasp_and_tracrs_forward(own, key):
     # tracr's inference would have been ambiguous: other SOps share the output's value set
     names = {lab.rpartition(":")[0] for lab in p.residual_labels if ":" in lab}
     values = {lab.rpartition(":")[2] for lab in p.residual_labels if lab.startswith(key + ":")}
-    assert [n for n in names if {lab.rpartition(":")[2] for lab in p.residual_labels
-                                 if lab.rpartition(":")[0] == n} == values and n != key]
+    assert [
+        n
+        for n in names
+        if {lab.rpartition(":")[2] for lab in p.residual_labels if lab.rpartition(":")[0] == n} == values and n != key
+    ]
     for n in range(1, p.max_seq_len + 1):
         inputs = p.inputs([n])
         got, want = p.run(inputs), p.expected(inputs)

@@ -59,12 +59,20 @@ def test_edges_are_forward_nonempty_and_reach_the_output(tracr_program):
     succ: dict = {}
     for e in c.edges:
         succ.setdefault(e.writer, set()).add(e.reader)
+
     def component(reader):
-        return Head(reader.layer, reader.head) if isinstance(reader, HeadInput) else (
-            Mlp(reader.layer) if isinstance(reader, MlpInput) else reader)
+        return (
+            Head(reader.layer, reader.head)
+            if isinstance(reader, HeadInput)
+            else (Mlp(reader.layer) if isinstance(reader, MlpInput) else reader)
+        )
+
     def reaches(w, seen=()):
-        return any(r == Output("unembed") or (component(r) not in seen and reaches(component(r), (*seen, w)))
-                   for r in succ.get(w, ()))
+        return any(
+            r == Output("unembed") or (component(r) not in seen and reaches(component(r), (*seen, w)))
+            for r in succ.get(w, ())
+        )
+
     assert all(reaches(w) for w in succ), [w for w in succ if not reaches(w)]
     # every non-embedding writer in the circuit is itself fed by the circuit
     fed = {component(e.reader) for e in c.edges}
@@ -84,8 +92,12 @@ def test_reverse_structure(tracr_programs):
     def writer_of(prefix):  # the MLP or head whose output columns cover the subspace
         dims = [i for i, lab in enumerate(labels) if lab.split(":")[0] == prefix]
         out = [Mlp(l) for l in range(p.model.arch.n_layers) if W.W_out[l][:, dims].abs().sum() > 0]
-        out += [Head(l, h) for l in range(p.model.arch.n_layers) for h in range(p.model.arch.n_heads)
-                if W.W_O[l, h][:, dims].abs().sum() > 0]
+        out += [
+            Head(l, h)
+            for l in range(p.model.arch.n_layers)
+            for h in range(p.model.arch.n_heads)
+            if W.W_O[l, h][:, dims].abs().sum() > 0
+        ]
         assert len(out) == 1, (prefix, out)
         return out[0]
 
@@ -113,10 +125,18 @@ def test_reverse_structure(tracr_programs):
 
 def test_hist_and_frac_prevs_exact_sets(tracr_programs):
     assert set(tracr_circuit(tracr_programs("hist")).labels) == {
-        "embed→L0.attn.q[H0]", "embed→L0.attn.k[H0]", "L0.H0→L0.mlp.in", "L0.mlp→unembed"}
+        "embed→L0.attn.q[H0]",
+        "embed→L0.attn.k[H0]",
+        "L0.H0→L0.mlp.in",
+        "L0.mlp→unembed",
+    }
     assert set(tracr_circuit(tracr_programs("frac_prevs")).labels) == {
-        "embed→L0.mlp.in", "L0.mlp→L1.attn.v[H0]", "pos_embed→L1.attn.q[H0]", "pos_embed→L1.attn.k[H0]",
-        "L1.H0→unembed"}
+        "embed→L0.mlp.in",
+        "L0.mlp→L1.attn.v[H0]",
+        "pos_embed→L1.attn.q[H0]",
+        "pos_embed→L1.attn.k[H0]",
+        "L1.H0→unembed",
+    }
 
 
 def test_true_circuit_api(tracr_programs):

@@ -18,8 +18,10 @@ def test_at_least_the_issue_programs():
 
 
 def test_import_interp_never_imports_jax_or_tracr():
-    code = ("import sys, interp, interp.groundtruth, interp.models; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in {'jax', 'jaxlib', 'tracr', 'haiku', 'chex'}))")
+    code = (
+        "import sys, interp, interp.groundtruth, interp.models; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in {'jax', 'jaxlib', 'tracr', 'haiku', 'chex'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

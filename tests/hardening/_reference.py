@@ -74,7 +74,9 @@ def models(family: str, seed: int = 0, n_layers: int = 2, dtype: torch.dtype = t
     return model, ref
 
 
-def hf_points(family: str, ref: torch.nn.Module, tokens: Tensor, mask: Tensor) -> tuple[dict[str, Tensor], Tensor | None]:
+def hf_points(
+    family: str, ref: torch.nn.Module, tokens: Tensor, mask: Tensor
+) -> tuple[dict[str, Tensor], Tensor | None]:
     """HF's own tensor at every read and resid point of interp's labelling, and the logits.
 
     Pre-norm: resid_pre[l] = hidden_states[l]; resid_mid = ln2's input; resid_post = the next
@@ -93,12 +95,15 @@ def hf_points(family: str, ref: torch.nn.Module, tokens: Tensor, mask: Tensor) -
         def hook(mod, args, kwargs, out):
             x = args[0] if args else next(iter(kwargs.values()))
             rec[key] = (x if what == "in" else (out[0] if isinstance(out, tuple) else out)).detach()
+
         return hook
 
     for l, layer in enumerate(layers):
         for name, path in (("ln1", ln1), ("ln2", ln2)):
             for what in ("in", "out"):
-                handles.append(_get(layer, path).register_forward_hook(keep(f"{name}_{what}.{l}", what), with_kwargs=True))
+                handles.append(
+                    _get(layer, path).register_forward_hook(keep(f"{name}_{what}.{l}", what), with_kwargs=True)
+                )
     if final:
         for what in ("in", "out"):
             handles.append(_get(ref, final).register_forward_hook(keep(f"final_{what}", what), with_kwargs=True))

@@ -26,8 +26,6 @@ FAMILIES = ("gpt2", "llama", "neox", "bert")
 DECODERS = ("gpt2", "llama", "neox")
 
 
-
-
 def _batch():
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, 100, (3, 8), generator=g)
@@ -139,9 +137,11 @@ def test_circuits_run_in_float64(family, fold):
     for kind in "QKV":
         cs = composition_scores(model, kind, fold_norms=fold).scores
         assert cs.dtype == F64
-        for (l1, h1, l2, h2) in [(0, 0, 1, 3), (0, 2, 2, 1), (1, 3, 2, 0)]:
+        for l1, h1, l2, h2 in [(0, 0, 1, 3), (0, 2, 2, 1), (1, 3, 2, 0)]:
             WA = W_V[l1, h1] @ W_O[l1, h1]
-            WB = {"Q": W_Q[l2, h2] @ W_K[l2, h2].T, "K": W_K[l2, h2] @ W_Q[l2, h2].T, "V": W_V[l2, h2] @ W_O[l2, h2]}[kind]
+            WB = {"Q": W_Q[l2, h2] @ W_K[l2, h2].T, "K": W_K[l2, h2] @ W_Q[l2, h2].T, "V": W_V[l2, h2] @ W_O[l2, h2]}[
+                kind
+            ]
             ref = fro(WA @ WB) / (fro(WA) * fro(WB))
             assert abs(float(cs[l1, h1, l2, h2]) - float(ref)) <= 1e-10, (kind, l1, h1, l2, h2)
     vw = virtual_weights(model, "L0.H1", "L2.mlp.in", fold_norms=fold)
@@ -204,8 +204,18 @@ def test_path_expansion_in_float64(norm, positional):
     from interp.circuits._path_expansion import path_expansion
     from interp.toy import ToyConfig, build_toy
 
-    cfg = ToyConfig(n_layers=3, n_heads=2, n_kv_heads=1, d_model=16, d_head=4, d_vocab=20, n_ctx=16,
-                    norm=norm, positional=positional, seed=4)
+    cfg = ToyConfig(
+        n_layers=3,
+        n_heads=2,
+        n_kv_heads=1,
+        d_model=16,
+        d_head=4,
+        d_vocab=20,
+        n_ctx=16,
+        norm=norm,
+        positional=positional,
+        seed=4,
+    )
     model = build_toy(cfg, dtype=F64)
     assert model.dtype == F64
     ids = torch.randint(0, 20, (2, 9), generator=torch.Generator().manual_seed(5))

@@ -17,12 +17,12 @@ import pytest
 import torch
 
 from interp._io import SaveLoadMixin
-from interp.attribution import LogitAttribution, attribute_direction, attribute_logits
+from interp.attribution import attribute_direction, attribute_logits
 from interp.errors import ArgumentError
 from interp.circuits import privileged_basis_report
 from interp.circuits._path_expansion import path_expansion
 from interp.report import report
-from interp.stream import Decomposition, attention_patterns, count_hooks, trace
+from interp.stream import attention_patterns, count_hooks, trace
 from tiny_models import tiny_model
 
 FAMILIES = ("gpt2", "llama", "neox", "bert", "toy")
@@ -33,14 +33,14 @@ def _toy():
     from interp.toy import ToyConfig, build_toy
 
     # a LayerNorm toy whose vocabulary holds the prompts' words ('w1'…'w9' are toy words 64+)
-    return build_toy(ToyConfig(n_layers=2, n_heads=4, n_kv_heads=2, d_model=32, d_head=8, d_vocab=80, norm="layernorm"),
-                     name="toy")
+    return build_toy(
+        ToyConfig(n_layers=2, n_heads=4, n_kv_heads=2, d_model=32, d_head=8, d_vocab=80, norm="layernorm"), name="toy"
+    )
+
 
 #: RSS growth allowed over 100 iterations after warm-up. One leaked trace of the loop's input
 #: ([4, 60] tokens) holds ~1 MB of activations, so 100 leaked traces would be ~100 MB.
 RSS_BOUND_MIB = 10.0
-
-
 
 
 @pytest.fixture(scope="module")
@@ -54,21 +54,24 @@ def _runs(model) -> dict[str, Callable[[], Any]]:
     calls: dict[str, Callable[[], Any]] = {
         "trace": lambda: trace(model, PROMPTS),
         "trace(neurons=True)": lambda: trace(model, PROMPTS, neurons=True),
-        "trace(ids, mask)": lambda: trace(model, torch.tensor([[5, 6, 7], [8, 9, 0]]),
-                                          attention_mask=torch.tensor([[1, 1, 1], [1, 1, 0]])),
+        "trace(ids, mask)": lambda: trace(
+            model, torch.tensor([[5, 6, 7], [8, 9, 0]]), attention_mask=torch.tensor([[1, 1, 1], [1, 1, 0]])
+        ),
         "attribute_direction": lambda: attribute_direction(model, PROMPTS, torch.ones(d)),
         "attention_patterns": lambda: attention_patterns(model, PROMPTS, ["L0.H0", "L1.H3"]),
     }
     calls["privileged_basis_report"] = lambda: privileged_basis_report(model, PROMPTS)
     calls["report(static=False)"] = lambda: report(
-        model, PROMPTS[0], answer="w3" if model.arch.has_unembed else None, out_dir=_scratch(), static=False)
+        model, PROMPTS[0], answer="w3" if model.arch.has_unembed else None, out_dir=_scratch(), static=False
+    )
     if model.arch.attn_only:
         calls["path_expansion"] = lambda: path_expansion(model, PROMPTS[:1], order=2)
         del calls["trace(neurons=True)"]
     if model.arch.has_unembed:
         calls["attribute_logits(head)"] = lambda: attribute_logits(model, PROMPTS, answer="w3", wrong="w4")
         calls["attribute_logits(neuron, batch_size=1)"] = lambda: attribute_logits(
-            model, PROMPTS, answer=3, unit="neuron", batch_size=1)
+            model, PROMPTS, answer=3, unit="neuron", batch_size=1
+        )
     return calls
 
 
@@ -96,6 +99,7 @@ def _hook_point(model, name: str):
 
 
 # ---- no hook left behind ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_no_hook_remains_after_successful_calls(models, family):
@@ -152,6 +156,7 @@ def test_no_hook_remains_when_a_bad_argument_shows_up_in_a_later_batch(models, f
 
 # ---- the user's own hooks ----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_user_hook_survives_and_still_fires(models, family, monkeypatch):
     model = models[family]
@@ -170,8 +175,11 @@ def test_user_hook_survives_and_still_fires(models, family, monkeypatch):
             call()
             assert count_hooks(bridge) == base + 1, name
         # ... including calls that raise mid-forward
-        monkeypatch.setattr(_hook_point(model, "blocks.1.hook_resid_pre"), "forward",
-                            lambda *a, **k: (_ for _ in ()).throw(Boom("mid-forward")))
+        monkeypatch.setattr(
+            _hook_point(model, "blocks.1.hook_resid_pre"),
+            "forward",
+            lambda *a, **k: (_ for _ in ()).throw(Boom("mid-forward")),
+        )
         for name, call in _runs(model).items():
             with pytest.raises(Boom):
                 call()
@@ -189,8 +197,7 @@ def test_user_hook_survives_and_still_fires(models, family, monkeypatch):
 def test_results_hold_no_model(models):
     """Results are values: no reference to the model or its bridge (they would keep it alive)."""
     model = models["gpt2"]
-    for result in (trace(model, PROMPTS).decompose("unembed"),
-                   attribute_logits(model, PROMPTS, answer=3)):
+    for result in (trace(model, PROMPTS).decompose("unembed"), attribute_logits(model, PROMPTS, answer=3)):
         for f in dataclasses.fields(result):
             v = getattr(result, f.name)
             assert v is not model and v is not model.bridge and not isinstance(v, torch.nn.Module), f.name
@@ -242,8 +249,14 @@ def _rss_growth_mib(mode: str) -> tuple[float, int]:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, mode], cwd=root, capture_output=True,
-                         text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    out = subprocess.run(
+        [sys.executable, "-c", _RSS_SCRIPT, mode],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     growth, hooks = out.stdout.split()[-2:]
     return float(growth), int(hooks)
@@ -251,8 +264,9 @@ def _rss_growth_mib(mode: str) -> tuple[float, int]:
 
 def test_repeated_traces_and_attributions_do_not_grow_rss():
     growth, extra_hooks = _rss_growth_mib("drop")
-    print(f"RSS growth over 100 trace+decompose+attribute_logits iterations: {growth:.2f} MiB "
-          f"(bound {RSS_BOUND_MIB} MiB)")
+    print(
+        f"RSS growth over 100 trace+decompose+attribute_logits iterations: {growth:.2f} MiB (bound {RSS_BOUND_MIB} MiB)"
+    )
     assert growth <= RSS_BOUND_MIB
     assert extra_hooks == 0
 
@@ -266,6 +280,7 @@ def test_rss_measurement_detects_a_real_leak():
 
 
 # ---- save / load round trips ---------------------------------------------------------------
+
 
 def _equal(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor):
@@ -305,20 +320,33 @@ def _results(models) -> dict[str, list[Any]]:
         attribute_logits(g, PROMPTS, answer="w3", wrong="w4"),
         attribute_logits(l, torch.tensor([[1, 5, 6]]), answer=7, unit="neuron"),
         attribute_direction(b, PROMPTS, torch.randn(b.arch.d_model), unit="component"),
-        attribute_logits(l, PROMPTS, answer="w3 w4", wrong=[{"w5", "w6"}, "w8 w9"], multi_token=True,
-                         target="logprob", wrong_agg="logsumexp", unit="head_source"),
+        attribute_logits(
+            l,
+            PROMPTS,
+            answer="w3 w4",
+            wrong=[{"w5", "w6"}, "w8 w9"],
+            multi_token=True,
+            target="logprob",
+            wrong_agg="logsumexp",
+            unit="head_source",
+        ),
     ]
     from interp.attribution import ov_at
 
-    out["OVAt"] = [ov_at(l, PROMPTS, 1, 2, src=1, prompt=1), ov_at(models["toy"], torch.tensor([[0, 5, 6, 7]]), 1, 0, src=2)]
+    out["OVAt"] = [
+        ov_at(l, PROMPTS, 1, 2, src=1, prompt=1),
+        ov_at(models["toy"], torch.tensor([[0, 5, 6, 7]]), 1, 0, src=2),
+    ]
     out["CompositionScores"] = [C.composition_scores(g, "K"), C.composition_scores(l, "V", fold_norms=False)]
     out["HeadScores"] = [C.copying_scores(g), C.copying_scores(l)]
     out["OVDiagonalStats"] = [C.ov_diagonal_stats(g, 1, 2)]
     out["VirtualWeightNorms"] = [C.virtual_weight_norms(l)]
     out["SubspaceOverlap"] = [C.write_subspace_overlap(g)]
     out["ErasureTable"] = [C.erasure_candidates(g)]
-    out["PrivilegedBasisReport"] = [C.privileged_basis_report(g, PROMPTS), C.privileged_basis_report(
-        dataclasses.replace(g, tokenizer=None), torch.tensor([[1, 5, 6, 7, 8, 9]]))]
+    out["PrivilegedBasisReport"] = [
+        C.privileged_basis_report(g, PROMPTS),
+        C.privileged_basis_report(dataclasses.replace(g, tokenizer=None), torch.tensor([[1, 5, 6, 7, 8, 9]])),
+    ]
     out["HeadOperator"] = [C.head_operator(l, 1, 3, torch.full((2, 4, 4), 0.25))]
     out["AttentionPatterns"] = [attention_patterns(g, PROMPTS, ["L0.H1", "L1.H0"])]
     out["AttentionPatternBatch"] = [attention_patterns(l, PROMPTS, ["L0.H1", "L1.H0"], prompt=None)]
@@ -326,8 +354,10 @@ def _results(models) -> dict[str, list[Any]]:
     out["PathExpansion"] = [path_expansion(models["toy"], torch.tensor([[0, 5, 6, 7]]), order=2)]
     from interp.stream import predict
 
-    out["Predictions"] = [predict(g, PROMPTS, k=3), predict(dataclasses.replace(l, tokenizer=None),
-                                                            torch.tensor([[1, 5, 6], [1, 7, 8]]), k=2, pos=[1, -1])]
+    out["Predictions"] = [
+        predict(g, PROMPTS, k=3),
+        predict(dataclasses.replace(l, tokenizer=None), torch.tensor([[1, 5, 6], [1, 7, 8]]), k=2, pos=[1, -1]),
+    ]
     from interp.features import attribution_graph
     from tiny_transcoders import random_transcoders
 
@@ -337,13 +367,22 @@ def _results(models) -> dict[str, list[Any]]:
     ]
     from interp.features import Intervention, intervene, qk_attribution
 
-    out["QKAttribution"] = [qk_attribution(l, "w1 w2 w3 w4", random_transcoders(l, 16, seed=1), 1, 3, key_pos=2),
-                            qk_attribution(g, "w5 w6 w7", random_transcoders(g, 8, seed=2), 0, 1, query_pos=1, key_pos=1)]
+    out["QKAttribution"] = [
+        qk_attribution(l, "w1 w2 w3 w4", random_transcoders(l, 16, seed=1), 1, 3, key_pos=2),
+        qk_attribution(g, "w5 w6 w7", random_transcoders(g, 8, seed=2), 0, 1, query_pos=1, key_pos=1),
+    ]
 
     out["InterventionResult"] = [
         intervene(l, "w1 w2 w3 w4", random_transcoders(l, 16, seed=1), [Intervention.scale("L0.F3@2", 2.0)], top_k=2),
-        intervene(g, "w5 w6 w7", random_transcoders(g, 8, seed=2), (1, None, 0, 0.0), target="w3", wrong="w4",
-                  frozen_attention=False),
+        intervene(
+            g,
+            "w5 w6 w7",
+            random_transcoders(g, 8, seed=2),
+            (1, None, 0, 0.0),
+            target="w3",
+            wrong="w4",
+            frozen_attention=False,
+        ),
     ]
     from interp.causal import LogitDiff, effects, patch
 
@@ -352,26 +391,36 @@ def _results(models) -> dict[str, list[Any]]:
     out["Effects"] = [effects(g, "w1 w2 w3 w4", "w1 w9 w3 w4", metric=diff, progress=False)]
     from interp.causal import attribution_patch, logit_lens
 
-    out["PatchResult"].append(attribution_patch(l, "w1 w2 w3 w4", "w1 w9 w3 w4", metric=diff, nodes="head_inputs",
-                                                positions="each", qk_fix=True))
-    out["LogitLens"] = [logit_lens(g, PROMPTS, answer="w3", wrong="w4", top_k=3),
-                        logit_lens(models["toy"], torch.tensor([[0, 5, 6, 7]]), scale="frozen", top_k=2, pos=-1)]
+    out["PatchResult"].append(
+        attribution_patch(
+            l, "w1 w2 w3 w4", "w1 w9 w3 w4", metric=diff, nodes="head_inputs", positions="each", qk_fix=True
+        )
+    )
+    out["LogitLens"] = [
+        logit_lens(g, PROMPTS, answer="w3", wrong="w4", top_k=3),
+        logit_lens(models["toy"], torch.tensor([[0, 5, 6, 7]]), scale="frozen", top_k=2, pos=-1),
+    ]
     from interp.edges import edge_attribution, evaluate_circuit, faithfulness_curve
 
     clean, corrupt = ["w1 w2 w3 w4", "w5 w6 w7 w8"], ["w1 w9 w3 w4", "w5 w9 w7 w8"]
     scores = edge_attribution(l, clean, corrupt, metric=diff, progress=False)
-    out["EdgeScores"] = [scores, edge_attribution(g, clean, corrupt, metric=diff, method="eap-ig", ig_steps=2,
-                                                  progress=False)]
+    out["EdgeScores"] = [
+        scores,
+        edge_attribution(g, clean, corrupt, metric=diff, method="eap-ig", ig_steps=2, progress=False),
+    ]
     out["EdgeCircuit"] = [scores.circuit(n=10)]
     out["CircuitEvaluation"] = [evaluate_circuit(l, clean, corrupt, scores.circuit(n=10), metric=diff)]
-    out["FaithfulnessCurve"] = [faithfulness_curve(l, clean, corrupt, scores, metric=diff, sizes=(0.1, 1.0),
-                                                   progress=False)]
+    out["FaithfulnessCurve"] = [
+        faithfulness_curve(l, clean, corrupt, scores, metric=diff, sizes=(0.1, 1.0), progress=False)
+    ]
     from interp.groundtruth import edge_ranking, induction_task
     from interp.models import load_model_unchecked as load_model
 
     task = induction_task(load_model("toy-attn-only-2l"), n_seqs=2, n=3)  # the shipped, norm-free toy
-    out["EdgeRanking"] = [edge_ranking(task, "eap", "mean"),  # signed effects
-                          edge_ranking(task, "acdc", "zero", taus=(0.01, 0.1))]  # no signed effects; details
+    out["EdgeRanking"] = [
+        edge_ranking(task, "eap", "mean"),  # signed effects
+        edge_ranking(task, "acdc", "zero", taus=(0.01, 0.1)),
+    ]  # no signed effects; details
     return out
 
 
@@ -408,6 +457,6 @@ def test_save_load_round_trip(models, tmp_path):
             # derived views agree too
             if hasattr(r, "top"):
                 mine, theirs = back.top(3), r.top(3)
-                assert (mine.equals(theirs) if hasattr(mine, "equals") else mine == theirs), (cls_name, i)
+                assert mine.equals(theirs) if hasattr(mine, "equals") else mine == theirs, (cls_name, i)
     assert saved >= 6
     assert sorted(p.suffix for p in tmp_path.iterdir()) == [".safetensors"] * saved

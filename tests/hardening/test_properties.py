@@ -11,7 +11,6 @@ matrices per example. References are always computed independently of the code u
 
 from __future__ import annotations
 
-import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -30,14 +29,16 @@ SEEDS = (0, 1, 2)
 DEPTHS = (1, 2, 3)
 
 PROPERTY = settings(
-    max_examples=N_EXAMPLES, deadline=None, derandomize=False, print_blob=True,
+    max_examples=N_EXAMPLES,
+    deadline=None,
+    derandomize=False,
+    print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )
 
 
-
-
 # ---- strategies ----------------------------------------------------------------------------
+
 
 @st.composite
 def model_choice(draw, families=FAMILIES):
@@ -77,6 +78,7 @@ seeds = st.integers(0, 2**31 - 1)
 
 # ---- 1. decomposition closure at every read and resid point (Math 1–3) ----------------------
 
+
 def _check_closure_everywhere(family: str, seed: int, depth: int, tokens, mask, neurons: bool) -> None:
     model, hf = models(family, seed, depth)
     tr = trace(model, tokens, attention_mask=mask, neurons=neurons)
@@ -112,6 +114,7 @@ test_decomposition_closes_at_every_point_bert = _closure_test("bert")
 
 # ---- 2. DLA closure for random answer / wrong / pos (Math 5) --------------------------------
 
+
 @PROPERTY
 @given(m=model_choice(families=DECODERS), p=prompts(), data=st.data())
 def test_dla_terms_sum_to_hf_logit(m, p, data):
@@ -125,12 +128,18 @@ def test_dla_terms_sum_to_hf_logit(m, p, data):
     mask = torch.zeros(b, n, dtype=torch.long)
     for i, r in enumerate(rows):
         tokens[i, : len(r)], mask[i, : len(r)] = torch.tensor(r), 1
-    answer = data.draw(st.one_of(st.integers(0, VOCAB - 1), st.lists(st.integers(0, VOCAB - 1), min_size=b, max_size=b)))
-    wrong = data.draw(st.one_of(st.none(), st.integers(0, VOCAB - 1), st.lists(st.integers(0, VOCAB - 1), min_size=b, max_size=b)))
-    pos = data.draw(st.one_of(
-        st.integers(-min(len(r) for r in rows), -1),
-        st.lists(st.integers(0, 50), min_size=b, max_size=b).map(lambda xs: [x % len(r) for x, r in zip(xs, rows)]),
-    ))
+    answer = data.draw(
+        st.one_of(st.integers(0, VOCAB - 1), st.lists(st.integers(0, VOCAB - 1), min_size=b, max_size=b))
+    )
+    wrong = data.draw(
+        st.one_of(st.none(), st.integers(0, VOCAB - 1), st.lists(st.integers(0, VOCAB - 1), min_size=b, max_size=b))
+    )
+    pos = data.draw(
+        st.one_of(
+            st.integers(-min(len(r) for r in rows), -1),
+            st.lists(st.integers(0, 50), min_size=b, max_size=b).map(lambda xs: [x % len(r) for x, r in zip(xs, rows)]),
+        )
+    )
     unit = data.draw(st.sampled_from(("head", "component", "neuron")))
     a = attribute_logits(model, texts, answer=answer, wrong=wrong, pos=pos, unit=unit)
 
@@ -171,6 +180,7 @@ def test_direction_attribution_sums_to_hf_hidden_state(m, batch, seed, data):
 
 # ---- 3. projected == full @ Uᵀ --------------------------------------------------------------
 
+
 @PROPERTY
 @given(m=model_choice(), batch=id_batch(), seed=seeds, data=st.data())
 def test_projected_equals_full_times_directions(m, batch, seed, data):
@@ -196,6 +206,7 @@ def test_projected_equals_full_times_directions(m, batch, seed, data):
 
 # ---- 4. padding invariance -----------------------------------------------------------------
 
+
 @PROPERTY
 @given(m=model_choice(), batch=id_batch(max_batch=3), data=st.data())
 def test_padding_invariance(m, batch, data):
@@ -205,7 +216,7 @@ def test_padding_invariance(m, batch, data):
     tokens, mask = batch
     i = data.draw(st.integers(0, tokens.shape[0] - 1))
     k = int(mask[i].sum())
-    alone = trace(model, tokens[i: i + 1, :k])
+    alone = trace(model, tokens[i : i + 1, :k])
     together = trace(model, tokens, attention_mask=mask)
     points = alone.reads + alone.resid_points
     chosen = data.draw(st.lists(st.sampled_from(points), min_size=1, max_size=4, unique=True))
@@ -213,8 +224,8 @@ def test_padding_invariance(m, batch, data):
     for point in chosen:
         a, b = alone.decompose(point), together.decompose(point)
         assert a.labels == b.labels
-        assert rel(b.contributions[:, i: i + 1, :k], a.contributions, real) <= 1e-5, point
-        assert rel(b.total[i: i + 1, :k], a.total, real) <= 1e-5, point
+        assert rel(b.contributions[:, i : i + 1, :k], a.contributions, real) <= 1e-5, point
+        assert rel(b.total[i : i + 1, :k], a.total, real) <= 1e-5, point
 
 
 # =============================================================================================
@@ -268,6 +279,7 @@ def head_choice(draw, families=FAMILIES):
 
 # ---- 5. factored == materialised ------------------------------------------------------------
 
+
 @PROPERTY
 @given(choice=head_choice(), fold=st.booleans(), which=st.sampled_from(["ov", "qk"]), seed=seeds)
 def test_circuit_equals_materialised_product(choice, fold, which, seed):
@@ -278,7 +290,9 @@ def test_circuit_equals_materialised_product(choice, fold, which, seed):
     dense = W_V[l, h] @ W_O[l, h] if which == "ov" else W_Q[l, h] @ W_K[l, h].T  # [d, d]
     assert _close(c.AB, dense), (which, fold)
     # queries of the factored form against the dense matrix
-    assert abs(float(c.norm()) - float(torch.linalg.matrix_norm(dense))) <= 1e-5 * float(torch.linalg.matrix_norm(dense))
+    assert abs(float(c.norm()) - float(torch.linalg.matrix_norm(dense))) <= 1e-5 * float(
+        torch.linalg.matrix_norm(dense)
+    )
     S = torch.linalg.svdvals(dense)[: c.mdim]
     assert _close(c.S, S)
     v = torch.randn(model.arch.d_model, dtype=F64, generator=gen(seed))
@@ -317,21 +331,21 @@ def test_virtual_weight_equals_dense_product(m, fold, data):
     elif src == "pos_embed":
         left = w.W_pos.double() @ (P if (fold and ln) else torch.eye(d, dtype=F64))
     elif src.endswith(".mlp"):
-        left = w.W_out[int(src[1:src.index(".")])].double() @ (P if (fold and ln) else torch.eye(d, dtype=F64))
+        left = w.W_out[int(src[1 : src.index(".")])].double() @ (P if (fold and ln) else torch.eye(d, dtype=F64))
     else:
         l, h = (int(x) for x in src[1:].split(".H"))
         left = W_O[l, h]
     if dst == "unembed":
         right = W_U
     elif dst.endswith(".mlp.in"):
-        l = int(dst[1:dst.index(".")])
+        l = int(dst[1 : dst.index(".")])
         right = w.W_in[l].double()
         if fold and a.norm_placement == "pre":
             right = torch.diag(w.ln2_w[l].double()) @ right
             right = P @ right if ln else right
     else:
-        l = int(dst[1:dst.index(".")])
-        kind, idx = dst[dst.index("attn.") + 5], int(dst[dst.index("[H") + 2:-1])
+        l = int(dst[1 : dst.index(".")])
+        kind, idx = dst[dst.index("attn.") + 5], int(dst[dst.index("[H") + 2 : -1])
         if kind == "q":
             right = W_Q[l, idx]
         else:  # k / v are indexed by KV head: take any query head of that group
@@ -341,6 +355,7 @@ def test_virtual_weight_equals_dense_product(m, fold, data):
 
 
 # ---- 6. low rank: eigenvalues and norms against the materialised AB -------------------------
+
 
 @PROPERTY
 @given(n=st.integers(2, 12), data=st.data(), seed=seeds)
@@ -361,7 +376,7 @@ def test_low_rank_eigen_and_norm_identities(n, data, seed):
     if rest.numel():
         assert float(rest.abs().max()) <= 1e-8 * float(lam_AB.abs().max())
     # ‖AB‖_F² = tr(AᵀA BBᵀ), and the factored norm
-    fro2 = float((AB ** 2).sum())
+    fro2 = float((AB**2).sum())
     assert abs(float(torch.trace(A.T @ A @ B @ B.T)) - fro2) <= 1e-9 * fro2
     assert abs(float(c.norm()) ** 2 - fro2) <= 1e-9 * fro2
     # traces of powers (Σλ, Σλ²) agree
@@ -369,6 +384,7 @@ def test_low_rank_eigen_and_norm_identities(n, data, seed):
 
 
 # ---- 7. head as a tensor product: (A ⊗ W) vec(X) = vec(W X Aᵀ) --------------------------------
+
 
 @PROPERTY
 @given(pos=st.integers(1, 6), d=st.integers(1, 6), seed=seeds)
@@ -403,6 +419,7 @@ def test_head_operator_is_the_models_head(choice, batch):
 
 
 # ---- 8. composition scores: range, mask, scale invariance, dense reference -------------------
+
 
 def _comp_dense(model, kind, fold, s, d):
     W_Q, W_K, W_V, W_O, *_ = dense_weights(model, fold)
@@ -453,14 +470,22 @@ def test_composition_scores_are_scale_invariant(m, kind, fold, seed):
         mag = 10 ** (torch.rand(*shape, generator=g) * 3 - 1.5)
         return mag * torch.where(torch.rand(*shape, generator=g) < 0.5, -1.0, 1.0)
 
-    scaled = _scaled(model, {"W_Q": factors(a.n_layers, a.n_heads), "W_K": factors(a.n_layers, a.n_kv_heads),
-                             "W_V": factors(a.n_layers, a.n_kv_heads), "W_O": factors(a.n_layers, a.n_heads)})
+    scaled = _scaled(
+        model,
+        {
+            "W_Q": factors(a.n_layers, a.n_heads),
+            "W_K": factors(a.n_layers, a.n_kv_heads),
+            "W_V": factors(a.n_layers, a.n_kv_heads),
+            "W_O": factors(a.n_layers, a.n_heads),
+        },
+    )
     s0 = composition_scores(model, kind, fold_norms=fold).scores
     s1 = composition_scores(scaled, kind, fold_norms=fold).scores
     assert torch.allclose(s0, s1, rtol=1e-4, atol=1e-6, equal_nan=True)
 
 
 # ---- 9. copying scores: ±I and the dense eigenvalues ---------------------------------------
+
 
 @PROPERTY
 @given(m=model_choice(families=DECODERS), sign=st.sampled_from([1.0, -1.0]), seed=seeds, data=st.data())
@@ -497,6 +522,7 @@ def test_copying_scores_match_dense_full_ov_eigenvalues(m, fold):
 
 
 # ---- 10. head-basis gauge invariance --------------------------------------------------------
+
 
 def _well_conditioned(n: int, g: torch.Generator) -> torch.Tensor:
     Q1, _ = torch.linalg.qr(torch.randn(n, n, dtype=F64, generator=g))
@@ -538,6 +564,7 @@ def test_head_basis_gauge_invariance(m, seed, data):
 
 # ---- 11. residual-stream rotation invariance ------------------------------------------------
 
+
 def _orthogonal(d: int, g: torch.Generator, *, fix_ones: bool) -> torch.Tensor:
     """A random orthogonal R (float64); with fix_ones, R·1 = 1 (built here, not by interp)."""
     if not fix_ones:
@@ -567,7 +594,9 @@ def test_rotation_invariance(m, seed, batch, data):
     with torch.no_grad():
         l0, l1 = model.bridge(tokens), rot.bridge(tokens)
     assert _close(l1, l0, 1e-4)
-    point = data.draw(st.sampled_from([f"blocks.{l}.hook_resid_{w}" for l in range(a.n_layers) for w in ("pre", "post")]))
+    point = data.draw(
+        st.sampled_from([f"blocks.{l}.hook_resid_{w}" for l in range(a.n_layers) for w in ("pre", "post")])
+    )
     t0 = trace(model, tokens).decompose(point).total.double()
     t1 = trace(rot, tokens).decompose(point).total.double()
     assert _close(t1, t0 @ R, 1e-4), point
@@ -579,12 +608,19 @@ def test_rotation_invariance(m, seed, batch, data):
         if lab in ("final_bias", "unembed_bias"):
             continue  # the final norm's β moves into the unembedding bias when gains are folded
         assert abs(d1[lab].double() - d0[lab].double()).max() <= 1e-4 * scale, lab
-    moved = lambda r: sum((r[k].double() for k in ("final_bias", "unembed_bias") if k in r.labels),  # noqa: E731
-                          torch.zeros(tokens.shape[0], dtype=F64))
+    moved = lambda r: sum(
+        (r[k].double() for k in ("final_bias", "unembed_bias") if k in r.labels),  # noqa: E731
+        torch.zeros(tokens.shape[0], dtype=F64),
+    )
     assert float((moved(d1) - moved(d0)).abs().max()) <= 1e-4 * scale
     for kind in "QKV":
-        assert torch.allclose(composition_scores(model, kind).scores, composition_scores(rot, kind).scores,
-                              rtol=1e-3, atol=1e-5, equal_nan=True), kind
+        assert torch.allclose(
+            composition_scores(model, kind).scores,
+            composition_scores(rot, kind).scores,
+            rtol=1e-3,
+            atol=1e-5,
+            equal_nan=True,
+        ), kind
     assert torch.allclose(copying_scores(model).scores, copying_scores(rot).scores, atol=1e-4)
 
 
@@ -598,8 +634,18 @@ from interp.toy import ToyConfig, build_toy  # noqa: E402
 
 @functools.lru_cache(maxsize=64)
 def _toy(n_layers, n_heads, n_kv_heads, d_head, d_model, d_vocab, norm, positional, seed):
-    cfg = ToyConfig(n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, d_head=d_head, d_model=d_model,
-                    d_vocab=d_vocab, n_ctx=16, norm=norm, positional=positional, seed=seed)
+    cfg = ToyConfig(
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        d_head=d_head,
+        d_model=d_model,
+        d_vocab=d_vocab,
+        n_ctx=16,
+        norm=norm,
+        positional=positional,
+        seed=seed,
+    )
     return build_toy(cfg, name=f"toy-{seed}")
 
 
@@ -607,9 +653,14 @@ def _toy(n_layers, n_heads, n_kv_heads, d_head, d_model, d_vocab, norm, position
 def toys(draw):
     n_heads = draw(st.sampled_from([1, 2, 4]))
     return _toy(
-        draw(st.integers(1, 3)), n_heads, draw(st.sampled_from([k for k in (1, 2, 4) if n_heads % k == 0])),
-        draw(st.sampled_from([4, 8])), draw(st.sampled_from([8, 16])), draw(st.integers(8, 30)),
-        draw(st.sampled_from(["none", "layernorm", "rmsnorm"])), draw(st.sampled_from(["learned", "rotary", "none"])),
+        draw(st.integers(1, 3)),
+        n_heads,
+        draw(st.sampled_from([k for k in (1, 2, 4) if n_heads % k == 0])),
+        draw(st.sampled_from([4, 8])),
+        draw(st.sampled_from([8, 16])),
+        draw(st.integers(8, 30)),
+        draw(st.sampled_from(["none", "layernorm", "rmsnorm"])),
+        draw(st.sampled_from(["learned", "rotary", "none"])),
         draw(st.integers(0, 3)),
     )
 
@@ -619,7 +670,9 @@ def toys(draw):
 def test_path_expansion_sums_to_the_logits(model, data):
     a = model.arch
     b, n = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 8))
-    tokens = torch.tensor(data.draw(st.lists(st.integers(0, a.d_vocab - 1), min_size=b * n, max_size=b * n))).reshape(b, n)
+    tokens = torch.tensor(data.draw(st.lists(st.integers(0, a.d_vocab - 1), min_size=b * n, max_size=b * n))).reshape(
+        b, n
+    )
     answer = data.draw(st.lists(st.integers(0, a.d_vocab - 1), min_size=b, max_size=b))
     pos = data.draw(st.integers(-n, n - 1))
     pe = path_expansion(model, tokens, order=a.n_layers, answer=answer, pos=pos)
@@ -664,7 +717,9 @@ def test_toy_trace_closes_at_every_point(model, data):
     against transformer-lens's own cache, and the unembed read against the model's logits."""
     a = model.arch
     b, n = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 8))
-    tokens = torch.tensor(data.draw(st.lists(st.integers(0, a.d_vocab - 1), min_size=b * n, max_size=b * n))).reshape(b, n)
+    tokens = torch.tensor(data.draw(st.lists(st.integers(0, a.d_vocab - 1), min_size=b * n, max_size=b * n))).reshape(
+        b, n
+    )
     tr = trace(model, tokens)
     with torch.no_grad():
         logits, cache = model.bridge.run_with_cache(tokens, names_filter=lambda s: "hook_resid" in s)

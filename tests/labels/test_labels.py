@@ -20,8 +20,18 @@ def _model_labels(model) -> list[str]:
         out += [f"L{l}.H{h}" for h in range(a.n_heads)]
         out += [f"L{l}.attn.q[H{h}]" for h in range(a.n_heads)]
         out += [f"L{l}.attn.{kv}[H{g}]" for kv in "kv" for g in range(a.n_kv_heads)]
-        out += [f"L{l}.mlp", f"L{l}.mlp.in", f"L{l}.mlp.gate", f"L{l}.attn", f"L{l}.attn_bias", f"L{l}.mlp_bias",
-                f"L{l}.ln1", f"L{l}.ln2", f"L{l}.ln1_bias", f"L{l}.ln2_bias"]
+        out += [
+            f"L{l}.mlp",
+            f"L{l}.mlp.in",
+            f"L{l}.mlp.gate",
+            f"L{l}.attn",
+            f"L{l}.attn_bias",
+            f"L{l}.mlp_bias",
+            f"L{l}.ln1",
+            f"L{l}.ln2",
+            f"L{l}.ln1_bias",
+            f"L{l}.ln2_bias",
+        ]
         out += [f"L{l}.N{n}" for n in range(0, a.d_mlp, 7)]
         out += [f"blocks.{l}.hook_resid_{w}" for w in ("pre", "mid", "post")]
         out += [f"embed→L{l}.H{h}" for h in range(a.n_heads)]
@@ -59,8 +69,23 @@ def test_kinds_and_fields():
     assert sorted([L.Head(2, 0), L.Head(0, 3), L.Mlp(1)]) == [L.Head(0, 3), L.Mlp(1), L.Head(2, 0)]
 
 
-@pytest.mark.parametrize("bad", ["", "L3", "L3.H", "l3.h5", "L3.H5 ", "L3.attn.q[5]", "embed→", "L1.H2→embed",
-                                 "L0.H1→L1.mlp.in→unembed", "blocks.3.hook_resid", 3, None])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "L3",
+        "L3.H",
+        "l3.h5",
+        "L3.H5 ",
+        "L3.attn.q[5]",
+        "embed→",
+        "L1.H2→embed",
+        "L0.H1→L1.mlp.in→unembed",
+        "blocks.3.hook_resid",
+        3,
+        None,
+    ],
+)
 def test_bad_labels_raise_label_error(bad):
     with pytest.raises(LabelError):
         L.parse(bad)
@@ -76,8 +101,12 @@ def test_typed_parse_names_argument():
 
 @given(st.integers(0, 999), st.integers(0, 999), st.sampled_from("qkv"))
 def test_head_labels_round_trip(layer, head, which):
-    for lab in (L.Head(layer, head), L.HeadInput(layer, which, head), L.Neuron(layer, head),
-                L.Edge(L.Head(layer, head), L.HeadInput(layer + 1, which, head))):
+    for lab in (
+        L.Head(layer, head),
+        L.HeadInput(layer, which, head),
+        L.Neuron(layer, head),
+        L.Edge(L.Head(layer, head), L.HeadInput(layer + 1, which, head)),
+    ):
         assert L.parse(str(lab)) == lab
 
 

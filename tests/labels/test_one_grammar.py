@@ -7,7 +7,6 @@ import pathlib
 import re
 
 import pytest
-import torch
 
 import interp
 from interp import labels as L
@@ -51,21 +50,26 @@ def test_no_module_spells_or_parses_labels_outside_interp_labels():
     files = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "labels.py" or p.parent != PACKAGE)
     assert len(files) > 50  # the scan sees the package
     bad = [o for p in files for o in _offences(p.relative_to(PACKAGE).as_posix(), p.read_text(encoding="utf-8"))]
-    assert not bad, ("build labels with interp.labels types (str(Head(l, h)), ...) and parse them with "
-                     "interp.labels.parse / Type.parse:\n" + "\n".join(bad))
+    assert not bad, (
+        "build labels with interp.labels types (str(Head(l, h)), ...) and parse them with "
+        "interp.labels.parse / Type.parse:\n" + "\n".join(bad)
+    )
 
 
-@pytest.mark.parametrize("line, caught", [
-    ('    return f"L{layer}.H{head}"', True),
-    ("    x = f'L{l}.mlp'", True),
-    ('    raise LabelError(f"label={x!r} is outside L0.H0 … L{L - 1}.H{H - 1}")', True),
-    ('_HEAD = re.compile(r"L(\\d+)\\.H(\\d+)$")', True),
-    ('_HEAD = re.compile(r"^L(\\d+)\\.H(\\d+)$")', True),
-    ('_LAYER = re.compile(r"(?:L|blocks\\.)(\\d+)\\.")', True),
-    ('    return str(Head(layer, head))', False),
-    ('    label = f"{Head(layer, head)} OV"', False),
-    ('    names = [f"blocks.{l}.attn.hook_pattern" for l in layers]', False),
-])
+@pytest.mark.parametrize(
+    "line, caught",
+    [
+        ('    return f"L{layer}.H{head}"', True),
+        ("    x = f'L{l}.mlp'", True),
+        ('    raise LabelError(f"label={x!r} is outside L0.H0 … L{L - 1}.H{H - 1}")', True),
+        ('_HEAD = re.compile(r"L(\\d+)\\.H(\\d+)$")', True),
+        ('_HEAD = re.compile(r"^L(\\d+)\\.H(\\d+)$")', True),
+        ('_LAYER = re.compile(r"(?:L|blocks\\.)(\\d+)\\.")', True),
+        ("    return str(Head(layer, head))", False),
+        ('    label = f"{Head(layer, head)} OV"', False),
+        ('    names = [f"blocks.{l}.attn.hook_pattern" for l in layers]', False),
+    ],
+)
 def test_the_scan_catches_label_spellings(line, caught):
     assert bool(_offences("some/_new_module.py", line)) is caught
 

@@ -18,22 +18,60 @@ import interp.circuits as C
 from interp.circuits._labels import check_order, parse_read, parse_write
 from interp.errors import ArgumentError, LabelError, UnsupportedArchitectureError, UnsupportedOperationError
 from interp.models import (
-    ToyConfig, build_program, build_toy, hf_state_from_weights, hf_writable, native_state_dict,
-    program_position, sees,
+    ToyConfig,
+    build_program,
+    build_toy,
+    hf_state_from_weights,
+    hf_writable,
+    native_state_dict,
+    program_position,
+    sees,
 )
 from interp.models import model_from_hf_unchecked as model_from_hf
 from tiny_models import FAMILIES, tiny_hf_model, tiny_tokenizer
 
 # The capabilities of each tiny config (tests/tiny_models.py), written out by hand.
 EXPECTED = {
-    "gpt2": dict(has_logits=True, causal=True, attn_bias=True, mlp_bias=True, parallel_attn_mlp=False,
-                 norm="layernorm", norm_placement="pre", group_size=1),
-    "llama": dict(has_logits=True, causal=True, attn_bias=False, mlp_bias=False, parallel_attn_mlp=False,
-                  norm="rmsnorm", norm_placement="pre", group_size=2),
-    "neox": dict(has_logits=True, causal=True, attn_bias=True, mlp_bias=True, parallel_attn_mlp=True,
-                 norm="layernorm", norm_placement="pre", group_size=1),
-    "bert": dict(has_logits=False, causal=False, attn_bias=True, mlp_bias=True, parallel_attn_mlp=False,
-                 norm="layernorm", norm_placement="post", group_size=1),
+    "gpt2": dict(
+        has_logits=True,
+        causal=True,
+        attn_bias=True,
+        mlp_bias=True,
+        parallel_attn_mlp=False,
+        norm="layernorm",
+        norm_placement="pre",
+        group_size=1,
+    ),
+    "llama": dict(
+        has_logits=True,
+        causal=True,
+        attn_bias=False,
+        mlp_bias=False,
+        parallel_attn_mlp=False,
+        norm="rmsnorm",
+        norm_placement="pre",
+        group_size=2,
+    ),
+    "neox": dict(
+        has_logits=True,
+        causal=True,
+        attn_bias=True,
+        mlp_bias=True,
+        parallel_attn_mlp=True,
+        norm="layernorm",
+        norm_placement="pre",
+        group_size=1,
+    ),
+    "bert": dict(
+        has_logits=False,
+        causal=False,
+        attn_bias=True,
+        mlp_bias=True,
+        parallel_attn_mlp=False,
+        norm="layernorm",
+        norm_placement="post",
+        group_size=1,
+    ),
 }
 
 # HF parameter names of layer 0's attention and MLP output-projection biases.
@@ -53,9 +91,13 @@ def _bias_params(hf, family):
 @pytest.fixture(scope="module")
 def toys():
     """Attention-only native models: learned positions, and rotary + GQA + RMSNorm."""
-    return [build_toy(ToyConfig(n_layers=2, n_heads=4, d_model=16, d_head=4), name="toy-learned"),
-            build_toy(ToyConfig(n_layers=3, n_heads=4, n_kv_heads=2, d_model=16, d_head=4, norm="rmsnorm",
-                                positional="rotary"), name="toy-rotary-gqa")]
+    return [
+        build_toy(ToyConfig(n_layers=2, n_heads=4, d_model=16, d_head=4), name="toy-learned"),
+        build_toy(
+            ToyConfig(n_layers=3, n_heads=4, n_kv_heads=2, d_model=16, d_head=4, norm="rmsnorm", positional="rotary"),
+            name="toy-rotary-gqa",
+        ),
+    ]
 
 
 # ---- capabilities --------------------------------------------------------------------------------
@@ -76,8 +118,9 @@ def test_output_biases_are_the_hf_modules_own(family):
     assert (m.arch.attn_bias, m.arch.mlp_bias) == has
 
 
-@pytest.mark.parametrize("overrides", [dict(attention_bias=True), dict(mlp_bias=True),
-                                       dict(attention_bias=True, mlp_bias=True)])
+@pytest.mark.parametrize(
+    "overrides", [dict(attention_bias=True), dict(mlp_bias=True), dict(attention_bias=True, mlp_bias=True)]
+)
 def test_llama_biases_read_from_config(overrides):
     hf = tiny_hf_model("llama", **overrides)
     has = _bias_params(hf, "llama")
@@ -161,8 +204,9 @@ def test_program_order_equals_old_fractional_order(tiny_models, toys):
 def test_virtual_weight_norms_mask_follows_old_order(tiny_models, toys):
     for m in _all_models(tiny_models, toys):
         v = C.virtual_weight_norms(m)
-        old = torch.tensor([[_old_write_order(w) < _old_read_order(r, m.arch.parallel_attn_mlp) for r in v.reads]
-                            for w in v.writes])
+        old = torch.tensor(
+            [[_old_write_order(w) < _old_read_order(r, m.arch.parallel_attn_mlp) for r in v.reads] for w in v.writes]
+        )
         assert torch.equal(~torch.isnan(v.values), old), m.arch.name
 
 
@@ -172,15 +216,23 @@ def test_erasure_candidates_pairs_follow_old_order(tiny_models, toys):
         a = m.arch
         t = C.erasure_candidates(m, screen=10_000).table
         srcs = [s for s in C.write_labels(m) if s != "pos_embed"]  # sources: embed, heads, MLPs
-        want = {(s, f"L{l}.H{h}") for s in srcs for l in range(a.n_layers) for h in range(a.n_heads)
-                if _old_write_order(s) < l + 0.25}
+        want = {
+            (s, f"L{l}.H{h}")
+            for s in srcs
+            for l in range(a.n_layers)
+            for h in range(a.n_heads)
+            if _old_write_order(s) < l + 0.25
+        }
         assert set(zip(t["src"], t["dst"])) == want, a.name
 
 
 def test_parallel_block_mlp_does_not_read_its_own_heads(tiny_models):
     neox, gpt2 = tiny_models["neox"], tiny_models["gpt2"]
-    with pytest.raises(ArgumentError, match=r"in this parallel-block model \(gpt_neox\) L1's MLP reads the same "
-                                            r"residual stream as its attention, before L1's heads write"):
+    with pytest.raises(
+        ArgumentError,
+        match=r"in this parallel-block model \(gpt_neox\) L1's MLP reads the same "
+        r"residual stream as its attention, before L1's heads write",
+    ):
         C.virtual_weights(neox, "L1.H2", "L1.mlp.in")
     C.virtual_weights(gpt2, "L1.H2", "L1.mlp.in")  # a sequential block's MLP reads its heads
     with pytest.raises(ArgumentError, match=r"L1.attn.q\[H0\] is read before L1.H2 is written"):
@@ -197,8 +249,9 @@ def test_program_position_of_gate_and_bad_labels(tiny_models):
 # ---- TL -> HF weight map: the inverse of the reader ----------------------------------------------
 
 
-@pytest.mark.parametrize("family,overrides", [("gpt2", {}), ("llama", {}), ("neox", {}),
-                                              ("llama", dict(attention_bias=True, mlp_bias=True))])
+@pytest.mark.parametrize(
+    "family,overrides", [("gpt2", {}), ("llama", {}), ("neox", {}), ("llama", dict(attention_bias=True, mlp_bias=True))]
+)
 def test_hf_state_from_weights_inverts_the_reader(family, overrides):
     hf = tiny_hf_model(family, **overrides)
     params = {n: p.detach().clone() for n, p in hf.named_parameters()}  # before the bridge wraps the module
@@ -237,13 +290,19 @@ def test_real_model_capabilities(smollm2, minilm):
     s, b = smollm2.arch, minilm.arch
     assert (s.has_logits, s.causal, s.attn_bias, s.mlp_bias, s.group_size) == (True, True, False, False, 3)
     assert (b.has_logits, b.causal, b.attn_bias, b.mlp_bias, b.norm_placement) == (False, False, True, True, "post")
+
     def names(m):  # the HF module's parameter names (the bridge wraps each submodule in place)
-        return {n.replace("._original_component", "").removeprefix("bert.")
-                for n, _ in m.bridge.original_model.named_parameters()}
+        return {
+            n.replace("._original_component", "").removeprefix("bert.")
+            for n, _ in m.bridge.original_model.named_parameters()
+        }
 
     hf_s = names(smollm2)
     assert "model.layers.0.self_attn.o_proj.weight" in hf_s and "model.layers.0.mlp.down_proj.weight" in hf_s
-    assert ("model.layers.0.self_attn.o_proj.bias" in hf_s, "model.layers.0.mlp.down_proj.bias" in hf_s) == (False, False)
+    assert ("model.layers.0.self_attn.o_proj.bias" in hf_s, "model.layers.0.mlp.down_proj.bias" in hf_s) == (
+        False,
+        False,
+    )
     assert {"encoder.layer.0.attention.output.dense.bias", "encoder.layer.0.output.dense.bias"} <= names(minilm)
     for m in (smollm2, minilm):
         a = m.arch

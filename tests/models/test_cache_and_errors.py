@@ -410,7 +410,9 @@ def test_unknown_catalog_name_lists_catalog(name):
         assert entry.name in msg
 
 
-@pytest.mark.parametrize("name", ["/nonexistent/interp/model", "./no/such/dir", "~/no-such-interp-model/x/y", "missing.gguf"])
+@pytest.mark.parametrize(
+    "name", ["/nonexistent/interp/model", "./no/such/dir", "~/no-such-interp-model/x/y", "missing.gguf"]
+)
 def test_nonexistent_path(name):
     with pytest.raises(ModelNotFoundError, match="no such|not a catalog model") as err:
         interp.load_model(name)
@@ -446,8 +448,15 @@ def test_unsupported_architecture_names_supported_families(tmp_path, arch):
 
     torch.manual_seed(0)
     if arch == "opt":
-        cfg = transformers.OPTConfig(vocab_size=100, hidden_size=16, num_hidden_layers=1, ffn_dim=32,
-                                     num_attention_heads=2, max_position_embeddings=32, word_embed_proj_dim=16)
+        cfg = transformers.OPTConfig(
+            vocab_size=100,
+            hidden_size=16,
+            num_hidden_layers=1,
+            ffn_dim=32,
+            num_attention_heads=2,
+            max_position_embeddings=32,
+            word_embed_proj_dim=16,
+        )
         model = transformers.OPTForCausalLM(cfg)
     else:
         cfg = transformers.T5Config(vocab_size=100, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2)
@@ -506,6 +515,12 @@ def test_model_from_hf_checks_dtype():
 
 
 def test_errors_are_interp_errors():
-    for cls in (ArgumentError, MissingPackageError, ModelLoadError, ModelNotFoundError, OfflineError,
-                UnsupportedArchitectureError):
+    for cls in (
+        ArgumentError,
+        MissingPackageError,
+        ModelLoadError,
+        ModelNotFoundError,
+        OfflineError,
+        UnsupportedArchitectureError,
+    ):
         assert issubclass(cls, InterpError)

@@ -21,21 +21,74 @@ from tiny_models import FAMILIES, VOCAB, tiny_hf_model, tiny_model
 ATOL = 1e-4  # fp32, as required of the bridge (issue 2)
 
 # What each tiny config (tests/tiny_models.py) is, written out by hand.
-_COMMON = dict(n_layers=2, n_heads=4, d_model=32, d_head=8, d_vocab=VOCAB, n_ctx=64,
-               compatibility_mode=False, attn_only=False)
+_COMMON = dict(
+    n_layers=2, n_heads=4, d_model=32, d_head=8, d_vocab=VOCAB, n_ctx=64, compatibility_mode=False, attn_only=False
+)
 EXPECTED_ARCH = {
-    "gpt2": dict(_COMMON, family="gpt2", n_kv_heads=4, d_mlp=128, norm="layernorm", norm_placement="pre",
-                 parallel_attn_mlp=False, positional="learned", causal=True, norm_eps=1e-5,
-                 gated_mlp=False, act_fn="gelu_new", has_unembed=True, rotary_dim=0),
-    "llama": dict(_COMMON, family="llama", n_kv_heads=2, d_mlp=64, norm="rmsnorm", norm_placement="pre",
-                  parallel_attn_mlp=False, positional="rotary", causal=True, norm_eps=1e-6,
-                  gated_mlp=True, act_fn="silu", has_unembed=True, rotary_dim=8),
-    "neox": dict(_COMMON, family="gpt_neox", n_kv_heads=4, d_mlp=64, norm="layernorm", norm_placement="pre",
-                 parallel_attn_mlp=True, positional="rotary", causal=True, norm_eps=1e-5,
-                 gated_mlp=False, act_fn="gelu", has_unembed=True, rotary_dim=2),  # rotary_pct 0.25
-    "bert": dict(_COMMON, family="bert", n_kv_heads=4, d_mlp=64, norm="layernorm", norm_placement="post",
-                 parallel_attn_mlp=False, positional="learned", causal=False, norm_eps=1e-12,
-                 gated_mlp=False, act_fn="gelu", has_unembed=False, rotary_dim=0),
+    "gpt2": dict(
+        _COMMON,
+        family="gpt2",
+        n_kv_heads=4,
+        d_mlp=128,
+        norm="layernorm",
+        norm_placement="pre",
+        parallel_attn_mlp=False,
+        positional="learned",
+        causal=True,
+        norm_eps=1e-5,
+        gated_mlp=False,
+        act_fn="gelu_new",
+        has_unembed=True,
+        rotary_dim=0,
+    ),
+    "llama": dict(
+        _COMMON,
+        family="llama",
+        n_kv_heads=2,
+        d_mlp=64,
+        norm="rmsnorm",
+        norm_placement="pre",
+        parallel_attn_mlp=False,
+        positional="rotary",
+        causal=True,
+        norm_eps=1e-6,
+        gated_mlp=True,
+        act_fn="silu",
+        has_unembed=True,
+        rotary_dim=8,
+    ),
+    "neox": dict(
+        _COMMON,
+        family="gpt_neox",
+        n_kv_heads=4,
+        d_mlp=64,
+        norm="layernorm",
+        norm_placement="pre",
+        parallel_attn_mlp=True,
+        positional="rotary",
+        causal=True,
+        norm_eps=1e-5,
+        gated_mlp=False,
+        act_fn="gelu",
+        has_unembed=True,
+        rotary_dim=2,
+    ),  # rotary_pct 0.25
+    "bert": dict(
+        _COMMON,
+        family="bert",
+        n_kv_heads=4,
+        d_mlp=64,
+        norm="layernorm",
+        norm_placement="post",
+        parallel_attn_mlp=False,
+        positional="learned",
+        causal=False,
+        norm_eps=1e-12,
+        gated_mlp=False,
+        act_fn="gelu",
+        has_unembed=False,
+        rotary_dim=0,
+    ),
 }
 
 
@@ -169,7 +222,9 @@ def test_float64(family, ids):
     # (interp.models._numerics.full_precision_norms), so the reference does too.
     for mod in hf.modules():
         if type(mod).__name__ == "LlamaRMSNorm":
-            mod.forward = lambda x, mod=mod: mod.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + mod.variance_epsilon))
+            mod.forward = lambda x, mod=mod: (
+                mod.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + mod.variance_epsilon))
+            )
     assert m.dtype == torch.float64 and m.weights.W_Q.dtype == torch.float64
     assert all(p.dtype == torch.float64 for p in m.bridge.parameters())
     with torch.no_grad():
@@ -367,7 +422,7 @@ def test_half_precision_weights_are_exact_copies(dtype):
     for layer in range(2):
         q = layers[layer].self_attn.q_proj.weight.detach()  # [n_heads*d_head, d_model]
         for h in range(4):
-            assert torch.equal(w.W_Q[layer, h], q[8 * h: 8 * (h + 1)].T)
+            assert torch.equal(w.W_Q[layer, h], q[8 * h : 8 * (h + 1)].T)
         assert torch.equal(w.W_gate[layer], layers[layer].mlp.gate_proj.weight.detach().T)
         assert torch.equal(w.W_out[layer], layers[layer].mlp.down_proj.weight.detach().T)
     ids = torch.tensor([[1, 5, 6, 7]])

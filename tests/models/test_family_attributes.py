@@ -53,11 +53,14 @@ def test_a_made_up_attribute_is_refused_by_name(model_type):
         arch_from_hf_config(config, name="x")
 
 
-@pytest.mark.parametrize("family,attribute,value", [
-    ("llama", "attn_logit_softcapping", 50.0),  # Gemma 2's soft-cap: Hugging Face's Llama never applies it
-    ("llama", "sliding_window", 3),             # Mistral's window: Llama's modules ignore it
-    ("qwen2", "final_logit_softcapping", 30.0),
-])
+@pytest.mark.parametrize(
+    "family,attribute,value",
+    [
+        ("llama", "attn_logit_softcapping", 50.0),  # Gemma 2's soft-cap: Hugging Face's Llama never applies it
+        ("llama", "sliding_window", 3),  # Mistral's window: Llama's modules ignore it
+        ("qwen2", "final_logit_softcapping", 30.0),
+    ],
+)
 def test_another_familys_capability_is_refused_not_applied(family, attribute, value):
     """Regression: the shared Llama-shaped reader read soft-caps and windows off any config, so a Llama config
     carrying them was analysed as capped / windowed while its own forward is not."""
@@ -77,12 +80,15 @@ def test_a_made_up_rope_type_is_refused():
     assert arch_from_hf_config(config, name="x").positional == "rotary"
 
 
-@pytest.mark.parametrize("family,attribute,value", [
-    ("bert", "is_decoder", True),                       # a causal BERT
-    ("bert", "add_cross_attention", True),
-    ("gemma2", "use_bidirectional_attention", True),    # Gemma's bidirectional (embedding) variant
-    ("gpt2", "add_cross_attention", True),
-])
+@pytest.mark.parametrize(
+    "family,attribute,value",
+    [
+        ("bert", "is_decoder", True),  # a causal BERT
+        ("bert", "add_cross_attention", True),
+        ("gemma2", "use_bidirectional_attention", True),  # Gemma's bidirectional (embedding) variant
+        ("gpt2", "add_cross_attention", True),
+    ],
+)
 def test_required_values_are_checked(family, attribute, value):
     """Regression: a BERT with is_decoder=True (causal attention in Hugging Face) was read as bidirectional."""
     config = tiny_config(family)
@@ -103,8 +109,12 @@ def test_no_family_name_branches_outside_the_family_files():
     """Capabilities, not names: no ``family.startswith(...)`` / ``family in (...)`` branch in interp."""
     root = pathlib.Path(__file__).resolve().parents[2] / "interp"
     pattern = re.compile(r"family\s*\)?\s*\.startswith\(|family\s+(not\s+)?in\s+\(|family\s*[!=]=\s*\"(?!native)")
-    hits = [f"{p.relative_to(root)}:{i}" for p in root.rglob("*.py")
-            for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    hits = [
+        f"{p.relative_to(root)}:{i}"
+        for p in root.rglob("*.py")
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
     assert not hits, hits
 
 

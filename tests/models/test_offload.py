@@ -30,8 +30,10 @@ def _placement(family: str) -> dict:
     """Block 0 on the CPU, blocks 1.. on disk (read back from the folder's safetensors), the rest on the CPU."""
     prefix = "transformer.h" if family == "gpt2" else "model.layers"
     dm = {f"{prefix}.{l}": "cpu" if l == 0 else "disk" for l in range(N_LAYERS)}
-    rest = {"gpt2": ["transformer.wte", "transformer.wpe", "transformer.ln_f", "lm_head"],
-            "llama": ["model.embed_tokens", "model.norm", "model.rotary_emb", "lm_head"]}[family]
+    rest = {
+        "gpt2": ["transformer.wte", "transformer.wpe", "transformer.ln_f", "lm_head"],
+        "llama": ["model.embed_tokens", "model.norm", "model.rotary_emb", "lm_head"],
+    }[family]
     return {**dm, **{k: "cpu" for k in rest}}
 
 
@@ -64,7 +66,9 @@ def test_offloaded_tiny_model_streams_blocks(pair):
     for l in range(N_LAYERS):  # each block read back equals the in-memory weights exactly
         for name in ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out"):
             assert torch.equal(getattr(off.weights, name)[l], getattr(mem.weights, name)[l]), (name, l)
-    assert torch.equal(off.weights.W_E, mem.weights.W_E) and torch.equal(off.weights.need("W_U"), mem.weights.need("W_U"))
+    assert torch.equal(off.weights.W_E, mem.weights.W_E) and torch.equal(
+        off.weights.need("W_U"), mem.weights.need("W_U")
+    )
 
 
 @pytest.mark.filterwarnings("ignore::interp.errors.CompletenessWarning")  # EAP's own estimate, the same in both
@@ -76,8 +80,9 @@ def test_offloaded_tiny_model_same_attribution_patch_and_edges(pair):
     torch.testing.assert_close(oa.values, ra.values, rtol=1e-6, atol=1e-6)
     rp, op = (interp.patch(m, clean, corrupt, metric=metric, nodes="heads", progress=False) for m in (mem, off))
     torch.testing.assert_close(op.values, rp.values, rtol=1e-6, atol=1e-6)
-    re_, oe = (interp.edge_attribution(m, clean, corrupt, metric=metric, method="eap", progress=False)
-               for m in (mem, off))
+    re_, oe = (
+        interp.edge_attribution(m, clean, corrupt, metric=metric, method="eap", progress=False) for m in (mem, off)
+    )
     assert oe.edges == re_.edges
     torch.testing.assert_close(oe.scores, re_.scores, rtol=1e-6, atol=1e-6)
 
@@ -87,8 +92,12 @@ def test_offloaded_tiny_model_same_attribution_patch_and_edges(pair):
 def test_offloaded_eap_ig_equals_in_memory(pair, ig_at):
     _, mem, off = pair
     clean, corrupt, metric = _prompts()
-    r, o = (interp.edge_attribution(m, clean, corrupt, metric=metric, method="eap-ig", ig_steps=3, ig_at=ig_at,
-                                    progress=False) for m in (mem, off))
+    r, o = (
+        interp.edge_attribution(
+            m, clean, corrupt, metric=metric, method="eap-ig", ig_steps=3, ig_at=ig_at, progress=False
+        )
+        for m in (mem, off)
+    )
     torch.testing.assert_close(o.scores, r.scores, rtol=1e-6, atol=1e-6)
     assert o.completeness == pytest.approx(r.completeness, rel=1e-6, abs=1e-7)
 
@@ -131,19 +140,22 @@ def tiny_dir(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("kw, err, match", [
-    (dict(device_map="everywhere"), ArgumentError, "device_map='everywhere'"),
-    (dict(device_map=3.5), ArgumentError, "device_map=3.5"),
-    (dict(device_map={}), ArgumentError, "places nothing"),
-    (dict(device_map={"model.layers.0": "floppy"}), ArgumentError, r"device_map\['model.layers.0'\]='floppy'"),
-    (dict(device_map={"": 7}), ArgumentError, "CUDA devices here"),
-    (dict(device_map={0: "cpu"}), ArgumentError, "must be a module name"),
-    (dict(max_memory={"cpu": "1GB"}), ArgumentError, "needs device_map"),
-    (dict(offload_folder="/tmp/x"), ArgumentError, "needs device_map"),
-    (dict(device_map="auto", max_memory={"cpu": "lots"}), ArgumentError, r"max_memory\['cpu'\]='lots'"),
-    (dict(device_map="auto", max_memory=["cpu"]), ArgumentError, "must be a dict"),
-    (dict(device_map="auto", max_memory={"cpu": "10KB"}), MemoryCapError, "even one block"),
-])
+@pytest.mark.parametrize(
+    "kw, err, match",
+    [
+        (dict(device_map="everywhere"), ArgumentError, "device_map='everywhere'"),
+        (dict(device_map=3.5), ArgumentError, "device_map=3.5"),
+        (dict(device_map={}), ArgumentError, "places nothing"),
+        (dict(device_map={"model.layers.0": "floppy"}), ArgumentError, r"device_map\['model.layers.0'\]='floppy'"),
+        (dict(device_map={"": 7}), ArgumentError, "CUDA devices here"),
+        (dict(device_map={0: "cpu"}), ArgumentError, "must be a module name"),
+        (dict(max_memory={"cpu": "1GB"}), ArgumentError, "needs device_map"),
+        (dict(offload_folder="/tmp/x"), ArgumentError, "needs device_map"),
+        (dict(device_map="auto", max_memory={"cpu": "lots"}), ArgumentError, r"max_memory\['cpu'\]='lots'"),
+        (dict(device_map="auto", max_memory=["cpu"]), ArgumentError, "must be a dict"),
+        (dict(device_map="auto", max_memory={"cpu": "10KB"}), MemoryCapError, "even one block"),
+    ],
+)
 def test_bad_placement_arguments_are_typed(tiny_dir, kw, err, match):
     with pytest.raises(err, match=match):
         interp.load_model(str(tiny_dir), **kw)
@@ -202,9 +214,16 @@ _PROBE = textwrap.dedent("""
 def test_smollm2_under_a_200MB_cap_equals_in_memory_with_less_peak_memory(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
-    procs = {mode: subprocess.Popen([sys.executable, "-c", _PROBE, mode, str(tmp_path / mode)], env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for mode in ("mem", "off")}  # side by side: each measures its own process's peak
+    procs = {
+        mode: subprocess.Popen(
+            [sys.executable, "-c", _PROBE, mode, str(tmp_path / mode)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for mode in ("mem", "off")
+    }  # side by side: each measures its own process's peak
     runs = {}
     for mode, proc in procs.items():
         _, err = proc.communicate(timeout=900)
@@ -217,7 +236,8 @@ def test_smollm2_under_a_200MB_cap_equals_in_memory_with_less_peak_memory(tmp_pa
         torch.testing.assert_close(ov[k], mv[k], rtol=1e-6, atol=1e-6, msg=k)
     ratio = off["peak"] / mem["peak"]
     above = (off["peak"] - off["imports"]) / (mem["peak"] - mem["imports"])
-    print(f"peak RSS: in memory {mem['peak']:.0f} MiB, offloaded {off['peak']:.0f} MiB ({ratio:.0%}); above the "
-          f"imports ({mem['imports']:.0f} MiB) {above:.0%}")
+    print(
+        f"peak RSS: in memory {mem['peak']:.0f} MiB, offloaded {off['peak']:.0f} MiB ({ratio:.0%}); above the "
+        f"imports ({mem['imports']:.0f} MiB) {above:.0%}"
+    )
     assert ratio <= 0.60, (mem, off)
-

@@ -20,7 +20,13 @@ def test_capabilities_and_weights_are_the_configs():
     m = tiny_model("olmo2")
     a, w = m.arch, m.weights
     hf = tiny_hf_model("olmo2")
-    assert (a.family, a.pre_norms, a.qk_norm, a.qk_norm_scope, a.sandwich_norms) == ("olmo2", False, True, "projection", True)
+    assert (a.family, a.pre_norms, a.qk_norm, a.qk_norm_scope, a.sandwich_norms) == (
+        "olmo2",
+        False,
+        True,
+        "projection",
+        True,
+    )
     att = hf.model.layers[1].self_attn
     assert w.q_norm_w is not None and w.k_norm_w is not None
     torch.testing.assert_close(w.q_norm_w[1].reshape(-1), att.q_norm.weight.detach())  # [H, dh] = the [H·dh] gain
@@ -43,12 +49,14 @@ def _hf_tensors(batch):
 
     hs = []
     for l, layer in enumerate(hf.model.layers):
-        hs += [layer.self_attn.q_proj.register_forward_pre_hook(pre("q_in", l)),
-               layer.self_attn.o_proj.register_forward_pre_hook(pre("z", l)),
-               layer.self_attn.o_proj.register_forward_hook(post("o", l)),
-               layer.post_attention_layernorm.register_forward_hook(post("attn_out", l)),
-               layer.mlp.register_forward_pre_hook(pre("mlp_in", l)),
-               layer.post_feedforward_layernorm.register_forward_hook(post("mlp_out", l))]
+        hs += [
+            layer.self_attn.q_proj.register_forward_pre_hook(pre("q_in", l)),
+            layer.self_attn.o_proj.register_forward_pre_hook(pre("z", l)),
+            layer.self_attn.o_proj.register_forward_hook(post("o", l)),
+            layer.post_attention_layernorm.register_forward_hook(post("attn_out", l)),
+            layer.mlp.register_forward_pre_hook(pre("mlp_in", l)),
+            layer.post_feedforward_layernorm.register_forward_hook(post("mlp_out", l)),
+        ]
     out = hooked_forward(hf, hs, batch.tokens, attention_mask=batch.attention_mask, output_hidden_states=True)
     return got, out
 
@@ -69,8 +77,11 @@ def test_every_read_decomposes_exactly_to_the_hf_tensor():
     mask = batch.attention_mask
     a = m.arch
     for l in range(a.n_layers):
-        for read, ref in ((f"L{l}.attn.q[H1]", hf["q_in", l]), (f"L{l}.attn.k[H0]", hf["q_in", l]),
-                          (f"L{l}.mlp.in", hf["mlp_in", l])):
+        for read, ref in (
+            (f"L{l}.attn.q[H1]", hf["q_in", l]),
+            (f"L{l}.attn.k[H0]", hf["q_in", l]),
+            (f"L{l}.mlp.in", hf["mlp_in", l]),
+        ):
             d = tr.decompose(read)
             assert d.relative_error < 1e-5, (read, d.relative_error)
             assert _rel(d.contributions.sum(0), ref, mask) < 1e-5, read
@@ -85,8 +96,14 @@ def test_every_read_decomposes_exactly_to_the_hf_tensor():
         heads = sum(mid[f"L{l}.H{h}"] for h in range(a.n_heads))
         assert _rel(heads, hf["attn_out", l], mask) < 1e-5  # no o_proj bias: the heads are the whole output
         post = tr.decompose(f"blocks.{l}.hook_resid_post")
-        assert _rel(post.contributions.sum(0), out.hidden_states[l + 1] if l + 1 < a.n_layers else
-                    hf["mlp_in", l] + hf["mlp_out", l], mask) < 1e-5
+        assert (
+            _rel(
+                post.contributions.sum(0),
+                out.hidden_states[l + 1] if l + 1 < a.n_layers else hf["mlp_in", l] + hf["mlp_out", l],
+                mask,
+            )
+            < 1e-5
+        )
         assert _rel(post[f"L{l}.mlp"], hf["mlp_out", l], mask) < 1e-5
     d = tr.decompose("unembed")  # through the final norm (OLMo 2's only norm on the stream itself)
     assert d.relative_error < 1e-5
@@ -102,8 +119,11 @@ def test_qk_norm_mixes_heads_a_patch_of_one_key_moves_every_heads_scores():
     hf = tiny_hf_model("olmo2", dtype=torch.float64)
     for mod in hf.modules():  # HF's RMSNorm rounds through float32: compute it in float64 as interp does
         if type(mod).__name__ == "Olmo2RMSNorm":
-            mod.forward = (lambda self: lambda x: self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True)
-                                                                                 + self.variance_epsilon)))(mod)
+            mod.forward = (
+                lambda self: (
+                    lambda x: self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+                )
+            )(mod)
     bc, bk = (interp.stream.as_batch(m, t) for t in (clean, corrupt))
     k_proj = hf.model.layers[1].self_attn.k_proj
     dh = m.arch.d_head
@@ -128,5 +148,6 @@ def test_qk_fix_is_refused_by_type():
     head's q moves every head's, so the fix is refused (plain AtP runs)."""
     m = tiny_model("olmo2")
     with pytest.raises(UnsupportedArchitectureError, match="whole projected q and k"):
-        interp.attribution_patch(m, "w1 w2 w3", "w4 w5 w6", metric=interp.Logit("w7"), nodes=["L1.attn.q[H0]"],
-                                 qk_fix=True)
+        interp.attribution_patch(
+            m, "w1 w2 w3", "w4 w5 w6", metric=interp.Logit("w7"), nodes=["L1.attn.q[H0]"], qk_fix=True
+        )

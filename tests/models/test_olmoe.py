@@ -32,14 +32,20 @@ def test_the_config_is_read_as_olmoe():
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.float64, 1e-12)])
 def test_self_check_and_moe_block_equal_hf(renormalise, dtype, tol):
     hf = tiny_hf_model("olmoe", dtype=dtype, norm_topk_prob=renormalise)
-    m = model_from_hf(tiny_hf_model("olmoe", dtype=dtype, norm_topk_prob=renormalise), tiny_tokenizer(),
-                      name="tiny-olmoe", dtype=dtype)
+    m = model_from_hf(
+        tiny_hf_model("olmoe", dtype=dtype, norm_topk_prob=renormalise),
+        tiny_tokenizer(),
+        name="tiny-olmoe",
+        dtype=dtype,
+    )
     assert m.arch.router_renormalise is renormalise
     assert self_check(m) < tol
     batch = interp.stream.as_batch(m, PROMPTS)
     got = {}
-    hs = [layer.mlp.register_forward_hook(lambda mod, args, out, l=l: got.__setitem__(l, (args[0], out)))
-          for l, layer in enumerate(hf.model.layers)]
+    hs = [
+        layer.mlp.register_forward_hook(lambda mod, args, out, l=l: got.__setitem__(l, (args[0], out)))
+        for l, layer in enumerate(hf.model.layers)
+    ]
     hooked_forward(hf, hs, batch.tokens, attention_mask=batch.attention_mask)
     e = Engine(m)
     for l, (x, out) in got.items():
@@ -60,8 +66,10 @@ def test_trace_decomposes_exactly_and_attribution_closes_on_hf_logits():
     batch = interp.stream.as_batch(m, PROMPTS)
     hf = tiny_hf_model("olmoe")
     outs = {}
-    hs = [layer.mlp.register_forward_hook(lambda mod, args, out, l=l: outs.__setitem__(l, out))
-          for l, layer in enumerate(hf.model.layers)]
+    hs = [
+        layer.mlp.register_forward_hook(lambda mod, args, out, l=l: outs.__setitem__(l, out))
+        for l, layer in enumerate(hf.model.layers)
+    ]
     ref = hooked_forward(hf, hs, batch.tokens, attention_mask=batch.attention_mask, output_hidden_states=True)
     mask = batch.attention_mask.bool()
     for l in range(m.arch.n_layers):

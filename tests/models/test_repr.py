@@ -32,8 +32,10 @@ def test_repr_states_the_real_norm_placement(family):
 def test_repr_of_an_offloaded_model_says_where_its_blocks_are(tmp_path):
     tiny_hf_model("llama", n_layers=4).save_pretrained(tmp_path)
     tiny_tokenizer().save_pretrained(tmp_path)
-    placement = {**{f"model.layers.{l}": "cpu" if l == 0 else "disk" for l in range(4)},
-                 **dict.fromkeys(["model.embed_tokens", "model.norm", "model.rotary_emb", "lm_head"], "cpu")}
+    placement = {
+        **{f"model.layers.{l}": "cpu" if l == 0 else "disk" for l in range(4)},
+        **dict.fromkeys(["model.embed_tokens", "model.norm", "model.rotary_emb", "lm_head"], "cpu"),
+    }
     model = interp.load_model(str(tmp_path), device_map=placement, offload_folder=str(tmp_path / "offload"))
     assert model.block_devices == ("cpu", "disk", "disk", "disk")
     assert "device=cpu (blocks: 1 on cpu, 3 on disk)" in repr(model), repr(model)

@@ -34,9 +34,9 @@ def decode_png(data: bytes) -> np.ndarray:
     assert data[:8] == PNG_SIGNATURE, "not a PNG"
     pos, idat, ihdr = 8, b"", None
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind = data[pos + 4:pos + 8]
-        body = data[pos + 8:pos + 8 + length]
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind = data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             ihdr = struct.unpack(">IIBBBBB", body)
         elif kind == b"IDAT":
@@ -59,7 +59,7 @@ def decode_png(data: bytes) -> np.ndarray:
         elif f == 1:  # Sub: running sum per channel
             cur = (np.cumsum(line.reshape(-1, ch).astype(np.int64), axis=0) % 256).astype(np.uint8).ravel()
         elif f == 2:  # Up
-            cur = (line.astype(np.int32) + prev) .astype(np.uint8)
+            cur = (line.astype(np.int32) + prev).astype(np.uint8)
         else:  # Average / Paeth: sequential along the row
             ln, pv = line.tolist(), prev.tolist()
             out = [0] * stride
@@ -107,7 +107,9 @@ def external_resources(text: str) -> list[str]:
     return p.srcs + p.links
 
 
-def render_in_chromium(url: str, *, width: int = 1200, height: int = 2000, timeout: float = 120) -> tuple[bytes, list[str]]:
+def render_in_chromium(
+    url: str, *, width: int = 1200, height: int = 2000, timeout: float = 120
+) -> tuple[bytes, list[str]]:
     """Screenshot of ``url`` in headless Chromium (fresh profile) and the http(s) URLs the page requested.
 
     Requests the browser itself makes (update checks, account probes) carry the initiator
@@ -117,10 +119,24 @@ def render_in_chromium(url: str, *, width: int = 1200, height: int = 2000, timeo
     assert chrome, "no chromium"
     with tempfile.TemporaryDirectory() as d:
         shot, netlog = Path(d) / "shot.png", Path(d) / "net.json"
-        cmd = [chrome, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync", "--no-first-run", "--no-default-browser-check",
-               f"--user-data-dir={Path(d) / 'profile'}", f"--log-net-log={netlog}", "--net-log-capture-mode=Default",
-               f"--screenshot={shot}", f"--window-size={width},{height}", "--virtual-time-budget=10000", url]
+        cmd = [
+            chrome,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--no-default-browser-check",
+            f"--user-data-dir={Path(d) / 'profile'}",
+            f"--log-net-log={netlog}",
+            "--net-log-capture-mode=Default",
+            f"--screenshot={shot}",
+            f"--window-size={width},{height}",
+            "--virtual-time-budget=10000",
+            url,
+        ]
         subprocess.run(cmd, check=True, timeout=timeout, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         log = json.loads(netlog.read_text())
         types = {v: k for k, v in log["constants"]["logEventTypes"].items()}
@@ -135,8 +151,9 @@ def render_in_chromium(url: str, *, width: int = 1200, height: int = 2000, timeo
         return shot.read_bytes(), page_urls
 
 
-def probe_in_chromium(url: str, init_script: str, *, timeout: float = 120.0, width: int = 1400,
-                      height: int = 1000) -> object:
+def probe_in_chromium(
+    url: str, init_script: str, *, timeout: float = 120.0, width: int = 1400, height: int = 1000
+) -> object:
     """Open ``url`` in headless Chromium (driven over the DevTools protocol by choreographer) with
     ``init_script`` run before the page's own scripts, and return ``window.__probe`` once the page's
     scripts have set it (JSON values only). The measurement is the page's: the script times events with
@@ -157,9 +174,14 @@ def probe_in_chromium(url: str, init_script: str, *, timeout: float = 120.0, wid
             await tab.send_command("Page.navigate", params={"url": url})
             deadline = _time.monotonic() + timeout
             while _time.monotonic() < deadline:
-                r = await tab.send_command("Runtime.evaluate", params={
-                    "expression": f"(location.href === {json.dumps(url)} && window.__probe !== undefined) ? "
-                                  "JSON.stringify(window.__probe) : null", "returnByValue": True})
+                r = await tab.send_command(
+                    "Runtime.evaluate",
+                    params={
+                        "expression": f"(location.href === {json.dumps(url)} && window.__probe !== undefined) ? "
+                        "JSON.stringify(window.__probe) : null",
+                        "returnByValue": True,
+                    },
+                )
                 value = r.get("result", {}).get("result", {}).get("value")
                 if value is not None:
                     return json.loads(value)

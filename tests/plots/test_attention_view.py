@@ -23,7 +23,7 @@ PROMPT = "w1 w2 w3 w4 w1 w2"
 HEADS = ["L0.H3", "L1.H0"]
 needs_browser = pytest.mark.skipif(chromium_path() is None, reason="needs Chromium (apt-get install chromium)")
 
-NASTY = ["<bos>", "</script><script>window.__pwned = 1</script>", ' "q\'', "&amp;", "<!--", "\n", "\u2028x", ""]
+NASTY = ["<bos>", "</script><script>window.__pwned = 1</script>", " \"q'", "&amp;", "<!--", "\n", "\u2028x", ""]
 
 # After the page loads: the weights shown for the initial token, then a mouseover on token POS and the
 # weights shown for it, per head: the "from" row's data-weight attributes and the "to" row's printed numbers.

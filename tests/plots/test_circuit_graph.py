@@ -28,9 +28,18 @@ _SEG = re.compile(rf"M{_NUM},{_NUM}L{_NUM},{_NUM}")
 
 # 3 layers, 4 query heads sharing 2 KV heads (GQA groups {0, 1} and {2, 3}), MLPs, embeddings, logits
 EDGES = [
-    "embed→L0.attn.q[H1]", "embed→L0.attn.k[H0]", "pos_embed→L0.attn.v[H1]", "L0.H1→L0.mlp.in",
-    "L0.H1→L1.attn.k[H1]", "L0.H3→L1.attn.q[H2]", "L0.mlp→L1.attn.v[H0]", "L1.H2→L2.attn.q[H0]",
-    "L1.H2→unembed", "L2.H0→unembed", "L1.mlp→L2.mlp.in", "L2.mlp→unembed",
+    "embed→L0.attn.q[H1]",
+    "embed→L0.attn.k[H0]",
+    "pos_embed→L0.attn.v[H1]",
+    "L0.H1→L0.mlp.in",
+    "L0.H1→L1.attn.k[H1]",
+    "L0.H3→L1.attn.q[H2]",
+    "L0.mlp→L1.attn.v[H0]",
+    "L1.H2→L2.attn.q[H0]",
+    "L1.H2→unembed",
+    "L2.H0→unembed",
+    "L1.mlp→L2.mlp.in",
+    "L2.mlp→unembed",
 ]
 SCORES = np.array([0.05, -0.2, 0.01, 0.3, 1.5, -0.8, 0.02, 0.9, 2.0, -1.2, 0.4, 0.6])
 
@@ -65,18 +74,34 @@ def test_layout_ports_and_gqa_grouping():
     x = {k: v[0] for k, v in nodes.items()}
     y = {k: v[1] for k, v in nodes.items()}
     # forward order left to right: embeddings, L0 attention, L0 MLP, L1 attention, ..., the logits
-    assert x["embed"] == x["pos_embed"] < x["L0.H1"] < x["L0.mlp"] < x["L1.H2"] < x["L1.mlp"] < x["L2.H0"] \
-        < x["L2.mlp"] < x["unembed"]
+    assert (
+        x["embed"]
+        == x["pos_embed"]
+        < x["L0.H1"]
+        < x["L0.mlp"]
+        < x["L1.H2"]
+        < x["L1.mlp"]
+        < x["L2.H0"]
+        < x["L2.mlp"]
+        < x["unembed"]
+    )
     assert x["L0.H1"] == x["L0.H3"] and x["L1.H1"] == x["L1.H2"]
     for h in ("L0.H1", "L0.H3", "L1.H2", "L2.H0"):  # a head sits at its own index
         assert y[h] == int(h.split("H")[1])
     # a query port beside its head, to its left but right of the previous column
-    for port, head, prev in (("L0.attn.q[H1]", "L0.H1", "embed"), ("L1.attn.q[H2]", "L1.H2", "L0.mlp"),
-                             ("L2.attn.q[H0]", "L2.H0", "L1.mlp")):
+    for port, head, prev in (
+        ("L0.attn.q[H1]", "L0.H1", "embed"),
+        ("L1.attn.q[H2]", "L1.H2", "L0.mlp"),
+        ("L2.attn.q[H0]", "L2.H0", "L1.mlp"),
+    ):
         assert y[port] == y[head] and x[prev] < x[port] < x[head]
     # GQA: KV head 1 serves query heads 2 and 3; its k and v ports sit between them, k above v, left of q
-    for port, group in (("L1.attn.k[H1]", (2, 3)), ("L0.attn.k[H0]", (0, 1)), ("L0.attn.v[H1]", (2, 3)),
-                        ("L1.attn.v[H0]", (0, 1))):
+    for port, group in (
+        ("L1.attn.k[H1]", (2, 3)),
+        ("L0.attn.k[H0]", (0, 1)),
+        ("L0.attn.v[H1]", (2, 3)),
+        ("L1.attn.v[H0]", (0, 1)),
+    ):
         assert group[0] <= y[port] <= group[1], port
         head_x = x[f"L{port[1]}.H{group[0]}"]
         assert head_x - 0.5 < x[port] < head_x
@@ -85,8 +110,10 @@ def test_layout_ports_and_gqa_grouping():
     joins = [tuple(map(float, m)) for sh in fig.layout.shapes if not sh.name for m in _SEG.findall(sh.path)]
     for h in ("L1.H2", "L1.H3"):
         assert h in nodes
-        assert any(_close(a, x["L1.attn.k[H1]"]) and _close(b, y["L1.attn.k[H1]"]) and _close(c, x[h])
-                   and _close(d, y[h]) for a, b, c, d in joins), h
+        assert any(
+            _close(a, x["L1.attn.k[H1]"]) and _close(b, y["L1.attn.k[H1]"]) and _close(c, x[h]) and _close(d, y[h])
+            for a, b, c, d in joins
+        ), h
     assert any(_close(a, x["L0.mlp.in"]) and _close(c, x["L0.mlp"]) for a, _, c, _ in joins)  # the MLP's input port
 
 
@@ -99,8 +126,12 @@ def test_edges_join_writer_to_reader_port_with_width_and_colour_by_score():
     for e, s in zip(EDGES, SCORES):
         w, r = e.split("→")
         (wx, wy, _), (rx, ry, _) = nodes[w], nodes[r]
-        hits = [(name, width, op) for name, width, op, curves in shapes for c in curves
-                if _close(c[0], wx) and _close(c[1], wy) and _close(c[4], rx) and _close(c[5], ry)]
+        hits = [
+            (name, width, op)
+            for name, width, op, curves in shapes
+            for c in curves
+            if _close(c[0], wx) and _close(c[1], wy) and _close(c[4], rx) and _close(c[5], ry)
+        ]
         assert len(hits) == 1, e  # drawn once, from the writer's node to the reader's port
         name, width, op = hits[0]
         assert name.startswith("supports (> 0)" if s > 0 else "opposes (≤ 0)"), (e, name)  # colour group by sign
@@ -118,9 +149,14 @@ def test_edges_join_writer_to_reader_port_with_width_and_colour_by_score():
 def test_hover_text_scores_exact_effects_and_node_info():
     exact = np.full(len(EDGES), np.nan)
     exact[EDGES.index("L1.H2→unembed")] = 1.8765
-    info = {"L1.H2": {"DLA": 0.4321, "attends to": "“ Mary”@4 0.62", "OV top tokens": ["“ Mary” → “ Mary” 3.1",
-                                                                                      "<script>x</script>"]},
-            "L0.H3": {"DLA": -0.25}}
+    info = {
+        "L1.H2": {
+            "DLA": 0.4321,
+            "attends to": "“ Mary”@4 0.62",
+            "OV top tokens": ["“ Mary” → “ Mary” 3.1", "<script>x</script>"],
+        },
+        "L0.H3": {"DLA": -0.25},
+    }
     fig = circuit_graph_figure(EDGES, SCORES, exact=exact, node_info=info, n_heads=4, n_kv_heads=2)
     (hover_trace,) = [t for t in fig.data if t.name == "edges"]
     texts = list(hover_trace.hovertext)
@@ -216,11 +252,17 @@ def test_bad_input_raises_typed_errors():
 def random_edges(n: int, *, n_layers: int = 30, n_heads: int = 9, n_kv: int = 3, seed: int = 0):
     """``n`` distinct random edges of a smollm2-shaped graph (writer before reader) and heavy-tailed scores."""
     rng = np.random.default_rng(seed)
-    writers = [("embed", -1)] + [(f"L{l}.H{h}", l) for l in range(n_layers) for h in range(n_heads)] + \
-        [(f"L{l}.mlp", l + 0.5) for l in range(n_layers)]
-    readers = [(f"L{l}.attn.q[H{h}]", l) for l in range(n_layers) for h in range(n_heads)] + \
-        [(f"L{l}.attn.{k}[H{h}]", l) for l in range(n_layers) for k in "kv" for h in range(n_kv)] + \
-        [(f"L{l}.mlp.in", l + 0.5) for l in range(n_layers)] + [("unembed", 1e9)]
+    writers = (
+        [("embed", -1)]
+        + [(f"L{l}.H{h}", l) for l in range(n_layers) for h in range(n_heads)]
+        + [(f"L{l}.mlp", l + 0.5) for l in range(n_layers)]
+    )
+    readers = (
+        [(f"L{l}.attn.q[H{h}]", l) for l in range(n_layers) for h in range(n_heads)]
+        + [(f"L{l}.attn.{k}[H{h}]", l) for l in range(n_layers) for k in "kv" for h in range(n_kv)]
+        + [(f"L{l}.mlp.in", l + 0.5) for l in range(n_layers)]
+        + [("unembed", 1e9)]
+    )
     edges: set[str] = set()
     while len(edges) < n:
         (w, lw), (r, lr) = writers[rng.integers(len(writers))], readers[rng.integers(len(readers))]
@@ -262,9 +304,11 @@ def test_5000_edges_render_in_headless_chromium_within_a_second(big_page):
     cores = os.cpu_count() or 1
     # 1 s on an idle machine; on a shared, overloaded one the bound grows with the run queue (at most 4 s)
     bound = 1000.0 * min(4.0, max(1.0, load_avg / cores))
-    print(f"\nnewPlot → plotly_afterplot: {render:.0f} ms (runs {[round(r['afterplot'] - r['start']) for r in runs]}); "
-          f"navigation start → afterplot: {load:.0f} ms; {runs[0]['paths']} SVG paths; "
-          f"load average {load_avg:.1f} on {cores} cores, bound {bound:.0f} ms")
+    print(
+        f"\nnewPlot → plotly_afterplot: {render:.0f} ms (runs {[round(r['afterplot'] - r['start']) for r in runs]}); "
+        f"navigation start → afterplot: {load:.0f} ms; {runs[0]['paths']} SVG paths; "
+        f"load average {load_avg:.1f} on {cores} cores, bound {bound:.0f} ms"
+    )
     assert runs[0]["paths"] < 2000  # no SVG element per edge
     assert render <= bound
 
@@ -304,8 +348,9 @@ def test_hovering_an_edge_and_a_node_in_chromium(tmp_path):
     nodes = _nodes(fig)
     path = interp.export(fig, tmp_path / "g.html", compact=True)
     targets = [[float(hover_trace.x[i]), float(hover_trace.y[i])], list(nodes["L1.H2"][:2])]
-    edge_hover, node_hover = (probe_in_chromium(path.resolve().as_uri(), HOVER_PROBE.replace("TARGET", json.dumps(t)))
-                              for t in targets)
+    edge_hover, node_hover = (
+        probe_in_chromium(path.resolve().as_uri(), HOVER_PROBE.replace("TARGET", json.dumps(t))) for t in targets
+    )
     assert any("L0.H1 → L1.attn.k[H1]" in t and "score 1.5" in t for t in edge_hover), edge_hover
     assert any("L1.H2" in t and "DLA: 0.4321" in t for t in node_hover), node_hover
 
@@ -315,15 +360,22 @@ def test_figure_is_the_same_whatever_the_hash_seed():
     import subprocess
     import sys
 
-    code = ("import hashlib, numpy as np; from interp.plots import circuit_graph_figure; "
-            f"print(hashlib.sha1(circuit_graph_figure({EDGES!r}, np.array({SCORES.tolist()!r}), n_heads=4, "
-            "n_kv_heads=2).to_json().encode()).hexdigest())")
+    code = (
+        "import hashlib, numpy as np; from interp.plots import circuit_graph_figure; "
+        f"print(hashlib.sha1(circuit_graph_figure({EDGES!r}, np.array({SCORES.tolist()!r}), n_heads=4, "
+        "n_kv_heads=2).to_json().encode()).hexdigest())"
+    )
     import hashlib
 
     here = hashlib.sha1(circuit_graph_figure(EDGES, SCORES, n_heads=4, n_kv_heads=2).to_json().encode()).hexdigest()
     seed = "1" if os.environ.get("PYTHONHASHSEED") != "1" else "2"
-    other = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed}, check=True,
-                           capture_output=True, text=True).stdout.strip()
+    other = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONHASHSEED": seed},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     assert other == here
 
 
@@ -337,8 +389,12 @@ def test_bins_are_square_root_spaced_unless_linear():
         out = []
         for e in edges:
             w, r = e.split("→")
-            (width,) = [wd for _, wd, _, cs in _edge_shapes(fig) for c in cs
-                        if _close(c[1], nodes[w][1]) and _close(c[5], nodes[r][1])]
+            (width,) = [
+                wd
+                for _, wd, _, cs in _edge_shapes(fig)
+                for c in cs
+                if _close(c[1], nodes[w][1]) and _close(c[5], nodes[r][1])
+            ]
             out.append(width)
         return out
 

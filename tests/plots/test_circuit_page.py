@@ -35,11 +35,22 @@ WIDTH = 1400
 def deep_report(tmp_path_factory):
     """A 30-layer GQA model (4 query heads, 2 KV heads) through the whole report."""
     m = tiny_model("llama", n_layers=N_LAYERS)
-    task = SimpleNamespace(name="tiny-induction", clean=CLEAN, corrupt=CORRUPT,
-                           metric=LogitDiff(answer=ANSWER, wrong=WRONG))
+    task = SimpleNamespace(
+        name="tiny-induction", clean=CLEAN, corrupt=CORRUPT, metric=LogitDiff(answer=ANSWER, wrong=WRONG)
+    )
     out = tmp_path_factory.mktemp("circuit-page") / "deep"
-    index = circuit_report(m, task, out_dir=out, method="eap-ig", ig_steps=2, n_exact=12, max_edges=MAX_EDGES, target=TARGET,
-                           ablations=("zero", "resample"), sizes=(0.002, 0.005, 0.01, 0.02, 0.05, 1.0))
+    index = circuit_report(
+        m,
+        task,
+        out_dir=out,
+        method="eap-ig",
+        ig_steps=2,
+        n_exact=12,
+        max_edges=MAX_EDGES,
+        target=TARGET,
+        ablations=("zero", "resample"),
+        sizes=(0.002, 0.005, 0.01, 0.02, 0.05, 1.0),
+    )
     return out, index
 
 
@@ -78,8 +89,8 @@ def test_graph_opens_on_the_smallest_circuit_reaching_the_target(deep_report):
     # the slider's steps: the evaluated circuits that fit (their pruned sizes, their faithfulness), then the
     # MAX_EDGES strongest edges
     steps = r["graph_steps"]
-    assert [s["n_edges"] for s in steps[:len(fitting)]] == [p["kept"] for p in fitting]
-    assert [s["faithfulness"] for s in steps[:len(fitting)]] == pytest.approx([p["faithfulness"] for p in fitting])
+    assert [s["n_edges"] for s in steps[: len(fitting)]] == [p["kept"] for p in fitting]
+    assert [s["faithfulness"] for s in steps[: len(fitting)]] == pytest.approx([p["faithfulness"] for p in fitting])
     assert steps[-1]["n_edges"] == MAX_EDGES and r["n_drawn"] == MAX_EDGES
     assert max(s["n_edges"] for s in steps) == MAX_EDGES
 
@@ -122,8 +133,10 @@ def _chromium() -> str:
     path = chromium_path()
     if path is None:
         if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("Chromium is missing on CI: scripts/setup_system.sh installs it (apt-get install chromium); "
-                        "the circuit page's browser test cannot run without it")
+            pytest.fail(
+                "Chromium is missing on CI: scripts/setup_system.sh installs it (apt-get install chromium); "
+                "the circuit page's browser test cannot run without it"
+            )
         pytest.skip("needs Chromium (apt-get install chromium, or BROWSER_PATH)")
     return path
 
@@ -148,10 +161,15 @@ _MEASURE = """() => {
 
 def _point(page, x: float, y: float) -> tuple[float, float]:
     """Screen coordinates of a data point of the graph."""
-    return tuple(page.evaluate("""([x, y]) => {
+    return tuple(
+        page.evaluate(
+            """([x, y]) => {
       const gd = document.querySelector('#graph .js-plotly-plot'), fl = gd._fullLayout, r = gd.getBoundingClientRect();
       return [r.left + fl._size.l + fl.xaxis.d2p(x), r.top + fl._size.t + fl.yaxis.d2p(y)];
-    }""", [x, y]))
+    }""",
+            [x, y],
+        )
+    )
 
 
 def test_page_in_chromium_at_1400px_offline_fits_hovers_and_slides(deep_report, tmp_path):
@@ -215,21 +233,27 @@ def _check_in_chromium(out: Path, index: Path, n_layers: int, shots: Path) -> No
         assert m["curves"] == d["n_edges"]
 
         # hovering an edge's middle shows its score and its exact patching effect
-        trace = page.evaluate("() => { const t = document.querySelector('#graph .js-plotly-plot').data[0];"
-                              " return {x: Array.from(t.x), y: Array.from(t.y), h: t.hovertext}; }")
+        trace = page.evaluate(
+            "() => { const t = document.querySelector('#graph .js-plotly-plot').data[0];"
+            " return {x: Array.from(t.x), y: Array.from(t.y), h: t.hovertext}; }"
+        )
         pts = [_point(page, x, y) for x, y in zip(trace["x"], trace["y"])]
         exact = [i for i, h in enumerate(trace["h"]) if "exact patching effect" in h]
         assert exact, "no exactly patched edge in the circuit drawn first"
 
         def isolation(i):
-            return min(((pts[i][0] - q[0]) ** 2 + (pts[i][1] - q[1]) ** 2) ** 0.5
-                       for j, q in enumerate(pts) if j != i) if len(pts) > 1 else 1e9
+            return (
+                min(((pts[i][0] - q[0]) ** 2 + (pts[i][1] - q[1]) ** 2) ** 0.5 for j, q in enumerate(pts) if j != i)
+                if len(pts) > 1
+                else 1e9
+            )
 
         target = max(exact, key=isolation)
         page.mouse.move(*pts[target])
         page.locator("#graph .hoverlayer .hovertext").first.wait_for(timeout=10_000)
-        lines = page.evaluate("() => [...document.querySelectorAll('#graph .hoverlayer .hovertext tspan.line')]"
-                              ".map(t => t.textContent)")
+        lines = page.evaluate(
+            "() => [...document.querySelectorAll('#graph .hoverlayer .hovertext tspan.line')].map(t => t.textContent)"
+        )
         text = "\n".join(lines)
         edge = re.fullmatch(r"(\S+) → (\S+)", lines[0]) if lines else None
         assert edge, text

@@ -31,11 +31,21 @@ ANSWER, WRONG = ["w3", "w7", "w11"], ["w4", "w8", "w12"]
 def llama_report(tmp_path_factory):
     """A GQA model (4 query heads, 2 KV heads) through the whole report, small curve grid."""
     m = tiny_model("llama")
-    task = SimpleNamespace(name="tiny-induction", clean=CLEAN, corrupt=CORRUPT,
-                           metric=LogitDiff(answer=ANSWER, wrong=WRONG))
+    task = SimpleNamespace(
+        name="tiny-induction", clean=CLEAN, corrupt=CORRUPT, metric=LogitDiff(answer=ANSWER, wrong=WRONG)
+    )
     out = tmp_path_factory.mktemp("circuit") / "llama"
-    index = circuit_report(m, task, out_dir=out, method="eap-ig", ig_steps=3, n_exact=6, max_edges=40,
-                           ablations=("zero", "resample"), sizes=(0.05, 0.2, 0.5, 1.0))
+    index = circuit_report(
+        m,
+        task,
+        out_dir=out,
+        method="eap-ig",
+        ig_steps=3,
+        n_exact=6,
+        max_edges=40,
+        ablations=("zero", "resample"),
+        sizes=(0.05, 0.2, 0.5, 1.0),
+    )
     return m, out, index
 
 
@@ -112,11 +122,16 @@ def test_toy_induction_circuit_found_by_the_report(tmp_path):
     seq = repeated_tokens(12, n, m.arch.d_vocab, generator=g)  # <bos> s s
     other = repeated_tokens(12, n, m.arch.d_vocab, generator=g)
     clean = seq[:, : 2 * n]  # <bos> s s[:n-1]: the next token is s[n-1]
-    corrupt = torch.cat([seq[:, :1], other[:, 1: n + 1], seq[:, n + 1: 2 * n]], dim=1)  # first half replaced
-    task = SimpleNamespace(name="toy-induction", clean=clean, corrupt=corrupt,
-                           metric=LogitDiff(answer=seq[:, 2 * n].tolist(), wrong=other[:, n].tolist()))
-    index = circuit_report(m, task, out_dir=tmp_path / "toy", method="eap", n_exact=4, max_edges=30,
-                           ablations=("zero",), sizes=(0.1, 1.0))
+    corrupt = torch.cat([seq[:, :1], other[:, 1 : n + 1], seq[:, n + 1 : 2 * n]], dim=1)  # first half replaced
+    task = SimpleNamespace(
+        name="toy-induction",
+        clean=clean,
+        corrupt=corrupt,
+        metric=LogitDiff(answer=seq[:, 2 * n].tolist(), wrong=other[:, n].tolist()),
+    )
+    index = circuit_report(
+        m, task, out_dir=tmp_path / "toy", method="eap", n_exact=4, max_edges=30, ablations=("zero",), sizes=(0.1, 1.0)
+    )
     e = json.loads((tmp_path / "toy" / "edges.json").read_text())
     top = [x["edge"] for x in sorted(e["edges"], key=lambda x: -abs(x["score"]))[:12]]
     true_edges = {str(x) for x in truth.edges}
@@ -141,23 +156,78 @@ def test_bad_input(tmp_path):
 
 
 def test_cli_unknown_task_exits_2(capsys, tmp_path):
-    assert main(["circuit", "--model", "toy-attn-only-2l", "--task", "no-such-task", "--out", str(tmp_path / "c"),
-                 "-q"]) == 2
+    assert (
+        main(["circuit", "--model", "toy-attn-only-2l", "--task", "no-such-task", "--out", str(tmp_path / "c"), "-q"])
+        == 2
+    )
     assert "task" in capsys.readouterr().err
 
 
 def test_cli_on_the_toy_with_a_shipped_task(tmp_path, capsys):
     out = tmp_path / "toy"
-    assert main(["circuit", "--model", "toy-attn-only-2l", "--task", "induction", "--prompts", "6", "--method", "eap",
-                 "--exact", "3", "--ablations", "zero,resample", "--sizes", "0.1,1", "--out", str(out), "-q"]) == 0
+    assert (
+        main(
+            [
+                "circuit",
+                "--model",
+                "toy-attn-only-2l",
+                "--task",
+                "induction",
+                "--prompts",
+                "6",
+                "--method",
+                "eap",
+                "--exact",
+                "3",
+                "--ablations",
+                "zero,resample",
+                "--sizes",
+                "0.1,1",
+                "--out",
+                str(out),
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.strip().endswith("index.html")
     r = json.loads((out / "results.json").read_text())
     assert r["task"] == "induction" and r["n_prompts"] == 6 and set(r["cpr"]) == {"zero", "resample"}
     assert r["n_edges"] == interp.edges.circuit_graph(interp.load_model("toy-attn-only-2l")).n_edges
-    assert main(["circuit", "--model", "toy-attn-only-2l", "--task", "induction", "--sizes", "1,x",
-                 "--out", str(tmp_path / "bad"), "-q"]) == 2
-    assert main(["circuit", "--model", "toy-attn-only-2l", "--task", "induction", "--ablations", "nope",
-                 "--out", str(tmp_path / "bad2"), "-q"]) == 2
+    assert (
+        main(
+            [
+                "circuit",
+                "--model",
+                "toy-attn-only-2l",
+                "--task",
+                "induction",
+                "--sizes",
+                "1,x",
+                "--out",
+                str(tmp_path / "bad"),
+                "-q",
+            ]
+        )
+        == 2
+    )
+    assert (
+        main(
+            [
+                "circuit",
+                "--model",
+                "toy-attn-only-2l",
+                "--task",
+                "induction",
+                "--ablations",
+                "nope",
+                "--out",
+                str(tmp_path / "bad2"),
+                "-q",
+            ]
+        )
+        == 2
+    )
 
 
 @pytest.mark.real
@@ -166,9 +236,33 @@ def test_smollm2_ioi_circuit_page(tmp_path):
     """``interp circuit`` on smollm2 IOI (kept small: 4 pairs, EAP, two curve points): the page stays under 3 MB,
     every one of the ~70,000 edges is listed, and M(clean) is the logit difference of the plain HF model."""
     out = tmp_path / "smol"
-    assert main(["circuit", "--model", "smollm2-135m", "--task", "ioi", "--prompts", "4", "--method", "eap",
-                 "--exact", "5", "--max-edges", "2000", "--ablations", "resample", "--sizes", "0.05,1",
-                 "--out", str(out), "-q"]) == 0
+    assert (
+        main(
+            [
+                "circuit",
+                "--model",
+                "smollm2-135m",
+                "--task",
+                "ioi",
+                "--prompts",
+                "4",
+                "--method",
+                "eap",
+                "--exact",
+                "5",
+                "--max-edges",
+                "2000",
+                "--ablations",
+                "resample",
+                "--sizes",
+                "0.05,1",
+                "--out",
+                str(out),
+                "-q",
+            ]
+        )
+        == 0
+    )
     index = out / "index.html"
     size = index.stat().st_size
     print(f"\nsmollm2 IOI circuit page: {size / 1e6:.2f} MB")
@@ -191,11 +285,31 @@ def test_node_information_has_its_own_progress(tmp_path, capsys):
     model) shows its own progress: a bar of 2 + n_ov_heads steps that reaches its end."""
     m = tiny_model("llama")
     task = SimpleNamespace(name="tiny", clean=CLEAN, corrupt=CORRUPT, metric=LogitDiff(answer=ANSWER, wrong=WRONG))
-    circuit_report(m, task, out_dir=tmp_path / "p", method="eap", n_exact=0, max_edges=40, n_ov_heads=3,
-                   ablations=("zero",), sizes=(0.5, 1.0), progress=True)
+    circuit_report(
+        m,
+        task,
+        out_dir=tmp_path / "p",
+        method="eap",
+        n_exact=0,
+        max_edges=40,
+        n_ov_heads=3,
+        ablations=("zero",),
+        sizes=(0.5, 1.0),
+        progress=True,
+    )
     err = capsys.readouterr().err
     bars = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("node information")]
     assert bars and "5/5" in bars[-1], bars[-3:]  # 2 + 3 OV heads
-    circuit_report(m, task, out_dir=tmp_path / "q", method="eap", n_exact=0, max_edges=40, n_ov_heads=3,
-                   ablations=("zero",), sizes=(0.5, 1.0), progress=False)
+    circuit_report(
+        m,
+        task,
+        out_dir=tmp_path / "q",
+        method="eap",
+        n_exact=0,
+        max_edges=40,
+        n_ov_heads=3,
+        ablations=("zero",),
+        sizes=(0.5, 1.0),
+        progress=False,
+    )
     assert "node information" not in capsys.readouterr().err

@@ -38,11 +38,27 @@ def _synthetic(n_layers: int = 12, n_pos: int = 16, per_cell: int = 30, seed: in
     for l in range(n_layers):
         for p in range(n_pos):
             for f in range(per_cell):
-                labels.append(f"L{l}.F{f + 100 * p}@{p}"); kind.append("feature"); layer.append(l); pos.append(p); feat.append(f)
-            labels.append(f"L{l}.mlp_error@{p}"); kind.append("error"); layer.append(l); pos.append(p); feat.append(-1)
+                labels.append(f"L{l}.F{f + 100 * p}@{p}")
+                kind.append("feature")
+                layer.append(l)
+                pos.append(p)
+                feat.append(f)
+            labels.append(f"L{l}.mlp_error@{p}")
+            kind.append("error")
+            layer.append(l)
+            pos.append(p)
+            feat.append(-1)
     for p in range(n_pos):
-        labels.append(f"embed@{p}"); kind.append("token"); layer.append(-1); pos.append(p); feat.append(-1)
-    labels.append("logit"); kind.append("logit"); layer.append(n_layers); pos.append(n_pos - 1); feat.append(-1)
+        labels.append(f"embed@{p}")
+        kind.append("token")
+        layer.append(-1)
+        pos.append(p)
+        feat.append(-1)
+    labels.append("logit")
+    kind.append("logit")
+    layer.append(n_layers)
+    pos.append(n_pos - 1)
+    feat.append(-1)
     N = len(labels)
     lay, ps = torch.tensor(layer), torch.tensor(pos)
     ok = (lay[None, :] < lay[:, None]) & (ps[None, :] <= ps[:, None])  # [target, source]
@@ -50,24 +66,48 @@ def _synthetic(n_layers: int = 12, n_pos: int = 16, per_cell: int = 30, seed: in
     A = torch.randn(N, N, generator=gen) * (torch.rand(N, N, generator=gen) < 0.01) * ok
     k = 5
     ids = torch.randint(0, 100, (N, 2 * k), generator=gen)
-    vals = torch.cat([torch.rand(N, k, generator=gen).sort(1, descending=True).values,
-                      -torch.rand(N, k, generator=gen).sort(1).values], 1)
+    vals = torch.cat(
+        [
+            torch.rand(N, k, generator=gen).sort(1, descending=True).values,
+            -torch.rand(N, k, generator=gen).sort(1).values,
+        ],
+        1,
+    )
     isf = torch.tensor([x == "feature" for x in kind])
     ids[~isf] = -1
     strs = [[f"tok{int(t)}" for t in row] if row[0] >= 0 else [] for row in ids.tolist()]
-    return AttributionGraph(adjacency=A, bias=torch.zeros(N), value=torch.randn(N, generator=gen),
-                            activation=torch.rand(N, generator=gen), node_labels=labels, node_kind=kind,
-                            node_layer=layer, node_pos=pos, node_feature=feat, tokens=list(range(n_pos)),
-                            target_ids=[5], target="'x'", closure_error=0.0, relative_error=0.0, n_layers=n_layers,
-                            model_name="synthetic", token_strs=[f"t{p}" for p in range(n_pos)],
-                            logit_effect_ids=ids, logit_effect_values=vals, logit_effect_strs=strs)
+    return AttributionGraph(
+        adjacency=A,
+        bias=torch.zeros(N),
+        value=torch.randn(N, generator=gen),
+        activation=torch.rand(N, generator=gen),
+        node_labels=labels,
+        node_kind=kind,
+        node_layer=layer,
+        node_pos=pos,
+        node_feature=feat,
+        tokens=list(range(n_pos)),
+        target_ids=[5],
+        target="'x'",
+        closure_error=0.0,
+        relative_error=0.0,
+        n_layers=n_layers,
+        model_name="synthetic",
+        token_strs=[f"t{p}" for p in range(n_pos)],
+        logit_effect_ids=ids,
+        logit_effect_values=vals,
+        logit_effect_strs=strs,
+    )
 
 
 def test_logit_effects_are_the_direct_path(small):
     m, tcs, g = small
     L, last = m.arch.n_layers, len(g.tokens) - 1
-    i = next(j for j, (k, l, p) in enumerate(zip(g.node_kind, g.node_layer, g.node_pos))
-             if k == "feature" and l == L - 1 and p == last)
+    i = next(
+        j
+        for j, (k, l, p) in enumerate(zip(g.node_kind, g.node_layer, g.node_pos))
+        if k == "feature" and l == L - 1 and p == last
+    )
     tok = int(g.logit_effect_ids[i, 0])
     g2 = attribution_graph(m, PROMPT, tcs, target=tok)  # the same nodes, the output = that token's logit
     j = g2.node_labels.index(g.node_labels[i])
@@ -92,8 +132,9 @@ def test_viewer_in_chromium_offline(small, tmp_path):
     feat = int(torch.tensor([k == "feature" for k in g.node_kind]).nonzero()[0])
     lab = g.node_labels[feat]
     generic = lab.split("@")[0]
-    path = g.to_html(tmp_path / "graph.html", contexts={generic: ["the <b>cat</b> sat", "second context"]}, nodes=200,
-                     edges=300)
+    path = g.to_html(
+        tmp_path / "graph.html", contexts={generic: ["the <b>cat</b> sat", "second context"]}, nodes=200, edges=300
+    )
     with offline_page(chrome, width=1400) as (page, attempted, errors):
         page.goto(path.resolve().as_uri())
         page.wait_for_function("window.interpFeatureGraph && Object.keys(window.interpFeatureGraph).length")
@@ -105,30 +146,39 @@ def test_viewer_in_chromium_offline(small, tmp_path):
         infl = g.influence()
         mid = [i for i, k in enumerate(g.node_kind) if k in ("feature", "error")]
         drawn = set(sorted(mid, key=lambda i: -float(infl[i]))[:200]) | {
-            i for i, k in enumerate(g.node_kind) if k in ("token", "logit")}
+            i for i, k in enumerate(g.node_kind) if k in ("token", "logit")
+        }
         t, s_ = g.adjacency.nonzero(as_tuple=True)
         kept = g.adjacency[t, s_].abs().argsort(descending=True)[:20_000].tolist()
         between = sum(int(t[e]) in drawn and int(s_[e]) in drawn for e in kept)
         assert page.evaluate(f"{api}.drawnEdges()") == min(300, between) and between > 0
         assert page.evaluate("document.querySelectorAll('*').length") < 150  # one canvas, no node elements
         # the sliders: every feature/error node, then no edges
-        page.evaluate("(() => { const s = document.querySelector('.fg-nodes'); s.value = s.max;"
-                      " s.dispatchEvent(new Event('input')); })()")
+        page.evaluate(
+            "(() => { const s = document.querySelector('.fg-nodes'); s.value = s.max;"
+            " s.dispatchEvent(new Event('input')); })()"
+        )
         assert page.evaluate(f"{api}.shownNodes()") == n_mid + n_tok + n_out
-        page.evaluate("(() => { const s = document.querySelector('.fg-edges'); s.value = 0;"
-                      " s.dispatchEvent(new Event('input')); })()")
+        page.evaluate(
+            "(() => { const s = document.querySelector('.fg-edges'); s.value = 0;"
+            " s.dispatchEvent(new Event('input')); })()"
+        )
         assert page.evaluate(f"{api}.drawnEdges()") == 0
         # hover the feature: its logit effects, strongest incoming edge, contexts (as text)
         x, y = page.evaluate(f"{api}.xy({lab!r})")
         page.mouse.move(x, y)
-        page.wait_for_function(f"document.querySelector('.fg-info h4') && "
-                               f"document.querySelector('.fg-info h4').textContent.startsWith({lab!r})")
+        page.wait_for_function(
+            f"document.querySelector('.fg-info h4') && "
+            f"document.querySelector('.fg-info h4').textContent.startsWith({lab!r})"
+        )
         text = page.inner_text(".fg-info")
         assert "logit effects" in text and repr(g.logit_effect_strs[feat][0]) in text
         A = g.adjacency
         src = int(A[feat].abs().argmax())
         assert "strongest incoming edges" in text and g.node_labels[src] in text
-        assert "the <b>cat</b> sat" in text and page.evaluate("document.querySelectorAll('.fg-info .ctx b').length") == 0
+        assert (
+            "the <b>cat</b> sat" in text and page.evaluate("document.querySelectorAll('.fg-info .ctx b').length") == 0
+        )
         page.screenshot(path=str(tmp_path / "graph.png"))
         # a real graph's page: hovering a feature shows its computed logit effects
         _, _, real = small

@@ -29,12 +29,15 @@ def test_entry_point_is_installed():
     assert INTERP.is_file(), f"console script missing at {INTERP}; pip install -e . declares interp = interp.cli:main"
 
 
-@pytest.mark.parametrize("cmd, expect", [
-    ([], ["models", "report", "circuits"]),
-    (["models"], ["--json"]),
-    (["report"], ["--model", "--prompt", "--answer", "--wrong", "--out", "smollm2-135m", "Mary"]),
-    (["circuits"], ["--model", "--out", "--max-edges"]),
-])
+@pytest.mark.parametrize(
+    "cmd, expect",
+    [
+        ([], ["models", "report", "circuits"]),
+        (["models"], ["--json"]),
+        (["report"], ["--model", "--prompt", "--answer", "--wrong", "--out", "smollm2-135m", "Mary"]),
+        (["circuits"], ["--model", "--out", "--max-edges"]),
+    ],
+)
 def test_help_for_every_command(cmd, expect):
     p = run(*cmd, "--help")
     assert p.returncode == 0, p.stderr
@@ -58,8 +61,21 @@ def test_models_lists_the_catalog_with_availability():
 @pytest.mark.skipif(chromium_path() is None, reason="needs Chromium for the PNG/SVG figures")
 def test_report_on_a_local_model_folder(tiny_dir, tmp_path):
     out = tmp_path / "rep"
-    p = run("report", "--model", str(tiny_dir), "--prompt", "w1 w2 w3 w1", "--answer", "w2", "--wrong", "w3",
-            "--out", str(out), "--heads", "3")
+    p = run(
+        "report",
+        "--model",
+        str(tiny_dir),
+        "--prompt",
+        "w1 w2 w3 w1",
+        "--answer",
+        "w2",
+        "--wrong",
+        "w3",
+        "--out",
+        str(out),
+        "--heads",
+        "3",
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().splitlines()[-1] == str(out / "index.html")
     assert external_resources((out / "index.html").read_text()) == []
@@ -71,8 +87,9 @@ def test_report_on_a_local_model_folder(tiny_dir, tmp_path):
 
 def test_report_errors_exit_2_with_a_message_and_no_output(tiny_dir, tmp_path):
     out = tmp_path / "never"
-    p = run("report", "--model", str(tiny_dir), "--prompt", "w1 w2", "--answer", "w1 w2", "--out", str(out),
-            "--no-static")
+    p = run(
+        "report", "--model", str(tiny_dir), "--prompt", "w1 w2", "--answer", "w1 w2", "--out", str(out), "--no-static"
+    )
     assert p.returncode == 2
     assert "single token" in p.stderr and "Traceback" not in p.stderr
     assert not out.exists()
@@ -96,8 +113,12 @@ def test_report_without_answer_attributes_the_top_prediction_and_flags_go_anywhe
     assert r["answer_source"] == "top prediction"
     assert r["prediction"]["answer"]["id"] == top and r["prediction"]["answer"]["rank"] == 1
     assert r["attribution"]["total"] == pytest.approx(float(logits[top]), abs=1e-4)
-    assert run("-q", "report", "--model", str(tiny_dir), "--prompt", "w1", "--out", str(tmp_path / "r2"),
-               "--no-static").returncode == 0
+    assert (
+        run(
+            "-q", "report", "--model", str(tiny_dir), "--prompt", "w1", "--out", str(tmp_path / "r2"), "--no-static"
+        ).returncode
+        == 0
+    )
 
 
 def test_report_corrupt_reaches_the_causal_effects(tiny_dir, tmp_path):
@@ -107,8 +128,23 @@ def test_report_corrupt_reaches_the_causal_effects(tiny_dir, tmp_path):
     from interp import load_model
 
     out = tmp_path / "rep"
-    p = run("report", "--model", str(tiny_dir), "--prompt", "w1 w2 w3 w1", "--answer", "w2", "--wrong", "w3",
-            "--corrupt", "w4 w5 w3 w4", "--out", str(out), "--no-static", "-q")
+    p = run(
+        "report",
+        "--model",
+        str(tiny_dir),
+        "--prompt",
+        "w1 w2 w3 w1",
+        "--answer",
+        "w2",
+        "--wrong",
+        "w3",
+        "--corrupt",
+        "w4 w5 w3 w4",
+        "--out",
+        str(out),
+        "--no-static",
+        "-q",
+    )
     assert p.returncode == 0, p.stderr
     e = json.loads((out / "results.json").read_text())["effects"]
     assert e["ablation"] == "corrupt" and e["corrupt_prompt"] == "w4 w5 w3 w4"
@@ -122,11 +158,35 @@ def test_report_corrupt_reaches_the_causal_effects(tiny_dir, tmp_path):
 
 def test_report_corrupt_errors_exit_2(tiny_dir, tmp_path):
     out = tmp_path / "never"
-    p = run("report", "--model", str(tiny_dir), "--prompt", "w1 w2 w3 w1", "--corrupt", "w4 w5",
-            "--out", str(out), "--no-static", "-q")
+    p = run(
+        "report",
+        "--model",
+        str(tiny_dir),
+        "--prompt",
+        "w1 w2 w3 w1",
+        "--corrupt",
+        "w4 w5",
+        "--out",
+        str(out),
+        "--no-static",
+        "-q",
+    )
     assert p.returncode == 2 and "corrupt=" in p.stderr and "Traceback" not in p.stderr
-    p = run("report", "--model", str(tiny_dir), "--prompt", "w1 w2", "--prompt", "w3 w1", "--corrupt", "w4 w5",
-            "--out", str(out), "--no-static", "-q")
+    p = run(
+        "report",
+        "--model",
+        str(tiny_dir),
+        "--prompt",
+        "w1 w2",
+        "--prompt",
+        "w3 w1",
+        "--corrupt",
+        "w4 w5",
+        "--out",
+        str(out),
+        "--no-static",
+        "-q",
+    )
     assert p.returncode == 2 and "--corrupt: 1 corrupt prompt(s) for 2 prompts" in p.stderr
     assert not out.exists()
 
@@ -135,8 +195,21 @@ def test_report_of_several_prompts_writes_one_report_each_and_an_index(tiny_dir,
     out = tmp_path / "many"
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("w1 w2 w3\n\nw2 w3 w1 w2\n")
-    p = run("report", "--model", str(tiny_dir), "--prompt", "w3 w3", "--prompts-file", str(prompts),
-            "--answer", "w2", "--out", str(out), "--no-static", "-q")
+    p = run(
+        "report",
+        "--model",
+        str(tiny_dir),
+        "--prompt",
+        "w3 w3",
+        "--prompts-file",
+        str(prompts),
+        "--answer",
+        "w2",
+        "--out",
+        str(out),
+        "--no-static",
+        "-q",
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().splitlines()[-1] == str(out / "index.html")
     got = [json.loads((out / f"prompt-{i:02d}" / "results.json").read_text())["prompt"] for i in (1, 2, 3)]
@@ -161,8 +234,9 @@ def test_circuits_command_writes_pages(tiny_dir, tmp_path):
 def test_default_report_on_smollm2_is_meaningful(tmp_path):
     """`interp report` with no options: IOI prompt on smollm2-135m; the model predicts ' Mary'."""
     out = tmp_path / "report"
-    p = subprocess.run([str(INTERP), "report", "--out", str(out)], capture_output=True, text=True, timeout=1800,
-                       env=ENV, cwd=tmp_path)
+    p = subprocess.run(
+        [str(INTERP), "report", "--out", str(out)], capture_output=True, text=True, timeout=1800, env=ENV, cwd=tmp_path
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads((out / "results.json").read_text())
     assert r["model"]["name"] == "smollm2-135m"
@@ -174,5 +248,10 @@ def test_default_report_on_smollm2_is_meaningful(tmp_path):
     assert a["total"] == pytest.approx(r["prediction"]["logit_diff"], abs=1e-3)
     assert len(r["copying_scores"]) == 30 and len(r["copying_scores"][0]) == 9
     figs = {f.name for f in (out / "figures").iterdir()}
-    assert {"attribution_heatmap.png", "attribution_heatmap.svg", "residual_stream.png", "composition_graph.svg"} <= figs
+    assert {
+        "attribution_heatmap.png",
+        "attribution_heatmap.svg",
+        "residual_stream.png",
+        "composition_graph.svg",
+    } <= figs
     assert external_resources((out / "index.html").read_text()) == []

@@ -18,11 +18,15 @@ from interp.stream import trace
 from plots_helpers import PNG_SIGNATURE, chromium_path, external_resources, png_size
 from tiny_models import tiny_model
 
-needs_browser = pytest.mark.skipif(chromium_path() is None, reason="static export needs Chromium (apt-get install chromium)")
+needs_browser = pytest.mark.skipif(
+    chromium_path() is None, reason="static export needs Chromium (apt-get install chromium)"
+)
 
 
 def _fig():
-    f = go.Figure(go.Heatmap(z=[[1.0, -2.0], [0.5, 3.0]], x=["a", "b"], y=["c", "d"], hovertext=[["x", "y"], ["z", "w"]]))
+    f = go.Figure(
+        go.Heatmap(z=[[1.0, -2.0], [0.5, 3.0]], x=["a", "b"], y=["c", "d"], hovertext=[["x", "y"], ["z", "w"]])
+    )
     f.update_layout(width=320, height=240, title="tiny")
     return f
 

@@ -47,6 +47,7 @@ def _hf_logits(family, model, prompt):
 
 # --- decomposition -------------------------------------------------------------------------
 
+
 def test_decomposition_figure_bars_are_projections_on_the_total(gpt2):
     dec = trace(gpt2, PROMPT).decompose("unembed")
     k = 5
@@ -79,6 +80,7 @@ def test_decomposition_plot_method_and_bad_args(gpt2):
 
 
 # --- attribution ---------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def attr(gpt2):
@@ -138,6 +140,7 @@ def test_attribution_figures_reject_empty_results():
 
 # --- residual stream -----------------------------------------------------------------------
 
+
 def _hf_sublayer_outputs(family, model, prompt):
     """HF hidden states and each attention sublayer's output (forward hooks), position -1."""
     hf = tiny_hf_model(family)
@@ -171,7 +174,7 @@ def test_residual_stream_pre_norm_matches_hf_hidden_states_and_attention_writes(
     for l in range(2):
         r = z[rows.index(f"L{l}.attn")]
         assert np.isnan(r[3 * l])  # not yet written at resid_pre of its layer
-        np.testing.assert_allclose(r[3 * l + 1:], attn[l][0, -1].norm().item(), rtol=1e-5)
+        np.testing.assert_allclose(r[3 * l + 1 :], attn[l][0, -1].norm().item(), rtol=1e-5)
     assert np.isfinite(z[0]).all() and z[0, 0] == pytest.approx(line.y[0], rel=1e-6)
     every = next(t for t in fig.data if t.type == "heatmap" and t.name == "stream norms")
     np.testing.assert_allclose(np.array(every.customdata, dtype=float)[:, 3], hs[1][0].norm(dim=-1).numpy(), rtol=1e-5)
@@ -202,11 +205,11 @@ def test_residual_stream_bad_position(gpt2):
 
 # --- composition graph ---------------------------------------------------------------------
 
+
 def _scores(seed=0, L=3, H=2):
     g = torch.Generator().manual_seed(seed)
     s = torch.rand(L, H, L, H, generator=g)
-    s[torch.arange(L)[:, None, None, None] >= torch.arange(L)[None, None, :, None]
-      .expand(L, H, L, H)] = float("nan")
+    s[torch.arange(L)[:, None, None, None] >= torch.arange(L)[None, None, :, None].expand(L, H, L, H)] = float("nan")
     return s
 
 
@@ -214,8 +217,14 @@ def test_composition_edges_follow_layers_threshold_and_cap():
     q, k = _scores(0), _scores(1)
     g = composition_edges({"Q": q, "K": k}, threshold=0.5, max_edges=None)
     assert g.edges and all(e["score"] >= 0.5 for e in g.edges)
-    expected = {("Q", l1, h1, l2, h2) for l1 in range(3) for h1 in range(2) for l2 in range(3) for h2 in range(2)
-                if l1 < l2 and q[l1, h1, l2, h2] >= 0.5}
+    expected = {
+        ("Q", l1, h1, l2, h2)
+        for l1 in range(3)
+        for h1 in range(2)
+        for l2 in range(3)
+        for h2 in range(2)
+        if l1 < l2 and q[l1, h1, l2, h2] >= 0.5
+    }
     got = {(e["kind"], *map(int, re.findall(r"\d+", e["src"] + e["dst"]))) for e in g.edges if e["kind"] == "Q"}
     assert got == expected
     for e in g.edges:
@@ -265,6 +274,7 @@ def test_composition_graph_from_composition_scores_restricted_to_heads():
 
 
 # --- OV / QK circuits ----------------------------------------------------------------------
+
 
 def test_copying_score_map_values():
     s = torch.tensor([[0.5, -1.0, 0.0], [1.0, 0.25, -0.3]])
@@ -352,6 +362,7 @@ def test_top_token_table_matches_the_dense_full_circuit(gpt2):
 
 # --- attention patterns --------------------------------------------------------------------
 
+
 def test_attention_patterns_match_hf_attention_weights(gpt2):
     heads = ["L0.H3", "L1.H0"]
     ap = attention_patterns(gpt2, PROMPT, heads)
@@ -391,5 +402,7 @@ def test_composition_graph_from_virtual_weight_norms_expands_gqa_groups():
         for h2 in range(4):
             assert by[("Q", f"L0.H{h1}", f"L1.H{h2}")] == pytest.approx(vw[f"L0.H{h1}", f"L1.attn.q[H{h2}]"])
             for k in "kv":
-                assert by[(k.upper(), f"L0.H{h1}", f"L1.H{h2}")] == pytest.approx(vw[f"L0.H{h1}", f"L1.attn.{k}[H{h2 // 2}]"])
+                assert by[(k.upper(), f"L0.H{h1}", f"L1.H{h2}")] == pytest.approx(
+                    vw[f"L0.H{h1}", f"L1.attn.{k}[H{h2 // 2}]"]
+                )
     assert len(g.edges) == 3 * 16

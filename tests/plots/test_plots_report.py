@@ -4,7 +4,6 @@ that renders in headless Chromium without touching the network, and typed errors
 import json
 import re
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,8 +16,17 @@ from plots_helpers import PNG_SIGNATURE, chromium_path, decode_png, external_res
 from tiny_models import tiny_hf_model, tiny_model
 
 PROMPT = "w1 w2 w3 w4 w1 w2"
-FIGURES = {"attribution_heatmap", "attribution_waterfall", "causal_effects", "attention_patterns", "composition_graph",
-           "copying_scores", "ov_eigenvalues", "ov_top_tokens", "residual_stream"}
+FIGURES = {
+    "attribution_heatmap",
+    "attribution_waterfall",
+    "causal_effects",
+    "attention_patterns",
+    "composition_graph",
+    "copying_scores",
+    "ov_eigenvalues",
+    "ov_top_tokens",
+    "residual_stream",
+}
 needs_browser = pytest.mark.skipif(chromium_path() is None, reason="needs Chromium (apt-get install chromium)")
 
 
@@ -71,8 +79,9 @@ def test_report_numbers_match_the_hf_model(gpt2_report):
     assert [h["head"] for h in r["top_heads"]] == expected
     assert len(r["copying_scores"]) == 2 and len(r["copying_scores"][0]) == 4
     assert all(e["src"] in expected and e["dst"] in expected for e in r["composition"]["edges"])
-    assert r["timings_seconds"]["total"] > 0 and set(r["export_seconds"]) == {f"{n}.{s}" for n in FIGURES
-                                                                              for s in ("png", "svg")}
+    assert r["timings_seconds"]["total"] > 0 and set(r["export_seconds"]) == {
+        f"{n}.{s}" for n in FIGURES for s in ("png", "svg")
+    }
 
 
 def test_report_page_is_self_contained_and_prints_the_closure_error(gpt2_report):
@@ -82,8 +91,16 @@ def test_report_page_is_self_contained_and_prints_the_closure_error(gpt2_report)
     assert text.count("Plotly.newPlot(") == len(FIGURES)
     r = json.loads((out / "results.json").read_text())
     assert f"closure error = <b>{r['attribution']['closure_error']:.2e}</b>" in text
-    for section in ("Model", "Prediction", "Attribution by head and component", "Top heads", "Composition",
-                    "Copying scores", "OV circuit of", "Residual stream"):
+    for section in (
+        "Model",
+        "Prediction",
+        "Attribution by head and component",
+        "Top heads",
+        "Composition",
+        "Copying scores",
+        "OV circuit of",
+        "Residual stream",
+    ):
         assert f">{section}" in text
     for n in FIGURES:
         assert f'href="figures/{n}.png"' in text and f'href="figures/{n}.svg"' in text
@@ -100,8 +117,9 @@ def test_report_renders_in_headless_chromium_without_network(gpt2_report, tmp_pa
     assert len(colours) > 50  # text, tables and heatmaps, not a blank page
     # the check itself can fail: a page with a CDN script is caught
     ctrl = tmp_path / "ctrl.html"
-    ctrl.write_text('<html><head><script src="https://cdn.example.invalid/plotly.js"></script></head>'
-                    "<body><p>x</p></body></html>")
+    ctrl.write_text(
+        '<html><head><script src="https://cdn.example.invalid/plotly.js"></script></head><body><p>x</p></body></html>'
+    )
     _, ctrl_requests = render_in_chromium(ctrl.as_uri(), width=300, height=200)
     assert ctrl_requests == ["https://cdn.example.invalid/plotly.js"]
 
@@ -184,16 +202,16 @@ def test_report_ov_table_reads_through_the_effective_embedding_and_says_so(tmp_p
     eff = ov_circuit(m, h.layer, h.head, full=True, embedding="effective")
     assert torch.allclose(eff.A[:, :1], effective_embedding(m) @ ov_circuit(m, h.layer, h.head).A[:, :1])
     first_row = next(iter(ov["top_tokens"].values()))
-    ids = list(dict.fromkeys(m.to_tokens(PROMPT)[0].tolist() + [m.tokenizer.convert_tokens_to_ids(t)
-                                                                 for t in ("w3", "w4")]))
+    ids = list(
+        dict.fromkeys(m.to_tokens(PROMPT)[0].tolist() + [m.tokenizer.convert_tokens_to_ids(t) for t in ("w3", "w4")])
+    )
     ids = [i for i in ids if i not in m.tokenizer.all_special_ids]
     sub = (eff.A[ids] @ eff.B[:, ids]).double()  # the circuit restricted to the prompt's tokens
     assert [v for _, v in first_row] == pytest.approx(sub[0].topk(len(first_row)).values.tolist(), rel=1e-5)
 
     toy = build_toy(ToyConfig())
     words = toy_words(4)
-    index = report(toy, " ".join(words + words[:2]), answer=words[2], out_dir=tmp_path / "toy", n_heads=2,
-                   static=False)
+    index = report(toy, " ".join(words + words[:2]), answer=words[2], out_dir=tmp_path / "toy", n_heads=2, static=False)
     r = json.loads((tmp_path / "toy" / "results.json").read_text())
     assert r["ov_top_head"]["top_tokens_embedding"]["embedding"] == "raw"
     assert "rows: the raw token embedding W_E" in r["ov_top_head"]["top_tokens_embedding"]["caption"]

@@ -25,8 +25,13 @@ TITLE = "Causal effects: total vs direct effect per head"
 
 def _bridge_effects(m, ids_clean, ids_src, layer, head, read):
     """(total, direct) of one head by plain bridge hooks; ``ids_src`` None = zero ablation."""
-    names = [k for k in m.bridge.hook_dict if k.endswith(("attn.hook_z", "hook_mlp_out", "hook_scale"))
-             and not k.startswith(("ln_final", "embed_ln")) or (k == "ln_final.hook_scale" and m.arch.has_logits)]
+    names = [
+        k
+        for k in m.bridge.hook_dict
+        if k.endswith(("attn.hook_z", "hook_mlp_out", "hook_scale"))
+        and not k.startswith(("ln_final", "embed_ln"))
+        or (k == "ln_final.hook_scale" and m.arch.has_logits)
+    ]
     _, cc = m.bridge.run_with_cache(ids_clean, names_filter=lambda k: k in names)
     zk = f"blocks.{layer}.attn.hook_z"
     if ids_src is None:
@@ -61,6 +66,7 @@ def _bridge_effects(m, ids_clean, ids_src, layer, head, read):
             z = cc[k].clone()
             z[:, :, head] = src
             return z
+
         return f
 
     direct = run([(k, frozen(k)) for k in names]) - clean
@@ -90,7 +96,7 @@ def test_noising_total_and_direct_match_hooked_bridge_runs(gpt2_noising):
     assert len(heads) == m.arch.n_layers * m.arch.n_heads == 8
     measured = []
     for lab, h in heads.items():
-        layer, head = int(lab[1:lab.index(".")]), int(lab[lab.index("H") + 1:])
+        layer, head = int(lab[1 : lab.index(".")]), int(lab[lab.index("H") + 1 :])
         clean, total, direct = _bridge_effects(m, ids_c, ids_k, layer, head, read)
         assert e["clean"] == pytest.approx(clean, abs=1e-10)
         assert h["total"] == pytest.approx(total, abs=1e-10), lab
@@ -122,8 +128,8 @@ def test_page_has_the_effects_section_with_the_top_heads(gpt2_noising):
     assert "value on the corrupt prompt <span class='tok'>w5 w6 w3 w4 w5 w6</span>" in text
     assert "indirect = total − direct" in text.lower() and "final norm&#x27;s scale frozen" not in text
     assert "the final norm's scale frozen" in text
-    sec = text[text.index('<section id="effects">'):]
-    sec = sec[:sec.index("</section>")]
+    sec = text[text.index('<section id="effects">') :]
+    sec = sec[: sec.index("</section>")]
     top = sorted(r["effects"]["heads"], key=lambda h: -abs(h["total"]))[:3]
     assert [s.split("</code>")[0] for s in sec.split("<td><code>")[1:]] == [h["head"] for h in top]
     assert "Plotly.newPlot(" in sec and external_resources(text) == []
@@ -168,8 +174,7 @@ def test_encoder_effects_read_the_attributed_direction(tmp_path):
     ids_c, ids_k = m.to_tokens(PROMPT), m.to_tokens(CORRUPT)
     top2 = sorted(heads, key=lambda lab: -abs(heads[lab]["total"]))[:2]
     for lab in top2:
-        _, total, direct = _bridge_effects(m, ids_c, ids_k, int(lab[1]), int(lab[-1]),
-                                           lambda out, x: x[0].mean(0) @ u)
+        _, total, direct = _bridge_effects(m, ids_c, ids_k, int(lab[1]), int(lab[-1]), lambda out, x: x[0].mean(0) @ u)
         assert heads[lab]["total"] == pytest.approx(total, abs=1e-9)
         assert heads[lab]["direct"] == pytest.approx(direct, abs=1e-9)
     assert abs(heads[top2[0]]["total"]) > 1e-3

@@ -20,8 +20,9 @@ def test_area_under_the_curve_is_the_pairwise_auc_with_ties(seed):
     g = torch.Generator().manual_seed(seed)
     scores = torch.randint(0, 6, (40,), generator=g).double()  # many ties
     truth = torch.rand(40, generator=g) < 0.3
-    r = SimpleNamespace(scores=scores, truth=truth, edges=[f"e{i}" for i in range(40)], auc=0.5, task="t",
-                        method="eap", ablation="zero")
+    r = SimpleNamespace(
+        scores=scores, truth=truth, edges=[f"e{i}" for i in range(40)], auc=0.5, task="t", method="eap", ablation="zero"
+    )
     fig = edge_roc_figure(r)
     x, y = np.asarray(fig.data[1].x), np.asarray(fig.data[1].y)
     assert (x[0], y[0], x[-1], y[-1]) == (0, 0, 1, 1) and np.all(np.diff(x) >= 0) and np.all(np.diff(y) >= 0)

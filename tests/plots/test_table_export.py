@@ -66,6 +66,7 @@ def test_partial_utf8_tokens_read_as_escaped_bytes():
 
     def _bytes(piece):
         from transformers.convert_slow_tokenizer import bytes_to_unicode  # the reference table
+
         inv = {c: b for b, c in bytes_to_unicode().items()}
         return [inv[c] for c in piece]
 

@@ -14,24 +14,67 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from tiny_models import hooked_forward, tiny_hf_model, tiny_tokenizer
+from tiny_models import hooked_forward, tiny_hf_model
 
 #: Module paths, relative to one HF layer, of the tensors the tests need, per family.
 SPEC = {
-    "gpt2": dict(base="transformer", layers="h", q_in="attn.c_attn", attn_out="attn.c_proj",
-                 mlp_in="mlp.c_fc", mlp_out="mlp", down="mlp.c_proj", ln1="ln_1", ln2="ln_2",
-                 final="ln_f", kind="layernorm", post=False),
-    "llama": dict(base="model", layers="layers", q_in="self_attn.q_proj", attn_out="self_attn.o_proj",
-                  mlp_in="mlp.up_proj", mlp_out="mlp", down="mlp.down_proj", ln1="input_layernorm",
-                  ln2="post_attention_layernorm", final="norm", kind="rmsnorm", post=False),
-    "neox": dict(base="gpt_neox", layers="layers", q_in="attention.query_key_value",
-                 attn_out="attention.dense", mlp_in="mlp.dense_h_to_4h", mlp_out="mlp",
-                 down="mlp.dense_4h_to_h", ln1="input_layernorm", ln2="post_attention_layernorm",
-                 final="final_layer_norm", kind="layernorm", post=False),
-    "bert": dict(base="bert", layers="encoder.layer", q_in="attention.self.query",
-                 attn_out="attention.output.dense", mlp_in="intermediate.dense", mlp_out="output.dense",
-                 down="output.dense", ln1="attention.output.LayerNorm", ln2="output.LayerNorm",
-                 final=None, emb_ln="embeddings.LayerNorm", kind="layernorm", post=True),
+    "gpt2": dict(
+        base="transformer",
+        layers="h",
+        q_in="attn.c_attn",
+        attn_out="attn.c_proj",
+        mlp_in="mlp.c_fc",
+        mlp_out="mlp",
+        down="mlp.c_proj",
+        ln1="ln_1",
+        ln2="ln_2",
+        final="ln_f",
+        kind="layernorm",
+        post=False,
+    ),
+    "llama": dict(
+        base="model",
+        layers="layers",
+        q_in="self_attn.q_proj",
+        attn_out="self_attn.o_proj",
+        mlp_in="mlp.up_proj",
+        mlp_out="mlp",
+        down="mlp.down_proj",
+        ln1="input_layernorm",
+        ln2="post_attention_layernorm",
+        final="norm",
+        kind="rmsnorm",
+        post=False,
+    ),
+    "neox": dict(
+        base="gpt_neox",
+        layers="layers",
+        q_in="attention.query_key_value",
+        attn_out="attention.dense",
+        mlp_in="mlp.dense_h_to_4h",
+        mlp_out="mlp",
+        down="mlp.dense_4h_to_h",
+        ln1="input_layernorm",
+        ln2="post_attention_layernorm",
+        final="final_layer_norm",
+        kind="layernorm",
+        post=False,
+    ),
+    "bert": dict(
+        base="bert",
+        layers="encoder.layer",
+        q_in="attention.self.query",
+        attn_out="attention.output.dense",
+        mlp_in="intermediate.dense",
+        mlp_out="output.dense",
+        down="output.dense",
+        ln1="attention.output.LayerNorm",
+        ln2="output.LayerNorm",
+        final=None,
+        emb_ln="embeddings.LayerNorm",
+        kind="layernorm",
+        post=True,
+    ),
 }
 
 
@@ -127,7 +170,7 @@ class Reference:
                 return self.glob["final_in"]  # HF's last hidden state is after the final norm
         if label in ("unembed", "final"):
             return self.hidden_states[L]
-        l = int(label[1:label.index(".")])
+        l = int(label[1 : label.index(".")])
         if ".attn." in label:
             return self.layer["q_in"][l]
         if label.endswith(".mlp.in"):
@@ -164,7 +207,7 @@ class Reference:
             return self.norms["final"].linear(v, self.glob["final_in"])
         if point.startswith("blocks."):
             return v.double()
-        l = int(point[1:point.index(".")])
+        l = int(point[1 : point.index(".")])
         which = "ln1" if ".attn." in point else "ln2"
         return self.norms[f"{which}.{l}"].linear(v, self.layer[f"{which}_in"][l])
 
@@ -177,12 +220,19 @@ def _post_norm_end(point: str, n_layers: int) -> int:
         _, l, hook = point.split(".")
         l = int(l)
         return 2 * l + {"hook_resid_pre": 0, "hook_resid_mid": 1, "hook_resid_post": 2}[hook]
-    l = int(point[1:point.index(".")])
+    l = int(point[1 : point.index(".")])
     return 2 * l + (0 if ".attn." in point else 1)
 
 
-def hf_reference(family: str, tokens: Tensor, attention_mask: Tensor, *, dtype=torch.float32,
-                 exact_norms: bool = False, hf: torch.nn.Module | None = None) -> Reference:
+def hf_reference(
+    family: str,
+    tokens: Tensor,
+    attention_mask: Tensor,
+    *,
+    dtype=torch.float32,
+    exact_norms: bool = False,
+    hf: torch.nn.Module | None = None,
+) -> Reference:
     """Run a separately built HF copy of the tiny ``family`` model (or ``hf``) and record its tensors."""
     if hf is None:
         hf = tiny_hf_model(family, dtype=dtype)
@@ -192,8 +242,21 @@ def hf_reference(family: str, tokens: Tensor, attention_mask: Tensor, *, dtype=t
     base = _get(hf, spec["base"])
     layers = _get(base, spec["layers"])
     L = len(layers)
-    rec: dict[str, list] = {k: [None] * L for k in (
-        "q_in", "attn_out", "attn_z", "mlp_in", "mlp_out", "down_in", "ln1_in", "ln1_out", "ln2_in", "ln2_out")}
+    rec: dict[str, list] = {
+        k: [None] * L
+        for k in (
+            "q_in",
+            "attn_out",
+            "attn_z",
+            "mlp_in",
+            "mlp_out",
+            "down_in",
+            "ln1_in",
+            "ln1_out",
+            "ln2_in",
+            "ln2_out",
+        )
+    }
     glob: dict[str, Tensor] = {}
     handles = []
 
@@ -205,14 +268,22 @@ def hf_reference(family: str, tokens: Tensor, attention_mask: Tensor, *, dtype=t
                 store[key] = val.detach()
             else:
                 store[key][idx] = val.detach()
+
         return hook
 
     for l, layer in enumerate(layers):
-        for key, path, what in [("q_in", "q_in", "in"), ("attn_out", "attn_out", "out"),
-                                ("attn_z", "attn_out", "in"), ("mlp_in", "mlp_in", "in"),
-                                ("mlp_out", "mlp_out", "out"), ("down_in", "down", "in"),
-                                ("ln1_in", "ln1", "in"), ("ln1_out", "ln1", "out"),
-                                ("ln2_in", "ln2", "in"), ("ln2_out", "ln2", "out")]:
+        for key, path, what in [
+            ("q_in", "q_in", "in"),
+            ("attn_out", "attn_out", "out"),
+            ("attn_z", "attn_out", "in"),
+            ("mlp_in", "mlp_in", "in"),
+            ("mlp_out", "mlp_out", "out"),
+            ("down_in", "down", "in"),
+            ("ln1_in", "ln1", "in"),
+            ("ln1_out", "ln1", "out"),
+            ("ln2_in", "ln2", "in"),
+            ("ln2_out", "ln2", "out"),
+        ]:
             handles.append(_get(layer, spec[path]).register_forward_hook(keep(rec, key, l, what), with_kwargs=True))
     norms = {}
     for l, layer in enumerate(layers):
@@ -229,9 +300,17 @@ def hf_reference(family: str, tokens: Tensor, attention_mask: Tensor, *, dtype=t
         handles.append(eln.register_forward_hook(keep(glob, "emb_ln_in", None, "in"), with_kwargs=True))
     out = hooked_forward(hf, handles, input_ids=tokens, attention_mask=attention_mask, output_hidden_states=True)
     logits = getattr(out, "logits", None)
-    return Reference(family=family, n_layers=L, hidden_states=[h.detach() for h in out.hidden_states],
-                     logits=None if spec["post"] else logits.detach(), layer=rec, glob=glob, norms=norms,
-                     hf=hf, spec=spec)
+    return Reference(
+        family=family,
+        n_layers=L,
+        hidden_states=[h.detach() for h in out.hidden_states],
+        logits=None if spec["post"] else logits.detach(),
+        layer=rec,
+        glob=glob,
+        norms=norms,
+        hf=hf,
+        spec=spec,
+    )
 
 
 def head_writes(ref: Reference, l: int, n_heads: int) -> Tensor:
@@ -245,7 +324,7 @@ def head_writes(ref: Reference, l: int, n_heads: int) -> Tensor:
         out = []
         for h in range(n_heads):
             zh = torch.zeros_like(z)
-            zh[..., h * dh:(h + 1) * dh] = z[..., h * dh:(h + 1) * dh]
+            zh[..., h * dh : (h + 1) * dh] = z[..., h * dh : (h + 1) * dh]
             out.append(proj(zh) - zero)
     return torch.stack(out)
 

@@ -75,6 +75,7 @@ def case(request, family_model) -> Case:
 
 # ---- closure --------------------------------------------------------------------------------
 
+
 def test_closes_at_every_read_and_resid_point(case):
     points = case.tr.reads + case.tr.resid_points
     assert len(case.tr.resid_points) >= 2 * case.model.arch.n_layers
@@ -91,6 +92,7 @@ def test_closes_at_every_read_and_resid_point(case):
 
 
 # ---- totals against HF ----------------------------------------------------------------------
+
 
 def test_totals_equal_hf_tensors_at_every_point(case):
     for point in case.tr.reads + case.tr.resid_points:
@@ -133,6 +135,7 @@ def test_unembed_sum_gives_hf_logits(case):
 
 # ---- per-component terms against HF ---------------------------------------------------------
 
+
 def _first_point_after_attn(case, l: int) -> str:
     return f"blocks.{l}.hook_resid_post" if case.model.arch.parallel_attn_mlp else f"blocks.{l}.hook_resid_mid"
 
@@ -147,8 +150,9 @@ def test_heads_sum_to_hf_attention_output(case):
             want = case.ref.carry(case.ref.layer["attn_out"][l], layer=l, sub="attn", point=point)
             assert rel(total, want, case.mask) <= case.hf_tol, (l, point)
             # each head alone: z_h W_O^h from HF's own output projection
-            per_head = torch.stack([case.ref.carry(w, layer=l, sub="attn", point=point)
-                                    for w in head_writes(case.ref, l, arch.n_heads)])
+            per_head = torch.stack(
+                [case.ref.carry(w, layer=l, sub="attn", point=point) for w in head_writes(case.ref, l, arch.n_heads)]
+            )
             assert rel(heads, per_head, case.mask) <= case.hf_tol, (l, point, "per head")
 
 
@@ -187,6 +191,7 @@ def test_norm_bias_terms_are_the_betas(case):
 
 
 # ---- neurons and projections ----------------------------------------------------------------
+
 
 def test_neurons_close_and_sum_to_the_mlp_write(case):
     arch = case.model.arch
@@ -244,6 +249,7 @@ def test_projection_equals_full_contributions_times_U(case):
 
 # ---- fp64 precision, made explicit ---------------------------------------------------------
 
+
 def test_llama_fp64_is_really_fp64():
     """HF's LlamaRMSNorm computes in fp32 even for an fp64 model, which capped an fp64 Llama's
     closure at ~1e-7 behind every RMSNorm; interp's loader now keeps fp64 models in fp64.
@@ -260,6 +266,7 @@ def test_llama_fp64_is_really_fp64():
 
 
 # ---- real models ----------------------------------------------------------------------------
+
 
 @pytest.mark.real
 def test_smollm2_closes_and_matches_hf(smollm2):
@@ -284,11 +291,16 @@ def test_smollm2_closes_and_matches_hf(smollm2):
         logits = hf.lm_head(d.contributions.sum(0))
     errs["sum @ W_U vs HF logits"] = rel(logits, out.logits, mask)
     assert errs["sum @ W_U vs HF logits"] <= 1e-4
-    for point, want in [("blocks.0.hook_resid_pre", out.hidden_states[0]),
-                        ("blocks.12.hook_resid_pre", out.hidden_states[12]),
-                        ("blocks.20.hook_resid_post", out.hidden_states[21]),
-                        ("blocks.7.hook_resid_mid", None), ("L29.mlp.in", None),
-                        ("L14.attn.q[H8]", None), ("L14.attn.k[H2]", None), ("L3.attn.v[H0]", None)]:
+    for point, want in [
+        ("blocks.0.hook_resid_pre", out.hidden_states[0]),
+        ("blocks.12.hook_resid_pre", out.hidden_states[12]),
+        ("blocks.20.hook_resid_post", out.hidden_states[21]),
+        ("blocks.7.hook_resid_mid", None),
+        ("L29.mlp.in", None),
+        ("L14.attn.q[H8]", None),
+        ("L14.attn.k[H2]", None),
+        ("L3.attn.v[H0]", None),
+    ]:
         d = tr.decompose(point)
         errs[point] = d.relative_error
         assert d.relative_error <= 1e-4, (point, d.relative_error)
@@ -310,15 +322,20 @@ def test_minilm_final_hidden_state_closes_and_matches_hf(minilm):
         out = hf(input_ids=tr.tokens, attention_mask=mask, output_hidden_states=True)
     d = tr.decompose("final")
     assert d.relative_error <= 1e-4
-    vs_hf = {"total vs HF": rel(d.total, out.last_hidden_state, mask),
-             "sum vs HF": rel(d.contributions.sum(0), out.last_hidden_state, mask)}
+    vs_hf = {
+        "total vs HF": rel(d.total, out.last_hidden_state, mask),
+        "sum vs HF": rel(d.contributions.sum(0), out.last_hidden_state, mask),
+    }
     assert max(vs_hf.values()) <= 1e-4, vs_hf
     # every post-norm bias is a term, and so is the embedding norm's
     assert {"embed_ln_bias", "L0.ln1_bias", "L5.ln2_bias", "type_embed"} <= set(d.labels)
     errs = {"final": d.relative_error, **vs_hf}
     for l in (0, 3):
-        for point, want in [(f"blocks.{l}.hook_resid_post", out.hidden_states[l + 1]),
-                            (f"L{l}.mlp.in", None), (f"blocks.{l}.hook_resid_mid", None)]:
+        for point, want in [
+            (f"blocks.{l}.hook_resid_post", out.hidden_states[l + 1]),
+            (f"L{l}.mlp.in", None),
+            (f"blocks.{l}.hook_resid_mid", None),
+        ]:
             dl = tr.decompose(point)
             errs[point] = dl.relative_error
             assert dl.relative_error <= 1e-4, point
@@ -328,6 +345,7 @@ def test_minilm_final_hidden_state_closes_and_matches_hf(minilm):
 
 
 # ---- position-gathered traces (interp.stream._trace_at.trace_at, used by attribution) ----------
+
 
 @pytest.mark.parametrize("stop", [False, True], ids=["full-pass", "stop-before-unembed"])
 def test_trace_at_equals_full_trace_at_those_positions(case, stop):
@@ -352,10 +370,15 @@ def test_trace_at_equals_full_trace_at_those_positions(case, stop):
 
 # ---- config variants of the supported families ----------------------------------------------
 
-@pytest.mark.parametrize("family, overrides", [
-    ("llama", dict(attention_bias=True, mlp_bias=True)),   # o_proj / down_proj carry biases
-    ("neox", dict(use_parallel_residual=False)),            # sequential GPT-NeoX blocks
-], ids=["llama-biases", "neox-sequential"])
+
+@pytest.mark.parametrize(
+    "family, overrides",
+    [
+        ("llama", dict(attention_bias=True, mlp_bias=True)),  # o_proj / down_proj carry biases
+        ("neox", dict(use_parallel_residual=False)),  # sequential GPT-NeoX blocks
+    ],
+    ids=["llama-biases", "neox-sequential"],
+)
 def test_config_variants_close_and_match_hf(family, overrides):
     """Regression: a Llama with attention_bias=True lost its o_proj bias (no L{l}.attn_bias term:
     closure error ~100%), and with mlp_bias=True its down_proj bias (b_out read as zeros)."""

@@ -19,6 +19,7 @@ def _all_points(tr) -> list[str]:
 
 # ---- padding --------------------------------------------------------------------------------
 
+
 def test_padded_batch_equals_prompt_alone(family_model):
     padded = trace(family_model, [LONG, SHORT])
     alone = trace(family_model, SHORT)
@@ -54,8 +55,9 @@ def test_closure_and_tables_ignore_padding(family_model):
     total[tr.attention_mask == 0] = 1e6
     from interp.stream import Decomposition
 
-    d2 = Decomposition.build(point=d.point, labels=d.labels, contributions=d.contributions, total=total,
-                             attention_mask=tr.attention_mask)
+    d2 = Decomposition.build(
+        point=d.point, labels=d.labels, contributions=d.contributions, total=total, attention_mask=tr.attention_mask
+    )
     assert d2.closure_error == d.closure_error and d2.relative_error == d.relative_error
     from interp.errors import ArgumentError
 
@@ -64,6 +66,7 @@ def test_closure_and_tables_ignore_padding(family_model):
 
 
 # ---- bitwise outputs ------------------------------------------------------------------------
+
 
 def test_trace_leaves_outputs_bitwise_identical(family_model):
     bridge = family_model.bridge
@@ -80,6 +83,7 @@ def test_trace_leaves_outputs_bitwise_identical(family_model):
 
 
 # ---- no hook survives -----------------------------------------------------------------------
+
 
 def _attached(bridge) -> dict[str, int]:
     """Hooks attached per hook point (aliases of one point counted once). Some bridges come

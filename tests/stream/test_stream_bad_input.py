@@ -23,6 +23,7 @@ def tr(llama):
 
 def _raises(kind, *names):
     """pytest.raises for an InterpError subclass ``kind`` whose message contains every name."""
+
     class _Ctx:
         def __enter__(self):
             self._c = pytest.raises(kind)
@@ -42,23 +43,33 @@ def _raises(kind, *names):
 
 # ---- labels ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("label, nearest", [
-    ("L0.attn.z[H0]", "L0.attn.q[H0]"),          # unknown kind of read
-    ("L0.mlp.inn", "L0.mlp.in"),                  # typo
-    ("unembd", "unembed"),
-    ("blocks.0.hook_resid_pst", "blocks.0.hook_resid_post"),
-])
+
+@pytest.mark.parametrize(
+    "label, nearest",
+    [
+        ("L0.attn.z[H0]", "L0.attn.q[H0]"),  # unknown kind of read
+        ("L0.mlp.inn", "L0.mlp.in"),  # typo
+        ("unembd", "unembed"),
+        ("blocks.0.hook_resid_pst", "blocks.0.hook_resid_post"),
+    ],
+)
 def test_unknown_read_label_lists_nearest(tr, label, nearest):
     with _raises(LabelError, "read_label=", repr(label), "nearest", repr(nearest)):
         tr.decompose(label)
 
 
-@pytest.mark.parametrize("label", [
-    "L2.attn.q[H0]", "L7.mlp.in", "blocks.2.hook_resid_pre",   # layer out of range (2 layers)
-    "L0.attn.q[H4]",                                           # query head out of range (4 heads)
-    "L0.attn.k[H2]", "L1.attn.v[H3]",                          # KV head out of range (2 KV heads)
-    "L-1.mlp.in",
-])
+@pytest.mark.parametrize(
+    "label",
+    [
+        "L2.attn.q[H0]",
+        "L7.mlp.in",
+        "blocks.2.hook_resid_pre",  # layer out of range (2 layers)
+        "L0.attn.q[H4]",  # query head out of range (4 heads)
+        "L0.attn.k[H2]",
+        "L1.attn.v[H3]",  # KV head out of range (2 KV heads)
+        "L-1.mlp.in",
+    ],
+)
 def test_layer_or_head_out_of_range_in_label(tr, label):
     with _raises(LabelError, "read_label=", repr(label), "nearest"):
         tr.decompose(label)
@@ -87,16 +98,27 @@ def test_unknown_write_label_lists_nearest(tr, label, nearest):
 
 # ---- token ids and shapes -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("ids, bad", [([[1, 100]], "100"), ([[1, 5, 250]], "250"), ([[-1, 5]], "-1")])
 def test_token_ids_out_of_vocab(llama, ids, bad):
     with _raises(ArgumentError, "inputs", bad, "d_vocab=100"):
         trace(llama, torch.tensor(ids))
 
 
-@pytest.mark.parametrize("inputs", [
-    "", "   ", ["w1", ""], [], torch.zeros(0, dtype=torch.long), torch.zeros(1, 0, dtype=torch.long),
-    torch.zeros(0, 3, dtype=torch.long), [[]],
-], ids=["str", "blank-str", "str-in-list", "list", "tensor-1d", "tensor-2d", "tensor-no-rows", "nested-list"])
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        "",
+        "   ",
+        ["w1", ""],
+        [],
+        torch.zeros(0, dtype=torch.long),
+        torch.zeros(1, 0, dtype=torch.long),
+        torch.zeros(0, 3, dtype=torch.long),
+        [[]],
+    ],
+    ids=["str", "blank-str", "str-in-list", "list", "tensor-1d", "tensor-2d", "tensor-no-rows", "nested-list"],
+)
 def test_empty_input(llama, inputs):
     with _raises(ArgumentError, "inputs", "empty"):
         trace(llama, inputs)
@@ -140,9 +162,18 @@ def test_bad_attention_mask(llama):
 
 # ---- directions -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("U", [
-    torch.ones(31), torch.ones(3, 33), torch.ones(3, 2, 32), torch.ones(1, 1, 1, 32), torch.ones(0, 32),
-], ids=["1d-wrong", "2d-wrong", "batch-wrong", "4d", "no-directions"])
+
+@pytest.mark.parametrize(
+    "U",
+    [
+        torch.ones(31),
+        torch.ones(3, 33),
+        torch.ones(3, 2, 32),
+        torch.ones(1, 1, 1, 32),
+        torch.ones(0, 32),
+    ],
+    ids=["1d-wrong", "2d-wrong", "batch-wrong", "4d", "no-directions"],
+)
 def test_directions_of_wrong_shape(llama, tr, U):
     with _raises(ShapeError, "project_onto", str(tuple(U.shape))):
         tr.decompose("unembed", project_onto=U)
@@ -168,6 +199,7 @@ def test_directions_of_wrong_dtype(tr):
 
 
 # ---- other options --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("neurons", [[2], [-1], [0, 5], "all", 1.5, [0.5], [True]])
 def test_bad_neuron_layers(llama, neurons):

@@ -5,7 +5,6 @@ each layer's output projection (the concatenated z, from an HF forward pre-hook)
 no transformer-lens code; a loaded trace against the trace it was saved from, bit for bit.
 """
 
-
 import pytest
 import torch
 
@@ -16,22 +15,26 @@ from rounding import assert_same_up_to_rounding, rounding_tolerance
 from tiny_models import FAMILIES, hooked_forward, tiny_hf_model, tiny_model
 
 PROMPTS = ["w1 w2 w3 w4 w5", "w6 w7", "w8 w9 w10"]
-_OPROJ = {"gpt2": lambda hf, l: hf.transformer.h[l].attn.c_proj,
-          "llama": lambda hf, l: hf.model.layers[l].self_attn.o_proj,
-          "neox": lambda hf, l: hf.gpt_neox.layers[l].attention.dense,
-          "bert": lambda hf, l: hf.bert.encoder.layer[l].attention.output.dense,
-          "qwen3": lambda hf, l: hf.model.layers[l].self_attn.o_proj,
-          "gemma3_text": lambda hf, l: hf.model.layers[l].self_attn.o_proj,
-          "olmo2": lambda hf, l: hf.model.layers[l].self_attn.o_proj,
-          "olmoe": lambda hf, l: hf.model.layers[l].self_attn.o_proj}
+_OPROJ = {
+    "gpt2": lambda hf, l: hf.transformer.h[l].attn.c_proj,
+    "llama": lambda hf, l: hf.model.layers[l].self_attn.o_proj,
+    "neox": lambda hf, l: hf.gpt_neox.layers[l].attention.dense,
+    "bert": lambda hf, l: hf.bert.encoder.layer[l].attention.output.dense,
+    "qwen3": lambda hf, l: hf.model.layers[l].self_attn.o_proj,
+    "gemma3_text": lambda hf, l: hf.model.layers[l].self_attn.o_proj,
+    "olmo2": lambda hf, l: hf.model.layers[l].self_attn.o_proj,
+    "olmoe": lambda hf, l: hf.model.layers[l].self_attn.o_proj,
+}
 
 
 def _hf_pass(family, batch):
     """(attention weights per layer [b, H, q, k], o-projection inputs per layer [b, pos, H*d_head])."""
     hf = tiny_hf_model(family)
     zs = {}
-    hooks = [_OPROJ[family](hf, l).register_forward_pre_hook(lambda mod, args, l=l: zs.__setitem__(l, args[0]))
-             for l in range(hf.config.num_hidden_layers if family != "gpt2" else hf.config.n_layer)]
+    hooks = [
+        _OPROJ[family](hf, l).register_forward_pre_hook(lambda mod, args, l=l: zs.__setitem__(l, args[0]))
+        for l in range(hf.config.num_hidden_layers if family != "gpt2" else hf.config.n_layer)
+    ]
     out = hooked_forward(hf, hooks, batch.tokens, attention_mask=batch.attention_mask, output_attentions=True)
     return out.attentions, zs
 
@@ -40,7 +43,9 @@ def _real(mask, b):
     return mask[b].bool()
 
 
-@pytest.mark.parametrize("family", [*FAMILIES, "qwen3", "gemma3_text", "olmo2", "olmoe"])  # QK-norm: the normed q, k kept
+@pytest.mark.parametrize(
+    "family", [*FAMILIES, "qwen3", "gemma3_text", "olmo2", "olmoe"]
+)  # QK-norm: the normed q, k kept
 def test_kept_patterns_q_k_v_are_the_models(family):
     m = tiny_model(family)
     tr = interp.trace(m, PROMPTS, keep=("patterns", "q", "k", "v"))
@@ -53,7 +58,9 @@ def test_kept_patterns_q_k_v_are_the_models(family):
         for b in range(3):
             r = _real(batch.attention_mask, b)
             # the pattern is HF's attention weights
-            torch.testing.assert_close(tr.patterns[l, b][:, r][:, :, r], attn[l][b][:, r][:, :, r], atol=1e-6, rtol=1e-5)
+            torch.testing.assert_close(
+                tr.patterns[l, b][:, r][:, :, r], attn[l][b][:, r][:, :, r], atol=1e-6, rtol=1e-5
+            )
             # q·kᵀ/√d_head, masked and softmaxed, is the pattern (after RoPE for rotary models)
             q, k = tr.q[l, b][r], tr.k[l, b][r].repeat_interleave(a.group_size, dim=1)  # [pos, H, dh]
             s = torch.einsum("qhd,khd->hqk", q, k) * a.attn_scale(l)  # 1/√d_head unless the model says otherwise
@@ -92,8 +99,9 @@ def test_saved_trace_decomposes_identically(family, tmp_path):
         assert e.closure_error == pytest.approx(d.closure_error, abs=rounding_tolerance(d.total))
     u = torch.randn(3, m.arch.d_model, generator=torch.Generator().manual_seed(0))
     last = tr.reads[-1]
-    assert_same_up_to_rounding(back.decompose(last, project_onto=u).contributions,
-                               tr.decompose(last, project_onto=u).contributions)
+    assert_same_up_to_rounding(
+        back.decompose(last, project_onto=u).contributions, tr.decompose(last, project_onto=u).contributions
+    )
     # only the weights a decomposition reads are in the file
     assert back.weights.W_E is None and back.weights.W_Q is None and back.weights.W_U is None
     assert torch.equal(back.weights.W_O, m.weights.W_O)

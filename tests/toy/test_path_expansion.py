@@ -39,8 +39,9 @@ def test_closes_to_the_logits_with_and_without_norms(variant):
     assert torch.equal(pe.logit, logits[:, -1].gather(-1, pe.answer[:, None])[:, 0])
     assert torch.equal(pe.answer, logits[:, -1].argmax(-1))  # default answer: the model's top token
     n_sources = 1 + (config.positional == "learned")
-    assert _count_terms(config.n_layers, config.n_heads, config.n_layers, n_sources,
-                        config.norm == "layernorm") == len(pe.labels)  # the memory estimate counts right
+    assert _count_terms(config.n_layers, config.n_heads, config.n_layers, n_sources, config.norm == "layernorm") == len(
+        pe.labels
+    )  # the memory estimate counts right
 
 
 def test_terms_equal_hand_built_products(toy2):

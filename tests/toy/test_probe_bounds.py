@@ -44,15 +44,23 @@ def test_scores_equal_patterns_captured_here(toy2, n, seq_len):
     torch.testing.assert_close(torch.tensor(rep["induction_score"]), ind.round(decimals=4), atol=1e-4, rtol=0)
     torch.testing.assert_close(torch.tensor(rep["prev_token_score"]), prev.round(decimals=4), atol=1e-4, rtol=0)
     nll = F.cross_entropy(logits[:, :-1].flatten(0, 1), r_tok[:, 1:].flatten(), reduction="none").view(7, -1)
-    assert rep["loss_second_half"] == pytest.approx(float(nll[:, n_ + 1:].mean()), abs=1e-4)
+    assert rep["loss_second_half"] == pytest.approx(float(nll[:, n_ + 1 :].mean()), abs=1e-4)
 
 
-@pytest.mark.parametrize("kwargs,err,name", [
-    (dict(seq_len=33), ArgumentError, "seq_len"), (dict(seq_len=1), ArgumentError, "seq_len"),
-    (dict(n=16), ArgumentError, "n="), (dict(n=1), ArgumentError, "n="), (dict(n=2.5), ArgumentError, "n="),
-    (dict(batch=0), ArgumentError, "batch"), (dict(max_bytes=0), ArgumentError, "max_bytes"),
-    (dict(batch=10**7), MemoryCapError, "batch=10000000"), (dict(batch=100, max_bytes=1000), MemoryCapError, "max_bytes"),
-])
+@pytest.mark.parametrize(
+    "kwargs,err,name",
+    [
+        (dict(seq_len=33), ArgumentError, "seq_len"),
+        (dict(seq_len=1), ArgumentError, "seq_len"),
+        (dict(n=16), ArgumentError, "n="),
+        (dict(n=1), ArgumentError, "n="),
+        (dict(n=2.5), ArgumentError, "n="),
+        (dict(batch=0), ArgumentError, "batch"),
+        (dict(max_bytes=0), ArgumentError, "max_bytes"),
+        (dict(batch=10**7), MemoryCapError, "batch=10000000"),
+        (dict(batch=100, max_bytes=1000), MemoryCapError, "max_bytes"),
+    ],
+)
 def test_bad_sizes_are_refused_before_any_pass(toy2, kwargs, err, name):
     with pytest.raises(err, match=name):
         probe_report(toy2, **kwargs)
@@ -99,7 +107,7 @@ def test_smollm2_probe_report_stays_small():
     out = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, timeout=900)
     line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
     assert out.returncode == 0 and line, out.stderr[-3000:]
-    r = json.loads(line[0][len("RESULT "):])
+    r = json.loads(line[0][len("RESULT ") :])
     assert (r["n"], r["seq_len"]) == (20, 128)
     assert r["delta"] < 600 * 2**20, f"probe_report peaked {r['delta'] / 2**20:.0f} MiB above the loaded model"
     assert r["loss"] == r["loss"]  # a number, not NaN
@@ -107,6 +115,7 @@ def test_smollm2_probe_report_stays_small():
 
 
 # ---- skip_trigrams: the full OV / QK circuits are streamed, never vocab × vocab ----------------
+
 
 def test_skip_trigrams_in_blocks_equal_the_materialised_circuits():
     import math
@@ -157,6 +166,6 @@ def test_skip_trigrams_memory_does_not_grow_with_vocab_squared():
     out = subprocess.run([sys.executable, "-c", _SKIP_CHILD], capture_output=True, text=True, env=env, timeout=600)
     line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
     assert out.returncode == 0 and line, out.stderr[-3000:]
-    r = json.loads(line[0][len("RESULT "):])
+    r = json.loads(line[0][len("RESULT ") :])
     assert r["rows"] == 5
     assert r["delta"] < 200 * 2**20, f"skip_trigrams peaked {r['delta'] / 2**20:.0f} MiB"

@@ -61,7 +61,13 @@ def test_catalog_entry_is_shipped_small_and_attention_only(name):
     model = load_model(name)
     a = model.arch
     assert (a.family, a.attn_only, a.norm, a.positional, a.causal, a.has_unembed) == (
-        "native", True, "none", "learned", True, True)
+        "native",
+        True,
+        "none",
+        "learned",
+        True,
+        True,
+    )
     assert a.n_layers == int(name[-2])
 
 
@@ -121,7 +127,7 @@ def test_induction_head_copies(toy2, heads2):
 
 def test_in_context_loss_second_half_far_below_first(toy2, heads2):
     nll = next_token_nll(heads2["logits"], heads2["tokens"])
-    first, second = float(nll[:, 1:N].mean()), float(nll[:, N + 1:].mean())
+    first, second = float(nll[:, 1:N].mean()), float(nll[:, N + 1 :].mean())
     n_words = toy2.arch.d_vocab - 2
     assert abs(first - math.log(n_words)) < 0.3, (first, math.log(n_words))  # unpredictable: ≈ ln 256
     assert second < 0.1 and second < first / 20, (first, second)
@@ -138,7 +144,7 @@ def test_one_layer_model_cannot_do_induction(toy1):
     tokens = repeated(200, N, a.d_vocab, seed=12)
     with torch.no_grad():
         nll = next_token_nll(toy1.bridge(tokens), tokens)
-    first, second = float(nll[:, 1:N].mean()), float(nll[:, N + 1:].mean())
+    first, second = float(nll[:, 1:N].mean()), float(nll[:, N + 1 :].mean())
     assert second > 1.0 and second < first, (first, second)  # some copying gain, no induction
 
 

@@ -16,10 +16,12 @@ from interp.toy.train import Recipe, train_toy
 
 VARIANTS = {
     "plain": ToyConfig(n_layers=2, n_heads=4, d_model=32, d_head=8, d_vocab=40, n_ctx=16),
-    "layernorm-gqa": ToyConfig(n_layers=2, n_heads=4, n_kv_heads=2, d_model=32, d_head=8, d_vocab=40, n_ctx=16,
-                               norm="layernorm"),
-    "rmsnorm-rotary": ToyConfig(n_layers=2, n_heads=4, d_model=32, d_head=8, d_vocab=40, n_ctx=16,
-                                norm="rmsnorm", positional="rotary"),
+    "layernorm-gqa": ToyConfig(
+        n_layers=2, n_heads=4, n_kv_heads=2, d_model=32, d_head=8, d_vocab=40, n_ctx=16, norm="layernorm"
+    ),
+    "rmsnorm-rotary": ToyConfig(
+        n_layers=2, n_heads=4, d_model=32, d_head=8, d_vocab=40, n_ctx=16, norm="rmsnorm", positional="rotary"
+    ),
     "no-positions": ToyConfig(n_layers=1, n_heads=2, d_model=32, d_head=8, d_vocab=40, n_ctx=16, positional="none"),
 }
 
@@ -121,7 +123,8 @@ def test_save_and_load_round_trip(tmp_path):
     with torch.no_grad():
         assert torch.equal(model.bridge(tokens), loaded.bridge(tokens))
     assert torch.equal(model.weights.ln1_b, loaded.weights.ln1_b) and loaded.arch == model.arch.__class__(
-        **{**model.arch.to_dict(), "name": "t"})
+        **{**model.arch.to_dict(), "name": "t"}
+    )
 
 
 def test_load_errors(tmp_path):

@@ -22,10 +22,19 @@ from interp.models._families import bert, gpt2, gptj, llama, neox, olmoe
 from interp.models._families._spec import Family, check_config, DeclaredConfig
 from interp.models._weights import Weights, embed_scale_of, stack_layers
 
-__all__ = ["FAMILIES", "NOT_YET_SUPPORTED", "SUPPORTED_FAMILIES", "arch_from_hf_config", "hf_state_from_weights",
-           "hf_writable", "weights_from_hf"]
+__all__ = [
+    "FAMILIES",
+    "NOT_YET_SUPPORTED",
+    "SUPPORTED_FAMILIES",
+    "arch_from_hf_config",
+    "hf_state_from_weights",
+    "hf_writable",
+    "weights_from_hf",
+]
 
 _L = llama
+# the builder table, one aligned line per family (the formatter leaves it as written)
+# fmt: off
 #: model_type -> its family: config reader, weight reader, HF writer, capabilities, config attributes
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     Family("gpt2",        gpt2.read_config, gpt2.read_weights, gpt2.write_weights, gpt2.CAPS, gpt2.ATTRIBUTES),
@@ -44,6 +53,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     Family("gpt_neox",    neox.read_config, neox.read_weights, neox.write_weights, neox.CAPS, neox.ATTRIBUTES),
     Family("bert",        bert.read_config, bert.read_weights, None,               bert.CAPS, bert.ATTRIBUTES),
 )}
+# fmt: on
 
 #: HF ``model_type`` -> interp family name (the same names: ``ArchInfo.family`` records where a config came from)
 SUPPORTED_FAMILIES: dict[str, str] = {t: t for t in FAMILIES}
@@ -70,8 +80,13 @@ def arch_from_hf_config(config: Any, *, name: str, has_unembed: bool = True) -> 
             "parallel attn/MLP, post-norm encoder)" + (f"; the nearest supported family is {near[0]!r}" if near else "")
         )
     check_config(config, family, name=name)
-    return family.read_config(DeclaredConfig(config, family.attributes.reads), name=name, has_unembed=has_unembed,
-                              caps=family.caps, family=family.model_type)
+    return family.read_config(
+        DeclaredConfig(config, family.attributes.reads),
+        name=name,
+        has_unembed=has_unembed,
+        caps=family.caps,
+        family=family.model_type,
+    )
 
 
 def weights_from_hf(hf_model: torch.nn.Module, arch: ArchInfo) -> Weights:
@@ -103,5 +118,6 @@ def hf_state_from_weights(w: Weights, arch: ArchInfo) -> tuple[dict[str, Tensor]
     if family is None or family.write_weights is None:
         raise UnsupportedOperationError(
             f"model {arch.name!r} (family {arch.family!r}) has no TL -> Hugging Face weight map; "
-            f"supported: {sorted(t for t, f in FAMILIES.items() if f.write_weights is not None)}")
+            f"supported: {sorted(t for t, f in FAMILIES.items() if f.write_weights is not None)}"
+        )
     return family.write_weights(w, arch.n_layers), "lm_head"

@@ -19,18 +19,64 @@ __all__ = ["COMMON_IGNORED", "Capabilities", "ConfigAttributes", "DeclaredConfig
 #: Attributes every ``PretrainedConfig`` may carry that do not change the forward interp re-runs: bookkeeping,
 #: token ids, output switches, initialisation, caching and generation settings (the weights themselves say
 #: whether the unembedding is tied: the readers read ``lm_head`` or the embedding).
-COMMON_IGNORED: frozenset[str] = frozenset({
-    "_name_or_path", "_model_name_or_path", "architectures", "model_type", "transformers_version", "dtype",
-    "torch_dtype", "bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "sep_token_id",
-    "decoder_start_token_id", "id2label", "label2id", "problem_type", "finetuning_task", "task_specific_params",
-    "tokenizer_class", "prefix", "return_dict", "output_attentions", "output_hidden_states", "torchscript",
-    "use_cache", "initializer_range", "chunk_size_feed_forward", "tie_word_embeddings", "gradient_checkpointing",
-    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty",
-    "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
-    "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences", "output_scores",
-    "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values",
-    "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
-})
+COMMON_IGNORED: frozenset[str] = frozenset(
+    {
+        "_name_or_path",
+        "_model_name_or_path",
+        "architectures",
+        "model_type",
+        "transformers_version",
+        "dtype",
+        "torch_dtype",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "unk_token_id",
+        "sep_token_id",
+        "decoder_start_token_id",
+        "id2label",
+        "label2id",
+        "problem_type",
+        "finetuning_task",
+        "task_specific_params",
+        "tokenizer_class",
+        "prefix",
+        "return_dict",
+        "output_attentions",
+        "output_hidden_states",
+        "torchscript",
+        "use_cache",
+        "initializer_range",
+        "chunk_size_feed_forward",
+        "tie_word_embeddings",
+        "gradient_checkpointing",
+        "max_length",
+        "min_length",
+        "do_sample",
+        "early_stopping",
+        "num_beams",
+        "num_beam_groups",
+        "diversity_penalty",
+        "temperature",
+        "top_k",
+        "top_p",
+        "typical_p",
+        "repetition_penalty",
+        "length_penalty",
+        "no_repeat_ngram_size",
+        "encoder_no_repeat_ngram_size",
+        "bad_words_ids",
+        "num_return_sequences",
+        "output_scores",
+        "return_dict_in_generate",
+        "forced_bos_token_id",
+        "forced_eos_token_id",
+        "remove_invalid_values",
+        "exponential_decay_length_penalty",
+        "suppress_tokens",
+        "begin_suppress_tokens",
+    }
+)
 
 #: Attributes every config may carry whose non-default values interp does not model: attribute -> allowed values.
 COMMON_REQUIRED: Mapping[str, tuple[Any, ...]] = {"is_encoder_decoder": (False,), "pruned_heads": ({},)}
@@ -114,12 +160,14 @@ def check_config(config: Any, family: Family, *, name: str) -> None:
         if allowed is not None and value not in allowed:
             raise UnsupportedArchitectureError(
                 f"model {name!r} (model_type {family.model_type!r}) has config {key}={value!r}; interp models "
-                f"{key} in {list(allowed)} only, and another value changes the block's maths")
+                f"{key} in {list(allowed)} only, and another value changes the block's maths"
+            )
         if key not in known:
             raise UnsupportedArchitectureError(
                 f"model {name!r} (model_type {family.model_type!r}) has config attribute {key}={value!r}, which "
                 f"interp's {family.model_type} reader neither reads nor knowingly ignores (it may change the "
-                f"block's maths, so the model is refused); the reader reads {sorted(spec.reads)}")
+                f"block's maths, so the model is refused); the reader reads {sorted(spec.reads)}"
+            )
     if "rope_parameters" in spec.reads:
         _check_rope(values.get("rope_parameters"), family, name)
 
@@ -138,4 +186,5 @@ def _check_rope(rope: Any, family: Family, name: str) -> None:
             raise UnsupportedArchitectureError(
                 f"model {name!r} (model_type {family.model_type!r}) has config rope_parameters with "
                 f"rope_type={kind!r}; interp reads rotary tables of the types "
-                f"{['default', *sorted(ROPE_INIT_FUNCTIONS)]} only")
+                f"{['default', *sorted(ROPE_INIT_FUNCTIONS)]} only"
+            )

@@ -22,12 +22,35 @@ __all__ = ["ATTRIBUTES", "CAPS", "read_config", "read_weights", "write_weights"]
 
 CAPS = Capabilities()
 ATTRIBUTES = ConfigAttributes(
-    reads=frozenset({"n_embd", "n_head", "n_layer", "n_inner", "n_positions", "vocab_size", "layer_norm_epsilon",
-                     "activation_function", "scale_attn_weights", "scale_attn_by_inverse_layer_idx"}),
+    reads=frozenset(
+        {
+            "n_embd",
+            "n_head",
+            "n_layer",
+            "n_inner",
+            "n_positions",
+            "vocab_size",
+            "layer_norm_epsilon",
+            "activation_function",
+            "scale_attn_weights",
+            "scale_attn_by_inverse_layer_idx",
+        }
+    ),
     # dropouts (eval mode); the sequence-summary head of GPT2DoubleHeads (not the LM); reorder_and_upcast_attn
     # computes the same scores in float32 (numerics only)
-    ignores=frozenset({"attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_activation", "summary_first_dropout",
-                       "summary_proj_to_labels", "summary_type", "summary_use_proj", "reorder_and_upcast_attn"}),
+    ignores=frozenset(
+        {
+            "attn_pdrop",
+            "embd_pdrop",
+            "resid_pdrop",
+            "summary_activation",
+            "summary_first_dropout",
+            "summary_proj_to_labels",
+            "summary_type",
+            "summary_use_proj",
+            "reorder_and_upcast_attn",
+        }
+    ),
     requires={"add_cross_attention": (False,)},
 )
 
@@ -38,14 +61,27 @@ def read_config(config: Any, *, name: str, has_unembed: bool, caps: Capabilities
     by_layer = bool(getattr(config, "scale_attn_by_inverse_layer_idx", False))
     return ArchInfo(
         attn_scales=tuple(base / (l + 1) if by_layer else base for l in range(config.n_layer))
-        if by_layer or base == 1.0 else (),
-        name=name, family=family, n_layers=config.n_layer, n_heads=n_heads,
-        n_kv_heads=n_heads, d_model=d_model, d_head=d_model // n_heads,
-        d_mlp=config.n_inner or 4 * d_model, d_vocab=config.vocab_size,
-        n_ctx=config.n_positions, norm="layernorm", norm_placement="pre",
-        parallel_attn_mlp=False, positional="learned", causal=True,
-        norm_eps=config.layer_norm_epsilon, gated_mlp=False,
-        act_fn=config.activation_function, has_unembed=has_unembed,
+        if by_layer or base == 1.0
+        else (),
+        name=name,
+        family=family,
+        n_layers=config.n_layer,
+        n_heads=n_heads,
+        n_kv_heads=n_heads,
+        d_model=d_model,
+        d_head=d_model // n_heads,
+        d_mlp=config.n_inner or 4 * d_model,
+        d_vocab=config.vocab_size,
+        n_ctx=config.n_positions,
+        norm="layernorm",
+        norm_placement="pre",
+        parallel_attn_mlp=False,
+        positional="learned",
+        causal=True,
+        norm_eps=config.layer_norm_epsilon,
+        gated_mlp=False,
+        act_fn=config.activation_function,
+        has_unembed=has_unembed,
     )
 
 
@@ -61,23 +97,36 @@ def read_weights(sd: dict[str, Tensor], a: ArchInfo, caps: Capabilities):
         bq, bk, bv = b_qkv.split(a.d_model)
         heads_in = lambda w: einops.rearrange(w, "m (n h) -> n m h", n=H)  # noqa: E731
         return {
-            "W_Q": heads_in(Wq), "W_K": heads_in(Wk), "W_V": heads_in(Wv),
-            "b_Q": bq.reshape(H, dh), "b_K": bk.reshape(H, dh), "b_V": bv.reshape(H, dh),
+            "W_Q": heads_in(Wq),
+            "W_K": heads_in(Wk),
+            "W_V": heads_in(Wv),
+            "b_Q": bq.reshape(H, dh),
+            "b_K": bk.reshape(H, dh),
+            "b_V": bv.reshape(H, dh),
             "W_O": einops.rearrange(sd[b + "attn.c_proj.weight"], "(n h) m -> n h m", n=H),
             "b_O": sd[b + "attn.c_proj.bias"],
-            "W_in": sd[b + "mlp.c_fc.weight"], "b_in": sd[b + "mlp.c_fc.bias"],
-            "W_out": sd[b + "mlp.c_proj.weight"], "b_out": sd[b + "mlp.c_proj.bias"],
-            "ln1_w": sd[b + "ln_1.weight"], "ln1_b": sd[b + "ln_1.bias"],
-            "ln2_w": sd[b + "ln_2.weight"], "ln2_b": sd[b + "ln_2.bias"],
+            "W_in": sd[b + "mlp.c_fc.weight"],
+            "b_in": sd[b + "mlp.c_fc.bias"],
+            "W_out": sd[b + "mlp.c_proj.weight"],
+            "b_out": sd[b + "mlp.c_proj.bias"],
+            "ln1_w": sd[b + "ln_1.weight"],
+            "ln1_b": sd[b + "ln_1.bias"],
+            "ln2_w": sd[b + "ln_2.weight"],
+            "ln2_b": sd[b + "ln_2.bias"],
         }
 
     per = collect_layers(a.n_layers, layer)
     W_E = detached(sd[p + "wte.weight"])
     W_U = detached(sd["lm_head.weight"]).T.contiguous() if "lm_head.weight" in sd else W_E.T.contiguous()
     glob = dict(
-        W_E=W_E, W_pos=detached(sd[p + "wpe.weight"]), W_type=None, W_gate=None,
-        lnf_w=detached(sd[p + "ln_f.weight"]), lnf_b=detached(sd[p + "ln_f.bias"]),
-        W_U=W_U, b_U=torch.zeros(a.d_vocab, dtype=W_E.dtype, device=W_E.device),
+        W_E=W_E,
+        W_pos=detached(sd[p + "wpe.weight"]),
+        W_type=None,
+        W_gate=None,
+        lnf_w=detached(sd[p + "ln_f.weight"]),
+        lnf_b=detached(sd[p + "ln_f.bias"]),
+        W_U=W_U,
+        b_U=torch.zeros(a.d_vocab, dtype=W_E.dtype, device=W_E.device),
     )
     return per, glob
 

@@ -19,8 +19,19 @@ __all__ = ["ATTRIBUTES", "CAPS", "read_config", "read_weights"]
 
 CAPS = Capabilities()
 ATTRIBUTES = ConfigAttributes(
-    reads=frozenset({"n_embd", "n_head", "n_layer", "n_inner", "n_positions", "vocab_size", "layer_norm_epsilon",
-                     "activation_function", "rotary_dim"}),
+    reads=frozenset(
+        {
+            "n_embd",
+            "n_head",
+            "n_layer",
+            "n_inner",
+            "n_positions",
+            "vocab_size",
+            "layer_norm_epsilon",
+            "activation_function",
+            "rotary_dim",
+        }
+    ),
     ignores=frozenset({"attn_pdrop", "embd_pdrop", "resid_pdrop"}),  # dropouts (eval mode)
 )
 
@@ -29,13 +40,31 @@ def read_config(config: Any, *, name: str, has_unembed: bool, caps: Capabilities
     d_model, n_heads = config.n_embd, config.n_head
     d_head = d_model // n_heads
     return ArchInfo(
-        name=name, family=family, n_layers=config.n_layer, n_heads=n_heads, n_kv_heads=n_heads,
-        d_model=d_model, d_head=d_head, d_mlp=config.n_inner or 4 * d_model, d_vocab=config.vocab_size,
-        n_ctx=config.n_positions, norm="layernorm", norm_placement="pre", parallel_attn_mlp=True,
-        positional="rotary", causal=True, norm_eps=config.layer_norm_epsilon, gated_mlp=False,
-        act_fn=config.activation_function, has_unembed=has_unembed,
-        rotary_dim=config.rotary_dim or d_head, rotary_interleaved=True, shared_block_norm=True,
-        attn_bias=False, mlp_bias=True, softmax_fp32=True,
+        name=name,
+        family=family,
+        n_layers=config.n_layer,
+        n_heads=n_heads,
+        n_kv_heads=n_heads,
+        d_model=d_model,
+        d_head=d_head,
+        d_mlp=config.n_inner or 4 * d_model,
+        d_vocab=config.vocab_size,
+        n_ctx=config.n_positions,
+        norm="layernorm",
+        norm_placement="pre",
+        parallel_attn_mlp=True,
+        positional="rotary",
+        causal=True,
+        norm_eps=config.layer_norm_epsilon,
+        gated_mlp=False,
+        act_fn=config.activation_function,
+        has_unembed=has_unembed,
+        rotary_dim=config.rotary_dim or d_head,
+        rotary_interleaved=True,
+        shared_block_norm=True,
+        attn_bias=False,
+        mlp_bias=True,
+        softmax_fp32=True,
     )
 
 
@@ -48,24 +77,36 @@ def read_weights(sd: dict[str, Tensor], a: ArchInfo, caps: Capabilities):
         wq = sd[b + "attn.q_proj.weight"]
         zeros_h = torch.zeros(H, a.d_head, dtype=wq.dtype, device=wq.device)
         return {
-            "W_Q": split_heads_in(wq, H), "W_K": split_heads_in(sd[b + "attn.k_proj.weight"], H),
+            "W_Q": split_heads_in(wq, H),
+            "W_K": split_heads_in(sd[b + "attn.k_proj.weight"], H),
             "W_V": split_heads_in(sd[b + "attn.v_proj.weight"], H),
-            "b_Q": zeros_h, "b_K": zeros_h, "b_V": zeros_h,
+            "b_Q": zeros_h,
+            "b_K": zeros_h,
+            "b_V": zeros_h,
             "W_O": split_heads_out(sd[b + "attn.out_proj.weight"], H),
             "b_O": torch.zeros(a.d_model, dtype=wq.dtype, device=wq.device),
-            "W_in": sd[b + "mlp.fc_in.weight"].T, "b_in": sd[b + "mlp.fc_in.bias"],
-            "W_out": sd[b + "mlp.fc_out.weight"].T, "b_out": sd[b + "mlp.fc_out.bias"],
-            "ln1_w": sd[b + "ln_1.weight"], "ln1_b": sd[b + "ln_1.bias"],
-            "ln2_w": sd[b + "ln_1.weight"], "ln2_b": sd[b + "ln_1.bias"],
+            "W_in": sd[b + "mlp.fc_in.weight"].T,
+            "b_in": sd[b + "mlp.fc_in.bias"],
+            "W_out": sd[b + "mlp.fc_out.weight"].T,
+            "b_out": sd[b + "mlp.fc_out.bias"],
+            "ln1_w": sd[b + "ln_1.weight"],
+            "ln1_b": sd[b + "ln_1.bias"],
+            "ln2_w": sd[b + "ln_1.weight"],
+            "ln2_b": sd[b + "ln_1.bias"],
         }
 
     per = collect_layers(a.n_layers, layer)
     W_E = detached(sd["transformer.wte.weight"])
     glob = dict(
-        W_E=W_E, W_pos=None, W_type=None, W_gate=None,
-        lnf_w=detached(sd["transformer.ln_f.weight"]), lnf_b=detached(sd["transformer.ln_f.bias"]),
+        W_E=W_E,
+        W_pos=None,
+        W_type=None,
+        W_gate=None,
+        lnf_w=detached(sd["transformer.ln_f.weight"]),
+        lnf_b=detached(sd["transformer.ln_f.bias"]),
         W_U=detached(sd["lm_head.weight"]).T.contiguous(),
-        b_U=detached(sd["lm_head.bias"]) if "lm_head.bias" in sd
+        b_U=detached(sd["lm_head.bias"])
+        if "lm_head.bias" in sd
         else torch.zeros(a.d_vocab, dtype=W_E.dtype, device=W_E.device),
     )
     return per, glob

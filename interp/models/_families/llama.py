@@ -40,9 +40,21 @@ CAPS: dict[str, Capabilities] = {
     "gemma3_text": Capabilities(gain_offset=1.0, embed_scale=True, sandwich_norms=True, softcaps=True, qk_norm="head"),
 }
 
-_SHAPE = frozenset({"hidden_size", "num_attention_heads", "num_hidden_layers", "num_key_value_heads", "head_dim",
-                    "intermediate_size", "vocab_size", "max_position_embeddings", "rms_norm_eps", "hidden_act",
-                    "rope_parameters"})
+_SHAPE = frozenset(
+    {
+        "hidden_size",
+        "num_attention_heads",
+        "num_hidden_layers",
+        "num_key_value_heads",
+        "head_dim",
+        "intermediate_size",
+        "vocab_size",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "hidden_act",
+        "rope_parameters",
+    }
+)
 _BIASES = frozenset({"attention_bias", "mlp_bias"})
 _WINDOWS = frozenset({"sliding_window", "use_sliding_window", "layer_types"})
 _DROPOUT = frozenset({"attention_dropout"})  # eval mode
@@ -64,19 +76,43 @@ ATTRIBUTES: dict[str, ConfigAttributes] = {
     "llama": _attrs(_SHAPE, _BIASES, ignores=("pretraining_tp",)),  # transformers 5 ignores pretraining_tp
     "qwen2": _attrs(_SHAPE, _WINDOWS, ignores=("max_window_layers",)),
     "mistral": _attrs(_SHAPE, "sliding_window"),
-    "phi3": _attrs(_SHAPE, "sliding_window", "partial_rotary_factor",
-                   ignores=("original_max_position_embeddings", "embd_pdrop", "resid_pdrop")),
+    "phi3": _attrs(
+        _SHAPE,
+        "sliding_window",
+        "partial_rotary_factor",
+        ignores=("original_max_position_embeddings", "embd_pdrop", "resid_pdrop"),
+    ),
     # Gemma's modules read hidden_act (a legacy hidden_activation is unused)
     "gemma": _attrs(_SHAPE, "attention_bias", ignores=("query_pre_attn_scalar", "hidden_activation"), **_GEMMA),
     "qwen3": _attrs(_SHAPE, "attention_bias", _WINDOWS, ignores=("max_window_layers",)),
     "olmo2": _attrs(_SHAPE, "attention_bias"),
-    "mixtral": _attrs(_SHAPE, "sliding_window", "num_local_experts", "num_experts_per_tok",
-                      ignores=("output_router_logits", "router_aux_loss_coef", "router_jitter_noise")),  # training
-    "gemma2": _attrs(_SHAPE, "attention_bias", "hidden_activation", _WINDOWS, "attn_logit_softcapping",
-                     "final_logit_softcapping", ignores=("query_pre_attn_scalar",), **_GEMMA),
-    "gemma3_text": _attrs(_SHAPE, "attention_bias", "hidden_activation", _WINDOWS, "attn_logit_softcapping",
-                          "final_logit_softcapping", ignores=("query_pre_attn_scalar", "_sliding_window_pattern"),
-                          **_GEMMA),
+    "mixtral": _attrs(
+        _SHAPE,
+        "sliding_window",
+        "num_local_experts",
+        "num_experts_per_tok",
+        ignores=("output_router_logits", "router_aux_loss_coef", "router_jitter_noise"),
+    ),  # training
+    "gemma2": _attrs(
+        _SHAPE,
+        "attention_bias",
+        "hidden_activation",
+        _WINDOWS,
+        "attn_logit_softcapping",
+        "final_logit_softcapping",
+        ignores=("query_pre_attn_scalar",),
+        **_GEMMA,
+    ),
+    "gemma3_text": _attrs(
+        _SHAPE,
+        "attention_bias",
+        "hidden_activation",
+        _WINDOWS,
+        "attn_logit_softcapping",
+        "final_logit_softcapping",
+        ignores=("query_pre_attn_scalar", "_sliding_window_pattern"),
+        **_GEMMA,
+    ),
 }
 
 
@@ -89,14 +125,26 @@ def read_config(config: Any, *, name: str, has_unembed: bool, caps: Capabilities
     rope = getattr(config, "rope_parameters", None) or {}
     partial = getattr(config, "partial_rotary_factor", None) or rope.get("partial_rotary_factor", 1.0) or 1.0
     return ArchInfo(
-        name=name, family=family, n_layers=n_layers, n_heads=n_heads,
-        n_kv_heads=getattr(config, "num_key_value_heads", None) or n_heads, d_model=config.hidden_size,
-        d_head=d_head, d_mlp=config.intermediate_size, d_vocab=config.vocab_size,
-        n_ctx=config.max_position_embeddings, norm="rmsnorm", norm_placement="pre",
-        parallel_attn_mlp=False, positional="rotary", causal=True,
-        norm_eps=config.rms_norm_eps, gated_mlp=True,
+        name=name,
+        family=family,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=getattr(config, "num_key_value_heads", None) or n_heads,
+        d_model=config.hidden_size,
+        d_head=d_head,
+        d_mlp=config.intermediate_size,
+        d_vocab=config.vocab_size,
+        n_ctx=config.max_position_embeddings,
+        norm="rmsnorm",
+        norm_placement="pre",
+        parallel_attn_mlp=False,
+        positional="rotary",
+        causal=True,
+        norm_eps=config.rms_norm_eps,
+        gated_mlp=True,
         act_fn=getattr(config, "hidden_activation", None) or config.hidden_act,
-        has_unembed=has_unembed, rotary_dim=int(d_head * partial),
+        has_unembed=has_unembed,
+        rotary_dim=int(d_head * partial),
         attn_bias=bool(getattr(config, "attention_bias", False)),
         mlp_bias=bool(getattr(config, "mlp_bias", False)),
         sliding_windows=_sliding_windows(config, n_layers),
@@ -142,8 +190,12 @@ def read_weights(sd: dict[str, Tensor], a: ArchInfo, caps: Capabilities):
         moe: dict[str, Tensor] = {}
         if a.n_experts:  # Mixtral: a router [E, d] and experts' gate | up [E, 2 d_mlp, d] and down [E, d, d_mlp]
             gu, down = sd[b + "mlp.experts.gate_up_proj"], sd[b + "mlp.experts.down_proj"]
-            moe = {"W_router": sd[b + "mlp.gate.weight"].T, "W_gate_e": gu[:, : a.d_mlp].transpose(1, 2),
-                   "W_in_e": gu[:, a.d_mlp:].transpose(1, 2), "W_out_e": down.transpose(1, 2)}
+            moe = {
+                "W_router": sd[b + "mlp.gate.weight"].T,
+                "W_gate_e": gu[:, : a.d_mlp].transpose(1, 2),
+                "W_in_e": gu[:, a.d_mlp :].transpose(1, 2),
+                "W_out_e": down.transpose(1, 2),
+            }
             w_gate = w_up = wq.new_zeros(0, a.d_model)  # the dense MLP is empty
         elif b + "mlp.gate_up_proj.weight" in sd:  # Phi-3: gate | up rows in one matrix
             w_gate, w_up = sd[b + "mlp.gate_up_proj.weight"].chunk(2, dim=0)
@@ -153,8 +205,11 @@ def read_weights(sd: dict[str, Tensor], a: ArchInfo, caps: Capabilities):
         zeros_d = torch.zeros(a.d_model, dtype=wq.dtype, device=wq.device)
         # no pre-norm (OLMo 2): the sublayers read the raw stream; ln1/ln2 kept as identity gains, never applied
         pre1 = gain(sd[b + "input_layernorm.weight"]) if a.pre_norms else torch.ones_like(zeros_d)
-        pre2 = (gain(sd[b + "pre_feedforward_layernorm.weight"]) if a.pre_norms else torch.ones_like(zeros_d)) \
-            if a.sandwich_norms else gain(sd[b + "post_attention_layernorm.weight"])
+        pre2 = (
+            (gain(sd[b + "pre_feedforward_layernorm.weight"]) if a.pre_norms else torch.ones_like(zeros_d))
+            if a.sandwich_norms
+            else gain(sd[b + "post_attention_layernorm.weight"])
+        )
         qk_shape = (lambda g, n: g) if a.qk_norm_scope == "head" else (lambda g, n: g.reshape(n, dh))
         return {
             "W_Q": split_heads_in(wq, H),
@@ -165,25 +220,46 @@ def read_weights(sd: dict[str, Tensor], a: ArchInfo, caps: Capabilities):
             "b_V": bias(b + "self_attn.v_proj.bias", Hkv, wq),
             "W_O": split_heads_out(o, H),
             "b_O": sd.get(b + "self_attn.o_proj.bias", zeros_d),
-            "W_in": w_up.T, "W_gate": w_gate.T,
+            "W_in": w_up.T,
+            "W_gate": w_gate.T,
             "b_in": sd.get(b + "mlp.up_proj.bias", wq.new_zeros(w_up.shape[0])),
             "b_gate": sd.get(b + "mlp.gate_proj.bias", wq.new_zeros(w_up.shape[0])),
             "W_out": sd[b + "mlp.down_proj.weight"].T if not a.n_experts else wq.new_zeros(0, a.d_model),
-            "b_out": sd.get(b + "mlp.down_proj.bias", zeros_d), **moe,
-            "ln1_w": pre1, "ln1_b": zeros_d, "ln2_w": pre2, "ln2_b": zeros_d,
-            **({"ln1_post_w": gain(sd[b + "post_attention_layernorm.weight"]),
-                "ln2_post_w": gain(sd[b + "post_feedforward_layernorm.weight"])} if a.sandwich_norms else {}),
-            **({"q_norm_w": qk_shape(gain(sd[b + "self_attn.q_norm.weight"]), H),
-                "k_norm_w": qk_shape(gain(sd[b + "self_attn.k_norm.weight"]), Hkv)} if a.qk_norm else {}),
+            "b_out": sd.get(b + "mlp.down_proj.bias", zeros_d),
+            **moe,
+            "ln1_w": pre1,
+            "ln1_b": zeros_d,
+            "ln2_w": pre2,
+            "ln2_b": zeros_d,
+            **(
+                {
+                    "ln1_post_w": gain(sd[b + "post_attention_layernorm.weight"]),
+                    "ln2_post_w": gain(sd[b + "post_feedforward_layernorm.weight"]),
+                }
+                if a.sandwich_norms
+                else {}
+            ),
+            **(
+                {
+                    "q_norm_w": qk_shape(gain(sd[b + "self_attn.q_norm.weight"]), H),
+                    "k_norm_w": qk_shape(gain(sd[b + "self_attn.k_norm.weight"]), Hkv),
+                }
+                if a.qk_norm
+                else {}
+            ),
         }
 
     per = collect_layers(a.n_layers, layer)
     W_E = detached(sd["model.embed_tokens.weight"])
     W_U = detached(sd["lm_head.weight"]).T.contiguous() if "lm_head.weight" in sd else W_E.T.contiguous()
     glob = dict(
-        W_E=W_E, W_pos=None, W_type=None, lnf_w=gain(detached(sd["model.norm.weight"])),
+        W_E=W_E,
+        W_pos=None,
+        W_type=None,
+        lnf_w=gain(detached(sd["model.norm.weight"])),
         lnf_b=torch.zeros(a.d_model, dtype=W_E.dtype, device=W_E.device),
-        W_U=W_U, b_U=torch.zeros(a.d_vocab, dtype=W_E.dtype, device=W_E.device),
+        W_U=W_U,
+        b_U=torch.zeros(a.d_vocab, dtype=W_E.dtype, device=W_E.device),
     )
     return per, glob
 

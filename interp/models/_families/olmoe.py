@@ -28,10 +28,25 @@ CAPS = Capabilities(qk_norm="projection", experts=True)
 #: (HF's OLMoE masks causally only), so a config carrying either is refused; ``clip_qkv`` clamps q, k, v in HF's
 #: forward (None: no clamp, the only value modelled)
 ATTRIBUTES = ConfigAttributes(
-    reads=frozenset({"hidden_size", "num_attention_heads", "num_hidden_layers", "num_key_value_heads",
-                     "intermediate_size", "vocab_size", "max_position_embeddings", "rms_norm_eps", "hidden_act",
-                     "rope_parameters", "attention_bias", "num_experts", "num_local_experts", "num_experts_per_tok",
-                     "norm_topk_prob"}),
+    reads=frozenset(
+        {
+            "hidden_size",
+            "num_attention_heads",
+            "num_hidden_layers",
+            "num_key_value_heads",
+            "intermediate_size",
+            "vocab_size",
+            "max_position_embeddings",
+            "rms_norm_eps",
+            "hidden_act",
+            "rope_parameters",
+            "attention_bias",
+            "num_experts",
+            "num_local_experts",
+            "num_experts_per_tok",
+            "norm_topk_prob",
+        }
+    ),
     ignores=frozenset({"attention_dropout", "output_router_logits", "router_aux_loss_coef"}),  # eval; training loss
     requires={"clip_qkv": (None,)},
 )
