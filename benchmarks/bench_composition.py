@@ -98,7 +98,8 @@ def main() -> None:
         diff = float((ours.scores[mask] - tl[mask]).abs().max())
         t_ours, c_ours = min(walls), min(cpus)
         print(
-            f"{mode:>4} {t_ours:11.2f} {c_ours:6.2f} {t_tl:8.1f} {c_tl:6.1f} {t_tl / t_ours:13.1f}× {c_tl / c_ours:5.1f}× "
+            f"{mode:>4} {t_ours:11.2f} {c_ours:6.2f} {t_tl:8.1f} {c_tl:6.1f} "
+            f"{t_tl / t_ours:13.1f}× {c_tl / c_ours:5.1f}× "
             f"{diff:10.1e}  {t_fold:.2f}",
             flush=True,
         )

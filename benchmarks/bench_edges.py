@@ -261,7 +261,8 @@ def smallest_circuit(m, task, scores, ref, ablation: str, absolute: bool) -> Non
             )
             return
     print(
-        f"   no circuit on the grid reaches faithfulness 0.8 under {ablation} ablation ({scores.method.upper()} by {rank})"
+        f"   no circuit on the grid reaches faithfulness 0.8 under {ablation} ablation "
+        f"({scores.method.upper()} by {rank})"
     )
 
 

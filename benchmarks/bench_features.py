@@ -10,10 +10,10 @@ scripts/compare_circuit_tracer.py) on its nnsight backend, from smollm2 saved he
 folder; it is started as a subprocess and times itself at several batch sizes (``--ct-batch-sizes``; 512 is
 its default, smaller ones are faster on a CPU), each after a warm-up run and as the faster of two runs, as
 interp is timed here (at its defaults, and with the per-feature logit effects for its viewer, which circuit-tracer
-does not compute);
-the ratio is taken against circuit-tracer's fastest batch size. The script then compares the two adjacency matrices on their shared nodes and edges (circuit-tracer has no features at
-the BOS position and demeans its logit rows; see that script) and prints the time ratio
-(target: interp ≥ 5× faster) with the largest differences (target ≤ 1e-4 relative).
+does not compute); the ratio is taken against circuit-tracer's fastest batch size. The script then compares the two
+adjacency matrices on their shared nodes and edges (circuit-tracer has no features at the BOS position and demeans its
+logit rows; see that script) and prints the time ratio (target: interp ≥ 5× faster) with the largest differences
+(target ≤ 1e-4 relative).
 
     python benchmarks/bench_features.py [--ct-python /work/sidenv/ct/bin/python] [--width 1024] [--per-pos 4] [--clt]
 

@@ -215,18 +215,21 @@ def main() -> None:
         f"({270 * (ids_c.shape[1] - share)} patches that can change the metric)"
     )
     print(
-        f"   interp.patch(positions='each'): {t_each:6.2f} s (target <= 60 s; {t_each / t_i:.1f}x the all-position sweep)"
+        f"   interp.patch(positions='each'): {t_each:6.2f} s "
+        f"(target <= 60 s; {t_each / t_i:.1f}x the all-position sweep)"
     )
 
     # 4. effects
     e, t_eff, rss_eff = timed(effects, m, ids_c, ids_k, metric=met, progress=False)
     print(
-        f"\n4. interp.effects, all {len(e.labels)} components: {t_eff:6.2f} s = {t_eff / t_i:.2f}x the head sweep (target <= 3x)"
+        f"\n4. interp.effects, all {len(e.labels)} components: {t_eff:6.2f} s = "
+        f"{t_eff / t_i:.2f}x the head sweep (target <= 3x)"
     )
     top = e.top(3)
     for _, row in top.iterrows():
         print(
-            f"   {row['node']:>8}: total {row['total']:+.3f}  direct {row['direct']:+.3f}  indirect {row['indirect']:+.3f}"
+            f"   {row['node']:>8}: total {row['total']:+.3f}  direct {row['direct']:+.3f}  "
+            f"indirect {row['indirect']:+.3f}"
         )
 
     # 5. memory

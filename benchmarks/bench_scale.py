@@ -95,7 +95,9 @@ kw = dict(device_map="auto", max_memory={"cpu": "200MB"}, offload_folder=tempfil
 t = time.perf_counter(); m = interp.load_model("smollm2-135m", **kw); t_load = time.perf_counter() - t
 task = interp.load_task("ioi", m, n=max(n_attr, n_patch, n_eap))
 t = time.perf_counter()
-a = interp.attribute_logits(m, task.clean[:n_attr], answer=task.answer[:n_attr], wrong=task.wrong[:n_attr], progress=False)
+a = interp.attribute_logits(
+    m, task.clean[:n_attr], answer=task.answer[:n_attr], wrong=task.wrong[:n_attr], progress=False
+)
 t_attr = time.perf_counter() - t
 t = time.perf_counter()
 p = interp.patch(m, task.clean[:n_patch], task.corrupt[:n_patch], metric=interp.LogitDiff(task.answer[:n_patch],

@@ -39,10 +39,13 @@ def main() -> None:
         same = all(torch.equal(trained[k], v) for k, v in shipped.items())
         f = log.final
         print(
-            f"attn-only-{n}l: {recipe.steps} steps, wall {log.wall_seconds:.0f} s ({log.wall_seconds / BUDGET_S:.2f}× budget), "
-            f"cpu {log.cpu_seconds:.0f} s ({log.cpu_seconds / BUDGET_S:.2f}× budget), load avg {os.getloadavg()[0]:.1f}; "
+            f"attn-only-{n}l: {recipe.steps} steps, wall {log.wall_seconds:.0f} s "
+            f"({log.wall_seconds / BUDGET_S:.2f}× budget), "
+            f"cpu {log.cpu_seconds:.0f} s ({log.cpu_seconds / BUDGET_S:.2f}× budget), "
+            f"load avg {os.getloadavg()[0]:.1f}; "
             f"probe loss first/second half {f['loss_first_half']:.3f}/{f['loss_second_half']:.3f}; "
-            f"max prev-token {max(f['prev_token_score'][0]):.3f}, max induction {max(max(r) for r in f['induction_score']):.3f}; "
+            f"max prev-token {max(f['prev_token_score'][0]):.3f}, "
+            f"max induction {max(max(r) for r in f['induction_score']):.3f}; "
             f"bitwise equal to shipped weights: {same}"
         )
 

@@ -202,7 +202,8 @@ def main() -> None:
         )
     if "trace_proj" in results and "trace_project" in results:
         print(
-            f"projection mode / trace + project_onto: {results['trace_project']['delta_mb'] / results['trace_proj']['delta_mb']:.2f}"
+            f"projection mode / trace + project_onto: "
+            f"{results['trace_project']['delta_mb'] / results['trace_proj']['delta_mb']:.2f}"
         )
     if "tl_heads" in results and "trace_full" in results:
         print(f"trace_full / tl_heads:   {results['trace_full']['delta_mb'] / results['tl_heads']['delta_mb']:.2f}")

@@ -55,7 +55,8 @@ def main() -> None:
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     if r.from_cache:
         print(
-            f"loaded from the cache {r.path} (trained earlier at {r.tokens_per_second} tokens/s); pass --cache fresh to time it"
+            f"loaded from the cache {r.path} (trained earlier at {r.tokens_per_second} tokens/s); "
+            "pass --cache fresh to time it"
         )
     else:
         # baseline, same run: the engine's forward over every layer on the same amount of text
@@ -71,7 +72,8 @@ def main() -> None:
         fwd_tps = n_fwd * ids.numel() / (time.perf_counter() - f0)
         tps = r.tokens_per_second or float("nan")
         print(
-            f"smollm2-135m, {len(r.layers)} layers, width {args.width}, k {args.k}, lr {args.lr}, {args.passes} passes: {r.tokens} training "
+            f"smollm2-135m, {len(r.layers)} layers, width {args.width}, k {args.k}, lr {args.lr}, "
+            f"{args.passes} passes: {r.tokens} training "
             f"tokens in {r.train_seconds:.0f} s = {tps:.1f} tokens/s (whole call: wall {wall:.0f} s, cpu {cpu:.0f} s, "
             f"cpu/wall {cpu / wall:.2f}); forward alone {fwd_tps:.1f} tokens/s -> training = {tps / fwd_tps:.2f}x the "
             f"forward's rate; load average {load0:.1f} at start, {os.getloadavg()[0]:.1f} at end, {os.cpu_count()} cpus"
@@ -79,7 +81,8 @@ def main() -> None:
     df = r.to_dataframe()
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(
-        f"held-out ({r.eval_tokens} tokens): FVU mean {df.fvu.mean():.3f} (min {df.fvu.min():.3f}, max {df.fvu.max():.3f}), "
+        f"held-out ({r.eval_tokens} tokens): FVU mean {df.fvu.mean():.3f} "
+        f"(min {df.fvu.min():.3f}, max {df.fvu.max():.3f}), "
         f"L0 mean {df.l0.mean():.1f} (k={args.k}), dead mean {df.dead.mean():.3f}"
     )
 

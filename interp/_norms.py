@@ -77,8 +77,9 @@ def frozen_direction(
 
 
 def norm(x: Tensor, gain: Optional[Tensor], bias: Optional[Tensor], kind: str, eps: float) -> Tensor:
-    """N(x) over the last axis for norm ``kind`` ("layernorm" | "rmsnorm" | "none") with epsilon ``eps``: LayerNorm γ ⊙ (x − μ)/σ + β, RMSNorm γ ⊙ x/σ (half precision: computed in fp32).
-    Safe under autograd (nothing autograd keeps is changed in place): the gradient passes use it too."""
+    """N(x) over the last axis for norm ``kind`` ("layernorm" | "rmsnorm" | "none") with epsilon ``eps``:
+    LayerNorm γ ⊙ (x − μ)/σ + β, RMSNorm γ ⊙ x/σ (half precision: computed in fp32). Safe under autograd (nothing
+    autograd keeps is changed in place): the gradient passes use it too."""
     if kind == "none":
         return x
     if x.dtype in (torch.float32, torch.float64):  # the fused kernels

@@ -16,8 +16,9 @@ circuit-tracer runs on its nnsight backend (its transformer-lens backend refuses
 Comparison, on shared nodes (features by (layer, position, feature), error nodes by (layer, position), tokens by
 position, logits by token id): circuit-tracer zeroes every feature and error vector at the BOS position (interp
 keeps them: its BOS features are interp-only nodes, and its BOS error nodes, which carry the BOS MLP write that
-circuit-tracer leaves without a node, are not compared) and its logit nodes are demeaned (its target is logit_k − mean_v logit_v, interp's is
-logit_k), so its logit rows differ from interp's by one row, the mean logit's, common to every logit:
+circuit-tracer leaves without a node, are not compared) and its logit nodes are demeaned (its target is
+logit_k − mean_v logit_v, interp's is logit_k), so its logit rows differ from interp's by one row, the mean logit's,
+common to every logit:
 
 * features' rows: max |A_interp − A_ct| / max |A| over every shared (target, source) pair;
 * logit rows: the same after removing the common row (A_interp[k] − A_ct[k] − mean_k(A_interp − A_ct));

@@ -43,9 +43,12 @@ NOT_RESULTS = {
     "ArchInfo": "a model's architecture description",
     "Block": "a block's wiring, the ordered steps every forward interprets (a description, not a result)",
     "Step": "one step of a block description",
-    "CrossLayerTranscoder": "a cross-layer feature dictionary's weights (the input of an attribution graph), not a result",
+    "CrossLayerTranscoder": (
+        "a cross-layer feature dictionary's weights (the input of an attribution graph), not a result"
+    ),
     "TrainedCrossLayerTranscoder": (
-        "a trained cross-layer dictionary and its per-layer held-out metrics (cached on disk), not a table of labelled rows"
+        "a trained cross-layer dictionary and its per-layer held-out metrics (cached on disk), "
+        "not a table of labelled rows"
     ),
     "Batch": "tokenised inputs",
     "CatalogEntry": "a catalog row (model name, source, licence)",
@@ -83,7 +86,8 @@ NOT_RESULTS = {
     "SAE": "a residual-stream dictionary's weights (the input of sae_reconstruction), not a result",
     "SAEReconstruction": "per-SAE tensors of one batch (stream, features, reconstruction) and one FVU / L0 per SAE, "
     "not a table of labelled rows",
-    "TrainedTranscoders": "trained dictionaries and their per-layer held-out metrics (cached on disk by train_transcoders), not a table of labelled rows",
+    "TrainedTranscoders": "trained dictionaries and their per-layer held-out metrics (cached on disk by "
+    "train_transcoders), not a table of labelled rows",
     "Intervention": "an intervention specification (what to set or scale in the replacement model)",
     "Steer": "a steering vector specification (what generate adds to the residual stream)",
 }

@@ -303,7 +303,8 @@ def check_reference_spread(
         )
     if reference is None:
         msg = (
-            f"{what} with reference=None {'draws' if len(same) == 1 else 'draw'} from the corrupt prompts, and there is 1 distinct corrupt prompt: "
+            f"{what} with reference=None {'draws' if len(same) == 1 else 'draw'} from the corrupt prompts, "
+            "and there is 1 distinct corrupt prompt: "
             f"{it} the corrupt ablation (the same numbers); {fix}"
         )
     else:

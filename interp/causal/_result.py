@@ -174,9 +174,9 @@ class Effects(Result):
     every later node and the final norm's scale frozen at their clean values), ``indirect = total − direct``;
     all as changes of the metric from the clean run, mean over prompts ([n_nodes]).
 
-    ``per_prompt`` [3, n_nodes, batch] holds (total, direct, indirect) per prompt; ``clean`` the clean
-    run's metric, ``corrupt`` the corrupt run's (NaN unless ``ablation`` is "corrupt"); ``details`` how it was
-    run (e.g. the shards of a sharded sweep). Contract: ``result["L3.H5"]`` is (total, direct, indirect); ``top`` ranks by |total|.
+    ``per_prompt`` [3, n_nodes, batch] holds (total, direct, indirect) per prompt; ``clean`` the clean run's metric,
+    ``corrupt`` the corrupt run's (NaN unless ``ablation`` is "corrupt"); ``details`` how it was run (e.g. the shards of
+    a sharded sweep). Contract: ``result["L3.H5"]`` is (total, direct, indirect); ``top`` ranks by |total|.
     """
 
     label_column: ClassVar[str] = "node"

@@ -4,8 +4,8 @@
 one) on :func:`interp.attribute_logits`, :func:`interp.patch`, :func:`interp.effects`,
 :func:`interp.attribution_patch`, :func:`interp.edge_attribution`, :func:`interp.evaluate_circuit`,
 :func:`interp.faithfulness_curve` and :func:`interp.features.aggregate_graphs`;
-``out=DIR`` keeps each finished shard so a rerun computes only the missing ones. Ray is an optional dependency (``interp[distributed]``), imported
-only when a cluster is made. See docs/scaling.md.
+``out=DIR`` keeps each finished shard so a rerun computes only the missing ones. Ray is an optional dependency
+(``interp[distributed]``), imported only when a cluster is made. See docs/scaling.md.
 """
 
 from interp.distributed._cluster import DEFAULT_OBJECT_STORE, RayCluster

@@ -6,8 +6,8 @@ merges the shards' results exactly (:mod:`interp.distributed._merge`). Workers a
 model once, from its own source (catalog name, local folder or ``.gguf``, hub id: never weights through the
 object store). A worker whose process dies mid-sweep is restarted by Ray and its shard retried (the actor's
 ``max_restarts`` / ``max_task_retries``; the driver resubmits it to a new worker if that fails too); the
-result records how many workers were restarted and shards resubmitted, and that none was lost. A shard that fails deterministically
-(bad input) fails the sweep with an error naming the shard and the first prompt that fails on its own.
+result records how many workers were restarted and shards resubmitted, and that none was lost. A shard that fails
+deterministically (bad input) fails the sweep with an error naming the shard and the first prompt that fails on its own.
 With ``out=DIR`` each finished shard is written there (safetensors + JSON, each atomically) and a rerun
 computes only the shards that are missing. Ray is imported only when a cluster is made.
 """

@@ -28,8 +28,8 @@ EAP-IG paths (``ig_at``):
 
 Steps, all edges at once (never per edge): (1) the corrupt run keeps every write; (2) per path
 point, one forward + backward (:class:`ReaderGradients`) gives G [batch, readers, pos, d_model];
-(3) scores = ΔA·Gᵀ (:class:`EdgeScorer`), one batched GEMM over (pos, d_model), masked to the edges (post-norm: one GEMM per
-stretch of writers between two norms, G carried back through each norm). Parameters are never touched:
+(3) scores = ΔA·Gᵀ (:class:`EdgeScorer`), one batched GEMM over (pos, d_model), masked to the edges (post-norm: one GEMM
+per stretch of writers between two norms, G carried back through each norm). Parameters are never touched:
 gradients are taken with respect to activations of a weights-level forward, so no hook is attached and no
 ``requires_grad`` flag is set on the model.
 """

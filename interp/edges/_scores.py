@@ -172,8 +172,8 @@ class EdgeScores(Result):
         prune: bool = True,
     ) -> "EdgeCircuit":
         """The circuit of the ``n`` best edges (``method="top"`` or ``"greedy"`` from the metric) or of every edge
-        with |score| ≥ ``threshold`` (a number > 0); ``prune`` then removes edges from unfed writers / into unproductive readers.
-        ``absolute=False`` ranks by the signed score: the edges that support the metric most."""
+        with |score| ≥ ``threshold`` (a number > 0); ``prune`` then removes edges from unfed writers / into unproductive
+        readers. ``absolute=False`` ranks by the signed score: the edges that support the metric most."""
         from interp.edges import _select
 
         check_bool("absolute", absolute)

@@ -312,8 +312,8 @@ class Engine:
         inplace: bool = False,
     ) -> Tensor:
         """Layer ``l`` on rows ``x`` [R, T, d_model] holding positions t0..t0+T−1 of prompts ``prompt``: the
-        model's block (:attr:`interp.models.Model.block`) interpreted live by :class:`~interp.engine._layer.LiveLayer`, each point and
-        each sublayer's internal site a patch point.
+        model's block (:attr:`interp.models.Model.block`) interpreted live by :class:`~interp.engine._layer.LiveLayer`,
+        each point and each sublayer's internal site a patch point.
 
         ``mask`` [n_prompts, n] is the key padding mask; ``prefix`` the base run's rotated keys and
         values [n_prompts, Hkv, n, d_head] for the positions before t0 (causal models only); ``capture`` the

@@ -302,7 +302,8 @@ def _identities(g: AttributionGraph) -> list[tuple[str, str, int, int, int, int,
 
 
 def one_graph(g: AttributionGraph, node_threshold: float, edge_threshold: float) -> AggregateGraph:
-    """The aggregate of one prompt's graph (module docstring, N = 1): its nodes' sums and its edges' sums by identity."""
+    """The aggregate of one prompt's graph (module docstring, N = 1): its nodes' sums and its edges' sums by
+    identity."""
     g = g.to("cpu")
     ids = _identities(g)
     meta: dict[str, tuple[str, int, int, int, int, str]] = {}

@@ -683,8 +683,8 @@ def load_transcoders(
     sparsify's layout, or — with ``model`` — the name of a trained set in interp's cache
     (``<cache>/transcoders/<model>/<name>``). With ``model`` the set must cover every layer with the model's
     d_model (else :class:`interp.errors.ShapeError` naming the layer); a CLT's encoders must be the model's layers
-    0..L−1. An unreadable format raises :class:`interp.errors.ResultFormatError` listing the formats read; a
-    residual SAE or a CLT that reads another hook than the MLP's input, :class:`interp.errors.UnsupportedOperationError`.
+    0..L−1. An unreadable format raises :class:`interp.errors.ResultFormatError` listing the formats read; a residual
+    SAE or a CLT that reads another hook than the MLP's input, :class:`interp.errors.UnsupportedOperationError`.
     """
     if not isinstance(source, (str, os.PathLike)):
         raise ArgumentError(f"source={source!r} must be a directory path or a cached name (str or os.PathLike)")
@@ -763,9 +763,9 @@ def load_saes(
     "topk", "jumprelu", and "batchtopk" — as SAELens saves it for inference, JumpReLU with one global θ, read as
     activation "batchtopk", or its training checkpoint with ``topk_threshold``), a sparsify coder without
     ``transcode`` (hookpoint ``layers.{l}``: resid_post), a dictionary_learning BatchTopKSAE (``ae.pt`` +
-    ``config.json``; ``submodule_name`` ``resid_post_layer_{l}``), or a folder of such folders. Each is read as its library's
-    inference code computes it (``apply_b_dec_to_input``, ``rescale_acts_by_decoder_norm`` and sparsify's x − b_dec
-    folded into the weights). With ``model``, each SAE's layer and d_model must fit it
+    ``config.json``; ``submodule_name`` ``resid_post_layer_{l}``), or a folder of such folders. Each is read as its
+    library's inference code computes it (``apply_b_dec_to_input``, ``rescale_acts_by_decoder_norm`` and sparsify's
+    x − b_dec folded into the weights). With ``model``, each SAE's layer and d_model must fit it
     (:class:`interp.errors.ShapeError` naming the SAE). A transcoder found there raises
     :class:`interp.errors.UnsupportedOperationError` (read it with :func:`load_transcoders`).
     """

@@ -400,8 +400,8 @@ class InterventionResult(Result):
     """The output of one intervention (:func:`intervene`): ``logits_before`` / ``logits_after`` [d_vocab] at
     ``pos`` in the rerun of ``regime`` (:data:`REGIMES`; before = the real forward; ``closure_error`` is max |before −
     the real logits|, ``relative_error`` that over max |real logit|, checked against ``closure_tolerance``), the
-    metric (``target``'s logit or logit difference) before and after. Rows of the table: the tokens ``token_ids`` (the target(s), then the top
-    tokens before, after and by |change|), labelled ``logit[<id>]``."""
+    metric (``target``'s logit or logit difference) before and after. Rows of the table: the tokens ``token_ids`` (the
+    target(s), then the top tokens before, after and by |change|), labelled ``logit[<id>]``."""
 
     logits_before: Tensor
     logits_after: Tensor

@@ -63,8 +63,9 @@ def check_replaceable(
     if isinstance(transcoders, CrossLayerTranscoder):
         raise UnsupportedOperationError(
             f"transcoders is a {transcoders!r}: QK attribution, faithfulness and aggregate graphs take per-layer "
-            "transcoders so far (attribution_graph and intervene take a CLT) (a cross-layer feature, one node writing at several layers, is not "
-            "built into the replacement model yet); pass a list of interp.features.Transcoder, one per layer"
+            "transcoders so far (attribution_graph and intervene take a CLT) (a cross-layer feature, one node writing "
+            "at several layers, is not built into the replacement model yet); pass a list of "
+            "interp.features.Transcoder, one per layer"
         )
     if isinstance(transcoders, (list, tuple)):
         for i, t in enumerate(transcoders):

@@ -22,8 +22,9 @@ plus ``aux_alpha`` × the AuxK loss (EleutherAI sparsify's): the features that h
 ``dead_after`` training tokens are *dead*; the ``aux_k`` largest of their pre-activations reconstruct the
 residual y − ŷ, and that reconstruction's FVU is added, so dead features get a gradient. Adam; each feature's
 decoder (its rows to all the layers it writes to, concatenated) is kept at unit norm (the gradient's component
-along it is removed before the step and it is renormalised after it). The corpus is cut into sequences of ``seq_len`` tokens; position 0 of each sequence
-(the attention sink, whose activations are outliers) is neither trained on nor evaluated.
+along it is removed before the step and it is renormalised after it). The corpus is cut into sequences of ``seq_len``
+tokens; position 0 of each sequence (the attention sink, whose activations are outliers) is neither trained on nor
+evaluated.
 
 Activations are computed batch by batch (``batch_size`` sequences) and never all kept. Every
 ``checkpoint_every`` steps the whole state (weights, Adam moments, dead-feature counters, step) is written
@@ -574,11 +575,12 @@ def train_transcoders(
     the bundled King James Bible, :mod:`interp.features` docs; or a list of documents, every tenth held
     out), read as sequences of ``seq_len`` tokens, ``batch_size`` sequences a step. ``lr`` is reached after a
     linear warm-up over the first 5% of the Adam updates; by default scaled to the budget, :func:`default_lr` (1e-2
-    up to 500 updates, falling as 1/√updates to sparsify's 2e-4 / √(width / 2¹⁴) for long runs); ``aux_k`` (default d_model / 2) dead features reconstruct the residual
-    with weight ``aux_alpha``; a feature is dead after ``dead_after`` tokens without firing (default
-    tokens / 4). Metrics on ``eval_tokens`` held-out tokens. Cached under ``cache_dir`` (default
-    ``$INTERP_CACHE`` or ``~/.cache/interp``) ``/transcoders/<model>/<hash of the configuration>/``, with a
-    resumable checkpoint every ``checkpoint_every`` steps; ``progress`` shows a tqdm bar (None: when training).
+    up to 500 updates, falling as 1/√updates to sparsify's 2e-4 / √(width / 2¹⁴) for long runs); ``aux_k`` (default
+    d_model / 2) dead features reconstruct the residual with weight ``aux_alpha``; a feature is dead after
+    ``dead_after`` tokens without firing (default tokens / 4). Metrics on ``eval_tokens`` held-out tokens. Cached under
+    ``cache_dir`` (default ``$INTERP_CACHE`` or ``~/.cache/interp``)
+    ``/transcoders/<model>/<hash of the configuration>/``, with a resumable checkpoint every ``checkpoint_every`` steps;
+    ``progress`` shows a tqdm bar (None: when training).
     ``passes`` Adam steps are taken on each batch read (its tokens counted once; default :func:`default_passes`:
     4 for a short run, 1 from 64 batches): where the model's forward costs more than a step, as on a CPU, a short
     run learns more per token read. A layer whose held-out FVU is ≥ 1 (no better than predicting the mean) or

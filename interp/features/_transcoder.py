@@ -66,7 +66,8 @@ class Dictionary:
     """A sparse dictionary's weights and maths (see the module docstring): W_enc [F, d], b_enc [F], W_dec [F, d],
     b_dec [d], an optional W_skip [d, d] (out += x W_skipᵀ), ``activation`` in :data:`ACTIVATIONS`, ``threshold``
     [F] for "jumprelu" or the global θ (a 0-d tensor) for "batchtopk", ``k`` for "topk". ``context_length``: the
-    sequence length it was trained on, where known. Used through :class:`Transcoder` and :class:`interp.features.SAE`."""
+    sequence length it was trained on, where known. Used through :class:`Transcoder` and
+    :class:`interp.features.SAE`."""
 
     W_enc: Float[Tensor, "n_features d_model"]
     b_enc: Float[Tensor, "n_features"]

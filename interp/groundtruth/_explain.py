@@ -2,9 +2,10 @@
 
 A false edge with a nonzero score ranked at or above the worst *findable* true edge (testable, with an exact
 effect) *outranks*; a true edge ranked at or below the best false edge that has no effect of its own is
-*missed* (false edges tied with a missed true edge at 0 are the miss's cost, not outranking). Each is classified from facts that do not depend on the method being judged — the
-testable truth of the ablation (:func:`interp.groundtruth.testable_edges`) and the exact single-edge
-effect (edge patching, the oracle) under the same ablation:
+*missed* (false edges tied with a missed true edge at 0 are the miss's cost, not outranking). Each is classified from
+facts that do not depend on the method being judged — the testable truth of the ablation
+(:func:`interp.groundtruth.testable_edges`) and the exact single-edge effect (edge patching, the oracle) under the same
+ablation:
 
 =================  ========================================================================================
 ``blind``          true, but the ablation changes nothing the reader reads along it: a positional write

@@ -53,10 +53,10 @@ def full_precision_norms(hf_model: Any, gain_offset: float = 0.0) -> None:
     naming; transformer-lens's NativeRMSNorm of the toys too), its gain ``gain_offset`` + w (the family's
     :class:`~interp.models._families._spec.Capabilities`: 1 for Gemma's).
 
-    HF's RMSNorms (Llama's and every family's copy of it, Gemma's) upcast to float32 and cast back, so a float64 model would round every norm output to float32
-    precision (measured: closure 1e-7 instead of 1e-16 on a tiny Llama), defeating the point of
-    dtype=torch.float64 (checking a result at high precision). In float64 the norm is computed
-    in float64 instead; other dtypes keep the original numerics.
+    HF's RMSNorms (Llama's and every family's copy of it, Gemma's) upcast to float32 and cast back, so a float64 model
+    would round every norm output to float32 precision (measured: closure 1e-7 instead of 1e-16 on a tiny Llama),
+    defeating the point of dtype=torch.float64 (checking a result at high precision). In float64 the norm is computed in
+    float64 instead; other dtypes keep the original numerics.
     """
     forward = _rmsnorm_in_input_dtype(gain_offset)
     for mod in hf_model.modules():

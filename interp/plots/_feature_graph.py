@@ -106,7 +106,8 @@ _JS = r"""
       if (shown[s] && shown[t]) visibleEdges.push(e);
     }
     nodeOut.textContent = k + " of " + D.n_ranked;
-    edgeOut.textContent = visibleEdges.length + " drawn (of " + D.edges.length + " kept, " + D.n_edges_total + " in the graph)";
+    edgeOut.textContent = visibleEdges.length + " drawn (of " + D.edges.length + " kept, " +
+      D.n_edges_total + " in the graph)";
     draw();
   }
   function draw() {
@@ -115,7 +116,8 @@ _JS = r"""
     for (var r = 0; r < nRows; r++) {
       var lab = r === 0 ? "output" : (r === nRows - 1 ? "tokens" : "L" + (D.n_layers - r));
       ctx.fillText(lab, left - 6, top + r * rowH + rowH / 2);
-      ctx.strokeStyle = "#eee"; ctx.beginPath(); ctx.moveTo(left, top + r * rowH); ctx.lineTo(canvas.width, top + r * rowH); ctx.stroke();
+      ctx.strokeStyle = "#eee"; ctx.beginPath();
+      ctx.moveTo(left, top + r * rowH); ctx.lineTo(canvas.width, top + r * rowH); ctx.stroke();
     }
     ctx.textAlign = "center"; ctx.textBaseline = "top";
     for (var p = 0; p < nPos; p++) {
@@ -156,11 +158,19 @@ _JS = r"""
     }
     return best;
   }
-  function fmt(v) { return Math.abs(v) >= 1e4 || (Math.abs(v) < 1e-3 && v !== 0) ? v.toExponential(3) : v.toFixed(4); }
-  function el(tag, text, cls) { var e = document.createElement(tag); if (text !== undefined) e.textContent = text; if (cls) e.className = cls; return e; }
+  function fmt(v) {
+    return Math.abs(v) >= 1e4 || (Math.abs(v) < 1e-3 && v !== 0) ? v.toExponential(3) : v.toFixed(4);
+  }
+  function el(tag, text, cls) {
+    var e = document.createElement(tag); if (text !== undefined) e.textContent = text;
+    if (cls) e.className = cls; return e;
+  }
   function table(rows) {
     var t = el("table");
-    rows.forEach(function (r) { var tr = el("tr"); tr.appendChild(el("td", r[0])); tr.appendChild(el("td", fmt(r[1]), "num")); t.appendChild(tr); });
+    rows.forEach(function (r) {
+      var tr = el("tr"); tr.appendChild(el("td", r[0]));
+      tr.appendChild(el("td", fmt(r[1]), "num")); t.appendChild(tr);
+    });
     return t;
   }
   function show(i) {

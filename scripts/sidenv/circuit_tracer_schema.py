@@ -1,7 +1,8 @@
-"""Write circuit-tracer's graph JSON schema (its own pydantic classes) as a test fixture.
+r"""Write circuit-tracer's graph JSON schema (its own pydantic classes) as a test fixture.
 
 Run in the side environment that has circuit-tracer 0.5.0 (not the project's):
-    /work/sidenv/ct/bin/python scripts/sidenv/circuit_tracer_schema.py tests/features/fixtures/circuit_tracer_graph_schema.json
+    /work/sidenv/ct/bin/python scripts/sidenv/circuit_tracer_schema.py \
+        tests/features/fixtures/circuit_tracer_graph_schema.json
 The schema is ``circuit_tracer.frontend.graph_models.Model.model_json_schema()``; circuit-tracer is MIT-licensed
 (Copyright (c) 2024 Michael Hanna and Mateusz Piotrowski), noted in the fixture.
 """

@@ -1,4 +1,4 @@
-"""Write tiny dictionaries with SAELens's, sparsify's and circuit-tracer's own save functions, as test fixtures.
+r"""Write tiny dictionaries with SAELens's, sparsify's and circuit-tracer's own save functions, as test fixtures.
 
 Each fixture is a directory under tests/features/fixtures/dictionaries/ for the tests' tiny two-layer model
 (d_model 32), 8 features, random weights (seed 0), with ``expected.safetensors``: an input ``x`` [5, 32] and
@@ -7,9 +7,11 @@ transcoder's output, skip term included). interp's loaders are tested on these f
 
 Run in the side environments (never interp's):
 
-    /work/sidenv/sae/bin/python scripts/sidenv/make_dictionary_fixtures.py saelens saelens_saes sparsify dictionary_learning
+    /work/sidenv/sae/bin/python scripts/sidenv/make_dictionary_fixtures.py \
+        saelens saelens_saes sparsify dictionary_learning
     # sae-lens 6.54, eai-sparsify 1.3, dictionary-learning 0.1.0 (--no-deps)
-    /work/sidenv/ct/bin/python scripts/sidenv/make_dictionary_fixtures.py circuit_tracer circuit_tracer_clt gemma_scope_2  # circuit-tracer 0.5.0
+    /work/sidenv/ct/bin/python scripts/sidenv/make_dictionary_fixtures.py \
+        circuit_tracer circuit_tracer_clt gemma_scope_2  # circuit-tracer 0.5.0
 
 (the environments: ``python -m venv DIR; DIR/bin/pip install torch==2.13.0`` first, then
 ``sae-lens eai-sparsify`` (and ``--no-deps dictionary-learning==0.1.0``), or ``circuit-tracer==0.5.0 "nnsight<0.8"``).

@@ -111,8 +111,8 @@ def test_suffix_rows_over_cached_keys_equal_full_rows(family):
 
 
 def test_joint_patch_of_every_write_below_layer_one_is_the_corrupt_run():
-    """Patching every write of the embedding and of layer 0 (all heads, the MLP) with the corrupt run's
-    values gives the corrupt run's layer-1 input, hence its output (docs/math.md §18: the joint patch of every write below a layer)."""
+    """Patching every write of the embedding and of layer 0 (all heads, the MLP) with the corrupt run's values gives the
+    corrupt run's layer-1 input, hence its output (docs/math.md §18: the joint patch of every write below a layer)."""
     m = tiny_model("gpt2", n_layers=3)
     e = Engine(m)
     clean = torch.tensor([[1, 5, 6, 7, 8, 9]])

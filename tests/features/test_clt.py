@@ -129,7 +129,8 @@ def test_circuit_tracer_written_clt(name, activation, llama):
     assert torch.allclose(acts, exp["acts"], rtol=1e-5, atol=1e-6)
     out = c.reconstruct(exp["x"])
     print(
-        f"{name}: max |ŷ − circuit-tracer| = {float((out - exp['out']).abs().max()):.2e} (|ŷ| ≤ {float(out.abs().max()):.2f})"
+        f"{name}: max |ŷ − circuit-tracer| = {float((out - exp['out']).abs().max()):.2e} "
+        f"(|ŷ| ≤ {float(out.abs().max()):.2f})"
     )
     assert torch.allclose(out, exp["out"], rtol=1e-5, atol=1e-5)
     assert load_transcoders(str(FIX / name)).layers == (0, 1)  # without the model: the encoder files' order

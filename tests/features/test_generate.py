@@ -224,8 +224,8 @@ def test_frozen_final_norm_by_hand(llama):
 
 
 def test_clamp_makes_the_aligned_token_the_argmax(llama):
-    """Layer 1's transcoder (the only one given) has feature 0's decoder row u = W_U[:, t] / γ_f: clamped to 10⁶ at every
-    position it dominates the final stream, whose norm then gives γ_f ⊙ u / rms(u) ∝ W_U[:, t]; the logits tend to
+    """Layer 1's transcoder (the only one given) has feature 0's decoder row u = W_U[:, t] / γ_f: clamped to 10⁶ at
+    every position it dominates the final stream, whose norm then gives γ_f ⊙ u / rms(u) ∝ W_U[:, t]; the logits tend to
     (γ_f ⊙ u / rms(u)) W_U, whose argmax (computed here from HF's weights) is t — every generated token."""
     hf, m, _ = llama
     d, W_U, gamma = m.arch.d_model, hf.lm_head.weight.detach(), hf.model.norm.weight.detach()

@@ -5,8 +5,8 @@
   target logit by exactly the hand computation through materialised matrices (each layer's frozen attention as
   Σ_h A_h ⊗ (W_V^h W_O^h)ᵀ and each norm as diag(γ/σ), with σ and A read off the HF forward; the layer-1 HF MLP
   module rerun on its shifted input);
-* frozen attention and norms, other features frozen: the change of the output is affine in the intervened
-  activations, Δ = Σ_i (Δf_i / f_i) · edge(f_i → output), the edges read off the attribution graph (ablate, clamp, scale);
+* frozen attention and norms, other features frozen: the change of the output is affine in the intervened activations,
+  Δ = Σ_i (Δf_i / f_i) · edge(f_i → output), the edges read off the attribution graph (ablate, clamp, scale);
 * live attention: equal to a Hugging Face forward whose layer-0 MLP output loses a·W_dec[f] at the position (every
   other module the model's own);
 * with transcoders of large gain (whose replacement network amplifies rounding) the unintervened rerun of every

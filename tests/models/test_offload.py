@@ -197,7 +197,9 @@ _PROBE = textwrap.dedent("""
     import torch, interp
     imports = rss()
     mode, out = sys.argv[1], sys.argv[2]
-    kw = dict(device_map="auto", max_memory={"cpu": "200MB"}, offload_folder=tempfile.mkdtemp()) if mode == "off" else {}
+    kw = (
+        dict(device_map="auto", max_memory={"cpu": "200MB"}, offload_folder=tempfile.mkdtemp()) if mode == "off" else {}
+    )
     m = interp.load_model("smollm2-135m", **kw)
     task = interp.load_task("ioi", m, n=2)
     a = interp.attribute_logits(m, task.clean, answer=task.answer, wrong=task.wrong, progress=False)
