@@ -41,11 +41,12 @@ def test_self_check_and_moe_block_equal_hf(dtype, tol):
         assert len(set(idx.flatten().tolist())) == 4
 
 
-def test_trace_decomposes_exactly_and_attribution_closes_on_hf_logits():
-    m = tiny_model("mixtral")
+@pytest.mark.parametrize("family", ["mixtral", "olmoe"])  # the mixture-of-experts families
+def test_trace_decomposes_exactly_and_attribution_closes_on_hf_logits(family):
+    m = tiny_model(family)
     tr = interp.trace(m, PROMPTS)
     batch = interp.stream.as_batch(m, PROMPTS)
-    hf = tiny_hf_model("mixtral")
+    hf = tiny_hf_model(family)
     outs = {}
     hs = [
         layer.mlp.register_forward_hook(lambda mod, args, out, l=l: outs.__setitem__(l, out))
