@@ -99,6 +99,8 @@ def test_every_function_runs_with_gradients_disabled(tmp_path):
         "qk_attribution": lambda: F.qk_attribution(m, "w1 w2 w3 w4", tcs, 1, 0, -1, 1),
         "attribution_graph": lambda: F.attribution_graph(m, "w1 w2 w3 w4", tcs),
         "intervene": lambda: F.intervene(m, "w1 w2 w3 w4", tcs, "L0.F1@*"),
+        "generate": lambda: F.generate(m, "w1 w2 w3 w4", tcs, ["L0.F1@*"], max_new_tokens=2, frozen_attention=True),
+        "aggregate_graphs": lambda: F.aggregate_graphs(m, ["w1 w2 w3 w4", "w5 w6 w7"], tcs, progress=False),
         "top_activating_contexts": lambda: F.top_activating_contexts(m, tcs, ["w1 w2 w3"], ["L0.F1@*"]),
         "sae_reconstruction": lambda: F.sae_reconstruction(
             m, "w1 w2 w3", F.SAE(tcs[0].W_enc, tcs[0].b_enc, tcs[0].W_dec, tcs[0].b_dec, layer=0, site="resid_pre")
