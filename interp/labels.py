@@ -254,13 +254,14 @@ class Feature(_Label):
 @dataclass(frozen=True, eq=True, order=False)
 class FeatureError(_Label):
     """The error node of layer ``layer``'s transcoder at position ``pos`` (the MLP's real output minus the
-    transcoder's): ``L3.mlp_error@5``."""
+    transcoder's): ``L3.mlp_error@5``; ``pos=None`` is the layer's error nodes at every position (``L3.mlp_error@*``,
+    an aggregate graph's identity)."""
 
     layer: int
-    pos: int
+    pos: Optional[int]
 
     def __str__(self) -> str:
-        return f"L{self.layer}.mlp_error@{self.pos}"
+        return f"L{self.layer}.mlp_error@{'*' if self.pos is None else self.pos}"
 
 
 @dataclass(frozen=True, eq=True, order=False)
@@ -410,7 +411,7 @@ _IN_LAYER: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(r"attn\.([qkv])\[H(\d+)\]"), lambda l, m: HeadInput(l, m[1], int(m[2]))),
     (re.compile(r"mlp\.(in|gate)"), lambda l, m: MlpInput(l, m[1])),
     (re.compile(r"F(\d+)@(\d+|\*)"), lambda l, m: Feature(l, int(m[1]), None if m[2] == "*" else int(m[2]))),
-    (re.compile(r"mlp_error@(\d+)"), lambda l, m: FeatureError(l, int(m[1]))),
+    (re.compile(r"mlp_error@(\d+|\*)"), lambda l, m: FeatureError(l, None if m[1] == "*" else int(m[1]))),
 ]
 _WRITES = (Embed, Head, Mlp, Neuron, Bias, NormBias, Attn)
 _READS = (HeadInput, MlpInput, Output)

@@ -42,7 +42,7 @@ from interp.features._graph import attribution_graph
 from interp.features._replacement import check_replaceable
 from interp.features._result import AttributionGraph, check_thresholds
 from interp.features._transcoder import Transcoder
-from interp.labels import Feature
+from interp.labels import Feature, FeatureError
 from interp.models import Model
 from interp.stream import require_model
 
@@ -286,7 +286,7 @@ def _identities(g: AttributionGraph) -> list[tuple[str, str, int, int, int, int,
         if kind == "feature":
             out.append((str(Feature(l, f, None)), kind, l, f, -1, -1, ""))
         elif kind == "error":
-            out.append((f"L{l}.mlp_error@*", kind, l, -1, -1, -1, ""))
+            out.append((str(FeatureError(l, None)), kind, l, -1, -1, -1, ""))
         elif kind == "token":
             t = g.tokens[p]
             out.append((f"embed[{t}]", kind, -1, -1, t, -1, g.token_strs[p] if g.token_strs else str(t)))

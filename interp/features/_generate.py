@@ -58,7 +58,7 @@ from interp.features._intervene import CLOSURE_TOLERANCE, REGIMES, Intervention,
 from interp.features._sae import SAE
 from interp.features._transcoder import Transcoder
 from interp.features._warnings import ClosureWarning
-from interp.labels import Feature
+from interp.labels import Feature, Resid
 from interp.models import Model, run_block
 from interp.stream import as_batch, require_model
 
@@ -83,7 +83,7 @@ class Steer:
     name: str = "v"
 
     def __str__(self) -> str:
-        return f"L{self.layer}.{self.site} += {self.alpha:g}·{self.name}"
+        return f"{Resid(self.layer, self.site[len('resid_') :])} += {self.alpha:g}·{self.name}"  # type: ignore[arg-type]
 
 
 def _transcoders(model: Model, transcoders: Any) -> dict[int, Transcoder]:

@@ -183,7 +183,7 @@ def test_live_steering_equals_hooked_hf(llama, site):
     err = float((r.logits[0] - z).abs().max())
     print(f"steer at L1.{site}: {r.texts[0]!r} (baseline {r.baseline_texts[0]!r}); vs hooked HF {err:.1e}")
     assert err <= 1e-12 * float(z.abs().max()) and r.tokens[0].tolist() == want.tolist()
-    assert r.interventions == [f"L1.{site} += 2·v"] and r.first_difference[0] is not None
+    assert r.interventions == [f"blocks.1.hook_{site} += 2·v"] and r.first_difference[0] is not None
 
 
 def test_frozen_final_norm_by_hand(llama):
@@ -293,7 +293,7 @@ def test_result(llama, tmp_path):
         max_new_tokens=3,
         top_k=4,
     )
-    assert isinstance(r, GenerationResult) and r.interventions == ["L0.F1@* = 3", "L0.resid_pre += 0.5·ones"]
+    assert isinstance(r, GenerationResult) and r.interventions == ["L0.F1@* = 3", "blocks.0.hook_resid_pre += 0.5·ones"]
     text = repr(r)
     assert len(text) < 400 and "live" in text and "w" in text
     assert r.to("cpu") is r and r.labels == ["p0.s0", "p0.s1", "p0.s2", "p1.s0", "p1.s1", "p1.s2"]

@@ -61,6 +61,8 @@ def test_kinds_and_fields():
     assert L.parse("final_bias") == L.NormBias(L.Norm(None, "final"))
     assert L.parse("final") == L.Output("final")
     assert L.parse("blocks.4.hook_resid_mid") == L.Resid(4, "mid")
+    assert L.parse("L3.mlp_error@5") == L.FeatureError(3, 5) and L.parse("L3.F12@*") == L.Feature(3, 12, None)
+    assert L.parse("L3.mlp_error@*") == L.FeatureError(3, None) and str(L.FeatureError(3, None)) == "L3.mlp_error@*"
     e = L.parse("L0.H3→L1.attn.k[H2]")
     assert isinstance(e, L.Edge) and e.writer == L.Head(0, 3) and e.reader == L.HeadInput(1, "k", 2)
     p = L.parse("embed→L0.H1→L1.H2")
