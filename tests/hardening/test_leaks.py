@@ -384,6 +384,17 @@ def _results(models) -> dict[str, list[Any]]:
             frozen_attention=False,
         ),
     ]
+    from interp.features import aggregate_graphs, generate
+
+    tl = random_transcoders(l, 16, seed=1)
+    out["GenerationResult"] = [
+        generate(l, "w1 w2 w3 w4", tl, ["L0.F3@*"], max_new_tokens=2),
+        generate(g, ["w5 w6 w7", "w1 w2"], random_transcoders(g, 8, seed=2), [(1, None, 0, 0.0)], max_new_tokens=2),
+    ]
+    out["AggregateGraph"] = [aggregate_graphs(l, ["w1 w2 w3 w4", "w5 w6 w7"], tl, target="w3", progress=False)]
+    out["GraphFaithfulness"] = [
+        attribution_graph(l, "w1 w2 w3 w4", tl, target="w3").faithfulness(l, tl, thresholds=(0.5, 1.0))
+    ]
     from interp.causal import LogitDiff, effects, patch
 
     diff = LogitDiff("w12", "w13")
