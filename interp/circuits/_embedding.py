@@ -22,16 +22,15 @@ mixes the attention into the stream before the MLP reads it).
 
 from __future__ import annotations
 
-from typing import Callable
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp._norms import norm_scale
 from interp._validate import check_bool, check_positive_int
 from interp.circuits._common import _need_mlp, check_model, fold_write
-from interp.errors import UnsupportedArchitectureError, UnsupportedOperationError
+from interp.engine import Engine
+from interp.errors import UnsupportedOperationError
 from interp.models import Model
 
 __all__ = ["EFFECTIVE_EMBEDDING", "effective_embedding"]
@@ -41,15 +40,6 @@ EFFECTIVE_EMBEDDING = (
     "the effective token embedding W_E + MLP₀(N₂(W_E)): each token's embedding "
     "through block 0's MLP (block 0's attention and the position embedding left out)"
 )
-
-
-def _act(model: Model) -> Callable[[Tensor], Tensor]:
-    from transformers.activations import ACT2FN
-
-    name = model.arch.act_fn
-    if name not in ACT2FN:
-        raise UnsupportedArchitectureError(f"model {model.name!r}: MLP activation {name!r} is unknown to transformers")
-    return ACT2FN[name]
 
 
 def effective_embedding(
@@ -79,28 +69,12 @@ def effective_embedding(
             "mixes its attention into the stream before the MLP reads it, so an effective embedding without "
             "attention is not defined; use the raw W_E"
         )
-    act = _act(model)
+    e = Engine.of(model)  # the MLP as every forward runs it: its read norm, the MLP, its output norm
     W_E = w.W_E
     out = torch.empty_like(W_E)
     with torch.no_grad():
         for i in range(0, W_E.shape[0], batch_size):
             x = W_E[i : i + batch_size]  # [batch, d_model]
-            h = x
-            if block.read_norm("mlp") is not None:  # the MLP reads N2(x); OLMo 2's reads the raw stream
-                xc = x - x.mean(-1, keepdim=True) if a.norm == "layernorm" else x
-                h = xc / norm_scale(x, a.norm, a.norm_eps).to(x.dtype) * w.ln2_w[0]
-                if a.norm == "layernorm":
-                    h = h + w.ln2_b[0]
-            pre = h @ w.W_in[0] + w.b_in[0]  # [batch, d_mlp]
-            if w.W_gate is not None:
-                gate = h @ w.W_gate[0]
-                if w.b_gate is not None:
-                    gate = gate + w.b_gate[0]
-                pre = act(gate) * pre
-            else:
-                pre = act(pre)
-            m = pre @ w.W_out[0] + w.b_out[0]
-            if w.ln2_post_w is not None:  # sandwich norms: the MLP's output is normed before it is added
-                m = m / norm_scale(m, a.norm, a.norm_eps).to(m.dtype) * w.ln2_post_w[0]
+            m = e.joined(0, e.mlp(0, e.read_norm(x, 0, "mlp")), "mlp")
             out[i : i + batch_size] = x + m
     return fold_write(model, out, fold_norms)
