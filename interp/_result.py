@@ -45,7 +45,16 @@ from interp.errors import ArgumentError, LabelError, MetricGapWarning, warn_user
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-__all__ = ["Result", "prompt_alias", "place", "result_device", "on_host", "metric_gap", "GAP_RTOL"]
+__all__ = [
+    "Result",
+    "prompt_alias",
+    "place",
+    "result_device",
+    "on_host",
+    "metric_gap",
+    "faithfulness_areas",
+    "GAP_RTOL",
+]
 
 _R = TypeVar("_R")
 #: the methods that read a host copy of a result (``to_dataframe``, ``top`` via ``_ranked_frame``, ``plot``, ``save``)
@@ -261,6 +270,12 @@ class Result(SaveLoadMixin):
 
 #: M(clean) and M(corrupt) closer than this fraction of the larger |M| are the same metric: no normalisation
 GAP_RTOL = 1e-5
+
+
+def faithfulness_areas(f: "torch.Tensor", x: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
+    """CPR = ∫ f dx and CMD = ∫ |1 − f| dx of faithfulness curves f [..., k] over the axis x [k], by trapezoids along
+    the last axis — the areas edge circuits and pruned attribution graphs both report."""
+    return torch.trapezoid(f, x, dim=-1), torch.trapezoid((1 - f).abs(), x, dim=-1)
 
 
 def metric_gap(

@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 
 from interp._result import Result
 from interp._validate import check_bool, check_choice, check_cluster, check_finite_float, check_int
+from interp._result import faithfulness_areas
 from interp.causal import ABLATIONS, MetricReader, check_reference_spread, clean_output, make_pair, metric_gap
 from interp.edges import _select
 from interp.edges._ablated import AblatedForward
@@ -476,8 +477,7 @@ def faithfulness_curve(
     finally:
         bar.close()
     x = torch.tensor(ks, dtype=torch.float64, device=dev)
-    cpr = torch.stack([torch.trapezoid(F[i], x) for i in range(len(ablations))])
-    cmd = torch.stack([torch.trapezoid((1 - F[i]).abs(), x) for i in range(len(ablations))])
+    cpr, cmd = faithfulness_areas(F, x)  # one curve per ablation
     kept = torch.tensor([[int(k.sum()) for k in masks]] * len(ablations), device=dev)
     return FaithfulnessCurve(
         sizes=ks,

@@ -38,7 +38,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from interp._result import Result, metric_gap
+from interp._result import Result, faithfulness_areas, metric_gap
 from interp._validate import check_bool, check_choice
 from interp.engine import Patch
 from interp.errors import ArgumentError, warn_user
@@ -333,8 +333,7 @@ def graph_faithfulness(
     )
     faith = (values - empty) / gap
     x_t = torch.tensor(ts, dtype=torch.float64, device="cpu")
-    cpr = float(torch.trapezoid(faith, x_t)) if len(ts) > 1 else math.nan
-    cmd = float(torch.trapezoid((1 - faith).abs(), x_t)) if len(ts) > 1 else math.nan
+    cpr, cmd = (float(a) for a in faithfulness_areas(faith, x_t)) if len(ts) > 1 else (math.nan, math.nan)
     with torch.no_grad():  # the scale of CLOSURE_TOLERANCE: the largest |logit| of the real forward at pos
         scale = float((fr.e.norm(real.final[pos], w.lnf_w, w.lnf_b) @ W_U + b_U).abs().max())
     closure = abs(full - graph_value)
