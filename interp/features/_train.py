@@ -29,7 +29,9 @@ evaluated.
 Activations are computed batch by batch (``batch_size`` sequences) and never all kept. Every
 ``checkpoint_every`` steps the whole state (weights, Adam moments, dead-feature counters, step) is written
 atomically to ``<cache>/transcoders/<model>/<config hash>/checkpoint.pt``; a run with the same
-configuration resumes from it and ends with the same weights as an uninterrupted run. The finished
+configuration resumes from it and ends with the same weights as an uninterrupted run (a checkpoint of the per-layer
+training from before cross-layer training, its decoders one stacked W_dec [n, F, d], is read in today's per-encoder
+layout: the same keys, the same run). The finished
 dictionaries (``layer_{l}.safetensors``; a CLT in circuit-tracer's layout, ``W_enc_{i}`` / ``W_dec_{i}.safetensors``
 and ``config.yaml``) and their held-out metrics (``metrics.json``) are cached there and returned without training
 next time.
@@ -52,6 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from interp._io import atomic_write
+from interp._validate import check_bool, check_finite_float, check_positive_float, is_int
 from interp.engine import Engine
 from interp.errors import (
     ArgumentError,
@@ -157,27 +160,27 @@ class TrainedCrossLayerTranscoder(_Trained):
 
 
 def _int(name: str, v: Any, lo: int, hi: Optional[int] = None, why: str = "") -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+    if not is_int(v) or v < lo or (hi is not None and v > hi):
         rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
         raise ArgumentError(f"{name}={v!r} must be an int {rng}{why}")
-    return v
+    return int(v)
 
 
 def _check_layers(model: Model, layers: Any) -> list[int]:
     L = model.arch.n_layers
     if layers == "all":
         return list(range(L))
-    if isinstance(layers, int) and not isinstance(layers, bool):
-        layers = [layers]
+    if is_int(layers):
+        layers = [int(layers)]
     if not isinstance(layers, (list, tuple, range)) or len(layers) == 0:
         raise ArgumentError(
             f"layers={layers!r} must be 'all', a layer index or a non-empty list of layer indices in [0, {L - 1}]"
         )
     out = []
     for l in layers:
-        if isinstance(l, bool) or not isinstance(l, int) or not 0 <= l < L:
+        if not is_int(l) or not 0 <= l < L:
             raise ArgumentError(f"layers contains {l!r}; layer indices of model {model.name!r} are in [0, {L - 1}]")
-        out.append(l)
+        out.append(int(l))
     if len(set(out)) != len(out):
         raise ArgumentError(f"layers={list(layers)!r} repeats a layer")
     return sorted(out)
@@ -579,7 +582,8 @@ def train_transcoders(
     d_model / 2) dead features reconstruct the residual with weight ``aux_alpha``; a feature is dead after
     ``dead_after`` tokens without firing (default tokens / 4). Metrics on ``eval_tokens`` held-out tokens. Cached under
     ``cache_dir`` (default ``$INTERP_CACHE`` or ``~/.cache/interp``)
-    ``/transcoders/<model>/<hash of the configuration>/``, with a resumable checkpoint every ``checkpoint_every`` steps;
+    ``/transcoders/<model>/<hash of the configuration>/``, with a resumable checkpoint every ``checkpoint_every`` steps
+    (a checkpoint written by the per-layer training of before cross-layer training resumes too);
     ``progress`` shows a tqdm bar (None: when training).
     ``passes`` Adam steps are taken on each batch read (its tokens counted once; default :func:`default_passes`:
     4 for a short run, 1 from 64 batches): where the model's forward costs more than a step, as on a CPU, a short
@@ -591,6 +595,167 @@ def train_transcoders(
     per layer) and returns a :class:`TrainedCrossLayerTranscoder` (per-layer held-out FVU of the joint
     reconstruction, L0 per encoder); its cache is circuit-tracer's CLT layout, readable by :func:`load_transcoders`.
     """
+    # 1. the inputs checked, the configuration and its cache directory
+    plan = _plan(
+        model,
+        layers=layers,
+        width=width,
+        k=k,
+        tokens=tokens,
+        seq_len=seq_len,
+        batch_size=batch_size,
+        lr=lr,
+        aux_k=aux_k,
+        aux_alpha=aux_alpha,
+        dead_after=dead_after,
+        eval_tokens=eval_tokens,
+        seed=seed,
+        corpus=corpus,
+        cache_dir=cache_dir,
+        checkpoint_every=checkpoint_every,
+        progress=progress,
+        passes=passes,
+        cross_layer=cross_layer,
+    )
+    # 2. a finished run is read from its cache
+    if (plan.root / "metrics.json").is_file():
+        cached, m = _load_final(plan.root)
+        return _result(model, plan, cached, m, True)
+
+    # 3. the data: the first n_steps·batch_size training sequences in a seeded order; the held-out sequences
+    train, held = _data(model, plan)
+    gen = torch.Generator().manual_seed(plan.seed)
+    order = torch.randperm(train.shape[0], generator=gen, device="cpu")
+
+    # 4. the state: resumed from the checkpoint, or initialised (scales, b_dec, encoder scale) from the first batch
+    e = Engine.of(model)
+    s, opt, start = _start(e, model, plan, train, order, gen)
+
+    # 5. the Adam steps from there on, checkpointed
+    seconds = _optimise(e, model, plan, s, opt, train, order, start)
+
+    # 6. the trained dictionaries evaluated on the held-out tokens, cached and returned
+    trained = (
+        s.clt(plan.k, plan.layers, plan.seq_len)
+        if plan.cross_layer
+        else s.transcoders(plan.k, plan.layers, plan.seq_len)
+    )
+    m = _evaluate(e, held, plan.layers, trained, plan.batch_size, model.device)
+    m.update(
+        layers=plan.layers,
+        config=plan.config,
+        train_seconds=seconds if start == 0 else None,
+        tokens_per_second=(plan.tokens / seconds) if start == 0 and seconds > 0 else None,
+    )
+    _save_final(plan.root, plan.layers, trained, m)
+    if plan.checkpoint.is_file():
+        plan.checkpoint.unlink()
+    return _result(model, plan, trained, m, False)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One training run's checked options (:func:`train_transcoders`), what names its cache (``config``, whose hash
+    names the directory ``root``) and what the result reports of its corpus (``source``, ``licence``)."""
+
+    model_name: str
+    fingerprint: str
+    layers: list[int]
+    width: int
+    k: int
+    tokens_asked: int
+    seq_len: int
+    batch_size: int
+    passes: int
+    lr: float
+    aux_k: int
+    aux_alpha: float
+    dead_after: int
+    eval_tokens: int
+    seed: int
+    checkpoint_every: int
+    progress: Optional[bool]
+    cross_layer: bool
+    train_docs: list[str]
+    held_docs: list[str]
+    corpus_id: str
+    source: str
+    licence: Optional[str]
+    cache: Path
+
+    @property
+    def step_tokens(self) -> int:
+        return self.batch_size * self.seq_len
+
+    @property
+    def n_steps(self) -> int:
+        return self.tokens_asked // self.step_tokens
+
+    @property
+    def tokens(self) -> int:
+        """The training tokens: whole steps of batch_size · seq_len."""
+        return self.n_steps * self.step_tokens
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """What the cache is keyed by (a per-layer run's keys are those of before cross-layer training)."""
+        return dict(
+            format=_FORMAT,
+            model=self.model_name,
+            fingerprint=self.fingerprint,
+            layers=self.layers,
+            width=self.width,
+            k=self.k,
+            tokens=self.tokens,
+            seq_len=self.seq_len,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            aux_k=self.aux_k,
+            aux_alpha=self.aux_alpha,
+            dead_after=self.dead_after,
+            eval_tokens=self.eval_tokens,
+            seed=self.seed,
+            corpus=self.corpus_id,
+            passes=self.passes,
+            schedule="warmup",
+        ) | ({"cross_layer": True} if self.cross_layer else {})
+
+    @property
+    def root(self) -> Path:
+        """``<cache>/transcoders/<model>/<hash of config>``."""
+        key = hashlib.sha256(json.dumps(self.config, sort_keys=True).encode()).hexdigest()[:16]
+        safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.model_name)
+        return self.cache / "transcoders" / safe_name / key
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "checkpoint.pt"
+
+
+def _plan(
+    model: Model,
+    *,
+    layers: Any,
+    width: Any,
+    k: Any,
+    tokens: Any,
+    seq_len: Any,
+    batch_size: Any,
+    lr: Any,
+    aux_k: Any,
+    aux_alpha: Any,
+    dead_after: Any,
+    eval_tokens: Any,
+    seed: Any,
+    corpus: Any,
+    cache_dir: Any,
+    checkpoint_every: Any,
+    progress: Any,
+    passes: Any,
+    cross_layer: Any,
+) -> _Plan:
+    """Step 1 of :func:`train_transcoders`: the model and every option checked (typed errors naming the argument),
+    the defaults filled in."""
     require_model(model)
     a = model.arch
     if not model.has_mlp:
@@ -613,126 +778,115 @@ def train_transcoders(
     seed = _int("seed", seed, 0)
     aux_k = a.d_model // 2 if aux_k is None else _int("aux_k", aux_k, 1)
     dead_after = max(1, tokens // 4) if dead_after is None else _int("dead_after", dead_after, 1)
-    for name, v, ok in (("lr", 1.0 if lr is None else lr, lambda v: v > 0), ("aux_alpha", aux_alpha, lambda v: v >= 0)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not ok(v):
-            raise ArgumentError(f"{name}={v!r} must be a finite number {'> 0' if name == 'lr' else '>= 0'}")
-    if progress is not None and not isinstance(progress, bool):
-        raise ArgumentError(f"progress={progress!r} must be True, False or None (automatic)")
-    if not isinstance(cross_layer, bool):
-        raise ArgumentError(
-            f"cross_layer={cross_layer!r} must be True (one cross-layer transcoder) or False (per-layer transcoders)"
-        )
+    if lr is not None:
+        check_positive_float("lr", lr)
+    if check_finite_float("aux_alpha", aux_alpha) < 0:
+        raise ArgumentError(f"aux_alpha={aux_alpha!r} must be a finite number >= 0")
+    check_bool("progress", progress, none="automatic")
+    check_bool("cross_layer", cross_layer)  # True: one cross-layer transcoder; False: per-layer transcoders
     train_docs, held_docs, corpus_id = _documents(corpus)
-
     n_steps = tokens // step_tokens
     passes = default_passes(n_steps) if passes is None else _int("passes", passes, 1)
-    if lr is None:
-        lr = default_lr(width, n_steps * passes)
-    config = dict(
-        format=_FORMAT,
-        model=model.name,
+    return _Plan(
+        model_name=model.name,
         fingerprint=_fingerprint(model),
         layers=layers_,
         width=width,
         k=k,
-        tokens=n_steps * step_tokens,
+        tokens_asked=tokens,
         seq_len=seq_len,
         batch_size=batch_size,
-        lr=float(lr),
+        passes=passes,
+        lr=float(default_lr(width, n_steps * passes) if lr is None else lr),
         aux_k=aux_k,
         aux_alpha=float(aux_alpha),
         dead_after=dead_after,
         eval_tokens=eval_tokens,
         seed=seed,
-        corpus=corpus_id,
-        passes=passes,
-        schedule="warmup",
-    ) | ({"cross_layer": True} if cross_layer else {})
-    key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
-    safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in model.name)
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    root = root / "transcoders" / safe_name / key
-    source = CORPUS_SOURCE if corpus is None else f"{len(train_docs) + len(held_docs)} documents given as corpus="
+        checkpoint_every=checkpoint_every,
+        progress=progress,
+        cross_layer=cross_layer,
+        train_docs=train_docs,
+        held_docs=held_docs,
+        corpus_id=corpus_id,
+        source=CORPUS_SOURCE if corpus is None else f"{len(train_docs) + len(held_docs)} documents given as corpus=",
+        licence=CORPUS_LICENCE if corpus is None else None,
+        cache=Path(cache_dir) if cache_dir is not None else default_cache_dir(),
+    )
 
-    def result(
-        trained: Union[list[Transcoder], CrossLayerTranscoder], m: dict[str, Any], cached: bool
-    ) -> Union[TrainedTranscoders, TrainedCrossLayerTranscoder]:
-        _warn_quality(model.name, layers_, m["fvu"], m["dead"], n_steps * step_tokens, float(lr), passes)
-        kw = dict(
-            model_name=model.name,
-            layers=layers_,
-            fvu=m["fvu"],
-            l0=m["l0"],
-            dead=m["dead"],
-            tokens=n_steps * step_tokens,
-            eval_tokens=m["eval_tokens"],
-            config=config,
-            path=root,
-            tokens_per_second=m.get("tokens_per_second"),
-            train_seconds=m.get("train_seconds"),
-            from_cache=cached,
-            corpus=source,
-            details={"licence": CORPUS_LICENCE if corpus is None else None, "steps": n_steps},
-        )
-        if isinstance(trained, CrossLayerTranscoder):
-            return TrainedCrossLayerTranscoder(clt=trained, **kw)
-        return TrainedTranscoders(transcoders=trained, **kw)
 
-    if (root / "metrics.json").is_file():
-        cached, m = _load_final(root)
-        return result(cached, m, True)
+def _result(
+    model: Model, plan: _Plan, trained: Union[list[Transcoder], CrossLayerTranscoder], m: dict[str, Any], cached: bool
+) -> Union[TrainedTranscoders, TrainedCrossLayerTranscoder]:
+    """The result of a run (trained now, or read from the cache) with its metrics ``m``; warns on its quality."""
+    _warn_quality(model.name, plan.layers, m["fvu"], m["dead"], plan.tokens, plan.lr, plan.passes)
+    kw = dict(
+        model_name=model.name,
+        layers=plan.layers,
+        fvu=m["fvu"],
+        l0=m["l0"],
+        dead=m["dead"],
+        tokens=plan.tokens,
+        eval_tokens=m["eval_tokens"],
+        config=plan.config,
+        path=plan.root,
+        tokens_per_second=m.get("tokens_per_second"),
+        train_seconds=m.get("train_seconds"),
+        from_cache=cached,
+        corpus=plan.source,
+        details={"licence": plan.licence, "steps": plan.n_steps},
+    )
+    if isinstance(trained, CrossLayerTranscoder):
+        return TrainedCrossLayerTranscoder(clt=trained, **kw)
+    return TrainedTranscoders(transcoders=trained, **kw)
 
-    # the data: the first n_steps·batch_size training sequences in a seeded order; held-out sequences
-    train = _sequences(model, train_docs, seq_len, n_steps * batch_size)
-    if train.shape[0] < n_steps * batch_size:
+
+def _data(model: Model, plan: _Plan) -> tuple[Tensor, Tensor]:
+    """Step 3: the first n_steps · batch_size training sequences and the held-out sequences [n, seq_len]."""
+    train = _sequences(model, plan.train_docs, plan.seq_len, plan.n_steps * plan.batch_size)
+    if train.shape[0] < plan.n_steps * plan.batch_size:
         raise ArgumentError(
-            f"tokens={tokens} is more than the corpus holds for training "
-            f"({train.shape[0] * seq_len} tokens in sequences of {seq_len})"
+            f"tokens={plan.tokens_asked} is more than the corpus holds for training "
+            f"({train.shape[0] * plan.seq_len} tokens in sequences of {plan.seq_len})"
         )
-    held = _sequences(model, held_docs, seq_len, eval_tokens // seq_len)
+    held = _sequences(model, plan.held_docs, plan.seq_len, plan.eval_tokens // plan.seq_len)
     if held.shape[0] == 0:
         raise ArgumentError(
             "the held-out documents are shorter than one sequence of seq_len tokens; give a larger corpus"
         )
-    gen = torch.Generator().manual_seed(seed)
-    order = torch.randperm(train.shape[0], generator=gen, device="cpu")
-    e = Engine.of(model)
-    d, n = a.d_model, len(layers_)
-    s = _State(n, d, width, gen, cross_layer)
-    opt = torch.optim.Adam(s.params(), lr=float(lr))
-    start = 0
-    ckpt = root / "checkpoint.pt"
-    if ckpt.is_file():
-        try:
-            st = torch.load(ckpt, map_location="cpu", weights_only=True)
-            with torch.no_grad():
-                for p, v in zip(s.params(), st["params"]):
-                    p.copy_(v)
-            s.since, s.sx, s.sy = st["since"], st["sx"], st["sy"]
-            opt.load_state_dict(st["opt"])
-            start = int(st["step"])
-        except Exception as ex:  # a damaged checkpoint: start again rather than train on garbage
-            raise ResultFormatError(
-                f"checkpoint {str(ckpt)!r} is damaged ({type(ex).__name__}: {ex}); delete it to start this run again"
-            ) from None
-    else:  # scales and the initial b_dec and encoder scale from the first batch
-        x0, y0 = _activations(e, train[order[:batch_size]].to(model.device), layers_)
-        _init(s, x0.cpu(), y0.cpu(), k)
+    return train, held
 
-    def save(step: int) -> None:
-        st = {
-            "params": [p.detach() for p in s.params()],
-            "since": s.since,
-            "sx": s.sx,
-            "sy": s.sy,
-            "opt": opt.state_dict(),
-            "step": step,
-        }
-        _atomic(ckpt, lambda p: torch.save(st, p))
 
+def _start(
+    e: Engine, model: Model, plan: _Plan, train: Tensor, order: Tensor, gen: torch.Generator
+) -> tuple[_State, torch.optim.Optimizer, int]:
+    """Step 4: the parameters and Adam, and the step to start from — the checkpoint's (:func:`_resume`), or 0 with
+    the scales, b_dec and the encoder's scale from the first batch (:func:`_init`)."""
+    s = _State(len(plan.layers), e.arch.d_model, plan.width, gen, plan.cross_layer)
+    opt = torch.optim.Adam(s.params(), lr=plan.lr)
+    if plan.checkpoint.is_file():
+        return s, opt, _resume(plan.checkpoint, s, opt)
+    x0, y0 = _activations(e, train[order[: plan.batch_size]].to(model.device), plan.layers)
+    _init(s, x0.cpu(), y0.cpu(), plan.k)
+    return s, opt, 0
+
+
+def _optimise(
+    e: Engine,
+    model: Model,
+    plan: _Plan,
+    s: _State,
+    opt: torch.optim.Optimizer,
+    train: Tensor,
+    order: Tensor,
+    start: int,
+) -> float:
+    """Step 5: steps ``start`` .. n_steps − 1, each on one batch read (``passes`` Adam steps on it at the scheduled
+    learning rate), a checkpoint every ``checkpoint_every`` steps but the last; returns the seconds taken."""
     from tqdm.auto import tqdm
 
-    show = progress if progress is not None else n_steps > start
+    n_steps, step_tokens, bs = plan.n_steps, plan.step_tokens, plan.batch_size
+    show = plan.progress if plan.progress is not None else n_steps > start
     bar = tqdm(
         total=n_steps * step_tokens,
         initial=start * step_tokens,
@@ -744,31 +898,94 @@ def train_transcoders(
     t0 = time.perf_counter()
     try:
         for step in range(start, n_steps):
-            x, y = _activations(e, train[order[step * batch_size : (step + 1) * batch_size]].to(model.device), layers_)
+            x, y = _activations(e, train[order[step * bs : (step + 1) * bs]].to(model.device), plan.layers)
             x, y = x.cpu() / s.sx, y.cpu() / s.sy
-            for r in range(passes):
+            for r in range(plan.passes):
                 for g in opt.param_groups:
-                    g["lr"] = _lr_at(float(lr), step * passes + r, n_steps * passes)
-                fvu = _step(s, opt, x, y, k, aux_k, float(aux_alpha), dead_after, new_tokens=r == 0)
+                    g["lr"] = _lr_at(plan.lr, step * plan.passes + r, n_steps * plan.passes)
+                fvu = _step(s, opt, x, y, plan.k, plan.aux_k, plan.aux_alpha, plan.dead_after, new_tokens=r == 0)
             bar.update(step_tokens)
             bar.set_postfix(fvu=f"{float(fvu.mean()):.3f}")
-            if (step + 1) % checkpoint_every == 0 and step + 1 < n_steps:
-                save(step + 1)
+            if (step + 1) % plan.checkpoint_every == 0 and step + 1 < n_steps:
+                _save_checkpoint(plan.checkpoint, s, opt, step + 1)
     finally:
         bar.close()
-    seconds = time.perf_counter() - t0
-    trained = s.clt(k, layers_, seq_len) if cross_layer else s.transcoders(k, layers_, seq_len)
-    m = _evaluate(e, held, layers_, trained, batch_size, model.device)
-    m.update(
-        layers=layers_,
-        config=config,
-        train_seconds=seconds if start == 0 else None,
-        tokens_per_second=(n_steps * step_tokens / seconds) if start == 0 and seconds > 0 else None,
+    return time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+
+
+def _save_checkpoint(path: Path, s: _State, opt: torch.optim.Optimizer, step: int) -> None:
+    """The whole state after ``step`` steps (parameters, dead-feature counters, scales, Adam), atomically."""
+    st = {
+        "params": [p.detach() for p in s.params()],
+        "since": s.since,
+        "sx": s.sx,
+        "sy": s.sy,
+        "opt": opt.state_dict(),
+        "step": step,
+    }
+    _atomic(path, lambda p: torch.save(st, p))
+
+
+def _resume(path: Path, s: _State, opt: torch.optim.Optimizer) -> int:
+    """Load the checkpoint at ``path`` into ``s`` and ``opt`` (one written by the per-layer training of before
+    cross-layer training is read through :func:`_upgrade_checkpoint`); returns its step. A checkpoint that cannot
+    be read, or whose tensors do not fit this run, is a :class:`ResultFormatError` (training on garbage is worse
+    than starting again)."""
+    try:
+        st = torch.load(path, map_location="cpu", weights_only=True)
+        if _old_layout(st, s):
+            st = _upgrade_checkpoint(st, len(s.W_dec))
+        params = s.params()
+        got = [tuple(v.shape) for v in st["params"]]
+        want = [tuple(p.shape) for p in params]
+        if got != want:
+            raise ValueError(f"its parameters have shapes {got}; this run's are {want}")
+        with torch.no_grad():
+            for p, v in zip(params, st["params"]):
+                p.copy_(v)
+        s.since, s.sx, s.sy = st["since"], st["sx"], st["sy"]
+        opt.load_state_dict(st["opt"])
+        return int(st["step"])
+    except Exception as ex:  # a damaged checkpoint: start again rather than train on garbage
+        raise ResultFormatError(
+            f"checkpoint {str(path)!r} is damaged ({type(ex).__name__}: {ex}); delete it to start this run again"
+        ) from None
+
+
+def _old_layout(st: Any, s: _State) -> bool:
+    """Whether checkpoint ``st`` is in the layout of the per-layer training before cross-layer training existed:
+    four parameters W_enc [n, F, d], b_enc [n, F], W_dec [n, F, d], b_dec [n, d] (today's: W_enc, b_enc, then one
+    decoder [F, m_i, d] per encoder, then b_dec)."""
+    if s.cross or not isinstance(st, dict) or not isinstance(st.get("params"), list) or len(st["params"]) != 4:
+        return False
+    n, F_, d = s.W_enc.shape
+    W_dec = st["params"][2]
+    return isinstance(W_dec, Tensor) and tuple(W_dec.shape) == (n, F_, d) and n * F_ > 1
+
+
+def _upgrade_checkpoint(st: dict[str, Any], n: int) -> dict[str, Any]:
+    """An old-layout checkpoint (:func:`_old_layout`) in today's: the stacked W_dec [n, F, d] split into encoder i's
+    decoder W_dec[i][:, None] [F, 1, d], and its Adam moments alike (parameter 2 becomes parameters 2 .. n + 1, b_dec
+    parameter n + 2). Adam's update is elementwise and the decoder's norm is per feature, so the run continues as it
+    would have: the same weights as an uninterrupted run."""
+    W_enc, b_enc, W_dec, b_dec = st["params"]
+    new_of = {0: [0], 1: [1], 2: list(range(2, 2 + n)), 3: [n + 2]}  # old parameter index → today's
+    state: dict[int, dict[str, Any]] = {}
+    for old, per in st["opt"]["state"].items():
+        for i, new in enumerate(new_of[int(old)]):
+            state[new] = {
+                name: (v[i][:, None] if int(old) == 2 and v.ndim == 3 else v).clone() if isinstance(v, Tensor) else v
+                for name, v in per.items()
+            }
+    (group,) = st["opt"]["param_groups"]
+    return dict(
+        st,
+        params=[W_enc, b_enc, *(W_dec[i][:, None] for i in range(n)), b_dec],
+        opt={"state": state, "param_groups": [dict(group, params=list(range(n + 3)))]},
     )
-    _save_final(root, layers_, trained, m)
-    if ckpt.is_file():
-        ckpt.unlink()
-    return result(trained, m, False)
 
 
 def _evaluate(

@@ -144,6 +144,76 @@ def test_interrupted_run_resumes_to_the_same_weights(llama, tmp_path, monkeypatc
     assert resumed.fvu == full.fvu
 
 
+def _in_the_old_layout(path, n: int) -> None:
+    """Rewrite the checkpoint at ``path`` as the per-layer training wrote it before cross-layer training existed: its
+    parameters W_enc, b_enc, W_dec [n, F, d] (one tensor, rows unit-norm per layer), b_dec, and the state_dict of an
+    Adam over those four tensors (W_dec's moments [n, F, d])."""
+    st = torch.load(path, weights_only=True)
+    W_enc, b_enc, *decs, b_dec = st["params"]
+    assert len(decs) == n and all(tuple(w.shape[1:2]) == (1,) for w in decs)
+    old = [W_enc, b_enc, torch.stack([w[:, 0] for w in decs]), b_dec]
+    ps = [p.clone().requires_grad_() for p in old]
+    opt = torch.optim.Adam(ps, lr=1.0)
+    group = {k: v for k, v in st["opt"]["param_groups"][0].items() if k != "params"}
+    opt.param_groups[0].update(group)
+    for p, idx in zip(ps, ([0], [1], list(range(2, 2 + n)), [n + 2])):
+        parts = [st["opt"]["state"][i] for i in idx]
+        moments = {
+            name: torch.stack([s[name][:, 0] for s in parts]) if p is ps[2] else parts[0][name]
+            for name in ("exp_avg", "exp_avg_sq")
+        }
+        opt.state[p] = {"step": parts[0]["step"].clone(), **{k: v.clone() for k, v in moments.items()}}
+    old_st = {"params": [p.detach() for p in ps], "since": st["since"], "sx": st["sx"], "sy": st["sy"]}
+    torch.save(old_st | {"opt": opt.state_dict(), "step": st["step"]}, path)
+
+
+def test_a_checkpoint_of_the_older_per_layer_layout_resumes(llama, tmp_path, monkeypatch):
+    """A checkpoint written by the per-layer training before cross-layer training existed (one stacked W_dec [n, F,
+    d] among four parameters, Adam's moments alike) resumes — it was read as damaged — and the run ends with the same
+    weights as an uninterrupted one; a truly damaged checkpoint is still a ResultFormatError."""
+    _, model = llama
+    full = _train(model, tmp_path / "a", tokens=SEQ * BATCH * 10)
+    calls = {"n": 0}
+    step = T._step
+
+    def stop_after_7(*a, **k):
+        if calls["n"] == 7:
+            raise KeyboardInterrupt
+        calls["n"] += 1
+        return step(*a, **k)
+
+    monkeypatch.setattr(T, "_step", stop_after_7)
+    with pytest.raises(KeyboardInterrupt):
+        _train(model, tmp_path / "b", tokens=SEQ * BATCH * 10)
+    monkeypatch.setattr(T, "_step", step)
+    run = next((tmp_path / "b").glob("transcoders/*/*"))
+    _in_the_old_layout(run / "checkpoint.pt", 2)
+    old = torch.load(run / "checkpoint.pt", weights_only=True)
+    assert len(old["params"]) == 4 and tuple(old["params"][2].shape) == (2, 64, 32)
+    assert sorted(old["opt"]["state"]) == [0, 1, 2, 3] and int(old["step"]) == 6
+    resumed = _train(model, tmp_path / "b", tokens=SEQ * BATCH * 10)
+    assert not resumed.from_cache and resumed.path == run
+    for a, b in zip(full.transcoders, resumed.transcoders):
+        for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert resumed.fvu == full.fvu
+
+    monkeypatch.setattr(T, "_step", stop_after_7)
+    calls["n"] = 0
+    with pytest.raises(KeyboardInterrupt):
+        _train(model, tmp_path / "c", tokens=SEQ * BATCH * 10)
+    monkeypatch.setattr(T, "_step", step)
+    ckpt = next((tmp_path / "c").glob("transcoders/*/*")) / "checkpoint.pt"
+    st = torch.load(ckpt, weights_only=True)
+    st["params"][2] = st["params"][2][:, :, :16]  # a decoder of another width: not this run's
+    torch.save(st, ckpt)
+    with pytest.raises(ResultFormatError, match="damaged.*shapes"):
+        _train(model, tmp_path / "c", tokens=SEQ * BATCH * 10)
+    ckpt.write_bytes(b"garbage")
+    with pytest.raises(ResultFormatError, match="damaged"):
+        _train(model, tmp_path / "c", tokens=SEQ * BATCH * 10)
+
+
 def test_cached_reload_and_atomic_writes(llama, tmp_path, monkeypatch):
     _, model = llama
     kw = dict(tokens=SEQ * BATCH * 3)
