@@ -11,10 +11,10 @@ from __future__ import annotations
 import heapq
 from typing import Any, Sequence, Union
 
-
+from interp._validate import is_int
 from interp.engine import Engine
 from interp.errors import ArgumentError
-from interp.features._transcoder import Transcoder, check_layers, mlp_input
+from interp.features._transcoder import CrossLayerTranscoder, Transcoder, check_layers, mlp_input
 from interp.labels import Feature, parse
 from interp.models import Model
 from interp.stream import as_batch, require_model
@@ -46,7 +46,7 @@ def _feature_ids(features: Any, transcoders: Sequence[Transcoder]) -> list[tuple
 
 def top_activating_contexts(
     model: Model,
-    transcoders: Sequence[Transcoder],
+    transcoders: Union[Sequence[Transcoder], CrossLayerTranscoder],
     texts: Sequence[str],
     features: Sequence[Union[str, Feature, tuple]],
     *,
@@ -56,12 +56,17 @@ def top_activating_contexts(
     """``{"L3.F12": [context, ...]}``: each feature's ``k`` contexts of largest activation over ``texts``, largest
     first, each the ``before`` tokens before the token and the token marked ``«token»``, then ``(activation)``
     (module docstring). ``features``: labels (``"L3.F12"``; a position is ignored) or (layer, feature); the
-    keys are ``"L{layer}.F{feature}"``, which the graph viewer matches to every position of the feature."""
+    keys are ``"L{layer}.F{feature}"``, which the graph viewer matches to every position of the feature. A
+    :class:`CrossLayerTranscoder`'s feature of layer l is read by its encoder l (its activation is that encoder's; its
+    decoders do not enter).
+    """
     require_model(model)
+    if isinstance(transcoders, CrossLayerTranscoder):
+        transcoders = [transcoders.encoder(l) for l in range(transcoders.n_layers)]
     if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
         raise ArgumentError("texts must be a non-empty list of strings")
     for name, v in (("k", k), ("before", before)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < (1 if name == "k" else 0):
+        if not is_int(v) or v < (1 if name == "k" else 0):
             raise ArgumentError(f"{name}={v!r} must be an int ≥ {1 if name == 'k' else 0}")
     ids = _feature_ids(features, transcoders)
     if len(transcoders) != model.arch.n_layers:
