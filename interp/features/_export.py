@@ -77,21 +77,56 @@ def graph_json(
     edge_threshold: float = 0.98,
 ) -> dict[str, Any]:
     """The graph as a dict in circuit-tracer's graph JSON schema (module docstring), pruned at the thresholds."""
+    # 1. the options checked
     if not isinstance(slug, str) or not slug:
         raise ArgumentError(f"slug={slug!r} must be a non-empty string")
     if scan is not None and not isinstance(scan, str):
         raise ArgumentError(f"scan={scan!r} must be a string (the transcoder set's name) or None")
     g = graph
+    # 2. each node's cumulative influence in the whole graph, then the graph pruned
+    cum_of = _cumulative_influence(g)
+    p = g.prune(node_threshold, edge_threshold)
+    # 3. the kept nodes, with unique ids
+    nodes = _nodes(g, p, cum_of)
+    ids = [n["node_id"] for n in nodes]
+    if len(set(ids)) != len(ids):  # cannot happen with the ids above; a guard against silent merging
+        raise ArgumentError("the exported node ids are not unique")
+    # 4. the kept edges: adjacency[target, source] as (source, target, weight)
+    t, s = p.adjacency.nonzero(as_tuple=True)
+    links = [
+        {"source": ids[si], "target": ids[ti], "weight": float(p.adjacency[ti, si])}
+        for ti, si in zip(t.tolist(), s.tolist())
+    ]
+    # 5. the metadata
+    toks = g.token_strs if g.token_strs is not None else [str(t) for t in g.tokens]
+    meta = {
+        "slug": slug,
+        "scan": g.model_name if scan is None else scan,
+        "transcoder_list": [],
+        "prompt_tokens": toks,
+        "prompt": "".join(toks),
+        "node_threshold": node_threshold,
+        "schema_version": SCHEMA_VERSION,
+    }
+    qparams = {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""}
+    return {"metadata": meta, "qParams": qparams, "nodes": nodes, "links": links}
+
+
+def _cumulative_influence(g: "AttributionGraph") -> dict[str, float]:
+    """circuit-tracer's node score: the fraction of the total influence held by the nodes at least as influential
+    as the node (by label)."""
     infl = g.influence()
     order = infl.argsort(descending=True)
     cum = torch.zeros_like(infl)
     cum[order] = torch.cumsum(infl[order], 0) / infl.sum().clamp_min(1e-30)
-    cum_of = {lab: float(v) for lab, v in zip(g.node_labels, cum.tolist())}
-    p = g.prune(node_threshold, edge_threshold)
-    toks = g.token_strs if g.token_strs is not None else [str(t) for t in g.tokens]
+    return {lab: float(v) for lab, v in zip(g.node_labels, cum.tolist())}
+
+
+def _nodes(g: "AttributionGraph", p: "AttributionGraph", cum_of: dict[str, float]) -> list[dict]:
+    """The nodes of the pruned graph ``p`` of ``g`` in circuit-tracer's schema (module docstring), in ``p``'s order;
+    the first output is the target logit."""
     L = g.n_layers
     w = p._logit_weights()
-    ids: list[str] = []
     nodes = []
     first_logit = True
     for i, (lab, kind, layer, pos, feat) in enumerate(
@@ -140,25 +175,7 @@ def graph_json(
                 )
             )
             first_logit = False
-        ids.append(nid)
-    if len(set(ids)) != len(ids):  # cannot happen with the ids above; a guard against silent merging
-        raise ArgumentError("the exported node ids are not unique")
-    t, s = p.adjacency.nonzero(as_tuple=True)
-    links = [
-        {"source": ids[si], "target": ids[ti], "weight": float(p.adjacency[ti, si])}
-        for ti, si in zip(t.tolist(), s.tolist())
-    ]
-    meta = {
-        "slug": slug,
-        "scan": g.model_name if scan is None else scan,
-        "transcoder_list": [],
-        "prompt_tokens": toks,
-        "prompt": "".join(toks),
-        "node_threshold": node_threshold,
-        "schema_version": SCHEMA_VERSION,
-    }
-    qparams = {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""}
-    return {"metadata": meta, "qParams": qparams, "nodes": nodes, "links": links}
+    return nodes
 
 
 def _decode(g: "AttributionGraph", vocab: int) -> str:

@@ -221,44 +221,10 @@ def _is_clt(root: Path) -> bool:
 def read_clt(root: Path, dtype: torch.dtype = torch.float32) -> CrossLayerTranscoder:
     """The cross-layer transcoder in folder ``root``, in circuit-tracer's layout (module docstring), as its
     ``load_clt`` reads it; ``layers`` from the files' ``layer`` metadata where every file has one, else 0..L−1."""
-    cfg = root / "config.yaml"
-    if cfg.is_file():
-        conf = _yaml(cfg)
-        for key, allowed, what in (
-            ("feature_input_hook", _MLP_IN, "input"),
-            ("feature_output_hook", _MLP_OUT, "output"),
-        ):
-            hook = conf.get(key)
-            if hook is not None and not (
-                isinstance(hook, str) and any(hook == a or hook.endswith("." + a) for a in allowed)
-            ):
-                raise UnsupportedOperationError(
-                    f"path={str(cfg)!r}: {key}={hook!r}; interp's cross-layer transcoders read each layer's MLP "
-                    f"input and write its output ({key} one of {list(allowed)})"
-                    + (
-                        " — hook_resid_mid is the stream before the MLP's norm, not what the MLP reads"
-                        if what == "input"
-                        else ""
-                    )
-                )
-    L = 0
-    while (root / f"W_enc_{L}.safetensors").is_file():
-        L += 1
-    if L == 0:
-        raise ResultFormatError(
-            f"path={str(root)!r} holds no W_enc_0.safetensors: a cross-layer transcoder in "
-            "circuit-tracer's layout has W_enc_{i}.safetensors and W_dec_{i}.safetensors per layer"
-        )
-    stray = sorted(
-        p.name
-        for p in root.glob("W_enc_*.safetensors")
-        if (m := re.fullmatch(r"W_enc_(\d+)\.safetensors", p.name)) and int(m.group(1)) >= L
-    )
-    if stray:
-        raise ResultFormatError(
-            f"path={str(root)!r} has {stray} but no W_enc_{L}.safetensors: encoder files must be "
-            f"W_enc_0 .. W_enc_{{L-1}}"
-        )
+    # 1. config.yaml's hooks (where it has them): each layer's MLP input and output
+    _check_clt_hooks(root / "config.yaml")
+    # 2. the encoder files W_enc_0 .. W_enc_{L-1} and their decoders, read
+    L = _clt_count(root)
     W_enc, b_enc, b_dec, thr, W_dec, metas = [], [], [], [], [], []
     for i in range(L):
         p = root / f"W_enc_{i}.safetensors"
@@ -273,6 +239,7 @@ def read_clt(root: Path, dtype: torch.dtype = torch.float32) -> CrossLayerTransc
         td, _ = _tensors(q)
         _need(q, td, (f"W_dec_{i}",))
         W_dec.append(td[f"W_dec_{i}"].to(dtype))
+    # 3. one activation for every layer: thresholds in all files or none, equal shapes, one k
     if len({x is None for x in thr}) != 1:
         raise ResultFormatError(
             f"path={str(root)!r}: threshold_{{i}} is in some encoder files and not others "
@@ -281,16 +248,8 @@ def read_clt(root: Path, dtype: torch.dtype = torch.float32) -> CrossLayerTransc
     shapes = {tuple(w.shape) for w in W_enc}
     if len(shapes) != 1:
         raise ResultFormatError(f"path={str(root)!r}: the encoders' W_enc_{{i}} shapes differ ({sorted(shapes)})")
-    ks = {m.get("k") for m in metas}
-    k: Optional[int] = None
-    if ks != {None}:
-        (kk,) = ks if len(ks) == 1 else (None,)
-        if not (isinstance(kk, str) and kk.isdigit()) or thr[0] is not None:
-            raise ResultFormatError(
-                f"path={str(root)!r}: metadata k={sorted(map(str, ks))} must be one int in every "
-                "encoder file (TopK, no threshold)"
-            )
-        k = int(kk)
+    k = _clt_k(root, metas, thr[0] is not None)
+    # 4. the transcoder, its layers and context length from the metadata
     ls = [m.get("layer", "") for m in metas]
     layers = tuple(int(x) for x in ls) if all(x.isdigit() for x in ls) else None
     ctx = metas[0].get("context_length")
@@ -311,6 +270,69 @@ def read_clt(root: Path, dtype: torch.dtype = torch.float32) -> CrossLayerTransc
         )
     except RuntimeError as e:  # torch.stack on unequal bias shapes
         raise ResultFormatError(f"path={str(root)!r}: the layers' biases have unequal shapes ({e})") from None
+
+
+def _check_clt_hooks(cfg: Path) -> None:
+    """A CLT's ``config.yaml`` (where there is one) names each layer's MLP input and output as its hooks, else an
+    :class:`UnsupportedOperationError` naming the hook."""
+    if not cfg.is_file():
+        return
+    conf = _yaml(cfg)
+    for key, allowed, what in (
+        ("feature_input_hook", _MLP_IN, "input"),
+        ("feature_output_hook", _MLP_OUT, "output"),
+    ):
+        hook = conf.get(key)
+        if hook is not None and not (
+            isinstance(hook, str) and any(hook == a or hook.endswith("." + a) for a in allowed)
+        ):
+            raise UnsupportedOperationError(
+                f"path={str(cfg)!r}: {key}={hook!r}; interp's cross-layer transcoders read each layer's MLP "
+                f"input and write its output ({key} one of {list(allowed)})"
+                + (
+                    " — hook_resid_mid is the stream before the MLP's norm, not what the MLP reads"
+                    if what == "input"
+                    else ""
+                )
+            )
+
+
+def _clt_count(root: Path) -> int:
+    """L: the number of consecutive encoder files W_enc_0 .. W_enc_{L-1} (none, or one past a gap, is a
+    :class:`ResultFormatError`)."""
+    L = 0
+    while (root / f"W_enc_{L}.safetensors").is_file():
+        L += 1
+    if L == 0:
+        raise ResultFormatError(
+            f"path={str(root)!r} holds no W_enc_0.safetensors: a cross-layer transcoder in "
+            "circuit-tracer's layout has W_enc_{i}.safetensors and W_dec_{i}.safetensors per layer"
+        )
+    stray = sorted(
+        p.name
+        for p in root.glob("W_enc_*.safetensors")
+        if (m := re.fullmatch(r"W_enc_(\d+)\.safetensors", p.name)) and int(m.group(1)) >= L
+    )
+    if stray:
+        raise ResultFormatError(
+            f"path={str(root)!r} has {stray} but no W_enc_{L}.safetensors: encoder files must be "
+            f"W_enc_0 .. W_enc_{{L-1}}"
+        )
+    return L
+
+
+def _clt_k(root: Path, metas: list[dict[str, str]], has_threshold: bool) -> Optional[int]:
+    """TopK's k from the encoder files' metadata (one int in every file, no threshold), None where none has one."""
+    ks = {m.get("k") for m in metas}
+    if ks == {None}:
+        return None
+    (kk,) = ks if len(ks) == 1 else (None,)
+    if not (isinstance(kk, str) and kk.isdigit()) or has_threshold:
+        raise ResultFormatError(
+            f"path={str(root)!r}: metadata k={sorted(map(str, ks))} must be one int in every "
+            "encoder file (TopK, no threshold)"
+        )
+    return int(kk)
 
 
 def clt_files(clt: CrossLayerTranscoder) -> tuple[dict[str, tuple[dict[str, Tensor], dict[str, str]]], str]:

@@ -22,7 +22,6 @@ transcoders' Jacobians with σ frozen and TopK selections flipping, and exploded
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Optional, Sequence, Union
 
@@ -31,6 +30,7 @@ import torch
 from torch import Tensor
 
 from interp._result import Result
+from interp._validate import check_bool, check_finite_float, check_positive_int, is_int
 from interp.attribution import TokenSpec
 from interp.engine import Patch
 from interp.errors import ArgumentError, LabelError, warn_user
@@ -129,9 +129,7 @@ def _interventions(items: Any, transcoders: Sequence[Transcoder], n: int) -> lis
             it = Intervention.ablate(it)
         elif isinstance(it, tuple) and len(it) == 4:
             l, p, f, v = it
-            if not all(isinstance(t, int) and not isinstance(t, bool) for t in (l, f)) or not (
-                p is None or (isinstance(p, int) and not isinstance(p, bool))
-            ):
+            if not (is_int(l) and is_int(f) and (p is None or is_int(p))):
                 raise ArgumentError(f"{name}={it!r}: a tuple is (layer: int, pos: int | None, feature: int, value)")
             it = Intervention(l, f, p, "set", v)
         elif not isinstance(it, Intervention):
@@ -141,22 +139,22 @@ def _interventions(items: Any, transcoders: Sequence[Transcoder], n: int) -> lis
             )
         if it.mode not in MODES:
             raise ArgumentError(f"{name}: mode={it.mode!r} is not one of {MODES}")
-        if not isinstance(it.layer, int) or isinstance(it.layer, bool) or not 0 <= it.layer < L:
+        if not is_int(it.layer) or not 0 <= it.layer < L:
             raise ArgumentError(f"{name}: layer={it.layer!r} must be an int in [0, {L - 1}] (one transcoder per layer)")
         F_ = transcoders[it.layer].n_features
-        if not isinstance(it.feature, int) or isinstance(it.feature, bool) or not 0 <= it.feature < F_:
+        if not is_int(it.feature) or not 0 <= it.feature < F_:
             raise ArgumentError(
                 f"{name}: feature {it.feature!r} of layer {it.layer} does not exist: its transcoder has "
                 f"n_features={F_} (indices 0..{F_ - 1})"
             )
-        if it.pos is not None and (not isinstance(it.pos, int) or isinstance(it.pos, bool) or not -n <= it.pos < n):
+        if it.pos is not None and (not is_int(it.pos) or not -n <= it.pos < n):
             raise ArgumentError(
                 f"{name}: pos={it.pos!r} must be None (every position) or an int in [{-n}, {n - 1}] "
                 f"for a prompt of {n} tokens"
             )
-        if isinstance(it.value, bool) or not isinstance(it.value, (int, float)) or not math.isfinite(it.value):
-            raise ArgumentError(f"{name}: value={it.value!r} must be a finite number")
-        out.append(Intervention(it.layer, it.feature, None if it.pos is None else it.pos % n, it.mode, float(it.value)))
+        check_finite_float(f"{name}: value", it.value)
+        at = None if it.pos is None else int(it.pos) % n
+        out.append(Intervention(int(it.layer), int(it.feature), at, it.mode, float(it.value)))
     return out
 
 
@@ -320,13 +318,12 @@ def intervene(
     warns (:class:`ClosureWarning`). The result's table holds the ``top_k`` tokens before, after and by |change|,
     and the target(s).
     """
+    # 1. the inputs checked
     require_model(model)
     check_replaceable(model, transcoders, cross_layer=True)
-    for name, flag in (("frozen_attention", frozen_attention), ("freeze_features", freeze_features)):
-        if not isinstance(flag, bool):
-            raise ArgumentError(f"{name}={flag!r} must be True or False")
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-        raise ArgumentError(f"top_k={top_k!r} must be a positive int")
+    check_bool("frozen_attention", frozen_attention)
+    check_bool("freeze_features", freeze_features)
+    check_positive_int("top_k", top_k)
     tokens, mask = one_prompt(model, prompt)
     n = tokens.shape[1]
     pos = position("pos", pos, n)
@@ -337,42 +334,25 @@ def intervene(
         else transcoders
     )
     ivs = _interventions(interventions, per_layer, n)
+
+    # 2. the real run, and the rerun without and with the interventions
     real = real_forward(model, tokens, mask, transcoders)
-    fr = real.frozen
-    with torch.no_grad():
-        z = fr.e.norm(real.final[pos], fr.w.lnf_w, fr.w.lnf_b) @ fr.w.W_U + _bias(fr)  # type: ignore[operator]
-        c = model.arch.final_softcap
-        real_logits = torch.tanh(z / c) * c if c else z
     kw = dict(frozen_attention=frozen_attention, freeze_features=freeze_features)
     before = _run(real, tokens, mask, [], pos, **kw)  # every regime reproduces the real forward here
     after = _run(real, tokens, mask, ivs, pos, **kw)
-    diff = (before - real_logits).abs()
-    closure = float(diff.max())
-    relative = closure / max(float(real_logits.abs().max()), torch.finfo(real.dtype).tiny)
+
+    # 3. the rerun without interventions checked against the model's own logits
     regime, held = REGIMES[(freeze_features, frozen_attention)]
-    tol = CLOSURE_TOLERANCE.get(model.dtype, 1e-3)
-    if not relative <= tol:
-        warn_user(
-            f"intervene: without the intervention the rerun ({regime!r} regime: {held}) is {closure:.3g} "
-            f"logits off the model's own (relative {relative:.2e}, tolerance {tol:g} for {model.dtype}), so its "
-            "changes mix the intervention with that error. Check the transcoders' held-out FVU (a large error "
-            "node at a position is the usual cause) or run in float64 (load_model(..., dtype=torch.float64))",
-            ClosureWarning,
-        )
+    closure, relative, tol = _check_closure(model, real, before, pos, regime, held)
+
+    # 4. the metric (the target's logit, minus wrong's) and the table's tokens
     t_id = int(before.argmax()) if t_given is None else t_given
     ids = [t_id] + ([] if w_id is None else [w_id])
 
     def metric(z: Tensor) -> float:
         return float(z[t_id] - (0 if w_id is None else z[w_id]))
 
-    chosen: list[int] = []
-    for order in (
-        before.argsort(descending=True),
-        after.argsort(descending=True),
-        (after - before).abs().argsort(descending=True),
-    ):
-        chosen += [i for i in order[:top_k].tolist()]
-    rows = list(dict.fromkeys(ids + chosen))
+    rows = _table_tokens(ids, before, after, top_k)
     text = token_text(model, t_id) + ("" if w_id is None else f" − {token_text(model, w_id)}")
     return InterventionResult(
         logits_before=before.detach().cpu(),
@@ -393,6 +373,44 @@ def intervene(
         regime=regime,
         closure_tolerance=tol,
     )
+
+
+def _check_closure(
+    model: Model, real: RealRun, before: Tensor, pos: int, regime: str, held: str
+) -> tuple[float, float, float]:
+    """max |before − the model's own logits at ``pos``|, that over max |logit|, and the tolerance for the model's
+    dtype (:data:`CLOSURE_TOLERANCE`); past it a :class:`ClosureWarning` naming the regime and the fixes."""
+    fr = real.frozen
+    with torch.no_grad():
+        z = fr.e.norm(real.final[pos], fr.w.lnf_w, fr.w.lnf_b) @ fr.w.W_U + _bias(fr)  # type: ignore[operator]
+        c = model.arch.final_softcap
+        real_logits = torch.tanh(z / c) * c if c else z
+    diff = (before - real_logits).abs()
+    closure = float(diff.max())
+    relative = closure / max(float(real_logits.abs().max()), torch.finfo(real.dtype).tiny)
+    tol = CLOSURE_TOLERANCE.get(model.dtype, 1e-3)
+    if not relative <= tol:
+        warn_user(
+            f"intervene: without the intervention the rerun ({regime!r} regime: {held}) is {closure:.3g} "
+            f"logits off the model's own (relative {relative:.2e}, tolerance {tol:g} for {model.dtype}), so its "
+            "changes mix the intervention with that error. Check the transcoders' held-out FVU (a large error "
+            "node at a position is the usual cause) or run in float64 (load_model(..., dtype=torch.float64))",
+            ClosureWarning,
+        )
+    return closure, relative, tol
+
+
+def _table_tokens(ids: list[int], before: Tensor, after: Tensor, top_k: int) -> list[int]:
+    """The table's tokens: the target(s), then the ``top_k`` largest logits before, after and by |change|, each once
+    (first appearance kept)."""
+    chosen: list[int] = []
+    for order in (
+        before.argsort(descending=True),
+        after.argsort(descending=True),
+        (after - before).abs().argsort(descending=True),
+    ):
+        chosen += [i for i in order[:top_k].tolist()]
+    return list(dict.fromkeys(ids + chosen))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from interp._validate import is_int
 from interp.attribution import TokenSpec, resolve_tokens, warn_unspaced
 from interp.errors import ArgumentError
 from interp.models import Model
@@ -45,9 +46,9 @@ def output_tokens(
 
 def position(name: str, value: Any, n: int) -> int:
     """An int in [−n, n − 1] (negative counts back from the end) as its index in [0, n)."""
-    if not isinstance(value, int) or isinstance(value, bool) or not -n <= value < n:
+    if not is_int(value) or not -n <= value < n:
         raise ArgumentError(f"{name}={value!r} must be an int in [{-n}, {n - 1}] for a prompt of {n} tokens")
-    return value % n
+    return int(value) % n
 
 
 def token_text(model: Model, i: int) -> str:

@@ -26,6 +26,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp._result import place
+from interp._validate import is_int
 from interp.errors import ArgumentError, ShapeError, UnsupportedArchitectureError
 from interp.features._transcoder import Dictionary
 from interp.features._transcoder import fvu as _fvu
@@ -52,8 +53,9 @@ class SAE(Dictionary):
         super().__post_init__()
         if self.W_skip is not None:
             raise ArgumentError("an SAE reconstructs its input: W_skip must be None (a skip term is a transcoder's)")
-        if not isinstance(self.layer, int) or isinstance(self.layer, bool) or self.layer < 0:
+        if not is_int(self.layer) or self.layer < 0:
             raise ArgumentError(f"layer={self.layer!r} must be a non-negative int")
+        object.__setattr__(self, "layer", int(self.layer))
         if self.site not in SAE_SITES:
             raise ArgumentError(f"site={self.site!r} is not one of {SAE_SITES}")
 

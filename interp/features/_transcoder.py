@@ -26,6 +26,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from interp._validate import is_int
 from interp.errors import ArgumentError
 
 __all__ = [
@@ -101,9 +102,9 @@ class Dictionary:
                 "activation='batchtopk' needs threshold: the global θ, a 0-d tensor (got "
                 f"{None if self.threshold is None else tuple(self.threshold.shape)})"
             )
-        if self.context_length is not None and not (isinstance(self.context_length, int) and self.context_length > 0):
+        if self.context_length is not None and not (is_int(self.context_length) and self.context_length > 0):
             raise ArgumentError(f"context_length={self.context_length!r} must be a positive int (or None: unknown)")
-        if self.activation == "topk" and not (isinstance(self.k, int) and 0 < self.k <= F_):
+        if self.activation == "topk" and not (is_int(self.k) and 0 < self.k <= F_):
             raise ArgumentError(f"activation='topk' needs k in [1, {F_}], got k={self.k!r}")
 
     @property
@@ -168,10 +169,10 @@ class Transcoder(Dictionary):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.layer is not None and (
-            isinstance(self.layer, bool) or not isinstance(self.layer, int) or self.layer < 0
-        ):
+        if self.layer is not None and (not is_int(self.layer) or self.layer < 0):
             raise ArgumentError(f"layer={self.layer!r} must be an int ≥ 0 (the model layer) or None (unknown)")
+        if self.layer is not None:
+            object.__setattr__(self, "layer", int(self.layer))
 
 
 def fvu(y: Tensor, yhat: Tensor) -> Tensor:
@@ -257,21 +258,15 @@ class CrossLayerTranscoder:
                 f"activation='batchtopk' needs threshold of shape [{L}] (each layer's global θ), got "
                 f"{_shape(self.threshold)}"
             )
-        if self.activation == "topk" and (
-            isinstance(self.k, bool) or not isinstance(self.k, int) or not 0 < self.k <= F_
-        ):
+        if self.activation == "topk" and (not is_int(self.k) or not 0 < self.k <= F_):
             raise ArgumentError(f"activation='topk' needs k in [1, {F_}], got k={self.k!r}")
-        if self.context_length is not None and (
-            isinstance(self.context_length, bool)
-            or not isinstance(self.context_length, int)
-            or self.context_length <= 0
-        ):
+        if self.context_length is not None and (not is_int(self.context_length) or self.context_length <= 0):
             raise ArgumentError(f"context_length={self.context_length!r} must be a positive int (or None: unknown)")
         if self.layers is not None:
             ok = (
                 isinstance(self.layers, (tuple, list))
                 and len(self.layers) == L
-                and all(isinstance(l, int) and not isinstance(l, bool) and l >= 0 for l in self.layers)
+                and all(is_int(l) and l >= 0 for l in self.layers)
                 and all(a < b for a, b in zip(self.layers, self.layers[1:]))
             )
             if not ok:
@@ -279,7 +274,7 @@ class CrossLayerTranscoder:
                     f"layers={self.layers!r} must be {L} ascending model layer indices ≥ 0 (one per "
                     "encoder), or None (unknown: encoder i is layer i)"
                 )
-            object.__setattr__(self, "layers", tuple(self.layers))
+            object.__setattr__(self, "layers", tuple(int(l) for l in self.layers))
 
     @property
     def n_layers(self) -> int:
@@ -301,7 +296,7 @@ class CrossLayerTranscoder:
         return self.layers if self.layers is not None else tuple(range(self.n_layers))
 
     def _layer(self, l: int) -> int:
-        if isinstance(l, bool) or not isinstance(l, int) or not 0 <= l < self.n_layers:
+        if not is_int(l) or not 0 <= l < self.n_layers:
             raise ArgumentError(f"layer={l!r} must be an encoder index in [0, {self.n_layers - 1}]")
         return l
 
@@ -346,7 +341,7 @@ class CrossLayerTranscoder:
     def decoder(self, l: int, target: int) -> Float[Tensor, "n_features d_model"]:
         """W_dec[l → target] [F, d]: where layer l's features write in the output of layer ``target`` ≥ l."""
         l = self._layer(l)
-        if isinstance(target, bool) or not isinstance(target, int) or not l <= target < self.n_layers:
+        if not is_int(target) or not l <= target < self.n_layers:
             raise ArgumentError(
                 f"target={target!r} must be an encoder index in [{l}, {self.n_layers - 1}]: layer "
                 f"{l}'s features write to its own output and the later ones"

@@ -22,10 +22,13 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from interp._validate import check_positive_int
 from interp.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 __all__ = ["FeatureGraphView", "feature_graph_view"]
 
@@ -297,6 +300,7 @@ def feature_graph_view(
     of largest |weight| (hover lists each node's strongest edges from the whole graph); it opens with the
     ``nodes`` most influential feature / error nodes and the ``edges`` strongest edges among them drawn.
     """
+    # 1. the options checked
     for name, v in (("max_edges", max_edges), ("nodes", nodes), ("edges", edges), ("row_height", row_height)):
         check_positive_int(name, v)
     if contexts is not None and not isinstance(contexts, Mapping):
@@ -307,41 +311,19 @@ def feature_graph_view(
     N = A.shape[0]
     labels, kinds = list(graph.node_labels), list(graph.node_kind)
     infl = graph.influence().double()
-    mid = [i for i, k in enumerate(kinds) if k in ("feature", "error")]
-    order = sorted(mid, key=lambda i: -float(infl[i]))
-    rank = [N] * N
-    for r, i in enumerate(order):
-        rank[i] = r
-    t, s = A.nonzero(as_tuple=True)
-    w = A[t, s]
-    keep = w.abs().argsort(descending=True)[:max_edges]
-    edge_list = [[int(a), int(b), _num(c)] for a, b, c in zip(s[keep].tolist(), t[keep].tolist(), w[keep].tolist())]
-    k = min(TOP_EDGES, N)
-    absA = A.abs()
-    ins_v, ins_i = absA.topk(k, dim=1)
-    outs_v, outs_i = absA.topk(k, dim=0)
-    ins = [
-        [[labels[j], _num(A[i, j])] for v, j in zip(ins_v[i].tolist(), ins_i[i].tolist()) if v > 0] for i in range(N)
-    ]
-    outs = [
-        [[labels[j], _num(A[j, i])] for v, j in zip(outs_v[:, i].tolist(), outs_i[:, i].tolist()) if v > 0]
-        for i in range(N)
-    ]
-    effects: list[list] = [[] for _ in range(N)]
-    if getattr(graph, "logit_effect_ids", None) is not None:
-        strs = graph.logit_effect_strs
-        for i, (ids, vals) in enumerate(zip(graph.logit_effect_ids.tolist(), graph.logit_effect_values.tolist())):
-            if ids and ids[0] >= 0:
-                names = strs[i] if strs is not None else [str(x) for x in ids]
-                effects[i] = [[repr(nm) if strs is not None else nm, _num(v)] for nm, v in zip(names, vals)]
-    ctx: list[list[str]] = [[] for _ in range(N)]
-    if contexts:
-        for i, lab in enumerate(labels):
-            got = contexts.get(lab, contexts.get(lab.split("@")[0]) if kinds[i] == "feature" else None)
-            if got is not None:
-                if isinstance(got, str) or not all(isinstance(c, str) for c in got):
-                    raise ArgumentError(f"contexts[{lab!r}] must be a list of strings")
-                ctx[i] = list(got)
+
+    # 2. the feature and error nodes ranked by influence (the node slider's order)
+    rank, n_ranked = _ranks(kinds, infl)
+
+    # 3. the edges the page holds, and each node's strongest incoming and outgoing edges in the whole graph
+    edge_list, n_edges_total = _kept_edges(A, max_edges)
+    ins, outs = _strongest_edges(A, labels)
+
+    # 4. what hovering shows besides: logit effects, top activating contexts
+    effects = _effects(graph, N)
+    ctx = _node_contexts(contexts, labels, kinds)
+
+    # 5. the page's data
     cell: dict[str, list[int]] = {}
     for i in range(N):
         cell.setdefault(f"{graph.node_layer[i]},{graph.node_pos[i]}", []).append(i)
@@ -355,9 +337,9 @@ def feature_graph_view(
         "value": [_num(x) for x in graph.value.tolist()],
         "infl": [_num(x) for x in infl.tolist()],
         "rank": rank,
-        "n_ranked": len(order),
+        "n_ranked": n_ranked,
         "edges": edge_list,
-        "n_edges_total": int(len(w)),
+        "n_edges_total": n_edges_total,
         "ins": ins,
         "outs": outs,
         "effects": effects,
@@ -366,9 +348,78 @@ def feature_graph_view(
         "cell": cell,
         "tokens": [repr(x) for x in toks],
         "n_layers": int(graph.n_layers),
-        "default_nodes": min(nodes, max(len(order), 1)),
+        "default_nodes": min(nodes, max(n_ranked, 1)),
         "default_edges": min(edges, len(edge_list)),
         "row_height": row_height,
     }
-    title = f"attribution graph of {graph.target} ({graph.model_name}): {N} nodes, {int(len(w))} edges"
+    title = f"attribution graph of {graph.target} ({graph.model_name}): {N} nodes, {n_edges_total} edges"
     return FeatureGraphView(payload=payload, title=title)
+
+
+def _ranks(kinds: list[str], infl: Tensor) -> tuple[list[int], int]:
+    """Each node's rank among the feature and error nodes by influence (0 the most influential; N for a token or an
+    output, which are always drawn), and how many are ranked."""
+    N = len(kinds)
+    mid = [i for i, k in enumerate(kinds) if k in ("feature", "error")]
+    order = sorted(mid, key=lambda i: -float(infl[i]))
+    rank = [N] * N
+    for r, i in enumerate(order):
+        rank[i] = r
+    return rank, len(order)
+
+
+def _kept_edges(A: Tensor, max_edges: int) -> tuple[list[list], int]:
+    """The ``max_edges`` nonzero edges of largest |weight|, largest first, as [source, target, weight]; and how many
+    nonzero edges the graph has."""
+    t, s = A.nonzero(as_tuple=True)
+    w = A[t, s]
+    keep = w.abs().argsort(descending=True)[:max_edges]
+    edge_list = [[int(a), int(b), _num(c)] for a, b, c in zip(s[keep].tolist(), t[keep].tolist(), w[keep].tolist())]
+    return edge_list, int(len(w))
+
+
+def _strongest_edges(A: Tensor, labels: list[str]) -> tuple[list[list], list[list]]:
+    """Each node's :data:`TOP_EDGES` strongest incoming and outgoing edges, [label of the other end, weight]."""
+    N = A.shape[0]
+    k = min(TOP_EDGES, N)
+    absA = A.abs()
+    ins_v, ins_i = absA.topk(k, dim=1)
+    outs_v, outs_i = absA.topk(k, dim=0)
+    ins = [
+        [[labels[j], _num(float(A[i, j]))] for v, j in zip(ins_v[i].tolist(), ins_i[i].tolist()) if v > 0]
+        for i in range(N)
+    ]
+    outs = [
+        [[labels[j], _num(float(A[j, i]))] for v, j in zip(outs_v[:, i].tolist(), outs_i[:, i].tolist()) if v > 0]
+        for i in range(N)
+    ]
+    return ins, outs
+
+
+def _effects(graph: Any, N: int) -> list[list]:
+    """Each feature's logit effects as [token (repr) or id, value], promoted then suppressed; [] for other nodes
+    and where the graph has none."""
+    effects: list[list] = [[] for _ in range(N)]
+    if getattr(graph, "logit_effect_ids", None) is not None:
+        strs = graph.logit_effect_strs
+        for i, (ids, vals) in enumerate(zip(graph.logit_effect_ids.tolist(), graph.logit_effect_values.tolist())):
+            if ids and ids[0] >= 0:
+                names = strs[i] if strs is not None else [str(x) for x in ids]
+                effects[i] = [[repr(nm) if strs is not None else nm, _num(v)] for nm, v in zip(names, vals)]
+    return effects
+
+
+def _node_contexts(
+    contexts: Optional[Mapping[str, Sequence[str]]], labels: list[str], kinds: list[str]
+) -> list[list[str]]:
+    """Each node's top activating contexts from ``contexts``, by its label or (a feature) its label without the
+    position; [] where none are given."""
+    ctx: list[list[str]] = [[] for _ in labels]
+    if contexts:
+        for i, lab in enumerate(labels):
+            got = contexts.get(lab, contexts.get(lab.split("@")[0]) if kinds[i] == "feature" else None)
+            if got is not None:
+                if isinstance(got, str) or not all(isinstance(c, str) for c in got):
+                    raise ArgumentError(f"contexts[{lab!r}] must be a list of strings")
+                ctx[i] = list(got)
+    return ctx
