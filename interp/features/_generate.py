@@ -12,7 +12,9 @@ What an intervention does in a pass over rows of positions, at layer l:
 * a feature (:class:`~interp.features.Intervention`): the MLP runs on its input h2 as in the model, and the
   intervened features' change is added to its write,  m' = MLP(h2) + (f̃(h2) − f(h2)) W_dec,  f = act(h2 W_encᵀ +
   b_enc) the layer's transcoder, f̃ = f with the clamp / scale applied (:func:`interp.features.intervene`'s default
-  regimes, docs/math.md §28);
+  regimes, docs/math.md §28). With a cross-layer transcoder (CLT) a feature of layer k writes at k and every later
+  layer: layer l's write gains  Σ_{k ≤ l} Δf_k W_dec[k → l],  Δf_k = f̃_k − f_k of this run's MLP input at layer k
+  (as :func:`~interp.features.intervene` adds it);
 * a steering vector (:class:`Steer`): x ← x + α·v at the layer's ``resid_pre`` / ``resid_mid`` / ``resid_post``.
 
 Where: a feature with a position (``"L3.F12@5"``) acts at that prompt position, in the prompt pass; one for every
@@ -36,12 +38,13 @@ Regimes (``frozen_attention``):
   interventions reproduces the baseline's first logits (``closure_error``; past
   :data:`~interp.features.CLOSURE_TOLERANCE` a :class:`~interp.features.ClosureWarning`).
 
-Prompts of a list are generated one by one (no padding: each one's positions are its own).
+Prompts of a list run in batches: the prompts of one token length are one batch (rows [B, n], no padding: every row's
+positions are its own, so each row computes what it computes alone); prompts of different lengths run as separate
+batches (the engine's positions count from each row's first token, so a left-padded row would sit at other positions).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Optional, Sequence, Union
 
@@ -51,12 +54,21 @@ from torch import Tensor
 
 from interp._norms import apply_frozen
 from interp._result import Result
-from interp._validate import check_bool, check_choice, check_index, check_int, check_positive_int
+from interp._validate import (
+    check_bool,
+    check_choice,
+    check_finite_float,
+    check_index,
+    check_int,
+    check_int_range,
+    check_positive_int,
+    is_int,
+)
 from interp.engine import Engine, unembed
 from interp.errors import ArgumentError, ContextLengthWarning, UnsupportedArchitectureError, warn_user
 from interp.features._intervene import CLOSURE_TOLERANCE, REGIMES, Intervention, _apply, _interventions
 from interp.features._sae import SAE
-from interp.features._transcoder import Transcoder
+from interp.features._transcoder import CrossLayerTranscoder, Transcoder
 from interp.features._warnings import ClosureWarning
 from interp.labels import Feature, Resid
 from interp.models import Model, run_block
@@ -86,45 +98,67 @@ class Steer:
         return f"{Resid(self.layer, self.site[len('resid_') :])} += {self.alpha:g}·{self.name}"  # type: ignore[arg-type]
 
 
-def _transcoders(model: Model, transcoders: Any) -> dict[int, Transcoder]:
-    """``transcoders`` as {layer: Transcoder}: None (steering only), a list with one per layer, a list whose
-    transcoders know their ``layer``, a ``TrainedTranscoders`` or a mapping {layer: Transcoder}."""
-    L, d = model.arch.n_layers, model.arch.d_model
+#: (k, W_dec[k → l] [F, d]) — the writes into one layer l of the features of the intervened layers k ≤ l
+_Writes = list[tuple[int, Tensor]]
+
+
+@dataclass(frozen=True)
+class _Dictionary:
+    """The transcoders ``generate`` was given, by model layer: ``enc[l]`` reads layer l's MLP input (a per-layer
+    transcoder, or a CLT's encoder of that layer) and ``clt`` is the cross-layer transcoder (None: per-layer ones,
+    each writing at its own layer only)."""
+
+    enc: dict[int, Transcoder]
+    clt: Optional[CrossLayerTranscoder] = None
+
+    def for_run(
+        self, layers: set[int], device: Any, dtype: torch.dtype
+    ) -> tuple[dict[int, Transcoder], dict[int, _Writes]]:
+        """The encoders of ``layers`` (the intervened ones) in the run's device and dtype, and per model layer l the
+        writes into it of those layers' features: [(k, W_dec[k → l])] for every k ≤ l in ``layers`` (per-layer
+        transcoders: k = l only)."""
+        if self.clt is None or not layers:
+            tcs = {l: self.enc[l].to(device=device, dtype=dtype) for l in layers}
+            return tcs, {l: [(l, tcs[l].W_dec)] for l in sorted(layers)}
+        c = self.clt.to(device=device, dtype=dtype)
+        ml = c.model_layers
+        enc: dict[int, Transcoder] = {}
+        into: dict[int, _Writes] = {}
+        for k in sorted(layers):
+            i = ml.index(k)
+            enc[k] = c.encoder(i)
+            for j in range(i, c.n_layers):
+                into.setdefault(ml[j], []).append((k, c.W_dec[i][:, j - i]))
+        return enc, into
+
+
+def _dictionary(model: Model, transcoders: Any) -> _Dictionary:
+    """``transcoders`` as a :class:`_Dictionary`: None (steering only), a list with one per layer, a list whose
+    transcoders know their ``layer``, a ``TrainedTranscoders``, a mapping {layer: Transcoder}, or a
+    :class:`CrossLayerTranscoder` (or its ``TrainedCrossLayerTranscoder``) with encoders at some of the model's
+    layers."""
     if transcoders is None:
-        return {}
-    if hasattr(transcoders, "layers") and hasattr(transcoders, "transcoders"):  # TrainedTranscoders
-        transcoders = dict(zip(transcoders.layers, transcoders.transcoders))
+        return _Dictionary({})
+    if hasattr(transcoders, "layers") and hasattr(transcoders, "transcoders"):  # TrainedTranscoders / CLT
+        inner = transcoders.transcoders
+        transcoders = inner if isinstance(inner, CrossLayerTranscoder) else dict(zip(transcoders.layers, inner))
+    if isinstance(transcoders, CrossLayerTranscoder):
+        return _clt(model, transcoders)
     if isinstance(transcoders, Mapping):
         out = dict(transcoders)
     elif isinstance(transcoders, (list, tuple)):
-        for i, t in enumerate(transcoders):
-            if isinstance(t, SAE):
-                raise ArgumentError(
-                    f"transcoders[{i}] is an SAE of the residual stream ({t.hook_name}); feature "
-                    "interventions replace MLP writes, so they need transcoders (MLP input → MLP "
-                    "output): interp.features.load_transcoders or train_transcoders"
-                )
-            if not isinstance(t, Transcoder):
-                raise ArgumentError(f"transcoders[{i}] is a {type(t).__name__}, not an interp.features.Transcoder")
-        if len(transcoders) == L and all(t.layer in (None, i) for i, t in enumerate(transcoders)):
-            out = dict(enumerate(transcoders))
-        elif all(t.layer is not None for t in transcoders) and len({t.layer for t in transcoders}) == len(transcoders):
-            out = {t.layer: t for t in transcoders}
-        else:
-            raise ArgumentError(
-                f"transcoders has {len(transcoders)} entries for a model of {L} layers: give one per "
-                "layer in layer order, transcoders whose .layer is set (each layer once), or a dict "
-                "{layer: Transcoder}"
-            )
+        out = _from_list(model, transcoders)
     else:
         raise ArgumentError(
             f"transcoders={transcoders!r:.80} must be None (steering vectors only), a list of "
-            "interp.features.Transcoder, a dict {layer: Transcoder} or a TrainedTranscoders"
+            "interp.features.Transcoder, a dict {layer: Transcoder}, a TrainedTranscoders or an "
+            "interp.features.CrossLayerTranscoder"
         )
+    L, d = model.arch.n_layers, model.arch.d_model
     for l, t in out.items():
         if isinstance(t, SAE) or not isinstance(t, Transcoder):
             raise ArgumentError(f"transcoders[{l!r}] is a {type(t).__name__}, not an interp.features.Transcoder")
-        if isinstance(l, bool) or not isinstance(l, int) or not 0 <= l < L:
+        if not (is_int(l) and 0 <= l < L):
             raise ArgumentError(
                 f"transcoders has a transcoder for layer {l!r}; model {model.name!r} has layers 0..{L - 1}"
             )
@@ -132,7 +166,41 @@ def _transcoders(model: Model, transcoders: Any) -> dict[int, Transcoder]:
             raise ArgumentError(f"transcoders[{l}] is the transcoder of layer {t.layer}, given for layer {l}")
         if t.d_model != d:
             raise ArgumentError(f"transcoders[{l}] has d_model={t.d_model}; the model's is {d}")
-    return out
+    return _Dictionary({int(l): t for l, t in out.items()})
+
+
+def _from_list(model: Model, transcoders: Sequence[Any]) -> dict[Any, Transcoder]:
+    """A list of transcoders by layer: one per layer in layer order, or each at its ``layer``."""
+    L = model.arch.n_layers
+    for i, t in enumerate(transcoders):
+        if isinstance(t, SAE):
+            raise ArgumentError(
+                f"transcoders[{i}] is an SAE of the residual stream ({t.hook_name}); feature "
+                "interventions replace MLP writes, so they need transcoders (MLP input → MLP "
+                "output): interp.features.load_transcoders or train_transcoders"
+            )
+        if not isinstance(t, Transcoder):
+            raise ArgumentError(f"transcoders[{i}] is a {type(t).__name__}, not an interp.features.Transcoder")
+    if len(transcoders) == L and all(t.layer in (None, i) for i, t in enumerate(transcoders)):
+        return dict(enumerate(transcoders))
+    if all(t.layer is not None for t in transcoders) and len({t.layer for t in transcoders}) == len(transcoders):
+        return {t.layer: t for t in transcoders}
+    raise ArgumentError(
+        f"transcoders has {len(transcoders)} entries for a model of {L} layers: give one per "
+        "layer in layer order, transcoders whose .layer is set (each layer once), or a dict "
+        "{layer: Transcoder}"
+    )
+
+
+def _clt(model: Model, clt: CrossLayerTranscoder) -> _Dictionary:
+    """A CLT whose encoders sit at model layers (its ``model_layers``) of ``model`` and whose width is the model's."""
+    L, d = model.arch.n_layers, model.arch.d_model
+    if clt.d_model != d or not all(0 <= l < L for l in clt.model_layers):
+        raise ArgumentError(
+            f"transcoders is a {clt!r}; model {model.name!r} has layers 0..{L - 1} and d_model={d}: its encoders must "
+            "sit at the model's layers, with its width"
+        )
+    return _Dictionary({l: clt.encoder(i) for i, l in enumerate(clt.model_layers)}, clt)
 
 
 def _split(interventions: Any) -> tuple[list[tuple[int, Any]], list[tuple[int, Steer]]]:
@@ -189,8 +257,7 @@ def _features(items: list[tuple[int, Any]], tcs: dict[int, Transcoder], n_layers
 def _steer(i: int, s: Steer, model: Model) -> tuple[str, int, Tensor]:
     """(site, layer, α·v in the model's dtype and device) of a validated steering vector."""
     name, L, d = f"interventions[{i}]", model.arch.n_layers, model.arch.d_model
-    if isinstance(s.layer, bool) or not isinstance(s.layer, int) or not 0 <= s.layer < L:
-        raise ArgumentError(f"{name}: layer={s.layer!r} must be an int in [0, {L - 1}]")
+    layer = check_int_range(f"{name}: layer", s.layer, 0, L)
     sites = model.block.resid_sites()
     if s.site not in sites:
         raise ArgumentError(
@@ -203,12 +270,11 @@ def _steer(i: int, s: Steer, model: Model) -> tuple[str, int, Tensor]:
         )
     if tuple(s.vector.shape) != (d,):
         raise ArgumentError(f"{name}: vector has shape {tuple(s.vector.shape)}; a steering vector is [d_model] = [{d}]")
-    if isinstance(s.alpha, bool) or not isinstance(s.alpha, (int, float)) or not math.isfinite(s.alpha):
-        raise ArgumentError(f"{name}: alpha={s.alpha!r} must be a finite number")
-    v = s.vector.detach().to(device=model.device, dtype=model.dtype) * float(s.alpha)
+    alpha = check_finite_float(f"{name}: alpha", s.alpha)
+    v = s.vector.detach().to(device=model.device, dtype=model.dtype) * alpha
     if not bool(torch.isfinite(v).all()):
         raise ArgumentError(f"{name}: alpha · vector has a value that is not finite")
-    return s.site, s.layer, v
+    return s.site, layer, v
 
 
 def _prompts(model: Model, prompt: Any) -> list[tuple[str, Tensor]]:
@@ -250,13 +316,15 @@ def _frozen_norm(e: Engine, norm: str, l: Optional[int], x: Tensor, sigma: Tenso
 
 
 class _Run:
-    """One generation of one prompt: the key/value cache per layer, the baseline's kept values (``record``: the
-    prompt pass's patterns and norm scales), the interventions by layer and the steering vectors."""
+    """One generation of a batch of prompts of one length: the key/value cache per layer, the baseline's kept values
+    (``record``: the prompt pass's patterns and norm scales), the intervened layers' encoders and decoder writes
+    (:meth:`_Dictionary.for_run`), the interventions and the steering vectors."""
 
     def __init__(
         self,
         e: Engine,
-        tcs: dict[int, Transcoder],
+        enc: dict[int, Transcoder],
+        into: dict[int, _Writes],
         ivs: list[Intervention],
         steers: list[tuple[str, int, Tensor]],
         positions: str,
@@ -264,14 +332,15 @@ class _Run:
         record: bool = False,
         frozen: Optional[dict[Any, Tensor]] = None,
     ):
-        self.e, self.tcs, self.positions = e, tcs, positions
+        self.e, self.enc, self.into, self.positions = e, enc, into, positions
         self.ivs, self.steers = ivs, steers
         self.kv: list[Optional[tuple[Tensor, Tensor]]] = [None] * e.L
         self.record: Optional[dict[Any, Tensor]] = {} if record else None
         self.frozen = frozen
 
     def logits(self, ids: Tensor, t0: int) -> Tensor:
-        """The logits [d_vocab] at the last of ``ids`` [1, N], running positions t0…N−1 (t0 = 0: the prompt pass)."""
+        """The logits [B, d_vocab] at the last of ``ids`` [B, N], running positions t0…N−1 (t0 = 0: the prompt
+        pass)."""
         e = self.e
         prompt_pass = t0 == 0
         parts = {k: v[:, t0:] for k, v in e.embed_parts(ids).items()}
@@ -287,7 +356,7 @@ class _Run:
             y = _frozen_norm(e, "lnf", None, last, self.frozen["final"][:, -1])
         else:
             y = e.norm(last, e.w.lnf_w, e.w.lnf_b)
-        return unembed(y, e.w.need("W_U"), e.w.b_U, e.arch.final_softcap)[0]
+        return unembed(y, e.w.need("W_U"), e.w.b_U, e.arch.final_softcap)
 
 
 class _Pass:
@@ -300,6 +369,7 @@ class _Pass:
         self.l = 0
         self.frozen = run.frozen if prompt_pass else None
         self.h2: Optional[Tensor] = None
+        self.dfs: dict[int, Tensor] = {}  # Δf_k [B, T, F] of the layers intervened on in this pass, as met
         dev = run.e.model.device
         self.mask = torch.ones(1, N, dtype=torch.long, device=dev)
         self.rows = torch.zeros(1, dtype=torch.long, device=dev)
@@ -326,13 +396,30 @@ class _Pass:
         add = self.steers.get((site, self.l))
         if add is not None:
             v = v + add
-        ivs = self.ivs.get(self.l)
-        if site == "mlp_out" and ivs:
-            assert self.h2 is not None
-            tc = self.run.tcs[self.l]
-            f = tc.encode(self.h2[0].to(tc.W_enc.dtype))  # [T, F]: the features this run's MLP input gives
-            v = v + ((_apply(f, ivs) - f) @ tc.W_dec)[None].to(v.dtype)
+        if site == "mlp_out":
+            change = self._feature_change()
+            if change is not None:
+                v = v + change.to(v.dtype)
         return v
+
+    def _feature_change(self) -> Optional[Tensor]:
+        """The intervened features' change of layer l's write, Σ_{k ≤ l} Δf_k W_dec[k → l] [B, T, d] (None where no
+        feature writing into l is intervened on), Δf_k = f̃_k − f_k of this pass's MLP input at layer k — computed
+        here at layer k and kept for the later layers a CLT's features write to."""
+        l, run = self.l, self.run
+        ivs = self.ivs.get(l)
+        if ivs:
+            assert self.h2 is not None
+            tc = run.enc[l]
+            f = tc.encode(self.h2.to(tc.W_enc.dtype))  # [B, T, F]: the features this run's MLP input gives
+            self.dfs[l] = torch.stack([_apply(row, ivs) for row in f]) - f
+        out: Optional[Tensor] = None
+        for k, W in run.into.get(l, ()):
+            df = self.dfs.get(k)
+            if df is not None:
+                term = df @ W
+                out = term if out is None else out + term
+        return out
 
     def read(self, sub: str, norm: Optional[str], stream: Tensor) -> Tensor:
         h = self._norm(norm, stream)
@@ -353,7 +440,7 @@ class _Pass:
         return self.e.norm_at(norm, self.l, stream)
 
     def _attention(self, h1: Tensor) -> Tensor:
-        """Layer l's attention output on what it read, h1 [1, T, d]: q, k, v projected (QK-norm, rotation), this
+        """Layer l's attention output on what it read, h1 [B, T, d]: q, k, v projected (QK-norm, rotation), this
         pass's keys and values appended to the cache, the pattern over every cached key — the baseline's (frozen
         prompt pass), explicit (a prompt pass: kept by the baseline) or fused (a generated position)."""
         e, l, run = self.e, self.l, self.run
@@ -381,28 +468,171 @@ class _Pass:
         return e.attn_out(l, z)
 
 
-def _choose(z: Tensor, temperature: float, g: Optional[torch.Generator]) -> int:
-    """The next token: argmax z (temperature 0), else a draw from softmax(z / T)."""
+def _choose(z: Tensor, temperature: float, gens: list[torch.Generator]) -> Tensor:
+    """The next token of each row of z [B, d_vocab], [B]: argmax (temperature 0), else a draw from softmax(z_b / T)
+    with row b's own generator."""
     if not temperature:
-        return int(z.argmax())
-    probs = torch.softmax(z.double() / temperature, dim=-1)
-    return int(torch.multinomial(probs, 1, generator=g))
+        return z.argmax(-1)
+    draws = [
+        torch.multinomial(torch.softmax(z[b].double() / temperature, dim=-1), 1, generator=g)
+        for b, g in enumerate(gens)
+    ]
+    return torch.cat(draws)
 
 
 def _generate(run: _Run, ids: Tensor, steps: int, temperature: float, seed: int) -> tuple[Tensor, Tensor]:
-    """(generated ids [steps], logits [steps, d_vocab]) of ``run`` from the prompt ``ids`` [1, n]."""
-    g = None
-    if temperature:
-        g = torch.Generator(device=ids.device).manual_seed(seed)
+    """(generated ids [B, steps], logits [B, steps, d_vocab]) of ``run`` from the prompts ``ids`` [B, n] (one
+    length); each row samples with its own generator seeded ``seed``, as it would alone."""
+    gens = [torch.Generator(device=ids.device).manual_seed(seed) for _ in range(ids.shape[0])] if temperature else []
     n = ids.shape[1]
     out, zs = [], []
     for s in range(steps):
         z = run.logits(ids, 0 if s == 0 else n + s - 1)
-        t = _choose(z, temperature, g)
+        t = _choose(z, temperature, gens)
         zs.append(z)
         out.append(t)
-        ids = torch.cat([ids, torch.tensor([[t]], dtype=ids.dtype, device=ids.device)], dim=1)
-    return torch.tensor(out, dtype=torch.long, device=ids.device), torch.stack(zs)
+        ids = torch.cat([ids, t[:, None].to(ids.dtype)], dim=1)
+    return torch.stack(out, 1), torch.stack(zs, 1)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """generate's validated scalar arguments."""
+
+    steps: int
+    frozen: bool
+    positions: str
+    temperature: float
+    seed: int
+    top_k: int
+
+
+@dataclass
+class _Job:
+    """What generate runs: the prompts (text, ids [1, n]), each one's validated feature interventions, the steering
+    vectors (validated, and as given: (index, Steer)), and the transcoders."""
+
+    prompts: list[tuple[str, Tensor]]
+    ivs: list[list[Intervention]]
+    steers: list[tuple[str, int, Tensor]]
+    steer_items: list[tuple[int, Steer]]
+    dic: _Dictionary
+
+
+@dataclass
+class _Outputs:
+    """Per prompt (in the caller's order): the baseline's and the intervened run's tokens [steps] and logits
+    [steps, d_vocab]; the largest closure error of the frozen prompt passes and the largest |first baseline
+    logit|."""
+
+    base_ids: list[Tensor]
+    base_z: list[Tensor]
+    ids: list[Tensor]
+    z: list[Tensor]
+    closure: float
+    scale: float
+
+
+def _options(
+    model: Model, max_new_tokens: Any, frozen_attention: Any, positions: Any, temperature: Any, seed: Any, top_k: Any
+) -> _Options:
+    """The scalar arguments validated (typed errors naming each)."""
+    steps = check_positive_int("max_new_tokens", max_new_tokens)
+    frozen = check_bool("frozen_attention", frozen_attention)
+    positions = check_choice("positions", positions, POSITIONS)
+    T = check_finite_float("temperature", temperature)
+    if T < 0:
+        raise ArgumentError(f"temperature={temperature!r} must be a finite number ≥ 0 (0: greedy)")
+    seed = check_int("seed", seed)
+    top_k = check_positive_int("top_k", top_k)
+    V = int(model.weights.need("W_U").shape[1])
+    if top_k > V:
+        raise ArgumentError(f"top_k={top_k} must be at most the vocabulary's {V} tokens")
+    return _Options(steps, frozen, positions, T, seed, top_k)
+
+
+def _job(model: Model, prompt: Any, transcoders: Any, interventions: Any, opts: _Options) -> _Job:
+    """The prompts, transcoders and interventions validated — all of them before any run — with the model's
+    refusals (post-norm, no MLP) and the warning for a generation past the transcoders' training length."""
+    a = model.arch
+    dic = _dictionary(model, transcoders)
+    feat_items, steer_items = _split(interventions)
+    if (feat_items or opts.frozen) and model.block.normed_stream:
+        raise UnsupportedArchitectureError(
+            f"model {model.name!r} is post-norm (its stream is normed after each join): "
+            "feature interventions and frozen attention need a pre-norm decoder (live "
+            "steering vectors run on any decoder)"
+        )
+    if feat_items and not model.has_mlp:
+        raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers for transcoder features")
+    steers = [_steer(i, s, model) for i, s in steer_items]
+    prompts = _prompts(model, prompt)
+    longest = max(ids.shape[1] for _, ids in prompts) + opts.steps
+    if a.positional == "learned" and longest > a.n_ctx:
+        raise ArgumentError(
+            f"max_new_tokens={opts.steps}: the longest prompt plus the generated tokens is {longest} "
+            f"positions, past the model's {a.n_ctx} learned positions"
+        )
+    ivs = [_features(feat_items, dic.enc, a.n_layers, ids.shape[1]) for _, ids in prompts]
+    trained = [c for c in (dic.enc[it.layer].context_length for it in ivs[0]) if c is not None]
+    if trained and longest - 1 > min(trained):
+        warn_user(
+            f"generation reaches {longest - 1} tokens but the intervened transcoders were trained on "
+            f"sequences of {min(trained)}: their features past position {min(trained) - 1} are out of "
+            "distribution",
+            ContextLengthWarning,
+        )
+    return _Job(prompts, ivs, steers, steer_items, dic)
+
+
+def _batches(prompts: list[tuple[str, Tensor]]) -> list[list[int]]:
+    """The prompts' indices grouped by token length (in order of first appearance): each group is one batch."""
+    groups: dict[int, list[int]] = {}
+    for i, (_, ids) in enumerate(prompts):
+        groups.setdefault(ids.shape[1], []).append(i)
+    return list(groups.values())
+
+
+def _run_batches(model: Model, job: _Job, opts: _Options) -> _Outputs:
+    """Both runs of every batch of prompts (:func:`_batches`): the baseline (keeping its prompt pass's patterns and
+    scales), the intervened run (frozen: on the baseline's), and with frozen attention the frozen prompt pass without
+    the interventions (its closure against the baseline's first logits)."""
+    e = Engine.of(model)
+    dt = torch.float64 if model.dtype == torch.float64 else torch.float32
+    enc, into = job.dic.for_run({it.layer for per in job.ivs for it in per}, model.device, dt)
+    n = len(job.prompts)
+    out = _Outputs([torch.empty(0)] * n, [torch.empty(0)] * n, [torch.empty(0)] * n, [torch.empty(0)] * n, 0.0, 0.0)
+    run_args = (opts.steps, opts.temperature, opts.seed)
+    with torch.no_grad():
+        for rows in _batches(job.prompts):
+            ids = torch.cat([job.prompts[i][1] for i in rows])  # [B, n]
+            ivs = job.ivs[rows[0]]  # one length, the same positions: the same interventions
+            base = _Run(e, enc, into, [], [], opts.positions, record=True)
+            bt, bz = _generate(base, ids, *run_args)
+            frozen = base.record if opts.frozen else None
+            t, z = _generate(_Run(e, enc, into, ivs, job.steers, opts.positions, frozen=frozen), ids, *run_args)
+            if frozen is not None:  # the frozen prompt pass without the interventions is the baseline
+                z0 = _Run(e, enc, into, [], [], opts.positions, frozen=frozen).logits(ids, 0)
+                out.closure = max(out.closure, float((z0 - bz[:, 0]).abs().max()))
+            out.scale = max(out.scale, float(bz[:, 0].abs().max()))
+            for b, i in enumerate(rows):
+                out.base_ids[i], out.base_z[i], out.ids[i], out.z[i] = bt[b], bz[b], t[b], z[b]
+    return out
+
+
+def _closure(model: Model, out: _Outputs) -> tuple[float, float]:
+    """(relative closure error, its tolerance for the model's dtype); past the tolerance a :class:`ClosureWarning`."""
+    relative = out.closure / max(out.scale, torch.finfo(model.dtype).tiny)
+    tol = CLOSURE_TOLERANCE.get(model.dtype, 1e-3)
+    if not relative <= tol:
+        warn_user(
+            f"generate: without the interventions the frozen prompt pass is {out.closure:.3g} logits off the "
+            f"model's own (relative {relative:.2e}, tolerance {tol:g} for {model.dtype}), so the first step's "
+            "change mixes the interventions with that error; run in float64 (load_model(..., "
+            "dtype=torch.float64)) or with frozen_attention=False",
+            ClosureWarning,
+        )
+    return relative, tol
 
 
 def generate(
@@ -421,114 +651,48 @@ def generate(
     """Generate ``max_new_tokens`` tokens from each prompt twice — the model itself and with ``interventions`` — and
     return both continuations with every step's logits (module docstring; docs/api.md).
 
-    ``prompt``: a string, a list of strings (generated one by one) or token ids [batch, pos]. ``transcoders``: one
-    per layer (a list), those of some layers (a dict {layer: Transcoder}, a list of transcoders whose ``layer`` is
-    set, a ``TrainedTranscoders``), or None when every intervention is a steering vector. ``interventions``:
-    :class:`~interp.features.Intervention` objects, circuit-tracer-style tuples ``(layer, pos, feature, value)``
-    (clamp), feature labels (ablate; ``"L3.F12@*"``: every position) and :class:`Steer` vectors; [] for none (then
-    the intervened run is the baseline). ``positions="prompt"``: the every-position interventions act at the
-    prompt's positions only. ``frozen_attention``: the prompt pass with the baseline's patterns and norm scales
-    (the first step equals :func:`interp.features.intervene`'s regime of that name), the generated positions live.
-    ``temperature`` 0: greedy; > 0: sampled with ``torch.Generator().manual_seed(seed)`` (each prompt and run its
-    own generator with that seed). Every step generates a token (no stop at end-of-sequence). ``top_k``: the tokens
-    the result lists per step.
+    ``prompt``: a string, a list of strings (the prompts of one token length run as one batch) or token ids
+    [batch, pos]. ``transcoders``: one per layer (a list), those of some layers (a dict {layer: Transcoder}, a list of
+    transcoders whose ``layer`` is set, a ``TrainedTranscoders``), a :class:`~interp.features.CrossLayerTranscoder`
+    (a feature of layer k writes Δf_k W_dec[k → l] at k and every later layer l), or None when every intervention is
+    a steering vector. ``interventions``: :class:`~interp.features.Intervention` objects, circuit-tracer-style tuples
+    ``(layer, pos, feature, value)`` (clamp), feature labels (ablate; ``"L3.F12@*"``: every position) and
+    :class:`Steer` vectors; [] for none (then the intervened run is the baseline). ``positions="prompt"``: the
+    every-position interventions act at the prompt's positions only. ``frozen_attention``: the prompt pass with the
+    baseline's patterns and norm scales (the first step equals :func:`interp.features.intervene`'s regime of that
+    name), the generated positions live. ``temperature`` 0: greedy; > 0: sampled with
+    ``torch.Generator().manual_seed(seed)`` (each prompt and run its own generator with that seed). Every step
+    generates a token (no stop at end-of-sequence). ``top_k``: the tokens the result lists per step.
     """
+    # 1. the model, the arguments, the prompts, the transcoders and the interventions, all validated before any run
     require_model(model)
-    a = model.arch
-    if not a.causal or model.weights.W_U is None:
+    if not model.arch.causal or model.weights.W_U is None:
         raise UnsupportedArchitectureError(
             f"model {model.name!r} is not a decoder with an unembedding: it generates no text"
         )
-    steps = check_positive_int("max_new_tokens", max_new_tokens)
-    frozen_attention = check_bool("frozen_attention", frozen_attention)
-    positions = check_choice("positions", positions, POSITIONS)
-    if (
-        isinstance(temperature, bool)
-        or not isinstance(temperature, (int, float))
-        or not (math.isfinite(temperature) and temperature >= 0)
-    ):
-        raise ArgumentError(f"temperature={temperature!r} must be a finite number ≥ 0 (0: greedy)")
-    seed = check_int("seed", seed)
-    top_k = check_positive_int("top_k", top_k)
-    V = int(model.weights.W_U.shape[1])
-    if top_k > V:
-        raise ArgumentError(f"top_k={top_k} must be at most the vocabulary's {V} tokens")
-    tcs = _transcoders(model, transcoders)
-    feat_items, steer_items = _split(interventions)
-    if (feat_items or frozen_attention) and model.block.normed_stream:
-        raise UnsupportedArchitectureError(
-            f"model {model.name!r} is post-norm (its stream is normed after each join): "
-            "feature interventions and frozen attention need a pre-norm decoder (live "
-            "steering vectors run on any decoder)"
-        )
-    if feat_items and not model.has_mlp:
-        raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers for transcoder features")
-    steers = [_steer(i, s, model) for i, s in steer_items]
-    prompts = _prompts(model, prompt)
-    longest = max(ids.shape[1] for _, ids in prompts) + steps
-    if a.positional == "learned" and longest > a.n_ctx:
-        raise ArgumentError(
-            f"max_new_tokens={steps}: the longest prompt plus the generated tokens is {longest} "
-            f"positions, past the model's {a.n_ctx} learned positions"
-        )
-    ivs = [_features(feat_items, tcs, a.n_layers, ids.shape[1]) for _, ids in prompts]  # all validated before any run
-    trained = [c for c in (tcs[it.layer].context_length for it in ivs[0]) if c is not None]
-    if trained and longest - 1 > min(trained):
-        warn_user(
-            f"generation reaches {longest - 1} tokens but the intervened transcoders were trained on "
-            f"sequences of {min(trained)}: their features past position {min(trained) - 1} are out of "
-            "distribution",
-            ContextLengthWarning,
-        )
-
-    e = Engine.of(model)
-    dt = torch.float64 if model.dtype == torch.float64 else torch.float32
-    used = {it.layer for per in ivs for it in per}
-    tc_run = {l: tcs[l].to(device=model.device, dtype=dt) for l in used}
-    base_ids, base_z, ids_, z_ = [], [], [], []
-    closure, scale = 0.0, 0.0
-    with torch.no_grad():
-        for (_, ids), iv in zip(prompts, ivs):
-            base = _Run(e, tc_run, [], [], positions, record=True)
-            t, z = _generate(base, ids, steps, temperature, seed)
-            base_ids.append(t)
-            base_z.append(z)
-            frozen = base.record if frozen_attention else None
-            t, z = _generate(_Run(e, tc_run, iv, steers, positions, frozen=frozen), ids, steps, temperature, seed)
-            ids_.append(t)
-            z_.append(z)
-            if frozen is not None:  # the frozen prompt pass without the interventions is the baseline
-                z0 = _Run(e, tc_run, [], [], positions, frozen=frozen).logits(ids, 0)
-                closure = max(closure, float((z0 - base_z[-1][0]).abs().max()))
-            scale = max(scale, float(base_z[-1][0].abs().max()))
-    relative = closure / max(scale, torch.finfo(model.dtype).tiny)
-    regime = REGIMES[(False, frozen_attention)][0]
-    tol = CLOSURE_TOLERANCE.get(model.dtype, 1e-3)
-    if not relative <= tol:
-        warn_user(
-            f"generate: without the interventions the frozen prompt pass is {closure:.3g} logits off the "
-            f"model's own (relative {relative:.2e}, tolerance {tol:g} for {model.dtype}), so the first step's "
-            "change mixes the interventions with that error; run in float64 (load_model(..., "
-            "dtype=torch.float64)) or with frozen_attention=False",
-            ClosureWarning,
-        )
+    opts = _options(model, max_new_tokens, frozen_attention, positions, temperature, seed, top_k)
+    job = _job(model, prompt, transcoders, interventions, opts)
+    # 2. both runs of each batch of prompts of one length
+    out = _run_batches(model, job, opts)
+    # 3. the frozen prompt pass's closure, and the result
+    relative, tol = _closure(model, out)
     return _result(
         model,
-        prompts,
-        base_ids,
-        base_z,
-        ids_,
-        z_,
-        top_k,
-        interventions=[str(it) for it in ivs[0]] + [str(s) for _, s in steer_items],
-        frozen_attention=frozen_attention,
-        positions=positions,
-        temperature=float(temperature),
-        seed=seed,
-        closure_error=closure,
+        job.prompts,
+        out.base_ids,
+        out.base_z,
+        out.ids,
+        out.z,
+        opts.top_k,
+        interventions=[str(it) for it in job.ivs[0]] + [str(s) for _, s in job.steer_items],
+        frozen_attention=opts.frozen,
+        positions=opts.positions,
+        temperature=opts.temperature,
+        seed=opts.seed,
+        closure_error=out.closure,
         relative_error=relative,
         closure_tolerance=tol,
-        regime=regime,
+        regime=REGIMES[(False, opts.frozen)][0],
     )
 
 
