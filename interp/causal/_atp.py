@@ -50,7 +50,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence, Union, cast
+from typing import Any, Iterator, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -58,7 +58,7 @@ from torch import Tensor
 from interp._validate import check_bool, check_choice, check_cluster
 from interp.causal._common import _checked_batch, resolve_nodes
 from interp.causal._metrics import as_metric
-from interp.causal._result import PatchResult, metric_gap
+from interp.causal._result import PatchResult, patch_result
 from interp.errors import ShapeError, UnsupportedOperationError
 from interp.engine import allowed_keys, apply_rotary, require_capabilities
 from interp.models import Block, Model
@@ -341,6 +341,7 @@ def attribution_patch(
     ``cluster``: None (in process) or an ``interp.RayCluster`` (prompts sharded over its workers, merged
     exactly); ``out``: a folder keeping each finished shard for resume (docs/scaling.md).
     """
+    # 1. the inputs checked (a cluster runs this call per shard of the prompts)
     require_model(model)
     if cluster is not None or out is not None:
         return check_cluster(cluster, out).sweep(
@@ -355,29 +356,107 @@ def attribution_patch(
             direction=direction,
             qk_fix=qk_fix,
         )
-    arch = model.arch
     check_choice("positions", positions, ("all", "each"))
     check_choice("direction", direction, ("denoise", "noise"))
     check_bool("qk_fix", qk_fix)
     if torch.is_inference_mode_enabled():
         raise UnsupportedOperationError("attribution_patch takes gradients: call it outside torch.inference_mode()")
+
+    # 2. the plan: the nodes' hooks, the paired batches with the metric bound, the base and source runs' inputs
     m = as_metric(metric, model)
     sites = _plan(model, nodes)
     bc, bk = _pair(model, clean, corrupt)
     bound = m.bind(model, bc)
     bc, bk = bound.extend(bc) or bc, bound.extend(bk, name="corrupt") or bk  # a multi-token answer, teacher-forced
     base_b, src_b = (bk, bc) if direction == "denoise" else (bc, bk)
-    final = f"blocks.{arch.n_layers - 1}.hook_resid_post"
-    names = [s.hook for s in sites]
-    fix_layers = sorted({s.layer for s in sites if qk_fix and s.kind in ("q", "k")})
-    qk = {l: _qk_hooks(model, l) for l in fix_layers}
-    src_names = names + [h for l in fix_layers for h in qk[l]]
-    pattern = {l: f"blocks.{l}.attn.hook_pattern" for l in fix_layers}
-    base_names = src_names + list(pattern.values())
-    wrt = list(dict.fromkeys(names + list(pattern.values())))
+    hooks = _Hooks.of(model, sites, qk_fix)
 
-    src = _run(model, src_b, list(dict.fromkeys(src_names)), final, grad=False)  # inference tensors
-    base = _run(model, base_b, list(dict.fromkeys(base_names)), final, grad=True)
+    # 3. the source run, the base run with its graph, M at both and one backward: ∂M/∂a_n at the base
+    runs = _runs(model, bound, base_b, src_b, hooks, direction)
+
+    # 4. the QK fix: every q and k estimate of a layer from its pattern rebuilt with the source's query / key
+    each = positions == "each"
+    fixed = _qk_fixed(model, sites, hooks, runs, base_b, each)
+
+    # 5. the estimates: M(base) + Σ Δa_n·∂M/∂a_n per node and prompt (and position)
+    per_prompt = _estimates(sites, runs, fixed, each)
+
+    # 6. the result
+    labels = [lab for s in sites for lab in s.labels]
+    M_clean, M_corrupt = (runs.M_src, runs.M_base) if direction == "denoise" else (runs.M_base, runs.M_src)
+    log.info(
+        "attribution_patch: %d nodes, positions=%s, direction=%s, qk_fix=%s", len(labels), positions, direction, qk_fix
+    )
+    return patch_result(
+        model,
+        bc.tokens,
+        per_prompt,
+        labels,
+        M_clean,
+        M_corrupt,
+        metric=bound.name,
+        method="attribution patching",
+        direction=direction,
+        ablation="corrupt",
+        positions=positions,
+        details={
+            "qk_fix": qk_fix,
+            "gradient_at": "corrupt" if direction == "denoise" else "clean",
+            "estimate": "M(base) + Σ (a_n(source) − a_n(base))·∂M/∂a_n at base"
+            + ("; q/k nodes: exact softmax, linear in the pattern" if qk_fix else ""),
+        },
+        warn="attribution_patch",
+    )
+
+
+@dataclass
+class _Hooks:
+    """The hooks of one attribution patch: ``final`` (the last block's output, where M is read); per fixed layer
+    (``fix_layers``: the layers with q or k nodes under ``qk_fix``) its ``qk`` hooks and its ``pattern`` hook;
+    ``src`` / ``base`` the hooks each run keeps (the nodes', then the fix's) and ``wrt`` the activations M is
+    differentiated by (the nodes' and the fixed layers' patterns)."""
+
+    final: str
+    fix_layers: list[int]
+    qk: dict[int, list[str]]
+    pattern: dict[int, str]
+    src: list[str]
+    base: list[str]
+    wrt: list[str]
+
+    @staticmethod
+    def of(model: Model, sites: list[_Site], qk_fix: bool) -> "_Hooks":
+        final = f"blocks.{model.arch.n_layers - 1}.hook_resid_post"
+        names = [s.hook for s in sites]
+        fix_layers = sorted({s.layer for s in sites if qk_fix and s.kind in ("q", "k")})
+        qk = {l: _qk_hooks(model, l) for l in fix_layers}
+        src_names = names + [h for l in fix_layers for h in qk[l]]
+        pattern = {l: f"blocks.{l}.attn.hook_pattern" for l in fix_layers}
+        base_names = src_names + list(pattern.values())
+        wrt = list(dict.fromkeys(names + list(pattern.values())))
+        return _Hooks(
+            final, fix_layers, qk, pattern, list(dict.fromkeys(src_names)), list(dict.fromkeys(base_names)), wrt
+        )
+
+
+@dataclass
+class _Runs:
+    """The two runs' kept activations (``src`` inference tensors, ``base`` with their graph), ∂M/∂a at the base
+    for each hook of ``wrt`` (None where M does not depend on it) and M [P] of each run."""
+
+    src: dict[str, Tensor]
+    base: dict[str, Tensor]
+    grads: dict[str, Tensor]  # None where M does not depend on the activation (allow_unused)
+    M_base: Tensor
+    M_src: Tensor
+
+
+def _runs(model: Model, bound: Any, base_b: Any, src_b: Any, hooks: _Hooks, direction: str) -> _Runs:
+    """Steps (1)–(3) of the module docstring: the source run, the base run with its graph, M at both (KL's clean
+    reference the clean run's output) and one ``autograd.grad`` of Σ_prompts M(base)."""
+    final = hooks.final
+    src = _run(model, src_b, hooks.src, final, grad=False)  # inference tensors
+    base = _run(model, base_b, hooks.base, final, grad=True)
     with torch.inference_mode():
         out_src = bound.read(model, bound.select(src[final]))
     out_src = out_src.clone()  # a normal tensor: KL's clean reference enters the gradient run
@@ -385,19 +464,26 @@ def attribution_patch(
         out_base = bound.read(model, bound.select(base[final]))
         clean_out = out_src if direction == "denoise" else out_base.detach()
         M_base = bound(out_base, clean=clean_out)
+        wrt = hooks.wrt
         grads = dict(zip(wrt, torch.autograd.grad(M_base.sum(), [base[n] for n in wrt], allow_unused=True)))
     M_base = M_base.detach()
     with torch.inference_mode():
         M_src = bound(out_src, clean=clean_out).clone()
+    return _Runs(src, base, grads, M_base, M_src)
 
-    B, T = base_b.tokens.shape
-    each = positions == "each"
+
+def _qk_fixed(
+    model: Model, sites: list[_Site], hooks: _Hooks, runs: _Runs, base_b: Any, each: bool
+) -> dict[int, dict[str, Tensor]]:
+    """Per fixed layer, :func:`_qk_fix_layer`'s estimates of its q and k nodes (one rebuilt pattern a layer)."""
+    arch = model.arch
+    T = base_b.tokens.shape[1]
     tol = max(1e-4, 100 * torch.finfo(model.dtype).eps)
     fixed: dict[int, dict[str, Tensor]] = {}
-    for l in fix_layers:  # every q and k estimate of the layer from one rebuilt pattern
+    for l in hooks.fix_layers:
         valid = _valid_keys(base_b.attention_mask, T, arch.causal, arch.window(l))
-        Qb, Kb = _qk(model, base, qk[l])
-        Qs, Ks = _qk(model, src, qk[l])
+        Qb, Kb = _qk(model, runs.base, hooks.qk[l])
+        Qs, Ks = _qk(model, runs.src, hooks.qk[l])
         kinds = {s.kind for s in sites if s.layer == l and s.kind in ("q", "k")}
         fixed[l] = _qk_fix_layer(
             kinds,
@@ -405,19 +491,26 @@ def attribution_patch(
             Kb,
             Qs,
             Ks,
-            base[pattern[l]],
-            grads[pattern[l]],
-            model.arch.attn_scale(l),
+            runs.base[hooks.pattern[l]],
+            runs.grads[hooks.pattern[l]],
+            arch.attn_scale(l),
             valid,
             arch.group_size,
             each,
             tol,
             f"layer {l}",
         )
+    return fixed
+
+
+def _estimates(sites: list[_Site], runs: _Runs, fixed: dict[int, dict[str, Tensor]], each: bool) -> Tensor:
+    """M(base) + ĉ(n) per node: [n, P] or (``each``) [n, T, P], with ĉ(n) = Σ Δa_n·∂M/∂a_n summed over the node's
+    slice (a head's d_head, a stream's d_model, all heads for an attention output) and, unless ``each``, over
+    the positions; q and k nodes of a fixed layer take their fixed estimate."""
     per_node: list[Tensor] = []  # each [b] or [b, T]
     for site in sites:
-        a_b, a_s = base[site.hook].detach(), src[site.hook]
-        gr = grads[site.hook]
+        a_b, a_s = runs.base[site.hook].detach(), runs.src[site.hook]
+        gr = runs.grads[site.hook]
         if gr is None:
             gr = torch.zeros_like(a_b)
         prod = (a_s - a_b) * gr
@@ -430,42 +523,10 @@ def attribution_patch(
         else:
             c = prod.sum(-1)[:, :, site.slots]  # [b, T, n]
         c = c if each else c.sum(1)
-        if site.kind in ("q", "k") and qk_fix:
+        if site.layer in fixed and site.kind in fixed[site.layer]:
             c = fixed[site.layer][site.kind][..., site.slots].to(c.dtype)
         per_node.extend(c[..., i] for i in range(c.shape[-1]))
     est = torch.stack(per_node).detach()  # [n, b] or [n, b, T]
     if each:
-        est = est.transpose(1, 2)  # [n, T, b]
-        per_prompt = M_base.to(est.dtype) + est
-    else:
-        per_prompt = M_base.to(est.dtype)[None] + est
-    labels = [lab for s in sites for lab in s.labels]
-    M_clean, M_corrupt = (M_src, M_base) if direction == "denoise" else (M_base, M_src)
-    str_tokens = cast(list[str], model.to_str_tokens(bc.tokens[0])) if model.tokenizer is not None else None
-    log.info(
-        "attribution_patch: %d nodes, positions=%s, direction=%s, qk_fix=%s", len(labels), positions, direction, qk_fix
-    )
-    metric_gap(float(M_clean.mean()), float(M_corrupt.mean()), warn="attribution_patch")
-    return PatchResult(
-        values=per_prompt.mean(-1).cpu(),
-        per_prompt=per_prompt.cpu(),
-        labels=labels,
-        clean=float(M_clean.mean()),
-        corrupt=float(M_corrupt.mean()),
-        clean_per_prompt=M_clean.detach().cpu(),
-        corrupt_per_prompt=M_corrupt.detach().cpu(),
-        metric=bound.name,
-        method="attribution patching",
-        direction=direction,
-        ablation="corrupt",
-        positions=positions,
-        n_layers=arch.n_layers,
-        n_heads=arch.n_heads,
-        str_tokens=str_tokens,
-        details={
-            "qk_fix": qk_fix,
-            "gradient_at": "corrupt" if direction == "denoise" else "clean",
-            "estimate": "M(base) + Σ (a_n(source) − a_n(base))·∂M/∂a_n at base"
-            + ("; q/k nodes: exact softmax, linear in the pattern" if qk_fix else ""),
-        },
-    )
+        return runs.M_base.to(est.dtype) + est.transpose(1, 2)  # [n, T, b]
+    return runs.M_base.to(est.dtype)[None] + est

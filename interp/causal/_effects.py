@@ -122,6 +122,7 @@ def effects(
     ``cluster``: None (in process) or an ``interp.RayCluster`` (prompts sharded over its workers, merged
     exactly); ``out``: a folder keeping each finished shard for resume (docs/scaling.md).
     """
+    # 1. the inputs checked (a cluster runs this call per shard of the prompts)
     require_model(model)
     if cluster is not None or out is not None:
         return check_cluster(cluster, out).sweep(
@@ -147,15 +148,13 @@ def effects(
             f"nodes={nodes!r}: effects are defined for writes; use 'components', 'heads', 'mlps' "
             "or a list of head / MLP / embedding labels"
         )
+
+    # 2. the clean and corrupt batches (the metric bound to them), the nodes (writes only)
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=ablation == "corrupt")
     check_reference_spread(model, pair, [ablation], reference, arg="ablation")
-    node_list, kind = resolve_nodes(model, nodes)
-    bad = [nd.text for nd in node_list if nd.site not in _WRITE_SITES]
-    if bad:
-        raise ArgumentError(
-            f"nodes={bad[:3]}: effects are defined for writes (heads, MLPs, embeddings), "
-            "not resid points, head inputs or patterns"
-        )
+    node_list, kind = _write_nodes(model, nodes)
+
+    # 3. the total effects: one noising sweep (keeping the clean run's norm scales where J_n needs them)
     block = model.block
     sw = sweep_nodes(
         model,
@@ -173,8 +172,12 @@ def effects(
         extra_sites={"attn_out", "mlp_out", "resid_mid"} if block.normed_stream else set(),
     )
     total = sw.per_prompt - sw.clean_m[None]
+
+    # 4. the direct effects (one batched frozen-scale readout), the indirect ones the rest
     direct = _direct(model, pair, node_list, sw.c_run, sw.src, sw.clean_out)
     indirect = total - direct
+
+    # 5. the result
     per = torch.stack([total, direct, indirect]).cpu()
     return Effects(
         total=total.mean(-1).cpu(),
@@ -190,6 +193,19 @@ def effects(
         n_heads=model.arch.n_heads,
         corrupt=float(sw.corrupt_m.mean()),
     )
+
+
+def _write_nodes(model: Model, nodes: Any) -> tuple[list[PatchNode], str]:
+    """``nodes`` resolved (:func:`interp.causal._common.resolve_nodes`), each a write: a head, an MLP or an
+    embedding."""
+    node_list, kind = resolve_nodes(model, nodes)
+    bad = [nd.text for nd in node_list if nd.site not in _WRITE_SITES]
+    if bad:
+        raise ArgumentError(
+            f"nodes={bad[:3]}: effects are defined for writes (heads, MLPs, embeddings), "
+            "not resid points, head inputs or patterns"
+        )
+    return node_list, kind
 
 
 def _direct(

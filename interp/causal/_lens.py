@@ -35,7 +35,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp._result import Result
-from interp._validate import check_choice, check_positive_int
+from interp._validate import check_choice, check_positive_int, is_int
 from interp.attribution import TokenSpec, resolve_positions, resolve_tokens, warn_unspaced
 from interp.causal._metrics import final_norm, readout
 from interp.errors import ArgumentError, UnsupportedOperationError
@@ -183,6 +183,7 @@ def logit_lens(
     ``top_k``: how many top tokens to keep. ``pos``: None (every position) or one position (int, negative
     counting back from each prompt's last real token; or one per prompt).
     """
+    # 1. the inputs checked: the options, the prompts, the answer tokens and the kept positions
     require_model(model)
     arch = model.arch
     check_choice("scale", scale, SCALES)
@@ -195,49 +196,104 @@ def logit_lens(
     if top_k > arch.d_vocab:
         raise ArgumentError(f"top_k={top_k} must be at most d_vocab={arch.d_vocab}")
     batch = as_batch(model, inputs)
-    B, N = batch.tokens.shape
+    B = batch.tokens.shape[0]
     ans = resolve_tokens(model, answer, B, "answer")
     wr = resolve_tokens(model, wrong, B, "wrong")
     if wr is not None and ans is None:
         raise ArgumentError("wrong is given without answer; the lens reads logit[answer] − logit[wrong]")
-    dev = batch.tokens.device
-    if pos is None:
-        positions = torch.arange(N, device=dev).expand(B, N)
-        keep_mask = batch.attention_mask
-    else:
-        if isinstance(pos, bool) or not isinstance(pos, (int, list, tuple, Tensor)):
-            raise ArgumentError(f"pos={pos!r} must be None (every position), an int or one int per prompt")
-        if isinstance(pos, (list, tuple)) and len(pos) != B:
-            raise ArgumentError(f"pos has {len(pos)} entries but there are {B} prompts")
-        positions = resolve_positions(pos, batch.attention_mask.cpu()).to(dev)[:, None]
-        keep_mask = torch.ones_like(positions)
+    positions, keep_mask = _kept_positions(batch, pos)
     # the answer is read after the given position (every position: the last real token, where it comes next)
     after = batch.last_positions() if pos is None else positions[:, 0]
     for arg, spec in (("answer", answer), ("wrong", wrong)):
         warn_unspaced(model, spec, arg, batch.tokens, after, owner="logit_lens")
 
-    points = lens_points(arch)
-    last = f"blocks.{arch.n_layers - 1}.hook_resid_post"
-    rows = torch.arange(B, device=dev)[:, None]
+    # 2. one forward pass capturing every resid point (and the logits) at the kept positions only
+    names = [str(p) for p in lens_points(arch)]
+    rows = torch.arange(B, device=batch.tokens.device)[:, None]
 
     def gather(x: Tensor) -> Tensor:  # keep only the asked-for positions, as they are captured
         return x[rows, positions]
 
-    names = [str(p) for p in points]
     store, logits = capture(model, batch, names, reducers={n: gather for n in names})
     if not torch.is_tensor(logits):
         raise UnsupportedOperationError(f"model {model.name!r} returned no logits tensor from its forward pass")
-    own = gather(logits)  # [B, S, d_vocab]
 
+    # 3. per point: normalise, unembed, keep the top k and the target; the last point compared with the logits
+    r = _readouts(model, store, names, gather(logits), scale, top_k, ans, wr, keep_mask)
+
+    # 4. the tokens named, the result
+    decoded = _decoded(model, r.top_tokens, ans, wr)
+    log.info("logit_lens(scale=%s): %d points, closure error %.3g", scale, len(names), r.closure)
+    tok = model.tokenizer
+    return LogitLens(
+        labels=names,
+        scale=scale,
+        top_tokens=r.top_tokens.cpu(),
+        top_logits=r.top_logits.cpu(),
+        top_probs=r.top_probs.cpu(),
+        target_values=None if r.target_values is None else r.target_values.cpu(),
+        target=_target_name(decoded, ans, wr),
+        tokens=batch.tokens.cpu(),
+        positions=positions.cpu().contiguous(),
+        attention_mask=keep_mask.cpu().contiguous(),
+        decoded=decoded,
+        str_tokens=cast(list[list[str]], model.to_str_tokens(batch.tokens)) if tok is not None else None,  # [B, pos]
+        n_layers=arch.n_layers,
+        closure_error=r.closure,
+        relative_error=r.closure / r.scale_ref if r.scale_ref > 0 else r.closure,
+    )
+
+
+def _kept_positions(batch: Any, pos: Any) -> tuple[Tensor, Tensor]:
+    """(positions [B, S], mask [B, S] of the real ones): every position (``pos`` None) or one per prompt."""
+    B, N = batch.tokens.shape
+    dev = batch.tokens.device
+    if pos is None:
+        return torch.arange(N, device=dev).expand(B, N), batch.attention_mask
+    if not (is_int(pos) or isinstance(pos, (list, tuple, Tensor))):
+        raise ArgumentError(f"pos={pos!r} must be None (every position), an int or one int per prompt")
+    if isinstance(pos, (list, tuple)) and len(pos) != B:
+        raise ArgumentError(f"pos has {len(pos)} entries but there are {B} prompts")
+    positions = resolve_positions(pos, batch.attention_mask.cpu()).to(dev)[:, None]
+    return positions, torch.ones_like(positions)
+
+
+@dataclass
+class _Readouts:
+    """The lens's tensors ([points, B, S, k] top tokens / logits / probabilities, [points, B, S] target values or
+    None), the closure error at the last point and the largest |logit| there (its scale)."""
+
+    top_tokens: Tensor
+    top_logits: Tensor
+    top_probs: Tensor
+    target_values: Optional[Tensor]
+    closure: float
+    scale_ref: float
+
+
+def _readouts(
+    model: Model,
+    store: dict[str, Tensor],
+    names: list[str],
+    own: Tensor,
+    scale: str,
+    k: int,
+    ans: Optional[Tensor],
+    wr: Optional[Tensor],
+    keep_mask: Tensor,
+) -> _Readouts:
+    """Each point's readout (module docstring) reduced to its top ``k`` tokens and the target's value, one point at a
+    time (each captured stream popped from ``store`` as it is read); ``own`` [B, S, d_vocab] the model's logits."""
+    last = names[-1]  # the last resid point: the final norm's input
     W_U = model.weights.need("W_U")
-    _, sigma_f = final_norm(model, store[last])  # the final norm's input is the last resid point
-
-    P, S, k = len(points), positions.shape[1], top_k
+    _, sigma_f = final_norm(model, store[last])
+    P, (B, S) = len(names), own.shape[:2]
+    dev = own.device
     top_tokens = torch.empty(P, B, S, k, dtype=torch.long, device=dev)
     top_logits = torch.empty(P, B, S, k, dtype=W_U.dtype, device=dev)
     top_probs = torch.empty_like(top_logits)
     target_values = None if ans is None else torch.empty(P, B, S, dtype=W_U.dtype, device=dev)
-    closure = 0.0
+    closure = scale_ref = 0.0
     with torch.inference_mode():
         for i, name in enumerate(names):
             x = store.pop(name)  # [B, S, d_model]; freed as we go
@@ -254,36 +310,28 @@ def logit_lens(
                 gap = (lg - own.to(lg.dtype)).abs().amax(dim=-1)  # [B, S]
                 closure = float(gap[keep_mask.bool()].max())
                 scale_ref = float(own[keep_mask.bool()].abs().max())
+    return _Readouts(top_tokens, top_logits, top_probs, target_values, closure, scale_ref)
+
+
+def _decoded(model: Model, top_tokens: Tensor, ans: Optional[Tensor], wr: Optional[Tensor]) -> dict[str, str]:
+    """{str(id): text} of every top token and the answer / wrong tokens (empty without a tokenizer)."""
     tok = model.tokenizer
     ids = set(top_tokens.unique().tolist())
     for given in (ans, wr):
         if given is not None:
             ids |= set(given.tolist())
-    decoded = {str(i): tok.decode([i]) for i in sorted(ids)} if tok is not None else {}
-    target = None
-    if ans is not None:
-        tok_name = lambda t: repr(decoded.get(str(int(t)), f"#{int(t)}"))
-        per = B > 1 and (bool((ans != ans[0]).any()) or (wr is not None and bool((wr != wr[0]).any())))
-        target = (
-            f"logit[{tok_name(ans[0])}]"
-            + (f" − logit[{tok_name(wr[0])}]" if wr is not None else "")
-            + (" (per-prompt tokens)" if per else "")
-        )
-    log.info("logit_lens(scale=%s): %d points, closure error %.3g", scale, P, closure)
-    return LogitLens(
-        labels=names,
-        scale=scale,
-        top_tokens=top_tokens.cpu(),
-        top_logits=top_logits.cpu(),
-        top_probs=top_probs.cpu(),
-        target_values=None if target_values is None else target_values.cpu(),
-        target=target,
-        tokens=batch.tokens.cpu(),
-        positions=positions.cpu().contiguous(),
-        attention_mask=keep_mask.cpu().contiguous(),
-        decoded=decoded,
-        str_tokens=cast(list[list[str]], model.to_str_tokens(batch.tokens)) if tok is not None else None,  # [B, pos]
-        n_layers=arch.n_layers,
-        closure_error=closure,
-        relative_error=closure / scale_ref if scale_ref > 0 else closure,
+    return {str(i): tok.decode([i]) for i in sorted(ids)} if tok is not None else {}
+
+
+def _target_name(decoded: dict[str, str], ans: Optional[Tensor], wr: Optional[Tensor]) -> Optional[str]:
+    """``logit['x']`` or ``logit['x'] − logit['y']`` (the first prompt's tokens, marked when they vary), or None
+    without an answer."""
+    if ans is None:
+        return None
+    tok_name = lambda t: repr(decoded.get(str(int(t)), f"#{int(t)}"))
+    per = len(ans) > 1 and (bool((ans != ans[0]).any()) or (wr is not None and bool((wr != wr[0]).any())))
+    return (
+        f"logit[{tok_name(ans[0])}]"
+        + (f" − logit[{tok_name(wr[0])}]" if wr is not None else "")
+        + (" (per-prompt tokens)" if per else "")
     )

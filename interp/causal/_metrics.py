@@ -51,6 +51,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp._norms import norm_scale
+from interp._validate import check_bool
 from interp.attribution import TokenSpec, resolve_candidate, resolve_positions, resolve_tokens, warn_unspaced
 from interp.engine import unembed
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
@@ -316,8 +317,7 @@ def _sequences(model: Model, spec: Any, n: int, arg: str, owner: str, multi: boo
 
 
 def _check_multi(owner: str, multi: Any) -> None:
-    if not isinstance(multi, bool):
-        raise ArgumentError(f"{owner}(multi_token={multi!r}) must be True or False")
+    check_bool(f"{owner}.multi_token", multi)
 
 
 def _tok_name(model: Model, t: Tensor) -> str:

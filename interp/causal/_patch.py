@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union, cast
+from typing import Any, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -46,7 +46,7 @@ from interp.causal._common import (
     source_acts,
 )
 from interp.engine import HEADED_SITES, Patch, RunCache, Variant
-from interp.causal._result import PatchResult, metric_gap
+from interp.causal._result import PatchResult, patch_result
 from interp.errors import ArgumentError
 from interp.models import Model
 from interp.stream import require_model
@@ -183,6 +183,7 @@ def patch(
     are sharded over its workers and the shards' results merged exactly; ``out``: a folder keeping each
     finished shard, so a rerun computes only the missing ones (docs/scaling.md).
     """
+    # 1. the inputs checked (a cluster runs this call per shard of the prompt pairs)
     require_model(model)
     if cluster is not None or out is not None:
         return check_cluster(cluster, out).sweep(
@@ -208,9 +209,13 @@ def patch(
     check_positive_int("batch_size", batch_size, allow_none=True)
     seed = check_int("seed", seed)
     check_ablation(direction, ablation, reference)
+
+    # 2. the clean and corrupt batches (the metric bound to them), the nodes
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=direction == "denoise" or ablation == "corrupt")
     check_reference_spread(model, pair, [ablation], reference, arg="ablation")
     node_list, kind = resolve_nodes(model, nodes)
+
+    # 3. the sweep: the two runs, one variant per node × prompt (× position), the metric of each
     sw = sweep_nodes(
         model,
         pair,
@@ -224,25 +229,22 @@ def patch(
         seed=seed,
         desc=f"patch {kind}",
     )
-    str_tokens = cast(list[str], model.to_str_tokens(pair.clean.tokens[0])) if model.tokenizer is not None else None
-    metric_gap(float(sw.clean_m.mean()), float(sw.corrupt_m.mean()), warn="patch")
-    return PatchResult(
-        values=sw.per_prompt.mean(-1).cpu(),
-        per_prompt=sw.per_prompt.cpu(),
-        labels=[nd.text for nd in node_list],
-        clean=float(sw.clean_m.mean()),
-        corrupt=float(sw.corrupt_m.mean()),
-        clean_per_prompt=sw.clean_m.cpu(),
-        corrupt_per_prompt=sw.corrupt_m.cpu(),
+
+    # 4. the result
+    return patch_result(
+        model,
+        pair.clean.tokens,
+        sw.per_prompt,
+        [nd.text for nd in node_list],
+        sw.clean_m,
+        sw.corrupt_m,
         metric=pair.bound.name,
         method="activation patching",
         direction=direction,
         ablation=ablation,
         positions=positions,
-        n_layers=model.arch.n_layers,
-        n_heads=model.arch.n_heads,
-        str_tokens=str_tokens,
         details={"nodes": kind, "seed": seed},
+        warn="patch",
     )
 
 
@@ -276,68 +278,48 @@ def sweep_nodes(
     extra_sites: Optional[set[str]] = None,
 ) -> Sweep:
     """Steps 2–4 of the module docstring for checked inputs."""
-    e = pair.engine
     P, n = pair.clean.tokens.shape
-    causal = model.arch.causal
+    # 2. the clean and corrupt runs, the base run patched and the source of the patched values; the baselines
     sites = capture_sites(node_list) | (extra_sites or set())
-    base_name = "corrupt" if direction == "denoise" else "clean"
-    c_run, k_run = run_pair(pair, sites, base=base_name, keep_kv=causal, keep_scales=keep_scales)
-    base_run = k_run if direction == "denoise" else c_run
-    base_batch = pair.corrupt if direction == "denoise" else pair.clean
-    if base_run is None or base_batch is None:
-        raise ArgumentError("corrupt=None: direction='denoise' runs the corrupt input")
-    if direction == "denoise":
-        src: Optional[RunCache] = c_run
-    elif ablation == "corrupt":
-        src = k_run
-    elif ablation == "zero":
-        src = None
-    else:
-        src = reference_acts(e, model, reference, sites, ablation, n, P, seed, pair.bound)
-    clean_out = clean_output(model, pair.bound, c_run)
-    clean_m = metric_of(model, pair.bound, c_run, clean_out)
+    runs = _Runs.make(model, pair, sites, direction, ablation, reference, seed, keep_scales)
+    clean_out = clean_output(model, pair.bound, runs.c_run)
+    clean_m = metric_of(model, pair.bound, runs.c_run, clean_out)
     corrupt_m = (
-        metric_of(model, pair.bound, k_run, clean_out) if k_run is not None else torch.full_like(clean_m, math.nan)
+        metric_of(model, pair.bound, runs.k_run, clean_out)
+        if runs.k_run is not None
+        else torch.full_like(clean_m, math.nan)
     )
     base_m = corrupt_m if direction == "denoise" else clean_m
 
+    # 3. one variant per node × prompt (× position), the exact no-ops skipped (their value is the base run's)
     share = shared_prefix(pair) if ablation == "corrupt" else 0
-    mpos = pair.bound.last_positions  # patches after the last position the metric reads are no-ops
-    mask = pair.clean.attention_mask
     bs = batch_size or default_batch_size(model, n)
     ids = torch.arange(max(bs, n, model.arch.n_heads), device=model.device)  # see node_patch
-    # positions="each" reads the mask and the metric's positions on the host: once, not once per (prompt, position)
-    real = mask.bool().tolist() if positions == "each" else []
-    last = mpos.tolist() if positions == "each" and mpos is not None else None
+    variants, where = _node_variants(model, pair, node_list, runs, positions, share, ids)
     # [nodes, P] or [nodes, pos, P], the base run's metric wherever a patch is a no-op
     per_prompt = (
         base_m.reshape(1, P).repeat(len(node_list), 1)
         if positions == "all"
         else base_m.reshape(1, 1, P).repeat(len(node_list), n, 1)
     )
-    variants: list[Variant] = []
-    where: list[tuple] = []
-    for i, node in enumerate(node_list):
-        for p in range(P):
-            if positions == "all":
-                if share >= n:
-                    continue
-                variants.append(_variant(node, src, base_run, p, None, share if causal else 0, ids))
-                where.append((i, p))
-                continue
-            for t in range(n):
-                if not real[p][t] or t < share or (causal and last is not None and t > last[p]):
-                    continue
-                variants.append(_variant(node, src, base_run, p, t, t if causal else 0, ids))
-                where.append((i, t, p))
     log.info(
         "%s: %d nodes, %d variants, batch_size %d, shared prefix %d", desc, len(node_list), len(variants), bs, share
     )
+
+    # 4. the sweep, the metric of each variant at its position
     if variants:
-        read = MetricReader(model, pair.bound, clean_out, base_run)
+        read = MetricReader(model, pair.bound, clean_out, runs.base)
         bar = tqdm(total=len(variants), desc=desc, unit="run", disable=not progress)
         try:
-            vals = e.sweep(base_run, base_batch.tokens, mask, variants, read, batch_size=bs, progress=bar)
+            vals = pair.engine.sweep(
+                runs.base,
+                runs.base_batch.tokens,
+                pair.clean.attention_mask,
+                variants,
+                read,
+                batch_size=bs,
+                progress=bar,
+            )
         finally:
             bar.close()
         idx = torch.tensor(where, device=per_prompt.device)
@@ -346,8 +328,81 @@ def sweep_nodes(
         per_prompt=per_prompt,
         clean_m=clean_m,
         corrupt_m=corrupt_m,
-        c_run=c_run,
-        k_run=k_run,
-        src=src,
+        c_run=runs.c_run,
+        k_run=runs.k_run,
+        src=runs.src,
         clean_out=clean_out,
     )
+
+
+@dataclass
+class _Runs:
+    """A sweep's runs: the clean and corrupt runs, the base run (and batch) the variants patch, the source of the
+    patched values (None: zero ablation)."""
+
+    c_run: RunCache
+    k_run: Optional[RunCache]
+    base: RunCache
+    base_batch: Any
+    src: Optional[RunCache]
+
+    @staticmethod
+    def make(
+        model: Model,
+        pair: Pair,
+        sites: set[str],
+        direction: str,
+        ablation: str,
+        reference: Any,
+        seed: int,
+        keep_scales: bool,
+    ) -> "_Runs":
+        """The clean and corrupt runs capturing ``sites`` (the base one keeping keys/values in a causal model);
+        denoise: base corrupt, source clean; noise: base clean, source the ablation's run."""
+        P, n = pair.clean.tokens.shape
+        base_name = "corrupt" if direction == "denoise" else "clean"
+        c_run, k_run = run_pair(pair, sites, base=base_name, keep_kv=model.arch.causal, keep_scales=keep_scales)
+        base_run = k_run if direction == "denoise" else c_run
+        base_batch = pair.corrupt if direction == "denoise" else pair.clean
+        if base_run is None or base_batch is None:
+            raise ArgumentError("corrupt=None: direction='denoise' runs the corrupt input")
+        if direction == "denoise":
+            src: Optional[RunCache] = c_run
+        elif ablation == "corrupt":
+            src = k_run
+        elif ablation == "zero":
+            src = None
+        else:
+            src = reference_acts(pair.engine, model, reference, sites, ablation, n, P, seed, pair.bound)
+        return _Runs(c_run, k_run, base_run, base_batch, src)
+
+
+def _node_variants(
+    model: Model, pair: Pair, node_list: list[PatchNode], runs: _Runs, positions: str, share: int, ids: Tensor
+) -> tuple[list[Variant], list[tuple]]:
+    """The variants of every node × prompt (× position for ``positions="each"``) and where each one's value goes
+    ((node, prompt) or (node, position, prompt)). Skipped (module docstring): every variant when clean and corrupt
+    agree everywhere (``share`` = n); with ``positions="each"``, positions at padding, in the shared prefix or (causal)
+    after the metric's last position."""
+    P, n = pair.clean.tokens.shape
+    causal = model.arch.causal
+    mpos = pair.bound.last_positions  # patches after the last position the metric reads are no-ops
+    # positions="each" reads the mask and the metric's positions on the host: once, not once per (prompt, position)
+    real = pair.clean.attention_mask.bool().tolist() if positions == "each" else []
+    last = mpos.tolist() if positions == "each" and mpos is not None else None
+    variants: list[Variant] = []
+    where: list[tuple] = []
+    for i, node in enumerate(node_list):
+        for p in range(P):
+            if positions == "all":
+                if share >= n:
+                    continue
+                variants.append(_variant(node, runs.src, runs.base, p, None, share if causal else 0, ids))
+                where.append((i, p))
+                continue
+            for t in range(n):
+                if not real[p][t] or t < share or (causal and last is not None and t > last[p]):
+                    continue
+                variants.append(_variant(node, runs.src, runs.base, p, t, t if causal else 0, ids))
+                where.append((i, t, p))
+    return variants, where

@@ -22,9 +22,10 @@ has no single meaning there.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union, cast
+from typing import Any, Optional, Sequence, Union
 
 import torch
+from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._validate import check_bool, check_choice, check_positive_int
@@ -39,9 +40,9 @@ from interp.causal._common import (
     reference_acts,
 )
 from interp.causal._effects import node_write
-from interp.engine import Patch, Variant
+from interp.engine import Patch, RunCache, Variant
 from interp.causal._patch import ABLATIONS, check_ablation, default_batch_size, run_pair, shared_prefix
-from interp.causal._result import PatchResult, metric_gap
+from interp.causal._result import PatchResult, patch_result
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Embed, Head, HeadInput, Mlp, MlpInput, Output, as_label
 from interp.models import Model
@@ -142,6 +143,7 @@ def path_patch(
     ``L5.attn.q[H3]``; for k/v a query head means its KV head; ``L5.mlp``). Returns a
     :class:`PatchResult` with ``method="path patching"`` and ``direction="noise"``.
     """
+    # 1. the inputs checked
     require_model(model)
     check_choice("via", via, VIA)
     check_choice("ablation", ablation, ABLATIONS)
@@ -153,11 +155,63 @@ def path_patch(
             f"model={model.name!r} is post-norm: every reader sees the stream through the same Add & Norm, so a "
             "path to one reader only is undefined; use interp.effects (direct effects) or interp.patch"
         )
+
+    # 2. the clean and corrupt batches (the metric bound to them), the sender and its receivers
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=ablation == "corrupt")
     check_reference_spread(model, pair, [ablation], reference, arg="ablation")
     s = _sender(model, sender)
     recv = _receivers(model, receivers, via, s)
-    e = pair.engine
+
+    # 3. the clean and corrupt runs, the sender's changed write δ_s and the baselines
+    c_run, k_run, delta = _sender_delta(model, pair, s, ablation, reference, seed)
+    clean_out = clean_output(model, pair.bound, c_run)
+    clean_m = metric_of(model, pair.bound, c_run, clean_out)
+    corrupt_m = (
+        metric_of(model, pair.bound, k_run, clean_out) if k_run is not None else torch.full_like(clean_m, float("nan"))
+    )
+
+    # 4. one variant per receiver × prompt: δ_s added to the receiver's input only, swept from the clean run
+    P, n = pair.clean.tokens.shape
+    share = min(shared_prefix(pair) if ablation == "corrupt" else 0, n - 1)
+    variants = _path_variants(model, recv, via, delta, share if model.arch.causal else 0)
+    read = MetricReader(model, pair.bound, clean_out, c_run)
+    bar = tqdm(total=len(variants), desc=f"path_patch {s.text} via {via}", unit="run", disable=not progress)
+    try:
+        vals = pair.engine.sweep(
+            c_run,
+            pair.clean.tokens,
+            pair.clean.attention_mask,
+            variants,
+            read,
+            batch_size=batch_size or default_batch_size(model, n),
+            progress=bar,
+        )
+    finally:
+        bar.close()
+
+    # 5. the result
+    return patch_result(
+        model,
+        pair.clean.tokens,
+        vals.reshape(len(recv), P).to(clean_m.dtype),
+        [str(r[0]) for r in recv],
+        clean_m,
+        corrupt_m,
+        metric=pair.bound.name,
+        method="path patching",
+        direction="noise",
+        ablation=ablation,
+        positions="all",
+        details={"sender": s.text, "via": via, "seed": seed},
+        warn="path_patch",
+    )
+
+
+def _sender_delta(
+    model: Model, pair: Any, s: PatchNode, ablation: str, reference: Any, seed: int
+) -> tuple[RunCache, Optional[RunCache], Tensor]:
+    """(clean run, corrupt run, δ_s [P, n, d] = a_s(ablation) − a_s(clean)): the clean run keeps keys/values (the
+    variants grow from it) and both capture the sender's site."""
     P, n = pair.clean.tokens.shape
     sites = {s.site} if not s.site.startswith("embed.") else set()
     c_run, k_run = run_pair(pair, sites, base="clean", keep_kv=model.arch.causal)
@@ -166,16 +220,14 @@ def path_patch(
     elif ablation == "zero":
         src = None
     else:
-        src = reference_acts(e, model, reference, sites, ablation, n, P, seed, pair.bound)
+        src = reference_acts(pair.engine, model, reference, sites, ablation, n, P, seed, pair.bound)
     delta = node_write(model, s, src, c_run) - node_write(model, s, c_run, c_run)  # [P, n, d]
-    clean_out = clean_output(model, pair.bound, c_run)
-    clean_m = metric_of(model, pair.bound, c_run, clean_out)
-    corrupt_m = (
-        metric_of(model, pair.bound, k_run, clean_out) if k_run is not None else torch.full_like(clean_m, float("nan"))
-    )
-    share = shared_prefix(pair) if ablation == "corrupt" else 0
-    share = min(share, n - 1)
-    t0 = share if model.arch.causal else 0
+    return c_run, k_run, delta
+
+
+def _path_variants(model: Model, recv: list[tuple[Any, int, int]], via: str, delta: Tensor, t0: int) -> list[Variant]:
+    """Per receiver (label, layer, head or −1) and prompt, the variant adding δ_s [P, n, d] (from position ``t0``)
+    to the receiver's ``via`` input."""
     dev = model.device
     site = {"q": "q_in", "k": "k_in", "v": "v_in", "mlp": "mlp_in", "logits": "final"}[via]
 
@@ -194,39 +246,4 @@ def path_patch(
 
         return Variant(layer=layer, prompt=prompt, t0=t0, make=make)
 
-    variants = [variant(layer, head, p) for (_, layer, head) in recv for p in range(P)]
-    read = MetricReader(model, pair.bound, clean_out, c_run)
-    bar = tqdm(total=len(variants), desc=f"path_patch {s.text} via {via}", unit="run", disable=not progress)
-    try:
-        vals = e.sweep(
-            c_run,
-            pair.clean.tokens,
-            pair.clean.attention_mask,
-            variants,
-            read,
-            batch_size=batch_size or default_batch_size(model, n),
-            progress=bar,
-        )
-    finally:
-        bar.close()
-    per_prompt = vals.reshape(len(recv), P).to(clean_m.dtype)
-    str_tokens = cast(list[str], model.to_str_tokens(pair.clean.tokens[0])) if model.tokenizer is not None else None
-    metric_gap(float(clean_m.mean()), float(corrupt_m.mean()), warn="path_patch")
-    return PatchResult(
-        values=per_prompt.mean(-1).cpu(),
-        per_prompt=per_prompt.cpu(),
-        labels=[str(r[0]) for r in recv],
-        clean=float(clean_m.mean()),
-        corrupt=float(corrupt_m.mean()),
-        clean_per_prompt=clean_m.cpu(),
-        corrupt_per_prompt=corrupt_m.cpu(),
-        metric=pair.bound.name,
-        method="path patching",
-        direction="noise",
-        ablation=ablation,
-        positions="all",
-        n_layers=model.arch.n_layers,
-        n_heads=model.arch.n_heads,
-        str_tokens=str_tokens,
-        details={"sender": s.text, "via": via, "seed": seed},
-    )
+    return [variant(layer, head, p) for (_, layer, head) in recv for p in range(delta.shape[0])]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, cast
 
 import pandas as pd
 import torch
@@ -29,7 +29,7 @@ from interp.labels import Edge, Head, NormBias, Path, parse
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-__all__ = ["PatchResult", "Effects", "metric_gap", "GAP_RTOL"]
+__all__ = ["PatchResult", "Effects", "metric_gap", "patch_result", "GAP_RTOL"]
 
 
 def _parsed(label: Any) -> Any:
@@ -166,6 +166,47 @@ class PatchResult(Result):
             f"PatchResult({self.method}, {self.direction}, ablation={self.ablation!r}, metric {self.metric}: "
             f"{shape} values, clean={self.clean:.4g}, corrupt={self.corrupt:.4g})"
         )
+
+
+def patch_result(
+    model: Any,
+    tokens: Tensor,
+    per_prompt: Tensor,
+    labels: list[str],
+    clean_m: Tensor,
+    corrupt_m: Tensor,
+    *,
+    metric: str,
+    method: str,
+    direction: str,
+    ablation: str,
+    positions: str,
+    details: dict,
+    warn: str,
+) -> PatchResult:
+    """The :class:`PatchResult` of ``per_prompt`` [nodes, (pos,) P] with the clean / corrupt runs' metrics [P]
+    (their means its ``clean`` / ``corrupt``), ``str_tokens`` the first prompt of ``tokens``. :func:`metric_gap`
+    warns, naming ``warn``, when M(clean) ≈ M(corrupt)."""
+    str_tokens = cast(list[str], model.to_str_tokens(tokens[0])) if model.tokenizer is not None else None
+    metric_gap(float(clean_m.mean()), float(corrupt_m.mean()), warn=warn)
+    return PatchResult(
+        values=per_prompt.mean(-1).cpu(),
+        per_prompt=per_prompt.cpu(),
+        labels=labels,
+        clean=float(clean_m.mean()),
+        corrupt=float(corrupt_m.mean()),
+        clean_per_prompt=clean_m.detach().cpu(),
+        corrupt_per_prompt=corrupt_m.detach().cpu(),
+        n_layers=model.arch.n_layers,
+        n_heads=model.arch.n_heads,
+        metric=metric,
+        method=method,
+        direction=direction,
+        ablation=ablation,
+        positions=positions,
+        str_tokens=str_tokens,
+        details=details,
+    )
 
 
 @dataclass(frozen=True, eq=False)
