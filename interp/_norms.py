@@ -45,11 +45,14 @@ def norm_scale(x: Float[Tensor, "... d_model"], kind: str, eps: float) -> Float[
 
 def apply_frozen(
     terms: Float[Tensor, "... d_model"],
-    gain: Float[Tensor, " d_model"],
+    gain: Optional[Float[Tensor, " d_model"]],
     scale: Float[Tensor, "... 1"],
     kind: str,
+    bias: Optional[Float[Tensor, " d_model"]] = None,
 ) -> Float[Tensor, "... d_model"]:
-    """The linear part of the norm with σ frozen: γ ⊙ centre(t) / σ (no β; β is its own term).
+    """The norm with σ frozen: γ ⊙ centre(t) / σ, the linear part (no β: a decomposition keeps β as its own term);
+    with ``bias`` the whole norm of one stream, γ ⊙ centre(t) / σ + β (β only for LayerNorm: RMSNorm has none).
+    ``gain`` None: γ = 1. The one implementation, for decompositions and the frozen replacement model.
 
     ``terms`` may carry leading term axes: [n_terms, batch, pos, d_model] against a scale of
     [batch, pos, 1] broadcasts.
@@ -58,7 +61,12 @@ def apply_frozen(
         return terms
     if kind == "layernorm":
         terms = terms - terms.mean(dim=-1, keepdim=True)
-    return terms / scale.to(terms.dtype) * gain.to(terms.dtype)
+    y = terms / scale.to(terms.dtype)
+    if gain is not None:
+        y = y * gain.to(terms.dtype)
+    if bias is not None and kind == "layernorm":
+        y = y + bias.to(terms.dtype)
+    return y
 
 
 def frozen_direction(

@@ -4,7 +4,7 @@ Prompt i (of N) has its attribution graph G_i (:func:`interp.features.attributio
 infl_i on its outputs, activations act_i). Each node ν of G_i has an *identity* id(ν) that does not depend on the
 prompt's positions:
 
-    feature (l, p, f)   →  L{l}.F{f}@*        (feature f of layer l's transcoder, at any position)
+    feature (l, p, f)   →  L{l}.F{f}@*        (feature f of layer l's transcoder or CLT encoder, at any position)
     error   (l, p)      →  L{l}.mlp_error@*   (layer l's error nodes, every position)
     embedding at p      →  embed[t]           (t the prompt's token at p)
     output              →  logit[t]           (the logit of token t: a chosen target or one of the top logits)
@@ -28,7 +28,7 @@ additions. docs/math.md §32.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence, Union
 
 import pandas as pd
 import torch
@@ -36,12 +36,12 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._result import Result
-from interp._validate import check_bool, check_cluster
+from interp._validate import check_bool, check_cluster, check_positive_int
 from interp.errors import ArgumentError
 from interp.features._graph import attribution_graph
 from interp.features._replacement import check_replaceable
 from interp.features._result import AttributionGraph, check_thresholds
-from interp.features._transcoder import Transcoder
+from interp.features._transcoder import CrossLayerTranscoder, Transcoder
 from interp.labels import Feature, FeatureError
 from interp.models import Model
 from interp.stream import require_model
@@ -159,8 +159,7 @@ class AggregateGraph(Result):
     def edges(self, *, min_prompts: int = 1) -> pd.DataFrame:
         """The aggregated edges present in at least ``min_prompts`` prompts: ``source``, ``target``, ``weight`` (the
         mean over all prompts of the per-prompt sums), ``n_prompts``; largest |weight| first."""
-        if isinstance(min_prompts, bool) or not isinstance(min_prompts, int) or min_prompts < 1:
-            raise ArgumentError(f"min_prompts={min_prompts!r} must be an int ≥ 1")
+        check_positive_int("min_prompts", min_prompts)
         e = self.to("cpu")
         keep = e.edge_count >= min_prompts
         t, s = e.edge_index[0][keep], e.edge_index[1][keep]
@@ -389,7 +388,7 @@ def _per_prompt(name: str, value: Any, n: int) -> list[Any]:
 def aggregate_graphs(
     model: Model,
     prompts: Any,
-    transcoders: Sequence[Transcoder],
+    transcoders: Union[Sequence[Transcoder], CrossLayerTranscoder],
     *,
     target: Any = None,
     wrong: Any = None,
@@ -407,15 +406,16 @@ def aggregate_graphs(
     """The attribution graph of each of ``prompts``, aggregated by node identity (module docstring; docs/math.md §32).
 
     ``prompts``: a list of strings or token-id tensors (any lengths), or a token-id tensor [n_prompts, pos].
-    ``target`` / ``wrong``: one token for every prompt, or a list with one per prompt (None: each graph's outputs are
-    its top logits). ``pos``, ``max_n_logits``, ``desired_logit_prob``, ``constant_prefix`` and ``batch_size`` are
-    :func:`attribution_graph`'s, for every prompt; ``node_threshold`` / ``edge_threshold`` are the pruning thresholds
-    that decide ``n_kept``. ``cluster``: None (in process) or an ``interp.RayCluster`` (the prompts sharded over its
-    workers; the shards' sums and counts added, docs/scaling.md); ``out``: a folder keeping each finished shard for
-    resume.
+    ``transcoders``: one per layer, or a :class:`CrossLayerTranscoder` (a feature's identity is then its encoder's layer
+    and index, ``L3.F12@*``, whichever layers it writes). ``target`` / ``wrong``: one token for every prompt, or a list
+    with one per prompt (None: each graph's outputs are its top logits). ``pos``, ``max_n_logits``,
+    ``desired_logit_prob``, ``constant_prefix`` and ``batch_size`` are :func:`attribution_graph`'s, for every prompt;
+    ``node_threshold`` / ``edge_threshold`` are the pruning thresholds that decide ``n_kept``. ``cluster``: None (in
+    process) or an ``interp.RayCluster`` (the prompts sharded over its workers; the shards' sums and counts added,
+    docs/scaling.md); ``out``: a folder keeping each finished shard for resume.
     """
     require_model(model)
-    check_replaceable(model, transcoders)
+    check_replaceable(model, transcoders, cross_layer=True)
     items = _prompt_list(prompts)
     check_thresholds(node_threshold, edge_threshold)
     check_bool("progress", progress)
@@ -427,7 +427,7 @@ def aggregate_graphs(
             out=out,
             progress=progress,
             prompts=prompts,
-            transcoders=list(transcoders),
+            transcoders=transcoders if isinstance(transcoders, CrossLayerTranscoder) else list(transcoders),
             target=target,
             wrong=wrong,
             pos=pos,

@@ -11,7 +11,13 @@ model — each MLP replaced by its transcoder plus its error node — in which l
     ε_{l,p}   = e_{l,p}                            (l, p) ∈ K, or a position the graph holds (constant_prefix)
               = ẽ_l                                an error node not in K: ablated
 
-with ``ablation="zero"``: ã = 0, ẽ = 0; ``"mean"``: ã_{l,f} = the mean of a_{l,p,f} and ẽ_l the mean of e_{l,p} over
+and with a cross-layer transcoder, whose feature of layer k writes at k and every later layer (ε_{l,p} the MLP's write
+minus the CLT's joint reconstruction),
+
+    m'_{l,p} = Σ_{k ≤ l} Σ_f v_{k,p,f} W_dec[k → l][f] + b_dec[l] + h'_{l,p} W_skip[l]ᵀ + ε_{l,p}
+
+— a feature node ablated is ablated in each of its writes (zero ablation removes them all). With ``ablation="zero"``:
+ã = 0, ẽ = 0; ``"mean"``: ã_{l,f} = the mean of a_{l,p,f} and ẽ_l the mean of e_{l,p} over
 the positions p ≥ k of the prompt itself (k the graph's held prefix), or of the ``reference`` prompts. Every attention
 pattern and norm scale is frozen at the real forward (``frozen_attention=True``: the graph's own linear model) or
 recomputed in the run (False). The metric M(K) is the graph's output read off the run's final stream — the target's
@@ -32,20 +38,20 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence, Union
 
 import pandas as pd
 import torch
 from torch import Tensor
 
 from interp._result import Result, faithfulness_areas, metric_gap
-from interp._validate import check_bool, check_choice
+from interp._validate import check_bool, check_choice, is_int
 from interp.engine import Patch
 from interp.errors import ArgumentError, warn_user
 from interp.features._intervene import CLOSURE_TOLERANCE
 from interp.features._prompt import one_prompt
 from interp.features._replacement import RealRun, check_replaceable, real_forward
-from interp.features._transcoder import Transcoder, mlp_input
+from interp.features._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
 from interp.features._warnings import ClosureWarning
 from interp.models import Model
 from interp.stream import require_model
@@ -139,19 +145,6 @@ class GraphFaithfulness(Result):
         return graph_faithfulness_figure(self, **options)
 
 
-def _held_prefix(g: "AttributionGraph", n: int) -> int:
-    """The positions the graph holds as constants (``constant_prefix``): the leading positions without a feature node
-    whose error nodes the graph carries as zero vectors (activation ‖e‖ = 0, the held write in every target's bias)."""
-    k = 0
-    while k < n:
-        errs = [i for i, (kind, p) in enumerate(zip(g.node_kind, g.node_pos)) if kind == "error" and p == k]
-        feats = any(kind == "feature" and p == k for kind, p in zip(g.node_kind, g.node_pos))
-        if feats or not errs or any(float(g.activation[i]) != 0.0 for i in errs):
-            break
-        k += 1
-    return k
-
-
 def _output(g: "AttributionGraph", W_U: Tensor, b_U: Tensor) -> tuple[int, Tensor, Tensor, float]:
     """The graph's metric as one read of the final stream: (position, u [d], b, the graph's own value) — the target's
     logit or logit difference, or the weighted mean Σ_k w_k z_k / Σ_k w_k of its top logits."""
@@ -174,15 +167,12 @@ def _output(g: "AttributionGraph", W_U: Tensor, b_U: Tensor) -> tuple[int, Tenso
     return pos, W_U[:, ids] @ wd, b_U[ids] @ wd, float((g.value.detach().cpu().double()[outs] * w).sum())
 
 
-def _dense(real: RealRun, l: int, n: int) -> Tensor:
-    """Layer l's real activations as a dense [n, F]."""
-    f = torch.zeros(n, real.tcs[l].n_features, dtype=real.dtype, device=real.emb.device)
-    f[real.feats[l]] = real.acts[l]
-    return f
-
-
 def _means(
-    model: Model, real: RealRun, transcoders: Sequence[Transcoder], reference: Any, k: int
+    model: Model,
+    real: RealRun,
+    transcoders: Union[Sequence[Transcoder], CrossLayerTranscoder],
+    reference: Any,
+    k: int,
 ) -> tuple[list[Tensor], list[Tensor], str]:
     """Per layer the mean activation of every feature [F] and the mean error vector [d] over positions ≥ k of the
     prompt (``reference`` None) or of each reference prompt; and how the reference is described."""
@@ -209,7 +199,7 @@ def _means(
         what = f"{len(runs)} reference prompts"
     L = len(real.tcs)
     count = sum(r.emb.shape[0] - k for r in runs)
-    acts = [torch.stack([_dense(r, l, r.emb.shape[0])[k:].sum(0) for r in runs]).sum(0) / count for l in range(L)]
+    acts = [torch.stack([r.dense(l)[k:].sum(0) for r in runs]).sum(0) / count for l in range(L)]
     errs = [torch.stack([r.errs[l][k:].sum(0) for r in runs]).sum(0) / count for l in range(L)]
     return acts, errs, what
 
@@ -217,7 +207,7 @@ def _means(
 def graph_faithfulness(
     graph: "AttributionGraph",
     model: Model,
-    transcoders: Sequence[Transcoder],
+    transcoders: Union[Sequence[Transcoder], CrossLayerTranscoder],
     *,
     thresholds: Sequence[float],
     edge_threshold: float,
@@ -225,108 +215,40 @@ def graph_faithfulness(
     reference: Any,
     frozen_attention: bool,
 ) -> GraphFaithfulness:
-    """:meth:`AttributionGraph.faithfulness` (module docstring); ``thresholds`` and ``edge_threshold`` checked there."""
-    require_model(model)
-    check_replaceable(model, transcoders)
-    check_choice("ablation", ablation, GRAPH_ABLATIONS)
-    check_bool("frozen_attention", frozen_attention)
-    if model.name != graph.model_name or model.arch.n_layers != graph.n_layers:
-        raise ArgumentError(
-            f"model {model.name!r} ({model.arch.n_layers} layers) is not the graph's "
-            f"({graph.model_name!r}, {graph.n_layers} layers)"
-        )
-    if reference is not None and ablation != "mean":
-        raise ArgumentError(f"reference= gives the means of mean ablation; ablation={ablation!r} does not use it")
-    device = model.device
-    tokens, mask = one_prompt(model, torch.tensor([graph.tokens], dtype=torch.long, device=device))
-    n, L = tokens.shape[1], model.arch.n_layers
-    real = real_forward(model, tokens, mask, transcoders)
-    fr, dt = real.frozen, real.dtype
+    """:meth:`AttributionGraph.faithfulness` (module docstring); ``thresholds`` and ``edge_threshold`` checked there.
+
+    In five steps: 1. the inputs checked and the prompt's real run, its features matched against the graph's nodes;
+    2. the nodes each run keeps (every node, none, each threshold's pruned graph); 3. the ablated values; 4. the runs,
+    all at once as a batch, and their metric; 5. the curve and the closure of the every-node run."""
+    # 1. the inputs checked, the real run, the graph's nodes matched against its active features
+    _check_inputs(graph, model, transcoders, ablation, reference, frozen_attention)
+    tokens, mask = one_prompt(model, torch.tensor([graph.tokens], dtype=torch.long, device=model.device))
+    n = tokens.shape[1]
     k = _held_prefix(graph, n)
+    real = real_forward(model, tokens, mask, transcoders)
+    feat_nodes, err_nodes = _graph_nodes(graph, real, k)
 
-    # the graph's nodes against this run: the same active features from position k on (else other transcoders)
-    kinds = graph.node_kind
-    feat_nodes = [i for i, kd in enumerate(kinds) if kd == "feature"]
-    node_pf = {(graph.node_layer[i], graph.node_pos[i], graph.node_feature[i]) for i in feat_nodes}
-    real_pf = {
-        (l, p, f) for l in range(L) for p, f in zip(real.feats[l][0].tolist(), real.feats[l][1].tolist()) if p >= k
-    }
-    if node_pf != real_pf:
-        extra, missing = sorted(node_pf - real_pf)[:3], sorted(real_pf - node_pf)[:3]
-        raise ArgumentError(
-            f"transcoders: the graph's feature nodes are not the features these transcoders make active "
-            f"on its prompt (graph only: {extra}; transcoders only: {missing}, as (layer, pos, feature)): "
-            "pass the transcoders (and model) the graph was built with"
-        )
-    err_nodes = [i for i, kd in enumerate(kinds) if kd == "error" and graph.node_pos[i] >= k]
-
-    # the runs: every node, none, then each threshold's pruned graph
+    # 2. the runs: every node, none, then each threshold's pruned graph
     ts = [float(t) for t in thresholds]
     kept_sets: list[Optional[set[str]]] = [None, set()]
-    for t in ts:
-        kept_sets.append(set(graph.prune(t, edge_threshold).node_labels))
-    B = len(kept_sets)
-    K_feat = torch.tensor(
-        [[True] * len(feat_nodes) if s is None else [graph.node_labels[i] in s for i in feat_nodes] for s in kept_sets],
-        dtype=torch.bool,
-        device="cpu",
-    )
-    K_err = torch.ones(B, L, n, dtype=torch.bool, device="cpu")  # held positions (< k) always keep their error
-    for r, s in enumerate(kept_sets):
-        if s is not None:
-            for i in err_nodes:
-                K_err[r, graph.node_layer[i], graph.node_pos[i]] = graph.node_labels[i] in s
+    kept_sets += [set(graph.prune(t, edge_threshold).node_labels) for t in ts]
+    K_feat, K_err = _kept(graph, feat_nodes, err_nodes, kept_sets, n)
 
+    # 3. the ablated values: zero, or the means over the prompt's (or the reference prompts') positions ≥ k
     if ablation == "mean":
         abl_a, abl_e, ref_text = _means(model, real, transcoders, reference, k)
     else:
-        abl_a = [torch.zeros(t.n_features, dtype=dt, device=device) for t in real.tcs]
-        abl_e = [torch.zeros(model.arch.d_model, dtype=dt, device=device) for _ in range(L)]
+        abl_a = [torch.zeros(t.n_features, dtype=real.dtype, device=model.device) for t in real.tcs]
+        abl_e = [torch.zeros(model.arch.d_model, dtype=real.dtype, device=model.device) for _ in real.tcs]
         ref_text = "zero"
-    keep, fixed, err = [], [], []
-    K_feat_d, K_err_d = K_feat.to(device), K_err.to(device)
-    for l in range(L):
-        cols = [j for j, i in enumerate(feat_nodes) if graph.node_layer[i] == l]
-        p_l = torch.tensor([graph.node_pos[feat_nodes[j]] for j in cols], dtype=torch.long, device=device)
-        f_l = torch.tensor([graph.node_feature[feat_nodes[j]] for j in cols], dtype=torch.long, device=device)
-        kp = torch.zeros(B, n, real.tcs[l].n_features, dtype=torch.bool, device=device)
-        kp[:, p_l, f_l] = K_feat_d[:, torch.tensor(cols, dtype=torch.long, device=device)]
-        fx = _dense(real, l, n)[None].repeat(B, 1, 1)
-        fx[:, p_l, f_l] = abl_a[l][f_l]
-        keep.append(kp)
-        fixed.append(fx)
-        err.append(torch.where(K_err_d[:, l, :, None], real.errs[l][None], abl_e[l][None, None]))
 
-    def write(l: int, h2: Tensor) -> Tensor:  # h2 [B, n, d], this run's MLP input -> layer l's MLP write [B, n, d]
-        tc = real.tcs[l]
-        v = torch.where(keep[l], tc.encode(h2), fixed[l])
-        return v @ tc.W_dec + tc.b_dec + tc.skip(h2) + err[l]
-
-    w = fr.w
-    W_U = w.W_U
-    assert W_U is not None  # check_replaceable: a decoder with an unembedding
-    b_U = torch.zeros(W_U.shape[1], dtype=dt, device=device) if w.b_U is None else w.b_U
+    # 4. the runs, and the graph's metric read off each
+    W_U, b_U = _unembed(real)
     pos, u, b_u, graph_value = _output(graph, W_U, b_U)
-    with torch.no_grad():
-        if frozen_attention:
-            x = real.emb[None].repeat(B, 1, 1)
-            for l in range(L):
-                x, _ = fr.step(l, x, functools.partial(write, l))
-            m = fr.readout(x, pos, u[:, None], b_u[None])[:, 0]
-        else:
-            e = fr.e
-            e_dt = e.w.W_E.dtype
-            x = e.embed(e.embed_parts(tokens)).repeat(B, 1, 1)
-            prompt = torch.zeros(B, dtype=torch.long, device=device)
-            rows = torch.arange(B, device=device)
-            for l in range(L):
-                store: dict[str, Tensor] = {}
-                e.layer(l, x, prompt=prompt, mask=mask, capture={"resid_mid"}, store=store)
-                h2 = mlp_input(e, x, store.get("resid_mid"), l).to(dt)
-                patch = Patch(site="mlp_out", layer=l, rows=rows, value=write(l, h2).to(e_dt))
-                x = e.layer(l, x, prompt=prompt, mask=mask, patches=[patch])
-            m = e.norm(x[:, pos], e.w.lnf_w, e.w.lnf_b).to(dt) @ u + b_u
-    m = m.detach().double().cpu()
+    writes = _Writes.of(real, graph, feat_nodes, K_feat, K_err, abl_a, abl_e)
+    m = _run(real, tokens, mask, writes, pos, u, b_u, frozen_attention).detach().double().cpu()
+
+    # 5. the curve, its areas, and the every-node run against the model (closure)
     full, empty, values = float(m[0]), float(m[1]), m[2:]
     gap = metric_gap(
         full, empty, warn="AttributionGraph.faithfulness", names=("M(full graph)", "M(no nodes)"), undefined=_FAITH
@@ -334,19 +256,7 @@ def graph_faithfulness(
     faith = (values - empty) / gap
     x_t = torch.tensor(ts, dtype=torch.float64, device="cpu")
     cpr, cmd = (float(a) for a in faithfulness_areas(faith, x_t)) if len(ts) > 1 else (math.nan, math.nan)
-    with torch.no_grad():  # the scale of CLOSURE_TOLERANCE: the largest |logit| of the real forward at pos
-        scale = float((fr.e.norm(real.final[pos], w.lnf_w, w.lnf_b) @ W_U + b_U).abs().max())
-    closure = abs(full - graph_value)
-    relative = closure / max(scale, torch.finfo(dt).tiny)
-    tol = CLOSURE_TOLERANCE.get(model.dtype, 1e-3)
-    if not relative <= tol:
-        warn_user(
-            f"AttributionGraph.faithfulness: with every node kept the replacement run gives {full:.6g}, not the "
-            f"graph's (the model's) {graph_value:.6g} (relative {relative:.2e}, tolerance {tol:g} for "
-            f"{model.dtype}), so the curve mixes the ablations with that error; run in float64 "
-            "(load_model(..., dtype=torch.float64)) or check the transcoders' held-out FVU",
-            ClosureWarning,
-        )
+    closure, relative, tol = _closure(model, real, W_U, b_U, pos, full, graph_value)
     n_err = [sum(1 for i in err_nodes if graph.node_labels[i] in (s or ())) for s in kept_sets[2:]]
     return GraphFaithfulness(
         thresholds=ts,
@@ -371,3 +281,198 @@ def graph_faithfulness(
         target=graph.target,
         model_name=model.name,
     )
+
+
+def _check_inputs(
+    graph: "AttributionGraph",
+    model: Model,
+    transcoders: Union[Sequence[Transcoder], CrossLayerTranscoder],
+    ablation: str,
+    reference: Any,
+    frozen_attention: bool,
+) -> None:
+    """The model is the graph's, the transcoders replace its MLPs, the options are allowed (typed errors)."""
+    require_model(model)
+    check_replaceable(model, transcoders, cross_layer=True)
+    check_choice("ablation", ablation, GRAPH_ABLATIONS)
+    check_bool("frozen_attention", frozen_attention)
+    if model.name != graph.model_name or model.arch.n_layers != graph.n_layers:
+        raise ArgumentError(
+            f"model {model.name!r} ({model.arch.n_layers} layers) is not the graph's "
+            f"({graph.model_name!r}, {graph.n_layers} layers)"
+        )
+    if reference is not None and ablation != "mean":
+        raise ArgumentError(f"reference= gives the means of mean ablation; ablation={ablation!r} does not use it")
+
+
+def _held_prefix(g: "AttributionGraph", n: int) -> int:
+    """The positions the graph holds as constants: its ``constant_prefix`` (checked: an int in [0, n))."""
+    k = g.constant_prefix
+    if not is_int(k) or not 0 <= k < n:
+        raise ArgumentError(
+            f"the graph's constant_prefix={k!r} must be an int in [0, {n - 1}] for its prompt of {n} tokens"
+        )
+    return int(k)
+
+
+def _graph_nodes(g: "AttributionGraph", real: RealRun, k: int) -> tuple[list[int], list[int]]:
+    """The graph's feature nodes and its error nodes (from position k on), as indices into its node table, once its
+    feature nodes are checked to be the features the transcoders make active on its prompt from position k on
+    (else the graph was built with other transcoders, or another held prefix: an ArgumentError)."""
+    kinds = g.node_kind
+    feat_nodes = [i for i, kd in enumerate(kinds) if kd == "feature"]
+    node_pf = {(g.node_layer[i], g.node_pos[i], g.node_feature[i]) for i in feat_nodes}
+    real_pf = {
+        (l, p, f)
+        for l in range(len(real.tcs))
+        for p, f in zip(real.feats[l][0].tolist(), real.feats[l][1].tolist())
+        if p >= k
+    }
+    if node_pf != real_pf:
+        extra, missing = sorted(node_pf - real_pf)[:3], sorted(real_pf - node_pf)[:3]
+        raise ArgumentError(
+            f"transcoders: the graph's feature nodes are not the features these transcoders make active "
+            f"on its prompt (graph only: {extra}; transcoders only: {missing}, as (layer, pos, feature)): "
+            "pass the transcoders (and model) the graph was built with (a graph saved before its constant_prefix "
+            f"was recorded reads {k}: dataclasses.replace(graph, constant_prefix=...) restores it)"
+        )
+    err_nodes = [i for i, kd in enumerate(kinds) if kd == "error" and g.node_pos[i] >= k]
+    return feat_nodes, err_nodes
+
+
+def _kept(
+    g: "AttributionGraph", feat_nodes: list[int], err_nodes: list[int], kept_sets: list[Optional[set[str]]], n: int
+) -> tuple[Tensor, Tensor]:
+    """Per run (a set of kept node labels, None = every node), which feature nodes it keeps [B, n_feat] and which
+    error vectors [B, L, n] (the held positions < k, which are no nodes, always keep theirs); on the host."""
+    K_feat = torch.tensor(
+        [[True] * len(feat_nodes) if s is None else [g.node_labels[i] in s for i in feat_nodes] for s in kept_sets],
+        dtype=torch.bool,
+        device="cpu",
+    )
+    K_err = torch.ones(len(kept_sets), g.n_layers, n, dtype=torch.bool, device="cpu")
+    for r, s in enumerate(kept_sets):
+        if s is not None:
+            for i in err_nodes:
+                K_err[r, g.node_layer[i], g.node_pos[i]] = g.node_labels[i] in s
+    return K_feat, K_err
+
+
+class _Writes:
+    """The MLP writes of the B runs (module docstring): ``keep[l]`` [B, n, F] the feature nodes recomputed from the
+    run's MLP input, ``fixed[l]`` [B, n, F] every other activation's value (ablated for a dropped node, real where no
+    node), ``err[l]`` [B, n, d] each position's error vector (real or ablated). Called once per layer in order, as a
+    run meets the layers; with a cross-layer transcoder layer l's write sums the features of every layer k ≤ l
+    through W_dec[k → l] (``later`` [B, n, L, d] carries each layer's writes to the layers after it)."""
+
+    def __init__(self, real: RealRun, keep: list[Tensor], fixed: list[Tensor], err: list[Tensor]):
+        self.real, self.keep, self.fixed, self.err = real, keep, fixed, err
+        self.later: Optional[Tensor] = None
+
+    @classmethod
+    def of(
+        cls,
+        real: RealRun,
+        g: "AttributionGraph",
+        feat_nodes: list[int],
+        K_feat: Tensor,
+        K_err: Tensor,
+        abl_a: list[Tensor],
+        abl_e: list[Tensor],
+    ) -> "_Writes":
+        """The writes of the runs that keep the nodes ``K_feat`` / ``K_err`` (:func:`_kept`), the others at their
+        ablated values ``abl_a[l]`` [F] / ``abl_e[l]`` [d]."""
+        device = real.emb.device
+        B, n = K_feat.shape[0], real.emb.shape[0]
+        keep, fixed, err = [], [], []
+        K_feat_d, K_err_d = K_feat.to(device), K_err.to(device)
+        for l in range(len(real.tcs)):
+            cols = [j for j, i in enumerate(feat_nodes) if g.node_layer[i] == l]
+            p_l = torch.tensor([g.node_pos[feat_nodes[j]] for j in cols], dtype=torch.long, device=device)
+            f_l = torch.tensor([g.node_feature[feat_nodes[j]] for j in cols], dtype=torch.long, device=device)
+            kp = torch.zeros(B, n, real.tcs[l].n_features, dtype=torch.bool, device=device)
+            kp[:, p_l, f_l] = K_feat_d[:, torch.tensor(cols, dtype=torch.long, device=device)]
+            fx = real.dense(l)[None].repeat(B, 1, 1)
+            fx[:, p_l, f_l] = abl_a[l][f_l]
+            keep.append(kp)
+            fixed.append(fx)
+            err.append(torch.where(K_err_d[:, l, :, None], real.errs[l][None], abl_e[l][None, None]))
+        return cls(real, keep, fixed, err)
+
+    def __call__(self, l: int, h2: Tensor) -> Tensor:
+        """h2 [B, n, d], the run's MLP input at layer l → layer l's MLP write [B, n, d]."""
+        tc, clt = self.real.tcs[l], self.real.clt
+        v = torch.where(self.keep[l], tc.encode(h2), self.fixed[l])
+        if clt is None:
+            return v @ tc.W_dec + tc.b_dec + tc.skip(h2) + self.err[l]
+        F, J, d = clt.W_dec[l].shape  # layer l's features write at layers l .. l + J − 1 = L − 1
+        later = h2.new_zeros(*h2.shape[:-1], len(self.real.tcs), d) if self.later is None else self.later
+        later[..., l:, :] += (v @ clt.W_dec[l].reshape(F, J * d)).unflatten(-1, (J, d))
+        self.later = later
+        return later[..., l, :] + tc.b_dec + tc.skip(h2) + self.err[l]
+
+
+def _unembed(real: RealRun) -> tuple[Tensor, Tensor]:
+    """W_U [d, V] and b_U [V] (zeros where the model has none) in the replacement model's dtype."""
+    w = real.frozen.w
+    W_U = w.W_U
+    assert W_U is not None  # check_replaceable: a decoder with an unembedding
+    b_U = torch.zeros(W_U.shape[1], dtype=real.dtype, device=W_U.device) if w.b_U is None else w.b_U
+    return W_U, b_U
+
+
+def _run(
+    real: RealRun,
+    tokens: Tensor,
+    mask: Tensor,
+    writes: _Writes,
+    pos: int,
+    u: Tensor,
+    b_u: Tensor,
+    frozen_attention: bool,
+) -> Tensor:
+    """The B runs as one batch, each MLP's write replaced by ``writes``: the metric N_f(x_pos)·u + b_u of each [B] —
+    with attention patterns and norm scales frozen at the real forward (the replacement model) or recomputed (the
+    engine's forward with each layer's ``mlp_out`` patched)."""
+    fr, L = real.frozen, len(real.tcs)
+    B = writes.keep[0].shape[0]
+    with torch.no_grad():
+        if frozen_attention:
+            x = real.emb[None].repeat(B, 1, 1)
+            for l in range(L):
+                x, _ = fr.step(l, x, functools.partial(writes, l))
+            return fr.readout(x, pos, u[:, None], b_u[None])[:, 0]
+        e = fr.e
+        e_dt = e.w.W_E.dtype
+        x = e.embed(e.embed_parts(tokens)).repeat(B, 1, 1)
+        prompt = torch.zeros(B, dtype=torch.long, device=tokens.device)
+        rows = torch.arange(B, device=tokens.device)
+        for l in range(L):
+            store: dict[str, Tensor] = {}
+            e.layer(l, x, prompt=prompt, mask=mask, capture={"resid_mid"}, store=store)
+            h2 = mlp_input(e, x, store.get("resid_mid"), l).to(real.dtype)
+            patch = Patch(site="mlp_out", layer=l, rows=rows, value=writes(l, h2).to(e_dt))
+            x = e.layer(l, x, prompt=prompt, mask=mask, patches=[patch])
+        return e.norm(x[:, pos], e.w.lnf_w, e.w.lnf_b).to(real.dtype) @ u + b_u
+
+
+def _closure(
+    model: Model, real: RealRun, W_U: Tensor, b_U: Tensor, pos: int, full: float, graph_value: float
+) -> tuple[float, float, float]:
+    """|M(every node) − the graph's value|, that over the largest |logit| of the real forward at ``pos`` (the scale of
+    :data:`CLOSURE_TOLERANCE`), and the tolerance; past it a :class:`ClosureWarning`."""
+    fr, w = real.frozen, real.frozen.w
+    with torch.no_grad():
+        scale = float((fr.e.norm(real.final[pos], w.lnf_w, w.lnf_b) @ W_U + b_U).abs().max())
+    closure = abs(full - graph_value)
+    relative = closure / max(scale, torch.finfo(real.dtype).tiny)
+    tol = CLOSURE_TOLERANCE.get(model.dtype, 1e-3)
+    if not relative <= tol:
+        warn_user(
+            f"AttributionGraph.faithfulness: with every node kept the replacement run gives {full:.6g}, not the "
+            f"graph's (the model's) {graph_value:.6g} (relative {relative:.2e}, tolerance {tol:g} for "
+            f"{model.dtype}), so the curve mixes the ablations with that error; run in float64 "
+            "(load_model(..., dtype=torch.float64)) or check the transcoders' held-out FVU",
+            ClosureWarning,
+        )
+    return closure, relative, tol

@@ -1,4 +1,5 @@
-"""Attribution graphs: the exact linear replacement model of one prompt, over per-layer transcoders.
+"""Attribution graphs: the exact linear replacement model of one prompt, over per-layer transcoders or a cross-layer
+transcoder.
 
 The replacement model (:mod:`interp.features._replacement`: attention patterns and norm scales frozen at the real
 forward, each MLP write replaced by its transcoder's features plus an error node) is affine in its sources — the
@@ -27,7 +28,8 @@ from typing import Any, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from interp._validate import check_positive_int
+from interp._norms import apply_frozen
+from interp._validate import check_positive_int, is_int
 from interp.attribution import TokenSpec
 from interp.errors import ArgumentError
 from interp.features._jacobian import Ends, FrozenJacobian
@@ -80,7 +82,8 @@ def attribution_graph(
     ``constant_prefix`` = k holds the MLP writes at the first k positions at their real values: their features
     are not nodes, their error nodes have no edges, and those writes join every target's constant term (the graph
     still closes; every other edge is unchanged). k = 1 is circuit-tracer's convention (the BOS position, an
-    attention sink whose MLP writes large and uninformative features; 4 for Gemma 3 chat templates).
+    attention sink whose MLP writes large and uninformative features; 4 for Gemma 3 chat templates). The graph
+    records k (``constant_prefix``), which :meth:`AttributionGraph.faithfulness` holds too.
     ``logit_effects`` = k keeps each feature's k most promoted and k most suppressed tokens (its decoder row
     straight to the logits at its position), which the viewer shows on hover; 0 (the default) keeps none: they
     are display data, one product with W_U per distinct feature, the larger part of the build for a large
@@ -95,7 +98,7 @@ def attribution_graph(
     n = tokens.shape[1]
     pos = position("pos", pos, n)
     t_id, w_id = output_tokens(model, tokens, pos, target, wrong, "attribution_graph")
-    _check_prefix(constant_prefix, n)
+    constant_prefix = _check_prefix(constant_prefix, n)
 
     # 2. the real run: the replacement model frozen at it, the MLP writes at the first positions held as constants
     real = real_forward(model, tokens, mask, transcoders)
@@ -122,6 +125,7 @@ def attribution_graph(
         logit_effects=logit_effects,
         node_threshold=node_threshold,
         edge_threshold=edge_threshold,
+        constant_prefix=constant_prefix,
     )
 
 
@@ -138,7 +142,7 @@ def _check_options(
     check_thresholds(node_threshold, edge_threshold)
     check_positive_int("batch_size", batch_size)
     check_positive_int("max_n_logits", max_n_logits)
-    if not isinstance(logit_effects, int) or isinstance(logit_effects, bool) or logit_effects < 0:
+    if not is_int(logit_effects) or logit_effects < 0:
         raise ArgumentError(f"logit_effects={logit_effects!r} must be an int ≥ 0 (0: none)")
     if (
         isinstance(desired_logit_prob, bool)
@@ -148,12 +152,14 @@ def _check_options(
         raise ArgumentError(f"desired_logit_prob={desired_logit_prob!r} must be a number in (0, 1]")
 
 
-def _check_prefix(constant_prefix: Any, n: int) -> None:
-    if not isinstance(constant_prefix, int) or isinstance(constant_prefix, bool) or not 0 <= constant_prefix < n:
+def _check_prefix(constant_prefix: Any, n: int) -> int:
+    """``constant_prefix`` as an int if it is one in [0, n), else an :class:`ArgumentError`."""
+    if not is_int(constant_prefix) or not 0 <= constant_prefix < n:
         raise ArgumentError(
             f"constant_prefix={constant_prefix!r} must be an int in [0, {n - 1}] for a prompt of {n} "
             "tokens (1: the BOS position's MLP writes are constants, circuit-tracer's convention)"
         )
+    return int(constant_prefix)
 
 
 @dataclass(frozen=True)
@@ -427,9 +433,10 @@ def _assemble(
     logit_effects: int,
     node_threshold: float,
     edge_threshold: float,
+    constant_prefix: int,
 ) -> AttributionGraph:
     """The :class:`AttributionGraph`: the adjacency, constant terms and values with the node table, the closure, the
-    outputs' weights and the display data (token text, logit effects)."""
+    outputs' weights, the display data (token text, logit effects) and the held prefix."""
     closure, relative = _closure(A, bias, value, nodes)
     weight = torch.zeros(nodes.N, dtype=real.dtype, device="cpu")
     weight[nodes.outputs] = out.weight.cpu()
@@ -453,6 +460,7 @@ def _assemble(
         **_logit_effect_table(model, real, nodes, logit_effects),
         node_threshold=float(node_threshold),
         edge_threshold=float(edge_threshold),
+        constant_prefix=constant_prefix,
     )
 
 
@@ -476,11 +484,8 @@ def _logit_effects(real: RealRun, k: int) -> tuple[Tensor, Tensor]:
     if not uniq:
         return torch.zeros(0, 2 * k, dtype=torch.long, device="cpu"), torch.zeros(0, 2 * k, dtype=fr.dt, device="cpu")
     with torch.no_grad():
-        U = torch.cat(uniq)
-        if fr.a.norm == "layernorm":
-            U = U - U.mean(-1, keepdim=True)
-        if w.lnf_w is not None:
-            U = U * w.lnf_w
+        one = torch.ones((), dtype=fr.dt, device=W_U.device)  # σ_p is divided out below, per position
+        U = apply_frozen(torch.cat(uniq), w.lnf_w, one, fr.a.norm)  # γ ⊙ C(W_dec[f]) (C the centring of LayerNorm)
         ids, vals = top_and_bottom_logits(U, W_U, k)
     at = torch.cat(where)
     sigma = torch.cat([fr.s_final[p_idx] for p_idx, _ in real.feats])  # [n_feat, 1]

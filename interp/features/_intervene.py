@@ -100,8 +100,10 @@ def _feature(x: Any) -> tuple[int, int, Optional[int]]:
         x = lab
     if isinstance(x, Feature):
         return x.layer, x.feature, x.pos
-    if isinstance(x, tuple) and len(x) in (2, 3) and all(isinstance(v, int) or v is None for v in x):
-        return int(x[0]), int(x[1]), (None if len(x) == 2 else x[2])
+    if isinstance(x, tuple) and len(x) in (2, 3) and is_int(x[0]) and is_int(x[1]):
+        pos = None if len(x) == 2 else x[2]
+        if pos is None or is_int(pos):
+            return int(x[0]), int(x[1]), None if pos is None else int(pos)
     raise ArgumentError(
         f"feature={x!r} must be a Feature label, its text ('L3.F12@5', or 'L3.F12@*' for every "
         "position) or (layer, feature[, pos])"
@@ -113,7 +115,7 @@ def _interventions(items: Any, transcoders: Sequence[Transcoder], n: int) -> lis
     allowed). An item is an :class:`Intervention`, a tuple (layer, pos, feature, value) (circuit-tracer's
     order: clamp), or a feature label / its text (ablate)."""
     if isinstance(items, (Intervention, Feature, str)) or (
-        isinstance(items, tuple) and len(items) == 4 and isinstance(items[0], int)
+        isinstance(items, tuple) and len(items) == 4 and is_int(items[0])
     ):
         items = [items]
     if not isinstance(items, (list, tuple)) or not items:

@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
+from interp._norms import apply_frozen
 from interp.engine import Engine, RunCache
 from interp.errors import (
     ArgumentError,
@@ -62,9 +63,8 @@ def check_replaceable(
         return
     if isinstance(transcoders, CrossLayerTranscoder):
         raise UnsupportedOperationError(
-            f"transcoders is a {transcoders!r}: QK attribution, faithfulness and aggregate graphs take per-layer "
-            "transcoders so far (attribution_graph and intervene take a CLT) (a cross-layer feature, one node writing "
-            "at several layers, is not built into the replacement model yet); pass a list of "
+            f"transcoders is a {transcoders!r}: QK attribution takes per-layer transcoders so far (attribution_graph, "
+            "intervene, AttributionGraph.faithfulness and aggregate_graphs take a CLT); pass a list of "
             "interp.features.Transcoder, one per layer"
         )
     if isinstance(transcoders, (list, tuple)):
@@ -107,16 +107,9 @@ class FrozenReplacement:
         self._sigma: dict[str, Sequence[Optional[Tensor]]] = {"ln1": s1, "ln2": s2, "ln1_post": s_post}
 
     def norm(self, x: Tensor, gain: Optional[Tensor], bias: Optional[Tensor], sigma: Tensor) -> Tensor:
-        """A norm with its scale σ [n, 1] frozen: γ ⊙ (x − mean x)/σ + β (LayerNorm), γ ⊙ x/σ (RMSNorm)."""
-        kind = self.a.norm
-        if kind == "none":
-            return x
-        if kind == "layernorm":
-            x = x - x.mean(-1, keepdim=True)
-        y = x / sigma
-        if gain is not None:
-            y = y * gain
-        return y + bias if (bias is not None and kind == "layernorm") else y
+        """A norm of the model's kind with its scale σ [n, 1] frozen: γ ⊙ (x − mean x)/σ + β (LayerNorm), γ ⊙ x/σ
+        (RMSNorm) (:func:`interp._norms.apply_frozen`)."""
+        return apply_frozen(x, gain, sigma, self.a.norm, bias)
 
     def gain(self, norm: str, l: int) -> Optional[Tensor]:
         """γ of layer l's norm ``norm`` (a block step's norm id: "ln1", "ln2", "ln1_post"), in the model's dtype."""
@@ -270,6 +263,12 @@ class RealRun:
             for j in range(k, len(out)):
                 out[j].index_add_(0, p_idx, self.acts[k][:, None] * self.clt.W_dec[k][f_idx, j - k])
         return out
+
+    def dense(self, l: int) -> Tensor:
+        """Layer l's real feature activations as a dense [n, F] (zero where inactive)."""
+        f = torch.zeros(self.emb.shape[0], self.tcs[l].n_features, dtype=self.dtype, device=self.emb.device)
+        f[self.feats[l]] = self.acts[l]
+        return f
 
     def writes(self, l: int, f_idx: Tensor) -> list[tuple[int, Tensor]]:
         """Where layer l's features ``f_idx`` write per unit activation: [(layer, W_dec rows [m, d])] — their own

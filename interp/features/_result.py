@@ -26,6 +26,7 @@ from torch import Tensor
 from interp._result import Result
 from interp.errors import ArgumentError
 from interp.features._faithfulness import GRAPH_THRESHOLDS, GraphFaithfulness, graph_faithfulness
+from interp.features._transcoder import CrossLayerTranscoder
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -79,6 +80,9 @@ class AttributionGraph(Result):
     tokens per unit activation, directly at its position (W_dec[f] through the final norm with that position's
     frozen scale, then W_U; ids −1 for other nodes), ``logit_effect_strs`` their text. ``node_threshold`` and
     ``edge_threshold``: the graph's pruning thresholds, the defaults of :meth:`prune` and :meth:`export`.
+    ``constant_prefix``: the leading positions whose MLP writes the graph holds as constants (no feature nodes, error
+    nodes without edges; :func:`interp.features.attribution_graph`'s argument; 0 for a graph saved before it was
+    recorded).
     Rows of the table: one per node, with its ``influence`` on the outputs and ``direct`` = Σ_k w_k · its edge
     into output k.
     """
@@ -107,6 +111,7 @@ class AttributionGraph(Result):
     logit_effect_strs: Optional[list[list[str]]] = None
     node_threshold: float = 0.8
     edge_threshold: float = 0.98
+    constant_prefix: int = 0
 
     label_column: ClassVar[str] = "node"
     default_by: ClassVar[str] = "influence"
@@ -241,6 +246,7 @@ class AttributionGraph(Result):
             logit_effect_strs=None if self.logit_effect_strs is None else pick(self.logit_effect_strs),
             node_threshold=float(node_threshold),
             edge_threshold=float(edge_threshold),
+            constant_prefix=self.constant_prefix,
         )
 
     def export(
@@ -305,7 +311,7 @@ class AttributionGraph(Result):
     def faithfulness(
         self,
         model: Any,
-        transcoders: Sequence[Any],
+        transcoders: Union[Sequence[Any], CrossLayerTranscoder],
         *,
         thresholds: Sequence[float] = GRAPH_THRESHOLDS,
         edge_threshold: Optional[float] = None,
@@ -314,13 +320,15 @@ class AttributionGraph(Result):
         frozen_attention: bool = True,
     ) -> GraphFaithfulness:
         """How much of the graph's output its pruned graphs recover: for each node threshold t in ``thresholds``
-        (increasing, each in (0, 1]), the replacement model over ``transcoders`` (those the graph was built with) is
-        run with every feature and error node that :meth:`prune` (t, ``edge_threshold``; None: the graph's) drops
-        ablated — ``ablation`` "mean" (each feature's mean activation and each layer's mean error vector over the
-        prompt's positions, or over the ``reference`` prompts') or "zero" — and the kept features recomputed from
-        their inputs; faithfulness (M(pruned) − M(no nodes)) / (M(all nodes) − M(no nodes)), with CPR and CMD over
-        t. ``frozen_attention``: attention patterns and norm scales frozen at the real forward (the graph's model) or
-        recomputed. M(all nodes) is the model's own output (closure; past the tolerance a ClosureWarning).
+        (increasing, each in (0, 1]), the replacement model over ``transcoders`` (those the graph was built with:
+        per-layer transcoders or a :class:`~interp.features.CrossLayerTranscoder`, whose dropped features are ablated in
+        every layer they write) is run with every feature and error node that :meth:`prune` (t, ``edge_threshold``;
+        None: the graph's) drops ablated — ``ablation`` "mean" (each feature's mean activation and each layer's mean
+        error vector over the prompt's positions, or over the ``reference`` prompts') or "zero" — and the kept features
+        recomputed from their inputs; faithfulness (M(pruned) − M(no nodes)) / (M(all nodes) − M(no nodes)), with CPR
+        and CMD over t. ``frozen_attention``: attention patterns and norm scales frozen at the real forward (the graph's
+        model) or recomputed. The positions the graph holds (``constant_prefix``) keep their real writes and are left
+        out of the means. M(all nodes) is the model's own output (closure; past the tolerance a ClosureWarning).
         docs/math.md §32."""
         check_thresholds(1.0, self.edge_threshold if edge_threshold is None else edge_threshold)
         try:

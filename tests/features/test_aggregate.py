@@ -7,7 +7,9 @@
 * combining the aggregates of two halves of the prompts gives the aggregate of all of them;
 * sharded on a 2-worker local Ray cluster (a float64 model reloaded by the workers from its folder): the same
   identities and counts, and sums equal to float64 rounding; a rerun with ``out=`` resumes every shard;
-* the result's table, ``top``, ``edges``, ``save``/``load``, plot; typed errors for bad input.
+* the result's table, ``top``, ``edges``, ``save``/``load``, plot; typed errors for bad input;
+* over a cross-layer transcoder, the same sums by hand over each prompt's CLT graph (and sharded on Ray, the same
+  identities, counts and sums as in process).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from interp.engine import model_from_hf
 from interp.errors import ArgumentError
 from interp.features import AggregateGraph, Transcoder, aggregate_graphs, attribution_graph
 from tiny_models import tiny_hf_dir, tiny_hf_model, tiny_tokenizer
-from tiny_transcoders import random_transcoders
+from tiny_transcoders import random_clt, random_transcoders
 
 PROMPTS = ["w1 w2 w3 w4", "w5 w6 w7 w8 w9 w10", "w1 w2 w3", "w11 w12 w13 w14 w15 w16 w17"]
 TARGETS = ["w4", "w11", "w4", "w18"]
@@ -127,6 +129,18 @@ def test_aggregate_equals_each_graph_alone(llama):
     assert w4["kind"] == "logit" and w4["n_active"] == 2 and w4["text"] == "w4"
 
 
+def test_clt_aggregate_equals_each_graph_alone():
+    """Over a cross-layer transcoder (3 layers: a layer-0 feature writes at 1 and 2): the aggregate against sums by
+    hand over each prompt's CLT graph built alone; a feature's identity is its encoder's layer and index."""
+    m = model_from_hf(tiny_hf_model("llama", n_layers=3), tiny_tokenizer(), name="tiny-llama-3")
+    clt = random_clt(m, 64, seed=1, activation="topk", k=2)
+    agg = aggregate_graphs(m, PROMPTS, clt, target=TARGETS, progress=False)
+    graphs = [attribution_graph(m, p, clt, target=t) for p, t in zip(PROMPTS, TARGETS)]
+    _check_against_hand(agg, graphs)
+    layers = {l for l, k in zip(agg.node_layer, agg.node_kind) if k == "feature"}
+    assert layers == {0, 1, 2} and agg.n_layers == 3
+
+
 def test_top_logits_and_differences(llama):
     m, tcs = llama
     agg = aggregate_graphs(m, PROMPTS[:3], tcs, progress=False)  # each graph's outputs are its top logits
@@ -187,19 +201,23 @@ def test_sharded_on_ray_equals_in_process(tmp_path):
     pytest.importorskip("ray")
     m = interp.load_model(str(tiny_hf_dir("llama", tmp_path / "llama")), dtype=torch.float64)
     tcs = [t.to(dtype=torch.float64) for t in random_transcoders(m, 64, seed=1, activation="topk", k=2)]
+    clt = random_clt(m, 64, seed=1, activation="topk", k=2, dtype=torch.float64)
     ref = aggregate_graphs(m, PROMPTS, tcs, target=TARGETS, progress=False)
+    ref_clt = aggregate_graphs(m, PROMPTS, clt, target=TARGETS, progress=False)
     with interp.RayCluster(workers=2) as cluster:
         r = aggregate_graphs(m, PROMPTS, tcs, target=TARGETS, progress=False, cluster=cluster, out=tmp_path / "shards")
         again = aggregate_graphs(
             m, PROMPTS, tcs, target=TARGETS, progress=False, cluster=cluster, out=tmp_path / "shards"
         )
+        r_clt = aggregate_graphs(m, PROMPTS, clt, target=TARGETS, progress=False, cluster=cluster)
     d = r.details["distributed"]
     print(f"{d['shards']} shards on {d['workers']} workers: bounds {d['bounds']}")
     assert d["shards"] > 1 and d["computed"] == d["shards"] and again.details["distributed"]["resumed"] == d["shards"]
-    for res in (r, again):
-        assert res.labels == ref.labels and res.n_prompts == len(PROMPTS)
+    assert r_clt.details["distributed"]["shards"] > 1 and r_clt.labels != ref.labels
+    for res, want in ((r, ref), (again, ref), (r_clt, ref_clt)):
+        assert res.labels == want.labels and res.n_prompts == len(PROMPTS)
         for f in ("n_active", "n_kept", "n_positions", "edge_index", "edge_count"):
-            assert torch.equal(getattr(res, f), getattr(ref, f)), f
+            assert torch.equal(getattr(res, f), getattr(want, f)), f
         for f in ("influence_sum", "activation_sum", "direct_sum", "edge_sum"):
-            a, b = getattr(res, f), getattr(ref, f)
+            a, b = getattr(res, f), getattr(want, f)
             assert float((a - b).abs().max()) <= 1e-12 * float(b.abs().max()), f

@@ -10,11 +10,16 @@
 * an intermediate threshold equals the same hand-built run with the nodes the pruned graph keeps recomputed from
   their inputs (the features' activations by hand: relu(h W_encᵀ + b_enc)); with ``constant_prefix=1`` the held
   position keeps its real writes and the means skip it;
-* faithfulness, CPR and CMD from those values by hand; the figure; typed errors.
+* faithfulness, CPR and CMD from those values by hand; the figure; typed errors;
+* the held prefix is the graph's ``constant_prefix`` field (kept by prune and save/load; 0 for a file saved without
+  it), not read off its node table: a graph without a prefix whose position 0 looks held (no feature, exact-zero error
+  vectors) is run holding nothing, against the hand-built runs holding nothing and holding position 0.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import re
 import types
@@ -24,11 +29,13 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 import interp
 from interp.engine import model_from_hf
 from interp.errors import ArgumentError
-from interp.features import ClosureWarning, GraphFaithfulness, attribution_graph
+from interp.features import AttributionGraph, ClosureWarning, GraphFaithfulness, attribution_graph
 from tiny_models import hooked_forward, tiny_hf_model, tiny_tokenizer
 from tiny_transcoders import random_transcoders
 
@@ -298,3 +305,66 @@ def test_bad_input(llama):
     )
     with pytest.raises(ArgumentError, match="not the graph's"):
         g.faithfulness(other, tcs)
+
+
+def _without_field(path, name, out):
+    """A copy of the saved result at ``path`` whose header lacks field ``name`` (a file written before it existed)."""
+    with safe_open(str(path), framework="pt") as f:
+        meta, tensors = dict(f.metadata()), {k: f.get_tensor(k) for k in f.keys()}
+    fields = json.loads(meta["fields"])
+    del fields[name]
+    save_file(tensors, str(out), metadata={**meta, "fields": json.dumps(fields)})
+    return out
+
+
+def test_constant_prefix_is_the_graphs_field(tmp_path):
+    """attribution_graph records constant_prefix (prune and save/load keep it; a file saved without it reads 0) and
+    faithfulness holds those positions. A case where the node table alone would suggest another prefix: the MLPs
+    write nothing (their down projections zero) and no feature fires at position 0 with b_dec = 0, so position 0 has
+    no feature node and exact-zero error nodes, as a held position has — a graph built without a prefix still holds
+    none: its curve is the hand-built run holding no position, not the one holding position 0."""
+    dt = torch.float64
+    hfs = [tiny_hf_model("llama", dtype=dt) for _ in range(2)]
+    with torch.no_grad():
+        for layer in (layer for hf in hfs for layer in hf.model.layers):
+            layer.mlp.down_proj.weight.zero_()
+    m = model_from_hf(hfs[0], tiny_tokenizer(), name="tiny-llama-no-mlp", dtype=dt)
+    hf = hfs[1]
+    for mod in hf.modules():
+        if type(mod).__name__ == "LlamaRMSNorm":
+            mod.forward = types.MethodType(_rms_float64, mod)
+    ids = m.to_tokens(PROMPT)
+    base = [t.to(dtype=dt) for t in random_transcoders(m, 24, seed=1)]
+    h = _Real(hf, ids, base).h2  # each layer's MLP input: every feature's pre-activation at position 0 set to −0.1
+    tcs = [
+        dataclasses.replace(t, b_enc=-(h[l][0] @ t.W_enc.T) - 0.1, b_dec=torch.zeros_like(t.b_dec))
+        for l, t in enumerate(base)
+    ]
+    real = _Real(hf, ids, tcs)
+    L, n = len(tcs), ids.shape[1]
+    assert all(not real.acts[l][0].any() and real.acts[l][1:].any() for l in range(L))
+    g = attribution_graph(m, PROMPT, tcs, target="w3")
+    at0 = [i for i, p in enumerate(g.node_pos) if p == 0 and g.node_kind[i] in ("feature", "error")]
+    assert g.constant_prefix == 0 and {g.node_kind[i] for i in at0} == {"error"} and not g.activation[at0].any()
+    ts = (0.7, 0.9)
+    c = g.faithfulness(m, tcs, thresholds=ts, ablation="mean")
+    g1 = attribution_graph(m, PROMPT, tcs, target="w3", constant_prefix=1)
+    c1 = g1.faithfulness(m, tcs, thresholds=ts, ablation="mean")
+    for graph, curve, held in ((g, c, 0), (g1, c1, 1)):
+        abl_a, abl_e = _means([real], held)
+        want = [_frozen_by_hand(real, _writes(real, *_kept(graph.prune(t)), abl_a, abl_e, held), -1, T_ID) for t in ts]
+        print(f"constant_prefix={held}: M {curve.values.tolist()}, by hand {want}")
+        assert curve.values.tolist() == pytest.approx(want, rel=1e-9, abs=1e-12)
+        assert curve.n_errors_total == L * (n - held)
+    assert float((c.values - c1.values).abs().max()) > 1e-6  # holding position 0 or not changes the curve
+    # the field travels: prune, save / load; a file without it reads 0, which faithfulness refuses, naming the field
+    g2 = attribution_graph(m, PROMPT, tcs, target="w3", constant_prefix=2)
+    assert g2.constant_prefix == 2 and g2.prune(0.8).constant_prefix == 2
+    path = g2.save(tmp_path / "g2.safetensors")
+    assert AttributionGraph.load(path).constant_prefix == 2
+    old = AttributionGraph.load(_without_field(path, "constant_prefix", tmp_path / "old.safetensors"))
+    assert old.constant_prefix == 0 and torch.equal(old.adjacency, g2.adjacency)
+    with pytest.raises(ArgumentError, match="constant_prefix"):
+        old.faithfulness(m, tcs, thresholds=ts)
+    again = dataclasses.replace(old, constant_prefix=2).faithfulness(m, tcs, thresholds=ts)
+    assert torch.equal(again.values, g2.faithfulness(m, tcs, thresholds=ts).values)
