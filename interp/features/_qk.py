@@ -12,6 +12,9 @@ x_t (and q_0 that of every constant: biases, b_dec, norm offsets, b_Q) and k_j l
 
 exactly (bilinear, no cross terms left out). Each q_i and k_j is computed by one batched backward pass per
 side (a one-hot gradient per coordinate of the head's rotated q and k), never by materialising Jacobians.
+With a cross-layer transcoder (CLT) a feature of layer k writes a_f W_dec[k → j][f] into the MLP output of every
+layer j ≥ k: its image at layer l sums those writes over k ≤ j < l (the stream entering layer l holds the MLP
+outputs of the layers below it), and layer j's error node is the MLP's write minus the CLT's joint reconstruction.
 Where the model soft-caps its scores (Gemma 2: c·tanh(score / c)) the decomposed score is the one before
 the cap, and the result holds both. docs/math.md §29.
 """
@@ -26,11 +29,12 @@ import torch
 from torch import Tensor
 
 from interp._result import Result
+from interp._validate import check_int_range
 from interp.engine import allowed_keys, apply_rotary
 from interp.errors import ArgumentError
 from interp.features._prompt import one_prompt
-from interp.features._replacement import check_replaceable, real_forward
-from interp.features._transcoder import Transcoder
+from interp.features._replacement import RealRun, check_replaceable, real_forward
+from interp.features._transcoder import CrossLayerTranscoder, Transcoder
 from interp.labels import Feature, FeatureError, Head
 from interp.models import Model
 from interp.stream import require_model
@@ -41,16 +45,10 @@ if TYPE_CHECKING:
 __all__ = ["QKAttribution", "qk_attribution"]
 
 
-def _int(name: str, v: Any, lo: int, hi: int) -> int:
-    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
-        raise ArgumentError(f"{name}={v!r} must be an int in [{lo}, {hi}]")
-    return v
-
-
 def qk_attribution(
     model: Model,
     prompt: Union[str, Tensor],
-    transcoders: list[Transcoder],
+    transcoders: Union[list[Transcoder], CrossLayerTranscoder],
     layer: int,
     head: int,
     query_pos: int = -1,
@@ -58,110 +56,32 @@ def qk_attribution(
 ) -> "QKAttribution":
     """The pre-softmax score of head ``head`` of layer ``layer`` at (``query_pos``, ``key_pos``) split into
     query-side × key-side terms of the attribution graph's nodes (module docstring): features and error
-    nodes of the layers below ``layer``, token embeddings, and ``bias`` (every constant). The pair must be one
-    the head attends to (causal, inside a sliding window)."""
+    nodes of the layers below ``layer``, token embeddings, and ``bias`` (every constant). ``transcoders``: one per
+    layer, or a :class:`~interp.features.CrossLayerTranscoder` (a feature's image sums its writes into the layers
+    below ``layer``). The pair must be one the head attends to (causal, inside a sliding window)."""
+    # 1. the arguments, and a pair the head attends to
     require_model(model)
-    check_replaceable(model, transcoders)
-    a = model.arch
+    check_replaceable(model, transcoders, cross_layer=True)
     tokens, mask = one_prompt(model, prompt)
-    n = tokens.shape[1]
-    layer = _int("layer", layer, 0, a.n_layers - 1)
-    head = _int("head", head, 0, a.n_heads - 1)
-    qp = _int("query_pos", query_pos, -n, n - 1) % n
-    kp = _int("key_pos", key_pos, -n, n - 1) % n
-    ok = allowed_keys(n, n, causal=a.causal, window=a.window(layer), device=tokens.device)
-    if not bool(ok[qp, kp]):
-        win = f", and within its sliding window of {a.window(layer)}" if a.window(layer) else ""
-        raise ArgumentError(
-            f"key_pos={kp} is not attended from query_pos={qp} by layer {layer} (keys must be at or before "
-            f"the query{win}); the score there is masked"
-        )
+    layer, head, qp, kp = _pair(model, tokens.shape[1], layer, head, query_pos, key_pos, tokens.device)
+    # 2. the real forward read for the replacement model, and the head's query and key maps with its frozen scales
     real = real_forward(model, tokens, mask, transcoders, capture={"q", "k"})
-    fr, e, dt = real.frozen, real.frozen.e, real.dtype
-    w = fr.w
-    kvh = a.kv_head(head)
-    scale = e.scales[layer]
-    cos_sin = e.rope(n, layer) if a.positional == "rotary" else None
-
-    def side(x: Tensor, p: int, W: Tensor, b: Tensor, gain: Optional[Tensor], sigma: Optional[Tensor]) -> Tensor:
-        """One head's rotated (QK-normed) query or key at position p from the frozen stream's N1 [B, n, d]."""
-        v = x[:, p] @ W + b  # [B, dh]
-        if sigma is not None:  # QK-norm with its scale frozen at the real forward
-            v = v / sigma * gain  # type: ignore[operator]  # gain is set with sigma
-        if cos_sin is not None:
-            cos, sin = cos_sin
-            v = apply_rotary(v, cos[p].to(dt), sin[p].to(dt), interleaved=a.rotary_interleaved)
-        return v
-
-    # the real forward's q and k (before QK-norm and rotation), and the QK-norm scales they had
-    q_raw = real.cache.acts["q"][layer][0].to(dt)  # type: ignore[index]  # [n, H, dh]
-    k_raw = real.cache.acts["k"][layer][0].to(dt)  # type: ignore[index]  # [n, Hkv, dh]
-    sq = sk = gq = gk = None
-    if a.qk_norm:
-        dims = (-1,) if getattr(a, "qk_norm_scope", "head") == "head" else (-2, -1)
-        sq = (q_raw[qp].pow(2).mean(dims, keepdim=True) + a.norm_eps).sqrt()
-        sk = (k_raw[kp].pow(2).mean(dims, keepdim=True) + a.norm_eps).sqrt()
-        sq, sk = (sq[head] if sq.shape[0] > 1 else sq[0]), (sk[kvh] if sk.shape[0] > 1 else sk[0])
-        gq, gk = w.q_norm_w[layer], w.k_norm_w[layer]  # type: ignore[index]
-        gq, gk = (gq[head] if gq.ndim == 2 else gq), (gk[kvh] if gk.ndim == 2 else gk)
-    args_q = (qp, w.W_Q[layer, head], w.b_Q[layer, head], gq, sq)
-    args_k = (kp, w.W_K[layer, kvh], w.b_K[layer, kvh], gk, sk)
-
-    # the model's own score, from the engine's q and k with its QK-norm and rotation (live scales)
+    h = _HeadMaps.of(real, layer, head, qp, kp)
+    # 3. the model's own score, from the engine's q and k (live QK-norm)
+    score = h.score()
+    # 4. every node's image (scale · q_i, k_i): the constants, then the sources by one batched backward
+    labels, V = _images(real, h, _source_grads(real, h))
+    # 5. the terms: the nodes with a nonzero image on each side, their products and the closure
+    dh = model.arch.d_head
     with torch.no_grad():
-        qr, kr = q_raw[qp][None], k_raw[kp][None]
-        if a.qk_norm:
-            qr, kr = e.head_norm(qr.clone(), w.q_norm_w[layer]), e.head_norm(kr.clone(), w.k_norm_w[layer])  # type: ignore[index]
-        qr, kr = qr[0, head], kr[0, kvh]
-        if cos_sin is not None:
-            cos, sin = cos_sin
-            qr = apply_rotary(qr, cos[qp].to(dt), sin[qp].to(dt), interleaved=a.rotary_interleaved)
-            kr = apply_rotary(kr, cos[kp].to(dt), sin[kp].to(dt), interleaved=a.rotary_interleaved)
-        score = float(scale * (qr @ kr))
-
-    # constants: the frozen model with every source zero
-    dh = a.d_head
-    with torch.no_grad():
-        zero = torch.zeros(1, n, a.d_model, dtype=dt, device=tokens.device)
-        h0 = fr.attn_input(layer, fr.resid(zero, [zero] * layer, layer))
-        q0, k0 = scale * side(h0, *args_q)[0], side(h0, *args_k)[0]
-
-    # each source's image: one batched backward of the 2·d_head coordinates of (scale · q, k)
-    with torch.enable_grad():  # also under a caller's torch.set_grad_enabled(False)
-        src_e = real.emb.detach()[None].clone().requires_grad_(True)
-        leaves = [lv.detach()[None].clone().requires_grad_(True) for lv in real.leaves()[:layer]]
-        h1 = fr.attn_input(layer, fr.resid(src_e, leaves, layer))
-        y = torch.cat([scale * side(h1, *args_q)[0], side(h1, *args_k)[0]])  # [2 dh]
-        go_ = torch.eye(2 * dh, dtype=dt, device=y.device)
-        grads = torch.autograd.grad(y, [src_e, *leaves], grad_outputs=go_, is_grads_batched=True, allow_unused=True)
-
-    labels: list[str] = []
-    vecs: list[Tensor] = []  # [m, 2 dh] per block of nodes: their q-side images, then their k-side images
-    with torch.no_grad():
-        for l in range(layer):
-            g = grads[1 + l]
-            if g is None:
-                continue
-            g = g[:, 0]  # [2dh, n, d]
-            p_idx, f_idx = real.feats[l]
-            labels += [str(Feature(l, f, p)) for p, f in zip(p_idx.tolist(), f_idx.tolist())]
-            vecs.append(((g[:, p_idx] * real.tcs[l].W_dec[f_idx]).sum(-1) * real.acts[l]).T)  # a_f (∂y/∂m_p · W_dec[f])
-            labels += [str(FeatureError(l, p)) for p in range(n)]
-            vecs.append((g * real.errs[l]).sum(-1).T)
-        labels += [f"embed@{p}" for p in range(n)]
-        vecs.append((grads[0][:, 0] * real.emb).sum(-1).T)
-        labels.append("bias")
-        vecs.append(torch.cat([q0, k0])[None])
-        V = torch.cat(vecs)  # [nodes, 2 dh]
         Q, K = V[:, :dh], V[:, dh:]
         qi = (Q != 0).any(1).nonzero(as_tuple=True)[0]
         ki = (K != 0).any(1).nonzero(as_tuple=True)[0]
         Q, K = Q[qi].cpu(), K[ki].cpu()
         M = Q @ K.T
-        total = float(M.sum())
-        closure = abs(total - score)
-        relative = closure / max(float(M.abs().sum()), torch.finfo(dt).tiny)
-    c = a.attn_softcap
+        closure = abs(float(M.sum()) - score)
+        relative = closure / max(float(M.abs().sum()), torch.finfo(real.dtype).tiny)
+    c = model.arch.attn_softcap
     return QKAttribution(
         q_terms=Q,
         k_terms=K,
@@ -179,6 +99,149 @@ def qk_attribution(
         tokens=tokens[0].tolist(),
         model_name=model.name,
     )
+
+
+def _pair(
+    model: Model, n: int, layer: Any, head: Any, query_pos: Any, key_pos: Any, device: Any
+) -> tuple[int, int, int, int]:
+    """(layer, head, query position, key position) validated, positions made non-negative; a pair the head does not
+    attend to (a later key, or one outside its sliding window) is an :class:`ArgumentError`."""
+    a = model.arch
+    layer = check_int_range("layer", layer, 0, a.n_layers)
+    head = check_int_range("head", head, 0, a.n_heads)
+    qp = check_int_range("query_pos", query_pos, -n, n) % n
+    kp = check_int_range("key_pos", key_pos, -n, n) % n
+    ok = allowed_keys(n, n, causal=a.causal, window=a.window(layer), device=device)
+    if not bool(ok[qp, kp]):
+        win = f", and within its sliding window of {a.window(layer)}" if a.window(layer) else ""
+        raise ArgumentError(
+            f"key_pos={kp} is not attended from query_pos={qp} by layer {layer} (keys must be at or before "
+            f"the query{win}); the score there is masked"
+        )
+    return layer, head, qp, kp
+
+
+@dataclass
+class _HeadMaps:
+    """One head's query at ``qp`` and key at ``kp`` as maps of what the attention reads (N1 of the frozen stream):
+    the projection, the QK-norm with its scale σ frozen at the real forward (``sq``, ``sk``; None without QK-norm)
+    and the rotation. ``q_raw`` / ``k_raw``: the real forward's q and k [n, heads, d_head] before QK-norm and
+    rotation."""
+
+    real: RealRun
+    layer: int
+    head: int
+    kvh: int
+    qp: int
+    kp: int
+    scale: float
+    cos_sin: Optional[tuple[Tensor, Tensor]]
+    q_raw: Tensor
+    k_raw: Tensor
+    args_q: tuple[Any, ...]
+    args_k: tuple[Any, ...]
+
+    @classmethod
+    def of(cls, real: RealRun, layer: int, head: int, qp: int, kp: int) -> "_HeadMaps":
+        fr, dt = real.frozen, real.dtype
+        a, e, w = fr.a, fr.e, fr.w
+        kvh = a.kv_head(head)
+        cos_sin = e.rope(real.emb.shape[0], layer) if a.positional == "rotary" else None
+        q_raw = real.cache.acts["q"][layer][0].to(dt)  # type: ignore[index]  # [n, H, dh]
+        k_raw = real.cache.acts["k"][layer][0].to(dt)  # type: ignore[index]  # [n, Hkv, dh]
+        sq = sk = gq = gk = None
+        if a.qk_norm:  # the QK-norm scales the real q and k had
+            dims = (-1,) if getattr(a, "qk_norm_scope", "head") == "head" else (-2, -1)
+            sq = (q_raw[qp].pow(2).mean(dims, keepdim=True) + a.norm_eps).sqrt()
+            sk = (k_raw[kp].pow(2).mean(dims, keepdim=True) + a.norm_eps).sqrt()
+            sq, sk = (sq[head] if sq.shape[0] > 1 else sq[0]), (sk[kvh] if sk.shape[0] > 1 else sk[0])
+            gq, gk = w.q_norm_w[layer], w.k_norm_w[layer]  # type: ignore[index]
+            gq, gk = (gq[head] if gq.ndim == 2 else gq), (gk[kvh] if gk.ndim == 2 else gk)
+        args_q = (qp, w.W_Q[layer, head], w.b_Q[layer, head], gq, sq)
+        args_k = (kp, w.W_K[layer, kvh], w.b_K[layer, kvh], gk, sk)
+        return cls(real, layer, head, kvh, qp, kp, e.scales[layer], cos_sin, q_raw, k_raw, args_q, args_k)
+
+    def side(self, x: Tensor, p: int, W: Tensor, b: Tensor, gain: Optional[Tensor], sigma: Optional[Tensor]) -> Tensor:
+        """One head's rotated (QK-normed) query or key at position p from the frozen stream's N1 [B, n, d]."""
+        a, dt = self.real.frozen.a, self.real.dtype
+        v = x[:, p] @ W + b  # [B, dh]
+        if sigma is not None:  # QK-norm with its scale frozen at the real forward
+            v = v / sigma * gain  # type: ignore[operator]  # gain is set with sigma
+        if self.cos_sin is not None:
+            cos, sin = self.cos_sin
+            v = apply_rotary(v, cos[p].to(dt), sin[p].to(dt), interleaved=a.rotary_interleaved)
+        return v
+
+    def images(self, h1: Tensor) -> Tensor:
+        """(scale · q, k) [2 d_head] of what the attention reads, h1 [1, n, d]."""
+        return torch.cat([self.scale * self.side(h1, *self.args_q)[0], self.side(h1, *self.args_k)[0]])
+
+    def score(self) -> float:
+        """The model's own score scale · q · k, from the engine's q and k with its QK-norm (live scales) and
+        rotation."""
+        a, e, w, dt = self.real.frozen.a, self.real.frozen.e, self.real.frozen.w, self.real.dtype
+        qp, kp, layer = self.qp, self.kp, self.layer
+        with torch.no_grad():
+            qr, kr = self.q_raw[qp][None], self.k_raw[kp][None]
+            if a.qk_norm:
+                qr, kr = e.head_norm(qr.clone(), w.q_norm_w[layer]), e.head_norm(kr.clone(), w.k_norm_w[layer])  # type: ignore[index]
+            qr, kr = qr[0, self.head], kr[0, self.kvh]
+            if self.cos_sin is not None:
+                cos, sin = self.cos_sin
+                qr = apply_rotary(qr, cos[qp].to(dt), sin[qp].to(dt), interleaved=a.rotary_interleaved)
+                kr = apply_rotary(kr, cos[kp].to(dt), sin[kp].to(dt), interleaved=a.rotary_interleaved)
+            return float(self.scale * (qr @ kr))
+
+
+def _source_grads(real: RealRun, h: _HeadMaps) -> tuple[Optional[Tensor], ...]:
+    """∂(scale · q, k)/∂source for the embeddings and each MLP leaf of the layers below the head's, [2 d_head, 1, n,
+    d] each: one batched backward of the 2·d_head coordinates."""
+    fr = real.frozen
+    with torch.enable_grad():  # also under a caller's torch.set_grad_enabled(False)
+        src_e = real.emb.detach()[None].clone().requires_grad_(True)
+        leaves = [lv.detach()[None].clone().requires_grad_(True) for lv in real.leaves()[: h.layer]]
+        y = h.images(fr.attn_input(h.layer, fr.resid(src_e, leaves, h.layer)))  # [2 dh]
+        go_ = torch.eye(y.shape[0], dtype=real.dtype, device=y.device)
+        return torch.autograd.grad(y, [src_e, *leaves], grad_outputs=go_, is_grads_batched=True, allow_unused=True)
+
+
+def _feature_images(real: RealRun, grads: tuple[Optional[Tensor], ...], k: int, layer: int) -> Optional[Tensor]:
+    """The images [m, 2 d_head] of layer k's active features: a_f Σ_j ∂y/∂m_{j,p} · W_dec[k → j][f] over the layers
+    j < ``layer`` the feature writes to (its own; with a CLT the later ones too). None: no write reaches the head."""
+    p_idx, f_idx = real.feats[k]
+    total: Optional[Tensor] = None
+    for j, W in real.writes(k, f_idx):
+        g = grads[1 + j] if j < layer else None
+        if g is None:
+            continue
+        term = (g[:, 0][:, p_idx] * W).sum(-1)
+        total = term if total is None else total + term
+    return None if total is None else (total * real.acts[k]).T
+
+
+def _images(real: RealRun, h: _HeadMaps, grads: tuple[Optional[Tensor], ...]) -> tuple[list[str], Tensor]:
+    """Every node's label and image (scale · q_i | k_i) [nodes, 2 d_head]: per layer below the head's its features
+    and error nodes, then the token embeddings, then ``bias`` (the frozen model with every source zero)."""
+    fr, n = real.frozen, real.emb.shape[0]
+    labels: list[str] = []
+    vecs: list[Tensor] = []
+    with torch.no_grad():
+        for l in range(h.layer):
+            feats = _feature_images(real, grads, l, h.layer)
+            if feats is not None:
+                p_idx, f_idx = real.feats[l]
+                labels += [str(Feature(l, f, p)) for p, f in zip(p_idx.tolist(), f_idx.tolist())]
+                vecs.append(feats)
+            g = grads[1 + l]
+            if g is not None:
+                labels += [str(FeatureError(l, p)) for p in range(n)]
+                vecs.append((g[:, 0] * real.errs[l]).sum(-1).T)
+        labels += [f"embed@{p}" for p in range(n)]
+        vecs.append((grads[0][:, 0] * real.emb).sum(-1).T)  # type: ignore[index]
+        zero = torch.zeros(1, n, real.emb.shape[1], dtype=real.dtype, device=real.emb.device)
+        labels.append("bias")
+        vecs.append(h.images(fr.attn_input(h.layer, fr.resid(zero, [zero] * h.layer, h.layer)))[None])
+    return labels, torch.cat(vecs)
 
 
 @dataclass(frozen=True)

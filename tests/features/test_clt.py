@@ -243,11 +243,11 @@ def test_bad_construction_is_an_argument_error():
         s.decode(s.encode(xs))
 
 
-def test_qk_attribution_refuses_a_clt_by_type(llama):
-    """attribution_graph and intervene take a CLT (tests/features/test_clt_graph.py); QK attribution does not yet and
-    refuses it with UnsupportedOperationError, naming what it takes."""
+def test_qk_attribution_takes_a_clt(llama):
+    """attribution_graph, intervene and QK attribution take a CLT (tests/features/test_clt_graph.py,
+    tests/features/test_qk_clt.py): circuit-tracer's CLT's terms sum to the model's score."""
     from interp.features import qk_attribution
 
     c = load_transcoders(FIX / "circuit_tracer_clt", llama)
-    with pytest.raises(UnsupportedOperationError, match="CrossLayerTranscoder.*per-layer transcoders"):
-        qk_attribution(llama, "w1 w2 w3", c, 1, 0, query_pos=-1, key_pos=0)
+    r = qk_attribution(llama, "w1 w2 w3", c, 1, 0, query_pos=-1, key_pos=0)
+    assert r.relative_error <= 1e-4 and any(lab.startswith("L0.F") for lab in r.q_labels)
