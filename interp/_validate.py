@@ -3,14 +3,17 @@ the value it got and what is allowed."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Literal, Optional, overload
+import operator
+from typing import Any, Iterable, Literal, Optional, TypeGuard, overload
 
 import numpy as np
 
 from interp.errors import ArgumentError
 
 __all__ = [
+    "is_index",
     "is_int",
+    "is_real",
     "check_bool",
     "check_choice",
     "check_cluster",
@@ -24,9 +27,26 @@ __all__ = [
 ]
 
 
-def is_int(value: Any) -> bool:
-    """A Python or numpy integer, not a bool."""
+def is_int(value: Any) -> TypeGuard[int]:
+    """A Python or numpy integer, not a bool (a type guard: where it holds, type checkers read ``value`` as an int)."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_real(value: Any) -> TypeGuard[float]:
+    """A Python or numpy real number (int or float), not a bool (a type guard: read as a float where it holds)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_index(value: Any) -> bool:
+    """An integer that can index a sequence (a Python or numpy int, a 0-d integer tensor: anything with
+    ``__index__``), not a bool."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
 
 
 @overload
@@ -96,7 +116,7 @@ def check_cluster(cluster: Any, out: Any) -> Any:
 
 def check_positive_float(name: str, value: Any) -> float:
     """``value`` as a float if it is a finite real > 0, else an :class:`ArgumentError`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < float("inf")):
+    if not is_real(value) or not 0 < value < float("inf"):
         raise ArgumentError(f"{name}={value!r} must be a finite number > 0")
     return float(value)
 
@@ -128,10 +148,6 @@ def check_index(name: str, value: Any, size: int, *, what: str) -> int:
 
 def check_finite_float(name: str, value: Any) -> float:
     """``value`` as a float if it is a finite real number, else an :class:`ArgumentError`."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.integer, np.floating))
-        or not np.isfinite(value)
-    ):
+    if not is_real(value) or not np.isfinite(value):
         raise ArgumentError(f"{name}={value!r} must be a finite number")
     return float(value)

@@ -11,6 +11,7 @@ from typing import Any, Optional, Sequence, Union, overload
 import torch
 from torch import Tensor
 
+from interp._validate import check_int, is_int
 from interp.errors import ArgumentError, TokenSpacingWarning, warn_user
 from interp.models import Model
 from interp.stream import check_tensor_data
@@ -20,17 +21,11 @@ __all__ = ["resolve_tokens", "resolve_positions", "warn_unspaced"]
 TokenSpec = Union[str, int, Sequence[Union[str, int]], Tensor]
 
 
-def _one_token(model: Model, value: Union[str, int], arg: str) -> int:
+def _one_token(model: Model, value: Any, arg: str) -> int:
     """A target token id, checked against the model's *output* width: W_U's columns, which are not the input
     vocabulary when the two differ (a tracr program reads {BOS, 1, 2, 3} and outputs a histogram count)."""
     W_U = model.weights.W_U
     d_vocab = int(W_U.shape[1]) if W_U is not None else model.arch.d_vocab
-    if isinstance(value, bool):
-        raise ArgumentError(f"{arg}={value!r} must be a token string or id, not a bool")
-    if isinstance(value, int):
-        if not 0 <= value < d_vocab:
-            raise ArgumentError(f"{arg}={value} is not an output token id: ids are in [0, {d_vocab - 1}]")
-        return value
     if isinstance(value, str):
         if model.tokenizer is None:
             raise ArgumentError(f"{arg}={value!r}: model {model.name!r} has no tokenizer; pass a token id")
@@ -42,6 +37,10 @@ def _one_token(model: Model, value: Union[str, int], arg: str) -> int:
                 f"{pieces} (ids {ids}); pick one of those pieces or pass a token id"
             )
         return int(ids[0])
+    if is_int(value):
+        if not 0 <= value < d_vocab:
+            raise ArgumentError(f"{arg}={value} is not an output token id: ids are in [0, {d_vocab - 1}]")
+        return int(value)
     raise ArgumentError(f"{arg}={value!r} must be a string (one token), a token id, or a per-prompt list of them")
 
 
@@ -62,7 +61,7 @@ def resolve_tokens(model: Model, spec: Optional[TokenSpec], n_prompts: int, arg:
         if spec.is_floating_point() or spec.is_complex() or spec.dtype == torch.bool:
             raise ArgumentError(f"{arg} must hold integer token ids, got dtype {spec.dtype}")
         spec = spec.flatten().tolist() if spec.ndim else int(spec)
-    if isinstance(spec, (str, int)):
+    if isinstance(spec, str) or is_int(spec):
         return torch.full((n_prompts,), _one_token(model, spec, arg), dtype=torch.long, device=model.device)
     if not isinstance(spec, (list, tuple)):
         raise ArgumentError(f"{arg}={spec!r} must be a single-token string, a token id, or a per-prompt list of them")
@@ -90,13 +89,12 @@ def resolve_positions(pos: Union[int, Sequence[int], Tensor], mask: Tensor, offs
         if pos.is_floating_point() or pos.is_complex() or pos.dtype == torch.bool:
             raise ArgumentError(f"pos must hold integer positions, got a tensor of dtype {pos.dtype}")
         pos = pos.flatten().tolist() if pos.ndim else int(pos)
-    if isinstance(pos, bool) or not isinstance(pos, (int, list, tuple)):
+    if not (is_int(pos) or isinstance(pos, (list, tuple))):
         raise ArgumentError(f"pos={pos!r} must be an int or a per-prompt list of ints")
-    per = [pos] * b if isinstance(pos, int) else list(pos)[offset : offset + b]
+    per = list(pos)[offset : offset + b] if isinstance(pos, (list, tuple)) else [pos] * b
     out = []
     for i, p in enumerate(per):
-        if isinstance(p, bool) or not isinstance(p, int):
-            raise ArgumentError(f"pos[{offset + i}]={p!r} must be an int")
+        p = check_int(f"pos[{offset + i}]", p)
         L = lengths[i]
         q = L + p if p < 0 else p
         if not 0 <= q < n:

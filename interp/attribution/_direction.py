@@ -16,6 +16,7 @@ from typing import Sequence, Union
 import torch
 from torch import Tensor
 
+from interp._validate import is_int
 from interp.attribution._answers import resolve_positions
 from interp.attribution._logits import _components
 from interp.attribution._result import LogitAttribution
@@ -44,25 +45,7 @@ def attribute_direction(
     arch = model.arch
     if unit not in ("head", "component"):
         raise ArgumentError(f"unit={unit!r} is not allowed here; use 'head' or 'component'")
-    if isinstance(direction, Tensor):
-        check_tensor_data(direction, "direction")
-    try:
-        u = torch.as_tensor(direction)
-    except (TypeError, ValueError, RuntimeError) as e:
-        raise ShapeError(
-            f"direction must be a float tensor [d_model={arch.d_model}] or [batch, {arch.d_model}]; "
-            f"got {type(direction).__name__} ({e})"
-        ) from None
-    if u.ndim == 0:
-        raise ShapeError(f"direction is a scalar; expected [d_model={arch.d_model}] or [batch, {arch.d_model}]")
-    if u.is_complex() or not u.is_floating_point():
-        raise ShapeError(f"direction must be a float tensor, got dtype {u.dtype}")
-    if u.shape[-1] != arch.d_model or u.ndim not in (1, 2):
-        raise ShapeError(
-            f"direction has shape {tuple(u.shape)}; expected [d_model={arch.d_model}] or [batch, {arch.d_model}]"
-        )
-    if not torch.isfinite(u).all():
-        raise ArgumentError("direction contains NaN or inf; pass a finite vector")
+    u = _check_direction(direction, arch.d_model)
     batch = as_batch(model, inputs)
     b = batch.tokens.shape[0]
     if u.ndim == 2 and u.shape[0] not in (1, b):
@@ -71,23 +54,7 @@ def attribute_direction(
     U = u[None, None] if u.ndim == 1 else u[:, None]  # [b|1, 1, d_model]
     read = "unembed" if arch.has_logits else "final"
     dec = trace(model, batch.tokens, attention_mask=batch.attention_mask, project={read: U}).decompose(read)
-    contrib = dec.contributions[..., 0]  # [n_terms, b, pos]
-    total = dec.total[..., 0]
-    mask = batch.attention_mask.to(contrib.dtype)
-    if isinstance(pos, str):
-        if pos != "mean":
-            raise ArgumentError(f"pos={pos!r} must be 'mean' or an int / per-prompt ints")
-        values = (contrib * mask).sum(-1) / mask.sum(-1)
-        tot = (total * mask).sum(-1) / mask.sum(-1)
-        positions = torch.full((b,), -1, dtype=torch.long, device=contrib.device)
-    else:
-        if isinstance(pos, bool) or not isinstance(pos, (int, Tensor, list, tuple)):
-            raise ArgumentError(f"pos={pos!r} must be 'mean', an int, or a per-prompt list of ints")
-        if isinstance(pos, (list, tuple)) and len(pos) != b:
-            raise ArgumentError(f"pos has {len(pos)} entries but there are {b} prompts")
-        positions = resolve_positions(pos, batch.attention_mask.cpu()).to(contrib.device)
-        rows = torch.arange(b, device=contrib.device)
-        values, tot = contrib[:, rows, positions], total[rows, positions]
+    values, tot, positions = _read_at(pos, dec.contributions[..., 0], dec.total[..., 0], batch.attention_mask)
     labels = list(dec.labels)
     if unit == "component":
         labels, values = _components(labels, values)
@@ -112,3 +79,47 @@ def attribute_direction(
         else None,
         target_kind="direction",
     )
+
+
+def _check_direction(direction: Tensor, d_model: int) -> Tensor:
+    """``direction`` as a finite float tensor [d_model] or [batch, d_model], else a typed error."""
+    if isinstance(direction, Tensor):
+        check_tensor_data(direction, "direction")
+    try:
+        u = torch.as_tensor(direction)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ShapeError(
+            f"direction must be a float tensor [d_model={d_model}] or [batch, {d_model}]; "
+            f"got {type(direction).__name__} ({e})"
+        ) from None
+    if u.ndim == 0:
+        raise ShapeError(f"direction is a scalar; expected [d_model={d_model}] or [batch, {d_model}]")
+    if u.is_complex() or not u.is_floating_point():
+        raise ShapeError(f"direction must be a float tensor, got dtype {u.dtype}")
+    if u.shape[-1] != d_model or u.ndim not in (1, 2):
+        raise ShapeError(f"direction has shape {tuple(u.shape)}; expected [d_model={d_model}] or [batch, {d_model}]")
+    if not torch.isfinite(u).all():
+        raise ArgumentError("direction contains NaN or inf; pass a finite vector")
+    return u
+
+
+def _read_at(
+    pos: Union[int, str, Sequence[int]], contrib: Tensor, total: Tensor, attention_mask: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(terms [n_terms, b], total [b], positions [b]) read at ``pos`` from contributions [n_terms, b, pos] and
+    the total [b, pos]: the mean over real tokens (``pos="mean"``, positions −1) or one position per prompt."""
+    b = contrib.shape[1]
+    mask = attention_mask.to(contrib.dtype)
+    if isinstance(pos, str):
+        if pos != "mean":
+            raise ArgumentError(f"pos={pos!r} must be 'mean' or an int / per-prompt ints")
+        values = (contrib * mask).sum(-1) / mask.sum(-1)
+        tot = (total * mask).sum(-1) / mask.sum(-1)
+        return values, tot, torch.full((b,), -1, dtype=torch.long, device=contrib.device)
+    if not (is_int(pos) or isinstance(pos, (Tensor, list, tuple))):
+        raise ArgumentError(f"pos={pos!r} must be 'mean', an int, or a per-prompt list of ints")
+    if isinstance(pos, (list, tuple)) and len(pos) != b:
+        raise ArgumentError(f"pos has {len(pos)} entries but there are {b} prompts")
+    positions = resolve_positions(pos, attention_mask.cpu()).to(contrib.device)
+    rows = torch.arange(b, device=contrib.device)
+    return contrib[:, rows, positions], total[rows, positions], positions

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp._validate import check_bool, check_cluster, check_positive_int
+from interp._validate import check_bool, check_cluster, check_positive_int, is_int
 from interp.attribution._answers import TokenSpec, resolve_positions, warn_unspaced
 from interp.attribution._result import LogitAttribution
 from interp.attribution._sources import head_source_terms, require_head_sources
@@ -376,7 +376,7 @@ def _check_unit(model: Model, unit: str) -> None:
 def _check_run_options(n: int, batch_size: Any, pos: Any, progress: Any) -> None:
     """``batch_size`` a positive int, ``pos`` an int or one per prompt, ``progress`` a bool or None."""
     check_positive_int("batch_size", batch_size)
-    if isinstance(pos, bool) or not isinstance(pos, (int, Tensor, list, tuple)):
+    if not (is_int(pos) or isinstance(pos, (Tensor, list, tuple))):
         raise ArgumentError(f"pos={pos!r} must be an int or a per-prompt list of ints")
     if isinstance(pos, (list, tuple)) and len(pos) != n:
         raise ArgumentError(f"pos has {len(pos)} entries but there are {n} prompts")

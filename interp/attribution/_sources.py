@@ -29,7 +29,7 @@ from torch import Tensor
 
 from interp._norms import apply_frozen, frozen_direction, norm_scale
 from interp._result import Result
-from interp._validate import check_index, check_int, check_positive_int
+from interp._validate import check_index, check_int, check_positive_int, is_int
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Head
 from interp.models import readable_token
@@ -134,11 +134,7 @@ class OVAt(Result):
 
     def _index(self, label: Union[int, str]) -> int:
         n = int(self.logits.shape[0])
-        t = (
-            label
-            if isinstance(label, int) and not isinstance(label, bool)
-            else (int(label) if isinstance(label, str) and label.isdigit() else None)
-        )
+        t = int(label) if is_int(label) else (int(label) if isinstance(label, str) and label.isdigit() else None)
         if t is None or not 0 <= t < n:
             raise LabelError(f"label={label!r} is not a token of this result; tokens are ids 0 … {n - 1}")
         return t

@@ -36,6 +36,7 @@ from interp.circuits._common import check_data, check_model
 from interp.circuits._rotation import random_rotation
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 from interp.labels import Neuron, Resid
+from interp.models import describe_block
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -191,7 +192,7 @@ def privileged_basis_report(
     Q = random_rotation(a.d_model, seed=seed).to(device=model.device, dtype=torch.float64)
     resid = [_Moments() for _ in range(a.n_layers)]
     rotated = [_Moments() for _ in range(a.n_layers)]
-    neurons = None if a.attn_only else [_Moments() for _ in range(a.n_layers)]
+    neurons = [_Moments() for _ in range(a.n_layers)] if describe_block(a).has_mlp else None
 
     def resid_hook(layer: int):
         def fn(t: Tensor, hook: Any) -> Tensor:

@@ -43,6 +43,7 @@ from torch import Tensor
 
 from interp._validate import check_positive_int, is_int
 from interp.errors import ArgumentError, MemoryCapError, ShapeError, UnsupportedOperationError
+from interp.models import describe_block
 
 if TYPE_CHECKING:
     from interp.models import Model
@@ -233,15 +234,14 @@ def folded_writes(model: Model, fold_norms: bool) -> FoldedWrites:
     """W_E, W_pos, W_O, W_out, centred for LayerNorm models."""
     w = model.weights
     pa, pm = post_gain(model, "attn"), post_gain(model, "mlp")
-    if not model.arch.attn_only:
+    has_mlp = describe_block(model.arch).has_mlp
+    if has_mlp:
         _need_mlp(model)
     return {
         "W_E": fold_write(model, w.W_E, fold_norms),
         "W_pos": None if w.W_pos is None else fold_write(model, w.W_pos, fold_norms),
         "W_O": fold_write(model, w.W_O, fold_norms, None if pa is None else pa[:, None, None, :]),
-        "W_out": None
-        if model.arch.attn_only
-        else fold_write(model, w.W_out, fold_norms, None if pm is None else pm[:, None, :]),
+        "W_out": fold_write(model, w.W_out, fold_norms, None if pm is None else pm[:, None, :]) if has_mlp else None,
     }
 
 
@@ -258,7 +258,7 @@ def need_unembed(model: Model) -> Tensor:
 
 
 def _need_mlp(model: Model) -> None:
-    if model.arch.attn_only:
+    if not describe_block(model.arch).has_mlp:
         raise UnsupportedOperationError(f"model {model.name!r} is attention-only: it has no MLP weights")
     if model.arch.n_experts:
         raise UnsupportedOperationError(

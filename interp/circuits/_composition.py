@@ -38,7 +38,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp._result import Result
-from interp._validate import check_bool
+from interp._validate import check_bool, is_int
 from interp.circuits._common import check_model, convention, fold_read, fold_write, folded_qkv, post_gain
 from interp.circuits._gram import gram_r, packed_gram_left, packed_gram_right
 from interp.errors import ArgumentError, LabelError
@@ -158,12 +158,8 @@ def _parse_heads(model: Model, heads: Any) -> list[tuple[int, int]]:
             except LabelError as e:
                 raise LabelError(f"{e}; give {allowed}") from None
             lh = (head.layer, head.head)
-        elif (
-            isinstance(item, (tuple, list))
-            and len(item) == 2
-            and all(isinstance(x, int) and not isinstance(x, bool) for x in item)
-        ):
-            lh = (item[0], item[1])
+        elif isinstance(item, (tuple, list)) and len(item) == 2 and all(is_int(x) for x in item):
+            lh = (int(item[0]), int(item[1]))
         else:
             raise LabelError(f"heads contains {item!r}; give {allowed}")
         if not (0 <= lh[0] < L and 0 <= lh[1] < H):

@@ -34,7 +34,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp._result import Result
-from interp._validate import check_bool, check_positive_int
+from interp._validate import check_bool, check_positive_int, is_int
 from interp.circuits._common import (
     check_model,
     check_head,
@@ -215,11 +215,7 @@ class OVDiagonalStats(Result):
 
     def _index(self, label: Union[int, str]) -> int:
         n = int(self.ranks.shape[0])
-        t = (
-            label
-            if isinstance(label, int) and not isinstance(label, bool)
-            else (int(label) if isinstance(label, str) and label.isdigit() else None)
-        )
+        t = int(label) if is_int(label) else (int(label) if isinstance(label, str) and label.isdigit() else None)
         if t is None or not 0 <= t < n:
             raise LabelError(f"label={label!r} is not a token of this result; tokens are ids 0 … {n - 1}")
         return t

@@ -58,11 +58,11 @@ def effective_embedding(
     a, w = model.arch, model.weights
     if a.n_experts:
         _need_mlp(model)
-    if a.attn_only or w.W_in.shape[-1] == 0:
+    block = model.block
+    if not block.has_mlp:  # no MLP sublayer, or its weights are empty (a tracr program without MLPs)
         raise UnsupportedOperationError(
             f"model {model.name!r} is attention-only: it has no MLP, so its effective embedding is the raw W_E"
         )
-    block = model.block
     if block.normed_stream:
         raise UnsupportedOperationError(
             f"model {model.name!r} is post-norm (block: {block.layout}): block 0's Add & Norm "

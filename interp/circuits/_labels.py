@@ -24,7 +24,7 @@ from torch import Tensor
 from interp import labels as L
 from interp.circuits._common import _need_mlp, fold_read, fold_write, folded_unembed, post_gain
 from interp.errors import LabelError, UnsupportedOperationError
-from interp.models import Model, program_position
+from interp.models import Model, describe_block, program_position
 
 __all__ = ["Write", "Read", "parse_write", "parse_read", "write_labels", "read_labels", "write_matrix", "read_matrix"]
 
@@ -57,24 +57,26 @@ class Read:
 
 def _write_nodes(model: Model) -> list[L.Write]:
     a = model.arch
+    mlp = describe_block(a).has_mlp
     out: list[L.Write] = [L.Embed("token")]
     if model.weights.W_pos is not None:
         out.append(L.Embed("pos"))
     for l in range(a.n_layers):
         out += [L.Head(l, h) for h in range(a.n_heads)]
-        if not a.attn_only:
+        if mlp:
             out.append(L.Mlp(l))
     return out
 
 
 def _read_nodes(model: Model) -> list[L.Read]:
     a = model.arch
+    mlp = describe_block(a).has_mlp
     out: list[L.Read] = []
     for l in range(a.n_layers):
         out += [L.HeadInput(l, "q", h) for h in range(a.n_heads)]
         out += [L.HeadInput(l, "k", g) for g in range(a.n_kv_heads)]
         out += [L.HeadInput(l, "v", g) for g in range(a.n_kv_heads)]
-        if not a.attn_only:
+        if mlp:
             out.append(L.MlpInput(l, "in"))
             if model.weights.W_gate is not None:
                 out.append(L.MlpInput(l, "gate"))
@@ -135,7 +137,7 @@ def parse_write(model: Model, label: Any, *, name: str = "src") -> Write:
     if isinstance(lab, L.Head):
         if lab.layer < a.n_layers and lab.head < a.n_heads:
             return Write(label, "head", lab.layer, lab.head, node=lab)
-    if isinstance(lab, L.Mlp) and not a.attn_only:
+    if isinstance(lab, L.Mlp) and describe_block(a).has_mlp:
         if lab.layer < a.n_layers:
             return Write(label, "mlp", lab.layer, node=lab)
     raise _bad(name, label, valid)
@@ -165,7 +167,7 @@ def parse_read(model: Model, label: Any, *, name: str = "dst") -> Read:
                 f"{h} reads KV head {a.kv_head(h)}, "
                 f"i.e. {L.HeadInput(l, kind, a.kv_head(h))})",
             )
-    if isinstance(lab, L.MlpInput) and not a.attn_only:
+    if isinstance(lab, L.MlpInput) and describe_block(a).has_mlp:
         l, which = lab.layer, lab.which
         if l < a.n_layers and (which == "in" or model.weights.W_gate is not None):
             return Read(label, f"mlp.{which}", l, node=lab)

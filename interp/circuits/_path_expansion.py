@@ -286,14 +286,14 @@ def _check_model(model: Any, order: Any) -> None:
     arch = getattr(model, "arch", None)
     if arch is None or not hasattr(model, "weights") or not hasattr(model, "bridge"):
         raise ArgumentError(f"model must be an interp Model, got {type(model).__name__}")
-    if not arch.attn_only:
+    block = describe_block(arch)
+    if block.has_mlp:
         raise UnsupportedOperationError(
             f"path_expansion needs an attention-only model (no MLPs); model {arch.name!r} has MLPs "
             f"(d_mlp={arch.d_mlp}). Use interp's toy models (interp.load_model('toy-attn-only-2l'))."
         )
     if not arch.has_logits:
         raise UnsupportedOperationError(f"model {arch.name!r} has no unembedding, so it has no logits to expand")
-    block = describe_block(arch)
     if block.normed_stream or block.sublayer_norms or (arch.norm != "none" and not block.reads_normed):
         # the expansion's block: x_out = x + Σ_h A^h N1(x) W_V^h W_O^h (+ b_O), each head reading N1(x) (or x)
         raise UnsupportedOperationError(

@@ -53,6 +53,7 @@ from interp.circuits._labels import (
 )
 from interp.errors import ArgumentError, LabelError
 from interp.labels import ARROW, Edge, Head, HeadInput, Mlp, MlpInput
+from interp.models import describe_block
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -185,7 +186,7 @@ def _read_stacks(model: Model, fold_norms: bool, dtype: torch.dtype):
     yield [str(HeadInput(l, "q", h)) for l in range(L) for h in range(H)], W_Q.reshape(L * H, a.d_model, a.d_head)
     yield [str(HeadInput(l, "k", g)) for l in range(L) for g in range(G)], W_K.reshape(L * G, a.d_model, a.d_head)
     yield [str(HeadInput(l, "v", g)) for l in range(L) for g in range(G)], W_V.reshape(L * G, a.d_model, a.d_head)
-    if not a.attn_only:
+    if describe_block(a).has_mlp:
         W_in, W_gate = folded_mlp_in(model, fold_norms)
         yield [str(MlpInput(l, "in")) for l in range(L)], W_in
         if W_gate is not None:

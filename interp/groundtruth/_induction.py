@@ -33,7 +33,7 @@ import torch
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.groundtruth._edges import TrueCircuit
 from interp.labels import Edge, Embed, Head, HeadInput, Output
-from interp.models import Model
+from interp.models import Model, describe_block
 from interp.toy import attention_patterns, random_tokens, repeated_tokens
 
 __all__ = ["induction_circuit", "induction_scores"]
@@ -46,7 +46,7 @@ def induction_scores(
 ) -> dict[str, torch.Tensor]:
     """``prev_token`` and ``induction`` scores [n_layers, n_heads] (see the module docstring)."""
     arch = model.arch
-    if not arch.has_logits or not arch.attn_only:
+    if not arch.has_logits or describe_block(arch).has_mlp:
         raise UnsupportedOperationError(
             f"model {model.name!r}: induction_circuit reads attention-only toys with logits"
         )

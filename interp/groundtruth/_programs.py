@@ -36,6 +36,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp._validate import is_int
 from interp.errors import ArgumentError, MissingPackageError
 from interp.models import Model, model_from_tracr, tracr_is_numerical, tracr_output_label
 
@@ -142,7 +143,7 @@ class TracrProgram:
         """Every input sequence over the vocabulary with a length in ``lengths`` (default 1…max_seq_len)."""
         lengths = range(1, self.max_seq_len + 1) if lengths is None else lengths
         for n in lengths:
-            if not isinstance(n, int) or not 1 <= n <= self.max_seq_len:
+            if not is_int(n) or not 1 <= n <= self.max_seq_len:
                 raise ArgumentError(f"lengths has {n!r}; lengths are ints in [1, {self.max_seq_len}]")
         return [seq for n in lengths for seq in itertools.product(self.vocab, repeat=n)]
 
@@ -201,51 +202,9 @@ def compile_program(
     """
     compiling, lib, rasp = _tracr()
     if isinstance(program, str):
-        if program not in PROGRAMS:
-            raise ArgumentError(
-                f"program={program!r} is not a known program; choose one of {program_names()} or "
-                "pass a tracr RASP program (rasp.SOp) with vocab= and max_seq_len="
-            )
-        for arg, v in (("vocab", vocab), ("max_seq_len", max_seq_len)):
-            if v is not None:
-                raise ArgumentError(
-                    f"{arg}={v!r}: the shipped program {program!r} has its own {arg} "
-                    f"({getattr(PROGRAMS[program], arg)!r}); {arg} is for a RASP program you pass"
-                )
-        spec = PROGRAMS[program]
-        sop = spec.build(lib, rasp)
-        name, values, n, description = program, spec.vocab, spec.max_seq_len, spec.description
+        sop, name, values, n, description = _shipped_program(program, vocab, max_seq_len, lib, rasp)
     else:
-        if not isinstance(program, rasp.SOp):
-            raise ArgumentError(
-                f"program={type(program).__name__} must be a shipped name ({program_names()}) or a "
-                "tracr RASP program (a rasp.SOp, e.g. tracr.compiler.lib.make_sort_unique(...))"
-            )
-        if (
-            vocab is None
-            or isinstance(vocab, (str, bytes))
-            or not isinstance(vocab, (set, frozenset, list, tuple))
-            or len(vocab) == 0
-        ):
-            raise ArgumentError(
-                f"vocab={vocab!r} must be a non-empty set or sequence of the program's input "
-                "values (e.g. {1, 2, 3} or ['a', 'b'])"
-            )
-        if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 1:
-            raise ArgumentError(
-                f"max_seq_len={max_seq_len!r} must be a positive int: the longest input the "
-                "compiled model reads (BOS not counted)"
-            )
-        if BOS in vocab:
-            raise ArgumentError(f"vocab has {BOS!r}, the compiler's BOS token; use other values")
-        sop = program
-        name = str(program.label)
-        values = (
-            tuple(sorted(set(vocab), key=lambda v: (type(v).__name__, v)))
-            if isinstance(vocab, (set, frozenset))
-            else tuple(dict.fromkeys(vocab))
-        )
-        n, description = max_seq_len, f"RASP program {name!r}"
+        sop, name, values, n, description = _own_program(program, vocab, max_seq_len, rasp)
     if output_label is not None and not isinstance(output_label, str):
         raise ArgumentError(f"output_label={output_label!r} must be a residual subspace name (a str) or None")
     try:
@@ -280,3 +239,58 @@ def compile_program(
         numerical=numerical,
         output_values=out_values,
     )
+
+
+#: What :func:`compile_program` compiles: (the SOp, its name, the input vocabulary, max_seq_len, a description).
+_Source = tuple[Any, str, tuple[Value, ...], int, str]
+
+
+def _shipped_program(program: str, vocab: Any, max_seq_len: Any, lib: Any, rasp: Any) -> _Source:
+    """A shipped program by name, built with its own vocabulary and length (which the caller must not pass)."""
+    if program not in PROGRAMS:
+        raise ArgumentError(
+            f"program={program!r} is not a known program; choose one of {program_names()} or "
+            "pass a tracr RASP program (rasp.SOp) with vocab= and max_seq_len="
+        )
+    for arg, v in (("vocab", vocab), ("max_seq_len", max_seq_len)):
+        if v is not None:
+            raise ArgumentError(
+                f"{arg}={v!r}: the shipped program {program!r} has its own {arg} "
+                f"({getattr(PROGRAMS[program], arg)!r}); {arg} is for a RASP program you pass"
+            )
+    spec = PROGRAMS[program]
+    return spec.build(lib, rasp), program, spec.vocab, spec.max_seq_len, spec.description
+
+
+def _own_program(program: Any, vocab: Any, max_seq_len: Any, rasp: Any) -> _Source:
+    """A user's RASP SOp with its checked ``vocab`` (a set sorted, a sequence in order, duplicates dropped) and
+    ``max_seq_len``."""
+    if not isinstance(program, rasp.SOp):
+        raise ArgumentError(
+            f"program={type(program).__name__} must be a shipped name ({program_names()}) or a "
+            "tracr RASP program (a rasp.SOp, e.g. tracr.compiler.lib.make_sort_unique(...))"
+        )
+    if (
+        vocab is None
+        or isinstance(vocab, (str, bytes))
+        or not isinstance(vocab, (set, frozenset, list, tuple))
+        or len(vocab) == 0
+    ):
+        raise ArgumentError(
+            f"vocab={vocab!r} must be a non-empty set or sequence of the program's input "
+            "values (e.g. {1, 2, 3} or ['a', 'b'])"
+        )
+    if not is_int(max_seq_len) or max_seq_len < 1:
+        raise ArgumentError(
+            f"max_seq_len={max_seq_len!r} must be a positive int: the longest input the "
+            "compiled model reads (BOS not counted)"
+        )
+    if BOS in vocab:
+        raise ArgumentError(f"vocab has {BOS!r}, the compiler's BOS token; use other values")
+    name = str(program.label)
+    values = (
+        tuple(sorted(set(vocab), key=lambda v: (type(v).__name__, v)))
+        if isinstance(vocab, (set, frozenset))
+        else tuple(dict.fromkeys(vocab))
+    )
+    return program, name, values, int(max_seq_len), f"RASP program {name!r}"

@@ -9,6 +9,7 @@ enables compatibility mode, so the bridge's logits are the HF model's).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -385,70 +386,112 @@ def _load_model(
     check_device(device)
     check_dtype(dtype)
     placement = check_placement(device_map, max_memory, offload_folder)
-    loader = _placed_loader(placement)
-    # a placed model is loaded in its final dtype (it is never cast after placement)
-    load_dtype = dtype if placement is not None else torch.float32
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    plan = _LoadPlan(
+        device=device,
+        dtype=dtype,
+        # a placed model is loaded in its final dtype (it is never cast after placement)
+        load_dtype=dtype if placement is not None else torch.float32,
+        loader=_placed_loader(placement),
+        placement=placement,
+        cache=Path(cache_dir) if cache_dir is not None else default_cache_dir(),
+        trust_remote_code=trust_remote_code,
+    )
     name = str(name_or_path)
-
     entry = catalog_entry(name) if isinstance(name_or_path, str) else None
     if entry is not None:
-        path = entry.path()  # MissingPackageError names the pip command
-        if entry.kind in ("gguf", "gguf_parts"):
-            hf, tok = _catalog_gguf(entry, path, cache, loader, load_dtype)
-            return model_from_hf_unchecked(
-                hf, tok, name=entry.name, device=device, dtype=dtype, source=str(path), provenance=entry.provenance
-            )
-        if entry.kind == "toy":
-            if placement is not None:
-                raise ArgumentError(
-                    f"device_map={device_map!r}: {entry.name!r} is a native toy model (kilobytes), "
-                    "loaded in memory only; drop device_map/max_memory/offload_folder"
-                )
-            return load_toy(path, name=entry.name, device=device, dtype=dtype)
-        hf, tok, has_head = _load_hf(str(path), load_dtype, trust_remote_code, placement=placement)
-        return model_from_hf_unchecked(
-            hf,
-            tok,
-            name=entry.name,
-            device=device,
-            dtype=dtype,
-            has_unembed=has_head,
-            source=str(path),
-            provenance=entry.provenance,
-        )
-
-    path = Path(name).expanduser()
-    if path.suffix == ".gguf":
-        if not path.exists():
-            raise ModelNotFoundError(f"name_or_path={name!r}: no such .gguf file")
-        hf, tok, _ = load_gguf_cached(path, cache / "gguf", load_dtype, loader)
-        return model_from_hf_unchecked(
-            hf,
-            tok,
-            name=path.stem,
-            device=device,
-            dtype=dtype,
-            source=str(path),
-            provenance=f"GGUF file {path.name}, dequantized to float32 by interp",
-        )
-    if path.exists():
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(
-                f"name_or_path={name!r} is a folder without config.json; expected a Hugging Face model folder"
-            )
-        hf, tok, has_head = _load_hf(str(path), load_dtype, trust_remote_code, placement=placement)
-        return model_from_hf_unchecked(
-            hf, tok, name=path.name, device=device, dtype=dtype, has_unembed=has_head, source=str(path)
-        )
+        return _load_catalog(entry, plan, device_map)
+    local = _load_local(name, plan)
+    if local is not None:
+        return local
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise unknown_model_error(name)  # a path that does not exist, not a hub id
     if "/" not in name and close_catalog_names(name):
         raise unknown_model_error(name)  # a misspelt / unknown catalog name, not a hub id
+    return _load_hub(name, plan)
 
-    # A hub id.
+
+@dataclasses.dataclass(frozen=True)
+class _LoadPlan:
+    """How :func:`_load_model` loads, whatever the source: the final device and dtype, the dtype weights are read
+    in, the placed loader and placement (None: in memory), the cache folder and trust_remote_code."""
+
+    device: Union[str, torch.device]
+    dtype: torch.dtype
+    load_dtype: torch.dtype
+    loader: Optional[_Loader]
+    placement: Optional[Placement]
+    cache: Path
+    trust_remote_code: bool
+
+
+def _load_catalog(entry: CatalogEntry, plan: _LoadPlan, device_map: Any) -> Model:
+    """A catalog model: a GGUF release, a native toy, or a Hugging Face folder."""
+    path = entry.path()  # MissingPackageError names the pip command
+    if entry.kind in ("gguf", "gguf_parts"):
+        hf, tok = _catalog_gguf(entry, path, plan.cache, plan.loader, plan.load_dtype)
+        return model_from_hf_unchecked(
+            hf,
+            tok,
+            name=entry.name,
+            device=plan.device,
+            dtype=plan.dtype,
+            source=str(path),
+            provenance=entry.provenance,
+        )
+    if entry.kind == "toy":
+        if plan.placement is not None:
+            raise ArgumentError(
+                f"device_map={device_map!r}: {entry.name!r} is a native toy model (kilobytes), "
+                "loaded in memory only; drop device_map/max_memory/offload_folder"
+            )
+        return load_toy(path, name=entry.name, device=plan.device, dtype=plan.dtype)
+    hf, tok, has_head = _load_hf(str(path), plan.load_dtype, plan.trust_remote_code, placement=plan.placement)
+    return model_from_hf_unchecked(
+        hf,
+        tok,
+        name=entry.name,
+        device=plan.device,
+        dtype=plan.dtype,
+        has_unembed=has_head,
+        source=str(path),
+        provenance=entry.provenance,
+    )
+
+
+def _load_local(name: str, plan: _LoadPlan) -> Optional[Model]:
+    """A local .gguf file or Hugging Face folder named by ``name``; None when ``name`` is neither (no such path)."""
+    path = Path(name).expanduser()
+    if path.suffix == ".gguf":
+        if not path.exists():
+            raise ModelNotFoundError(f"name_or_path={name!r}: no such .gguf file")
+        hf, tok, _ = load_gguf_cached(path, plan.cache / "gguf", plan.load_dtype, plan.loader)
+        return model_from_hf_unchecked(
+            hf,
+            tok,
+            name=path.stem,
+            device=plan.device,
+            dtype=plan.dtype,
+            source=str(path),
+            provenance=f"GGUF file {path.name}, dequantized to float32 by interp",
+        )
+    if not path.exists():
+        return None
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(
+            f"name_or_path={name!r} is a folder without config.json; expected a Hugging Face model folder"
+        )
+    hf, tok, has_head = _load_hf(str(path), plan.load_dtype, plan.trust_remote_code, placement=plan.placement)
+    return model_from_hf_unchecked(
+        hf, tok, name=path.name, device=plan.device, dtype=plan.dtype, has_unembed=has_head, source=str(path)
+    )
+
+
+def _load_hub(name: str, plan: _LoadPlan) -> Model:
+    """A Hugging Face hub id (or the local HF cache's copy of it); OfflineError when the hub is unreachable."""
     try:
-        hf, tok, has_head = _load_hf(name, load_dtype, trust_remote_code, local=False, placement=placement)
+        hf, tok, has_head = _load_hf(
+            name, plan.load_dtype, plan.trust_remote_code, local=False, placement=plan.placement
+        )
     except OSError as e:
         if _is_offline() or "connect" in str(e).lower() or "offline" in str(e).lower():
             raise OfflineError(
@@ -461,8 +504,8 @@ def _load_model(
         hf,
         tok,
         name=name,
-        device=device,
-        dtype=dtype,
+        device=plan.device,
+        dtype=plan.dtype,
         has_unembed=has_head,
         source=f"hub:{name}",
         provenance=f"Hugging Face hub model {name}",

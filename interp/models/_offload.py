@@ -349,7 +349,8 @@ class Placement:
 
 
 def _check_map_device(key: str, value: Any) -> None:
-    ok = value in ("cpu", "disk") or isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    # a GPU index is a Python int (accelerate takes the map as given: not a bool, not a numpy int)
+    ok = value in ("cpu", "disk") or type(value) is int and value >= 0
     if isinstance(value, (str, torch.device)) and not ok:
         try:
             ok = torch.device(value).type in ("cuda", "mps", "xpu", "cpu")
@@ -359,7 +360,7 @@ def _check_map_device(key: str, value: Any) -> None:
         raise ArgumentError(
             f"device_map[{key!r}]={value!r} is not a device; use 'cpu', 'disk', a GPU index (0, 1, ...) or 'cuda:N'"
         )
-    dev = torch.device(f"cuda:{value}") if isinstance(value, int) else None
+    dev = torch.device(f"cuda:{value}") if type(value) is int else None
     if isinstance(value, str) and value not in ("cpu", "disk"):
         dev = torch.device(value)
     if (

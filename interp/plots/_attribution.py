@@ -33,8 +33,8 @@ from interp.plots._common import (
     check_index,
     esc,
     fmt,
+    head_grid,
     head_grid_shape,
-    parse_head,
     quoted,
     require_attr,
 )
@@ -110,15 +110,7 @@ def attribution_heatmap(attribution: Any, *, prompt: Optional[int] = None, max_s
     labels, v, total = attribution_vector(attribution, prompt=prompt)
     target, where = _context(attribution, prompt)
     n_l, n_h = head_grid_shape(labels, attribution)
-    grid = np.full((n_l, n_h), np.nan)
-    side: list[tuple[str, float]] = []
-    for lab, val in zip(labels, v):
-        lh = parse_head(lab)
-        if lh is not None and lh[0] < n_l and lh[1] < n_h:
-            grid[lh] = val
-        else:
-            side.append((lab, float(val)))
-    has_heads = n_l > 0 and bool(np.isfinite(grid).any())
+    grid, side = head_grid(labels, v, n_l, n_h)
     fig = make_subplots(
         rows=1,
         cols=2,
@@ -126,29 +118,9 @@ def attribution_heatmap(attribution: Any, *, prompt: Optional[int] = None, max_s
         horizontal_spacing=0.2,
         subplot_titles=("heads (layer × head)", "other terms"),
     )
-    if has_heads:
-        zmax = float(np.nanmax(np.abs(grid))) or 1.0
-        hover = [
-            [f"term <b>{Head(l, h)}</b><br>value: {fmt(grid[l, h])}<br>{esc(target)}<br>{where}" for h in range(n_h)]
-            for l in range(n_l)
-        ]
-        fig.add_trace(
-            go.Heatmap(
-                z=grid,
-                x=list(range(n_h)),
-                y=list(range(n_l)),
-                colorscale=DIVERGING,
-                zmid=0.0,
-                zmin=-zmax,
-                zmax=zmax,
-                hovertext=hover,
-                hoverinfo="text",
-                colorbar=dict(title="value", x=1.02, len=0.9),
-                name="heads",
-            ),
-            row=1,
-            col=1,
-        )
+    hover_tail = f"{esc(target)}<br>{where}"
+    if n_l > 0 and bool(np.isfinite(grid).any()):
+        _add_head_heatmap(fig, grid, hover_tail)
     else:
         unit = getattr(attribution, "unit", "")
         fig.add_annotation(
@@ -164,46 +136,83 @@ def attribution_heatmap(attribution: Any, *, prompt: Optional[int] = None, max_s
     fig.update_xaxes(title_text="head", dtick=1 if n_h <= 20 else None, row=1, col=1)
     fig.update_yaxes(title_text="layer", autorange="reversed", dtick=1 if n_l <= 32 else None, row=1, col=1)
     if side:
-        side_sorted = sorted(side, key=lambda kv: -abs(kv[1]))
-        shown, rest = side_sorted[:max_side_terms], side_sorted[max_side_terms:]
-        order = {lab: i for i, lab in enumerate(labels)}
-        shown.sort(key=lambda kv: order[kv[0]])  # stream order, top to bottom
-        names = [n for n, _ in shown]
-        vals = [x for _, x in shown]
-        if rest:
-            names.append(f"other {len(rest)} terms")
-            vals.append(float(sum(x for _, x in rest)))
-        fig.add_trace(
-            go.Bar(
-                x=vals,
-                y=names,
-                orientation="h",
-                name="other terms",
-                marker_color=["#2166ac" if x >= 0 else "#b2182b" for x in vals],
-                hovertext=[
-                    f"term <b>{esc(n)}</b><br>value: {fmt(x)}<br>{esc(target)}<br>{where}" for n, x in zip(names, vals)
-                ],
-                hoverinfo="text",
-            ),
-            row=1,
-            col=2,
-        )
-        fig.update_yaxes(autorange="reversed", row=1, col=2, type="category")
-        fig.update_xaxes(title_text="value", row=1, col=2)
-    ce = getattr(attribution, "closure_error", None)
-    sub = [where]  # already escaped
-    if total is not None:
-        sub.append(f"total {fmt(total)}")
-    if ce is not None:
-        sub.append(closure_text(ce, getattr(attribution, "relative_error", None)))
+        _add_side_bars(fig, side, labels, max_side_terms, hover_tail)
     fig.update_layout(
-        title=f"Attribution of {esc(target)}<br><sup>{' · '.join(sub)}</sup>",
+        title=f"Attribution of {esc(target)}<br><sup>{_subtitle(attribution, where, total)}</sup>",
         width=1000,
         height=max(420, 18 * n_l + 200, 20 * (min(len(side), max_side_terms) + 1) + 200),
         template="plotly_white",
         showlegend=False,
     )
     return fig
+
+
+def _add_head_heatmap(fig: go.Figure, grid: np.ndarray, hover_tail: str) -> None:
+    """The layer × head heatmap in the left panel, on a diverging scale centred at 0."""
+    n_l, n_h = grid.shape
+    zmax = float(np.nanmax(np.abs(grid))) or 1.0
+    hover = [
+        [f"term <b>{Head(l, h)}</b><br>value: {fmt(grid[l, h])}<br>{hover_tail}" for h in range(n_h)]
+        for l in range(n_l)
+    ]
+    fig.add_trace(
+        go.Heatmap(
+            z=grid,
+            x=list(range(n_h)),
+            y=list(range(n_l)),
+            colorscale=DIVERGING,
+            zmid=0.0,
+            zmin=-zmax,
+            zmax=zmax,
+            hovertext=hover,
+            hoverinfo="text",
+            colorbar=dict(title="value", x=1.02, len=0.9),
+            name="heads",
+        ),
+        row=1,
+        col=1,
+    )
+
+
+def _add_side_bars(
+    fig: go.Figure, side: list[tuple[str, float]], labels: list[str], max_side_terms: int, hover_tail: str
+) -> None:
+    """Bars of the ``max_side_terms`` largest other terms (stream order, the rest summed) in the right panel."""
+    side_sorted = sorted(side, key=lambda kv: -abs(kv[1]))
+    shown, rest = side_sorted[:max_side_terms], side_sorted[max_side_terms:]
+    order = {lab: i for i, lab in enumerate(labels)}
+    shown.sort(key=lambda kv: order[kv[0]])  # stream order, top to bottom
+    names = [n for n, _ in shown]
+    vals = [x for _, x in shown]
+    if rest:
+        names.append(f"other {len(rest)} terms")
+        vals.append(float(sum(x for _, x in rest)))
+    fig.add_trace(
+        go.Bar(
+            x=vals,
+            y=names,
+            orientation="h",
+            name="other terms",
+            marker_color=["#2166ac" if x >= 0 else "#b2182b" for x in vals],
+            hovertext=[f"term <b>{esc(n)}</b><br>value: {fmt(x)}<br>{hover_tail}" for n, x in zip(names, vals)],
+            hoverinfo="text",
+        ),
+        row=1,
+        col=2,
+    )
+    fig.update_yaxes(autorange="reversed", row=1, col=2, type="category")
+    fig.update_xaxes(title_text="value", row=1, col=2)
+
+
+def _subtitle(attribution: Any, where: str, total: Optional[float]) -> str:
+    """``where · total … · closure error …`` (already HTML-safe)."""
+    ce = getattr(attribution, "closure_error", None)
+    sub = [where]  # already escaped
+    if total is not None:
+        sub.append(f"total {fmt(total)}")
+    if ce is not None:
+        sub.append(closure_text(ce, getattr(attribution, "relative_error", None)))
+    return " · ".join(sub)
 
 
 def attribution_waterfall(attribution: Any, *, prompt: Optional[int] = None, k: int = 15) -> go.Figure:

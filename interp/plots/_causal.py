@@ -31,8 +31,8 @@ from interp.plots._common import (
     as_numpy,
     esc,
     fmt,
+    head_grid,
     head_grid_shape,
-    parse_head,
     require_attr,
     unique_token_labels,
 )
@@ -83,57 +83,66 @@ def patch_figure(
     v, title = _patch_values(result, what, prompt)
     if v.shape[0] != len(labels) or v.shape[0] == 0:
         raise ArgumentError(f"result has {len(labels)} labels for values of shape {v.shape}")
-    metric = esc(getattr(result, "metric", "metric"))
-    method = esc(getattr(result, "method", "patching"))
+    heading = f"{esc(getattr(result, 'method', 'patching'))} of {esc(getattr(result, 'metric', 'metric'))}"
+    sub = _patch_subtitle(result, prompt)
+    if v.ndim == 2:
+        return _node_position_figure(result, labels, v, title, f"{heading} (node × position)<br><sup>{sub}</sup>")
+    return _head_figure(result, labels, v, title, max_side_nodes, f"{heading}<br><sup>{sub}</sup>")
+
+
+def _patch_subtitle(result: Any, prompt: Optional[int]) -> str:
+    """``direction, ablation … · who · clean …, corrupt …`` (HTML-safe)."""
     direction = esc(getattr(result, "direction", ""))
     ablation = esc(getattr(result, "ablation", ""))
     details = getattr(result, "details", {}) or {}
     extra = "".join(f" · {esc(k)} {esc(details[k])}" for k in ("sender", "via") if k in details)
     who = "mean over prompts" if prompt is None else f"prompt {prompt}"
-    sub = (
+    return (
         f"{direction}, ablation {ablation}{extra} · {who} · clean {fmt(getattr(result, 'clean', math.nan))}, "
         f"corrupt {fmt(getattr(result, 'corrupt', math.nan))}"
     )
-    if v.ndim == 2:
-        toks = getattr(result, "str_tokens", None)
-        x = unique_token_labels(toks) if toks and len(toks) == v.shape[1] else list(range(v.shape[1]))
-        zmax = float(np.nanmax(np.abs(v))) if np.isfinite(v).any() else 1.0
-        hover = [
-            [f"node <b>{esc(lab)}</b> at {esc(x[p])}<br>{title}: {fmt(v[i, p])}" for p in range(v.shape[1])]
-            for i, lab in enumerate(labels)
-        ]
-        fig = go.Figure(
-            go.Heatmap(
-                z=v,
-                x=x,
-                y=labels,
-                colorscale=DIVERGING,
-                zmid=0.0,
-                zmin=-zmax,
-                zmax=zmax,
-                hovertext=hover,
-                hoverinfo="text",
-                colorbar=dict(title=title),
-            )
+
+
+def _node_position_figure(result: Any, labels: list[str], v: np.ndarray, title: str, heading: str) -> go.Figure:
+    """Values [n_nodes, pos] as a node × position heatmap (diverging, centred at 0)."""
+    toks = getattr(result, "str_tokens", None)
+    x = unique_token_labels(toks) if toks and len(toks) == v.shape[1] else list(range(v.shape[1]))
+    zmax = float(np.nanmax(np.abs(v))) if np.isfinite(v).any() else 1.0
+    hover = [
+        [f"node <b>{esc(lab)}</b> at {esc(x[p])}<br>{title}: {fmt(v[i, p])}" for p in range(v.shape[1])]
+        for i, lab in enumerate(labels)
+    ]
+    fig = go.Figure(
+        go.Heatmap(
+            z=v,
+            x=x,
+            y=labels,
+            colorscale=DIVERGING,
+            zmid=0.0,
+            zmin=-zmax,
+            zmax=zmax,
+            hovertext=hover,
+            hoverinfo="text",
+            colorbar=dict(title=title),
         )
-        fig.update_yaxes(autorange="reversed", type="category", title_text="node")
-        fig.update_xaxes(type="category", title_text="position")
-        fig.update_layout(
-            title=f"{method} of {metric} (node × position)<br><sup>{sub}</sup>",
-            width=1000,
-            height=max(420, min(14 * len(labels), 4000) + 200),
-            template="plotly_white",
-        )
-        return fig
+    )
+    fig.update_yaxes(autorange="reversed", type="category", title_text="node")
+    fig.update_xaxes(type="category", title_text="position")
+    fig.update_layout(
+        title=heading,
+        width=1000,
+        height=max(420, min(14 * len(labels), 4000) + 200),
+        template="plotly_white",
+    )
+    return fig
+
+
+def _head_figure(
+    result: Any, labels: list[str], v: np.ndarray, title: str, max_side_nodes: int, heading: str
+) -> go.Figure:
+    """Values [n_nodes] as a layer × head heatmap of the head nodes, with the other nodes as bars beside it."""
     n_l, n_h = head_grid_shape(labels, result)
-    grid = np.full((n_l, n_h), np.nan)
-    side: list[tuple[str, float]] = []
-    for lab, val in zip(labels, v):
-        lh = parse_head(lab)
-        if lh is not None and lh[0] < n_l and lh[1] < n_h:
-            grid[lh] = val
-        else:
-            side.append((lab, float(val)))
+    grid, side = head_grid(labels, v, n_l, n_h)
     has_heads = bool(np.isfinite(grid).any())
     cols = (2 if side else 1) if has_heads else 1
     fig = make_subplots(
@@ -168,7 +177,6 @@ def patch_figure(
         shown = sorted(side, key=lambda kv: -abs(kv[1]) if math.isfinite(kv[1]) else 0)[:max_side_nodes]
         order = {lab: i for i, lab in enumerate(labels)}
         shown.sort(key=lambda kv: order[kv[0]])
-        c = cols
         fig.add_trace(
             go.Bar(
                 x=[x for _, x in shown],
@@ -179,12 +187,12 @@ def patch_figure(
                 hoverinfo="text",
             ),
             row=1,
-            col=c,
+            col=cols,
         )
-        fig.update_yaxes(autorange="reversed", type="category", row=1, col=c)
-        fig.update_xaxes(title_text=title, row=1, col=c)
+        fig.update_yaxes(autorange="reversed", type="category", row=1, col=cols)
+        fig.update_xaxes(title_text=title, row=1, col=cols)
     fig.update_layout(
-        title=f"{method} of {metric}<br><sup>{sub}</sup>",
+        title=heading,
         width=1000,
         height=max(420, 18 * n_l + 200, 20 * (min(len(side), max_side_nodes) + 1) + 200),
         template="plotly_white",

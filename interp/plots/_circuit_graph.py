@@ -35,7 +35,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from interp import labels as L
-from interp._validate import check_choice, check_int_range, check_positive_int
+from interp._validate import check_choice, check_int_range, check_positive_int, is_int, is_real
 from interp.errors import ArgumentError, LabelError, ShapeError
 from interp.plots._common import as_numpy, esc, fmt
 
@@ -194,7 +194,7 @@ def _read_inputs(
         def count(attr: str, given: Any) -> Any:
             v = getattr(res, attr, None) if given is None else given
             v = getattr(arch, attr, None) if v is None else v
-            return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else given  # 0: not known
+            return v if is_int(v) and v > 0 else given  # 0: not known
 
         n_layers, n_heads = count("n_layers", n_layers), count("n_heads", n_heads)
         n_kv_heads = count("n_kv_heads", n_kv_heads)
@@ -244,9 +244,9 @@ def _info_lines(info: Optional[Mapping[str, Any]]) -> list[str]:
     out = []
     for k, v in (info or {}).items():
         if isinstance(v, (list, tuple)):
-            items = [fmt(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else esc(x) for x in v]
+            items = [fmt(float(x)) if is_real(x) else esc(x) for x in v]
             out.append(f"{esc(k)}:<br>&nbsp;&nbsp;" + "<br>&nbsp;&nbsp;".join(items))
-        elif isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool):
+        elif is_real(v):
             out.append(f"{esc(k)}: {fmt(float(v))}")
         else:
             out.append(f"{esc(k)}: {esc(v)}")
@@ -918,7 +918,7 @@ def _node_hovers(
                 lines.append(f"in via {esc(port)}: {_n_edges(n_e)}, Σ {esc(score_name)} {fmt(tot)}")
         hover[n.label] = "<br>".join(lines)
         v = (info.get(n.label) or {}).get(node_value) if n.kind != "port" else None
-        value[n.label] = float(v) if isinstance(v, (int, float, np.floating)) and not isinstance(v, bool) else math.nan
+        value[n.label] = float(v) if is_real(v) else math.nan
     return hover, value
 
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import math
 
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from interp._validate import check_positive_int
+from interp._validate import check_positive_int, is_int
 from interp.errors import ArgumentError, ShapeError
 from interp.labels import Head
 from interp.plots._common import DIVERGING, as_numpy, esc, fmt, token_label
@@ -147,30 +147,11 @@ def ov_eigenvalue_figure(circuit: Any, *, label: Optional[str] = None, scale: st
         f"<br>{esc(label)}"
         for i, (z, m) in enumerate(zip(ev, mags))
     ]
-    top = float(mags.max())
-    if scale == "auto":
-        med = float(np.median(mags))
-        scale = "log" if top > 0 and (med == 0 or top / med > LOG_SCALE_RATIO) else "linear"
-    if scale == "log" and top > 0:
-        rho, s = _log_radius(mags)
-        unit = np.divide(ev, mags, out=np.zeros_like(ev), where=mags > 0)  # e^{i arg λ}
-        x, y = rho * unit.real, rho * unit.imag
-        r = float(rho.max()) * 1.1
-        how = f"log10(1 + |λ|/s), s = {fmt(s)}"
-        x_title, y_title = f"Re λ/|λ| · {how}", f"Im λ/|λ| · {how}"
-        scale_note = (
-            f" · log radial scale: radius = {how}, angle = arg λ; |λ| spans "
-            f"{fmt(float(mags[mags > 0].min()))}…{fmt(top)}"
-        )
-    else:
-        scale = "linear"
-        x, y = ev.real, ev.imag
-        r = top * 1.1 or 1.0
-        x_title, y_title, scale_note = "Re λ", "Im λ", ""
+    pl = _plane(ev, mags, scale)
     fig = go.Figure(
         go.Scatter(
-            x=x,
-            y=y,
+            x=pl.x,
+            y=pl.y,
             mode="markers",
             name="eigenvalues",
             marker=dict(size=8, color=np.where(ev.real >= 0, "#2166ac", "#b2182b"), line=dict(color="#333", width=0.5)),
@@ -179,33 +160,80 @@ def ov_eigenvalue_figure(circuit: Any, *, label: Optional[str] = None, scale: st
             customdata=np.stack([ev.real, ev.imag], axis=1),
         )
     )
-    if scale == "log":  # circles at round |λ| = s·10^k so the log radius can be read
-        for k in range(1, int(math.log10(top / s)) + 1):
-            rk = math.log10(1.0 + 10.0**k)
-            fig.add_shape(type="circle", x0=-rk, x1=rk, y0=-rk, y1=rk, line=dict(color="#ddd", width=1, dash="dot"))
-            fig.add_annotation(
-                x=rk * 0.7071,
-                y=rk * 0.7071,
-                text=f"|λ|={fmt(s * 10.0**k)}",
-                showarrow=False,
-                font=dict(size=9, color="#888"),
-                xanchor="left",
-                yanchor="bottom",
-            )
+    if pl.scale == "log":  # circles at round |λ| = s·10^k so the log radius can be read
+        _add_log_circles(fig, float(mags.max()), pl.s)
+    r = pl.r
     fig.add_shape(type="line", x0=-r, x1=r, y0=0, y1=0, line=dict(color="#aaa", width=1))
     fig.add_shape(type="line", x0=0, x1=0, y0=-r, y1=r, line=dict(color="#aaa", width=1))
     fig.update_layout(
         title=f"Eigenvalues of {esc(label)}<br><sup>{ev.size} eigenvalues · {esc(_ratio_name(circuit))} = {score:.3f}"
-        f"{esc(scale_note)}</sup>",
-        xaxis=dict(title=x_title, range=[-r, r], zeroline=False),
-        yaxis=dict(title=y_title, range=[-r, r], scaleanchor="x", scaleratio=1, zeroline=False),
+        f"{esc(pl.note)}</sup>",
+        xaxis=dict(title=pl.x_title, range=[-r, r], zeroline=False),
+        yaxis=dict(title=pl.y_title, range=[-r, r], scaleanchor="x", scaleratio=1, zeroline=False),
         width=620,
         height=620,
         template="plotly_white",
         showlegend=False,
-        meta=dict(scale=scale),
+        meta=dict(scale=pl.scale),
     )
     return fig
+
+
+class _Plane(NamedTuple):
+    """Where the eigenvalues are drawn: the scale used, the points, the axes' half-range and titles, the scale note
+    for the title and the log scale's unit s (NaN on the linear scale)."""
+
+    scale: str
+    x: np.ndarray
+    y: np.ndarray
+    r: float
+    x_title: str
+    y_title: str
+    note: str
+    s: float
+
+
+def _plane(ev: np.ndarray, mags: np.ndarray, scale: str) -> _Plane:
+    """The points of λ on the ``scale`` asked for ("auto" resolved: log when max|λ| / median|λ| is large)."""
+    top = float(mags.max())
+    if scale == "auto":
+        med = float(np.median(mags))
+        scale = "log" if top > 0 and (med == 0 or top / med > LOG_SCALE_RATIO) else "linear"
+    if scale == "log" and top > 0:
+        rho, s = _log_radius(mags)
+        unit = np.divide(ev, mags, out=np.zeros_like(ev), where=mags > 0)  # e^{i arg λ}
+        how = f"log10(1 + |λ|/s), s = {fmt(s)}"
+        note = (
+            f" · log radial scale: radius = {how}, angle = arg λ; |λ| spans "
+            f"{fmt(float(mags[mags > 0].min()))}…{fmt(top)}"
+        )
+        return _Plane(
+            "log",
+            rho * unit.real,
+            rho * unit.imag,
+            float(rho.max()) * 1.1,
+            f"Re λ/|λ| · {how}",
+            f"Im λ/|λ| · {how}",
+            note,
+            s,
+        )
+    return _Plane("linear", ev.real, ev.imag, top * 1.1 or 1.0, "Re λ", "Im λ", "", math.nan)
+
+
+def _add_log_circles(fig: go.Figure, top: float, s: float) -> None:
+    """Dotted circles at |λ| = s·10^k (k ≥ 1, up to max|λ|), labelled, so a log radius can be read."""
+    for k in range(1, int(math.log10(top / s)) + 1):
+        rk = math.log10(1.0 + 10.0**k)
+        fig.add_shape(type="circle", x0=-rk, x1=rk, y0=-rk, y1=rk, line=dict(color="#ddd", width=1, dash="dot"))
+        fig.add_annotation(
+            x=rk * 0.7071,
+            y=rk * 0.7071,
+            text=f"|λ|={fmt(s * 10.0**k)}",
+            showarrow=False,
+            font=dict(size=9, color="#888"),
+            xanchor="left",
+            yanchor="bottom",
+        )
 
 
 def _factors(circuit: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -227,7 +255,7 @@ def _ids(tokens: Any, n: int, name: str) -> list[int]:
     ids = torch.as_tensor(tokens).flatten().tolist() if not isinstance(tokens, (list, tuple)) else list(tokens)
     if not ids:
         raise ArgumentError(f"{name} is empty; give at least one token id")
-    bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= int(t) < n]
+    bad = [t for t in ids if not is_int(t) or not 0 <= int(t) < n]
     if bad:
         raise ArgumentError(f"{name} has {bad[:5]}; token ids must be ints in [0, {n - 1}]")
     return [int(t) for t in ids]

@@ -26,6 +26,7 @@ __all__ = [
     "closure_text",
     "esc",
     "fmt",
+    "head_grid",
     "head_grid_shape",
     "parse_head",
     "quoted",
@@ -97,6 +98,19 @@ def head_grid_shape(labels: Sequence[str], obj: Any = None) -> tuple[int, int]:
     if not heads:
         return 0, 0
     return max(l for l, _ in heads) + 1, max(h for _, h in heads) + 1
+
+
+def head_grid(labels: Sequence[str], values: Any, n_l: int, n_h: int) -> tuple[np.ndarray, list[tuple[str, float]]]:
+    """The head terms as a [n_layers, n_heads] grid (NaN where absent) and every other term as (label, value)."""
+    grid = np.full((n_l, n_h), np.nan)
+    side: list[tuple[str, float]] = []
+    for lab, val in zip(labels, values):
+        lh = parse_head(lab)
+        if lh is not None and lh[0] < n_l and lh[1] < n_h:
+            grid[lh] = val
+        else:
+            side.append((lab, float(val)))
+    return grid, side
 
 
 def token_label(tok: str) -> str:

@@ -35,7 +35,7 @@ from typing import Any, Optional, Union
 import plotly.graph_objects as go
 
 from interp._io import write_atomic
-from interp._validate import check_bool
+from interp._validate import check_bool, is_real
 from interp.errors import ArgumentError, ExportError
 from interp.plots._compact import compact_figures_html
 
@@ -275,7 +275,7 @@ def _size(fig: go.Figure, width: Optional[int], height: Optional[int]) -> tuple[
     w = width or fig.layout.width or DEFAULT_SIZE[0]
     h = height or fig.layout.height or DEFAULT_SIZE[1]
     for name, v in (("width", w), ("height", h)):
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
+        if not is_real(v) or v <= 0:
             raise ArgumentError(f"{name}={v!r} must be a positive number of pixels")
     return int(w), int(h)
 
@@ -338,7 +338,7 @@ def export(
     elif suffix == ".html":
         write_atomic(p, (compact_figures_html([fig], title=p.stem) if compact else figure_html(fig)).encode())
     else:
-        if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not 0 < scale <= 10:
+        if not is_real(scale) or not 0 < scale <= 10:
             raise ArgumentError(f"scale={scale!r} must be a number in (0, 10]")
         w, h = _size(fig, width, height)
         if w * h * scale * scale > MAX_STATIC_PIXELS:

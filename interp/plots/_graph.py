@@ -44,87 +44,10 @@ def composition_graph_figure(graph: Any) -> go.Figure:
     scores = np.array([e["score"] for e in graph.edges]) if graph.edges else np.zeros(0)
     lo, hi = (float(scores.min()), float(scores.max())) if len(scores) else (0.0, 1.0)
     span = hi - lo if hi > lo else 1.0
-    t = np.linspace(0.0, 1.0, 16)
     for ki, kind in enumerate(kinds):
-        colour = _kind_colour(kind, ki)
-        mid_x, mid_y, mid_h = [], [], []
-        first = True
-        for e in (e for e in graph.edges if e["kind"] == kind):
-            (x0, y0), (x1, y1) = pos[e["src"]], pos[e["dst"]]
-            w = (e["score"] - lo) / span  # 0..1
-            bend = _BEND.get(kind, 0.2 * (ki + 1))
-            cx, cy = (x0 + x1) / 2, (y0 + y1) / 2 + bend * max(1.0, abs(x1 - x0) ** 0.5)
-            xs = (1 - t) ** 2 * x0 + 2 * (1 - t) * t * cx + t**2 * x1  # quadratic Bézier
-            ys = (1 - t) ** 2 * y0 + 2 * (1 - t) * t * cy + t**2 * y1
-            hov = f"<b>{kind}</b>-composition {esc(e['src'])} → {esc(e['dst'])}<br>score {fmt(e['score'])}"
-            fig.add_trace(
-                go.Scatter(
-                    x=xs,
-                    y=ys,
-                    mode="lines",
-                    line=dict(color=colour, width=1 + 5 * w, dash=_DASH.get(kind, "solid")),
-                    opacity=0.35 + 0.6 * w,
-                    hoverinfo="skip",
-                    legendgroup=kind,
-                    showlegend=first,
-                    name=f"{kind}-composition" if kind in KIND_COLOURS else kind,
-                )
-            )
-            first = False
-            mid_x.append(float(xs[8]))
-            mid_y.append(float(ys[8]))
-            mid_h.append(hov)
-        if mid_x:  # hover targets on the edges' midpoints
-            fig.add_trace(
-                go.Scatter(
-                    x=mid_x,
-                    y=mid_y,
-                    mode="markers",
-                    marker=dict(size=9, color=colour, opacity=0.0),
-                    hovertext=mid_h,
-                    hoverinfo="text",
-                    legendgroup=kind,
-                    showlegend=False,
-                    name=f"{kind} edges",
-                )
-            )
+        _add_kind_edges(fig, [e for e in graph.edges if e["kind"] == kind], kind, ki, pos, lo, span)
     if graph.nodes:
-        vals = [n.get("value") for n in graph.nodes]
-        has_vals = any(v is not None for v in vals)
-        hover = [
-            f"head <b>{esc(n['label'])}</b>"
-            + (f"<br>{esc(graph.node_value_name)}: {fmt(n['value'])}" if n.get("value") is not None else "")
-            for n in graph.nodes
-        ]
-        marker: dict[str, Any] = dict(size=18, line=dict(color="#333", width=1))
-        if has_vals:
-            z = np.array([np.nan if v is None else v for v in vals], dtype=float)
-            zmax = float(np.nanmax(np.abs(z))) or 1.0
-            marker.update(
-                color=np.nan_to_num(z, nan=0.0),
-                colorscale=DIVERGING,
-                cmid=0.0,
-                cmin=-zmax,
-                cmax=zmax,
-                colorbar=dict(title=graph.node_value_name, x=1.02),
-            )
-        else:
-            marker.update(color="#dddddd")
-        fig.add_trace(
-            go.Scatter(
-                x=[n["layer"] for n in graph.nodes],
-                y=[n["head"] for n in graph.nodes],
-                mode="markers+text",
-                text=[n["label"] for n in graph.nodes],
-                textposition="top center",
-                textfont=dict(size=10),
-                marker=marker,
-                hovertext=hover,
-                hoverinfo="text",
-                name="heads",
-                showlegend=False,
-            )
-        )
+        _add_heads(fig, graph)
     layers = sorted({n["layer"] for n in graph.nodes})
     sub = []
     if graph.threshold is not None:
@@ -142,3 +65,92 @@ def composition_graph_figure(graph: Any) -> go.Figure:
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),
     )
     return fig
+
+
+def _add_kind_edges(
+    fig: go.Figure, edges: list[Any], kind: str, ki: int, pos: dict[str, Any], lo: float, span: float
+) -> None:
+    """One kind's edges: a curved line each (quadratic Bézier bent the kind's way; width and opacity grow with
+    the score, scaled to [lo, lo + span]) and invisible hover targets on their midpoints."""
+    colour = _kind_colour(kind, ki)
+    t = np.linspace(0.0, 1.0, 16)
+    mid_x, mid_y, mid_h = [], [], []
+    first = True
+    for e in edges:
+        (x0, y0), (x1, y1) = pos[e["src"]], pos[e["dst"]]
+        w = (e["score"] - lo) / span  # 0..1
+        bend = _BEND.get(kind, 0.2 * (ki + 1))
+        cx, cy = (x0 + x1) / 2, (y0 + y1) / 2 + bend * max(1.0, abs(x1 - x0) ** 0.5)
+        xs = (1 - t) ** 2 * x0 + 2 * (1 - t) * t * cx + t**2 * x1  # quadratic Bézier
+        ys = (1 - t) ** 2 * y0 + 2 * (1 - t) * t * cy + t**2 * y1
+        hov = f"<b>{kind}</b>-composition {esc(e['src'])} → {esc(e['dst'])}<br>score {fmt(e['score'])}"
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                line=dict(color=colour, width=1 + 5 * w, dash=_DASH.get(kind, "solid")),
+                opacity=0.35 + 0.6 * w,
+                hoverinfo="skip",
+                legendgroup=kind,
+                showlegend=first,
+                name=f"{kind}-composition" if kind in KIND_COLOURS else kind,
+            )
+        )
+        first = False
+        mid_x.append(float(xs[8]))
+        mid_y.append(float(ys[8]))
+        mid_h.append(hov)
+    if mid_x:  # hover targets on the edges' midpoints
+        fig.add_trace(
+            go.Scatter(
+                x=mid_x,
+                y=mid_y,
+                mode="markers",
+                marker=dict(size=9, color=colour, opacity=0.0),
+                hovertext=mid_h,
+                hoverinfo="text",
+                legendgroup=kind,
+                showlegend=False,
+                name=f"{kind} edges",
+            )
+        )
+
+
+def _add_heads(fig: go.Figure, graph: Any) -> None:
+    """The heads as labelled markers at (layer, head), coloured by their value when the graph has one."""
+    vals = [n.get("value") for n in graph.nodes]
+    hover = [
+        f"head <b>{esc(n['label'])}</b>"
+        + (f"<br>{esc(graph.node_value_name)}: {fmt(n['value'])}" if n.get("value") is not None else "")
+        for n in graph.nodes
+    ]
+    marker: dict[str, Any] = dict(size=18, line=dict(color="#333", width=1))
+    if any(v is not None for v in vals):
+        z = np.array([np.nan if v is None else v for v in vals], dtype=float)
+        zmax = float(np.nanmax(np.abs(z))) or 1.0
+        marker.update(
+            color=np.nan_to_num(z, nan=0.0),
+            colorscale=DIVERGING,
+            cmid=0.0,
+            cmin=-zmax,
+            cmax=zmax,
+            colorbar=dict(title=graph.node_value_name, x=1.02),
+        )
+    else:
+        marker.update(color="#dddddd")
+    fig.add_trace(
+        go.Scatter(
+            x=[n["layer"] for n in graph.nodes],
+            y=[n["head"] for n in graph.nodes],
+            mode="markers+text",
+            text=[n["label"] for n in graph.nodes],
+            textposition="top center",
+            textfont=dict(size=10),
+            marker=marker,
+            hovertext=hover,
+            hoverinfo="text",
+            name="heads",
+            showlegend=False,
+        )
+    )

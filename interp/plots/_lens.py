@@ -33,13 +33,7 @@ def logit_lens_figure(lens: Any, *, prompt: int = 0, value: str = "auto", max_te
         name="lens",
         expected="an interp LogitLens (from interp.logit_lens)",
     )
-    if value not in ("auto", "top", "target"):
-        raise ArgumentError(f"value={value!r} must be 'auto', 'top' or 'target'")
-    target_values = getattr(lens, "target_values", None)
-    if value == "auto":
-        value = "target" if target_values is not None else "top"
-    if value == "target" and target_values is None:
-        raise ArgumentError("value='target' but this lens has no target; call interp.logit_lens(..., answer=...)")
+    value, target_values = _value_kind(lens, value)
     tokens = as_numpy(lens.top_tokens, name="lens.top_tokens", ndim=4, dtype=np.int64)
     P, B, S, k = tokens.shape
     b = check_index(prompt, B, name="prompt", what="prompts")
@@ -52,18 +46,7 @@ def logit_lens_figure(lens: Any, *, prompt: int = 0, value: str = "auto", max_te
         raise ArgumentError(f"prompt {b} has no real tokens among the kept positions")
     decoded = getattr(lens, "decoded", {}) or {}
     name = lambda t: decoded.get(str(int(t)), f"#{int(t)}")
-    str_tokens = getattr(lens, "str_tokens", None)
-    ids = as_numpy(lens.tokens, name="lens.tokens", ndim=2, dtype=np.int64)[b] if hasattr(lens, "tokens") else None
-    in_tok = [
-        (
-            str_tokens[b][int(positions[s])]
-            if str_tokens
-            else f"#{int(ids[positions[s]])}"
-            if ids is not None
-            else str(int(positions[s]))
-        )
-        for s in cols
-    ]
+    in_tok = _input_tokens(lens, b, positions, cols)
     x = [f"{int(positions[s])}:{token_label(t)}" for s, t in zip(cols, in_tok)]
     y = list(lens.labels)
     short = lambda s: s if len(s) <= max_text else s[: max_text - 1] + "…"
@@ -81,38 +64,17 @@ def logit_lens_figure(lens: Any, *, prompt: int = 0, value: str = "auto", max_te
             extra = f"<br>{esc(target)} = {fmt(tv[i, s])}" if tv is not None else ""
             row.append(f"<b>{esc(y[i])}</b><br>pos {int(positions[s])} {quoted(tok)}<br>{tops}{extra}")
         hover.append(row)
+    cells = dict(x=x, y=y, text=text, texttemplate="%{text}", hovertext=hover, hoverinfo="text")
     if value == "target" and tv is not None:  # (value "target" was refused above for a lens without one)
         z = tv[:, cols]
         zmax = float(np.nanmax(np.abs(z))) or 1.0
         heat = go.Heatmap(
-            z=z,
-            x=x,
-            y=y,
-            colorscale=DIVERGING,
-            zmid=0.0,
-            zmin=-zmax,
-            zmax=zmax,
-            text=text,
-            texttemplate="%{text}",
-            hovertext=hover,
-            hoverinfo="text",
-            colorbar=dict(title="readout"),
+            z=z, colorscale=DIVERGING, zmid=0.0, zmin=-zmax, zmax=zmax, colorbar=dict(title="readout"), **cells
         )
         what = esc(target)
     else:
-        z = probs[:, cols, 0]
         heat = go.Heatmap(
-            z=z,
-            x=x,
-            y=y,
-            colorscale="Blues",
-            zmin=0.0,
-            zmax=1.0,
-            text=text,
-            texttemplate="%{text}",
-            hovertext=hover,
-            hoverinfo="text",
-            colorbar=dict(title="p(top)"),
+            z=probs[:, cols, 0], colorscale="Blues", zmin=0.0, zmax=1.0, colorbar=dict(title="p(top)"), **cells
         )
         what = "top token and its probability"
     fig = go.Figure(heat)
@@ -129,3 +91,31 @@ def logit_lens_figure(lens: Any, *, prompt: int = 0, value: str = "auto", max_te
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(type="category")
     return fig
+
+
+def _value_kind(lens: Any, value: str) -> tuple[str, Any]:
+    """(``value`` with "auto" resolved to "target" or "top", the lens's ``target_values`` or None)."""
+    if value not in ("auto", "top", "target"):
+        raise ArgumentError(f"value={value!r} must be 'auto', 'top' or 'target'")
+    target_values = getattr(lens, "target_values", None)
+    if value == "auto":
+        value = "target" if target_values is not None else "top"
+    if value == "target" and target_values is None:
+        raise ArgumentError("value='target' but this lens has no target; call interp.logit_lens(..., answer=...)")
+    return value, target_values
+
+
+def _input_tokens(lens: Any, b: int, positions: np.ndarray, cols: list[int]) -> list[str]:
+    """The input token at each kept column of prompt ``b``: its string, else ``#id``, else its position."""
+    str_tokens = getattr(lens, "str_tokens", None)
+    ids = as_numpy(lens.tokens, name="lens.tokens", ndim=2, dtype=np.int64)[b] if hasattr(lens, "tokens") else None
+    return [
+        (
+            str_tokens[b][int(positions[s])]
+            if str_tokens
+            else f"#{int(ids[positions[s]])}"
+            if ids is not None
+            else str(int(positions[s]))
+        )
+        for s in cols
+    ]

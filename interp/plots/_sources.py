@@ -17,6 +17,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
+from interp._validate import check_positive_int
 from interp.errors import ArgumentError
 from interp.labels import Head, HeadSource, parse
 from interp.plots._attribution import _context
@@ -49,8 +50,7 @@ def head_source_heatmap(
         name="attribution",
         expected="an attribution with unit='head_source' (terms labelled like 'L3.H5[src=4]')",
     )
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ArgumentError(f"k={k!r} must be a positive int")
+    k = check_positive_int("k", k)
     v = as_numpy(attribution.values, name="attribution.values")
     v = v[:, None] if v.ndim == 1 else v
     i = check_index(prompt, v.shape[1], name="prompt", what="prompts")
@@ -119,8 +119,7 @@ def head_source_heatmap(
 def source_ov_figure(result: Any, *, k: int = 15) -> go.Figure:
     """Bars of the ``k`` most raised and ``k`` most lowered logits of one head's copy of one source."""
     require_attr(result, ("logits", "weight", "src", "dst"), name="result", expected="an OVAt result (interp.ov_at)")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ArgumentError(f"k={k!r} must be a positive int")
+    k = check_positive_int("k", k)
     lg = as_numpy(result.logits, name="result.logits", ndim=1)
     kk = min(k, lg.shape[0])
     top = np.argsort(-lg, kind="stable")[:kk]

@@ -189,14 +189,13 @@ def residual_stream_figure(trace: Any, *, prompt: int = 0, pos: int = -1) -> go.
     their ``customdata`` holds the norms themselves.
     """
     r = residual_stream_norms(trace, prompt=prompt, pos=pos)
-    points, groups, norms = r["points"], r["groups"], r["group_norms"]
-    names = [_point_name(P) for P in points]
+    names = [_point_name(P) for P in r["points"]]
     b, p = r["prompt"], r["pos"]
     toks = getattr(trace, "str_tokens", None)
     row_toks = toks[b] if toks else [str(i) for i in range(trace.tokens.shape[1])]
     tok = token_label(row_toks[p])
     # row heights in pixels: the heatmaps get a fixed height per row so labels stay legible
-    h1, h2, h3, gap, top = 380, max(160, 13 * len(groups)), max(120, 18 * len(row_toks)), 120, 130
+    h1, h2, h3, gap, top = 380, max(160, 13 * len(r["groups"])), max(120, 18 * len(row_toks)), 120, 130
     total_h = h1 + h2 + h3 + 2 * gap + top + 90
     fig = make_subplots(
         rows=3,
@@ -209,6 +208,34 @@ def residual_stream_figure(trace: Any, *, prompt: int = 0, pos: int = -1) -> go.
             "stream norm at every position (log colour scale)",
         ),
     )
+    _add_token_norms(fig, r, names, tok)  # row 1
+    _add_write_heatmap(fig, r, names, tok)  # row 2
+    _add_position_heatmap(fig, trace, r, names, row_toks)  # row 3
+    for row in (1, 2, 3):
+        fig.update_xaxes(type="category", tickangle=-60, categoryorder="array", categoryarray=names, row=row, col=1)
+    fig.update_yaxes(title_text="norm", row=1, col=1)
+    arch, block = getattr(trace, "arch", None), getattr(trace, "block", None)
+    kind = (
+        "" if arch is None or block is None else block.layout if arch.norm == "none" else f"{block.layout} {arch.norm}"
+    )
+    fig.update_layout(
+        title=(
+            f"Residual stream of token {quoted(tok)} (pos {p}, prompt {b})"
+            f"<br><sup>{esc(getattr(arch, 'name', ''))} {esc(kind)} · {closure_text(r['closure'])}</sup>"
+        ),
+        width=1100,
+        height=total_h,
+        template="plotly_white",
+        margin=dict(t=top, b=90),
+        barmode="group",
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),
+    )
+    return fig
+
+
+def _add_token_norms(fig: go.Figure, r: dict[str, Any], names: list[str], tok: str) -> None:
+    """Row 1: the line of ‖x_P‖ at the token, and bars of each write's norm at the first point it joined."""
+    points, groups, norms, p = r["points"], r["groups"], r["group_norms"], r["pos"]
     fig.add_trace(
         go.Scatter(
             x=names,
@@ -252,6 +279,11 @@ def residual_stream_figure(trace: Any, *, prompt: int = 0, pos: int = -1) -> go.
                 row=1,
                 col=1,
             )
+
+
+def _add_write_heatmap(fig: go.Figure, r: dict[str, Any], names: list[str], tok: str) -> None:
+    """Row 2: write group × point heatmap of ‖c_g(P)‖ (log10 colour, the norms as ``customdata``)."""
+    points, groups, norms = r["points"], r["groups"], r["group_norms"]
     hover = [
         [
             f"write <b>{esc(g)}</b> at {esc(P)}<br>‖contribution‖ = {fmt(norms[gi, j])}<br>token {quoted(tok)}"
@@ -275,6 +307,11 @@ def residual_stream_figure(trace: Any, *, prompt: int = 0, pos: int = -1) -> go.
         col=1,
     )
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=groups, tickfont=dict(size=9), row=2, col=1)
+
+
+def _add_position_heatmap(fig: go.Figure, trace: Any, r: dict[str, Any], names: list[str], row_toks: list[str]) -> None:
+    """Row 3: position × point heatmap of ‖x_P‖ over the prompt's real tokens (padding blank)."""
+    points, b = r["points"], r["prompt"]
     sa = r["stream_all"].T  # [pos, n_points]
     real = np.ones(len(row_toks), dtype=bool)
     mask = getattr(trace, "attention_mask", None)
@@ -304,23 +341,3 @@ def residual_stream_figure(trace: Any, *, prompt: int = 0, pos: int = -1) -> go.
     fig.update_yaxes(
         autorange="reversed", type="category", tickmode="array", tickvals=ylabels, tickfont=dict(size=9), row=3, col=1
     )
-    for row in (1, 2, 3):
-        fig.update_xaxes(type="category", tickangle=-60, categoryorder="array", categoryarray=names, row=row, col=1)
-    fig.update_yaxes(title_text="norm", row=1, col=1)
-    arch, block = getattr(trace, "arch", None), getattr(trace, "block", None)
-    kind = (
-        "" if arch is None or block is None else block.layout if arch.norm == "none" else f"{block.layout} {arch.norm}"
-    )
-    fig.update_layout(
-        title=(
-            f"Residual stream of token {quoted(tok)} (pos {p}, prompt {b})"
-            f"<br><sup>{esc(getattr(arch, 'name', ''))} {esc(kind)} · {closure_text(r['closure'])}</sup>"
-        ),
-        width=1100,
-        height=total_h,
-        template="plotly_white",
-        margin=dict(t=top, b=90),
-        barmode="group",
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),
-    )
-    return fig

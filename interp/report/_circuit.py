@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from interp._validate import check_bool, check_int_min, check_positive_int
+from interp._validate import check_bool, check_int_min, check_positive_int, is_real
 from interp.attribution import attribute_logits
 from interp.causal import Logit, LogitDiff, LogProb, Prob
 from interp.circuits import ov_circuit
@@ -280,7 +280,7 @@ def check_circuit_options(*, names: Optional[dict[str, str]] = None, **options: 
         )
     if "target" in o:
         t = o["target"]
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
+        if not is_real(t) or not 0 < t <= 1:
             raise ArgumentError(f"{nm['target']}={t!r} must be a faithfulness in (0, 1], e.g. 0.8")
     for k in ("static", "progress"):
         if k in o:
@@ -381,17 +381,7 @@ def circuit_report(
     # 6. results.json and the page
     res.update(_summary(sc, curve, dla_note, ov_note, n_drawn=len(drawn)))
     res["metric_for_task"] = _metric_text(model, task, sc)
-    res["graph_steps"] = [
-        {"label": lab, "n_edges": len(st), "faithfulness": f}
-        for lab, st, f in zip(gsteps["labels"], gsteps["circuits"], gsteps["faithfulness"])
-    ]
-    res["graph_default"] = {
-        "step": gsteps["active"],
-        "n_edges": len(gsteps["circuits"][gsteps["active"]]),
-        "target": target,
-        "ablation": gsteps["ablation"],
-        "reached": gsteps["reached"],
-    }
+    res.update(_graph_results(gsteps, target))
     res["timings_seconds"] = dict(steps.times, total=round(time.perf_counter() - t_start, 3))
     write_atomic(out / "results.json", json.dumps(_jsonable(res), indent=1).encode())
     page = _page(model, task, task_name, sc, curve, figs, files, view, res)
@@ -399,6 +389,24 @@ def circuit_report(
     write_atomic(index, page.render().encode())
     log.info("circuit report written to %s in %.1f s", index, time.perf_counter() - t_start)
     return index
+
+
+def _graph_results(gsteps: dict[str, Any], target: float) -> dict[str, Any]:
+    """results.json's ``graph_steps`` (each slider step's label, size, faithfulness) and ``graph_default`` (the step
+    the graph opens on, and why)."""
+    return {
+        "graph_steps": [
+            {"label": lab, "n_edges": len(st), "faithfulness": f}
+            for lab, st, f in zip(gsteps["labels"], gsteps["circuits"], gsteps["faithfulness"])
+        ],
+        "graph_default": {
+            "step": gsteps["active"],
+            "n_edges": len(gsteps["circuits"][gsteps["active"]]),
+            "target": target,
+            "ablation": gsteps["ablation"],
+            "reached": gsteps["reached"],
+        },
+    }
 
 
 def _with_exact(model: Model, task: Any, sc: Any, n_exact: int, progress: bool) -> Any:
@@ -558,15 +566,40 @@ def _page(
     view: Any,
     r: dict[str, Any],
 ) -> Page:
-    metric = r["metric_for_task"]
     page = Page(
         title=f"interp circuit — {model.name}, {task_name}",
         subtitle=f"{esc(sc.method.upper())} over {len(sc.edges):,} edges · {sc.n_prompts} prompt pairs · "
-        f"metric {esc(metric)}",
+        f"metric {esc(r['metric_for_task'])}",
         compact=True,
         wide=True,
     )
     # the graph is what the page is for: first, opening in view (its notes below it), then the tables
+    _graph_section(page, figs, r)
+    page.section("Model", kv_table(_model_card(model)), anchor="model")
+    page.section(
+        "Task and scores", kv_table(_task_rows(model, task, task_name, sc, r["metric_for_task"])), anchor="task"
+    )
+    _edges_section(page, sc, r)
+    _faithfulness_section(page, curve, figs, files, r)
+    if view is not None:
+        page.section(
+            "Attention of the top heads",
+            view.to_html(),
+            anchor="attention",
+            note="Hover a token: where each head attends from it (→) and which tokens attend to it (←); "
+            "first clean prompt.",
+        )
+    notes = [n for n in (r.get("dla_note"), r.get("ov_note")) if n]
+    t = r["timings_seconds"]
+    body = data_table(["step", "time"], [[esc(k), f"{v:.2f} s"] for k, v in t.items()], numeric=[False, True])
+    body += "".join(f"<p class='note'>{esc(n)}</p>" for n in notes)
+    body += "<p class='files'>numbers: <a href='results.json'>results.json</a></p>"
+    page.section("Provenance", body, anchor="provenance")
+    return page
+
+
+def _graph_section(page: Page, figs: dict[str, Any], r: dict[str, Any]) -> None:
+    """The circuit graph with its slider, and which circuit it opens on (and why)."""
     d, steps = r["graph_default"], r["graph_steps"]
     first = (
         f"It opens on the smallest circuit whose faithfulness reaches {fmt(d['target'], 2)} under "
@@ -590,7 +623,10 @@ def _page(
         "for its direct logit attribution, where its last token looks, and what its OV circuit copies. "
         "All edges with their scores: <a href='edges.json'>edges.json</a>.",
     )
-    page.section("Model", kv_table(_model_card(model)), anchor="model")
+
+
+def _task_rows(model: Model, task: Any, task_name: str, sc: Any, metric: str) -> list[tuple[str, Any]]:
+    """The task (its first clean / corrupt pair as text), the metric and the scores' baselines and completeness."""
     if isinstance(task.clean, (list, tuple)):
         clean0, corrupt0 = task.clean[0], task.corrupt[0]
     else:  # token ids
@@ -620,7 +656,11 @@ def _page(
         ),
         ("sign convention", sc.convention),
     ]
-    page.section("Task and scores", kv_table(rows), anchor="task")
+    return rows
+
+
+def _edges_section(page: Page, sc: Any, r: dict[str, Any]) -> None:
+    """The 25 edges of largest |score|, with their exact patching effect where computed."""
     df = sc.to_dataframe()
     df = df.reindex(df["score"].abs().sort_values(ascending=False, kind="stable").index).head(25)
     edge_rows = [
@@ -640,6 +680,12 @@ def _page(
         anchor="edges",
         note=note,
     )
+
+
+def _faithfulness_section(
+    page: Page, curve: Any, figs: dict[str, Any], files: dict[str, list[str]], r: dict[str, Any]
+) -> None:
+    """The faithfulness curve with its areas (CPR, CMD) and smallest faithful size per ablation."""
     curve_rows = [
         [esc(a), f"{float(p):.3f}", f"{float(c):.3f}", fmt(r["smallest_80"][a], 3)]
         for a, p, c in zip(curve.ablations, curve.cpr, curve.cmd)
@@ -665,18 +711,3 @@ def _page(
         note="Faithfulness (M(C) − M(∅)) / (M(all) − M(∅)) of the top-k circuits, every edge outside "
         "the circuit ablated (norms, attention and MLPs recomputed in that run).",
     )
-    if view is not None:
-        page.section(
-            "Attention of the top heads",
-            view.to_html(),
-            anchor="attention",
-            note="Hover a token: where each head attends from it (→) and which tokens attend to it (←); "
-            "first clean prompt.",
-        )
-    notes = [n for n in (r.get("dla_note"), r.get("ov_note")) if n]
-    t = r["timings_seconds"]
-    body = data_table(["step", "time"], [[esc(k), f"{v:.2f} s"] for k, v in t.items()], numeric=[False, True])
-    body += "".join(f"<p class='note'>{esc(n)}</p>" for n in notes)
-    body += "<p class='files'>numbers: <a href='results.json'>results.json</a></p>"
-    page.section("Provenance", body, anchor="provenance")
-    return page

@@ -316,20 +316,7 @@ def report(
         with steps("trace"):
             tr, answer_id, wrong_id = _trace_step(model, prompt, answer, wrong, answer_id, wrong_id, results)
         # 3. the prediction and the attribution of its logit (decoders) or of the pooled hidden state (encoders)
-        if decoder:
-            if answer_id is None:  # a decoder's trace has logits, so the default answer was set above
-                raise UnsupportedOperationError(
-                    f"model {model.name!r}: the trace has no logits to read a prediction from"
-                )
-            with steps("prediction"):
-                results["prediction"] = _prediction(model, tr, answer_id, wrong_id, top_k)
-            with steps("attribution"):
-                attr = attribute_logits(model, prompt, answer=answer_id, wrong=wrong_id)
-            # the causal effects read the metric the attribution decomposes
-            metric: Any = LogitDiff(answer_id, wrong_id) if wrong_id is not None else Logit(answer_id)
-        else:
-            with steps("attribution"):
-                attr, metric = _direction_attribution(model, prompt, tr, results)
+        attr, metric = _attribution_step(model, prompt, tr, answer_id, wrong_id, top_k, steps, results)
         top = _attribution_results(attr, n_heads, results, figs)
         head_labels = [lab for lab, _ in top]
         # 4. the per-head analyses of the top heads
@@ -425,6 +412,31 @@ def _trace_step(
             results["wrong_dropped"] = f"wrong={wrong!r} is the model's top prediction (the default answer)"
     results["answer_source"] = "given" if answer is not None else ("top prediction" if decoder else None)
     return tr, answer_id, wrong_id
+
+
+def _attribution_step(
+    model: Model,
+    prompt: str,
+    tr: Any,
+    answer_id: Optional[int],
+    wrong_id: Optional[int],
+    top_k: int,
+    steps: _Steps,
+    results: dict[str, Any],
+) -> tuple[Any, Any]:
+    """(the attribution, the metric the causal effects read: the one it decomposes). A decoder's prediction and
+    the attribution of its answer's logit (difference); an encoder's pooled hidden state along its own direction."""
+    if not model.arch.has_logits:
+        with steps("attribution"):
+            return _direction_attribution(model, prompt, tr, results)
+    if answer_id is None:  # a decoder's trace has logits, so the default answer was set above
+        raise UnsupportedOperationError(f"model {model.name!r}: the trace has no logits to read a prediction from")
+    with steps("prediction"):
+        results["prediction"] = _prediction(model, tr, answer_id, wrong_id, top_k)
+    with steps("attribution"):
+        attr = attribute_logits(model, prompt, answer=answer_id, wrong=wrong_id)
+    metric: Any = LogitDiff(answer_id, wrong_id) if wrong_id is not None else Logit(answer_id)
+    return attr, metric
 
 
 def _direction_attribution(model: Model, prompt: str, tr: Any, results: dict[str, Any]) -> tuple[Any, Any]:

@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
+from interp._validate import is_int
 from interp.errors import ArgumentError, ShapeError
 from interp.models import Batch, Model, tokenize
 
@@ -47,42 +48,8 @@ def as_batch(model: Model, inputs: Inputs, attention_mask: Optional[Tensor] = No
             "tokenised and padded for you, with their own mask"
         )
     if isinstance(inputs, Tensor):
-        t = inputs
-        check_tensor_data(t, "inputs")
-        if t.ndim == 1:
-            t = t[None]
-        if t.ndim != 2:
-            raise ShapeError(f"inputs must be token ids of shape [batch, pos], got shape {tuple(inputs.shape)}")
-        if t.numel() == 0:
-            raise ArgumentError(f"inputs is empty (shape {tuple(inputs.shape)}); give at least one token")
-        if t.is_floating_point() or t.dtype == torch.bool or t.is_complex():
-            raise ShapeError(f"inputs must be an integer tensor of token ids, got dtype {t.dtype}")
-        lo, hi = int(t.min()), int(t.max())
-        if lo < 0 or hi >= arch.d_vocab:
-            raise ArgumentError(
-                f"inputs has token id {lo if lo < 0 else hi}; ids must be in [0, {arch.d_vocab - 1}] "
-                f"(d_vocab={arch.d_vocab})"
-            )
-        t = t.to(device=model.device, dtype=torch.long).contiguous()
-        if attention_mask is None:
-            mask = torch.ones_like(t)
-        else:
-            if isinstance(attention_mask, Tensor):
-                check_tensor_data(attention_mask, "attention_mask")
-            try:
-                raw = torch.as_tensor(attention_mask)
-            except (TypeError, ValueError, RuntimeError) as e:
-                raise ShapeError(
-                    f"attention_mask must be a 0/1 int tensor shaped like inputs {tuple(t.shape)}; "
-                    f"got {type(attention_mask).__name__} ({e})"
-                ) from None
-            if raw.ndim == 1:
-                raw = raw[None]
-            if raw.shape != t.shape:
-                raise ShapeError(f"attention_mask has shape {tuple(raw.shape)}; it must match inputs {tuple(t.shape)}")
-            if not bool(((raw == 0) | (raw == 1)).all()):
-                raise ArgumentError("attention_mask must hold only 0 (padding) and 1 (real token)")
-            mask = raw.to(model.device, torch.long)
+        t = _token_ids(inputs, arch.d_vocab).to(device=model.device, dtype=torch.long).contiguous()
+        mask = torch.ones_like(t) if attention_mask is None else _mask(attention_mask, t).to(model.device, torch.long)
         batch = Batch(t, mask)
     elif isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and all(isinstance(x, str) for x in inputs)):
         if isinstance(inputs, (list, tuple)) and len(inputs) == 0:
@@ -93,18 +60,7 @@ def as_batch(model: Model, inputs: Inputs, attention_mask: Optional[Tensor] = No
             )
         batch = tokenize(model, inputs)
     elif isinstance(inputs, (list, tuple)) and inputs and all(isinstance(x, (list, tuple)) for x in inputs):
-        lens = {len(x) for x in inputs}
-        if len(lens) != 1:
-            raise ShapeError(
-                f"inputs rows have different lengths {sorted(lens)}; pass strings (padded for you) or a "
-                "rectangular id tensor"
-            )
-        bad = [x for row in inputs for x in row if isinstance(x, bool) or not isinstance(x, int)]
-        if bad:
-            raise ShapeError(
-                f"inputs as lists of token ids must hold ints only; got {bad[0]!r} ({type(bad[0]).__name__})"
-            )
-        return as_batch(model, torch.tensor(inputs, dtype=torch.long).reshape(len(inputs), -1), attention_mask)
+        return as_batch(model, _id_rows(inputs), attention_mask)
     else:
         raise ArgumentError(
             f"inputs must be a string, a list of strings or an int tensor [batch, pos]; got {type(inputs).__name__}"
@@ -115,3 +71,58 @@ def as_batch(model: Model, inputs: Inputs, attention_mask: Optional[Tensor] = No
     if bool((batch.attention_mask.sum(dim=1) == 0).any()):
         raise ArgumentError("attention_mask has a row with no real tokens")
     return batch
+
+
+def _token_ids(inputs: Tensor, d_vocab: int) -> Tensor:
+    """``inputs`` as token ids [batch, pos] (a 1-D tensor is one prompt), each in [0, d_vocab), else a typed error."""
+    t = inputs
+    check_tensor_data(t, "inputs")
+    if t.ndim == 1:
+        t = t[None]
+    if t.ndim != 2:
+        raise ShapeError(f"inputs must be token ids of shape [batch, pos], got shape {tuple(inputs.shape)}")
+    if t.numel() == 0:
+        raise ArgumentError(f"inputs is empty (shape {tuple(inputs.shape)}); give at least one token")
+    if t.is_floating_point() or t.dtype == torch.bool or t.is_complex():
+        raise ShapeError(f"inputs must be an integer tensor of token ids, got dtype {t.dtype}")
+    lo, hi = int(t.min()), int(t.max())
+    if lo < 0 or hi >= d_vocab:
+        raise ArgumentError(
+            f"inputs has token id {lo if lo < 0 else hi}; ids must be in [0, {d_vocab - 1}] (d_vocab={d_vocab})"
+        )
+    return t
+
+
+def _mask(attention_mask: Any, t: Tensor) -> Tensor:
+    """``attention_mask`` as a tensor shaped like the token ids ``t`` (a 1-D mask is one prompt's), holding
+    only 0 (padding) and 1 (real token), else a typed error."""
+    if isinstance(attention_mask, Tensor):
+        check_tensor_data(attention_mask, "attention_mask")
+    try:
+        raw = torch.as_tensor(attention_mask)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ShapeError(
+            f"attention_mask must be a 0/1 int tensor shaped like inputs {tuple(t.shape)}; "
+            f"got {type(attention_mask).__name__} ({e})"
+        ) from None
+    if raw.ndim == 1:
+        raw = raw[None]
+    if raw.shape != t.shape:
+        raise ShapeError(f"attention_mask has shape {tuple(raw.shape)}; it must match inputs {tuple(t.shape)}")
+    if not bool(((raw == 0) | (raw == 1)).all()):
+        raise ArgumentError("attention_mask must hold only 0 (padding) and 1 (real token)")
+    return raw
+
+
+def _id_rows(inputs: Sequence[Sequence[Any]]) -> Tensor:
+    """Token ids given as equal-length lists of ints, as a long tensor [batch, pos]."""
+    lens = {len(x) for x in inputs}
+    if len(lens) != 1:
+        raise ShapeError(
+            f"inputs rows have different lengths {sorted(lens)}; pass strings (padded for you) or a "
+            "rectangular id tensor"
+        )
+    bad = [x for row in inputs for x in row if not is_int(x)]
+    if bad:
+        raise ShapeError(f"inputs as lists of token ids must hold ints only; got {bad[0]!r} ({type(bad[0]).__name__})")
+    return torch.tensor(inputs, dtype=torch.long).reshape(len(inputs), -1)

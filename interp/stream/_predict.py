@@ -20,7 +20,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp._result import Result
-from interp._validate import check_index, check_positive_int
+from interp._validate import check_index, check_int, check_positive_int, is_int
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.models import Model
 from interp.stream._capture import capture
@@ -120,13 +120,12 @@ def _labels(tok: Any, ids: Sequence[int]) -> list[str]:
 def _positions(pos: Any, mask: Tensor) -> Tensor:
     """Absolute positions [batch] from ``pos`` (negative counts back from each prompt's last real token)."""
     lengths = mask.sum(1).tolist()
-    per = [pos] * len(lengths) if isinstance(pos, int) and not isinstance(pos, bool) else pos
+    per = [pos] * len(lengths) if is_int(pos) else pos
     if not isinstance(per, (list, tuple)):
         raise ArgumentError(f"pos={pos!r} must be an int or one int per prompt")
     out = []
     for b, (p, L) in enumerate(zip(per, lengths)):
-        if isinstance(p, bool) or not isinstance(p, int):
-            raise ArgumentError(f"pos[{b}]={p!r} must be an int")
+        p = check_int(f"pos[{b}]", p)
         q = L + p if p < 0 else p
         if not 0 <= q < L:
             raise ArgumentError(f"pos={p} is out of range for prompt {b}, which has {L} tokens")

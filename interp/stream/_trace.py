@@ -31,6 +31,7 @@ from torch import Tensor
 
 from interp._norms import accumulate_dtype
 from interp._result import place
+from interp._validate import is_index
 from interp.errors import ArgumentError, LabelError, ShapeError
 from interp.models import (
     ArchInfo,
@@ -305,7 +306,7 @@ def trace(
         neuron_layers = ()
     else:
         try:
-            if isinstance(neurons, (str, bytes)) or any(isinstance(l, bool) for l in neurons):
+            if isinstance(neurons, (str, bytes)) or not all(is_index(l) for l in neurons):
                 raise TypeError
             neuron_layers = tuple(operator.index(l) for l in neurons)
         except TypeError:
@@ -315,7 +316,7 @@ def trace(
         bad = [l for l in neuron_layers if not 0 <= l < arch.n_layers]
         if bad:
             raise ArgumentError(f"neurons={list(neurons)!r} has layers {bad} outside [0, {arch.n_layers - 1}]")
-    if neuron_layers and arch.attn_only:
+    if neuron_layers and not describe_block(arch).has_mlp:
         raise ArgumentError(f"neurons={neurons!r}: model {model.name!r} is attention-only (no MLP neurons)")
     if neuron_layers:  # a mixture of experts' neurons are its experts', scaled by the router: not split yet
         require_capabilities(model, f"trace(neurons={neurons!r})", "experts")

@@ -181,57 +181,31 @@ def _train(
         betas=recipe.betas,
         weight_decay=recipe.weight_decay,
     )
-    V = config.d_vocab
     steps, losses, probes = [], [], []
     t0, c0 = time.perf_counter(), time.process_time()
-
-    def evaluate(step: int, loss: float) -> None:
-        model = build_toy(
-            config,
-            name=name,
-            device="cpu",
-            dtype=torch.float32,
-            state_dict={k: v.detach() for k, v in net.state_dict().items()},
-            source="training",
-        )
-        rep = probe_report(model, batch=100)
-        steps.append(step)
-        losses.append(round(loss, 4))
-        probes.append(rep)
-        log.info("step %d loss %.3f probe second-half loss %.3f", step, loss, rep["loss_second_half"])
-        if progress is not None:
-            progress(step, loss, rep)
-
     for step in range(1, recipe.steps + 1):
         lr = recipe.lr * min(1.0, step / recipe.warmup) if recipe.warmup else recipe.lr
         for group in opt.param_groups:
             group["lr"] = lr
-        tokens, predictable = span_copy_batch(
-            recipe.batch_size,
-            config.n_ctx,
-            V,
-            generator=gen,
-            n_spans=recipe.n_spans,
-            min_span=recipe.min_span,
-            max_span=recipe.max_span,
-        )
-        logits = net(tokens)[:, :-1]  # predict token p+1 at position p
-        ce = F.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1), reduction="none").view(
-            tokens.shape[0], -1
-        )
-        loss = ce.mean()
-        total = loss
-        if recipe.predictable_weight:
-            mask = predictable[:, 1:]
-            total = loss + recipe.predictable_weight * (ce * mask).sum() / mask.sum().clamp(min=1)
+        loss, total = _batch_loss(net, config, recipe, gen)
         if not math.isfinite(total.item()):
             raise ArgumentError(f"training diverged at step {step} (loss {float(total)}); lower recipe.lr={recipe.lr}")
         opt.zero_grad(set_to_none=True)
         total.backward()
         opt.step()
-        if step % recipe.eval_every == 0 or step == recipe.steps:
-            evaluate(step, loss.item())
-
+        if step % recipe.eval_every == 0 or step == recipe.steps:  # probe a copy of the weights as they are now
+            value = loss.item()
+            snapshot = {k: v.detach() for k, v in net.state_dict().items()}
+            rep = probe_report(
+                build_toy(config, name=name, device="cpu", dtype=torch.float32, state_dict=snapshot, source="training"),
+                batch=100,
+            )
+            steps.append(step)
+            losses.append(round(value, 4))
+            probes.append(rep)
+            log.info("step %d loss %.3f probe second-half loss %.3f", step, value, rep["loss_second_half"])
+            if progress is not None:
+                progress(step, value, rep)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     net.eval()
     model = build_toy(
@@ -254,6 +228,29 @@ def _train(
         threads=recipe.threads,
         final=final,
     )
+
+
+def _batch_loss(net: Any, config: ToyConfig, recipe: Recipe, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(next-token loss, loss to train on) of one span-copy batch: the mean cross-entropy over every position,
+    plus ``recipe.predictable_weight`` × the mean over the predictable (copied) positions."""
+    V = config.d_vocab
+    tokens, predictable = span_copy_batch(
+        recipe.batch_size,
+        config.n_ctx,
+        V,
+        generator=gen,
+        n_spans=recipe.n_spans,
+        min_span=recipe.min_span,
+        max_span=recipe.max_span,
+    )
+    logits = net(tokens)[:, :-1]  # predict token p+1 at position p
+    ce = F.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1), reduction="none").view(tokens.shape[0], -1)
+    loss = ce.mean()
+    total = loss
+    if recipe.predictable_weight:
+        mask = predictable[:, 1:]
+        total = loss + recipe.predictable_weight * (ce * mask).sum() / mask.sum().clamp(min=1)
+    return loss, total
 
 
 def main(argv: Optional[list[str]] = None) -> int:

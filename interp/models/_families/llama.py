@@ -14,7 +14,7 @@ family's score scale is read off the loaded modules (:func:`interp.models._arch.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import einops
 import torch
@@ -173,83 +173,9 @@ def _sliding_windows(config: Any, n_layers: int) -> tuple[int, ...]:
 
 
 def read_weights(sd: dict[str, Tensor], a: ArchInfo, caps: Capabilities):
-    H, Hkv, dh = a.n_heads, a.n_kv_heads, a.d_head
-
-    def bias(key: str, n: int, ref: Tensor) -> Tensor:
-        return sd[key].reshape(n, dh) if key in sd else torch.zeros(n, dh, dtype=ref.dtype, device=ref.device)
-
     # Gemma's RMSNorm multiplies by (1 + w): the gain the block applies is 1 + w, kept here as the gain
     gain = (lambda w: w + caps.gain_offset) if caps.gain_offset else (lambda w: w)
-
-    def layer(l: int) -> dict[str, Tensor]:
-        b = f"model.layers.{l}."
-        if b + "self_attn.qkv_proj.weight" in sd:  # Phi-3: q | k | v rows in one matrix
-            wq, wk, wv = sd[b + "self_attn.qkv_proj.weight"].split([H * dh, Hkv * dh, Hkv * dh], dim=0)
-        else:
-            wq, wk, wv = (sd[b + f"self_attn.{n}_proj.weight"] for n in "qkv")
-        moe: dict[str, Tensor] = {}
-        if a.n_experts:  # Mixtral: a router [E, d] and experts' gate | up [E, 2 d_mlp, d] and down [E, d, d_mlp]
-            gu, down = sd[b + "mlp.experts.gate_up_proj"], sd[b + "mlp.experts.down_proj"]
-            moe = {
-                "W_router": sd[b + "mlp.gate.weight"].T,
-                "W_gate_e": gu[:, : a.d_mlp].transpose(1, 2),
-                "W_in_e": gu[:, a.d_mlp :].transpose(1, 2),
-                "W_out_e": down.transpose(1, 2),
-            }
-            w_gate = w_up = wq.new_zeros(0, a.d_model)  # the dense MLP is empty
-        elif b + "mlp.gate_up_proj.weight" in sd:  # Phi-3: gate | up rows in one matrix
-            w_gate, w_up = sd[b + "mlp.gate_up_proj.weight"].chunk(2, dim=0)
-        else:
-            w_gate, w_up = sd[b + "mlp.gate_proj.weight"], sd[b + "mlp.up_proj.weight"]
-        o = sd[b + "self_attn.o_proj.weight"]
-        zeros_d = torch.zeros(a.d_model, dtype=wq.dtype, device=wq.device)
-        # no pre-norm (OLMo 2): the sublayers read the raw stream; ln1/ln2 kept as identity gains, never applied
-        pre1 = gain(sd[b + "input_layernorm.weight"]) if a.pre_norms else torch.ones_like(zeros_d)
-        pre2 = (
-            (gain(sd[b + "pre_feedforward_layernorm.weight"]) if a.pre_norms else torch.ones_like(zeros_d))
-            if a.sandwich_norms
-            else gain(sd[b + "post_attention_layernorm.weight"])
-        )
-        qk_shape = (lambda g, n: g) if a.qk_norm_scope == "head" else (lambda g, n: g.reshape(n, dh))
-        return {
-            "W_Q": split_heads_in(wq, H),
-            "W_K": split_heads_in(wk, Hkv),
-            "W_V": split_heads_in(wv, Hkv),
-            "b_Q": bias(b + "self_attn.q_proj.bias", H, wq),
-            "b_K": bias(b + "self_attn.k_proj.bias", Hkv, wq),
-            "b_V": bias(b + "self_attn.v_proj.bias", Hkv, wq),
-            "W_O": split_heads_out(o, H),
-            "b_O": sd.get(b + "self_attn.o_proj.bias", zeros_d),
-            "W_in": w_up.T,
-            "W_gate": w_gate.T,
-            "b_in": sd.get(b + "mlp.up_proj.bias", wq.new_zeros(w_up.shape[0])),
-            "b_gate": sd.get(b + "mlp.gate_proj.bias", wq.new_zeros(w_up.shape[0])),
-            "W_out": sd[b + "mlp.down_proj.weight"].T if not a.n_experts else wq.new_zeros(0, a.d_model),
-            "b_out": sd.get(b + "mlp.down_proj.bias", zeros_d),
-            **moe,
-            "ln1_w": pre1,
-            "ln1_b": zeros_d,
-            "ln2_w": pre2,
-            "ln2_b": zeros_d,
-            **(
-                {
-                    "ln1_post_w": gain(sd[b + "post_attention_layernorm.weight"]),
-                    "ln2_post_w": gain(sd[b + "post_feedforward_layernorm.weight"]),
-                }
-                if a.sandwich_norms
-                else {}
-            ),
-            **(
-                {
-                    "q_norm_w": qk_shape(gain(sd[b + "self_attn.q_norm.weight"]), H),
-                    "k_norm_w": qk_shape(gain(sd[b + "self_attn.k_norm.weight"]), Hkv),
-                }
-                if a.qk_norm
-                else {}
-            ),
-        }
-
-    per = collect_layers(a.n_layers, layer)
+    per = collect_layers(a.n_layers, lambda l: _layer(sd, a, gain, f"model.layers.{l}."))
     W_E = detached(sd["model.embed_tokens.weight"])
     W_U = detached(sd["lm_head.weight"]).T.contiguous() if "lm_head.weight" in sd else W_E.T.contiguous()
     glob = dict(
@@ -262,6 +188,92 @@ def read_weights(sd: dict[str, Tensor], a: ArchInfo, caps: Capabilities):
         b_U=torch.zeros(a.d_vocab, dtype=W_E.dtype, device=W_E.device),
     )
     return per, glob
+
+
+def _layer(sd: dict[str, Tensor], a: ArchInfo, gain: Callable[[Tensor], Tensor], b: str) -> dict[str, Tensor]:
+    """One layer's tensors (prefix ``b``, e.g. "model.layers.3.") in TL layout: attention, MLP, norms."""
+    attn, ref = _attention(sd, a, b)
+    zeros_d = torch.zeros(a.d_model, dtype=ref.dtype, device=ref.device)
+    return {
+        **attn,
+        "b_O": sd.get(b + "self_attn.o_proj.bias", zeros_d),
+        **_mlp(sd, a, b, ref, zeros_d),
+        **_norms(sd, a, b, gain, zeros_d),
+    }
+
+
+def _attention(sd: dict[str, Tensor], a: ArchInfo, b: str) -> tuple[dict[str, Tensor], Tensor]:
+    """(W_Q, W_K, W_V, b_Q, b_K, b_V, W_O by name; the raw W_q, whose dtype and device the zeros take)."""
+    H, Hkv, dh = a.n_heads, a.n_kv_heads, a.d_head
+    if b + "self_attn.qkv_proj.weight" in sd:  # Phi-3: q | k | v rows in one matrix
+        wq, wk, wv = sd[b + "self_attn.qkv_proj.weight"].split([H * dh, Hkv * dh, Hkv * dh], dim=0)
+    else:
+        wq, wk, wv = (sd[b + f"self_attn.{n}_proj.weight"] for n in "qkv")
+
+    def bias(key: str, n: int) -> Tensor:
+        return sd[key].reshape(n, dh) if key in sd else torch.zeros(n, dh, dtype=wq.dtype, device=wq.device)
+
+    out = {
+        "W_Q": split_heads_in(wq, H),
+        "W_K": split_heads_in(wk, Hkv),
+        "W_V": split_heads_in(wv, Hkv),
+        "b_Q": bias(b + "self_attn.q_proj.bias", H),
+        "b_K": bias(b + "self_attn.k_proj.bias", Hkv),
+        "b_V": bias(b + "self_attn.v_proj.bias", Hkv),
+        "W_O": split_heads_out(sd[b + "self_attn.o_proj.weight"], H),
+    }
+    return out, wq
+
+
+def _mlp(sd: dict[str, Tensor], a: ArchInfo, b: str, ref: Tensor, zeros_d: Tensor) -> dict[str, Tensor]:
+    """The gated MLP (W_in = up, W_gate = gate, W_out = down, biases), or a mixture of experts' router and
+    experts beside an empty dense MLP."""
+    moe: dict[str, Tensor] = {}
+    if a.n_experts:  # Mixtral: a router [E, d] and experts' gate | up [E, 2 d_mlp, d] and down [E, d, d_mlp]
+        gu, down = sd[b + "mlp.experts.gate_up_proj"], sd[b + "mlp.experts.down_proj"]
+        moe = {
+            "W_router": sd[b + "mlp.gate.weight"].T,
+            "W_gate_e": gu[:, : a.d_mlp].transpose(1, 2),
+            "W_in_e": gu[:, a.d_mlp :].transpose(1, 2),
+            "W_out_e": down.transpose(1, 2),
+        }
+        w_gate = w_up = ref.new_zeros(0, a.d_model)  # the dense MLP is empty
+    elif b + "mlp.gate_up_proj.weight" in sd:  # Phi-3: gate | up rows in one matrix
+        w_gate, w_up = sd[b + "mlp.gate_up_proj.weight"].chunk(2, dim=0)
+    else:
+        w_gate, w_up = sd[b + "mlp.gate_proj.weight"], sd[b + "mlp.up_proj.weight"]
+    return {
+        "W_in": w_up.T,
+        "W_gate": w_gate.T,
+        "b_in": sd.get(b + "mlp.up_proj.bias", ref.new_zeros(w_up.shape[0])),
+        "b_gate": sd.get(b + "mlp.gate_proj.bias", ref.new_zeros(w_up.shape[0])),
+        "W_out": sd[b + "mlp.down_proj.weight"].T if not a.n_experts else ref.new_zeros(0, a.d_model),
+        "b_out": sd.get(b + "mlp.down_proj.bias", zeros_d),
+        **moe,
+    }
+
+
+def _norms(
+    sd: dict[str, Tensor], a: ArchInfo, b: str, gain: Callable[[Tensor], Tensor], zeros_d: Tensor
+) -> dict[str, Tensor]:
+    """The block's norm gains: pre-norms ln1/ln2, the sandwich norms' output gains, the q/k norms."""
+    # no pre-norm (OLMo 2): the sublayers read the raw stream; ln1/ln2 kept as identity gains, never applied
+    pre1 = gain(sd[b + "input_layernorm.weight"]) if a.pre_norms else torch.ones_like(zeros_d)
+    pre2 = (
+        (gain(sd[b + "pre_feedforward_layernorm.weight"]) if a.pre_norms else torch.ones_like(zeros_d))
+        if a.sandwich_norms
+        else gain(sd[b + "post_attention_layernorm.weight"])
+    )
+    out = {"ln1_w": pre1, "ln1_b": zeros_d, "ln2_w": pre2, "ln2_b": zeros_d}
+    if a.sandwich_norms:
+        out["ln1_post_w"] = gain(sd[b + "post_attention_layernorm.weight"])
+        out["ln2_post_w"] = gain(sd[b + "post_feedforward_layernorm.weight"])
+    if a.qk_norm:
+        H, Hkv, dh = a.n_heads, a.n_kv_heads, a.d_head
+        qk_shape = (lambda g, n: g) if a.qk_norm_scope == "head" else (lambda g, n: g.reshape(n, dh))
+        out["q_norm_w"] = qk_shape(gain(sd[b + "self_attn.q_norm.weight"]), H)
+        out["k_norm_w"] = qk_shape(gain(sd[b + "self_attn.k_norm.weight"]), Hkv)
+    return out
 
 
 def write_weights(w: Weights, n_layers: int) -> dict[str, Tensor]:
