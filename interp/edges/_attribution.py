@@ -44,13 +44,13 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp._validate import check_bool, check_choice, check_cluster, check_positive_int
+from interp._validate import check_bool, check_choice, check_cluster, check_int_min, check_positive_int
 from interp.causal import BoundMetric, MetricReader, clean_output, make_pair, metric_gap
 from interp.edges._gradient import EdgeScorer, ReaderGradients
 from interp.edges._writes import Acts, EdgeWrites
 from interp.edges._graph import CircuitGraph, circuit_graph
 from interp.edges._scores import EdgeScores
-from interp.errors import ArgumentError, CompletenessWarning, UnsupportedOperationError, warn_user
+from interp.errors import CompletenessWarning, UnsupportedOperationError, warn_user
 from interp.models import Model
 from interp.stream import require_model
 
@@ -97,6 +97,7 @@ def edge_attribution(
     and the shards merged exactly; ``out``: a folder keeping each finished shard (a rerun computes only the
     missing ones; docs/scaling.md).
     """
+    # 1. the inputs checked (a cluster runs this call per shard of the prompt pairs)
     require_model(model)
     if cluster is not None or out is not None:
         return check_cluster(cluster, out).sweep(
@@ -118,40 +119,23 @@ def edge_attribution(
     check_choice("scale", scale, SCALES)
     check_bool("progress", progress)
     check_positive_int("batch_size", batch_size, allow_none=True)
-    if isinstance(ig_steps, bool) or not isinstance(ig_steps, int) or ig_steps < 1:
-        raise ArgumentError(
-            f"ig_steps={ig_steps!r} must be an int >= 1 (the number of points on the corrupt → "
-            "clean path; 5 is the reference default)"
-        )
+    ig_steps = check_int_min("ig_steps", ig_steps, 1)  # the points on the corrupt → clean path (5: the reference's)
     if torch.is_inference_mode_enabled():
         raise UnsupportedOperationError("edge_attribution takes gradients: call it outside torch.inference_mode()")
+
+    # 2. the clean and corrupt batches (the metric bound to them), the graph and its writes
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=True)
     graph = circuit_graph(model)
     ew = EdgeWrites(model, graph, pair.engine)
     steps = ig_steps if method == "eap-ig" else 1
-    P, T = pair.clean.tokens.shape
-    a = model.arch
-    bs = batch_size or _default_batch(graph, a, T)
-    E = graph.n_edges
-    dev = model.device  # the result's tensors on the model's device
-    per_prompt = torch.zeros(E, P, dtype=torch.float64, device=dev)
-    completeness = torch.zeros(P, dtype=torch.float64, device=dev)
-    Mc = torch.zeros(P, dtype=torch.float64, device=dev)
-    Mk = torch.zeros(P, dtype=torch.float64, device=dev)
-    tok_w = ew.embed_idx["embed.token"]
-    chunks = [list(range(i, min(i + bs, P))) for i in range(0, P, bs)]
-    bar = tqdm(total=len(chunks) * steps, desc=f"edge_attribution {method}", unit="pass", disable=not progress)
-    try:
-        for idx in chunks:
-            s, comp, mc, mk = _chunk(
-                model, pair, ew, torch.tensor(idx, device=model.device), steps, ig_at, scale, tok_w, bar
-            )
-            per_prompt[:, idx] = s
-            completeness[idx], Mc[idx], Mk[idx] = comp, mc, mk
-    finally:
-        bar.close()
+    bs = batch_size or _default_batch(graph, model.arch, pair.clean.tokens.shape[1])
+
+    # 3. the scores, a chunk of prompts at a time: per path point one forward + backward, then ΔA·Gᵀ
+    per_prompt, completeness, Mc, Mk = _score_chunks(model, pair, ew, bs, steps, method, ig_at, scale, progress)
+
+    # 4. the result, checked for completeness
     scores = per_prompt.mean(1).to(torch.float32 if model.dtype != torch.float64 else torch.float64)
-    of = "every edge" if (method == "eap-ig" and ig_at == "activations") else "the edges out of embed"
+    a = model.arch
     out = EdgeScores(
         edges=list(graph.edges),
         scores=scores,
@@ -170,7 +154,7 @@ def edge_attribution(
         ig_at=ig_at,
         scale=scale,
         completeness=float(completeness.mean()),
-        completeness_of=of,
+        completeness_of="every edge" if (method == "eap-ig" and ig_at == "activations") else "the edges out of embed",
         details={"batch_size": bs, "path": "α = k/m, k = 1..m" if method == "eap-ig" else "gradient at clean"},
     )
     log.info("%r", out)
@@ -185,6 +169,41 @@ def edge_attribution(
     ):
         check_completeness(out)
     return out
+
+
+def _score_chunks(
+    model: Model,
+    pair: Any,
+    ew: EdgeWrites,
+    bs: int,
+    steps: int,
+    method: str,
+    ig_at: str,
+    scale: str,
+    progress: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(scores [n_edges, P], completeness sums [P], M(clean) [P], M(corrupt) [P]) in float64, ``bs`` prompts at a
+    time (:func:`_chunk`)."""
+    P = pair.clean.tokens.shape[0]
+    E = ew.g.n_edges
+    dev = model.device  # the result's tensors on the model's device
+    per_prompt = torch.zeros(E, P, dtype=torch.float64, device=dev)
+    completeness = torch.zeros(P, dtype=torch.float64, device=dev)
+    Mc = torch.zeros(P, dtype=torch.float64, device=dev)
+    Mk = torch.zeros(P, dtype=torch.float64, device=dev)
+    tok_w = ew.embed_idx["embed.token"]
+    chunks = [list(range(i, min(i + bs, P))) for i in range(0, P, bs)]
+    bar = tqdm(total=len(chunks) * steps, desc=f"edge_attribution {method}", unit="pass", disable=not progress)
+    try:
+        for idx in chunks:
+            s, comp, mc, mk = _chunk(
+                model, pair, ew, torch.tensor(idx, device=model.device), steps, ig_at, scale, tok_w, bar
+            )
+            per_prompt[:, idx] = s
+            completeness[idx], Mc[idx], Mk[idx] = comp, mc, mk
+    finally:
+        bar.close()
+    return per_prompt, completeness, Mc, Mk
 
 
 def check_completeness(scores: EdgeScores, tolerance: float = COMPLETENESS_TOLERANCE) -> None:

@@ -407,6 +407,7 @@ def faithfulness_curve(
     faithfulness, CPR and CMD recomputed from them); ``out``: a folder keeping each finished shard for resume
     (docs/scaling.md).
     """
+    # 1. the inputs checked (a cluster runs this call per shard of the prompt pairs)
     if cluster is not None or out is not None:
         return check_cluster(cluster, out).sweep(
             "faithfulness_curve",
@@ -435,6 +436,8 @@ def faithfulness_curve(
             f"ablations={list(ablations)!r} includes 'corrupt' but corrupt=None: pass the corrupt "
             "prompts, or leave 'corrupt' out (e.g. ablations=('zero',))"
         )
+
+    # 2. the clean and corrupt batches (the metric bound to them), the graph the scores are for
     pair, graph, writes = _setup(model, clean, corrupt, metric, ablations[0], None)
     if list(scores.edges) != list(graph.edges):
         raise ArgumentError(
@@ -442,19 +445,71 @@ def faithfulness_curve(
             f"{model.name!r} has {graph.n_edges}"
         )
     check_reference_spread(model, pair, ablations, reference)
+
+    # 3. the circuits: per size k the int(k·N) best edges by (|)score(|), pruned where asked
     N = graph.n_edges
     n_edges = [int(k * N) for k in ks]
-    masks = []
-    for n in n_edges:
-        keep = _select.top_n(scores.scores, n, absolute=absolute)
-        masks.append(_select.prune(graph, keep) if prune else keep)
+    masks = [_top_circuit(graph, scores, n, absolute, prune) for n in n_edges]
+
+    # 4. the metric of the clean run (every edge), and per ablation of no edge and of each circuit
     evaluate = _evaluator(model, pair, writes)
     full = evaluate(None, torch.zeros_like(graph.mask, dtype=torch.float32)).double().mean()
+    F, V, empty = _curve_points(model, pair, writes, graph, evaluate, masks, full, ablations, reference, seed, progress)
+
+    # 5. the areas and the result
     dev = full.device  # the result's tensors on the model's device
-    F = torch.zeros(len(ablations), len(ks), dtype=torch.float64, device=dev)
+    cpr, cmd = faithfulness_areas(F, torch.tensor(ks, dtype=torch.float64, device=dev))  # one curve per ablation
+    return FaithfulnessCurve(
+        sizes=ks,
+        ablations=list(ablations),
+        n_edges=torch.tensor(n_edges, device=dev),
+        kept=torch.tensor([[int(k.sum()) for k in masks]] * len(ablations), device=dev),
+        faithfulness=F,
+        values=V,
+        full=full.repeat(len(ablations)),
+        empty=empty,
+        cpr=cpr,
+        cmd=cmd,
+        n_total=N,
+        method=scores.method,
+        metric=pair.bound.name,
+        model_name=model.name,
+        details={
+            "absolute": absolute,
+            "prune": prune,
+            "seed": seed,
+            "reference": "given" if reference is not None else "the corrupt prompts",
+        },
+    )
+
+
+def _top_circuit(graph: CircuitGraph, scores: EdgeScores, n: int, absolute: bool, prune: bool) -> Tensor:
+    """Bool [n_edges]: the ``n`` edges of largest score (|score| when ``absolute``), with ``prune`` pruned (edges
+    from unfed writers and into unproductive readers removed)."""
+    keep = _select.top_n(scores.scores, n, absolute=absolute)
+    return _select.prune(graph, keep) if prune else keep
+
+
+def _curve_points(
+    model: Model,
+    pair: Any,
+    writes: EdgeWrites,
+    graph: CircuitGraph,
+    evaluate: Callable[[Optional[Acts], Tensor], Tensor],
+    masks: list[Tensor],
+    full: Tensor,
+    ablations: Sequence[str],
+    reference: Any,
+    seed: int,
+    progress: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(faithfulness F, mean metric V [n_ablations, n_sizes], M(no edges) [n_ablations]): per ablation the run with
+    every edge ablated, then each circuit's, f = (M(C) − M(∅)) / (M(all) − M(∅)) with M(all) ``full``."""
+    dev = full.device
+    F = torch.zeros(len(ablations), len(masks), dtype=torch.float64, device=dev)
     V = torch.zeros_like(F)
     empty = torch.zeros(len(ablations), dtype=torch.float64, device=dev)
-    bar = tqdm(total=len(ablations) * (len(ks) + 1), desc="faithfulness_curve", unit="run", disable=not progress)
+    bar = tqdm(total=len(ablations) * (len(masks) + 1), desc="faithfulness_curve", unit="run", disable=not progress)
     try:
         for i, a in enumerate(ablations):
             if a == "corrupt" and pair.corrupt is None:
@@ -476,28 +531,4 @@ def faithfulness_curve(
             F[i] = (V[i] - empty[i]) / gap
     finally:
         bar.close()
-    x = torch.tensor(ks, dtype=torch.float64, device=dev)
-    cpr, cmd = faithfulness_areas(F, x)  # one curve per ablation
-    kept = torch.tensor([[int(k.sum()) for k in masks]] * len(ablations), device=dev)
-    return FaithfulnessCurve(
-        sizes=ks,
-        ablations=list(ablations),
-        n_edges=torch.tensor(n_edges, device=dev),
-        kept=kept,
-        faithfulness=F,
-        values=V,
-        full=full.repeat(len(ablations)),
-        empty=empty,
-        cpr=cpr,
-        cmd=cmd,
-        n_total=N,
-        method=scores.method,
-        metric=pair.bound.name,
-        model_name=model.name,
-        details={
-            "absolute": absolute,
-            "prune": prune,
-            "seed": seed,
-            "reference": "given" if reference is not None else "the corrupt prompts",
-        },
-    )
+    return F, V, empty

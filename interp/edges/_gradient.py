@@ -17,7 +17,7 @@ a q/k reader, after its projection: the reader's gradient passes through it (its
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any, Optional
 
@@ -61,6 +61,40 @@ class _Block:
     norm_in: dict[str, Tensor]
 
 
+@dataclass
+class _Options:
+    """How one pass runs its layers: the attention ``mask``, σ ``frozen`` or recomputed, and the mixing of the
+    writes: α a_w + (1 − α) ã_w with ã the ablated writes ``abl`` (None: zero), ``every`` write or (False)
+    the token embedding only."""
+
+    mask: Tensor
+    frozen: bool
+    abl: Optional[Acts]
+    alpha: float
+    every: bool
+
+
+@dataclass
+class _Walk:
+    """The walk down so far: the stream ``x`` (after the walk, the final stream) and the corrupt run's ``kx``
+    (None without one), this pass's embedding parts before mixing ``kept`` and the corrupt run's ``k_parts``, the
+    stream norms' inputs ``norm_in``; per layer its input ``xin`` (detached), its writes ``zs`` / ``ms`` and the
+    corrupt run's ``kz`` / ``kms``, and ``blocks`` (each layer's graph, None where the walk up recomputes it)."""
+
+    x: Tensor
+    kx: Optional[Tensor]
+    kept: dict[str, Tensor]
+    k_parts: dict[str, Tensor]
+    norm_in: dict[str, Tensor]
+    recompute: bool
+    xin: list[Tensor] = field(default_factory=list)
+    zs: list[Tensor] = field(default_factory=list)
+    ms: list[Optional[Tensor]] = field(default_factory=list)
+    kz: list[Tensor] = field(default_factory=list)
+    kms: list[Optional[Tensor]] = field(default_factory=list)
+    blocks: list[Optional[_Block]] = field(default_factory=list)
+
+
 class ReaderGradients:
     """Each reader's gradient at the stream it reads, one forward + one backward (module docstring).
 
@@ -97,48 +131,86 @@ class ReaderGradients:
         and final stream. ``delta``: also return ΔA = ã_w − a_w of this pass's writes, ã the corrupt run's
         writes when ``corrupt`` is given, else ``mix``'s (None: zero ablation).
         """
-        ew, e, a, w = self.ew, self.e, self.a, self.w
-        P, T = tokens.shape
-        frozen = scale == "frozen"
         abl, alpha, which = mix if mix is not None else (None, 1.0, "")
         mixing = mix is not None and alpha != 1.0
-        every = mixing and which == "activations"
-        recompute = is_streamed(w)  # one block alive at a time: recompute each layer on the way up
+        o = _Options(mask, scale == "frozen", abl, alpha, mixing and which == "activations")
+
+        # 1. the embeddings, mixed along the path (the token embedding, or every part); the corrupt run's beside them
+        walk = self._embed(tokens, o, mixing, corrupt)
+
+        # 2. down: each layer under autograd, its input kept (the corrupt run's layer beside it, without gradient)
+        self._down(walk, tokens, o, corrupt)
+
+        # 3. M at the final stream, its gradient there, and the final readout's G
+        G, M, g = self._metric(walk.x, tokens, read, prompt, o.frozen)
+
+        # 4. this pass's writes (and the corrupt run's), the embeddings' differences ΔA
+        this = Acts(embed=walk.kept, z=walk.zs, mlp=walk.ms)
+        k_acts = Acts(embed=dict(walk.k_parts), z=walk.kz, mlp=walk.kms) if corrupt is not None else None
+        ref = k_acts if corrupt is not None else abl
+        dA = self.ew.delta_embed(ref, this) if delta else None
+
+        # 5. up: each layer's backward from the gradient at its output, its readers' G and its writes' ΔA
+        self._up(walk, g, G, o, dA, ref, this)
+        return GradientPass(
+            G=G,
+            acts=this if keep else None,
+            norm_in=walk.norm_in,
+            M=M.detach(),
+            dA=dA,
+            corrupt=k_acts,
+            corrupt_final=walk.kx,
+        )
+
+    def _embed(self, tokens: Tensor, o: _Options, mixing: bool, corrupt: Optional[tuple[Tensor, Tensor]]) -> _Walk:
+        """The walk's start: the embedded stream (its parts mixed where ``mixing``: every part, or the token
+        embedding only) and the corrupt run's; the embedding norm's input where the model has one."""
+        e, w = self.e, self.w
         norm_in: dict[str, Tensor] = {}
         parts = dict(e.embed_parts(tokens))
         kept = dict(parts)
-        for site in ew.embed_idx:
-            if mixing and (every or site == "embed.token"):
-                ab = abl.embed[site] if abl is not None else torch.zeros_like(parts[site])
-                parts[site] = alpha * parts[site] + (1 - alpha) * ab
+        for site in self.ew.embed_idx:
+            if mixing and (o.every or site == "embed.token"):
+                ab = o.abl.embed[site] if o.abl is not None else torch.zeros_like(parts[site])
+                parts[site] = o.alpha * parts[site] + (1 - o.alpha) * ab
         if w.ln_emb_w is not None:
             norm_in["embed_ln"] = reduce(operator.add, parts.values()).detach()  # Σ in order, as embed sums
         with torch.no_grad():
             x = e.embed(parts)  # the graph starts at the embedded stream
             k_parts = e.embed_parts(corrupt[0]) if corrupt is not None else {}
             kx = e.embed(k_parts) if corrupt is not None else None
-        every_row = torch.arange(P, device=tokens.device)
-        kz: list[Tensor] = []
-        kms: list[Optional[Tensor]] = []
-        xin: list[Tensor] = []  # the stream each layer reads (before ln1), detached
-        zs: list[Tensor] = []
-        ms: list[Optional[Tensor]] = []
-        blocks: list[Optional[_Block]] = []
-        for l in range(a.n_layers):  # down
-            if corrupt is not None and kx is not None:
+        return _Walk(x=x, kx=kx, kept=kept, k_parts=k_parts, norm_in=norm_in, recompute=is_streamed(w))
+
+    def _down(self, walk: _Walk, tokens: Tensor, o: _Options, corrupt: Optional[tuple[Tensor, Tensor]]) -> None:
+        """The walk down: each layer run under autograd on its (detached) input, keeping the input, the writes, the
+        stream norms' inputs and (unless recomputed on the way up) the layer's graph; the corrupt run's layer beside
+        it without gradient, keeping its writes."""
+        every_row = torch.arange(tokens.shape[0], device=tokens.device)
+        for l in range(self.a.n_layers):
+            if corrupt is not None and walk.kx is not None:
                 store: dict[str, Tensor] = {}
                 with torch.no_grad():
-                    kx = e.layer(l, kx, prompt=every_row, mask=corrupt[1], capture={"z", "mlp_out"}, store=store)
-                kz.append(store["z"])
-                kms.append(store.get("mlp_out"))
-            xin.append(x.detach())
+                    walk.kx = self.e.layer(
+                        l, walk.kx, prompt=every_row, mask=corrupt[1], capture={"z", "mlp_out"}, store=store
+                    )
+                walk.kz.append(store["z"])
+                walk.kms.append(store.get("mlp_out"))
+            walk.xin.append(walk.x.detach())
             with torch.enable_grad():  # under autograd also when recomputed: the same kernels as the walk up
-                b = self._block(l, x.detach().requires_grad_(True), mask, frozen, abl, alpha, every)
-            zs.append(b.z)
-            ms.append(b.m)
-            norm_in.update(b.norm_in)
-            blocks.append(None if recompute else b)
-            x = b.out
+                b = self._block(l, walk.x.detach().requires_grad_(True), o)
+            walk.zs.append(b.z)
+            walk.ms.append(b.m)
+            walk.norm_in.update(b.norm_in)
+            walk.blocks.append(None if walk.recompute else b)
+            walk.x = b.out
+
+    def _metric(
+        self, x: Tensor, tokens: Tensor, read: Any, prompt: Tensor, frozen: bool
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """(G [P, R, T, d] with the final readout's row filled, M [P], ∂M/∂x at the final stream ``x``): the
+        gradient at the final norm's output, carried through that norm where the metric's read has one."""
+        ew, e, a, w = self.ew, self.e, self.a, self.w
+        P, T = tokens.shape
         with torch.enable_grad():
             xf = x.detach().requires_grad_(True)
             y = read.norm(xf)
@@ -151,25 +223,37 @@ class ReaderGradients:
             # the metric's read has a final norm of its own (a normed stream is read as it is)
             own = not e.block.normed_stream and a.norm != "none" and w.lnf_w is not None
             G[:, ew.out_r] = e.norm_vjp(gy, xf.detach(), w.lnf_w, frozen=frozen) if own else gy
-        this = Acts(embed=kept, z=zs, mlp=ms)
-        k_acts = Acts(embed=dict(k_parts), z=kz, mlp=kms) if corrupt is not None else None
-        ref = k_acts if corrupt is not None else abl
-        dA = ew.delta_embed(ref, this) if delta else None
-        g = gx if gx is not None else torch.zeros_like(xf)
+        return G, M, gx if gx is not None else torch.zeros_like(xf)
+
+    def _up(
+        self,
+        walk: _Walk,
+        g: Tensor,
+        G: Tensor,
+        o: _Options,
+        dA: Optional[Tensor],
+        ref: Optional[Acts],
+        this: Acts,
+    ) -> None:
+        """The walk up from ``g`` = ∂M/∂x at the final stream: each layer's backward (its graph from the walk down, or
+        recomputed) gives the gradient at its input and at its readers' linear inputs; those are carried to the
+        stream into G's rows of the layer's readers, and (``dA``) the layer's write differences filled."""
+        ew, e = self.ew, self.e
         n = ew.H + 2 * ew.Hkv
         mlp_norm = e.block.read_norm("mlp")  # the MLP reader's own norm, or None: it reads the stream raw
-        for l in reversed(range(a.n_layers)):  # up
-            if recompute:
+        xin = walk.xin
+        for l in reversed(range(self.a.n_layers)):
+            if walk.recompute:
                 with torch.enable_grad():
-                    b = self._block(l, xin[l].detach().requires_grad_(True), mask, frozen, abl, alpha, every)
+                    b = self._block(l, xin[l].detach().requires_grad_(True), o)
             else:
-                b, blocks[l] = blocks[l], None  # type: ignore[assignment]
+                b, walk.blocks[l] = walk.blocks[l], None  # type: ignore[assignment]
             handles = [b.x, b.qkv] + ([b.h2] if b.h2 is not None else [])
             gs = torch.autograd.grad(b.out, handles, grad_outputs=g, allow_unused=True)
             g = gs[0] if gs[0] is not None else torch.zeros_like(xin[l])
             r0, gq = ew.q0[l], gs[1]
             G[:, r0 : r0 + n] = (
-                0.0 if gq is None else self._qkv_grad(l, gq, xin[l], b.qkv.detach(), frozen).transpose(0, 1)
+                0.0 if gq is None else self._qkv_grad(l, gq, xin[l], b.qkv.detach(), o.frozen).transpose(0, 1)
             )
             if ew.has_mlp:
                 g2, r = gs[2], ew.mlp_r[l]
@@ -177,21 +261,18 @@ class ReaderGradients:
                     G[:, r] = 0.0
                 else:
                     G[:, r] = (
-                        g2 if mlp_norm is None else e.norm_vjp(g2, b.mid, e.norm_weights(mlp_norm, l)[0], frozen=frozen)
+                        g2
+                        if mlp_norm is None
+                        else e.norm_vjp(g2, b.mid, e.norm_weights(mlp_norm, l)[0], frozen=o.frozen)
                     )
             if dA is not None:
                 ew.delta_layer(dA, l, ref, this)
             del b, gs
-        return GradientPass(
-            G=G, acts=this if keep else None, norm_in=norm_in, M=M.detach(), dA=dA, corrupt=k_acts, corrupt_final=kx
-        )
 
-    def _block(
-        self, l: int, x: Tensor, mask: Tensor, frozen: bool, abl: Optional[Acts], alpha: float, every: bool
-    ) -> _Block:
+    def _block(self, l: int, x: Tensor, o: _Options) -> _Block:
         """Layer l of the pass on its input x [P, T, d]: the block's steps interpreted by :class:`_Grad`
-        (``every``: each write mixed α a_w + (1 − α) ã_w)."""
-        g = _Grad(self.ew, l, mask, frozen, abl, alpha, every)
+        (``o.every``: each write mixed α a_w + (1 − α) ã_w)."""
+        g = _Grad(self.ew, l, o.mask, o.frozen, o.abl, o.alpha, o.every)
         out = run_block(self.e.block, g, x)
         if g.qkv is None or g.z is None:
             raise AssertionError("the gradient pass's block has no attention")

@@ -35,7 +35,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from interp._validate import check_int, check_int_min, check_positive_int
+from interp._validate import check_int, check_int_min, check_positive_int, is_int
 from interp.causal import Logit, LogitDiff, LogProb, Metric, Prob
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.models import ordinary_tokens, tokenize
@@ -384,7 +384,7 @@ def read_pairs(path: Union[str, "os.PathLike[str]"]) -> tuple[list[tuple[int, di
             if not isinstance(rec[k], str) or not rec[k].strip():
                 raise ArgumentError(f"{where(i)}: {k}={rec[k]!r} must be a non-empty string")
         for k in ("answer", "wrong"):
-            if isinstance(rec[k], bool) or not isinstance(rec[k], (str, int)):
+            if not (isinstance(rec[k], str) or is_int(rec[k])):
                 raise ArgumentError(f"{where(i)}: {k}={rec[k]!r} must be a token string or a token id")
         given = "metric" in rec
         m = rec["metric"] if given else DEFAULT_TASK_METRIC
