@@ -19,6 +19,7 @@ import logging
 import os
 import time
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
@@ -27,7 +28,7 @@ from tqdm.auto import tqdm
 from interp._io import atomic_write
 from interp.distributed._merge import MERGES
 from interp.distributed._shard import fingerprint, input_keys, model_source, n_prompts, shard_bounds, take_args
-from interp._validate import check_int_min
+from interp._validate import check_int_min, check_positive_int
 from interp.errors import ArgumentError, CompletenessWarning, InterpError, MissingPackageError
 from interp.models import Model
 
@@ -139,6 +140,17 @@ def _write_json(path: Path, obj: Any) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(obj, indent=1)))
 
 
+@dataclass
+class _Tally:
+    """What a sweep's run records: each computed shard's worker pid and seconds, how many shards were resubmitted
+    after losing their worker and how many workers Ray restarted."""
+
+    pids: dict[int, int] = field(default_factory=dict)
+    seconds: dict[int, float] = field(default_factory=dict)
+    retried: int = 0
+    restarts: int = 0
+
+
 class RayCluster:
     """A Ray cluster for sharded sweeps: ``RayCluster(workers=N)`` starts a local one (shut down by
     :meth:`shutdown` or on leaving a ``with`` block); ``RayCluster(address=...)`` joins an existing one (left
@@ -158,9 +170,8 @@ class RayCluster:
         object_store_memory: Optional[int] = None,
         shards_per_worker: int = 2,
     ):
-        for name, v in (("workers", workers), ("object_store_memory", object_store_memory)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ArgumentError(f"{name}={v!r} must be an int >= 1 or None")
+        workers = check_positive_int("workers", workers, allow_none=True)
+        object_store_memory = check_positive_int("object_store_memory", object_store_memory, allow_none=True)
         check_int_min("shards_per_worker", shards_per_worker, 1)
         if address is not None and (not isinstance(address, str) or not address):
             raise ArgumentError(f"address={address!r} must be a Ray address string (e.g. 'ray://host:10001', 'auto')")
@@ -247,6 +258,7 @@ class RayCluster:
         **args: Any,
     ) -> Any:
         """``fn(model, **args)`` sharded over the prompts, merged exactly (what ``cluster=`` calls)."""
+        # 1. the shards: the prompts cut into contiguous ranges (with out=, the manifest's when it is this sweep)
         if fn not in MERGES:
             raise ArgumentError(f"cluster=: {fn!r} is not sharded yet; the sharded functions are {sorted(MERGES)}")
         ray = _ray()
@@ -263,33 +275,80 @@ class RayCluster:
             bounds = self._prepare(folder, fn, key, bounds)
         # the dictionaries go through the object store once, not once per shard (workers read the reference)
         shared = {k: ray.put(args[k]) for k in _SHARED if args.get(k) is not None}
+
+        # 2. the shards an earlier run finished (out=), the workers
+        done = self._finished(folder, bounds, result_cls)
+        resumed = len(done)
+        actors = self.actors(model)
+
+        # 3. every other shard run on a free worker (a lost worker replaced and its shard resubmitted)
+        bar = tqdm(total=n, desc=f"{fn} on {len(actors)} workers", unit="prompt", disable=not progress)
+        bar.update(sum(bounds[i][1] - bounds[i][0] for i in done))
+        try:
+            tally = self._run_shards(fn, model, actors, args, shared, n, bounds, done, folder, bar)
+        finally:
+            bar.close()
+
+        # 4. the shards merged, the run recorded
+        details = {
+            "workers": len(actors),
+            "shards": len(bounds),
+            "bounds": [list(b) for b in bounds],
+            "computed": len(bounds) - resumed,
+            "resumed": resumed,
+            "restarted_workers": tally.restarts,
+            "resubmitted": tally.retried,
+            "lost": 0,
+            "worker_pids": [tally.pids.get(i) for i in range(len(bounds))],
+            # each computed shard's time in its worker (None: resumed from out=), for throughput figures
+            "shard_seconds": [tally.seconds.get(i) for i in range(len(bounds))],
+        }
+        return merge([done[i] for i in range(len(bounds))], details, model, args)
+
+    @staticmethod
+    def _finished(folder: Optional[Path], bounds: list[tuple[int, int]], result_cls: Any) -> dict[int, Any]:
+        """The results of the shards ``folder`` holds whole (the result and its JSON), by shard (none without
+        ``folder``)."""
         done: dict[int, Any] = {}
         if folder is not None:
             for i in range(len(bounds)):
                 f = folder / f"shard-{i:05d}.safetensors"
                 if f.is_file() and (folder / f"shard-{i:05d}.json").is_file():
                     done[i] = result_cls.load(f)
-        resumed = len(done)
-        actors = self.actors(model)
-        bar = tqdm(total=n, desc=f"{fn} on {len(actors)} workers", unit="prompt", disable=not progress)
-        bar.update(sum(bounds[i][1] - bounds[i][0] for i in done))
+        return done
+
+    def _run_shards(
+        self,
+        fn: str,
+        model: Model,
+        actors: list[Any],
+        args: dict[str, Any],
+        shared: dict[str, Any],
+        n: int,
+        bounds: list[tuple[int, int]],
+        done: dict[int, Any],
+        folder: Optional[Path],
+        bar: Any,
+    ) -> _Tally:
+        """Every shard not in ``done`` run, each on a free worker as one frees up, its result put in ``done`` (and
+        written to ``folder``). A worker whose process dies past Ray's own retries is replaced and its shard
+        resubmitted (at most :data:`_RETRIES` times); a shard that fails raises (:meth:`_raise`). The shards'
+        warnings are given here, each once (completeness warnings: the merged result's check gives its own)."""
+        ray = _ray()
         todo = [i for i in range(len(bounds)) if i not in done]
         tries = {i: 0 for i in todo}
-        pids: dict[int, int] = {}
-        seconds: dict[int, float] = {}
-        retried = 0
-        restarts = 0
+        tally = _Tally()
         known = {w: int(p) for w, p in enumerate(ray.get([a.pid.remote() for a in actors]))} if todo else {}
         warned: set[tuple[Any, str]] = set()
         pending: dict[Any, tuple[int, int]] = {}  # ref -> (shard, actor index)
         free = list(range(len(actors)))
+        kw = {"progress": False} if fn in _WITH_PROGRESS else {}
         try:
             while todo or pending:
                 while todo and free:
                     i, w = todo.pop(0), free.pop(0)
                     s, e = bounds[i]
                     shard = {**take_args(fn, args, n, s, e), **shared}
-                    kw = {"progress": False} if fn in _WITH_PROGRESS else {}
                     pending[actors[w].run.remote(fn, s, shard, kw)] = (i, w)
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 ref = ready[0]
@@ -298,56 +357,52 @@ class RayCluster:
                     res = ray.get(ref)
                 except ray.exceptions.RayActorError as err:  # the worker died past Ray's own retries
                     tries[i] += 1
-                    retried += 1
-                    if tries[i] > _RETRIES:
-                        raise InterpError(
-                            f"cluster=: shard {i} (prompts {bounds[i][0]}–{bounds[i][1] - 1}) lost its "
-                            f"worker {tries[i]} times; giving up ({err})"
-                        ) from err
-                    log.warning("shard %d: worker %d died (%s); retrying on another worker", i, w, err)
-                    todo.insert(0, i)
-                    actors[w] = ray.remote(num_cpus=1, max_restarts=_RETRIES, max_task_retries=_RETRIES)(
-                        _Worker
-                    ).remote(source, str(model.dtype), str(model.device))
+                    tally.retried += 1
+                    self._replace_worker(model, actors, w, i, bounds[i], tries[i], err)
                     known.pop(w, None)
+                    todo.insert(0, i)
                     free.append(w)
                     continue
                 free.append(w)
                 if "error" in res:
                     self._raise(fn, i, bounds[i], res)
                 done[i] = res["ok"]
-                pids[i] = res["pid"]
-                seconds[i] = float(res.get("seconds", float("nan")))
+                tally.pids[i] = res["pid"]
+                tally.seconds[i] = float(res.get("seconds", float("nan")))
                 if w in known and known[w] != res["pid"]:  # Ray restarted this worker (its process died)
-                    restarts += 1
+                    tally.restarts += 1
                 known[w] = res["pid"]
                 for category, message in res.get("warnings", []):  # the shards' warnings, each once, here
                     if category is not CompletenessWarning and (category, message) not in warned:
                         warned.add((category, message))
-                        warnings.warn(message, category, stacklevel=3)
+                        warnings.warn(message, category, stacklevel=4)  # the call that passed cluster=
                 if folder is not None:
                     self._write_shard(folder, i, bounds[i], res["ok"])
                 bar.update(bounds[i][1] - bounds[i][0])
                 if self._after_shard is not None:
                     self._after_shard(i, self)
         finally:
-            bar.close()
             for ref in pending:
                 ray.cancel(ref, force=False)
-        details = {
-            "workers": len(actors),
-            "shards": len(bounds),
-            "bounds": [list(b) for b in bounds],
-            "computed": len(bounds) - resumed,
-            "resumed": resumed,
-            "restarted_workers": restarts,
-            "resubmitted": retried,
-            "lost": 0,
-            "worker_pids": [pids.get(i) for i in range(len(bounds))],
-            # each computed shard's time in its worker (None: resumed from out=), for throughput figures
-            "shard_seconds": [seconds.get(i) for i in range(len(bounds))],
-        }
-        return merge([done[i] for i in range(len(bounds))], details, model, args)
+        return tally
+
+    @staticmethod
+    def _replace_worker(
+        model: Model, actors: list[Any], w: int, i: int, bound: tuple[int, int], tries: int, err: Exception
+    ) -> None:
+        """Worker ``w`` (which ran shard ``i``) is gone: a new actor in its place, unless the shard has lost its worker
+        more than :data:`_RETRIES` times (then the sweep gives up, naming the shard)."""
+        if tries > _RETRIES:
+            raise InterpError(
+                f"cluster=: shard {i} (prompts {bound[0]}–{bound[1] - 1}) lost its "
+                f"worker {tries} times; giving up ({err})"
+            ) from err
+        log.warning("shard %d: worker %d died (%s); retrying on another worker", i, w, err)
+        actors[w] = (
+            _ray()
+            .remote(num_cpus=1, max_restarts=_RETRIES, max_task_retries=_RETRIES)(_Worker)
+            .remote(model_source(model), str(model.dtype), str(model.device))
+        )
 
     @staticmethod
     def _ablation_args(fn: str, args: dict[str, Any]) -> dict[str, Any]:
