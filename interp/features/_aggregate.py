@@ -415,7 +415,7 @@ def aggregate_graphs(
     docs/scaling.md); ``out``: a folder keeping each finished shard for resume.
     """
     require_model(model)
-    check_replaceable(model, transcoders, cross_layer=True)
+    check_replaceable(model, transcoders)
     items = _prompt_list(prompts)
     check_thresholds(node_threshold, edge_threshold)
     check_bool("progress", progress)

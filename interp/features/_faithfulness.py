@@ -293,7 +293,7 @@ def _check_inputs(
 ) -> None:
     """The model is the graph's, the transcoders replace its MLPs, the options are allowed (typed errors)."""
     require_model(model)
-    check_replaceable(model, transcoders, cross_layer=True)
+    check_replaceable(model, transcoders)
     check_choice("ablation", ablation, GRAPH_ABLATIONS)
     check_bool("frozen_attention", frozen_attention)
     if model.name != graph.model_name or model.arch.n_layers != graph.n_layers:

@@ -92,7 +92,7 @@ def attribution_graph(
     """
     # 1. the inputs checked
     require_model(model)
-    check_replaceable(model, transcoders, cross_layer=True)
+    check_replaceable(model, transcoders)
     _check_options(node_threshold, edge_threshold, batch_size, max_n_logits, logit_effects, desired_logit_prob)
     tokens, mask = one_prompt(model, prompt)
     n = tokens.shape[1]

@@ -322,7 +322,7 @@ def intervene(
     """
     # 1. the inputs checked
     require_model(model)
-    check_replaceable(model, transcoders, cross_layer=True)
+    check_replaceable(model, transcoders)
     check_bool("frozen_attention", frozen_attention)
     check_bool("freeze_features", freeze_features)
     check_positive_int("top_k", top_k)

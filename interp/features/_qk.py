@@ -61,7 +61,7 @@ def qk_attribution(
     below ``layer``). The pair must be one the head attends to (causal, inside a sliding window)."""
     # 1. the arguments, and a pair the head attends to
     require_model(model)
-    check_replaceable(model, transcoders, cross_layer=True)
+    check_replaceable(model, transcoders)
     tokens, mask = one_prompt(model, prompt)
     layer, head, qp, kp = _pair(model, tokens.shape[1], layer, head, query_pos, key_pos, tokens.device)
     # 2. the real forward read for the replacement model, and the head's query and key maps with its frozen scales

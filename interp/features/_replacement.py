@@ -27,7 +27,6 @@ from interp.errors import (
     ArgumentError,
     ContextLengthWarning,
     UnsupportedArchitectureError,
-    UnsupportedOperationError,
     warn_user,
 )
 from interp.features._sae import SAE
@@ -37,13 +36,11 @@ from interp.models import Model, run_block
 __all__ = ["FrozenReplacement", "RealRun", "check_replaceable", "real_forward"]
 
 
-def check_replaceable(
-    model: Model, transcoders: Union[Sequence[Transcoder], CrossLayerTranscoder], *, cross_layer: bool = False
-) -> None:
-    """``model`` is a decoder whose MLPs ``transcoders`` (one per layer, in layer order) can replace: pre-norm, with
-    MLPs and an unembedding (else :class:`~interp.errors.UnsupportedArchitectureError`); the transcoders a list of
-    :class:`Transcoder` of the model's width (else :class:`~interp.errors.ArgumentError`) — or, where the caller
-    takes one (``cross_layer``), a :class:`CrossLayerTranscoder` with an encoder at each of the model's layers."""
+def check_replaceable(model: Model, transcoders: Union[Sequence[Transcoder], CrossLayerTranscoder]) -> None:
+    """``model`` is a decoder whose MLPs ``transcoders`` can replace: pre-norm, with MLPs and an unembedding (else
+    :class:`~interp.errors.UnsupportedArchitectureError`); the transcoders a list of :class:`Transcoder` of the model's
+    width, one per layer in layer order, or a :class:`CrossLayerTranscoder` with an encoder at each of the model's
+    layers (else :class:`~interp.errors.ArgumentError`). Every analysis over the replacement model takes both."""
     a = model.arch
     if model.block.normed_stream:
         raise UnsupportedArchitectureError(
@@ -54,19 +51,13 @@ def check_replaceable(
         raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to replace by transcoders")
     if not a.causal or model.weights.W_U is None:
         raise UnsupportedArchitectureError(f"model {model.name!r} is not a decoder with an unembedding")
-    if isinstance(transcoders, CrossLayerTranscoder) and cross_layer:
+    if isinstance(transcoders, CrossLayerTranscoder):
         if transcoders.model_layers != tuple(range(a.n_layers)) or transcoders.d_model != a.d_model:
             raise ArgumentError(
                 f"transcoders is a {transcoders!r}; model {model.name!r} needs an encoder at each of its "
                 f"{a.n_layers} layers 0..{a.n_layers - 1} with d_model={a.d_model}"
             )
         return
-    if isinstance(transcoders, CrossLayerTranscoder):
-        raise UnsupportedOperationError(
-            f"transcoders is a {transcoders!r}: QK attribution takes per-layer transcoders so far (attribution_graph, "
-            "intervene, AttributionGraph.faithfulness and aggregate_graphs take a CLT); pass a list of "
-            "interp.features.Transcoder, one per layer"
-        )
     if isinstance(transcoders, (list, tuple)):
         for i, t in enumerate(transcoders):
             if isinstance(t, SAE):
@@ -76,7 +67,10 @@ def check_replaceable(
                     "output): interp.features.load_transcoders or train_transcoders"
                 )
     if not isinstance(transcoders, (list, tuple)) or not all(isinstance(t, Transcoder) for t in transcoders):
-        raise ArgumentError("transcoders must be a list of interp.features.Transcoder, one per layer")
+        raise ArgumentError(
+            "transcoders must be a list of interp.features.Transcoder, one per layer, or an "
+            "interp.features.CrossLayerTranscoder"
+        )
     if len(transcoders) != a.n_layers:
         raise ArgumentError(f"transcoders has {len(transcoders)} entries; model {model.name!r} has {a.n_layers} layers")
     check_layers(transcoders)

@@ -9,7 +9,8 @@ Hugging Face modules (float64, a 3-layer tiny Llama, so a layer-0 feature writes
   joint reconstruction at the real forward; a run that ablated a dropped feature at its own layer only differs (the
   later writes are ablated too);
 * a CLT whose decoders to later layers are zero has the faithfulness curve of its encoders as per-layer transcoders
-  (a skip JumpReLU CLT).
+  (a skip JumpReLU CLT);
+* a CLT of another shape, or another CLT than the graph's, is an ArgumentError.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 
 from features.test_faithfulness import PROMPT, T_ID, _frozen_by_hand, _kept, _live_by_hand, _Real, _rms_float64
 from interp.engine import model_from_hf
+from interp.errors import ArgumentError
 from interp.features import CrossLayerTranscoder, attribution_graph
 from tiny_models import tiny_hf_model, tiny_tokenizer
 from tiny_transcoders import random_clt
@@ -163,3 +165,18 @@ def test_without_later_decoders_it_is_the_per_layer_curve(llama3):
         assert a.values.tolist() == pytest.approx(b.values.tolist(), rel=1e-9, abs=1e-12)
         assert (a.full, a.empty) == pytest.approx((b.full, b.empty), rel=1e-9, abs=1e-12)
         assert torch.equal(a.n_features, b.n_features) and torch.equal(a.n_errors, b.n_errors)
+
+
+def test_refusals(llama3):
+    """A CLT of another model's shape, or other dictionaries than the graph's, are ArgumentErrors naming the fix."""
+    from interp.features import aggregate_graphs
+
+    hf, m, clt = llama3
+    g = attribution_graph(m, PROMPT, clt, target="w3")
+    small = random_clt(n_layers=2, d_model=m.arch.d_model, n_features=8, dtype=torch.float64)
+    with pytest.raises(ArgumentError, match="an encoder at each of its 3 layers"):
+        g.faithfulness(m, small)
+    with pytest.raises(ArgumentError, match="an encoder at each of its 3 layers"):
+        aggregate_graphs(m, [PROMPT], small, progress=False)
+    with pytest.raises(ArgumentError, match="the graph was built with"):
+        g.faithfulness(m, random_clt(m, 24, seed=2, dtype=torch.float64))
