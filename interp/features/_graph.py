@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from interp._norms import apply_frozen
-from interp._validate import check_positive_int, is_int
+from interp._validate import check_positive_int, is_int, is_real
 from interp.attribution import TokenSpec
 from interp.errors import ArgumentError
 from interp.features._jacobian import Ends, FrozenJacobian
@@ -144,11 +144,7 @@ def _check_options(
     check_positive_int("max_n_logits", max_n_logits)
     if not is_int(logit_effects) or logit_effects < 0:
         raise ArgumentError(f"logit_effects={logit_effects!r} must be an int ≥ 0 (0: none)")
-    if (
-        isinstance(desired_logit_prob, bool)
-        or not isinstance(desired_logit_prob, (int, float))
-        or not 0.0 < desired_logit_prob <= 1.0
-    ):
+    if not is_real(desired_logit_prob) or not 0.0 < desired_logit_prob <= 1.0:
         raise ArgumentError(f"desired_logit_prob={desired_logit_prob!r} must be a number in (0, 1]")
 
 

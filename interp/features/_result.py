@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from interp._result import Result
+from interp._validate import is_real
 from interp.errors import ArgumentError
 from interp.features._faithfulness import GRAPH_THRESHOLDS, GraphFaithfulness, graph_faithfulness
 from interp.features._transcoder import CrossLayerTranscoder
@@ -63,7 +64,7 @@ def _threshold(scores: Tensor, frac: float) -> Tensor:
 def check_thresholds(node_threshold: Any, edge_threshold: Any) -> None:
     """Pruning thresholds are fractions of influence in (0, 1]."""
     for name, v in (("node_threshold", node_threshold), ("edge_threshold", edge_threshold)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v <= 1.0:
+        if not is_real(v) or not 0.0 < v <= 1.0:
             raise ArgumentError(f"{name}={v!r} must be a number in (0, 1] (the fraction of influence kept)")
 
 
@@ -338,7 +339,7 @@ class AttributionGraph(Result):
         if not ts:
             raise ArgumentError(f"thresholds={thresholds!r} must be a non-empty sequence of node thresholds in (0, 1]")
         for i, t in enumerate(ts):
-            if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 < t <= 1.0:
+            if not is_real(t) or not 0.0 < t <= 1.0:
                 raise ArgumentError(
                     f"thresholds[{i}]={t!r} must be a number in (0, 1] (the fraction of influence kept)"
                 )
