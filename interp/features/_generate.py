@@ -303,7 +303,7 @@ def _prompts(model: Model, prompt: Any) -> list[tuple[str, Tensor]]:
 
 def _frozen_norm(e: Engine, norm: str, l: Optional[int], x: Tensor, sigma: Tensor) -> Tensor:
     """x through norm ``norm`` of layer ``l`` ("lnf": the final norm) with its scale held at ``sigma``:
-    γ ⊙ centre(x) / σ + β (:func:`interp._norms.apply_frozen`, then β)."""
+    γ ⊙ centre(x) / σ + β (:func:`interp._norms.apply_frozen`)."""
     kind = e.arch.norm
     if kind == "none":
         return x
@@ -311,8 +311,7 @@ def _frozen_norm(e: Engine, norm: str, l: Optional[int], x: Tensor, sigma: Tenso
         gain, bias = e.w.lnf_w, e.w.lnf_b
     else:
         gain, bias = e.norm_weights(norm, l)
-    y = apply_frozen(x, gain if gain is not None else torch.ones((), dtype=x.dtype, device=x.device), sigma, kind)
-    return y + bias if (bias is not None and kind == "layernorm") else y
+    return apply_frozen(x, gain, sigma, kind, bias=bias)
 
 
 class _Run:

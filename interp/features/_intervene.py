@@ -171,13 +171,6 @@ def _apply(f: Tensor, ivs: list[Intervention]) -> Tensor:
     return f
 
 
-def _dense(real: RealRun, l: int, n: int) -> Tensor:
-    """Layer l's activations at the real forward as a dense [n, F]."""
-    f = torch.zeros(n, real.tcs[l].n_features, dtype=real.dtype, device=real.emb.device)
-    f[real.feats[l]] = real.acts[l]
-    return f
-
-
 #: (freeze_features, frozen_attention) → the regime's name and what it holds fixed (docs/math.md §28)
 REGIMES = {
     (True, True): (
@@ -216,7 +209,7 @@ def _run(
     """The rerun's logits [d_vocab] at ``pos`` with ``ivs`` applied, in the regime the flags name (module
     docstring, :data:`REGIMES`)."""
     fr, e, clt = real.frozen, real.frozen.e, real.clt
-    n, L = tokens.shape[1], len(real.tcs)
+    L = len(real.tcs)
     by = [[it for it in ivs if it.layer == l] for l in range(L)]
     # a layer's write changes where one of its features is intervened on — with a CLT, one of any layer k ≤ l
     touched = [any(by[: l + 1]) if clt is not None else bool(by[l]) for l in range(L)]
@@ -242,11 +235,11 @@ def _run(
             freeze_features and clt is not None
         ):  # Σ_{k ≤ l} (real activations, intervened) W_dec[k → l] + b_dec + skip + e_l
             feats = sum(
-                (_apply(_dense(real, k, n), by[k]) @ clt.W_dec[k][:, l - k] for k in range(l + 1)), torch.zeros_like(h2)
+                (_apply(real.dense(k), by[k]) @ clt.W_dec[k][:, l - k] for k in range(l + 1)), torch.zeros_like(h2)
             )
             return feats + tc.b_dec + tc.skip(h2) + real.errs[l]
         if freeze_features:  # the graph's leaf: the real activations (intervened) decoded, plus the error node
-            return tc.decode(_apply(_dense(real, l, n), by[l]), h2 if tc.W_skip is not None else None) + real.errs[l]
+            return tc.decode(_apply(real.dense(l), by[l]), h2 if tc.W_skip is not None else None) + real.errs[l]
         m = e.joined(l, e.mlp(l, h2.to(e_dt)), "mlp").to(real.dtype)  # the real MLP on this run's input
         return m + delta(l, h2) if touched[l] else m
 
