@@ -5,8 +5,6 @@
 (b) no hand-written ``isinstance(x, bool)`` outside ``interp/_validate.py``: argument checks use its helpers
     (``check_bool``, ``is_int``, ``is_real``, ``is_index``, ``check_int``, ``check_positive_int``, ...), which name the
     argument, the value and what is allowed.
-
-The allow-lists below name what other work in progress still has to split or convert; they only shrink.
 """
 
 from __future__ import annotations
@@ -19,46 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "interp"
 
 MAX_BODY_LINES = 80
-
-#: Functions still over MAX_BODY_LINES at the start of today's work, being split into named steps by the helpers of
-#: the causal, edges, distributed and feature layers (issue #30). An entry that no longer offends is harmless; the
-#: list is to be emptied when that work has landed.
-LONG_FUNCTIONS_IN_PROGRESS: set[str] = {
-    "interp.causal._atp.attribution_patch",
-    "interp.causal._lens.logit_lens",
-    "interp.causal._path.path_patch",
-    "interp.distributed._cluster.RayCluster.sweep",
-    "interp.edges._attribution.edge_attribution",
-    "interp.edges._evaluate.faithfulness_curve",
-    "interp.edges._gradient.ReaderGradients.__call__",
-    "interp.features._export.graph_json",
-    "interp.features._faithfulness.graph_faithfulness",
-    "interp.features._formats.read_clt",
-    "interp.features._generate.generate",
-    "interp.features._qk.qk_attribution",
-    "interp.features._train.train_transcoders",
-}
-
-#: Files whose hand-written ``isinstance(x, bool)`` checks are being moved to interp._validate's helpers today by the
-#: helpers of the causal, edges, distributed and feature layers (issue #30); to be emptied when that work has landed.
-BOOL_CHECKS_IN_PROGRESS: set[str] = {
-    "interp/causal/_lens.py",
-    "interp/causal/_metrics.py",
-    "interp/distributed/_cluster.py",
-    "interp/edges/_attribution.py",
-    "interp/edges/_tasks.py",
-    "interp/features/_aggregate.py",
-    "interp/features/_contexts.py",
-    "interp/features/_generate.py",
-    "interp/features/_graph.py",
-    "interp/features/_intervene.py",
-    "interp/features/_prompt.py",
-    "interp/features/_qk.py",
-    "interp/features/_result.py",
-    "interp/features/_sae.py",
-    "interp/features/_train.py",
-    "interp/features/_transcoder.py",
-}
 
 
 def _body_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
@@ -123,8 +81,7 @@ def test_no_function_is_over_80_body_lines():
     found: dict[str, int] = {}
     for _, module, source in _sources():
         found.update(long_functions(source, module))
-    new = {name: n for name, n in found.items() if name not in LONG_FUNCTIONS_IN_PROGRESS}
-    assert not new, f"functions over {MAX_BODY_LINES} body lines (split them into named steps): {new}"
+    assert not found, f"functions over {MAX_BODY_LINES} body lines (split them into named steps): {found}"
 
 
 def test_no_hand_written_bool_checks_outside_validate():
@@ -132,8 +89,7 @@ def test_no_hand_written_bool_checks_outside_validate():
     for rel, _, source in _sources():
         if rel != "interp/_validate.py" and (lines := bool_checks(source)):
             found[rel] = lines
-    new = {rel: lines for rel, lines in found.items() if rel not in BOOL_CHECKS_IN_PROGRESS}
-    assert not new, f"isinstance(x, bool) outside interp/_validate.py (use its helpers): {new}"
+    assert not found, f"isinstance(x, bool) outside interp/_validate.py (use its helpers): {found}"
 
 
 def test_the_checks_find_a_planted_offender():
