@@ -27,7 +27,7 @@ from interp._validate import check_positive_int
 from interp.errors import ArgumentError
 from interp.labels import Head
 from interp.plots._common import (
-    DIVERGING,
+    diverging_heatmap,
     as_numpy,
     closure_text,
     check_index,
@@ -156,17 +156,13 @@ def _add_head_heatmap(fig: go.Figure, grid: np.ndarray, hover_tail: str) -> None
         for l in range(n_l)
     ]
     fig.add_trace(
-        go.Heatmap(
-            z=grid,
+        diverging_heatmap(
+            grid,
+            hover,
+            zmax,
+            dict(title="value", x=1.02, len=0.9),
             x=list(range(n_h)),
             y=list(range(n_l)),
-            colorscale=DIVERGING,
-            zmid=0.0,
-            zmin=-zmax,
-            zmax=zmax,
-            hovertext=hover,
-            hoverinfo="text",
-            colorbar=dict(title="value", x=1.02, len=0.9),
             name="heads",
         ),
         row=1,

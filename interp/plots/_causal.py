@@ -27,7 +27,7 @@ from interp._validate import check_choice, check_positive_int
 from interp.errors import ArgumentError
 from interp.labels import Head
 from interp.plots._common import (
-    DIVERGING,
+    diverging_heatmap,
     as_numpy,
     esc,
     fmt,
@@ -112,20 +112,7 @@ def _node_position_figure(result: Any, labels: list[str], v: np.ndarray, title: 
         [f"node <b>{esc(lab)}</b> at {esc(x[p])}<br>{title}: {fmt(v[i, p])}" for p in range(v.shape[1])]
         for i, lab in enumerate(labels)
     ]
-    fig = go.Figure(
-        go.Heatmap(
-            z=v,
-            x=x,
-            y=labels,
-            colorscale=DIVERGING,
-            zmid=0.0,
-            zmin=-zmax,
-            zmax=zmax,
-            hovertext=hover,
-            hoverinfo="text",
-            colorbar=dict(title=title),
-        )
-    )
+    fig = go.Figure(diverging_heatmap(v, hover, zmax, dict(title=title), x=x, y=labels))
     fig.update_yaxes(autorange="reversed", type="category", title_text="node")
     fig.update_xaxes(type="category", title_text="position")
     fig.update_layout(
@@ -156,17 +143,8 @@ def _head_figure(
         zmax = float(np.nanmax(np.abs(grid))) or 1.0
         hover = [[f"node <b>{Head(l, h)}</b><br>{title}: {fmt(grid[l, h])}" for h in range(n_h)] for l in range(n_l)]
         fig.add_trace(
-            go.Heatmap(
-                z=grid,
-                x=list(range(n_h)),
-                y=list(range(n_l)),
-                colorscale=DIVERGING,
-                zmid=0.0,
-                zmin=-zmax,
-                zmax=zmax,
-                hovertext=hover,
-                hoverinfo="text",
-                colorbar=dict(title=title, x=1.02, len=0.9),
+            diverging_heatmap(
+                grid, hover, zmax, dict(title=title, x=1.02, len=0.9), x=list(range(n_h)), y=list(range(n_l))
             ),
             row=1,
             col=1,

@@ -26,7 +26,7 @@ import torch
 from interp._validate import check_positive_int, is_int
 from interp.errors import ArgumentError, ShapeError
 from interp.labels import Head
-from interp.plots._common import DIVERGING, as_numpy, esc, fmt, token_label
+from interp.plots._common import as_numpy, diverging_heatmap, esc, fmt, token_label
 
 __all__ = ["copying_score_map", "ov_eigenvalue_figure", "top_token_table", "top_token_values"]
 
@@ -49,19 +49,7 @@ def copying_score_map(scores: Any, *, title: str = "Copying scores") -> go.Figur
     hover = [[f"head <b>{Head(l, h)}</b><br>{esc(name)}: {fmt(z[l, h])}" for h in range(n_h)] for l in range(n_l)]
     zmax = max(1.0, float(np.nanmax(np.abs(z)))) if np.isfinite(z).any() else 1.0
     fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=list(range(n_h)),
-            y=list(range(n_l)),
-            colorscale=DIVERGING,
-            zmid=0.0,
-            zmin=-zmax,
-            zmax=zmax,
-            hovertext=hover,
-            hoverinfo="text",
-            colorbar=dict(title=name),
-            name=name,
-        )
+        diverging_heatmap(z, hover, zmax, dict(title=name), x=list(range(n_h)), y=list(range(n_l)), name=name)
     )
     flat = np.where(np.isfinite(z), z, -np.inf).ravel()
     best = np.argsort(-flat)[: min(5, flat.size)]

@@ -39,6 +39,25 @@ __all__ = [
 #: negative red, positive blue, as in transformer-lens / Neel Nanda's plots.
 DIVERGING = "RdBu"
 
+
+def diverging_heatmap(z: Any, hover: Any, zmax: float, colorbar: dict, **kw: Any) -> Any:
+    """A ``go.Heatmap`` of signed values on :data:`DIVERGING`, centred at 0 over [−zmax, zmax], hover text per cell;
+    ``kw`` (x, y, name, ...) passed through."""
+    import plotly.graph_objects as go
+
+    return go.Heatmap(
+        z=z,
+        colorscale=DIVERGING,
+        zmid=0.0,
+        zmin=-zmax,
+        zmax=zmax,
+        hovertext=hover,
+        hoverinfo="text",
+        colorbar=colorbar,
+        **kw,
+    )
+
+
 #: Colours of the Q/K/V composition kinds (also used for their legend entries).
 KIND_COLOURS = {"Q": "#1f77b4", "K": "#d62728", "V": "#2ca02c"}
 

@@ -22,7 +22,7 @@ from interp.errors import ArgumentError
 from interp.labels import Head, HeadSource, parse
 from interp.plots._attribution import _context
 from interp.plots._common import (
-    DIVERGING,
+    diverging_heatmap,
     as_numpy,
     check_index,
     closure_text,
@@ -87,20 +87,7 @@ def head_source_heatmap(
         for r, (l, h) in enumerate(chosen)
     ]
     zmax = float(np.abs(z).max()) or 1.0
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=xs,
-            y=ys,
-            colorscale=DIVERGING,
-            zmid=0.0,
-            zmin=-zmax,
-            zmax=zmax,
-            hovertext=hover,
-            hoverinfo="text",
-            colorbar=dict(title="term"),
-        )
-    )
+    fig = go.Figure(diverging_heatmap(z, hover, zmax, dict(title="term"), x=xs, y=ys))
     sub = [where]
     ce = getattr(attribution, "closure_error", None)
     if ce is not None:
