@@ -16,12 +16,8 @@ Formats read (each tested on files written by that library's own save function):
   TopK, a ``layer`` there the model layer. The config's ``feature_input_hook`` / ``feature_output_hook``, where
   given, must be the MLP's input and output (circuit-tracer's default ``hook_resid_mid``, the stream before the
   MLP's norm, is refused: interp's encoders read the MLP's input); circuit-tracer saves no skip weights for CLTs.
-* **Gemma Scope 2's cross-layer transcoders** (its ``JumpReLUMultiLayerSAE``, as circuit-tracer's
-  ``load_gemma_scope_2_clt`` reads them): per layer i ``params_layer_{i}.safetensors`` (or ``layer_{i}``) with
-  ``w_enc`` [d, F], ``b_enc``, ``threshold`` (JumpReLU), ``b_dec`` (layer i's output), ``w_dec`` [F, L, d] (to every
-  layer's output; the writes to layers before i are dropped, as circuit-tracer drops them) and optional
-  ``affine_skip_connection`` [d_in, d_out]; read into one :class:`CrossLayerTranscoder` on the MLP's input and
-  output, as its per-layer transcoders are.
+* **Gemma Scope 2's cross-layer transcoders** (``params_layer_{i}.safetensors`` with a 3-D ``w_dec``) are recognised
+  and refused: their encoders read ``hook_resid_mid`` (the stream before the MLP's norm), not the MLP's input.
 * **SAELens** (its ``save_model``; Gemma Scope 2 as SAELens loads it): a folder with ``cfg.json`` and
   ``sae_weights.safetensors`` (``W_enc`` [d, F], ``W_dec`` [F, d], ``b_enc``, ``b_dec``, ``threshold``,
   ``W_skip`` [d_out, d_in]) — one such folder, or a folder of them, one per layer. ``architecture``
@@ -75,7 +71,6 @@ FORMATS = (
     "circuit-tracer cross-layer transcoder (W_enc_{i}.safetensors + W_dec_{i}.safetensors [+ config.yaml "
     "model_kind: cross_layer_transcoder]; also interp's cache)",
     "SAELens / Gemma Scope 2 (cfg.json + sae_weights.safetensors, one folder per layer)",
-    "Gemma Scope 2 cross-layer transcoder (params_layer_{i}.safetensors or layer_{i}.safetensors, w_dec [F, L, d])",
     "sparsify (one folder per hookpoint layers.{l}.mlp with cfg.json + sae.safetensors)",
 )
 
@@ -246,47 +241,6 @@ def _gemma_scope_2_clt_files(root: Path) -> Optional[list[Path]]:
             files.append(root / f"{stem}{len(files)}.safetensors")
         return files
     return None
-
-
-def _read_gemma_scope_2_clt(root: Path, files: list[Path], dtype: torch.dtype) -> CrossLayerTranscoder:
-    """Gemma Scope 2's cross-layer transcoder (its ``JumpReLUMultiLayerSAE``), as circuit-tracer's
-    ``load_gemma_scope_2_clt`` reads it: file i holds encoder i's ``w_enc`` [d, F], ``b_enc`` [F], ``threshold`` [F]
-    (JumpReLU), ``b_dec`` [d] (the bias of layer i's output), ``w_dec`` [F, L, d] (its features to the outputs of all L
-    layers) and optionally ``affine_skip_connection`` [d_in, d_out] (layer i's output += x_i · it). Encoder i's
-    decoder is ``w_dec[:, i:]``: the writes to the layers before i, which a causal CLT does not make, are dropped, as
-    circuit-tracer drops them."""
-    L = len(files)
-    parts = []
-    for i, p in enumerate(files):
-        t, _ = _tensors(p)
-        _need(p, t, ("w_enc", "w_dec", "b_enc", "b_dec", "threshold"))
-        if t["w_dec"].ndim != 3 or t["w_dec"].shape[1] != L:
-            raise ResultFormatError(
-                f"path={str(p)!r}: w_dec {list(t['w_dec'].shape)} must be [F, {L}, d]: encoder {i}'s features to the "
-                f"outputs of all {L} layers (files {files[0].name} .. {files[-1].name})"
-            )
-        parts.append(t)
-    skips = [t.get("affine_skip_connection") for t in parts]
-    if len({s is None for s in skips}) != 1:
-        raise ResultFormatError(
-            f"path={str(root)!r}: affine_skip_connection is in some layer files and not others "
-            f"({[i for i, s in enumerate(skips) if s is not None]})"
-        )
-    try:
-        return _make(
-            root,
-            dtype,
-            cls=CrossLayerTranscoder,
-            W_enc=torch.stack([t["w_enc"].T for t in parts]),
-            b_enc=torch.stack([t["b_enc"] for t in parts]),
-            W_dec=tuple(t["w_dec"][:, i:].to(dtype) for i, t in enumerate(parts)),
-            b_dec=torch.stack([t["b_dec"] for t in parts]),
-            W_skip=None if skips[0] is None else torch.stack([s.T for s in skips]),  # type: ignore[union-attr]
-            activation="jumprelu",
-            threshold=torch.stack([t["threshold"].reshape(-1) for t in parts]),
-        )
-    except RuntimeError as e:  # torch.stack on unequal shapes
-        raise ResultFormatError(f"path={str(root)!r}: the layer files' tensors have unequal shapes ({e})") from None
 
 
 def read_clt(root: Path, dtype: torch.dtype = torch.float32) -> CrossLayerTranscoder:
@@ -769,8 +723,8 @@ def _resolve(source: Union[str, os.PathLike], model: Optional[Model]) -> Path:
 def load_transcoders(
     source: Union[str, os.PathLike], model: Optional[Model] = None, *, dtype: torch.dtype = torch.float32
 ) -> Union[list[Transcoder], CrossLayerTranscoder]:
-    """The per-layer transcoders in ``source``, in layer order — or, for circuit-tracer's and Gemma Scope 2's
-    cross-layer formats, one :class:`CrossLayerTranscoder` (the formats: module docstring and :data:`FORMATS`).
+    """The per-layer transcoders in ``source``, in layer order — or, for circuit-tracer's cross-layer format, one
+    :class:`CrossLayerTranscoder` (the formats: module docstring and :data:`FORMATS`).
 
     ``source`` is a directory in circuit-tracer's (per-layer or cross-layer), SAELens's (Gemma Scope 2) or
     sparsify's layout, or — with ``model`` — the name of a trained set in interp's cache
@@ -791,9 +745,14 @@ def load_transcoders(
         )
     if _is_clt(root):
         return _check_clt(read_clt(root, dtype), model, root)
-    gemma_clt = _gemma_scope_2_clt_files(root)
-    if gemma_clt is not None:
-        return _check_clt(_read_gemma_scope_2_clt(root, gemma_clt, dtype), model, root)
+    if _gemma_scope_2_clt_files(root) is not None:
+        raise UnsupportedOperationError(
+            f"source={str(root)!r} holds Gemma Scope 2 cross-layer transcoders (params_layer_{{i}}.safetensors, w_dec "
+            "[F, L, d]); their encoders read hook_resid_mid, the stream before each MLP's norm (circuit-tracer loads "
+            "them with feature_input_hook='hook_resid_mid'), and interp's cross-layer transcoders read each layer's "
+            "MLP input, so reading them would give wrong features; use a CLT whose encoders read the MLP input "
+            "(circuit-tracer's format with mlp hooks) or train one with train_transcoders(..., cross_layer=True)"
+        )
     found = _circuit_tracer(root, dtype)
     if found is None:
         found = _collect(root, dtype)
