@@ -600,7 +600,8 @@ def _run_batches(model: Model, job: _Job, opts: _Options) -> _Outputs:
     dt = torch.float64 if model.dtype == torch.float64 else torch.float32
     enc, into = job.dic.for_run({it.layer for per in job.ivs for it in per}, model.device, dt)
     n = len(job.prompts)
-    out = _Outputs([torch.empty(0)] * n, [torch.empty(0)] * n, [torch.empty(0)] * n, [torch.empty(0)] * n, 0.0, 0.0)
+    none = torch.empty(0, device=model.device)  # a placeholder until the prompt's batch has run
+    out = _Outputs([none] * n, [none] * n, [none] * n, [none] * n, 0.0, 0.0)
     run_args = (opts.steps, opts.temperature, opts.seed)
     with torch.no_grad():
         for rows in _batches(job.prompts):
