@@ -1,8 +1,8 @@
-"""Gemma Scope 2's cross-layer transcoders (its ``JumpReLUMultiLayerSAE``: per layer i ``params_layer_{i}.safetensors``
-with ``w_enc`` [d, F], ``b_enc``, ``threshold``, ``b_dec``, ``w_dec`` [F, L, d]) are recognised and refused: circuit-tracer
-loads them with ``feature_input_hook="hook_resid_mid"`` — the stream before each MLP's norm — while interp's
-cross-layer transcoders read the MLP's input, so reading them as interp's would give wrong features. A per-layer file
-in the same names (``w_dec`` [F, d]) is not taken for one.
+"""Gemma Scope 2's cross-layer transcoders (its ``JumpReLUMultiLayerSAE``: per layer i
+``params_layer_{i}.safetensors`` with ``w_enc`` [d, F], ``b_enc``, ``threshold``, ``b_dec``, ``w_dec`` [F, L, d]) are
+recognised and refused: circuit-tracer loads them with ``feature_input_hook="hook_resid_mid"`` — the stream before
+each MLP's norm — while interp's cross-layer transcoders read the MLP's input, so reading them as interp's would give
+wrong features. A per-layer file in the same names (``w_dec`` [F, d]) is not taken for one.
 """
 
 from __future__ import annotations
