@@ -28,6 +28,7 @@ from torch import Tensor
 
 from interp._validate import is_int
 from interp.errors import ArgumentError
+from interp.models import check_device, check_dtype
 
 __all__ = [
     "ACTIVATIONS",
@@ -38,6 +39,7 @@ __all__ = [
     "check_layers",
     "fvu",
     "mlp_input",
+    "placement",
 ]
 
 #: the activation functions a dictionary may use
@@ -60,6 +62,43 @@ def activate(pre: Tensor, activation: str, threshold: Optional[Tensor], k: Optio
         vals, idx = f.topk(int(k), dim=-1)  # type: ignore[arg-type]
         f = torch.zeros_like(f).scatter_(-1, idx, vals)
     return f
+
+
+def placement(args: tuple, kwargs: dict[str, Any]) -> tuple[Optional[torch.device], Optional[torch.dtype]]:
+    """The (device, dtype) that ``.to(*args, **kwargs)`` asks for, read as ``torch.nn.Module.to`` reads them:
+    ``.to(device)``, ``.to(dtype)``, ``.to(device, dtype)``, ``.to(tensor)`` (its device and dtype), and the
+    keywords ``device=`` / ``dtype=``; None where not asked. The one reading for every dictionary's ``.to``; a device
+    or dtype that cannot be honoured, an argument given twice or an unknown one is an :class:`ArgumentError`."""
+    unknown = sorted(set(kwargs) - {"device", "dtype"})
+    if unknown:
+        raise ArgumentError(f"to() got the keyword(s) {unknown}; it takes device= and dtype= (like torch's .to)")
+    if len(args) > 2:
+        raise ArgumentError(
+            f"to() takes at most 2 positional arguments (device, dtype), got {len(args)}: {args!r:.120}"
+        )
+    device, dtype = kwargs.get("device"), kwargs.get("dtype")
+    pos: list[Any] = list(args)
+    if len(pos) == 1 and isinstance(pos[0], Tensor):  # .to(tensor): its device and dtype
+        pos = [pos[0].device, pos[0].dtype]
+    for i, a in enumerate(pos):
+        if isinstance(a, torch.dtype):
+            name = "dtype"
+        elif i == 0:
+            name = "device"
+        else:
+            raise ArgumentError(f"to()'s second positional argument {a!r:.80} must be a torch.dtype (device, dtype)")
+        if (name == "device" and device is not None) or (name == "dtype" and dtype is not None):
+            raise ArgumentError(f"to() got {name} twice ({a!r} and {name}=); give it once")
+        if name == "device":
+            device = a
+        else:
+            dtype = a
+    if is_int(device):  # torch reads an int as a CUDA index
+        device = f"cuda:{device}"
+    if device is not None and not isinstance(device, (str, torch.device)):
+        raise ArgumentError(f"device={device!r:.80} must be a torch device ('cpu', 'cuda:0', a torch.device) or None")
+    dev = None if device is None else check_device(device)
+    return dev, None if dtype is None else check_dtype(dtype)
 
 
 @dataclass(frozen=True)
@@ -140,8 +179,10 @@ class Dictionary:
         """The linear skip term x W_skipᵀ (zeros without W_skip)."""
         return torch.zeros_like(x) if self.W_skip is None else x @ self.W_skip.T
 
-    def to(self: "_D", device: Any = None, dtype: Optional[torch.dtype] = None) -> "_D":
-        """A copy (of the same class) with every tensor moved (floating tensors cast to ``dtype``)."""
+    def to(self: "_D", *args: Any, **kwargs: Any) -> "_D":
+        """A copy (of the same class) with every tensor moved and cast: ``.to(device)``, ``.to(dtype)``,
+        ``.to(device, dtype)``, ``.to(device=…, dtype=…)`` as ``torch.nn.Module.to`` (:func:`placement`)."""
+        device, dtype = placement(args, kwargs)
         mv = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
         opt = lambda t: None if t is None else mv(t)  # noqa: E731
         return replace(
@@ -383,8 +424,10 @@ class CrossLayerTranscoder:
                 "layer of the cross-layer transcoder, stacked on the first axis"
             )
 
-    def to(self, device: Any = None, dtype: Optional[torch.dtype] = None) -> "CrossLayerTranscoder":
-        """A copy with every tensor moved (floating tensors cast to ``dtype``)."""
+    def to(self, *args: Any, **kwargs: Any) -> "CrossLayerTranscoder":
+        """A copy with every tensor moved and cast: ``.to(device)``, ``.to(dtype)``, ``.to(device, dtype)``,
+        ``.to(device=…, dtype=…)`` as ``torch.nn.Module.to`` (:func:`placement`)."""
+        device, dtype = placement(args, kwargs)
         mv = lambda t: t.to(device=device, dtype=dtype)  # noqa: E731
         opt = lambda t: None if t is None else mv(t)  # noqa: E731
         return replace(

@@ -17,6 +17,7 @@ from interp.models._native_config import BOS_ID as TOY_BOS_ID
 from interp.models._native_config import FIRST_WORD_ID as TOY_FIRST_WORD_ID
 from interp.models._native_config import UNK_ID as TOY_UNK_ID
 from interp.models._native_config import ToyConfig, toy_words
+from interp.models._numerics import check_device, check_dtype
 from interp.models._rotary import rotary_table_index, rotary_tables
 from interp.models._program import (
     Event,
@@ -56,6 +57,8 @@ __all__ = [
     "ToyConfig",
     "Weights",
     "build_program",
+    "check_device",
+    "check_dtype",
     "build_toy",
     "default_cache_dir",
     "head_label",

@@ -108,3 +108,34 @@ def test_bad_files(tmp_path):
     (tmp_path / "config.yaml").write_text("transcoders: 3\n")
     with pytest.raises(ResultFormatError, match="config.yaml.*transcoders"):
         load_transcoders(tmp_path)
+
+
+def test_to_reads_its_arguments_as_torch_does():
+    """.to(dtype) positional was read as a device (torch's raw TypeError); every dictionary class reads .to's
+    arguments as torch.nn.Module.to does, and bad ones are ArgumentErrors."""
+    from interp.features import SAE
+    from tiny_transcoders import random_clt
+
+    t = _tensors(0, jump=True, skip=True)
+    tc = Transcoder(t["W_enc"], t["b_enc"], t["W_dec"], t["b_dec"], t["W_skip"], "jumprelu", torch.rand(F), layer=2)
+    sae = SAE(t["W_enc"], t["b_enc"], t["W_dec"], t["b_dec"], layer=1, site="resid_post")
+    clt = random_clt(n_layers=2, d_model=D, n_features=F)
+    for d in (tc, sae, clt):
+        for moved in (d.to(torch.float64), d.to("cpu", torch.float64), d.to(device="cpu", dtype=torch.float64)):
+            assert type(moved) is type(d)
+            assert moved.W_enc.dtype == torch.float64 and torch.equal(moved.W_enc, d.W_enc.double())
+            assert all(w.dtype == torch.float64 for w in (moved.W_dec if isinstance(d.W_dec, tuple) else [moved.W_dec]))
+        assert d.to("cpu").W_enc.dtype == torch.float32
+        assert d.to(torch.zeros(1, dtype=torch.float64)).b_dec.dtype == torch.float64  # .to(tensor)
+        assert d.to(torch.device("cpu"), dtype=torch.bfloat16).b_enc.dtype == torch.bfloat16
+        with pytest.raises(ArgumentError, match="dtype=torch.int64"):
+            d.to(torch.int64)
+        with pytest.raises(ArgumentError, match="device='gpu'"):
+            d.to("gpu")
+        with pytest.raises(ArgumentError, match="dtype twice"):
+            d.to(torch.float64, dtype=torch.float32)
+        with pytest.raises(ArgumentError, match="must be a torch.dtype"):
+            d.to("cpu", "cpu")
+        with pytest.raises(ArgumentError, match="non_blocking"):
+            d.to("cpu", non_blocking=True)
+    assert tc.to(torch.float64).layer == 2 and sae.to(torch.float64).site == "resid_post"
