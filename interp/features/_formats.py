@@ -12,10 +12,12 @@ Formats read (each tested on files written by that library's own save function):
   :class:`CrossLayerTranscoder`: per encoder layer i ``W_enc_{i}.safetensors`` (``W_enc_{i}`` [F, d],
   ``b_enc_{i}``, ``b_dec_{i}`` — the bias of layer i's *output* —, optional ``threshold_{i}``: JumpReLU
   pre·[pre > θ], as its JumpReLU computes it) and ``W_dec_{i}.safetensors`` (``W_dec_{i}`` [F, L − i, d]: layer i's
-  features to the outputs of layers i..L−1). A ``k`` in the encoder files' metadata (interp's trained CLTs) is
-  TopK, a ``layer`` there the model layer. The config's ``feature_input_hook`` / ``feature_output_hook``, where
-  given, must be the MLP's input and output (circuit-tracer's default ``hook_resid_mid``, the stream before the
-  MLP's norm, is refused: interp's encoders read the MLP's input); circuit-tracer saves no skip weights for CLTs.
+  features to the outputs of layers i..L−1), optional ``W_skip_{i}`` (circuit-tracer adds x_i W_skip_i: read
+  transposed). A ``k`` in the encoder files' metadata (interp's trained CLTs) is TopK, a ``layer`` there the model
+  layer. The config's ``feature_input_hook`` / ``feature_output_hook``, where given, must be the MLP's input and output
+  (circuit-tracer's default ``hook_resid_mid``, the stream before the MLP's norm, is refused: interp's encoders read
+  the MLP's input). ``to_safetensors`` writes no config: then the read point must be declared
+  (``load_transcoders(..., input_hook="mlp.hook_in")``), else a ResultFormatError says how.
 * **Gemma Scope 2's cross-layer transcoders** (``params_layer_{i}.safetensors`` with a 3-D ``w_dec``) are recognised
   and refused: their encoders read ``hook_resid_mid`` (the stream before the MLP's norm), not the MLP's input.
 * **SAELens** (its ``save_model``; Gemma Scope 2 as SAELens loads it): a folder with ``cfg.json`` and
@@ -243,14 +245,15 @@ def _gemma_scope_2_clt_files(root: Path) -> Optional[list[Path]]:
     return None
 
 
-def read_clt(root: Path, dtype: torch.dtype = torch.float32) -> CrossLayerTranscoder:
+def read_clt(root: Path, dtype: torch.dtype = torch.float32, input_hook: Optional[str] = None) -> CrossLayerTranscoder:
     """The cross-layer transcoder in folder ``root``, in circuit-tracer's layout (module docstring), as its
-    ``load_clt`` reads it; ``layers`` from the files' ``layer`` metadata where every file has one, else 0..L−1."""
-    # 1. config.yaml's hooks (where it has them): each layer's MLP input and output
-    _check_clt_hooks(root / "config.yaml")
-    # 2. the encoder files W_enc_0 .. W_enc_{L-1} and their decoders, read
+    ``load_clt`` reads it; ``layers`` from the files' ``layer`` metadata where every file has one, else 0..L−1.
+    ``input_hook``: the encoders' read point where config.yaml does not declare it (:func:`load_transcoders`)."""
+    # 1. the encoder files W_enc_0 .. W_enc_{L-1}; config.yaml's hooks (or input_hook): each MLP's input and output
     L = _clt_count(root)
-    W_enc, b_enc, b_dec, thr, W_dec, metas = [], [], [], [], [], []
+    _check_clt_hooks(root, input_hook)
+    # 2. the encoder files and their decoders, read
+    W_enc, b_enc, b_dec, thr, W_dec, metas, skip = [], [], [], [], [], [], []
     for i in range(L):
         p = root / f"W_enc_{i}.safetensors"
         t, meta = _tensors(p)
@@ -259,6 +262,7 @@ def read_clt(root: Path, dtype: torch.dtype = torch.float32) -> CrossLayerTransc
         b_enc.append(t[f"b_enc_{i}"])
         b_dec.append(t[f"b_dec_{i}"])
         thr.append(t.get(f"threshold_{i}"))
+        skip.append(t.get(f"W_skip_{i}"))
         metas.append(meta)
         q = root / f"W_dec_{i}.safetensors"
         td, _ = _tensors(q)
@@ -269,6 +273,11 @@ def read_clt(root: Path, dtype: torch.dtype = torch.float32) -> CrossLayerTransc
         raise ResultFormatError(
             f"path={str(root)!r}: threshold_{{i}} is in some encoder files and not others "
             f"({[i for i, x in enumerate(thr) if x is not None]}): JumpReLU needs one per layer"
+        )
+    if len({x is None for x in skip}) != 1:
+        raise ResultFormatError(
+            f"path={str(root)!r}: W_skip_{{i}} is in some encoder files and not others "
+            f"({[i for i, x in enumerate(skip) if x is not None]}): a skip CLT has one per layer"
         )
     shapes = {tuple(w.shape) for w in W_enc}
     if len(shapes) != 1:
@@ -287,6 +296,7 @@ def read_clt(root: Path, dtype: torch.dtype = torch.float32) -> CrossLayerTransc
             b_enc=torch.stack(b_enc),
             W_dec=tuple(W_dec),
             b_dec=torch.stack(b_dec),
+            W_skip=None if skip[0] is None else torch.stack([w.T for w in skip]),  # type: ignore[union-attr]  # x @ W_skip_i
             activation="topk" if k is not None else "relu" if thr[0] is None else "jumprelu",
             threshold=None if thr[0] is None else torch.stack([x.reshape(-1) for x in thr]),  # type: ignore[union-attr]
             k=k,
@@ -297,29 +307,51 @@ def read_clt(root: Path, dtype: torch.dtype = torch.float32) -> CrossLayerTransc
         raise ResultFormatError(f"path={str(root)!r}: the layers' biases have unequal shapes ({e})") from None
 
 
-def _check_clt_hooks(cfg: Path) -> None:
-    """A CLT's ``config.yaml`` (where there is one) names each layer's MLP input and output as its hooks, else an
-    :class:`UnsupportedOperationError` naming the hook."""
-    if not cfg.is_file():
-        return
-    conf = _yaml(cfg)
-    for key, allowed, what in (
-        ("feature_input_hook", _MLP_IN, "input"),
-        ("feature_output_hook", _MLP_OUT, "output"),
+def _reads(hook: Any, allowed: tuple[str, ...]) -> bool:
+    """``hook`` names one of ``allowed`` (itself, or ``<prefix>.<allowed>``)."""
+    return isinstance(hook, str) and any(hook == a or hook.endswith("." + a) for a in allowed)
+
+
+def _check_clt_hooks(root: Path, input_hook: Optional[str]) -> None:
+    """A CLT's read and write points are each layer's MLP input and output: config.yaml's ``feature_input_hook`` /
+    ``feature_output_hook`` where it has them, ``input_hook`` (load_transcoders' argument) for the input where it
+    does not. Another hook is an :class:`UnsupportedOperationError` naming it; no declared input hook (circuit-tracer's
+    ``to_safetensors`` writes no config, and its default is ``hook_resid_mid``) a :class:`ResultFormatError` saying
+    how to declare it; a config and ``input_hook`` that disagree an :class:`ArgumentError`."""
+    cfg = root / "config.yaml"
+    conf = _yaml(cfg) if cfg.is_file() else {}
+    declared = conf.get("feature_input_hook")
+    if input_hook is not None and declared is not None and input_hook != declared:
+        raise ArgumentError(
+            f"input_hook={input_hook!r} but {str(cfg)!r} declares feature_input_hook={declared!r}; leave input_hook "
+            "None to use the config's"
+        )
+    hook_in = declared if declared is not None else input_hook
+    for name, hook, allowed in (
+        ("feature_input_hook" if declared is not None else "input_hook", hook_in, _MLP_IN),
+        ("feature_output_hook", conf.get("feature_output_hook"), _MLP_OUT),  # circuit-tracer's default: hook_mlp_out
     ):
-        hook = conf.get(key)
-        if hook is not None and not (
-            isinstance(hook, str) and any(hook == a or hook.endswith("." + a) for a in allowed)
-        ):
-            raise UnsupportedOperationError(
-                f"path={str(cfg)!r}: {key}={hook!r}; interp's cross-layer transcoders read each layer's MLP "
-                f"input and write its output ({key} one of {list(allowed)})"
-                + (
-                    " — hook_resid_mid is the stream before the MLP's norm, not what the MLP reads"
-                    if what == "input"
-                    else ""
-                )
+        if hook is None or _reads(hook, allowed):
+            continue
+        raise UnsupportedOperationError(
+            ("" if name == "input_hook" else f"path={str(cfg)!r}: ")
+            + f"{name}={hook!r}; interp's cross-layer transcoders read each layer's MLP input and write its output "
+            f"({name} one of {list(allowed)})"
+            + (
+                " — hook_resid_mid is the stream before the MLP's norm, not what the MLP reads"
+                if allowed is _MLP_IN
+                else ""
             )
+        )
+    if hook_in is None:
+        raise ResultFormatError(
+            f"path={str(root)!r} holds a cross-layer transcoder in circuit-tracer's layout (W_enc_{{i}}, W_dec_{{i}}) "
+            f"{'whose config.yaml names no feature_input_hook' if cfg.is_file() else 'with no config.yaml'}: its "
+            "read point is not declared, and circuit-tracer's default for CLTs is hook_resid_mid (the stream before "
+            "each MLP's norm), which interp's encoders do not read. If its encoders read each layer's MLP input, "
+            "declare it: load_transcoders(path, input_hook='mlp.hook_in'), or a config.yaml with 'model_kind: "
+            "cross_layer_transcoder', 'feature_input_hook: mlp.hook_in', 'feature_output_hook: mlp.hook_out'"
+        )
 
 
 def _clt_count(root: Path) -> int:
@@ -721,7 +753,11 @@ def _resolve(source: Union[str, os.PathLike], model: Optional[Model]) -> Path:
 
 
 def load_transcoders(
-    source: Union[str, os.PathLike], model: Optional[Model] = None, *, dtype: torch.dtype = torch.float32
+    source: Union[str, os.PathLike],
+    model: Optional[Model] = None,
+    *,
+    dtype: torch.dtype = torch.float32,
+    input_hook: Optional[str] = None,
 ) -> Union[list[Transcoder], CrossLayerTranscoder]:
     """The per-layer transcoders in ``source``, in layer order — or, for circuit-tracer's cross-layer format, one
     :class:`CrossLayerTranscoder` (the formats: module docstring and :data:`FORMATS`).
@@ -732,9 +768,22 @@ def load_transcoders(
     d_model (else :class:`interp.errors.ShapeError` naming the layer); a CLT's encoders must be the model's layers
     0..L−1. An unreadable format raises :class:`interp.errors.ResultFormatError` listing the formats read; a residual
     SAE or a CLT that reads another hook than the MLP's input, :class:`interp.errors.UnsupportedOperationError`.
+
+    ``input_hook`` declares where a cross-layer transcoder's encoders read when its folder does not say
+    (circuit-tracer's ``to_safetensors`` writes no config.yaml, and circuit-tracer's default read point for CLTs is
+    ``hook_resid_mid``, the stream before each MLP's norm, which interp's encoders do not read): ``"mlp.hook_in"``
+    (or ``"hook_mlp_in"``, ``"ln2.hook_normalized"``) — each layer's MLP input. Without it such a folder is a
+    ResultFormatError saying so; a config.yaml with ``feature_input_hook`` declares it too (an ``input_hook`` that
+    disagrees is an ArgumentError).
     """
     if not isinstance(source, (str, os.PathLike)):
         raise ArgumentError(f"source={source!r} must be a directory path or a cached name (str or os.PathLike)")
+    if input_hook is not None and not (isinstance(input_hook, str) and _reads(input_hook, _MLP_IN)):
+        raise UnsupportedOperationError(
+            f"input_hook={input_hook!r} must be None (declared by the files) or each layer's MLP input, one of "
+            f"{list(_MLP_IN)}: interp's transcoders read the MLP's input"
+            + (" — hook_resid_mid is the stream before the MLP's norm" if input_hook == "hook_resid_mid" else "")
+        )
     if model is not None and not isinstance(model, Model):
         raise ArgumentError(f"model={model!r} must be an interp Model (from interp.load_model) or None")
     root = _resolve(source, model)
@@ -744,7 +793,7 @@ def load_transcoders(
             + ("" if model is None else f" nor a name in {str(default_cache_dir() / 'transcoders' / model.name)!r}")
         )
     if _is_clt(root):
-        return _check_clt(read_clt(root, dtype), model, root)
+        return _check_clt(read_clt(root, dtype, input_hook), model, root)
     if _gemma_scope_2_clt_files(root) is not None:
         raise UnsupportedOperationError(
             f"source={str(root)!r} holds Gemma Scope 2 cross-layer transcoders (params_layer_{{i}}.safetensors, w_dec "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from dataclasses import replace
 
 import pytest
 import torch
@@ -251,3 +252,59 @@ def test_qk_attribution_takes_a_clt(llama):
     c = load_transcoders(FIX / "circuit_tracer_clt", llama)
     r = qk_attribution(llama, "w1 w2 w3", c, 1, 0, query_pos=-1, key_pos=0)
     assert r.relative_error <= 1e-4 and any(lab.startswith("L0.F") for lab in r.q_labels)
+
+
+def test_clt_without_a_declared_read_point_is_refused(tmp_path, llama):
+    """circuit-tracer's to_safetensors writes no config.yaml and its CLTs read hook_resid_mid by default: a folder that
+    does not declare its read point was read as MLP-input encoders with no message; now it is refused, saying how to
+    declare it (input_hook= or a config.yaml), and reads as before once declared."""
+    d = _copy(tmp_path)
+    (d / "config.yaml").unlink()
+    with pytest.raises(ResultFormatError, match=r"no config.yaml.*hook_resid_mid.*input_hook='mlp.hook_in'"):
+        load_transcoders(d, llama)
+    (d / "config.yaml").write_text("model_kind: cross_layer_transcoder\n")
+    with pytest.raises(ResultFormatError, match="names no feature_input_hook.*input_hook="):
+        load_transcoders(d)
+    ref = load_transcoders(FIX / "circuit_tracer_clt", llama)
+    for hook in ("mlp.hook_in", "blocks.0.hook_mlp_in"):
+        c = load_transcoders(d, llama, input_hook=hook)
+        assert torch.equal(c.W_enc, ref.W_enc) and all(torch.equal(a, b) for a, b in zip(c.W_dec, ref.W_dec))
+    with pytest.raises(UnsupportedOperationError, match="input_hook='hook_resid_mid'.*before the MLP's norm"):
+        load_transcoders(d, input_hook="hook_resid_mid")
+    with pytest.raises(UnsupportedOperationError, match="input_hook=3"):
+        load_transcoders(d, input_hook=3)
+    d2 = _copy(tmp_path / "declared")  # its config declares mlp.hook_in
+    with pytest.raises(ArgumentError, match="input_hook='ln2.hook_normalized' but .*feature_input_hook='mlp.hook_in'"):
+        load_transcoders(d2, input_hook="ln2.hook_normalized")
+    assert isinstance(load_transcoders(d2, input_hook="mlp.hook_in"), CrossLayerTranscoder)
+
+
+def test_clt_skip_weights_are_read_as_circuit_tracer_applies_them(tmp_path):
+    """circuit-tracer's to_safetensors writes W_skip_{i} into the encoder files and adds x_i @ W_skip_i (its
+    compute_reconstruction); they were dropped silently."""
+    g = torch.Generator().manual_seed(3)
+    L, F_, d = 2, 5, 4
+    root = tmp_path / "skip"
+    root.mkdir()
+    W_skip = torch.randn(L, d, d, generator=g, dtype=torch.float64)
+    enc = {}
+    for i in range(L):
+        enc[i] = {
+            f"W_enc_{i}": torch.randn(F_, d, generator=g, dtype=torch.float64),
+            f"b_enc_{i}": torch.randn(F_, generator=g, dtype=torch.float64),
+            f"b_dec_{i}": torch.randn(d, generator=g, dtype=torch.float64),
+            f"W_skip_{i}": W_skip[i].clone(),
+        }
+        save_file(enc[i], str(root / f"W_enc_{i}.safetensors"))
+        save_file(
+            {f"W_dec_{i}": torch.randn(F_, L - i, d, generator=g, dtype=torch.float64)},
+            str(root / f"W_dec_{i}.safetensors"),
+        )
+    c = load_transcoders(root, input_hook="mlp.hook_in", dtype=torch.float64)
+    x = torch.randn(L, 3, d, generator=g, dtype=torch.float64)
+    no_skip = replace(c, W_skip=None)
+    expect = no_skip.reconstruct(x) + torch.stack([x[i] @ W_skip[i] for i in range(L)])  # circuit-tracer's x @ W_skip
+    assert torch.allclose(c.reconstruct(x), expect, atol=1e-12)
+    save_file({k: v for k, v in enc[1].items() if k != "W_skip_1"}, str(root / "W_enc_1.safetensors"))
+    with pytest.raises(ResultFormatError, match="W_skip_"):
+        load_transcoders(root, input_hook="mlp.hook_in")
