@@ -197,6 +197,14 @@ def _qk(m):
     )
 
 
+def _dictionary_evaluation(m):
+    from interp.features import evaluate_dictionary
+    from tiny_transcoders import random_transcoders
+
+    ids = torch.randint(4, 90, (3, 8), generator=torch.Generator().manual_seed(0))
+    return evaluate_dictionary(m["llama"], random_transcoders(m["llama"], 8, seed=0), tokens=ids)
+
+
 def _causal_metric():
     from interp.causal import LogitDiff
 
@@ -245,6 +253,7 @@ FACTORIES: dict[str, Callable[[dict], Any]] = {
     "GraphFaithfulness": lambda m: _graph_faithfulness(m),
     "GenerationResult": lambda m: _generation(m),
     "QKAttribution": lambda m: _qk(m),
+    "DictionaryEvaluation": lambda m: _dictionary_evaluation(m),
     "FaithfulnessCurve": lambda m: interp.faithfulness_curve(
         m["gpt2"],
         EDGE_CLEAN,
@@ -490,7 +499,17 @@ def _check_qk(r, label, v, rows):
     assert v == row and row["query_node"] == q and _close(row["value"], r.q_terms[i] @ r.k_terms[j])
 
 
+def _check_dictionary_evaluation(r, label, v, rows):
+    (row,) = rows.to_dict("records")
+    i = r.labels.index(label)
+    assert v == row and row["layer"] == r.layers[i] and _close(row["fvu"], r.fvu[i])
+    gap = row["ce_zero"] - row["ce_clean"]
+    assert _close(row["loss_recovered"], 1 - (row["ce_spliced"] - row["ce_clean"]) / gap)
+    assert _close(row["dead_fraction"], (r.densities(label) == 0).double().mean())
+
+
 ROW_CHECKS: dict[str, Callable[[Any, str, Any, pd.DataFrame], None]] = {
+    "DictionaryEvaluation": _check_dictionary_evaluation,
     "QKAttribution": _check_qk,
     "InterventionResult": _check_intervention,
     "GenerationResult": _check_generation,

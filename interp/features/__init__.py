@@ -23,6 +23,7 @@ from interp.features._transcoder import ACTIVATIONS, CrossLayerTranscoder, Trans
 from interp.features._warnings import ClosureWarning, DictionaryQualityWarning
 from interp.features._aggregate import AggregateGraph, aggregate_graphs
 from interp.features._faithfulness import GRAPH_ABLATIONS, GRAPH_THRESHOLDS, GraphFaithfulness
+from interp.features._evaluate import DictionaryEvaluation, evaluate_dictionary
 
 __all__ = [
     "ACTIVATIONS",
@@ -56,4 +57,5 @@ __all__ = [
     "top_activating_contexts",
     "train_transcoders",
 ]
+__all__ += ["DictionaryEvaluation", "evaluate_dictionary"]
 __all__ += ["AggregateGraph", "GRAPH_ABLATIONS", "GRAPH_THRESHOLDS", "GraphFaithfulness", "aggregate_graphs"]

@@ -14,9 +14,13 @@ import sqlite3
 from importlib import resources
 from typing import Optional
 
-from interp.errors import MissingPackageError
+import torch
+from torch import Tensor
 
-__all__ = ["CORPUS_LICENCE", "CORPUS_NAME", "CORPUS_SOURCE", "english_corpus"]
+from interp.errors import ArgumentError, MissingPackageError, UnsupportedOperationError
+from interp.models import Model
+
+__all__ = ["CORPUS_LICENCE", "CORPUS_NAME", "CORPUS_SOURCE", "english_corpus", "token_rows"]
 
 #: the default corpus's name (part of a trained dictionary's cache key)
 CORPUS_NAME = "kjv"
@@ -56,3 +60,29 @@ def english_corpus() -> tuple[list[str], list[str]]:
         docs = [" ".join(v) for v in chapters.values()]
         _cache = ([d for i, d in enumerate(docs) if i % 10 != 9], [d for i, d in enumerate(docs) if i % 10 == 9])
     return list(_cache[0]), list(_cache[1])
+
+
+def token_rows(model: Model, docs: list[str], seq_len: int, n_rows: Optional[int] = None) -> Tensor:
+    """The documents as token rows [n, seq_len] on the CPU, the way training and evaluation read a corpus: each
+    document tokenized without special tokens and followed by the tokenizer's EOS, all concatenated and cut into
+    rows (the tail shorter than a row dropped); the first ``n_rows`` rows (all when None; documents are tokenized one
+    by one until enough)."""
+    tok = model.tokenizer
+    if tok is None:
+        raise UnsupportedOperationError(f"model {model.name!r} has no tokenizer; give token ids instead of text")
+    ids: list[int] = []
+    eos = getattr(tok, "eos_token_id", None)
+    need = None if n_rows is None else n_rows * seq_len
+    for d in docs:
+        ids.extend(tok(d, add_special_tokens=False)["input_ids"])
+        if eos is not None:
+            ids.append(int(eos))
+        if need is not None and len(ids) >= need:
+            break
+    n = len(ids) // seq_len if n_rows is None else min(n_rows, len(ids) // seq_len)
+    if n == 0:
+        raise ArgumentError(
+            f"the texts give {len(ids)} tokens, less than one row of seq_len={seq_len}: give more text or a "
+            "smaller seq_len"
+        )
+    return torch.tensor(ids[: n * seq_len], dtype=torch.long, device="cpu").view(n, seq_len)

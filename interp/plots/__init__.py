@@ -16,6 +16,7 @@ from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_
 from interp.plots._common import esc, fmt, parse_head, token_label
 from interp.plots._compact import compact_figure, compact_runtime, compact_status
 from interp.plots._decomposition import decomposition_figure
+from interp.plots._dictionary import dictionary_density_figure, dictionary_evaluation_figure
 from interp.plots._export import Exporter, export, find_browser
 from interp.plots._faithfulness import graph_faithfulness_figure
 from interp.plots._feature_graph import FeatureGraphView, feature_graph_view
@@ -53,6 +54,8 @@ __all__ = [
     "composition_score_map",
     "copying_score_map",
     "decomposition_figure",
+    "dictionary_density_figure",
+    "dictionary_evaluation_figure",
     "edge_roc_figure",
     "effects_figure",
     "erasure_figure",
