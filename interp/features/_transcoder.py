@@ -26,7 +26,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp._validate import is_int
+from interp._validate import check_bool, is_int
 from interp.errors import ArgumentError
 from interp.models import check_device, check_dtype
 
@@ -204,9 +204,14 @@ class Transcoder(Dictionary):
     length it was trained on, where known (longer prompts warn with :class:`interp.ContextLengthWarning`).
     ``layer``: the model layer whose MLP it reads and replaces (its input hook is that MLP's input, its output
     the MLP's write), where known — set by the loaders and by training, None for one built by hand; every
-    analysis checks it against the position the transcoder is given at (:func:`check_layers`)."""
+    analysis checks it against the position the transcoder is given at (:func:`check_layers`).
+    ``cross_layer_writes``: True for an encoder taken out of a :class:`CrossLayerTranscoder` whose features also write
+    to later layers' outputs (:meth:`CrossLayerTranscoder.encoder`), which a per-layer transcoder cannot hold: such a
+    transcoder reads and encodes its layer, but as part of a replacement set it would drop those writes, so the
+    analyses over one refuse it (:func:`check_layers`)."""
 
     layer: Optional[int] = None
+    cross_layer_writes: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -214,6 +219,7 @@ class Transcoder(Dictionary):
             raise ArgumentError(f"layer={self.layer!r} must be an int ≥ 0 (the model layer) or None (unknown)")
         if self.layer is not None:
             object.__setattr__(self, "layer", int(self.layer))
+        check_bool("cross_layer_writes", self.cross_layer_writes)
 
 
 def fvu(y: Tensor, yhat: Tensor) -> Tensor:
@@ -222,10 +228,19 @@ def fvu(y: Tensor, yhat: Tensor) -> Tensor:
     return (y - yhat).pow(2).sum((1, 2)) / (y - y.mean(1, keepdim=True)).pow(2).sum((1, 2)).clamp_min(1e-12)
 
 
-def check_layers(transcoders: Sequence[Transcoder], name: str = "transcoders") -> None:
+def check_layers(transcoders: Sequence[Transcoder], name: str = "transcoders", *, replacement: bool = True) -> None:
     """Each transcoder whose ``layer`` is known sits at that index of the list (one per layer, in layer order);
-    otherwise an :class:`~interp.errors.ArgumentError` naming the entry, its layer and the fix."""
+    otherwise an :class:`~interp.errors.ArgumentError` naming the entry, its layer and the fix. With ``replacement``
+    (the list stands for the model's MLPs: graphs, interventions, faithfulness) an encoder taken out of a
+    cross-layer transcoder with later writes (``cross_layer_writes``) is refused too, naming how to pass the CLT."""
     for i, t in enumerate(transcoders):
+        if replacement and getattr(t, "cross_layer_writes", False):
+            raise ArgumentError(
+                f"{name}[{i}] is the encoder of layer {t.layer} taken out of a CrossLayerTranscoder "
+                "(CrossLayerTranscoder.encoder): its features also write to the outputs of later layers, which a "
+                "per-layer transcoder does not hold, so a replacement model over it would drop every cross-layer "
+                f"write; pass the CrossLayerTranscoder itself ({name}=clt)"
+            )
         if t.layer is not None and t.layer != i:
             got = [getattr(u, "layer", None) for u in transcoders]
             raise ArgumentError(
@@ -363,7 +378,9 @@ class CrossLayerTranscoder:
     def encoder(self, l: int) -> Transcoder:
         """Layer l's encoder as a per-layer :class:`Transcoder` (its activation, threshold and k; the decoder to its
         own layer's output, b_dec[l] and W_skip[l]): what reads and encodes layer l's MLP input. Its decode is
-        *not* the CLT's reconstruction of layer l (which adds the earlier layers' features: :meth:`decode`)."""
+        *not* the CLT's reconstruction of layer l (which adds the earlier layers' features: :meth:`decode`); where
+        layer l's features write to later layers too it says so (``cross_layer_writes``), and the analyses that
+        replace the model's MLPs refuse it in a per-layer list (pass the CLT itself)."""
         l = self._layer(l)
         thr = None if self.threshold is None else self.threshold[l]
         return Transcoder(
@@ -377,6 +394,7 @@ class CrossLayerTranscoder:
             self.k,
             self.context_length,
             layer=self.model_layers[l],
+            cross_layer_writes=bool(self.W_dec[l][:, 1:].any()),
         )
 
     def decoder(self, l: int, target: int) -> Float[Tensor, "n_features d_model"]:

@@ -19,7 +19,15 @@ import torch
 
 from features.test_attribution_graph import FAMILIES, PROMPT, _check_closure
 from interp.errors import ArgumentError
-from interp.features import CrossLayerTranscoder, attribution_graph
+from interp.features import (
+    CrossLayerTranscoder,
+    Intervention,
+    Transcoder,
+    aggregate_graphs,
+    attribution_graph,
+    intervene,
+    top_activating_contexts,
+)
 from tiny_models import tiny_model
 from tiny_transcoders import random_clt
 
@@ -148,3 +156,24 @@ def test_live_intervention_is_the_hooked_hf_model():
     print(f"max |Δ logits| interp vs hooked HF: {float((r.logits_after - logits).abs().max()):.2e}")
     assert torch.allclose(r.logits_after, logits, rtol=0, atol=1e-10)
     assert not torch.allclose(r.logits_after, r.logits_before, atol=1e-6)
+
+
+def test_encoders_of_a_clt_with_later_writes_are_refused_as_a_per_layer_set(models):
+    """[clt.encoder(l) for l in …] given as per-layer transcoders built a plausible graph that dropped every
+    cross-layer write; an encoder whose features write to later layers says so, and the analyses that replace the
+    model's MLPs refuse it, naming how to pass the CLT."""
+    m = _model(models, "llama", torch.float64)
+    c = random_clt(m, 12, seed=3, dtype=torch.float64)
+    encoders = [c.encoder(l) for l in range(3)]
+    assert [e.cross_layer_writes for e in encoders] == [True, True, False]  # the last layer has no later layer
+    for run in (
+        lambda: attribution_graph(m, PROMPT, encoders),
+        lambda: intervene(m, PROMPT, encoders, [Intervention.ablate("L0.F1@2")]),
+        lambda: aggregate_graphs(m, [PROMPT], encoders, progress=False),
+        lambda: attribution_graph(m, PROMPT, c).faithfulness(m, encoders),
+    ):
+        with pytest.raises(ArgumentError, match=r"transcoders\[0\] is the encoder of layer 0 .*transcoders=clt"):
+            run()
+    assert top_activating_contexts(m, encoders, ["a b c"], ["L0.F1"], k=1).keys() == {"L0.F1"}  # reading is fine
+    with pytest.raises(ArgumentError, match="cross_layer_writes"):
+        Transcoder(c.W_enc[0], c.b_enc[0], c.W_dec[0][:, 0], c.b_dec[0], cross_layer_writes=1)
