@@ -8,6 +8,7 @@ names CPR = ∫ f dt and CMD = ∫ |1 − f| dt.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import plotly.graph_objects as go
@@ -79,14 +80,36 @@ def graph_faithfulness_figure(curve: Any, *, width: int = 760, height: int = 440
     )
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
     fig.add_hline(y=0.0, line_dash="dot", line_color="lightgrey")
+    lo, hi, ticks = _shared_axis(f)
     fig.update_layout(
         title=f"faithfulness of the pruned graph — {curve.model_name}, {curve.target}: CPR {curve.cpr:.3f}, "
         f"CMD {curve.cmd:.3f}",
         xaxis_title="node threshold (fraction of influence kept)",
-        yaxis_title="faithfulness",
-        yaxis2={"title": "fraction of nodes kept", "overlaying": "y", "side": "right", "range": [0, 1.05]},
+        yaxis={"title": "faithfulness", "range": [lo, hi], "tickvals": ticks},
+        yaxis2={
+            "title": "fraction of nodes kept",
+            "overlaying": "y",
+            "side": "right",
+            "range": [lo, hi],
+            "tickvals": [t for t in ticks if 0.0 <= t <= 1.0],
+            "showgrid": False,
+        },
         width=width,
         height=height,
         legend={"x": 0.01, "y": 0.99},
     )
     return fig
+
+
+def _shared_axis(values: list[float]) -> tuple[float, float, list[float]]:
+    """One range and one set of evenly spaced ticks for both axes: the faithfulness values with 0 and 1 (the
+    fraction of nodes kept lies in [0, 1]), padded by 5 %; ticks every 0.1, 0.2, 0.25, 0.5, 1, 2, … (the first
+    step giving at most 8 ticks), so each right-axis tick sits on a left-axis gridline with the same value."""
+    finite = [v for v in values if math.isfinite(v)]
+    lo, hi = min([0.0, *finite]), max([1.0, *finite])
+    pad = 0.05 * (hi - lo)
+    lo, hi = lo - pad, hi + pad
+    step = next(s * 10**e for e in range(-1, 12) for s in (1.0, 2.0, 2.5, 5.0) if (hi - lo) / (s * 10**e) <= 8)
+    first = math.ceil(lo / step)
+    ticks = [round(k * step, 10) for k in range(first, math.floor(hi / step) + 1)]
+    return lo, hi, ticks
