@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from interp._validate import check_positive_int
-from interp.errors import ArgumentError
+from interp.errors import ArgumentError, LabelError
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -413,13 +413,28 @@ def _node_contexts(
     contexts: Optional[Mapping[str, Sequence[str]]], labels: list[str], kinds: list[str]
 ) -> list[list[str]]:
     """Each node's top activating contexts from ``contexts``, by its label or (a feature) its label without the
-    position; [] where none are given."""
+    position (``"L3.F12"`` or ``"L3.F12@*"``); [] where none are given. A key that matches no node is a
+    :class:`~interp.errors.LabelError` naming it and a few keys that would match."""
     ctx: list[list[str]] = [[] for _ in labels]
-    if contexts:
-        for i, lab in enumerate(labels):
-            got = contexts.get(lab, contexts.get(lab.split("@")[0]) if kinds[i] == "feature" else None)
-            if got is not None:
-                if isinstance(got, str) or not all(isinstance(c, str) for c in got):
-                    raise ArgumentError(f"contexts[{lab!r}] must be a list of strings")
-                ctx[i] = list(got)
+    if not contexts:
+        return ctx
+    used: set[str] = set()
+    for i, lab in enumerate(labels):
+        keys = [lab] + ([lab.split("@")[0], lab.split("@")[0] + "@*"] if kinds[i] == "feature" else [])
+        key = next((k for k in keys if k in contexts), None)
+        if key is None:
+            continue
+        got = contexts[key]
+        if isinstance(got, str) or not all(isinstance(c, str) for c in got):
+            raise ArgumentError(f"contexts[{lab!r}] must be a list of strings")
+        ctx[i] = list(got)
+        used.add(key)
+    unmatched = [k for k in contexts if k not in used]
+    if unmatched:
+        feats = list(dict.fromkeys(lab.split("@")[0] for lab, k in zip(labels, kinds) if k == "feature"))
+        raise LabelError(
+            f"contexts has {len(unmatched)} key(s) that match no feature of this graph: "
+            f"{unmatched[:5]}{' …' if len(unmatched) > 5 else ''}; its {len(feats)} features are keyed like "
+            f"{feats[:5]} (a feature 'L3.F12' for every position, or a node label 'L3.F12@5')"
+        )
     return ctx

@@ -231,3 +231,19 @@ def test_viewer_opens_whole_in_a_laptop_window(small, tmp_path):
         text = page.inner_text(".fg-info")
         assert "influence on the output" not in text and "logit (the output this graph explains)" in text, text
         assert f"{float(g.value[out]):.4f}" in text
+
+
+def test_contexts_that_match_no_feature_are_refused():
+    """to_html(contexts=…) ignored keys that match no feature of the graph without a word; now a LabelError names
+    them and keys that would match. Keys by node label, by feature ('L0.F3') or 'L0.F3@*' are matched."""
+    from interp.errors import LabelError
+    from interp.plots import feature_graph_view
+
+    g = _synthetic(n_layers=2, n_pos=3, per_cell=2)
+    lab = g.node_labels[g.node_kind.index("feature")]
+    feat = lab.split("@")[0]
+    for key in (lab, feat, feat + "@*"):
+        view = feature_graph_view(g, contexts={key: ["ctx"]})
+        assert view.payload["contexts"][g.node_labels.index(lab)] == ["ctx"]
+    with pytest.raises(LabelError, match=r"match no feature of this graph: \['L7.F1', 'L0.F3@9'\].*'L0.F0'"):
+        feature_graph_view(g, contexts={feat: ["ok"], "L7.F1": ["x"], "L0.F3@9": ["y"]})
