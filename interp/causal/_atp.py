@@ -216,8 +216,10 @@ def _run(model: Model, batch: Any, names: list[str], final: str, *, grad: bool) 
 @contextlib.contextmanager
 def _activations_only(module: Any) -> Iterator[None]:
     """Grad mode with every parameter's ``requires_grad`` off (the graph then holds activations only: no
-    tensor is kept for a weight gradient nobody asks for); the flags are restored in a ``finally``."""
-    on = [p for p in module.parameters() if p.requires_grad]
+    tensor is kept for a weight gradient nobody asks for); the flags are restored in a ``finally``. The placeholders
+    of disk-offloaded weights are inference tensors (accelerate makes them so) whose flag cannot be set back: they
+    are left as they are (the weights accelerate loads in their place are ordinary)."""
+    on = [p for p in module.parameters() if p.requires_grad and not p.is_inference()]
     try:
         for p in on:
             p.requires_grad_(False)

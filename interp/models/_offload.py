@@ -222,7 +222,7 @@ class _BlockReader:
             return self._cache[l]
         w = self.read(l)
         d = {
-            f.name: getattr(w, f.name)[0].to(self.device)
+            f.name: ordinary(getattr(w, f.name)[0].to(self.device))
             for f in fields(w)
             if f.name in BIG and getattr(w, f.name) is not None
         }
@@ -249,13 +249,13 @@ def streamed_weights(hf_model: torch.nn.Module, arch: ArchInfo) -> Weights:
                 continue
             if f.name in _GLOBALS:
                 if l == 0:
-                    glob[f.name] = v.to(device)
+                    glob[f.name] = ordinary(v.to(device))
                     if f.name == "W_U":
                         _share_embedding(glob, reader)
             elif f.name in BIG:
                 shapes.setdefault(f.name, (v.shape[1:], v.dtype))
             else:
-                small.setdefault(f.name, []).append(v[0].to(device))
+                small.setdefault(f.name, []).append(ordinary(v[0].to(device)))
     out: dict[str, Any] = {k: torch.stack(v) for k, v in small.items()}
     for name, (shape, dtype) in shapes.items():
         out[name] = LayerStack(arch.n_layers, functools.partial(_field, reader, name), shape, dtype, device, name=name)
@@ -266,6 +266,18 @@ def streamed_weights(hf_model: torch.nn.Module, arch: ArchInfo) -> Weights:
         raise ModelLoadError(f"weights {meta} could not be read from where accelerate placed them")
     release_freed_memory()
     return Weights(**out)
+
+
+def ordinary(t: Tensor) -> Tensor:
+    """``t`` as an ordinary tensor outside autograd's graph, as an in-memory model's weights are. accelerate reads
+    disk-offloaded weights back under ``torch.inference_mode()``, and a resident block's tensor is the module's own
+    ``Parameter`` (``requires_grad=True``): an activation captured under inference mode meeting either in a
+    default-grad-mode product raises ("Inference tensors cannot be saved for backward"). An inference tensor is
+    cloned outside inference mode (same values); any other is detached (no copy)."""
+    if not t.is_inference():
+        return t.detach()
+    with torch.inference_mode(False):
+        return t.clone()
 
 
 def _field(reader: "_BlockReader", name: str, l: int) -> Tensor:
