@@ -459,6 +459,18 @@ def parse(text: Any) -> Label:
             f"label={text!r} names a feature without its position: write {text + '@5'!r} for position 5 "
             f"or {text + '@*'!r} for every position"
         )
+    if lab is None and (m := re.fullmatch(r"(L(\d+)\.(?:F(\d+)|mlp_error))@-(\d+)", text)):
+        arg = (
+            f", or give -{m[4]} as a position argument, which may count from the end: "
+            f"Intervention.ablate(({m[2]}, {m[3]}, -{m[4]}))"
+            if m[3]
+            else ""
+        )
+        raise LabelError(
+            f"label={text!r} has a negative position: a label names one node of a graph at an absolute position "
+            "(0 = the first token), the same node whatever the prompt's length, so it cannot count from the end. "
+            f"Write the position ({m[1] + '@5'!r}){arg}"
+        )
     if lab is None:
         raise LabelError(
             f"label={text!r} is not an interp label; labels look like 'embed', 'L3.H5', 'L3.mlp', "

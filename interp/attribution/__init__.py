@@ -1,6 +1,6 @@
 """Attribution of logits (decoders) and hidden-state directions (encoders) to heads, MLPs, neurons."""
 
-from interp.attribution._answers import TokenSpec, resolve_positions, resolve_tokens, warn_unspaced
+from interp.attribution._answers import TokenSpec, check_distinct, resolve_positions, resolve_tokens, warn_unspaced
 from interp.attribution._direction import attribute_direction
 from interp.attribution._logits import attribute_logits
 from interp.attribution._result import LogitAttribution
@@ -13,6 +13,7 @@ __all__ = [
     "TokenSpec",
     "attribute_direction",
     "attribute_logits",
+    "check_distinct",
     "ov_at",
     "resolve_candidate",
     "resolve_positions",

@@ -16,7 +16,7 @@ from interp.errors import ArgumentError, TokenSpacingWarning, warn_user
 from interp.models import Model
 from interp.stream import check_tensor_data
 
-__all__ = ["resolve_tokens", "resolve_positions", "warn_unspaced"]
+__all__ = ["check_distinct", "resolve_tokens", "resolve_positions", "warn_unspaced"]
 
 TokenSpec = Union[str, int, Sequence[Union[str, int]], Tensor]
 
@@ -156,3 +156,26 @@ def warn_unspaced(
                     TokenSpacingWarning,
                 )
                 break
+
+
+def check_distinct(model: Model, answer: Tensor, wrong: Tensor, owner: str, fix: str) -> None:
+    """Refuse an answer and a wrong token that are the same token for some prompt — compared by id, so two strings
+    that tokenise to one id are caught — since logit[a] − logit[a] = 0 on every run. ``answer`` / ``wrong``: ids
+    [n_prompts] or [n_prompts, k] (a continuation of k tokens); ``owner`` names the call in the message (e.g.
+    ``"LogitDiff(answer=' a', wrong=' a')"``), ``fix`` says how to ask for one logit instead. The one check of this
+    for every metric and graph that reads a logit difference."""
+    a, w = answer.reshape(answer.shape[0], -1), wrong.reshape(wrong.shape[0], -1)
+    if a.shape != w.shape:
+        return
+    same = (a == w).all(1)
+    if not bool(same.any()):
+        return
+    i = int(same.nonzero()[0, 0])
+    per = a.shape[0] > 1 and bool(((a != a[:1]).any() or (w != w[:1]).any()))
+    tok = model.tokenizer
+    row = [int(t) for t in a[i]]
+    name = repr(tok.decode(row)) if tok is not None else "#" + " #".join(map(str, row))
+    raise ArgumentError(
+        f"{owner}: the answer and the wrong token are the same token{f' for prompt {i}' if per else ''} ({name}), "
+        f"so the metric is 0 on every run; give a different wrong token ({fix})"
+    )

@@ -52,7 +52,14 @@ from torch import Tensor
 
 from interp._norms import norm_scale
 from interp._validate import check_bool
-from interp.attribution import TokenSpec, resolve_candidate, resolve_positions, resolve_tokens, warn_unspaced
+from interp.attribution import (
+    TokenSpec,
+    check_distinct,
+    resolve_candidate,
+    resolve_positions,
+    resolve_tokens,
+    warn_unspaced,
+)
 from interp.engine import unembed
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 from interp.models import Batch
@@ -357,14 +364,13 @@ class LogitDiff(Metric):
     def _ids(self, model: Model, n: int) -> tuple[Tensor, Tensor]:
         a = _sequences(model, self.answer, n, "answer", "LogitDiff", self.multi_token)
         w = _sequences(model, self.wrong, n, "wrong", "LogitDiff", self.multi_token)
-        if a.shape == w.shape and bool((a == w).all(1).any()):
-            i = int((a == w).all(1).nonzero()[0, 0])
-            which = "" if a.shape[0] == 1 or not (_per_prompt(a[:, 0]) or _per_prompt(w[:, 0])) else f" for prompt {i}"
-            raise ArgumentError(
-                f"LogitDiff(answer={self.answer!r:.60}, wrong={self.wrong!r:.60}): the answer and the "
-                f"wrong token are the same token{which} ({_tok_name(model, a[i])}), so the metric is 0 "
-                "on every run; give a different wrong token (use interp.Logit(answer) for one logit)"
-            )
+        check_distinct(
+            model,
+            a,
+            w,
+            f"LogitDiff(answer={self.answer!r:.60}, wrong={self.wrong!r:.60})",
+            "use interp.Logit(answer) for one logit",
+        )
         if a.shape[1] != w.shape[1]:
             raise ArgumentError(
                 f"LogitDiff(answer={self.answer!r}, wrong={self.wrong!r}, multi_token=True): the "

@@ -7,7 +7,14 @@ attribution of a head's score to the graph's nodes."""
 from interp.features._contexts import top_activating_contexts
 from interp.features._generate import GenerationResult, Steer, generate
 from interp.features._graph import attribution_graph
-from interp.features._intervene import CLOSURE_TOLERANCE, REGIMES, Intervention, InterventionResult, intervene
+from interp.features._intervene import (
+    CLOSURE_TOLERANCE,
+    LIVE_AGREEMENT,
+    REGIMES,
+    Intervention,
+    InterventionResult,
+    intervene,
+)
 from interp.features._qk import QKAttribution, qk_attribution
 from interp.features._result import AttributionGraph
 from interp.features._train import (
@@ -20,7 +27,12 @@ from interp.features._train import (
 from interp.features._formats import FORMATS, load_saes, load_transcoders
 from interp.features._sae import SAE, SAE_SITES, SAEReconstruction, sae_reconstruction
 from interp.features._transcoder import ACTIVATIONS, CrossLayerTranscoder, Transcoder
-from interp.features._warnings import ClosureWarning, DictionaryQualityWarning
+from interp.features._warnings import (
+    ClosureWarning,
+    DictionaryQualityWarning,
+    InactiveFeatureWarning,
+    RegimeWarning,
+)
 from interp.features._aggregate import AggregateGraph, aggregate_graphs
 from interp.features._faithfulness import GRAPH_ABLATIONS, GRAPH_THRESHOLDS, GraphFaithfulness
 from interp.features._evaluate import DictionaryEvaluation, evaluate_dictionary
@@ -59,3 +71,4 @@ __all__ = [
 ]
 __all__ += ["DictionaryEvaluation", "evaluate_dictionary"]
 __all__ += ["AggregateGraph", "GRAPH_ABLATIONS", "GRAPH_THRESHOLDS", "GraphFaithfulness", "aggregate_graphs"]
+__all__ += ["InactiveFeatureWarning", "LIVE_AGREEMENT", "RegimeWarning"]

@@ -66,10 +66,9 @@ from interp._validate import (
 )
 from interp.engine import Engine, unembed
 from interp.errors import ArgumentError, ContextLengthWarning, UnsupportedArchitectureError, warn_user
-from interp.features._intervene import CLOSURE_TOLERANCE, REGIMES, Intervention, _apply, _interventions
-from interp.features._sae import SAE
+from interp.features._intervene import REGIMES, Intervention, _apply, _interventions, check_closure, check_overlap
+from interp.features._replacement import check_transcoder
 from interp.features._transcoder import CrossLayerTranscoder, Transcoder
-from interp.features._warnings import ClosureWarning
 from interp.labels import Feature, Resid
 from interp.models import Model, run_block
 from interp.stream import as_batch, require_model
@@ -156,8 +155,7 @@ def _dictionary(model: Model, transcoders: Any) -> _Dictionary:
         )
     L, d = model.arch.n_layers, model.arch.d_model
     for l, t in out.items():
-        if isinstance(t, SAE) or not isinstance(t, Transcoder):
-            raise ArgumentError(f"transcoders[{l!r}] is a {type(t).__name__}, not an interp.features.Transcoder")
+        check_transcoder(f"transcoders[{l!r}]", t)
         if not (is_int(l) and 0 <= l < L):
             raise ArgumentError(
                 f"transcoders has a transcoder for layer {l!r}; model {model.name!r} has layers 0..{L - 1}"
@@ -173,14 +171,7 @@ def _from_list(model: Model, transcoders: Sequence[Any]) -> dict[Any, Transcoder
     """A list of transcoders by layer: one per layer in layer order, or each at its ``layer``."""
     L = model.arch.n_layers
     for i, t in enumerate(transcoders):
-        if isinstance(t, SAE):
-            raise ArgumentError(
-                f"transcoders[{i}] is an SAE of the residual stream ({t.hook_name}); feature "
-                "interventions replace MLP writes, so they need transcoders (MLP input → MLP "
-                "output): interp.features.load_transcoders or train_transcoders"
-            )
-        if not isinstance(t, Transcoder):
-            raise ArgumentError(f"transcoders[{i}] is a {type(t).__name__}, not an interp.features.Transcoder")
+        check_transcoder(f"transcoders[{i}]", t)
     if len(transcoders) == L and all(t.layer in (None, i) for i, t in enumerate(transcoders)):
         return dict(enumerate(transcoders))
     if all(t.layer is not None for t in transcoders) and len({t.layer for t in transcoders}) == len(transcoders):
@@ -251,6 +242,7 @@ def _features(items: list[tuple[int, Any]], tcs: dict[int, Transcoder], n_layers
             out += _interventions([it], by_layer, n)
         except ArgumentError as e:
             raise ArgumentError(str(e).replace("interventions[0]", f"interventions[{i}]", 1)) from None
+    check_overlap(out, [f"interventions[{i}]" for i, _ in items])
     return out
 
 
@@ -621,18 +613,16 @@ def _run_batches(model: Model, job: _Job, opts: _Options) -> _Outputs:
 
 
 def _closure(model: Model, out: _Outputs) -> tuple[float, float]:
-    """(relative closure error, its tolerance for the model's dtype); past the tolerance a :class:`ClosureWarning`."""
-    relative = out.closure / max(out.scale, torch.finfo(model.dtype).tiny)
-    tol = CLOSURE_TOLERANCE.get(model.dtype, 1e-3)
-    if not relative <= tol:
-        warn_user(
-            f"generate: without the interventions the frozen prompt pass is {out.closure:.3g} logits off the "
-            f"model's own (relative {relative:.2e}, tolerance {tol:g} for {model.dtype}), so the first step's "
-            "change mixes the interventions with that error; run in float64 (load_model(..., "
-            "dtype=torch.float64)) or with frozen_attention=False",
-            ClosureWarning,
-        )
-    return relative, tol
+    """(relative closure error, its tolerance for the model's dtype) of the frozen prompt passes
+    (:func:`interp.features._intervene.check_closure`: past the tolerance a :class:`ClosureWarning`)."""
+    return check_closure(
+        "generate",
+        out.closure,
+        out.scale,
+        model.dtype,
+        "without the interventions the frozen prompt pass",
+        "Run in float64 (load_model(..., dtype=torch.float64)) or with frozen_attention=False",
+    )
 
 
 def generate(

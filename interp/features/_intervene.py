@@ -21,6 +21,7 @@ transcoders' Jacobians with σ frozen and TopK selections flipping, and exploded
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Optional, Sequence, Union
@@ -37,7 +38,7 @@ from interp.errors import ArgumentError, LabelError, warn_user
 from interp.features._prompt import one_prompt, output_tokens, position, token_text
 from interp.features._replacement import RealRun, check_replaceable, real_forward
 from interp.features._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
-from interp.features._warnings import ClosureWarning
+from interp.features._warnings import ClosureWarning, InactiveFeatureWarning, RegimeWarning
 from interp.labels import Feature, parse
 from interp.models import Model
 from interp.stream import require_model
@@ -45,7 +46,16 @@ from interp.stream import require_model
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-__all__ = ["CLOSURE_TOLERANCE", "REGIMES", "Intervention", "InterventionResult", "intervene"]
+__all__ = [
+    "CLOSURE_TOLERANCE",
+    "LIVE_AGREEMENT",
+    "REGIMES",
+    "Intervention",
+    "InterventionResult",
+    "check_closure",
+    "check_overlap",
+    "intervene",
+]
 
 MODES = ("set", "scale")
 
@@ -53,12 +63,13 @@ MODES = ("set", "scale")
 @dataclass(frozen=True)
 class Intervention:
     """Set (``mode="set"``) or multiply (``mode="scale"``) the activation of feature ``feature`` of layer
-    ``layer``'s transcoder at position ``pos`` (None: every position) by ``value``. Build one with
-    :meth:`clamp`, :meth:`scale` or :meth:`ablate` from a label (``"L3.F12@5"``) or (layer, feature, pos)."""
+    ``layer``'s transcoder at position ``pos`` by ``value``. ``pos`` is always said: a position (negative counts back
+    from the end) or None for every position. Build one with :meth:`clamp`, :meth:`scale` or :meth:`ablate` from a
+    label (``"L3.F12@5"``, ``"L3.F12@*"``) or a tuple (layer, feature, pos)."""
 
     layer: int
     feature: int
-    pos: Optional[int] = None
+    pos: Optional[int]
     mode: Literal["set", "scale"] = "set"
     value: float = 0.0
 
@@ -87,7 +98,8 @@ class Intervention:
 
 
 def _feature(x: Any) -> tuple[int, int, Optional[int]]:
-    """(layer, feature, pos) from a Feature label, its text, or a tuple (layer, feature[, pos])."""
+    """(layer, feature, pos) from a Feature label, its text, or a tuple (layer, feature, pos) — the position always
+    said (None: every position), as a label always says it."""
     if isinstance(x, str):
         try:
             lab = parse(x)
@@ -100,64 +112,130 @@ def _feature(x: Any) -> tuple[int, int, Optional[int]]:
         x = lab
     if isinstance(x, Feature):
         return x.layer, x.feature, x.pos
-    if isinstance(x, tuple) and len(x) in (2, 3) and is_int(x[0]) and is_int(x[1]):
-        pos = None if len(x) == 2 else x[2]
-        if pos is None or is_int(pos):
-            return int(x[0]), int(x[1]), None if pos is None else int(pos)
+    if isinstance(x, tuple) and len(x) == 2 and is_int(x[0]) and is_int(x[1]):
+        l, f = int(x[0]), int(x[1])
+        raise ArgumentError(
+            f"feature={x!r} has no position (as the label 'L{l}.F{f}' has none): give ({l}, {f}, 5) for position 5, "
+            f"({l}, {f}, -1) for the last, or ({l}, {f}, None) — 'L{l}.F{f}@*' — for every position"
+        )
+    if isinstance(x, tuple) and len(x) == 3 and is_int(x[0]) and is_int(x[1]) and (x[2] is None or is_int(x[2])):
+        return int(x[0]), int(x[1]), None if x[2] is None else int(x[2])
     raise ArgumentError(
-        f"feature={x!r} must be a Feature label, its text ('L3.F12@5', or 'L3.F12@*' for every "
-        "position) or (layer, feature[, pos])"
+        f"feature={_describe(x)} must be a Feature label, its text ('L3.F12@5', or 'L3.F12@*' for every "
+        "position) or (layer, feature, pos) (pos None: every position)"
     )
+
+
+def _describe(x: Any) -> str:
+    """``x`` for a message: a tensor as its shape and norm (never its values), a dataclass field by field, anything
+    else its repr cut at 80 characters."""
+    if isinstance(x, Tensor):
+        norm = f", norm {float(x.detach().double().norm()):.4g}" if x.is_floating_point() and x.numel() else ""
+        return f"<tensor of shape {list(x.shape)}, {x.dtype}{norm}>"
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        inner = ", ".join(f"{f.name}={_describe(getattr(x, f.name))}" for f in dataclasses.fields(x))
+        return f"{type(x).__name__}({inner})"
+    text = repr(x)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _value(name: str, v: Any) -> float:
+    """An intervention's value or factor as a float: a finite Python or numpy number or a one-element real tensor."""
+    if isinstance(v, Tensor):
+        if v.numel() != 1 or v.is_complex() or v.dtype == torch.bool:
+            raise ArgumentError(
+                f"{name}={_describe(v)} must be one finite real number (a float, or a tensor of one element)"
+            )
+        v = v.item()
+    return check_finite_float(name, v)
 
 
 def _interventions(items: Any, transcoders: Sequence[Transcoder], n: int) -> list[Intervention]:
     """Validated interventions, positions made non-negative (typed errors name the item, the value and what is
-    allowed). An item is an :class:`Intervention`, a tuple (layer, pos, feature, value) (circuit-tracer's
-    order: clamp), or a feature label / its text (ablate)."""
-    if isinstance(items, (Intervention, Feature, str)) or (
-        isinstance(items, tuple) and len(items) == 4 and is_int(items[0])
+    allowed), no two on one feature at one position. An item is an :class:`Intervention`, a tuple (layer, pos,
+    feature, value) (circuit-tracer's order: clamp), or a feature label / its text (ablate)."""
+    if (
+        isinstance(items, (Intervention, Feature, str))
+        or _steer_like(items)
+        or (isinstance(items, tuple) and len(items) == 4 and is_int(items[0]))
     ):
         items = [items]
     if not isinstance(items, (list, tuple)) or not items:
         raise ArgumentError(
-            f"interventions={items!r} must be a non-empty list of Intervention, (layer, pos, feature, "
+            f"interventions={_describe(items)} must be a non-empty list of Intervention, (layer, pos, feature, "
             "value) tuples or feature labels"
         )
-    out = []
-    L = len(transcoders)
-    for i, it in enumerate(items):
-        name = f"interventions[{i}]"
-        if isinstance(it, (Feature, str)):
-            it = Intervention.ablate(it)
-        elif isinstance(it, tuple) and len(it) == 4:
-            l, p, f, v = it
-            if not (is_int(l) and is_int(f) and (p is None or is_int(p))):
-                raise ArgumentError(f"{name}={it!r}: a tuple is (layer: int, pos: int | None, feature: int, value)")
-            it = Intervention(l, f, p, "set", v)
-        elif not isinstance(it, Intervention):
-            raise ArgumentError(
-                f"{name}={it!r} must be an Intervention, a (layer, pos, feature, value) tuple or a "
-                "feature label such as 'L3.F12@5'"
-            )
-        if it.mode not in MODES:
-            raise ArgumentError(f"{name}: mode={it.mode!r} is not one of {MODES}")
-        if not is_int(it.layer) or not 0 <= it.layer < L:
-            raise ArgumentError(f"{name}: layer={it.layer!r} must be an int in [0, {L - 1}] (one transcoder per layer)")
-        F_ = transcoders[it.layer].n_features
-        if not is_int(it.feature) or not 0 <= it.feature < F_:
-            raise ArgumentError(
-                f"{name}: feature {it.feature!r} of layer {it.layer} does not exist: its transcoder has "
-                f"n_features={F_} (indices 0..{F_ - 1})"
-            )
-        if it.pos is not None and (not is_int(it.pos) or not -n <= it.pos < n):
-            raise ArgumentError(
-                f"{name}: pos={it.pos!r} must be None (every position) or an int in [{-n}, {n - 1}] "
-                f"for a prompt of {n} tokens"
-            )
-        check_finite_float(f"{name}: value", it.value)
-        at = None if it.pos is None else int(it.pos) % n
-        out.append(Intervention(int(it.layer), int(it.feature), at, it.mode, float(it.value)))
+    out = [_intervention(f"interventions[{i}]", it, transcoders, n) for i, it in enumerate(items)]
+    check_overlap(out, [f"interventions[{i}]" for i in range(len(out))])
     return out
+
+
+def _intervention(name: str, it: Any, transcoders: Sequence[Transcoder], n: int) -> Intervention:
+    """One item of ``interventions`` validated (:func:`_interventions`), its position in [0, n) (None: every)."""
+    if isinstance(it, (Feature, str)):
+        it = Intervention.ablate(it)
+    elif isinstance(it, tuple) and len(it) == 4:
+        l, p, f, v = it
+        if not (is_int(l) and is_int(f) and (p is None or is_int(p))):
+            raise ArgumentError(
+                f"{name}={_describe(it)}: a tuple is (layer: int, pos: int | None, feature: int, value)"
+            )
+        it = Intervention(l, f, p, "set", v)
+    elif not isinstance(it, Intervention):
+        raise ArgumentError(
+            f"{name}={_describe(it)} must be an Intervention, a (layer, pos, feature, value) tuple or a feature "
+            "label such as 'L3.F12@5'"
+            + (
+                "; steering vectors (Steer) act in interp.features.generate, not in intervene"
+                if _steer_like(it)
+                else ""
+            )
+        )
+    if it.mode not in MODES:
+        raise ArgumentError(f"{name}: mode={it.mode!r} is not one of {MODES}")
+    L = len(transcoders)
+    if not is_int(it.layer) or not 0 <= it.layer < L:
+        raise ArgumentError(f"{name}: layer={it.layer!r} must be an int in [0, {L - 1}] (one transcoder per layer)")
+    F_ = transcoders[it.layer].n_features
+    if not is_int(it.feature) or not 0 <= it.feature < F_:
+        raise ArgumentError(
+            f"{name}: feature {it.feature!r} of layer {it.layer} does not exist: its transcoder has "
+            f"n_features={F_} (indices 0..{F_ - 1})"
+        )
+    if it.pos is not None and (not is_int(it.pos) or not -n <= it.pos < n):
+        raise ArgumentError(
+            f"{name}: pos={it.pos!r} must be None (every position) or an int in [{-n}, {n - 1}] "
+            f"for a prompt of {n} tokens"
+        )
+    value = _value(f"{name}: value", it.value)
+    at = None if it.pos is None else int(it.pos) % n
+    return Intervention(int(it.layer), int(it.feature), at, it.mode, value)
+
+
+def _steer_like(x: Any) -> bool:
+    """A steering vector (:class:`interp.features.Steer`, which :func:`intervene` does not take)."""
+    return hasattr(x, "vector") and hasattr(x, "alpha") and hasattr(x, "site")
+
+
+def check_overlap(ivs: Sequence[Intervention], names: Sequence[str]) -> None:
+    """Refuse two interventions on one feature at one position — the same position, or one of them at every position
+    (``pos`` None) — since only one value can hold there: an :class:`ArgumentError` naming both."""
+    seen: dict[tuple[int, int], list[int]] = {}
+    for j, it in enumerate(ivs):
+        for i in seen.get((it.layer, it.feature), []):
+            other = ivs[i]
+            if other.pos is None or it.pos is None or other.pos == it.pos:
+                where = (
+                    "every position"
+                    if other.pos is None and it.pos is None
+                    else (f"position {it.pos if other.pos is None else other.pos}")
+                )
+                raise ArgumentError(
+                    f"{names[i]} ({other}) and {names[j]} ({it}) both act on feature {it.feature} of layer "
+                    f"{it.layer} at {where}: one value can hold there. Keep one, or give the other positions one "
+                    "by one"
+                )
+        seen.setdefault((it.layer, it.feature), []).append(j)
 
 
 def _apply(f: Tensor, ivs: list[Intervention]) -> Tensor:
@@ -330,23 +408,38 @@ def intervene(
     )
     ivs = _interventions(interventions, per_layer, n)
 
-    # 2. the real run, and the rerun without and with the interventions
+    # 2. the real run, and the rerun without and with the interventions (and live, when that is not the regime)
     real = real_forward(model, tokens, mask, transcoders)
+    _warn_inactive(real, ivs, freeze_features)
     kw = dict(frozen_attention=frozen_attention, freeze_features=freeze_features)
     before = _run(real, tokens, mask, [], pos, **kw)  # every regime reproduces the real forward here
     after = _run(real, tokens, mask, ivs, pos, **kw)
+    is_live = not (frozen_attention or freeze_features)
+    live = after if is_live else _run(real, tokens, mask, ivs, pos, frozen_attention=False, freeze_features=False)
 
     # 3. the rerun without interventions checked against the model's own logits
     regime, held = REGIMES[(freeze_features, frozen_attention)]
-    closure, relative, tol = _check_closure(model, real, before, pos, regime, held)
+    real_logits = _real_logits(model, real, pos)
+    closure, scale = float((before - real_logits).abs().max()), float(real_logits.abs().max())
+    relative, tol = check_closure(
+        "intervene",
+        closure,
+        scale,
+        model.dtype,
+        f"without the intervention the rerun ({regime!r} regime: {held})",
+        "Check the transcoders' held-out FVU (a large error node at a position is the usual cause) or run in "
+        "float64 (load_model(..., dtype=torch.float64))",
+    )
 
-    # 4. the metric (the target's logit, minus wrong's) and the table's tokens
+    # 4. the metric (the target's logit, minus wrong's), the regime's change against the live one, the table's tokens
     t_id = int(before.argmax()) if t_given is None else t_given
     ids = [t_id] + ([] if w_id is None else [w_id])
 
     def metric(z: Tensor) -> float:
         return float(z[t_id] - (0 if w_id is None else z[w_id]))
 
+    if not is_live:
+        _check_live(regime, ivs, metric(after) - metric(before), metric(live) - metric(before), tol * scale)
     rows = _table_tokens(ids, before, after, top_k)
     text = token_text(model, t_id) + ("" if w_id is None else f" − {token_text(model, w_id)}")
     return InterventionResult(
@@ -367,32 +460,83 @@ def intervene(
         model_name=model.name,
         regime=regime,
         closure_tolerance=tol,
+        live_logits_after=live.detach().cpu(),
     )
 
 
-def _check_closure(
-    model: Model, real: RealRun, before: Tensor, pos: int, regime: str, held: str
-) -> tuple[float, float, float]:
-    """max |before − the model's own logits at ``pos``|, that over max |logit|, and the tolerance for the model's
-    dtype (:data:`CLOSURE_TOLERANCE`); past it a :class:`ClosureWarning` naming the regime and the fixes."""
+def _real_logits(model: Model, real: RealRun, pos: int) -> Tensor:
+    """The model's own logits [d_vocab] at ``pos``, read off the real forward's final stream."""
     fr = real.frozen
     with torch.no_grad():
         z = fr.e.norm(real.final[pos], fr.w.lnf_w, fr.w.lnf_b) @ fr.w.W_U + _bias(fr)  # type: ignore[operator]
         c = model.arch.final_softcap
-        real_logits = torch.tanh(z / c) * c if c else z
-    diff = (before - real_logits).abs()
-    closure = float(diff.max())
-    relative = closure / max(float(real_logits.abs().max()), torch.finfo(real.dtype).tiny)
-    tol = CLOSURE_TOLERANCE.get(model.dtype, 1e-3)
+        return torch.tanh(z / c) * c if c else z
+
+
+def check_closure(
+    owner: str, closure: float, scale: float, dtype: torch.dtype, what: str, fix: str
+) -> tuple[float, float]:
+    """(closure / scale, the tolerance for ``dtype``: :data:`CLOSURE_TOLERANCE`); past the tolerance a
+    :class:`ClosureWarning` saying that ``what`` (an unintervened rerun) is ``closure`` logits off the model's own,
+    that the changes mix the intervention with that error, and ``fix``. The one closure check of every rerun that
+    should reproduce the model (:func:`intervene`, :func:`interp.features.generate`)."""
+    relative = closure / max(scale, torch.finfo(dtype).tiny)
+    tol = CLOSURE_TOLERANCE.get(dtype, 1e-3)
     if not relative <= tol:
         warn_user(
-            f"intervene: without the intervention the rerun ({regime!r} regime: {held}) is {closure:.3g} "
-            f"logits off the model's own (relative {relative:.2e}, tolerance {tol:g} for {model.dtype}), so its "
-            "changes mix the intervention with that error. Check the transcoders' held-out FVU (a large error "
-            "node at a position is the usual cause) or run in float64 (load_model(..., dtype=torch.float64))",
+            f"{owner}: {what} is {closure:.3g} logits off the model's own (relative {relative:.2e}, tolerance {tol:g} "
+            f"for {dtype}), so its changes mix the intervention with that error. {fix}",
             ClosureWarning,
         )
-    return closure, relative, tol
+    return relative, tol
+
+
+#: the regime's metric change may differ from the live model's by this fraction of the live change before
+#: :func:`intervene` warns (:class:`RegimeWarning`); a sign disagreement always exceeds it
+LIVE_AGREEMENT = 0.5
+
+
+def _check_live(regime: str, ivs: list[Intervention], change: float, live: float, noise: float) -> None:
+    """A :class:`RegimeWarning` when the regime's metric change is off the live model's by more than
+    :data:`LIVE_AGREEMENT` of it (opposite signs included) and by more than the rounding the closure tolerance
+    allows (``noise``, in logits)."""
+    gap = abs(change - live)
+    if not (gap > noise and gap > LIVE_AGREEMENT * abs(live)):
+        return
+    how = "the opposite sign" if change * live < 0 else f"{abs(change) / max(abs(live), 1e-300):.3g}× its size"
+    why = {
+        "graph": "the later MLPs respond and attention patterns and norm scales re-read the intervened write",
+        "frozen features": "the later MLPs respond to the intervened write",
+        "frozen attention": "attention patterns and norm scales re-read the intervened write",
+    }[regime]
+    warn_user(
+        f"intervene: {'; '.join(str(it) for it in ivs)} changes the metric by {change:+.4g} in the {regime!r} "
+        f"regime but by {live:+.4g} in the live model ({how}): there {why}, which this regime holds fixed. The live "
+        "effect is the result's live_metric_change (frozen_attention=False, freeze_features=False gives the live "
+        "regime); filter interp.features.RegimeWarning to keep this regime's without a word",
+        RegimeWarning,
+    )
+
+
+def _warn_inactive(real: RealRun, ivs: list[Intervention], freeze_features: bool) -> None:
+    """An :class:`InactiveFeatureWarning` for each ablation or scaling of a feature whose activation is 0 at the
+    position(s) it acts on in the real forward, when nothing upstream can change that activation (no intervention
+    at an earlier layer, or ``freeze_features``): its change is 0 by construction."""
+    for it in ivs:
+        if it.mode == "set" and it.value != 0.0:
+            continue  # a clamp to a value turns the feature on
+        if not freeze_features and any(o.layer < it.layer for o in ivs):
+            continue  # an earlier intervention changes this layer's input: the feature may fire in the rerun
+        a = real.dense(it.layer)[slice(None) if it.pos is None else it.pos, it.feature]
+        if bool((a == 0).all()):
+            where = "at any position" if it.pos is None else f"at position {it.pos}"
+            warn_user(
+                f"intervene: {it} acts on feature {it.feature} of layer {it.layer}, which is not active {where} "
+                f"(its activation there is 0), so {'ablating' if it.mode == 'set' else 'scaling'} it changes nothing "
+                "by construction. Pick an active feature (the attribution graph's nodes, or top_activating_contexts) "
+                "or clamp it to a value to turn it on",
+                InactiveFeatureWarning,
+            )
 
 
 def _table_tokens(ids: list[int], before: Tensor, after: Tensor, top_k: int) -> list[int]:
@@ -413,8 +557,9 @@ class InterventionResult(Result):
     """The output of one intervention (:func:`intervene`): ``logits_before`` / ``logits_after`` [d_vocab] at
     ``pos`` in the rerun of ``regime`` (:data:`REGIMES`; before = the real forward; ``closure_error`` is max |before −
     the real logits|, ``relative_error`` that over max |real logit|, checked against ``closure_tolerance``), the
-    metric (``target``'s logit or logit difference) before and after. Rows of the table: the tokens ``token_ids`` (the
-    target(s), then the top tokens before, after and by |change|), labelled ``logit[<id>]``."""
+    metric (``target``'s logit or logit difference) before and after, and beside them the live model's logits after
+    the same interventions (``live_logits_after``; ``live_metric_change``). Rows of the table: the tokens
+    ``token_ids`` (the target(s), then the top tokens before, after and by |change|), labelled ``logit[<id>]``."""
 
     logits_before: Tensor
     logits_after: Tensor
@@ -433,16 +578,18 @@ class InterventionResult(Result):
     model_name: str
     regime: str = ""
     closure_tolerance: float = 0.0
+    live_logits_after: Optional[Tensor] = None
 
     label_column: ClassVar[str] = "label"
     default_by: ClassVar[str] = "change"
     default_absolute: ClassVar[bool] = True
 
     def __repr__(self) -> str:
+        live = "" if self.regime == "live" else f", live {self.live_metric_change:+.4g}"
         return (
             f"InterventionResult({self.model_name!r}, {'; '.join(self.interventions)} at pos {self.pos}, regime "
             f"{self.regime!r}: metric {self.target} {self.metric_before:.4g} → {self.metric_after:.4g} (change "
-            f"{self.metric_change:+.4g}); closure_error={self.closure_error:.2e}, relative_error="
+            f"{self.metric_change:+.4g}{live}); closure_error={self.closure_error:.2e}, relative_error="
             f"{self.relative_error:.2e} (tolerance {self.closure_tolerance:g}))"
         )
 
@@ -450,6 +597,23 @@ class InterventionResult(Result):
     def metric_change(self) -> float:
         """metric_after − metric_before."""
         return self.metric_after - self.metric_before
+
+    @property
+    def live_metric_after(self) -> float:
+        """The metric after the intervention in the live model (attention and norms recomputed, the real MLPs rerun
+        with the features' change added: the ``"live"`` regime), whatever the result's regime (NaN in a result saved
+        without it)."""
+        z = self.live_logits_after
+        if z is None:
+            return float("nan")
+        t = self.target_ids
+        return float(z[t[0]] - (z[t[1]] if len(t) > 1 else 0.0))
+
+    @property
+    def live_metric_change(self) -> float:
+        """live_metric_after − metric_before: the intervention's effect on the live model, beside the regime's
+        ``metric_change`` (they differ where attention and norms re-read the intervened write; docs/math.md §28)."""
+        return self.live_metric_after - self.metric_before
 
     @property
     def labels(self) -> list[str]:
@@ -467,6 +631,11 @@ class InterventionResult(Result):
                 "logit_before": b[ids].tolist(),
                 "logit_after": a[ids].tolist(),
                 "change": (a[ids] - b[ids]).tolist(),
+                "live_change": (
+                    (self.live_logits_after.double()[ids] - b[ids]).tolist()
+                    if self.live_logits_after is not None
+                    else [float("nan")] * len(ids)
+                ),
                 "prob_before": pb.tolist(),
                 "prob_after": pa.tolist(),
             }

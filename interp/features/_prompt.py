@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from interp._validate import is_int
-from interp.attribution import TokenSpec, resolve_tokens, warn_unspaced
+from interp.attribution import TokenSpec, check_distinct, resolve_tokens, warn_unspaced
 from interp.errors import ArgumentError
 from interp.models import Model
 from interp.stream import as_batch
@@ -29,8 +29,9 @@ def output_tokens(
     model: Model, tokens: Tensor, pos: int, target: Optional[TokenSpec], wrong: Optional[TokenSpec], owner: str
 ) -> tuple[Optional[int], Optional[int]]:
     """The ids of ``target`` and ``wrong`` (None where not given) read at position ``pos`` of ``tokens`` [1, n]; a
-    token string without its leading space after a word warns (:class:`interp.TokenSpacingWarning`). The one
-    reader of output tokens of every function of this package that takes one."""
+    token string without its leading space after a word warns (:class:`interp.TokenSpacingWarning`); a ``wrong`` that
+    is the target's token (compared by id) is an ArgumentError. The one reader of output tokens of every function of
+    this package that takes one."""
     if wrong is not None and target is None:
         raise ArgumentError("wrong= needs target= (the output is the logit difference target − wrong)")
     at = torch.tensor([pos], device="cpu")  # host: read position by position
@@ -41,6 +42,14 @@ def output_tokens(
             continue
         warn_unspaced(model, spec, name, tokens, at, owner=owner)
         ids.append(int(resolve_tokens(model, spec, 1, name)[0]))
+    if ids[0] is not None and ids[1] is not None:
+        check_distinct(
+            model,
+            torch.tensor([ids[0]]),
+            torch.tensor([ids[1]]),
+            f"{owner}(target={target!r:.60}, wrong={wrong!r:.60})",
+            "leave wrong=None for the target's logit alone",
+        )
     return ids[0], ids[1]
 
 

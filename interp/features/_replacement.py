@@ -16,7 +16,7 @@ and QK attribution rerun it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -58,25 +58,33 @@ def check_replaceable(model: Model, transcoders: Union[Sequence[Transcoder], Cro
                 f"{a.n_layers} layers 0..{a.n_layers - 1} with d_model={a.d_model}"
             )
         return
-    if isinstance(transcoders, (list, tuple)):
-        for i, t in enumerate(transcoders):
-            if isinstance(t, SAE):
-                raise ArgumentError(
-                    f"transcoders[{i}] is an SAE of the residual stream ({t.hook_name}); the "
-                    "replacement model replaces MLPs, so it needs transcoders (MLP input → MLP "
-                    "output): interp.features.load_transcoders or train_transcoders"
-                )
-    if not isinstance(transcoders, (list, tuple)) or not all(isinstance(t, Transcoder) for t in transcoders):
+    if not isinstance(transcoders, (list, tuple)):
         raise ArgumentError(
             "transcoders must be a list of interp.features.Transcoder, one per layer, or an "
             "interp.features.CrossLayerTranscoder"
         )
+    for i, t in enumerate(transcoders):
+        check_transcoder(f"transcoders[{i}]", t)
     if len(transcoders) != a.n_layers:
         raise ArgumentError(f"transcoders has {len(transcoders)} entries; model {model.name!r} has {a.n_layers} layers")
     check_layers(transcoders)
     for l, t in enumerate(transcoders):
         if t.d_model != a.d_model:
             raise ArgumentError(f"transcoders[{l}] has d_model={t.d_model}; the model's is {a.d_model}")
+
+
+def check_transcoder(name: str, t: Any) -> None:
+    """``t`` is a :class:`Transcoder`, else an :class:`~interp.errors.ArgumentError` naming ``name``; an SAE (which
+    reconstructs a point of the residual stream, not an MLP's write) is refused saying what to load instead. The one
+    check of every analysis that replaces or intervenes on MLP writes."""
+    if isinstance(t, SAE):
+        raise ArgumentError(
+            f"{name} is an SAE of the residual stream ({t.hook_name}); the replacement model and feature "
+            "interventions replace MLP writes, so each needs transcoders (MLP input → MLP output): "
+            "interp.features.load_transcoders or train_transcoders"
+        )
+    if not isinstance(t, Transcoder):
+        raise ArgumentError(f"{name} is a {type(t).__name__}, not an interp.features.Transcoder")
 
 
 class FrozenReplacement:

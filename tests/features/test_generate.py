@@ -373,7 +373,7 @@ def test_smollm2(smollm2):
     assert r.baseline_tokens[0].tolist() == want.tolist() and err <= 1e-5
     assert torch.equal(r.logits, r.baseline_logits)
     tcs = random_transcoders(m, 256, seed=0, activation="topk", k=3)
-    ivs = [Intervention.clamp((15, 3), 10.0), Intervention.scale((20, 7, ids.shape[1] - 1), 3.0)]
+    ivs = [Intervention.clamp((15, 3, None), 10.0), Intervention.scale((20, 7, ids.shape[1] - 1), 3.0)]
     for frozen in (True, False):
         g = generate(m, prompt, tcs, ivs, max_new_tokens=2, frozen_attention=frozen)
         one = intervene(m, prompt, tcs, ivs, frozen_attention=frozen)

@@ -211,7 +211,7 @@ def test_result_contract_and_errors(llama, tmp_path):
     with pytest.raises(ArgumentError, match="frozen_attention"):
         intervene(m, PROMPT, tcs, "L0.F1@2", frozen_attention="yes")
     for bad in ((None, 3), (True, 2), (0, 1, "x")):  # (None, 3) was a TypeError from int(None)
-        with pytest.raises(ArgumentError, match=r"must be a Feature label.*\(layer, feature\[, pos\]\)"):
+        with pytest.raises(ArgumentError, match=r"must be a Feature label.*\(layer, feature, pos\)"):
             Intervention.ablate(bad)
     assert str(Intervention.clamp((1, 2, 3), 1.0)) == "L1.F2@3 = 1"
 
