@@ -5,7 +5,10 @@ transcoder_list, prompt_tokens, prompt, node_threshold, schema_version), ``qPara
 ``links`` (source, target, weight), written for the graph pruned as :meth:`AttributionGraph.prune` prunes
 it — the same nodes and edges circuit-tracer's ``create_graph_files`` keeps. Each node's ``influence`` is
 circuit-tracer's cumulative score: the fraction of the total influence held by the nodes at least as
-influential as it. Node ids follow circuit-tracer (``{layer}_{feature}_{pos}`` features, ``E_{token}_{pos}``
+influential as it. An output's ``token_prob`` is the model's probability of its token at the real forward (for a
+logit difference target − wrong, the target's, and its ``clerp`` says the output is a logit difference; a graph saved
+before the probability was recorded falls back to the output's weight). Node ids follow circuit-tracer
+(``{layer}_{feature}_{pos}`` features, ``E_{token}_{pos}``
 embeddings, ``{n_layers + 1}_{token}_{pos}`` logits) except error nodes, ``err_{layer}_{pos}`` here: its
 ``0_{layer}_{pos}`` is also the id of layer 0's feature ``layer`` at ``pos``, so its files can hold two
 nodes with one id (and its error ``jsNodeId`` ``{layer}_{pos}-0`` collides the same way).
@@ -157,8 +160,12 @@ def _nodes(g: "AttributionGraph", p: "AttributionGraph", cum_of: dict[str, float
             nodes.append(_node(nid, pos, "E", pos, "embedding", f"E_{g.tokens[pos]}-{pos}", influence=inf))
         else:  # an output: logit[<id>] or the chosen logit / logit difference
             vocab = int(lab[len("logit[") : -1]) if lab.startswith("logit[") else int(g.target_ids[0])
-            prob = float(w[i])
+            prob = float(w[i]) if p.output_prob is None else float(p.output_prob[i])
             name = g.target if lab == "logit" else _decode(g, vocab)
+            if lab == "logit" and len(g.target_ids) == 2:  # target − wrong: its p is the target token's
+                clerp = f'Output "{name}" (logit difference; p({_decode(g, vocab)})={prob:.3f})'
+            else:
+                clerp = f'Output "{name}" (p={prob:.3f})'
             nid = f"{L + 1}_{vocab}_{pos}"
             nodes.append(
                 _node(
@@ -171,7 +178,7 @@ def _nodes(g: "AttributionGraph", p: "AttributionGraph", cum_of: dict[str, float
                     influence=None,
                     token_prob=prob,
                     target=first_logit,
-                    clerp=f'Output "{name}" (p={prob:.3f})',
+                    clerp=clerp,
                 )
             )
             first_logit = False

@@ -163,7 +163,8 @@ class LogitTargets:
     """The graph's outputs at position ``pos`` (K of them): ``ids`` the tokens they name, ``u`` [d, K] and ``b_u`` [K]
     each one's read of the final norm's output (a column of W_U and b_U, or the difference of two), ``value`` [K]
     its value at the real forward, ``weight`` [K] its weight in influence (a top logit's probability; 1 for a chosen
-    output), ``labels`` its node labels and ``text`` what the graph's ``target`` says."""
+    output), ``prob`` [K] the model's probability of its token (of the target for a logit difference), ``labels`` its
+    node labels and ``text`` what the graph's ``target`` says."""
 
     pos: int
     ids: list[int]
@@ -173,6 +174,7 @@ class LogitTargets:
     weight: Tensor
     labels: list[str]
     text: str
+    prob: Tensor
 
     @classmethod
     def choose(
@@ -195,9 +197,9 @@ class LogitTargets:
         lnf_w = w.lnf_w.to(dt) if w.lnf_w is not None else None
         lnf_b = None if w.lnf_b is None else w.lnf_b.to(dt)
         logits = real.frozen.e.norm(real.final[pos], lnf_w, lnf_b) @ W_U + b_U
+        capped = torch.tanh(logits / a.final_softcap) * a.final_softcap if a.final_softcap else logits
+        probs = torch.softmax(capped.double(), -1)  # the model's own next-token probabilities
         if t_id is None:
-            capped = torch.tanh(logits / a.final_softcap) * a.final_softcap if a.final_softcap else logits
-            probs = torch.softmax(capped.double(), -1)
             top_p, top_i = probs.sort(descending=True)
             K = min(int((top_p.cumsum(0) < desired_logit_prob).sum()) + 1, max_n_logits, a.d_vocab)
             ids = top_i[:K].tolist()
@@ -216,7 +218,7 @@ class LogitTargets:
             text = token_text(model, t_id) + ("" if w_id is None else f" − {token_text(model, w_id)}")
         if a.final_softcap:  # the graph's output is the linear logit; the model reports c·tanh(logit / c)
             text += f" (before the soft-cap {a.final_softcap:g})"
-        return cls(pos, ids, u, b_u, value, weight, labels, text)
+        return cls(pos, ids, u, b_u, value, weight, labels, text, probs[ids[: len(labels)]].to(dt).cpu())
 
 
 @dataclass(frozen=True)
@@ -436,6 +438,8 @@ def _assemble(
     closure, relative = _closure(A, bias, value, nodes)
     weight = torch.zeros(nodes.N, dtype=real.dtype, device="cpu")
     weight[nodes.outputs] = out.weight.cpu()
+    prob = torch.zeros(nodes.N, dtype=real.dtype, device="cpu")
+    prob[nodes.outputs] = out.prob
     tok = model.tokenizer
     ids = tokens[0].tolist()
     return AttributionGraph(
@@ -451,6 +455,7 @@ def _assemble(
         n_layers=nodes.L,
         model_name=model.name,
         output_weight=weight,
+        output_prob=prob,
         token_strs=None if tok is None else [tok.decode([t]) for t in ids],
         output_token_strs=None if tok is None else [tok.decode([t]) for t in out.ids],
         **_logit_effect_table(model, real, nodes, logit_effects),

@@ -75,7 +75,9 @@ class AttributionGraph(Result):
     ``adjacency`` [N, N] (target, source); ``bias`` [N] each target's constant term; ``value`` [N] each
     target's real value (a feature's pre-activation, an output logit); ``activation`` [N] a feature's
     activation, ‖·‖ of an error node's or embedding's vector; ``output_weight`` [N] each output's weight w
-    (its probability for top logits, 1 for one target; None = 1 on every output); ``token_strs`` the prompt's
+    (its probability for top logits, 1 for one target; None = 1 on every output); ``output_prob`` [N] the model's own
+    probability of each output's token at the real forward (of the target for a logit difference target − wrong; 0
+    elsewhere; None for a graph saved before it was recorded); ``token_strs`` the prompt's
     tokens and ``output_token_strs`` the outputs' tokens (``target_ids``) as text, when the model has a tokenizer;
     ``logit_effect_ids`` / ``logit_effect_values`` [N, 2k] each feature's k most promoted then k most suppressed
     tokens per unit activation, directly at its position (W_dec[f] through the final norm with that position's
@@ -105,6 +107,7 @@ class AttributionGraph(Result):
     n_layers: int
     model_name: str
     output_weight: Optional[Tensor] = None
+    output_prob: Optional[Tensor] = None
     token_strs: Optional[list[str]] = None
     output_token_strs: Optional[list[str]] = None
     logit_effect_ids: Optional[Tensor] = None
@@ -238,6 +241,7 @@ class AttributionGraph(Result):
             n_layers=self.n_layers,
             model_name=self.model_name,
             output_weight=None if self.output_weight is None else self.output_weight[idx].contiguous(),
+            output_prob=None if self.output_prob is None else self.output_prob[idx].contiguous(),
             token_strs=self.token_strs,
             output_token_strs=self.output_token_strs,
             logit_effect_ids=None if self.logit_effect_ids is None else self.logit_effect_ids[idx].contiguous(),

@@ -182,7 +182,10 @@ _JS = r"""
     info.appendChild(el("h4", D.label[i] + "  (" + D.kind[i] + ")"));
     var facts;
     if (D.kind[i] === "logit") {  // the output itself: its influence on itself says nothing
-      facts = [["logit (the output this graph explains)", D.value[i]]];
+      facts = [[D.diff ? "logit difference (the output this graph explains)" : "logit (the output this graph explains)",
+                D.value[i]]];
+      if (D.prob[i] !== null) facts.push([D.diff ? "the model's probability of the target token" :
+                                          "the model's probability of this token", D.prob[i]]);
       if (D.act[i] !== D.value[i]) facts.push(["activation", D.act[i]]);
     } else {
       facts = [["activation", D.act[i]], ["influence on the output", D.infl[i]]];
@@ -337,6 +340,8 @@ def feature_graph_view(
         "value": [_num(x) for x in graph.value.tolist()],
         "infl": [_num(x) for x in infl.tolist()],
         "rank": rank,
+        "prob": _probs(graph, kinds),
+        "diff": "logit" in labels and len(getattr(graph, "target_ids", [])) == 2,
         "n_ranked": n_ranked,
         "edges": edge_list,
         "n_edges_total": n_edges_total,
@@ -354,6 +359,15 @@ def feature_graph_view(
     }
     title = f"attribution graph of {graph.target} ({graph.model_name}): {N} nodes, {n_edges_total} edges"
     return FeatureGraphView(payload=payload, title=title)
+
+
+def _probs(graph: Any, kinds: list[str]) -> list[Optional[float]]:
+    """Each output's probability under the model (of the target for a logit difference) where the graph records it
+    (``output_prob``), None elsewhere."""
+    p = getattr(graph, "output_prob", None)
+    if p is None:
+        return [None] * len(kinds)
+    return [_num(v) if k == "logit" else None for v, k in zip(p.tolist(), kinds)]
 
 
 def _ranks(kinds: list[str], infl: Tensor) -> tuple[list[int], int]:

@@ -127,3 +127,38 @@ def test_export_bad_input_and_atomic(graph, tmp_path):
     with pytest.raises(ArgumentError):
         graph.export(target, edge_threshold=-1)
     assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["keep.json"]
+
+
+def test_outputs_carry_the_models_own_probability(tmp_path):
+    """A target − wrong graph was exported with token_prob 1.0 and "(p=1.000)" (its influence weight); the output now
+    carries the model's probability of the target at the real forward — here checked against the HF model's own
+    softmax — and says it is a logit difference. Top-logit outputs carry their own tokens' probabilities."""
+    from interp.engine import model_from_hf
+    from tiny_models import tiny_hf_model, tiny_tokenizer
+
+    hf = tiny_hf_model("llama")
+    m = model_from_hf(hf, tiny_tokenizer(), name="tiny-llama")
+    tcs = random_transcoders(m, 24, seed=3, activation="relu")
+    prompt = "w1 w2 w3 w4 w5"
+    with torch.no_grad():
+        probs = torch.softmax(hf(m.to_tokens(prompt)).logits[0, -1].double(), -1)
+    t_id = 7  # "w3" in the tiny vocabulary (<pad> <bos> <eos> <unk> w0 …)
+    p_t = float(probs[t_id])
+    assert p_t < 0.9  # far from the 1.0 written before
+    for wrong in ("w4", None):
+        g = attribution_graph(m, prompt, tcs, target="w3", wrong=wrong, batch_size=16)
+        out = g.node_labels.index("logit")
+        assert float(g.output_prob[out]) == pytest.approx(p_t, rel=1e-4)
+        data = json.loads(g.export(tmp_path / "g.json").read_text())
+        (node,) = [n for n in data["nodes"] if n["feature_type"] == "logit"]
+        assert node["token_prob"] == pytest.approx(p_t, rel=1e-4)
+        assert (f"p={p_t:.3f}" in node["clerp"] or f")={p_t:.3f}" in node["clerp"]) and (
+            ("logit difference" in node["clerp"]) == (wrong is not None)
+        )
+        payload = g.show().payload
+        assert payload["prob"][out] == pytest.approx(p_t, rel=1e-4) and payload["diff"] == (wrong is not None)
+    top = attribution_graph(m, prompt, tcs, batch_size=16)
+    outs = [i for i, k in enumerate(top.node_kind) if k == "logit"]
+    assert torch.allclose(top.output_prob[outs].double(), probs[top.target_ids], rtol=1e-4)
+    back = type(top).load(top.save(tmp_path / "top.safetensors"))
+    assert torch.equal(back.output_prob, top.output_prob)
