@@ -7,8 +7,9 @@ prompt's positions:
     feature (l, p, f)   →  L{l}.F{f}@*        (feature f of layer l's transcoder or CLT encoder, at any position)
     error   (l, p)      →  L{l}.mlp_error@*   (layer l's error nodes, every position)
     embedding at p      →  embed[t]           (t the prompt's token at p)
-    output              →  logit[t]           (the logit of token t: a chosen target or one of the top logits)
-                           logit[t-w]         (the logit difference t − w)
+    chosen output       →  answer             (the ``target`` logit, or target − wrong, whichever token each prompt's
+                                               answer is: the outputs of a task share one identity)
+    top-logit output    →  logit[t]           (the logit of token t, one of a prompt's top logits: no target given)
 
 With S_i(I) = {ν ∈ G_i : id(ν) = I}, an identity I's row and an identity pair's edge J → I are
 
@@ -36,7 +37,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._result import Result
-from interp._validate import check_bool, check_cluster, check_positive_int
+from interp._validate import check_bool, check_choice, check_cluster, check_positive_int
 from interp.errors import ArgumentError
 from interp.features._graph import attribution_graph
 from interp.features._replacement import check_replaceable
@@ -54,13 +55,17 @@ __all__ = ["AggregateGraph", "aggregate_graphs", "one_graph"]
 #: the kinds of identity, in the order of the result's rows (the attribution graph's order)
 KINDS = ("feature", "error", "token", "logit")
 
+#: the identity of every prompt's chosen output (its ``target`` logit, or target − wrong)
+ANSWER = "answer"
+
 
 @dataclass(frozen=True, eq=False)
 class AggregateGraph(Result):
     """Attribution graphs of ``n_prompts`` prompts aggregated by node identity (module docstring; docs/math.md §32).
 
-    One row per identity (``node_labels``: ``L3.F12@*``, ``L3.mlp_error@*``, ``embed[<id>]``, ``logit[<id>]`` or
-    ``logit[<id>-<id>]``), ordered features (by layer, feature), error nodes (by layer), embeddings (by token id),
+    One row per identity (``node_labels``: ``L3.F12@*``, ``L3.mlp_error@*``, ``embed[<id>]``, ``answer`` (every
+    prompt's chosen output) or ``logit[<id>]`` (a top logit)), ordered features (by layer, feature), error nodes (by
+    layer), embeddings (by token id),
     outputs; ``node_kind``, ``node_layer`` (−1 embeddings, n_layers outputs), ``node_feature`` (−1 but features),
     ``node_token`` (the token of an embedding or output, −1 else), ``node_wrong`` (the subtracted token of a logit
     difference, −1 else), ``node_text`` (the token's text, "" else). Sums over prompts and positions (float64):
@@ -68,7 +73,9 @@ class AggregateGraph(Result):
     Edges, sparse: ``edge_index`` [2, E] (target row, source row), ``edge_sum`` [E] (Σ over prompts of the edges
     between the two identities' nodes), ``edge_count`` [E] (prompts with a nonzero one). Means: sum / ``n_prompts``.
     Rows of the table: one per identity (``influence``, ``influence_active`` = sum / n_active, ``activation``,
-    ``direct``, the counts); ``top(k)`` by ``influence``.
+    ``direct``, the counts); ``top(k)`` and :meth:`plot` by ``direct`` (the direct effect on the answer — on the
+    outputs weighted by their probabilities without a target — by magnitude; ``top(k, by="influence")`` for
+    influence, which favours early nodes that feed everything, such as layer-0 punctuation features).
     """
 
     node_labels: list[str]
@@ -95,7 +102,7 @@ class AggregateGraph(Result):
     details: dict = field(default_factory=dict, repr=False)
 
     label_column: ClassVar[str] = "node"
-    default_by: ClassVar[str] = "influence"
+    default_by: ClassVar[str] = "direct"
     default_absolute: ClassVar[bool] = True
 
     @property
@@ -120,16 +127,16 @@ class AggregateGraph(Result):
 
     def __repr__(self) -> str:
         kinds = {k: self.node_kind.count(k) for k in KINDS}
-        infl = self.influence.tolist()
+        direct = (self.direct_sum / self.n_prompts).tolist()
         feats = [i for i, k in enumerate(self.node_kind) if k == "feature"]
-        top = sorted(feats, key=lambda i: -abs(infl[i]))[:3]
+        top = sorted(feats, key=lambda i: -abs(direct[i]))[:3]
         tops = ", ".join(
-            f"{self.node_labels[i]} ({infl[i]:.3g}, {int(self.n_active[i])}/{self.n_prompts} prompts)" for i in top
+            f"{self.node_labels[i]} ({direct[i]:.3g}, {int(self.n_active[i])}/{self.n_prompts} prompts)" for i in top
         )
         return (
             f"AggregateGraph({self.model_name!r}, {self.n_prompts} prompts: {self.n_nodes} identities "
             f"({kinds['feature']} features, {kinds['error']} error layers, {kinds['token']} tokens, {kinds['logit']} "
-            f"outputs), {int(self.edge_index.shape[1])} edges; top features by mean influence: {tops or 'none'})"
+            f"outputs), {int(self.edge_index.shape[1])} edges; top features by mean direct effect: {tops or 'none'})"
         )
 
     def to_dataframe(self) -> pd.DataFrame:
@@ -175,22 +182,28 @@ class AggregateGraph(Result):
             }
         )
 
-    def plot(self, *, n: int = 30) -> "go.Figure":
-        """The ``n`` feature identities of largest mean influence (bars), hover with their counts."""
+    def plot(self, *, n: int = 30, by: str = "direct") -> "go.Figure":
+        """The ``n`` feature identities of largest mean ``by`` ("direct": direct effect on the answer, the default;
+        "influence") by magnitude (bars), hover with both and their counts."""
         import plotly.graph_objects as go
 
+        check_choice("by", by, ("direct", "influence"))
+        check_positive_int("n", n)
         df = self.to_dataframe()
-        df = df[df["kind"] == "feature"].sort_values("influence", key=abs, ascending=False, kind="stable").head(n)
+        df = df[df["kind"] == "feature"].sort_values(by, key=abs, ascending=False, kind="stable").head(n)
         hover = [
-            f"{lab}: influence {v:.3g} (mean over {self.n_prompts} prompts)<br>active in {a}, kept in {k}, "
-            f"{p} positions"
-            for lab, v, a, k, p in zip(df["node"], df["influence"], df["n_active"], df["n_kept"], df["n_positions"])
+            f"{lab}: direct effect {d:.3g}, influence {v:.3g} (means over {self.n_prompts} prompts)<br>active in "
+            f"{a}, kept in {k}, {p} positions"
+            for lab, d, v, a, k, p in zip(
+                df["node"], df["direct"], df["influence"], df["n_active"], df["n_kept"], df["n_positions"]
+            )
         ]
-        fig = go.Figure(go.Bar(x=df["node"], y=df["influence"], hovertext=hover, hoverinfo="text"))
+        fig = go.Figure(go.Bar(x=df["node"], y=df[by], hovertext=hover, hoverinfo="text"))
+        what = "direct effect on the answer" if by == "direct" else "influence on the answer"
         fig.update_layout(
-            title=f"features by mean influence over {self.n_prompts} prompts ({self.model_name})",
+            title=f"features by mean {what} over {self.n_prompts} prompts ({self.model_name})",
             xaxis_title="feature",
-            yaxis_title="mean influence on the outputs",
+            yaxis_title=f"mean {what}",
         )
         return fig
 
@@ -289,14 +302,13 @@ def _identities(g: AttributionGraph) -> list[tuple[str, str, int, int, int, int,
         elif kind == "token":
             t = g.tokens[p]
             out.append((f"embed[{t}]", kind, -1, -1, t, -1, g.token_strs[p] if g.token_strs else str(t)))
+        elif g.node_labels[i] == "logit":  # the chosen target (or target − wrong): each prompt's answer
+            diff = len(g.target_ids) == 2
+            out.append((ANSWER, kind, l, -1, -1, -1, "the answer" + (" − the wrong token" if diff else "")))
         else:
             k = outputs.index(i)
-            if g.node_labels[i] == "logit" and len(g.target_ids) == 2:  # a logit difference target − wrong
-                t, w = g.target_ids
-                out.append((f"logit[{t}-{w}]", kind, l, -1, t, w, f"{texts[0]} − {texts[1]}"))
-            else:
-                t = g.target_ids[k]
-                out.append((f"logit[{t}]", kind, l, -1, t, -1, texts[k]))
+            t = g.target_ids[k]
+            out.append((f"logit[{t}]", kind, l, -1, t, -1, texts[k]))
     return out
 
 

@@ -47,7 +47,7 @@ def _identity(g, i):
     if kind == "token":
         return f"embed[{g.tokens[g.node_pos[i]]}]"
     if lab == "logit":
-        return "logit[" + "-".join(str(t) for t in g.target_ids) + "]"
+        return "answer"  # each prompt's chosen target (or target − wrong): one identity over the task
     return lab  # logit[<id>]
 
 
@@ -124,9 +124,13 @@ def test_aggregate_equals_each_graph_alone(llama):
     row = agg[agg.labels[i]]
     assert row["n_active"] == 1 and row["influence"] == pytest.approx(alone / len(PROMPTS), rel=1e-12, abs=1e-15)
     assert row["influence_active"] == pytest.approx(alone, rel=1e-12, abs=1e-15)
-    # outputs: each prompt's target token is one identity; the shared one ("w4") counts two prompts
-    w4 = agg[f"logit[{graphs[0].target_ids[0]}]"]
-    assert w4["kind"] == "logit" and w4["n_active"] == 2 and w4["text"] == "w4"
+    # outputs: every prompt's answer is one identity, whichever its token ("w4", "w11", "w18"), so edges into it
+    # add up over the prompts
+    ans = agg["answer"]
+    assert ans["kind"] == "logit" and ans["n_active"] == 4 and ans["text"] == "the answer"
+    assert [k for k in agg.node_kind if k == "logit"] == ["logit"]
+    into = agg.edges(min_prompts=3)
+    assert (into["target"] == "answer").any()  # one answer per prompt: no output had edges in 3 prompts before
 
 
 def test_clt_aggregate_equals_each_graph_alone():
@@ -148,7 +152,8 @@ def test_top_logits_and_differences(llama):
     diff = aggregate_graphs(m, PROMPTS[:2], tcs, target="w3", wrong=["w4", "w5"], progress=False)
     graphs = [attribution_graph(m, p, tcs, target="w3", wrong=w) for p, w in zip(PROMPTS[:2], ["w4", "w5"])]
     _check_against_hand(diff, graphs)
-    assert [lab for lab, k in zip(diff.labels, diff.node_kind) if k == "logit"] == ["logit[7-8]", "logit[7-9]"]
+    assert [lab for lab, k in zip(diff.labels, diff.node_kind) if k == "logit"] == ["answer"]
+    assert diff["answer"]["text"] == "the answer − the wrong token"
 
 
 def test_combine_halves(llama):
@@ -168,8 +173,16 @@ def test_result_contract(llama, tmp_path):
     m, tcs = llama
     agg = aggregate_graphs(m, PROMPTS, tcs, target=TARGETS, progress=False)
     assert repr(agg).startswith("AggregateGraph('tiny-llama', 4 prompts") and len(repr(agg)) < 600
-    top = agg.top(3)
-    assert top["influence"].abs().tolist() == sorted(agg.to_dataframe()["influence"].abs(), reverse=True)[:3]
+    top = agg.top(3)  # by the direct effect on the answer, not by influence
+    assert top["direct"].abs().tolist() == sorted(agg.to_dataframe()["direct"].abs(), reverse=True)[:3]
+    feats = agg.to_dataframe().query("kind == 'feature'")
+    bars = agg.plot(n=4).data[0]
+    assert list(bars.x) == feats.sort_values("direct", key=abs, ascending=False, kind="stable")["node"].head(4).tolist()
+    assert list(agg.plot(n=4, by="influence").data[0].y) == pytest.approx(
+        feats.sort_values("influence", key=abs, ascending=False, kind="stable")["influence"].head(4).tolist()
+    )
+    with pytest.raises(ArgumentError, match="by='value'"):
+        agg.plot(by="value")
     assert agg.edges(min_prompts=2)["n_prompts"].min() >= 2
     back = AggregateGraph.load(agg.save(tmp_path / "agg.safetensors"))
     assert (
