@@ -32,7 +32,7 @@ from interp.causal._effects import effects
 from interp.causal._patch import ABLATIONS, default_batch_size, patch, shared_prefix
 from interp.causal._lens import LogitLens, logit_lens
 from interp.causal._path import path_patch
-from interp.causal._result import Effects, PatchResult, metric_gap
+from interp.causal._result import Effects, PatchResult, metric_gap, patch_result
 
 __all__ = [
     "ABLATIONS",
@@ -61,6 +61,7 @@ __all__ = [
     "metric_gap",
     "metric_of",
     "patch",
+    "patch_result",
     "path_patch",
     "readout",
     "reference_acts",

@@ -30,7 +30,6 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from interp._validate import check_bool, check_choice, check_cluster, check_int, check_positive_int
 from interp.causal._common import (
@@ -309,19 +308,16 @@ def sweep_nodes(
     # 4. the sweep, the metric of each variant at its position
     if variants:
         read = MetricReader(model, pair.bound, clean_out, runs.base)
-        bar = tqdm(total=len(variants), desc=desc, unit="run", disable=not progress)
-        try:
-            vals = pair.engine.sweep(
-                runs.base,
-                runs.base_batch.tokens,
-                pair.clean.attention_mask,
-                variants,
-                read,
-                batch_size=bs,
-                progress=bar,
-            )
-        finally:
-            bar.close()
+        vals = pair.engine.sweep(
+            runs.base,
+            runs.base_batch.tokens,
+            pair.clean.attention_mask,
+            variants,
+            read,
+            batch_size=bs,
+            progress=progress,
+            desc=desc,
+        )
         idx = torch.tensor(where, device=per_prompt.device)
         per_prompt[tuple(idx.T)] = vals.to(per_prompt.dtype)
     return Sweep(

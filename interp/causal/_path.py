@@ -26,9 +26,8 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
-from interp._validate import check_bool, check_choice, check_positive_int
+from interp._validate import check_bool, check_choice, check_int, check_positive_int
 from interp.causal._common import (
     PatchNode,
     _check_node,
@@ -149,6 +148,7 @@ def path_patch(
     check_choice("ablation", ablation, ABLATIONS)
     check_bool("progress", progress)
     check_positive_int("batch_size", batch_size, allow_none=True)
+    seed = check_int("seed", seed)
     check_ablation("noise", ablation, reference)
     if model.block.normed_stream:
         raise UnsupportedOperationError(
@@ -175,19 +175,16 @@ def path_patch(
     share = min(shared_prefix(pair) if ablation == "corrupt" else 0, n - 1)
     variants = _path_variants(model, recv, via, delta, share if model.arch.causal else 0)
     read = MetricReader(model, pair.bound, clean_out, c_run)
-    bar = tqdm(total=len(variants), desc=f"path_patch {s.text} via {via}", unit="run", disable=not progress)
-    try:
-        vals = pair.engine.sweep(
-            c_run,
-            pair.clean.tokens,
-            pair.clean.attention_mask,
-            variants,
-            read,
-            batch_size=batch_size or default_batch_size(model, n),
-            progress=bar,
-        )
-    finally:
-        bar.close()
+    vals = pair.engine.sweep(
+        c_run,
+        pair.clean.tokens,
+        pair.clean.attention_mask,
+        variants,
+        read,
+        batch_size=batch_size or default_batch_size(model, n),
+        progress=progress,
+        desc=f"path_patch {s.text} via {via}",
+    )
 
     # 5. the result
     return patch_result(

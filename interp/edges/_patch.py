@@ -20,11 +20,10 @@ only the positions from the first one where clean and corrupt differ are carried
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, cast
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from interp._validate import check_bool, check_choice, check_int, check_positive_int
 from interp.causal import (
@@ -35,6 +34,7 @@ from interp.causal import (
     make_pair,
     metric_of,
     MetricReader,
+    patch_result,
     reference_acts,
     shared_prefix,
 )
@@ -204,24 +204,20 @@ def edge_patch(
     if len(set(idx)) != len(idx):
         raise ArgumentError("edges lists an edge twice; give each edge once")
     values, clean_m, corrupt_m = sweep_edges(model, pair, graph, idx, ablation, reference, seed, batch_size, progress)
-    str_tokens = cast(list[str], model.to_str_tokens(pair.clean.tokens[0])) if model.tokenizer is not None else None
-    return PatchResult(
-        values=values.mean(-1).cpu(),
-        per_prompt=values.cpu(),
-        labels=[graph.edges[i] for i in idx],
-        clean=float(clean_m.mean()),
-        corrupt=float(corrupt_m.mean()),
-        clean_per_prompt=clean_m.cpu(),
-        corrupt_per_prompt=corrupt_m.cpu(),
+    return patch_result(
+        model,
+        pair.clean.tokens,
+        values,
+        [graph.edges[i] for i in idx],
+        clean_m,
+        corrupt_m,
         metric=pair.bound.name,
         method="edge patching",
         direction="noise",
         ablation=ablation,
         positions="all",
-        n_layers=model.arch.n_layers,
-        n_heads=model.arch.n_heads,
-        str_tokens=str_tokens,
         details={"seed": seed},
+        warn="edge_patch",
     )
 
 
@@ -269,18 +265,14 @@ def sweep_edges(
 
     variants = [variant(i, p) for i in idx for p in range(P)]
     read = MetricReader(model, pair.bound, clean_out, c_run)
-    bar = tqdm(total=len(variants), desc="edge_patch", unit="run", disable=not progress)
-    try:
-        with torch.inference_mode():
-            vals = e.sweep(
-                c_run,
-                pair.clean.tokens,
-                pair.clean.attention_mask,
-                variants,
-                read,
-                batch_size=batch_size or default_batch_size(model, n),
-                progress=bar,
-            )
-    finally:
-        bar.close()
+    vals = e.sweep(  # in inference mode, the variants' patches made in it too
+        c_run,
+        pair.clean.tokens,
+        pair.clean.attention_mask,
+        variants,
+        read,
+        batch_size=batch_size or default_batch_size(model, n),
+        progress=progress,
+        desc="edge_patch",
+    )
     return vals.reshape(len(idx), P).to(clean_m.dtype), clean_m, corrupt_m

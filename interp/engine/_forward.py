@@ -14,7 +14,7 @@ the model's own to float rounding (tests/engine/test_engine.py, and the self-che
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -382,10 +382,12 @@ class Engine:
         read: Callable[[Tensor, Tensor, int], Tensor],
         *,
         batch_size: int,
-        progress: Any = None,
+        progress: bool = False,
+        desc: str = "sweep",
     ) -> Tensor:
-        """The metric [n_variants] of every variant by the prefix-sharing sweep (:func:`interp.engine._sweep.sweep`)."""
-        return sweep(self, base, tokens, mask, variants, read, batch_size=batch_size, progress=progress)
+        """The metric [n_variants] of every variant by the prefix-sharing sweep (:func:`interp.engine._sweep.sweep`),
+        with a progress bar named ``desc`` if ``progress``."""
+        return sweep(self, base, tokens, mask, variants, read, batch_size=batch_size, progress=progress, desc=desc)
 
     # ------------------------------------------------------------------ whole runs
 

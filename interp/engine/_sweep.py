@@ -19,10 +19,11 @@ The batch is cut into chunks of at most ``batch_size`` rows to bound memory.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import Tensor
+from tqdm.auto import tqdm
 
 from interp.engine._patches import Patch, Variant, apply_patches, merge_patches
 
@@ -41,10 +42,12 @@ def sweep(
     read: Callable[[Tensor, Tensor, int], Tensor],
     *,
     batch_size: int,
-    progress: Any = None,
+    progress: bool = False,
+    desc: str = "sweep",
 ) -> Tensor:
     """The metric [n_variants] of every variant (see module docstring), computed by the growing
-    batch in chunks of at most ``batch_size`` rows.
+    batch in chunks of at most ``batch_size`` rows; ``progress``: a bar named ``desc`` counting the variants
+    (closed however the sweep ends).
 
     ``read(final_rows [R, T, d_model], prompt [R], t0)`` -> metric [R] reads each row's metric from
     its final residual (its positions t0…).
@@ -53,15 +56,18 @@ def sweep(
     groups: dict[int, list[int]] = {}
     for i, v in enumerate(variants):
         groups.setdefault(v.t0, []).append(i)
-    with torch.inference_mode():
-        for t0, idx in sorted(groups.items()):
-            idx.sort(key=lambda i: variants[i].layer)
-            for c in range(0, len(idx), batch_size):
-                chunk = idx[c : c + batch_size]
-                vals = _chunk(e, base, tokens, mask, [variants[i] for i in chunk], t0, read)
-                out[torch.tensor(chunk, device=out.device)] = vals
-                if progress is not None:
-                    progress.update(len(chunk))
+    bar = tqdm(total=len(variants), desc=desc, unit="run", disable=not progress)
+    try:
+        with torch.inference_mode():
+            for t0, idx in sorted(groups.items()):
+                idx.sort(key=lambda i: variants[i].layer)
+                for c in range(0, len(idx), batch_size):
+                    chunk = idx[c : c + batch_size]
+                    vals = _chunk(e, base, tokens, mask, [variants[i] for i in chunk], t0, read)
+                    out[torch.tensor(chunk, device=out.device)] = vals
+                    bar.update(len(chunk))
+    finally:
+        bar.close()
     return out
 
 

@@ -1,7 +1,7 @@
 """Degenerate metrics are said, not silently NaN: LogitDiff with answer == wrong is refused; clean ≈ corrupt (the
 same prompt twice) gives an interp.MetricGapWarning with the two metric values wherever a result is normalised by
-M(clean) − M(corrupt) (patch, path_patch, attribution_patch, edge_attribution) or by M(all) − M(∅) (faithfulness).
-The gradient methods (attribution_patch) work after torch.set_grad_enabled(False)."""
+M(clean) − M(corrupt) (patch, path_patch, attribution_patch, edge_patch, edge_attribution) or by M(all) − M(∅)
+(faithfulness). The gradient methods (attribution_patch) work after torch.set_grad_enabled(False)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 
 import interp
 from interp.causal import LogitDiff, attribution_patch, patch, path_patch
-from interp.edges import edge_attribution, evaluate_circuit, faithfulness_curve
+from interp.edges import edge_attribution, edge_patch, evaluate_circuit, faithfulness_curve
 from interp.errors import ArgumentError
 from tiny_models import tiny_model
 
@@ -56,7 +56,7 @@ def _gap_warnings(caught):
     return [str(w.message) for w in caught if issubclass(w.category, interp.MetricGapWarning)]
 
 
-@pytest.mark.parametrize("analysis", ["patch", "path_patch", "attribution_patch"])
+@pytest.mark.parametrize("analysis", ["patch", "path_patch", "attribution_patch", "edge_patch"])
 def test_clean_equal_to_corrupt_warns_with_the_two_values(m, analysis):
     """patch(g, P, P, ...) gave normalized all NaN without a word: now a MetricGapWarning with M(clean) and
     M(corrupt) (both the independent logit difference of P) saying normalized is undefined."""
@@ -67,6 +67,8 @@ def test_clean_equal_to_corrupt_warns_with_the_two_values(m, analysis):
         "patch": lambda: patch(m, CLEAN, CLEAN, metric=MET, nodes="heads", progress=False),
         "path_patch": lambda: path_patch(m, CLEAN, CLEAN, metric=MET, sender="L0.H0", receivers="heads", via="q"),
         "attribution_patch": lambda: attribution_patch(m, CLEAN, CLEAN, metric=MET, nodes="heads"),
+        # built its PatchResult by hand, without the warning (now through causal's patch_result)
+        "edge_patch": lambda: edge_patch(m, CLEAN, CLEAN, ["L0.H0→L1.attn.q[H0]"], metric=MET, progress=False),
     }[analysis]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

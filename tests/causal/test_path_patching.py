@@ -107,3 +107,23 @@ def test_gqa_kv_receivers_and_bad_receivers():
     with pytest.raises(UnsupportedOperationError, match="post-norm"):
         b = tiny_model("bert")
         path_patch(b, CLEAN, CORRUPT, metric=interp.Direction(torch.ones(32)), sender="L0.H0", progress=False)
+
+
+@pytest.mark.parametrize("seed", [1.5, "0", True, None])
+def test_seed_is_checked(seed):
+    """path_patch's seed went unchecked (a float reached the resample's generator, a string was kept in details):
+    a typed ArgumentError naming it, as in patch and edge_patch."""
+    m = tiny_model("llama")
+    for ablation, ref in (("corrupt", None), ("resample", CORRUPT)):
+        with pytest.raises(ArgumentError, match=rf"seed={seed!r} must be an int"):
+            path_patch(
+                m,
+                CLEAN,
+                CORRUPT if ref is None else None,
+                metric=LogitDiff(A, W),
+                sender="L0.H0",
+                ablation=ablation,
+                reference=ref,
+                seed=seed,
+                progress=False,
+            )
