@@ -1,6 +1,6 @@
 """Attribution of logits (decoders) and hidden-state directions (encoders) to heads, MLPs, neurons."""
 
-from interp.attribution._answers import TokenSpec, check_distinct, resolve_positions, resolve_tokens, warn_unspaced
+from interp.attribution._answers import TokenSpec, check_distinct, resolve_tokens, warn_unspaced
 from interp.attribution._direction import attribute_direction
 from interp.attribution._logits import attribute_logits
 from interp.attribution._result import LogitAttribution
@@ -16,7 +16,6 @@ __all__ = [
     "check_distinct",
     "ov_at",
     "resolve_candidate",
-    "resolve_positions",
     "resolve_targets",
     "resolve_tokens",
     "warn_unspaced",

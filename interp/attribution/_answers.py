@@ -11,12 +11,12 @@ from typing import Any, Optional, Sequence, Union, overload
 import torch
 from torch import Tensor
 
-from interp._validate import check_int, is_int
+from interp._validate import is_int
 from interp.errors import ArgumentError, TokenSpacingWarning, warn_user
-from interp.models import Model
+from interp.models import Model, text_ids
 from interp.stream import check_tensor_data
 
-__all__ = ["check_distinct", "resolve_tokens", "resolve_positions", "warn_unspaced"]
+__all__ = ["check_distinct", "resolve_tokens", "warn_unspaced"]
 
 TokenSpec = Union[str, int, Sequence[Union[str, int]], Tensor]
 
@@ -29,7 +29,7 @@ def _one_token(model: Model, value: Any, arg: str) -> int:
     if isinstance(value, str):
         if model.tokenizer is None:
             raise ArgumentError(f"{arg}={value!r}: model {model.name!r} has no tokenizer; pass a token id")
-        ids = model.tokenizer(value, add_special_tokens=False)["input_ids"]
+        ids = text_ids(model, value, arg)
         if len(ids) != 1:
             pieces = [model.tokenizer.decode([i]) for i in ids]
             raise ArgumentError(
@@ -73,36 +73,6 @@ def resolve_tokens(model: Model, spec: Optional[TokenSpec], n_prompts: int, arg:
     return torch.tensor(
         [_one_token(model, v, f"{arg}[{i}]") for i, v in enumerate(spec)], dtype=torch.long, device=model.device
     )
-
-
-def resolve_positions(pos: Union[int, Sequence[int], Tensor], mask: Tensor, offset: int = 0) -> Tensor:
-    """Absolute positions [batch] from ``pos`` (negative counts back from each row's last real token).
-
-    ``offset`` indexes into a per-prompt ``pos`` list when prompts are processed in batches.
-    """
-    b, n = mask.shape
-    # the mask read once (not twice per prompt: each read of a device value waits for the device)
-    real = mask.bool().tolist()
-    lengths = [sum(r) for r in real]
-    if isinstance(pos, Tensor):
-        check_tensor_data(pos, "pos")
-        if pos.is_floating_point() or pos.is_complex() or pos.dtype == torch.bool:
-            raise ArgumentError(f"pos must hold integer positions, got a tensor of dtype {pos.dtype}")
-        pos = pos.flatten().tolist() if pos.ndim else int(pos)
-    if not (is_int(pos) or isinstance(pos, (list, tuple))):
-        raise ArgumentError(f"pos={pos!r} must be an int or a per-prompt list of ints")
-    per = list(pos)[offset : offset + b] if isinstance(pos, (list, tuple)) else [pos] * b
-    out = []
-    for i, p in enumerate(per):
-        p = check_int(f"pos[{offset + i}]", p)
-        L = lengths[i]
-        q = L + p if p < 0 else p
-        if not 0 <= q < n:
-            raise ArgumentError(f"pos={p} is out of range for prompt {offset + i}, which has {L} tokens")
-        if not real[i][q]:
-            raise ArgumentError(f"pos={p} points at padding in prompt {offset + i} (it has {L} real tokens)")
-        out.append(q)
-    return torch.tensor(out, dtype=torch.long, device=mask.device)
 
 
 def _strings(spec: Any, n: int, arg: str) -> list[tuple[str, str, list[int]]]:

@@ -17,12 +17,11 @@ import torch
 from torch import Tensor
 
 from interp._validate import is_int
-from interp.attribution._answers import resolve_positions
 from interp.attribution._logits import _components
 from interp.attribution._result import LogitAttribution
 from interp.errors import ArgumentError, ShapeError
 from interp.models import Model
-from interp.stream import as_batch, check_tensor_data, require_model, trace
+from interp.stream import as_batch, check_tensor_data, require_model, resolve_positions, trace
 
 __all__ = ["attribute_direction"]
 

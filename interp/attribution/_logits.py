@@ -29,7 +29,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._validate import check_bool, check_cluster, check_positive_int, is_int
-from interp.attribution._answers import TokenSpec, resolve_positions, warn_unspaced
+from interp.attribution._answers import TokenSpec, warn_unspaced
 from interp.attribution._result import LogitAttribution
 from interp.attribution._sources import head_source_terms, require_head_sources
 from interp.attribution._targets import Targets, coefficients, combine, plan_reads, resolve_targets
@@ -37,7 +37,7 @@ from interp.engine import require_capabilities
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Attn, Bias, Head, HeadSource, parse
 from interp.models import Model
-from interp.stream import Batch, as_batch, require_model, trace_at
+from interp.stream import Batch, as_batch, require_model, resolve_positions, trace_at
 
 __all__ = ["attribute_logits"]
 

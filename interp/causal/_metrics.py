@@ -52,18 +52,12 @@ from torch import Tensor
 
 from interp._norms import norm_scale
 from interp._validate import check_bool
-from interp.attribution import (
-    TokenSpec,
-    check_distinct,
-    resolve_candidate,
-    resolve_positions,
-    resolve_tokens,
-    warn_unspaced,
-)
+from interp.attribution import TokenSpec, check_distinct, resolve_candidate, resolve_tokens, warn_unspaced
 from interp.engine import unembed
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 from interp.models import Batch
-from interp.models import Model
+from interp.models import Model, text_ids
+from interp.stream import resolve_positions
 
 __all__ = [
     "Metric",
@@ -297,9 +291,9 @@ def _sequences(model: Model, spec: Any, n: int, arg: str, owner: str, multi: boo
         if not multi and model.tokenizer is not None:
             for i, v in enumerate(items if isinstance(items, (list, tuple)) else [items]):
                 if isinstance(v, str):
-                    ids = model.tokenizer(v, add_special_tokens=False)["input_ids"]
+                    where = arg if isinstance(spec, str) else f"{arg}[{i}]"
+                    ids = text_ids(model, v, f"{owner}: {where}")
                     if len(ids) > 1:
-                        where = arg if isinstance(spec, str) else f"{arg}[{i}]"
                         pieces = [model.tokenizer.decode([t]) for t in ids]
                         raise ArgumentError(
                             f"{owner}: {where}={v!r} must be a single token, but it tokenises to {len(ids)} tokens "

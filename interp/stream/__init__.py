@@ -3,7 +3,7 @@
 from interp.stream._attention import AttentionPatternBatch, AttentionPatterns, attention_patterns
 from interp.stream._capture import capture, count_hooks
 from interp.stream._decomposition import Decomposition
-from interp.stream._inputs import Batch, as_batch, check_tensor_data, require_model, tokenize
+from interp.stream._inputs import Batch, as_batch, check_tensor_data, require_model, resolve_positions, tokenize
 from interp.stream._predict import Predictions, predict
 from interp.stream._trace import ResidualTrace, trace
 from interp.stream._trace_at import trace_at
@@ -22,6 +22,7 @@ __all__ = [
     "count_hooks",
     "predict",
     "require_model",
+    "resolve_positions",
     "tokenize",
     "trace",
     "trace_at",

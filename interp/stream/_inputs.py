@@ -9,11 +9,18 @@ from typing import Any, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from interp._validate import is_int
+from interp._validate import check_int, is_int
 from interp.errors import ArgumentError, ShapeError
 from interp.models import Batch, Model, tokenize
 
-__all__ = ["Batch", "tokenize", "as_batch", "require_model", "check_tensor_data"]  # Batch, tokenize: from models
+__all__ = [
+    "Batch",
+    "tokenize",
+    "as_batch",
+    "require_model",
+    "check_tensor_data",
+    "resolve_positions",
+]  # Batch, tokenize: from models
 
 Inputs = Union[str, Sequence[str], Tensor]
 
@@ -71,6 +78,36 @@ def as_batch(model: Model, inputs: Inputs, attention_mask: Optional[Tensor] = No
     if bool((batch.attention_mask.sum(dim=1) == 0).any()):
         raise ArgumentError("attention_mask has a row with no real tokens")
     return batch
+
+
+def resolve_positions(pos: Union[int, Sequence[int], Tensor], mask: Tensor, offset: int = 0) -> Tensor:
+    """Absolute positions [batch] from ``pos`` (negative counts back from each row's last real token).
+
+    ``offset`` indexes into a per-prompt ``pos`` list when prompts are processed in batches.
+    """
+    b, n = mask.shape
+    # the mask read once (not twice per prompt: each read of a device value waits for the device)
+    real = mask.bool().tolist()
+    lengths = [sum(r) for r in real]
+    if isinstance(pos, Tensor):
+        check_tensor_data(pos, "pos")
+        if pos.is_floating_point() or pos.is_complex() or pos.dtype == torch.bool:
+            raise ArgumentError(f"pos must hold integer positions, got a tensor of dtype {pos.dtype}")
+        pos = pos.flatten().tolist() if pos.ndim else int(pos)
+    if not (is_int(pos) or isinstance(pos, (list, tuple))):
+        raise ArgumentError(f"pos={pos!r} must be an int or a per-prompt list of ints")
+    per = list(pos)[offset : offset + b] if isinstance(pos, (list, tuple)) else [pos] * b
+    out = []
+    for i, p in enumerate(per):
+        p = check_int(f"pos[{offset + i}]", p)
+        L = lengths[i]
+        q = L + p if p < 0 else p
+        if not 0 <= q < n:
+            raise ArgumentError(f"pos={p} is out of range for prompt {offset + i}, which has {L} tokens")
+        if not real[i][q]:
+            raise ArgumentError(f"pos={p} points at padding in prompt {offset + i} (it has {L} real tokens)")
+        out.append(q)
+    return torch.tensor(out, dtype=torch.long, device=mask.device)
 
 
 def _token_ids(inputs: Tensor, d_vocab: int) -> Tensor:

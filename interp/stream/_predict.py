@@ -20,11 +20,11 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp._result import Result
-from interp._validate import check_index, check_int, check_positive_int, is_int
+from interp._validate import check_index, check_positive_int
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.models import Model
 from interp.stream._capture import capture
-from interp.stream._inputs import as_batch
+from interp.stream._inputs import as_batch, resolve_positions
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -117,22 +117,6 @@ def _labels(tok: Any, ids: Sequence[int]) -> list[str]:
     return [text[i] if count[text[i]] == 1 else f"{text[i]}#{i}" for i in ids]
 
 
-def _positions(pos: Any, mask: Tensor) -> Tensor:
-    """Absolute positions [batch] from ``pos`` (negative counts back from each prompt's last real token)."""
-    lengths = mask.sum(1).tolist()
-    per = [pos] * len(lengths) if is_int(pos) else pos
-    if not isinstance(per, (list, tuple)):
-        raise ArgumentError(f"pos={pos!r} must be an int or one int per prompt")
-    out = []
-    for b, (p, L) in enumerate(zip(per, lengths)):
-        p = check_int(f"pos[{b}]", p)
-        q = L + p if p < 0 else p
-        if not 0 <= q < L:
-            raise ArgumentError(f"pos={p} is out of range for prompt {b}, which has {L} tokens")
-        out.append(q)
-    return torch.tensor(out, dtype=torch.long, device=mask.device)
-
-
 def predict(
     model: Model,
     inputs: Union[str, Sequence[str], Tensor],
@@ -158,7 +142,7 @@ def predict(
     B = int(batch.tokens.shape[0])
     if isinstance(pos, (list, tuple)) and len(pos) != B:
         raise ArgumentError(f"pos has {len(pos)} entries but there are {B} prompts; give one per prompt or one int")
-    positions = _positions(pos, batch.attention_mask.cpu())
+    positions = resolve_positions(pos, batch.attention_mask.cpu())
     step = B if batch_size is None else batch_size
     chunks = []
     with torch.no_grad():

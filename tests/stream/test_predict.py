@@ -83,3 +83,17 @@ def test_smollm2_ioi_prediction(smollm2):
     want_p, want_ids = torch.softmax(z, -1).topk(5)
     assert p.top_ids[0].tolist() == want_ids.tolist() and p.labels[0] == " Mary"
     torch.testing.assert_close(p.top_probs[0].double(), want_p, atol=1e-4, rtol=1e-3)
+
+
+def test_positions_read_as_every_analysis_reads_them():
+    """predict resolved ``pos`` with a copy of its own (interp.stream.resolve_positions is now the one): a position at
+    padding is said to be padding, a tensor of positions works as in attribute_logits, a float tensor is refused."""
+    m, hf, tok = tiny_model("llama"), tiny_hf_model("llama"), tiny_tokenizer()
+    with pytest.raises(ArgumentError, match=r"pos=3 points at padding in prompt 1 \(it has 3 real tokens\)"):
+        interp.predict(m, ["w1 w2 w3 w4", "w5 w6"], pos=3)
+    q = interp.predict(m, ["w1 w2 w3 w4", "w5 w6"], k=2, pos=torch.tensor([1, -1]))
+    assert q.positions.tolist() == [1, 2]
+    for b, (text, pos) in enumerate([("w1 w2 w3 w4", 1), ("w5 w6", -1)]):
+        assert q.top_ids[b].tolist() == _hf_next(hf, tok, text, pos).topk(2).indices.tolist()
+    with pytest.raises(ArgumentError, match="pos must hold integer positions"):
+        interp.predict(m, "w1 w2", pos=torch.tensor([1.0]))
