@@ -66,7 +66,15 @@ from interp._validate import (
 )
 from interp.engine import Engine, unembed
 from interp.errors import ArgumentError, ContextLengthWarning, UnsupportedArchitectureError, warn_user
-from interp.features._intervene import REGIMES, Intervention, _apply, _interventions, check_closure, check_overlap
+from interp.features._intervene import (
+    REGIMES,
+    Intervention,
+    _apply,
+    _interventions,
+    check_closure,
+    check_live,
+    check_overlap,
+)
 from interp.features._replacement import check_transcoder
 from interp.features._transcoder import CrossLayerTranscoder, Transcoder
 from interp.labels import Feature, Resid
@@ -514,7 +522,7 @@ class _Job:
 class _Outputs:
     """Per prompt (in the caller's order): the baseline's and the intervened run's tokens [steps] and logits
     [steps, d_vocab]; the largest closure error of the frozen prompt passes and the largest |first baseline
-    logit|."""
+    logit|; with frozen attention the live intervened run's first logits [d_vocab] (``live``)."""
 
     base_ids: list[Tensor]
     base_z: list[Tensor]
@@ -522,6 +530,7 @@ class _Outputs:
     z: list[Tensor]
     closure: float
     scale: float
+    live: list[Tensor] = field(default_factory=list)
 
 
 def _options(
@@ -587,13 +596,14 @@ def _batches(prompts: list[tuple[str, Tensor]]) -> list[list[int]]:
 def _run_batches(model: Model, job: _Job, opts: _Options) -> _Outputs:
     """Both runs of every batch of prompts (:func:`_batches`): the baseline (keeping its prompt pass's patterns and
     scales), the intervened run (frozen: on the baseline's), and with frozen attention the frozen prompt pass without
-    the interventions (its closure against the baseline's first logits)."""
+    the interventions (its closure against the baseline's first logits) and the live intervened prompt pass (the
+    first step's live effect)."""
     e = Engine.of(model)
     dt = torch.float64 if model.dtype == torch.float64 else torch.float32
     enc, into = job.dic.for_run({it.layer for per in job.ivs for it in per}, model.device, dt)
     n = len(job.prompts)
     none = torch.empty(0, device=model.device)  # a placeholder until the prompt's batch has run
-    out = _Outputs([none] * n, [none] * n, [none] * n, [none] * n, 0.0, 0.0)
+    out = _Outputs([none] * n, [none] * n, [none] * n, [none] * n, 0.0, 0.0, [none] * n if opts.frozen else [])
     run_args = (opts.steps, opts.temperature, opts.seed)
     with torch.no_grad():
         for rows in _batches(job.prompts):
@@ -606,6 +616,9 @@ def _run_batches(model: Model, job: _Job, opts: _Options) -> _Outputs:
             if frozen is not None:  # the frozen prompt pass without the interventions is the baseline
                 z0 = _Run(e, enc, into, [], [], opts.positions, frozen=frozen).logits(ids, 0)
                 out.closure = max(out.closure, float((z0 - bz[:, 0]).abs().max()))
+                live = _Run(e, enc, into, ivs, job.steers, opts.positions).logits(ids, 0)
+                for b, i in enumerate(rows):
+                    out.live[i] = live[b]
             out.scale = max(out.scale, float(bz[:, 0].abs().max()))
             for b, i in enumerate(rows):
                 out.base_ids[i], out.base_z[i], out.ids[i], out.z[i] = bt[b], bz[b], t[b], z[b]
@@ -666,6 +679,7 @@ def generate(
     out = _run_batches(model, job, opts)
     # 3. the frozen prompt pass's closure, and the result
     relative, tol = _closure(model, out)
+    _check_live(model, out, tol)
     return _result(
         model,
         job.prompts,
@@ -683,7 +697,25 @@ def generate(
         relative_error=relative,
         closure_tolerance=tol,
         regime=REGIMES[(False, opts.frozen)][0],
+        live_first_logits=torch.stack(out.live) if out.live else None,
     )
+
+
+def _check_live(model: Model, out: _Outputs, tol: float) -> None:
+    """With frozen attention, a :class:`~interp.features.RegimeWarning` for the first prompt whose first-step change
+    of the baseline's first token's logit disagrees with the live model's
+    (:func:`interp.features._intervene.check_live`)."""
+    for i, live in enumerate(out.live):
+        t = int(out.base_ids[i][0])
+        base = float(out.base_z[i][0, t])
+        change, live_change = float(out.z[i][0, t]) - base, float(live[t]) - base
+        tok = model.tokenizer
+        what = (
+            f"the first step{f' of prompt {i}' if len(out.live) > 1 else ''} changes the baseline's first token's "
+            f"logit ({tok.decode([t]) if tok is not None else t!r})"
+        )
+        if check_live("generate", "frozen attention", what, change, live_change, tol * out.scale):
+            return
 
 
 def _result(
@@ -742,7 +774,9 @@ class GenerationResult(Result):
     ``baseline_top_ids``, and their text ``top_strs`` / ``baseline_top_strs``), the continuations as text
     (``texts``, ``baseline_texts``; the generated tokens only) and per token (``token_strs``, …). ``regime``: "live"
     or "frozen attention"; ``closure_error`` (frozen): max |first logits of the frozen prompt pass without the
-    interventions − the baseline's|, ``relative_error`` over max |baseline logit|. Rows: one per (prompt, step),
+    interventions − the baseline's|, ``relative_error`` over max |baseline logit|; ``live_first_logits`` (frozen)
+    [n_prompts, d_vocab]: the first step's logits of the live model with the interventions, beside ``logits[:, 0]``
+    (None when the regime is live: the first step is live already). Rows: one per (prompt, step),
     labelled ``p<prompt>.s<step>``; ``top()`` ranks them by ``kl`` = KL(intervened ‖ baseline) of that step's
     next-token distributions (the two runs' own prefixes, which differ once the texts do)."""
 
@@ -770,6 +804,7 @@ class GenerationResult(Result):
     closure_tolerance: float = 0.0
     regime: str = "live"
     model_name: str = ""
+    live_first_logits: Optional[Tensor] = None
 
     label_column: ClassVar[str] = "label"
     default_by: ClassVar[str] = "kl"

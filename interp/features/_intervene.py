@@ -53,6 +53,7 @@ __all__ = [
     "Intervention",
     "InterventionResult",
     "check_closure",
+    "check_live",
     "check_overlap",
     "intervene",
 ]
@@ -439,7 +440,10 @@ def intervene(
         return float(z[t_id] - (0 if w_id is None else z[w_id]))
 
     if not is_live:
-        _check_live(regime, ivs, metric(after) - metric(before), metric(live) - metric(before), tol * scale)
+        what = f"{'; '.join(str(it) for it in ivs)} changes the metric"
+        check_live(
+            "intervene", regime, what, metric(after) - metric(before), metric(live) - metric(before), tol * scale
+        )
     rows = _table_tokens(ids, before, after, top_k)
     text = token_text(model, t_id) + ("" if w_id is None else f" − {token_text(model, w_id)}")
     return InterventionResult(
@@ -496,13 +500,14 @@ def check_closure(
 LIVE_AGREEMENT = 0.5
 
 
-def _check_live(regime: str, ivs: list[Intervention], change: float, live: float, noise: float) -> None:
-    """A :class:`RegimeWarning` when the regime's metric change is off the live model's by more than
+def check_live(owner: str, regime: str, what: str, change: float, live: float, noise: float) -> bool:
+    """A :class:`RegimeWarning` (and True) when ``what``'s change in ``regime`` is off the live model's by more than
     :data:`LIVE_AGREEMENT` of it (opposite signs included) and by more than the rounding the closure tolerance
-    allows (``noise``, in logits)."""
+    allows (``noise``, in logits). The one regime-against-live check (:func:`intervene`,
+    :func:`interp.features.generate`)."""
     gap = abs(change - live)
     if not (gap > noise and gap > LIVE_AGREEMENT * abs(live)):
-        return
+        return False
     how = "the opposite sign" if change * live < 0 else f"{abs(change) / max(abs(live), 1e-300):.3g}× its size"
     why = {
         "graph": "the later MLPs respond and attention patterns and norm scales re-read the intervened write",
@@ -510,12 +515,14 @@ def _check_live(regime: str, ivs: list[Intervention], change: float, live: float
         "frozen attention": "attention patterns and norm scales re-read the intervened write",
     }[regime]
     warn_user(
-        f"intervene: {'; '.join(str(it) for it in ivs)} changes the metric by {change:+.4g} in the {regime!r} "
-        f"regime but by {live:+.4g} in the live model ({how}): there {why}, which this regime holds fixed. The live "
-        "effect is the result's live_metric_change (frozen_attention=False, freeze_features=False gives the live "
-        "regime); filter interp.features.RegimeWarning to keep this regime's without a word",
+        f"{owner}: {what} by {change:+.4g} in the {regime!r} regime but by {live:+.4g} in the live model ({how}): "
+        f"there {why}, which this regime holds fixed. The live effect is the result's "
+        f"{'live_metric_change' if owner == 'intervene' else 'live_first_logits'} (frozen_attention=False"
+        f"{', freeze_features=False' if owner == 'intervene' else ''} runs live); filter "
+        "interp.features.RegimeWarning to keep this regime's without a word",
         RegimeWarning,
     )
+    return True
 
 
 def _warn_inactive(real: RealRun, ivs: list[Intervention], freeze_features: bool) -> None:

@@ -223,6 +223,36 @@ def test_live_effect_equals_hooked_hf_forward(llama, monkeypatch):
             )
 
 
+def test_frozen_generation_carries_the_live_first_step(llama):
+    """generate(..., frozen_attention=True): its first step is the frozen prompt pass; the result carries the live
+    model's first logits beside it (= the hooked HF forward, float64), and warns by the same rule on the change of
+    the baseline's first token's logit."""
+    hf, m, tcs = llama
+    ids = m.to_tokens(PROMPT)
+    t = tcs[0]
+    f = torch.relu(_mlp_input(hf, ids, 0) @ t.W_enc.T + t.b_enc)
+    p = 3
+    feat = int(f[p].argmax())
+
+    def hook(mod, args, out):
+        out = out.clone()
+        out[0, p] -= float(f[p, feat]) * t.W_dec[feat]
+        return out
+
+    h = hf.model.layers[0].mlp.register_forward_hook(hook)
+    z1 = hooked_forward(hf, [h], ids).logits[0, -1]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = generate(m, PROMPT, tcs, f"L0.F{feat}@{p}", max_new_tokens=2, frozen_attention=True)
+    assert float((r.live_first_logits[0] - z1).abs().max()) <= 1e-10
+    b = int(r.baseline_tokens[0, 0])
+    base = float(r.baseline_logits[0, 0, b])
+    change, live = float(r.logits[0, 0, b]) - base, float(z1[b]) - base
+    warned = [w for w in caught if issubclass(w.category, RegimeWarning)]
+    assert bool(warned) == (abs(change - live) > LIVE_AGREEMENT * abs(live)), (change, live)
+    assert generate(m, PROMPT, tcs, f"L0.F{feat}@{p}", max_new_tokens=1).live_first_logits is None  # live already
+
+
 def test_saved_result_keeps_the_live_effect(llama, tmp_path):
     _, m, tcs = llama
     r = _quiet(intervene, m, PROMPT, tcs, Intervention.clamp("L0.F2@3", 2.0), target="w3")
