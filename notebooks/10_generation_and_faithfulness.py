@@ -66,22 +66,38 @@ print(f"graph: {g.n_nodes} nodes, closure relative error {g.relative_error:.1e}"
 # alone leaves the text as it was (other paths still carry " Paris"); clamping it to −3× its activation at every
 # position, generated ones included (`"L29.F262@*"`), changes it. With `frozen_attention=True` the first step's
 # logit change equals `intervene`'s single-step change (the graph's regime): the last line of each block checks it.
+# The frozen first step is a linearisation, so beside it we print the **live** model's: the result's
+# `live_first_logits` (and `intervene`'s `live_metric_change`), and the text the live model writes
+# (`frozen_attention=False`, generate's default). Where the two disagree a `RegimeWarning` says so; we print both
+# instead.
 
 # %%
+import warnings
+
+from interp.features import RegimeWarning
+
 p = g.prune(node_threshold=0.8, edge_threshold=0.98)
 last = len(g.tokens) - 1
 feats = p.to_dataframe().query(f"kind == 'feature' and pos == {last}")
 f_up = feats.loc[feats["direct"].idxmax()]
 every = f_up["node"].split("@")[0] + "@*"  # the same feature at every position
 print(f"{f_up['node']}: activation {f_up['activation']:.3f}, direct edge into ' Paris' {f_up['direct']:+.3f}")
+tok = model.tokenizer
 for iv in (Intervention.ablate(every), Intervention.clamp(every, -3 * float(f_up["activation"]))):
-    r = generate(model, PROMPT, tc.transcoders, [iv], max_new_tokens=10, frozen_attention=True)
-    print(f"\n{iv}\n  intervened: {r.texts[0]!r}\n  baseline:   {r.baseline_texts[0]!r}"
-          f"\n  first different step: {r.first_difference[0]}")
-    one = intervene(model, PROMPT, tc.transcoders, [iv])  # one step, the same regime
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RegimeWarning)  # the regime's and the live numbers are printed side by side
+        r = generate(model, PROMPT, tc.transcoders, [iv], max_new_tokens=10, frozen_attention=True)
+        live = generate(model, PROMPT, tc.transcoders, [iv], max_new_tokens=10)  # the live model, every step
+        one = intervene(model, PROMPT, tc.transcoders, [iv])  # one step, the same regime (and the live one beside)
+    print(f"\n{iv}\n  intervened (frozen first step): {r.texts[0]!r}\n  intervened (live):  "
+          f"            {live.texts[0]!r}\n  baseline:                       {r.baseline_texts[0]!r}"
+          f"\n  first different step: {r.first_difference[0]} (live: {live.first_difference[0]})")
     d = (r.logits[0, 0] - r.baseline_logits[0, 0]) - (one.logits_after - one.logits_before)
     print(f"  first step's logit change − intervene's: {float(d.abs().max()):.1e} (largest logit "
           f"{float(r.baseline_logits[0, 0].abs().max()):.1f})")
+    print(f"  Δ logit {one.target}: {one.metric_change:+.3f} ({one.regime}), {one.live_metric_change:+.3f} (live); "
+          f"live first token {tok.decode([int(r.live_first_logits[0].argmax())])!r}")
+    assert torch.allclose(r.live_first_logits[0], live.logits[0, 0], atol=1e-4)  # one live first step
 r.top_tokens().head(6)
 
 # %% [markdown]
@@ -173,11 +189,14 @@ print(top.sort_values("influence", ascending=False).head(8)[["node", "activation
 cf = top.loc[top["direct"].idxmax()]
 every_c = cf["node"].split("@")[0] + "@*"
 iv = Intervention.clamp(every_c, -3 * float(cf["activation"]))
-r = generate(model, PROMPT, clt.transcoders, [iv], max_new_tokens=10, frozen_attention=True)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RegimeWarning)  # both numbers are printed below
+    r = generate(model, PROMPT, clt.transcoders, [iv], max_new_tokens=10, frozen_attention=True)
+    one = intervene(model, PROMPT, clt.transcoders, [iv])
 print(f"{iv}\n  intervened: {r.texts[0]!r}\n  baseline:   {r.baseline_texts[0]!r}")
-one = intervene(model, PROMPT, clt.transcoders, [iv])
 d = (r.logits[0, 0] - r.baseline_logits[0, 0]) - (one.logits_after - one.logits_before)
 print(f"  first step's logit change − intervene's: {float(d.abs().max()):.1e}")
+print(f"  Δ logit {one.target}: {one.metric_change:+.3f} ({one.regime}), {one.live_metric_change:+.3f} (live)")
 curve_c = gc.faithfulness(model, clt.transcoders, thresholds=(0.5, 0.8, 0.9, 0.95, 1.0), ablation="mean")
 print(f"CLT graph: full {curve_c.full:.3f}, empty {curve_c.empty:.3f}; CPR {curve_c.cpr:.3f}, CMD {curve_c.cmd:.3f}")
 print(curve_c.to_dataframe().to_string(index=False, float_format=lambda v: f"{v:.3f}"))
