@@ -213,6 +213,10 @@ def test_live_effect_equals_hooked_hf_forward(llama, monkeypatch):
     assert torch.equal(seen["live"].live_logits_after, seen["live"].logits_after)
     assert any(abs(r.metric_change - want) > LIVE_AGREEMENT * abs(want) for r in seen.values())  # one did warn
     assert "live" in repr(seen["frozen attention"])
+    fig = seen["frozen attention"].plot()  # the live change beside the regime's, token by token
+    assert [t.name for t in fig.data] == ["frozen attention", "live"] and len(seen["live"].plot().data) == 1
+    df = seen["frozen attention"].to_dataframe().sort_values("change", key=abs, ascending=False)
+    assert torch.allclose(torch.tensor(list(fig.data[1].y), dtype=F64), (z1 - z0)[df["id"].tolist()], atol=1e-10)
     # with the agreement made loose enough, the same runs do not warn
     monkeypatch.setattr(iv, "LIVE_AGREEMENT", 1e9)
     with warnings.catch_warnings():
