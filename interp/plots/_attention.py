@@ -19,7 +19,34 @@ from interp._validate import check_positive_int
 from interp.errors import ArgumentError, ShapeError
 from interp.plots._common import as_numpy, esc, fmt, unique_token_labels
 
-__all__ = ["attention_pattern_figure"]
+__all__ = ["attention_pattern_figure", "head_patterns"]
+
+
+def head_patterns(
+    patterns: Any, str_tokens: Optional[Sequence[str]], heads: Optional[Sequence[str]]
+) -> tuple[Any, list[str], list[str]]:
+    """(weights [n_heads, query_pos, key_pos] as numpy, the key tokens, a label per head) of ``patterns``: an
+    :class:`interp.stream.AttentionPatterns` (its ``patterns``, ``str_tokens`` and ``labels``, unless given) or a
+    [n_heads, query_pos, key_pos] (or one [query_pos, key_pos]) tensor; the query positions are the last ones."""
+    if all(hasattr(patterns, a) for a in ("patterns", "str_tokens", "labels")):
+        str_tokens = patterns.str_tokens if str_tokens is None else str_tokens
+        heads = patterns.labels if heads is None else heads
+        patterns = patterns.patterns
+    p = as_numpy(patterns, name="patterns")
+    if p.ndim == 2:
+        p = p[None]
+    if p.ndim != 3 or 0 in p.shape:
+        raise ShapeError(f"patterns must be [n_heads, query_pos, key_pos] with at least one of each, got {p.shape}")
+    n, nq, nk = p.shape
+    if nq > nk:
+        raise ShapeError(f"patterns has {nq} query positions but only {nk} key positions")
+    toks = [str(i) for i in range(nk)] if str_tokens is None else list(str_tokens)
+    if len(toks) != nk or not all(isinstance(t, str) for t in toks):
+        raise ArgumentError(f"str_tokens must be {nk} strings (one per key position), got {len(toks)} items")
+    labels = [f"head {i}" for i in range(n)] if heads is None else [str(h) for h in heads]
+    if len(labels) != n:
+        raise ArgumentError(f"heads has {len(labels)} labels for {n} patterns")
+    return p, toks, labels
 
 
 def attention_pattern_figure(
@@ -36,22 +63,8 @@ def attention_pattern_figure(
     :class:`interp.stream.AttentionPatterns`); ``str_tokens``: the tokens (len = key_pos);
     ``heads``: a label per pattern.
     """
-    if all(hasattr(patterns, a) for a in ("patterns", "str_tokens", "labels")):
-        str_tokens = patterns.str_tokens if str_tokens is None else str_tokens
-        heads = patterns.labels if heads is None else heads
-        patterns = patterns.patterns
-    p = as_numpy(patterns, name="patterns")
-    if p.ndim == 2:
-        p = p[None]
-    if p.ndim != 3 or p.shape[0] == 0 or p.shape[1] == 0:
-        raise ShapeError(f"patterns must be [n_heads, query_pos, key_pos] with at least one head, got {p.shape}")
+    p, toks, heads = head_patterns(patterns, str_tokens, heads)
     n, nq, nk = p.shape
-    heads = list(heads) if heads is not None else [f"head {i}" for i in range(n)]
-    if len(heads) != n:
-        raise ArgumentError(f"heads has {len(heads)} labels for {n} patterns")
-    toks = list(str_tokens) if str_tokens is not None else [str(i) for i in range(nk)]
-    if len(toks) != nk:
-        raise ArgumentError(f"str_tokens has {len(toks)} tokens but the patterns have {nk} key positions")
     check_positive_int("cols", cols)
     kl = unique_token_labels(toks)
     ql = kl[nk - nq :]  # query positions are the last nq positions

@@ -24,8 +24,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from interp._validate import check_int_range
-from interp.errors import ArgumentError, ShapeError
-from interp.plots._common import as_numpy
+from interp.errors import ArgumentError
+from interp.plots._attention import head_patterns
 
 __all__ = ["AttentionView", "attention_view"]
 
@@ -203,18 +203,8 @@ def attention_view(
     ``str_tokens`` are read) or a [n_heads, query_pos, key_pos] (or [query_pos, key_pos]) tensor;
     ``str_tokens``: the key tokens; ``heads``: a label per pattern; ``digits``: decimals kept per weight.
     """
-    if all(hasattr(patterns, a) for a in ("patterns", "str_tokens", "labels")):
-        str_tokens = patterns.str_tokens if str_tokens is None else str_tokens
-        heads = patterns.labels if heads is None else heads
-        patterns = patterns.patterns
-    p = as_numpy(patterns, name="patterns")
-    if p.ndim == 2:
-        p = p[None]
-    if p.ndim != 3 or 0 in p.shape:
-        raise ShapeError(f"patterns must be [n_heads, query_pos, key_pos] with at least one of each, got {p.shape}")
+    p, toks, labels = head_patterns(patterns, str_tokens, heads)
     n, nq, nk = p.shape
-    if nq > nk:
-        raise ShapeError(f"patterns has {nq} query positions but only {nk} key positions")
     if nk > MAX_TOKENS:
         raise ArgumentError(
             f"patterns has {nk} key positions; the view inlines at most {MAX_TOKENS} tokens "
@@ -222,12 +212,6 @@ def attention_view(
         )
     if not np.isfinite(p).all():
         raise ArgumentError("patterns holds NaN or infinite weights")
-    toks = [str(i) for i in range(nk)] if str_tokens is None else list(str_tokens)
-    if len(toks) != nk or not all(isinstance(t, str) for t in toks):
-        raise ArgumentError(f"str_tokens must be {nk} strings (one per key position), got {len(toks)} items")
-    labels = [f"head {i}" for i in range(n)] if heads is None else [str(h) for h in heads]
-    if len(labels) != n:
-        raise ArgumentError(f"heads has {len(labels)} labels for {n} patterns")
     check_int_range("digits", digits, 1, 8)
     if title is not None and not isinstance(title, str):
         raise ArgumentError(f"title={title!r} must be a str")

@@ -383,10 +383,18 @@ def test_attention_patterns_match_hf_attention_weights(gpt2):
 
 
 def test_attention_pattern_figure_bad_input():
-    with pytest.raises(ArgumentError, match="str_tokens has 2 tokens"):
+    with pytest.raises(ArgumentError, match=r"str_tokens must be 3 strings \(one per key position\), got 2 items"):
         attention_pattern_figure(torch.rand(1, 3, 3), ["a", "b"])
     with pytest.raises(ShapeError):
         attention_pattern_figure(torch.rand(3))
+    # read the patterns as attention_view does: more queries than keys was drawn with the wrong query labels
+    # (the last nq of nk keys, wrapping round), tokens that are not strings reached the labels
+    with pytest.raises(ShapeError, match="patterns has 4 query positions but only 3 key positions"):
+        attention_pattern_figure(torch.rand(1, 4, 3))
+    with pytest.raises(ArgumentError, match="str_tokens must be 3 strings"):
+        attention_pattern_figure(torch.rand(1, 3, 3), ["a", "b", 7])
+    with pytest.raises(ShapeError, match="at least one of each"):
+        attention_pattern_figure(torch.rand(1, 2, 0))
     with pytest.raises(ArgumentError, match="heads contains"):
         attention_patterns(tiny_model("gpt2"), PROMPT, ["L5.H0"])
 
