@@ -24,6 +24,7 @@ from interp.errors import (
     InterpWarning,
     MetricGapWarning,
     TokenSpacingWarning,
+    UnknownTokenWarning,
 )
 
 if TYPE_CHECKING:  # the same names as _LAZY, for type checkers and editors (tests/test_lazy_import.py checks both)
@@ -227,6 +228,7 @@ __all__ = [
     "ContextLengthWarning",
     "MetricGapWarning",
     "TokenSpacingWarning",
+    "UnknownTokenWarning",
     "KL",
     "Logit",
     "LogitDiff",

@@ -2,7 +2,9 @@
 
 ``interp report`` with no arguments writes a report of smollm2-135m on the indirect-object
 prompt "When John and Mary went to the shops, John gave the bag to" (answer " Mary", wrong
-" John") to ``report/``. Progress goes to stderr; the path of the written index.html is the
+" John") to ``report/``; another catalog model gets its own default prompt and answer (the catalog entry's
+``example``: an induction prompt for the toys, a sentence for the encoder), and ``interp circuit`` its own default
+task. Progress goes to stderr; the path of the written index.html is the
 last line on stdout. Exit status: 0 on success, 2 for bad input (an InterpError), 1 otherwise.
 """
 
@@ -21,6 +23,15 @@ DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_PROMPT = "When John and Mary went to the shops, John gave the bag to"
 DEFAULT_ANSWER = " Mary"
 DEFAULT_WRONG = " John"
+
+
+def _example(name: str) -> Any:
+    """The catalog entry's default prompt / answer / task for ``--model name`` (the IOI example for a path)."""
+    from interp.models import Example, catalog_entry
+
+    entry = catalog_entry(name)
+    return entry.example if entry is not None else Example(DEFAULT_PROMPT, DEFAULT_ANSWER, DEFAULT_WRONG, "ioi")
+
 
 log = logging.getLogger("interp.cli")
 
@@ -81,7 +92,8 @@ def _add_report(sub: Any, common: argparse.ArgumentParser) -> None:
         epilog=f"With no arguments: --model {DEFAULT_MODEL} --prompt {DEFAULT_PROMPT!r} --answer {DEFAULT_ANSWER!r} "
         f"--wrong {DEFAULT_WRONG!r} --out report/. Without --answer the model's top prediction is attributed. "
         "Several --prompt (or --prompts-file) write one report per prompt in OUT/prompt-01/, ... and an "
-        "OUT/index.html linking them. Encoders (e.g. minilm-l6) take no --answer/--wrong. Without --corrupt the "
+        "OUT/index.html linking them. Another catalog model without --prompt gets its own example prompt and "
+        "answer. Encoders (e.g. minilm-l6) take no --answer/--wrong. Without --corrupt the "
         "causal effects zero-ablate each head.",
     )
     r.add_argument("--model", default=DEFAULT_MODEL, help=f"catalog name or local path (default: {DEFAULT_MODEL})")
@@ -89,7 +101,8 @@ def _add_report(sub: Any, common: argparse.ArgumentParser) -> None:
         "--prompt",
         action="append",
         default=None,
-        help="a prompt; repeat for several (default: the IOI prompt for the default model)",
+        help="a prompt; repeat for several (default: the model's own example — the IOI prompt for the "
+        "catalog's decoders, an induction prompt for the toys; `interp models` lists them)",
     )
     r.add_argument("--prompts-file", default=None, help="a text file with one prompt per line (blank lines skipped)")
     r.add_argument(
@@ -144,7 +157,10 @@ def _add_circuit(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     e.add_argument("--model", default=DEFAULT_MODEL, help=f"catalog name or local path (default: {DEFAULT_MODEL})")
     e.add_argument(
-        "--task", default=None, help="a shipped task: ioi, induction, factual (default: ioi unless --pairs is given)"
+        "--task",
+        default=None,
+        help="a shipped task: ioi, induction, factual (default: the model's own — ioi for the catalog's "
+        "decoders, induction for the toys — unless --pairs is given)",
     )
     e.add_argument(
         "--pairs",
@@ -269,12 +285,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from interp.errors import ArgumentError
     from interp.report import report, report_index
 
+    example = _example(args.model)
+    own = _prompts(args)  # read before the model loads: a bad --prompts-file costs no load
     model = _load(args.model)
     decoder = model.arch.has_logits
-    prompts = _prompts(args) or [DEFAULT_PROMPT]
+    prompts = own or [example.prompt]
     answer, wrong = args.answer, args.wrong
-    if not args.prompt and args.prompts_file is None and answer is None and wrong is None and decoder:
-        answer, wrong = DEFAULT_ANSWER, DEFAULT_WRONG  # the IOI example that goes with the default prompt
+    if not own and answer is None and wrong is None and decoder:
+        answer, wrong = example.answer, example.wrong  # the answer that goes with the model's example prompt
     corrupts = list(args.corrupt or [])
     if corrupts and len(corrupts) != len(prompts):
         raise ArgumentError(
@@ -369,8 +387,15 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
         from interp.edges import read_pairs
 
         read_pairs(args.pairs)  # the JSON, keys, types and metric of every line, before the model loads
+    example = _example(args.model)
+    if example.task is None:  # known from the catalog: no load to find out
+        raise ArgumentError(
+            f"--model {args.model!r} is an encoder without logits: `interp circuit` scores edges by a logit metric "
+            "and needs a decoder (e.g. --model smollm2-135m); `interp report --model "
+            f"{args.model}` analyses its hidden states"
+        )
     model = _load(args.model)
-    task: object = args.task or "ioi"
+    task: object = args.task or example.task
     n_prompts = 16 if args.prompts is None else args.prompts
     if args.pairs is not None:
         from interp.edges import Task

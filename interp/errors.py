@@ -128,6 +128,11 @@ class ContextLengthWarning(InterpWarning):
     past that length are out of distribution (the graph still closes exactly, through larger error nodes)."""
 
 
+class UnknownTokenWarning(InterpWarning):
+    """A prompt with words the tokenizer does not know: each became the unknown-word token (``<unk>``), so
+    different words read as one token (a small vocabulary, e.g. the toy models', given ordinary English)."""
+
+
 class MetricGapWarning(InterpWarning):
     """The two runs a result is normalised by give (nearly) the same metric — M(clean) ≈ M(corrupt) (the same
     prompt twice, a corruption that changes nothing the metric reads), or M(all edges) ≈ M(no edges) for

@@ -28,7 +28,7 @@ from torch import Tensor
 from interp.attribution._answers import _one_token
 from interp._validate import check_bool
 from interp.errors import ArgumentError
-from interp.models import Model
+from interp.models import Model, text_ids
 from interp.stream import check_tensor_data
 
 __all__ = ["Targets", "resolve_targets", "Read", "plan_reads", "TARGETS", "WRONG_AGGS", "resolve_candidate"]
@@ -118,7 +118,7 @@ def resolve_candidate(model: Model, value: Any, arg: str, multi: bool) -> Candid
             raise ArgumentError(f"{arg}=() is an empty token sequence; give at least one token id")
         return tuple(_one_token(model, v, f"{arg}[{j}]") for j, v in enumerate(value))
     if isinstance(value, str) and model.tokenizer is not None:
-        ids = model.tokenizer(value, add_special_tokens=False)["input_ids"]
+        ids = text_ids(model, value, arg)
         if multi:
             if not ids:
                 raise ArgumentError(f"{arg}={value!r} tokenises to no tokens; give a non-empty answer")

@@ -68,7 +68,7 @@ from interp._result import Result
 from interp._validate import check_index, check_int_min
 from interp.errors import ArgumentError, LabelError, MemoryCapError, ShapeError, UnsupportedOperationError
 from interp.labels import ARROW, Bias, Head, Norm, NormBias, Path
-from interp.models import describe_block
+from interp.models import describe_block, text_ids
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -503,7 +503,7 @@ def _answer(model: Model, answer: Any, last_logits: Tensor, n_batch: int) -> Ten
     if isinstance(answer, str):
         if model.tokenizer is None:
             raise ArgumentError(f"answer={answer!r} is a string but the model has no tokenizer; pass a token id")
-        ids = model.tokenizer(answer, add_special_tokens=False)["input_ids"]
+        ids = text_ids(model, answer, "answer")
         if len(ids) != 1:
             raise ArgumentError(f"answer={answer!r} is {len(ids)} tokens {ids}; it must be exactly one token")
         answer = ids[0]

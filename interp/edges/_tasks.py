@@ -38,7 +38,7 @@ from torch import Tensor
 from interp._validate import check_int, check_int_min, check_positive_int, is_int
 from interp.causal import Logit, LogitDiff, LogProb, Metric, Prob
 from interp.errors import ArgumentError, UnsupportedOperationError
-from interp.models import ordinary_tokens, tokenize
+from interp.models import ordinary_tokens, text_ids, tokenize
 from interp.models import Model
 from interp.stream import require_model
 
@@ -412,7 +412,7 @@ def _pair_token(model: Model, value: Union[str, int], where: str, multi_token: s
         if not 0 <= value < d_out:
             raise ArgumentError(f"{where}={value} is not an output token id: ids are in [0, {d_out - 1}]")
         return value
-    ids = model.tokenizer(value, add_special_tokens=False)["input_ids"]
+    ids = text_ids(model, value, where)
     if len(ids) == 1:
         return value
     if not ids:

@@ -7,7 +7,7 @@ The lowest layer: it imports no other interp subpackage (only the top-level util
 from interp.models._arch import ArchInfo
 from interp.models._block import Block, BlockOps, Step, describe_block, run_block
 from interp.models._families import NOT_YET_SUPPORTED, SUPPORTED_FAMILIES, hf_state_from_weights, hf_writable
-from interp.models._catalog import CatalogEntry, default_cache_dir, list_models
+from interp.models._catalog import CatalogEntry, Example, catalog_entry, default_cache_dir, list_models
 from interp.models._load import load_catalog_hf, load_model_unchecked, model_from_hf_unchecked
 from interp.models._model import Model
 from interp.models._offload import LayerStack, is_streamed, per_layer
@@ -28,7 +28,7 @@ from interp.models._program import (
     resid_hook_names,
     sees,
 )
-from interp.models._tokenize import Batch, ordinary_tokens, readable_token, tokenize
+from interp.models._tokenize import Batch, ordinary_tokens, readable_token, text_ids, tokenize
 from interp.models._tracr import model_from_tracr, tracr_is_numerical, tracr_output_label
 from interp.models._weights import Weights
 
@@ -48,6 +48,8 @@ __all__ = [
     "per_layer",
     "NOT_YET_SUPPORTED",
     "CatalogEntry",
+    "Example",
+    "catalog_entry",
     "Event",
     "Model",
     "SUPPORTED_FAMILIES",
@@ -81,6 +83,7 @@ __all__ = [
     "rotary_tables",
     "save_toy",
     "sees",
+    "text_ids",
     "tokenize",
     "toy_weights",
     "toy_words",

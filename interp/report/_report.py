@@ -925,13 +925,13 @@ def circuits_report(
     copying_note = ""
     try:
         with steps("composition scores"):
-            comp = {k: composition_scores(model, kind=k) for k in ("Q", "K", "V")}
-            graph = composition_edges(
-                comp, max_edges=max_edges, title=f"Strongest {max_edges} composition edges per kind — {model.name}"
-            )
-            figs["composition_graph"] = graph.plot()
-            results["composition"] = graph.to_json_dict()
-            write_atomic(out / "composition.json", graph.to_json().encode())
+            if model.arch.n_layers > 1:  # heads compose across layers: one layer has no composition edge
+                comp = {k: composition_scores(model, kind=k) for k in ("Q", "K", "V")}
+                title = f"Strongest {max_edges} composition edges per kind — {model.name}"
+                graph = composition_edges(comp, max_edges=max_edges, title=title)
+                figs["composition_graph"] = graph.plot()
+                results["composition"] = graph.to_json_dict()
+                write_atomic(out / "composition.json", graph.to_json().encode())
         with steps("copying scores"):
             try:
                 cs = copying_scores(model)
@@ -950,7 +950,9 @@ def circuits_report(
     page.section(
         "Composition graph",
         page.figure(figs["composition_graph"], files=files["composition_graph"])
-        + "<p class='files'>edges: <a href='composition.json'>composition.json</a></p>",
+        + "<p class='files'>edges: <a href='composition.json'>composition.json</a></p>"
+        if "composition_graph" in figs
+        else "<p>None: a head composes with heads of later layers, and this model has one layer.</p>",
         anchor="composition",
         note="The strongest Q/K/V-composition edges between heads in different layers.",
     )
