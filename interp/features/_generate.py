@@ -65,7 +65,13 @@ from interp._validate import (
     is_int,
 )
 from interp.engine import Engine, unembed
-from interp.errors import ArgumentError, ContextLengthWarning, UnsupportedArchitectureError, warn_user
+from interp.errors import (
+    ArgumentError,
+    ContextLengthWarning,
+    MemoryCapError,
+    UnsupportedArchitectureError,
+    warn_user,
+)
 from interp.features._intervene import (
     REGIMES,
     Intervention,
@@ -551,6 +557,26 @@ def _options(
     return _Options(steps, frozen, positions, T, seed, top_k)
 
 
+def _check_memory(model: Model, n_prompts: int, longest: int, steps: int) -> None:
+    """Refuse, before running, a generation whose kept logits (two runs × prompts × steps × d_vocab, float32 or
+    float64) would not fit in the free memory of the model's device (the host's available RAM on the CPU)."""
+    a = model.arch
+    item = 8 if model.dtype == torch.float64 else 4
+    need = item * n_prompts * (2 * steps * a.d_vocab + 4 * a.n_layers * longest * a.n_kv_heads * a.d_head)
+    if model.device.type == "cuda":
+        free = torch.cuda.mem_get_info(model.device)[0]
+    else:
+        import psutil
+
+        free = psutil.virtual_memory().available
+    if need > free:
+        raise MemoryCapError(
+            f"max_new_tokens={steps}: generating it from {n_prompts} prompt(s) keeps every step's logits "
+            f"({a.d_vocab} per token, for the baseline and the intervened run): about {need / 2**30:.1f} GiB, more "
+            f"than the {free / 2**30:.1f} GiB free on {model.device}; ask for fewer tokens or fewer prompts at once"
+        )
+
+
 def _job(model: Model, prompt: Any, transcoders: Any, interventions: Any, opts: _Options) -> _Job:
     """The prompts, transcoders and interventions validated — all of them before any run — with the model's
     refusals (post-norm, no MLP) and the warning for a generation past the transcoders' training length."""
@@ -568,11 +594,14 @@ def _job(model: Model, prompt: Any, transcoders: Any, interventions: Any, opts: 
     steers = [_steer(i, s, model) for i, s in steer_items]
     prompts = _prompts(model, prompt)
     longest = max(ids.shape[1] for _, ids in prompts) + opts.steps
-    if a.positional == "learned" and longest > a.n_ctx:
+    if longest > a.n_ctx:
+        kind = "learned positions" if a.positional == "learned" else "context length"
         raise ArgumentError(
             f"max_new_tokens={opts.steps}: the longest prompt plus the generated tokens is {longest} "
-            f"positions, past the model's {a.n_ctx} learned positions"
+            f"positions, past the model's {kind} of {a.n_ctx}; ask for at most "
+            f"{max(a.n_ctx - (longest - opts.steps), 0)} new tokens"
         )
+    _check_memory(model, len(prompts), longest, opts.steps)
     ivs = [_features(feat_items, dic.enc, a.n_layers, ids.shape[1]) for _, ids in prompts]
     trained = [c for c in (dic.enc[it.layer].context_length for it in ivs[0]) if c is not None]
     if trained and longest - 1 > min(trained):
