@@ -744,12 +744,18 @@ def _collect(root: Path, dtype: torch.dtype) -> Optional[dict[int, Transcoder]]:
     return out
 
 
-def _resolve(source: Union[str, os.PathLike], model: Optional[Model]) -> Path:
+def _resolve(source: Union[str, os.PathLike], model: Optional[Model], cache_dir: Optional[Path]) -> Path:
     p = Path(source)
     if p.exists() or isinstance(source, os.PathLike) or os.sep in str(source) or model is None:
         return p
-    cached = default_cache_dir() / "transcoders" / model.name / str(source)  # a name in interp's cache
+    cached = _runs(model, cache_dir) / str(source)  # a name in interp's cache
     return cached if cached.is_dir() else p
+
+
+def _runs(model: Model, cache_dir: Optional[Path]) -> Path:
+    """``<cache>/transcoders/<model>``, as train_transcoders names it."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model.name)
+    return (cache_dir if cache_dir is not None else default_cache_dir()) / "transcoders" / safe
 
 
 def load_transcoders(
@@ -758,16 +764,19 @@ def load_transcoders(
     *,
     dtype: torch.dtype = torch.float32,
     input_hook: Optional[str] = None,
+    cache_dir: Optional[Union[str, os.PathLike]] = None,
 ) -> Union[list[Transcoder], CrossLayerTranscoder]:
-    """The per-layer transcoders in ``source``, in layer order — or, for circuit-tracer's cross-layer format, one
-    :class:`CrossLayerTranscoder` (the formats: module docstring and :data:`FORMATS`).
+    """The per-layer transcoders in ``source``, in layer order, each knowing its layer — or, for circuit-tracer's
+    cross-layer format, one :class:`CrossLayerTranscoder` (the formats: module docstring and :data:`FORMATS`).
 
     ``source`` is a directory in circuit-tracer's (per-layer or cross-layer), SAELens's (Gemma Scope 2) or
     sparsify's layout, or — with ``model`` — the name of a trained set in interp's cache
-    (``<cache>/transcoders/<model>/<name>``). With ``model`` the set must cover every layer with the model's
-    d_model (else :class:`interp.errors.ShapeError` naming the layer); a CLT's encoders must be the model's layers
-    0..L−1. An unreadable format raises :class:`interp.errors.ResultFormatError` listing the formats read; a residual
-    SAE or a CLT that reads another hook than the MLP's input, :class:`interp.errors.UnsupportedOperationError`.
+    (``<cache_dir>/transcoders/<model>/<name>``, ``cache_dir`` as given to train_transcoders). A set of some layers
+    loads as such (a partial set: evaluation, contexts and interventions at its layers; an attribution graph asks
+    for every layer and names the missing ones). With ``model`` its layers and d_model must be the model's (else
+    :class:`interp.errors.ShapeError` naming the layer); a CLT's encoders must be the model's layers 0..L−1. An
+    unreadable format raises :class:`interp.errors.ResultFormatError` listing the formats read; a residual SAE or a
+    CLT that reads another hook than the MLP's input, :class:`interp.errors.UnsupportedOperationError`.
 
     ``input_hook`` declares where a cross-layer transcoder's encoders read when its folder does not say
     (circuit-tracer's ``to_safetensors`` writes no config.yaml, and circuit-tracer's default read point for CLTs is
@@ -786,11 +795,12 @@ def load_transcoders(
         )
     if model is not None and not isinstance(model, Model):
         raise ArgumentError(f"model={model!r} must be an interp Model (from interp.load_model) or None")
-    root = _resolve(source, model)
+    cache = None if cache_dir is None else Path(cache_dir)
+    root = _resolve(source, model, cache)
     if not root.is_dir():
         raise ResultFormatError(
             f"source={str(source)!r} is not a directory of transcoders"
-            + ("" if model is None else f" nor a name in {str(default_cache_dir() / 'transcoders' / model.name)!r}")
+            + ("" if model is None else f" nor a name in {str(_runs(model, cache))!r}")
         )
     if _is_clt(root):
         return _check_clt(read_clt(root, dtype, input_hook), model, root)
@@ -813,16 +823,10 @@ def load_transcoders(
     layers = sorted(found)
     if model is not None:
         L, d = model.arch.n_layers, model.arch.d_model
-        missing = [l for l in range(L) if l not in found]
         extra = [l for l in layers if l >= L]
         if extra:
             raise ShapeError(
                 f"source={str(root)!r} has transcoders for layers {extra}; model {model.name!r} has {L} layers"
-            )
-        if missing:
-            raise ShapeError(
-                f"source={str(root)!r} has no transcoder for layers {missing} of model {model.name!r} "
-                f"({L} layers; attribution graphs need one per layer)"
             )
         for l in layers:
             if found[l].d_model != d:
@@ -830,11 +834,6 @@ def load_transcoders(
                     f"source={str(root)!r}: the layer-{l} transcoder has d_model={found[l].d_model}; "
                     f"model {model.name!r} has d_model={d}"
                 )
-    elif layers != list(range(len(layers))):
-        raise ResultFormatError(
-            f"source={str(root)!r} has transcoders for layers {layers}, not 0..{len(layers) - 1}: "
-            "pass model= to check them against the model"
-        )
     return [replace(found[l], layer=l) for l in layers]  # each knows its layer (checked where it is used)
 
 

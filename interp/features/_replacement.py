@@ -66,7 +66,12 @@ def check_replaceable(model: Model, transcoders: Union[Sequence[Transcoder], Cro
     for i, t in enumerate(transcoders):
         check_transcoder(f"transcoders[{i}]", t)
     if len(transcoders) != a.n_layers:
-        raise ArgumentError(f"transcoders has {len(transcoders)} entries; model {model.name!r} has {a.n_layers} layers")
+        have = [t.layer for t in transcoders]
+        missing = [l for l in range(a.n_layers) if l not in have] if None not in have else None
+        raise ArgumentError(
+            f"transcoders has {len(transcoders)} entries; model {model.name!r} has {a.n_layers} layers"
+            + (f" and the replacement model needs one at each: layers {missing} are missing" if missing else "")
+        )
     check_layers(transcoders)
     for l, t in enumerate(transcoders):
         if t.d_model != a.d_model:

@@ -123,7 +123,9 @@ def test_interrupted_clt_run_resumes_to_the_same_weights(llama, tmp_path, monkey
         "W_enc_0.safetensors",
         "W_enc_1.safetensors",
         "config.yaml",
+        "evaluation.safetensors",
         "metrics.json",
+        "transfer.safetensors",
     ]
     loaded = load_transcoders(full.path, model)
     assert isinstance(loaded, CrossLayerTranscoder) and loaded.k == 4 and loaded.layers == (0, 1)

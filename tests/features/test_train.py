@@ -8,7 +8,13 @@
 * finished dictionaries are cached and reloaded; a failed final write leaves no file behind; a damaged
   cache is a typed error; bad arguments are typed errors naming the argument;
 * the bundled corpus (the King James Bible) reads, with disjoint training and held-out chapters; on
-  smollm2 two layers train from it (real).
+  smollm2 two layers train from the default (modern English) corpus (real);
+* the reported spliced-in loss recovered and KL are the Hugging Face model's own, with the trained transcoder's output
+  hooked in place of its MLP's (tests/features/test_evaluate.py's reference); a skip transcoder's W_skip is trained
+  and cached;
+* training runs under a caller's torch.inference_mode(), no_grad() or set_grad_enabled(False), to the same weights;
+  train=False reads the cache or names the nearest cached configuration; a budget that cannot use its width warns
+  with the numbers; the quality warning says whether lr and passes were the defaults.
 """
 
 from __future__ import annotations
@@ -144,35 +150,10 @@ def test_interrupted_run_resumes_to_the_same_weights(llama, tmp_path, monkeypatc
     assert resumed.fvu == full.fvu
 
 
-def _in_the_old_layout(path, n: int) -> None:
-    """Rewrite the checkpoint at ``path`` as the per-layer training wrote it before cross-layer training existed: its
-    parameters W_enc, b_enc, W_dec [n, F, d] (one tensor, rows unit-norm per layer), b_dec, and the state_dict of an
-    Adam over those four tensors (W_dec's moments [n, F, d])."""
-    st = torch.load(path, weights_only=True)
-    W_enc, b_enc, *decs, b_dec = st["params"]
-    assert len(decs) == n and all(tuple(w.shape[1:2]) == (1,) for w in decs)
-    old = [W_enc, b_enc, torch.stack([w[:, 0] for w in decs]), b_dec]
-    ps = [p.clone().requires_grad_() for p in old]
-    opt = torch.optim.Adam(ps, lr=1.0)
-    group = {k: v for k, v in st["opt"]["param_groups"][0].items() if k != "params"}
-    opt.param_groups[0].update(group)
-    for p, idx in zip(ps, ([0], [1], list(range(2, 2 + n)), [n + 2])):
-        parts = [st["opt"]["state"][i] for i in idx]
-        moments = {
-            name: torch.stack([s[name][:, 0] for s in parts]) if p is ps[2] else parts[0][name]
-            for name in ("exp_avg", "exp_avg_sq")
-        }
-        opt.state[p] = {"step": parts[0]["step"].clone(), **{k: v.clone() for k, v in moments.items()}}
-    old_st = {"params": [p.detach() for p in ps], "since": st["since"], "sx": st["sx"], "sy": st["sy"]}
-    torch.save(old_st | {"opt": opt.state_dict(), "step": st["step"]}, path)
-
-
-def test_a_checkpoint_of_the_older_per_layer_layout_resumes(llama, tmp_path, monkeypatch):
-    """A checkpoint written by the per-layer training before cross-layer training existed (one stacked W_dec [n, F,
-    d] among four parameters, Adam's moments alike) resumes — it was read as damaged — and the run ends with the same
-    weights as an uninterrupted one; a truly damaged checkpoint is still a ResultFormatError."""
+def test_a_damaged_checkpoint_is_a_typed_error(llama, tmp_path, monkeypatch):
+    """A checkpoint whose tensors do not fit the run, or that cannot be read, is a ResultFormatError (training on
+    garbage is worse than starting again)."""
     _, model = llama
-    full = _train(model, tmp_path / "a", tokens=SEQ * BATCH * 10)
     calls = {"n": 0}
     step = T._step
 
@@ -183,23 +164,6 @@ def test_a_checkpoint_of_the_older_per_layer_layout_resumes(llama, tmp_path, mon
         return step(*a, **k)
 
     monkeypatch.setattr(T, "_step", stop_after_7)
-    with pytest.raises(KeyboardInterrupt):
-        _train(model, tmp_path / "b", tokens=SEQ * BATCH * 10)
-    monkeypatch.setattr(T, "_step", step)
-    run = next((tmp_path / "b").glob("transcoders/*/*"))
-    _in_the_old_layout(run / "checkpoint.pt", 2)
-    old = torch.load(run / "checkpoint.pt", weights_only=True)
-    assert len(old["params"]) == 4 and tuple(old["params"][2].shape) == (2, 64, 32)
-    assert sorted(old["opt"]["state"]) == [0, 1, 2, 3] and int(old["step"]) == 6
-    resumed = _train(model, tmp_path / "b", tokens=SEQ * BATCH * 10)
-    assert not resumed.from_cache and resumed.path == run
-    for a, b in zip(full.transcoders, resumed.transcoders):
-        for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
-            assert torch.equal(getattr(a, name), getattr(b, name)), name
-    assert resumed.fvu == full.fvu
-
-    monkeypatch.setattr(T, "_step", stop_after_7)
-    calls["n"] = 0
     with pytest.raises(KeyboardInterrupt):
         _train(model, tmp_path / "c", tokens=SEQ * BATCH * 10)
     monkeypatch.setattr(T, "_step", step)
@@ -226,21 +190,21 @@ def test_cached_reload_and_atomic_writes(llama, tmp_path, monkeypatch):
 
     monkeypatch.setattr(T, "_step", count)
     # a failure while the final files are written leaves no metrics.json and no temporary file
-    import safetensors.torch as st
+    import interp._io as io
 
-    real = st.save_file
+    real = io.save_file
 
     def half_write(tensors, path, metadata=None):
         with open(path, "wb") as f:
             f.write(b"partial")
         raise OSError("disk full")
 
-    monkeypatch.setattr(st, "save_file", half_write)
+    monkeypatch.setattr(io, "save_file", half_write)
     with pytest.raises(OSError):
         _train(model, tmp_path, **kw)
     run = next(tmp_path.glob("transcoders/*/*"))
     assert sorted(p.name for p in run.iterdir()) == []
-    monkeypatch.setattr(st, "save_file", real)
+    monkeypatch.setattr(io, "save_file", real)
     first = _train(model, tmp_path, **kw)
     assert not first.from_cache and calls["n"] == 6
     again = _train(model, tmp_path, **kw)
@@ -308,7 +272,9 @@ def test_smollm2_two_layers_from_the_bundled_corpus(smollm2, tmp_path):
     # TopK keeps k pre-activations and ReLU zeroes the non-positive ones among them: 0 < L0 ≤ k (with the defaults
     # scaled to this tiny budget some kept ones are ≤ 0: L0 6.3 and 7.5 here)
     assert all(0 < l <= 8 for l in r.l0) and all(0 < f < 2 for f in r.fvu)
-    assert r.corpus.startswith("King James Bible") and r.details["licence"]
+    assert r.corpus.startswith("English Wikipedia") and r.details["licence"]  # the default: modern English
+    assert r.config["corpus"].startswith("modern-") and r.transfer is not None
+    assert len(r.loss_recovered) == 2 and all(-1 < v <= 1 for v in r.loss_recovered)
 
 
 def _hf_layers(hf):
@@ -368,3 +334,173 @@ def test_training_input_is_the_hf_mlp_input(family):
         err = float((x[l] - want).abs().max() / want.abs().max())
         print(f"{family} layer {l}: training input vs HF MLP input, max relative {err:.1e}")
         assert err <= 1e-5
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [torch.inference_mode, torch.no_grad, lambda: torch.set_grad_enabled(False)],
+    ids=["inference", "no_grad", "off"],
+)
+def test_training_under_a_callers_grad_mode(llama, tmp_path, mode):
+    """Inside torch.inference_mode() training raised torch's 'element 0 of tensors does not require grad'; under
+    inference_mode, no_grad and set_grad_enabled(False) it trains to the weights of a run without them."""
+    _, model = llama
+    plain = _train(model, tmp_path / "plain", tokens=SEQ * BATCH * 5)
+    with mode():
+        r = _train(model, tmp_path / "mode", tokens=SEQ * BATCH * 5)
+    assert not r.from_cache
+    for a, b in zip(plain.transcoders, r.transcoders):
+        assert not b.W_enc.is_inference()
+        for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+
+
+def test_loss_recovered_is_the_hf_models_own(llama, tmp_path):
+    """The reported per-layer FVU, spliced-in loss recovered and KL equal those of the Hugging Face model with the
+    trained transcoder's output hooked in place of its MLP's (test_evaluate's reference, float64 there) on the
+    held-out rows; a skip transcoder's trained W_skip is part of that output, and it is cached."""
+    from features.test_evaluate import _reference
+
+    hf, model = llama
+    r = _train(model, tmp_path, tokens=SEQ * BATCH * 20, skip=True)
+    tok = tiny_tokenizer()
+    ids: list[int] = []
+    for d in [d for i, d in enumerate(_docs()) if i % 10 == 9]:
+        ids += tok(d, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    held = torch.tensor(ids[: 16 * SEQ]).view(16, SEQ)
+    assert all(t.W_skip is not None and t.W_skip.abs().max() > 0 for t in r.transcoders)
+    ref, ce_clean = _reference(hf.double(), "llama", held, {l: r[l] for l in r.layers})
+    hf.float()
+    ev = r.evaluation
+    for i, l in enumerate(r.layers):
+        want, row = ref[f"L{l}"], ev.row_labels.index(f"L{l}")
+        print(f"layer {l}: CE spliced {float(ev.ce_spliced[row]):.5f} (HF {want['ce_spliced']:.5f}), KL {r.kl[i]:.2e}")
+        # the tiny random model's CE gap (zero-ablated − clean) is small, so the ratio is compared through its terms
+        assert float(ev.ce_spliced[row]) == pytest.approx(want["ce_spliced"], rel=1e-5)
+        assert float(ev.ce_zero[row]) == pytest.approx(want["ce_zero"], rel=1e-5)
+        assert ev.ce_clean == pytest.approx(ce_clean, rel=1e-5)
+        gap = float(ev.ce_zero[row]) - ev.ce_clean
+        assert r.loss_recovered[i] == pytest.approx(1 - (float(ev.ce_spliced[row]) - ev.ce_clean) / gap, rel=1e-9)
+        assert r.kl[i] == pytest.approx(want["kl_spliced"], rel=1e-3, abs=1e-7)
+        assert r.fvu[i] == pytest.approx(want["fvu"], rel=1e-4)
+    again = _train(model, tmp_path, tokens=SEQ * BATCH * 20, skip=True)
+    assert again.from_cache and again.loss_recovered == r.loss_recovered
+    assert all(torch.equal(a.W_skip, b.W_skip) for a, b in zip(r.transcoders, again.transcoders))
+    df = again.to_dataframe()
+    assert {"loss_recovered", "kl", "fvu_transfer", "loss_recovered_transfer"} <= set(df.columns)
+    with pytest.raises(ArgumentError, match="skip=True with cross_layer=True"):
+        _train(model, tmp_path, skip=True, cross_layer=True)
+
+
+def test_train_false_reads_the_cache_or_names_the_nearest(llama, tmp_path):
+    _, model = llama
+    with pytest.raises(ArgumentError, match="none of model 'tiny-llama'"):
+        _train(model, tmp_path, tokens=SEQ * BATCH * 3, train=False)
+    first = _train(model, tmp_path, tokens=SEQ * BATCH * 3)
+    again = _train(model, tmp_path, tokens=SEQ * BATCH * 3, train=False)
+    assert again.from_cache and again.path == first.path
+    with pytest.raises(ArgumentError, match=r"differs in .*width=64 \(asked 32\)") as e:
+        _train(model, tmp_path, tokens=SEQ * BATCH * 3, width=32, train=False)
+    assert first.path.name in str(e.value)
+    assert sorted(p.name for p in first.path.parent.iterdir()) == [first.path.name]  # nothing started
+
+
+def test_quality_and_budget_warnings_say_what_was_used(llama, tmp_path):
+    """With lr and passes left None the warning says the defaults were used (it said 'lr=0.01 and passes=4 were used
+    (leave them None …)'); given, it names them. A width the tokens cannot fit, and held-out text too short for every
+    feature to fire, warn before training with the numbers."""
+    from interp.features import DictionaryQualityWarning
+
+    _, model = llama
+    with pytest.warns(DictionaryQualityWarning) as rec:
+        _train(model, tmp_path, width=2048, k=1, tokens=SEQ * BATCH * 2, lr=None, passes=None)
+    text = " | ".join(str(w.message) for w in rec)
+    print(text)
+    assert "tokens · k / width = 256 · 1 / 2048 = 0.1 firings per feature" in text
+    assert "scores 496 tokens (eval_tokens=512) · k=1 = 496 activations for width=2048 features: at least 76%" in text
+    assert "the defaults scaled to this budget were used (lr=" in text and "leave lr and passes None" not in text
+    with pytest.warns(DictionaryQualityWarning, match=r"lr=0.05 and passes=1 were used \(leave lr and passes None"):
+        _train(model, tmp_path, width=2048, k=1, tokens=SEQ * BATCH * 2, lr=0.05, passes=1)
+
+
+def test_progress_shows_the_dead_fraction(llama, tmp_path, capsys):
+    _, model = llama
+    _train(model, tmp_path, tokens=SEQ * BATCH * 3, progress=True)
+    err = capsys.readouterr().err
+    assert "dead=" in err and "fvu=" in err
+
+
+def test_subnormal_adam_moments_are_flushed(llama, tmp_path, monkeypatch):
+    """Adam's first moments of a feature that stopped firing decay into the subnormal range, where CPU arithmetic is
+    tens of times slower (a run's tokens/s fell as it trained): flush_moments zeroes moments below 1e-20 and leaves
+    the others, and training calls it every 32 updates."""
+    from interp.features import _train_state as S
+
+    _, model = llama
+    p = torch.zeros(6, requires_grad=True)
+    opt = torch.optim.Adam([p], lr=1e-3)
+    p.grad = torch.ones(6)
+    opt.step()
+    m = opt.state[p]["exp_avg"]
+    m.copy_(torch.tensor([1e-39, -1e-39, 1e-21, 1e-19, -1e-3, 0.0]))
+    S.flush_moments(opt)
+    assert m.tolist() == pytest.approx([0.0, 0.0, 0.0, 1e-19, -1e-3, 0.0], rel=1e-6, abs=0)
+    calls = []
+    monkeypatch.setattr(T, "flush_moments", lambda o: calls.append(o))
+    _train(model, tmp_path, tokens=SEQ * BATCH * 20, passes=4)
+    assert len(calls) == 20 * 4 // 32
+
+
+def test_the_default_corpus_is_modern_english(llama):
+    from interp.features._corpus import modern_corpus_name
+
+    _, model = llama
+    plan = T._plan(
+        model,
+        **dict(
+            layers="all",
+            width=64,
+            k=4,
+            tokens=SEQ * BATCH,
+            seq_len=SEQ,
+            batch_size=BATCH,
+            lr=None,
+            aux_k=None,
+            aux_alpha=0.0,
+            dead_after=None,
+            eval_tokens=SEQ,
+            seed=0,
+            corpus=None,
+            cache_dir="/nonexistent",
+            checkpoint_every=1,
+            progress=False,
+            passes=None,
+            cross_layer=False,
+            skip=False,
+            train=True,
+        ),
+    )
+    assert plan.config["corpus"] == modern_corpus_name() and plan.corpus.source.startswith("English Wikipedia")
+    kjv = T._Corpus("kjv")
+    assert kjv.id == "kjv" and kjv.train[0].startswith("In the beginning God created")
+    with pytest.raises(ArgumentError, match="corpus='bible'"):
+        T._Corpus("bible")
+
+
+def test_a_cached_single_layer_run_reads_back(llama, tmp_path):
+    """A run over one layer reads back by path and by name from the cache_dir it was trained in (by path it said
+    'has transcoders for layers [1], not 0..0: pass model='; with model= 'no transcoder for layers [0]'; the name
+    form looked in the default cache only)."""
+    from interp.features import load_transcoders
+
+    _, model = llama
+    r = _train(model, tmp_path, layers=[1], tokens=SEQ * BATCH * 3)
+    for loaded in (
+        load_transcoders(r.path),
+        load_transcoders(r.path, model),
+        load_transcoders(r.path.name, model, cache_dir=tmp_path),
+    ):
+        (t,) = loaded
+        assert t.layer == 1 and torch.equal(t.W_enc, r[1].W_enc) and torch.equal(t.W_dec, r[1].W_dec) and t.k == 4
+    with pytest.raises(ResultFormatError, match="nor a name in"):
+        load_transcoders(r.path.name, model)  # not in the default cache
