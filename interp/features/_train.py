@@ -83,7 +83,8 @@ __all__ = [
     "train_transcoders",
 ]
 
-_FORMAT = 3  # bump when the training maths changes: old caches are not reused (3: zero decoders, centred encoder)
+_FORMAT = 4  # bump when the training maths changes: old caches are not reused (3: zero decoders, centred
+# encoder; 4: a CLT's AuxK through its own layer's decoders)
 #: Adam's moments are flushed of subnormal values every this many updates (``_train_state``)
 _FLUSH_EVERY = 32
 

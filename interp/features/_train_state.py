@@ -19,7 +19,7 @@ All layers' transcoders are trained together, on activations scaled to unit RMS 
 * **loss** per output layer, summed: the batch's FVU Σ‖y − ŷ‖² / Σ‖y − ȳ‖², plus ``aux_alpha`` × the AuxK loss
   (Gao et al. 2024, sparsify's): the features that have not fired for ``dead_after`` training tokens are dead; the
   ``aux_k`` largest of their pre-activations reconstruct the residual y − ŷ, and that reconstruction's FVU is
-  added, so dead features get a gradient.
+  added, so dead features get a gradient (a cross-layer transcoder's through their own layer's decoder).
 * **Adam** with a linear warm-up over the first 5 % of the updates, at :func:`default_lr`, ``passes`` updates per
   batch read (:func:`default_passes`). Adam's first moments of parameters that stop receiving gradient (a dead
   feature's decoder) decay by β₁ per update into the subnormal range, where a CPU's arithmetic is tens of times
@@ -140,15 +140,18 @@ def decode(W_dec: list[Tensor], idx: Tensor, vals: Tensor) -> Tensor:
 
 
 def _aux_loss(s: TrainState, pre: Tensor, resid: Tensor, dead: Tensor, aux_k: int) -> Tensor:
-    """The AuxK loss per output layer: the FVU of the residual ``resid`` [n, N, d] reconstructed by the ``aux_k``
-    largest pre-activations of the dead features (0 for an output layer no encoder with dead features writes to)."""
+    """The AuxK loss per output layer l: the FVU of the residual ``resid`` [n, N, d] reconstructed by the ``aux_k``
+    largest pre-activations of encoder l's dead features through their decoders to layer l itself (0 where encoder l
+    has none). A cross-layer transcoder's dead features are revived through their own layer's decoder only: decoding
+    aux_k (d_model / 2) features into every later layer cost more than the model's forward and grew as features
+    died — the cause of a CLT run's tokens/s falling sixfold as it trained."""
     ka = min(aux_k, int(dead.sum(1).max()))
     masked = pre.masked_fill(~dead[:, None, :], float("-inf"))
     avals, aidx = masked.topk(ka, dim=-1)
     avals = torch.relu(avals)  # -inf (a layer with fewer dead features) → 0
-    aux = fvu(resid, decode(s.W_dec, aidx, avals))
-    has = dead.any(1)  # [n] encoders with dead features; an output layer's AuxK term needs one writing to it
-    aux = torch.where(has.cummax(0).values if s.cross else has, aux, torch.zeros_like(aux))
+    own = s.W_dec if not s.cross else [w[:, :1] for w in s.W_dec]
+    aux = fvu(resid, decode(own, aidx, avals))
+    aux = torch.where(dead.any(1), aux, torch.zeros_like(aux))
     return aux.nan_to_num(0.0).sum()
 
 

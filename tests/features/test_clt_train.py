@@ -140,3 +140,27 @@ def test_cross_layer_bad_input(llama, tmp_path):
         _train(model, tmp_path, cross_layer="yes")
     with pytest.raises(ArgumentError, match="layers contains 2"):
         _train(model, tmp_path, layers=[0, 2])
+
+
+def test_clt_auxk_revives_through_the_own_layer_decoder():
+    """A cross-layer transcoder's AuxK term reconstructs layer l's residual from encoder l's dead features through
+    their decoders to layer l only: decoding d_model / 2 dead features into every later layer cost more than the
+    model's forward and grew as features died (a CLT run's tokens/s fell sixfold). The gradient reaches the dead
+    features' encoders and own-layer decoders, never their decoders to later layers."""
+    from interp.features._train_state import TrainState, _aux_loss
+
+    g = torch.Generator().manual_seed(0)
+    s = TrainState(3, 8, 16, g, cross=True)
+    with torch.no_grad():
+        for w in s.W_dec:
+            w.normal_(generator=g)
+    x = torch.randn(3, 10, 8, generator=g)
+    pre = torch.baddbmm(s.b_enc[:, None], x, s.W_enc.transpose(1, 2))
+    dead = torch.zeros(3, 16, dtype=torch.bool)
+    dead[:, :6] = True
+    resid = torch.randn(3, 10, 8, generator=g)
+    _aux_loss(s, pre, resid, dead, aux_k=4).backward()
+    for i, w in enumerate(s.W_dec):
+        assert w.grad is not None and w.grad[:6, 0].abs().sum() > 0 and w.grad[6:].abs().sum() == 0, i
+        assert w.grad[:, 1:].abs().sum() == 0, i  # the decoders to later layers take no AuxK gradient
+    assert s.W_enc.grad[:, :6].abs().sum() > 0 and s.W_enc.grad[:, 6:].abs().sum() == 0
