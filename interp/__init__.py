@@ -79,7 +79,7 @@ if TYPE_CHECKING:  # the same names as _LAZY, for type checkers and editors (tes
     from interp.features import AttributionGraph, attribution_graph
     from interp.models import ArchInfo, CatalogEntry, Model, list_models
     from interp.plots import Exporter, export
-    from interp.report import circuit_report, circuits_report, report
+    from interp.report import circuit_report, circuits_report, dictionary_page, report
     from interp.stream import Decomposition, Predictions, ResidualTrace, predict, trace
 
 #: Each lazily imported public name -> the subpackage that defines it.
@@ -144,7 +144,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(["AttributionGraph", "attribution_graph"], "features"),
     **dict.fromkeys(["ArchInfo", "CatalogEntry", "Model", "list_models"], "models"),
     **dict.fromkeys(["Exporter", "export"], "plots"),
-    **dict.fromkeys(["circuit_report", "circuits_report", "report"], "report"),
+    **dict.fromkeys(["circuit_report", "circuits_report", "dictionary_page", "report"], "report"),
     **dict.fromkeys(["Decomposition", "Predictions", "ResidualTrace", "predict", "trace"], "stream"),
 }
 
@@ -249,6 +249,7 @@ __all__ = [
     "attribution_patch",
     "circuit_report",
     "circuits_report",
+    "dictionary_page",
     "composition_scores",
     "copying_scores",
     "effects",

@@ -155,6 +155,9 @@ def _as_set(model: Model, dicts: Any) -> _Set:
     """``dicts`` as a :class:`_Set`, checked against the model (layer, d_model, read point): typed errors naming
     both."""
     a = model.arch
+    inner = getattr(dicts, "transcoders", None)  # a trained set (train_transcoders' result)
+    if inner is not None and not isinstance(dicts, (list, tuple, dict)):
+        dicts = inner
     if isinstance(dicts, CrossLayerTranscoder):
         bad = [l for l in dicts.model_layers if l >= a.n_layers]
         if bad or dicts.d_model != a.d_model:
@@ -186,6 +189,11 @@ def _as_set(model: Model, dicts: Any) -> _Set:
             raise ArgumentError(
                 f"{name}: its layer is unknown (Transcoder.layer is None) and the list does not cover the model's "
                 f"{a.n_layers} layers; pass {{layer: transcoder}} or set layer="
+            )
+        if d.cross_layer_writes:
+            raise ArgumentError(
+                f"{name} is the encoder of layer {d.layer} taken out of a CrossLayerTranscoder: its features also "
+                "write to later layers, which splicing it alone would drop; pass the CrossLayerTranscoder itself"
             )
         if d.layer is not None and d.layer != key:
             raise ArgumentError(f"{name} is the transcoder of layer {d.layer}, given for layer {key}")
@@ -438,7 +446,8 @@ def evaluate_dictionary(
 
     ``dicts``: per-layer transcoders (a list, one per layer or any layers with ``.layer`` set; a {layer:
     transcoder} dict; one transcoder), a :class:`CrossLayerTranscoder` (any of the model's layers), or residual
-    SAEs — whatever :func:`load_transcoders`, :func:`load_saes` or :func:`train_transcoders` give. ``tokens``:
+    SAEs — whatever :func:`load_transcoders`, :func:`load_saes` or :func:`train_transcoders` give (its result
+    itself too). ``tokens``:
     token ids [rows, T] (taken as they are: no BOS added), or texts cut into rows of ``seq_len`` tokens the way
     training reads its corpus; ``max_tokens`` caps them. ``spliced_all`` (default: True for ≥ 2 transcoder layers)
     adds the row ``all``: every transcoder spliced at once. A dictionary of another model (layer or d_model) or of a
@@ -517,7 +526,9 @@ def _result(
         layers=[l for l, _, _ in meta] + ([-1] if all_acc is not None else []),
         sites=[site for _, site, _ in meta] + (["mlp_out"] if all_acc is not None else []),
         n_features=n_feat + ([0] if all_acc is not None else []),
-        density=torch.cat([a.active / N for a in accs]) if accs else torch.zeros(0, dtype=torch.float64),
+        density=torch.cat([a.active / N for a in accs])
+        if accs
+        else torch.zeros(0, dtype=torch.float64, device=model.device),
         ce_clean=ce_clean,
         n_tokens=N,
         n_predictions=P,

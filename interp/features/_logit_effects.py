@@ -7,10 +7,15 @@ exactly: one product per ``chunk`` features, then one min/max pass over blocks o
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 import torch
 from torch import Tensor
 
-__all__ = ["top_and_bottom", "top_and_bottom_logits"]
+from interp._norms import apply_frozen
+from interp.features._transcoder import CrossLayerTranscoder
+
+__all__ = ["feature_logit_effects", "top_and_bottom", "top_and_bottom_logits"]
 
 
 def top_and_bottom_logits(U: Tensor, W_U: Tensor, k: int, *, chunk: int = 256) -> tuple[Tensor, Tensor]:
@@ -44,3 +49,33 @@ def top_and_bottom(z: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
         out_i.append(cand.gather(1, best.indices))
         out_v.append(best.values)
     return torch.cat(out_i, 1), torch.cat(out_v, 1)
+
+
+def feature_logit_effects(model: Any, dicts: Any, features: Sequence[tuple[int, int]], k: int = 5) -> dict[str, Any]:
+    """``{"L3.F12": [(token, effect), ...]}``: each feature's ``k`` most promoted then ``k`` most suppressed tokens,
+    the effects z = u W_U of its direction u — its decoder row (a cross-layer transcoder's feature: the sum of its
+    writes at every layer, as they all reach the final stream) through the final norm's gain and centring, the
+    position's scale 1/σ left out (module docstring). ``dicts``: {model layer: dictionary with ``W_dec`` [F, d]} or a
+    :class:`~interp.features.CrossLayerTranscoder`; ``features``: (model layer, feature) pairs."""
+    w = model.weights
+    W_U = w.need("W_U")
+    rows = []
+    for l, f in features:
+        if isinstance(dicts, CrossLayerTranscoder):
+            i = dicts.model_layers.index(l)
+            rows.append(dicts.W_dec[i][f].sum(0))
+        else:
+            rows.append(dicts[l].W_dec[f])
+    if not rows:
+        return {}
+    with torch.no_grad():
+        U = torch.stack(rows).to(device=W_U.device, dtype=W_U.dtype)
+        one = torch.ones((), dtype=W_U.dtype, device=W_U.device)
+        U = apply_frozen(U, w.lnf_w, one, model.arch.norm)
+        ids, vals = top_and_bottom_logits(U, W_U, min(k, int(W_U.shape[1])))
+    tok = model.tokenizer
+    name = (lambda i: tok.decode([i])) if tok is not None else str  # noqa: E731
+    return {
+        f"L{l}.F{f}": [(name(int(i)), float(v)) for i, v in zip(ids[r].tolist(), vals[r].tolist())]
+        for r, (l, f) in enumerate(features)
+    }

@@ -332,6 +332,25 @@ def test_a_dictionary_of_another_model_names_both(llama):
         evaluate_dictionary(model, sae, tokens=_ids())
 
 
+def test_an_encoder_taken_out_of_a_clt_is_refused(llama):
+    _, model = llama
+    clt = random_clt(model, 8, seed=9)
+    with pytest.raises(ArgumentError, match="pass the CrossLayerTranscoder itself"):
+        evaluate_dictionary(model, [clt.encoder(l) for l in range(L)], tokens=_ids())
+
+
+def test_a_trained_set_is_read_through_its_transcoders(llama):
+    _, model = llama
+    tcs = random_transcoders(model, 8, seed=10)
+
+    class Trained:  # what train_transcoders returns: the set in .transcoders
+        transcoders = tcs
+
+    a = evaluate_dictionary(model, Trained(), tokens=_ids())
+    b = evaluate_dictionary(model, tcs, tokens=_ids())
+    assert a.to_dataframe().equals(b.to_dataframe())
+
+
 def test_unknown_layer_of_a_partial_list(llama):
     _, model = llama
     tcs = random_transcoders(model, 8)
