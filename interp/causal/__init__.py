@@ -21,6 +21,7 @@ from interp.causal._metrics import (
 )
 from interp.causal._common import (
     MetricReader,
+    baselines,
     check_reference_spread,
     clean_output,
     make_pair,
@@ -51,6 +52,7 @@ __all__ = [
     "Prob",
     "as_metric",
     "attribution_patch",
+    "baselines",
     "check_reference_spread",
     "clean_output",
     "default_batch_size",

@@ -265,6 +265,18 @@ def clean_output(model: Model, bound: BoundMetric, clean_run: RunCache) -> Optio
     return bound.read(model, bound.select(clean_run.final))
 
 
+def baselines(
+    model: Model, bound: BoundMetric, c_run: RunCache, k_run: Optional[RunCache]
+) -> tuple[Optional[Tensor], Tensor, Tensor]:
+    """(the clean run's metric input where the metric compares with it, M(clean) [P], M(corrupt) [P]: NaN where
+    there is no corrupt run) — the unpatched baselines of a sweep."""
+    clean_out = clean_output(model, bound, c_run)
+    clean_m = metric_of(model, bound, c_run, clean_out)
+    if k_run is None:
+        return clean_out, clean_m, torch.full_like(clean_m, float("nan"))
+    return clean_out, clean_m, metric_of(model, bound, k_run, clean_out)
+
+
 def check_reference_spread(
     model: Model, pair: Any, ablations: Sequence[str], reference: Any, *, arg: str = "ablations"
 ) -> None:

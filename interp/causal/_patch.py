@@ -24,7 +24,6 @@ after the metric position.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
@@ -35,10 +34,9 @@ from interp._validate import check_bool, check_choice, check_cluster, check_int,
 from interp.causal._common import (
     PatchNode,
     Pair,
+    baselines,
     check_reference_spread,
-    clean_output,
     make_pair,
-    metric_of,
     MetricReader,
     reference_acts,
     resolve_nodes,
@@ -281,13 +279,7 @@ def sweep_nodes(
     # 2. the clean and corrupt runs, the base run patched and the source of the patched values; the baselines
     sites = capture_sites(node_list) | (extra_sites or set())
     runs = _Runs.make(model, pair, sites, direction, ablation, reference, seed, keep_scales)
-    clean_out = clean_output(model, pair.bound, runs.c_run)
-    clean_m = metric_of(model, pair.bound, runs.c_run, clean_out)
-    corrupt_m = (
-        metric_of(model, pair.bound, runs.k_run, clean_out)
-        if runs.k_run is not None
-        else torch.full_like(clean_m, math.nan)
-    )
+    clean_out, clean_m, corrupt_m = baselines(model, pair.bound, runs.c_run, runs.k_run)
     base_m = corrupt_m if direction == "denoise" else clean_m
 
     # 3. one variant per node × prompt (× position), the exact no-ops skipped (their value is the base run's)

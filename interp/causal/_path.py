@@ -31,10 +31,9 @@ from interp._validate import check_bool, check_choice, check_int, check_positive
 from interp.causal._common import (
     PatchNode,
     _check_node,
+    baselines,
     check_reference_spread,
-    clean_output,
     make_pair,
-    metric_of,
     MetricReader,
     reference_acts,
 )
@@ -164,11 +163,7 @@ def path_patch(
 
     # 3. the clean and corrupt runs, the sender's changed write δ_s and the baselines
     c_run, k_run, delta = _sender_delta(model, pair, s, ablation, reference, seed)
-    clean_out = clean_output(model, pair.bound, c_run)
-    clean_m = metric_of(model, pair.bound, c_run, clean_out)
-    corrupt_m = (
-        metric_of(model, pair.bound, k_run, clean_out) if k_run is not None else torch.full_like(clean_m, float("nan"))
-    )
+    clean_out, clean_m, corrupt_m = baselines(model, pair.bound, c_run, k_run)
 
     # 4. one variant per receiver × prompt: δ_s added to the receiver's input only, swept from the clean run
     P, n = pair.clean.tokens.shape

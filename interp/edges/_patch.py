@@ -29,10 +29,9 @@ from interp._validate import check_bool, check_choice, check_int, check_positive
 from interp.causal import (
     ABLATIONS,
     PatchResult,
-    clean_output,
+    baselines,
     default_batch_size,
     make_pair,
-    metric_of,
     MetricReader,
     patch_result,
     reference_acts,
@@ -243,11 +242,7 @@ def sweep_edges(
         k_run = e.run(pair.corrupt.tokens, pair.corrupt.attention_mask, capture={"z", "mlp_out"})
     abl = ablated_writes(model, pair, writes, ablation, reference, seed, k_run)
     this = Acts.of(c_run)
-    clean_out = clean_output(model, pair.bound, c_run)
-    clean_m = metric_of(model, pair.bound, c_run, clean_out)
-    corrupt_m = (
-        metric_of(model, pair.bound, k_run, clean_out) if k_run is not None else torch.full_like(clean_m, float("nan"))
-    )
+    clean_out, clean_m, corrupt_m = baselines(model, pair.bound, c_run, k_run)
     share = min(shared_prefix(pair), n - 1) if ablation == "corrupt" else 0
     t0 = share if causal else 0
     replay = _Replay(writes, c_run)
