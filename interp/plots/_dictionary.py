@@ -11,6 +11,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 __all__ = ["dictionary_density_figure", "dictionary_evaluation_figure"]
 
@@ -20,29 +21,29 @@ def _values(t: Any) -> list[float]:
 
 
 def dictionary_evaluation_figure(ev: Any) -> go.Figure:
-    """FVU, loss recovered and dead fraction against the dictionary (one marker line each; hover names the row)."""
+    """FVU, loss recovered and dead fraction against the dictionary, one panel each (each on its own scale; hover
+    names the row)."""
     labels = list(ev.labels)
-    fig = go.Figure()
-    for name, col, dash in (
-        ("FVU", "fvu", "solid"),
-        ("loss recovered", "loss_recovered", "solid"),
-        ("dead fraction", "dead_fraction", "dot"),
-    ):
+    panels = (("FVU", "fvu"), ("loss recovered", "loss_recovered"), ("dead fraction", "dead_fraction"))
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06, subplot_titles=[p[0] for p in panels])
+    for row, (name, col) in enumerate(panels, start=1):
         fig.add_trace(
             go.Scatter(
                 x=labels,
                 y=_values(getattr(ev, col)),
                 mode="lines+markers",
                 name=name,
-                line={"dash": dash},
                 hovertemplate=f"%{{x}}: {name} %{{y:.4f}}<extra></extra>",
-            )
+            ),
+            row=row,
+            col=1,
         )
     fig.update_layout(
         title=f"dictionary scores — {ev.model_name} ({ev.n_tokens} held-out tokens)",
-        xaxis_title="dictionary",
-        yaxis_title="value",
+        height=620,
+        showlegend=False,
     )
+    fig.update_xaxes(title_text="dictionary", row=3, col=1)
     return fig
 
 
