@@ -4,11 +4,15 @@ Each node of an :class:`interp.features.AttributionGraph` sits in the cell of it
 token embeddings below layer 0, the outputs above the last layer); a cell's nodes are packed in a small grid,
 the most influential first. Edges are lines (blue positive, red negative, width ∝ |weight|). Two sliders keep
 the page usable with thousands of nodes: the number of feature/error nodes drawn (the most influential on the
-output) and the number of edges drawn (the largest |weight| among those nodes). Hovering a node (clicking pins
-it) shows its activation, influence, its logit effects when the graph has them (the tokens its decoder direction
-promotes and suppresses through the final norm, per unit activation: ``attribution_graph(..., logit_effects=5)``),
-its strongest incoming and outgoing edges in the whole
-graph, and, when the caller gives them, its top activating contexts.
+output) and the number of edges drawn, ranked as circuit-tracer's pruning ranks them — a target's share of its inputs
+|A[t, s]| / Σ_s' |A[t, s']| times the target's influence plus output weight, so an edge into the output outranks a large
+raw weight between early pre-activations. The outputs' strongest inputs (and their sources) and each drawn node's
+strongest inputs are always drawn; the slider's label says how many of the edges asked are drawn and why not all.
+Hovering a node (clicking pins it) shows its activation, influence, its logit effects when the graph has them (the
+tokens its decoder direction promotes and suppresses through the final norm, per unit activation:
+``attribution_graph(..., logit_effects=5)``), its strongest incoming and outgoing edges in the whole graph, and, when
+the caller gives them, its top activating contexts; an output, its logit (or logit difference) and the model's
+probability of its token.
 
 Everything is drawn on one ``<canvas>`` by a short inline script from inlined JSON (no per-node DOM element, no
 library, no network request), so the same HTML works in Jupyter (``_repr_html_``), as a page of its own, and
@@ -34,8 +38,11 @@ __all__ = ["FeatureGraphView", "feature_graph_view"]
 
 _counter = itertools.count()
 
-#: incoming / outgoing edges listed per node on hover
+#: incoming / outgoing edges listed per node on hover; an output's strongest inputs always drawn
 TOP_EDGES = 5
+
+#: each other node's strongest inputs always drawn (where both ends are drawn)
+ALWAYS_INPUTS = 2
 
 _CSS = """
 #ID { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; font-size: 13px; color: #222; }
@@ -98,19 +105,36 @@ _JS = r"""
   }
   var COLORS = {feature: "#1f77b4", error: "#7f7f7f", token: "#2ca02c", logit: "#d62728"};
   var edgeLimit = 0, visibleEdges = [];
+  var wmax = 1;
   function recompute() {
     var k = +nodeSlider.value;
-    for (var i = 0; i < N; i++) shown[i] = (D.kind[i] === "token" || D.kind[i] === "logit" || D.rank[i] < k) ? 1 : 0;
+    for (var i = 0; i < N; i++)
+      shown[i] = (D.kind[i] === "token" || D.kind[i] === "logit" || D.rank[i] < k || D.pin[i]) ? 1 : 0;
     layout();
+    // the m strongest edges by influence-weighted weight whose ends are drawn, then the edges always drawn (into the
+    // outputs, and each drawn node's strongest inputs) that are not among them
     visibleEdges = [];
-    var m = +edgeSlider.value;
-    for (var e = 0; e < D.edges.length && visibleEdges.length < m; e++) {
-      var s = D.edges[e][0], t = D.edges[e][1];
-      if (shown[s] && shown[t]) visibleEdges.push(e);
+    var m = Math.min(+edgeSlider.value, D.edges.length), hidden = 0, extra = 0;
+    var taken = new Uint8Array(D.edges.length);
+    for (var e = 0; e < m; e++) {
+      if (shown[D.edges[e][0]] && shown[D.edges[e][1]]) { visibleEdges.push(e); taken[e] = 1; } else hidden++;
     }
+    for (var a = 0; a < D.always.length; a++) {
+      var ea = D.always[a];
+      if (taken[ea] || !shown[D.edges[ea][0]] || !shown[D.edges[ea][1]]) continue;
+      visibleEdges.push(ea); taken[ea] = 1; extra++;
+    }
+    wmax = 1e-30;
+    for (var j = 0; j < visibleEdges.length; j++) wmax = Math.max(wmax, Math.abs(D.edges[visibleEdges[j]][2]));
     nodeOut.textContent = k + " of " + D.n_ranked;
-    edgeOut.textContent = visibleEdges.length + " drawn (of " + D.edges.length + " kept, " +
-      D.n_edges_total + " in the graph)";
+    // short (the controls' row must not wrap): drawn; of the m asked, those joining hidden nodes; the always-drawn
+    var txt = visibleEdges.length + " drawn (" + (hidden ? hidden + " of " + m + " join hidden nodes, " : "") +
+      "+" + extra + " strongest inputs)";
+    if (D.edges_asked > D.edges.length) txt += ", edges=" + D.edges_asked + " > " + D.edges.length + " held";
+    edgeOut.textContent = txt;
+    edgeOut.title = "the " + m + " strongest edges by influence-weighted weight whose ends are drawn, and the " +
+      "strongest inputs of the outputs and of each drawn node; the page holds " + D.edges.length + " of the " +
+      "graph's " + D.n_edges_total + " edges";
     draw();
   }
   function draw() {
@@ -128,7 +152,6 @@ _JS = r"""
       ctx.save(); ctx.translate(x, top + nRows * rowH + 4); ctx.rotate(-0.5);
       ctx.textAlign = "right"; ctx.fillText(D.tokens[p].slice(0, 14), 0, 0); ctx.restore();
     }
-    var wmax = visibleEdges.length ? Math.abs(D.edges[visibleEdges[0]][2]) : 1;
     var focus = pinned >= 0 ? pinned : hovered;
     for (var j = visibleEdges.length - 1; j >= 0; j--) {
       var ed = D.edges[visibleEdges[j]], s = ed[0], t = ed[1], w = ed[2];
@@ -227,7 +250,10 @@ _JS = r"""
     xy: function (label) { var i = D.label.indexOf(label); if (i < 0 || !shown[i]) return null;
       var b = canvas.getBoundingClientRect(); return [b.left + X[i], b.top + Y[i]]; },
     shownNodes: function () { var n = 0; for (var i = 0; i < N; i++) n += shown[i]; return n; },
-    drawnEdges: function () { return visibleEdges.length; }
+    drawnEdges: function () { return visibleEdges.length; },
+    drawnInto: function (label) { var t = D.label.indexOf(label), n = 0;
+      visibleEdges.forEach(function (e) { if (D.edges[e][1] === t) n++; }); return n; },
+    edgeText: function () { return edgeOut.textContent; }
   };
   recompute(); show(-1);
 })();
@@ -299,9 +325,13 @@ def feature_graph_view(
     """The viewer of an attribution graph (an :class:`interp.features.AttributionGraph`, read by its fields).
 
     ``contexts`` maps a feature to its top activating contexts (strings shown as text), keyed by the node label
-    (``"L3.F12@5"``) or by the feature without position (``"L3.F12"``). The page holds the ``max_edges`` edges
-    of largest |weight| (hover lists each node's strongest edges from the whole graph); it opens with the
-    ``nodes`` most influential feature / error nodes and the ``edges`` strongest edges among them drawn.
+    (``"L3.F12@5"``) or by the feature without position (``"L3.F12"``); a key that matches no node is a LabelError.
+    The page holds the max(``max_edges``, ``edges``) strongest edges by influence-weighted weight (module docstring;
+    hover lists each node's strongest edges from the whole graph by |weight|), plus the edges always drawn: each
+    output's 5 strongest inputs (their sources drawn too) and every node's 2 strongest inputs. It opens with the
+    ``nodes`` most influential feature / error nodes and the ``edges`` strongest edges among them drawn; the edge
+    slider's label says how many are drawn, how many of those asked join nodes not drawn, and when ``edges`` is more
+    than the graph holds.
     """
     # 1. the options checked
     for name, v in (("max_edges", max_edges), ("nodes", nodes), ("edges", edges), ("row_height", row_height)):
@@ -318,8 +348,10 @@ def feature_graph_view(
     # 2. the feature and error nodes ranked by influence (the node slider's order)
     rank, n_ranked = _ranks(kinds, infl)
 
-    # 3. the edges the page holds, and each node's strongest incoming and outgoing edges in the whole graph
-    edge_list, n_edges_total = _kept_edges(A, max_edges)
+    # 3. the edges the page holds (ranked by influence-weighted weight; those always drawn), the nodes always drawn,
+    # and each node's strongest incoming and outgoing edges in the whole graph
+    w = _output_weights(graph, kinds)
+    edge_list, always, pin, n_edges_total = _kept_edges(A, infl, w, kinds, max(max_edges, edges))
     ins, outs = _strongest_edges(A, labels)
 
     # 4. what hovering shows besides: logit effects, top activating contexts
@@ -344,6 +376,9 @@ def feature_graph_view(
         "diff": "logit" in labels and len(getattr(graph, "target_ids", [])) == 2,
         "n_ranked": n_ranked,
         "edges": edge_list,
+        "always": always,
+        "pin": pin,
+        "edges_asked": edges,
         "n_edges_total": n_edges_total,
         "ins": ins,
         "outs": outs,
@@ -382,14 +417,55 @@ def _ranks(kinds: list[str], infl: Tensor) -> tuple[list[int], int]:
     return rank, len(order)
 
 
-def _kept_edges(A: Tensor, max_edges: int) -> tuple[list[list], int]:
-    """The ``max_edges`` nonzero edges of largest |weight|, largest first, as [source, target, weight]; and how many
-    nonzero edges the graph has."""
+def _output_weights(graph: Any, kinds: list[str]) -> Tensor:
+    """w [N]: each output's weight in influence (the graph's ``output_weight``; 1 on every output where it has none)."""
+    import torch
+
+    w = getattr(graph, "output_weight", None)
+    if w is not None:
+        return w.double()
+    return torch.tensor([float(k == "logit") for k in kinds], dtype=torch.float64)
+
+
+def _kept_edges(
+    A: Tensor, infl: Tensor, w: Tensor, kinds: list[str], n_keep: int
+) -> tuple[list[list], list[int], list[int], int]:
+    """The edges the page holds, as [source, target, weight], strongest first by circuit-tracer's edge score (the
+    pruning's): Â[t, s] · (influence_t + w_t), Â the adjacency with |·| taken and each row normalised to sum 1 — a
+    target's share of its inputs weighted by how much the target matters for the output, so an edge into the output
+    outranks a large raw weight between early pre-activations. The ``n_keep`` strongest, plus the edges always drawn
+    (``always``, indices into the list): each output's :data:`TOP_EDGES` and every other node's
+    :data:`ALWAYS_INPUTS` strongest inputs (by |weight|). ``pin`` [N]: 1 for the sources of the outputs' always-drawn
+    inputs (drawn whatever the node slider). And how many nonzero edges the graph has."""
+    import torch
+
     t, s = A.nonzero(as_tuple=True)
-    w = A[t, s]
-    keep = w.abs().argsort(descending=True)[:max_edges]
-    edge_list = [[int(a), int(b), _num(c)] for a, b, c in zip(s[keep].tolist(), t[keep].tolist(), w[keep].tolist())]
-    return edge_list, int(len(w))
+    v = A[t, s]
+    row = torch.zeros(A.shape[0], dtype=v.dtype).index_add_(0, t, v.abs())  # Σ_s' |A[t, s']|, from the nonzeros
+    score = v.abs() / row[t].clamp_min(1e-30) * (infl + w).clamp_min(0)[t]
+    order = score.argsort(descending=True, stable=True)
+    t, s, v = t[order], s[order], v[order]
+    # the always-drawn inputs of each target: its k strongest sources by |weight|
+    is_out = torch.tensor([k == "logit" for k in kinds], dtype=torch.bool)
+    k_in = torch.where(is_out, TOP_EDGES, ALWAYS_INPUTS)
+    rank_in = torch.empty_like(t)  # each edge's rank among its target's inputs by |weight|
+    by_w = torch.argsort(v.abs(), descending=True, stable=True)
+    by_t = by_w[torch.argsort(t[by_w], stable=True)]  # grouped by target, strongest first within each
+    counts = torch.bincount(t, minlength=A.shape[0])
+    starts = torch.cumsum(counts, 0) - counts
+    rank_in[by_t] = torch.arange(len(t)) - starts[t[by_t]]
+    must = rank_in < k_in[t]
+    keep = torch.zeros(len(t), dtype=torch.bool)
+    keep[:n_keep] = True
+    keep |= must
+    idx = keep.nonzero(as_tuple=True)[0]
+    edge_list = [[int(a_), int(b_), _num(c)] for a_, b_, c in zip(s[idx].tolist(), t[idx].tolist(), v[idx].tolist())]
+    always = must[idx].nonzero(as_tuple=True)[0].tolist()
+    pin = [0] * A.shape[0]
+    for e in always:
+        if kinds[edge_list[e][1]] == "logit":
+            pin[edge_list[e][0]] = 1
+    return edge_list, always, pin, int(len(t))
 
 
 def _strongest_edges(A: Tensor, labels: list[str]) -> tuple[list[list], list[list]]:

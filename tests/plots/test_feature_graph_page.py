@@ -12,6 +12,8 @@ Chromium driven headless by playwright, with every network request refused.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -100,6 +102,35 @@ def _synthetic(n_layers: int = 12, n_pos: int = 16, per_cell: int = 30, seed: in
     )
 
 
+def _edge_order(g):
+    """The graph's nonzero edges (target, source), strongest first by circuit-tracer's pruning score
+    |A[t, s]| / Σ_s' |A[t, s']| · (influence_t + w_t), from the graph's fields."""
+    A = g.adjacency.double()
+    w = torch.tensor([float(k == "logit") for k in g.node_kind]) if g.output_weight is None else g.output_weight
+    score = A.abs() / A.abs().sum(1, keepdim=True).clamp_min(1e-30) * (g.influence().double() + w.double())[:, None]
+    t, s = A.nonzero(as_tuple=True)
+    order = sorted(range(len(t)), key=lambda e: -float(score[t[e], s[e]]))
+    tl, sl = t.tolist(), s.tolist()
+    return [(tl[e], sl[e]) for e in order]
+
+
+def _expected_drawing(g, n_nodes):
+    """The nodes the viewer draws with ``n_nodes`` feature/error nodes, and the edges it always draws (each output's 5
+    and each other node's 2 strongest inputs by |weight|), from the graph's fields."""
+    A = g.adjacency.double()
+    infl = g.influence()
+    mid = [i for i, k in enumerate(g.node_kind) if k in ("feature", "error")]
+    always = set()
+    vals, idx = A.abs().topk(5, dim=1)
+    for t, (v, i) in enumerate(zip(vals.tolist(), idx.tolist())):
+        k = 5 if g.node_kind[t] == "logit" else 2
+        always |= {(t, s) for x, s in zip(v[:k], i[:k]) if x > 0}
+    pinned = {s for t, s in always if g.node_kind[t] == "logit"}
+    drawn = set(sorted(mid, key=lambda i: -float(infl[i]))[:n_nodes]) | pinned
+    drawn |= {i for i, k in enumerate(g.node_kind) if k in ("token", "logit")}
+    return drawn, always
+
+
 def test_logit_effects_are_the_direct_path(small):
     m, tcs, g = small
     L, last = m.arch.n_layers, len(g.tokens) - 1
@@ -141,17 +172,13 @@ def test_viewer_in_chromium_offline(small, tmp_path):
         api = "window.interpFeatureGraph[Object.keys(window.interpFeatureGraph)[0]]"
         n_tok = len(g.tokens)
         n_out = sum(k == "logit" for k in g.node_kind)
-        assert page.evaluate(f"{api}.shownNodes()") == 200 + n_tok + n_out
-        # the edges drawn: the 300 strongest of the page's 20,000 (largest |weight|) between drawn nodes
-        infl = g.influence()
-        mid = [i for i, k in enumerate(g.node_kind) if k in ("feature", "error")]
-        drawn = set(sorted(mid, key=lambda i: -float(infl[i]))[:200]) | {
-            i for i, k in enumerate(g.node_kind) if k in ("token", "logit")
-        }
-        t, s_ = g.adjacency.nonzero(as_tuple=True)
-        kept = g.adjacency[t, s_].abs().argsort(descending=True)[:20_000].tolist()
-        between = sum(int(t[e]) in drawn and int(s_[e]) in drawn for e in kept)
-        assert page.evaluate(f"{api}.drawnEdges()") == min(300, between) and between > 0
+        # the nodes drawn: the 200 most influential, tokens, outputs and the sources of the outputs' 5 strongest inputs
+        drawn, always = _expected_drawing(g, 200)
+        assert page.evaluate(f"{api}.shownNodes()") == len(drawn) < 200 + n_tok + n_out + 5
+        # the edges drawn: those of the 300 strongest by influence-weighted weight between drawn nodes, and the
+        # always-drawn inputs between drawn nodes
+        top = {e for e in _edge_order(g)[:300] if e[0] in drawn and e[1] in drawn}
+        assert top and page.evaluate(f"{api}.drawnEdges()") == len(top | {e for e in always if set(e) <= drawn})
         assert page.evaluate("document.querySelectorAll('*').length") < 150  # one canvas, no node elements
         # the sliders: every feature/error node, then no edges
         page.evaluate(
@@ -163,7 +190,7 @@ def test_viewer_in_chromium_offline(small, tmp_path):
             "(() => { const s = document.querySelector('.fg-edges'); s.value = 0;"
             " s.dispatchEvent(new Event('input')); })()"
         )
-        assert page.evaluate(f"{api}.drawnEdges()") == 0
+        assert page.evaluate(f"{api}.drawnEdges()") == len(always)  # every node drawn: only the always-drawn edges
         # hover the feature: its logit effects, strongest incoming edge, contexts (as text)
         x, y = page.evaluate(f"{api}.xy({lab!r})")
         page.mouse.move(x, y)
@@ -247,3 +274,36 @@ def test_contexts_that_match_no_feature_are_refused():
         assert view.payload["contexts"][g.node_labels.index(lab)] == ["ctx"]
     with pytest.raises(LabelError, match=r"match no feature of this graph: \['L7.F1', 'L0.F3@9'\].*'L0.F0'"):
         feature_graph_view(g, contexts={feat: ["ok"], "L7.F1": ["x"], "L0.F3@9": ["y"]})
+
+
+def test_edges_into_the_output_are_drawn(tmp_path):
+    """With trained Gemma transcoders the output had no visible edge, by default or with the edge slider at its
+    maximum: edges were ranked by raw |weight| over the whole graph (early pre-activation edges ~10× those into the
+    logit). Here the early edges are scaled ×100: the output's strongest inputs are drawn with the defaults, with the
+    node slider at 1 and with the edge slider at 0 or its maximum, and asking more edges than the page holds says so."""
+    chrome = chromium_path()
+    if chrome is None:
+        pytest.skip("no system Chromium (set BROWSER_PATH)")
+    g = _synthetic(n_layers=6, n_pos=8, per_cell=10, seed=1)
+    lay = torch.tensor(g.node_layer)
+    early = (lay[:, None] <= 2) & (lay[None, :] >= 0)  # targets in layers 0-2: pre-activation edges
+    A = g.adjacency * torch.where(early, 100.0, 1.0)
+    out = g.node_labels.index("logit")
+    assert A[out].abs().max() < 0.05 * A.abs().max()  # by raw |weight| the output's inputs rank far down
+    g = dataclasses.replace(g, adjacency=A)
+    path = g.to_html(tmp_path / "g.html", nodes=50, edges=20_000, max_edges=300)
+    n_in = min(5, int((A[out] != 0).sum()))
+    with offline_page(chrome, width=1400) as (page, attempted, errors):
+        page.goto(path.resolve().as_uri())
+        page.wait_for_function("window.interpFeatureGraph && Object.keys(window.interpFeatureGraph).length")
+        api = "window.interpFeatureGraph[Object.keys(window.interpFeatureGraph)[0]]"
+        assert page.evaluate(f"{api}.drawnInto('logit')") >= n_in > 0
+        assert "edges=20000 > " in page.evaluate(f"{api}.edgeText()")
+        for cls, value in (("fg-edges", "0"), ("fg-edges", "s.max"), ("fg-nodes", "1")):
+            page.evaluate(
+                f"(() => {{ const s = document.querySelector('.{cls}'); s.value = {value};"
+                " s.dispatchEvent(new Event('input')); })()"
+            )
+            assert page.evaluate(f"{api}.drawnInto('logit')") >= n_in, (cls, value)
+        assert not errors, errors
+    assert not attempted, attempted
