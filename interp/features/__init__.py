@@ -37,7 +37,7 @@ from interp.features._aggregate import AggregateGraph, aggregate_graphs
 from interp.features._faithfulness import GRAPH_ABLATIONS, GRAPH_THRESHOLDS, GraphFaithfulness
 from interp.features._evaluate import DictionaryEvaluation, evaluate_dictionary
 from interp.features._logit_effects import feature_logit_effects
-from interp.features._corpus import held_out_corpus, modern_corpus
+from interp.features._corpus import english_corpus, held_out_corpus, modern_corpus
 
 __all__ = [
     "ACTIVATIONS",
@@ -71,6 +71,7 @@ __all__ = [
     "top_activating_contexts",
     "train_transcoders",
 ]
-__all__ += ["DictionaryEvaluation", "evaluate_dictionary", "feature_logit_effects", "held_out_corpus", "modern_corpus"]
+__all__ += ["DictionaryEvaluation", "evaluate_dictionary", "feature_logit_effects", "held_out_corpus"]
+__all__ += ["english_corpus", "modern_corpus"]
 __all__ += ["AggregateGraph", "GRAPH_ABLATIONS", "GRAPH_THRESHOLDS", "GraphFaithfulness", "aggregate_graphs"]
 __all__ += ["InactiveFeatureWarning", "LIVE_AGREEMENT", "RegimeWarning"]
