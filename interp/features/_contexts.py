@@ -73,7 +73,7 @@ def top_activating_contexts(
         raise ArgumentError(
             f"transcoders has {len(transcoders)} entries; model {model.name!r} has {model.arch.n_layers} layers"
         )
-    check_layers(transcoders, replacement=False)  # an encoder of a CLT reads its layer as the CLT does
+    check_layers(transcoders)  # an encoder taken out of a CLT reads its layer as the CLT does: allowed here
     e = Engine.of(model)
     layers = sorted({l for l, _ in ids})
     heaps: dict[tuple[int, int], list[tuple[float, int, int]]] = {f: [] for f in ids}

@@ -30,7 +30,7 @@ from interp.errors import (
     warn_user,
 )
 from interp.features._sae import SAE
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder, check_layers, mlp_input
+from interp.features._transcoder import CrossLayerTranscoder, Transcoder, check_layers, check_whole, mlp_input
 from interp.models import Model, run_block
 
 __all__ = ["FrozenReplacement", "RealRun", "check_replaceable", "real_forward"]
@@ -80,8 +80,9 @@ def check_replaceable(model: Model, transcoders: Union[Sequence[Transcoder], Cro
 
 def check_transcoder(name: str, t: Any) -> None:
     """``t`` is a :class:`Transcoder`, else an :class:`~interp.errors.ArgumentError` naming ``name``; an SAE (which
-    reconstructs a point of the residual stream, not an MLP's write) is refused saying what to load instead. The one
-    check of every analysis that replaces or intervenes on MLP writes."""
+    reconstructs a point of the residual stream, not an MLP's write) is refused saying what to load instead, and an
+    encoder taken out of a cross-layer transcoder with later writes saying to pass the CLT (:func:`check_whole`). The
+    one check of every analysis that replaces or intervenes on MLP writes."""
     if isinstance(t, SAE):
         raise ArgumentError(
             f"{name} is an SAE of the residual stream ({t.hook_name}); the replacement model and feature "
@@ -90,6 +91,7 @@ def check_transcoder(name: str, t: Any) -> None:
         )
     if not isinstance(t, Transcoder):
         raise ArgumentError(f"{name} is a {type(t).__name__}, not an interp.features.Transcoder")
+    check_whole(name, t)  # not an encoder taken out of a CLT with later writes
 
 
 class FrozenReplacement:

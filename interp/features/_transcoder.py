@@ -37,6 +37,7 @@ __all__ = [
     "Transcoder",
     "activate",
     "check_layers",
+    "check_whole",
     "fvu",
     "mlp_input",
     "placement",
@@ -208,7 +209,7 @@ class Transcoder(Dictionary):
     ``cross_layer_writes``: True for an encoder taken out of a :class:`CrossLayerTranscoder` whose features also write
     to later layers' outputs (:meth:`CrossLayerTranscoder.encoder`), which a per-layer transcoder cannot hold: such a
     transcoder reads and encodes its layer, but as part of a replacement set it would drop those writes, so the
-    analyses over one refuse it (:func:`check_layers`)."""
+    analyses over one refuse it (:func:`check_whole`)."""
 
     layer: Optional[int] = None
     cross_layer_writes: bool = False
@@ -228,19 +229,10 @@ def fvu(y: Tensor, yhat: Tensor) -> Tensor:
     return (y - yhat).pow(2).sum((1, 2)) / (y - y.mean(1, keepdim=True)).pow(2).sum((1, 2)).clamp_min(1e-12)
 
 
-def check_layers(transcoders: Sequence[Transcoder], name: str = "transcoders", *, replacement: bool = True) -> None:
+def check_layers(transcoders: Sequence[Transcoder], name: str = "transcoders") -> None:
     """Each transcoder whose ``layer`` is known sits at that index of the list (one per layer, in layer order);
-    otherwise an :class:`~interp.errors.ArgumentError` naming the entry, its layer and the fix. With ``replacement``
-    (the list stands for the model's MLPs: graphs, interventions, faithfulness) an encoder taken out of a
-    cross-layer transcoder with later writes (``cross_layer_writes``) is refused too, naming how to pass the CLT."""
+    otherwise an :class:`~interp.errors.ArgumentError` naming the entry, its layer and the fix."""
     for i, t in enumerate(transcoders):
-        if replacement and getattr(t, "cross_layer_writes", False):
-            raise ArgumentError(
-                f"{name}[{i}] is the encoder of layer {t.layer} taken out of a CrossLayerTranscoder "
-                "(CrossLayerTranscoder.encoder): its features also write to the outputs of later layers, which a "
-                "per-layer transcoder does not hold, so a replacement model over it would drop every cross-layer "
-                f"write; pass the CrossLayerTranscoder itself ({name}=clt)"
-            )
         if t.layer is not None and t.layer != i:
             got = [getattr(u, "layer", None) for u in transcoders]
             raise ArgumentError(
@@ -248,6 +240,19 @@ def check_layers(transcoders: Sequence[Transcoder], name: str = "transcoders", *
                 f"(its layers in order: {got}); pass one transcoder per layer in layer order, e.g. "
                 "sorted(transcoders, key=lambda t: t.layer)"
             )
+
+
+def check_whole(name: str, t: Transcoder) -> None:
+    """``t`` holds every write of its features: an encoder taken out of a cross-layer transcoder whose features also
+    write to later layers (``cross_layer_writes``) is an :class:`~interp.errors.ArgumentError` naming ``name`` and how
+    to pass the CLT — a replacement model or an intervention over it would drop every cross-layer write."""
+    if getattr(t, "cross_layer_writes", False):
+        raise ArgumentError(
+            f"{name} is the encoder of layer {t.layer} taken out of a CrossLayerTranscoder "
+            "(CrossLayerTranscoder.encoder): its features also write to the outputs of later layers, which a "
+            "per-layer transcoder does not hold, so a replacement model or an intervention over it would drop every "
+            "cross-layer write; pass the CrossLayerTranscoder itself (transcoders=clt)"
+        )
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from interp.features import (
     Transcoder,
     aggregate_graphs,
     attribution_graph,
+    generate,
     intervene,
     top_activating_contexts,
 )
@@ -171,6 +172,7 @@ def test_encoders_of_a_clt_with_later_writes_are_refused_as_a_per_layer_set(mode
         lambda: intervene(m, PROMPT, encoders, [Intervention.ablate("L0.F1@2")]),
         lambda: aggregate_graphs(m, [PROMPT], encoders, progress=False),
         lambda: attribution_graph(m, PROMPT, c).faithfulness(m, encoders),
+        lambda: generate(m, PROMPT, encoders, [Intervention.ablate("L0.F1@2")], max_new_tokens=1),
     ):
         with pytest.raises(ArgumentError, match=r"transcoders\[0\] is the encoder of layer 0 .*transcoders=clt"):
             run()

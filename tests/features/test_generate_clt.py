@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from interp.engine import model_from_hf
+from interp.errors import ArgumentError
 from interp.features import CrossLayerTranscoder, Intervention, Steer, generate, intervene
 from tiny_models import tiny_hf_model, tiny_tokenizer
 from tiny_transcoders import random_clt
@@ -108,9 +109,10 @@ def test_clt_generation_is_the_hooked_hf_model(models, family):
     assert r.tokens[0].tolist() == toks
     assert err <= 1e-12 * float(z.abs().max())
     assert float((r.logits - r.baseline_logits).abs().max()) > 1e-2  # the interventions do move the logits
-    # the later decoders matter: the same encoders as per-layer transcoders (own-layer writes only) differ
-    per_layer = generate(m, PROMPT, [c.encoder(l) for l in range(3)], IVS, max_new_tokens=S)
-    assert float((per_layer.logits[0, 0] - r.logits[0, 0]).abs().max()) > 1e-3
+    # the later decoders matter: the same encoders as per-layer transcoders (own-layer writes only) would drop them,
+    # and are refused saying to pass the CLT
+    with pytest.raises(ArgumentError, match=r"transcoders\[0\] is the encoder of layer 0 .*transcoders=clt"):
+        generate(m, PROMPT, [c.encoder(l) for l in range(3)], IVS, max_new_tokens=S)
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2", "neox"])
