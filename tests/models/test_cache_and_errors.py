@@ -125,6 +125,66 @@ def test_cached_load_does_not_dequantize(first_load, monkeypatch):
         assert torch.equal(again.bridge(ids), model.bridge(ids))
 
 
+@pytest.mark.real
+def test_cached_catalog_load_hashes_no_gguf_and_reads_the_tokenizer_once(first_load, gguf_path, monkeypatch):
+    """A cached load hashed the 98 MB GGUF for its cache key (the package's RECORD states its sha256) and read the
+    tokenizer twice (once plain, once again inside the bridge with add_bos_token=True): neither any more, with the
+    same entry, the same tokenizer (BOS first) and the same forward."""
+    cache, model, entry = first_load
+    assert catalog_entry(SMOLLM2).stated_sha256() == _sha256(gguf_path)
+    monkeypatch.setattr(_gguf, "file_sha256", lambda p: pytest.fail(f"hashed {p} on a cached load"))
+    import transformers
+
+    loads = []
+    real = transformers.AutoTokenizer.from_pretrained.__func__
+
+    def counted(cls, *args, **kwargs):
+        loads.append(args[0])
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", classmethod(counted))
+    again = interp.load_model(SMOLLM2, cache_dir=cache)
+    assert loads == [str(entry)]
+    text = "When John and Mary went to the shops, John gave the bag to"
+    plain = real(transformers.AutoTokenizer, str(entry))
+    want = [plain.bos_token_id] + plain(text, add_special_tokens=False)["input_ids"]
+    assert again.to_tokens(text)[0].tolist() == want and again.prepend_bos
+    ids = torch.tensor([want])
+    with torch.no_grad():
+        assert torch.equal(again.bridge(ids), model.bridge(ids))
+
+
+class _Dist:
+    """A stand-in for an installed distribution whose RECORD lists one file."""
+
+    def __init__(self, path: Path, size: int, digest: bytes):
+        import base64
+        from importlib.metadata import FileHash, PackagePath
+
+        row = PackagePath(path.name)
+        row.hash = FileHash("sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode())
+        row.size = size
+        self.files, self.path = [row], path
+
+    def locate_file(self, row):
+        return self.path
+
+
+def test_stated_sha256_is_the_records_only_for_the_file_it_recorded(tmp_path, monkeypatch):
+    """The package's RECORD keys a catalog GGUF only while the file has the size it recorded (else None: hash it)."""
+    import importlib.metadata
+
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" * 10)
+    digest = hashlib.sha256(gguf.read_bytes()).digest()
+    entry = catalog_entry(SMOLLM2)
+    monkeypatch.setattr(type(entry), "path", lambda self: gguf)
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: _Dist(gguf, 40, digest))
+    assert entry.stated_sha256() == digest.hex()
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: _Dist(gguf, 41, digest))
+    assert entry.stated_sha256() is None
+
+
 def _flip_bytes(path: Path) -> None:
     with open(path, "r+b") as f:
         f.seek(path.stat().st_size // 2)
