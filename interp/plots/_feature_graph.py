@@ -424,7 +424,7 @@ def _output_weights(graph: Any, kinds: list[str]) -> Tensor:
     w = getattr(graph, "output_weight", None)
     if w is not None:
         return w.double()
-    return torch.tensor([float(k == "logit") for k in kinds], dtype=torch.float64)
+    return torch.tensor([float(k == "logit") for k in kinds], dtype=torch.float64, device=graph.adjacency.device)
 
 
 def _kept_edges(
@@ -441,21 +441,22 @@ def _kept_edges(
 
     t, s = A.nonzero(as_tuple=True)
     v = A[t, s]
-    row = torch.zeros(A.shape[0], dtype=v.dtype).index_add_(0, t, v.abs())  # Σ_s' |A[t, s']|, from the nonzeros
+    row = torch.zeros(A.shape[0], dtype=v.dtype, device=v.device)  # Σ_s' |A[t, s']|, from the nonzeros
+    row.index_add_(0, t, v.abs())
     score = v.abs() / row[t].clamp_min(1e-30) * (infl + w).clamp_min(0)[t]
     order = score.argsort(descending=True, stable=True)
     t, s, v = t[order], s[order], v[order]
     # the always-drawn inputs of each target: its k strongest sources by |weight|
-    is_out = torch.tensor([k == "logit" for k in kinds], dtype=torch.bool)
+    is_out = torch.tensor([k == "logit" for k in kinds], dtype=torch.bool, device=A.device)
     k_in = torch.where(is_out, TOP_EDGES, ALWAYS_INPUTS)
     rank_in = torch.empty_like(t)  # each edge's rank among its target's inputs by |weight|
     by_w = torch.argsort(v.abs(), descending=True, stable=True)
     by_t = by_w[torch.argsort(t[by_w], stable=True)]  # grouped by target, strongest first within each
     counts = torch.bincount(t, minlength=A.shape[0])
     starts = torch.cumsum(counts, 0) - counts
-    rank_in[by_t] = torch.arange(len(t)) - starts[t[by_t]]
+    rank_in[by_t] = torch.arange(len(t), device=t.device) - starts[t[by_t]]
     must = rank_in < k_in[t]
-    keep = torch.zeros(len(t), dtype=torch.bool)
+    keep = torch.zeros(len(t), dtype=torch.bool, device=t.device)
     keep[:n_keep] = True
     keep |= must
     idx = keep.nonzero(as_tuple=True)[0]
