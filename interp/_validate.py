@@ -8,7 +8,7 @@ from typing import Any, Iterable, Literal, Optional, TypeGuard, overload
 
 import numpy as np
 
-from interp.errors import ArgumentError
+from interp.errors import ArgumentError, UnsupportedOperationError
 
 __all__ = [
     "is_index",
@@ -151,3 +151,15 @@ def check_finite_float(name: str, value: Any) -> float:
     if not is_real(value) or not np.isfinite(value):
         raise ArgumentError(f"{name}={value!r} must be a finite number")
     return float(value)
+
+
+def check_not_inference_mode(owner: str) -> None:
+    """Refuse a call that takes gradients inside ``torch.inference_mode()``: every tensor made there is an inference
+    tensor, which autograd cannot save for backward (``torch.no_grad()`` and ``set_grad_enabled(False)`` are fine:
+    the gradient methods turn gradients on for themselves)."""
+    import torch
+
+    if torch.is_inference_mode_enabled():
+        raise UnsupportedOperationError(
+            f"{owner} takes gradients: call it outside torch.inference_mode() (under torch.no_grad() it runs)"
+        )

@@ -49,6 +49,7 @@ def test_every_public_name_resolves_to_its_subpackage_object():
         "ContextLengthWarning",
         "MetricGapWarning",
         "TokenSpacingWarning",
+        "UnknownTokenWarning",
     }
     assert set(interp.__all__) == set(lazy) | eager and len(interp.__all__) == len(set(interp.__all__))
     for name in interp.__all__:

@@ -55,7 +55,7 @@ from typing import Any, Iterator, Sequence, Union
 import torch
 from torch import Tensor
 
-from interp._validate import check_bool, check_choice, check_cluster
+from interp._validate import check_bool, check_choice, check_cluster, check_not_inference_mode
 from interp.causal._common import _checked_batch, resolve_nodes
 from interp.causal._metrics import as_metric
 from interp.causal._result import PatchResult, patch_result
@@ -361,8 +361,7 @@ def attribution_patch(
     check_choice("positions", positions, ("all", "each"))
     check_choice("direction", direction, ("denoise", "noise"))
     check_bool("qk_fix", qk_fix)
-    if torch.is_inference_mode_enabled():
-        raise UnsupportedOperationError("attribution_patch takes gradients: call it outside torch.inference_mode()")
+    check_not_inference_mode("attribution_patch")
 
     # 2. the plan: the nodes' hooks, the paired batches with the metric bound, the base and source runs' inputs
     m = as_metric(metric, model)

@@ -36,7 +36,7 @@ from torch import Tensor
 from interp._validate import check_int, check_int_min, check_positive_float
 from interp.circuits._common import check_model, check_data
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
-from interp.models import Model, Weights, hf_state_from_weights, hf_writable, model_from_hf_unchecked
+from interp.models import Model, Weights, hf_state_from_weights, hf_writable, is_streamed, model_from_hf_unchecked
 
 __all__ = ["rotate_residual", "random_rotation"]
 
@@ -214,6 +214,12 @@ def rotate_residual(model: Model, R: Tensor, *, atol: float = 1e-5, name: Option
     """
     check_model(model)
     check_positive_float("atol", atol)
+    if is_streamed(model.weights):
+        raise UnsupportedOperationError(
+            f"rotate_residual: model {model.name!r} is placed by accelerate (device_map/offload) and read one block "
+            "at a time, while a rotated model is a new model holding every rotated weight in memory; load it without "
+            "device_map to rotate it"
+        )
     R64 = _check_R(model, R, float(atol))
     _check_model(model, R64, float(atol))
     w = rotated_weights(model, R64)

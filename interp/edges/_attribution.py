@@ -44,13 +44,20 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp._validate import check_bool, check_choice, check_cluster, check_int_min, check_positive_int
+from interp._validate import (
+    check_bool,
+    check_choice,
+    check_cluster,
+    check_int_min,
+    check_not_inference_mode,
+    check_positive_int,
+)
 from interp.causal import BoundMetric, MetricReader, clean_output, make_pair, metric_gap
 from interp.edges._gradient import EdgeScorer, ReaderGradients
 from interp.edges._writes import Acts, EdgeWrites
 from interp.edges._graph import CircuitGraph, circuit_graph
 from interp.edges._scores import EdgeScores
-from interp.errors import CompletenessWarning, UnsupportedOperationError, warn_user
+from interp.errors import CompletenessWarning, warn_user
 from interp.models import Model
 from interp.stream import require_model
 
@@ -120,8 +127,7 @@ def edge_attribution(
     check_bool("progress", progress)
     check_positive_int("batch_size", batch_size, allow_none=True)
     ig_steps = check_int_min("ig_steps", ig_steps, 1)  # the points on the corrupt → clean path (5: the reference's)
-    if torch.is_inference_mode_enabled():
-        raise UnsupportedOperationError("edge_attribution takes gradients: call it outside torch.inference_mode()")
+    check_not_inference_mode("edge_attribution")
 
     # 2. the clean and corrupt batches (the metric bound to them), the graph and its writes
     pair = make_pair(model, clean, corrupt, metric, need_corrupt=True)

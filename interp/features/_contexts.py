@@ -11,6 +11,8 @@ from __future__ import annotations
 import heapq
 from typing import Any, Sequence, Union
 
+from torch import Tensor
+
 from interp._validate import is_int
 from interp.engine import Engine
 from interp.errors import ArgumentError
@@ -47,7 +49,7 @@ def _feature_ids(features: Any, transcoders: Sequence[Transcoder]) -> list[tuple
 def top_activating_contexts(
     model: Model,
     transcoders: Union[Sequence[Transcoder], CrossLayerTranscoder],
-    texts: Sequence[str],
+    texts: Union[Sequence[str], Tensor],
     features: Sequence[Union[str, Feature, tuple]],
     *,
     k: int = 5,
@@ -55,7 +57,8 @@ def top_activating_contexts(
 ) -> dict[str, list[str]]:
     """``{"L3.F12": [context, ...]}``: each feature's ``k`` contexts of largest activation over ``texts``, largest
     first, each the ``before`` tokens before the token and the token marked ``«token»``, then ``(activation)``
-    (module docstring). ``features``: labels (``"L3.F12"``; a position is ignored) or (layer, feature); the
+    (module docstring). ``texts``: strings, or token ids [n, T] (one text a row; a model without a tokenizer).
+    ``features``: labels (``"L3.F12"``; a position is ignored) or (layer, feature); the
     keys are ``"L{layer}.F{feature}"``, which the graph viewer matches to every position of the feature. A
     :class:`CrossLayerTranscoder`'s feature of layer l is read by its encoder l (its activation is that encoder's; its
     decoders do not enter).
@@ -63,8 +66,12 @@ def top_activating_contexts(
     require_model(model)
     if isinstance(transcoders, CrossLayerTranscoder):
         transcoders = [transcoders.encoder(l) for l in range(transcoders.n_layers)]
-    if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
-        raise ArgumentError("texts must be a non-empty list of strings")
+    if isinstance(texts, Tensor) and not texts.is_floating_point() and texts.ndim == 2 and len(texts):
+        texts = [row[None] for row in texts]  # token ids [n, T]: each row one text (a model without a tokenizer)
+    elif not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
+        raise ArgumentError(
+            f"texts={type(texts).__name__} must be a non-empty list of strings or token ids (an int tensor [n, T])"
+        )
     for name, v in (("k", k), ("before", before)):
         if not is_int(v) or v < (1 if name == "k" else 0):
             raise ArgumentError(f"{name}={v!r} must be an int ≥ {1 if name == 'k' else 0}")

@@ -566,7 +566,7 @@ def _check_memory(model: Model, n_prompts: int, longest: int, steps: int) -> Non
     if model.device.type == "cuda":
         free = torch.cuda.mem_get_info(model.device)[0]
     else:
-        import psutil
+        import psutil  # type: ignore[import-untyped]
 
         free = psutil.virtual_memory().available
     if need > free:

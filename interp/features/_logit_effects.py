@@ -13,6 +13,9 @@ import torch
 from torch import Tensor
 
 from interp._norms import apply_frozen
+from interp._validate import is_int
+from interp.errors import ArgumentError
+from interp.labels import Feature, parse
 from interp.features._transcoder import CrossLayerTranscoder
 
 __all__ = ["feature_logit_effects", "top_and_bottom", "top_and_bottom_logits"]
@@ -51,21 +54,36 @@ def top_and_bottom(z: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
     return torch.cat(out_i, 1), torch.cat(out_v, 1)
 
 
+def _pair(x: Any, i: int) -> tuple[int, int]:
+    """(layer, feature) of a feature label ("L3.F12", any position ignored) or a (layer, feature) pair."""
+    if isinstance(x, str):
+        lab = parse(x if "@" in x else x + "@*")
+        if isinstance(lab, Feature):
+            return lab.layer, lab.feature
+    elif isinstance(x, tuple) and len(x) == 2 and all(is_int(v) for v in x):
+        return int(x[0]), int(x[1])
+    raise ArgumentError(f"features[{i}]={x!r} must be a feature label ('L3.F12') or a (layer, feature) pair of ints")
+
+
 def feature_logit_effects(model: Any, dicts: Any, features: Sequence[tuple[int, int]], k: int = 5) -> dict[str, Any]:
     """``{"L3.F12": [(token, effect), ...]}``: each feature's ``k`` most promoted then ``k`` most suppressed tokens,
     the effects z = u W_U of its direction u — its decoder row (a cross-layer transcoder's feature: the sum of its
     writes at every layer, as they all reach the final stream) through the final norm's gain and centring, the
     position's scale 1/σ left out (module docstring). ``dicts``: {model layer: dictionary with ``W_dec`` [F, d]} or a
-    :class:`~interp.features.CrossLayerTranscoder`; ``features``: (model layer, feature) pairs."""
+    :class:`~interp.features.CrossLayerTranscoder`; ``features``: (model layer, feature) pairs or feature labels
+    (``"L3.F12"``)."""
     w = model.weights
     W_U = w.need("W_U")
+    features = [_pair(x, i) for i, x in enumerate(features)]
     rows = []
-    for l, f in features:
-        if isinstance(dicts, CrossLayerTranscoder):
-            i = dicts.model_layers.index(l)
-            rows.append(dicts.W_dec[i][f].sum(0))
-        else:
-            rows.append(dicts[l].W_dec[f])
+    for i, (l, f) in enumerate(features):
+        try:
+            if isinstance(dicts, CrossLayerTranscoder):
+                rows.append(dicts.W_dec[dicts.model_layers.index(l)][f].sum(0))
+            else:
+                rows.append(dicts[l].W_dec[f])
+        except (IndexError, KeyError, ValueError):
+            raise ArgumentError(f"features[{i}]=L{l}.F{f}: the dictionaries have no feature {f} at layer {l}") from None
     if not rows:
         return {}
     with torch.no_grad():

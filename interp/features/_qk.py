@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from interp._result import Result
-from interp._validate import check_int_range
+from interp._validate import check_int_range, check_not_inference_mode
 from interp.engine import allowed_keys, apply_rotary
 from interp.errors import ArgumentError
 from interp.features._prompt import one_prompt
@@ -61,6 +61,7 @@ def qk_attribution(
     below ``layer``). The pair must be one the head attends to (causal, inside a sliding window)."""
     # 1. the arguments, and a pair the head attends to
     require_model(model)
+    check_not_inference_mode("qk_attribution")
     check_replaceable(model, transcoders)
     tokens, mask = one_prompt(model, prompt)
     layer, head, qp, kp = _pair(model, tokens.shape[1], layer, head, query_pos, key_pos, tokens.device)

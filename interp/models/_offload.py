@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 from collections import ChainMap, OrderedDict
 from dataclasses import fields
@@ -84,7 +85,8 @@ class LayerStack:
         if l in self._cache:
             self._cache.move_to_end(l)
             return self._cache[l]
-        t = self._read(l)
+        with torch.inference_mode(False), torch.no_grad():  # ordinary tensors wherever it is first read (see ordinary)
+            t = self._read(l)
         self._cache[l] = t
         while len(self._cache) > self._keep:
             self._cache.popitem(last=False)
@@ -443,6 +445,11 @@ def check_placement(device_map: Any, max_memory: Any, offload_folder: Any) -> Op
     return Placement(device_map, budget, folder)
 
 
+def _size(n: int) -> str:
+    """A byte count as MiB (KiB below one MiB, so a small block does not read "0 MiB")."""
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{math.ceil(n / 2**10)} KiB"
+
+
 def check_budget(
     placement: Placement, source: Union[str, Path], config: Any, dtype: torch.dtype, model_class: Any
 ) -> None:
@@ -460,8 +467,9 @@ def check_budget(
     from accelerate import init_empty_weights  # type: ignore[import-untyped]
     from accelerate.utils import compute_module_sizes
 
-    with init_empty_weights():
-        empty = model_class.from_config(config, dtype=dtype)
+    with init_empty_weights():  # an Auto class builds from a config; a model class (BERT's) is called with it
+        make = getattr(model_class, "from_config", None)
+        empty = make(config, dtype=dtype) if make is not None else model_class(config)
     blocks, prefix = _blocks(empty, config.num_hidden_layers)
     sizes = compute_module_sizes(empty, dtype=dtype)
     block = max(int(sizes[f"{prefix}{i}"]) for i in range(len(blocks)))
@@ -469,6 +477,6 @@ def check_budget(
     if room and max(room.values()) < block:
         raise MemoryCapError(
             f"max_memory={ {k: v for k, v in placement.max_memory.items()} } (bytes): no device can hold even one "
-            f"block of this model ({block / 2**20:.1f} MiB in {str(dtype).replace('torch.', '')}), which it must "
-            f"to run it; allow at least {block / 2**20:.0f} MiB on one device (more is faster)"
+            f"block of this model ({_size(block)} in {str(dtype).replace('torch.', '')}), which it must "
+            f"to run it; allow at least {_size(block)} on one device (more is faster)"
         )
