@@ -2,7 +2,8 @@
 reading one block's weights at a time from wherever accelerate placed it.
 
 The reference is the same checkpoint loaded in memory (its values are checked against the Hugging Face model
-elsewhere, and by the load-time self-check here); the offloaded run must reproduce it to ≤ 1e-6. On smollm2 (fp32,
+elsewhere, and by the load-time self-check here); the offloaded run must reproduce it to ≤ 1e-6 (≤ 1e-5 on smollm2's
+30 layers, where the order of float32 sums differs). On smollm2 (fp32,
 ~540 MB of weights, cap 200 MB with the rest on disk) the peak resident memory of a subprocess running the
 analyses is also compared with the in-memory run's (≤ 60 %).
 """
@@ -235,7 +236,8 @@ def test_smollm2_under_a_200MB_cap_equals_in_memory_with_less_peak_memory(tmp_pa
     assert off["placed"] == ["cpu", "disk"]  # most blocks read back from disk
     assert off["closure"] == pytest.approx(mem["closure"], abs=1e-6) and off["closure"] <= 1e-4
     for k in ("attr", "patch", "edges"):
-        torch.testing.assert_close(ov[k], mv[k], rtol=1e-6, atol=1e-6, msg=k)
+        # 30 layers of float32 summed in another order (one block at a time): 1e-5 at a scale of ~5 (patch)
+        torch.testing.assert_close(ov[k], mv[k], rtol=1e-5, atol=1e-5, msg=k)
     ratio = off["peak"] / mem["peak"]
     above = (off["peak"] - off["imports"]) / (mem["peak"] - mem["imports"])
     print(
