@@ -41,6 +41,7 @@ PROMPTS = ["w1 w2 w3 w4 w5", "w6 w7 w8 w9 w10"]
 #: exported dataclass-like classes that are not results, and why
 NOT_RESULTS = {
     "ArchInfo": "a model's architecture description",
+    "Example": "a catalog model's default prompt, answer and task (catalog data, not a result)",
     "Block": "a block's wiring, the ordered steps every forward interprets (a description, not a result)",
     "Step": "one step of a block description",
     "CrossLayerTranscoder": (

@@ -93,7 +93,9 @@ def test_edges_clean_equal_to_corrupt_warn(m):
     msgs = _gap_warnings(caught)
     assert len(msgs) == 1 and msgs[0].startswith("edge_attribution: M(clean) = ")
     assert not [c for c in caught if issubclass(c.category, interp.CompletenessWarning)]
-    assert float(s.scores.abs().max()) == 0.0  # nothing differs: every score is 0
+    # nothing differs: every score is 0 up to float32 rounding (the clean and corrupt passes batch the same prompts
+    # differently, so M(clean) − M(corrupt) is ~1e-8, not exactly 0, on some CPUs)
+    assert float(s.scores.abs().max()) <= 1e-6
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ev = evaluate_circuit(m, CLEAN, CLEAN, [], metric=MET)
