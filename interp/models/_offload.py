@@ -117,6 +117,16 @@ class LayerStack:
             "the model without device_map"
         )
 
+    def _arithmetic(self, other: Any) -> Any:
+        return self._refuse("arithmetic over the whole stack")
+
+    # Python looks operators up on the type, not through __getattr__: without these, ``W * g`` raised a raw TypeError
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _arithmetic
+    __matmul__ = __rmatmul__ = __truediv__ = __rtruediv__ = _arithmetic
+
+    def __neg__(self) -> Any:
+        return self._refuse("arithmetic over the whole stack")
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):  # private / protocol lookups (copy, pickle, hasattr probes) are plain misses
             raise AttributeError(name)

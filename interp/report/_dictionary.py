@@ -18,6 +18,8 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 
+from torch import Tensor
+
 from interp._io import write_atomic
 from interp._validate import check_positive_int, is_int
 from interp.errors import ArgumentError, ExportError
@@ -82,7 +84,7 @@ def _contexts(model: Model, dicts: Any, texts: Sequence[str], feats: list[tuple[
         if any(isinstance(d, SAE) for d in dicts.values()):
             return {}
         dicts = _pad(model, dicts)
-    return top_activating_contexts(model, dicts, list(texts), list(feats), k=k)
+    return top_activating_contexts(model, dicts, texts if isinstance(texts, Tensor) else list(texts), list(feats), k=k)
 
 
 def _pad(model: Model, dicts: dict[int, Any]) -> list[Any]:
