@@ -76,7 +76,7 @@ def _sample(ev: DictionaryEvaluation, n: int, seed: int) -> list[tuple[int, int]
     return out
 
 
-def _contexts(model: Model, dicts: Any, texts: Sequence[str], feats: list[tuple[int, int]], k: int) -> dict:
+def _contexts(model: Model, dicts: Any, texts: Any, feats: list[tuple[int, int]], k: int) -> dict:
     """Top activating contexts of the transcoder features (SAEs: none); a partial set is read at its layers only."""
     if not feats or texts is None or len(texts) == 0:
         return {}
@@ -186,7 +186,7 @@ def dictionary_page(
     by = _by_layer(dicts)
     feats = _sample(evaluation, features_per_layer, seed)
     has_texts = texts is not None and len(texts) > 0  # strings, or token ids [n, T] (a model without a tokenizer)
-    ctx = _contexts(model, by, texts if has_texts else [], feats, contexts)
+    ctx = _contexts(model, by, texts if texts is not None and has_texts else [], feats, contexts)
     effects = feature_logit_effects(model, by, feats, contexts)
     html = _render(model, evaluation, feats, ctx, effects, title, has_texts)
     write_atomic(p, html.encode("utf-8"))
