@@ -75,7 +75,7 @@ print(interp.predict(model, PROMPT, k=5).to_dataframe())
 
 # %%
 t = time.perf_counter()
-tc = train_transcoders(model, layers="all", width=1024, k=8, tokens=8192, eval_tokens=2048)
+tc = train_transcoders(model, layers="all", width=1024, k=8, tokens=8192, eval_tokens=512)
 print(tc, f"({'loaded from the cache' if tc.from_cache else 'trained'} in {time.perf_counter() - t:.0f} s)")
 print(f"trained at {tc.tokens_per_second} tokens/s" if tc.tokens_per_second else "")
 df = tc.to_dataframe()
@@ -87,11 +87,10 @@ fig.update_layout(title="Transcoders per layer (smollm2-135m)", xaxis_title="lay
 fig.show()
 
 # %% [markdown]
-# The defaults fit the budget: with 8,192 tokens (8 batches) the learning rate is 1e-2 and each batch gets four
-# Adam steps (`tc.config["lr"]`, `tc.config["passes"]`). Every layer does better than the mean (FVU below 1), but
-# the `DictionaryQualityWarning` above names the layers most of whose 1,024 features never fired on the 2,048
-# held-out tokens: a few thousand training tokens use a fraction of the width (a smaller width or more tokens
-# would use more).
+# The defaults fit the budget: the learning rate and the Adam steps per batch are chosen from the width and the
+# number of updates (`tc.config["lr"]`, `tc.config["passes"]` show what was used). A warning above, if any, names
+# the layers whose features did not all fire on the 512 held-out tokens: a few thousand training tokens use part
+# of the width (a smaller width or more tokens would use more).
 #
 # FVU is the fraction of the MLP output's variance (around its mean, on held-out chapters) the transcoder does
 # not reconstruct: 1 is as good as predicting the mean. L0 is the mean number of active features per token (at
@@ -307,7 +306,7 @@ print(interp.predict(gemma, G_PROMPT, k=5).to_dataframe())
 
 # %%
 t = time.perf_counter()
-gtc = train_transcoders(gemma, layers="all", width=1024, k=8, tokens=12288, eval_tokens=2048)
+gtc = train_transcoders(gemma, layers="all", width=1024, k=8, tokens=12288, eval_tokens=512)
 print(gtc, f"({'loaded from the cache' if gtc.from_cache else 'trained'} in {time.perf_counter() - t:.0f} s)")
 print(f"trained at {gtc.tokens_per_second} tokens/s" if gtc.tokens_per_second else "")
 print(gtc.to_dataframe().iloc[::2].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
