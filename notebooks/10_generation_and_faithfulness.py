@@ -53,7 +53,7 @@ pio.renderers.default = "plotly_mimetype+png"  # interactive in Jupyter; a PNG c
 torch.manual_seed(0)
 model = interp.load_model("smollm2-135m")
 PROMPT = "The capital of France is"
-tc = train_transcoders(model, layers="all", width=1024, k=8, tokens=8192, eval_tokens=2048)
+tc = train_transcoders(model, layers="all", width=1024, k=8, tokens=8192, eval_tokens=512)
 print(tc, "(from the cache)" if tc.from_cache else "(trained)")
 g = attribution_graph(model, PROMPT, tc.transcoders, target=" Paris")
 print(f"graph: {g.n_nodes} nodes, closure relative error {g.relative_error:.1e}")
@@ -162,7 +162,7 @@ agg.plot(n=20).show()
 
 # %%
 t = time.perf_counter()
-clt = train_transcoders(model, layers="all", width=256, k=8, tokens=4096, eval_tokens=1024, cross_layer=True)
+clt = train_transcoders(model, layers="all", width=256, k=8, tokens=4096, eval_tokens=512, cross_layer=True)
 print(clt, "(from the cache)" if clt.from_cache else f"(trained in {time.perf_counter() - t:.0f} s)")
 t = time.perf_counter()
 gc = attribution_graph(model, PROMPT, clt.transcoders, target=" Paris")
