@@ -102,6 +102,10 @@ def test_every_function_runs_with_gradients_disabled(tmp_path):
         "generate": lambda: F.generate(m, "w1 w2 w3 w4", tcs, ["L0.F1@*"], max_new_tokens=2, frozen_attention=True),
         "aggregate_graphs": lambda: F.aggregate_graphs(m, ["w1 w2 w3 w4", "w5 w6 w7"], tcs, progress=False),
         "top_activating_contexts": lambda: F.top_activating_contexts(m, tcs, ["w1 w2 w3"], ["L0.F1@*"]),
+        "feature_logit_effects": lambda: F.feature_logit_effects(m, tcs, ["L0.F1", "L1.F2"], k=2),
+        "evaluate_dictionary": lambda: F.evaluate_dictionary(
+            m, tcs, tokens=[" ".join(f"w{i % 90 + 3}" for i in range(64))], seq_len=8
+        ),
         "sae_reconstruction": lambda: F.sae_reconstruction(
             m, "w1 w2 w3", F.SAE(tcs[0].W_enc, tcs[0].b_enc, tcs[0].W_dec, tcs[0].b_dec, layer=0, site="resid_pre")
         ),
@@ -109,6 +113,9 @@ def test_every_function_runs_with_gradients_disabled(tmp_path):
     public = {n for n in F.__all__ if inspect.isfunction(getattr(F, n))} - {
         "load_saes",
         "load_transcoders",
+        "modern_corpus",  # text from a package: no tensors, no gradients
+        "held_out_corpus",
+        "english_corpus",
         "default_lr",
         "default_passes",
     }
