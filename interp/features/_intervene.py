@@ -464,7 +464,7 @@ def intervene(
         model_name=model.name,
         regime=regime,
         closure_tolerance=tol,
-        live_logits_after=live.detach().cpu(),
+        live_logits_after=live.detach().cpu().clone(),  # its own storage: the live regime passes the same tensor
     )
 
 

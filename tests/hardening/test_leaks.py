@@ -62,13 +62,15 @@ def _runs(model) -> dict[str, Callable[[], Any]]:
     }
     calls["privileged_basis_report"] = lambda: privileged_basis_report(model, PROMPTS)
     calls["report(static=False)"] = lambda: report(
-        model, PROMPTS[0], answer="w3" if model.arch.has_unembed else None, out_dir=_scratch(), static=False
+        model, PROMPTS[0], answer=5 if model.arch.has_unembed else None, out_dir=_scratch(), static=False
     )
     if model.arch.attn_only:
         calls["path_expansion"] = lambda: path_expansion(model, PROMPTS[:1], order=2)
         del calls["trace(neurons=True)"]
     if model.arch.has_unembed:
-        calls["attribute_logits(head)"] = lambda: attribute_logits(model, PROMPTS, answer="w3", wrong="w4")
+        calls["attribute_logits(head)"] = lambda: attribute_logits(
+            model, PROMPTS, answer=5, wrong=6
+        )  # ids: every tiny vocabulary has them
         calls["attribute_logits(neuron, batch_size=1)"] = lambda: attribute_logits(
             model, PROMPTS, answer=3, unit="neuron", batch_size=1
         )
