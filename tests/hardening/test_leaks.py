@@ -367,7 +367,13 @@ def _results(models) -> dict[str, list[Any]]:
         attribution_graph(l, "w1 w2 w3 w4", random_transcoders(l, 16, seed=1), max_n_logits=3),
         attribution_graph(g, "w5 w6 w7", random_transcoders(g, 8, seed=2, activation="topk"), target="w3", wrong="w4"),
     ]
-    from interp.features import Intervention, intervene, qk_attribution
+    from interp.features import Intervention, evaluate_dictionary, intervene, qk_attribution
+
+    out["DictionaryEvaluation"] = [
+        evaluate_dictionary(
+            l, random_transcoders(l, 16, seed=3), tokens=[" ".join(f"w{i % 90 + 3}" for i in range(64))], seq_len=16
+        )
+    ]
 
     out["QKAttribution"] = [
         qk_attribution(l, "w1 w2 w3 w4", random_transcoders(l, 16, seed=1), 1, 3, key_pos=2),
