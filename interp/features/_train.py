@@ -619,8 +619,8 @@ def _not_cached(plan: _Plan) -> str:
 
 def _per_layer(ev: DictionaryEvaluation, layers: list[int]) -> dict[str, list[float]]:
     """Each layer's row of an evaluation: fvu, l0, dead, loss_recovered, kl, in the order of ``layers``."""
-    index = {lab: i for i, lab in enumerate(ev.row_labels)}
-    rows = [index[f"L{l}"] for l in layers]
+    index = {(l, site): i for i, (l, site) in enumerate(zip(ev.layers, ev.sites))}
+    rows = [index[(l, "mlp_out")] for l in layers]
     cols = dict(fvu=ev.fvu, l0=ev.l0, dead=ev.dead_fraction, loss_recovered=ev.loss_recovered, kl=ev.kl_spliced)
     return {name: [float(v[i]) for i in rows] for name, v in cols.items()}
 
