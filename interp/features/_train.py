@@ -383,7 +383,7 @@ def train_transcoders(
     "modern": the bundled modern English corpus; "kjv": the King James Bible; or a list of documents, every tenth
     held out), read as sequences of ``seq_len`` tokens, ``batch_size`` sequences a step. Adam at ``lr``, reached after
     a linear warm-up over the first 5% of the updates; by default scaled to the width and budget,
-    :func:`default_lr` (3e-3 · √(1024 / width) up to 500 updates, falling as 1/√updates to sparsify's Adam setting
+    :func:`default_lr` (2e-3 · √(1024 / width) up to 500 updates, falling as 1/√updates to sparsify's Adam setting
     2e-4 / √(width / 2¹⁴)); ``passes`` updates on each batch read (its tokens counted once; default
     :func:`default_passes`: 4 for a short run, 1 from 64 batches — where the model's forward costs more than an
     update, as on a CPU, a short run learns more per token read). The decoders start at zero and the encoder's
