@@ -140,19 +140,22 @@ def decode(W_dec: list[Tensor], idx: Tensor, vals: Tensor) -> Tensor:
 
 
 def _aux_loss(s: TrainState, pre: Tensor, resid: Tensor, dead: Tensor, aux_k: int) -> Tensor:
-    """The AuxK loss per output layer l: the FVU of the residual ``resid`` [n, N, d] reconstructed by the ``aux_k``
-    largest pre-activations of encoder l's dead features through their decoders to layer l itself (0 where encoder l
-    has none). A cross-layer transcoder's dead features are revived through their own layer's decoder only: decoding
-    aux_k (d_model / 2) features into every later layer cost more than the model's forward and grew as features
-    died — the cause of a CLT run's tokens/s falling sixfold as it trained."""
-    ka = min(aux_k, int(dead.sum(1).max()))
-    masked = pre.masked_fill(~dead[:, None, :], float("-inf"))
-    avals, aidx = masked.topk(ka, dim=-1)
-    avals = torch.relu(avals)  # -inf (a layer with fewer dead features) → 0
-    own = s.W_dec if not s.cross else [w[:, :1] for w in s.W_dec]
-    aux = fvu(resid, decode(own, aidx, avals))
-    aux = torch.where(dead.any(1), aux, torch.zeros_like(aux))
-    return aux.nan_to_num(0.0).sum()
+    """The AuxK loss summed over output layers: for each layer l with dead features, the FVU of the residual
+    ``resid[l]`` [N, d] reconstructed by the min(aux_k, n_dead_l) largest pre-activations (ReLU'd) of encoder l's dead
+    features through their decoders to layer l itself. Each layer takes its own dead features only — the top-k runs
+    over those columns and decodes min(aux_k, n_dead_l) rows per token — so a layer with many dead features (a
+    model's last layer) does not make every other layer decode aux_k rows: padding every layer to the largest count
+    halved a 30-layer run's tokens/s once AuxK set in. A cross-layer transcoder's dead features are revived through
+    their own layer's decoder only: decoding aux_k (d_model / 2) features into every later layer cost more than the
+    model's forward and grew as features died — the cause of a CLT run's tokens/s falling sixfold as it trained."""
+    total = pre.new_zeros(())
+    for i in torch.nonzero(dead.any(1)).flatten().tolist():
+        cols = torch.nonzero(dead[i]).flatten()
+        avals, j = pre[i][:, cols].topk(min(aux_k, cols.numel()), dim=-1)
+        own = s.W_dec[i][:, 0]  # [F, d]: encoder i's decoder to its own layer
+        rec = F.embedding_bag(cols[j], own, per_sample_weights=torch.relu(avals), mode="sum")
+        total = total + fvu(resid[i : i + 1], rec[None]).nan_to_num(0.0).sum()
+    return total
 
 
 @torch.enable_grad()  # also under a caller's torch.no_grad() / set_grad_enabled(False), as transformer-lens's demos

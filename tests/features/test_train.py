@@ -504,3 +504,36 @@ def test_a_cached_single_layer_run_reads_back(llama, tmp_path):
         assert t.layer == 1 and torch.equal(t.W_enc, r[1].W_enc) and torch.equal(t.W_dec, r[1].W_dec) and t.k == 4
     with pytest.raises(ResultFormatError, match="nor a name in"):
         load_transcoders(r.path.name, model)  # not in the default cache
+
+
+def test_auxk_loss_takes_each_layers_own_dead_features():
+    """The AuxK loss of each layer reconstructs its residual from the min(aux_k, n_dead) largest ReLU'd
+    pre-activations of its own dead features, however many the other layers have (here 0, 3 and 12 dead of 16 with
+    aux_k 5): checked against a dense [N, F] coefficient matrix per layer, and its gradient reaches dead features
+    only."""
+    from interp.features._train_state import TrainState, _aux_loss
+
+    g = torch.Generator().manual_seed(0)
+    s = TrainState(3, 8, 16, g)
+    with torch.no_grad():
+        for w in s.W_dec:
+            w.normal_(generator=g)
+    pre = torch.randn(3, 10, 16, generator=g, dtype=torch.float32).requires_grad_()
+    resid = torch.randn(3, 10, 8, generator=g)
+    dead = torch.zeros(3, 16, dtype=torch.bool)
+    dead[1, [2, 7, 11]] = True
+    dead[2, 4:] = True
+    got = _aux_loss(s, pre, resid, dead, aux_k=5)
+    want = torch.zeros((), dtype=torch.float64)
+    for i in (1, 2):
+        p = pre[i].detach().double().masked_fill(~dead[i], float("-inf"))
+        ka = min(5, int(dead[i].sum()))
+        keep = torch.zeros_like(p, dtype=torch.bool).scatter(1, p.topk(ka, dim=-1).indices, True)
+        coef = torch.where(keep & dead[i], p.clamp_min(0), torch.zeros_like(p))  # [N, F]
+        rec = coef @ s.W_dec[i][:, 0].detach().double()
+        r = resid[i].double()
+        want += (r - rec).pow(2).sum() / (r - r.mean(0)).pow(2).sum()
+    assert abs(float(got) - float(want)) <= 1e-5 * float(want)
+    got.backward()
+    assert pre.grad[0].abs().sum() == 0 and pre.grad[1][:, ~dead[1]].abs().sum() == 0
+    assert pre.grad[2][:, :4].abs().sum() == 0 and pre.grad[2][:, 4:].abs().sum() > 0
