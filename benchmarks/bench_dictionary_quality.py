@@ -95,6 +95,7 @@ def main() -> None:
         f"last quarter {last:.0f}); whole run {wall:.0f} s wall, {cpu:.0f} CPU-s; peak RSS {rss:.1f} GB; "
         f"load average {os.getloadavg()[0]:.1f}"
     )
+    print("CPU seconds per batch:", " ".join(f"{v:.1f}" for v in per_batch))
 
 
 if __name__ == "__main__":
