@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Optional, Sequence, Union
 
@@ -505,6 +506,16 @@ def check_live(owner: str, regime: str, what: str, change: float, live: float, n
     :data:`LIVE_AGREEMENT` of it (opposite signs included) and by more than the rounding the closure tolerance
     allows (``noise``, in logits). The one regime-against-live check (:func:`intervene`,
     :func:`interp.features.generate`)."""
+    if not math.isfinite(change) and math.isfinite(live):
+        warn_user(
+            f"{owner}: {what} by {change} in the {regime!r} regime but by {live:+.4g} in the live model: the regime's "
+            "run overflowed (an intervened write this large grows through the later layers, where the live model's "
+            "norms would bound it); read the live effect (the result's "
+            f"{'live_metric_change' if owner == 'intervene' else 'live_first_logits'}), or intervene with a smaller "
+            "value or at fewer positions",
+            RegimeWarning,
+        )
+        return True
     gap = abs(change - live)
     if not (gap > noise and gap > LIVE_AGREEMENT * abs(live)):
         return False

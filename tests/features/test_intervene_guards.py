@@ -288,3 +288,16 @@ def test_messages(llama):
         intervene(m, PROMPT, tcs, Intervention.clamp("L0.F2@3", torch.tensor([1.0, 2.0])), target="w3")
     with pytest.raises(ArgumentError, match=r"value=nan must be a finite number"):
         intervene(m, PROMPT, tcs, Intervention.clamp("L0.F2@3", torch.tensor(float("nan"))), target="w3")
+
+
+def test_an_overflowed_regime_run_warns_with_the_live_effect():
+    """A regime run whose change is not finite (a large clamp at every position overflowed through the later layers,
+    as on smollm2's cross-layer transcoder at layer 0: NaN where the live model moved by −0.13) warns, naming the live
+    effect, instead of passing the NaN on without a word (NaN fails every comparison the agreement check makes)."""
+    with pytest.warns(RegimeWarning, match="overflowed.*live_metric_change"):
+        assert iv.check_live("intervene", "frozen attention", "the metric moved", float("nan"), -0.13, 1e-6)
+    with pytest.warns(RegimeWarning, match="overflowed.*live_first_logits"):
+        assert iv.check_live("generate", "frozen attention", "the first step moved", float("inf"), 2.0, 1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not iv.check_live("intervene", "frozen attention", "the metric moved", -0.14, -0.13, 1e-6)
