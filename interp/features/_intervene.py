@@ -506,12 +506,12 @@ def check_live(owner: str, regime: str, what: str, change: float, live: float, n
     :data:`LIVE_AGREEMENT` of it (opposite signs included) and by more than the rounding the closure tolerance
     allows (``noise``, in logits). The one regime-against-live check (:func:`intervene`,
     :func:`interp.features.generate`)."""
+    live_field = "live_metric_change" if owner == "intervene" else "live_first_logits"
     if not math.isfinite(change) and math.isfinite(live):
         warn_user(
             f"{owner}: {what} by {change} in the {regime!r} regime but by {live:+.4g} in the live model: the regime's "
             "run overflowed (an intervened write this large grows through the later layers, where the live model's "
-            "norms would bound it); read the live effect (the result's "
-            f"{'live_metric_change' if owner == 'intervene' else 'live_first_logits'}), or intervene with a smaller "
+            f"norms would bound it); read the live effect (the result's {live_field}), or intervene with a smaller "
             "value or at fewer positions",
             RegimeWarning,
         )
@@ -527,8 +527,8 @@ def check_live(owner: str, regime: str, what: str, change: float, live: float, n
     }[regime]
     warn_user(
         f"{owner}: {what} by {change:+.4g} in the {regime!r} regime but by {live:+.4g} in the live model ({how}): "
-        f"there {why}, which this regime holds fixed. The live effect is the result's "
-        f"{'live_metric_change' if owner == 'intervene' else 'live_first_logits'} (frozen_attention=False"
+        f"there {why}, which this regime holds fixed. The live effect is the result's {live_field} "
+        "(frozen_attention=False"
         f"{', freeze_features=False' if owner == 'intervene' else ''} runs live); filter "
         "interp.features.RegimeWarning to keep this regime's without a word",
         RegimeWarning,
