@@ -134,8 +134,8 @@ def decode(W_dec: list[Tensor], idx: Tensor, vals: Tensor) -> Tensor:
     for i, w in enumerate(W_dec):
         F_, m, d = w.shape
         out = F.embedding_bag(idx[i], w.reshape(F_, m * d), per_sample_weights=vals[i], mode="sum").view(N, m, d)
-        for t in range(m):
-            parts[i + t].append(out[:, t])
+        for t, o in enumerate(out.unbind(1)):  # unbind's backward stacks once; out[:, t]'s zero-fills [N, m, d] per t
+            parts[i + t].append(o)
     return torch.stack([reduce(torch.add, p) for p in parts])
 
 
@@ -148,13 +148,24 @@ def _aux_loss(s: TrainState, pre: Tensor, resid: Tensor, dead: Tensor, aux_k: in
     cost 12 % of a 30-layer update: 2.17 against 1.90 CPU-s, smollm2's shapes, one layer 43 % dead). A cross-layer
     transcoder's dead features are revived through their own layer's decoder only: decoding aux_k (d_model / 2)
     features into every later layer cost more than the model's forward and grew as features died — the cause of a
-    CLT run's tokens/s falling sixfold as it trained."""
+    CLT run's tokens/s falling sixfold as it trained. Where the kept rows are at least a quarter of the dead columns
+    the reconstruction is one dense GEMM over the dead columns (the unkept coefficients zero); otherwise a gather-sum
+    of the kept rows: the same sum, the cheaper way (266 dead of 512, aux_k 320, d 640, 1,016 tokens: 0.022 against
+    0.145 CPU-s forward and backward)."""
     total = pre.new_zeros(())
     for i in torch.nonzero(dead.any(1)).flatten().tolist():
         cols = torch.nonzero(dead[i]).flatten()
-        avals, j = pre[i][:, cols].topk(min(aux_k, cols.numel()), dim=-1)
         own = s.W_dec[i][:, 0]  # [F, d]: encoder i's decoder to its own layer
-        rec = F.embedding_bag(cols[j], own, per_sample_weights=torch.relu(avals), mode="sum")
+        p = pre[i][:, cols]  # [N, n_dead]
+        if cols.numel() <= 4 * aux_k:  # most dead columns are kept: a dense GEMM, 3-7x faster than the gather-sum
+            coef = torch.relu(p)
+            if aux_k < cols.numel():
+                avals, j = p.topk(aux_k, dim=-1)
+                coef = torch.zeros_like(p).scatter(-1, j, torch.relu(avals))
+            rec = coef @ own[cols]
+        else:  # a few of many: the gather-sum of aux_k rows per token
+            avals, j = p.topk(aux_k, dim=-1)
+            rec = F.embedding_bag(cols[j], own, per_sample_weights=torch.relu(avals), mode="sum")
         total = total + fvu(resid[i : i + 1], rec[None]).nan_to_num(0.0).sum()
     return total
 

@@ -506,11 +506,12 @@ def test_a_cached_single_layer_run_reads_back(llama, tmp_path):
         load_transcoders(r.path.name, model)  # not in the default cache
 
 
-def test_auxk_loss_takes_each_layers_own_dead_features():
+@pytest.mark.parametrize("aux_k", [5, 2, 20])
+def test_auxk_loss_takes_each_layers_own_dead_features(aux_k):
     """The AuxK loss of each layer reconstructs its residual from the min(aux_k, n_dead) largest ReLU'd
-    pre-activations of its own dead features, however many the other layers have (here 0, 3 and 12 dead of 16 with
-    aux_k 5): checked against a dense [N, F] coefficient matrix per layer, and its gradient reaches dead features
-    only."""
+    pre-activations of its own dead features, however many the other layers have (here 0, 3 and 12 dead of 16; aux_k
+    5, 2 and 20 take the dense and the gather-sum ways): checked against a dense [N, F] coefficient matrix per layer
+    in float64, its gradient to the decoders too, and its gradient reaches dead features only."""
     from interp.features._train_state import TrainState, _aux_loss
 
     g = torch.Generator().manual_seed(0)
@@ -523,17 +524,51 @@ def test_auxk_loss_takes_each_layers_own_dead_features():
     dead = torch.zeros(3, 16, dtype=torch.bool)
     dead[1, [2, 7, 11]] = True
     dead[2, 4:] = True
-    got = _aux_loss(s, pre, resid, dead, aux_k=5)
+    got = _aux_loss(s, pre, resid, dead, aux_k=aux_k)
     want = torch.zeros((), dtype=torch.float64)
+    decs = [w.detach().double().requires_grad_() for w in s.W_dec]
     for i in (1, 2):
         p = pre[i].detach().double().masked_fill(~dead[i], float("-inf"))
-        ka = min(5, int(dead[i].sum()))
+        ka = min(aux_k, int(dead[i].sum()))
         keep = torch.zeros_like(p, dtype=torch.bool).scatter(1, p.topk(ka, dim=-1).indices, True)
         coef = torch.where(keep & dead[i], p.clamp_min(0), torch.zeros_like(p))  # [N, F]
-        rec = coef @ s.W_dec[i][:, 0].detach().double()
+        rec = coef @ decs[i][:, 0]
         r = resid[i].double()
-        want += (r - rec).pow(2).sum() / (r - r.mean(0)).pow(2).sum()
+        want = want + (r - rec).pow(2).sum() / (r - r.mean(0)).pow(2).sum()
     assert abs(float(got) - float(want)) <= 1e-5 * float(want)
     got.backward()
+    want.backward()
+    assert s.W_dec[0].grad is None and decs[0].grad is None  # layer 0 has no dead features
+    for w, ref in zip(s.W_dec[1:], decs[1:]):
+        assert torch.allclose(w.grad.double(), ref.grad, rtol=1e-4, atol=1e-6)
     assert pre.grad[0].abs().sum() == 0 and pre.grad[1][:, ~dead[1]].abs().sum() == 0
     assert pre.grad[2][:, :4].abs().sum() == 0 and pre.grad[2][:, 4:].abs().sum() > 0
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_decode_and_its_gradient_are_the_dense_products(cross):
+    """The training's sparse decode ŷ_l' = Σ_{l ≤ l'} f_l W_dec[l → l'] (a gather-sum of each token's k rows per
+    encoder) and its gradients to the decoders and the kept values equal a dense [N, F] coefficient matrix times each
+    decoder block, in float64."""
+    from interp.features._train_state import decode
+
+    g = torch.Generator().manual_seed(1)
+    n, N, F_, d, k = 4, 12, 16, 6, 3
+    W = [torch.randn(F_, (n - i) if cross else 1, d, generator=g).requires_grad_() for i in range(n)]
+    pre = torch.randn(n, N, F_, generator=g)
+    v, idx = pre.relu().topk(k, dim=-1)
+    vals = v.clone().requires_grad_()
+    got = decode(W, idx, vals)
+    Wd = [w.detach().double().requires_grad_() for w in W]
+    vd = vals.detach().double().requires_grad_()
+    coef = [torch.zeros(N, F_, dtype=torch.float64).scatter(1, idx[i], vd[i]) for i in range(n)]
+    want = torch.stack(
+        [sum(coef[i] @ Wd[i][:, t - i] for i in range(t + 1) if t - i < Wd[i].shape[1]) for t in range(n)]
+    )
+    assert torch.allclose(got.double(), want, rtol=1e-5, atol=1e-5)
+    probe = torch.randn(n, N, d, generator=g)
+    (got * probe).sum().backward()
+    (want * probe.double()).sum().backward()
+    for w, ref in zip(W, Wd):
+        assert torch.allclose(w.grad.double(), ref.grad, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(vals.grad.double(), vd.grad, rtol=1e-5, atol=1e-5)
