@@ -157,15 +157,14 @@ def _aux_loss(s: TrainState, pre: Tensor, resid: Tensor, dead: Tensor, aux_k: in
         cols = torch.nonzero(dead[i]).flatten()
         own = s.W_dec[i][:, 0]  # [F, d]: encoder i's decoder to its own layer
         p = pre[i][:, cols]  # [N, n_dead]
-        if cols.numel() <= 4 * aux_k:  # most dead columns are kept: a dense GEMM, 3-7x faster than the gather-sum
-            coef = torch.relu(p)
-            if aux_k < cols.numel():
-                avals, j = p.topk(aux_k, dim=-1)
-                coef = torch.zeros_like(p).scatter(-1, j, torch.relu(avals))
-            rec = coef @ own[cols]
-        else:  # a few of many: the gather-sum of aux_k rows per token
+        if aux_k >= cols.numel():  # every dead feature kept
+            rec = torch.relu(p) @ own[cols]
+        else:
             avals, j = p.topk(aux_k, dim=-1)
-            rec = F.embedding_bag(cols[j], own, per_sample_weights=torch.relu(avals), mode="sum")
+            if cols.numel() <= 4 * aux_k:  # most dead columns kept: a dense GEMM, 3-7x faster than the gather-sum
+                rec = torch.zeros_like(p).scatter(-1, j, torch.relu(avals)) @ own[cols]
+            else:  # a few of many: the gather-sum of aux_k rows per token
+                rec = F.embedding_bag(cols[j], own, per_sample_weights=torch.relu(avals), mode="sum")
         total = total + fvu(resid[i : i + 1], rec[None]).nan_to_num(0.0).sum()
     return total
 
