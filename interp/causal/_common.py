@@ -13,8 +13,8 @@ from typing import Any, Optional, Sequence
 import torch
 from torch import Tensor
 
-from interp.engine import Engine, RunCache, unembed
-from interp.causal._metrics import BoundMetric, Metric, as_metric, final_norm
+from interp.engine import BoundMetric, Engine, MetricReader, RunCache, clean_output, metric_of
+from interp.causal._metrics import Metric, as_metric
 from interp.errors import AblationWarning, ArgumentError, LabelError, ShapeError, warn_user
 from interp.labels import Attn, Embed, Head, HeadInput, Mlp, Resid, as_label
 from interp.models import Batch, resid_hook_names
@@ -27,7 +27,10 @@ __all__ = [
     "resolve_nodes",
     "Pair",
     "make_pair",
-    "MetricReader",
+    "MetricReader",  # the engine's (interp.engine.MetricReader), re-exported: the metric layer is below features
+    "baselines",
+    "clean_output",
+    "metric_of",
     "source_acts",
     "check_reference_spread",
 ]
@@ -193,76 +196,6 @@ def make_pair(model: Model, clean: Any, corrupt: Any, metric: Any, *, need_corru
     cb = bound.extend(cb) or cb
     kb = bound.extend(kb, name="corrupt")
     return Pair(engine=Engine.of(model), clean=cb, corrupt=kb, metric=m, bound=bound)
-
-
-class MetricReader:
-    """The metric of final residual rows, the one reader of every analysis that re-runs the model:
-    ``read(x [R, T, d], prompt [R], t0=0) -> M [R]`` for rows carrying positions t0… of prompts ``prompt``
-    (positions before t0, where the metric needs them, are the ``base`` run's).
-
-    In two steps for the gradient passes, so a gradient can be taken at the final norm's output:
-    ``norm(x)`` = N_f(x) (σ recomputed; the identity for post-norm encoders) and ``head(y, prompt)`` = M of
-    whole normed rows (the metric position(s), or the mean over real tokens after the per-position readout;
-    logits y W_U + b_U, soft-capped where the model caps them). ``head`` refuses, under autograd, a metric
-    whose value carries no gradient (``name``: the argument named in that error)."""
-
-    def __init__(
-        self,
-        model: Model,
-        bound: BoundMetric,
-        clean_out: Optional[Tensor] = None,
-        base: Optional[RunCache] = None,
-        *,
-        name: str = "metric",
-    ):
-        self.model, self.bound, self.clean_out, self.base, self.name = model, bound, clean_out, base, name
-
-    def __call__(self, x: Tensor, prompt: Tensor, t0: int = 0) -> Tensor:
-        b, model = self.bound, self.model
-        if t0 > 0 and (b.positions is None or b.span > 1):  # positions before t0 needed: the base run's there
-            if self.base is None:
-                raise RuntimeError("a metric of rows starting after position 0 needs the base run")
-            x, t0 = torch.cat([self.base.final[prompt, :t0], x], dim=1), 0
-        if b.positions is None:  # pooled after the per-position readout
-            out = b.select(b.read(model, x), prompt)
-        else:
-            out = b.read(model, b.at(x, prompt, t0))
-        return b(out, prompt=prompt, clean=self.clean_out)
-
-    def norm(self, x: Tensor) -> Tensor:
-        """N_f(x), the final norm with σ recomputed (x itself where the model has none)."""
-        return final_norm(self.model, x)[0]
-
-    def head(self, y: Tensor, prompt: Tensor) -> Tensor:
-        """M [R] of whole normed final rows y [R, T, d] (what :meth:`norm` gives)."""
-        b, w = self.bound, self.model.weights
-        h = y if b.positions is None else b.at(y, prompt)
-        out = h if b.space == "hidden" else unembed(h, w.need("W_U"), w.b_U, self.model.arch.final_softcap)
-        if b.positions is None:
-            out = b.select(out, prompt)
-        M = b(out, prompt=prompt, clean=self.clean_out)
-        if torch.is_grad_enabled() and (not M.is_floating_point() or not M.requires_grad):
-            raise ArgumentError(
-                f"{self.name}={b.name!r} returned {M.dtype} values without a gradient; a gradient "
-                "method differentiates the metric — use a float function of the logits "
-                "(e.g. interp.LogitDiff), not argmax or integer outputs"
-            )
-        return M
-
-
-def metric_of(model: Model, bound: BoundMetric, run: RunCache, clean_out: Optional[Tensor]) -> Tensor:
-    """The metric [n_prompts] of a whole run."""
-    P = run.final.shape[0]
-    return MetricReader(model, bound, clean_out, run)(run.final, torch.arange(P, device=run.final.device))
-
-
-def clean_output(model: Model, bound: BoundMetric, clean_run: RunCache) -> Optional[Tensor]:
-    """The clean run's metric input per prompt (only metrics that compare with it, e.g. KL, need it)."""
-    if not bound.needs_clean:
-        return None
-    if bound.positions is None:
-        return bound.select(bound.read(model, clean_run.final))
-    return bound.read(model, bound.select(clean_run.final))
 
 
 def baselines(

@@ -13,7 +13,8 @@ Logit metrics read ``logits = N_f(x) W_U + b_U`` of the final residual x at that
 as MiniLM) are analysed through their final hidden state: there only :class:`Direction` (or a
 callable on the hidden state) applies, and a logit metric raises an error naming ``metric``.
 
-The shared interface, used by every causal and edge analysis::
+The shared interface, used by every causal and edge analysis (a metric binds to an
+:class:`interp.engine.BoundMetric`; its input is :func:`interp.engine.readout`, the one logit readout)::
 
     bound = metric.bind(model, batch)          # tokens resolved, positions fixed, per prompt
     x = bound.select(resid_final, prompt)      # [rows, d_model]: the metric position
@@ -43,17 +44,15 @@ differentiable torch, so gradients (attribution patching) flow through it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, ClassVar, Optional, Sequence, Union
 
 import torch
-from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp._norms import norm_scale
 from interp._validate import check_bool
 from interp.attribution import TokenSpec, check_distinct, resolve_candidate, resolve_tokens, warn_unspaced
-from interp.engine import unembed
+from interp.engine import BoundMetric, final_norm, readout
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 from interp.models import Batch
 from interp.models import Model, text_ids
@@ -70,133 +69,11 @@ __all__ = [
     "Direction",
     "CustomMetric",
     "as_metric",
-    "final_norm",
+    "final_norm",  # BoundMetric, final_norm and readout are the engine's, re-exported
     "readout",
 ]
 
 PosSpec = Union[int, Sequence[int], str]
-
-
-def final_norm(model: Model, x: Float[Tensor, "... d_model"], scale: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
-    """(N_f(x), σ): the decoder's final norm applied to ``x``, with σ recomputed or frozen at ``scale``.
-
-    Post-norm encoders have no final norm (their last block ends in one): N_f is the identity.
-    """
-    arch, w = model.arch, model.weights
-    if model.block.normed_stream or arch.norm == "none" or w.lnf_w is None:
-        return x, torch.ones_like(x[..., :1])
-    sigma = norm_scale(x, arch.norm, arch.norm_eps).to(x.dtype) if scale is None else scale.to(x.dtype)
-    y = x - x.mean(dim=-1, keepdim=True) if arch.norm == "layernorm" else x
-    y = y / sigma * w.lnf_w
-    if arch.norm == "layernorm" and w.lnf_b is not None:
-        y = y + w.lnf_b
-    return y, sigma
-
-
-def readout(model: Model, x: Float[Tensor, "... d_model"], space: str, scale: Optional[Tensor] = None) -> Tensor:
-    """The metric's input from the final residual ``x``: logits N_f(x) W_U + b_U, or the hidden N_f(x)."""
-    y, _ = final_norm(model, x, scale)
-    if space == "hidden":
-        return y
-    w = model.weights
-    return unembed(y, w.need("W_U"), w.b_U, model.arch.final_softcap)
-
-
-@dataclass(frozen=True, eq=False)
-class BoundMetric:
-    """A metric resolved for one batch of prompts (see the module docstring)."""
-
-    name: str
-    space: str  # "logits" | "hidden"
-    n_prompts: int
-    positions: Optional[Int[Tensor, " batch"]]  # absolute metric position per prompt; None = mean pool
-    mask: Int[Tensor, "batch pos"]
-    needs_clean: bool
-    fn: Callable[[Tensor, Tensor, Optional[Tensor]], Tensor] = field(repr=False)
-    span: int = 1  # positions read per prompt: p … p + span − 1 (a teacher-forced continuation, or pos="all")
-    append: Optional[Int[Tensor, "batch k"]] = field(default=None, repr=False)  # teacher-forced tokens
-
-    @property
-    def last_positions(self) -> Optional[Tensor]:
-        """The last position each prompt's metric reads [batch] (None: mean-pooled)."""
-        return None if self.positions is None else self.positions + (self.span - 1)
-
-    def extend(self, batch: Optional[Batch], *, name: str = "inputs") -> Optional[Batch]:
-        """``batch`` with the teacher-forced continuation inserted after each row's last real token (padding
-        after it moves right); ``batch`` itself when the metric appends nothing."""
-        if batch is None or self.append is None or self.append.shape[1] == 0:
-            return batch
-        app = self.append.to(batch.tokens.device)
-        B, T = batch.tokens.shape
-        if B != app.shape[0]:
-            if not bool((app == app[0]).all()):
-                raise ArgumentError(
-                    f"{name} has {B} prompts but the metric's per-prompt continuations are for "
-                    f"{app.shape[0]}; give {name} one prompt per clean prompt, or one continuation "
-                    "shared by every prompt"
-                )
-            app = app[:1].expand(B, -1)
-        k = app.shape[1]
-        tokens = torch.zeros(B, T + k, dtype=batch.tokens.dtype, device=batch.tokens.device)
-        mask = torch.zeros(B, T + k, dtype=batch.attention_mask.dtype, device=batch.tokens.device)
-        idx = torch.arange(T, device=batch.tokens.device)
-        last = torch.where(batch.attention_mask.bool(), idx, -1).max(1).values  # each row's last real token
-        for b in range(B):
-            e = int(last[b]) + 1
-            tokens[b, :e], mask[b, :e] = batch.tokens[b, :e], batch.attention_mask[b, :e]
-            tokens[b, e : e + k], mask[b, e : e + k] = app[b], 1
-            tokens[b, e + k :], mask[b, e + k :] = batch.tokens[b, e:], batch.attention_mask[b, e:]
-        return Batch(tokens=tokens, attention_mask=mask)
-
-    def at(self, x: Float[Tensor, "rows pos d"], prompt: Tensor, t0: int = 0) -> Tensor:
-        """Rows of ``x`` (holding positions t0…) at each row's metric position(s): [rows, d], or [rows, span, d]
-        for a metric that reads several positions."""
-        if self.positions is None:
-            raise ShapeError("a mean-pooled metric has no metric position; use select()")
-        rows = torch.arange(x.shape[0], device=x.device)
-        start = self.positions.to(x.device)[prompt.to(x.device)] - t0
-        if self.span == 1:
-            return x[rows, start]
-        return x[rows[:, None], start[:, None] + torch.arange(self.span, device=x.device)]
-
-    def _prompt(self, prompt: Optional[Tensor], rows: int, device: Any) -> Tensor:
-        if prompt is None:
-            if rows != self.n_prompts:
-                raise ShapeError(f"{rows} rows but {self.n_prompts} prompts: pass prompt= (the prompt of each row)")
-            return torch.arange(rows, device=device)
-        return prompt.to(device)
-
-    def select(self, hidden: Float[Tensor, "rows pos d"], prompt: Optional[Tensor] = None) -> Float[Tensor, "rows d"]:
-        """Each row's metric position (or its mean over the prompt's real tokens)."""
-        p = self._prompt(prompt, hidden.shape[0], hidden.device)
-        if self.positions is None:
-            m = self.mask.to(hidden.device, hidden.dtype)[p]  # [rows, pos]
-            return (hidden * m[..., None]).sum(1) / m.sum(1, keepdim=True)
-        return self.at(hidden, p)
-
-    def read(self, model: Model, x: Float[Tensor, "rows d_model"], scale: Optional[Tensor] = None) -> Tensor:
-        """Logits (logit metrics) or the final hidden state (direction metrics) of final residuals ``x``."""
-        return readout(model, x, self.space, scale)
-
-    def __call__(self, out: Tensor, *, prompt: Optional[Tensor] = None, clean: Optional[Tensor] = None) -> Tensor:
-        """The metric [rows] of ``out`` (what :meth:`read` returns), checked for shape and finiteness."""
-        p = self._prompt(prompt, out.shape[0], out.device)
-        if self.needs_clean and clean is None:
-            raise ArgumentError(f"metric {self.name} compares with the clean run: pass clean= (its output per prompt)")
-        c = clean[p] if clean is not None else None
-        v = self.fn(out, p, c)
-        if not isinstance(v, Tensor) or v.shape != (out.shape[0],):
-            shape = tuple(v.shape) if isinstance(v, Tensor) else type(v).__name__
-            raise ShapeError(
-                f"metric {self.name} returned {shape}; a metric must return one number per prompt, "
-                f"a tensor of shape [{out.shape[0]}]"
-            )
-        if not bool(torch.isfinite(v).all()):
-            raise ArgumentError(
-                f"metric {self.name} returned a non-finite value ({v.tolist()[:4]}…); "
-                "a metric must be finite on every prompt"
-            )
-        return v
 
 
 class Metric:

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from interp.engine._forward import Engine
-from interp.engine._rotary import unembed
+from interp.engine._readout import readout
 from interp.errors import EngineMismatchError, UnsupportedArchitectureError
 from interp.models import Model, load_progress, load_step
 from interp.models import load_model_unchecked, model_from_hf_unchecked
@@ -86,10 +86,8 @@ def self_check(model: Model, *, tol: Optional[float] = None) -> float:
     engine = Engine.of(model)
     with torch.inference_mode():
         run = engine.run(ids, mask)
-        w = model.weights
         if a.has_logits:
-            x = engine.norm(run.final, w.need("lnf_w"), w.lnf_b) if a.norm != "none" else run.final
-            mine_final = unembed(x, w.need("W_U"), w.b_U, a.final_softcap)
+            mine_final = readout(model, run.final)
             theirs_final = out if isinstance(out, Tensor) else out.logits
         else:
             mine_final = run.final

@@ -6,18 +6,17 @@ RoPE rotates each pair of query/key coordinates by the angle t·θ_i of the posi
 
 the pairs being the two halves of the first ``rotary_dim`` coordinates or adjacent coordinates
 (``ArchInfo.rotary_interleaved``); the tables come from :func:`interp.models.rotary_tables`. A query at t
-sees key s when s ≤ t (causal), and with a sliding window w also s > t − w. The unembedding of the final
-normalised stream y is logits = y W_U + b_U, soft-capped as c·tanh(logits / c) where the model does so.
+sees key s when s ≤ t (causal), and with a sliding window w also s > t − w.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["allowed_keys", "apply_rotary", "unembed"]
+__all__ = ["allowed_keys", "apply_rotary"]
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, interleaved: bool) -> Tensor:
@@ -73,11 +72,3 @@ def allowed_keys(n_queries: int, n_keys: int, *, causal: bool, window: int = 0, 
     if window:
         ok = ok & (s > t - window) & (s < t + window)
     return ok
-
-
-def unembed(y: Tensor, W_U: Tensor, b_U: Optional[Tensor], softcap: float = 0.0) -> Tensor:
-    """logits = y W_U + b_U (then c·tanh(logits / c) when ``softcap`` c > 0, as Gemma 2 caps its logits)."""
-    out = y @ W_U
-    if b_U is not None:
-        out = out + b_U
-    return torch.tanh(out / softcap) * softcap if softcap else out

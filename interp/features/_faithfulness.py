@@ -46,7 +46,7 @@ from torch import Tensor
 
 from interp._result import Result, faithfulness_areas, metric_gap
 from interp._validate import check_bool, check_choice, is_int
-from interp.engine import Patch
+from interp.engine import Patch, final_norm, readout, unembedding
 from interp.errors import ArgumentError, warn_user
 from interp.features._intervene import CLOSURE_TOLERANCE
 from interp.features._prompt import one_prompt
@@ -243,7 +243,7 @@ def graph_faithfulness(
         ref_text = "zero"
 
     # 4. the runs, and the graph's metric read off each
-    W_U, b_U = _unembed(real)
+    W_U, b_U = unembedding(model, weights=real.frozen.w)  # in the replacement model's dtype
     pos, u, b_u, graph_value = _output(graph, W_U, b_U)
     writes = _Writes.of(real, graph, feat_nodes, K_feat, K_err, abl_a, abl_e)
     m = _run(real, tokens, mask, writes, pos, u, b_u, frozen_attention).detach().double().cpu()
@@ -412,15 +412,6 @@ class _Writes:
         return later[..., l, :] + tc.b_dec + tc.skip(h2) + self.err[l]
 
 
-def _unembed(real: RealRun) -> tuple[Tensor, Tensor]:
-    """W_U [d, V] and b_U [V] (zeros where the model has none) in the replacement model's dtype."""
-    w = real.frozen.w
-    W_U = w.W_U
-    assert W_U is not None  # check_replaceable: a decoder with an unembedding
-    b_U = torch.zeros(W_U.shape[1], dtype=real.dtype, device=W_U.device) if w.b_U is None else w.b_U
-    return W_U, b_U
-
-
 def _run(
     real: RealRun,
     tokens: Tensor,
@@ -453,7 +444,7 @@ def _run(
             h2 = mlp_input(e, x, store.get("resid_mid"), l).to(real.dtype)
             patch = Patch(site="mlp_out", layer=l, rows=rows, value=writes(l, h2).to(e_dt))
             x = e.layer(l, x, prompt=prompt, mask=mask, patches=[patch])
-        return e.norm(x[:, pos], e.w.lnf_w, e.w.lnf_b).to(real.dtype) @ u + b_u
+        return final_norm(e.model, x[:, pos].to(real.dtype), weights=fr.w)[0] @ u + b_u
 
 
 def _closure(
@@ -461,9 +452,8 @@ def _closure(
 ) -> tuple[float, float, float]:
     """|M(every node) − the graph's value|, that over the largest |logit| of the real forward at ``pos`` (the scale of
     :data:`CLOSURE_TOLERANCE`), and the tolerance; past it a :class:`ClosureWarning`."""
-    fr, w = real.frozen, real.frozen.w
-    with torch.no_grad():
-        scale = float((fr.e.norm(real.final[pos], w.lnf_w, w.lnf_b) @ W_U + b_U).abs().max())
+    with torch.no_grad():  # the largest linear logit
+        scale = float(readout(model, real.final[pos], weights=real.frozen.w, capped=False).abs().max())
     closure = abs(full - graph_value)
     relative = closure / max(scale, torch.finfo(real.dtype).tiny)
     tol = CLOSURE_TOLERANCE.get(model.dtype, 1e-3)

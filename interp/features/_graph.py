@@ -31,6 +31,7 @@ from torch import Tensor
 from interp._norms import apply_frozen
 from interp._validate import check_positive_int, is_int, is_real
 from interp.attribution import TokenSpec
+from interp.engine import readout, soft_cap, unembedding
 from interp.errors import ArgumentError
 from interp.features._jacobian import Ends, FrozenJacobian
 from interp.features._logit_effects import top_and_bottom_logits
@@ -190,14 +191,10 @@ class LogitTargets:
         """``t_id``'s logit (minus ``w_id``'s where given), or without ``t_id`` the top logits by the model's own
         (soft-capped) probabilities: the most probable until they sum to ``desired_logit_prob``, at most
         ``max_n_logits`` (circuit-tracer's choice)."""
-        a, w, dt = model.arch, model.weights, real.dtype
-        dev = real.final.device
-        W_U = w.W_U.to(dt)  # type: ignore[union-attr]  # check_replaceable: a decoder with an unembedding
-        b_U = torch.zeros(a.d_vocab, dtype=dt, device=dev) if w.b_U is None else w.b_U.to(dt)
-        lnf_w = w.lnf_w.to(dt) if w.lnf_w is not None else None
-        lnf_b = None if w.lnf_b is None else w.lnf_b.to(dt)
-        logits = real.frozen.e.norm(real.final[pos], lnf_w, lnf_b) @ W_U + b_U
-        capped = torch.tanh(logits / a.final_softcap) * a.final_softcap if a.final_softcap else logits
+        a, dt, fw = model.arch, real.dtype, real.frozen.w  # fw: the weights in the replacement model's dtype
+        W_U, b_U = unembedding(model, weights=fw)
+        logits = readout(model, real.final[pos], weights=fw, capped=False)  # the linear logits (before the cap)
+        capped = soft_cap(logits, a.final_softcap)
         probs = torch.softmax(capped.double(), -1)  # the model's own next-token probabilities
         if t_id is None:
             top_p, top_i = probs.sort(descending=True)

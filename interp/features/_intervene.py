@@ -34,7 +34,7 @@ from torch import Tensor
 from interp._result import Result
 from interp._validate import check_bool, check_finite_float, check_positive_int, is_int
 from interp.attribution import TokenSpec
-from interp.engine import Patch
+from interp.engine import Patch, readout
 from interp.errors import ArgumentError, LabelError, warn_user
 from interp.features._prompt import one_prompt, output_tokens, position, token_text
 from interp.features._replacement import RealRun, check_replaceable, real_forward
@@ -329,7 +329,7 @@ def _run(
             x = real.emb[None]
             for l in range(L):
                 x, _ = fr.step(l, x, functools.partial(_batched, write, l))
-            z = fr.readout(x, pos, w.W_U, _bias(fr))[0]  # type: ignore[arg-type]
+            scale: Optional[Tensor] = fr.s_final[pos]  # the final norm's σ frozen at the real forward
         else:
             x = e.embed(e.embed_parts(tokens))
             prompt = torch.zeros(1, dtype=torch.long, device=tokens.device)
@@ -347,21 +347,13 @@ def _run(
                     else Patch(site="mlp_out", layer=l, rows=rows, value=delta(l, h2)[None].to(e_dt), add=True)
                 )
                 x = e.layer(l, x, prompt=prompt, mask=mask, patches=[patch])
-            lnf_b = None if e.w.lnf_b is None else e.w.lnf_b
-            y = e.norm(x[0, pos], e.w.lnf_w, lnf_b).to(real.dtype)
-            z = y @ w.W_U + _bias(fr)  # type: ignore[operator]
-    c = fr.a.final_softcap
-    return torch.tanh(z / c) * c if c else z
+            x, scale = x.to(real.dtype), None  # the final norm recomputed, in the replacement model's dtype
+        return readout(e.model, x[0, pos], scale=scale, weights=w)
 
 
 def _batched(write: Callable[[int, Tensor], Tensor], l: int, h2: Tensor) -> Tensor:
     """``write(l, ·)`` on a batch of one prompt [1, n, d]."""
     return write(l, h2[0])[None]
-
-
-def _bias(fr: Any) -> Tensor:
-    w = fr.w
-    return torch.zeros(fr.a.d_vocab, dtype=fr.dt, device=w.W_U.device) if w.b_U is None else w.b_U
 
 
 def intervene(
@@ -471,11 +463,8 @@ def intervene(
 
 def _real_logits(model: Model, real: RealRun, pos: int) -> Tensor:
     """The model's own logits [d_vocab] at ``pos``, read off the real forward's final stream."""
-    fr = real.frozen
     with torch.no_grad():
-        z = fr.e.norm(real.final[pos], fr.w.lnf_w, fr.w.lnf_b) @ fr.w.W_U + _bias(fr)  # type: ignore[operator]
-        c = model.arch.final_softcap
-        return torch.tanh(z / c) * c if c else z
+        return readout(model, real.final[pos], weights=real.frozen.w)
 
 
 def check_closure(
