@@ -53,6 +53,7 @@ __all__ = [
     "on_host",
     "metric_gap",
     "faithfulness_areas",
+    "faithfulness_curves",
     "GAP_RTOL",
 ]
 
@@ -302,6 +303,30 @@ def metric_gap(
             MetricGapWarning,
         )
     return math.nan
+
+
+def faithfulness_curves(
+    values: "torch.Tensor",
+    full: "torch.Tensor",
+    empty: "torch.Tensor",
+    x: "torch.Tensor",
+    *,
+    warn: Optional[Sequence[str]] = None,
+    names: tuple[str, str] = ("M(all)", "M(none)"),
+    undefined: str = "faithfulness values (M(C) − M(∅)) / (M(all) − M(∅))",
+) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
+    """(f, CPR, CMD) of n curves: f [n, k] = (M(C) − M(∅)) / (M(all) − M(∅)) from the means ``values`` [n, k] and
+    ``full``, ``empty`` [n] (each curve's gap by :func:`metric_gap`: NaN where M(all) ≈ M(∅); ``warn``: the analysis
+    to name for each curve in that warning), and their areas over ``x`` [k] (:func:`faithfulness_areas`). The one
+    computation of an in-process curve and of a curve merged from shards."""
+    f = torch.empty_like(values)
+    for i in range(values.shape[0]):
+        gap = metric_gap(
+            float(full[i]), float(empty[i]), warn=None if warn is None else warn[i], names=names, undefined=undefined
+        )
+        f[i] = (values[i] - empty[i]) / gap
+    cpr, cmd = faithfulness_areas(f, x)
+    return f, cpr, cmd
 
 
 def prompt_alias(prompt: Any, batch: Any, *, default: Any = 0, owner: str = "") -> tuple[Any, str]:

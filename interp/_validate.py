@@ -3,8 +3,10 @@ the value it got and what is allowed."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import operator
-from typing import Any, Iterable, Literal, Optional, TypeGuard, overload
+from typing import Any, Callable, Iterable, Literal, Optional, TypeGuard, TypeVar, cast, overload
 
 import numpy as np
 
@@ -24,7 +26,10 @@ __all__ = [
     "check_int_range",
     "check_positive_float",
     "check_positive_int",
+    "shardable",
 ]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def is_int(value: Any) -> TypeGuard[int]:
@@ -112,6 +117,35 @@ def check_cluster(cluster: Any, out: Any) -> Any:
             f"cluster={cluster!r:.80} must be None (in process) or an interp.RayCluster(workers=N | address=...)"
         )
     return cluster
+
+
+def shardable(fn: _F) -> _F:
+    """A dataset-level function ``fn(model, ..., *, cluster=None, out=None)`` that runs sharded when given a cluster:
+    with ``cluster`` or ``out`` set, the call becomes ``check_cluster(cluster, out).sweep(fn.__name__, model, out=out,
+    progress=..., **every other argument)`` (defaults filled in, so a shard's fingerprint names the whole call), and
+    the cluster runs ``fn`` itself on each shard with ``cluster=None``; without them ``fn`` runs in process. The one
+    re-dispatch of every sharded function. The cluster is any object with a ``sweep`` method (an
+    ``interp.RayCluster``): nothing here imports Ray."""
+    sig = inspect.signature(fn)
+    for name in ("cluster", "out"):
+        if sig.parameters.get(name, None) is None or sig.parameters[name].kind is not inspect.Parameter.KEYWORD_ONLY:
+            raise TypeError(f"@shardable {fn.__name__} must take a keyword-only {name}= argument")
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        cluster, out = kwargs.get("cluster"), kwargs.get("out")
+        if cluster is None and out is None:
+            return fn(*args, **kwargs)
+        call = sig.bind(*args, **kwargs)
+        call.apply_defaults()
+        rest = dict(call.arguments)
+        model = rest.pop(next(iter(sig.parameters)))
+        del rest["cluster"], rest["out"]
+        if "progress" in rest:  # the driver's bar (None, "auto": shown)
+            rest["progress"] = rest["progress"] is not False
+        return check_cluster(cluster, out).sweep(fn.__name__, model, out=out, **rest)
+
+    return cast(_F, run)
 
 
 def check_positive_float(name: str, value: Any) -> float:

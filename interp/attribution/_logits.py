@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp._validate import check_bool, check_cluster, check_positive_int, is_int
+from interp._validate import check_bool, check_positive_int, is_int, shardable
 from interp.attribution._answers import TokenSpec, warn_unspaced
 from interp.attribution._result import LogitAttribution
 from interp.attribution._sources import head_source_terms, require_head_sources
@@ -284,6 +284,7 @@ def _expand_sources(labels: list[str], values: Tensor, sources: Tensor) -> tuple
     return out_labels, torch.cat(rows)
 
 
+@shardable
 def attribute_logits(
     model: Model,
     inputs: Union[str, Sequence[str], Tensor],
@@ -318,22 +319,6 @@ def attribute_logits(
     finished shard for resume (docs/scaling.md).
     """
     require_model(model)
-    if cluster is not None or out is not None:
-        return check_cluster(cluster, out).sweep(
-            "attribute_logits",
-            model,
-            out=out,
-            progress=progress is not False,
-            inputs=inputs,
-            answer=answer,
-            wrong=wrong,
-            pos=pos,
-            unit=unit,
-            target=target,
-            wrong_agg=wrong_agg,
-            multi_token=multi_token,
-            batch_size=batch_size,
-        )
     # 1. the inputs checked: unit, prompts, batch size, positions, targets
     _check_unit(model, unit)
     items, is_text = _prompts(inputs)

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from interp._norms import apply_frozen
-from interp._validate import check_bool, check_choice, check_cluster, check_positive_int
+from interp._validate import check_bool, check_choice, check_positive_int, shardable
 from interp.causal._common import Pair, PatchNode, check_reference_spread, make_pair, resolve_nodes
 from interp.engine import RunCache
 from interp.causal._patch import ABLATIONS, check_ablation, sweep_nodes
@@ -100,6 +100,7 @@ def carry_to_final(model: Model, node: PatchNode, delta: Tensor, clean: RunCache
     return x
 
 
+@shardable
 def effects(
     model: Model,
     clean: Any,
@@ -124,21 +125,6 @@ def effects(
     """
     # 1. the inputs checked (a cluster runs this call per shard of the prompts)
     require_model(model)
-    if cluster is not None or out is not None:
-        return check_cluster(cluster, out).sweep(
-            "effects",
-            model,
-            out=out,
-            progress=progress,
-            clean=clean,
-            corrupt=corrupt,
-            metric=metric,
-            nodes=nodes,
-            ablation=ablation,
-            reference=reference,
-            batch_size=batch_size,
-            seed=seed,
-        )
     check_choice("ablation", ablation, ABLATIONS)
     check_bool("progress", progress)
     check_positive_int("batch_size", batch_size, allow_none=True)

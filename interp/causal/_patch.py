@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from interp._validate import check_bool, check_choice, check_cluster, check_int, check_positive_int
+from interp._validate import check_bool, check_choice, check_int, check_positive_int, shardable
 from interp.causal._common import (
     PatchNode,
     Pair,
@@ -149,6 +149,7 @@ def run_pair(
     return c, k
 
 
+@shardable
 def patch(
     model: Model,
     clean: Any,
@@ -182,23 +183,6 @@ def patch(
     """
     # 1. the inputs checked (a cluster runs this call per shard of the prompt pairs)
     require_model(model)
-    if cluster is not None or out is not None:
-        return check_cluster(cluster, out).sweep(
-            "patch",
-            model,
-            out=out,
-            progress=progress,
-            clean=clean,
-            corrupt=corrupt,
-            metric=metric,
-            nodes=nodes,
-            positions=positions,
-            direction=direction,
-            ablation=ablation,
-            reference=reference,
-            batch_size=batch_size,
-            seed=seed,
-        )
     check_choice("positions", positions, POSITIONS)
     check_choice("direction", direction, DIRECTIONS)
     check_choice("ablation", ablation, ABLATIONS)

@@ -31,6 +31,7 @@ from interp.distributed._shard import fingerprint, input_keys, model_source, n_p
 from interp._validate import check_int_min, check_positive_int
 from interp.errors import ArgumentError, CompletenessWarning, InterpError, MissingPackageError
 from interp.models import Model
+from interp.stream import require_model
 
 __all__ = ["RayCluster", "DEFAULT_OBJECT_STORE"]
 
@@ -258,6 +259,7 @@ class RayCluster:
         **args: Any,
     ) -> Any:
         """``fn(model, **args)`` sharded over the prompts, merged exactly (what ``cluster=`` calls)."""
+        require_model(model)
         # 1. the shards: the prompts cut into contiguous ranges (with out=, the manifest's when it is this sweep)
         if fn not in MERGES:
             raise ArgumentError(f"cluster=: {fn!r} is not sharded yet; the sharded functions are {sorted(MERGES)}")

@@ -13,11 +13,11 @@ prompt ranges of sizes n_s (N = Σ n_s), so the merged result is the in-process 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Sequence
 
 import torch
 
+from interp._result import faithfulness_curves
 from interp.attribution import LogitAttribution, resolve_targets
 from interp.causal import Effects, PatchResult
 from interp.edges import CircuitEvaluation, EdgeScores, FaithfulnessCurve, check_completeness
@@ -182,7 +182,8 @@ def merge_faithfulness(
 ) -> FaithfulnessCurve:
     """One :class:`interp.FaithfulnessCurve` from the shards': the means M(C_k), M(all), M(∅) prompt-weighted
     (the shards' prompt counts are in ``details["bounds"]``), then faithfulness = (M(C) − M(∅)) / (M(all) − M(∅)),
-    CPR and CMD recomputed from them as in process — never a mean of the shards' ratios."""
+    CPR and CMD recomputed from them by the in-process computation (:func:`interp._result.faithfulness_curves`) — never
+    a mean of the shards' ratios."""
     first = parts[0]
     n = torch.tensor([b - a for a, b in details["bounds"]], dtype=torch.float64)
     w = n / n.sum()
@@ -191,13 +192,7 @@ def merge_faithfulness(
         return sum((getattr(p, field).double() * w[i] for i, p in enumerate(parts)), torch.zeros(()))
 
     V, full, empty = mean("values"), mean("full"), mean("empty")
-    F = torch.empty_like(V)
-    for i in range(V.shape[0]):
-        gap = full[i] - empty[i]
-        F[i] = (V[i] - empty[i]) / gap if gap else math.nan
-    x = torch.tensor(first.sizes, dtype=torch.float64)
-    cpr = torch.stack([torch.trapezoid(F[i], x) for i in range(V.shape[0])])
-    cmd = torch.stack([torch.trapezoid((1 - F[i]).abs(), x) for i in range(V.shape[0])])
+    F, cpr, cmd = faithfulness_curves(V, full, empty, torch.tensor(first.sizes, dtype=torch.float64))
     given = (args or {}).get("_reference_given", True)
     return dataclasses.replace(
         first,

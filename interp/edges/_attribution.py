@@ -47,10 +47,10 @@ from tqdm.auto import tqdm
 from interp._validate import (
     check_bool,
     check_choice,
-    check_cluster,
     check_int_min,
     check_not_inference_mode,
     check_positive_int,
+    shardable,
 )
 from interp.causal import BoundMetric, MetricReader, clean_output, make_pair, metric_gap
 from interp.edges._gradient import EdgeScorer, ReaderGradients
@@ -73,6 +73,7 @@ IG_AT = ("inputs", "activations")
 SCALES = ("recomputed", "frozen")
 
 
+@shardable
 def edge_attribution(
     model: Model,
     clean: Any,
@@ -106,21 +107,6 @@ def edge_attribution(
     """
     # 1. the inputs checked (a cluster runs this call per shard of the prompt pairs)
     require_model(model)
-    if cluster is not None or out is not None:
-        return check_cluster(cluster, out).sweep(
-            "edge_attribution",
-            model,
-            out=out,
-            progress=progress,
-            clean=clean,
-            corrupt=corrupt,
-            metric=metric,
-            method=method,
-            ig_steps=ig_steps,
-            ig_at=ig_at,
-            scale=scale,
-            batch_size=batch_size,
-        )
     check_choice("method", method, METHODS)
     check_choice("ig_at", ig_at, IG_AT)
     check_choice("scale", scale, SCALES)

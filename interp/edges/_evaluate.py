@@ -30,8 +30,8 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._result import Result
-from interp._validate import check_bool, check_choice, check_cluster, check_finite_float, check_int
-from interp._result import faithfulness_areas
+from interp._validate import check_bool, check_choice, check_finite_float, check_int, shardable
+from interp._result import faithfulness_curves
 from interp.causal import ABLATIONS, MetricReader, check_reference_spread, clean_output, make_pair, metric_gap
 from interp.edges import _select
 from interp.edges._ablated import AblatedForward
@@ -311,6 +311,7 @@ def _evaluator(model: Model, pair: Any, writes: EdgeWrites) -> Callable[[Optiona
     return lambda abl, K: forward(t, m, abl, K, read, prompt)
 
 
+@shardable
 def evaluate_circuit(
     model: Model,
     clean: Any,
@@ -333,19 +334,6 @@ def evaluate_circuit(
     or an ``interp.RayCluster`` (prompts sharded over its workers, merged exactly); ``out``: a folder keeping each
     finished shard for resume (docs/scaling.md).
     """
-    if cluster is not None or out is not None:
-        return check_cluster(cluster, out).sweep(
-            "evaluate_circuit",
-            model,
-            out=out,
-            clean=clean,
-            corrupt=corrupt,
-            circuit=circuit,
-            metric=metric,
-            ablation=ablation,
-            reference=reference,
-            seed=seed,
-        )
     seed = check_int("seed", seed)
     pair, graph, writes = _setup(model, clean, corrupt, metric, ablation, reference)
     keep = circuit_mask(graph, circuit)
@@ -377,6 +365,7 @@ def evaluate_circuit(
     )
 
 
+@shardable
 def faithfulness_curve(
     model: Model,
     clean: Any,
@@ -408,23 +397,6 @@ def faithfulness_curve(
     (docs/scaling.md).
     """
     # 1. the inputs checked (a cluster runs this call per shard of the prompt pairs)
-    if cluster is not None or out is not None:
-        return check_cluster(cluster, out).sweep(
-            "faithfulness_curve",
-            model,
-            out=out,
-            progress=progress,
-            clean=clean,
-            corrupt=corrupt,
-            scores=scores,
-            metric=metric,
-            ablations=ablations,
-            reference=reference,
-            sizes=sizes,
-            absolute=absolute,
-            prune=prune,
-            seed=seed,
-        )
     if not isinstance(scores, EdgeScores):
         raise ArgumentError(f"scores={type(scores).__name__} must be the EdgeScores of interp.edge_attribution")
     check_bool("absolute", absolute)
@@ -454,11 +426,21 @@ def faithfulness_curve(
     # 4. the metric of the clean run (every edge), and per ablation of no edge and of each circuit
     evaluate = _evaluator(model, pair, writes)
     full = evaluate(None, torch.zeros_like(graph.mask, dtype=torch.float32)).double().mean()
-    F, V, empty = _curve_points(model, pair, writes, graph, evaluate, masks, full, ablations, reference, seed, progress)
+    V, empty = _curve_points(
+        model, pair, writes, graph, evaluate, masks, full.device, ablations, reference, seed, progress
+    )
 
-    # 5. the areas and the result
+    # 5. the faithfulness, its areas and the result (one curve per ablation)
     dev = full.device  # the result's tensors on the model's device
-    cpr, cmd = faithfulness_areas(F, torch.tensor(ks, dtype=torch.float64, device=dev))  # one curve per ablation
+    F, cpr, cmd = faithfulness_curves(
+        V,
+        full.expand(len(ablations)),
+        empty,
+        torch.tensor(ks, dtype=torch.float64, device=dev),
+        warn=[f"faithfulness_curve, ablation {a!r}" for a in ablations],
+        names=("M(all edges)", "M(no edges)"),
+        undefined=_FAITH,
+    )
     return FaithfulnessCurve(
         sizes=ks,
         ablations=list(ablations),
@@ -497,17 +479,15 @@ def _curve_points(
     graph: CircuitGraph,
     evaluate: Callable[[Optional[Acts], Tensor], Tensor],
     masks: list[Tensor],
-    full: Tensor,
+    dev: torch.device,
     ablations: Sequence[str],
     reference: Any,
     seed: int,
     progress: bool,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """(faithfulness F, mean metric V [n_ablations, n_sizes], M(no edges) [n_ablations]): per ablation the run with
-    every edge ablated, then each circuit's, f = (M(C) − M(∅)) / (M(all) − M(∅)) with M(all) ``full``."""
-    dev = full.device
-    F = torch.zeros(len(ablations), len(masks), dtype=torch.float64, device=dev)
-    V = torch.zeros_like(F)
+) -> tuple[Tensor, Tensor]:
+    """(mean metric V [n_ablations, n_sizes], M(no edges) [n_ablations], on ``dev``): per ablation the run with
+    every edge ablated, then each circuit's."""
+    V = torch.zeros(len(ablations), len(masks), dtype=torch.float64, device=dev)
     empty = torch.zeros(len(ablations), dtype=torch.float64, device=dev)
     bar = tqdm(total=len(ablations) * (len(masks) + 1), desc="faithfulness_curve", unit="run", disable=not progress)
     try:
@@ -521,14 +501,6 @@ def _curve_points(
             for j, keep in enumerate(masks):
                 V[i, j] = evaluate(abl, _K(graph, keep)).double().mean()
                 bar.update(1)
-            gap = metric_gap(
-                float(full),
-                float(empty[i]),
-                warn=f"faithfulness_curve, ablation {a!r}",
-                names=("M(all edges)", "M(no edges)"),
-                undefined=_FAITH,
-            )
-            F[i] = (V[i] - empty[i]) / gap
     finally:
         bar.close()
-    return F, V, empty
+    return V, empty
