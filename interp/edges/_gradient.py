@@ -12,6 +12,16 @@ pass's value, the ledger's linear map γ ⊙ C(·)/σ. Optionally writes are mix
 token embedding only, or every write): the points of EAP-IG's path. QK-norm (Gemma 3, Qwen 3) sits inside
 a q/k reader, after its projection: the reader's gradient passes through it (its σ held under
 ``scale="frozen"``, as the reader's own norm is). Soft-capped scores and logits are computed as the model does.
+
+Node attribution patching (:func:`interp.attribution_patch`, AtP: Δa_n · ∂M/∂a_n) is the same first-order estimate
+at the writers: by the chain rule through the stream, ∂M/∂a_w = Σ_{r after w} J_{w→r}ᵀ ∂M/∂x_r, so a writer's AtP
+(clean run, ``direction="noise"``) is −Σ_r of its EAP edges (``method="eap"``), to float rounding on pre-norm,
+parallel and post-norm blocks (tests/edges/test_atp_is_eap_row_sum.py). The two keep their own gradient passes
+because AtP's nodes are not all writers (a head's q, a KV head's k and v, attention patterns, resid points; AtP*'s
+QK fix recomputes softmaxes) and it needs only ∂M/∂a at its nodes, not each reader's gradient carried through its
+norm; and because ``causal`` sits below ``edges``, this pass cannot serve it from here. Under a sandwich norm a
+head's edge write is its image at the output norm's σ' of the run (:class:`interp.edges.EdgeWrites`), so a head's
+row sum leaves out the σ' term of that norm's Jacobian, which AtP (differentiating at z) keeps.
 """
 
 from __future__ import annotations
