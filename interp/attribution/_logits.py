@@ -33,7 +33,7 @@ from interp.attribution._answers import TokenSpec, warn_unspaced
 from interp.attribution._result import LogitAttribution
 from interp.attribution._sources import head_source_terms, require_head_sources
 from interp.attribution._targets import Targets, coefficients, combine, plan_reads, resolve_targets
-from interp.engine import require_capabilities
+from interp.engine import require_capabilities, soft_cap
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Attn, Bias, Head, HeadSource, parse
 from interp.models import Model
@@ -182,8 +182,7 @@ def _own_logits(model: Model, tr: Any, dtype: torch.dtype, targets: Targets) -> 
     own = own.to(dtype)
     cap = model.arch.final_softcap
     pre = own  # the pre-cap logits z (the same tensor when nothing is capped)
-    if cap:  # Gemma 2 caps its logits, c·tanh(z/c): the terms decompose the pre-cap z (see _readout)
-        own = torch.tanh(pre / cap) * cap
+    own = soft_cap(pre, cap)  # Gemma 2 caps its logits, c·tanh(z/c): the terms decompose the pre-cap z (see _readout)
     lse = torch.logsumexp(own, dim=-1) if targets.kind == "logprob" else None  # [R, K]
     return own, pre, lse
 
