@@ -1,5 +1,6 @@
 """Argument checks shared by every public function: each raises a typed error naming the argument,
-the value it got and what is allowed."""
+the value it got and what is allowed; and :func:`shardable`, the one hand-off of a dataset-level function
+called with ``cluster=`` (checked by :func:`check_cluster`) to that cluster's sharded sweep."""
 
 from __future__ import annotations
 
