@@ -22,6 +22,7 @@ from interp.plots._faithfulness import graph_faithfulness_figure
 from interp.plots._feature_graph import FeatureGraphView, feature_graph_view
 from interp.plots._graph import composition_graph_figure
 from interp.plots._lens import logit_lens_figure
+from interp.plots._page import Page
 from interp.plots._predict import predictions_figure
 from interp.plots._roc import edge_roc_figure
 from interp.plots._scores import (
@@ -41,6 +42,7 @@ __all__ = [
     "AttentionView",
     "Exporter",
     "FeatureGraphView",
+    "Page",
     "attention_pattern_figure",
     "attention_view",
     "attribution_heatmap",
