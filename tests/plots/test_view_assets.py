@@ -21,7 +21,9 @@ from interp import plots
 ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ROOT / "interp" / "plots" / "assets"
 NODE = shutil.which("node")
-needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed here (CI has it): no JavaScript syntax check")
+needs_node = pytest.mark.skipif(
+    NODE is None, reason="node is not installed here (CI has it): no JavaScript syntax check"
+)
 
 
 def _node_check(path: Path) -> None:
