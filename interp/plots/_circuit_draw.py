@@ -32,22 +32,13 @@ __all__ = ["Arcs", "Scene", "add_traces", "build_arcs", "figure_layout", "slider
 
 #: Edge colours per |score| bin, weakest first (RdBu's blue and red halves).
 _POS = ["#92c5de", "#4393c3", "#2166ac", "#1a4f8a", "#053061"]
-
-
 _NEG = ["#f4a582", "#d6604d", "#b2182b", "#8c0d25", "#67001f"]
-
-
 #: above this many columns the axis names layers only and node labels are left to the hover
 _DENSE_COLUMNS = 28
-
-
 #: the plot area's width the marker sizes assume (a 1,400 px window, less the page's and the figure's margins)
 _PLOT_PX = 1100.0
-
-
+#: marker size and symbol per node kind
 _SIZE = {"head": 15, "mlp": 17, "embed": 15, "output": 19, "bias": 8, "neuron": 7, "other": 10}
-
-
 _SYMBOL = {
     "head": "circle",
     "mlp": "square",

@@ -31,14 +31,15 @@ __all__ = [
     "step_views",
 ]
 
+#: how far left of its head (or MLP) each input port sits, and how far a KV head's k / v port sits above / below
 _PORT_DX = {"q": 0.2, "k": 0.36, "v": 0.36, "in": 0.2, "gate": 0.2}
-
-
 _KV_DY = 0.17
 
 
 @dataclass(frozen=True)
 class Node:
+    """A drawn node: its label, kind and place."""
+
     label: str
     kind: str  # "head" | "port" | "mlp" | "embed" | "output" | "bias" | "neuron" | "other"
     x: float
@@ -47,6 +48,7 @@ class Node:
 
 
 def split_edge(edge: Any, i: int) -> tuple[str, str]:
+    """The writer and reader texts of ``edges[i]`` (a str or an :class:`interp.labels.Edge`)."""
     text = str(edge) if isinstance(edge, L.Edge) else edge
     if not isinstance(text, str):
         raise ArgumentError(f"edges[{i}]={edge!r} must be an edge label such as 'L0.H3→L1.attn.k[H2]' (str or Edge)")
