@@ -84,10 +84,11 @@ class Page(HtmlView):
         return f"<style>{css}</style>{plotly_js}"
 
     def _body(self) -> str:
-        nav = " ".join(f'<a href="#{esc(a)}">{esc(t)}</a>' for a, t in self.toc)
+        links = " ".join(f'<a href="#{esc(a)}">{esc(t)}</a>' for a, t in self.toc)
+        nav = f"<nav>{links}</nav>" if self.toc else ""
         status, runtime = (compact_status(), compact_runtime()) if self.compact and self._n_fig else ("", "")
         return (
-            f"<header><h1>{esc(self.title)}</h1><p>{self.subtitle}</p><nav>{nav}</nav></header>"
+            f"<header><h1>{esc(self.title)}</h1><p>{self.subtitle}</p>{nav}</header>"
             f"<main>{status}{''.join(self.parts)}</main>{runtime}"
         )
 
