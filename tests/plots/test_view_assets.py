@@ -90,3 +90,17 @@ def test_the_css_rules_balance():
             depth += {"{": 1, "}": -1}.get(ch, 0)
             assert depth in (0, 1), f"{path.name}: nested or stray brace"
         assert depth == 0, f"{path.name}: an unclosed rule"
+
+
+def test_each_placeholder_occurs_once():
+    """What the shell fills in (``__INTERP_DATA__``, ...) appears once per script: the data is inlined exactly once."""
+    expected = {
+        "attention_view.js": {"DATA"},
+        "feature_graph.js": {"DATA"},
+        "figure.js": {"SPEC", "ID", "CONFIG"},
+        "compact.js": {"CONFIG"},
+    }
+    for name, keys in expected.items():
+        text = (ASSETS / name).read_text()
+        found = re.findall(r"__INTERP_([A-Z]+)__", text)
+        assert sorted(found) == sorted(keys), (name, found)
