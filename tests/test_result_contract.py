@@ -65,6 +65,8 @@ NOT_RESULTS = {
     "Exporter": "a figure exporter (a reusable headless browser)",
     "FeatureGraphView": "an HTML widget (a view of an AttributionGraph, like a figure), not a table of labelled rows",
     "AttentionView": "an HTML widget (a view of AttentionPatterns, like a figure), not a table of labelled rows",
+    "Page": "a self-contained HTML page being assembled (sections, figures, tables), not a table of labelled rows",
+    "CircuitGraphOptions": "how circuit_graph_figure draws (drawing options), not a result",
     "Metric": "a metric specification (what a causal analysis measures)",
     "BoundMetric": "a metric bound to a model's tokens",
     "CustomMetric": "a metric specification",

@@ -176,22 +176,10 @@ class CircuitEvaluation(Result):
         )
 
     def plot(self, **options: Any) -> Any:
-        import plotly.graph_objects as go
+        """The metric on the circuit, on all edges and on no edges (:func:`interp.plots.circuit_evaluation_figure`)."""
+        from interp.plots import circuit_evaluation_figure
 
-        df = self.to_dataframe()
-        fig = go.Figure(
-            go.Bar(
-                x=df["run"],
-                y=df["value"],
-                text=[f"{f:.2f}" for f in df["faithfulness"]],
-                hovertemplate="%{x}: %{y:.4g}<br>faithfulness %{text}<extra></extra>",
-            )
-        )
-        fig.update_layout(
-            title=f"circuit of {self.n_edges:,} edges ({self.ablation} ablation): faithfulness {self.faithfulness:.3f}",
-            yaxis_title=self.metric,
-        )
-        return fig
+        return circuit_evaluation_figure(self, **options)
 
 
 @dataclass(frozen=True, eq=False)
@@ -269,26 +257,10 @@ class FaithfulnessCurve(Result):
         return pd.DataFrame(rows)
 
     def plot(self, **options: Any) -> Any:
-        import plotly.graph_objects as go
+        """Faithfulness over the circuit size per ablation (:func:`interp.plots.circuit_faithfulness_figure`)."""
+        from interp.plots import circuit_faithfulness_figure
 
-        fig = go.Figure()
-        for i, a in enumerate(self.ablations):
-            fig.add_trace(
-                go.Scatter(
-                    x=list(self.sizes),
-                    y=self.faithfulness[i].tolist(),
-                    mode="lines+markers",
-                    name=f"{a} (CPR {float(self.cpr[i]):.2f}, CMD {float(self.cmd[i]):.2f})",
-                    hovertemplate="k=%{x:.3g}<br>faithfulness %{y:.3f}<extra></extra>",
-                )
-            )
-        fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
-        fig.update_layout(
-            title=f"faithfulness of the top-k {self.method} circuits ({self.model_name}, {self.metric})",
-            xaxis=dict(title="fraction of edges k", type="log"),
-            yaxis_title="faithfulness",
-        )
-        return fig
+        return circuit_faithfulness_figure(self, **options)
 
 
 def _setup(model: Model, clean: Any, corrupt: Any, metric: Any, ablation: str, reference: Any):

@@ -53,34 +53,6 @@ def _edge_frame(edges: list[str], cols: dict[str, Any]) -> pd.DataFrame:
     return df
 
 
-def _simple_figure(df: pd.DataFrame, title: str, k: int = 30) -> Any:
-    """A bar chart of the top-k edges (the interactive circuit viewer lives in :mod:`interp.plots`)."""
-    import plotly.graph_objects as go
-
-    top = df.reindex(df["score"].abs().sort_values(ascending=False, kind="stable").index).head(k)[::-1]
-    fig = go.Figure(
-        go.Bar(
-            x=top["score"],
-            y=top["edge"],
-            orientation="h",
-            marker_color=["#2166ac" if v > 0 else "#b2182b" for v in top["score"]],
-            hovertemplate="%{y}<br>score %{x:.4g}<extra></extra>",
-        )
-    )
-    fig.update_layout(
-        title=title, xaxis_title="score", height=max(300, 18 * len(top) + 120), margin=dict(l=220, r=20, t=50, b=40)
-    )
-    return fig
-
-
-def _viewer(obj: Any, **options: Any) -> Any:
-    try:
-        from interp.plots import circuit_graph_figure
-    except ImportError:
-        return None
-    return circuit_graph_figure(obj, **options)
-
-
 @dataclass(frozen=True, eq=False)
 class EdgeScores(Result):
     """Edge attribution scores (EAP or EAP-IG) for every edge of a model's circuit graph.
@@ -239,15 +211,10 @@ class EdgeScores(Result):
         return replace(self, exact=exact)
 
     def plot(self, **options: Any) -> Any:
-        """The circuit viewer (when :mod:`interp.plots` has it), else a bar chart of the top edges."""
-        fig = _viewer(self, **options)
-        return (
-            fig
-            if fig is not None
-            else _simple_figure(
-                self.to_dataframe(), f"{self.method.upper()} edge scores ({self.model_name}, {self.metric})"
-            )
-        )
+        """The circuit viewer (:func:`interp.plots.circuit_graph_figure`, whose keywords ``options`` are)."""
+        from interp.plots import circuit_graph_figure
+
+        return circuit_graph_figure(self, **options)
 
 
 @dataclass(frozen=True, eq=False)
@@ -307,12 +274,10 @@ class EdgeCircuit(Result):
         return _edge_frame(self.edges, {"score": self.scores.double().numpy()})
 
     def plot(self, **options: Any) -> Any:
-        fig = _viewer(self, **options)
-        return (
-            fig
-            if fig is not None
-            else _simple_figure(self.to_dataframe(), f"circuit: {len(self.edges)} edges ({self.selection})")
-        )
+        """The circuit viewer (:func:`interp.plots.circuit_graph_figure`, whose keywords ``options`` are)."""
+        from interp.plots import circuit_graph_figure
+
+        return circuit_graph_figure(self, **options)
 
 
 def _graph_of(scores: EdgeScores) -> Any:

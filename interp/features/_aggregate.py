@@ -37,7 +37,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._result import Result
-from interp._validate import check_bool, check_choice, check_cluster, check_positive_int
+from interp._validate import check_bool, check_cluster, check_positive_int
 from interp.errors import ArgumentError
 from interp.features._graph import attribution_graph
 from interp.features._replacement import check_replaceable
@@ -184,28 +184,11 @@ class AggregateGraph(Result):
 
     def plot(self, *, n: int = 30, by: str = "direct") -> "go.Figure":
         """The ``n`` feature identities of largest mean ``by`` ("direct": direct effect on the answer, the default;
-        "influence") by magnitude (bars), hover with both and their counts."""
-        import plotly.graph_objects as go
+        "influence") by magnitude (bars), hover with both and their counts
+        (:func:`interp.plots.aggregate_graph_figure`)."""
+        from interp.plots import aggregate_graph_figure
 
-        check_choice("by", by, ("direct", "influence"))
-        check_positive_int("n", n)
-        df = self.to_dataframe()
-        df = df[df["kind"] == "feature"].sort_values(by, key=abs, ascending=False, kind="stable").head(n)
-        hover = [
-            f"{lab}: direct effect {d:.3g}, influence {v:.3g} (means over {self.n_prompts} prompts)<br>active in "
-            f"{a}, kept in {k}, {p} positions"
-            for lab, d, v, a, k, p in zip(
-                df["node"], df["direct"], df["influence"], df["n_active"], df["n_kept"], df["n_positions"]
-            )
-        ]
-        fig = go.Figure(go.Bar(x=df["node"], y=df[by], hovertext=hover, hoverinfo="text"))
-        what = "direct effect on the answer" if by == "direct" else "influence on the answer"
-        fig.update_layout(
-            title=f"features by mean {what} over {self.n_prompts} prompts ({self.model_name})",
-            xaxis_title="feature",
-            yaxis_title=f"mean {what}",
-        )
-        return fig
+        return aggregate_graph_figure(self, n=n, by=by)
 
     @classmethod
     def combine(cls, parts: Sequence["AggregateGraph"], details: Optional[dict] = None) -> "AggregateGraph":

@@ -936,25 +936,11 @@ class GenerationResult(Result):
         )
 
     def plot(self, *, prompt: int = 0) -> "go.Figure":
-        """KL(intervened ‖ baseline) per step of prompt ``prompt``, each bar labelled with the two tokens."""
-        import plotly.graph_objects as go
+        """KL(intervened ‖ baseline) per step of prompt ``prompt``, each bar labelled with the two tokens
+        (:func:`interp.plots.generation_figure`)."""
+        from interp.plots import generation_figure
 
-        b = check_index("prompt", prompt, self.n_prompts, what="prompts")
-        df = self.to_dataframe()
-        df = df[df["prompt"] == b]
-        text = [f"{t!r} / {bt!r}" for t, bt in zip(df["token"], df["baseline_token"])]
-        fig = go.Figure(
-            go.Bar(
-                x=df["step"], y=df["kl"], hovertext=text, marker_color=["#888" if s else "#d62728" for s in df["same"]]
-            )
-        )
-        fig.update_layout(
-            title=f"{self.model_name}: {'; '.join(self.interventions) or 'no intervention'} "
-            f"({self.regime}) — KL(intervened ‖ baseline) per step, red: the tokens differ",
-            xaxis_title="step",
-            yaxis_title="KL (nats)",
-        )
-        return fig
+        return generation_figure(self, prompt=prompt)
 
     def __repr__(self) -> str:
         def short(s: str) -> str:

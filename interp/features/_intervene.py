@@ -657,21 +657,7 @@ class InterventionResult(Result):
 
     def plot(self) -> "go.Figure":
         """The change of each token's logit in the table (bars), largest |change| first; beside it, in another
-        regime than the live one, the live model's change."""
-        import plotly.graph_objects as go
+        regime than the live one, the live model's change (:func:`interp.plots.intervention_figure`)."""
+        from interp.plots import intervention_figure
 
-        df = self.to_dataframe().sort_values("change", key=abs, ascending=False)
-        fig = go.Figure(go.Bar(x=df["token"], y=df["change"], hovertext=df["label"], name=self.regime or "change"))
-        live = self.regime != "live" and self.live_logits_after is not None
-        if live:
-            fig.add_trace(go.Bar(x=df["token"], y=df["live_change"], hovertext=df["label"], name="live"))
-        fig.update_layout(
-            title=f"logit change after {'; '.join(self.interventions)} ({self.model_name}; metric "
-            f"{self.target}: {self.metric_before:.4g} → {self.metric_after:.4g}"
-            + (f", live {self.live_metric_after:.4g})" if live else ")"),
-            xaxis_title="token",
-            yaxis_title="Δ logit",
-            barmode="group",
-            showlegend=live,
-        )
-        return fig
+        return intervention_figure(self)

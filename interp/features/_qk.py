@@ -339,29 +339,8 @@ class QKAttribution(Result):
         return pd.DataFrame({"node": self.k_labels, "value": self.matrix.sum(0).tolist()})
 
     def plot(self, *, max_nodes: int = 30) -> "go.Figure":
-        """Heatmap of the terms between the ``max_nodes`` query-side and key-side nodes with the largest shares."""
-        import plotly.graph_objects as go
+        """Heatmap of the terms between the ``max_nodes`` query-side and key-side nodes with the largest shares
+        (:func:`interp.plots.qk_attribution_figure`)."""
+        from interp.plots import qk_attribution_figure
 
-        M = self.matrix
-        qi = M.sum(1).abs().argsort(descending=True)[:max_nodes]
-        ki = M.sum(0).abs().argsort(descending=True)[:max_nodes]
-        sub = M[qi][:, ki]
-        lim = float(sub.abs().max()) or 1.0
-        fig = go.Figure(
-            go.Heatmap(
-                z=sub.tolist(),
-                x=[self.k_labels[j] for j in ki.tolist()],
-                y=[self.q_labels[i] for i in qi.tolist()],
-                colorscale="RdBu",
-                zmin=-lim,
-                zmax=lim,
-                hovertemplate="query %{y}<br>key %{x}<br>term %{z:.4g}<extra></extra>",
-            )
-        )
-        fig.update_layout(
-            title=f"QK attribution of L{self.layer}.H{self.head}, query {self.query_pos} → key "
-            f"{self.key_pos} (score {self.score:.4g}; {self.model_name})",
-            xaxis_title="key-side node",
-            yaxis_title="query-side node",
-        )
-        return fig
+        return qk_attribution_figure(self, max_nodes=max_nodes)

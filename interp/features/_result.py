@@ -362,36 +362,8 @@ class AttributionGraph(Result):
 
     def plot(self, *, max_edges: int = 200) -> "go.Figure":
         """Nodes at (position, layer) — embeddings at layer −1, the output above the last layer — and the
-        ``max_edges`` largest edges as lines (blue positive, red negative)."""
-        import plotly.graph_objects as go
+        ``max_edges`` largest edges as lines, blue positive, red negative
+        (:func:`interp.plots.attribution_graph_figure`)."""
+        from interp.plots import attribution_graph_figure
 
-        fig = go.Figure()
-        e = self.edges().head(max_edges)
-        at = {lab: (p, l) for lab, p, l in zip(self.node_labels, self.node_pos, self.node_layer)}
-        for sign, colour in ((1, "rgba(31,119,180,0.5)"), (-1, "rgba(214,39,40,0.5)")):
-            xs: list[Any] = []
-            ys: list[Any] = []
-            for s, t, wt in zip(e["source"], e["target"], e["weight"]):
-                if (wt > 0) == (sign > 0):
-                    xs += [at[s][0], at[t][0], None]
-                    ys += [at[s][1], at[t][1], None]
-            fig.add_trace(
-                go.Scatter(
-                    x=xs, y=ys, mode="lines", line={"color": colour, "width": 1}, hoverinfo="skip", showlegend=False
-                )
-            )
-        for kind in ("token", "feature", "error", "logit"):
-            ids = [i for i, k in enumerate(self.node_kind) if k == kind]
-            fig.add_trace(
-                go.Scatter(
-                    x=[self.node_pos[i] for i in ids],
-                    y=[self.node_layer[i] for i in ids],
-                    mode="markers",
-                    name=kind,
-                    text=[self.node_labels[i] for i in ids],
-                )
-            )
-        fig.update_layout(
-            title=f"attribution graph of {self.target} ({self.model_name})", xaxis_title="position", yaxis_title="layer"
-        )
-        return fig
+        return attribution_graph_figure(self, max_edges=max_edges)

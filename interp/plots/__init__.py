@@ -11,7 +11,8 @@ from interp.plots._attention import attention_pattern_figure
 from interp.plots._attention_view import AttentionView, attention_view
 from interp.plots._attribution import attribution_heatmap, attribution_vector, attribution_waterfall
 from interp.plots._causal import effects_figure, patch_figure
-from interp.plots._circuit_graph import circuit_graph_figure
+from interp.plots._circuit_evaluation import circuit_evaluation_figure, circuit_faithfulness_figure
+from interp.plots._circuit_graph import CircuitGraphOptions, circuit_graph_figure
 from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_token_table, top_token_values
 from interp.plots._common import esc, fmt, parse_head, token_label
 from interp.plots._compact import compact_figure, compact_runtime, compact_status
@@ -20,8 +21,16 @@ from interp.plots._dictionary import dictionary_density_figure, dictionary_evalu
 from interp.plots._export import Exporter, export, find_browser
 from interp.plots._faithfulness import graph_faithfulness_figure
 from interp.plots._feature_graph import FeatureGraphView, feature_graph_view
+from interp.plots._feature_results import (
+    aggregate_graph_figure,
+    attribution_graph_figure,
+    generation_figure,
+    intervention_figure,
+    qk_attribution_figure,
+)
 from interp.plots._graph import composition_graph_figure
 from interp.plots._lens import logit_lens_figure
+from interp.plots._page import Page
 from interp.plots._predict import predictions_figure
 from interp.plots._roc import edge_roc_figure
 from interp.plots._scores import (
@@ -39,13 +48,19 @@ from interp.plots._stream import residual_stream_figure, residual_stream_norms
 
 __all__ = [
     "AttentionView",
+    "CircuitGraphOptions",
     "Exporter",
     "FeatureGraphView",
+    "Page",
+    "aggregate_graph_figure",
     "attention_pattern_figure",
     "attention_view",
+    "attribution_graph_figure",
     "attribution_heatmap",
     "attribution_vector",
     "attribution_waterfall",
+    "circuit_evaluation_figure",
+    "circuit_faithfulness_figure",
     "circuit_graph_figure",
     "compact_figure",
     "compact_runtime",
@@ -64,9 +79,11 @@ __all__ = [
     "feature_graph_view",
     "find_browser",
     "fmt",
+    "generation_figure",
     "graph_faithfulness_figure",
     "head_score_map",
     "head_source_heatmap",
+    "intervention_figure",
     "logit_lens_figure",
     "ov_eigenvalue_figure",
     "parse_head",
@@ -74,6 +91,7 @@ __all__ = [
     "path_expansion_figure",
     "predictions_figure",
     "privileged_basis_figure",
+    "qk_attribution_figure",
     "residual_stream_figure",
     "residual_stream_norms",
     "self_rank_histogram",

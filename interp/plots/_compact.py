@@ -4,8 +4,8 @@ plotly.js alone is 4.8 MB, so a page that inlines it as text can never be small.
 plotly.js and each figure's JSON gzip-compressed and base64-encoded in ``<script type="application/gzip">``
 blocks (about 2.0 MB for plotly.js); a short inline script decompresses them with the browser's own
 ``DecompressionStream('gzip')`` (Chrome/Edge 80+, Firefox 113+, Safari 16.4+), runs plotly.js and draws
-each figure. Nothing is fetched: no CDN, no MathJax, no fonts. Where the browser lacks
-``DecompressionStream`` the page says so instead of staying blank (export without ``compact`` then).
+each figure (``interp/plots/assets/compact.js``). Nothing is fetched: no CDN, no MathJax, no fonts. Where the
+browser lacks ``DecompressionStream`` the page says so instead of staying blank (export without ``compact`` then).
 """
 
 from __future__ import annotations
@@ -19,41 +19,11 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
+from interp.plots._view import asset, fill
+
 __all__ = ["compact_figure", "compact_figures_html", "compact_runtime", "compact_status", "gzip_b64"]
 
 _CONFIG = {"displaylogo": False, "responsive": True}
-
-# Decompress a gzip+base64 block into text; then run plotly.js once and draw every figure in order.
-_LOADER = """
-(function () {
-  var status = document.getElementById("interp-status") || document.createElement("p");
-  function block(id) {
-    var s = atob(document.getElementById(id).textContent.trim()), n = s.length, b = new Uint8Array(n);
-    for (var i = 0; i < n; i++) b[i] = s.charCodeAt(i);
-    return new Response(new Blob([b]).stream().pipeThrough(new DecompressionStream("gzip"))).text();
-  }
-  if (typeof DecompressionStream === "undefined") {
-    status.textContent = "This browser cannot decompress the page's figures (no DecompressionStream); " +
-      "open it in a recent Chrome, Edge, Firefox or Safari, or export the figures without compact=True.";
-    return;
-  }
-  var ready = window.Plotly ? Promise.resolve() : block("interp-plotlyjs").then(function (src) {
-    window.PlotlyConfig = {MathJaxConfig: "local"};
-    var s = document.createElement("script");
-    s.textContent = src;
-    document.head.appendChild(s);
-  });
-  var figs = Array.prototype.slice.call(document.querySelectorAll("div.interp-figure"));
-  figs.reduce(function (p, div) {
-    return p.then(function () { return block(div.getAttribute("data-spec")); }).then(function (text) {
-      var spec = JSON.parse(text);
-      return Plotly.newPlot(div, spec.data, spec.layout, CONFIG);
-    });
-  }, ready).then(function () { status.remove(); }, function (e) {
-    status.textContent = "Drawing the figures failed: " + e;
-  });
-})();
-"""
 
 
 def gzip_b64(data: bytes) -> str:
@@ -87,7 +57,7 @@ def compact_status() -> str:
 
 def compact_runtime() -> str:
     """plotly.js (compressed) and the script that draws every compact figure of the page; place it last."""
-    loader = _LOADER.replace("CONFIG", json.dumps(_CONFIG))
+    loader = fill(asset("compact.js"), config=json.dumps(_CONFIG))
     return f'<script type="application/gzip" id="interp-plotlyjs">{_plotlyjs_block()}</script><script>{loader}</script>'
 
 

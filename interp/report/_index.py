@@ -10,7 +10,7 @@ from typing import Sequence, Union
 
 from interp._io import write_atomic
 from interp.errors import ArgumentError
-from interp.report._html import _CSS, data_table, esc
+from interp.report._html import Page, data_table, esc
 
 __all__ = ["report_index"]
 
@@ -48,11 +48,8 @@ def report_index(pages: Sequence[Union[str, Path]], *, out_dir: Union[str, Path]
         rows,
         numeric=[False, False, False, True, True, False],
     )
-    html = (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>interp reports</title>'
-        f"<style>{_CSS}</style></head><body><header><h1>interp reports</h1><p>{len(rows)} prompts</p></header>"
-        f"<main><section>{table}</section></main></body></html>\n"
-    )
+    index_page = Page(title="interp reports", subtitle=f"{len(rows)} prompts")
+    index_page.parts.append(f"<section>{table}</section>")
     index = out / "index.html"
-    write_atomic(index, html.encode())
+    write_atomic(index, index_page.render().encode())
     return index

@@ -33,6 +33,8 @@ MODEL_FREE = {
     "interp.features.held_out_corpus": "text from a package: no model",
     "interp.features.english_corpus": "text shipped with interp: no model",
     "interp.circuits.random_rotation": "a matrix from a seed (rotate_residual's cell uses it)",
+    "interp.plots.Page": "an HTML page assembled from figures and tables: no model",
+    "interp.plots.CircuitGraphOptions": "circuit_graph_figure's drawing options (its cell draws with them): no model",
     "interp.RayCluster": "starts a Ray cluster (tests/distributed run the sharded functions, whose workers run the "
     "calls here)",
 }
