@@ -31,6 +31,7 @@ __all__ = [
     "UnsupportedArchitectureError",
     "EngineMismatchError",
     "UnsupportedOperationError",
+    "ModelMismatchError",
     "MemoryCapError",
     "ExportError",
     "ResultFormatError",
@@ -40,6 +41,7 @@ __all__ = [
     "CompletenessWarning",
     "ContextLengthWarning",
     "MetricGapWarning",
+    "VocabularyWarning",
 ]
 
 
@@ -91,6 +93,11 @@ class UnsupportedOperationError(InterpError, TypeError):
     """The operation does not apply to this model (e.g. logits of an encoder without a head)."""
 
 
+class ModelMismatchError(ArgumentError):
+    """A result computed on one model (it names it: ``model_name``) given to an analysis of another model; the
+    message names both."""
+
+
 class MemoryCapError(InterpError, MemoryError):
     """Materialising the requested tensor would exceed the memory cap."""
 
@@ -138,6 +145,11 @@ class MetricGapWarning(InterpWarning):
     prompt twice, a corruption that changes nothing the metric reads), or M(all edges) ≈ M(no edges) for
     faithfulness — so the normalised values (x − M(corrupt)) / (M(clean) − M(corrupt)) are undefined (NaN); the
     message gives the two values."""
+
+
+class VocabularyWarning(InterpWarning):
+    """A tokenizer that can produce token ids the model has no embedding for (ids ≥ ``d_vocab``): the model loads,
+    and a prompt that tokenises to such an id is refused where inputs are read, naming the id and the token."""
 
 
 def warn_user(message: str, category: type[InterpWarning]) -> None:

@@ -16,16 +16,33 @@ from interp.errors import ArgumentError, TokenSpacingWarning, warn_user
 from interp.models import Model, text_ids
 from interp.stream import check_tensor_data
 
-__all__ = ["check_distinct", "resolve_tokens", "warn_unspaced"]
+__all__ = ["check_distinct", "check_text_ids", "output_width", "resolve_tokens", "warn_unspaced"]
 
 TokenSpec = Union[str, int, Sequence[Union[str, int]], Tensor]
 
 
-def _one_token(model: Model, value: Any, arg: str) -> int:
-    """A target token id, checked against the model's *output* width: W_U's columns, which are not the input
-    vocabulary when the two differ (a tracr program reads {BOS, 1, 2, 3} and outputs a histogram count)."""
+def output_width(model: Model) -> int:
+    """The model's output vocabulary: W_U's columns, which are not the input vocabulary when the two differ (a
+    tracr program reads {BOS, 1, 2, 3} and outputs a histogram count)."""
     W_U = model.weights.W_U
-    d_vocab = int(W_U.shape[1]) if W_U is not None else model.arch.d_vocab
+    return int(W_U.shape[1]) if W_U is not None else model.arch.d_vocab
+
+
+def check_text_ids(model: Model, text: str, ids: Sequence[int], arg: str) -> None:
+    """ArgumentError when the text ``text`` tokenised to an id the model has no logit for (a tokenizer larger than
+    the model: torch's IndexError otherwise)."""
+    d_vocab = output_width(model)
+    bad = [i for i in ids if not 0 <= i < d_vocab]
+    if bad:
+        raise ArgumentError(
+            f"{arg}={text!r} tokenises to id {bad[0]}, but model {model.name!r} has logits for ids 0..{d_vocab - 1} "
+            "only: its tokenizer is larger than the model (save the model's own tokenizer beside it)"
+        )
+
+
+def _one_token(model: Model, value: Any, arg: str) -> int:
+    """A target token id, checked against the model's *output* width (:func:`output_width`)."""
+    d_vocab = output_width(model)
     if isinstance(value, str):
         if model.tokenizer is None:
             raise ArgumentError(f"{arg}={value!r}: model {model.name!r} has no tokenizer; pass a token id")
@@ -36,6 +53,7 @@ def _one_token(model: Model, value: Any, arg: str) -> int:
                 f"{arg}={value!r} must be a single token, but it tokenises to {len(ids)} tokens "
                 f"{pieces} (ids {ids}); pick one of those pieces or pass a token id"
             )
+        check_text_ids(model, value, ids, arg)
         return int(ids[0])
     if is_int(value):
         if not 0 <= value < d_vocab:
@@ -131,9 +149,9 @@ def warn_unspaced(
 def check_distinct(model: Model, answer: Tensor, wrong: Tensor, owner: str, fix: str) -> None:
     """Refuse an answer and a wrong token that are the same token for some prompt — compared by id, so two strings
     that tokenise to one id are caught — since logit[a] − logit[a] = 0 on every run. ``answer`` / ``wrong``: ids
-    [n_prompts] or [n_prompts, k] (a continuation of k tokens); ``owner`` names the call in the message (e.g.
-    ``"LogitDiff(answer=' a', wrong=' a')"``), ``fix`` says how to ask for one logit instead. The one check of this
-    for every metric and graph that reads a logit difference."""
+    [n_prompts] or [n_prompts, k] (a continuation of k tokens; −1 pads shorter ones); ``owner`` names the call in
+    the message (e.g. ``"LogitDiff(answer=' a', wrong=' a')"``), ``fix`` says how to ask for one logit instead. The
+    one check of this for every metric and graph that reads a logit difference."""
     a, w = answer.reshape(answer.shape[0], -1), wrong.reshape(wrong.shape[0], -1)
     if a.shape != w.shape:
         return
@@ -143,7 +161,7 @@ def check_distinct(model: Model, answer: Tensor, wrong: Tensor, owner: str, fix:
     i = int(same.nonzero()[0, 0])
     per = a.shape[0] > 1 and bool(((a != a[:1]).any() or (w != w[:1]).any()))
     tok = model.tokenizer
-    row = [int(t) for t in a[i]]
+    row = [int(t) for t in a[i] if t >= 0]  # −1 pads a shorter continuation
     name = repr(tok.decode(row)) if tok is not None else "#" + " #".join(map(str, row))
     raise ArgumentError(
         f"{owner}: the answer and the wrong token are the same token{f' for prompt {i}' if per else ''} ({name}), "

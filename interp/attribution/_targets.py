@@ -25,7 +25,7 @@ from typing import Any, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from interp.attribution._answers import _one_token
+from interp.attribution._answers import _one_token, check_distinct, check_text_ids
 from interp._validate import check_bool
 from interp.errors import ArgumentError
 from interp.models import Model, text_ids
@@ -122,6 +122,7 @@ def resolve_candidate(model: Model, value: Any, arg: str, multi: bool) -> Candid
         if multi:
             if not ids:
                 raise ArgumentError(f"{arg}={value!r} tokenises to no tokens; give a non-empty answer")
+            check_text_ids(model, value, ids, arg)
             return tuple(int(i) for i in ids)
         if len(ids) > 1:
             pieces = [model.tokenizer.decode([i]) for i in ids]
@@ -217,6 +218,15 @@ def resolve_targets(
         raise ArgumentError(f"wrong_agg={wrong_agg!r} is not allowed; use one of {WRONG_AGGS}")
     answers = _answers(model, answer, n, multi_token)
     wrongs = _wrongs(model, wrong, n, multi_token)
+    if wrongs is not None and all(len(ws) == 1 for ws in wrongs):  # one wrong token each: not the answer itself
+        both = _pad([list(a) for a in answers] + [list(ws[0]) for ws in wrongs], squeeze=False)  # one width, −1 pads
+        check_distinct(
+            model,
+            both[:n],
+            both[n:],
+            f"attribute_logits(answer={answer!r:.60}, wrong={wrong!r:.60})",
+            "or leave wrong=None to attribute the answer's logit alone",
+        )
     return Targets(answers=answers, wrongs=wrongs, kind=target, agg=wrong_agg)
 
 

@@ -176,7 +176,9 @@ def patch(
     ``nodes``: "heads", "mlps", "components" (embeddings, heads, MLPs), "resid" (every
     ``hook_resid_*`` point), "head_inputs" (each head's q, each KV head's k and v), "patterns", or a
     list of labels. ``positions``: "all" (each node at every position at once) or "each" (each node at
-    one position). ``batch_size``: rows of the growing batch per chunk (default: ~256 MB per layer).
+    one position; in a ragged batch a shorter prompt's padded positions are NaN in ``per_prompt`` — there is no
+    token to patch — and ``values`` averages each position over the prompts that have it). ``batch_size``: rows
+    of the growing batch per chunk (default: ~256 MB per layer).
     ``seed``: the resample draw. ``cluster``: None (in process) or an ``interp.RayCluster``: the prompt pairs
     are sharded over its workers and the shards' results merged exactly; ``out``: a folder keeping each
     finished shard, so a rerun computes only the missing ones (docs/scaling.md).
@@ -226,6 +228,7 @@ def patch(
         positions=positions,
         details={"nodes": kind, "seed": seed},
         warn="patch",
+        mask=pair.clean.attention_mask,
     )
 
 

@@ -63,7 +63,9 @@ class PatchResult(Result):
     """The metric after patching each node (mean over prompts), with the unpatched baselines.
 
     ``values`` [n_nodes] (``positions="all"``) or [n_nodes, pos] (``positions="each"``: the node patched
-    at one position only); ``per_prompt`` the same with a trailing prompt axis; ``labels`` the nodes
+    at one position only); ``per_prompt`` the same with a trailing prompt axis — with ``positions="each"`` NaN at a
+    prompt's padding (a shorter prompt of a ragged batch has no token there to patch), and ``values`` the mean over
+    the prompts that have the position; ``labels`` the nodes
     (``L3.H5``, ``L3.mlp``, ``embed``, ``blocks.3.hook_resid_pre``, ``L3.attn.q[H5]``, ...);
     ``clean``/``corrupt`` the metric of the clean / corrupt run (mean over prompts; NaN where that run
     does not exist, e.g. noising with zero ablation and no corrupt input); ``baseline`` the base run's.
@@ -94,6 +96,12 @@ class PatchResult(Result):
     n_heads: int
     str_tokens: Optional[list[str]] = field(default=None, repr=False)
     details: dict = field(default_factory=dict, repr=False)
+
+    @staticmethod
+    def mean_over_prompts(per_prompt: Tensor, positions: str) -> Tensor:
+        """``values`` from ``per_prompt`` (prompts last): the mean, or with ``positions="each"`` the mean over the
+        prompts that have each position (padding is NaN; NaN where no prompt has it)."""
+        return per_prompt.nanmean(-1) if positions == "each" else per_prompt.mean(-1)
 
     @property
     def baseline(self) -> float:
@@ -183,14 +191,24 @@ def patch_result(
     positions: str,
     details: dict,
     warn: str,
+    mask: Optional[Tensor] = None,
 ) -> PatchResult:
     """The :class:`PatchResult` of ``per_prompt`` [nodes, (pos,) P] with the clean / corrupt runs' metrics [P]
     (their means its ``clean`` / ``corrupt``), ``str_tokens`` the first prompt of ``tokens``. :func:`metric_gap`
-    warns, naming ``warn``, when M(clean) ≈ M(corrupt)."""
+    warns, naming ``warn``, when M(clean) ≈ M(corrupt). ``mask`` [P, pos] (``positions="each"``): the patched
+    batch's attention mask; its padding is set to NaN in ``per_prompt``."""
     str_tokens = cast(list[str], model.to_str_tokens(tokens[0])) if model.tokenizer is not None else None
     metric_gap(float(clean_m.mean()), float(corrupt_m.mean()), warn=warn)
+    if (
+        positions == "each"
+        and mask is not None
+        and per_prompt.ndim == 3
+        and tuple(mask.shape) == (per_prompt.shape[2], per_prompt.shape[1])
+        and not bool(mask.bool().all())
+    ):
+        per_prompt = per_prompt.masked_fill(~mask.bool().T.to(per_prompt.device)[None], float("nan"))
     return PatchResult(
-        values=per_prompt.mean(-1).cpu(),
+        values=PatchResult.mean_over_prompts(per_prompt, positions).cpu(),
         per_prompt=per_prompt.cpu(),
         labels=labels,
         clean=float(clean_m.mean()),

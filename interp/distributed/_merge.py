@@ -60,7 +60,7 @@ def merge_patch(
     kpp = torch.cat([p.corrupt_per_prompt for p in parts], dim=-1)
     return dataclasses.replace(
         first,
-        values=per_prompt.mean(-1),
+        values=PatchResult.mean_over_prompts(per_prompt, first.positions),
         per_prompt=per_prompt,
         clean=float(cpp.mean()),
         corrupt=float(kpp.mean()),

@@ -57,7 +57,7 @@ from interp.edges._gradient import EdgeScorer, ReaderGradients
 from interp.edges._writes import Acts, EdgeWrites
 from interp.edges._graph import CircuitGraph, circuit_graph
 from interp.edges._scores import EdgeScores
-from interp.errors import CompletenessWarning, warn_user
+from interp.errors import CompletenessWarning, MetricGapWarning, warn_user
 from interp.models import Model
 from interp.stream import require_model
 
@@ -150,17 +150,50 @@ def edge_attribution(
         details={"batch_size": bs, "path": "α = k/m, k = 1..m" if method == "eap-ig" else "gradient at clean"},
     )
     log.info("%r", out)
-    if math.isfinite(
-        metric_gap(
-            out.clean,
-            out.corrupt,
-            warn="edge_attribution",
-            undefined="the edges' scores (whose "
-            "completeness sum estimates M(clean) − M(corrupt)) and their relative error",
-        )
-    ):
+    gap = metric_gap(
+        out.clean,
+        out.corrupt,
+        warn="edge_attribution",
+        undefined="the edges' scores (whose completeness sum estimates M(clean) − M(corrupt)) and their relative error",
+    )
+    same = _unchanged_pairs(pair)  # the gap test misses them where batching noise beats |mean M| (metrics that cancel)
+    every = len(same) == pair.clean.tokens.shape[0]
+    if same and (math.isfinite(gap) or not every):
+        _warn_unchanged(same, pair.clean.tokens.shape[0], len(graph.edges))
+    if math.isfinite(gap) and not every:
         check_completeness(out)
     return out
+
+
+def _unchanged_pairs(pair: Any) -> list[int]:
+    """The prompts whose corrupt input is their clean input (the same tokens and mask)."""
+    c, k = pair.clean, pair.corrupt
+    if k is None or c.tokens.shape != k.tokens.shape:
+        return []
+    same = ((c.tokens == k.tokens) & (c.attention_mask == k.attention_mask)).all(1)
+    return [int(i) for i in same.nonzero().flatten().tolist()]
+
+
+def _warn_unchanged(same: list[int], n_prompts: int, n_edges: int) -> None:
+    """A :class:`interp.MetricGapWarning` for prompt pairs whose corrupt prompt is the clean one: every write's
+    Δa = a(clean) − a(corrupt) is 0 there, so every edge scores 0 on them (and M(clean) − M(corrupt) = 0) whatever
+    the edge does — not a finding, a mistake in the pairs."""
+    if len(same) == n_prompts:
+        what = (
+            f"corrupt is the clean input again ({n_prompts} prompt{'s' if n_prompts > 1 else ''}): every write is the "
+            f"same in both runs, so all {n_edges:,} edges score 0 and M(clean) − M(corrupt) = 0 whatever the edges do"
+        )
+    else:
+        shown = ", ".join(map(str, same[:10])) + (", …" if len(same) > 10 else "")
+        what = (
+            f"{len(same)} of {n_prompts} prompt pairs have a corrupt prompt equal to their clean one (prompts "
+            f"{shown}): every edge scores 0 on them, which pulls the mean scores toward 0"
+        )
+    warn_user(
+        f"edge_attribution: {what}; give corrupt prompts that change what the metric reads (e.g. the IOI names "
+        "swapped)",
+        MetricGapWarning,
+    )
 
 
 def _score_chunks(

@@ -39,7 +39,7 @@ from interp.edges._writes import Acts, EdgeWrites
 from interp.edges._graph import CircuitGraph, circuit_graph
 from interp.edges._patch import ablated_writes, check_edge_ablation
 from interp.edges._scores import EdgeScores
-from interp.errors import ArgumentError
+from interp.errors import ArgumentError, ModelMismatchError
 from interp.models import Model
 from interp.stream import require_model
 
@@ -52,10 +52,31 @@ __all__ = [
     "MIB_SIZES",
     "circuit_mask",
     "check_reference_spread",
+    "check_same_model",
 ]
 
 _FAITH = "faithfulness values (M(C) − M(no edges)) / (M(all edges) − M(no edges))"
 MIB_SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def check_same_model(result: Any, model_name: str, name: str) -> None:
+    """ModelMismatchError when ``result`` names the model it was computed on (``model_name``, e.g. an EdgeCircuit's
+    or EdgeScores') and that is not ``model_name``: its edges are another graph's, whose labels may exist here too
+    (L0.H1 → L1.attn.q[H1] is an edge of most models) and mean something else. A result naming no model passes."""
+    own = getattr(result, "model_name", "") or ""
+    if not (isinstance(own, str) and own and own != model_name):
+        return
+    kind = type(result).__name__
+    if isinstance(result, EdgeScores):
+        fix = f"score the edges on {model_name!r} (interp.edge_attribution(model, ...)); if the two are one model, "
+        fix += "load it under one name"
+    else:
+        fix = f"find the circuit on {model_name!r} (interp.edge_attribution(model, ...).circuit(...)); if the two are "
+        fix += f"one model under two names, pass its edge labels ({name}=list({name}.edges))"
+    raise ModelMismatchError(
+        f"{name}={kind}({own!r}, …) was computed on model {own!r}, but this analysis runs model {model_name!r}: its "
+        f"edges are another graph's; {fix}"
+    )
 
 
 def circuit_mask(graph: CircuitGraph, circuit: Any, *, name: str = "circuit") -> Tensor:
@@ -74,6 +95,7 @@ def circuit_mask(graph: CircuitGraph, circuit: Any, *, name: str = "circuit") ->
             "1 by construction). Pass scores.circuit(n=…) (the n best edges) or "
             "scores.circuit(threshold=…)"
         )
+    check_same_model(circuit, graph.model_name, name)
     edges = getattr(circuit, "edges", circuit)
     if isinstance(edges, str) or not isinstance(edges, (list, tuple)):
         raise ArgumentError(
@@ -382,6 +404,7 @@ def faithfulness_curve(
         )
 
     # 2. the clean and corrupt batches (the metric bound to them), the graph the scores are for
+    check_same_model(scores, model.name, "scores")
     pair, graph, writes = _setup(model, clean, corrupt, metric, ablations[0], None)
     if list(scores.edges) != list(graph.edges):
         raise ArgumentError(

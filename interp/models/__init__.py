@@ -28,13 +28,22 @@ from interp.models._program import (
     resid_hook_names,
     sees,
 )
-from interp.models._tokenize import Batch, ordinary_tokens, readable_token, text_ids, tokenize
+from interp.models._tokenize import (
+    Batch,
+    check_token_ids,
+    ordinary_tokens,
+    readable_token,
+    text_ids,
+    tokenize,
+    warn_tokenizer_larger,
+)
 from interp.models._tracr import model_from_tracr, tracr_is_numerical, tracr_output_label
 from interp.models._weights import Weights
 
 __all__ = [
     "ArchInfo",
     "Batch",
+    "check_token_ids",
     "Block",
     "BlockOps",
     "Step",
@@ -87,6 +96,7 @@ __all__ = [
     "tokenize",
     "toy_weights",
     "toy_words",
+    "warn_tokenizer_larger",
     "tracr_is_numerical",
     "tracr_output_label",
 ]

@@ -41,6 +41,7 @@ import torch
 
 from interp._io import atomic_write
 from interp.errors import ArgumentError, MemoryCapError, ModelLoadError
+from interp.models._checkpoint import from_pretrained_complete
 from interp.models._progress import cold_load, load_step
 
 __all__ = [
@@ -118,18 +119,39 @@ def _read_gguf(gguf: Path, dtype: torch.dtype) -> tuple[Any, Any]:
     except ImportError as e:  # pragma: no cover - gguf is a hard dependency
         raise ModelLoadError("reading a .gguf file needs the 'gguf' package: pip install gguf") from e
     try:
-        with load_step("dequantize the GGUF's weights"):
-            model = transformers.AutoModelForCausalLM.from_pretrained(
-                str(gguf.parent), gguf_file=gguf.name, dtype=dtype
+        with load_step("dequantize the GGUF's weights"), _reader_bar_switchable():
+            model = from_pretrained_complete(
+                transformers.AutoModelForCausalLM, str(gguf.parent), gguf_file=gguf.name, dtype=dtype, shown=str(gguf)
             )
         with load_step("convert the GGUF's tokenizer"):
             tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    except ModelLoadError:  # the file lacks tensors of its model (named)
+        raise
     except Exception as e:  # transformers/gguf raise many types for a bad file
         raise ModelLoadError(
             f"path={str(gguf)!r} could not be read as a GGUF model ({type(e).__name__}: {e}); "
             "the file may be truncated or corrupt"
         ) from e
     return model, tokenizer
+
+
+@contextlib.contextmanager
+def _reader_bar_switchable() -> Iterator[None]:
+    """transformers' GGUF reader draws its "Converting and de-quantizing GGUF tensors" bar with tqdm directly, past
+    transformers' own progress-bar switch (``transformers.utils.logging.disable_progress_bar``, which a load turns
+    off): for the read, the reader's ``tqdm`` is transformers' switchable one; restored after."""
+    from transformers import modeling_gguf_pytorch_utils as reader
+    from transformers.utils import logging as hf_logging
+
+    own = getattr(reader, "tqdm", None)
+    if own is None:  # a transformers whose reader has no such bar
+        yield
+        return
+    reader.tqdm = hf_logging.tqdm
+    try:
+        yield
+    finally:
+        reader.tqdm = own
 
 
 def _header_sha256(path: Path) -> str:
@@ -307,7 +329,9 @@ def _load_entry(entry: Path, dtype: torch.dtype, *, bos: bool = False) -> tuple[
     tokenizer a second time with that option (a tenth of a cached load)."""
     import transformers
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(entry), dtype=dtype, attn_implementation="eager")
+    model = from_pretrained_complete(
+        transformers.AutoModelForCausalLM, str(entry), dtype=dtype, attn_implementation="eager"
+    )
     tokenizer, config = None, entry / "tokenizer_config.json"
     if bos and config.is_file() and json.loads(config.read_text()).get("bos_token") is not None:
         with contextlib.suppress(ValueError):  # a BOS the post-processor cannot express: as the bridge, keep it off

@@ -44,10 +44,12 @@ from interp.models._gguf import (
     load_gguf_source_cached,
     scratch_folder,
 )
+from interp.models._checkpoint import from_pretrained_complete
 from interp.models._model import Model
 from interp.models._native import load_toy, toy_tokenizer
 from interp.models._numerics import check_device, check_dtype, full_precision_norms
 from interp.models._progress import load_progress, load_step
+from interp.models._tokenize import warn_tokenizer_larger
 from interp.models._offload import (
     Placement,
     block_devices,
@@ -130,15 +132,17 @@ def _load_hf_unchecked(
         check_budget(placement, path_or_id, config, dtype, _hf_class(config))
     try:
         with load_step("load the Hugging Face model"):
-            model = _hf_class(config).from_pretrained(
+            model = from_pretrained_complete(
+                _hf_class(config),
                 path_or_id,
+                optional=() if has_head else ("cls.",),  # a BERT without its MLM head: zeroed below
                 dtype=dtype,
                 trust_remote_code=trust_remote_code,
                 attn_implementation="eager",
                 **(placement.kwargs() if placement is not None else {}),
             )
             tokenizer = transformers.AutoTokenizer.from_pretrained(path_or_id, trust_remote_code=trust_remote_code)
-    except OSError:
+    except (OSError, ModelLoadError):
         raise
     except Exception as e:
         raise ModelLoadError(f"name_or_path={path_or_id!r} could not be loaded ({type(e).__name__}: {e})") from e
@@ -175,6 +179,7 @@ def model_from_hf_unchecked(
     # it boots with a two-word stand-in that is dropped right after (text is then refused, naming the call)
     boot_tokenizer = toy_tokenizer(["<bos>", "<unk>"]) if tokenizer is None else tokenizer
     arch = arch_from_hf_config(hf_model.config, name=name, has_unembed=has_unembed)
+    warn_tokenizer_larger(tokenizer, arch.d_vocab, name)
     placed = bool(getattr(hf_model, "hf_device_map", None))  # dispatched by accelerate: leave it where it is
     if placed:
         if hf_model.dtype != dtype:

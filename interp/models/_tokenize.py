@@ -16,13 +16,22 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from interp.errors import ArgumentError, UnknownTokenWarning, warn_user
+from interp.errors import ArgumentError, UnknownTokenWarning, VocabularyWarning, warn_user
 from interp.models._native_config import BOS_ID, FIRST_WORD_ID
 
 if TYPE_CHECKING:
     from interp.models._model import Model
 
-__all__ = ["Batch", "ordinary_tokens", "tokenize", "readable_token", "public_call", "text_ids"]
+__all__ = [
+    "Batch",
+    "check_token_ids",
+    "ordinary_tokens",
+    "tokenize",
+    "readable_token",
+    "public_call",
+    "text_ids",
+    "warn_tokenizer_larger",
+]
 
 
 @dataclass(frozen=True)
@@ -117,6 +126,60 @@ def tokenize(model: Model, text: Union[str, Sequence[str]]) -> Batch:
     tokens = torch.tensor([r + [pad] * (n - len(r)) for r in rows], dtype=torch.long, device=model.device)
     mask = torch.tensor([[1] * len(r) + [0] * (n - len(r)) for r in rows], dtype=torch.long, device=model.device)
     return Batch(tokens, mask)
+
+
+def tokenizer_size(tokenizer: Any) -> int:
+    """1 + the largest id ``tokenizer`` can produce (its vocabulary with the added tokens)."""
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    return max(max(vocab.values(), default=-1) + 1, len(tokenizer))
+
+
+def warn_tokenizer_larger(tokenizer: Any, d_vocab: int, name: str) -> None:
+    """A :class:`interp.errors.VocabularyWarning` when ``tokenizer`` can produce ids ≥ ``d_vocab`` (the model's
+    embedding rows).
+
+    A warning, not a refusal: a tokenizer with a few tokens past the embedding is common and harmless (a pad or
+    chat token added to the tokenizer without resizing the model), and text that never produces them runs exactly;
+    a prompt or an answer that does produce one is refused where it is read (:func:`check_token_ids`), naming it.
+    A tokenizer far larger than the model (the wrong one saved beside it) is warned of the same way: its first
+    prompt with a large id is refused."""
+    if tokenizer is None:
+        return
+    n = tokenizer_size(tokenizer)
+    if n > d_vocab:
+        warn_user(
+            f"model {name!r}: its tokenizer has {n:,} tokens but the model embeds {d_vocab:,} (d_vocab): the "
+            f"{n - d_vocab:,} ids from {d_vocab} on have no embedding, so a prompt or answer that tokenises to one "
+            "is refused. If the tokenizer is not the model's, save the model's own tokenizer beside it",
+            VocabularyWarning,
+        )
+
+
+def check_token_ids(model: Model, tokens: Tensor, arg: str = "inputs") -> None:
+    """ArgumentError when a token id of ``tokens`` is < 0 or ≥ the model's ``d_vocab`` (its embedding rows), naming
+    the id (and its token, where the tokenizer has one) — torch's ``IndexError`` otherwise, deep in a forward."""
+    if tokens.numel() == 0:
+        return
+    d_vocab = model.arch.d_vocab
+    lo, hi = int(tokens.min()), int(tokens.max())
+    if lo >= 0 and hi < d_vocab:
+        return
+    bad = lo if lo < 0 else hi
+    tok = model.tokenizer
+    piece = ""
+    if tok is not None and bad >= 0:
+        try:
+            name = tok.convert_ids_to_tokens(bad)
+        except (IndexError, KeyError, TypeError, ValueError, OverflowError):
+            name = None
+        piece = f" (token {name!r})" if isinstance(name, str) else ""
+    why = (
+        f"; model {model.name!r}'s tokenizer produces ids its embedding does not have (a tokenizer larger than the "
+        "model: save the model's own tokenizer beside it)"
+        if piece
+        else ""
+    )
+    raise ArgumentError(f"{arg} has token id {bad}{piece}; ids must be in [0, {d_vocab - 1}] (d_vocab={d_vocab}){why}")
 
 
 def _byte_decoder() -> dict[str, int]:

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from interp._validate import check_int, is_int
 from interp.errors import ArgumentError, ShapeError
-from interp.models import Batch, Model, tokenize
+from interp.models import Batch, Model, check_token_ids, tokenize
 
 __all__ = [
     "Batch",
@@ -55,7 +55,7 @@ def as_batch(model: Model, inputs: Inputs, attention_mask: Optional[Tensor] = No
             "tokenised and padded for you, with their own mask"
         )
     if isinstance(inputs, Tensor):
-        t = _token_ids(inputs, arch.d_vocab).to(device=model.device, dtype=torch.long).contiguous()
+        t = _token_ids(model, inputs).to(device=model.device, dtype=torch.long).contiguous()
         mask = torch.ones_like(t) if attention_mask is None else _mask(attention_mask, t).to(model.device, torch.long)
         batch = Batch(t, mask)
     elif isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and all(isinstance(x, str) for x in inputs)):
@@ -66,6 +66,7 @@ def as_batch(model: Model, inputs: Inputs, attention_mask: Optional[Tensor] = No
                 "attention_mask is only for token-id inputs; text inputs are tokenised and padded for you"
             )
         batch = tokenize(model, inputs)
+        check_token_ids(model, batch.tokens)  # a tokenizer larger than the model
     elif isinstance(inputs, (list, tuple)) and inputs and all(isinstance(x, (list, tuple)) for x in inputs):
         return as_batch(model, _id_rows(inputs), attention_mask)
     else:
@@ -110,7 +111,7 @@ def resolve_positions(pos: Union[int, Sequence[int], Tensor], mask: Tensor, offs
     return torch.tensor(out, dtype=torch.long, device=mask.device)
 
 
-def _token_ids(inputs: Tensor, d_vocab: int) -> Tensor:
+def _token_ids(model: Model, inputs: Tensor) -> Tensor:
     """``inputs`` as token ids [batch, pos] (a 1-D tensor is one prompt), each in [0, d_vocab), else a typed error."""
     t = inputs
     check_tensor_data(t, "inputs")
@@ -122,11 +123,7 @@ def _token_ids(inputs: Tensor, d_vocab: int) -> Tensor:
         raise ArgumentError(f"inputs is empty (shape {tuple(inputs.shape)}); give at least one token")
     if t.is_floating_point() or t.dtype == torch.bool or t.is_complex():
         raise ShapeError(f"inputs must be an integer tensor of token ids, got dtype {t.dtype}")
-    lo, hi = int(t.min()), int(t.max())
-    if lo < 0 or hi >= d_vocab:
-        raise ArgumentError(
-            f"inputs has token id {lo if lo < 0 else hi}; ids must be in [0, {d_vocab - 1}] (d_vocab={d_vocab})"
-        )
+    check_token_ids(model, t)
     return t
 
 
