@@ -2,11 +2,13 @@
 
 Everything in interp that re-runs a model (patching with prefix sharing, path patching, effects, edge
 attribution and circuit evaluation) runs on :class:`Engine` and these functions; a model family is a set
-of capabilities on :class:`interp.models.ArchInfo`, never a branch here. :func:`self_check` compares the
-engine's forward with the model's own when a model is loaded (:func:`load_model`).
+of capabilities on :class:`interp.models.ArchInfo`, never a branch here. Every capture of activations
+(:meth:`Engine.capture`) is read off this forward at transformer-lens's hook names (:func:`capture_site`).
+:func:`self_check` compares the engine's forward with the model's own when a model is loaded (:func:`load_model`).
 """
 
 from interp.engine._capabilities import CAPABILITIES, require_capabilities
+from interp.engine._captures import CaptureSite, capture_site
 from interp.engine._check import load_model, model_from_hf, self_check
 from interp.engine._forward import Engine, RunCache
 from interp.engine._patches import HEADED_SITES, SITES, Patch, Variant
@@ -14,6 +16,7 @@ from interp.engine._rotary import allowed_keys, apply_rotary, unembed
 
 __all__ = [
     "CAPABILITIES",
+    "CaptureSite",
     "Engine",
     "HEADED_SITES",
     "Patch",
@@ -22,6 +25,7 @@ __all__ = [
     "Variant",
     "allowed_keys",
     "apply_rotary",
+    "capture_site",
     "load_model",
     "model_from_hf",
     "require_capabilities",
