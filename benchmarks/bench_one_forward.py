@@ -1,10 +1,11 @@
 """One forward under every analysis: attribute_logits and trace before/after, in one interleaved run.
 
 On smollm2-135m at batch 8×128 random token ids, one thread, each measurement in a fresh subprocess (so peaks
-are independent), alternating the trees given (``--trees OLD NEW``, each put first on PYTHONPATH) round by
-round: (a) a plain forward of the model's own (its bridge, inference mode), (b) the engine's plain forward,
-(c) ``attribute_logits(unit="head")``, (d) a ``trace`` (time, and its peak-RSS growth with the trace kept).
-Prints the best time of each, the ratios c/a and c/b, and trace's time and peak against the first tree's.
+are independent), alternating the trees given (``--trees OLD NEW``, each put first on PYTHONPATH) round by round;
+times are the process's CPU seconds (one thread: steadier than wall time on a shared machine). Measured: (a) a
+plain forward of the model's own (its bridge, inference mode), (b) the engine's plain forward, (c)
+``attribute_logits(unit="head")``, (d) a ``trace`` (time, and its peak-RSS growth with the trace kept). Prints
+the best CPU time of each, the ratios c/a and c/b, and trace's time and peak against the first tree's.
 Target: c/a ≤ 0.7.
 
     python benchmarks/bench_one_forward.py --trees /path/to/old /path/to/new [--rounds 2] [--iters 3]
@@ -53,7 +54,7 @@ for _ in range(iters):
         while not stop[0]:
             peak[0] = max(peak[0], proc.memory_info().rss); time.sleep(0.002)
     th = threading.Thread(target=watch, daemon=True); th.start()
-    t0 = time.perf_counter(); kept = run(); times.append(time.perf_counter() - t0)
+    t0 = time.process_time(); kept = run(); times.append(time.process_time() - t0)
     stop[0] = True; th.join()
     peaks.append((peak[0] - base) / 2**20)
     del kept
@@ -79,8 +80,8 @@ def main() -> None:
     ap.add_argument("--trees", nargs="+", required=True)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
     modes = ("forward", "engine", "attribute", "trace")
     best: dict = {t: {m: {"s": float("inf"), "peak_mb": float("inf")} for m in modes} for t in args.trees}
@@ -90,7 +91,7 @@ def main() -> None:
                 res = measure(t, m, args)
                 b = best[t][m]
                 b["s"], b["peak_mb"] = min(b["s"], res["s"]), min(b["peak_mb"], res["peak_mb"])
-                print(f"round {r} {m:9s} {t}: {res['s']:.3f} s, peak +{res['peak_mb']:.0f} MB", flush=True)
+                print(f"round {r} {m:9s} {t}: {res['s']:.3f} s CPU, peak +{res['peak_mb']:.0f} MB", flush=True)
     print(f"smollm2-135m, batch {args.batch}×{args.seq}, one thread, best of {args.rounds}×{args.iters}")
     first = best[args.trees[0]]
     for t in args.trees:
