@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -572,3 +573,47 @@ def test_decode_and_its_gradient_are_the_dense_products(cross):
     for w, ref in zip(W, Wd):
         assert torch.allclose(w.grad.double(), ref.grad, rtol=1e-5, atol=1e-5)
     assert torch.allclose(vals.grad.double(), vd.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_the_call_reports_its_whole_time_beside_the_loops(llama, tmp_path, monkeypatch):
+    """train_seconds is the loop's; score_seconds the scorings' (timed here around evaluate_dictionary);
+    call_seconds the whole call's, which holds both; a cached read reports the run's own figures."""
+    import time
+
+    _, model = llama
+    spent = []
+    real = T.evaluate_dictionary
+
+    def timed(*a, **k):
+        t = time.perf_counter()
+        time.sleep(0.2)  # a scoring that costs more than the loop
+        out = real(*a, **k)
+        spent.append(time.perf_counter() - t)
+        return out
+
+    monkeypatch.setattr(T, "evaluate_dictionary", timed)
+    t0 = time.perf_counter()
+    r = _train(model, tmp_path, tokens=SEQ * BATCH * 3)
+    wall = time.perf_counter() - t0
+    assert len(spent) == 2 and r.score_seconds >= sum(spent) >= 0.4
+    assert r.call_seconds >= r.train_seconds + r.score_seconds and r.call_seconds <= wall
+    assert r.tokens_per_second == pytest.approx(r.tokens / r.train_seconds)
+    again = _train(model, tmp_path, tokens=SEQ * BATCH * 3)
+    assert again.from_cache and again.call_seconds == r.call_seconds and again.score_seconds == r.score_seconds
+
+
+def test_eval_tokens_zero_scores_nothing_and_trains_the_same_weights(llama, tmp_path, monkeypatch):
+    _, model = llama
+    scored = _train(model, tmp_path / "a", tokens=SEQ * BATCH * 3)
+    monkeypatch.setattr(T, "evaluate_dictionary", lambda *a, **k: pytest.fail("scored with eval_tokens=0"))
+    bare = _train(model, tmp_path / "b", tokens=SEQ * BATCH * 3, eval_tokens=0)
+    assert bare.evaluation is None and bare.transfer is None and bare.eval_tokens == 0
+    assert all(math.isnan(v) for v in bare.fvu + bare.l0 + bare.dead + bare.loss_recovered + bare.kl)
+    for a, b in zip(scored.transcoders, bare.transcoders):
+        for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+    again = _train(model, tmp_path / "b", tokens=SEQ * BATCH * 3, eval_tokens=0)
+    assert again.from_cache and again.evaluation is None
+    for bad in (1, SEQ - 1, -SEQ):
+        with pytest.raises(ArgumentError, match=f"eval_tokens={bad}"):
+            _train(model, tmp_path / "c", eval_tokens=bad)
