@@ -51,7 +51,8 @@ from interp.errors import ArgumentError, warn_user
 from interp.features._intervene import CLOSURE_TOLERANCE
 from interp.features._prompt import one_prompt
 from interp.features._replacement import RealRun, check_replaceable, real_forward
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
+from interp.dictionaries import CrossLayerTranscoder, Transcoder
+from interp.dictionaries.internal import mlp_input
 from interp.features._warnings import ClosureWarning
 from interp.models import Model
 from interp.stream import require_model

@@ -82,7 +82,7 @@ from interp.features._intervene import (
     check_overlap,
 )
 from interp.features._replacement import check_transcoder
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder
+from interp.dictionaries import CrossLayerTranscoder, Transcoder
 from interp.labels import Feature, Resid
 from interp.models import Model, run_block
 from interp.stream import as_batch, require_model

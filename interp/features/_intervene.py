@@ -38,7 +38,8 @@ from interp.engine import Patch
 from interp.errors import ArgumentError, LabelError, warn_user
 from interp.features._prompt import one_prompt, output_tokens, position, token_text
 from interp.features._replacement import RealRun, check_replaceable, real_forward
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
+from interp.dictionaries import CrossLayerTranscoder, Transcoder
+from interp.dictionaries.internal import mlp_input
 from interp.features._warnings import ClosureWarning, InactiveFeatureWarning, RegimeWarning
 from interp.labels import Feature, parse
 from interp.models import Model

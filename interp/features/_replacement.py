@@ -2,7 +2,7 @@
 forward and every MLP write replaced by its transcoder's features plus an error node.
 
 Run the model once (:func:`real_forward`). At each layer l and position p the transcoder reads what the MLP really
-read, x_{l,p} (:func:`~interp.features._transcoder.mlp_input`), and gives feature activations a_{l,p} and an
+read, x_{l,p} (:func:`~interp.dictionaries.internal.mlp_input`), and gives feature activations a_{l,p} and an
 output â_{l,p}; the **error node** e_{l,p} = MLP_l(x)_p − â_{l,p} is the rest of the MLP's real write. Freeze every
 attention pattern and every norm's scale σ at the real forward's and replace each MLP write by the constant
 Σ_f a_{l,p,f} W_dec[f] + e_{l,p} (plus b_dec and, for a skip transcoder, the linear term x W_skipᵀ of the frozen
@@ -29,8 +29,9 @@ from interp.errors import (
     UnsupportedArchitectureError,
     warn_user,
 )
-from interp.features._sae import SAE
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder, check_layers, check_whole, mlp_input
+from interp.dictionaries import SAE
+from interp.dictionaries import CrossLayerTranscoder, Transcoder
+from interp.dictionaries.internal import check_layers, check_whole, mlp_input
 from interp.models import Model, run_block
 
 __all__ = ["FrozenReplacement", "RealRun", "check_replaceable", "real_forward"]

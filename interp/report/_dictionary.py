@@ -23,7 +23,7 @@ from torch import Tensor
 from interp._io import write_atomic
 from interp._validate import check_positive_int, is_int
 from interp.errors import ArgumentError, ExportError
-from interp.features import (
+from interp.dictionaries import (
     SAE,
     CrossLayerTranscoder,
     DictionaryEvaluation,

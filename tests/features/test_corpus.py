@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from interp.errors import ArgumentError
-from interp.features import _corpus as C
+from interp.dictionaries import _corpus as C
 from tiny_models import tiny_model
 
 

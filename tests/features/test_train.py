@@ -25,7 +25,7 @@ import random
 import pytest
 import torch
 
-import interp.features._train as T
+import interp.dictionaries._train as T
 from interp.errors import ArgumentError, InterpError, ResultFormatError
 from interp.features import TrainedTranscoders, train_transcoders
 from tiny_models import hooked_forward, tiny_hf_model, tiny_tokenizer
@@ -453,7 +453,7 @@ def test_subnormal_adam_moments_are_flushed(llama, tmp_path, monkeypatch):
 
 
 def test_the_default_corpus_is_modern_english(llama):
-    from interp.features._corpus import modern_corpus_name
+    from interp.dictionaries._corpus import modern_corpus_name
 
     _, model = llama
     plan = T._plan(
@@ -513,7 +513,7 @@ def test_auxk_loss_takes_each_layers_own_dead_features(aux_k):
     pre-activations of its own dead features, however many the other layers have (here 0, 3 and 12 dead of 16; aux_k
     5, 2 and 20 take the dense and the gather-sum ways): checked against a dense [N, F] coefficient matrix per layer
     in float64, its gradient to the decoders too, and its gradient reaches dead features only."""
-    from interp.features._train_state import TrainState, _aux_loss
+    from interp.dictionaries._train_state import TrainState, _aux_loss
 
     g = torch.Generator().manual_seed(0)
     s = TrainState(3, 8, 16, g)
@@ -551,7 +551,7 @@ def test_decode_and_its_gradient_are_the_dense_products(cross):
     """The training's sparse decode ŷ_l' = Σ_{l ≤ l'} f_l W_dec[l → l'] (a gather-sum of each token's k rows per
     encoder) and its gradients to the decoders and the kept values equal a dense [N, F] coefficient matrix times each
     decoder block, in float64."""
-    from interp.features._train_state import decode
+    from interp.dictionaries._train_state import decode
 
     g = torch.Generator().manual_seed(1)
     n, N, F_, d, k = 4, 12, 16, 6, 3

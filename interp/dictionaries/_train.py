@@ -44,7 +44,7 @@ from torch import Tensor
 from interp._validate import check_bool, check_finite_float, check_positive_float, is_int
 from interp.engine import Engine
 from interp.errors import ArgumentError, UnsupportedArchitectureError, UnsupportedOperationError, warn_user
-from interp.features._corpus import (
+from interp.dictionaries._corpus import (
     CORPUS_LICENCE,
     CORPUS_NAME,
     CORPUS_SOURCE,
@@ -57,9 +57,9 @@ from interp.features._corpus import (
     modern_corpus_name,
     token_rows,
 )
-from interp.features._evaluate import DictionaryEvaluation, evaluate_dictionary
-from interp.features._train_cache import load_final, resume, save_checkpoint, save_final
-from interp.features._train_state import (
+from interp.dictionaries._evaluate import DictionaryEvaluation, evaluate_dictionary
+from interp.dictionaries._train_cache import load_final, resume, save_checkpoint, save_final
+from interp.dictionaries._train_state import (
     TrainState,
     dead_fraction,
     default_lr,
@@ -68,9 +68,9 @@ from interp.features._train_state import (
     init_state,
     lr_at,
 )
-from interp.features._train_state import train_step as _step
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
-from interp.features._warnings import DictionaryQualityWarning
+from interp.dictionaries._train_state import train_step as _step
+from interp.dictionaries._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
+from interp.dictionaries._warnings import DictionaryQualityWarning
 from interp.models import Model, default_cache_dir
 from interp.stream import require_model
 
@@ -254,7 +254,7 @@ class _Corpus:
 
 def _sequences(model: Model, docs: list[str], seq_len: int, n_seq: int) -> Tensor:
     """The first ``n_seq`` sequences [n_seq, seq_len] of the documents' concatenated token ids (fewer if the
-    documents run out; none if they hold less than one): :func:`interp.features._corpus.token_rows`."""
+    documents run out; none if they hold less than one): :func:`interp.dictionaries._corpus.token_rows`."""
     if model.tokenizer is None:
         raise UnsupportedOperationError(f"model {model.name!r} has no tokenizer; training reads text")
     try:

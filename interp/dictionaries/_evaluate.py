@@ -39,10 +39,10 @@ from interp._result import Result
 from interp._validate import check_bool, check_positive_int, is_int, is_real
 from interp.engine import Engine, Patch, unembed
 from interp.errors import ArgumentError, ShapeError, UnsupportedArchitectureError, warn_user
-from interp.features._corpus import token_rows
-from interp.features._sae import SAE, check_saes
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
-from interp.features._warnings import DictionaryQualityWarning
+from interp.dictionaries._corpus import token_rows
+from interp.dictionaries._sae import SAE, check_saes
+from interp.dictionaries._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
+from interp.dictionaries._warnings import DictionaryQualityWarning
 from interp.models import Model
 from interp.stream import require_model
 
