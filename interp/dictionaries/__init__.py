@@ -9,6 +9,7 @@ from interp.dictionaries._corpus import english_corpus, held_out_corpus, modern_
 from interp.dictionaries._evaluate import DictionaryEvaluation, evaluate_dictionary
 from interp.dictionaries._formats import FORMATS, load_saes, load_transcoders
 from interp.dictionaries._logit_effects import feature_logit_effects
+from interp.dictionaries._set import DictionarySet
 from interp.dictionaries._sae import SAE, SAE_SITES, SAEReconstruction, sae_reconstruction
 from interp.dictionaries._train import (
     TrainedCrossLayerTranscoder,
@@ -27,6 +28,7 @@ __all__ = [
     "SAE_SITES",
     "CrossLayerTranscoder",
     "DictionaryEvaluation",
+    "DictionarySet",
     "DictionaryQualityWarning",
     "SAEReconstruction",
     "TrainedCrossLayerTranscoder",

@@ -13,6 +13,7 @@ from interp.dictionaries import (
     CrossLayerTranscoder,
     DictionaryEvaluation,
     DictionaryQualityWarning,
+    DictionarySet,
     SAEReconstruction,
     TrainedCrossLayerTranscoder,
     TrainedTranscoders,
@@ -78,6 +79,7 @@ __all__ = [
     "top_activating_contexts",
     "train_transcoders",
 ]
+__all__ += ["DictionarySet"]
 __all__ += ["DictionaryEvaluation", "evaluate_dictionary", "feature_logit_effects", "held_out_corpus"]
 __all__ += ["english_corpus", "modern_corpus"]
 __all__ += ["AggregateGraph", "GRAPH_ABLATIONS", "GRAPH_THRESHOLDS", "GraphFaithfulness", "aggregate_graphs"]

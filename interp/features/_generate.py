@@ -234,16 +234,13 @@ class _ByLayer:
     def __init__(self, tcs: dict[int, Transcoder], n_layers: int):
         self.tcs, self.n_layers = tcs, n_layers
 
-    def __len__(self) -> int:
-        return self.n_layers
-
-    def __getitem__(self, l: int) -> Transcoder:
+    def n_features(self, l: int) -> int:
         if l not in self.tcs:
             raise ArgumentError(
                 f"interventions[0]: layer={l!r} has no transcoder: the transcoders given are those of "
                 f"layers {sorted(self.tcs)}"
             )
-        return self.tcs[l]
+        return self.tcs[l].n_features
 
 
 def _features(items: list[tuple[int, Any]], tcs: dict[int, Transcoder], n_layers: int, n: int) -> list[Intervention]:

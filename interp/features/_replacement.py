@@ -29,8 +29,7 @@ from interp.errors import (
     UnsupportedArchitectureError,
     warn_user,
 )
-from interp.dictionaries import SAE
-from interp.dictionaries import CrossLayerTranscoder, Transcoder
+from interp.dictionaries import SAE, CrossLayerTranscoder, DictionarySet, Transcoder
 from interp.dictionaries.internal import check_layers, check_whole, mlp_input
 from interp.models import Model, run_block
 
@@ -52,8 +51,9 @@ def check_replaceable(model: Model, transcoders: Union[Sequence[Transcoder], Cro
         raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to replace by transcoders")
     if not a.causal or model.weights.W_U is None:
         raise UnsupportedArchitectureError(f"model {model.name!r} is not a decoder with an unembedding")
-    if isinstance(transcoders, CrossLayerTranscoder):
-        if transcoders.model_layers != tuple(range(a.n_layers)) or transcoders.d_model != a.d_model:
+    if isinstance(transcoders, (CrossLayerTranscoder, DictionarySet)):
+        s = DictionarySet.of(transcoders)
+        if s.layers != tuple(range(a.n_layers)) or s.d_model != a.d_model:
             raise ArgumentError(
                 f"transcoders is a {transcoders!r}; model {model.name!r} needs an encoder at each of its "
                 f"{a.n_layers} layers 0..{a.n_layers - 1} with d_model={a.d_model}"
@@ -258,20 +258,15 @@ class RealRun:
     final: Tensor
     cache: RunCache
     dtype: torch.dtype
-    clt: Optional[CrossLayerTranscoder] = None
+    dictionaries: DictionarySet
 
     def leaves(self) -> list[Tensor]:
-        """Each layer's MLP leaf at the real forward: Σ_f a_f W_dec[f] + e (per position) [n, d]; with a CLT, layer
-        l''s leaf sums the features of every layer k ≤ l', Σ_k Σ_f a_{k,f} W_dec[k → l'][f] + e_l'."""
-        if self.clt is None:
-            return [
-                self.errs[l].index_add(0, self.feats[l][0], self.acts[l][:, None] * self.tcs[l].W_dec[self.feats[l][1]])
-                for l in range(len(self.tcs))
-            ]
+        """Each layer's MLP leaf at the real forward: Σ_k Σ_f a_{k,f} W_dec[k → l][f] + e_l (per position) [n, d],
+        over the features of every layer k ≤ l that writes to l (a per-layer set: k = l only)."""
         out = [e.clone() for e in self.errs]
         for k, (p_idx, f_idx) in enumerate(self.feats):
-            for j in range(k, len(out)):
-                out[j].index_add_(0, p_idx, self.acts[k][:, None] * self.clt.W_dec[k][f_idx, j - k])
+            for j, rows in self.writes(k, f_idx):
+                out[j].index_add_(0, p_idx, self.acts[k][:, None] * rows)
         return out
 
     def dense(self, l: int) -> Tensor:
@@ -282,10 +277,8 @@ class RealRun:
 
     def writes(self, l: int, f_idx: Tensor) -> list[tuple[int, Tensor]]:
         """Where layer l's features ``f_idx`` write per unit activation: [(layer, W_dec rows [m, d])] — their own
-        layer's MLP output, and with a CLT every later layer's too."""
-        if self.clt is None:
-            return [(l, self.tcs[l].W_dec[f_idx])]
-        return [(j, self.clt.W_dec[l][f_idx, j - l]) for j in range(l, len(self.tcs))]
+        layer's MLP output, and with a CLT every later layer's too (:meth:`DictionarySet.writes`)."""
+        return self.dictionaries.writes(l, f_idx)
 
     def hold_prefix(self, k: int) -> list[Tensor]:
         """Hold the MLP writes at positions < k as constants (in place): drop the features there and zero the error
@@ -316,10 +309,8 @@ def real_forward(
     each layer's error node is the MLP's write minus the CLT's joint reconstruction of it."""
     a = model.arch
     dt = torch.float64 if model.dtype == torch.float64 else torch.float32
-    clt = transcoders.to(device=tokens.device, dtype=dt) if isinstance(transcoders, CrossLayerTranscoder) else None
-    per_layer = [clt.encoder(l) for l in range(clt.n_layers)] if clt is not None else transcoders
-    assert not isinstance(per_layer, CrossLayerTranscoder)
-    trained = [t.context_length for t in per_layer if t.context_length is not None]
+    ds = DictionarySet.of(transcoders).to(device=tokens.device, dtype=dt)
+    trained = [ds.context_length] if ds.context_length is not None else []
     if trained and tokens.shape[1] > min(trained):
         warn_user(
             f"the prompt has {tokens.shape[1]} tokens but the transcoders were trained on sequences of "
@@ -329,7 +320,7 @@ def real_forward(
             ContextLengthWarning,
         )
     e = Engine.of(model)
-    tcs = [t.to(device=tokens.device, dtype=dt) for t in per_layer]
+    tcs = [_encoder(ds, l) for l in range(a.n_layers)]
     cache = e.run(tokens, mask, capture={"pattern", "resid_mid", "mlp_out", *capture}, keep_scales=True)
 
     def c(t: Optional[Tensor]) -> Tensor:  # prompt 0, out of inference mode (autograd may save it), in dtype dt
@@ -348,19 +339,34 @@ def real_forward(
         post = cache.scales.get("ln1_post")
         s_post.append(None if post is None else c(post[l]))
         patterns.append(c(cache.acts["pattern"][l]))
-        pre = tcs[l].pre_activation(h2)
-        f = tcs[l].activate(pre)
-        if clt is None:
-            errs.append(c(cache.acts["mlp_out"][l]) - tcs[l].decode(f, h2 if tcs[l].W_skip is not None else None))
+        pre = ds.pre_activation(l, h2)
+        f = ds.activate(l, pre)
         fs.append(f)
         h2s.append(h2)
         p_idx, f_idx = f.nonzero(as_tuple=True)
         feats.append((p_idx, f_idx))
         acts.append(f[p_idx, f_idx])
         pre_real.append(pre[p_idx, f_idx])
-    if clt is not None:  # the joint reconstruction of every layer's MLP write
-        recon = clt.decode(torch.stack(fs), torch.stack(h2s) if clt.W_skip is not None else None)
-        errs = [c(cache.acts["mlp_out"][l]) - recon[l] for l in range(a.n_layers)]
+    recon = ds.decode(fs, h2s)  # every layer's reconstruction of its MLP write (a CLT's: the joint one)
+    errs = [c(cache.acts["mlp_out"][l]) - recon[l] for l in range(a.n_layers)]
     final = c(cache.final)
     frozen = FrozenReplacement(e, tcs, patterns, s1, s2, s_post, e.norm_scale(final), dt)
-    return RealRun(frozen, tcs, feats, acts, pre_real, errs, c(e.embed(cache.embed)), final, cache, dt, clt)
+    return RealRun(frozen, tcs, feats, acts, pre_real, errs, c(e.embed(cache.embed)), final, cache, dt, ds)
+
+
+def _encoder(ds: DictionarySet, l: int) -> Transcoder:
+    """Layer l's encoder with its own layer's decoder, b_dec and skip, as the frozen replacement model's layers read
+    them (encoding, b_dec and the skip term; the writes to each layer are :meth:`DictionarySet.writes`)."""
+    i = ds.index(l)
+    return Transcoder(
+        ds.W_enc[i],
+        ds.b_enc[i],
+        ds.W_dec[i][:, 0],
+        ds.b_dec[i],
+        W_skip=ds.W_skip[i],
+        activation=ds.activation[i],
+        threshold=ds.threshold[i],
+        k=ds.k[i],
+        context_length=ds.context_length,
+        layer=l,
+    )
