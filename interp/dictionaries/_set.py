@@ -21,10 +21,18 @@ import torch
 from torch import Tensor
 
 from interp._validate import is_int
-from interp.dictionaries._transcoder import CrossLayerTranscoder, Transcoder, activate, placement
+from interp.dictionaries._sae import SAE
+from interp.dictionaries._transcoder import (
+    CrossLayerTranscoder,
+    Transcoder,
+    activate,
+    check_layers,
+    check_whole,
+    placement,
+)
 from interp.errors import ArgumentError, ShapeError
 
-__all__ = ["DictionarySet"]
+__all__ = ["DictionarySet", "check_transcoder", "replacement_set"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,8 +40,8 @@ class DictionarySet:
     """A set of transcoders (module docstring), per encoder i at model layer ``layers[i]`` (ascending): ``W_enc[i]``
     [F_i, d], ``b_enc[i]`` [F_i], ``W_dec[i]`` [F_i, m_i, d] (its writes to the outputs of layers[i .. i + m_i − 1]),
     ``b_dec[i]`` [d] (the bias of layer layers[i]'s output), ``W_skip[i]`` [d, d] or None, ``activation[i]`` with
-    its ``threshold[i]`` and ``k[i]`` (as :class:`Transcoder`'s). ``context_length``: the shortest sequence length
-    the set was trained on, where known. Every encoder reads the MLP input of its layer and writes MLP outputs."""
+    its ``threshold[i]`` and ``k[i]`` (as :class:`Transcoder`'s), ``context_lengths[i]`` the sequence length it was
+    trained on (None: unknown). Every encoder reads the MLP input of its layer and writes MLP outputs."""
 
     layers: tuple[int, ...]
     W_enc: tuple[Tensor, ...]
@@ -44,13 +52,13 @@ class DictionarySet:
     activation: tuple[str, ...]
     threshold: tuple[Optional[Tensor], ...]
     k: tuple[Optional[int], ...]
-    context_length: Optional[int] = None
+    context_lengths: tuple[Optional[int], ...]
 
     def __post_init__(self) -> None:
         n = len(self.layers)
         if n == 0 or any(not is_int(l) or l < 0 for l in self.layers) or list(self.layers) != sorted(set(self.layers)):
             raise ArgumentError(f"layers={self.layers!r} must be ascending distinct model layer indices ≥ 0")
-        for name in ("W_enc", "b_enc", "W_dec", "b_dec", "W_skip", "activation", "threshold", "k"):
+        for name in ("W_enc", "b_enc", "W_dec", "b_dec", "W_skip", "activation", "threshold", "k", "context_lengths"):
             if len(getattr(self, name)) != n:
                 raise ArgumentError(f"{name} has {len(getattr(self, name))} entries; the set has {n} layers")
         d = int(self.W_enc[0].shape[-1])
@@ -90,7 +98,7 @@ class DictionarySet:
                 activation=(dicts.activation,) * L,
                 threshold=(None,) * L if dicts.threshold is None else tuple(dicts.threshold.unbind(0)),
                 k=(dicts.k,) * L,
-                context_length=dicts.context_length,
+                context_lengths=(dicts.context_length,) * L,
             )
         if isinstance(dicts, Transcoder):
             if dicts.layer is None:
@@ -116,7 +124,6 @@ class DictionarySet:
                 raise ArgumentError(f"{where} is the transcoder of layer {t.layer}, given for layer {key}")
             seen[int(key)] = t
         ts = [seen[l] for l in sorted(seen)]
-        lengths = [t.context_length for t in ts if t.context_length is not None]
         return cls(
             layers=tuple(sorted(seen)),
             W_enc=tuple(t.W_enc for t in ts),
@@ -127,7 +134,7 @@ class DictionarySet:
             activation=tuple(t.activation for t in ts),
             threshold=tuple(t.threshold for t in ts),
             k=tuple(t.k for t in ts),
-            context_length=min(lengths) if lengths else None,
+            context_lengths=tuple(t.context_length for t in ts),
         )
 
     # ------------------------------------------------------------------------------------------ shape
@@ -139,6 +146,29 @@ class DictionarySet:
     @property
     def d_model(self) -> int:
         return int(self.W_enc[0].shape[1])
+
+    @property
+    def context_length(self) -> Optional[int]:
+        """The shortest sequence length the set's encoders were trained on (None: unknown)."""
+        known = [c for c in self.context_lengths if c is not None]
+        return min(known) if known else None
+
+    def encoder(self, l: int) -> Transcoder:
+        """Layer l's encoder as a one-layer :class:`Transcoder`: its encoding, its own layer's decoder W_dec[l → l],
+        b_dec[l] and skip (the writes to later layers of a cross-layer set are :meth:`writes`, not in it)."""
+        i = self.index(l)
+        return Transcoder(
+            self.W_enc[i],
+            self.b_enc[i],
+            self.W_dec[i][:, 0],
+            self.b_dec[i],
+            W_skip=self.W_skip[i],
+            activation=self.activation[i],
+            threshold=self.threshold[i],
+            k=self.k[i],
+            context_length=self.context_lengths[i],
+            layer=int(l),
+        )
 
     def n_features(self, l: int) -> int:
         """F of model layer l's encoder."""
@@ -258,3 +288,54 @@ class DictionarySet:
             f"DictionarySet({'cross-layer' if cross else 'per-layer'}, layers {list(self.layers)}, "
             f"{'/'.join(map(str, widths))} features, d_model {self.d_model})"
         )
+
+
+def replacement_set(model: Any, transcoders: Any) -> DictionarySet:
+    """The set that replaces every MLP of ``model``: a list of :class:`Transcoder` of the model's width, one per layer
+    in layer order, or a :class:`CrossLayerTranscoder` / :class:`DictionarySet` with an encoder at each of the
+    model's layers; anything else an :class:`ArgumentError` naming what is wrong. The one check of the dictionaries
+    every analysis over the replacement model takes."""
+    a = model.arch
+    if isinstance(transcoders, (CrossLayerTranscoder, DictionarySet)):
+        s = DictionarySet.of(transcoders)
+        if s.layers != tuple(range(a.n_layers)) or s.d_model != a.d_model:
+            raise ArgumentError(
+                f"transcoders is a {transcoders!r}; model {model.name!r} needs an encoder at each of its "
+                f"{a.n_layers} layers 0..{a.n_layers - 1} with d_model={a.d_model}"
+            )
+        return s
+    if not isinstance(transcoders, (list, tuple)):
+        raise ArgumentError(
+            "transcoders must be a list of interp.features.Transcoder, one per layer, or an "
+            "interp.features.CrossLayerTranscoder"
+        )
+    for i, t in enumerate(transcoders):
+        check_transcoder(f"transcoders[{i}]", t)
+    if len(transcoders) != a.n_layers:
+        have = [t.layer for t in transcoders]
+        missing = [l for l in range(a.n_layers) if l not in have] if None not in have else None
+        raise ArgumentError(
+            f"transcoders has {len(transcoders)} entries; model {model.name!r} has {a.n_layers} layers"
+            + (f" and the replacement model needs one at each: layers {missing} are missing" if missing else "")
+        )
+    check_layers(transcoders)
+    for l, t in enumerate(transcoders):
+        if t.d_model != a.d_model:
+            raise ArgumentError(f"transcoders[{l}] has d_model={t.d_model}; the model's is {a.d_model}")
+    return DictionarySet.of(list(transcoders))
+
+
+def check_transcoder(name: str, t: Any) -> None:
+    """``t`` is a :class:`Transcoder`, else an :class:`~interp.errors.ArgumentError` naming ``name``; an SAE (which
+    reconstructs a point of the residual stream, not an MLP's write) is refused saying what to load instead, and an
+    encoder taken out of a cross-layer transcoder with later writes saying to pass the CLT (:func:`check_whole`). The
+    one check of every analysis that replaces or intervenes on MLP writes."""
+    if isinstance(t, SAE):
+        raise ArgumentError(
+            f"{name} is an SAE of the residual stream ({t.hook_name}); the replacement model and feature "
+            "interventions replace MLP writes, so each needs transcoders (MLP input → MLP output): "
+            "interp.features.load_transcoders or train_transcoders"
+        )
+    if not isinstance(t, Transcoder):
+        raise ArgumentError(f"{name} is a {type(t).__name__}, not an interp.features.Transcoder")
+    check_whole(name, t)  # not an encoder taken out of a CLT with later writes

@@ -439,7 +439,7 @@ def aggregate_graphs(
             out=out,
             progress=progress,
             prompts=prompts,
-            transcoders=transcoders if isinstance(transcoders, CrossLayerTranscoder) else list(transcoders),
+            transcoders=list(transcoders) if isinstance(transcoders, (list, tuple)) else transcoders,
             target=target,
             wrong=wrong,
             pos=pos,

@@ -16,7 +16,7 @@ and QK attribution rerun it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from typing import Callable, Iterable, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -24,13 +24,12 @@ from torch import Tensor
 from interp._norms import apply_frozen
 from interp.engine import Engine, RunCache
 from interp.errors import (
-    ArgumentError,
     ContextLengthWarning,
     UnsupportedArchitectureError,
     warn_user,
 )
-from interp.dictionaries import SAE, CrossLayerTranscoder, DictionarySet, Transcoder
-from interp.dictionaries.internal import check_layers, check_whole, mlp_input
+from interp.dictionaries import CrossLayerTranscoder, DictionarySet, Transcoder
+from interp.dictionaries.internal import mlp_input, replacement_set
 from interp.models import Model, run_block
 
 __all__ = ["FrozenReplacement", "RealRun", "check_replaceable", "real_forward"]
@@ -51,48 +50,7 @@ def check_replaceable(model: Model, transcoders: Union[Sequence[Transcoder], Cro
         raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to replace by transcoders")
     if not a.causal or model.weights.W_U is None:
         raise UnsupportedArchitectureError(f"model {model.name!r} is not a decoder with an unembedding")
-    if isinstance(transcoders, (CrossLayerTranscoder, DictionarySet)):
-        s = DictionarySet.of(transcoders)
-        if s.layers != tuple(range(a.n_layers)) or s.d_model != a.d_model:
-            raise ArgumentError(
-                f"transcoders is a {transcoders!r}; model {model.name!r} needs an encoder at each of its "
-                f"{a.n_layers} layers 0..{a.n_layers - 1} with d_model={a.d_model}"
-            )
-        return
-    if not isinstance(transcoders, (list, tuple)):
-        raise ArgumentError(
-            "transcoders must be a list of interp.features.Transcoder, one per layer, or an "
-            "interp.features.CrossLayerTranscoder"
-        )
-    for i, t in enumerate(transcoders):
-        check_transcoder(f"transcoders[{i}]", t)
-    if len(transcoders) != a.n_layers:
-        have = [t.layer for t in transcoders]
-        missing = [l for l in range(a.n_layers) if l not in have] if None not in have else None
-        raise ArgumentError(
-            f"transcoders has {len(transcoders)} entries; model {model.name!r} has {a.n_layers} layers"
-            + (f" and the replacement model needs one at each: layers {missing} are missing" if missing else "")
-        )
-    check_layers(transcoders)
-    for l, t in enumerate(transcoders):
-        if t.d_model != a.d_model:
-            raise ArgumentError(f"transcoders[{l}] has d_model={t.d_model}; the model's is {a.d_model}")
-
-
-def check_transcoder(name: str, t: Any) -> None:
-    """``t`` is a :class:`Transcoder`, else an :class:`~interp.errors.ArgumentError` naming ``name``; an SAE (which
-    reconstructs a point of the residual stream, not an MLP's write) is refused saying what to load instead, and an
-    encoder taken out of a cross-layer transcoder with later writes saying to pass the CLT (:func:`check_whole`). The
-    one check of every analysis that replaces or intervenes on MLP writes."""
-    if isinstance(t, SAE):
-        raise ArgumentError(
-            f"{name} is an SAE of the residual stream ({t.hook_name}); the replacement model and feature "
-            "interventions replace MLP writes, so each needs transcoders (MLP input → MLP output): "
-            "interp.features.load_transcoders or train_transcoders"
-        )
-    if not isinstance(t, Transcoder):
-        raise ArgumentError(f"{name} is a {type(t).__name__}, not an interp.features.Transcoder")
-    check_whole(name, t)  # not an encoder taken out of a CLT with later writes
+    replacement_set(model, transcoders)
 
 
 class FrozenReplacement:
@@ -320,7 +278,7 @@ def real_forward(
             ContextLengthWarning,
         )
     e = Engine.of(model)
-    tcs = [_encoder(ds, l) for l in range(a.n_layers)]
+    tcs = [ds.encoder(l) for l in range(a.n_layers)]
     cache = e.run(tokens, mask, capture={"pattern", "resid_mid", "mlp_out", *capture}, keep_scales=True)
 
     def c(t: Optional[Tensor]) -> Tensor:  # prompt 0, out of inference mode (autograd may save it), in dtype dt
@@ -352,21 +310,3 @@ def real_forward(
     final = c(cache.final)
     frozen = FrozenReplacement(e, tcs, patterns, s1, s2, s_post, e.norm_scale(final), dt)
     return RealRun(frozen, tcs, feats, acts, pre_real, errs, c(e.embed(cache.embed)), final, cache, dt, ds)
-
-
-def _encoder(ds: DictionarySet, l: int) -> Transcoder:
-    """Layer l's encoder with its own layer's decoder, b_dec and skip, as the frozen replacement model's layers read
-    them (encoding, b_dec and the skip term; the writes to each layer are :meth:`DictionarySet.writes`)."""
-    i = ds.index(l)
-    return Transcoder(
-        ds.W_enc[i],
-        ds.b_enc[i],
-        ds.W_dec[i][:, 0],
-        ds.b_dec[i],
-        W_skip=ds.W_skip[i],
-        activation=ds.activation[i],
-        threshold=ds.threshold[i],
-        k=ds.k[i],
-        context_length=ds.context_length,
-        layer=l,
-    )
