@@ -38,7 +38,7 @@ def main() -> None:
 
     torch.set_num_threads(a.threads)
     import interp
-    import interp.features._train as T
+    import interp.dictionaries._train as T
 
     stamps: list[float] = []  # CPU time at each batch's read: the rate over the run
     activations = T._activations

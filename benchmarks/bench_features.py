@@ -117,10 +117,10 @@ def write_transcoders(m: "interp.Model", tokens: torch.Tensor, out: Path, width:
 
 def write_clt(m: "interp.Model", tokens: torch.Tensor, out: Path, width: int, per_pos: float) -> None:
     """A random JumpReLU cross-layer transcoder (seed 0; W_dec[l] [F, L − l, d]) in circuit-tracer's CLT layout
-    (interp.features._formats.clt_files), each layer's thresholds set on this prompt as in write_transcoders."""
+    (interp.dictionaries._formats.clt_files), each layer's thresholds set on this prompt as in write_transcoders."""
     from interp.engine import Engine
     from interp.features import CrossLayerTranscoder
-    from interp.features._formats import clt_files
+    from interp.dictionaries._formats import clt_files
 
     e = Engine(m)
     cache = e.run(tokens, torch.ones_like(tokens), capture={"resid_mid"}, keep_scales=True)

@@ -46,7 +46,7 @@ def _interp_worker(a: argparse.Namespace) -> dict:
 
     torch.set_num_threads(1)
     import interp
-    import interp.features._train as T
+    import interp.dictionaries._train as T
     from interp.features import train_transcoders
 
     cpu: list[float] = []
@@ -188,7 +188,7 @@ def main() -> None:
     import torch
 
     import interp
-    import interp.features._train as T
+    import interp.dictionaries._train as T
     from interp.features import evaluate_dictionary, load_transcoders
 
     model = interp.load_model("smollm2-135m")

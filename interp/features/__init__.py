@@ -1,10 +1,38 @@
-"""Feature dictionaries and attribution graphs: per-layer transcoders and residual-stream SAEs (load circuit-tracer's,
-SAELens's, sparsify's and dictionary_learning's formats; an SAE's reconstruction of the real stream, FVU and L0);
+"""Attribution graphs and interventions over feature dictionaries (the dictionaries themselves — transcoders, SAEs,
+their formats, training and scoring — are :mod:`interp.dictionaries`, every name of it re-exported here):
 the exact attribution graph of a prompt over transcoders (error nodes make the replacement model exact);
 interventions on features in the replacement model, and during generation (features and steering vectors); QK
 attribution of a head's score to the graph's nodes."""
 
-from interp.features._contexts import top_activating_contexts
+# the dictionaries themselves (interp.dictionaries), re-exported: interp.features.Transcoder etc. keep working
+from interp.dictionaries import (
+    ACTIVATIONS,
+    FORMATS,
+    SAE,
+    SAE_SITES,
+    CrossLayerTranscoder,
+    DictionaryEvaluation,
+    DictionaryQualityWarning,
+    DictionarySet,
+    SAEReconstruction,
+    TrainedCrossLayerTranscoder,
+    TrainedTranscoders,
+    Transcoder,
+    default_lr,
+    default_passes,
+    english_corpus,
+    evaluate_dictionary,
+    feature_logit_effects,
+    held_out_corpus,
+    load_saes,
+    load_transcoders,
+    modern_corpus,
+    sae_reconstruction,
+    top_activating_contexts,
+    train_transcoders,
+)
+from interp.features._aggregate import AggregateGraph, aggregate_graphs
+from interp.features._faithfulness import GRAPH_ABLATIONS, GRAPH_THRESHOLDS, GraphFaithfulness
 from interp.features._generate import GenerationResult, Steer, generate
 from interp.features._graph import attribution_graph
 from interp.features._intervene import (
@@ -17,27 +45,7 @@ from interp.features._intervene import (
 )
 from interp.features._qk import QKAttribution, qk_attribution
 from interp.features._result import AttributionGraph
-from interp.features._train import (
-    TrainedCrossLayerTranscoder,
-    TrainedTranscoders,
-    default_lr,
-    default_passes,
-    train_transcoders,
-)
-from interp.features._formats import FORMATS, load_saes, load_transcoders
-from interp.features._sae import SAE, SAE_SITES, SAEReconstruction, sae_reconstruction
-from interp.features._transcoder import ACTIVATIONS, CrossLayerTranscoder, Transcoder
-from interp.features._warnings import (
-    ClosureWarning,
-    DictionaryQualityWarning,
-    InactiveFeatureWarning,
-    RegimeWarning,
-)
-from interp.features._aggregate import AggregateGraph, aggregate_graphs
-from interp.features._faithfulness import GRAPH_ABLATIONS, GRAPH_THRESHOLDS, GraphFaithfulness
-from interp.features._evaluate import DictionaryEvaluation, evaluate_dictionary
-from interp.features._logit_effects import feature_logit_effects
-from interp.features._corpus import english_corpus, held_out_corpus, modern_corpus
+from interp.features._warnings import ClosureWarning, InactiveFeatureWarning, RegimeWarning
 
 __all__ = [
     "ACTIVATIONS",
@@ -71,6 +79,7 @@ __all__ = [
     "top_activating_contexts",
     "train_transcoders",
 ]
+__all__ += ["DictionarySet"]
 __all__ += ["DictionaryEvaluation", "evaluate_dictionary", "feature_logit_effects", "held_out_corpus"]
 __all__ += ["english_corpus", "modern_corpus"]
 __all__ += ["AggregateGraph", "GRAPH_ABLATIONS", "GRAPH_THRESHOLDS", "GraphFaithfulness", "aggregate_graphs"]

@@ -42,7 +42,7 @@ from interp.errors import ArgumentError
 from interp.features._graph import attribution_graph
 from interp.features._replacement import check_replaceable
 from interp.features._result import AttributionGraph, check_thresholds
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder
+from interp.dictionaries import CrossLayerTranscoder, Transcoder
 from interp.labels import Feature, FeatureError
 from interp.models import Model
 from interp.stream import require_model
@@ -422,7 +422,7 @@ def aggregate_graphs(
             out=out,
             progress=progress,
             prompts=prompts,
-            transcoders=transcoders if isinstance(transcoders, CrossLayerTranscoder) else list(transcoders),
+            transcoders=list(transcoders) if isinstance(transcoders, (list, tuple)) else transcoders,
             target=target,
             wrong=wrong,
             pos=pos,

@@ -51,7 +51,8 @@ from interp.errors import ArgumentError, warn_user
 from interp.features._intervene import CLOSURE_TOLERANCE
 from interp.features._prompt import one_prompt
 from interp.features._replacement import RealRun, check_replaceable, real_forward
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
+from interp.dictionaries import CrossLayerTranscoder, Transcoder
+from interp.dictionaries.internal import mlp_input
 from interp.features._warnings import ClosureWarning
 from interp.models import Model
 from interp.stream import require_model
@@ -362,8 +363,9 @@ class _Writes:
     """The MLP writes of the B runs (module docstring): ``keep[l]`` [B, n, F] the feature nodes recomputed from the
     run's MLP input, ``fixed[l]`` [B, n, F] every other activation's value (ablated for a dropped node, real where no
     node), ``err[l]`` [B, n, d] each position's error vector (real or ablated). Called once per layer in order, as a
-    run meets the layers; with a cross-layer transcoder layer l's write sums the features of every layer k ≤ l
-    through W_dec[k → l] (``later`` [B, n, L, d] carries each layer's writes to the layers after it)."""
+    run meets the layers; layer l's write sums the features of every layer k ≤ l that writes to it through
+    W_dec[k → l] (``later`` [B, n, L, d] carries each layer's writes to itself and the layers after it: a
+    per-layer set's to its own only)."""
 
     def __init__(self, real: RealRun, keep: list[Tensor], fixed: list[Tensor], err: list[Tensor]):
         self.real, self.keep, self.fixed, self.err = real, keep, fixed, err
@@ -401,13 +403,12 @@ class _Writes:
 
     def __call__(self, l: int, h2: Tensor) -> Tensor:
         """h2 [B, n, d], the run's MLP input at layer l → layer l's MLP write [B, n, d]."""
-        tc, clt = self.real.tcs[l], self.real.clt
+        tc, ds = self.real.tcs[l], self.real.dictionaries
         v = torch.where(self.keep[l], tc.encode(h2), self.fixed[l])
-        if clt is None:
-            return v @ tc.W_dec + tc.b_dec + tc.skip(h2) + self.err[l]
-        F, J, d = clt.W_dec[l].shape  # layer l's features write at layers l .. l + J − 1 = L − 1
+        W = ds.W_dec[ds.index(l)]
+        F, J, d = W.shape  # layer l's features write at layers l .. l + J − 1 (J = 1 per-layer)
         later = h2.new_zeros(*h2.shape[:-1], len(self.real.tcs), d) if self.later is None else self.later
-        later[..., l:, :] += (v @ clt.W_dec[l].reshape(F, J * d)).unflatten(-1, (J, d))
+        later[..., l : l + J, :] += (v @ W.reshape(F, J * d)).unflatten(-1, (J, d))
         self.later = later
         return later[..., l, :] + tc.b_dec + tc.skip(h2) + self.err[l]
 

@@ -81,8 +81,8 @@ from interp.features._intervene import (
     check_live,
     check_overlap,
 )
-from interp.features._replacement import check_transcoder
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder
+from interp.dictionaries.internal import check_transcoder
+from interp.dictionaries import DictionarySet, Transcoder
 from interp.labels import Feature, Resid
 from interp.models import Model, run_block
 from interp.stream import as_batch, require_model
@@ -115,59 +115,50 @@ class Steer:
 _Writes = list[tuple[int, Tensor]]
 
 
-@dataclass(frozen=True)
-class _Dictionary:
-    """The transcoders ``generate`` was given, by model layer: ``enc[l]`` reads layer l's MLP input (a per-layer
-    transcoder, or a CLT's encoder of that layer) and ``clt`` is the cross-layer transcoder (None: per-layer ones,
-    each writing at its own layer only)."""
-
-    enc: dict[int, Transcoder]
-    clt: Optional[CrossLayerTranscoder] = None
-
-    def for_run(
-        self, layers: set[int], device: Any, dtype: torch.dtype
-    ) -> tuple[dict[int, Transcoder], dict[int, _Writes]]:
-        """The encoders of ``layers`` (the intervened ones) in the run's device and dtype, and per model layer l the
-        writes into it of those layers' features: [(k, W_dec[k → l])] for every k ≤ l in ``layers`` (per-layer
-        transcoders: k = l only)."""
-        if self.clt is None or not layers:
-            tcs = {l: self.enc[l].to(device=device, dtype=dtype) for l in layers}
-            return tcs, {l: [(l, tcs[l].W_dec)] for l in sorted(layers)}
-        c = self.clt.to(device=device, dtype=dtype)
-        ml = c.model_layers
-        enc: dict[int, Transcoder] = {}
-        into: dict[int, _Writes] = {}
-        for k in sorted(layers):
-            i = ml.index(k)
-            enc[k] = c.encoder(i)
-            for j in range(i, c.n_layers):
-                into.setdefault(ml[j], []).append((k, c.W_dec[i][:, j - i]))
-        return enc, into
+def _for_run(
+    ds: Optional[DictionarySet], layers: set[int], device: Any, dtype: torch.dtype
+) -> tuple[dict[int, Transcoder], dict[int, _Writes]]:
+    """The encoders of ``layers`` (the intervened ones) in the run's device and dtype, and per model layer l the
+    writes into it of those layers' features: [(k, W_dec[k → l])] for every k ≤ l in ``layers`` whose features write
+    to l (per-layer transcoders: k = l only)."""
+    if ds is None or not layers:
+        return {}, {}
+    s = ds.to(device=device, dtype=dtype)
+    enc = {k: s.encoder(k) for k in sorted(layers)}
+    into: dict[int, _Writes] = {}
+    for k in sorted(layers):
+        for j in s.targets(k):
+            into.setdefault(j, []).append((k, s.decoder(k, j)))
+    return enc, into
 
 
-def _dictionary(model: Model, transcoders: Any) -> _Dictionary:
-    """``transcoders`` as a :class:`_Dictionary`: None (steering only), a list with one per layer, a list whose
+def _dictionary(model: Model, transcoders: Any) -> Optional[DictionarySet]:
+    """``transcoders`` as a :class:`DictionarySet` (None: steering only): a list with one per layer, a list whose
     transcoders know their ``layer``, a ``TrainedTranscoders``, a mapping {layer: Transcoder}, or a
     :class:`CrossLayerTranscoder` (or its ``TrainedCrossLayerTranscoder``) with encoders at some of the model's
     layers."""
     if transcoders is None:
-        return _Dictionary({})
+        return None
     if hasattr(transcoders, "layers") and hasattr(transcoders, "transcoders"):  # TrainedTranscoders / CLT
         inner = transcoders.transcoders
-        transcoders = inner if isinstance(inner, CrossLayerTranscoder) else dict(zip(transcoders.layers, inner))
-    if isinstance(transcoders, CrossLayerTranscoder):
-        return _clt(model, transcoders)
-    if isinstance(transcoders, Mapping):
-        out = dict(transcoders)
-    elif isinstance(transcoders, (list, tuple)):
-        out = _from_list(model, transcoders)
-    else:
-        raise ArgumentError(
-            f"transcoders={transcoders!r:.80} must be None (steering vectors only), a list of "
-            "interp.features.Transcoder, a dict {layer: Transcoder}, a TrainedTranscoders or an "
-            "interp.features.CrossLayerTranscoder"
-        )
+        transcoders = dict(zip(transcoders.layers, inner)) if isinstance(inner, (list, tuple)) else inner
     L, d = model.arch.n_layers, model.arch.d_model
+    if not isinstance(transcoders, (Mapping, list, tuple)):  # a cross-layer set
+        try:
+            s = DictionarySet.of(transcoders)
+        except ArgumentError:
+            raise ArgumentError(
+                f"transcoders={transcoders!r:.80} must be None (steering vectors only), a list of "
+                "interp.features.Transcoder, a dict {layer: Transcoder}, a TrainedTranscoders or an "
+                "interp.features.CrossLayerTranscoder"
+            ) from None
+        if s.d_model != d or not all(0 <= l < L for l in s.layers):
+            raise ArgumentError(
+                f"transcoders is a {transcoders!r}; model {model.name!r} has layers 0..{L - 1} and d_model={d}: its "
+                "encoders must sit at the model's layers, with its width"
+            )
+        return s
+    out = dict(transcoders) if isinstance(transcoders, Mapping) else _from_list(model, transcoders)
     for l, t in out.items():
         check_transcoder(f"transcoders[{l!r}]", t)
         if not (is_int(l) and 0 <= l < L):
@@ -178,7 +169,7 @@ def _dictionary(model: Model, transcoders: Any) -> _Dictionary:
             raise ArgumentError(f"transcoders[{l}] is the transcoder of layer {t.layer}, given for layer {l}")
         if t.d_model != d:
             raise ArgumentError(f"transcoders[{l}] has d_model={t.d_model}; the model's is {d}")
-    return _Dictionary({int(l): t for l, t in out.items()})
+    return DictionarySet.of({int(l): t for l, t in out.items()}) if out else None
 
 
 def _from_list(model: Model, transcoders: Sequence[Any]) -> dict[Any, Transcoder]:
@@ -195,17 +186,6 @@ def _from_list(model: Model, transcoders: Sequence[Any]) -> dict[Any, Transcoder
         "layer in layer order, transcoders whose .layer is set (each layer once), or a dict "
         "{layer: Transcoder}"
     )
-
-
-def _clt(model: Model, clt: CrossLayerTranscoder) -> _Dictionary:
-    """A CLT whose encoders sit at model layers (its ``model_layers``) of ``model`` and whose width is the model's."""
-    L, d = model.arch.n_layers, model.arch.d_model
-    if clt.d_model != d or not all(0 <= l < L for l in clt.model_layers):
-        raise ArgumentError(
-            f"transcoders is a {clt!r}; model {model.name!r} has layers 0..{L - 1} and d_model={d}: its encoders must "
-            "sit at the model's layers, with its width"
-        )
-    return _Dictionary({l: clt.encoder(i) for i, l in enumerate(clt.model_layers)}, clt)
 
 
 def _split(interventions: Any) -> tuple[list[tuple[int, Any]], list[tuple[int, Steer]]]:
@@ -231,26 +211,23 @@ class _ByLayer:
     """The transcoders of some layers seen as one per layer (what intervene's validation reads): a layer without one
     is an :class:`ArgumentError` naming the layers that have one."""
 
-    def __init__(self, tcs: dict[int, Transcoder], n_layers: int):
-        self.tcs, self.n_layers = tcs, n_layers
+    def __init__(self, ds: Optional[DictionarySet], n_layers: int):
+        self.ds, self.n_layers = ds, n_layers
 
-    def __len__(self) -> int:
-        return self.n_layers
-
-    def __getitem__(self, l: int) -> Transcoder:
-        if l not in self.tcs:
+    def n_features(self, l: int) -> int:
+        if self.ds is None or l not in self.ds.layers:
             raise ArgumentError(
                 f"interventions[0]: layer={l!r} has no transcoder: the transcoders given are those of "
-                f"layers {sorted(self.tcs)}"
+                f"layers {[] if self.ds is None else list(self.ds.layers)}"
             )
-        return self.tcs[l]
+        return self.ds.n_features(l)
 
 
-def _features(items: list[tuple[int, Any]], tcs: dict[int, Transcoder], n_layers: int, n: int) -> list[Intervention]:
+def _features(items: list[tuple[int, Any]], ds: Optional[DictionarySet], n_layers: int, n: int) -> list[Intervention]:
     """The feature items validated for a prompt of ``n`` tokens (intervene's rules; errors name the item's index in
     the caller's list)."""
     out = []
-    by_layer: Any = _ByLayer(tcs, n_layers)
+    by_layer: Any = _ByLayer(ds, n_layers)
     for i, it in items:
         try:
             out += _interventions([it], by_layer, n)
@@ -323,7 +300,7 @@ def _frozen_norm(e: Engine, norm: str, l: Optional[int], x: Tensor, sigma: Tenso
 class _Run:
     """One generation of a batch of prompts of one length: the key/value cache per layer, the baseline's kept values
     (``record``: the prompt pass's patterns and norm scales), the intervened layers' encoders and decoder writes
-    (:meth:`_Dictionary.for_run`), the interventions and the steering vectors."""
+    (:func:`_for_run`), the interventions and the steering vectors."""
 
     def __init__(
         self,
@@ -521,7 +498,7 @@ class _Job:
     ivs: list[list[Intervention]]
     steers: list[tuple[str, int, Tensor]]
     steer_items: list[tuple[int, Steer]]
-    dic: _Dictionary
+    dic: Optional[DictionarySet]
 
 
 @dataclass
@@ -602,8 +579,8 @@ def _job(model: Model, prompt: Any, transcoders: Any, interventions: Any, opts: 
             f"{max(a.n_ctx - (longest - opts.steps), 0)} new tokens"
         )
     _check_memory(model, len(prompts), longest, opts.steps)
-    ivs = [_features(feat_items, dic.enc, a.n_layers, ids.shape[1]) for _, ids in prompts]
-    trained = [c for c in (dic.enc[it.layer].context_length for it in ivs[0]) if c is not None]
+    ivs = [_features(feat_items, dic, a.n_layers, ids.shape[1]) for _, ids in prompts]
+    trained = [c for c in (dic.context_lengths[dic.index(it.layer)] for it in ivs[0]) if c is not None] if dic else []
     if trained and longest - 1 > min(trained):
         warn_user(
             f"generation reaches {longest - 1} tokens but the intervened transcoders were trained on "
@@ -629,7 +606,7 @@ def _run_batches(model: Model, job: _Job, opts: _Options) -> _Outputs:
     first step's live effect)."""
     e = Engine.of(model)
     dt = torch.float64 if model.dtype == torch.float64 else torch.float32
-    enc, into = job.dic.for_run({it.layer for per in job.ivs for it in per}, model.device, dt)
+    enc, into = _for_run(job.dic, {it.layer for per in job.ivs for it in per}, model.device, dt)
     n = len(job.prompts)
     none = torch.empty(0, device=model.device)  # a placeholder until the prompt's batch has run
     out = _Outputs([none] * n, [none] * n, [none] * n, [none] * n, 0.0, 0.0, [none] * n if opts.frozen else [])

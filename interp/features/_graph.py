@@ -34,11 +34,11 @@ from interp.attribution import TokenSpec
 from interp.engine import readout, soft_cap, unembedding
 from interp.errors import ArgumentError
 from interp.features._jacobian import Ends, FrozenJacobian
-from interp.features._logit_effects import top_and_bottom_logits
+from interp.dictionaries.internal import top_and_bottom_logits
 from interp.features._prompt import one_prompt, output_tokens, position, token_text
 from interp.features._replacement import RealRun, check_replaceable, real_forward
 from interp.features._result import AttributionGraph, check_thresholds
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder
+from interp.dictionaries import CrossLayerTranscoder, Transcoder
 from interp.labels import Feature, FeatureError
 from interp.models import Model
 from interp.stream import require_model

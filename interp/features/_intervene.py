@@ -38,7 +38,8 @@ from interp.engine import Patch, readout
 from interp.errors import ArgumentError, LabelError, warn_user
 from interp.features._prompt import one_prompt, output_tokens, position, token_text
 from interp.features._replacement import RealRun, check_replaceable, real_forward
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
+from interp.dictionaries import CrossLayerTranscoder, DictionarySet, Transcoder
+from interp.dictionaries.internal import mlp_input
 from interp.features._warnings import ClosureWarning, InactiveFeatureWarning, RegimeWarning
 from interp.labels import Feature, parse
 from interp.models import Model
@@ -152,7 +153,7 @@ def _value(name: str, v: Any) -> float:
     return check_finite_float(name, v)
 
 
-def _interventions(items: Any, transcoders: Sequence[Transcoder], n: int) -> list[Intervention]:
+def _interventions(items: Any, transcoders: DictionarySet, n: int) -> list[Intervention]:
     """Validated interventions, positions made non-negative (typed errors name the item, the value and what is
     allowed), no two on one feature at one position. An item is an :class:`Intervention`, a tuple (layer, pos,
     feature, value) (circuit-tracer's order: clamp), or a feature label / its text (ablate)."""
@@ -172,7 +173,7 @@ def _interventions(items: Any, transcoders: Sequence[Transcoder], n: int) -> lis
     return out
 
 
-def _intervention(name: str, it: Any, transcoders: Sequence[Transcoder], n: int) -> Intervention:
+def _intervention(name: str, it: Any, transcoders: DictionarySet, n: int) -> Intervention:
     """One item of ``interventions`` validated (:func:`_interventions`), its position in [0, n) (None: every)."""
     if isinstance(it, (Feature, str)):
         it = Intervention.ablate(it)
@@ -195,10 +196,10 @@ def _intervention(name: str, it: Any, transcoders: Sequence[Transcoder], n: int)
         )
     if it.mode not in MODES:
         raise ArgumentError(f"{name}: mode={it.mode!r} is not one of {MODES}")
-    L = len(transcoders)
+    L = transcoders.n_layers
     if not is_int(it.layer) or not 0 <= it.layer < L:
         raise ArgumentError(f"{name}: layer={it.layer!r} must be an int in [0, {L - 1}] (one transcoder per layer)")
-    F_ = transcoders[it.layer].n_features
+    F_ = transcoders.n_features(it.layer)
     if not is_int(it.feature) or not 0 <= it.feature < F_:
         raise ArgumentError(
             f"{name}: feature {it.feature!r} of layer {it.layer} does not exist: its transcoder has "
@@ -288,38 +289,26 @@ def _run(
 ) -> Tensor:
     """The rerun's logits [d_vocab] at ``pos`` with ``ivs`` applied, in the regime the flags name (module
     docstring, :data:`REGIMES`)."""
-    fr, e, clt = real.frozen, real.frozen.e, real.clt
+    fr, e, ds = real.frozen, real.frozen.e, real.dictionaries
     L = len(real.tcs)
     by = [[it for it in ivs if it.layer == l] for l in range(L)]
-    # a layer's write changes where one of its features is intervened on — with a CLT, one of any layer k ≤ l
-    touched = [any(by[: l + 1]) if clt is not None else bool(by[l]) for l in range(L)]
-    dfs: list[Optional[Tensor]] = [
-        None
-    ] * L  # a CLT's intervened activation changes Δf_k [n, F], as this run meets them
+    # a layer's write changes where one of the features writing to it is intervened on (a CLT's: of any layer k ≤ l)
+    touched = [any(by[k] for k in ds.writers(l)) for l in range(L)]
+    dfs: list[Optional[Tensor]] = [None] * L  # the intervened activation changes Δf_k [n, F], as this run meets them
     e_dt = e.w.W_E.dtype
 
     def delta(l: int, h2: Tensor) -> Tensor:  # the intervened features' change of layer l's write, [n, d]
-        tc = real.tcs[l]
-        f = tc.encode(h2)
-        if clt is None:
-            return (_apply(f, by[l]) - f) @ tc.W_dec
+        f = real.tcs[l].encode(h2)
         if by[l]:
             dfs[l] = _apply(f, by[l]) - f
-        return sum(
-            (df @ clt.W_dec[k][:, l - k] for k, df in enumerate(dfs[: l + 1]) if df is not None), torch.zeros_like(h2)
-        )
+        changes = ((k, dfs[k]) for k in ds.writers(l))
+        return sum((df @ ds.decoder(k, l) for k, df in changes if df is not None), torch.zeros_like(h2))
 
     def write(l: int, h2: Tensor) -> Tensor:  # h2 [n, d] (this run's MLP input) -> layer l's MLP write [n, d]
         tc = real.tcs[l]
-        if (
-            freeze_features and clt is not None
-        ):  # Σ_{k ≤ l} (real activations, intervened) W_dec[k → l] + b_dec + skip + e_l
-            feats = sum(
-                (_apply(real.dense(k), by[k]) @ clt.W_dec[k][:, l - k] for k in range(l + 1)), torch.zeros_like(h2)
-            )
-            return feats + tc.b_dec + tc.skip(h2) + real.errs[l]
-        if freeze_features:  # the graph's leaf: the real activations (intervened) decoded, plus the error node
-            return tc.decode(_apply(real.dense(l), by[l]), h2 if tc.W_skip is not None else None) + real.errs[l]
+        if freeze_features:  # the graph's leaf: Σ_k (real activations, intervened) W_dec[k → l] + b_dec + skip + e_l
+            acts = (_apply(real.dense(k), by[k]) @ ds.decoder(k, l) for k in ds.writers(l))
+            return sum(acts, torch.zeros_like(h2)) + tc.b_dec + tc.skip(h2) + real.errs[l]
         m = e.joined(l, e.mlp(l, h2.to(e_dt)), "mlp").to(real.dtype)  # the real MLP on this run's input
         return m + delta(l, h2) if touched[l] else m
 
@@ -395,12 +384,7 @@ def intervene(
     n = tokens.shape[1]
     pos = position("pos", pos, n)
     t_given, w_id = output_tokens(model, tokens, pos, target, wrong, "intervene")
-    per_layer = (
-        [transcoders.encoder(l) for l in range(transcoders.n_layers)]
-        if isinstance(transcoders, CrossLayerTranscoder)
-        else transcoders
-    )
-    ivs = _interventions(interventions, per_layer, n)
+    ivs = _interventions(interventions, DictionarySet.of(transcoders), n)
 
     # 2. the real run, and the rerun without and with the interventions (and live, when that is not the regime)
     real = real_forward(model, tokens, mask, transcoders)

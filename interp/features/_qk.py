@@ -34,7 +34,7 @@ from interp.engine import allowed_keys, apply_rotary
 from interp.errors import ArgumentError
 from interp.features._prompt import one_prompt
 from interp.features._replacement import RealRun, check_replaceable, real_forward
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder
+from interp.dictionaries import CrossLayerTranscoder, Transcoder
 from interp.labels import Feature, FeatureError, Head
 from interp.models import Model
 from interp.stream import require_model

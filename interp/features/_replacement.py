@@ -2,7 +2,7 @@
 forward and every MLP write replaced by its transcoder's features plus an error node.
 
 Run the model once (:func:`real_forward`). At each layer l and position p the transcoder reads what the MLP really
-read, x_{l,p} (:func:`~interp.features._transcoder.mlp_input`), and gives feature activations a_{l,p} and an
+read, x_{l,p} (:func:`~interp.dictionaries.internal.mlp_input`), and gives feature activations a_{l,p} and an
 output â_{l,p}; the **error node** e_{l,p} = MLP_l(x)_p − â_{l,p} is the rest of the MLP's real write. Freeze every
 attention pattern and every norm's scale σ at the real forward's and replace each MLP write by the constant
 Σ_f a_{l,p,f} W_dec[f] + e_{l,p} (plus b_dec and, for a skip transcoder, the linear term x W_skipᵀ of the frozen
@@ -16,7 +16,7 @@ and QK attribution rerun it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from typing import Callable, Iterable, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -24,13 +24,12 @@ from torch import Tensor
 from interp._norms import apply_frozen
 from interp.engine import Engine, RunCache
 from interp.errors import (
-    ArgumentError,
     ContextLengthWarning,
     UnsupportedArchitectureError,
     warn_user,
 )
-from interp.features._sae import SAE
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder, check_layers, check_whole, mlp_input
+from interp.dictionaries import CrossLayerTranscoder, DictionarySet, Transcoder
+from interp.dictionaries.internal import mlp_input, replacement_set
 from interp.models import Model, run_block
 
 __all__ = ["FrozenReplacement", "RealRun", "check_replaceable", "real_forward"]
@@ -51,47 +50,7 @@ def check_replaceable(model: Model, transcoders: Union[Sequence[Transcoder], Cro
         raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to replace by transcoders")
     if not a.causal or model.weights.W_U is None:
         raise UnsupportedArchitectureError(f"model {model.name!r} is not a decoder with an unembedding")
-    if isinstance(transcoders, CrossLayerTranscoder):
-        if transcoders.model_layers != tuple(range(a.n_layers)) or transcoders.d_model != a.d_model:
-            raise ArgumentError(
-                f"transcoders is a {transcoders!r}; model {model.name!r} needs an encoder at each of its "
-                f"{a.n_layers} layers 0..{a.n_layers - 1} with d_model={a.d_model}"
-            )
-        return
-    if not isinstance(transcoders, (list, tuple)):
-        raise ArgumentError(
-            "transcoders must be a list of interp.features.Transcoder, one per layer, or an "
-            "interp.features.CrossLayerTranscoder"
-        )
-    for i, t in enumerate(transcoders):
-        check_transcoder(f"transcoders[{i}]", t)
-    if len(transcoders) != a.n_layers:
-        have = [t.layer for t in transcoders]
-        missing = [l for l in range(a.n_layers) if l not in have] if None not in have else None
-        raise ArgumentError(
-            f"transcoders has {len(transcoders)} entries; model {model.name!r} has {a.n_layers} layers"
-            + (f" and the replacement model needs one at each: layers {missing} are missing" if missing else "")
-        )
-    check_layers(transcoders)
-    for l, t in enumerate(transcoders):
-        if t.d_model != a.d_model:
-            raise ArgumentError(f"transcoders[{l}] has d_model={t.d_model}; the model's is {a.d_model}")
-
-
-def check_transcoder(name: str, t: Any) -> None:
-    """``t`` is a :class:`Transcoder`, else an :class:`~interp.errors.ArgumentError` naming ``name``; an SAE (which
-    reconstructs a point of the residual stream, not an MLP's write) is refused saying what to load instead, and an
-    encoder taken out of a cross-layer transcoder with later writes saying to pass the CLT (:func:`check_whole`). The
-    one check of every analysis that replaces or intervenes on MLP writes."""
-    if isinstance(t, SAE):
-        raise ArgumentError(
-            f"{name} is an SAE of the residual stream ({t.hook_name}); the replacement model and feature "
-            "interventions replace MLP writes, so each needs transcoders (MLP input → MLP output): "
-            "interp.features.load_transcoders or train_transcoders"
-        )
-    if not isinstance(t, Transcoder):
-        raise ArgumentError(f"{name} is a {type(t).__name__}, not an interp.features.Transcoder")
-    check_whole(name, t)  # not an encoder taken out of a CLT with later writes
+    replacement_set(model, transcoders)
 
 
 class FrozenReplacement:
@@ -257,20 +216,15 @@ class RealRun:
     final: Tensor
     cache: RunCache
     dtype: torch.dtype
-    clt: Optional[CrossLayerTranscoder] = None
+    dictionaries: DictionarySet
 
     def leaves(self) -> list[Tensor]:
-        """Each layer's MLP leaf at the real forward: Σ_f a_f W_dec[f] + e (per position) [n, d]; with a CLT, layer
-        l''s leaf sums the features of every layer k ≤ l', Σ_k Σ_f a_{k,f} W_dec[k → l'][f] + e_l'."""
-        if self.clt is None:
-            return [
-                self.errs[l].index_add(0, self.feats[l][0], self.acts[l][:, None] * self.tcs[l].W_dec[self.feats[l][1]])
-                for l in range(len(self.tcs))
-            ]
+        """Each layer's MLP leaf at the real forward: Σ_k Σ_f a_{k,f} W_dec[k → l][f] + e_l (per position) [n, d],
+        over the features of every layer k ≤ l that writes to l (a per-layer set: k = l only)."""
         out = [e.clone() for e in self.errs]
         for k, (p_idx, f_idx) in enumerate(self.feats):
-            for j in range(k, len(out)):
-                out[j].index_add_(0, p_idx, self.acts[k][:, None] * self.clt.W_dec[k][f_idx, j - k])
+            for j, rows in self.writes(k, f_idx):
+                out[j].index_add_(0, p_idx, self.acts[k][:, None] * rows)
         return out
 
     def dense(self, l: int) -> Tensor:
@@ -281,10 +235,8 @@ class RealRun:
 
     def writes(self, l: int, f_idx: Tensor) -> list[tuple[int, Tensor]]:
         """Where layer l's features ``f_idx`` write per unit activation: [(layer, W_dec rows [m, d])] — their own
-        layer's MLP output, and with a CLT every later layer's too."""
-        if self.clt is None:
-            return [(l, self.tcs[l].W_dec[f_idx])]
-        return [(j, self.clt.W_dec[l][f_idx, j - l]) for j in range(l, len(self.tcs))]
+        layer's MLP output, and with a CLT every later layer's too (:meth:`DictionarySet.writes`)."""
+        return self.dictionaries.writes(l, f_idx)
 
     def hold_prefix(self, k: int) -> list[Tensor]:
         """Hold the MLP writes at positions < k as constants (in place): drop the features there and zero the error
@@ -315,10 +267,8 @@ def real_forward(
     each layer's error node is the MLP's write minus the CLT's joint reconstruction of it."""
     a = model.arch
     dt = torch.float64 if model.dtype == torch.float64 else torch.float32
-    clt = transcoders.to(device=tokens.device, dtype=dt) if isinstance(transcoders, CrossLayerTranscoder) else None
-    per_layer = [clt.encoder(l) for l in range(clt.n_layers)] if clt is not None else transcoders
-    assert not isinstance(per_layer, CrossLayerTranscoder)
-    trained = [t.context_length for t in per_layer if t.context_length is not None]
+    ds = DictionarySet.of(transcoders).to(device=tokens.device, dtype=dt)
+    trained = [ds.context_length] if ds.context_length is not None else []
     if trained and tokens.shape[1] > min(trained):
         warn_user(
             f"the prompt has {tokens.shape[1]} tokens but the transcoders were trained on sequences of "
@@ -328,7 +278,7 @@ def real_forward(
             ContextLengthWarning,
         )
     e = Engine.of(model)
-    tcs = [t.to(device=tokens.device, dtype=dt) for t in per_layer]
+    tcs = [ds.encoder(l) for l in range(a.n_layers)]
     cache = e.run(tokens, mask, capture={"pattern", "resid_mid", "mlp_out", *capture}, keep_scales=True)
 
     def c(t: Optional[Tensor]) -> Tensor:  # prompt 0, out of inference mode (autograd may save it), in dtype dt
@@ -347,19 +297,16 @@ def real_forward(
         post = cache.scales.get("ln1_post")
         s_post.append(None if post is None else c(post[l]))
         patterns.append(c(cache.acts["pattern"][l]))
-        pre = tcs[l].pre_activation(h2)
-        f = tcs[l].activate(pre)
-        if clt is None:
-            errs.append(c(cache.acts["mlp_out"][l]) - tcs[l].decode(f, h2 if tcs[l].W_skip is not None else None))
+        pre = ds.pre_activation(l, h2)
+        f = ds.activate(l, pre)
         fs.append(f)
         h2s.append(h2)
         p_idx, f_idx = f.nonzero(as_tuple=True)
         feats.append((p_idx, f_idx))
         acts.append(f[p_idx, f_idx])
         pre_real.append(pre[p_idx, f_idx])
-    if clt is not None:  # the joint reconstruction of every layer's MLP write
-        recon = clt.decode(torch.stack(fs), torch.stack(h2s) if clt.W_skip is not None else None)
-        errs = [c(cache.acts["mlp_out"][l]) - recon[l] for l in range(a.n_layers)]
+    recon = ds.decode(fs, h2s)  # every layer's reconstruction of its MLP write (a CLT's: the joint one)
+    errs = [c(cache.acts["mlp_out"][l]) - recon[l] for l in range(a.n_layers)]
     final = c(cache.final)
     frozen = FrozenReplacement(e, tcs, patterns, s1, s2, s_post, e.norm_scale(final), dt)
-    return RealRun(frozen, tcs, feats, acts, pre_real, errs, c(e.embed(cache.embed)), final, cache, dt, clt)
+    return RealRun(frozen, tcs, feats, acts, pre_real, errs, c(e.embed(cache.embed)), final, cache, dt, ds)

@@ -27,7 +27,7 @@ from interp._result import Result
 from interp._validate import is_real
 from interp.errors import ArgumentError
 from interp.features._faithfulness import GRAPH_THRESHOLDS, GraphFaithfulness, graph_faithfulness
-from interp.features._transcoder import CrossLayerTranscoder
+from interp.dictionaries import CrossLayerTranscoder
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

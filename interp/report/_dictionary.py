@@ -23,7 +23,7 @@ from torch import Tensor
 from interp._io import write_atomic
 from interp._validate import check_positive_int, is_int
 from interp.errors import ArgumentError, ExportError
-from interp.features import (
+from interp.dictionaries import (
     SAE,
     CrossLayerTranscoder,
     DictionaryEvaluation,
@@ -49,7 +49,7 @@ def _by_layer(dicts: Any) -> Union[dict[int, Any], CrossLayerTranscoder]:
     inner = getattr(dicts, "transcoders", None)
     if inner is not None and not isinstance(dicts, (list, tuple, dict)):
         dicts = inner
-    if isinstance(dicts, CrossLayerTranscoder):
+    if not isinstance(dicts, (list, tuple, dict, Transcoder, SAE)):  # a cross-layer set: as it is
         return dicts
     if isinstance(dicts, (Transcoder, SAE)):
         dicts = [dicts]

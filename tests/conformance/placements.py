@@ -21,7 +21,7 @@ import torch
 
 import interp
 from interp.engine import model_from_hf
-from interp.features._corpus import token_rows  # how a text corpus is cut into rows (the ids placement's rows)
+from interp.dictionaries._corpus import token_rows  # how a text corpus is cut into rows (the ids placement's rows)
 from tiny_models import tiny_hf_model, tiny_tokenizer
 
 #: the row length of the dictionary scoring calls (calls.py)

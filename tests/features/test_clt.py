@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from interp.errors import ArgumentError, ResultFormatError, ShapeError, UnsupportedOperationError
 from interp.features import ACTIVATIONS, CrossLayerTranscoder, Transcoder, load_transcoders
-from interp.features._formats import clt_files
+from interp.dictionaries._formats import clt_files
 from tiny_models import tiny_model
 from tiny_transcoders import random_clt
 

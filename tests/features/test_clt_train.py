@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import interp.features._train as T
+import interp.dictionaries._train as T
 from features.test_train import BATCH, SEQ, _docs, _hf_mlp_io
 from interp.errors import ArgumentError
 from interp.features import CrossLayerTranscoder, TrainedCrossLayerTranscoder, load_transcoders, train_transcoders
@@ -147,7 +147,7 @@ def test_clt_auxk_revives_through_the_own_layer_decoder():
     their decoders to layer l only: decoding d_model / 2 dead features into every later layer cost more than the
     model's forward and grew as features died (a CLT run's tokens/s fell sixfold). The gradient reaches the dead
     features' encoders and own-layer decoders, never their decoders to later layers."""
-    from interp.features._train_state import TrainState, _aux_loss
+    from interp.dictionaries._train_state import TrainState, _aux_loss
 
     g = torch.Generator().manual_seed(0)
     s = TrainState(3, 8, 16, g, cross=True)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from interp.errors import ArgumentError
-from interp.features import _corpus as C
+from interp.dictionaries import _corpus as C
 from tiny_models import tiny_model
 
 
@@ -33,6 +33,39 @@ def test_modern_corpus_is_varied_modern_english_and_some_code(modern):
     assert text.count("{{") + text.count("[[") + text.count("<ref") < 100
     # the first pieces already span many articles (shuffled): the first 40 share few opening words
     assert len({p.split()[0] for p in train[:40]}) > 20
+
+
+def _windows(tok, text, n=32):
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    return {tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)}
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_modern_corpus_held_out_shares_no_32_token_window_with_training(modern, name):
+    """No held-out piece shares a window of 32 consecutive tokens with the training text, in the catalog's own
+    tokenizers (training concatenates pieces with EOS between them, so a shared window lies within one piece)."""
+    import interp
+
+    tok = interp.load_model(name).tokenizer
+    train, held = modern
+    seen = set().union(*(_windows(tok, p) for p in train))
+    shared = [p[:60] for p in held if not seen.isdisjoint(_windows(tok, p))]
+    assert shared == []
+    # the held-out side still scores the default eval_tokens many times over
+    assert sum(len(tok(p, add_special_tokens=False)["input_ids"]) for p in held) > 32_768
+
+
+def test_modern_corpus_is_split_by_source_document(modern):
+    """Every held-out piece comes from a held-out document (every tenth article or topic), none from a training one."""
+    of = {}
+    for docs in (C._wiki_articles(), [t.replace("\n\n", "\n") for t in C._python_reference()]):
+        for i, d in enumerate(docs):
+            for p in C._pieces(d):
+                of.setdefault(p, set()).add(i % 10 == 9)
+    train, held = modern
+    assert all(of[p] == {True} for p in held)
+    assert all(False in of[p] for p in train)
 
 
 def test_modern_corpus_is_deterministic(modern):

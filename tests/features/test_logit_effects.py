@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from interp.features._logit_effects import top_and_bottom, top_and_bottom_logits
+from interp.dictionaries._logit_effects import top_and_bottom, top_and_bottom_logits
 
 
 @pytest.mark.parametrize("V", [49152, 1000, 130, 65, 7])

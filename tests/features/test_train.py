@@ -19,12 +19,13 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 import torch
 
-import interp.features._train as T
+import interp.dictionaries._train as T
 from interp.errors import ArgumentError, InterpError, ResultFormatError
 from interp.features import TrainedTranscoders, train_transcoders
 from tiny_models import hooked_forward, tiny_hf_model, tiny_tokenizer
@@ -452,7 +453,7 @@ def test_subnormal_adam_moments_are_flushed(llama, tmp_path, monkeypatch):
 
 
 def test_the_default_corpus_is_modern_english(llama):
-    from interp.features._corpus import modern_corpus_name
+    from interp.dictionaries._corpus import modern_corpus_name
 
     _, model = llama
     plan = T._plan(
@@ -512,7 +513,7 @@ def test_auxk_loss_takes_each_layers_own_dead_features(aux_k):
     pre-activations of its own dead features, however many the other layers have (here 0, 3 and 12 dead of 16; aux_k
     5, 2 and 20 take the dense and the gather-sum ways): checked against a dense [N, F] coefficient matrix per layer
     in float64, its gradient to the decoders too, and its gradient reaches dead features only."""
-    from interp.features._train_state import TrainState, _aux_loss
+    from interp.dictionaries._train_state import TrainState, _aux_loss
 
     g = torch.Generator().manual_seed(0)
     s = TrainState(3, 8, 16, g)
@@ -550,7 +551,7 @@ def test_decode_and_its_gradient_are_the_dense_products(cross):
     """The training's sparse decode ŷ_l' = Σ_{l ≤ l'} f_l W_dec[l → l'] (a gather-sum of each token's k rows per
     encoder) and its gradients to the decoders and the kept values equal a dense [N, F] coefficient matrix times each
     decoder block, in float64."""
-    from interp.features._train_state import decode
+    from interp.dictionaries._train_state import decode
 
     g = torch.Generator().manual_seed(1)
     n, N, F_, d, k = 4, 12, 16, 6, 3
@@ -572,3 +573,47 @@ def test_decode_and_its_gradient_are_the_dense_products(cross):
     for w, ref in zip(W, Wd):
         assert torch.allclose(w.grad.double(), ref.grad, rtol=1e-5, atol=1e-5)
     assert torch.allclose(vals.grad.double(), vd.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_the_call_reports_its_whole_time_beside_the_loops(llama, tmp_path, monkeypatch):
+    """train_seconds is the loop's; score_seconds the scorings' (timed here around evaluate_dictionary);
+    call_seconds the whole call's, which holds both; a cached read reports the run's own figures."""
+    import time
+
+    _, model = llama
+    spent = []
+    real = T.evaluate_dictionary
+
+    def timed(*a, **k):
+        t = time.perf_counter()
+        time.sleep(0.2)  # a scoring that costs more than the loop
+        out = real(*a, **k)
+        spent.append(time.perf_counter() - t)
+        return out
+
+    monkeypatch.setattr(T, "evaluate_dictionary", timed)
+    t0 = time.perf_counter()
+    r = _train(model, tmp_path, tokens=SEQ * BATCH * 3)
+    wall = time.perf_counter() - t0
+    assert len(spent) == 2 and r.score_seconds >= sum(spent) >= 0.4
+    assert r.call_seconds >= r.train_seconds + r.score_seconds and r.call_seconds <= wall
+    assert r.tokens_per_second == pytest.approx(r.tokens / r.train_seconds)
+    again = _train(model, tmp_path, tokens=SEQ * BATCH * 3)
+    assert again.from_cache and again.call_seconds == r.call_seconds and again.score_seconds == r.score_seconds
+
+
+def test_eval_tokens_zero_scores_nothing_and_trains_the_same_weights(llama, tmp_path, monkeypatch):
+    _, model = llama
+    scored = _train(model, tmp_path / "a", tokens=SEQ * BATCH * 3)
+    monkeypatch.setattr(T, "evaluate_dictionary", lambda *a, **k: pytest.fail("scored with eval_tokens=0"))
+    bare = _train(model, tmp_path / "b", tokens=SEQ * BATCH * 3, eval_tokens=0)
+    assert bare.evaluation is None and bare.transfer is None and bare.eval_tokens == 0
+    assert all(math.isnan(v) for v in bare.fvu + bare.l0 + bare.dead + bare.loss_recovered + bare.kl)
+    for a, b in zip(scored.transcoders, bare.transcoders):
+        for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+    again = _train(model, tmp_path / "b", tokens=SEQ * BATCH * 3, eval_tokens=0)
+    assert again.from_cache and again.evaluation is None
+    for bad in (1, SEQ - 1, -SEQ):
+        with pytest.raises(ArgumentError, match=f"eval_tokens={bad}"):
+            _train(model, tmp_path / "c", eval_tokens=bad)

@@ -28,10 +28,10 @@ ALLOWED = {
     "circuits/_basis.py": ['f"L{l}.resid[{i}]"'],  # a coordinate of the residual basis, not a stream label
     "plots/_stream.py": ['f"L{lab.layer}.{lab.where}"'],  # short axis name of a resid point: "L3.pre"
     "plots/_scores.py": ['f"L{l}"'],  # a layer's axis tick
-    "features/_contexts.py": ['out[f"L{l}.F{fi}"]'],  # contexts keyed by a feature of the dictionary, any position
+    "dictionaries/_contexts.py": ['out[f"L{l}.F{fi}"]'],  # contexts keyed by a feature of the dictionary, any position
     "features/_intervene.py": ['return f"L{self.layer}.F{self.feature}{at} {what}"'],  # an intervention's description
-    "features/_evaluate.py": ['labels = [f"L{l}" if site == "mlp_out" else f"L{l}.{site}"'],  # a dictionary's row name
-    "features/_logit_effects.py": ['f"L{l}.F{f}": [(name(int(i))'],  # keyed like contexts: a feature, any position
+    "dictionaries/_evaluate.py": ['labels = [f"L{l}" if site == "mlp_out" else f"L{l}.{site}"'],  # a row's name
+    "dictionaries/_logit_effects.py": ['f"L{l}.F{f}": [(name(int(i))'],  # keyed like contexts: a feature, any position
     "report/_dictionary.py": ['key = f"L{l}.F{f}"'],  # the contexts' and logit effects' key
     "plots/_circuit_layout.py": ['''f"L{layer} {'attn' if sub == 0 else 'mlp'}"'''],  # a column's tick text
 }

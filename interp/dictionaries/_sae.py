@@ -28,8 +28,8 @@ from torch import Tensor
 from interp._result import place
 from interp._validate import is_int
 from interp.errors import ArgumentError, ShapeError, UnsupportedArchitectureError
-from interp.features._transcoder import Dictionary
-from interp.features._transcoder import fvu as _fvu
+from interp.dictionaries._transcoder import Dictionary
+from interp.dictionaries._transcoder import fvu as _fvu
 from interp.labels import Resid
 from interp.models import Model
 from interp.stream import as_batch, capture, require_model

@@ -18,10 +18,10 @@ import torch
 
 from interp._io import atomic_write, write_safetensors
 from interp.errors import ResultFormatError
-from interp.features._evaluate import DictionaryEvaluation
-from interp.features._formats import clt_files, read_clt
-from interp.features._train_state import TrainState
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder
+from interp.dictionaries._evaluate import DictionaryEvaluation
+from interp.dictionaries._formats import clt_files, read_clt
+from interp.dictionaries._train_state import TrainState
+from interp.dictionaries._transcoder import CrossLayerTranscoder, Transcoder
 
 __all__ = ["load_final", "resume", "save_checkpoint", "save_final"]
 

@@ -61,8 +61,8 @@ import torch
 from torch import Tensor
 
 from interp.errors import ArgumentError, ResultFormatError, ShapeError, UnsupportedOperationError
-from interp.features._sae import SAE, SAE_SITES, check_saes
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder
+from interp.dictionaries._sae import SAE, SAE_SITES, check_saes
+from interp.dictionaries._transcoder import CrossLayerTranscoder, Transcoder
 from interp.models import Model, default_cache_dir
 
 __all__ = ["FORMATS", "clt_files", "load_saes", "load_transcoders", "read_clt"]

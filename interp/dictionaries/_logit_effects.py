@@ -16,7 +16,7 @@ from interp._norms import apply_frozen
 from interp._validate import is_int
 from interp.errors import ArgumentError
 from interp.labels import Feature, parse
-from interp.features._transcoder import CrossLayerTranscoder
+from interp.dictionaries._transcoder import CrossLayerTranscoder
 
 __all__ = ["feature_logit_effects", "top_and_bottom", "top_and_bottom_logits"]
 

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder, fvu
+from interp.dictionaries._transcoder import CrossLayerTranscoder, Transcoder, fvu
 
 __all__ = ["TrainState", "default_lr", "default_passes", "flush_moments", "init_state", "lr_at", "train_step"]
 

@@ -39,10 +39,10 @@ from interp._result import Result
 from interp._validate import check_bool, check_positive_int, is_int, is_real
 from interp.engine import Engine, Patch, unembed
 from interp.errors import ArgumentError, ShapeError, UnsupportedArchitectureError, warn_user
-from interp.features._corpus import token_rows
-from interp.features._sae import SAE, check_saes
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
-from interp.features._warnings import DictionaryQualityWarning
+from interp.dictionaries._corpus import token_rows
+from interp.dictionaries._sae import SAE, check_saes
+from interp.dictionaries._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
+from interp.dictionaries._warnings import DictionaryQualityWarning
 from interp.models import Model
 from interp.stream import require_model
 
@@ -421,11 +421,20 @@ def _all_runs(e: Engine, s: _Set, c: _Chunk) -> tuple[Tensor, Tensor]:
     return x, z
 
 
+#: the spliced and zero runs' log-probs are made this many elements at a time (64 MB in fp32): a chunk's
+#: [rows, positions, vocabulary] at once, with softmax and KL temporaries, was most of scoring's memory
+_SLICE_ELEMENTS = 1 << 24
+
+
 def _score_runs(e: Engine, c: _Chunk, acc: _Acc, spliced: Tensor, zero: Tensor) -> None:
+    """CE and KL(clean ‖ run) of the spliced and zero runs' final streams, summed into ``acc``, a few rows at a time
+    (:data:`_SLICE_ELEMENTS`)."""
+    step = max(1, _SLICE_ELEMENTS // max(1, c.clean[0].numel()))
     for final, (ce_name, kl_name) in ((spliced, ("ce_s", "kl_s")), (zero, ("ce_z", "kl_z"))):
-        ce, kl = _ce_kl(_logprobs(e, final), c.clean, c.targets)
-        setattr(acc, ce_name, getattr(acc, ce_name) + ce)
-        setattr(acc, kl_name, getattr(acc, kl_name) + kl)
+        for r in range(0, final.shape[0], step):
+            ce, kl = _ce_kl(_logprobs(e, final[r : r + step]), c.clean[r : r + step], c.targets[r : r + step])
+            setattr(acc, ce_name, getattr(acc, ce_name) + ce)
+            setattr(acc, kl_name, getattr(acc, kl_name) + kl)
 
 
 def evaluate_dictionary(

@@ -44,7 +44,7 @@ from torch import Tensor
 from interp._validate import check_bool, check_finite_float, check_positive_float, is_int
 from interp.engine import Engine
 from interp.errors import ArgumentError, UnsupportedArchitectureError, UnsupportedOperationError, warn_user
-from interp.features._corpus import (
+from interp.dictionaries._corpus import (
     CORPUS_LICENCE,
     CORPUS_NAME,
     CORPUS_SOURCE,
@@ -57,9 +57,9 @@ from interp.features._corpus import (
     modern_corpus_name,
     token_rows,
 )
-from interp.features._evaluate import DictionaryEvaluation, evaluate_dictionary
-from interp.features._train_cache import load_final, resume, save_checkpoint, save_final
-from interp.features._train_state import (
+from interp.dictionaries._evaluate import DictionaryEvaluation, evaluate_dictionary
+from interp.dictionaries._train_cache import load_final, resume, save_checkpoint, save_final
+from interp.dictionaries._train_state import (
     TrainState,
     dead_fraction,
     default_lr,
@@ -68,9 +68,9 @@ from interp.features._train_state import (
     init_state,
     lr_at,
 )
-from interp.features._train_state import train_step as _step
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
-from interp.features._warnings import DictionaryQualityWarning
+from interp.dictionaries._train_state import train_step as _step
+from interp.dictionaries._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
+from interp.dictionaries._warnings import DictionaryQualityWarning
 from interp.models import Model, default_cache_dir
 from interp.stream import require_model
 
@@ -98,9 +98,11 @@ class _Trained:
     1 − (CE_spliced − CE_clean) / (CE_zero − CE_clean) and ``kl[i]`` KL(clean ‖ spliced) next-token distributions.
     ``evaluation`` is that whole :class:`DictionaryEvaluation` (its row ``all``: every layer spliced at once),
     ``transfer`` the same scores on text of another source (news articles; None where not scored). ``tokens`` counts
-    training tokens (sequence positions, position 0 included). ``tokens_per_second`` is the training run's
-    throughput (activations + optimisation; None when the run was resumed), ``from_cache`` whether this call trained
-    nothing, ``path`` the cache directory.
+    training tokens (sequence positions, position 0 included). ``tokens_per_second`` is the training loop's
+    throughput (activations + optimisation) and ``train_seconds`` its wall time; ``score_seconds`` the two scorings'
+    and ``call_seconds`` the whole call's up to saving (checks, data, initialisation, loop, scoring) — all of the run
+    that trained, None when it was resumed. With ``eval_tokens=0`` nothing is scored: ``evaluation`` is None and the
+    per-layer scores are NaN. ``from_cache`` is whether this call trained nothing, ``path`` the cache directory.
     """
 
     model_name: str
@@ -118,6 +120,8 @@ class _Trained:
     transfer: Optional[DictionaryEvaluation] = None
     tokens_per_second: Optional[float] = None
     train_seconds: Optional[float] = None
+    score_seconds: Optional[float] = None
+    call_seconds: Optional[float] = None
     from_cache: bool = False
     corpus: str = ""
     details: dict[str, Any] = field(default_factory=dict)
@@ -250,7 +254,7 @@ class _Corpus:
 
 def _sequences(model: Model, docs: list[str], seq_len: int, n_seq: int) -> Tensor:
     """The first ``n_seq`` sequences [n_seq, seq_len] of the documents' concatenated token ids (fewer if the
-    documents run out; none if they hold less than one): :func:`interp.features._corpus.token_rows`."""
+    documents run out; none if they hold less than one): :func:`interp.dictionaries._corpus.token_rows`."""
     if model.tokenizer is None:
         raise UnsupportedOperationError(f"model {model.name!r} has no tokenizer; training reads text")
     try:
@@ -340,7 +344,7 @@ def _warn_budget(plan: "_Plan") -> None:
             DictionaryQualityWarning,
         )
     n_eval = (plan.eval_tokens // plan.seq_len) * (plan.seq_len - 1)
-    if n_eval * plan.k < plan.width:
+    if plan.eval_tokens and n_eval * plan.k < plan.width:
         warn_user(
             f"train_transcoders: the held-out text scores {n_eval} tokens (eval_tokens={plan.eval_tokens}) · k={plan.k}"
             f" = {n_eval * plan.k} activations for width={plan.width} features: at least "
@@ -394,7 +398,9 @@ def train_transcoders(
     (None: when training).
 
     Scores (:func:`interp.features.evaluate_dictionary`) on ``eval_tokens`` held-out tokens of the corpus and as
-    many of news articles (another source). Cached under ``cache_dir`` (default ``$INTERP_CACHE`` or
+    many of news articles (another source); ``eval_tokens=0`` scores nothing (the scores are NaN). The result
+    reports the training loop's seconds and the whole call's (``train_seconds``, ``score_seconds``,
+    ``call_seconds``). Cached under ``cache_dir`` (default ``$INTERP_CACHE`` or
     ``~/.cache/interp``) ``/transcoders/<model>/<hash of the configuration>/``, with a resumable checkpoint every
     ``checkpoint_every`` steps. ``train=False`` only reads that cache: a configuration not trained yet is an
     :class:`~interp.errors.ArgumentError` naming the nearest cached one and the fields that differ.
@@ -409,6 +415,7 @@ def train_transcoders(
     reconstruction, L0 per encoder); its cache is circuit-tracer's CLT layout, readable by :func:`load_transcoders`.
     """
     # 1. the inputs checked, the configuration and its cache directory
+    t_call = time.perf_counter()
     plan = _plan(model, **{n: v for n, v in locals().items() if n != "model"})
     # 2. a finished run is read from its cache (train=False: only that)
     if (plan.root / "metrics.json").is_file():
@@ -432,12 +439,17 @@ def train_transcoders(
             else s.transcoders(plan.k, plan.layers, plan.seq_len)
         )
     # 6. the trained dictionaries scored on held-out text of the corpus and of another source, cached, returned
+    t_score = time.perf_counter()
     evals = _score(model, plan, trained, held)
+    t_scored = time.perf_counter()
+    fresh = start == 0
     m = dict(
         layers=plan.layers,
         config=plan.config,
-        train_seconds=seconds if start == 0 else None,
-        tokens_per_second=(plan.tokens / seconds) if start == 0 and seconds > 0 else None,
+        train_seconds=seconds if fresh else None,
+        tokens_per_second=(plan.tokens / seconds) if fresh and seconds > 0 else None,
+        score_seconds=t_scored - t_score if fresh else None,
+        call_seconds=t_scored - t_call if fresh else None,
     )
     save_final(plan.root, plan.layers, trained, evals, m)
     plan.checkpoint.unlink(missing_ok=True)
@@ -581,9 +593,7 @@ def _plan(model: Model, **kw: Any) -> _Plan:
         aux_k=a.d_model // 2 if kw["aux_k"] is None else _int("aux_k", kw["aux_k"], 1),
         aux_alpha=float(kw["aux_alpha"]),
         dead_after=max(1, tokens // 4) if kw["dead_after"] is None else _int("dead_after", kw["dead_after"], 1),
-        eval_tokens=_int(
-            "eval_tokens", kw["eval_tokens"], seq_len, why=f" (at least one sequence of seq_len={seq_len})"
-        ),
+        eval_tokens=_eval_tokens(kw["eval_tokens"], seq_len),
         seed=_int("seed", kw["seed"], 0),
         checkpoint_every=_int("checkpoint_every", kw["checkpoint_every"], 1),
         progress=kw["progress"],
@@ -593,6 +603,15 @@ def _plan(model: Model, **kw: Any) -> _Plan:
         corpus=_Corpus(kw["corpus"]),
         cache=Path(kw["cache_dir"]) if kw["cache_dir"] is not None else default_cache_dir(),
     )
+
+
+def _eval_tokens(v: Any, seq_len: int) -> int:
+    """eval_tokens: 0 (score nothing) or at least one sequence of ``seq_len``."""
+    if not is_int(v) or not (v == 0 or v >= seq_len):
+        raise ArgumentError(
+            f"eval_tokens={v!r} must be 0 (score nothing) or an int >= seq_len={seq_len} (at least one sequence)"
+        )
+    return int(v)
 
 
 def _not_cached(plan: _Plan) -> str:
@@ -634,23 +653,29 @@ def _result(
     cached: bool,
 ) -> Union[TrainedTranscoders, TrainedCrossLayerTranscoder]:
     """The result of a run (trained now, or read from the cache) with its scores; warns on its quality."""
-    ev = evals["evaluation"]
-    if ev is None:
+    ev = evals.get("evaluation")
+    if ev is None and plan.eval_tokens:
         raise ArgumentError(f"the cached run {str(plan.root)!r} has no evaluation; delete it to retrain")
-    rows = _per_layer(ev, plan.layers)
-    _warn_quality(model.name, plan, rows["fvu"], rows["dead"])
+    if ev is None:  # eval_tokens=0: nothing scored
+        nan = [float("nan")] * len(plan.layers)
+        rows = {name: list(nan) for name in ("fvu", "l0", "dead", "loss_recovered", "kl")}
+    else:
+        rows = _per_layer(ev, plan.layers)
+        _warn_quality(model.name, plan, rows["fvu"], rows["dead"])
     kw: dict[str, Any] = dict(
         model_name=model.name,
         layers=plan.layers,
         **rows,
         tokens=plan.tokens,
-        eval_tokens=ev.n_tokens,
+        eval_tokens=0 if ev is None else ev.n_tokens,
         config=plan.config,
         path=plan.root,
         evaluation=ev,
         transfer=evals.get("transfer"),
         tokens_per_second=m.get("tokens_per_second"),
         train_seconds=m.get("train_seconds"),
+        score_seconds=m.get("score_seconds"),
+        call_seconds=m.get("call_seconds"),
         from_cache=cached,
         corpus=plan.corpus.source,
         details={"licence": plan.corpus.licence, "steps": plan.n_steps, "transfer_source": HELD_OUT_SOURCE},
@@ -669,7 +694,7 @@ def _data(model: Model, plan: _Plan) -> tuple[Tensor, Tensor]:
             f"({train.shape[0] * plan.seq_len} tokens in sequences of {plan.seq_len})"
         )
     held = _sequences(model, plan.corpus.held, plan.seq_len, plan.eval_tokens // plan.seq_len)
-    if held.shape[0] == 0:
+    if held.shape[0] == 0 and plan.eval_tokens:
         raise ArgumentError(
             "the held-out documents are shorter than one sequence of seq_len tokens; give a larger corpus"
         )
@@ -742,7 +767,9 @@ def _score(
     model: Model, plan: _Plan, trained: Union[list[Transcoder], CrossLayerTranscoder], held: Tensor
 ) -> dict[str, Optional[DictionaryEvaluation]]:
     """Step 6: :func:`evaluate_dictionary` on the corpus's held-out rows and on as many rows of news articles (the
-    other source; None when its text gives less than one row)."""
+    other source; None when its text gives less than one row); nothing with eval_tokens=0."""
+    if not plan.eval_tokens:
+        return {"evaluation": None, "transfer": None}
     bs = max(1, min(plan.batch_size, 8))
     ev = evaluate_dictionary(model, trained, tokens=held, batch_size=bs)
     other = _sequences(model, held_out_corpus(), plan.seq_len, held.shape[0])

@@ -16,7 +16,7 @@ from torch import Tensor
 from interp._validate import is_int
 from interp.engine import Engine
 from interp.errors import ArgumentError
-from interp.features._transcoder import CrossLayerTranscoder, Transcoder, check_layers, mlp_input
+from interp.dictionaries._transcoder import CrossLayerTranscoder, Transcoder, check_layers, mlp_input
 from interp.labels import Feature, parse
 from interp.models import Model
 from interp.stream import as_batch, require_model

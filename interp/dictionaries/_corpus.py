@@ -4,8 +4,12 @@
 Wikipedia articles (2016 revisions, CC BY-SA; markup stripped here) that the PyPI package ``gensim`` 4.4.0 ships as
 test data (``enwiki-latest-pages-articles1…-shortened.bz2``: 185 articles, anarchism to Atlas Shrugged), and the
 Python language reference's topics shipped with CPython itself (``pydoc_data.topics``: prose with grammar and code
-examples). Both are cut into pieces of about 200 words at paragraph breaks and shuffled with a fixed seed, so the first
-thousands of tokens already span many articles; every tenth piece (index 9, 19, …) is held out.
+examples). The split is by source document: every tenth article and every tenth topic (index 9, 19, … of each, in the
+file's and in sorted order) is held out whole. Each side is cut into pieces of about 200 words at paragraph breaks,
+repeats dropped, and shuffled with a fixed seed, so the first thousands of tokens already span many articles. The
+reference's topics repeat each other's paragraphs, so a held-out piece that shares a run of :data:`SHARED_RUN` words and
+punctuation marks with any training piece (about 20–30 tokens of a BPE tokenizer) is dropped: no held-out text is text
+training read.
 
 ``held_out_corpus()`` — text of another source, for scoring: the Lee corpus of 350 Australian Broadcasting Corporation
 news articles (Lee, Pincombe & Welsh 2005; shipped in gensim's test data), one article per document. A dictionary
@@ -46,6 +50,7 @@ __all__ = [
     "HELD_OUT_SOURCE",
     "MODERN_LICENCE",
     "MODERN_SOURCE",
+    "SHARED_RUN",
     "english_corpus",
     "held_out_corpus",
     "modern_corpus",
@@ -60,7 +65,8 @@ CORPUS_LICENCE = "text: public domain; package: MIT"
 
 MODERN_SOURCE = (
     "English Wikipedia articles (2016 revisions; the sample gensim==4.4.0 ships as test data) and the Python "
-    "language reference's topics (CPython's pydoc_data), in pieces of ~200 words, shuffled with seed 0"
+    "language reference's topics (CPython's pydoc_data), every tenth document held out, in pieces of ~200 words, "
+    "shuffled with seed 0"
 )
 MODERN_LICENCE = "Wikipedia text: CC BY-SA 3.0; Python documentation: PSF licence; package gensim: LGPL-2.1"
 HELD_OUT_SOURCE = (
@@ -68,6 +74,10 @@ HELD_OUT_SOURCE = (
 )
 _WIKI = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 _PIECE_WORDS = 200
+#: a held-out piece of the modern corpus sharing a run of this many words and punctuation marks with a training piece
+#: is dropped (module docstring)
+SHARED_RUN = 16
+_WORD = re.compile(r"\w+|[^\w\s]")
 
 _NUM = re.compile(r"^\s*\d+:\d+\s*")
 _cache: Optional[tuple[list[str], list[str]]] = None
@@ -220,16 +230,26 @@ def _python_reference() -> list[str]:
 _modern: Optional[tuple[list[str], list[str]]] = None
 
 
+def _runs(text: str, n: int = SHARED_RUN) -> set[bytes]:
+    """Digests of every run of ``n`` consecutive words and punctuation marks of ``text`` (8-byte BLAKE2b)."""
+    w = _WORD.findall(text)
+    return {hashlib.blake2b("\x1f".join(w[i : i + n]).encode(), digest_size=8).digest() for i in range(len(w) - n + 1)}
+
+
 def modern_corpus() -> tuple[list[str], list[str]]:
     """(training pieces, held-out pieces) of the modern English corpus (module docstring): Wikipedia articles and the
-    Python reference cut into ~200-word pieces, repeats dropped, shuffled with seed 0; every tenth piece held out."""
+    Python reference, every tenth article and topic held out, cut into ~200-word pieces, repeats dropped, shuffled
+    with seed 0; a held-out piece sharing a run of :data:`SHARED_RUN` words and marks with a training piece dropped."""
     global _modern
     if _modern is None:
-        pieces = [p for a in _wiki_articles() for p in _pieces(a)]
-        pieces += [p for t in _python_reference() for p in _pieces(t.replace("\n\n", "\n"))]
-        pieces = list(dict.fromkeys(pieces))  # some reference topics repeat others' text
-        random.Random(0).shuffle(pieces)
-        _modern = ([p for i, p in enumerate(pieces) if i % 10 != 9], [p for i, p in enumerate(pieces) if i % 10 == 9])
+        articles, topics = _wiki_articles(), [t.replace("\n\n", "\n") for t in _python_reference()]
+        docs = [(i % 10 == 9, d) for source in (articles, topics) for i, d in enumerate(source)]
+        train = list(dict.fromkeys(p for out, d in docs if not out for p in _pieces(d)))
+        seen: set[bytes] = set().union(*map(_runs, train))
+        held = [p for p in dict.fromkeys(p for out, d in docs if out for p in _pieces(d)) if seen.isdisjoint(_runs(p))]
+        random.Random(0).shuffle(train)
+        random.Random(0).shuffle(held)
+        _modern = (train, held)
     return list(_modern[0]), list(_modern[1])
 
 

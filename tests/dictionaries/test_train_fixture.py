@@ -1,0 +1,68 @@
+"""Training gives the same weights to the bit, under the same cache key, as the tree these fixtures were written on
+(tests/dictionaries/fixtures/train_*.safetensors and train_keys.json: three tiny runs — per-layer, skip,
+cross-layer — trained with one thread by the same code as below, before the dictionary package was reorganised)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from interp.engine import model_from_hf
+from interp.features import train_transcoders
+from tiny_models import tiny_hf_model, tiny_tokenizer
+
+FIX = Path(__file__).parent / "fixtures"
+RUNS = {
+    "per_layer": dict(layers="all", width=32, k=4),
+    "skip": dict(layers=[1], width=32, k=4, skip=True),
+    "cross_layer": dict(layers="all", width=16, k=2, cross_layer=True),
+}
+
+
+@pytest.fixture(scope="module")
+def setup():
+    rng = random.Random(0)
+    docs = [" ".join(f"w{rng.randrange(3, 96)}" for _ in range(300)) for _ in range(60)]
+    return model_from_hf(tiny_hf_model("llama"), tiny_tokenizer(), name="tiny-llama"), docs
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_training_reproduces_the_saved_weights_and_cache_key(setup, name, tmp_path):
+    model, docs = setup
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the fixtures were written with one thread (a GEMM's sums may split by thread)
+    try:
+        r = train_transcoders(
+            model,
+            tokens=32 * 4 * 6,
+            seq_len=32,
+            batch_size=4,
+            corpus=docs,
+            eval_tokens=32 * 2,
+            cache_dir=tmp_path,
+            progress=False,
+            checkpoint_every=4,
+            **RUNS[name],
+        )
+    finally:
+        torch.set_num_threads(threads)
+    keys = json.loads((FIX / "train_keys.json").read_text())[name]
+    assert r.path.name == keys["dir"] and r.config == keys["config"]
+    want = load_file(str(FIX / f"train_{name}.safetensors"))
+    if name == "cross_layer":
+        c = r.clt
+        got = {"W_enc": c.W_enc, "b_enc": c.b_enc, "b_dec": c.b_dec} | {f"W_dec_{i}": w for i, w in enumerate(c.W_dec)}
+    else:
+        got = {}
+        for l, t in zip(r.layers, r.transcoders):
+            got |= {f"{l}.W_enc": t.W_enc, f"{l}.b_enc": t.b_enc, f"{l}.W_dec": t.W_dec, f"{l}.b_dec": t.b_dec}
+            if t.W_skip is not None:
+                got[f"{l}.W_skip"] = t.W_skip
+    assert sorted(got) == sorted(want)
+    for k in want:
+        assert torch.equal(got[k], want[k]), k
