@@ -7,7 +7,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import tiny_models as tiny_models_module  # noqa: E402  (the fixture below is named tiny_models)
-from tiny_models import FAMILIES, tiny_model  # noqa: E402
+from tiny_models import FAMILIES, MORE_FAMILIES, tiny_model  # noqa: E402
 
 torch.set_grad_enabled(True)
 
@@ -22,6 +22,26 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     tiny_models_module.DEVICE = config.getoption("--device")
+
+
+#: Fixtures that load a real catalog model: a test using one, directly or through another fixture, is ``real``.
+REAL_FIXTURES = frozenset({"smollm2", "minilm", "gemma3"})
+#: Fixtures that compile tracr programs (jax, seconds each): a test using one is ``slow``.
+SLOW_FIXTURES = frozenset({"tracr_programs", "tracr_program"})
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark by what a test uses, so the markers cannot be forgotten: ``make test-fast`` (``-m "not real and not
+    slow"``) leaves out every test that loads a catalog model or compiles a tracr program, and runs the identities
+    swept over families on the four base ones (:data:`tiny_models.FAMILIES`; the capability families of
+    :data:`tiny_models.MORE_FAMILIES` run in ``make test``)."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & REAL_FIXTURES:
+            item.add_marker(pytest.mark.real)
+        callspec = getattr(item, "callspec", None)
+        if used & SLOW_FIXTURES or (callspec is not None and callspec.params.get("family") in MORE_FAMILIES):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

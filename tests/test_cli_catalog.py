@@ -38,6 +38,7 @@ def test_every_refusal_names_a_catalog_model_and_a_command():
     assert all(n in names and c in COMMANDS and why for (n, c), why in REFUSED.items())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, cmd", list(_cases()))
 def test_command_runs_with_its_defaults_or_refuses_before_loading(name, cmd, tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"

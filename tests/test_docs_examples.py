@@ -66,6 +66,7 @@ def test_doctest_blocks_are_collected_by_pytest():
     assert len(SCRIPTS) >= 5
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::interp.errors.InterpWarning")
 @pytest.mark.parametrize("where, code", SCRIPTS)
 def test_script_block_runs(where, code, tmp_path, monkeypatch):

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import interp
 
 HEAVY = ("torch", "transformer_lens", "transformers", "datasets", "pyarrow", "pytest", "pandas", "plotly", "ray")
@@ -31,6 +33,7 @@ def test_import_interp_pulls_in_no_heavy_package():
     assert not [m for m in HEAVY if m in loaded], [m for m in HEAVY if m in loaded]
 
 
+@pytest.mark.slow
 def test_a_name_is_imported_when_used():
     loaded = _modules_after("import interp\ninterp.LogitDiff")
     assert "interp.causal" in loaded and "torch" in loaded

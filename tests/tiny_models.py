@@ -301,6 +301,17 @@ def hooked_forward(hf, handles, *args, **kwargs):
             h.remove()
 
 
+def tiny_arch(family: str, *, n_layers: int = 2) -> "interp.ArchInfo":
+    """The :class:`interp.ArchInfo` of :func:`tiny_model` ``(family)`` read from its config alone (no weights, no
+    forward; ``attn_scales`` left at its default, d_head^-1/2 in every layer, which is what the loaded model reads off
+    its modules): for tests that need only a model's shape, such as the labels it has."""
+    from interp.models._families import arch_from_hf_config
+
+    return arch_from_hf_config(
+        tiny_config(family, n_layers=n_layers), name=f"tiny-{family}", has_unembed=family != "bert"
+    )
+
+
 def tiny_model(family: str, *, seed: int = 0, n_layers: int = 2, dtype=torch.float32, device=None) -> "interp.Model":
     """An interp Model of a tiny random ``family`` model ('gpt2', 'llama', 'neox', 'bert'), on ``device`` (default:
     the suite's :data:`DEVICE`)."""

@@ -160,6 +160,7 @@ def test_ov_at_bad_input():
         require_head_sources(tiny_model("bert"), "unit='head_source'")
 
 
+@pytest.mark.slow
 def test_head_source_heatmap_is_over_prompt_i_tokens():
     m = tiny_model("neox")
     src = attribute_logits(m, PROMPTS, answer=["w3", "w8", "w12"], wrong="w5", unit="head_source")

@@ -56,6 +56,7 @@ def test_per_prompt_sweep_keeps_every_target_and_round_trips(tmp_path):
     assert same.target == "logit['w3'] − logit['w5']" and same.answer_ids.tolist() == [_ids(m, "w3")[0]] * 3
 
 
+@pytest.mark.slow
 def test_plot_of_prompt_i_names_prompt_i(tmp_path):
     m = tiny_model("llama")
     a = attribute_logits(m, PROMPTS, answer=["w3", "w8", "w12"], wrong=["w5", "w9", "w13"])

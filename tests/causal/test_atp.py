@@ -210,6 +210,7 @@ def test_atp_in_float64():
     _check(model, "llama", "components", "each", rtol=1e-7, atol_scale=1e-8)
 
 
+@pytest.mark.slow
 def test_atp_kl_metric_denoising():
     """KL(clean ‖ patched) at the corrupt run: its gradient is not zero there (it is at clean)."""
     model = tiny_model("gpt2")
@@ -307,6 +308,7 @@ def test_qk_fix_refuses_soft_capped_scores(family):
 @pytest.mark.parametrize(
     "family", ["llama", "gpt2", "neox", "bert", "qwen2", "mistral", "gemma", "phi3", "qwen3", "gemma3_text"]
 )
+@pytest.mark.slow
 @pytest.mark.parametrize("positions", ["all", "each"])
 def test_qk_fix_is_the_exact_pattern_change_times_the_pattern_gradient(family, positions):
     """AtP*: for q and k nodes, ĉ = Σ (A' − A)·∂M/∂A with A' from an actual patched forward pass."""
@@ -355,6 +357,7 @@ def test_key_fix_each_matches_a_softmax_per_key_on_saturated_rows():
     assert float(ref[0, 0, 2].abs()) > 1.0  # the case the fix exists for is in the data
 
 
+@pytest.mark.slow
 def test_qk_fix_beats_plain_atp_when_attention_saturates():
     """With layer 1's queries scaled ×200 its heads attend almost one-hot (row maxima 0.84 on average):
     plain AtP then misses about a third of the effect of patching single queries; AtP* (exact softmax,

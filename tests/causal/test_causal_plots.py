@@ -70,6 +70,7 @@ def test_effects_panels_side_by_side():
     assert list(fig.data[2].x) == [0.0, -2.0]
 
 
+@pytest.mark.slow
 def test_real_results_plot():
     m = tiny_model("llama")
     met = LogitDiff("w12", "w13")

@@ -56,6 +56,7 @@ def test_heads_all_positions_equal_transformer_lens(causal_model):
     assert r.corrupt == pytest.approx(tl_metric(m.bridge(CORRUPT)).item(), abs=1e-6)
 
 
+@pytest.mark.slow
 def test_by_position_sweeps_equal_transformer_lens(causal_model):
     m = causal_model
     _, cache = m.bridge.run_with_cache(CLEAN)
@@ -79,6 +80,7 @@ def test_by_position_sweeps_equal_transformer_lens(causal_model):
     assert torch.allclose(resid.values.double(), tl.double(), rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_head_inputs_and_patterns_equal_transformer_lens(causal_model):
     m = causal_model
     a = m.arch

@@ -40,6 +40,7 @@ def test_kurtosis_matches_captured_activations(family_model):
     assert len(rep.plot().data) == 3
 
 
+@pytest.mark.slow
 def test_text_inputs_and_hooks_removed_even_on_error(tiny_models):
     m = tiny_models["gpt2"]  # learned positions: n_ctx = 64
     before = n_hooks(m.bridge)

@@ -128,6 +128,7 @@ def test_smollm2_subset(smollm2):
             assert abs(float(sub.scores[src + dst]) - ref) <= 1e-5, (kind, src, dst)
 
 
+@pytest.mark.slow
 def test_report_composition_graph_uses_the_full_scores_of_its_heads(tmp_path, monkeypatch):
     """report() computes composition only among the heads it shows; its edges carry the all-pairs values."""
     import importlib

@@ -252,6 +252,7 @@ def cells(kind: str) -> list[tuple[str, str]]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_cell(entry, kind, tmp_path):

@@ -9,6 +9,7 @@ from interp.errors import InterpError, UnsupportedOperationError
 from tiny_models import tiny_model
 
 
+@pytest.mark.slow
 def test_privileged_basis_report_refuses_mixture_of_experts_typed():
     """Mixtral has no one MLP per layer: a typed refusal naming the experts, not a KeyError for a missing hook."""
     m = tiny_model("mixtral")

@@ -200,6 +200,7 @@ def test_the_guard_catches_a_stray_factory(tmp_path):
     del importlib
 
 
+@pytest.mark.slow
 def test_api_examples_make_no_host_tensor(tmp_path, monkeypatch):
     """Every example of docs/api.md under the guard: no factory call without device= in interp (file:line named)."""
     monkeypatch.chdir(tmp_path)

@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("ray")
 
 
+@pytest.mark.slow
 def test_local_cluster_start_prints_no_token_auth_warning():
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}  # Ray's default: it would warn
     code = (

@@ -288,6 +288,7 @@ def test_out_resumes_computing_only_the_missing_shards(toy, pairs, cluster, tmp_
         )
 
 
+@pytest.mark.slow
 def test_a_killed_worker_has_its_shard_retried_and_nothing_lost(toy, pairs, cluster):
     clean, corrupt, metric = pairs
     ref = interp.patch(toy, clean, corrupt, metric=metric, nodes="components", progress=False)

@@ -139,6 +139,7 @@ def tiny_dir(tmp_path_factory):
     return tiny_hf_dir("llama", tmp_path_factory.mktemp("tiny-llama-hf"))
 
 
+@pytest.mark.slow
 def test_cli_pairs(tiny_dir, tmp_path, capsys):
     p = _write(tmp_path / "capitals.jsonl", PAIRS)
     out = tmp_path / "c"

@@ -26,6 +26,7 @@ def _hf_norm(model, l):
     return getattr(layer, "input_layernorm", None) or layer.ln_1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["gpt2", "llama", "gemma"])
 def test_norm_vjp_is_autograd_through_the_model_s_own_norm(family):
     m = tiny_model(family, dtype=torch.float64)

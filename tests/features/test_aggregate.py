@@ -108,6 +108,7 @@ def _check_against_hand(agg, graphs):
     return active
 
 
+@pytest.mark.slow
 def test_aggregate_equals_each_graph_alone(llama):
     m, tcs = llama
     agg = aggregate_graphs(m, PROMPTS, tcs, target=TARGETS, progress=False)
@@ -210,6 +211,7 @@ def test_bad_input(llama):
         aggregate_graphs(m, PROMPTS, tcs, cluster="local")
 
 
+@pytest.mark.slow
 def test_sharded_on_ray_equals_in_process(tmp_path):
     pytest.importorskip("ray")
     m = interp.load_model(str(tiny_hf_dir("llama", tmp_path / "llama")), dtype=torch.float64)

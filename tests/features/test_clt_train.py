@@ -51,6 +51,7 @@ def _train(model, cache, **kw) -> TrainedCrossLayerTranscoder:
     return r
 
 
+@pytest.mark.slow
 def test_clt_training_beats_the_mean_and_metrics_match_hf(llama, tmp_path):
     hf, model = llama
     r = _train(model, tmp_path)
@@ -88,6 +89,7 @@ def test_clt_training_beats_the_mean_and_metrics_match_hf(llama, tmp_path):
     assert list(df["layer"]) == [0, 1] and (df["k"] == 4).all() and (df["n_features"] == 64).all()
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::interp.features.DictionaryQualityWarning")  # 10 steps: FVU ≈ 1.1
 def test_interrupted_clt_run_resumes_to_the_same_weights(llama, tmp_path, monkeypatch):
     _, model = llama

@@ -18,6 +18,7 @@ def modern():
     return C.modern_corpus()
 
 
+@pytest.mark.slow
 def test_modern_corpus_is_varied_modern_english_and_some_code(modern):
     train, held = modern
     assert len(train) > 1500 and len(held) > 150 and not set(train) & set(held)

@@ -89,6 +89,7 @@ def test_residual_saes_are_refused():
         load_transcoders(FIX / "sparsify_sae")
 
 
+@pytest.mark.slow
 def test_shapes_and_formats(llama, tmp_path):
     one = tiny_model("llama", n_layers=1)
     with pytest.raises(ShapeError, match="layers \\[1\\].*1 layers"):

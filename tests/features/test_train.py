@@ -89,6 +89,7 @@ def mixtral():
     return hf, model_from_hf(hf, tiny_tokenizer(), name="tiny-mixtral")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["llama", "mixtral"])
 def test_training_beats_the_mean_and_metrics_match_hf(which, request, tmp_path):
     """FVU and L0 as reported = recomputed from the Hugging Face model's own MLP input and output (forward hooks;
@@ -123,6 +124,7 @@ def test_training_beats_the_mean_and_metrics_match_hf(which, request, tmp_path):
     assert list(df["layer"]) == [0, 1] and (df["k"] == 4).all()
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_to_the_same_weights(llama, tmp_path, monkeypatch):
     _, model = llama
     full = _train(model, tmp_path / "a", tokens=SEQ * BATCH * 10)
@@ -179,6 +181,7 @@ def test_a_damaged_checkpoint_is_a_typed_error(llama, tmp_path, monkeypatch):
         _train(model, tmp_path / "c", tokens=SEQ * BATCH * 10)
 
 
+@pytest.mark.slow
 def test_cached_reload_and_atomic_writes(llama, tmp_path, monkeypatch):
     _, model = llama
     kw = dict(tokens=SEQ * BATCH * 3)
@@ -356,6 +359,7 @@ def test_training_under_a_callers_grad_mode(llama, tmp_path, mode):
             assert torch.equal(getattr(a, name), getattr(b, name)), name
 
 
+@pytest.mark.slow
 def test_loss_recovered_is_the_hf_models_own(llama, tmp_path):
     """The reported per-layer FVU, spliced-in loss recovered and KL equal those of the Hugging Face model with the
     trained transcoder's output hooked in place of its MLP's (test_evaluate's reference, float64 there) on the
@@ -406,6 +410,7 @@ def test_train_false_reads_the_cache_or_names_the_nearest(llama, tmp_path):
     assert sorted(p.name for p in first.path.parent.iterdir()) == [first.path.name]  # nothing started
 
 
+@pytest.mark.slow
 def test_quality_and_budget_warnings_say_what_was_used(llama, tmp_path):
     """With lr and passes left None the warning says the defaults were used (it said 'lr=0.01 and passes=4 were used
     (leave them None …)'); given, it names them. A width the tokens cannot fit, and held-out text too short for every
@@ -431,6 +436,7 @@ def test_progress_shows_the_dead_fraction(llama, tmp_path, capsys):
     assert "dead=" in err and "fvu=" in err
 
 
+@pytest.mark.slow
 def test_subnormal_adam_moments_are_flushed(llama, tmp_path, monkeypatch):
     """Adam's first moments of a feature that stopped firing decay into the subnormal range, where CPU arithmetic is
     tens of times slower (a run's tokens/s fell as it trained): flush_moments zeroes moments below 1e-20 and leaves

@@ -5,6 +5,7 @@ gradient also carried every path that skips the MLP, and edges into an MLP with 
 much as edges to the logits.
 """
 
+import pytest
 import torch
 
 import interp.edges as E
@@ -12,6 +13,7 @@ from interp.groundtruth._discovery import _eap
 from interp.groundtruth._tasks import tracr_task
 
 
+@pytest.mark.slow
 def test_edges_into_an_empty_mlp_score_zero(tracr_programs):
     p = tracr_programs("frac_prevs")  # layer 1 has an attention head and an all-zero MLP
     W = p.model.weights
@@ -30,6 +32,7 @@ def test_edges_into_an_empty_mlp_score_zero(tracr_programs):
     assert effects[head_out].abs().max() > 0.01
 
 
+@pytest.mark.slow
 def test_eap_under_resample_equals_edge_attribution(tracr_programs):
     """The ground-truth scorer's EAP with the resample partners as corrupt = interp.edge_attribution's, up to the
     sign: the scorer's (ã_w − a_w)·∂M/∂x_r is the negative of interp's score (positive when the edge supports M)."""
@@ -45,6 +48,7 @@ def test_eap_under_resample_equals_edge_attribution(tracr_programs):
     assert torch.allclose(mine_ig, -ref_ig.per_prompt.double(), atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_eap_ig_activations_equals_edge_attribution(tracr_programs):
     p = tracr_programs("sort")
     g = tracr_task(p, lengths=[3], max_inputs=10).groups[0]
@@ -55,6 +59,7 @@ def test_eap_ig_activations_equals_edge_attribution(tracr_programs):
     assert torch.allclose(mine, -ref.per_prompt.double(), atol=1e-6, rtol=1e-5)  # interp's sign: supports > 0
 
 
+@pytest.mark.slow
 def test_eap_equals_finite_differences_of_hooked_runs(tracr_programs):
     """EAP(w → r) = d/dε M(r reads x_r + ε(ã_w − a_w)) at ε = 0, measured by central differences on the
     bridge with hooks (groundtruth_edge_eval, written independently of interp.edges), zero ablation."""

@@ -70,6 +70,7 @@ def test_helper_is_exact_when_nothing_is_ablated(toy2l, data):
     assert (run_with_edges(toy2l, rep, removed=all_edges(toy2l), ablated=own) - clean).abs().max() < 1e-4
 
 
+@pytest.mark.slow
 def test_patching_confirms_the_circuit(toy2l, circuit, data):
     rep, rnd = data
     uniform = math.log(toy2l.arch.d_vocab - 2)
@@ -107,6 +108,7 @@ def test_positional_edges_show_only_under_zero_ablation(toy2l, circuit, data):
         assert _second_half_loss(run_with_edges(toy2l, rep, removed=[e], ablated=zero), rep) > 4.0, e
 
 
+@pytest.mark.slow
 def test_errors(toy2l, tiny_models):
     with pytest.raises(ArgumentError, match="threshold"):
         induction_circuit(toy2l, threshold=1.5)

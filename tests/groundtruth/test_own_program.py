@@ -25,6 +25,7 @@ def own():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["dyck", "less_freq"])
 def test_outputs_equal_rasp_and_tracrs_forward(own, key):
     p = own[key]
@@ -59,6 +60,7 @@ def test_feeds_tracr_task_and_edge_ranking(own):
     assert 0.0 <= r.auc <= 1.0 and len(r.labels) > 0
 
 
+@pytest.mark.slow
 def test_output_label_and_bad_input():
     sop = lib.make_count_less_freq(n=2)
     p = compile_program(sop, vocab={"a", "b", "c"}, max_seq_len=3)

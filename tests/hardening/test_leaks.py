@@ -114,6 +114,7 @@ def _raise_in_layer(monkeypatch, layer: int, make_exc: Callable[[], BaseExceptio
 # ---- no hook left behind ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_no_hook_remains_after_successful_calls(models, family):
     model = models[family]
@@ -170,6 +171,7 @@ def test_no_hook_remains_when_a_bad_argument_shows_up_in_a_later_batch(models, f
 # ---- the user's own hooks ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_user_hook_survives_and_still_fires(models, family, monkeypatch):
     model = models[family]
@@ -271,6 +273,7 @@ def _rss_growth_mib(mode: str) -> tuple[float, int]:
     return float(growth), int(hooks)
 
 
+@pytest.mark.slow
 def test_repeated_traces_and_attributions_do_not_grow_rss():
     growth, extra_hooks = _rss_growth_mib("drop")
     print(
@@ -280,6 +283,7 @@ def test_repeated_traces_and_attributions_do_not_grow_rss():
     assert extra_hooks == 0
 
 
+@pytest.mark.slow
 def test_rss_measurement_detects_a_real_leak():
     """Control: the same loop while *keeping* every result must exceed the bound, so the bound
     above is tight enough to catch a leaked trace per iteration."""
@@ -463,10 +467,12 @@ def _all_result_classes() -> set[str]:
     return seen
 
 
+@pytest.mark.slow
 def test_every_result_class_has_a_round_trip_case(models):
     assert _all_result_classes() <= set(_results(models))
 
 
+@pytest.mark.slow
 def test_save_load_round_trip(models, tmp_path):
     saved = 0
     for cls_name, examples in _results(models).items():

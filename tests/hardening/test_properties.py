@@ -11,6 +11,7 @@ matrices per example. References are always computed independently of the code u
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -97,6 +98,7 @@ def _check_closure_everywhere(family: str, seed: int, depth: int, tokens, mask, 
 
 
 def _closure_test(family):
+    @pytest.mark.slow
     @PROPERTY
     @given(m=model_choice(families=(family,)), batch=id_batch(), neurons=st.booleans())
     def test(m, batch, neurons):
@@ -115,6 +117,7 @@ test_decomposition_closes_at_every_point_bert = _closure_test("bert")
 # ---- 2. DLA closure for random answer / wrong / pos (Math 5) --------------------------------
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(m=model_choice(families=DECODERS), p=prompts(), data=st.data())
 def test_dla_terms_sum_to_hf_logit(m, p, data):
@@ -159,6 +162,7 @@ def test_dla_terms_sum_to_hf_logit(m, p, data):
     assert a.values.shape == (len(a.labels), b)
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(m=model_choice(), batch=id_batch(padded=False), seed=seeds, data=st.data())
 def test_direction_attribution_sums_to_hf_hidden_state(m, batch, seed, data):
@@ -181,6 +185,7 @@ def test_direction_attribution_sums_to_hf_hidden_state(m, batch, seed, data):
 # ---- 3. projected == full @ Uᵀ --------------------------------------------------------------
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(m=model_choice(), batch=id_batch(), seed=seeds, data=st.data())
 def test_projected_equals_full_times_directions(m, batch, seed, data):
@@ -207,6 +212,7 @@ def test_projected_equals_full_times_directions(m, batch, seed, data):
 # ---- 4. padding invariance -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(m=model_choice(), batch=id_batch(max_batch=3), data=st.data())
 def test_padding_invariance(m, batch, data):
@@ -280,6 +286,7 @@ def head_choice(draw, families=FAMILIES):
 # ---- 5. factored == materialised ------------------------------------------------------------
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(choice=head_choice(), fold=st.booleans(), which=st.sampled_from(["ov", "qk"]), seed=seeds)
 def test_circuit_equals_materialised_product(choice, fold, which, seed):
@@ -307,6 +314,7 @@ def test_circuit_equals_materialised_product(choice, fold, which, seed):
         assert _close(full.AB, ref), ("full", which, fold)
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(m=model_choice(), fold=st.booleans(), data=st.data())
 def test_virtual_weight_equals_dense_product(m, fold, data):
@@ -397,6 +405,7 @@ def test_kronecker_identity(pos, d, seed):
     assert torch.allclose(torch.kron(A, W) @ vec(Xc), vec(W @ Xc @ A.T), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(choice=head_choice(), batch=id_batch(max_batch=1, padded=False))
 def test_head_operator_is_the_models_head(choice, batch):
@@ -506,6 +515,7 @@ def test_copying_score_of_plus_minus_identity(m, sign, seed, data):
     assert abs(float(score) - sign) <= 1e-5, float(score)
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(m=model_choice(families=DECODERS), fold=st.booleans())
 def test_copying_scores_match_dense_full_ov_eigenvalues(m, fold):
@@ -531,6 +541,7 @@ def _well_conditioned(n: int, g: torch.Generator) -> torch.Tensor:
     return Q1 @ torch.diag(s) @ Q2
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(m=model_choice(), seed=seeds, data=st.data())
 def test_head_basis_gauge_invariance(m, seed, data):
@@ -579,6 +590,7 @@ def _orthogonal(d: int, g: torch.Generator, *, fix_ones: bool) -> torch.Tensor:
     return U @ torch.block_diag(torch.ones(1, 1, dtype=F64), Qs) @ U.T
 
 
+@pytest.mark.slow
 @settings(PROPERTY)
 @given(m=model_choice(families=DECODERS), seed=seeds, batch=id_batch(max_batch=2, padded=False), data=st.data())
 def test_rotation_invariance(m, seed, batch, data):
@@ -665,6 +677,7 @@ def toys(draw):
     )
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(model=toys(), data=st.data())
 def test_path_expansion_sums_to_the_logits(model, data):
@@ -689,6 +702,7 @@ def test_path_expansion_sums_to_the_logits(model, data):
         assert lab.count("→L") == k, lab
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(seed=st.integers(0, 3), positional=st.sampled_from(["learned", "rotary"]), data=st.data())
 def test_path_expansion_virtual_head_term(seed, positional, data):
@@ -710,6 +724,7 @@ def test_path_expansion_virtual_head_term(seed, positional, data):
     assert _close(got, ref, 1e-4)
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(model=toys(), data=st.data())
 def test_toy_trace_closes_at_every_point(model, data):

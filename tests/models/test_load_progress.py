@@ -57,6 +57,7 @@ def _load(path, cache, caplog, capsys, **kw):
     return model, steps, capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_first_load_reports_every_step_then_a_cached_load_is_quiet(fake_gguf, tmp_path, caplog, capsys):
     cache = tmp_path / "cache"
     model, steps, err = _load(fake_gguf, cache, caplog, capsys)

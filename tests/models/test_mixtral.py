@@ -68,6 +68,7 @@ def test_trace_decomposes_exactly_and_attribution_closes_on_hf_logits(family):
     assert a.closure_error < 1e-5
 
 
+@pytest.mark.slow
 def test_patch_equals_transformer_lens():
     m = tiny_model("mixtral")
     ids_c, ids_k = m.to_tokens(CLEAN), m.to_tokens(CORRUPT)

@@ -58,6 +58,7 @@ def _prompts():
     return clean, corrupt, interp.LogitDiff([5, 6, 7], [8, 9, 10])
 
 
+@pytest.mark.slow
 def test_offloaded_tiny_model_streams_blocks(pair):
     _, mem, off = pair
     assert is_streamed(off.weights) and not is_streamed(mem.weights)

@@ -18,6 +18,7 @@ def test_catalog_says_smollm2_is_the_quantized_release():
     assert all(e.provenance for e in interp.list_models())
 
 
+@pytest.mark.slow
 def test_loaded_models_carry_provenance_and_the_cast(tmp_path):
     d = tmp_path / "tiny"
     tiny_hf_model("gpt2").save_pretrained(d)

@@ -60,6 +60,7 @@ def patterns():
     return attention_patterns(m, PROMPT, HEADS), ref
 
 
+@pytest.mark.slow
 def test_view_html_is_self_contained_and_holds_every_head(patterns, tmp_path):
     ap, _ = patterns
     view = ap.view()
@@ -98,6 +99,7 @@ def test_hovering_a_token_shows_that_tokens_weights_in_chromium(patterns, tmp_pa
     assert r["one_head"] == HEADS[1:]  # the check box hides a head
 
 
+@pytest.mark.slow
 @needs_browser
 def test_nasty_tokens_render_as_text_and_run_nothing(tmp_path):
     a = np.tril(np.ones((len(NASTY), len(NASTY))))
@@ -128,6 +130,7 @@ def test_export_and_bad_input(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_report_embeds_the_attention_view(tmp_path):
     from interp.report import report
 

@@ -282,6 +282,7 @@ def big_page(tmp_path_factory):
     return fig, path
 
 
+@pytest.mark.slow
 def test_5000_edge_page_is_self_contained_and_under_3_mb(big_page):
     fig, path = big_page
     text = path.read_text()
@@ -293,6 +294,7 @@ def test_5000_edge_page_is_self_contained_and_under_3_mb(big_page):
     assert len(fig.data[0].hovertext) == 5000
 
 
+@pytest.mark.slow
 @needs_browser
 def test_5000_edges_render_in_headless_chromium_within_a_second(big_page):
     """Time from Plotly.newPlot to 'plotly_afterplot' in the page (performance.now()), best of two loads."""
@@ -340,6 +342,7 @@ HOVER_PROBE = """
 """
 
 
+@pytest.mark.slow
 @needs_browser
 def test_hovering_an_edge_and_a_node_in_chromium(tmp_path):
     fig = circuit_graph_figure(EDGES, SCORES, node_info={"L1.H2": {"DLA": 0.4321}}, n_heads=4, n_kv_heads=2)

@@ -61,6 +61,7 @@ def _faith(out: Path) -> tuple[dict, dict, dict]:
     return r, f, e
 
 
+@pytest.mark.slow
 def test_header_states_the_metric_for_the_whole_task(deep_report):
     out, index = deep_report
     page = index.read_text()
@@ -172,6 +173,7 @@ def _point(page, x: float, y: float) -> tuple[float, float]:
     )
 
 
+@pytest.mark.slow
 def test_page_in_chromium_at_1400px_offline_fits_hovers_and_slides(deep_report, tmp_path):
     out, index = deep_report
     _check_in_chromium(out, index, N_LAYERS, tmp_path)
@@ -279,6 +281,7 @@ def _check_in_chromium(out: Path, index: Path, n_layers: int, shots: Path) -> No
         assert attempted == [] and errors == []
 
 
+@pytest.mark.slow
 def test_graph_opens_in_view_at_1400_by_900(deep_report):
     """The graph is what the page is for: opened at 1,400 × 900 (no scrolling), the circuit graph is the first
     section and the whole figure — its slider, every layer and its legend — is inside the window; the tables

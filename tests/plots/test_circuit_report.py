@@ -49,6 +49,7 @@ def llama_report(tmp_path_factory):
     return m, out, index
 
 
+@pytest.mark.slow
 def test_files_and_edge_list(llama_report):
     m, out, index = llama_report
     assert index == out / "index.html"
@@ -100,6 +101,7 @@ def test_page_is_self_contained_small_and_carries_node_info(llama_report):
     assert html.count('class="interp-figure"') == 2  # the circuit graph and the faithfulness curves
 
 
+@pytest.mark.slow
 @needs_browser
 def test_page_draws_in_chromium_without_network(llama_report):
     _, _, index = llama_report

@@ -153,6 +153,7 @@ def test_logit_effects_are_the_direct_path(small):
         assert torch.equal(p.logit_effect_ids[k], g.logit_effect_ids[i])
 
 
+@pytest.mark.slow
 def test_viewer_in_chromium_offline(small, tmp_path):
     chrome = chromium_path()
     if chrome is None:
@@ -227,6 +228,7 @@ def test_viewer_in_chromium_offline(small, tmp_path):
     assert not attempted, attempted
 
 
+@pytest.mark.slow
 def test_viewer_opens_whole_in_a_laptop_window(small, tmp_path):
     """At 1,400 × 900 the viewer opens with every layer and the token axis in view (no scrolling inside its box or
     the page: 30 layers of 48-px rows used to hide the token axis and layers 0–2), and hovering the output node

@@ -45,6 +45,7 @@ def test_help_for_every_command(cmd, expect):
         assert word in p.stdout
 
 
+@pytest.mark.slow
 def test_models_lists_the_catalog_with_availability():
     p = run("models")
     assert p.returncode == 0, p.stderr
@@ -58,6 +59,7 @@ def test_models_lists_the_catalog_with_availability():
     assert {e["name"]: e["available"] for e in j} == {e.name: e.available for e in interp.list_models()}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(chromium_path() is None, reason="needs Chromium for the PNG/SVG figures")
 def test_report_on_a_local_model_folder(tiny_dir, tmp_path):
     out = tmp_path / "rep"
@@ -85,6 +87,7 @@ def test_report_on_a_local_model_folder(tiny_dir, tmp_path):
     assert "report" in p.stderr  # progress on stderr
 
 
+@pytest.mark.slow
 def test_report_errors_exit_2_with_a_message_and_no_output(tiny_dir, tmp_path):
     out = tmp_path / "never"
     p = run(
@@ -97,6 +100,7 @@ def test_report_errors_exit_2_with_a_message_and_no_output(tiny_dir, tmp_path):
     assert p.returncode == 2 and "no-such-model" in p.stderr and not out.exists()
 
 
+@pytest.mark.slow
 def test_report_without_answer_attributes_the_top_prediction_and_flags_go_anywhere(tiny_dir, tmp_path):
     """No --answer: the model's own top prediction; -q works after the subcommand too."""
     from interp import load_model
@@ -121,6 +125,7 @@ def test_report_without_answer_attributes_the_top_prediction_and_flags_go_anywhe
     )
 
 
+@pytest.mark.slow
 def test_report_corrupt_reaches_the_causal_effects(tiny_dir, tmp_path):
     """--corrupt: the effects section noises with that prompt (its baseline checked on the bridge)."""
     import torch
@@ -156,6 +161,7 @@ def test_report_corrupt_reaches_the_causal_effects(tiny_dir, tmp_path):
     assert "Causal effects: total vs direct effect per head" in (out / "index.html").read_text()
 
 
+@pytest.mark.slow
 def test_report_corrupt_errors_exit_2(tiny_dir, tmp_path):
     out = tmp_path / "never"
     p = run(
@@ -191,6 +197,7 @@ def test_report_corrupt_errors_exit_2(tiny_dir, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_report_of_several_prompts_writes_one_report_each_and_an_index(tiny_dir, tmp_path):
     out = tmp_path / "many"
     prompts = tmp_path / "prompts.txt"
@@ -220,6 +227,7 @@ def test_report_of_several_prompts_writes_one_report_each_and_an_index(tiny_dir,
     assert external_resources(index) == [] and "plotly" not in index.lower()
 
 
+@pytest.mark.slow
 def test_circuits_command_writes_pages(tiny_dir, tmp_path):
     out = tmp_path / "circ"
     p = run("circuits", "--model", str(tiny_dir), "--out", str(out), "--max-edges", "4", "--no-static")

@@ -41,6 +41,7 @@ def _listing(d: Path) -> set[str]:
     return {p.name for p in d.iterdir()}
 
 
+@pytest.mark.slow
 @needs_browser
 def test_static_formats_are_valid_files(tmp_path, exporter):
     f = _fig()
@@ -154,6 +155,7 @@ def test_missing_browser_error_says_how_to_install(tmp_path, monkeypatch):
     assert isinstance(e.value, InterpError) and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 @needs_browser
 def test_many_exports_reuse_one_browser_process(tmp_path):
     psutil = pytest.importorskip("psutil")

@@ -46,6 +46,7 @@ def gpt2_report(tmp_path_factory, exporter):
     return m, out, index
 
 
+@pytest.mark.slow
 def test_report_writes_every_figure_as_png_and_svg(gpt2_report):
     _, out, index = gpt2_report
     assert index == out / "index.html" and index.is_file()
@@ -106,6 +107,7 @@ def test_report_page_is_self_contained_and_prints_the_closure_error(gpt2_report)
         assert f'href="figures/{n}.png"' in text and f'href="figures/{n}.svg"' in text
 
 
+@pytest.mark.slow
 @needs_browser
 def test_report_renders_in_headless_chromium_without_network(gpt2_report, tmp_path):
     _, _, index = gpt2_report
@@ -124,6 +126,7 @@ def test_report_renders_in_headless_chromium_without_network(gpt2_report, tmp_pa
     assert ctrl_requests == ["https://cdn.example.invalid/plotly.js"]
 
 
+@pytest.mark.slow
 def test_encoder_report_attributes_the_pooled_hidden_state(tmp_path):
     m = tiny_model("bert")
     index = report(m, PROMPT, out_dir=tmp_path / "rep", static=False)
@@ -181,6 +184,7 @@ def test_minilm_report_is_direction_based(minilm, tmp_path):
     assert "residual_stream" in r and index.is_file()
 
 
+@pytest.mark.slow
 def test_report_ov_table_reads_through_the_effective_embedding_and_says_so(tmp_path):
     """The OV top-token table starts from W_E + MLP₀(N₂(W_E)) (what later heads read), and its caption and the
     section's note name that embedding; an attention-only model has none: its table says it uses the raw W_E."""

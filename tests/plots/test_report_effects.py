@@ -81,6 +81,7 @@ def gpt2_noising(tmp_path_factory):
     return m, json.loads((out / "results.json").read_text()), index.read_text()
 
 
+@pytest.mark.slow
 def test_noising_total_and_direct_match_hooked_bridge_runs(gpt2_noising):
     m, r, _ = gpt2_noising
     e = r["effects"]
@@ -135,6 +136,7 @@ def test_page_has_the_effects_section_with_the_top_heads(gpt2_noising):
     assert "Plotly.newPlot(" in sec and external_resources(text) == []
 
 
+@pytest.mark.slow
 def test_zero_ablation_is_the_default_and_labelled(tmp_path):
     m = tiny_model("llama", dtype=torch.float64)
     index = report(m, PROMPT, answer="w3", out_dir=tmp_path / "rep", n_heads=2, static=False)
@@ -158,6 +160,7 @@ def test_zero_ablation_is_the_default_and_labelled(tmp_path):
         assert heads[lab]["direct"] == pytest.approx(-attr[lab], abs=1e-10)
 
 
+@pytest.mark.slow
 def test_encoder_effects_read_the_attributed_direction(tmp_path):
     m = tiny_model("bert", dtype=torch.float64)
     report(m, PROMPT, corrupt=CORRUPT, out_dir=tmp_path / "rep", static=False)

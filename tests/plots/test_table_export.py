@@ -35,6 +35,7 @@ def _row_bands(png: np.ndarray) -> int:
     return sum(1 for a, b in runs if b - a >= 10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("long_names", [False, True])
 def test_static_table_shows_every_row(tmp_path, exporter, long_names):
     torch.manual_seed(0)
@@ -91,6 +92,7 @@ def test_closure_error_says_absolute_and_relative():
     assert "relative" in decomposition_figure(tr.decompose("unembed")).layout.title.text
 
 
+@pytest.mark.slow
 def test_one_copying_number_per_head(tmp_path):
     """The eigenvalue figure of a full OV circuit shows the copying score; of W_V W_O it says it is not."""
     import json

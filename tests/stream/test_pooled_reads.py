@@ -12,6 +12,7 @@ from tiny_models import tiny_hf_model, tiny_model
 PROMPTS = ["w1 w2 w3 w4 w5", "w7 w8"]  # different lengths: the second is padded
 
 
+@pytest.mark.slow
 def test_mean_pos_decomposes_the_mean_pooled_embedding_exactly():
     model = tiny_model("bert")
     hf = tiny_hf_model("bert")

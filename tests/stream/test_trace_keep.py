@@ -107,6 +107,7 @@ def test_saved_trace_decomposes_identically(family, tmp_path):
     assert torch.equal(back.weights.W_O, m.weights.W_O)
 
 
+@pytest.mark.slow
 def test_saved_projection_mode_and_default_directions(tmp_path):
     m = tiny_model("llama")
     u = torch.randn(2, m.arch.d_model)

@@ -135,6 +135,7 @@ def test_result_helpers(toy2):
         pe.value("embed→L9.H9")
 
 
+@pytest.mark.slow
 def test_refuses_models_with_mlps_and_bad_arguments(toy2, tiny_models):
     with pytest.raises(UnsupportedOperationError, match="attention-only"):
         path_expansion(tiny_models["gpt2"], torch.tensor([[1, 2, 3]]))

@@ -136,6 +136,7 @@ def test_load_errors(tmp_path):
         load_toy(tmp_path / "t", name="x")
 
 
+@pytest.mark.slow
 def test_fast_training_lowers_the_in_context_loss_and_is_deterministic():
     """A small 2-layer toy, 400 steps: the repeated half of the probe gets much easier than the
     first half (induction starting), and a second run gives bitwise the same weights."""
