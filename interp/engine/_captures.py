@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional
 import torch
 from torch import Tensor
 
-from interp.engine._rotary import unembed
+from interp.engine._readout import unembed
 from interp.errors import ArgumentError
 
 if TYPE_CHECKING:
