@@ -18,6 +18,8 @@ import interp
 from interp.distributed import model_source, shard_bounds
 from interp.errors import ArgumentError, InterpError, UnsupportedOperationError
 
+pytestmark = pytest.mark.slow  # Ray workers (their CPU is not this process's): out of the fast tier
+
 ray = pytest.importorskip("ray")
 
 P, T = 8, 10

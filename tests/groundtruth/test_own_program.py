@@ -10,6 +10,8 @@ import pytest
 from interp.errors import ArgumentError
 from interp.groundtruth import compile_program, edge_ranking, tracr_circuit, tracr_task
 
+pytestmark = pytest.mark.slow  # compiles tracr programs (jax): out of the fast tier
+
 lib = pytest.importorskip("tracr.compiler.lib")
 
 

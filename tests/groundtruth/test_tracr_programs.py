@@ -17,6 +17,7 @@ def test_at_least_the_issue_programs():
     assert {"reverse", "frac_prevs", "sort", "hist"} <= set(program_names())
 
 
+@pytest.mark.slow
 def test_import_interp_never_imports_jax_or_tracr():
     code = (
         "import sys, interp, interp.groundtruth, interp.models; "

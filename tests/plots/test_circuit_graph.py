@@ -358,6 +358,7 @@ def test_hovering_an_edge_and_a_node_in_chromium(tmp_path):
     assert any("L1.H2" in t and "DLA: 0.4321" in t for t in node_hover), node_hover
 
 
+@pytest.mark.slow
 def test_figure_is_the_same_whatever_the_hash_seed():
     """Set iteration order changes with PYTHONHASHSEED; the figure (and so notebooks and pages) must not."""
     import subprocess

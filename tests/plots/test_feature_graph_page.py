@@ -278,6 +278,7 @@ def test_contexts_that_match_no_feature_are_refused():
         feature_graph_view(g, contexts={feat: ["ok"], "L7.F1": ["x"], "L0.F3@9": ["y"]})
 
 
+@pytest.mark.slow
 def test_edges_into_the_output_are_drawn(tmp_path):
     """With trained Gemma transcoders the output had no visible edge, by default or with the edge slider at its
     maximum: edges were ranked by raw |weight| over the whole graph (early pre-activation edges ~10× those into the

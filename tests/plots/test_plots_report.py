@@ -59,6 +59,7 @@ def test_report_writes_every_figure_as_png_and_svg(gpt2_report):
     assert not [p for p in out.rglob(".*")]  # no temporary files left behind
 
 
+@pytest.mark.slow
 def test_report_numbers_match_the_hf_model(gpt2_report):
     m, out, _ = gpt2_report
     r = json.loads((out / "results.json").read_text())
@@ -85,6 +86,7 @@ def test_report_numbers_match_the_hf_model(gpt2_report):
     }
 
 
+@pytest.mark.slow
 def test_report_page_is_self_contained_and_prints_the_closure_error(gpt2_report):
     _, out, index = gpt2_report
     text = index.read_text()
