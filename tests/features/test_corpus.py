@@ -69,6 +69,7 @@ def test_modern_corpus_is_split_by_source_document(modern):
     assert all(False in of[p] for p in train)
 
 
+@pytest.mark.slow
 def test_modern_corpus_is_deterministic(modern):
     assert C.modern_corpus() == modern
     assert re.fullmatch(r"modern-[0-9a-f]{16}", C.modern_corpus_name())

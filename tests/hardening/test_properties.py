@@ -438,6 +438,7 @@ def _comp_dense(model, kind, fold, s, d):
     return float(fro(WA @ WB) / (fro(WA) * fro(WB)))
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(m=model_choice(), kind=st.sampled_from("QKV"), fold=st.booleans(), data=st.data())
 def test_composition_scores_range_mask_and_dense_value(m, kind, fold, data):
@@ -468,6 +469,7 @@ def _scaled(model, scales: dict[str, torch.Tensor]):
     return dataclasses.replace(model, weights=w.with_updates(**upd))
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(m=model_choice(), kind=st.sampled_from("QKV"), fold=st.booleans(), seed=seeds)
 def test_composition_scores_are_scale_invariant(m, kind, fold, seed):

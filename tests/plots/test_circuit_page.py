@@ -73,6 +73,7 @@ def test_header_states_the_metric_for_the_whole_task(deep_report):
     assert "at each prompt's last token" in header
 
 
+@pytest.mark.slow
 def test_graph_opens_on_the_smallest_circuit_reaching_the_target(deep_report):
     out, _ = deep_report
     r, f, e = _faith(out)
