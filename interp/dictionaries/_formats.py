@@ -53,9 +53,9 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import torch
 from torch import Tensor
@@ -66,15 +66,6 @@ from interp.dictionaries._transcoder import CrossLayerTranscoder, Transcoder
 from interp.models import Model, default_cache_dir
 
 __all__ = ["FORMATS", "clt_files", "load_saes", "load_transcoders", "read_clt"]
-
-#: the dictionary formats :func:`load_transcoders` reads
-FORMATS = (
-    "circuit-tracer (layer_{i}.safetensors [+ config.yaml]; also interp's cache)",
-    "circuit-tracer cross-layer transcoder (W_enc_{i}.safetensors + W_dec_{i}.safetensors [+ config.yaml "
-    "model_kind: cross_layer_transcoder]; also interp's cache)",
-    "SAELens / Gemma Scope 2 (cfg.json + sae_weights.safetensors, one folder per layer)",
-    "sparsify (one folder per hookpoint layers.{l}.mlp with cfg.json + sae.safetensors)",
-)
 
 _LAYER = re.compile(r"(?:^|\.)(?:blocks|layers|h|layer)\.(\d+)(?:\.|$)")
 _MLP_IN = ("ln2.hook_normalized", "hook_mlp_in", "mlp.hook_in")
@@ -717,6 +708,79 @@ def _dictionary_learning_sae(d: Path, dtype: torch.dtype) -> SAE:
     )
 
 
+@dataclass(frozen=True)
+class _Format:
+    """One dictionary format: its name, the files that mark it, what its dictionaries read, how a folder is
+    recognised (``marks``: None for a whole directory's layout, recognised by :func:`load_transcoders` itself), and
+    its readers — ``transcoder`` (a folder → (layer, Transcoder); it refuses an SAE) and ``sae`` (a folder → SAE; it
+    refuses a transcoder), None where the format holds no such dictionaries."""
+
+    name: str
+    files: str
+    reads: str
+    marks: Optional[Callable[[Path], bool]] = None
+    transcoder: Optional[Callable[[Path, torch.dtype], tuple[int, Transcoder]]] = None
+    sae: Optional[Callable[[Path, torch.dtype], SAE]] = None
+
+
+def _has(*names: str) -> Callable[[Path], bool]:
+    return lambda d: all((d / n).is_file() for n in names)
+
+
+#: every format read, in the order a folder is recognised
+_TABLE = (
+    _Format(
+        "circuit-tracer",
+        "layer_{i}.safetensors [+ config.yaml]; also interp's cache",
+        "each layer's MLP input (transcoders)",
+    ),
+    _Format(
+        "circuit-tracer cross-layer transcoder",
+        "W_enc_{i}.safetensors + W_dec_{i}.safetensors [+ config.yaml model_kind: cross_layer_transcoder]; also "
+        "interp's cache",
+        "each layer's MLP input (the config's feature_input_hook, or input_hook=)",
+    ),
+    _Format(
+        "SAELens / Gemma Scope 2",
+        "cfg.json + sae_weights.safetensors, one folder per layer",
+        "the MLP input (transcoder architectures) or the residual stream (SAE ones), by metadata.hook_name",
+        _has("cfg.json", "sae_weights.safetensors"),
+        lambda d, dt: _saelens_one(d, dt),
+        lambda d, dt: _saelens_sae(d, dt),
+    ),
+    _Format(
+        "sparsify",
+        "one folder per hookpoint layers.{l}.mlp with cfg.json + sae.safetensors",
+        "the MLP input (transcode: true) or the stream after the block (layers.{l})",
+        _has("cfg.json", "sae.safetensors"),
+        lambda d, dt: _sparsify_one(d, dt),
+        lambda d, dt: _sparsify_sae(d, dt),
+    ),
+    _Format(
+        "dictionary_learning",
+        "ae.pt + config.json",
+        "the residual stream (BatchTopKSAE, by submodule_name)",
+        lambda d: _has("ae.pt", "config.json")(d) and not (d / "cfg.json").is_file(),
+        None,
+        lambda d, dt: _dictionary_learning_sae(d, dt),
+    ),
+)
+
+#: the dictionary formats :func:`load_transcoders` reads
+FORMATS = tuple(f"{f.name} ({f.files})" for f in _TABLE if f.sae is None or f.transcoder is not None)
+
+
+def _detect(d: Path) -> _Format:
+    """The format of the folder ``d`` (one dictionary): the first entry of :data:`_TABLE` whose files it holds; a
+    folder with a cfg.json and no weights file is a :class:`ResultFormatError` naming the files looked for."""
+    for f in _TABLE:
+        if f.marks is not None and f.marks(d):
+            return f
+    raise ResultFormatError(
+        f"path={str(d)!r} has a cfg.json but neither sae_weights.safetensors (SAELens) nor sae.safetensors (sparsify)"
+    )
+
+
 def _cfg_dirs(root: Path) -> list[Path]:
     """The folder itself if it holds a cfg.json, else its sub-folders that do."""
     return [root] if (root / "cfg.json").is_file() else sorted(p for p in root.iterdir() if (p / "cfg.json").is_file())
@@ -729,15 +793,9 @@ def _collect(root: Path, dtype: torch.dtype) -> Optional[dict[int, Transcoder]]:
         return None
     out: dict[int, Transcoder] = {}
     for d in dirs:
-        if (d / "sae_weights.safetensors").is_file():
-            l, tc = _saelens_one(d, dtype)
-        elif (d / "sae.safetensors").is_file():
-            l, tc = _sparsify_one(d, dtype)
-        else:
-            raise ResultFormatError(
-                f"path={str(d)!r} has a cfg.json but neither sae_weights.safetensors (SAELens) "
-                "nor sae.safetensors (sparsify)"
-            )
+        read = _detect(d).transcoder
+        assert read is not None  # every format a cfg.json marks reads transcoders
+        l, tc = read(d, dtype)
         if l in out:
             raise ResultFormatError(f"path={str(root)!r} holds two dictionaries for layer {l}")
         out[l] = tc
@@ -879,7 +937,7 @@ def load_saes(
     root = Path(source)
     if not root.is_dir():
         raise ResultFormatError(f"source={str(source)!r} is not a directory of SAEs")
-    dl = lambda p: (p / "ae.pt").is_file() and (p / "config.json").is_file()  # noqa: E731
+    dl = _has("ae.pt", "config.json")
     dirs = [root] if dl(root) else _cfg_dirs(root) + sorted(p for p in root.iterdir() if p.is_dir() and dl(p))
     if not dirs:
         raise ResultFormatError(
@@ -889,17 +947,9 @@ def load_saes(
         )
     out: list[SAE] = []
     for d in dirs:
-        if dl(d) and not (d / "cfg.json").is_file():
-            out.append(_dictionary_learning_sae(d, dtype))
-        elif (d / "sae_weights.safetensors").is_file():
-            out.append(_saelens_sae(d, dtype))
-        elif (d / "sae.safetensors").is_file():
-            out.append(_sparsify_sae(d, dtype))
-        else:
-            raise ResultFormatError(
-                f"path={str(d)!r} has a cfg.json but neither sae_weights.safetensors (SAELens) "
-                "nor sae.safetensors (sparsify)"
-            )
+        read = _detect(d).sae
+        assert read is not None  # every format a folder is recognised by reads SAEs
+        out.append(read(d, dtype))
     out.sort(key=lambda s: (s.layer, SAE_SITES.index(s.site)))
     for a, b in zip(out, out[1:]):
         if (a.layer, a.site) == (b.layer, b.site):
