@@ -47,6 +47,8 @@ NOT_RESULTS = {
     "CrossLayerTranscoder": (
         "a cross-layer feature dictionary's weights (the input of an attribution graph), not a result"
     ),
+    "DictionarySet": "a set of transcoders' weights, per-layer or cross-layer (an analysis's input), not a result",
+    "TrainConfig": "the options of a training run (its input), not a result",
     "TrainedCrossLayerTranscoder": (
         "a trained cross-layer dictionary and its per-layer held-out metrics (cached on disk), "
         "not a table of labelled rows"

@@ -12,6 +12,7 @@ from interp.dictionaries._logit_effects import feature_logit_effects
 from interp.dictionaries._set import DictionarySet
 from interp.dictionaries._sae import SAE, SAE_SITES, SAEReconstruction, sae_reconstruction
 from interp.dictionaries._train import (
+    TrainConfig,
     TrainedCrossLayerTranscoder,
     TrainedTranscoders,
     default_lr,
@@ -31,6 +32,7 @@ __all__ = [
     "DictionarySet",
     "DictionaryQualityWarning",
     "SAEReconstruction",
+    "TrainConfig",
     "TrainedCrossLayerTranscoder",
     "TrainedTranscoders",
     "Transcoder",

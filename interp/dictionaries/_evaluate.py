@@ -41,6 +41,7 @@ from interp.engine import Engine, Patch, unembed
 from interp.errors import ArgumentError, ShapeError, UnsupportedArchitectureError, warn_user
 from interp.dictionaries._corpus import token_rows
 from interp.dictionaries._sae import SAE, check_saes
+from interp.dictionaries._set import DictionarySet
 from interp.dictionaries._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
 from interp.dictionaries._warnings import DictionaryQualityWarning
 from interp.models import Model
@@ -131,24 +132,31 @@ class DictionaryEvaluation(Result):
 
 @dataclass
 class _Set:
-    """The dictionaries, normalised: ``kind`` "transcoders" (``tcs`` model layer → transcoder), "cross_layer"
-    (``clt`` and its model layers) or "saes" (``saes``)."""
+    """The dictionaries, normalised: ``kind`` "transcoders" or "cross_layer" (``ds``, the transcoder set) or "saes"
+    (``saes``)."""
 
     kind: str
-    tcs: dict[int, Transcoder] = field(default_factory=dict)
-    clt: Optional[CrossLayerTranscoder] = None
+    ds: Optional[DictionarySet] = None
     saes: list[SAE] = field(default_factory=list)
 
     @property
     def layers(self) -> list[int]:
-        if self.clt is not None:
-            return list(self.clt.model_layers)
-        return sorted(self.tcs) if self.kind == "transcoders" else [s.layer for s in self.saes]
+        return list(self.ds.layers) if self.ds is not None else [s.layer for s in self.saes]
+
+    def widths(self) -> list[int]:
+        return (
+            [self.ds.n_features(l) for l in self.ds.layers]
+            if self.ds is not None
+            else [s.n_features for s in self.saes]
+        )
 
     def k_max(self) -> int:
         """The largest top-k of the set (0 where no dictionary is top-k)."""
-        ds: list[Any] = [self.clt] if self.clt is not None else [*self.tcs.values(), *self.saes]
-        return max((int(d.k) for d in ds if d.activation == "topk"), default=0)
+        if self.ds is not None:
+            return max(
+                (int(k) for a, k in zip(self.ds.activation, self.ds.k) if a == "topk" and k is not None), default=0
+            )
+        return max((int(d.k) for d in self.saes if d.activation == "topk" and d.k is not None), default=0)
 
 
 def _as_set(model: Model, dicts: Any) -> _Set:
@@ -165,7 +173,7 @@ def _as_set(model: Model, dicts: Any) -> _Set:
                 f"dicts is a {dicts!r}; model {model.name!r} has {a.n_layers} layers and d_model={a.d_model}: "
                 "a dictionary of another model"
             )
-        return _Set("cross_layer", clt=dicts)
+        return _Set("cross_layer", ds=DictionarySet.of(dicts))
     items = list(dicts.items()) if isinstance(dicts, dict) else None
     lst = [dicts] if isinstance(dicts, (Transcoder, SAE)) else list(dicts) if isinstance(dicts, (list, tuple)) else []
     if items is None and not lst:
@@ -203,7 +211,7 @@ def _as_set(model: Model, dicts: Any) -> _Set:
                 f"({a.n_layers} layers, d_model={a.d_model}){' (layer given twice)' if key in tcs else ''}"
             )
         tcs[int(key)] = d
-    return _Set("transcoders", tcs=tcs)
+    return _Set("transcoders", ds=DictionarySet.of(tcs))
 
 
 def _check_model(model: Model, s: _Set) -> None:
@@ -247,7 +255,7 @@ def _check_rows(ids: Tensor, s: _Set, model: Model) -> None:
             f"{n * max(T - 2, 0)} next-token predictions; evaluation needs rows of 3..{model.arch.n_ctx} tokens and "
             f"at least max(2, k={k}) scored tokens — give more text"
         )
-    widths = [s.clt.n_features] if s.clt is not None else [d.n_features for d in (*s.tcs.values(), *s.saes)]
+    widths = s.widths()
     if k and scored * k < max(widths):
         warn_user(
             f"evaluate_dictionary: {scored} scored tokens × k={k} active features can touch at most "
@@ -340,18 +348,13 @@ def _recons(e: Engine, s: _Set, c: _Chunk) -> list[tuple[int, str, Tensor, Tenso
         return mlp_input(e, cache.resid_pre[l], None if mids is None else mids[l], l)
 
     out = []
-    if s.clt is not None:
-        clt = s.clt.to(device=c.ids.device, dtype=dt)
-        xs = torch.stack([h2(l) for l in clt.model_layers])
-        fs = clt.encode(xs)
-        ys = clt.decode(fs, xs)
-        for i, l in enumerate(clt.model_layers):
+    if s.ds is not None:  # every layer's reconstruction (a cross-layer set's: the joint one) from the clean inputs
+        ds = s.ds.to(device=c.ids.device, dtype=dt)
+        xs = [h2(l) for l in ds.layers]
+        fs = [ds.encode(l, x) for l, x in zip(ds.layers, xs)]
+        ys = ds.decode(fs, xs)
+        for i, l in enumerate(ds.layers):
             out.append((l, "mlp_out", cache.acts["mlp_out"][l], ys[i], fs[i]))
-    for l, tc in sorted(s.tcs.items()):
-        tc = tc.to(device=c.ids.device, dtype=dt)
-        x = h2(l)
-        f = tc.encode(x)
-        out.append((l, "mlp_out", cache.acts["mlp_out"][l], tc.decode(f, x), f))
     for sae in s.saes:
         sae = sae.to(device=c.ids.device, dtype=dt)
         y = cache.resid_pre[sae.layer] if sae.site == "resid_pre" else cache.acts[sae.site][sae.layer]
@@ -373,25 +376,22 @@ def _spliced_and_zero(e: Engine, c: _Chunk, l: int, site: str, y: Tensor, yhat: 
 
 
 def _writer(s: _Set, dt: torch.dtype, device: Any) -> tuple[list[int], Callable[[int, Tensor], Tensor]]:
-    """The set's transcoder layers and ŷ_l = write(l, h2) from the MLP input h2 of the run itself (a cross-layer
-    transcoder's layer l adds the writes of its earlier layers' features, kept from the earlier calls)."""
-    if s.clt is None:
-        tcs = {l: t.to(device=device, dtype=dt) for l, t in s.tcs.items()}
-        return sorted(tcs), lambda l, h2: tcs[l].decode(tcs[l].encode(h2), h2)
-    clt = s.clt.to(device=device, dtype=dt)
-    index = {l: i for i, l in enumerate(clt.model_layers)}
+    """The set's transcoder layers and ŷ_l = write(l, h2) from the MLP input h2 of the run itself: layer l adds the
+    writes of the earlier layers' features that write to it (a cross-layer set's), kept from the earlier calls."""
+    assert s.ds is not None  # a transcoder set (evaluate_dictionary refuses spliced_all for SAEs)
+    ds = s.ds.to(device=device, dtype=dt)
     later: list[Optional[Tensor]] = [None]
 
     def write(l: int, h2: Tensor) -> Tensor:
-        i = index[l]
-        F_, J, d = clt.W_dec[i].shape
+        i = ds.index(l)
+        F_, J, d = ds.W_dec[i].shape
         buf = later[0]
         if buf is None or i == 0:
-            buf = later[0] = h2.new_zeros(*h2.shape[:-1], clt.n_layers, d)
-        buf[..., i:, :] += (clt.encode_layer(h2, i) @ clt.W_dec[i].reshape(F_, J * d)).unflatten(-1, (J, d))
-        return buf[..., i, :] + clt.b_dec[i] + clt.skip(h2, i)
+            buf = later[0] = h2.new_zeros(*h2.shape[:-1], ds.n_layers, d)
+        buf[..., i : i + J, :] += (ds.encode(l, h2) @ ds.W_dec[i].reshape(F_, J * d)).unflatten(-1, (J, d))
+        return buf[..., i, :] + ds.b_dec[i] + ds.skip(l, h2)
 
-    return list(clt.model_layers), write
+    return list(ds.layers), write
 
 
 def _all_runs(e: Engine, s: _Set, c: _Chunk) -> tuple[Tensor, Tensor]:

@@ -30,35 +30,26 @@ next time; ``train=False`` only reads the cache.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
 
-from interp._validate import check_bool, check_finite_float, check_positive_float, is_int
 from interp.engine import Engine
-from interp.errors import ArgumentError, UnsupportedArchitectureError, UnsupportedOperationError, warn_user
+from interp.errors import ArgumentError, UnsupportedOperationError, warn_user
 from interp.dictionaries._corpus import (
-    CORPUS_LICENCE,
-    CORPUS_NAME,
-    CORPUS_SOURCE,
     HELD_OUT_SOURCE,
-    MODERN_LICENCE,
-    MODERN_SOURCE,
     english_corpus,
     held_out_corpus,
-    modern_corpus,
-    modern_corpus_name,
     token_rows,
 )
 from interp.dictionaries._evaluate import DictionaryEvaluation, evaluate_dictionary
 from interp.dictionaries._train_cache import load_final, resume, save_checkpoint, save_final
+from interp.dictionaries._train_config import _Corpus  # noqa: F401  (read as _train._Corpus)
+from interp.dictionaries._train_config import TrainConfig, _not_cached, _plan, _Plan
 from interp.dictionaries._train_state import (
     TrainState,
     dead_fraction,
@@ -71,10 +62,10 @@ from interp.dictionaries._train_state import (
 from interp.dictionaries._train_state import train_step as _step
 from interp.dictionaries._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
 from interp.dictionaries._warnings import DictionaryQualityWarning
-from interp.models import Model, default_cache_dir
-from interp.stream import require_model
+from interp.models import Model
 
 __all__ = [
+    "TrainConfig",
     "TrainedCrossLayerTranscoder",
     "TrainedTranscoders",
     "default_lr",
@@ -83,8 +74,6 @@ __all__ = [
     "train_transcoders",
 ]
 
-_FORMAT = 4  # bump when the training maths changes: old caches are not reused (3: zero decoders, centred
-# encoder; 4: a CLT's AuxK through its own layer's decoders)
 #: Adam's moments are flushed of subnormal values every this many updates (``_train_state``)
 _FLUSH_EVERY = 32
 
@@ -195,63 +184,6 @@ class TrainedCrossLayerTranscoder(_Trained):
 # ---------------------------------------------------------------------------------------------- inputs
 
 
-def _int(name: str, v: Any, lo: int, hi: Optional[int] = None, why: str = "") -> int:
-    if not is_int(v) or v < lo or (hi is not None and v > hi):
-        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ArgumentError(f"{name}={v!r} must be an int {rng}{why}")
-    return int(v)
-
-
-def _check_layers(model: Model, layers: Any) -> list[int]:
-    L = model.arch.n_layers
-    if layers == "all":
-        return list(range(L))
-    if is_int(layers):
-        layers = [int(layers)]
-    if not isinstance(layers, (list, tuple, range)) or len(layers) == 0:
-        raise ArgumentError(
-            f"layers={layers!r} must be 'all', a layer index or a non-empty list of layer indices in [0, {L - 1}]"
-        )
-    out = []
-    for l in layers:
-        if not is_int(l) or not 0 <= l < L:
-            raise ArgumentError(f"layers contains {l!r}; layer indices of model {model.name!r} are in [0, {L - 1}]")
-        out.append(int(l))
-    if len(set(out)) != len(out):
-        raise ArgumentError(f"layers={list(layers)!r} repeats a layer")
-    return sorted(out)
-
-
-class _Corpus:
-    """The training corpus: its training and held-out documents, id (part of the cache key), source and licence."""
-
-    licence: Optional[str]
-
-    def __init__(self, corpus: Any):
-        if corpus is None or corpus == "modern":
-            (self.train, self.held), self.id = modern_corpus(), modern_corpus_name()
-            self.source, self.licence = MODERN_SOURCE, MODERN_LICENCE
-        elif corpus == "kjv":
-            (self.train, self.held), self.id = english_corpus(), CORPUS_NAME
-            self.source, self.licence = CORPUS_SOURCE, CORPUS_LICENCE
-        elif (
-            isinstance(corpus, (list, tuple))
-            and len(corpus) >= 2
-            and all(isinstance(d, str) and d.strip() for d in corpus)
-        ):
-            docs = list(corpus)
-            held = [i for i in range(len(docs)) if i % 10 == 9] or [len(docs) - 1]
-            self.train, self.held = [d for i, d in enumerate(docs) if i not in held], [docs[i] for i in held]
-            self.id = "custom-" + hashlib.sha256("\x00".join(docs).encode()).hexdigest()[:16]
-            self.source, self.licence = f"{len(docs)} documents given as corpus=", None
-        else:
-            raise ArgumentError(
-                f"corpus={corpus!r:.80} must be None or 'modern' (the bundled modern English corpus), 'kjv' (the King "
-                "James Bible) or a list of at least 2 non-empty strings (documents; every tenth, and at least the "
-                "last, is held out)"
-            )
-
-
 def _sequences(model: Model, docs: list[str], seq_len: int, n_seq: int) -> Tensor:
     """The first ``n_seq`` sequences [n_seq, seq_len] of the documents' concatenated token ids (fewer if the
     documents run out; none if they hold less than one): :func:`interp.dictionaries._corpus.token_rows`."""
@@ -261,12 +193,6 @@ def _sequences(model: Model, docs: list[str], seq_len: int, n_seq: int) -> Tenso
         return token_rows(model, docs, seq_len, n_seq)
     except ArgumentError:  # less than one row
         return torch.zeros(0, seq_len, dtype=torch.long, device="cpu")
-
-
-def _fingerprint(model: Model) -> str:
-    w = model.weights
-    vals = [float(w.W_E.double().sum()), float(w.W_out.double().sum()), float(w.W_in.double().abs().sum())]
-    return hashlib.sha256(repr(vals).encode()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------------------------------- activations
@@ -358,30 +284,11 @@ def _warn_budget(plan: "_Plan") -> None:
 
 
 def train_transcoders(
-    model: Model,
-    *,
-    layers: Union[str, int, Sequence[int]],
-    width: int,
-    k: int,
-    tokens: int,
-    seq_len: int = 128,
-    batch_size: int = 8,
-    lr: Optional[float] = None,
-    aux_k: Optional[int] = None,
-    aux_alpha: float = 0.03125,
-    dead_after: Optional[int] = None,
-    eval_tokens: int = 4096,
-    seed: int = 0,
-    corpus: Union[None, str, Sequence[str]] = None,
-    cache_dir: Optional[Union[str, os.PathLike]] = None,
-    checkpoint_every: int = 25,
-    progress: Optional[bool] = None,
-    passes: Optional[int] = None,
-    cross_layer: bool = False,
-    skip: bool = False,
-    train: bool = True,
+    model: Model, config: Optional[TrainConfig] = None, /, **options: Any
 ) -> Union[TrainedTranscoders, TrainedCrossLayerTranscoder]:
     """Train TopK transcoders (MLP input → MLP output) for ``layers`` of ``model`` (module docstring), and score them.
+    The options are :class:`TrainConfig`'s fields: ``config``, or keywords that build one, or both (the keywords
+    replacing the config's fields); an unknown one is an :class:`~interp.errors.ArgumentError`.
 
     ``width`` features per layer, ``k`` active per token, ``tokens`` training tokens from ``corpus`` (None or
     "modern": the bundled modern English corpus; "kjv": the King James Bible; or a list of documents, every tenth
@@ -416,7 +323,7 @@ def train_transcoders(
     """
     # 1. the inputs checked, the configuration and its cache directory
     t_call = time.perf_counter()
-    plan = _plan(model, **{n: v for n, v in locals().items() if n != "model"})
+    plan = _plan(model, config, **options)
     # 2. a finished run is read from its cache (train=False: only that)
     if (plan.root / "metrics.json").is_file():
         return _result(model, plan, *load_final(plan.root), True)
@@ -458,182 +365,6 @@ def train_transcoders(
 
 #: a budget of fewer expected firings per feature in training (tokens · k / width) warns
 MIN_FIRINGS = 64
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """One training run's checked options (:func:`train_transcoders`), what names its cache (``config``, whose hash
-    names the directory ``root``) and what the result reports of its corpus (``corpus``: source and licence)."""
-
-    model_name: str
-    fingerprint: str
-    layers: list[int]
-    width: int
-    k: int
-    tokens_asked: int
-    seq_len: int
-    batch_size: int
-    passes: int
-    passes_given: bool
-    lr: float
-    lr_given: bool
-    aux_k: int
-    aux_alpha: float
-    dead_after: int
-    eval_tokens: int
-    seed: int
-    checkpoint_every: int
-    progress: Optional[bool]
-    cross_layer: bool
-    skip: bool
-    train: bool
-    corpus: _Corpus
-    cache: Path
-
-    @property
-    def step_tokens(self) -> int:
-        return self.batch_size * self.seq_len
-
-    @property
-    def n_steps(self) -> int:
-        return self.tokens_asked // self.step_tokens
-
-    @property
-    def tokens(self) -> int:
-        """The training tokens: whole steps of batch_size · seq_len."""
-        return self.n_steps * self.step_tokens
-
-    @property
-    def config(self) -> dict[str, Any]:
-        """What the cache is keyed by."""
-        return dict(
-            format=_FORMAT,
-            model=self.model_name,
-            fingerprint=self.fingerprint,
-            layers=self.layers,
-            width=self.width,
-            k=self.k,
-            tokens=self.tokens,
-            seq_len=self.seq_len,
-            batch_size=self.batch_size,
-            lr=self.lr,
-            aux_k=self.aux_k,
-            aux_alpha=self.aux_alpha,
-            dead_after=self.dead_after,
-            eval_tokens=self.eval_tokens,
-            seed=self.seed,
-            corpus=self.corpus.id,
-            passes=self.passes,
-            schedule="warmup",
-            cross_layer=self.cross_layer,
-            skip=self.skip,
-        )
-
-    @property
-    def runs(self) -> Path:
-        """``<cache>/transcoders/<model>``: every cached run of this model."""
-        return self.cache / "transcoders" / "".join(c if c.isalnum() or c in "-_." else "_" for c in self.model_name)
-
-    @property
-    def root(self) -> Path:
-        """``<cache>/transcoders/<model>/<hash of config>``."""
-        return self.runs / hashlib.sha256(json.dumps(self.config, sort_keys=True).encode()).hexdigest()[:16]
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.root / "checkpoint.pt"
-
-
-def _plan(model: Model, **kw: Any) -> _Plan:
-    """Step 1 of :func:`train_transcoders`: the model and every option checked (typed errors naming the argument),
-    the defaults filled in."""
-    require_model(model)
-    a = model.arch
-    if not model.has_mlp:
-        raise UnsupportedArchitectureError(f"model {model.name!r} has no MLP sublayers to train transcoders for")
-    if model.block.normed_stream:
-        raise UnsupportedArchitectureError(
-            f"model {model.name!r} is post-norm (its stream is normed after each join); "
-            "transcoders are trained for pre-norm decoders (the models attribution "
-            "graphs support)"
-        )
-    width = _int("width", kw["width"], 1)
-    seq_len = _int("seq_len", kw["seq_len"], 2, a.n_ctx, f" (the model's context is {a.n_ctx})")
-    batch_size = _int("batch_size", kw["batch_size"], 1)
-    step_tokens = batch_size * seq_len
-    tokens = _int("tokens", kw["tokens"], step_tokens, why=f" (at least one batch: batch_size·seq_len = {step_tokens})")
-    lr, passes = kw["lr"], kw["passes"]
-    if lr is not None:
-        check_positive_float("lr", lr)
-    if check_finite_float("aux_alpha", kw["aux_alpha"]) < 0:
-        raise ArgumentError(f"aux_alpha={kw['aux_alpha']!r} must be a finite number >= 0")
-    check_bool("progress", kw["progress"], none="automatic")
-    for flag in ("cross_layer", "skip", "train"):
-        check_bool(flag, kw[flag])
-    if kw["skip"] and kw["cross_layer"]:
-        raise ArgumentError(
-            "skip=True with cross_layer=True: circuit-tracer's cross-layer format (the CLT cache) holds no skip "
-            "weights; train a skip transcoder per layer (cross_layer=False)"
-        )
-    n_steps = tokens // step_tokens
-    passes = default_passes(n_steps) if passes is None else _int("passes", passes, 1)
-    return _Plan(
-        model_name=model.name,
-        fingerprint=_fingerprint(model),
-        layers=_check_layers(model, kw["layers"]),
-        width=width,
-        k=_int("k", kw["k"], 1, width, f" (at most width={width})"),
-        tokens_asked=tokens,
-        seq_len=seq_len,
-        batch_size=batch_size,
-        passes=passes,
-        passes_given=kw["passes"] is not None,
-        lr=float(default_lr(width, n_steps * passes) if lr is None else lr),
-        lr_given=lr is not None,
-        aux_k=a.d_model // 2 if kw["aux_k"] is None else _int("aux_k", kw["aux_k"], 1),
-        aux_alpha=float(kw["aux_alpha"]),
-        dead_after=max(1, tokens // 4) if kw["dead_after"] is None else _int("dead_after", kw["dead_after"], 1),
-        eval_tokens=_eval_tokens(kw["eval_tokens"], seq_len),
-        seed=_int("seed", kw["seed"], 0),
-        checkpoint_every=_int("checkpoint_every", kw["checkpoint_every"], 1),
-        progress=kw["progress"],
-        cross_layer=kw["cross_layer"],
-        skip=kw["skip"],
-        train=kw["train"],
-        corpus=_Corpus(kw["corpus"]),
-        cache=Path(kw["cache_dir"]) if kw["cache_dir"] is not None else default_cache_dir(),
-    )
-
-
-def _eval_tokens(v: Any, seq_len: int) -> int:
-    """eval_tokens: 0 (score nothing) or at least one sequence of ``seq_len``."""
-    if not is_int(v) or not (v == 0 or v >= seq_len):
-        raise ArgumentError(
-            f"eval_tokens={v!r} must be 0 (score nothing) or an int >= seq_len={seq_len} (at least one sequence)"
-        )
-    return int(v)
-
-
-def _not_cached(plan: _Plan) -> str:
-    """train=False without a cached run: the message names the nearest cached configuration and what differs."""
-    want = plan.config
-    best: Optional[tuple[int, Path, dict[str, Any]]] = None
-    for f in sorted(plan.runs.glob("*/metrics.json")) if plan.runs.is_dir() else []:
-        try:
-            have = json.loads(f.read_text())["config"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        diff = {key: have.get(key) for key in set(want) | set(have) if have.get(key) != want.get(key)}
-        if best is None or len(diff) < best[0]:
-            best = (len(diff), f.parent, diff)
-    where = f"no cached run of this configuration in {str(plan.runs)!r}"
-    if best is None:
-        return f"train=False: {where}, and none of model {plan.model_name!r} at all; pass train=True to train it"
-    fields = ", ".join(f"{key}={v!r} (asked {want.get(key)!r})" for key, v in sorted(best[2].items()))
-    return (
-        f"train=False: {where}; the nearest is {best[1].name!r}, which differs in {fields}; pass those values to read "
-        "it, or train=True to train this one"
-    )
 
 
 def _per_layer(ev: DictionaryEvaluation, layers: list[int]) -> dict[str, list[float]]:
@@ -690,7 +421,7 @@ def _data(model: Model, plan: _Plan) -> tuple[Tensor, Tensor]:
     train = _sequences(model, plan.corpus.train, plan.seq_len, plan.n_steps * plan.batch_size)
     if train.shape[0] < plan.n_steps * plan.batch_size:
         raise ArgumentError(
-            f"tokens={plan.tokens_asked} is more than the corpus holds for training "
+            f"tokens={plan.options.tokens} is more than the corpus holds for training "
             f"({train.shape[0] * plan.seq_len} tokens in sequences of {plan.seq_len})"
         )
     held = _sequences(model, plan.corpus.held, plan.seq_len, plan.eval_tokens // plan.seq_len)

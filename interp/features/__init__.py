@@ -15,6 +15,7 @@ from interp.dictionaries import (
     DictionaryQualityWarning,
     DictionarySet,
     SAEReconstruction,
+    TrainConfig,
     TrainedCrossLayerTranscoder,
     TrainedTranscoders,
     Transcoder,
@@ -79,7 +80,7 @@ __all__ = [
     "top_activating_contexts",
     "train_transcoders",
 ]
-__all__ += ["DictionarySet"]
+__all__ += ["DictionarySet", "TrainConfig"]
 __all__ += ["DictionaryEvaluation", "evaluate_dictionary", "feature_logit_effects", "held_out_corpus"]
 __all__ += ["english_corpus", "modern_corpus"]
 __all__ += ["AggregateGraph", "GRAPH_ABLATIONS", "GRAPH_THRESHOLDS", "GraphFaithfulness", "aggregate_graphs"]

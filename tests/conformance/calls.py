@@ -28,6 +28,8 @@ MODEL_FREE = {
     "interp.models._gguf.verify_entry": "checks a cache folder: no model",
     "interp.models.describe_block": "pure Python over an ArchInfo: no tensors",
     "interp.features.default_lr": "a number from two numbers",
+    "interp.features.TrainConfig": "training's options, a dataclass: no model (train_transcoders is in the matrix)",
+    "interp.dictionaries.DictionarySet.of": "reads dictionaries given by hand: no model (tests/dictionaries)",
     "interp.features.default_passes": "a number from a number",
     "interp.features.modern_corpus": "text from a package: no model",
     "interp.features.held_out_corpus": "text from a package: no model",

@@ -66,3 +66,24 @@ def test_training_reproduces_the_saved_weights_and_cache_key(setup, name, tmp_pa
     assert sorted(got) == sorted(want)
     for k in want:
         assert torch.equal(got[k], want[k]), k
+
+
+def test_a_config_and_keywords_are_one_call(setup, tmp_path):
+    """train_transcoders(model, config) = (model, **keywords) = (model, config, **overrides): one cache directory,
+    read back without training; an unknown option or a missing required one is an ArgumentError naming it."""
+    from interp.dictionaries import TrainConfig
+    from interp.errors import ArgumentError
+
+    model, docs = setup
+    kw = dict(tokens=32 * 4 * 2, seq_len=32, batch_size=4, corpus=docs, eval_tokens=0, progress=False, **RUNS["skip"])
+    first = train_transcoders(model, TrainConfig(cache_dir=tmp_path, **kw))
+    again = train_transcoders(model, cache_dir=tmp_path, **kw)
+    assert again.from_cache and again.path == first.path
+    over = train_transcoders(model, TrainConfig(cache_dir=tmp_path, **(kw | {"seed": 5})), seed=0)
+    assert over.from_cache and over.path == first.path
+    with pytest.raises(ArgumentError, match=r"unknown option\(s\) \['widht'\]"):
+        train_transcoders(model, widht=4, **kw)
+    with pytest.raises(ArgumentError, match=r"needs \['tokens'\]"):
+        train_transcoders(model, layers=[1], width=4, k=1)
+    with pytest.raises(ArgumentError, match="config="):
+        train_transcoders(model, {"width": 4})

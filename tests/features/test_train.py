@@ -441,7 +441,7 @@ def test_subnormal_adam_moments_are_flushed(llama, tmp_path, monkeypatch):
     """Adam's first moments of a feature that stopped firing decay into the subnormal range, where CPU arithmetic is
     tens of times slower (a run's tokens/s fell as it trained): flush_moments zeroes moments below 1e-20 and leaves
     the others, and training calls it every 32 updates."""
-    from interp.features import _train_state as S
+    from interp.dictionaries import _train_state as S
 
     _, model = llama
     p = torch.zeros(6, requires_grad=True)
