@@ -133,7 +133,7 @@ def shardable(fn: _F) -> _F:
             raise TypeError(f"@shardable {fn.__name__} must take a keyword-only {name}= argument")
 
     @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
+    def _dispatch(*args: Any, **kwargs: Any) -> Any:  # private: error messages name fn, not this wrapper
         cluster, out = kwargs.get("cluster"), kwargs.get("out")
         if cluster is None and out is None:
             return fn(*args, **kwargs)
@@ -146,7 +146,7 @@ def shardable(fn: _F) -> _F:
             rest["progress"] = rest["progress"] is not False
         return check_cluster(cluster, out).sweep(fn.__name__, model, out=out, **rest)
 
-    return cast(_F, run)
+    return cast(_F, _dispatch)
 
 
 def check_positive_float(name: str, value: Any) -> float:

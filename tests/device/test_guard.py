@@ -83,6 +83,10 @@ GUARDED = {
     "interp.RayCluster": "starts a Ray cluster (tests/distributed run the sharded sweeps, whose workers run the same "
     "functions guarded here)",
     "interp.models.load_catalog_hf": "loads a real catalog checkpoint (tests marked real)",
+    "interp.features.TrainConfig": "training options (no model, no tensor); train_transcoders is guarded",
+    "interp.plots.Page": "an HTML page being assembled from figures (no model, no tensor)",
+    "interp.plots.CircuitGraphOptions": "drawing options of circuit_graph_figure (no model, no tensor)",
+    "interp.dictionaries.DictionarySet.of": lambda m, tmp: interp.dictionaries.DictionarySet.of(_tcs(m)).check(m),
     "interp.models._gguf.verify_entry": lambda m, tmp: _verify(tmp),
     "interp.Logit": lambda m, tmp: interp.patch(m, CLEAN, CORRUPT, metric=interp.Logit("w3")),
     "interp.Prob": lambda m, tmp: interp.patch(m, CLEAN, CORRUPT, metric=interp.Prob("w3")),
