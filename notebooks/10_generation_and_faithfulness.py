@@ -122,8 +122,8 @@ curve.plot().show()
 # Read the endpoints first: with every node kept the replacement model *is* the model (M(full) equals its logit,
 # closure 0), and with every node mean-ablated the logit is M(empty). The curve in between is not monotone: a
 # graph pruned to a small share of the influence can land far from both ends (the means it substitutes are not
-# neutral, and norm scales stay frozen at the real run), and only from t ≈ 0.8 on does the pruned graph come near
-# what the whole graph does (faithfulness within ~20% of 1, ~5% from t = 0.95). CPR and CMD summarise the curve as for edge circuits
+# neutral, and norm scales stay frozen at the real run), and only from t ≈ 0.7 on does the pruned graph come near
+# what the whole graph does (faithfulness within ~12% of 1, ~3% from t = 0.95). CPR and CMD summarise the curve as for edge circuits
 # (notebook 07): CMD, the mean distance from 1 over the thresholds, says how far a pruned graph typically is from
 # doing what it claims. This is the check circuit-tracer's replacement and completeness scores do not make.
 
@@ -205,8 +205,8 @@ print(curve_c.to_dataframe().to_string(index=False, float_format=lambda v: f"{v:
 curve_c.plot().show()
 
 # %% [markdown]
-# Clamping the CLT feature (read at layer 11, written at layers 11–29) to −3× its activation keeps " Paris" as the
+# Clamping the CLT feature (read at layer 25, written at layers 25–29) to −3× its activation keeps " Paris" as the
 # first token — the error nodes and other features still carry it — but changes the text after it; the first
-# step's change equals `intervene`'s to float32 rounding of a ~6-unit clamp. The CLT graph's faithfulness closes
+# step's change equals `intervene`'s to float32 rounding of a ~8-unit clamp. The CLT graph's faithfulness closes
 # at t = 1 (M equals the model's logit), and from t ≈ 0.8 on a pruned CLT graph recovers the logit to within ~9%
 # (the faithfulness column), as the per-layer graph did in §2.
