@@ -64,7 +64,7 @@ print(f"graph: {g.n_nodes} nodes, closure relative error {g.relative_error:.1e}"
 # Take the feature with the largest direct edge into " Paris" at the last position. `generate` runs the model
 # twice — plainly, and with the intervention — and keeps both texts and every step's logits. Ablating the feature
 # alone leaves the text as it was (other paths still carry " Paris"); clamping it to −3× its activation at every
-# position, generated ones included (`"L29.F262@*"`), changes it. With `frozen_attention=True` the first step's
+# position, generated ones included (`"L29.F185@*"`), changes it. With `frozen_attention=True` the first step's
 # logit change equals `intervene`'s single-step change (the graph's regime): the last line of each block checks it.
 # The frozen first step is a linearisation, so beside it we print the **live** model's: the result's
 # `live_first_logits` (and `intervene`'s `live_metric_change`), and the text the live model writes
@@ -131,7 +131,7 @@ curve.plot().show()
 # ## 3 · Graphs over a task
 #
 # One graph explains one prompt. `aggregate_graphs` builds the graph of each prompt of a task and averages node
-# influence and edge weights by feature identity (`L29.F262@*`), counting the prompts each feature is active in —
+# influence and edge weights by feature identity (`L29.F185@*`), counting the prompts each feature is active in —
 # the features that recur across the task, not the ones one prompt happened to use.
 
 # %%
@@ -145,7 +145,7 @@ print(df.head(10)[["node", "influence", "activation", "direct", "n_active", "n_k
 agg.plot(n=20).show()
 
 # %% [markdown]
-# `L29.F262@*`, the feature clamped in §1, is among the most influential features on all four prompts: it is not
+# `L29.F185@*`, the feature clamped in §1, is among the most influential features on all four prompts: it is not
 # specific to France. The counts (`n_active`: prompts where the feature fires; `n_kept`: prompts whose pruned
 # graph keeps it) separate features of the task from those of one prompt.
 
