@@ -82,9 +82,8 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--iters", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--modes", nargs="+", default=["forward", "engine", "attribute", "trace"])
     args = ap.parse_args()
-    modes = tuple(args.modes)
+    modes = ("forward", "engine", "attribute", "trace")
     best: dict = {t: {m: {"s": float("inf"), "peak_mb": float("inf")} for m in modes} for t in args.trees}
     for r in range(args.rounds):
         for m in modes:
@@ -97,17 +96,13 @@ def main() -> None:
     first = best[args.trees[0]]
     for t in args.trees:
         v = best[t]
-        line = [f"{m} {v[m]['s']:.3f} s" for m in modes]
-        if "attribute" in modes and "forward" in modes:
-            line.append(f"attribute_logits ×{v['attribute']['s'] / v['forward']['s']:.2f} the model's forward")
-        if "attribute" in modes and "engine" in modes:
-            line.append(f"×{v['attribute']['s'] / v['engine']['s']:.2f} the engine's")
-        if "trace" in modes:
-            line.append(
-                f"trace ×{v['trace']['s'] / first['trace']['s']:.2f} in time, peak +{v['trace']['peak_mb']:.0f} MB "
-                f"(×{v['trace']['peak_mb'] / first['trace']['peak_mb']:.2f})"
-            )
-        print(f"{t}: " + " · ".join(line))
+        print(
+            f"{t}: forward {v['forward']['s']:.3f} s · engine {v['engine']['s']:.3f} s · attribute_logits "
+            f"{v['attribute']['s']:.3f} s = ×{v['attribute']['s'] / v['forward']['s']:.2f} the model's forward, "
+            f"×{v['attribute']['s'] / v['engine']['s']:.2f} the engine's · trace {v['trace']['s']:.3f} s "
+            f"(×{v['trace']['s'] / first['trace']['s']:.2f}), peak +{v['trace']['peak_mb']:.0f} MB "
+            f"(×{v['trace']['peak_mb'] / first['trace']['peak_mb']:.2f})"
+        )
 
 
 if __name__ == "__main__":

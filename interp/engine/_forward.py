@@ -93,10 +93,7 @@ class Engine:
         """``model``'s engine, built once (fusing its projections costs a copy of most weights) and rebuilt when
         one of its weight tensors has been changed in place (their version counters) or replaced."""
         w = model.weights
-        # (an inference tensor, e.g. weights made under torch.inference_mode(), tracks no version: its id alone)
-        stamp = tuple(
-            (id(t), -1 if t.is_inference() else t._version) for t in vars(w).values() if isinstance(t, Tensor)
-        )
+        stamp = tuple((id(t), t._version) for t in vars(w).values() if isinstance(t, Tensor))
         engine: Engine = model.derived("_engine", stamp, lambda: cls(model))
         engine.masks.clear()  # keyed by a mask's address, which a later call may reuse
         return engine

@@ -140,31 +140,6 @@ def _first_point_after_attn(case, l: int) -> str:
     return f"blocks.{l}.hook_resid_post" if case.model.arch.parallel_attn_mlp else f"blocks.{l}.hook_resid_mid"
 
 
-def test_project_each_gives_hf_logits_position_by_position(case):
-    """Each position projected on its own direction: a token's unembedding column per position (decoders), so the
-    terms plus b_U are HF's logit of that token there; a random direction per position of HF's last hidden state
-    (BERT's 'final' read)."""
-    g = torch.Generator().manual_seed(7)
-    b, p = case.tr.tokens.shape
-    last = case.tr.reads[-1]
-    if case.family == "bert":
-        U = torch.randn(b, p, case.model.arch.d_model, generator=g, dtype=case.dtype)
-        want = (case.ref.hidden_states[-1].detach() * U).sum(-1)
-        bias = 0.0
-    else:
-        head = case.ref.hf.get_output_embeddings()
-        W = head.weight.detach()  # [d_vocab, d_model]
-        tokens = torch.randint(0, W.shape[0], (b, p), generator=g)
-        U = W[tokens]  # [b, p, d_model]: the column of each position's token
-        want = case.ref.logits.gather(-1, tokens[..., None])[..., 0]
-        b_U = output_bias(head, case.model.arch.d_model, case.ref.logits)
-        bias = b_U[tokens] if torch.is_tensor(b_U) and b_U.ndim else b_U
-    labels, values = case.tr.project_each(last, U)
-    assert labels == case.tr.decompose(last).labels and values.shape == (len(labels), b, p)
-    got = (values.sum(0) + bias)[..., None]
-    assert rel(got, want[..., None], case.mask) <= case.hf_tol
-
-
 def test_heads_sum_to_hf_attention_output(case):
     arch = case.model.arch
     for l in range(arch.n_layers):
