@@ -14,8 +14,8 @@ Steps per batch of prompts: (1) tokenise, find each prompt's position, and lay o
 multi-token candidate gets its own teacher-forced row); (2) one forward pass that gathers every
 needed activation at the read positions and stops at the final norm's input; (3) the model's own
 ln_final + unembed at those positions give each candidate's score, hence the coefficients of the
-reads and the model's own target; (4) the backward-walk decomposition (:mod:`interp.stream`), each read position
-projected on its own Σ coef · W_U[:, token] (``ResidualTrace.project_each``), gives the terms (``unit="head_source"``:
+reads and the model's own target; (4) the backward-walk decomposition (:mod:`interp.stream`)
+projected on Σ coef · W_U[:, token] at each read position gives the terms (``unit="head_source"``:
 each head's term split over its source positions, :mod:`interp.attribution._sources`).
 """
 
@@ -33,7 +33,7 @@ from interp.attribution._answers import TokenSpec, warn_unspaced
 from interp.attribution._result import LogitAttribution
 from interp.attribution._sources import head_source_terms, require_head_sources
 from interp.attribution._targets import Targets, coefficients, combine, plan_reads, resolve_targets
-from interp.engine import require_capabilities, soft_cap, unembed
+from interp.engine import require_capabilities, soft_cap
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Attn, Bias, Head, HeadSource, parse
 from interp.models import Model
@@ -119,8 +119,8 @@ def _chunk(
     # 4. the read direction u per row and position; the bias, log-partition and soft-cap terms
     u, bias, log_z, capped, has_bias = _readout(model, own, pre, lse, reads, coef, len(rows), P.shape[1], b)
     # 5. every component's term: its write projected onto u, summed over each prompt's reads
-    term_labels, each = tr.project_each("unembed", u)  # [n, R, K]: each read position on its own direction
-    per_row = (each * valid.to(each.dtype)).sum(-1)  # [n, R]
+    dec = tr.decompose("unembed", project_onto=u)
+    per_row = (dec.contributions.diagonal(dim1=2, dim2=3) * valid.to(dec.contributions.dtype)).sum(-1)  # [n, R]
     own_rows = [i for i in range(b)] + [0] * (len(rows) - b)
     for r in reads:
         own_rows[r.row] = r.prompt
@@ -128,7 +128,7 @@ def _chunk(
     vals = torch.zeros(per_row.shape[0], b, dtype=per_row.dtype, device=per_row.device).index_add_(1, owner, per_row)
     # 6. the extra terms appended, the head sources and the tokens each prompt is read in
     extra = _extra_terms(model, targets, bias, log_z, capped, remainder, has_bias=has_bias)
-    labels = list(term_labels)
+    labels = list(dec.labels)
     if extra:
         labels += [lab for lab, _ in extra]
         vals = torch.cat([vals, torch.stack([x.to(vals.device, vals.dtype) for _, x in extra])])
@@ -171,8 +171,8 @@ def _own_logits(model: Model, tr: Any, dtype: torch.dtype, targets: Targets) -> 
     # its unembedding of its own final-norm output, or (no final norm, e.g. the toys: the forward ran to the
     # end) its own logits there
     if "ln_final.hook_out" in tr.activations:
-        W_U = model.weights.need("W_U")
-        own = unembed(tr.activations["ln_final.hook_out"].to(W_U.dtype), W_U, model.weights.b_U)  # [R, K, d_vocab]
+        with torch.inference_mode():
+            own = model.bridge.unembed(tr.activations["ln_final.hook_out"])  # [R, K, d_vocab]
     elif tr.logits is not None:
         own = tr.logits
     else:

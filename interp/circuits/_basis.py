@@ -15,9 +15,9 @@ random orthogonal basis (the control: what "no preferred basis" looks like for t
 residual dimensions (massive activations, Adam/norm-gain effects); the comparison with (b) shows
 how far the residual basis departs from basis-free, and (c) how privileged the neurons are.
 
-Beside path expansion, the one function in :mod:`interp.circuits` that runs the model: one engine forward
-per prompt (:meth:`interp.engine.Engine.capture`), each layer's stream and neurons reduced to the four power
-sums per coordinate in float64 as the layer is produced, so memory does not grow with the number of tokens.
+This is the one function in :mod:`interp.circuits` that runs the model: it attaches forward hooks
+through ``model.bridge.hooks(...)`` (removed on exit, also on error) and streams the four power
+sums per coordinate in float64, so memory does not grow with the number of tokens.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from interp._result import Result
 from interp._validate import check_bool
 from interp.circuits._common import check_data, check_model
 from interp.circuits._rotation import random_rotation
-from interp.engine import Engine
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 from interp.labels import Neuron, Resid
 from interp.models import describe_block
@@ -195,32 +194,32 @@ def privileged_basis_report(
     rotated = [_Moments() for _ in range(a.n_layers)]
     neurons = [_Moments() for _ in range(a.n_layers)] if describe_block(a).has_mlp else None
 
-    def resid_moments(layer: int):
-        def fn(t: Tensor) -> Tensor:
-            x = t[0, first:].to("cpu", torch.float64)  # [pos, d_model]
+    def resid_hook(layer: int):
+        def fn(t: Tensor, hook: Any) -> Tensor:
+            x = t[0, first:].detach().to("cpu", torch.float64)  # [pos, d_model]
             resid[layer].add(x)
             rotated[layer].add(x @ Q)
-            return t.new_empty(0)  # nothing kept: the moments are summed as each layer is produced
+            return t
 
         return fn
 
-    def neuron_moments(layer: int):
-        def fn(t: Tensor) -> Tensor:
+    def neuron_hook(layer: int):
+        def fn(t: Tensor, hook: Any) -> Tensor:
             neurons[layer].add(t[0, first:])  # type: ignore[index]
-            return t.new_empty(0)
+            return t
 
         return fn
 
-    reducers = {f"blocks.{l}.hook_resid_post": resid_moments(l) for l in range(a.n_layers)}
+    hooks = [(f"blocks.{l}.hook_resid_post", resid_hook(l)) for l in range(a.n_layers)]
     if neurons is not None:
-        reducers.update({f"blocks.{l}.mlp.hook_post": neuron_moments(l) for l in range(a.n_layers)})
-    engine = Engine.of(model)
+        hooks += [(f"blocks.{l}.mlp.out.hook_in", neuron_hook(l)) for l in range(a.n_layers)]
     n_tokens = 0
-    for r in rows:
-        if r.shape[1] <= first:
-            continue
-        engine.capture(r, torch.ones_like(r), list(reducers), reducers=reducers, logits=False)
-        n_tokens += r.shape[1] - first
+    with torch.no_grad(), model.bridge.hooks(fwd_hooks=hooks):  # removed on exit, also on error
+        for r in rows:
+            if r.shape[1] <= first:
+                continue
+            model.bridge(r)
+            n_tokens += r.shape[1] - first
     stack = lambda ms: torch.stack([m.kurtosis() for m in ms])  # noqa: E731
     return PrivilegedBasisReport(
         resid=stack(resid),

@@ -29,8 +29,8 @@ RMSNorm). Each head then reads N_l's linear part of every path, each β_l become
 its linear part and adds ``final_bias``. The expansion stays exact.
 
 Algorithm:
- 1. Run the model once on the engine (:meth:`interp.engine.Engine.capture`), keeping
-    ``blocks.{l}.attn.hook_pattern`` and the inputs of the norms.
+ 1. Run the model once through the bridge, capturing ``blocks.{l}.attn.hook_pattern`` and the
+    inputs of the norms (hooks removed even if the forward raises).
  2. Start with the sources ``embed`` and ``pos_embed`` (writes to the residual stream).
  3. For each layer l: every path of order < ``order`` is passed through N_l's linear part and
     each head (A^h (·) W_V^h W_O^h), giving a path one order higher; ``L{l}.ln1_bias`` likewise
@@ -64,7 +64,6 @@ from torch import Tensor
 
 from interp._norms import accumulate_dtype, apply_frozen, norm_scale
 from interp.circuits._common import need_unembed
-from interp.engine import Engine
 from interp._result import Result
 from interp._validate import check_index, check_int_min
 from interp.errors import ArgumentError, LabelError, MemoryCapError, ShapeError, UnsupportedOperationError
@@ -319,20 +318,32 @@ def _count_terms(n_layers: int, n_heads: int, order: int, n_sources: int, ln_bia
 
 
 def _capture(model: Model, tokens: Tensor) -> tuple[Tensor, list[Tensor], list[Tensor], Optional[Tensor]]:
-    """One engine forward: logits, patterns per layer, norm inputs per layer, final-norm input."""
+    """One forward pass: logits, patterns per layer, norm inputs per layer, final-norm input."""
     arch = model.arch
-    L = arch.n_layers
-    names = [f"blocks.{l}.attn.hook_pattern" for l in range(L)]
+    patterns: dict[int, Tensor] = {}
+    norm_in: dict[int, Tensor] = {}
+    final_in: list[Tensor] = []
+
+    def keep(store: dict[int, Tensor], l: int):
+        def hook(t: Tensor, hook: Any) -> None:
+            store[l] = t.detach().clone()
+
+        return hook
+
+    hooks = [(f"blocks.{l}.attn.hook_pattern", keep(patterns, l)) for l in range(arch.n_layers)]
     if arch.norm != "none":
-        names += [f"blocks.{l}.ln1.hook_in" for l in range(L)] + ["ln_final.hook_in"]
-    acts, logits = Engine.of(model).capture(tokens, torch.ones_like(tokens), names)
-    if logits is None:
-        raise UnsupportedOperationError(f"model {arch.name!r} has no unembedding: path expansion reads its logits")
+        hooks += [(f"blocks.{l}.ln1.hook_in", keep(norm_in, l)) for l in range(arch.n_layers)]
+        hooks.append(("ln_final.hook_in", lambda t, hook: final_in.append(t.detach().clone())))
+    with torch.no_grad(), model.bridge.hooks(fwd_hooks=hooks):
+        logits = model.bridge(tokens)
+    missing = [l for l in range(arch.n_layers) if l not in patterns]
+    if missing:
+        raise UnsupportedOperationError(f"model {arch.name!r}: no attention pattern captured for layers {missing}")
     return (
-        logits,
-        [acts[f"blocks.{l}.attn.hook_pattern"] for l in range(L)],
-        [acts[f"blocks.{l}.ln1.hook_in"] for l in range(L)] if arch.norm != "none" else [],
-        acts.get("ln_final.hook_in"),
+        logits.detach(),
+        [patterns[l] for l in range(arch.n_layers)],
+        [norm_in[l] for l in range(arch.n_layers)] if arch.norm != "none" else [],
+        final_in[0] if final_in else None,
     )
 
 

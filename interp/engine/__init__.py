@@ -5,12 +5,10 @@ attribution and circuit evaluation) runs on :class:`Engine` and these functions,
 one readout (:func:`readout`: the final norm, the unembedding, the soft-cap) and the metric layer
 (:class:`BoundMetric`, :class:`MetricReader`); a model family is a set
 of capabilities on :class:`interp.models.ArchInfo`, never a branch here. :func:`self_check` compares the
-engine's forward with the model's own when a model is loaded (:func:`load_model`). Every capture of activations
-(:meth:`Engine.capture`) is read off this forward at transformer-lens's hook names (:func:`capture_site`).
+engine's forward with the model's own when a model is loaded (:func:`load_model`).
 """
 
 from interp.engine._capabilities import CAPABILITIES, require_capabilities
-from interp.engine._captures import CaptureSite, capture_site
 from interp.engine._check import load_model, model_from_hf, self_check
 from interp.engine._forward import Engine, RunCache
 from interp.engine._patches import HEADED_SITES, SITES, Patch, Variant
@@ -21,7 +19,6 @@ from interp.engine._rotary import allowed_keys, apply_rotary
 __all__ = [
     "BoundMetric",
     "CAPABILITIES",
-    "CaptureSite",
     "Engine",
     "HEADED_SITES",
     "MetricReader",
@@ -31,7 +28,6 @@ __all__ = [
     "Variant",
     "allowed_keys",
     "apply_rotary",
-    "capture_site",
     "clean_output",
     "final_norm",
     "load_model",

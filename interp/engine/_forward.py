@@ -14,7 +14,7 @@ the model's own to float rounding (tests/engine/test_engine.py, and the self-che
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Optional
+from typing import Callable, Iterable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +22,6 @@ from torch import Tensor
 
 from interp._norms import norm, norm_scale, norm_vjp
 from interp.errors import UnsupportedArchitectureError
-from interp.engine._captures import run_captures
 from interp.engine._rotary import apply_rotary
 from interp.engine._layer import LiveLayer
 from interp.engine._masks import KeyMasks
@@ -191,10 +190,9 @@ class Engine:
             x = self.norm(x, w.ln_emb_w, w.ln_emb_b, "layernorm")
         return x
 
-    def mlp(self, l: int, h: Tensor, keep: Optional[Callable[[str, Tensor], None]] = None) -> Tensor:
+    def mlp(self, l: int, h: Tensor) -> Tensor:
         """Layer l's MLP on its (normalised) input: act(h W_gate + b_gate) ⊙ (h W_in + b_in) W_out + b_out, or
-        act(h W_in + b_in) W_out + b_out (one GEMM for [gate | up]; safe under autograd). ``keep("mlp_post", a)``
-        receives the hidden activation a (the neurons' values) of a dense MLP."""
+        act(h W_in + b_in) W_out + b_out (one GEMM for [gate | up]; safe under autograd)."""
         if self.arch.n_experts:
             return self.experts(l, h)
         pre = _linear(h, self.W_in[l], None if self.b_in is None else self.b_in[l])
@@ -203,8 +201,6 @@ class Engine:
             act = self.act(gate) * up
         else:
             act = self.act(pre)
-        if keep is not None:
-            keep("mlp_post", act)
         return _linear(act, self.w.W_out[l], None if self.b_out is None else self.b_out[l])
 
     def experts(self, l: int, h: Tensor) -> Tensor:
@@ -352,8 +348,6 @@ class Engine:
         keep("v", v)
         qk = self.position_qk(l, qkv[:, :, : H + Hkv], t0)
         q, k = qk[:, :, :H], qk[:, :, H:]
-        keep("rot_q", q)  # [R, T, H, dh]: as the scores use them (QK-normed, rotated)
-        keep("rot_k", k)
         q = q.transpose(1, 2)  # [R, H, T, dh]
         k = k.transpose(1, 2)  # [R, Hkv, T, dh]
         v = v.transpose(1, 2)
@@ -375,8 +369,6 @@ class Engine:
             z = self.weigh(A, v)
         else:
             z = self.attend(l, q, k, v, allowed)
-            if live.wants("attn_pattern"):  # a capture beside the fused attention: z is what it would be unkept
-                keep("attn_pattern", self.pattern(l, q, k, allowed))
         z = apply_patches(z, by.get("z"), t0, headed=True)
         keep("z", z)
         return self.attn_out(l, z)
@@ -398,20 +390,6 @@ class Engine:
         return sweep(self, base, tokens, mask, variants, read, batch_size=batch_size, progress=progress, desc=desc)
 
     # ------------------------------------------------------------------ whole runs
-
-    def capture(
-        self,
-        tokens: Tensor,
-        mask: Tensor,
-        names: Iterable[str],
-        *,
-        reducers: Optional[Mapping[str, Callable[[Tensor], Tensor]]] = None,
-        logits: bool = True,
-    ) -> tuple[dict[str, Tensor], Optional[Tensor]]:
-        """One forward keeping transformer-lens hook ``names`` (:mod:`interp.engine._captures`: the one map from
-        those names to this engine's sites), each reduced by ``reducers[name]`` as its layer produces it, and
-        with ``logits`` the logits (None without an unembedding)."""
-        return run_captures(self, tokens, mask, names, reducers=reducers, logits=logits)
 
     def run(
         self,

@@ -52,35 +52,27 @@ class LiveLayer:
 
     def read(self, sub: str, norm: Optional[str], stream: Tensor) -> Tensor:
         h = self.e.norm_at(norm, self.l, stream)
-        if norm is not None:
-            self.keep(f"{norm}_in", stream)
-            self.keep(f"{norm}_out", h)
         if sub == "attn":
             self.x = stream
             return h
         for p in self.by.get("mlp_in", ()):  # one reader sees the residual shifted by p.value
             h = h.clone() if h is stream else h
             h[p.rows] = self.e.norm_at(norm, self.l, stream[p.rows] + p.value)
-        self.keep("mlp_in", h)
         return h
 
     def apply(self, sub: str, h: Tensor) -> Tensor:
         if sub == "attn":
             assert self.x is not None
             return self.e.attention_live(self.l, self.x, h, self)
-        return self.e.mlp(self.l, h, self.keep if self.wants("mlp_post") else None)
+        return self.e.mlp(self.l, h)
 
     def out_norm(self, sub: str, norm: str, out: Tensor) -> Tensor:
         self.keep(f"{norm}_in", out)
-        y = self.e.norm_at(norm, self.l, out)
-        self.keep(f"{norm}_out", y)
-        return y
+        return self.e.norm_at(norm, self.l, out)
 
     def add(self, sub: str, stream: Tensor, out: Tensor) -> Tensor:
         return stream.add_(out) if self.inplace else stream + out
 
     def norm(self, norm: str, stream: Tensor) -> Tensor:
         self.keep(f"{norm}_in", stream)
-        y = self.e.norm_at(norm, self.l, stream)
-        self.keep(f"{norm}_out", y)
-        return y
+        return self.e.norm_at(norm, self.l, stream)

@@ -37,8 +37,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp._validate import is_int
-from interp.engine import Engine
-from interp.errors import ArgumentError, MissingPackageError, UnsupportedOperationError
+from interp.errors import ArgumentError, MissingPackageError
 from interp.models import Model, model_from_tracr, tracr_is_numerical, tracr_output_label
 
 __all__ = ["ProgramSpec", "PROGRAMS", "TracrProgram", "compile_program", "program_names"]
@@ -163,12 +162,9 @@ class TracrProgram:
         return torch.tensor(ids, dtype=torch.long, device=self.model.device)
 
     def logits(self, inputs: Sequence[Sequence[Value]]) -> Float[Tensor, "batch pos n_out"]:
-        """The model's logits (the engine's forward) for equal-length ``inputs``."""
-        tokens = self.encode(inputs)
-        _, logits = Engine.of(self.model).capture(tokens, torch.ones_like(tokens), ())
-        if logits is None:
-            raise UnsupportedOperationError(f"model {self.model.name!r} has no unembedding: there are no logits")
-        return logits
+        """The model's logits (the bridge's forward) for equal-length ``inputs``."""
+        with torch.no_grad():
+            return self.model.bridge(self.encode(inputs))
 
     def decode(self, logits: Float[Tensor, "batch pos n_out"]) -> list[list[Value]]:
         """Outputs at positions 1… (BOS dropped): decoded argmax (categorical) or ``logits[..., 0]``."""

@@ -1,24 +1,40 @@
-"""One forward on the engine, keeping activations named by transformer-lens's hook names.
+"""One forward pass through the bridge with temporary capture hooks.
 
-The forward is :class:`interp.engine.Engine`'s (the same one every patching, effect and edge analysis runs);
-the names are mapped to its sites in one place (:func:`interp.engine.capture_site`). No hook is attached to the
-model's transformer-lens bridge: hooks a user added there stay attached and fire in the user's own bridge calls,
-but they do not change what interp captures. ``count_hooks`` counts the hooks on a bridge.
+Hooks are added with ``bridge.hooks(...)`` (a context manager that removes exactly the handles
+it added in a ``finally`` block), so no hook of ours survives an exception or a
+KeyboardInterrupt raised inside the forward pass, and hooks the user attached are left alone.
+Capture hooks return their input unchanged, so outputs are bitwise those of a plain run.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Optional
 
+import torch
 from torch import Tensor
 
-from interp.engine import Engine
 from interp.models import Model
 from interp.stream._inputs import Batch
 
-__all__ = ["capture", "count_hooks"]
+__all__ = ["capture", "run_forward", "count_hooks"]
 
 Reducer = Callable[[Tensor], Tensor]
+
+
+def _capture_fn(store: dict[str, Tensor], key: str, reduce: Optional[Reducer]) -> Callable:
+    def hook(x: Tensor, hook: Any = None) -> Tensor:
+        v = x.detach()
+        store[key] = reduce(v) if reduce is not None else v
+        return x
+
+    return hook
+
+
+def run_forward(model: Model, batch: Batch, fwd_hooks: list, **kwargs: Any) -> Any:
+    """``bridge(tokens)`` with temporary hooks; the attention mask is always passed."""
+    bridge = model.bridge
+    with torch.inference_mode(), bridge.hooks(fwd_hooks=fwd_hooks):
+        return bridge(batch.tokens, attention_mask=batch.attention_mask, **kwargs)
 
 
 def capture(
@@ -27,15 +43,18 @@ def capture(
     names: Iterable[str],
     *,
     reducers: Optional[Mapping[str, Reducer]] = None,
-    logits: bool = True,
-) -> tuple[dict[str, Tensor], Optional[Tensor]]:
-    """Run once, returning ``{hook_name: activation}`` for ``names`` and the logits (None without an
-    unembedding, or when ``logits`` is False: the pass then ends after the last layer a name needs).
+    **kwargs: Any,
+) -> tuple[dict[str, Tensor], Any]:
+    """Run once, returning ``{hook_name: activation}`` for ``names`` and the forward's output.
 
-    ``reducers[name]`` (optional) shrinks an activation as its layer produces it (e.g. keep one
+    ``reducers[name]`` (optional) shrinks an activation as it is captured (e.g. keep one
     position), so nothing larger than needed is held.
     """
-    return Engine.of(model).capture(batch.tokens, batch.attention_mask, names, reducers=reducers, logits=logits)
+    store: dict[str, Tensor] = {}
+    reducers = reducers or {}
+    hooks = [(n, _capture_fn(store, n, reducers.get(n))) for n in dict.fromkeys(names)]
+    out = run_forward(model, batch, hooks, **kwargs)
+    return store, out
 
 
 def count_hooks(bridge: Any) -> int:

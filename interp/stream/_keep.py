@@ -1,17 +1,18 @@
 """What a trace can keep beyond the residual writes: the attention patterns and per-head q, k, v.
 
 A head's pattern is A^h = softmax(q_h k_gᵀ / √d_head + mask) (g = the KV head query head h reads
-under GQA), and its output is z_h = A^h v_g. ``trace(..., keep=...)`` keeps, per layer (the engine's
-captures, :func:`interp.engine.capture_site`):
+under GQA), and its output is z_h = A^h v_g. ``trace(..., keep=...)`` keeps, per layer:
 
     "patterns"  blocks.{l}.attn.hook_pattern   [batch, n_heads, query_pos, key_pos]
-    "q"         blocks.{l}.attn.hook_rot_q     [batch, pos, n_heads, d_head]     (after QK-norm and RoPE)
-    "k"         blocks.{l}.attn.hook_rot_k     [batch, pos, n_kv_heads, d_head]  (after QK-norm and RoPE)
-    "v"         blocks.{l}.attn.hook_v         [batch, pos, n_kv_heads, d_head]  (b_V included)
+    "q"         the queries the scores use      [batch, pos, n_heads, d_head]     (after QK-norm and RoPE)
+    "k"         the keys the scores use         [batch, pos, n_kv_heads, d_head]  (after RoPE, if rotary)
+    "v"         blocks.{l}.attn.hook_v          [batch, pos, n_kv_heads, d_head]  (b_V included)
 
-so that q·kᵀ/√d_head, masked and softmaxed, is the pattern, and the pattern times v is hook_z. (A trace
-saved before the engine kept the rotated q and k holds the bridge's unrotated ones with ``hook_cos`` /
-``hook_sin``: :func:`kept_tensor` rotates those through :func:`interp.engine.apply_rotary`.)
+so that q·kᵀ/√d_head, masked and softmaxed, is the pattern, and the pattern times v is hook_z.
+Rotary models: the bridge's ``hook_q``/``hook_k`` hold q and k before the rotation (and not every
+family fires ``hook_rot_q``), so the rotation is applied here from the pass's own ``hook_cos`` /
+``hook_sin`` (over the first ``rotary_dim`` dimensions, in the layout ``ArchInfo.rotary_interleaved`` says),
+through :func:`interp.engine.apply_rotary`.
 """
 
 from __future__ import annotations
@@ -45,14 +46,27 @@ def check_keep(keep: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
-_HOOK = {"patterns": "hook_pattern", "q": "hook_rot_q", "k": "hook_rot_k", "v": "hook_v"}
+_HOOK = {"patterns": "hook_pattern", "q": "hook_q", "k": "hook_k", "v": "hook_v", "cos": "hook_cos", "sin": "hook_sin"}
 
 
 def keep_hooks(model: Model, keep: Sequence[str]) -> dict[str, list[str]]:
-    """{keep item: [capture name of layer 0, 1, ...]}."""
-    if {"q", "k"} & set(keep):  # the kept q and k must give the pattern by softmax(q kᵀ · scale)
+    """{keep item: [hook name of layer 0, 1, ...]} for this model's bridge (plus "cos"/"sin" when a
+    rotary model keeps q or k)."""
+    hooks = model.bridge.hook_dict
+    items = list(keep)
+    if {"q", "k"} & set(items):  # the kept q and k must give the pattern by softmax(q kᵀ · scale)
         require_capabilities(model, "trace(keep=('q', 'k'))", "attn_softcap")
-    return {item: [f"blocks.{l}.attn.{_HOOK[item]}" for l in range(model.arch.n_layers)] for item in keep}
+    if model.arch.positional == "rotary" and {"q", "k"} & set(items):
+        items += ["cos", "sin"]
+    out: dict[str, list[str]] = {}
+    for item in items:
+        hook = _HOOK[item] + ("_normed" if model.arch.qk_norm and item in ("q", "k") else "")  # after the QK-norm
+        names = [f"blocks.{l}.attn.{hook}" for l in range(model.arch.n_layers)]
+        missing = [n for n in names if n not in hooks]
+        if missing:
+            raise ArgumentError(f"keep={tuple(keep)!r}: this model's bridge has no hook {missing[0]!r} for {item!r}")
+        out[item] = names
+    return out
 
 
 def kept_tensor(

@@ -3,11 +3,11 @@
 ``trace(model, inputs, project={read_label: U})`` needs, per read R, only the numbers
 (w · U_w) [.., batch, pos, k] and the norm scales σ [batch, pos, 1] (:mod:`interp.stream._walk`:
 U_w depends on the weights alone, even through a post-norm model's chain of norms). So every
-captured activation is projected as soon as the engine's forward produces it (a capture reducer, run
-as each layer ends) and nothing of size d_model per position is kept:
+hook projects its activation as soon as the forward pass produces it and keeps nothing of size
+d_model per position:
 
 1. Plan each read's walk (U_w of every term, the norms' input hooks, the hook of R's own tensor).
-2. Group the work by hook name; one reducer per name projects the activation for every term (of every
+2. Group the work by hook name; one hook per name projects the activation for every term (of every
    read) that needs it, stores σ if it is a norm's input, and projects R's own tensor on U0 if it
    is R's total.
 3. After the pass: S_j from the σ's, terms = projection · S_j, biases from the weights — the same
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from interp.models import Model
-from interp.stream._capture import capture
+from interp.stream._capture import run_forward
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch
 from interp.stream._walk import Plan, project_term, scale_chain, sigma
@@ -39,7 +39,7 @@ def capture_projected(
 ) -> tuple[dict[str, Decomposition], Any]:
     """Run once; return {read label: its projected Decomposition} and the forward's output.
 
-    Every tensor that outlives a reducer (each read's [n_terms, batch, pos, k] result, its total, the
+    Every tensor that outlives a hook (each read's [n_terms, batch, pos, k] result, its total, the
     σ's) is allocated before the pass and filled in place: small allocations kept alive between
     the pass's large transient ones fragment the heap (measured on smollm2 at 8 × 128 tokens:
     +120 MB peak RSS with glibc's default malloc, +4 MB with a fixed mmap threshold)."""
@@ -67,8 +67,9 @@ def capture_projected(
             sigma_rows.setdefault(h, len(sigma_rows))
     sigma_buf = torch.empty(len(sigma_rows), b, p, 1, dtype=dtype, device=dev)
 
-    def make(name: str) -> Callable[[Tensor], Tensor]:
-        def project(v: Tensor) -> Tensor:
+    def make(name: str) -> Callable:
+        def hook(x: Tensor, hook: Any = None) -> Tensor:
+            v = x.detach()
             for read, i, row in term_jobs.get(name, ()):
                 t = plans[read].terms[i]
                 out_buf[read][row : row + len(t.labels)].copy_(project_term(t, v, w, b, p))  # broadcasts
@@ -76,12 +77,12 @@ def capture_projected(
                 sigma_buf[sigma_rows[name]].copy_(sigma(v, arch, dtype))
             for read in total_jobs.get(name, ()):
                 total_buf[read].copy_(torch.einsum("bpd,bkd->bpk", v.to(dtype), plans[read].U0))
-            return v.new_empty(0)  # nothing of the activation is kept
+            return x
 
-        return project
+        return hook
 
     names = list(dict.fromkeys([*term_jobs, *total_jobs, *sigma_rows]))
-    _, out = capture(model, batch, names, reducers={n: make(n) for n in names})
+    out = run_forward(model, batch, [(n, make(n)) for n in names])
     result: dict[str, Decomposition] = {}
     for read, plan in plans.items():
         S = scale_chain([sigma_buf[sigma_rows[h]] for h in plan.norm_hooks], b, p, plan.U0)

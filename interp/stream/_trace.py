@@ -274,34 +274,6 @@ class ResidualTrace:
             default_pos=-1 if arch.causal else "mean",
         )
 
-    def project_each(self, read_label: str, directions: Tensor) -> tuple[list[str], Tensor]:
-        """Each position's terms at ``read_label`` projected on that position's own direction: (labels, values
-        [n_terms, batch, pos]) from ``directions`` [batch, pos, d_model] — the diagonal of
-        ``decompose(read_label, project_onto=directions)``'s [n_terms, batch, pos, pos] contributions,
-        without forming them (nor the model's total: the caller has its own)."""
-        if self.projected is not None:
-            raise ArgumentError("project_each needs a trace with activations (not one made with project=...)")
-        idx = self._find(read_label)
-        b, p = self.tokens.shape
-        d = self.arch.d_model
-        if not torch.is_tensor(directions) or tuple(directions.shape) != (b, p, d):
-            shape = tuple(directions.shape) if torch.is_tensor(directions) else type(directions).__name__
-            raise ShapeError(f"directions has shape {shape}; expected [batch={b}, pos={p}, d_model={d}]")
-        U = directions.to(device=self.tokens.device, dtype=accumulate_dtype(self.weights.W_O.dtype))
-        acts, w, arch = self.activations, self.weights, self.arch
-        plan = plan_walk(arch, w, self.program, idx, U)
-        S = scale_chain([sigma(acts[h], arch, U.dtype) for h in plan.norm_hooks], b, p, U)
-        local = {h: sigma(acts[h], arch, U.dtype) for h in plan.local_hooks}
-        out = torch.empty(len(plan.labels), b, p, dtype=U.dtype, device=U.device)
-        i = 0
-        for t in plan.terms:  # the arithmetic of fill(): projection · S_j (· 1/σ' past a sandwich norm)
-            v = project_term(t, None if t.hook is None else acts.get(t.hook), w, b, p, diagonal=True)
-            scale = S[t.stage] if t.local is None else S[t.stage] / local[t.local]
-            n = len(t.labels)
-            out[i : i + n] = v * scale[..., 0]
-            i += n
-        return plan.labels, out
-
 
 def trace(
     model: Model,

@@ -209,27 +209,24 @@ def _sandwich(w: Weights, arch: ArchInfo, sub: str, layer: int) -> Optional[tupl
     return gamma[layer], f"blocks.{layer}.{norm}.hook_in"
 
 
-def project_term(t: Term, x: Optional[Tensor], w: Weights, b: int, p: int, *, diagonal: bool = False) -> Tensor:
+def project_term(t: Term, x: Optional[Tensor], w: Weights, b: int, p: int) -> Tensor:
     """w · U for one term, before the norm scales: [n, b, p, k] (heads / neurons), [b, p, k]
-    (a stream activation) or [b|1, 1, k] (a bias). ``x`` is the term's captured activation.
-    ``diagonal`` (U [b, p, d_model]: one direction per position, k = p): each position on its own
-    direction only, [n, b, p], [b, p] or [b, p] (a bias) — the diagonal of the full [.., p, k] result."""
+    (a stream activation) or [b|1, 1, k] (a bias). ``x`` is the term's captured activation."""
     U = t.U
     if t.kind == "bias":
         # a bias has its vector
-        v = torch.einsum("d,bkd->bk", t.vector.to(U.dtype), U)  # type: ignore[union-attr]
-        return v if diagonal else v[:, None, :]
+        return torch.einsum("d,bkd->bk", t.vector.to(U.dtype), U)[:, None, :]  # type: ignore[union-attr]
     if x is None:
         raise ArgumentError(f"term {t.labels[0]!r} needs the activation captured at {t.hook!r}")
     if t.kind == "heads":
         z = x.to(U.dtype)  # [b, p, H, dh]
         WOU = torch.einsum("hed,bkd->bhek", w.W_O[t.layer].to(U.dtype), U)  # [b|1, H, dh, k]
-        return torch.einsum("bphe,bhep->hbp" if diagonal else "bphe,bhek->hbpk", z, WOU.expand(b, -1, -1, -1))
+        return torch.einsum("bphe,bhek->hbpk", z, WOU.expand(b, -1, -1, -1))
     if t.kind == "neurons":
         a = x.to(U.dtype)  # [b, p, d_mlp]
         WU = torch.einsum("nd,bkd->bnk", w.W_out[t.layer].to(U.dtype), U)  # [b|1, d_mlp, k]
-        return torch.einsum("bpn,bnp->nbp" if diagonal else "bpn,bnk->nbpk", a, WU.expand(b, -1, -1))
-    return torch.einsum("bpd,bpd->bp" if diagonal else "bpd,bkd->bpk", x.to(U.dtype).expand(b, p, -1), U)
+        return torch.einsum("bpn,bnk->nbpk", a, WU.expand(b, -1, -1))
+    return torch.einsum("bpd,bkd->bpk", x.to(U.dtype).expand(b, p, -1), U)
 
 
 def sigma(x: Tensor, arch: ArchInfo, dtype: torch.dtype) -> Tensor:

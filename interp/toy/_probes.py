@@ -10,7 +10,7 @@ For the standard probe (``<bos>`` + n distinct random words + the same n words, 
                            / n+1…2n-1 (tokens n+2…2n) of the probe
 
 The first half is unpredictable (ideal loss ln n_words); the second half is predictable by
-induction. Patterns are read from ``blocks.{l}.attn.hook_pattern`` of the engine's forward.
+induction. Patterns are read from ``blocks.{l}.attn.hook_pattern`` through the bridge.
 
 Memory: a pass over [batch, pos] tokens holds the logits [batch, pos, d_vocab] and, inside each
 layer, attention scores [batch, n_heads, pos, pos]. So the probe lengths come from the caller, with
@@ -29,7 +29,6 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp._validate import check_int_range, check_positive_int
-from interp.engine import Engine
 from interp.errors import MemoryCapError, ShapeError
 from interp.models import TOY_FIRST_WORD_ID as FIRST_WORD_ID
 from interp.models import Model
@@ -65,22 +64,37 @@ def _refuse(what: str, need: int, max_bytes: int, hint: str) -> None:
         )
 
 
+class _Stop(Exception):
+    """Ends a forward pass once the last layer's pattern is read (its logits are not needed)."""
+
+
 def _run(model: Model, tokens: Tensor, reduce: Any, *, need_logits: bool) -> tuple[Any, list[Tensor]]:
-    """One engine forward with every layer's pattern reduced by ``reduce`` as it is produced (without
-    ``need_logits`` the pass ends after the last layer, unembedding nothing)."""
+    """One pass with every layer's pattern reduced by ``reduce`` as it is produced (hooks removed on exit)."""
     L = model.arch.n_layers
-    names = [f"blocks.{l}.attn.hook_pattern" for l in range(L)]
-    tokens = tokens.to(model.device)
-    store, logits = Engine.of(model).capture(
-        tokens, torch.ones_like(tokens), names, reducers={n: reduce for n in names}, logits=need_logits
-    )
-    return logits, [store[n] for n in names]
+    store: dict[int, Tensor] = {}
+
+    def keep(l: int):
+        def hook(t: Tensor, hook: Any) -> None:
+            store[l] = reduce(t.detach())
+            if l == L - 1 and not need_logits:
+                raise _Stop
+
+        return hook
+
+    hooks = [(f"blocks.{l}.attn.hook_pattern", keep(l)) for l in range(L)]
+    logits = None
+    with torch.no_grad(), model.bridge.hooks(fwd_hooks=hooks):
+        try:
+            logits = model.bridge(tokens.to(model.device))
+        except _Stop:
+            pass
+    return logits, [store[l] for l in range(L)]
 
 
 def attention_patterns(
     model: Model, tokens: Int[Tensor, "batch pos"], *, max_bytes: int = MAX_BYTES
 ) -> tuple[Float[Tensor, "batch pos d_vocab"], Float[Tensor, "n_layers batch n_heads pos pos"]]:
-    """Logits and every layer's attention pattern for ``tokens`` (one engine forward).
+    """Logits and every layer's attention pattern for ``tokens`` (hooks removed on exit).
 
     Refused with MemoryCapError when the logits and the n_layers patterns would exceed ``max_bytes``.
     """

@@ -96,19 +96,8 @@ def _remove_scratch():
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _raise_in_layer(monkeypatch, layer: int, make_exc: Callable[[], BaseException], fired: list) -> None:
-    """Every forward (the engine's: every call above runs on it) raises ``make_exc()`` when it reaches ``layer``."""
-    from interp.engine import Engine
-
-    real = Engine.layer
-
-    def failing(self, l, *args, **kwargs):
-        if l == layer:
-            fired.append(1)
-            raise make_exc()
-        return real(self, l, *args, **kwargs)
-
-    monkeypatch.setattr(Engine, "layer", failing)
+def _hook_point(model, name: str):
+    return model.bridge.hook_dict[name]
 
 
 # ---- no hook left behind ---------------------------------------------------------------------
@@ -131,11 +120,17 @@ class Boom(RuntimeError):
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("exc", [Boom, KeyboardInterrupt])
 def test_no_hook_remains_when_the_forward_raises(models, family, exc, monkeypatch):
-    """The forward raises half-way through the model (in layer 1)."""
+    """A hook point half-way through the model raises while our capture hooks are attached."""
     model = models[family]
     base = count_hooks(model.bridge)
-    fired: list = []
-    _raise_in_layer(monkeypatch, 1, lambda: exc("raised inside the forward pass"), fired)
+    hp = _hook_point(model, "blocks.1.hook_resid_pre")
+    fired = []
+
+    def explode(x, *a, **k):
+        fired.append(1)
+        raise exc("raised inside the forward pass")
+
+    monkeypatch.setattr(hp, "forward", explode)
     for name, call in _runs(model).items():
         with pytest.raises(exc):
             call()
@@ -149,21 +144,15 @@ def test_no_hook_remains_when_the_forward_raises(models, family, exc, monkeypatc
 @pytest.mark.parametrize("family", ("gpt2", "llama", "neox"))
 def test_no_hook_remains_when_a_bad_argument_shows_up_in_a_later_batch(models, family):
     """pos is checked per batch: the first batch runs forward before the second one fails."""
-    from interp.engine import Engine
-
     model = models[family]
     base = count_hooks(model.bridge)
     forwards = []
-    real = Engine.layer
-
-    def counted(self, l, *args, **kwargs):
-        forwards.append(l)
-        return real(self, l, *args, **kwargs)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Engine, "layer", counted)
+    handle = _hook_point(model, "blocks.0.hook_resid_pre").register_forward_hook(lambda *a: forwards.append(1))
+    try:
         with pytest.raises(ArgumentError, match="pos"):
             attribute_logits(model, PROMPTS, answer=3, pos=[4, 4], batch_size=1)  # prompt 1 has 3 tokens
+    finally:
+        handle.remove()
     assert forwards, "the first batch should have run"
     assert count_hooks(model.bridge) == base
 
@@ -190,7 +179,11 @@ def test_user_hook_survives_and_still_fires(models, family, monkeypatch):
             call()
             assert count_hooks(bridge) == base + 1, name
         # ... including calls that raise mid-forward
-        _raise_in_layer(monkeypatch, 1, lambda: Boom("mid-forward"), [])
+        monkeypatch.setattr(
+            _hook_point(model, "blocks.1.hook_resid_pre"),
+            "forward",
+            lambda *a, **k: (_ for _ in ()).throw(Boom("mid-forward")),
+        )
         for name, call in _runs(model).items():
             with pytest.raises(Boom):
                 call()
