@@ -57,7 +57,6 @@ NOT_RESULTS = {
     "CatalogEntry": "a catalog row (model name, source, licence)",
     "Event": "one step of a model's block program",
     "Model": "the model itself (results never hold it)",
-    "CaptureSite": "where a transformer-lens hook name is read off the engine's forward (a map entry), not a result",
     "Patch": "an engine patch point (what to replace in a forward), not a result",
     "RunCache": "the engine's cache of one forward (inputs of every layer, keys/values), not a result",
     "Variant": "one patched run the engine's sweep carries, not a result",
