@@ -144,14 +144,18 @@ def test_dla_terms_sum_to_hf_logit(m, p, data):
         )
     )
     unit = data.draw(st.sampled_from(("head", "component", "neuron")))
+    ans = [answer] * b if isinstance(answer, int) else answer
+    wr = None if wrong is None else ([wrong] * b if isinstance(wrong, int) else wrong)
+    if wr is not None and any(x == y for x, y in zip(ans, wr)):  # logit[a] − logit[a]: refused, not 0 terms
+        with pytest.raises(ArgumentError, match="the answer and the wrong token are the same token"):
+            attribute_logits(model, texts, answer=answer, wrong=wrong, pos=pos, unit=unit)
+        return
     a = attribute_logits(model, texts, answer=answer, wrong=wrong, pos=pos, unit=unit)
 
     with torch.no_grad():
         logits = hf(input_ids=tokens, attention_mask=mask).logits.double()
     lengths = [len(r) for r in rows]
     at = [(p_ if p_ >= 0 else lengths[i] + p_) for i, p_ in enumerate([pos] * b if isinstance(pos, int) else pos)]
-    ans = [answer] * b if isinstance(answer, int) else answer
-    wr = None if wrong is None else ([wrong] * b if isinstance(wrong, int) else wrong)
     for i in range(b):
         row = logits[i, at[i]]
         ref = row[ans[i]] - (row[wr[i]] if wr is not None else 0.0)
