@@ -16,6 +16,7 @@ from torch import Tensor
 from interp._validate import is_int
 from interp.engine import Engine
 from interp.errors import ArgumentError
+from interp.dictionaries._set import DictionarySet
 from interp.dictionaries._transcoder import CrossLayerTranscoder, Transcoder, check_layers, mlp_input
 from interp.labels import Feature, parse
 from interp.models import Model
@@ -64,8 +65,9 @@ def top_activating_contexts(
     decoders do not enter).
     """
     require_model(model)
-    if isinstance(transcoders, CrossLayerTranscoder):
-        transcoders = [transcoders.encoder(l) for l in range(transcoders.n_layers)]
+    if isinstance(transcoders, CrossLayerTranscoder):  # its encoders read as the CLT reads (decoders do not enter)
+        ds = DictionarySet.of(transcoders)
+        transcoders = [ds.encoder(l) for l in ds.layers]
     if isinstance(texts, Tensor) and not texts.is_floating_point() and texts.ndim == 2 and len(texts):
         texts = [row[None] for row in texts]  # token ids [n, T]: each row one text (a model without a tokenizer)
     elif not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
@@ -80,7 +82,7 @@ def top_activating_contexts(
         raise ArgumentError(
             f"transcoders has {len(transcoders)} entries; model {model.name!r} has {model.arch.n_layers} layers"
         )
-    check_layers(transcoders)  # an encoder taken out of a CLT reads its layer as the CLT does: allowed here
+    check_layers(transcoders)
     e = Engine.of(model)
     layers = sorted({l for l, _ in ids})
     heaps: dict[tuple[int, int], list[tuple[float, int, int]]] = {f: [] for f in ids}

@@ -198,11 +198,6 @@ def _as_set(model: Model, dicts: Any) -> _Set:
                 f"{name}: its layer is unknown (Transcoder.layer is None) and the list does not cover the model's "
                 f"{a.n_layers} layers; pass {{layer: transcoder}} or set layer="
             )
-        if d.cross_layer_writes:
-            raise ArgumentError(
-                f"{name} is the encoder of layer {d.layer} taken out of a CrossLayerTranscoder: its features also "
-                "write to later layers, which splicing it alone would drop; pass the CrossLayerTranscoder itself"
-            )
         if d.layer is not None and d.layer != key:
             raise ArgumentError(f"{name} is the transcoder of layer {d.layer}, given for layer {key}")
         if not 0 <= key < a.n_layers or d.d_model != a.d_model or key in tcs:

@@ -27,7 +27,6 @@ from interp.dictionaries._transcoder import (
     Transcoder,
     activate,
     check_layers,
-    check_whole,
     placement,
 )
 from interp.errors import ArgumentError, ShapeError
@@ -154,8 +153,9 @@ class DictionarySet:
         return min(known) if known else None
 
     def encoder(self, l: int) -> Transcoder:
-        """Layer l's encoder as a one-layer :class:`Transcoder`: its encoding, its own layer's decoder W_dec[l → l],
-        b_dec[l] and skip (the writes to later layers of a cross-layer set are :meth:`writes`, not in it)."""
+        """Layer l's encoding as a one-layer :class:`Transcoder`: its encoder, its own layer's decoder W_dec[l → l],
+        b_dec[l] and skip — what the analyses read layer l's features with, beside the set, which holds the writes
+        to later layers of a cross-layer set (:meth:`writes`)."""
         i = self.index(l)
         return Transcoder(
             self.W_enc[i],
@@ -327,8 +327,7 @@ def replacement_set(model: Any, transcoders: Any) -> DictionarySet:
 
 def check_transcoder(name: str, t: Any) -> None:
     """``t`` is a :class:`Transcoder`, else an :class:`~interp.errors.ArgumentError` naming ``name``; an SAE (which
-    reconstructs a point of the residual stream, not an MLP's write) is refused saying what to load instead, and an
-    encoder taken out of a cross-layer transcoder with later writes saying to pass the CLT (:func:`check_whole`). The
+    reconstructs a point of the residual stream, not an MLP's write) is refused saying what to load instead. The
     one check of every analysis that replaces or intervenes on MLP writes."""
     if isinstance(t, SAE):
         raise ArgumentError(
@@ -338,4 +337,3 @@ def check_transcoder(name: str, t: Any) -> None:
         )
     if not isinstance(t, Transcoder):
         raise ArgumentError(f"{name} is a {type(t).__name__}, not an interp.features.Transcoder")
-    check_whole(name, t)  # not an encoder taken out of a CLT with later writes

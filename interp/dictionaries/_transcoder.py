@@ -26,7 +26,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp._validate import check_bool, is_int
+from interp._validate import is_int
 from interp.errors import ArgumentError
 from interp.models import check_device, check_dtype
 
@@ -37,7 +37,6 @@ __all__ = [
     "Transcoder",
     "activate",
     "check_layers",
-    "check_whole",
     "fvu",
     "mlp_input",
     "placement",
@@ -205,14 +204,11 @@ class Transcoder(Dictionary):
     length it was trained on, where known (longer prompts warn with :class:`interp.ContextLengthWarning`).
     ``layer``: the model layer whose MLP it reads and replaces (its input hook is that MLP's input, its output
     the MLP's write), where known — set by the loaders and by training, None for one built by hand; every
-    analysis checks it against the position the transcoder is given at (:func:`check_layers`).
-    ``cross_layer_writes``: True for an encoder taken out of a :class:`CrossLayerTranscoder` whose features also write
-    to later layers' outputs (:meth:`CrossLayerTranscoder.encoder`), which a per-layer transcoder cannot hold: such a
-    transcoder reads and encodes its layer, but as part of a replacement set it would drop those writes, so the
-    analyses over one refuse it (:func:`check_whole`)."""
+    analysis checks it against the position the transcoder is given at (:func:`check_layers`). Every write of its
+    features is its W_dec: a cross-layer transcoder's encoder with later writes is not a :class:`Transcoder`
+    (:meth:`CrossLayerTranscoder.encoder`)."""
 
     layer: Optional[int] = None
-    cross_layer_writes: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -220,7 +216,6 @@ class Transcoder(Dictionary):
             raise ArgumentError(f"layer={self.layer!r} must be an int ≥ 0 (the model layer) or None (unknown)")
         if self.layer is not None:
             object.__setattr__(self, "layer", int(self.layer))
-        check_bool("cross_layer_writes", self.cross_layer_writes)
 
 
 def fvu(y: Tensor, yhat: Tensor) -> Tensor:
@@ -240,19 +235,6 @@ def check_layers(transcoders: Sequence[Transcoder], name: str = "transcoders") -
                 f"(its layers in order: {got}); pass one transcoder per layer in layer order, e.g. "
                 "sorted(transcoders, key=lambda t: t.layer)"
             )
-
-
-def check_whole(name: str, t: Transcoder) -> None:
-    """``t`` holds every write of its features: an encoder taken out of a cross-layer transcoder whose features also
-    write to later layers (``cross_layer_writes``) is an :class:`~interp.errors.ArgumentError` naming ``name`` and how
-    to pass the CLT — a replacement model or an intervention over it would drop every cross-layer write."""
-    if getattr(t, "cross_layer_writes", False):
-        raise ArgumentError(
-            f"{name} is the encoder of layer {t.layer} taken out of a CrossLayerTranscoder "
-            "(CrossLayerTranscoder.encoder): its features also write to the outputs of later layers, which a "
-            "per-layer transcoder does not hold, so a replacement model or an intervention over it would drop every "
-            "cross-layer write; pass the CrossLayerTranscoder itself (transcoders=clt)"
-        )
 
 
 @dataclass(frozen=True)
@@ -382,11 +364,20 @@ class CrossLayerTranscoder:
 
     def encoder(self, l: int) -> Transcoder:
         """Layer l's encoder as a per-layer :class:`Transcoder` (its activation, threshold and k; the decoder to its
-        own layer's output, b_dec[l] and W_skip[l]): what reads and encodes layer l's MLP input. Its decode is
-        *not* the CLT's reconstruction of layer l (which adds the earlier layers' features: :meth:`decode`); where
-        layer l's features write to later layers too it says so (``cross_layer_writes``), and the analyses that
-        replace the model's MLPs refuse it in a per-layer list (pass the CLT itself)."""
+        own layer's output, b_dec[l] and W_skip[l]) — for a layer whose features write to no later layer (the last,
+        or every layer of a CLT whose later decoders are zero), where the Transcoder holds every write. Its decode is
+        *not* the CLT's reconstruction of layer l (which adds the earlier layers' features: :meth:`decode`). A layer
+        whose features also write to later layers is an :class:`~interp.errors.ArgumentError`: a per-layer
+        transcoder cannot hold those writes, so a list of them would build a replacement model without them; its
+        encoding is :meth:`encode_layer`, and every analysis takes the CLT itself."""
         l = self._layer(l)
+        if self.W_dec[l].shape[1] > 1 and bool(self.W_dec[l][:, 1:].any()):
+            raise ArgumentError(
+                f"encoder({l}): the features of layer {l} also write to the outputs of later layers, which a "
+                "per-layer Transcoder does not hold (a list of them would drop every cross-layer write); encode "
+                f"with clt.encode_layer(x, {l}), and pass the CrossLayerTranscoder itself to the analyses "
+                "(transcoders=clt)"
+            )
         thr = None if self.threshold is None else self.threshold[l]
         return Transcoder(
             self.W_enc[l],
@@ -399,7 +390,6 @@ class CrossLayerTranscoder:
             self.k,
             self.context_length,
             layer=self.model_layers[l],
-            cross_layer_writes=bool(self.W_dec[l][:, 1:].any()),
         )
 
     def decoder(self, l: int, target: int) -> Float[Tensor, "n_features d_model"]:

@@ -4,6 +4,6 @@ checks of a dictionary set's layers, and the top and bottom tokens of a logit ve
 
 from interp.dictionaries._logit_effects import top_and_bottom_logits
 from interp.dictionaries._set import check_transcoder, replacement_set
-from interp.dictionaries._transcoder import check_layers, check_whole, mlp_input
+from interp.dictionaries._transcoder import check_layers, mlp_input
 
-__all__ = ["check_layers", "check_transcoder", "check_whole", "mlp_input", "replacement_set", "top_and_bottom_logits"]
+__all__ = ["check_layers", "check_transcoder", "mlp_input", "replacement_set", "top_and_bottom_logits"]

@@ -62,7 +62,6 @@ from interp._validate import (
     check_int,
     check_int_range,
     check_positive_int,
-    is_int,
 )
 from interp.engine import Engine, unembed
 from interp.errors import (
@@ -133,59 +132,44 @@ def _for_run(
 
 
 def _dictionary(model: Model, transcoders: Any) -> Optional[DictionarySet]:
-    """``transcoders`` as a :class:`DictionarySet` (None: steering only): a list with one per layer, a list whose
-    transcoders know their ``layer``, a ``TrainedTranscoders``, a mapping {layer: Transcoder}, or a
-    :class:`CrossLayerTranscoder` (or its ``TrainedCrossLayerTranscoder``) with encoders at some of the model's
-    layers."""
+    """``transcoders`` as a :class:`DictionarySet` of the model (None: steering only) — anything
+    :meth:`DictionarySet.of` reads (a list, a {layer: Transcoder} dict, a cross-layer transcoder, a training result)
+    with encoders at some of the model's layers. A list whose transcoders' layers are not all known is one per
+    layer in layer order."""
     if transcoders is None:
         return None
-    if hasattr(transcoders, "layers") and hasattr(transcoders, "transcoders"):  # TrainedTranscoders / CLT
-        inner = transcoders.transcoders
-        transcoders = dict(zip(transcoders.layers, inner)) if isinstance(inner, (list, tuple)) else inner
     L, d = model.arch.n_layers, model.arch.d_model
-    if not isinstance(transcoders, (Mapping, list, tuple)):  # a cross-layer set
-        try:
-            s = DictionarySet.of(transcoders)
-        except ArgumentError:
+    items = transcoders
+    inner = getattr(transcoders, "transcoders", None)  # a training result: its transcoders at its layers
+    if isinstance(inner, (list, tuple)) and hasattr(transcoders, "layers"):
+        items = dict(zip(transcoders.layers, inner))
+    elif isinstance(transcoders, Mapping) and not isinstance(transcoders, dict):
+        items = dict(transcoders)
+    if isinstance(items, (list, tuple, dict)):
+        for key, t in items.items() if isinstance(items, dict) else enumerate(items):
+            check_transcoder(f"transcoders[{key!r}]", t)
+        if isinstance(items, (list, tuple)) and len(items) != L and any(t.layer is None for t in items):
             raise ArgumentError(
-                f"transcoders={transcoders!r:.80} must be None (steering vectors only), a list of "
-                "interp.features.Transcoder, a dict {layer: Transcoder}, a TrainedTranscoders or an "
-                "interp.features.CrossLayerTranscoder"
-            ) from None
-        if s.d_model != d or not all(0 <= l < L for l in s.layers):
-            raise ArgumentError(
-                f"transcoders is a {transcoders!r}; model {model.name!r} has layers 0..{L - 1} and d_model={d}: its "
-                "encoders must sit at the model's layers, with its width"
+                f"transcoders has {len(items)} entries for a model of {L} layers: give one per "
+                "layer in layer order, transcoders whose .layer is set (each layer once), or a dict "
+                "{layer: Transcoder}"
             )
-        return s
-    out = dict(transcoders) if isinstance(transcoders, Mapping) else _from_list(model, transcoders)
-    for l, t in out.items():
-        check_transcoder(f"transcoders[{l!r}]", t)
-        if not (is_int(l) and 0 <= l < L):
-            raise ArgumentError(
-                f"transcoders has a transcoder for layer {l!r}; model {model.name!r} has layers 0..{L - 1}"
-            )
-        if t.layer is not None and t.layer != l:
-            raise ArgumentError(f"transcoders[{l}] is the transcoder of layer {t.layer}, given for layer {l}")
-        if t.d_model != d:
-            raise ArgumentError(f"transcoders[{l}] has d_model={t.d_model}; the model's is {d}")
-    return DictionarySet.of({int(l): t for l, t in out.items()}) if out else None
-
-
-def _from_list(model: Model, transcoders: Sequence[Any]) -> dict[Any, Transcoder]:
-    """A list of transcoders by layer: one per layer in layer order, or each at its ``layer``."""
-    L = model.arch.n_layers
-    for i, t in enumerate(transcoders):
-        check_transcoder(f"transcoders[{i}]", t)
-    if len(transcoders) == L and all(t.layer in (None, i) for i, t in enumerate(transcoders)):
-        return dict(enumerate(transcoders))
-    if all(t.layer is not None for t in transcoders) and len({t.layer for t in transcoders}) == len(transcoders):
-        return {t.layer: t for t in transcoders}
-    raise ArgumentError(
-        f"transcoders has {len(transcoders)} entries for a model of {L} layers: give one per "
-        "layer in layer order, transcoders whose .layer is set (each layer once), or a dict "
-        "{layer: Transcoder}"
-    )
+    try:
+        s = DictionarySet.of(items)
+    except ArgumentError as e:
+        if isinstance(items, (list, tuple, dict, Transcoder)):
+            raise
+        raise ArgumentError(
+            f"transcoders={transcoders!r:.80} must be None (steering vectors only), a list of "
+            "interp.features.Transcoder, a dict {layer: Transcoder}, a TrainedTranscoders or an "
+            "interp.features.CrossLayerTranscoder"
+        ) from e
+    if s.d_model != d or not all(0 <= l < L for l in s.layers):
+        raise ArgumentError(
+            f"transcoders is a {s!r}; model {model.name!r} has layers 0..{L - 1} and d_model={d}: its "
+            "encoders must sit at the model's layers, with its width"
+        )
+    return s
 
 
 def _split(interventions: Any) -> tuple[list[tuple[int, Any]], list[tuple[int, Steer]]]:
@@ -207,30 +191,13 @@ def _split(interventions: Any) -> tuple[list[tuple[int, Any]], list[tuple[int, S
     return feats, steers
 
 
-class _ByLayer:
-    """The transcoders of some layers seen as one per layer (what intervene's validation reads): a layer without one
-    is an :class:`ArgumentError` naming the layers that have one."""
-
-    def __init__(self, ds: Optional[DictionarySet], n_layers: int):
-        self.ds, self.n_layers = ds, n_layers
-
-    def n_features(self, l: int) -> int:
-        if self.ds is None or l not in self.ds.layers:
-            raise ArgumentError(
-                f"interventions[0]: layer={l!r} has no transcoder: the transcoders given are those of "
-                f"layers {[] if self.ds is None else list(self.ds.layers)}"
-            )
-        return self.ds.n_features(l)
-
-
 def _features(items: list[tuple[int, Any]], ds: Optional[DictionarySet], n_layers: int, n: int) -> list[Intervention]:
     """The feature items validated for a prompt of ``n`` tokens (intervene's rules; errors name the item's index in
     the caller's list)."""
     out = []
-    by_layer: Any = _ByLayer(ds, n_layers)
     for i, it in items:
         try:
-            out += _interventions([it], by_layer, n)
+            out += _interventions([it], ds, n, n_layers)
         except ArgumentError as e:
             raise ArgumentError(str(e).replace("interventions[0]", f"interventions[{i}]", 1)) from None
     check_overlap(out, [f"interventions[{i}]" for i, _ in items])

@@ -153,9 +153,13 @@ def _value(name: str, v: Any) -> float:
     return check_finite_float(name, v)
 
 
-def _interventions(items: Any, transcoders: DictionarySet, n: int) -> list[Intervention]:
+def _interventions(
+    items: Any, transcoders: Optional[DictionarySet], n: int, n_layers: Optional[int] = None
+) -> list[Intervention]:
     """Validated interventions, positions made non-negative (typed errors name the item, the value and what is
-    allowed), no two on one feature at one position. An item is an :class:`Intervention`, a tuple (layer, pos,
+    allowed), no two on one feature at one position. ``n_layers``: the model's layers (default: the set's, which
+    then covers them all); a layer of the model without an encoder in ``transcoders`` (None: no set) is refused.
+    An item is an :class:`Intervention`, a tuple (layer, pos,
     feature, value) (circuit-tracer's order: clamp), or a feature label / its text (ablate)."""
     if (
         isinstance(items, (Intervention, Feature, str))
@@ -168,12 +172,13 @@ def _interventions(items: Any, transcoders: DictionarySet, n: int) -> list[Inter
             f"interventions={_describe(items)} must be a non-empty list of Intervention, (layer, pos, feature, "
             "value) tuples or feature labels"
         )
-    out = [_intervention(f"interventions[{i}]", it, transcoders, n) for i, it in enumerate(items)]
+    L = n_layers if n_layers is not None else (transcoders.n_layers if transcoders is not None else 0)
+    out = [_intervention(f"interventions[{i}]", it, transcoders, n, L) for i, it in enumerate(items)]
     check_overlap(out, [f"interventions[{i}]" for i in range(len(out))])
     return out
 
 
-def _intervention(name: str, it: Any, transcoders: DictionarySet, n: int) -> Intervention:
+def _intervention(name: str, it: Any, transcoders: Optional[DictionarySet], n: int, L: int) -> Intervention:
     """One item of ``interventions`` validated (:func:`_interventions`), its position in [0, n) (None: every)."""
     if isinstance(it, (Feature, str)):
         it = Intervention.ablate(it)
@@ -196,9 +201,13 @@ def _intervention(name: str, it: Any, transcoders: DictionarySet, n: int) -> Int
         )
     if it.mode not in MODES:
         raise ArgumentError(f"{name}: mode={it.mode!r} is not one of {MODES}")
-    L = transcoders.n_layers
     if not is_int(it.layer) or not 0 <= it.layer < L:
         raise ArgumentError(f"{name}: layer={it.layer!r} must be an int in [0, {L - 1}] (one transcoder per layer)")
+    if transcoders is None or it.layer not in transcoders.layers:
+        raise ArgumentError(
+            f"{name}: layer={it.layer!r} has no transcoder: the transcoders given are those of "
+            f"layers {[] if transcoders is None else list(transcoders.layers)}"
+        )
     F_ = transcoders.n_features(it.layer)
     if not is_int(it.feature) or not 0 <= it.feature < F_:
         raise ArgumentError(

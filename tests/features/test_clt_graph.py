@@ -22,10 +22,7 @@ from interp.errors import ArgumentError
 from interp.features import (
     CrossLayerTranscoder,
     Intervention,
-    Transcoder,
-    aggregate_graphs,
     attribution_graph,
-    generate,
     intervene,
     top_activating_contexts,
 )
@@ -101,7 +98,6 @@ def test_clt_of_another_shape(models):
 def test_intervention_in_the_graph_regime_is_the_edge(models, family):
     """intervene on a CLT feature with every other feature, error node, pattern and norm scale frozen: the change of
     the logit is (factor − 1) × the graph's edge from that feature to the logit (through all its writes)."""
-    from interp.features import Intervention, intervene
 
     m = _model(models, family, torch.float64)
     c = random_clt(m, 12, seed=4, dtype=torch.float64)
@@ -128,7 +124,6 @@ def test_live_intervention_is_the_hooked_hf_model():
     """Live regime (the real model rerun): ablating a layer-0 CLT feature at position p adds −a W_dec[0 → l'] to the
     MLP output of every layer l' at p — the same logits as the Hugging Face model with those forward hooks."""
     from interp.engine import model_from_hf
-    from interp.features import Intervention, intervene
     from tiny_models import hooked_forward, tiny_hf_model, tiny_tokenizer
 
     hf = tiny_hf_model("llama", n_layers=3, dtype=torch.float64)
@@ -159,23 +154,18 @@ def test_live_intervention_is_the_hooked_hf_model():
     assert not torch.allclose(r.logits_after, r.logits_before, atol=1e-6)
 
 
-def test_encoders_of_a_clt_with_later_writes_are_refused_as_a_per_layer_set(models):
+def test_an_encoder_of_a_clt_with_later_writes_is_not_a_per_layer_transcoder(models):
     """[clt.encoder(l) for l in …] given as per-layer transcoders built a plausible graph that dropped every
-    cross-layer write; an encoder whose features write to later layers says so, and the analyses that replace the
-    model's MLPs refuse it, naming how to pass the CLT."""
+    cross-layer write; a layer whose features write to later layers has no per-layer Transcoder (a Transcoder holds
+    every write of its features), so the list cannot be built: the error names the encoding and the CLT."""
     m = _model(models, "llama", torch.float64)
     c = random_clt(m, 12, seed=3, dtype=torch.float64)
-    encoders = [c.encoder(l) for l in range(3)]
-    assert [e.cross_layer_writes for e in encoders] == [True, True, False]  # the last layer has no later layer
-    for run in (
-        lambda: attribution_graph(m, PROMPT, encoders),
-        lambda: intervene(m, PROMPT, encoders, [Intervention.ablate("L0.F1@2")]),
-        lambda: aggregate_graphs(m, [PROMPT], encoders, progress=False),
-        lambda: attribution_graph(m, PROMPT, c).faithfulness(m, encoders),
-        lambda: generate(m, PROMPT, encoders, [Intervention.ablate("L0.F1@2")], max_new_tokens=1),
-    ):
-        with pytest.raises(ArgumentError, match=r"transcoders\[0\] is the encoder of layer 0 .*transcoders=clt"):
-            run()
-    assert top_activating_contexts(m, encoders, ["a b c"], ["L0.F1"], k=1).keys() == {"L0.F1"}  # reading is fine
-    with pytest.raises(ArgumentError, match="cross_layer_writes"):
-        Transcoder(c.W_enc[0], c.b_enc[0], c.W_dec[0][:, 0], c.b_dec[0], cross_layer_writes=1)
+    for l in (0, 1):
+        with pytest.raises(ArgumentError, match=rf"encoder\({l}\): .*later layers.*encode_layer.*transcoders=clt"):
+            c.encoder(l)
+    last = c.encoder(2)  # the last layer writes only its own output: a per-layer transcoder holds all of it
+    assert torch.equal(last.W_dec, c.W_dec[2][:, 0]) and last.layer == 2
+    x = torch.randn(4, m.arch.d_model, dtype=torch.float64)
+    assert torch.equal(last.encode(x), c.encode_layer(x, 2))
+    # reading a CLT's features needs no per-layer list: the contexts read through the CLT's encoders
+    assert top_activating_contexts(m, c, ["a b c"], ["L0.F1"], k=1).keys() == {"L0.F1"}

@@ -336,7 +336,7 @@ def test_an_encoder_taken_out_of_a_clt_is_refused(llama):
     _, model = llama
     clt = random_clt(model, 8, seed=9)
     with pytest.raises(ArgumentError, match="pass the CrossLayerTranscoder itself"):
-        evaluate_dictionary(model, [clt.encoder(l) for l in range(L)], tokens=_ids())
+        evaluate_dictionary(model, [clt.encoder(l) for l in range(L)], tokens=_ids())  # encoder(0) refuses
 
 
 def test_a_trained_set_is_read_through_its_transcoders(llama):

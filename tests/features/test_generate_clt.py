@@ -109,9 +109,9 @@ def test_clt_generation_is_the_hooked_hf_model(models, family):
     assert r.tokens[0].tolist() == toks
     assert err <= 1e-12 * float(z.abs().max())
     assert float((r.logits - r.baseline_logits).abs().max()) > 1e-2  # the interventions do move the logits
-    # the later decoders matter: the same encoders as per-layer transcoders (own-layer writes only) would drop them,
-    # and are refused saying to pass the CLT
-    with pytest.raises(ArgumentError, match=r"transcoders\[0\] is the encoder of layer 0 .*transcoders=clt"):
+    # the later decoders matter: per-layer transcoders of the same encoders (own-layer writes only) would drop them,
+    # and the CLT has none to give, saying to pass the CLT
+    with pytest.raises(ArgumentError, match=r"encoder\(0\): .*transcoders=clt"):
         generate(m, PROMPT, [c.encoder(l) for l in range(3)], IVS, max_new_tokens=S)
 
 
