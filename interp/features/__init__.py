@@ -34,7 +34,8 @@ from interp.dictionaries import (
 )
 from interp.features._aggregate import AggregateGraph, aggregate_graphs
 from interp.features._faithfulness import GRAPH_ABLATIONS, GRAPH_THRESHOLDS, GraphFaithfulness
-from interp.features._generate import GenerationResult, Steer, generate
+from interp.features._generate import Steer, generate
+from interp.features._generation_result import GenerationResult
 from interp.features._graph import attribution_graph
 from interp.features._intervene import (
     CLOSURE_TOLERANCE,

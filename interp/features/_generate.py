@@ -46,24 +46,20 @@ batches (the engine's positions count from each row's first token, so a left-pad
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Sequence, Union
 
-import pandas as pd
 import torch
 from torch import Tensor
 
-from interp._norms import apply_frozen
-from interp._result import Result
 from interp._validate import (
     check_bool,
     check_choice,
     check_finite_float,
-    check_index,
     check_int,
     check_int_range,
     check_positive_int,
 )
-from interp.engine import Engine, unembed
+from interp.engine import Engine
 from interp.errors import (
     ArgumentError,
     ContextLengthWarning,
@@ -71,10 +67,11 @@ from interp.errors import (
     UnsupportedArchitectureError,
     warn_user,
 )
+from interp.features._generation_result import GenerationResult
+from interp.features._generation_run import Run, Writes, generate_tokens
 from interp.features._intervene import (
     REGIMES,
     Intervention,
-    _apply,
     _interventions,
     check_closure,
     check_live,
@@ -83,13 +80,13 @@ from interp.features._intervene import (
 from interp.dictionaries.internal import check_transcoder
 from interp.dictionaries import DictionarySet, Transcoder
 from interp.labels import Feature, Resid
-from interp.models import Model, run_block
+from interp.models import Model
 from interp.stream import as_batch, require_model
 
 if TYPE_CHECKING:
-    import plotly.graph_objects as go
+    pass
 
-__all__ = ["GenerationResult", "Steer", "generate"]
+__all__ = ["Steer", "generate"]
 
 POSITIONS = ("all", "prompt")
 
@@ -110,13 +107,9 @@ class Steer:
         return f"{Resid(self.layer, self.site[len('resid_') :])} += {self.alpha:g}·{self.name}"  # type: ignore[arg-type]
 
 
-#: (k, W_dec[k → l] [F, d]) — the writes into one layer l of the features of the intervened layers k ≤ l
-_Writes = list[tuple[int, Tensor]]
-
-
 def _for_run(
     ds: Optional[DictionarySet], layers: set[int], device: Any, dtype: torch.dtype
-) -> tuple[dict[int, Transcoder], dict[int, _Writes]]:
+) -> tuple[dict[int, Transcoder], dict[int, Writes]]:
     """The encoders of ``layers`` (the intervened ones) in the run's device and dtype, and per model layer l the
     writes into it of those layers' features: [(k, W_dec[k → l])] for every k ≤ l in ``layers`` whose features write
     to l (per-layer transcoders: k = l only)."""
@@ -124,7 +117,7 @@ def _for_run(
         return {}, {}
     s = ds.to(device=device, dtype=dtype)
     enc = {k: s.encoder(k) for k in sorted(layers)}
-    into: dict[int, _Writes] = {}
+    into: dict[int, Writes] = {}
     for k in sorted(layers):
         for j in s.targets(k):
             into.setdefault(j, []).append((k, s.decoder(k, j)))
@@ -249,199 +242,6 @@ def _prompts(model: Model, prompt: Any) -> list[tuple[str, Tensor]]:
         )
         out.append((text, ids))
     return out
-
-
-def _frozen_norm(e: Engine, norm: str, l: Optional[int], x: Tensor, sigma: Tensor) -> Tensor:
-    """x through norm ``norm`` of layer ``l`` ("lnf": the final norm) with its scale held at ``sigma``:
-    γ ⊙ centre(x) / σ + β (:func:`interp._norms.apply_frozen`)."""
-    kind = e.arch.norm
-    if kind == "none":
-        return x
-    if l is None:
-        gain, bias = e.w.lnf_w, e.w.lnf_b
-    else:
-        gain, bias = e.norm_weights(norm, l)
-    return apply_frozen(x, gain, sigma, kind, bias=bias)
-
-
-class _Run:
-    """One generation of a batch of prompts of one length: the key/value cache per layer, the baseline's kept values
-    (``record``: the prompt pass's patterns and norm scales), the intervened layers' encoders and decoder writes
-    (:func:`_for_run`), the interventions and the steering vectors."""
-
-    def __init__(
-        self,
-        e: Engine,
-        enc: dict[int, Transcoder],
-        into: dict[int, _Writes],
-        ivs: list[Intervention],
-        steers: list[tuple[str, int, Tensor]],
-        positions: str,
-        *,
-        record: bool = False,
-        frozen: Optional[dict[Any, Tensor]] = None,
-    ):
-        self.e, self.enc, self.into, self.positions = e, enc, into, positions
-        self.ivs, self.steers = ivs, steers
-        self.kv: list[Optional[tuple[Tensor, Tensor]]] = [None] * e.L
-        self.record: Optional[dict[Any, Tensor]] = {} if record else None
-        self.frozen = frozen
-
-    def logits(self, ids: Tensor, t0: int) -> Tensor:
-        """The logits [B, d_vocab] at the last of ``ids`` [B, N], running positions t0…N−1 (t0 = 0: the prompt
-        pass)."""
-        e = self.e
-        prompt_pass = t0 == 0
-        parts = {k: v[:, t0:] for k, v in e.embed_parts(ids).items()}
-        x = e.embed(parts)
-        p = _Pass(self, t0, ids.shape[1], prompt_pass)
-        for l in range(e.L):
-            p.l = l
-            x = run_block(e.block, p, x)
-        last = x[:, -1]
-        if prompt_pass and self.record is not None:
-            self.record["final"] = e.norm_scale(x)
-        if prompt_pass and self.frozen is not None:
-            y = _frozen_norm(e, "lnf", None, last, self.frozen["final"][:, -1])
-        else:
-            y = e.norm(last, e.w.lnf_w, e.w.lnf_b)
-        return unembed(y, e.w.need("W_U"), e.w.b_U, e.arch.final_softcap)
-
-
-class _Pass:
-    """The block interpreter (:class:`interp.models.BlockOps`) of one pass of a :class:`_Run` over positions
-    t0…N−1, layer by layer (``l``): the engine's live maths, the interventions of this pass, and — the prompt pass of
-    a frozen run — the baseline's patterns and norm scales."""
-
-    def __init__(self, run: _Run, t0: int, N: int, prompt_pass: bool):
-        self.run, self.e, self.t0, self.N, self.prompt_pass = run, run.e, t0, N, prompt_pass
-        self.l = 0
-        self.frozen = run.frozen if prompt_pass else None
-        self.h2: Optional[Tensor] = None
-        self.dfs: dict[int, Tensor] = {}  # Δf_k [B, T, F] of the layers intervened on in this pass, as met
-        dev = run.e.model.device
-        self.mask = torch.ones(1, N, dtype=torch.long, device=dev)
-        self.rows = torch.zeros(1, dtype=torch.long, device=dev)
-        every = prompt_pass or run.positions == "all"  # do the every-position interventions act in this pass?
-        self.ivs: dict[int, list[Intervention]] = {}
-        for it in run.ivs:
-            if (it.pos is None and every) or (it.pos is not None and prompt_pass):
-                self.ivs.setdefault(it.layer, []).append(it)
-        self.steers: dict[tuple[str, int], Tensor] = {}
-        if every:
-            for site, l, v in run.steers:
-                self.steers[site, l] = self.steers[site, l] + v if (site, l) in self.steers else v
-
-    def _norm(self, norm: Optional[str], x: Tensor, *, freeze: bool = True) -> Tensor:
-        if norm is None:
-            return x
-        if self.run.record is not None and self.prompt_pass:
-            self.run.record[norm, self.l] = self.e.norm_scale(x)
-        if self.frozen is not None and freeze:
-            return _frozen_norm(self.e, norm, self.l, x, self.frozen[norm, self.l])
-        return self.e.norm_at(norm, self.l, x)
-
-    def point(self, site: str, v: Tensor) -> Tensor:
-        add = self.steers.get((site, self.l))
-        if add is not None:
-            v = v + add
-        if site == "mlp_out":
-            change = self._feature_change()
-            if change is not None:
-                v = v + change.to(v.dtype)
-        return v
-
-    def _feature_change(self) -> Optional[Tensor]:
-        """The intervened features' change of layer l's write, Σ_{k ≤ l} Δf_k W_dec[k → l] [B, T, d] (None where no
-        feature writing into l is intervened on), Δf_k = f̃_k − f_k of this pass's MLP input at layer k — computed
-        here at layer k and kept for the later layers a CLT's features write to."""
-        l, run = self.l, self.run
-        ivs = self.ivs.get(l)
-        if ivs:
-            assert self.h2 is not None
-            tc = run.enc[l]
-            f = tc.encode(self.h2.to(tc.W_enc.dtype))  # [B, T, F]: the features this run's MLP input gives
-            self.dfs[l] = torch.stack([_apply(row, ivs) for row in f]) - f
-        out: Optional[Tensor] = None
-        for k, W in run.into.get(l, ()):
-            df = self.dfs.get(k)
-            if df is not None:
-                term = df @ W
-                out = term if out is None else out + term
-        return out
-
-    def read(self, sub: str, norm: Optional[str], stream: Tensor) -> Tensor:
-        h = self._norm(norm, stream)
-        if sub == "mlp":
-            self.h2 = h
-        return h
-
-    def apply(self, sub: str, h: Tensor) -> Tensor:
-        return self._attention(h) if sub == "attn" else self.e.mlp(self.l, h)
-
-    def out_norm(self, sub: str, norm: str, out: Tensor) -> Tensor:
-        return self._norm(norm, out, freeze=sub == "attn")  # the MLP's output norm stays live (as in intervene)
-
-    def add(self, sub: str, stream: Tensor, out: Tensor) -> Tensor:
-        return stream + out
-
-    def norm(self, norm: str, stream: Tensor) -> Tensor:  # post-norm blocks: live steering only (generate checks)
-        return self.e.norm_at(norm, self.l, stream)
-
-    def _attention(self, h1: Tensor) -> Tensor:
-        """Layer l's attention output on what it read, h1 [B, T, d]: q, k, v projected (QK-norm, rotation), this
-        pass's keys and values appended to the cache, the pattern over every cached key — the baseline's (frozen
-        prompt pass), explicit (a prompt pass: kept by the baseline) or fused (a generated position)."""
-        e, l, run = self.e, self.l, self.run
-        H, Hkv = e.H, e.Hkv
-        qkv = e.project_qkv(l, h1)
-        qk = e.position_qk(l, qkv[:, :, : H + Hkv], self.t0)
-        q, k = qk[:, :, :H].transpose(1, 2), qk[:, :, H:].transpose(1, 2)
-        v = qkv[:, :, H + Hkv :].transpose(1, 2)
-        cached = run.kv[l]
-        if self.t0:
-            assert cached is not None
-            k, v = torch.cat([cached[0], k], dim=2), torch.cat([cached[1], v], dim=2)
-        run.kv[l] = (k, v)
-        if self.frozen is not None:
-            z = e.weigh(self.frozen["pattern", l], v)
-        else:
-            allowed = e.allowed(self.mask, self.rows, self.t0, h1.shape[1], e.arch.window(l))
-            if self.prompt_pass:
-                A = e.pattern(l, q, k, allowed)
-                if run.record is not None:
-                    run.record["pattern", l] = A
-                z = e.weigh(A, v)
-            else:
-                z = e.attend(l, q, k, v, allowed)
-        return e.attn_out(l, z)
-
-
-def _choose(z: Tensor, temperature: float, gens: list[torch.Generator]) -> Tensor:
-    """The next token of each row of z [B, d_vocab], [B]: argmax (temperature 0), else a draw from softmax(z_b / T)
-    with row b's own generator."""
-    if not temperature:
-        return z.argmax(-1)
-    draws = [
-        torch.multinomial(torch.softmax(z[b].double() / temperature, dim=-1), 1, generator=g)
-        for b, g in enumerate(gens)
-    ]
-    return torch.cat(draws)
-
-
-def _generate(run: _Run, ids: Tensor, steps: int, temperature: float, seed: int) -> tuple[Tensor, Tensor]:
-    """(generated ids [B, steps], logits [B, steps, d_vocab]) of ``run`` from the prompts ``ids`` [B, n] (one
-    length); each row samples with its own generator seeded ``seed``, as it would alone."""
-    gens = [torch.Generator(device=ids.device).manual_seed(seed) for _ in range(ids.shape[0])] if temperature else []
-    n = ids.shape[1]
-    out, zs = [], []
-    for s in range(steps):
-        z = run.logits(ids, 0 if s == 0 else n + s - 1)
-        t = _choose(z, temperature, gens)
-        zs.append(z)
-        out.append(t)
-        ids = torch.cat([ids, t[:, None].to(ids.dtype)], dim=1)
-    return torch.stack(out, 1), torch.stack(zs, 1)
 
 
 @dataclass(frozen=True)
@@ -582,14 +382,14 @@ def _run_batches(model: Model, job: _Job, opts: _Options) -> _Outputs:
         for rows in _batches(job.prompts):
             ids = torch.cat([job.prompts[i][1] for i in rows])  # [B, n]
             ivs = job.ivs[rows[0]]  # one length, the same positions: the same interventions
-            base = _Run(e, enc, into, [], [], opts.positions, record=True)
-            bt, bz = _generate(base, ids, *run_args)
+            base = Run(e, enc, into, [], [], opts.positions, record=True)
+            bt, bz = generate_tokens(base, ids, *run_args)
             frozen = base.record if opts.frozen else None
-            t, z = _generate(_Run(e, enc, into, ivs, job.steers, opts.positions, frozen=frozen), ids, *run_args)
+            t, z = generate_tokens(Run(e, enc, into, ivs, job.steers, opts.positions, frozen=frozen), ids, *run_args)
             if frozen is not None:  # the frozen prompt pass without the interventions is the baseline
-                z0 = _Run(e, enc, into, [], [], opts.positions, frozen=frozen).logits(ids, 0)
+                z0 = Run(e, enc, into, [], [], opts.positions, frozen=frozen).logits(ids, 0)
                 out.closure = max(out.closure, float((z0 - bz[:, 0]).abs().max()))
-                live = _Run(e, enc, into, ivs, job.steers, opts.positions).logits(ids, 0)
+                live = Run(e, enc, into, ivs, job.steers, opts.positions).logits(ids, 0)
                 for b, i in enumerate(rows):
                     out.live[i] = live[b]
             out.scale = max(out.scale, float(bz[:, 0].abs().max()))
@@ -737,168 +537,3 @@ def _result(
         model_name=model.name,
         **kw,
     )
-
-
-@dataclass(frozen=True, eq=False)
-class GenerationResult(Result):
-    """Both continuations of each prompt (:func:`generate`): the intervened run's ``tokens`` [n_prompts, n_steps]
-    and ``logits`` [n_prompts, n_steps, d_vocab] (step s: the logits that chose token s), the baseline's
-    ``baseline_tokens`` / ``baseline_logits``, the ``top_k`` most likely tokens per step (``top_ids``,
-    ``baseline_top_ids``, and their text ``top_strs`` / ``baseline_top_strs``), the continuations as text
-    (``texts``, ``baseline_texts``; the generated tokens only) and per token (``token_strs``, …). ``regime``: "live"
-    or "frozen attention"; ``closure_error`` (frozen): max |first logits of the frozen prompt pass without the
-    interventions − the baseline's|, ``relative_error`` over max |baseline logit|; ``live_first_logits`` (frozen)
-    [n_prompts, d_vocab]: the first step's logits of the live model with the interventions, beside ``logits[:, 0]``
-    (None when the regime is live: the first step is live already). Rows: one per (prompt, step),
-    labelled ``p<prompt>.s<step>``; ``top()`` ranks them by ``kl`` = KL(intervened ‖ baseline) of that step's
-    next-token distributions (the two runs' own prefixes, which differ once the texts do)."""
-
-    tokens: Tensor
-    baseline_tokens: Tensor
-    logits: Tensor
-    baseline_logits: Tensor
-    top_ids: Tensor
-    baseline_top_ids: Tensor
-    prompts: list[str]
-    prompt_tokens: list[list[int]]
-    texts: list[str]
-    baseline_texts: list[str]
-    token_strs: list[list[str]] = field(repr=False)
-    baseline_token_strs: list[list[str]] = field(repr=False)
-    top_strs: list[list[list[str]]] = field(repr=False)
-    baseline_top_strs: list[list[list[str]]] = field(repr=False)
-    interventions: list[str] = field(default_factory=list)
-    frozen_attention: bool = False
-    positions: str = "all"
-    temperature: float = 0.0
-    seed: int = 0
-    closure_error: float = 0.0
-    relative_error: float = 0.0
-    closure_tolerance: float = 0.0
-    regime: str = "live"
-    model_name: str = ""
-    live_first_logits: Optional[Tensor] = None
-
-    label_column: ClassVar[str] = "label"
-    default_by: ClassVar[str] = "kl"
-    default_absolute: ClassVar[bool] = False
-
-    @property
-    def n_prompts(self) -> int:
-        return int(self.tokens.shape[0])
-
-    @property
-    def n_steps(self) -> int:
-        return int(self.tokens.shape[1])
-
-    @property
-    def labels(self) -> list[str]:
-        return [f"p{b}.s{s}" for b in range(self.n_prompts) for s in range(self.n_steps)]
-
-    @property
-    def first_difference(self) -> list[Optional[int]]:
-        """Per prompt, the first step whose token differs from the baseline's (None: the same text)."""
-        diff = self.tokens != self.baseline_tokens
-        return [int(d.nonzero()[0, 0]) if bool(d.any()) else None for d in diff]
-
-    def to_dataframe(self) -> pd.DataFrame:
-        """One row per (prompt, step): the intervened run's token (``token``, ``token_id``, its ``logit`` and
-        ``prob``), the baseline's (``baseline_…``), ``same``, ``kl`` = Σ p log(p / p_baseline) and ``max_change`` =
-        max |Δ logit| of the step."""
-        z, bz = self.logits.double(), self.baseline_logits.double()
-        lp, blp = torch.log_softmax(z, -1), torch.log_softmax(bz, -1)
-        kl = (lp.exp() * (lp - blp)).sum(-1)
-        change = (z - bz).abs().amax(-1)
-        T, BT = self.tokens, self.baseline_tokens
-        rows = []
-        for b in range(self.n_prompts):
-            for s in range(self.n_steps):
-                t, bt = int(T[b, s]), int(BT[b, s])
-                rows.append(
-                    {
-                        "label": f"p{b}.s{s}",
-                        "prompt": b,
-                        "step": s,
-                        "token": self.token_strs[b][s],
-                        "token_id": t,
-                        "logit": float(z[b, s, t]),
-                        "prob": float(lp[b, s, t].exp()),
-                        "baseline_token": self.baseline_token_strs[b][s],
-                        "baseline_token_id": bt,
-                        "baseline_logit": float(bz[b, s, bt]),
-                        "baseline_prob": float(blp[b, s, bt].exp()),
-                        "same": t == bt,
-                        "kl": float(kl[b, s]),
-                        "max_change": float(change[b, s]),
-                    }
-                )
-        return pd.DataFrame(
-            rows,
-            columns=[
-                "label",
-                "prompt",
-                "step",
-                "token",
-                "token_id",
-                "logit",
-                "prob",
-                "baseline_token",
-                "baseline_token_id",
-                "baseline_logit",
-                "baseline_prob",
-                "same",
-                "kl",
-                "max_change",
-            ],
-        )
-
-    def _row(self, index: int) -> Any:
-        return self.to_dataframe().iloc[index].to_dict()
-
-    def top_tokens(self, prompt: int = 0, *, baseline: bool = False) -> pd.DataFrame:
-        """The ``top_k`` most likely tokens of each step of prompt ``prompt`` (the baseline's with ``baseline``):
-        ``step``, ``rank`` (1 = most likely), ``token``, ``token_id``, ``logit``, ``prob``."""
-        b = check_index("prompt", prompt, self.n_prompts, what="prompts")
-        z = (self.baseline_logits if baseline else self.logits)[b].double().cpu()
-        ids = (self.baseline_top_ids if baseline else self.top_ids)[b].cpu()
-        strs = (self.baseline_top_strs if baseline else self.top_strs)[b]
-        p = torch.softmax(z, -1)
-        return pd.DataFrame(
-            [
-                {
-                    "step": s,
-                    "rank": r + 1,
-                    "token": strs[s][r],
-                    "token_id": int(ids[s, r]),
-                    "logit": float(z[s, ids[s, r]]),
-                    "prob": float(p[s, ids[s, r]]),
-                }
-                for s in range(ids.shape[0])
-                for r in range(ids.shape[1])
-            ],
-            columns=["step", "rank", "token", "token_id", "logit", "prob"],
-        )
-
-    def plot(self, *, prompt: int = 0) -> "go.Figure":
-        """KL(intervened ‖ baseline) per step of prompt ``prompt``, each bar labelled with the two tokens
-        (:func:`interp.plots.generation_figure`)."""
-        from interp.plots import generation_figure
-
-        return generation_figure(self, prompt=prompt)
-
-    def __repr__(self) -> str:
-        def short(s: str) -> str:
-            return repr(s if len(s) <= 40 else s[:37] + "…")
-
-        more = f" (prompt 0 of {self.n_prompts})" if self.n_prompts > 1 else ""
-        what = (
-            "; ".join(self.interventions)
-            if len(self.interventions) <= 3
-            else "; ".join(self.interventions[:3]) + f"; … ({len(self.interventions)})"
-        )
-        closure = f", closure_error={self.closure_error:.2e}" if self.frozen_attention else ""
-        return (
-            f"GenerationResult({self.model_name!r}, {what or 'no intervention'}, regime {self.regime!r}, "
-            f"{self.n_steps} steps{more}: {short(self.texts[0])} vs baseline {short(self.baseline_texts[0])}"
-            f"{closure})"
-        )

@@ -149,16 +149,16 @@ def test_clt_without_later_decoders_is_the_per_layer_transcoders(models):
 @pytest.fixture()
 def batch_sizes(monkeypatch):
     """The number of rows of every pass generate runs."""
-    from interp.features import _generate
+    from interp.features import _generation_run
 
     seen: list[int] = []
-    logits = _generate._Run.logits
+    logits = _generation_run.Run.logits
 
     def spy(self, ids, t0):
         seen.append(int(ids.shape[0]))
         return logits(self, ids, t0)
 
-    monkeypatch.setattr(_generate._Run, "logits", spy)
+    monkeypatch.setattr(_generation_run.Run, "logits", spy)
     return seen
 
 
