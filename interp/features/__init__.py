@@ -41,10 +41,10 @@ from interp.features._intervene import (
     CLOSURE_TOLERANCE,
     LIVE_AGREEMENT,
     REGIMES,
-    Intervention,
     InterventionResult,
     intervene,
 )
+from interp.features._intervention import Intervention
 from interp.features._qk import QKAttribution, qk_attribution
 from interp.features._result import AttributionGraph
 from interp.features._warnings import ClosureWarning, InactiveFeatureWarning, RegimeWarning

@@ -69,14 +69,8 @@ from interp.errors import (
 )
 from interp.features._generation_result import GenerationResult
 from interp.features._generation_run import Run, Writes, generate_tokens
-from interp.features._intervene import (
-    REGIMES,
-    Intervention,
-    _interventions,
-    check_closure,
-    check_live,
-    check_overlap,
-)
+from interp.features._intervene import REGIMES, check_closure, check_live
+from interp.features._intervention import Intervention, _interventions, check_overlap
 from interp.dictionaries.internal import check_transcoder
 from interp.dictionaries import DictionarySet, Transcoder
 from interp.labels import Feature, Resid

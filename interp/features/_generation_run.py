@@ -12,7 +12,7 @@ from torch import Tensor
 
 from interp._norms import apply_frozen
 from interp.engine import Engine, unembed
-from interp.features._intervene import Intervention, _apply
+from interp.features._intervention import Intervention, _apply
 from interp.dictionaries import Transcoder
 from interp.models import run_block
 

@@ -29,7 +29,9 @@ ALLOWED = {
     "plots/_stream.py": ['f"L{lab.layer}.{lab.where}"'],  # short axis name of a resid point: "L3.pre"
     "plots/_scores.py": ['f"L{l}"'],  # a layer's axis tick
     "dictionaries/_contexts.py": ['out[f"L{l}.F{fi}"]'],  # contexts keyed by a feature of the dictionary, any position
-    "features/_intervene.py": ['return f"L{self.layer}.F{self.feature}{at} {what}"'],  # an intervention's description
+    "features/_intervention.py": [
+        'return f"L{self.layer}.F{self.feature}{at} {what}"'
+    ],  # an intervention's description
     "dictionaries/_evaluate.py": ['labels = [f"L{l}" if site == "mlp_out" else f"L{l}.{site}"'],  # a row's name
     "dictionaries/_logit_effects.py": ['f"L{l}.F{f}": [(name(int(i))'],  # keyed like contexts: a feature, any position
     "report/_dictionary.py": ['key = f"L{l}.F{f}"'],  # the contexts' and logit effects' key
