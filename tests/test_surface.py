@@ -77,6 +77,7 @@ KNOWN_UNDOCUMENTED: dict[str, frozenset[str]] = {
             "Engine",
             "HEADED_SITES",
             "MetricReader",
+            "MLPWrite",
             "Patch",
             "RunCache",
             "SITES",

@@ -11,7 +11,7 @@ engine's forward with the model's own when a model is loaded (:func:`load_model`
 from interp.engine._capabilities import CAPABILITIES, require_capabilities
 from interp.engine._check import load_model, model_from_hf, self_check
 from interp.engine._forward import Engine, RunCache
-from interp.engine._patches import HEADED_SITES, SITES, Patch, Variant
+from interp.engine._patches import HEADED_SITES, SITES, MLPWrite, Patch, Variant
 from interp.engine._metrics import BoundMetric, MetricReader, clean_output, metric_of
 from interp.engine._readout import final_norm, readout, soft_cap, unembed, unembedding
 from interp.engine._rotary import allowed_keys, apply_rotary
@@ -22,6 +22,7 @@ __all__ = [
     "Engine",
     "HEADED_SITES",
     "MetricReader",
+    "MLPWrite",
     "Patch",
     "RunCache",
     "SITES",

@@ -14,7 +14,7 @@ the model's own to float rounding (tests/engine/test_engine.py, and the self-che
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +25,7 @@ from interp.errors import UnsupportedArchitectureError
 from interp.engine._rotary import apply_rotary
 from interp.engine._layer import LiveLayer
 from interp.engine._masks import KeyMasks
-from interp.engine._patches import Patch, Variant, apply_patches
+from interp.engine._patches import MLPWrite, Patch, Variant, apply_patches
 from interp.engine._sweep import sweep
 from interp.models import Model, per_layer, rotary_table_index, rotary_tables, run_block
 
@@ -306,24 +306,39 @@ class Engine:
         mask: Tensor,
         t0: int = 0,
         prefix: Optional[tuple[Tensor, Tensor]] = None,
-        patches: Iterable[Patch] = (),
+        patches: Iterable[Union[Patch, MLPWrite]] = (),
         capture: Optional[set[str]] = None,
         store: Optional[dict[str, Tensor]] = None,
         inplace: bool = False,
     ) -> Tensor:
-        """Layer ``l`` on rows ``x`` [R, T, d_model] holding positions t0..t0+T−1 of prompts ``prompt``: the
+        r"""Layer ``l`` on rows ``x`` [R, T, d_model] holding positions t0..t0+T−1 of prompts ``prompt``: the
         model's block (:attr:`interp.models.Model.block`) interpreted live by :class:`~interp.engine._layer.LiveLayer`,
         each point and each sublayer's internal site a patch point.
 
         ``mask`` [n_prompts, n] is the key padding mask; ``prefix`` the base run's rotated keys and
         values [n_prompts, Hkv, n, d_head] for the positions before t0 (causal models only); ``capture`` the
         sites kept in ``store`` (and "{norm}_in": the input of a stream or output norm, its scale's source).
+        ``patches`` may hold :class:`~interp.engine.MLPWrite`\ s: MLP writes made from what the MLP reads in this pass.
         """
         by: dict[str, list[Patch]] = {}
+        writes = []
         for p in patches:
-            by.setdefault(p.site, []).append(p)
+            if isinstance(p, MLPWrite):
+                writes.append(p)
+            else:
+                by.setdefault(p.site, []).append(p)
         live = LiveLayer(
-            self, l, by, capture or set(), store, t0=t0, prompt=prompt, mask=mask, prefix=prefix, inplace=inplace
+            self,
+            l,
+            by,
+            capture or set(),
+            store,
+            t0=t0,
+            prompt=prompt,
+            mask=mask,
+            prefix=prefix,
+            inplace=inplace,
+            writes=writes,
         )
         return run_block(self.block, live, x)
 

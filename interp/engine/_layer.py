@@ -3,11 +3,11 @@ rows, each point's patches written and its value kept when captured (:meth:`inte
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from torch import Tensor
 
-from interp.engine._patches import Patch, apply_patches
+from interp.engine._patches import MLPWrite, Patch, apply_patches
 
 if TYPE_CHECKING:
     from interp.engine._forward import Engine
@@ -32,10 +32,13 @@ class LiveLayer:
         mask: Tensor,
         prefix: Optional[tuple[Tensor, Tensor]],
         inplace: bool,
+        writes: Sequence[MLPWrite] = (),
     ):
         self.e, self.l, self.by, self.cap, self.store = e, l, by, cap, store
         self.t0, self.prompt, self.mask, self.prefix, self.inplace = t0, prompt, mask, prefix, inplace
         self.x: Optional[Tensor] = None  # the stream the attention read (its q_in/k_in/v_in patches shift it)
+        self.writes = writes  # MLP writes made from what the MLP reads in this pass
+        self.h_mlp: Optional[Tensor] = None  # that input
 
     def wants(self, site: str) -> bool:
         return site in self.cap or (site.startswith("kv_") and "kv" in self.cap)
@@ -46,9 +49,18 @@ class LiveLayer:
 
     def point(self, site: str, v: Tensor) -> Tensor:
         # ``inplace`` (the sweep's own rows): the stream is patched and updated in place
-        v = apply_patches(v, self.by.get(site), self.t0, inplace=self.inplace and site.startswith("resid_"))
+        v = apply_patches(v, self._patches(site), self.t0, inplace=self.inplace and site.startswith("resid_"))
         self.keep(site, v)
         return v
+
+    def _patches(self, site: str) -> Optional[list[Patch]]:
+        """The patches of ``site``; at ``mlp_out`` also each :class:`MLPWrite`'s, made from what the MLP read."""
+        ps = self.by.get(site)
+        if site != "mlp_out" or not self.writes:
+            return ps
+        assert self.h_mlp is not None  # the MLP has read before it writes
+        made = [q for q in (w.patch(self.h_mlp) for w in self.writes) if q is not None]
+        return [*(ps or ()), *made]
 
     def read(self, sub: str, norm: Optional[str], stream: Tensor) -> Tensor:
         h = self.e.norm_at(norm, self.l, stream)
@@ -58,6 +70,7 @@ class LiveLayer:
         for p in self.by.get("mlp_in", ()):  # one reader sees the residual shifted by p.value
             h = h.clone() if h is stream else h
             h[p.rows] = self.e.norm_at(norm, self.l, stream[p.rows] + p.value)
+        self.h_mlp = h
         return h
 
     def apply(self, sub: str, h: Tensor) -> Tensor:

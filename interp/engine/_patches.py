@@ -4,12 +4,12 @@ are written into a batch's rows."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 import torch
 from torch import Tensor
 
-__all__ = ["HEADED_SITES", "Patch", "SITES", "Variant", "apply_patches", "merge_patches"]
+__all__ = ["HEADED_SITES", "MLPWrite", "Patch", "SITES", "Variant", "apply_patches", "merge_patches"]
 
 #: The activations a patch can replace (or, with ``add``, shift).
 SITES = (
@@ -54,6 +54,26 @@ class Patch:
     head: Optional[Tensor] = None
     pos: Optional[Tensor] = None
     add: bool = False
+
+
+@dataclass
+class MLPWrite:
+    """Replace (or with ``add``, shift) layer ``layer``'s MLP write ``mlp_out`` for rows ``rows`` [n] by a function of
+    what the MLP read in this run: ``write(h)`` [n, T, d_model] of its input h [n, T, d_model] (after its read norm),
+    or None to leave the rows as they are. A replacement MLP (a transcoder's reconstruction, an intervened feature's
+    change) in one pass of the layer: the input is this run's, not a base run's."""
+
+    layer: int
+    rows: Tensor
+    write: Callable[[Tensor], Optional[Tensor]]
+    add: bool = False
+
+    site: ClassVar[str] = "mlp_out"
+
+    def patch(self, h: Tensor) -> Optional[Patch]:
+        """The :class:`Patch` of this write given the MLP's input h [R, T, d] of the batch's rows."""
+        value = self.write(h[self.rows])
+        return None if value is None else Patch("mlp_out", self.layer, self.rows, value, add=self.add)
 
 
 def apply_patches(

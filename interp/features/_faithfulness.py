@@ -35,7 +35,6 @@ the kept nodes interact through every path of the model, pruned edges between th
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence, Union
@@ -46,13 +45,12 @@ from torch import Tensor
 
 from interp._result import Result, faithfulness_areas, metric_gap
 from interp._validate import check_bool, check_choice, is_int
-from interp.engine import Patch, final_norm, readout, unembedding
+from interp.engine import final_norm, readout, unembedding
 from interp.errors import ArgumentError, warn_user
 from interp.features._intervene import CLOSURE_TOLERANCE
 from interp.features._prompt import one_prompt
 from interp.features._replacement import RealRun, check_replaceable, real_forward
 from interp.dictionaries import CrossLayerTranscoder, Transcoder
-from interp.dictionaries.internal import mlp_input
 from interp.features._warnings import ClosureWarning
 from interp.models import Model
 from interp.stream import require_model
@@ -426,26 +424,13 @@ def _run(
     """The B runs as one batch, each MLP's write replaced by ``writes``: the metric N_f(x_pos)·u + b_u of each [B] —
     with attention patterns and norm scales frozen at the real forward (the replacement model) or recomputed (the
     engine's forward with each layer's ``mlp_out`` patched)."""
-    fr, L = real.frozen, len(real.tcs)
+    fr = real.frozen
     B = writes.keep[0].shape[0]
     with torch.no_grad():
+        x = real.rerun(tokens, mask, writes, frozen_attention=frozen_attention, batch=B)
         if frozen_attention:
-            x = real.emb[None].repeat(B, 1, 1)
-            for l in range(L):
-                x, _ = fr.step(l, x, functools.partial(writes, l))
             return fr.readout(x, pos, u[:, None], b_u[None])[:, 0]
-        e = fr.e
-        e_dt = e.w.W_E.dtype
-        x = e.embed(e.embed_parts(tokens)).repeat(B, 1, 1)
-        prompt = torch.zeros(B, dtype=torch.long, device=tokens.device)
-        rows = torch.arange(B, device=tokens.device)
-        for l in range(L):
-            store: dict[str, Tensor] = {}
-            e.layer(l, x, prompt=prompt, mask=mask, capture={"resid_mid"}, store=store)
-            h2 = mlp_input(e, x, store.get("resid_mid"), l).to(real.dtype)
-            patch = Patch(site="mlp_out", layer=l, rows=rows, value=writes(l, h2).to(e_dt))
-            x = e.layer(l, x, prompt=prompt, mask=mask, patches=[patch])
-        return final_norm(e.model, x[:, pos].to(real.dtype), weights=fr.w)[0] @ u + b_u
+        return final_norm(fr.e.model, x[:, pos].to(real.dtype), weights=fr.w)[0] @ u + b_u
 
 
 def _closure(

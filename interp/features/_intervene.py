@@ -21,10 +21,9 @@ transcoders' Jacobians with σ frozen and TopK selections flipping, and exploded
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence, Union
 
 import pandas as pd
 import torch
@@ -33,7 +32,7 @@ from torch import Tensor
 from interp._result import Result
 from interp._validate import check_bool, check_positive_int
 from interp.attribution import TokenSpec
-from interp.engine import Patch, readout
+from interp.engine import readout
 from interp.errors import warn_user
 from interp.features._intervention import (
     Intervention,
@@ -43,7 +42,6 @@ from interp.features._intervention import (
 from interp.features._prompt import one_prompt, output_tokens, position, token_text
 from interp.features._replacement import RealRun, check_replaceable, real_forward
 from interp.dictionaries import CrossLayerTranscoder, DictionarySet, Transcoder
-from interp.dictionaries.internal import mlp_input
 from interp.features._warnings import ClosureWarning, InactiveFeatureWarning, RegimeWarning
 from interp.models import Model
 from interp.stream import require_model
@@ -121,37 +119,18 @@ def _run(
         m = e.joined(l, e.mlp(l, h2.to(e_dt)), "mlp").to(real.dtype)  # the real MLP on this run's input
         return m + delta(l, h2) if touched[l] else m
 
-    w = fr.w
+    def live(l: int, h2: Tensor) -> Optional[Tensor]:  # the live rerun's change of the real write (None: unchanged)
+        return delta(l, h2[0])[None] if touched[l] else None
+
     with torch.no_grad():
         if frozen_attention:
-            x = real.emb[None]
-            for l in range(L):
-                x, _ = fr.step(l, x, functools.partial(_batched, write, l))
+            x = real.rerun(tokens, mask, lambda l, h2: write(l, h2[0])[None], frozen_attention=True)
             scale: Optional[Tensor] = fr.s_final[pos]  # the final norm's σ frozen at the real forward
         else:
-            x = e.embed(e.embed_parts(tokens))
-            prompt = torch.zeros(1, dtype=torch.long, device=tokens.device)
-            rows = torch.zeros(1, dtype=torch.long, device=tokens.device)
-            for l in range(L):
-                if not freeze_features and not touched[l]:  # the real layer
-                    x = e.layer(l, x, prompt=prompt, mask=mask)
-                    continue
-                store: dict[str, Tensor] = {}
-                e.layer(l, x, prompt=prompt, mask=mask, capture={"resid_mid"}, store=store)
-                h2 = mlp_input(e, x, store.get("resid_mid"), l)[0].to(real.dtype)
-                patch = (
-                    Patch(site="mlp_out", layer=l, rows=rows, value=write(l, h2)[None])
-                    if freeze_features
-                    else Patch(site="mlp_out", layer=l, rows=rows, value=delta(l, h2)[None].to(e_dt), add=True)
-                )
-                x = e.layer(l, x, prompt=prompt, mask=mask, patches=[patch])
+            one = (lambda l, h2: write(l, h2[0])[None]) if freeze_features else live
+            x = real.rerun(tokens, mask, one, frozen_attention=False, add=not freeze_features)
             x, scale = x.to(real.dtype), None  # the final norm recomputed, in the replacement model's dtype
-        return readout(e.model, x[0, pos], scale=scale, weights=w)
-
-
-def _batched(write: Callable[[int, Tensor], Tensor], l: int, h2: Tensor) -> Tensor:
-    """``write(l, ·)`` on a batch of one prompt [1, n, d]."""
-    return write(l, h2[0])[None]
+        return readout(e.model, x[0, pos], scale=scale, weights=fr.w)
 
 
 def intervene(

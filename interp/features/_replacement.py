@@ -15,6 +15,7 @@ and QK attribution rerun it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence, Union
 
@@ -22,7 +23,7 @@ import torch
 from torch import Tensor
 
 from interp._norms import apply_frozen
-from interp.engine import Engine, RunCache
+from interp.engine import Engine, MLPWrite, RunCache
 from interp.errors import (
     ContextLengthWarning,
     UnsupportedArchitectureError,
@@ -237,6 +238,48 @@ class RealRun:
         """Where layer l's features ``f_idx`` write per unit activation: [(layer, W_dec rows [m, d])] — their own
         layer's MLP output, and with a CLT every later layer's too (:meth:`DictionarySet.writes`)."""
         return self.dictionaries.writes(l, f_idx)
+
+    def rerun(
+        self,
+        tokens: Tensor,
+        mask: Tensor,
+        write: Callable[[int, Tensor], Optional[Tensor]],
+        *,
+        frozen_attention: bool,
+        batch: int = 1,
+        add: bool = False,
+    ) -> Tensor:
+        """The final stream [batch, n, d] of ``batch`` copies of the prompt rerun with each layer l's MLP write
+        replaced by ``write(l, h)`` of what this run's MLP reads there, h [batch, n, d] in the replacement model's
+        dtype (``add``: added to the real MLP's write; None: the layer as it is) — the one rerun of interventions and
+        graph faithfulness. ``frozen_attention``: every attention pattern and norm scale held at the real forward's
+        (:meth:`FrozenReplacement.step`; the embedding is the real one); else the engine's live forward, each layer
+        run once with the write made from its own MLP input (:class:`~interp.engine.MLPWrite`)."""
+        fr, L = self.frozen, len(self.tcs)
+        if frozen_attention:  # every write given (the replacement model has no real MLP to fall back on)
+
+            def given(l: int, h: Tensor) -> Tensor:
+                w = write(l, h)
+                assert w is not None, "a frozen rerun replaces every layer's write"
+                return w
+
+            x = self.emb[None].repeat(batch, 1, 1)
+            for l in range(L):
+                x, _ = fr.step(l, x, functools.partial(given, l))
+            return x
+        e = fr.e
+        e_dt = e.w.W_E.dtype
+        x = e.embed(e.embed_parts(tokens)).repeat(batch, 1, 1)
+        prompt = torch.zeros(batch, dtype=torch.long, device=tokens.device)
+        rows = torch.arange(batch, device=tokens.device)
+
+        def made(l: int, h: Tensor) -> Optional[Tensor]:
+            w = write(l, h.to(self.dtype))
+            return None if w is None else w.to(e_dt)
+
+        for l in range(L):
+            x = e.layer(l, x, prompt=prompt, mask=mask, patches=[MLPWrite(l, rows, functools.partial(made, l), add)])
+        return x
 
     def hold_prefix(self, k: int) -> list[Tensor]:
         """Hold the MLP writes at positions < k as constants (in place): drop the features there and zero the error
