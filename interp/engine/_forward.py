@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from interp._norms import norm, norm_scale, norm_vjp
+from interp._norms import apply_frozen, norm, norm_scale, norm_vjp
 from interp.errors import UnsupportedArchitectureError
 from interp.engine._rotary import apply_rotary
 from interp.engine._layer import LiveLayer
@@ -130,6 +130,14 @@ class Engine:
     def norm_at(self, norm: Optional[str], l: int, x: Tensor) -> Tensor:
         """x through layer l's norm ``norm`` (a block step's norm id), or x itself for None."""
         return x if norm is None else self.norm(x, *self.norm_weights(norm, l))
+
+    def frozen_norm_at(self, norm: str, l: int, x: Tensor, sigma: Tensor) -> Tensor:
+        """x through layer l's norm ``norm`` with its scale held at ``sigma`` [..., 1]: γ ⊙ centre(x) / σ + β
+        (:func:`interp._norms.apply_frozen`; x itself without norms)."""
+        if self.arch.norm == "none":
+            return x
+        gain, bias = self.norm_weights(norm, l)
+        return apply_frozen(x, gain, sigma, self.arch.norm, bias=bias)
 
     def read_norm(self, x: Tensor, l: int, sub: str) -> Tensor:
         """The stream x as layer l's sublayer ``sub`` ("attn" | "mlp") reads it: through its pre-norm, or x
@@ -310,6 +318,8 @@ class Engine:
         capture: Optional[set[str]] = None,
         store: Optional[dict[str, Tensor]] = None,
         inplace: bool = False,
+        scales: Optional[dict[str, Tensor]] = None,
+        record: Optional[dict[str, Tensor]] = None,
     ) -> Tensor:
         r"""Layer ``l`` on rows ``x`` [R, T, d_model] holding positions t0..t0+T−1 of prompts ``prompt``: the
         model's block (:attr:`interp.models.Model.block`) interpreted live by :class:`~interp.engine._layer.LiveLayer`,
@@ -319,6 +329,8 @@ class Engine:
         values [n_prompts, Hkv, n, d_head] for the positions before t0 (causal models only); ``capture`` the
         sites kept in ``store`` (and "{norm}_in": the input of a stream or output norm, its scale's source).
         ``patches`` may hold :class:`~interp.engine.MLPWrite`\ s: MLP writes made from what the MLP reads in this pass.
+        ``scales`` {norm: σ [R, T, 1]}: those norms (read and output norms) applied with σ held (a frozen pass);
+        ``record``: filled with {norm: σ} of every read and output norm of this pass.
         """
         by: dict[str, list[Patch]] = {}
         writes = []
@@ -339,6 +351,8 @@ class Engine:
             prefix=prefix,
             inplace=inplace,
             writes=writes,
+            scales=scales,
+            record=record,
         )
         return run_block(self.block, live, x)
 

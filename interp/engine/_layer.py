@@ -33,12 +33,15 @@ class LiveLayer:
         prefix: Optional[tuple[Tensor, Tensor]],
         inplace: bool,
         writes: Sequence[MLPWrite] = (),
+        scales: Optional[dict[str, Tensor]] = None,
+        record: Optional[dict[str, Tensor]] = None,
     ):
         self.e, self.l, self.by, self.cap, self.store = e, l, by, cap, store
         self.t0, self.prompt, self.mask, self.prefix, self.inplace = t0, prompt, mask, prefix, inplace
         self.x: Optional[Tensor] = None  # the stream the attention read (its q_in/k_in/v_in patches shift it)
         self.writes = writes  # MLP writes made from what the MLP reads in this pass
         self.h_mlp: Optional[Tensor] = None  # that input
+        self.scales, self.record = scales or {}, record  # σ held per norm; σ of this pass kept per norm
 
     def wants(self, site: str) -> bool:
         return site in self.cap or (site.startswith("kv_") and "kv" in self.cap)
@@ -62,8 +65,19 @@ class LiveLayer:
         made = [q for q in (w.patch(self.h_mlp) for w in self.writes) if q is not None]
         return [*(ps or ()), *made]
 
+    def _norm(self, norm: Optional[str], x: Tensor) -> Tensor:
+        """x through the layer's norm ``norm``: its σ kept (``record``) and held where ``scales`` gives one."""
+        if norm is None:
+            return x
+        if self.record is not None:
+            self.record[norm] = self.e.norm_scale(x)
+        sigma = self.scales.get(norm)
+        if sigma is None:
+            return self.e.norm_at(norm, self.l, x)
+        return self.e.frozen_norm_at(norm, self.l, x, sigma)
+
     def read(self, sub: str, norm: Optional[str], stream: Tensor) -> Tensor:
-        h = self.e.norm_at(norm, self.l, stream)
+        h = self._norm(norm, stream)
         if sub == "attn":
             self.x = stream
             return h
@@ -81,7 +95,7 @@ class LiveLayer:
 
     def out_norm(self, sub: str, norm: str, out: Tensor) -> Tensor:
         self.keep(f"{norm}_in", out)
-        return self.e.norm_at(norm, self.l, out)
+        return self._norm(norm, out)
 
     def add(self, sub: str, stream: Tensor, out: Tensor) -> Tensor:
         return stream.add_(out) if self.inplace else stream + out

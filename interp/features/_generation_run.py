@@ -10,11 +10,11 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from interp._norms import apply_frozen
-from interp.engine import Engine, unembed
+import functools
+
+from interp.engine import Engine, MLPWrite, Patch, readout, unembed
 from interp.features._intervention import Intervention, _apply
 from interp.dictionaries import Transcoder
-from interp.models import run_block
 
 __all__ = ["Run", "Writes", "generate_tokens"]
 
@@ -22,23 +22,13 @@ __all__ = ["Run", "Writes", "generate_tokens"]
 Writes = list[tuple[int, Tensor]]
 
 
-def _frozen_norm(e: Engine, norm: str, l: Optional[int], x: Tensor, sigma: Tensor) -> Tensor:
-    """x through norm ``norm`` of layer ``l`` ("lnf": the final norm) with its scale held at ``sigma``:
-    γ ⊙ centre(x) / σ + β (:func:`interp._norms.apply_frozen`)."""
-    kind = e.arch.norm
-    if kind == "none":
-        return x
-    if l is None:
-        gain, bias = e.w.lnf_w, e.w.lnf_b
-    else:
-        gain, bias = e.norm_weights(norm, l)
-    return apply_frozen(x, gain, sigma, kind, bias=bias)
-
-
 class Run:
-    """One generation of a batch of prompts of one length: the key/value cache per layer, the baseline's kept values
-    (``record``: the prompt pass's patterns and norm scales), the intervened layers' encoders and decoder writes
-    (:func:`_for_run`), the interventions and the steering vectors."""
+    """One generation of a batch of prompts of one length on the engine's layers (:meth:`Engine.layer`): the
+    key/value cache per layer, the baseline's kept values (``record``: the prompt pass's patterns and norm scales),
+    the intervened layers' encoders and decoder writes (:func:`_for_run`), the interventions and the steering
+    vectors — a steer an added ``resid_*`` patch, a feature change an added MLP write made from the layer's own MLP
+    input (:class:`~interp.engine.MLPWrite`), the frozen prompt pass the baseline's patterns as ``pattern`` patches
+    and its norm scales held."""
 
     def __init__(
         self,
@@ -63,129 +53,89 @@ class Run:
         pass)."""
         e = self.e
         prompt_pass = t0 == 0
-        parts = {k: v[:, t0:] for k, v in e.embed_parts(ids).items()}
-        x = e.embed(parts)
-        p = _Pass(self, t0, ids.shape[1], prompt_pass)
+        B, N = ids.shape
+        x = e.embed({k: v[:, t0:] for k, v in e.embed_parts(ids).items()})
+        dev = x.device
+        rows = torch.arange(B, device=dev)
+        mask = torch.ones(1, N, dtype=torch.long, device=dev)
+        every = prompt_pass or self.positions == "all"  # do the every-position interventions act in this pass?
+        ivs: dict[int, list[Intervention]] = {}
+        for it in self.ivs:
+            if (it.pos is None and every) or (it.pos is not None and prompt_pass):
+                ivs.setdefault(it.layer, []).append(it)
+        steers: dict[tuple[str, int], Tensor] = {}
+        if every:
+            for site, l, v in self.steers:
+                steers[site, l] = steers[site, l] + v if (site, l) in steers else v
+        frozen = self.frozen if prompt_pass else None
+        live_out = e.block.out_norm("mlp")  # the MLP's own output norm stays live (as in intervene)
+        dfs: dict[int, Tensor] = {}  # Δf_k [B, T, F] of the layers intervened on in this pass, as met
+        capture = {"kv", "pattern"} if prompt_pass else {"kv"}  # a prompt pass's pattern explicit, as recorded
         for l in range(e.L):
-            p.l = l
-            x = run_block(e.block, p, x)
+            patches: list[Any] = [Patch(site, l, rows, v, add=True) for (site, j), v in steers.items() if j == l]
+            if ivs.get(l) or self.into.get(l):
+                patches.append(MLPWrite(l, rows, functools.partial(self._feature_change, l, ivs, dfs), add=True))
+            scales = None
+            if frozen is not None:
+                A = frozen["pattern", l]  # [B, H, T, N]: every row's every head
+                H = A.shape[1]
+                heads = torch.arange(H, device=dev).repeat(B)
+                patches.append(Patch("pattern", l, rows.repeat_interleave(H), A.flatten(0, 1), head=heads))
+                scales = {
+                    key[0]: s
+                    for key, s in frozen.items()
+                    if isinstance(key, tuple) and key[1] == l and key[0] not in ("pattern", live_out)
+                }
+            record: Optional[dict[str, Tensor]] = {} if prompt_pass and self.record is not None else None
+            store: dict[str, Tensor] = {}
+            x = e.layer(
+                l,
+                x,
+                prompt=rows,
+                mask=mask,
+                t0=t0,
+                prefix=self.kv[l] if t0 else None,
+                patches=patches,
+                capture=capture,
+                store=store,
+                scales=scales,
+                record=record,
+            )
+            k, v = store["kv_k"], store["kv_v"]
+            cached = self.kv[l]
+            if t0:
+                assert cached is not None
+                k, v = torch.cat([cached[0], k], dim=2), torch.cat([cached[1], v], dim=2)
+            self.kv[l] = (k, v)
+            if record is not None and self.record is not None:
+                self.record.update({(n, l): s for n, s in record.items()})
+                self.record["pattern", l] = store["pattern"]
         last = x[:, -1]
         if prompt_pass and self.record is not None:
             self.record["final"] = e.norm_scale(x)
-        if prompt_pass and self.frozen is not None:
-            y = _frozen_norm(e, "lnf", None, last, self.frozen["final"][:, -1])
-        else:
-            y = e.norm(last, e.w.lnf_w, e.w.lnf_b)
+        if frozen is not None:
+            return readout(e.model, last, scale=frozen["final"][:, -1], weights=e.w)
+        y = e.norm(last, e.w.lnf_w, e.w.lnf_b)
         return unembed(y, e.w.need("W_U"), e.w.b_U, e.arch.final_softcap)
 
-
-class _Pass:
-    """The block interpreter (:class:`interp.models.BlockOps`) of one pass of a :class:`Run` over positions
-    t0…N−1, layer by layer (``l``): the engine's live maths, the interventions of this pass, and — the prompt pass of
-    a frozen run — the baseline's patterns and norm scales."""
-
-    def __init__(self, run: Run, t0: int, N: int, prompt_pass: bool):
-        self.run, self.e, self.t0, self.N, self.prompt_pass = run, run.e, t0, N, prompt_pass
-        self.l = 0
-        self.frozen = run.frozen if prompt_pass else None
-        self.h2: Optional[Tensor] = None
-        self.dfs: dict[int, Tensor] = {}  # Δf_k [B, T, F] of the layers intervened on in this pass, as met
-        dev = run.e.model.device
-        self.mask = torch.ones(1, N, dtype=torch.long, device=dev)
-        self.rows = torch.zeros(1, dtype=torch.long, device=dev)
-        every = prompt_pass or run.positions == "all"  # do the every-position interventions act in this pass?
-        self.ivs: dict[int, list[Intervention]] = {}
-        for it in run.ivs:
-            if (it.pos is None and every) or (it.pos is not None and prompt_pass):
-                self.ivs.setdefault(it.layer, []).append(it)
-        self.steers: dict[tuple[str, int], Tensor] = {}
-        if every:
-            for site, l, v in run.steers:
-                self.steers[site, l] = self.steers[site, l] + v if (site, l) in self.steers else v
-
-    def _norm(self, norm: Optional[str], x: Tensor, *, freeze: bool = True) -> Tensor:
-        if norm is None:
-            return x
-        if self.run.record is not None and self.prompt_pass:
-            self.run.record[norm, self.l] = self.e.norm_scale(x)
-        if self.frozen is not None and freeze:
-            return _frozen_norm(self.e, norm, self.l, x, self.frozen[norm, self.l])
-        return self.e.norm_at(norm, self.l, x)
-
-    def point(self, site: str, v: Tensor) -> Tensor:
-        add = self.steers.get((site, self.l))
-        if add is not None:
-            v = v + add
-        if site == "mlp_out":
-            change = self._feature_change()
-            if change is not None:
-                v = v + change.to(v.dtype)
-        return v
-
-    def _feature_change(self) -> Optional[Tensor]:
+    def _feature_change(
+        self, l: int, ivs: dict[int, list[Intervention]], dfs: dict[int, Tensor], h2: Tensor
+    ) -> Optional[Tensor]:
         """The intervened features' change of layer l's write, Σ_{k ≤ l} Δf_k W_dec[k → l] [B, T, d] (None where no
-        feature writing into l is intervened on), Δf_k = f̃_k − f_k of this pass's MLP input at layer k — computed
-        here at layer k and kept for the later layers a CLT's features write to."""
-        l, run = self.l, self.run
-        ivs = self.ivs.get(l)
-        if ivs:
-            assert self.h2 is not None
-            tc = run.enc[l]
-            f = tc.encode(self.h2.to(tc.W_enc.dtype))  # [B, T, F]: the features this run's MLP input gives
-            self.dfs[l] = torch.stack([_apply(row, ivs) for row in f]) - f
+        feature writing into l is intervened on), Δf_k = f̃_k − f_k of this pass's MLP input h2 at layer k —
+        computed here at layer k and kept in ``dfs`` for the later layers a CLT's features write to."""
+        here = ivs.get(l)
+        if here:
+            tc = self.enc[l]
+            f = tc.encode(h2.to(tc.W_enc.dtype))  # [B, T, F]: the features this run's MLP input gives
+            dfs[l] = torch.stack([_apply(row, here) for row in f]) - f
         out: Optional[Tensor] = None
-        for k, W in run.into.get(l, ()):
-            df = self.dfs.get(k)
+        for k, W in self.into.get(l, ()):
+            df = dfs.get(k)
             if df is not None:
                 term = df @ W
                 out = term if out is None else out + term
         return out
-
-    def read(self, sub: str, norm: Optional[str], stream: Tensor) -> Tensor:
-        h = self._norm(norm, stream)
-        if sub == "mlp":
-            self.h2 = h
-        return h
-
-    def apply(self, sub: str, h: Tensor) -> Tensor:
-        return self._attention(h) if sub == "attn" else self.e.mlp(self.l, h)
-
-    def out_norm(self, sub: str, norm: str, out: Tensor) -> Tensor:
-        return self._norm(norm, out, freeze=sub == "attn")  # the MLP's output norm stays live (as in intervene)
-
-    def add(self, sub: str, stream: Tensor, out: Tensor) -> Tensor:
-        return stream + out
-
-    def norm(self, norm: str, stream: Tensor) -> Tensor:  # post-norm blocks: live steering only (generate checks)
-        return self.e.norm_at(norm, self.l, stream)
-
-    def _attention(self, h1: Tensor) -> Tensor:
-        """Layer l's attention output on what it read, h1 [B, T, d]: q, k, v projected (QK-norm, rotation), this
-        pass's keys and values appended to the cache, the pattern over every cached key — the baseline's (frozen
-        prompt pass), explicit (a prompt pass: kept by the baseline) or fused (a generated position)."""
-        e, l, run = self.e, self.l, self.run
-        H, Hkv = e.H, e.Hkv
-        qkv = e.project_qkv(l, h1)
-        qk = e.position_qk(l, qkv[:, :, : H + Hkv], self.t0)
-        q, k = qk[:, :, :H].transpose(1, 2), qk[:, :, H:].transpose(1, 2)
-        v = qkv[:, :, H + Hkv :].transpose(1, 2)
-        cached = run.kv[l]
-        if self.t0:
-            assert cached is not None
-            k, v = torch.cat([cached[0], k], dim=2), torch.cat([cached[1], v], dim=2)
-        run.kv[l] = (k, v)
-        if self.frozen is not None:
-            z = e.weigh(self.frozen["pattern", l], v)
-        else:
-            allowed = e.allowed(self.mask, self.rows, self.t0, h1.shape[1], e.arch.window(l))
-            if self.prompt_pass:
-                A = e.pattern(l, q, k, allowed)
-                if run.record is not None:
-                    run.record["pattern", l] = A
-                z = e.weigh(A, v)
-            else:
-                z = e.attend(l, q, k, v, allowed)
-        return e.attn_out(l, z)
 
 
 def _choose(z: Tensor, temperature: float, gens: list[torch.Generator]) -> Tensor:
