@@ -345,7 +345,8 @@ def _cmd_circuits(args: argparse.Namespace) -> int:
 
 
 def _cmd_circuit(args: argparse.Namespace) -> int:
-    from interp.report import check_circuit_options, circuit_report
+    from interp.report.internal import check_circuit_options
+    from interp.report import circuit_report
 
     from interp.errors import ArgumentError
 

@@ -8,35 +8,18 @@ of capabilities on :class:`interp.models.ArchInfo`, never a branch here. :func:`
 engine's forward with the model's own when a model is loaded (:func:`load_model`).
 """
 
-from interp.engine._capabilities import CAPABILITIES, require_capabilities
+from interp.engine._capabilities import CAPABILITIES
 from interp.engine._check import load_model, model_from_hf, self_check
-from interp.engine._forward import Engine, RunCache
-from interp.engine._patches import HEADED_SITES, SITES, Patch, Variant
-from interp.engine._metrics import BoundMetric, MetricReader, clean_output, metric_of
-from interp.engine._readout import final_norm, readout, soft_cap, unembed, unembedding
-from interp.engine._rotary import allowed_keys, apply_rotary
+from interp.engine._patches import SITES
+from interp.engine._readout import readout, unembed, unembedding
 
 __all__ = [
-    "BoundMetric",
     "CAPABILITIES",
-    "Engine",
-    "HEADED_SITES",
-    "MetricReader",
-    "Patch",
-    "RunCache",
     "SITES",
-    "Variant",
-    "allowed_keys",
-    "apply_rotary",
-    "clean_output",
-    "final_norm",
     "load_model",
-    "metric_of",
     "model_from_hf",
     "readout",
-    "require_capabilities",
     "self_check",
-    "soft_cap",
     "unembed",
     "unembedding",
 ]

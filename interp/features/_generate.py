@@ -64,7 +64,8 @@ from interp._validate import (
     check_positive_int,
     is_int,
 )
-from interp.engine import Engine, unembed
+from interp.engine.internal import Engine
+from interp.engine import unembed
 from interp.errors import (
     ArgumentError,
     ContextLengthWarning,
@@ -84,8 +85,9 @@ from interp.features._intervene import (
 from interp.dictionaries.internal import check_transcoder
 from interp.dictionaries import DictionarySet, Transcoder
 from interp.labels import Feature, Resid
-from interp.models import Model, run_block
-from interp.stream import as_batch, require_model
+from interp.models import Model
+from interp.models.internal import run_block
+from interp.stream.internal import as_batch, require_model
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -342,7 +344,7 @@ class _Run:
 
 
 class _Pass:
-    """The block interpreter (:class:`interp.models.BlockOps`) of one pass of a :class:`_Run` over positions
+    """The block interpreter (:class:`interp.models.internal.BlockOps`) of one pass of a :class:`_Run` over positions
     t0…N−1, layer by layer (``l``): the engine's live maths, the interventions of this pass, and — the prompt pass of
     a frozen run — the baseline's patterns and norm scales."""
 

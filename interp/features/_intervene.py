@@ -33,8 +33,9 @@ from torch import Tensor
 
 from interp._result import Result
 from interp._validate import check_bool, check_finite_float, check_positive_int, is_int
-from interp.attribution import TokenSpec
-from interp.engine import Patch, readout
+from interp.attribution.internal import TokenSpec
+from interp.engine.internal import Patch
+from interp.engine import readout
 from interp.errors import ArgumentError, LabelError, warn_user
 from interp.features._prompt import one_prompt, output_tokens, position, token_text
 from interp.features._replacement import RealRun, check_replaceable, real_forward
@@ -43,7 +44,7 @@ from interp.dictionaries.internal import mlp_input
 from interp.features._warnings import ClosureWarning, InactiveFeatureWarning, RegimeWarning
 from interp.labels import Feature, parse
 from interp.models import Model
-from interp.stream import require_model
+from interp.stream.internal import require_model
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

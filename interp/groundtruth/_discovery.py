@@ -156,8 +156,10 @@ def _ablation_args(group: PromptGroup, ablation: str) -> dict[str, Any]:
 def _eap(model: Model, group: PromptGroup, ablation: str, steps: int, ig_at: str = "inputs") -> Tensor:
     """Per-prompt EAP / EAP-IG effects [n_edges, P] with the ablated writes of ``ablation`` (``ig_at``: the
     path of "inputs" or "activations", as :func:`interp.edge_attribution`)."""
-    from interp.causal import MetricReader, make_pair
-    from interp.edges import EdgeScorer, EdgeWrites, ReaderGradients, ablated_writes, circuit_graph
+    from interp.engine.internal import MetricReader
+    from interp.causal.internal import make_pair
+    from interp.edges.internal import EdgeScorer, EdgeWrites, ReaderGradients, ablated_writes
+    from interp.edges import circuit_graph
 
     args = _ablation_args(group, ablation)
     pair = make_pair(model, group.clean, args["corrupt"], group.metric, need_corrupt=ablation == "resample")
@@ -208,8 +210,9 @@ def _reader_matrix(model: Any, kind: str, layer: int, head: int) -> Tensor:
 def testable_edges(task: DiscoveryTask, ablation: str, *, atol: float = 1e-5) -> Tensor:
     """Bool [n_edges]: the true edges (constant channels counted) along which ``ablation`` changes what the
     reader reads on some prompt of ``task`` (module docstring)."""
-    from interp.causal import make_pair
-    from interp.edges import Acts, EdgeWrites, ablated_writes, circuit_graph
+    from interp.causal.internal import make_pair
+    from interp.edges.internal import Acts, EdgeWrites, ablated_writes
+    from interp.edges import circuit_graph
 
     check_choice("ablation", ablation, ABLATIONS)
     model = task.model
@@ -250,9 +253,9 @@ def _acdc(
 ) -> tuple[dict[float, Tensor], float]:
     """The edges ACDC keeps at each τ (relative to D(∅), the distance with every edge ablated):
     ({τ: bool [n_edges]}, D(∅)); module docstring."""
-    from interp.causal import make_pair
-    from interp.causal import MetricReader
-    from interp.edges import AblatedForward, EdgeWrites, ablated_writes
+    from interp.causal.internal import make_pair
+    from interp.engine.internal import MetricReader
+    from interp.edges.internal import AblatedForward, EdgeWrites, ablated_writes
 
     runs: list[tuple[Any, Tensor]] = []  # per group: (the ablated forward of K, M(clean))
     for g in task.groups:

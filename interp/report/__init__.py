@@ -12,9 +12,15 @@ as an attribute of :mod:`interp`: import from the package by name
 (``from interp.report import circuits_report``), not ``import interp.report as m``.
 """
 
-from interp.report._circuit import check_circuit_options, circuit_report
+from interp.report._circuit import circuit_report
 from interp.report._dictionary import dictionary_page
 from interp.report._index import report_index
 from interp.report._report import circuits_report, report
 
-__all__ = ["check_circuit_options", "circuit_report", "circuits_report", "dictionary_page", "report", "report_index"]
+__all__ = [
+    "circuit_report",
+    "circuits_report",
+    "dictionary_page",
+    "report",
+    "report_index",
+]

@@ -39,12 +39,14 @@ from interp._validate import check_bool, check_int_min, check_positive_int, is_r
 from interp.attribution import attribute_logits
 from interp.causal import Logit, LogitDiff, LogProb, Prob
 from interp.circuits import ov_circuit
-from interp.edges import MIB_SIZES, check_curve_args, edge_attribution, edge_patch, faithfulness_curve
+from interp.edges import MIB_SIZES, edge_attribution, edge_patch, faithfulness_curve
+from interp.edges.internal import check_curve_args
 from interp.errors import ArgumentError, InterpError
 from interp.labels import Head, HeadInput, parse
 from interp.models import Model
 from interp._io import write_atomic
-from interp.plots import Exporter, attention_view, circuit_graph_figure, esc, find_browser, fmt
+from interp.plots import Exporter, attention_view, circuit_graph_figure
+from interp.plots.internal import esc, find_browser, fmt
 from interp.report._html import Page, data_table, kv_table
 from interp.report._report import (
     _decode,
@@ -146,7 +148,7 @@ def _ov_tokens(
 ) -> dict[str, str]:
     """What each head's full OV circuit maps its most attended source token to (the top ``k`` output tokens);
     ``bar``: a tqdm bar advanced once per head."""
-    from interp.stream import as_batch
+    from interp.stream.internal import as_batch
 
     tokens = as_batch(model, task.clean).tokens[0]
     dec = _decode(model)

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from interp._validate import check_int_range, check_positive_int
 from interp.errors import MemoryCapError, ShapeError
-from interp.models import TOY_FIRST_WORD_ID as FIRST_WORD_ID
+from interp.models.internal import TOY_FIRST_WORD_ID as FIRST_WORD_ID
 from interp.models import Model
 from interp.toy._data import random_tokens, repeated_tokens
 

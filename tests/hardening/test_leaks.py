@@ -22,7 +22,8 @@ from interp.errors import ArgumentError
 from interp.circuits import privileged_basis_report
 from interp.circuits._path_expansion import path_expansion
 from interp.report import report
-from interp.stream import attention_patterns, count_hooks, trace
+from interp.stream import attention_patterns, trace
+from interp.stream.internal import count_hooks
 from tiny_models import tiny_model
 
 FAMILIES = ("gpt2", "llama", "neox", "bert", "toy")
