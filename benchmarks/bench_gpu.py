@@ -51,6 +51,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 import torch  # noqa: E402
 
 import interp  # noqa: E402
+import interp.engine.internal  # noqa: E402
 
 #: the real checkpoints' config.json values (architecture fields only)
 REAL: dict[str, tuple[str, dict[str, Any]]] = {

@@ -64,12 +64,21 @@ from interp.models import Model
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-__all__ = ["METHODS", "ABLATIONS", "EdgeRanking", "edge_ranking", "discovery_table", "testable_edges", "ACDC_TAUS"]
+__all__ = [
+    "METHODS",
+    "RANKING_ABLATIONS",
+    "EdgeRanking",
+    "edge_ranking",
+    "discovery_table",
+    "testable_edges",
+    "ACDC_TAUS",
+]
 
 log = logging.getLogger(__name__)
 
 METHODS = ("eap", "eap-ig", "eap-ig-act", "edge-patching", "acdc")
-ABLATIONS = ("zero", "mean", "resample")
+#: the ablations edge_ranking takes (interp.causal.ABLATIONS, the patching ablations, also has "corrupt")
+RANKING_ABLATIONS = ("zero", "mean", "resample")
 NOISE = 1e-5
 ACDC_TAUS = tuple(float(10.0**e) for e in torch.linspace(-4, 0, 9, device="cpu").tolist())  # × D(∅)
 
@@ -214,7 +223,7 @@ def testable_edges(task: DiscoveryTask, ablation: str, *, atol: float = 1e-5) ->
     from interp.edges.internal import Acts, EdgeWrites, ablated_writes
     from interp.edges import circuit_graph
 
-    check_choice("ablation", ablation, ABLATIONS)
+    check_choice("ablation", ablation, RANKING_ABLATIONS)
     model = task.model
     if model.arch.norm != "none":
         raise ArgumentError(f"model {model.name!r} has norms; testable edges are defined for norm-free models")
@@ -363,7 +372,7 @@ def edge_ranking(
     from interp.edges import circuit_graph
 
     check_choice("method", method, METHODS)
-    check_choice("ablation", ablation, ABLATIONS)
+    check_choice("ablation", ablation, RANKING_ABLATIONS)
     check_positive_int("ig_steps", ig_steps)
     if not isinstance(task, DiscoveryTask):
         raise ArgumentError(f"task={type(task).__name__} must be a DiscoveryTask (tracr_task / induction_task)")
@@ -418,7 +427,7 @@ def discovery_table(
     tasks: Sequence[DiscoveryTask],
     *,
     methods: Sequence[str] = METHODS,
-    ablations: Sequence[str] = ABLATIONS,
+    ablations: Sequence[str] = RANKING_ABLATIONS,
     ig_steps: int = 5,
 ) -> tuple[pd.DataFrame, list[EdgeRanking]]:
     """Edge ROC AUC of every method × ablation × task: (a long table, the rankings behind it)."""

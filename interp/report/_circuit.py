@@ -1,4 +1,4 @@
-"""circuit_report(): an edge-level circuit of one task in one model -> a folder that opens with no network.
+"""task_report(): an edge-level circuit of one task in one model -> a folder that opens with no network.
 
 Steps (each timed; the times go into ``results.json``):
 
@@ -59,7 +59,7 @@ from interp.report._report import (
 )
 from interp.stream import attention_patterns
 
-__all__ = ["circuit_report", "check_circuit_options"]
+__all__ = ["task_report", "check_circuit_options"]
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +260,7 @@ def _graph_steps(sc: Any, curve: Any, max_edges: int, target: float) -> dict[str
 
 
 def check_circuit_options(*, names: Optional[dict[str, str]] = None, **options: Any) -> None:
-    """Check :func:`circuit_report`'s options that need no model (``method``, ``ig_steps``, ``max_edges``,
+    """Check :func:`task_report`'s options that need no model (``method``, ``ig_steps``, ``max_edges``,
     ``n_exact``, ``ablations``, ``sizes``, ``n_ov_heads``, ``target``, ``static``, ``progress``; those given),
     so that a caller can fail before loading one; ``names``: how the options are named in the errors (the CLI's
     flags)."""
@@ -289,7 +289,7 @@ def check_circuit_options(*, names: Optional[dict[str, str]] = None, **options: 
             check_bool(nm[k], o[k])
 
 
-def circuit_report(
+def task_report(
     model: Union[str, Model],
     task: Any = "ioi",
     *,

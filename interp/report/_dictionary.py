@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from interp._io import write_atomic
-from interp._validate import check_positive_int, is_int
+from interp._validate import check_positive_int, is_int, keyword_only_since
 from interp.errors import ArgumentError, ExportError
 from interp.dictionaries import (
     SAE,
@@ -146,11 +146,12 @@ def _features_table(
     return data_table(["feature", "density", "top activating contexts", "logit effects"], rows, numeric=[False, True])
 
 
+@keyword_only_since(2, "path")
 def dictionary_page(
     model: Model,
     dicts: Any,
-    path: Union[str, os.PathLike],
     *,
+    path: Union[str, os.PathLike],
     tokens: Any = None,
     evaluation: Optional[DictionaryEvaluation] = None,
     texts: Optional[Sequence[str]] = None,

@@ -76,7 +76,7 @@ from interp.report._html import Page, data_table, kv_table
 from interp.stream.internal import as_batch
 from interp.stream import attention_patterns, trace
 
-__all__ = ["report", "circuits_report"]
+__all__ = ["report", "weights_report"]
 
 log = logging.getLogger(__name__)
 
@@ -899,7 +899,7 @@ def _effects_section(
     )
 
 
-def circuits_report(
+def weights_report(
     model: Union[str, Model],
     *,
     out_dir: Union[str, Path],

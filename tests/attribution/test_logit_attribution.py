@@ -12,6 +12,7 @@ import torch
 import transformers
 
 import interp
+import interp.stream.internal
 from interp.attribution import attribute_direction, attribute_logits
 from interp.errors import (
     ArgumentError,

@@ -7,6 +7,7 @@ import pytest
 from tiny_models import tiny_model
 
 import interp
+import interp.stream.internal
 
 PROMPT = "w1 w2 w3"
 

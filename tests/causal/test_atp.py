@@ -15,6 +15,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import interp
+import interp.stream.internal
 from interp.causal import Direction, KL, LogitDiff
 from interp.causal._atp import attribution_patch, key_fix_each
 from interp.errors import (

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import interp
+import interp.stream.internal
 from interp.attribution import attribute_logits
 from interp.causal import LogitLens, logit_lens
 from interp.errors import ArgumentError, ResultFormatError, UnsupportedOperationError

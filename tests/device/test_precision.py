@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import interp
+import interp.engine.internal
 from interp._norms import accumulate_dtype, norm_scale
 from tiny_models import tiny_model
 

@@ -11,6 +11,7 @@ import torch
 from transformer_lens import patching
 
 import interp
+import interp.stream.internal
 from interp.engine.internal import Engine
 from interp.engine import self_check
 from interp.errors import UnsupportedArchitectureError, UnsupportedOperationError

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import interp
+import interp.stream.internal
 from interp.errors import UnsupportedArchitectureError
 from tiny_models import hooked_forward, tiny_hf_model, tiny_model
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import interp
+import interp.stream.internal
 from interp.engine.internal import Engine
 from interp.engine import model_from_hf, self_check
 from interp.errors import UnsupportedArchitectureError
