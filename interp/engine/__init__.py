@@ -1,9 +1,10 @@
 """The forward engine: the block maths written once, from a model's frozen weights and its ArchInfo.
 
 Everything in interp that re-runs a model (patching with prefix sharing, path patching, effects, edge
-attribution and circuit evaluation) runs on :class:`Engine` and these functions, and reads its logits through the
-one readout (:func:`readout`: the final norm, the unembedding, the soft-cap) and the metric layer
-(:class:`BoundMetric`, :class:`MetricReader`); a model family is a set
+attribution and circuit evaluation) runs on the :class:`~interp.engine.internal.Engine` and these functions, and
+reads its logits through the one readout (:func:`readout`: the final norm, the unembedding, the soft-cap) and the
+metric layer (:class:`~interp.engine.internal.BoundMetric`, :class:`~interp.engine.internal.MetricReader`; the
+engine's parts that other packages build on are in :mod:`interp.engine.internal`); a model family is a set
 of capabilities on :class:`interp.models.ArchInfo`, never a branch here. :func:`self_check` compares the
 engine's forward with the model's own when a model is loaded (:func:`load_model`).
 """
