@@ -219,7 +219,8 @@ sys.path.insert(0, "tests")
 torch.set_num_threads(1)
 from tiny_models import tiny_model
 from interp.attribution import attribute_logits
-from interp.stream import count_hooks, trace
+from interp.stream import trace
+from interp.stream.internal import count_hooks
 keep = sys.argv[1] == "keep"
 model = tiny_model("gpt2")
 g = torch.Generator().manual_seed(0)
