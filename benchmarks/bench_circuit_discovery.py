@@ -35,7 +35,7 @@ import torch  # noqa: E402
 
 import interp  # noqa: E402
 from interp.groundtruth import compile_program  # noqa: E402
-from interp.groundtruth._discovery import ABLATIONS, METHODS, edge_ranking  # noqa: E402
+from interp.groundtruth._discovery import METHODS, RANKING_ABLATIONS, edge_ranking  # noqa: E402
 from interp.groundtruth._explain import counts, misplaced  # noqa: E402
 from interp.groundtruth._tasks import induction_task, tracr_task  # noqa: E402
 
@@ -47,7 +47,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--ablations", default=",".join(ABLATIONS))
+    ap.add_argument("--ablations", default=",".join(RANKING_ABLATIONS))
     ap.add_argument("--max-inputs", type=int, default=40, help="tracr inputs per length (a seeded sample)")
     ap.add_argument("--n-seqs", type=int, default=8, help="repeated sequences of the induction task")
     ap.add_argument("--ig-steps", type=int, default=5)

@@ -43,9 +43,9 @@ from scipy.stats import spearmanr  # noqa: E402
 import interp  # noqa: E402
 from bench_atp import interleaved  # noqa: E402
 from interp.edges import _select  # noqa: E402
-from interp.causal import MetricReader  # noqa: E402
+from interp.engine.internal import MetricReader
 from interp.edges._evaluate import _K  # noqa: E402
-from interp.edges import AblatedForward, Acts, EdgeWrites  # noqa: E402
+from interp.edges.internal import AblatedForward, Acts, EdgeWrites
 from interp.models import tokenize  # noqa: E402
 
 

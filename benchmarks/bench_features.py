@@ -78,7 +78,7 @@ def save_hf_dir(m: "interp.Model", out: Path) -> None:
 
 def write_transcoders(m: "interp.Model", tokens: torch.Tensor, out: Path, width: int, per_pos: float) -> None:
     """Random JumpReLU transcoders (seed 0) in circuit-tracer's format, thresholds set per layer on this prompt."""
-    from interp.engine import Engine
+    from interp.engine.internal import Engine
 
     e = Engine(m)
     cache = e.run(tokens, torch.ones_like(tokens), capture={"resid_mid"}, keep_scales=True)
@@ -118,7 +118,7 @@ def write_transcoders(m: "interp.Model", tokens: torch.Tensor, out: Path, width:
 def write_clt(m: "interp.Model", tokens: torch.Tensor, out: Path, width: int, per_pos: float) -> None:
     """A random JumpReLU cross-layer transcoder (seed 0; W_dec[l] [F, L − l, d]) in circuit-tracer's CLT layout
     (interp.dictionaries._formats.clt_files), each layer's thresholds set on this prompt as in write_transcoders."""
-    from interp.engine import Engine
+    from interp.engine.internal import Engine
     from interp.features import CrossLayerTranscoder
     from interp.dictionaries._formats import clt_files
 

@@ -51,6 +51,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 import torch  # noqa: E402
 
 import interp  # noqa: E402
+import interp.engine.internal  # noqa: E402
 
 #: the real checkpoints' config.json values (architecture fields only)
 REAL: dict[str, tuple[str, dict[str, Any]]] = {
@@ -414,7 +415,7 @@ def run_one(key: str, dtype_name: str, args: argparse.Namespace, dev: torch.devi
         except interp.InterpError as e:  # e.g. a dtype the graph refuses: say so and go on
             r["graph"] = f"refused: {type(e).__name__}: {e}"
         del tcs
-    interp.engine.Engine.drop(m)
+    interp.engine.internal.Engine.drop(m)
     return r  # the model and its closures die with this frame: the caller frees the device memory (free_device)
 
 

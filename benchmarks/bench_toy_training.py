@@ -18,7 +18,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
-from interp.models import native_state_dict  # noqa: E402
+from interp.models.internal import native_state_dict
 from interp.toy.train import shipped_recipe, train_toy  # noqa: E402
 
 BUDGET_S = 300.0

@@ -145,7 +145,7 @@ def _floor(model, layer: int, width: int) -> tuple[float, float]:
     """CPU seconds per token of the engine's forward to ``layer`` (8 × 128 tokens) and of the encoder's GEMM."""
     import torch
 
-    from interp.engine import Engine
+    from interp.engine.internal import Engine
 
     torch.set_num_threads(1)
     e = Engine.of(model)

@@ -79,7 +79,7 @@ if TYPE_CHECKING:  # the same names as _LAZY, for type checkers and editors (tes
     from interp.features import AttributionGraph, attribution_graph
     from interp.models import ArchInfo, CatalogEntry, Model, list_models
     from interp.plots import Exporter, export
-    from interp.report import circuit_report, circuits_report, dictionary_page, report
+    from interp.report import dictionary_page, report, task_report, weights_report
     from interp.stream import Decomposition, Predictions, ResidualTrace, predict, trace
 
 #: Each lazily imported public name -> the subpackage that defines it.
@@ -144,7 +144,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(["AttributionGraph", "attribution_graph"], "features"),
     **dict.fromkeys(["ArchInfo", "CatalogEntry", "Model", "list_models"], "models"),
     **dict.fromkeys(["Exporter", "export"], "plots"),
-    **dict.fromkeys(["circuit_report", "circuits_report", "dictionary_page", "report"], "report"),
+    **dict.fromkeys(["dictionary_page", "report", "task_report", "weights_report"], "report"),
     **dict.fromkeys(["Decomposition", "Predictions", "ResidualTrace", "predict", "trace"], "stream"),
 }
 
@@ -168,8 +168,17 @@ _SUBPACKAGES = (
 )
 
 
+#: Deprecated names -> the public names they became (kept, with a DeprecationWarning on each use, for one release).
+_RENAMED: dict[str, str] = {"circuit_report": "task_report", "circuits_report": "weights_report"}
+
+
 def __getattr__(name: str) -> Any:
-    """A public name or subpackage, imported the first time it is asked for (then kept as a module attribute)."""
+    """A public name or subpackage, imported the first time it is asked for (then kept as a module attribute); a
+    deprecated name (:data:`_RENAMED`) warns each time and gives the object of its new name."""
+    if name in _RENAMED:
+        from interp._validate import renamed
+
+        return renamed(f"interp.{name}", f"interp.{_RENAMED[name]}", __getattr__(_RENAMED[name]))
     if name in _LAZY:
         value = getattr(importlib.import_module(f"interp.{_LAZY[name]}"), name)
     elif name in _SUBPACKAGES:
@@ -247,8 +256,6 @@ __all__ = [
     "attribute_direction",
     "attribute_logits",
     "attribution_patch",
-    "circuit_report",
-    "circuits_report",
     "dictionary_page",
     "composition_scores",
     "copying_scores",
@@ -267,6 +274,8 @@ __all__ = [
     "qk_circuit",
     "report",
     "rotate_residual",
+    "task_report",
     "trace",
     "virtual_weights",
+    "weights_report",
 ]

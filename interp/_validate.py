@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import inspect
 import operator
+import warnings
 from typing import Any, Callable, Iterable, Literal, Optional, TypeGuard, TypeVar, cast, overload
 
 import numpy as np
@@ -28,6 +29,8 @@ __all__ = [
     "check_positive_float",
     "check_positive_int",
     "shardable",
+    "renamed",
+    "keyword_only_since",
 ]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -198,3 +201,47 @@ def check_not_inference_mode(owner: str) -> None:
         raise UnsupportedOperationError(
             f"{owner} takes gradients: call it outside torch.inference_mode() (under torch.no_grad() it runs)"
         )
+
+
+def renamed(old: str, new: str, value: Any) -> Any:
+    """``value``, the object now called ``new``, asked for by its deprecated name ``old`` (a module ``__getattr__``'s
+    answer): a DeprecationWarning pointing at the caller. The old names are kept for one release."""
+    warnings.warn(
+        f"{old} is deprecated: it is now {new} (the old name goes in the next release)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return value
+
+
+def keyword_only_since(n_positional: int, *names: str) -> Callable[[_F], _F]:
+    """A function whose parameters ``names`` became keyword-only: for one release they are still accepted positionally
+    after its first ``n_positional`` arguments, with a DeprecationWarning. ``inspect.signature`` (and the type
+    checker) see the keyword-only signature."""
+
+    def decorate(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            extra = args[n_positional:]
+            if extra:
+                if len(extra) > len(names):
+                    raise TypeError(
+                        f"{fn.__name__}() takes {n_positional + len(names)} positional arguments but {len(args)} were "
+                        f"given"
+                    )
+                moved = names[: len(extra)]
+                for name, value in zip(moved, extra):
+                    if name in kwargs:
+                        raise TypeError(f"{fn.__name__}() got multiple values for argument {name!r}")
+                    kwargs[name] = value
+                warnings.warn(
+                    f"{fn.__name__}(): passing {', '.join(moved)} positionally is deprecated; pass "
+                    f"{', '.join(f'{n}=' for n in moved)} (positional use goes in the next release)",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+            return fn(*args[:n_positional], **kwargs)
+
+        return cast(_F, wrapper)
+
+    return decorate

@@ -328,11 +328,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_circuits(args: argparse.Namespace) -> int:
-    from interp.report import circuits_report
+    from interp.report import weights_report
 
     model = _load(args.model)
     t0 = time.perf_counter()
-    path = circuits_report(
+    path = weights_report(
         model,
         out_dir=args.out,
         max_edges=args.max_edges,
@@ -345,7 +345,8 @@ def _cmd_circuits(args: argparse.Namespace) -> int:
 
 
 def _cmd_circuit(args: argparse.Namespace) -> int:
-    from interp.report import check_circuit_options, circuit_report
+    from interp.report.internal import check_circuit_options
+    from interp.report import task_report
 
     from interp.errors import ArgumentError
 
@@ -404,7 +405,7 @@ def _cmd_circuit(args: argparse.Namespace) -> int:
         log.info("loaded %d pairs from %s", own.n, args.pairs)
         task = own.head(args.prompts) if args.prompts is not None and args.prompts < own.n else own
     t0 = time.perf_counter()
-    path = circuit_report(
+    path = task_report(
         model,
         task,
         out_dir=args.out,

@@ -54,7 +54,7 @@ T0 = time.perf_counter()
 import pandas as pd
 
 from interp import circuits, plots, stream
-from interp.toy import attention_patterns as all_patterns, repeated_tokens
+from interp.toy import logits_and_patterns as all_patterns, repeated_tokens
 
 toy = interp.load_model("toy-attn-only-2l")
 print(toy, "| norm:", toy.arch.norm, "| positions:", toy.arch.positional)

@@ -138,7 +138,7 @@ scores["news"].plot().show()
 page = interp.dictionary_page(
     model,
     some,
-    Path(tempfile.mkdtemp()) / "smollm2-transcoders.html",
+    path=Path(tempfile.mkdtemp()) / "smollm2-transcoders.html",
     evaluation=scores["news"],
     texts=[d[:600] for d in held_out_corpus()[:24]],
     features_per_layer=3,

@@ -85,7 +85,7 @@ def test_the_page_documents_signatures():
     assert {
         "interp.effects",
         "interp.faithfulness_curve",
-        "interp.circuit_report",
+        "interp.task_report",
         "interp.evaluate_circuit",
         "interp.edge_attribution",
         "interp.predict",

@@ -6,7 +6,7 @@ description it gives (``Model.block``) is what Hugging Face's decoder layers act
    ``grep -rn ... interp/ | grep -v models/`` prints nothing). A forward or an analysis asks the block instead.
 2. The description against HF's own dataflow, for every tiny family: the HF layer's submodules (its norms, its
    attention, its MLP: the table below, written from transformers' modelling code) are hooked, and the block is
-   interpreted (:func:`interp.models.run_block`) with steps that check, at each one, that the tensor the
+   interpreted (:func:`interp.models.internal.run_block`) with steps that check, at each one, that the tensor the
    description says a module receives is the one HF gave it, and that carry HF's own output on. The block's
    result must be HF's layer output. A wrong read (raw vs normed), a missing output norm, a parallel branch
    read as sequential or a post-norm missed each makes a module's input or the layer's output differ.
@@ -22,7 +22,7 @@ from typing import Any, Optional
 import pytest
 import torch
 
-from interp.models import run_block
+from interp.models.internal import run_block
 from tiny_models import FAMILIES, MORE_FAMILIES, VOCAB, hooked_forward, tiny_hf_model, tiny_model
 
 ROOT = Path(__file__).resolve().parents[1] / "interp"
@@ -141,7 +141,7 @@ class _Record:
 
 
 class _AgainstHF:
-    """A :class:`interp.models.BlockOps` over HF's recorded tensors: each step checks the input the description
+    """A :class:`interp.models.internal.BlockOps` over HF's recorded tensors: each step checks the input the description
     gives a module against HF's, then carries HF's output on; the adds are the block's own."""
 
     def __init__(self, rec: _Record, roles: dict[str, Any], layer: int) -> None:

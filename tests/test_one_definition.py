@@ -9,9 +9,9 @@ import pkgutil
 import interp
 
 
-#: Known, not yet renamed: the discovery scorer's three ablations (causal's four include "corrupt"), and the toys'
-#: batched (logits, patterns) probe beside the stream's per-head patterns (renaming it touches executed notebooks).
-KNOWN = {"ABLATIONS: interp.causal and interp.groundtruth", "attention_patterns: interp.stream and interp.toy"}
+#: Known, not yet renamed: none (the discovery scorer's ablations are interp.groundtruth.RANKING_ABLATIONS, the toys'
+#: (logits, patterns) probe interp.toy.logits_and_patterns; their old names are deprecated aliases outside __all__).
+KNOWN: set[str] = set()
 
 
 def test_a_public_name_is_one_object_everywhere():

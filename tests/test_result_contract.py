@@ -55,11 +55,7 @@ NOT_RESULTS = {
     ),
     "Batch": "tokenised inputs",
     "CatalogEntry": "a catalog row (model name, source, licence)",
-    "Event": "one step of a model's block program",
     "Model": "the model itself (results never hold it)",
-    "Patch": "an engine patch point (what to replace in a forward), not a result",
-    "RunCache": "the engine's cache of one forward (inputs of every layer, keys/values), not a result",
-    "Variant": "one patched run the engine's sweep carries, not a result",
     "Weights": "a model's weights in transformer-lens layout",
     "ToyConfig": "a toy model's configuration",
     "ResidualTrace": "a capture of one forward pass; its .decompose() returns Decomposition results",
@@ -70,7 +66,6 @@ NOT_RESULTS = {
     "Page": "a self-contained HTML page being assembled (sections, figures, tables), not a table of labelled rows",
     "CircuitGraphOptions": "how circuit_graph_figure draws (drawing options), not a result",
     "Metric": "a metric specification (what a causal analysis measures)",
-    "BoundMetric": "a metric bound to a model's tokens",
     "CustomMetric": "a metric specification",
     "Direction": "a metric specification",
     "KL": "a metric specification",
@@ -82,7 +77,6 @@ NOT_RESULTS = {
     "TracrProgram": "a compiled ground-truth program (a model and its residual labels)",
     "TrueCircuit": "a circuit known by construction (a reference to score results against), not a computed result",
     "CircuitGraph": "a model's graph structure (writers, readers, edges), not a computed table",
-    "Acts": "the edge forward's record of one run's writes (embeddings, each layer's z, MLP outputs), not a result",
     "Task": "a prompt set with its metric (the input of an analysis)",
     "OutputMargin": "a metric specification",
     "PromptGroup": "equal-length prompts with their resample partners (the input of an analysis)",
@@ -577,6 +571,8 @@ def test_every_exported_result_class_is_in_the_contract():
         f"exported dataclass-like classes that neither subclass interp._result.Result nor are "
         f"listed in NOT_RESULTS with a reason: {not_result}"
     )
+    stale = sorted(n for n in NOT_RESULTS if n not in classes)
+    assert not stale, f"NOT_RESULTS lists classes no public module exports (internal now, or gone): {stale}"
     wrongly_excluded = sorted(n for n in NOT_RESULTS if n in classes and issubclass(classes[n], Result))
     assert not wrongly_excluded, f"NOT_RESULTS lists Result subclasses: {wrongly_excluded}"
     no_factory = sorted(n for n in RESULT_CLASSES if n not in FACTORIES or n not in ROW_CHECKS)

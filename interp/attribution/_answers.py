@@ -13,8 +13,9 @@ from torch import Tensor
 
 from interp._validate import is_int
 from interp.errors import ArgumentError, TokenSpacingWarning, warn_user
-from interp.models import Model, text_ids
-from interp.stream import check_tensor_data
+from interp.models import Model
+from interp.models.internal import text_ids
+from interp.stream.internal import check_tensor_data
 
 __all__ = ["check_distinct", "check_text_ids", "output_width", "resolve_tokens", "warn_unspaced"]
 

@@ -21,7 +21,8 @@ from interp.attribution._logits import _components
 from interp.attribution._result import LogitAttribution
 from interp.errors import ArgumentError, ShapeError
 from interp.models import Model
-from interp.stream import as_batch, check_tensor_data, require_model, resolve_positions, trace
+from interp.stream.internal import as_batch, check_tensor_data, require_model, resolve_positions
+from interp.stream import trace
 
 __all__ = ["attribute_direction"]
 

@@ -33,11 +33,12 @@ from interp.attribution._answers import TokenSpec, warn_unspaced
 from interp.attribution._result import LogitAttribution
 from interp.attribution._sources import head_source_terms, require_head_sources
 from interp.attribution._targets import Targets, coefficients, combine, plan_reads, resolve_targets
-from interp.engine import require_capabilities, soft_cap
+from interp.engine.internal import require_capabilities, soft_cap
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Attn, Bias, Head, HeadSource, parse
 from interp.models import Model
-from interp.stream import Batch, as_batch, require_model, resolve_positions, trace_at
+from interp.models import Batch
+from interp.stream.internal import as_batch, require_model, resolve_positions, trace_at
 
 __all__ = ["attribute_logits"]
 

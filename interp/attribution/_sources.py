@@ -32,9 +32,10 @@ from interp._result import Result
 from interp._validate import check_index, check_int, check_positive_int, is_int
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Head
-from interp.models import readable_token
+from interp.models.internal import readable_token
 from interp.models import Model
-from interp.stream import as_batch, capture, require_model
+from interp.stream.internal import as_batch, require_model
+from interp.stream import capture
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

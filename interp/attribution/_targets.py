@@ -28,8 +28,9 @@ from torch import Tensor
 from interp.attribution._answers import _one_token, check_distinct, check_text_ids
 from interp._validate import check_bool
 from interp.errors import ArgumentError
-from interp.models import Model, text_ids
-from interp.stream import check_tensor_data
+from interp.models import Model
+from interp.models.internal import text_ids
+from interp.stream.internal import check_tensor_data
 
 __all__ = ["Targets", "resolve_targets", "Read", "plan_reads", "TARGETS", "WRONG_AGGS", "resolve_candidate"]
 

@@ -60,9 +60,9 @@ from interp.causal._common import _checked_batch, resolve_nodes
 from interp.causal._metrics import as_metric
 from interp.causal._result import PatchResult, patch_result
 from interp.errors import ShapeError, UnsupportedOperationError
-from interp.engine import allowed_keys, apply_rotary, require_capabilities
+from interp.engine.internal import allowed_keys, apply_rotary, require_capabilities
 from interp.models import Block, Model
-from interp.stream import require_model
+from interp.stream.internal import require_model
 
 __all__ = ["attribution_patch", "key_fix_each"]
 

@@ -13,13 +13,14 @@ from typing import Any, Optional, Sequence
 import torch
 from torch import Tensor
 
-from interp.engine import BoundMetric, Engine, MetricReader, RunCache, clean_output, metric_of
+from interp.engine.internal import BoundMetric, Engine, MetricReader, RunCache, clean_output, metric_of
 from interp.causal._metrics import Metric, as_metric
 from interp.errors import AblationWarning, ArgumentError, LabelError, ShapeError, warn_user
 from interp.labels import Attn, Embed, Head, HeadInput, Mlp, Resid, as_label
-from interp.models import Batch, resid_hook_names
+from interp.models import Batch
+from interp.models.internal import resid_hook_names
 from interp.models import Model
-from interp.stream import as_batch
+from interp.stream.internal import as_batch
 
 __all__ = [
     "PatchNode",
@@ -27,7 +28,7 @@ __all__ = [
     "resolve_nodes",
     "Pair",
     "make_pair",
-    "MetricReader",  # the engine's (interp.engine.MetricReader), re-exported: the metric layer is below features
+    "MetricReader",  # interp.engine.internal.MetricReader, re-exported: the metric layer is below features
     "baselines",
     "clean_output",
     "metric_of",

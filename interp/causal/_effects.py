@@ -29,12 +29,12 @@ from torch import Tensor
 from interp._norms import apply_frozen
 from interp._validate import check_bool, check_choice, check_positive_int, shardable
 from interp.causal._common import Pair, PatchNode, check_reference_spread, make_pair, resolve_nodes
-from interp.engine import RunCache
+from interp.engine.internal import RunCache
 from interp.causal._patch import ABLATIONS, check_ablation, sweep_nodes
 from interp.causal._result import Effects
 from interp.errors import ArgumentError
 from interp.models import Model
-from interp.stream import require_model
+from interp.stream.internal import require_model
 
 __all__ = ["effects", "node_write", "carry_to_final"]
 

@@ -36,12 +36,13 @@ from torch import Tensor
 
 from interp._result import Result
 from interp._validate import check_choice, check_positive_int, is_int
-from interp.attribution import TokenSpec, resolve_tokens, warn_unspaced
+from interp.attribution.internal import TokenSpec, resolve_tokens, warn_unspaced
 from interp.causal._metrics import final_norm, readout
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.labels import Resid
 from interp.models import Model, describe_block
-from interp.stream import as_batch, capture, require_model, resolve_positions
+from interp.stream.internal import as_batch, require_model, resolve_positions
+from interp.stream import capture
 
 __all__ = ["LogitLens", "logit_lens", "lens_points"]
 

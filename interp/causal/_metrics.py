@@ -14,7 +14,7 @@ as MiniLM) are analysed through their final hidden state: there only :class:`Dir
 callable on the hidden state) applies, and a logit metric raises an error naming ``metric``.
 
 The shared interface, used by every causal and edge analysis (a metric binds to an
-:class:`interp.engine.BoundMetric`; its input is :func:`interp.engine.readout`, the one logit readout)::
+:class:`interp.engine.internal.BoundMetric`; its input is :func:`interp.engine.readout`, the one logit readout)::
 
     bound = metric.bind(model, batch)          # tokens resolved, positions fixed, per prompt
     x = bound.select(resid_final, prompt)      # [rows, d_model]: the metric position
@@ -51,12 +51,14 @@ import torch
 from torch import Tensor
 
 from interp._validate import check_bool
-from interp.attribution import TokenSpec, check_distinct, resolve_candidate, resolve_tokens, warn_unspaced
-from interp.engine import BoundMetric, final_norm, readout
+from interp.attribution.internal import TokenSpec, check_distinct, resolve_candidate, resolve_tokens, warn_unspaced
+from interp.engine.internal import BoundMetric, final_norm
+from interp.engine import readout
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 from interp.models import Batch
-from interp.models import Model, text_ids
-from interp.stream import resolve_positions
+from interp.models import Model
+from interp.models.internal import text_ids
+from interp.stream.internal import resolve_positions
 
 __all__ = [
     "Metric",

@@ -42,11 +42,11 @@ from interp.causal._common import (
     resolve_nodes,
     source_acts,
 )
-from interp.engine import HEADED_SITES, Patch, RunCache, Variant
+from interp.engine.internal import HEADED_SITES, Patch, RunCache, Variant
 from interp.causal._result import PatchResult, patch_result
 from interp.errors import ArgumentError
 from interp.models import Model
-from interp.stream import require_model
+from interp.stream.internal import require_model
 
 __all__ = ["patch"]
 

@@ -38,13 +38,13 @@ from interp.causal._common import (
     reference_acts,
 )
 from interp.causal._effects import node_write
-from interp.engine import Patch, RunCache, Variant
+from interp.engine.internal import Patch, RunCache, Variant
 from interp.causal._patch import ABLATIONS, check_ablation, default_batch_size, run_pair, shared_prefix
 from interp.causal._result import PatchResult, patch_result
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Embed, Head, HeadInput, Mlp, MlpInput, Output, as_label
 from interp.models import Model
-from interp.stream import require_model
+from interp.stream.internal import require_model
 
 __all__ = ["path_patch"]
 

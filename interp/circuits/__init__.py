@@ -15,8 +15,8 @@ docs/math.md §6–12. Conventions:
 from interp.circuits._basis import PrivilegedBasisReport, privileged_basis_report
 from interp.circuits._composition import CompositionScores, composition_scores
 from interp.circuits._copying import HeadScores, OVDiagonalStats, copying_scores, ov_diagonal_stats
-from interp.circuits._embedding import EFFECTIVE_EMBEDDING, effective_embedding
-from interp.circuits._factored import POSITION_NOTE, Circuit
+from interp.circuits._embedding import effective_embedding
+from interp.circuits._factored import Circuit
 from interp.circuits._graph import CompositionGraph, composition_edges, composition_graph, composition_graph_json
 from interp.circuits._head_operator import HeadOperator, head_operator
 from interp.circuits._labels import read_labels, write_labels
@@ -30,13 +30,11 @@ __all__ = [
     "Circuit",
     "CompositionGraph",
     "CompositionScores",
-    "EFFECTIVE_EMBEDDING",
     "ErasureTable",
     "HeadOperator",
     "HeadScores",
     "OVDiagonalStats",
     "PathExpansion",
-    "POSITION_NOTE",
     "PrivilegedBasisReport",
     "SubspaceOverlap",
     "VirtualWeightNorms",

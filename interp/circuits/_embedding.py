@@ -29,7 +29,7 @@ from torch import Tensor
 
 from interp._validate import check_bool, check_positive_int
 from interp.circuits._common import _need_mlp, check_model, fold_write
-from interp.engine import Engine
+from interp.engine.internal import Engine
 from interp.errors import UnsupportedOperationError
 from interp.models import Model
 

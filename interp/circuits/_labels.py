@@ -4,7 +4,7 @@ Labels (:mod:`interp.labels`): writes ``embed``, ``pos_embed`` (learned position
 ``L3.mlp``; reads ``L3.attn.q[H5]`` (query head), ``L3.attn.k[H1]`` / ``L3.attn.v[H1]`` (KV head
 under GQA), ``L3.mlp.in`` (W_in, the up projection), ``L3.mlp.gate`` (gated MLPs only),
 ``unembed``. A read sees a write iff the write's event precedes the read's in the model's block
-program (:func:`interp.models.build_program`; positions from :func:`interp.models.program_position`):
+program (:func:`interp.models.internal.build_program`; positions from :func:`interp.models.internal.program_position`):
 
     sequential block (GPT-2, Llama, BERT):  attn reads < head writes < mlp reads < mlp writes
     parallel block (GPT-NeoX):              attn reads, mlp reads   < head writes, mlp writes
@@ -24,7 +24,8 @@ from torch import Tensor
 from interp import labels as L
 from interp.circuits._common import _need_mlp, fold_read, fold_write, folded_unembed, post_gain
 from interp.errors import LabelError, UnsupportedOperationError
-from interp.models import Model, describe_block, program_position
+from interp.models import Model, describe_block
+from interp.models.internal import program_position
 
 __all__ = ["Write", "Read", "parse_write", "parse_read", "write_labels", "read_labels", "write_matrix", "read_matrix"]
 

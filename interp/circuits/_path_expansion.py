@@ -68,7 +68,8 @@ from interp._result import Result
 from interp._validate import check_index, check_int_min
 from interp.errors import ArgumentError, LabelError, MemoryCapError, ShapeError, UnsupportedOperationError
 from interp.labels import ARROW, Bias, Head, Norm, NormBias, Path
-from interp.models import describe_block, text_ids
+from interp.models import describe_block
+from interp.models.internal import text_ids
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

@@ -36,7 +36,8 @@ from torch import Tensor
 from interp._validate import check_int, check_int_min, check_positive_float
 from interp.circuits._common import check_model, check_data
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
-from interp.models import Model, Weights, hf_state_from_weights, hf_writable, is_streamed, model_from_hf_unchecked
+from interp.models import Model, Weights, model_from_hf_unchecked
+from interp.models.internal import hf_state_from_weights, hf_writable, is_streamed
 
 __all__ = ["rotate_residual", "random_rotation"]
 

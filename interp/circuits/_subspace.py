@@ -45,7 +45,7 @@ from interp.circuits._gram import chunks, pack_symmetric, packed_gram_left
 from interp.circuits._labels import parse_write, write_labels, write_matrix
 from interp.errors import LabelError
 from interp.labels import ARROW, Head, HeadInput, as_label
-from interp.models import program_position
+from interp.models.internal import program_position
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

@@ -14,13 +14,13 @@ from typing import Any, Sequence, Union
 from torch import Tensor
 
 from interp._validate import is_int
-from interp.engine import Engine
+from interp.engine.internal import Engine
 from interp.errors import ArgumentError
 from interp.dictionaries._set import DictionarySet
 from interp.dictionaries._transcoder import CrossLayerTranscoder, Transcoder, check_layers, mlp_input
 from interp.labels import Feature, parse
 from interp.models import Model
-from interp.stream import as_batch, require_model
+from interp.stream.internal import as_batch, require_model
 
 __all__ = ["top_activating_contexts"]
 

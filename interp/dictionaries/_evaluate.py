@@ -37,7 +37,8 @@ from torch import Tensor
 
 from interp._result import Result
 from interp._validate import check_bool, check_positive_int, is_int, is_real
-from interp.engine import Engine, Patch, unembed
+from interp.engine.internal import Engine, Patch
+from interp.engine import unembed
 from interp.errors import ArgumentError, ShapeError, UnsupportedArchitectureError, warn_user
 from interp.dictionaries._corpus import token_rows
 from interp.dictionaries._sae import SAE, check_saes
@@ -45,7 +46,7 @@ from interp.dictionaries._set import DictionarySet
 from interp.dictionaries._transcoder import CrossLayerTranscoder, Transcoder, mlp_input
 from interp.dictionaries._warnings import DictionaryQualityWarning
 from interp.models import Model
-from interp.stream import require_model
+from interp.stream.internal import require_model
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

@@ -32,7 +32,8 @@ from interp.dictionaries._transcoder import Dictionary
 from interp.dictionaries._transcoder import fvu as _fvu
 from interp.labels import Resid
 from interp.models import Model
-from interp.stream import as_batch, capture, require_model
+from interp.stream.internal import as_batch, require_model
+from interp.stream import capture
 
 __all__ = ["SAE", "SAE_SITES", "SAEReconstruction", "check_saes", "sae_reconstruction"]
 

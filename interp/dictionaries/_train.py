@@ -4,7 +4,7 @@ from an English corpus, and scoring them as the field scores dictionaries.
 For each chosen layer l the transcoder learns the MLP's map x ↦ y, where x is what the MLP reads (the block's
 MLP read: through its read norm, or the stream raw; ``_transcoder.mlp_input``) and y the MLP's write as it
 joins the stream (after the MLP's output norm where the block has one), both read from
-:class:`interp.engine.Engine`'s forward (cut after the last chosen layer)::
+:class:`interp.engine.internal.Engine`'s forward (cut after the last chosen layer)::
 
     f = TopK(relu(x W_encᵀ + b_enc))     ŷ = f W_dec + b_dec (+ x W_skipᵀ with skip=True: a skip transcoder)
 
@@ -38,7 +38,7 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from interp.engine import Engine
+from interp.engine.internal import Engine
 from interp.errors import ArgumentError, UnsupportedOperationError, warn_user
 from interp.dictionaries._corpus import (
     HELD_OUT_SOURCE,

@@ -30,7 +30,7 @@ from interp.dictionaries._corpus import (
 from interp.dictionaries._train_state import default_lr, default_passes
 from interp.errors import ArgumentError, UnsupportedArchitectureError
 from interp.models import Model, default_cache_dir
-from interp.stream import require_model
+from interp.stream.internal import require_model
 
 __all__ = ["TrainConfig"]
 

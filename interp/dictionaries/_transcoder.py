@@ -28,7 +28,7 @@ from torch import Tensor
 
 from interp._validate import is_int
 from interp.errors import ArgumentError
-from interp.models import check_device, check_dtype
+from interp.models.internal import check_device, check_dtype
 
 __all__ = [
     "ACTIVATIONS",

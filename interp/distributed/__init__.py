@@ -8,28 +8,8 @@ one) on :func:`interp.attribute_logits`, :func:`interp.patch`, :func:`interp.eff
 (``interp[distributed]``), imported only when a cluster is made. See docs/scaling.md.
 """
 
-from interp.distributed._cluster import DEFAULT_OBJECT_STORE, RayCluster
-from interp.distributed._merge import (
-    merge_aggregate,
-    merge_edge_scores,
-    merge_effects,
-    merge_evaluation,
-    merge_faithfulness,
-    merge_logit_attribution,
-    merge_patch,
-)
-from interp.distributed._shard import model_source, shard_bounds
+from interp.distributed._cluster import RayCluster
 
 __all__ = [
-    "DEFAULT_OBJECT_STORE",
     "RayCluster",
-    "merge_aggregate",
-    "merge_edge_scores",
-    "merge_effects",
-    "merge_evaluation",
-    "merge_faithfulness",
-    "merge_logit_attribution",
-    "merge_patch",
-    "model_source",
-    "shard_bounds",
 ]

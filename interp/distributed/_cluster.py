@@ -31,7 +31,7 @@ from interp.distributed._shard import fingerprint, input_keys, model_source, n_p
 from interp._validate import check_int_min, check_positive_int
 from interp.errors import ArgumentError, CompletenessWarning, InterpError, MissingPackageError
 from interp.models import Model
-from interp.stream import require_model
+from interp.stream.internal import require_model
 
 __all__ = ["RayCluster", "DEFAULT_OBJECT_STORE"]
 

@@ -18,9 +18,11 @@ from typing import Any, Sequence
 import torch
 
 from interp._result import faithfulness_curves
-from interp.attribution import LogitAttribution, resolve_targets
+from interp.attribution import LogitAttribution
+from interp.attribution.internal import resolve_targets
 from interp.causal import Effects, PatchResult
-from interp.edges import CircuitEvaluation, EdgeScores, FaithfulnessCurve, check_completeness
+from interp.edges import CircuitEvaluation, EdgeScores, FaithfulnessCurve
+from interp.edges.internal import check_completeness
 from interp.features import AggregateGraph
 from interp.errors import ShapeError
 

@@ -7,41 +7,23 @@ families (pre-norm LayerNorm / RMSNorm with GQA, parallel, post-norm) through a 
 results follow the one result contract (:mod:`interp._result`). The equations are in docs/math.md.
 """
 
-from interp.edges._ablated import AblatedForward
-from interp.edges._attribution import COMPLETENESS_TOLERANCE, check_completeness, edge_attribution
-from interp.edges._evaluate import (
-    MIB_SIZES,
-    CircuitEvaluation,
-    FaithfulnessCurve,
-    check_curve_args,
-    evaluate_circuit,
-    faithfulness_curve,
-)
-from interp.edges._gradient import EdgeScorer, ReaderGradients
+from interp.edges._attribution import COMPLETENESS_TOLERANCE, edge_attribution
+from interp.edges._evaluate import MIB_SIZES, CircuitEvaluation, FaithfulnessCurve, evaluate_circuit, faithfulness_curve
 from interp.edges._graph import CircuitGraph, circuit_graph
-from interp.edges._patch import ablated_writes, edge_patch
+from interp.edges._patch import edge_patch
 from interp.edges._scores import EdgeCircuit, EdgeScores
 from interp.edges._tasks import TASKS, Task, load_task, read_pairs
-from interp.edges._writes import Acts, EdgeWrites
 
 __all__ = [
-    "AblatedForward",
-    "Acts",
     "COMPLETENESS_TOLERANCE",
     "CircuitEvaluation",
     "CircuitGraph",
     "EdgeCircuit",
-    "EdgeScorer",
     "EdgeScores",
-    "EdgeWrites",
     "FaithfulnessCurve",
     "MIB_SIZES",
-    "ReaderGradients",
     "TASKS",
     "Task",
-    "ablated_writes",
-    "check_completeness",
-    "check_curve_args",
     "circuit_graph",
     "edge_attribution",
     "edge_patch",

@@ -4,12 +4,12 @@ A forward in which reader r's input is the stream with every ablated edge w → 
 
     x_r = Σ_w [(1 − K_wr) a_w + K_wr ã_w] + biases,
 
-with a_w this run's write, ã_w its ablated value (:class:`interp.edges.EdgeWrites`), and every norm
+with a_w this run's write, ã_w its ablated value (:class:`interp.edges.internal.EdgeWrites`), and every norm
 recomputed (a normed stream, post-norm: along r's own copy of the stream, every Add & Norm on the way). Each
 layer is the model's block (:attr:`interp.models.Model.block`) interpreted step by step
-(:func:`interp.models.run_block`): by :class:`_Mixed` where the stream is the sum of the writes, by
+(:func:`interp.models.internal.run_block`): by :class:`_Mixed` where the stream is the sum of the writes, by
 :class:`_Copies` where it is normed after each join. The block maths (norms, projections, attention, MLP,
-output norms) is the engine's (:class:`interp.engine.Engine`); what is this module's own is the bookkeeping
+output norms) is the engine's (:class:`interp.engine.internal.Engine`); what is this module's own is the bookkeeping
 that gives each reader its input in a few large products.
 """
 
@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from interp.edges._writes import Acts, EdgeWrites
-from interp.models import run_block
+from interp.models.internal import run_block
 
 __all__ = ["AblatedForward"]
 
@@ -50,7 +50,7 @@ class AblatedForward:
         (1 − K_wr) a_w + K_wr ã_w (module docstring).
 
         ``abl`` the ablated writes (None: zero); ``K`` [W, R] (1 = the edge is ablated); ``read`` a
-        :class:`interp.causal.MetricReader`.
+        :class:`interp.engine.internal.MetricReader`.
         """
         ew = self.ew
         K = (K.to(ew.model.dtype) * ew.g.mask.to(K.device)).to(tokens.device)
@@ -174,7 +174,7 @@ class AblatedForward:
     def _read_qkv(self, l: int, norm: Optional[str], X: Tensor, P: int, T: int) -> Tensor:
         """q | k | v [P, T, H + 2 Hkv, dh] from each q/k/v reader's own input X [n, P T, d] (changed in
         place) through the readers' norm ``norm`` (None: raw): N(x_r) W_r + b_r
-        (:meth:`interp.engine.Engine.norm`, fused into the projection). A norm in full precision:
+        (:meth:`interp.engine.internal.Engine.norm`, fused into the projection). A norm in full precision:
         ((x_r − μ) ⊙ γ) W_r / σ_r + β W_r + b_r (RMS: no μ, no β) — the norm's gain folded into W and its
         scale applied after the product, on d_head columns."""
         ew, e = self.ew, self.e
@@ -235,7 +235,7 @@ def _layer_acts(l: int, z: Tensor) -> Acts:
 
 
 class _Mixed:
-    """:meth:`AblatedForward._buffered`'s interpreter of the block (:class:`interp.models.BlockOps`) on the
+    """:meth:`AblatedForward._buffered`'s interpreter of the block (:class:`interp.models.internal.BlockOps`) on the
     buffer B = [x, S, D_0, …] (the stream ``x`` is B's first row, updated in place): each sublayer reads its
     readers' own inputs X where some edge into them is ablated (:meth:`inputs`), the clean stream elsewhere;
     each sublayer's output, as it joins the stream, gives its writers' rows D_w = ã_w − a_w."""
@@ -346,7 +346,7 @@ class _Mixed:
 
 
 class _Copies:
-    """:meth:`AblatedForward._copies`'s interpreter of the block (:class:`interp.models.BlockOps`) on the pair
+    """:meth:`AblatedForward._copies`'s interpreter of the block (:class:`interp.models.internal.BlockOps`) on the pair
     (x, V): the clean stream x [P, T, d] and the special readers' own copies V [P, S, T, d] (``special``: the
     readers with an ablated edge, ``Ks`` [W, S] their columns of K); each join adds Σ_w K_ws D_w of the
     sublayer's writers to the copies, each norm is recomputed on both."""

@@ -52,14 +52,16 @@ from interp._validate import (
     check_positive_int,
     shardable,
 )
-from interp.causal import BoundMetric, MetricReader, clean_output, make_pair, metric_gap
+from interp.engine.internal import BoundMetric, MetricReader, clean_output
+from interp.causal.internal import make_pair
+from interp._result import metric_gap
 from interp.edges._gradient import EdgeScorer, ReaderGradients
 from interp.edges._writes import Acts, EdgeWrites
 from interp.edges._graph import CircuitGraph, circuit_graph
 from interp.edges._scores import EdgeScores
 from interp.errors import CompletenessWarning, MetricGapWarning, warn_user
 from interp.models import Model
-from interp.stream import require_model
+from interp.stream.internal import require_model
 
 __all__ = ["edge_attribution", "METHODS", "COMPLETENESS_TOLERANCE", "check_completeness"]
 

@@ -32,7 +32,10 @@ from tqdm.auto import tqdm
 from interp._result import Result
 from interp._validate import check_bool, check_choice, check_finite_float, check_int, shardable
 from interp._result import faithfulness_curves
-from interp.causal import ABLATIONS, MetricReader, check_reference_spread, clean_output, make_pair, metric_gap
+from interp.causal import ABLATIONS
+from interp.engine.internal import MetricReader, clean_output
+from interp.causal.internal import check_reference_spread, make_pair
+from interp._result import metric_gap
 from interp.edges import _select
 from interp.edges._ablated import AblatedForward
 from interp.edges._writes import Acts, EdgeWrites
@@ -41,7 +44,7 @@ from interp.edges._patch import ablated_writes, check_edge_ablation
 from interp.edges._scores import EdgeScores
 from interp.errors import ArgumentError, ModelMismatchError
 from interp.models import Model
-from interp.stream import require_model
+from interp.stream.internal import require_model
 
 __all__ = [
     "evaluate_circuit",
@@ -172,7 +175,7 @@ class CircuitEvaluation(Result):
 
     @property
     def faithfulness(self) -> float:
-        """(M(C) − M(∅)) / (M(all) − M(∅)); NaN when M(all) ≈ M(∅) (:func:`interp.causal.metric_gap`)."""
+        """(M(C) − M(∅)) / (M(all) − M(∅)); NaN when M(all) ≈ M(∅) (:func:`interp._result.metric_gap`)."""
         return (self.circuit - self.empty) / metric_gap(self.full, self.empty)
 
     def _row(self, index: int) -> float:

@@ -2,11 +2,11 @@
 products ΔA · Jᵀg over every edge at once (:class:`EdgeScorer`).
 
 :class:`ReaderGradients` runs each layer as the model's block (:attr:`interp.models.Model.block`) interpreted
-by :class:`_Grad` with the engine's block maths (:class:`interp.engine.Engine`) under autograd, keeping each
+by :class:`_Grad` with the engine's block maths (:class:`interp.engine.internal.Engine`) under autograd, keeping each
 reader's linear input (the fused q|k|v projection output, the MLP's normalised input, the
 final norm's output), and returns, per reader r, the gradient g_r = ∂M/∂x_r carried to the residual
 stream just before r's own norm (pre-norm) or at the stream r reads (post-norm): for a query head
-g_q W_Q^{hᵀ}, then the norm's vector-Jacobian product (:meth:`interp.engine.Engine.norm_vjp`).
+g_q W_Q^{hᵀ}, then the norm's vector-Jacobian product (:meth:`interp.engine.internal.Engine.norm_vjp`).
 ``scale="recomputed"`` uses the norm's true Jacobian (σ varies with x); ``scale="frozen"`` holds σ at this
 pass's value, the ledger's linear map γ ⊙ C(·)/σ. Optionally writes are mixed, w ← α a_w + (1 − α) ã_w (the
 token embedding only, or every write): the points of EAP-IG's path. QK-norm (Gemma 3, Qwen 3) sits inside
@@ -20,8 +20,8 @@ parallel and post-norm blocks (tests/edges/test_atp_is_eap_row_sum.py). The two 
 because AtP's nodes are not all writers (a head's q, a KV head's k and v, attention patterns, resid points; AtP*'s
 QK fix recomputes softmaxes) and it needs only ∂M/∂a at its nodes, not each reader's gradient carried through its
 norm; and because ``causal`` sits below ``edges``, this pass cannot serve it from here. Under a sandwich norm a
-head's edge write is its image at the output norm's σ' of the run (:class:`interp.edges.EdgeWrites`), so a head's
-row sum leaves out the σ' term of that norm's Jacobian, which AtP (differentiating at z) keeps.
+head's edge write is its image at the output norm's σ' of the run (:class:`interp.edges.internal.EdgeWrites`), so a
+head's row sum leaves out the σ' term of that norm's Jacobian, which AtP (differentiating at z) keeps.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from interp.edges._writes import Acts, EdgeWrites
-from interp.models import is_streamed, run_block
+from interp.models.internal import is_streamed, run_block
 
 __all__ = ["EdgeScorer", "GradientPass", "ReaderGradients"]
 
@@ -112,7 +112,7 @@ class ReaderGradients:
     layer at a time), keeping each layer's input; up, each layer's backward from the gradient at its output,
     then its readers' gradients carried to the stream and its writes' differences while its weights are in
     hand. In memory each layer's graph is kept from the walk down; on a model streamed one block at a time
-    (:func:`interp.models.is_streamed`) the layer is recomputed under autograd on the way up instead, so one
+    (:func:`interp.models.internal.is_streamed`) the layer is recomputed under autograd on the way up instead, so one
     block is alive at a time and each block is read twice per pass (docs/scaling.md)."""
 
     def __init__(self, writes: EdgeWrites):
@@ -133,7 +133,7 @@ class ReaderGradients:
     ) -> GradientPass:
         """G for prompts ``prompt`` (``tokens`` [P, T] are theirs).
 
-        ``read`` a :class:`interp.causal.MetricReader`: ``read.norm(x_final)`` the final norm, ``read.head(y,
+        ``read`` a :class:`interp.engine.internal.MetricReader`: ``read.norm(x_final)`` the final norm, ``read.head(y,
         prompt)`` M [P] from its output (the gradient is taken there, then carried through that norm). ``mix`` =
         (ablated writes, α, "inputs" | "activations"): writes mixed α a_w + (1 − α) ã_w, the token embedding
         only or every write. ``keep``: also return this pass's writes (before mixing). ``corrupt`` = (tokens,
@@ -290,7 +290,7 @@ class ReaderGradients:
 
     def _qkv_grad(self, l: int, g: Tensor, x: Tensor, qkv: Tensor, frozen: bool) -> Tensor:
         """[n, P, T, d]: each q/k/v reader's gradient g_j (at its projection's output) carried to the stream:
-        W_j g_j, then (pre-norm) through ln1's Jacobian at x (:meth:`interp.engine.Engine.norm_vjp`, fused into
+        W_j g_j, then (pre-norm) through ln1's Jacobian at x (:meth:`interp.engine.internal.Engine.norm_vjp`, fused into
         the projection): Jᵀu = (C(γ⊙u) − x̂ (x̂·γ⊙u)/d)/σ (frozen: the first term) — with γ folded into W_j and
         1/σ into g_j, so the d_model-sized work is one batched product over the readers and two in-place
         passes. x̂·(γ⊙W_j g_j) = ((γ⊙x̂) W_j)·g_j, and (γ⊙x̂) W is the forward's own projection ``qkv`` less
@@ -326,8 +326,8 @@ class ReaderGradients:
 
 
 class _Grad:
-    """:meth:`ReaderGradients._block`'s interpreter of the block (:class:`interp.models.BlockOps`): each step run
-    under autograd, keeping what the walk up needs — the attention's fused q|k|v projection output ``qkv`` and
+    """:meth:`ReaderGradients._block`'s interpreter of the block (:class:`interp.models.internal.BlockOps`): each step
+    run under autograd, keeping what the walk up needs — the attention's fused q|k|v projection output ``qkv`` and
     the MLP's own copy of its input ``h2`` (the readers' linear inputs, where their gradients are taken), the
     stream the MLP reads ``mid``, the detached writes ``z`` and ``m``, and each stream norm's input ``norm_in``
     (keyed "{norm}.{l}"); with ``every`` each sublayer's output is mixed α a + (1 − α) ã as it joins the stream

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from interp.errors import LabelError
 from interp.labels import Edge, Embed, Head, HeadInput, Mlp, MlpInput, Output, as_label
-from interp.models import program_position
+from interp.models.internal import program_position
 from interp.models import Model
 
 __all__ = ["CircuitGraph", "circuit_graph", "WriterInfo", "ReaderInfo"]
@@ -196,7 +196,7 @@ def circuit_graph(model: Model) -> CircuitGraph:
     >>> g = circuit_graph(model)     # doctest: +SKIP
     >>> g                            # smollm2-135m: 301 writers, 481 readers, 70,651 edges
     """
-    from interp.stream import require_model
+    from interp.stream.internal import require_model
 
     require_model(model)
     w = model.weights

@@ -26,23 +26,15 @@ import torch
 from torch import Tensor
 
 from interp._validate import check_bool, check_choice, check_int, check_positive_int
-from interp.causal import (
-    ABLATIONS,
-    PatchResult,
-    baselines,
-    default_batch_size,
-    make_pair,
-    MetricReader,
-    patch_result,
-    reference_acts,
-    shared_prefix,
-)
-from interp.engine import Engine, Patch, RunCache, Variant
+from interp.causal import ABLATIONS, PatchResult
+from interp.causal.internal import baselines, default_batch_size, make_pair, patch_result, reference_acts, shared_prefix
+from interp.engine.internal import MetricReader
+from interp.engine.internal import Engine, Patch, RunCache, Variant
 from interp.edges._writes import Acts, EdgeWrites
 from interp.edges._graph import CircuitGraph, ReaderInfo, WriterInfo, circuit_graph
 from interp.errors import ArgumentError
 from interp.models import Model
-from interp.stream import require_model
+from interp.stream.internal import require_model
 
 __all__ = ["edge_patch", "ablated_writes", "check_edge_ablation"]
 

@@ -38,9 +38,10 @@ from torch import Tensor
 from interp._validate import check_int, check_int_min, check_positive_int, is_int
 from interp.causal import Logit, LogitDiff, LogProb, Metric, Prob
 from interp.errors import ArgumentError, UnsupportedOperationError
-from interp.models import ordinary_tokens, text_ids, tokenize
+from interp.models.internal import ordinary_tokens, text_ids
+from interp.models import tokenize
 from interp.models import Model
-from interp.stream import require_model
+from interp.stream.internal import require_model
 
 __all__ = ["Task", "load_task", "read_pairs", "TASKS", "TASK_METRICS", "IOI_NAMES", "IOI_TEMPLATES", "CAPITALS"]
 
@@ -278,8 +279,8 @@ class Task:
 
     def check(self, model: Model) -> None:
         """A typed error if a pair differs in token length or an answer/wrong token is not one token for ``model``."""
-        from interp.causal import make_pair
-        from interp.attribution import resolve_tokens
+        from interp.causal.internal import make_pair
+        from interp.attribution.internal import resolve_tokens
 
         require_model(model)
         make_pair(model, self.clean, self.corrupt, self.metric, need_corrupt=True)

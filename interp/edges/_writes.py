@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from interp.engine import Engine, RunCache
+from interp.engine.internal import Engine, RunCache
 from interp.errors import UnsupportedArchitectureError
 from interp.edges._graph import CircuitGraph
 from interp.models import Model
@@ -57,8 +57,8 @@ class Acts:
 class EdgeWrites:
     """One model's writers and readers in the circuit graph's order (where each layer's heads, MLP and
     readers sit) and the differences ΔA_w = ã_w − a_w of their writes (module docstring). The engine ``e``
-    runs the block maths for the edge passes built on it (:class:`interp.edges.ReaderGradients`,
-    :class:`interp.edges.EdgeScorer`, :class:`interp.edges.AblatedForward`)."""
+    runs the block maths for the edge passes built on it (:class:`interp.edges.internal.ReaderGradients`,
+    :class:`interp.edges.internal.EdgeScorer`, :class:`interp.edges.internal.AblatedForward`)."""
 
     def __init__(self, model: Model, graph: CircuitGraph, engine: Optional[Engine] = None):
         self.block = model.block

@@ -1,43 +1,26 @@
 """The forward engine: the block maths written once, from a model's frozen weights and its ArchInfo.
 
 Everything in interp that re-runs a model (patching with prefix sharing, path patching, effects, edge
-attribution and circuit evaluation) runs on :class:`Engine` and these functions, and reads its logits through the
-one readout (:func:`readout`: the final norm, the unembedding, the soft-cap) and the metric layer
-(:class:`BoundMetric`, :class:`MetricReader`); a model family is a set
+attribution and circuit evaluation) runs on the :class:`~interp.engine.internal.Engine` and these functions, and
+reads its logits through the one readout (:func:`readout`: the final norm, the unembedding, the soft-cap) and the
+metric layer (:class:`~interp.engine.internal.BoundMetric`, :class:`~interp.engine.internal.MetricReader`; the
+engine's parts that other packages build on are in :mod:`interp.engine.internal`); a model family is a set
 of capabilities on :class:`interp.models.ArchInfo`, never a branch here. :func:`self_check` compares the
 engine's forward with the model's own when a model is loaded (:func:`load_model`).
 """
 
-from interp.engine._capabilities import CAPABILITIES, require_capabilities
+from interp.engine._capabilities import CAPABILITIES
 from interp.engine._check import load_model, model_from_hf, self_check
-from interp.engine._forward import Engine, RunCache
-from interp.engine._patches import HEADED_SITES, SITES, MLPWrite, Patch, Variant
-from interp.engine._metrics import BoundMetric, MetricReader, clean_output, metric_of
-from interp.engine._readout import final_norm, readout, soft_cap, unembed, unembedding
-from interp.engine._rotary import allowed_keys, apply_rotary
+from interp.engine._patches import SITES
+from interp.engine._readout import readout, unembed, unembedding
 
 __all__ = [
-    "BoundMetric",
     "CAPABILITIES",
-    "Engine",
-    "HEADED_SITES",
-    "MetricReader",
-    "MLPWrite",
-    "Patch",
-    "RunCache",
     "SITES",
-    "Variant",
-    "allowed_keys",
-    "apply_rotary",
-    "clean_output",
-    "final_norm",
     "load_model",
-    "metric_of",
     "model_from_hf",
     "readout",
-    "require_capabilities",
     "self_check",
-    "soft_cap",
     "unembed",
     "unembedding",
 ]

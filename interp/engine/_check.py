@@ -1,6 +1,6 @@
 """The load-time self-check: interp's forward of a model against the model's own, on a short probe.
 
-Every analysis that re-runs a model runs :class:`~interp.engine.Engine`, built from the model's frozen
+Every analysis that re-runs a model runs :class:`~interp.engine.internal.Engine`, built from the model's frozen
 weights and its :class:`~interp.models.ArchInfo` capabilities. A quirk of a checkpoint that no
 capability describes would make those analyses silently wrong, so a model is checked when it is loaded:
 the residual stream entering every block and the logits (encoders: the final hidden state) of the
@@ -22,7 +22,8 @@ from torch import Tensor
 from interp.engine._forward import Engine
 from interp.engine._readout import readout
 from interp.errors import EngineMismatchError, UnsupportedArchitectureError
-from interp.models import Model, load_progress, load_step
+from interp.models import Model
+from interp.models.internal import load_progress, load_step
 from interp.models import load_model_unchecked, model_from_hf_unchecked
 
 __all__ = ["load_model", "model_from_hf", "self_check"]

@@ -27,7 +27,8 @@ from interp.engine._layer import LiveLayer
 from interp.engine._masks import KeyMasks
 from interp.engine._patches import MLPWrite, Patch, Variant, apply_patches
 from interp.engine._sweep import sweep
-from interp.models import Model, per_layer, rotary_table_index, rotary_tables, run_block
+from interp.models import Model
+from interp.models.internal import per_layer, rotary_table_index, rotary_tables, run_block
 
 __all__ = ["Engine", "RunCache"]
 
@@ -145,7 +146,7 @@ class Engine:
         return self.norm_at(self.block.read_norm(sub), l, x)
 
     def rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """RoPE on x [R, T, n, d_head] with cos/sin [T, rotary_dim] (:func:`interp.engine.apply_rotary`)."""
+        """RoPE on x [R, T, n, d_head] with cos/sin [T, rotary_dim] (:func:`interp.engine.internal.apply_rotary`)."""
         return apply_rotary(x, cos[:, None], sin[:, None], interleaved=self.interleaved)
 
     def allowed(self, mask: Tensor, prompt: Tensor, t0: int, T: int, window: int = 0) -> Optional[Tensor]:

@@ -1,5 +1,5 @@
 """The live forward's interpreter of the block: each step of :attr:`interp.models.Model.block` run on a batch's
-rows, each point's patches written and its value kept when captured (:meth:`interp.engine.Engine.layer`)."""
+rows, each point's patches written and its value kept when captured (:meth:`interp.engine.internal.Engine.layer`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = ["LiveLayer"]
 
 
 class LiveLayer:
-    """:meth:`Engine.layer`'s interpreter of the block (:class:`interp.models.BlockOps`): each step run on the
+    """:meth:`Engine.layer`'s interpreter of the block (:class:`interp.models.internal.BlockOps`): each step run on the
     rows, each point's patches written and its value kept when captured."""
 
     def __init__(

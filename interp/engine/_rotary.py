@@ -5,7 +5,7 @@ RoPE rotates each pair of query/key coordinates by the angle t·θ_i of the posi
     (x_a, x_b) ↦ (x_a cos tθ_i − x_b sin tθ_i,  x_b cos tθ_i + x_a sin tθ_i),
 
 the pairs being the two halves of the first ``rotary_dim`` coordinates or adjacent coordinates
-(``ArchInfo.rotary_interleaved``); the tables come from :func:`interp.models.rotary_tables`. A query at t
+(``ArchInfo.rotary_interleaved``); the tables come from :func:`interp.models.internal.rotary_tables`. A query at t
 sees key s when s ≤ t (causal), and with a sliding window w also s > t − w.
 """
 

@@ -45,7 +45,7 @@ from interp.features._result import AttributionGraph, check_thresholds
 from interp.dictionaries import CrossLayerTranscoder, Transcoder
 from interp.labels import Feature, FeatureError
 from interp.models import Model
-from interp.stream import require_model
+from interp.stream.internal import require_model
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

@@ -29,7 +29,7 @@ feature and error node. For each node threshold t, K_t = the feature and error n
 
     f(t) = (M(K_t) − M(∅)) / (M(all) − M(∅)),      CPR = ∫ f dt,  CMD = ∫ |1 − f| dt  (trapezoids over the thresholds)
 
-as for edge circuits (docs/math.md §25; the denominator :func:`interp.causal.metric_gap`). The ablation is of nodes:
+as for edge circuits (docs/math.md §25; the denominator :func:`interp._result.metric_gap`). The ablation is of nodes:
 the kept nodes interact through every path of the model, pruned edges between them included. docs/math.md §32.
 """
 
@@ -45,7 +45,8 @@ from torch import Tensor
 
 from interp._result import Result, faithfulness_areas, metric_gap
 from interp._validate import check_bool, check_choice, is_int
-from interp.engine import final_norm, readout, unembedding
+from interp.engine.internal import final_norm
+from interp.engine import readout, unembedding
 from interp.errors import ArgumentError, warn_user
 from interp.features._intervene import CLOSURE_TOLERANCE
 from interp.features._prompt import one_prompt
@@ -53,7 +54,7 @@ from interp.features._replacement import RealRun, check_replaceable, real_forwar
 from interp.dictionaries import CrossLayerTranscoder, Transcoder
 from interp.features._warnings import ClosureWarning
 from interp.models import Model
-from interp.stream import require_model
+from interp.stream.internal import require_model
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

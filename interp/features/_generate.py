@@ -59,7 +59,7 @@ from interp._validate import (
     check_int_range,
     check_positive_int,
 )
-from interp.engine import Engine
+from interp.engine.internal import Engine
 from interp.errors import (
     ArgumentError,
     ContextLengthWarning,
@@ -75,7 +75,7 @@ from interp.dictionaries.internal import check_transcoder
 from interp.dictionaries import DictionarySet, Transcoder
 from interp.labels import Feature, Resid
 from interp.models import Model
-from interp.stream import as_batch, require_model
+from interp.stream.internal import as_batch, require_model
 
 if TYPE_CHECKING:
     pass

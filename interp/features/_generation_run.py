@@ -12,7 +12,8 @@ from torch import Tensor
 
 import functools
 
-from interp.engine import Engine, MLPWrite, Patch, readout, unembed
+from interp.engine import readout, unembed
+from interp.engine.internal import Engine, MLPWrite, Patch
 from interp.features._intervention import Intervention, _apply
 from interp.dictionaries import Transcoder
 

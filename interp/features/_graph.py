@@ -30,8 +30,9 @@ from torch import Tensor
 
 from interp._norms import apply_frozen
 from interp._validate import check_positive_int, is_int, is_real
-from interp.attribution import TokenSpec
-from interp.engine import readout, soft_cap, unembedding
+from interp.attribution.internal import TokenSpec
+from interp.engine import readout, unembedding
+from interp.engine.internal import soft_cap
 from interp.errors import ArgumentError
 from interp.features._jacobian import Ends, FrozenJacobian
 from interp.dictionaries.internal import top_and_bottom_logits
@@ -41,7 +42,7 @@ from interp.features._result import AttributionGraph, check_thresholds
 from interp.dictionaries import CrossLayerTranscoder, Transcoder
 from interp.labels import Feature, FeatureError
 from interp.models import Model
-from interp.stream import require_model
+from interp.stream.internal import require_model
 
 __all__ = ["attribution_graph"]
 

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from interp._result import Result
 from interp._validate import check_bool, check_positive_int
-from interp.attribution import TokenSpec
+from interp.attribution.internal import TokenSpec
 from interp.engine import readout
 from interp.errors import warn_user
 from interp.features._intervention import (
@@ -44,7 +44,7 @@ from interp.features._replacement import RealRun, check_replaceable, real_forwar
 from interp.dictionaries import CrossLayerTranscoder, DictionarySet, Transcoder
 from interp.features._warnings import ClosureWarning, InactiveFeatureWarning, RegimeWarning
 from interp.models import Model
-from interp.stream import require_model
+from interp.stream.internal import require_model
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

@@ -9,10 +9,10 @@ import torch
 from torch import Tensor
 
 from interp._validate import is_int
-from interp.attribution import TokenSpec, check_distinct, resolve_tokens, warn_unspaced
+from interp.attribution.internal import TokenSpec, check_distinct, resolve_tokens, warn_unspaced
 from interp.errors import ArgumentError
 from interp.models import Model
-from interp.stream import as_batch
+from interp.stream.internal import as_batch
 
 __all__ = ["one_prompt", "output_tokens", "position", "token_text"]
 

@@ -30,14 +30,14 @@ from torch import Tensor
 
 from interp._result import Result
 from interp._validate import check_int_range, check_not_inference_mode
-from interp.engine import allowed_keys, apply_rotary
+from interp.engine.internal import allowed_keys, apply_rotary
 from interp.errors import ArgumentError
 from interp.features._prompt import one_prompt
 from interp.features._replacement import RealRun, check_replaceable, real_forward
 from interp.dictionaries import CrossLayerTranscoder, Transcoder
 from interp.labels import Feature, FeatureError, Head
 from interp.models import Model
-from interp.stream import require_model
+from interp.stream.internal import require_model
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

@@ -8,9 +8,9 @@ attention pattern and every norm's scale σ at the real forward's and replace ea
 Σ_f a_{l,p,f} W_dec[f] + e_{l,p} (plus b_dec and, for a skip transcoder, the linear term x W_skipᵀ of the frozen
 stream): the resulting model (:class:`FrozenReplacement`) is affine in its sources — the token embeddings, the
 feature activations and the error nodes — and reproduces the real forward exactly. Each of its layers interprets
-the model's block (:func:`interp.models.run_block`): reads through their norms with σ frozen, the attention with its
-frozen pattern, the MLP replaced. The attribution graph's edges are its Jacobian (:mod:`._jacobian`); interventions
-and QK attribution rerun it.
+the model's block (:func:`interp.models.internal.run_block`): reads through their norms with σ frozen, the attention
+with its frozen pattern, the MLP replaced. The attribution graph's edges are its Jacobian (:mod:`._jacobian`);
+interventions and QK attribution rerun it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from interp._norms import apply_frozen
-from interp.engine import Engine, MLPWrite, RunCache
+from interp.engine.internal import Engine, MLPWrite, RunCache
 from interp.errors import (
     ContextLengthWarning,
     UnsupportedArchitectureError,
@@ -31,7 +31,8 @@ from interp.errors import (
 )
 from interp.dictionaries import CrossLayerTranscoder, DictionarySet, Transcoder
 from interp.dictionaries.internal import mlp_input, replacement_set
-from interp.models import Model, run_block
+from interp.models import Model
+from interp.models.internal import run_block
 
 __all__ = ["FrozenReplacement", "RealRun", "check_replaceable", "real_forward"]
 
@@ -169,7 +170,7 @@ class FrozenReplacement:
 
 
 class _FrozenLayer:
-    """One layer of the replacement model, an interpreter of the block (:class:`interp.models.BlockOps`): reads
+    """One layer of the replacement model, an interpreter of the block (:class:`interp.models.internal.BlockOps`): reads
     through their norms with the scales frozen, the attention with its frozen pattern, its output norm frozen
     ("ln1_post"), the MLP replaced by ``mlp`` — whose write is already the MLP's output as it joins the stream (the
     real ``mlp_out``, after any output norm "ln2_post"), so the MLP's output norm is not applied again. Keeps

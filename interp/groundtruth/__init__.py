@@ -15,8 +15,17 @@ Compiling needs the optional extra (``pip install 'interp[groundtruth]'``); trac
 imported lazily by :func:`compile_program` only, never by ``import interp``.
 """
 
+from typing import Any
+
 from interp.groundtruth._auc import roc_auc
-from interp.groundtruth._discovery import ABLATIONS, METHODS, EdgeRanking, discovery_table, edge_ranking, testable_edges
+from interp.groundtruth._discovery import (
+    METHODS,
+    RANKING_ABLATIONS,
+    EdgeRanking,
+    discovery_table,
+    edge_ranking,
+    testable_edges,
+)
 from interp.groundtruth._edges import DEFAULT_IGNORED, TrueCircuit, edges_from_residual_labels, tracr_circuit
 from interp.groundtruth._explain import misplaced
 from interp.groundtruth._induction import induction_circuit, induction_scores
@@ -24,7 +33,6 @@ from interp.groundtruth._programs import PROGRAMS, ProgramSpec, TracrProgram, co
 from interp.groundtruth._tasks import DiscoveryTask, OutputMargin, PromptGroup, induction_task, tracr_task
 
 __all__ = [
-    "ABLATIONS",
     "DEFAULT_IGNORED",
     "DiscoveryTask",
     "EdgeRanking",
@@ -33,6 +41,7 @@ __all__ = [
     "PROGRAMS",
     "ProgramSpec",
     "PromptGroup",
+    "RANKING_ABLATIONS",
     "TracrProgram",
     "TrueCircuit",
     "compile_program",
@@ -49,3 +58,15 @@ __all__ = [
     "tracr_circuit",
     "tracr_task",
 ]
+
+#: Deprecated names -> the names they became (kept, with a DeprecationWarning on each use, for one release):
+#: ``ABLATIONS`` is :data:`interp.causal.ABLATIONS`'s name, which also has "corrupt".
+_RENAMED = {"ABLATIONS": "RANKING_ABLATIONS"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        from interp._validate import renamed
+
+        return renamed(f"interp.groundtruth.{name}", f"interp.groundtruth.{_RENAMED[name]}", globals()[_RENAMED[name]])
+    raise AttributeError(f"module 'interp.groundtruth' has no attribute {name!r}")

@@ -64,12 +64,21 @@ from interp.models import Model
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-__all__ = ["METHODS", "ABLATIONS", "EdgeRanking", "edge_ranking", "discovery_table", "testable_edges", "ACDC_TAUS"]
+__all__ = [
+    "METHODS",
+    "RANKING_ABLATIONS",
+    "EdgeRanking",
+    "edge_ranking",
+    "discovery_table",
+    "testable_edges",
+    "ACDC_TAUS",
+]
 
 log = logging.getLogger(__name__)
 
 METHODS = ("eap", "eap-ig", "eap-ig-act", "edge-patching", "acdc")
-ABLATIONS = ("zero", "mean", "resample")
+#: the ablations edge_ranking takes (interp.causal.ABLATIONS, the patching ablations, also has "corrupt")
+RANKING_ABLATIONS = ("zero", "mean", "resample")
 NOISE = 1e-5
 ACDC_TAUS = tuple(float(10.0**e) for e in torch.linspace(-4, 0, 9, device="cpu").tolist())  # × D(∅)
 
@@ -156,8 +165,10 @@ def _ablation_args(group: PromptGroup, ablation: str) -> dict[str, Any]:
 def _eap(model: Model, group: PromptGroup, ablation: str, steps: int, ig_at: str = "inputs") -> Tensor:
     """Per-prompt EAP / EAP-IG effects [n_edges, P] with the ablated writes of ``ablation`` (``ig_at``: the
     path of "inputs" or "activations", as :func:`interp.edge_attribution`)."""
-    from interp.causal import MetricReader, make_pair
-    from interp.edges import EdgeScorer, EdgeWrites, ReaderGradients, ablated_writes, circuit_graph
+    from interp.engine.internal import MetricReader
+    from interp.causal.internal import make_pair
+    from interp.edges.internal import EdgeScorer, EdgeWrites, ReaderGradients, ablated_writes
+    from interp.edges import circuit_graph
 
     args = _ablation_args(group, ablation)
     pair = make_pair(model, group.clean, args["corrupt"], group.metric, need_corrupt=ablation == "resample")
@@ -208,10 +219,11 @@ def _reader_matrix(model: Any, kind: str, layer: int, head: int) -> Tensor:
 def testable_edges(task: DiscoveryTask, ablation: str, *, atol: float = 1e-5) -> Tensor:
     """Bool [n_edges]: the true edges (constant channels counted) along which ``ablation`` changes what the
     reader reads on some prompt of ``task`` (module docstring)."""
-    from interp.causal import make_pair
-    from interp.edges import Acts, EdgeWrites, ablated_writes, circuit_graph
+    from interp.causal.internal import make_pair
+    from interp.edges.internal import Acts, EdgeWrites, ablated_writes
+    from interp.edges import circuit_graph
 
-    check_choice("ablation", ablation, ABLATIONS)
+    check_choice("ablation", ablation, RANKING_ABLATIONS)
     model = task.model
     if model.arch.norm != "none":
         raise ArgumentError(f"model {model.name!r} has norms; testable edges are defined for norm-free models")
@@ -250,9 +262,9 @@ def _acdc(
 ) -> tuple[dict[float, Tensor], float]:
     """The edges ACDC keeps at each τ (relative to D(∅), the distance with every edge ablated):
     ({τ: bool [n_edges]}, D(∅)); module docstring."""
-    from interp.causal import make_pair
-    from interp.causal import MetricReader
-    from interp.edges import AblatedForward, EdgeWrites, ablated_writes
+    from interp.causal.internal import make_pair
+    from interp.engine.internal import MetricReader
+    from interp.edges.internal import AblatedForward, EdgeWrites, ablated_writes
 
     runs: list[tuple[Any, Tensor]] = []  # per group: (the ablated forward of K, M(clean))
     for g in task.groups:
@@ -360,7 +372,7 @@ def edge_ranking(
     from interp.edges import circuit_graph
 
     check_choice("method", method, METHODS)
-    check_choice("ablation", ablation, ABLATIONS)
+    check_choice("ablation", ablation, RANKING_ABLATIONS)
     check_positive_int("ig_steps", ig_steps)
     if not isinstance(task, DiscoveryTask):
         raise ArgumentError(f"task={type(task).__name__} must be a DiscoveryTask (tracr_task / induction_task)")
@@ -415,7 +427,7 @@ def discovery_table(
     tasks: Sequence[DiscoveryTask],
     *,
     methods: Sequence[str] = METHODS,
-    ablations: Sequence[str] = ABLATIONS,
+    ablations: Sequence[str] = RANKING_ABLATIONS,
     ig_steps: int = 5,
 ) -> tuple[pd.DataFrame, list[EdgeRanking]]:
     """Edge ROC AUC of every method × ablation × task: (a long table, the rankings behind it)."""

@@ -34,7 +34,7 @@ from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.groundtruth._edges import TrueCircuit
 from interp.labels import Edge, Embed, Head, HeadInput, Output
 from interp.models import Model, describe_block
-from interp.toy import attention_patterns, random_tokens, repeated_tokens
+from interp.toy import logits_and_patterns, random_tokens, repeated_tokens
 
 __all__ = ["induction_circuit", "induction_scores"]
 
@@ -56,8 +56,8 @@ def induction_scores(
     g = torch.Generator().manual_seed(seed)
     rep = repeated_tokens(batch, n, arch.d_vocab, generator=g)
     rnd = random_tokens(batch, arch.n_ctx, arch.d_vocab, generator=g)
-    _, pat_rep = attention_patterns(model, rep)  # [n_layers, batch, n_heads, q, k]
-    _, pat_rnd = attention_patterns(model, rnd)
+    _, pat_rep = logits_and_patterns(model, rep)  # [n_layers, batch, n_heads, q, k]
+    _, pat_rnd = logits_and_patterns(model, rnd)
     q = torch.arange(n + 1, 2 * n + 1, device=pat_rep.device)
     qr = torch.arange(1, arch.n_ctx, device=pat_rnd.device)
     return {

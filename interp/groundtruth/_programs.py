@@ -2,7 +2,7 @@
 
 Each program of :data:`PROGRAMS` is compiled with ``tracr.compiler.compiling.compile_rasp_to_model``
 (non-causal, BOS ``"BOS"``, the programs of tracr's ``compiler.lib``) and loaded as an interp
-:class:`~interp.models.Model` by :func:`interp.models.model_from_tracr`. Its input is
+:class:`~interp.models.Model` by :func:`interp.models.internal.model_from_tracr`. Its input is
 ``BOS x_1 … x_n`` (n ≤ ``max_seq_len``); its output at position i ≥ 1 is the program's value at
 x_i: ``argmax_j logits[i, j]`` decoded by the output encoder (categorical), or ``logits[i, 0]``
 itself (numerical: ``frac_prevs``, whose unembedding reads the output's one residual dimension).
@@ -38,7 +38,8 @@ from torch import Tensor
 
 from interp._validate import is_int
 from interp.errors import ArgumentError, MissingPackageError
-from interp.models import Model, model_from_tracr, tracr_is_numerical, tracr_output_label
+from interp.models import Model
+from interp.models.internal import model_from_tracr, tracr_is_numerical, tracr_output_label
 
 __all__ = ["ProgramSpec", "PROGRAMS", "TracrProgram", "compile_program", "program_names"]
 

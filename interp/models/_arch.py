@@ -57,7 +57,7 @@ class ArchInfo:
       [n_heads·d_head] (k over n_kv_heads·d_head), one σ per position shared by every head, and γ
       [n_heads, d_head] per head (OLMo 2).
 
-    The block program (the order of writes and reads) is :func:`interp.models.build_program`.
+    The block program (the order of writes and reads) is :func:`interp.models.internal.build_program`.
     """
 
     name: str

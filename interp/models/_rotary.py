@@ -7,7 +7,7 @@ RoPE rotates each pair of query/key coordinates by the angle t·θ_i of the posi
 with the pairs either the two halves of the first ``rotary_dim`` coordinates (Hugging Face's Llama, NeoX,
 Qwen, Mistral, Gemma, Phi-3: ``rotate_half``) or adjacent coordinates (2i, 2i+1) (GPT-J, the toys:
 ``ArchInfo.rotary_interleaved``). The tables are read from the model's own module — its θ, scaling and
-partial factor included — never recomputed (:func:`interp.engine.apply_rotary` applies them): halves layout
+partial factor included — never recomputed (:func:`interp.engine.internal.apply_rotary` applies them): halves layout
 ``[cos θ_0…θ_{r/2−1} | same]``, adjacent layout ``[cos θ_0, cos θ_0, cos θ_1, …]``. This is the one place that knows
 where each family keeps them.
 """

@@ -9,16 +9,14 @@ figures are in :mod:`interp.report`.
 
 from interp.plots._attention import attention_pattern_figure
 from interp.plots._attention_view import AttentionView, attention_view
-from interp.plots._attribution import attribution_heatmap, attribution_vector, attribution_waterfall
+from interp.plots._attribution import attribution_heatmap, attribution_waterfall
 from interp.plots._causal import effects_figure, patch_figure
 from interp.plots._circuit_evaluation import circuit_evaluation_figure, circuit_faithfulness_figure
 from interp.plots._circuit_graph import CircuitGraphOptions, circuit_graph_figure
-from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_token_table, top_token_values
-from interp.plots._common import esc, fmt, parse_head, token_label
-from interp.plots._compact import compact_figure, compact_runtime, compact_status
+from interp.plots._circuits import copying_score_map, ov_eigenvalue_figure, top_token_table
 from interp.plots._decomposition import decomposition_figure
 from interp.plots._dictionary import dictionary_density_figure, dictionary_evaluation_figure
-from interp.plots._export import Exporter, export, find_browser
+from interp.plots._export import Exporter, export
 from interp.plots._faithfulness import graph_faithfulness_figure
 from interp.plots._feature_graph import FeatureGraphView, feature_graph_view
 from interp.plots._feature_results import (
@@ -44,7 +42,7 @@ from interp.plots._scores import (
     virtual_weight_map,
 )
 from interp.plots._sources import head_source_heatmap, source_ov_figure
-from interp.plots._stream import residual_stream_figure, residual_stream_norms
+from interp.plots._stream import residual_stream_figure
 
 __all__ = [
     "AttentionView",
@@ -57,14 +55,10 @@ __all__ = [
     "attention_view",
     "attribution_graph_figure",
     "attribution_heatmap",
-    "attribution_vector",
     "attribution_waterfall",
     "circuit_evaluation_figure",
     "circuit_faithfulness_figure",
     "circuit_graph_figure",
-    "compact_figure",
-    "compact_runtime",
-    "compact_status",
     "composition_graph_figure",
     "composition_score_map",
     "copying_score_map",
@@ -74,11 +68,8 @@ __all__ = [
     "edge_roc_figure",
     "effects_figure",
     "erasure_figure",
-    "esc",
     "export",
     "feature_graph_view",
-    "find_browser",
-    "fmt",
     "generation_figure",
     "graph_faithfulness_figure",
     "head_score_map",
@@ -86,19 +77,15 @@ __all__ = [
     "intervention_figure",
     "logit_lens_figure",
     "ov_eigenvalue_figure",
-    "parse_head",
     "patch_figure",
     "path_expansion_figure",
     "predictions_figure",
     "privileged_basis_figure",
     "qk_attribution_figure",
     "residual_stream_figure",
-    "residual_stream_norms",
     "self_rank_histogram",
     "source_ov_figure",
     "subspace_overlap_map",
-    "token_label",
     "top_token_table",
-    "top_token_values",
     "virtual_weight_map",
 ]

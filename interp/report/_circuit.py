@@ -1,4 +1,4 @@
-"""circuit_report(): an edge-level circuit of one task in one model -> a folder that opens with no network.
+"""task_report(): an edge-level circuit of one task in one model -> a folder that opens with no network.
 
 Steps (each timed; the times go into ``results.json``):
 
@@ -39,12 +39,14 @@ from interp._validate import check_bool, check_int_min, check_positive_int, is_r
 from interp.attribution import attribute_logits
 from interp.causal import Logit, LogitDiff, LogProb, Prob
 from interp.circuits import ov_circuit
-from interp.edges import MIB_SIZES, check_curve_args, edge_attribution, edge_patch, faithfulness_curve
+from interp.edges import MIB_SIZES, edge_attribution, edge_patch, faithfulness_curve
+from interp.edges.internal import check_curve_args
 from interp.errors import ArgumentError, InterpError
 from interp.labels import Head, HeadInput, parse
 from interp.models import Model
 from interp._io import write_atomic
-from interp.plots import Exporter, attention_view, circuit_graph_figure, esc, find_browser, fmt
+from interp.plots import Exporter, attention_view, circuit_graph_figure
+from interp.plots.internal import esc, find_browser, fmt
 from interp.report._html import Page, data_table, kv_table
 from interp.report._report import (
     _decode,
@@ -57,7 +59,7 @@ from interp.report._report import (
 )
 from interp.stream import attention_patterns
 
-__all__ = ["circuit_report", "check_circuit_options"]
+__all__ = ["task_report", "check_circuit_options"]
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +148,7 @@ def _ov_tokens(
 ) -> dict[str, str]:
     """What each head's full OV circuit maps its most attended source token to (the top ``k`` output tokens);
     ``bar``: a tqdm bar advanced once per head."""
-    from interp.stream import as_batch
+    from interp.stream.internal import as_batch
 
     tokens = as_batch(model, task.clean).tokens[0]
     dec = _decode(model)
@@ -258,7 +260,7 @@ def _graph_steps(sc: Any, curve: Any, max_edges: int, target: float) -> dict[str
 
 
 def check_circuit_options(*, names: Optional[dict[str, str]] = None, **options: Any) -> None:
-    """Check :func:`circuit_report`'s options that need no model (``method``, ``ig_steps``, ``max_edges``,
+    """Check :func:`task_report`'s options that need no model (``method``, ``ig_steps``, ``max_edges``,
     ``n_exact``, ``ablations``, ``sizes``, ``n_ov_heads``, ``target``, ``static``, ``progress``; those given),
     so that a caller can fail before loading one; ``names``: how the options are named in the errors (the CLI's
     flags)."""
@@ -287,7 +289,7 @@ def check_circuit_options(*, names: Optional[dict[str, str]] = None, **options: 
             check_bool(nm[k], o[k])
 
 
-def circuit_report(
+def task_report(
     model: Union[str, Model],
     task: Any = "ioi",
     *,

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from interp._io import write_atomic
-from interp._validate import check_positive_int, is_int
+from interp._validate import check_positive_int, is_int, keyword_only_since
 from interp.errors import ArgumentError, ExportError
 from interp.dictionaries import (
     SAE,
@@ -33,7 +33,8 @@ from interp.dictionaries import (
     top_activating_contexts,
 )
 from interp.models import Model
-from interp.plots import dictionary_density_figure, dictionary_evaluation_figure, esc
+from interp.plots import dictionary_density_figure, dictionary_evaluation_figure
+from interp.plots.internal import esc
 from interp.report._html import Page, data_table, kv_table
 
 __all__ = ["dictionary_page"]
@@ -145,11 +146,12 @@ def _features_table(
     return data_table(["feature", "density", "top activating contexts", "logit effects"], rows, numeric=[False, True])
 
 
+@keyword_only_since(2, "path")
 def dictionary_page(
     model: Model,
     dicts: Any,
-    path: Union[str, os.PathLike],
     *,
+    path: Union[str, os.PathLike],
     tokens: Any = None,
     evaluation: Optional[DictionaryEvaluation] = None,
     texts: Optional[Sequence[str]] = None,

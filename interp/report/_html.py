@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from interp.plots import Page, esc
+from interp.plots import Page
+from interp.plots.internal import esc
 
 __all__ = ["Page", "data_table", "kv_table"]
 

@@ -40,43 +40,43 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from interp.attribution import attribute_direction, attribute_logits, resolve_tokens, warn_unspaced
+from interp.attribution import attribute_direction, attribute_logits
+from interp.attribution.internal import resolve_tokens, warn_unspaced
 from interp.causal import Direction, Logit, LogitDiff, effects
-from interp.circuits import (
-    EFFECTIVE_EMBEDDING,
-    composition_edges,
-    composition_scores,
-    copying_scores,
-    ov_circuit,
-)
+from interp.circuits.internal import EFFECTIVE_EMBEDDING
+from interp.circuits import composition_edges, composition_scores, copying_scores, ov_circuit
 from interp._io import write_atomic
 from interp._validate import check_positive_int
 from interp.errors import ArgumentError, ExportError, ShapeError, UnsupportedOperationError
 from interp.engine import load_model
-from interp.models import Model, readable_token
+from interp.models import Model
+from interp.models.internal import readable_token
 from interp.plots import (
     Exporter,
     attention_pattern_figure,
     attribution_heatmap,
-    attribution_vector,
     attribution_waterfall,
     copying_score_map,
+    ov_eigenvalue_figure,
+    residual_stream_figure,
+    top_token_table,
+)
+from interp.plots.internal import (
+    attribution_vector,
     esc,
     find_browser,
     fmt,
-    ov_eigenvalue_figure,
     parse_head,
-    residual_stream_figure,
     residual_stream_norms,
     token_label,
-    top_token_table,
     top_token_values,
 )
 from interp.labels import Head
 from interp.report._html import Page, data_table, kv_table
-from interp.stream import as_batch, attention_patterns, trace
+from interp.stream.internal import as_batch
+from interp.stream import attention_patterns, trace
 
-__all__ = ["report", "circuits_report"]
+__all__ = ["report", "weights_report"]
 
 log = logging.getLogger(__name__)
 
@@ -899,7 +899,7 @@ def _effects_section(
     )
 
 
-def circuits_report(
+def weights_report(
     model: Union[str, Model],
     *,
     out_dir: Union[str, Path],

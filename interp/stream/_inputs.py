@@ -11,7 +11,8 @@ from torch import Tensor
 
 from interp._validate import check_int, is_int
 from interp.errors import ArgumentError, ShapeError
-from interp.models import Batch, Model, check_token_ids, tokenize
+from interp.models import Batch, Model, tokenize
+from interp.models.internal import check_token_ids
 
 __all__ = [
     "Batch",

@@ -12,7 +12,7 @@ so that q·kᵀ/√d_head, masked and softmaxed, is the pattern, and the pattern
 Rotary models: the bridge's ``hook_q``/``hook_k`` hold q and k before the rotation (and not every
 family fires ``hook_rot_q``), so the rotation is applied here from the pass's own ``hook_cos`` /
 ``hook_sin`` (over the first ``rotary_dim`` dimensions, in the layout ``ArchInfo.rotary_interleaved`` says),
-through :func:`interp.engine.apply_rotary`.
+through :func:`interp.engine.internal.apply_rotary`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from interp.errors import ArgumentError
-from interp.engine import apply_rotary, require_capabilities
+from interp.engine.internal import apply_rotary, require_capabilities
 from interp.models import Model
 
 __all__ = ["KEEP", "check_keep", "keep_hooks", "kept_tensor"]

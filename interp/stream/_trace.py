@@ -4,7 +4,7 @@ Algorithm (Elhage et al. 2021, "A Mathematical Framework", §2 the residual stre
 §2–4). For a read point R and directions U [k, d_model] (the identity basis unless the
 caller projects):
 
-1. Walk the block program (:func:`interp.models.build_program`) backwards from R, carrying U and a
+1. Walk the block program (:func:`interp.models.internal.build_program`) backwards from R, carrying U and a
    per-token scalar S (initially 1).
 2. At R's own pre-norm, and at every post-norm N passed on the way back, σ is frozen from the
    forward pass and N is linear: u·N(w) = (C Γ u)·w / σ, with C the centring (LayerNorm only)
@@ -33,21 +33,12 @@ from interp._norms import accumulate_dtype
 from interp._result import place
 from interp._validate import is_index
 from interp.errors import ArgumentError, LabelError, ShapeError
-from interp.models import (
-    ArchInfo,
-    Block,
-    Event,
-    Model,
-    Weights,
-    build_program,
-    describe_block,
-    norm_hook,
-    resid_hook_names,
-)
+from interp.models import ArchInfo, Block, Model, Weights, describe_block
+from interp.models.internal import Event, build_program, norm_hook, resid_hook_names
 from interp.stream._capture import capture
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch, as_batch, check_tensor_data, require_model
-from interp.engine import require_capabilities
+from interp.engine.internal import require_capabilities
 from interp.stream._keep import check_keep, keep_hooks, kept_tensor
 from interp.stream._projected import capture_projected
 from interp.stream._walk import fill, plan_walk, project_term, scale_chain, sigma

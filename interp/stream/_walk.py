@@ -25,7 +25,8 @@ from torch import Tensor
 from interp._norms import frozen_direction, norm_scale
 from interp.errors import ArgumentError, LabelError, UnsupportedArchitectureError
 from interp.labels import Head, Neuron, Norm, NormBias
-from interp.models import ArchInfo, Event, Weights, describe_block, norm_hook
+from interp.models import ArchInfo, Weights, describe_block
+from interp.models.internal import Event, norm_hook
 
 __all__ = ["Term", "Plan", "plan_walk", "project_term", "sigma", "scale_chain", "fill", "norm_params", "total_hook"]
 

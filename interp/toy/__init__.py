@@ -10,16 +10,18 @@ entry points (``train_toy``, ``Recipe``) live in :mod:`interp.toy.train`, which 
 ``python -m interp.toy.train`` script.
 """
 
+from typing import Any
+
 from interp.models import ToyConfig, build_toy, load_toy, save_toy
 from interp.toy._data import random_tokens, repeated_tokens, span_copy_batch
-from interp.toy._probes import attention_patterns, probe_report
+from interp.toy._probes import logits_and_patterns, probe_report
 from interp.toy._skip_trigrams import skip_trigrams
 
 __all__ = [
     "ToyConfig",
-    "attention_patterns",
     "build_toy",
     "load_toy",
+    "logits_and_patterns",
     "probe_report",
     "random_tokens",
     "repeated_tokens",
@@ -27,3 +29,15 @@ __all__ = [
     "skip_trigrams",
     "span_copy_batch",
 ]
+
+#: Deprecated names -> the names they became (kept, with a DeprecationWarning on each use, for one release):
+#: ``attention_patterns`` is :func:`interp.stream.attention_patterns`'s name, a different function.
+_RENAMED = {"attention_patterns": "logits_and_patterns"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        from interp._validate import renamed
+
+        return renamed(f"interp.toy.{name}", f"interp.toy.{_RENAMED[name]}", globals()[_RENAMED[name]])
+    raise AttributeError(f"module 'interp.toy' has no attribute {name!r}")

@@ -26,8 +26,8 @@ from torch import Tensor
 
 from interp._validate import check_int_min
 from interp.errors import ArgumentError
-from interp.models import TOY_BOS_ID as BOS_ID
-from interp.models import TOY_FIRST_WORD_ID as FIRST_WORD_ID
+from interp.models.internal import TOY_BOS_ID as BOS_ID
+from interp.models.internal import TOY_FIRST_WORD_ID as FIRST_WORD_ID
 
 __all__ = ["span_copy_batch", "repeated_tokens", "random_tokens"]
 

@@ -30,11 +30,11 @@ from torch import Tensor
 
 from interp._validate import check_int_range, check_positive_int
 from interp.errors import MemoryCapError, ShapeError
-from interp.models import TOY_FIRST_WORD_ID as FIRST_WORD_ID
+from interp.models.internal import TOY_FIRST_WORD_ID as FIRST_WORD_ID
 from interp.models import Model
 from interp.toy._data import random_tokens, repeated_tokens
 
-__all__ = ["DEFAULT_SEQ_LEN", "MAX_BYTES", "attention_patterns", "probe_report"]
+__all__ = ["DEFAULT_SEQ_LEN", "MAX_BYTES", "logits_and_patterns", "probe_report"]
 
 #: Default probe length: the random sequence's length and 2n + 1 for the repeated one (each capped
 #: by the model's context).
@@ -91,7 +91,7 @@ def _run(model: Model, tokens: Tensor, reduce: Any, *, need_logits: bool) -> tup
     return logits, [store[l] for l in range(L)]
 
 
-def attention_patterns(
+def logits_and_patterns(
     model: Model, tokens: Int[Tensor, "batch pos"], *, max_bytes: int = MAX_BYTES
 ) -> tuple[Float[Tensor, "batch pos d_vocab"], Float[Tensor, "n_layers batch n_heads pos pos"]]:
     """Logits and every layer's attention pattern for ``tokens`` (hooks removed on exit).
@@ -105,7 +105,7 @@ def attention_patterns(
         )
     b, p = tokens.shape
     _refuse(
-        f"attention_patterns on tokens {tuple(tokens.shape)}",
+        f"logits_and_patterns on tokens {tuple(tokens.shape)}",
         _pass_bytes(model, b, p, logits=True, keep_patterns=True),
         max_bytes,
         "pass fewer or shorter sequences, or raise max_bytes",

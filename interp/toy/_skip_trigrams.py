@@ -28,7 +28,8 @@ import torch
 
 from interp._validate import check_int_range, check_positive_int
 from interp.errors import UnsupportedOperationError
-from interp.models import Model, TOY_FIRST_WORD_ID as FIRST_WORD_ID
+from interp.models import Model
+from interp.models.internal import TOY_FIRST_WORD_ID as FIRST_WORD_ID
 
 __all__ = ["skip_trigrams"]
 

@@ -13,7 +13,7 @@ import interp
 from interp.attribution import OVAt, attribute_logits, ov_at
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.labels import HeadSource
-from interp.models import readable_token
+from interp.models.internal import readable_token
 from interp.plots import head_source_heatmap
 from interp.plots._common import quoted
 from tiny_models import tiny_model

@@ -12,6 +12,7 @@ import torch
 import transformers
 
 import interp
+import interp.stream.internal
 from interp.attribution import attribute_direction, attribute_logits
 from interp.errors import (
     ArgumentError,
@@ -244,7 +245,7 @@ def test_direction_attribution_on_tiny_bert_matches_hf():
     m = tiny_model("bert")
     hf = tiny_hf_model("bert")
     prompts = ["w1 w2 w3", "w4 w5"]
-    batch = interp.stream.as_batch(m, prompts)
+    batch = interp.stream.internal.as_batch(m, prompts)
     with torch.no_grad():
         h = hf.bert(batch.tokens, attention_mask=batch.attention_mask).last_hidden_state
     u = torch.randn(m.arch.d_model)

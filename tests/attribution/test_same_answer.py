@@ -7,6 +7,7 @@ import pytest
 from tiny_models import tiny_model
 
 import interp
+import interp.stream.internal
 
 PROMPT = "w1 w2 w3"
 
@@ -26,7 +27,7 @@ def test_the_same_answer_and_wrong_token_are_refused_like_logit_diff(model, answ
     with pytest.raises(interp.InterpError, match=r"attribute_logits\(answer=.*the same token.*wrong=None"):
         interp.attribute_logits(model, prompts, answer=answer, wrong=wrong, multi_token=multi)
     with pytest.raises(interp.InterpError, match=r"are the same"):  # the metric refuses the same pair
-        interp.LogitDiff(answer, wrong, multi_token=multi).bind(model, interp.stream.as_batch(model, prompts))
+        interp.LogitDiff(answer, wrong, multi_token=multi).bind(model, interp.stream.internal.as_batch(model, prompts))
 
 
 def test_different_tokens_and_wrong_sets_still_run(model):

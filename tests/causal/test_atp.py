@@ -15,6 +15,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 import interp
+import interp.stream.internal
 from interp.causal import Direction, KL, LogitDiff
 from interp.causal._atp import attribution_patch, key_fix_each
 from interp.errors import (
@@ -26,7 +27,7 @@ from interp.errors import (
     UnsupportedOperationError,
 )
 from interp.models import model_from_hf_unchecked as model_from_hf
-from interp.stream import count_hooks
+from interp.stream.internal import count_hooks
 from rounding import assert_same_up_to_rounding
 from tiny_models import FAMILIES, MORE_FAMILIES, tiny_hf_model, tiny_model, tiny_tokenizer
 
@@ -160,7 +161,7 @@ def _check(model, family, nodes, positions, direction="denoise", metric=None, rt
     metric = metric or _metric(model, family)
     r = attribution_patch(model, CLEAN, CORRUPT, metric=metric, nodes=nodes, positions=positions, direction=direction)
     base_in, src_in = (CORRUPT, CLEAN) if direction == "denoise" else (CLEAN, CORRUPT)
-    base, src = interp.stream.as_batch(model, base_in), interp.stream.as_batch(model, src_in)
+    base, src = interp.stream.internal.as_batch(model, base_in), interp.stream.internal.as_batch(model, src_in)
     ref = _jvp_effects(model, family, base, src, r.labels, positions == "each", metric, patterns=nodes == "patterns")
     base_m = r.corrupt_per_prompt if direction == "denoise" else r.clean_per_prompt
     est = r.per_prompt - base_m
@@ -215,7 +216,7 @@ def test_atp_kl_metric_denoising():
     """KL(clean ‖ patched) at the corrupt run: its gradient is not zero there (it is at clean)."""
     model = tiny_model("gpt2")
     r = attribution_patch(model, CLEAN, CORRUPT, metric=KL(), nodes="components")
-    base, src = interp.stream.as_batch(model, CORRUPT), interp.stream.as_batch(model, CLEAN)
+    base, src = interp.stream.internal.as_batch(model, CORRUPT), interp.stream.internal.as_batch(model, CLEAN)
     _, clean_out = _plain(model, src, [])
     rows = torch.arange(2)
     last = src.attention_mask.sum(1) - 1
@@ -319,7 +320,7 @@ def test_qk_fix_is_the_exact_pattern_change_times_the_pattern_gradient(family, p
         f"L{layer}.attn.k[H{g}]" for g in range(model.arch.n_kv_heads)
     ]
     r = attribution_patch(model, CLEAN, CORRUPT, metric=metric, nodes=labels, positions=positions, qk_fix=True)
-    base, src = interp.stream.as_batch(model, CORRUPT), interp.stream.as_batch(model, CLEAN)
+    base, src = interp.stream.internal.as_batch(model, CORRUPT), interp.stream.internal.as_batch(model, CLEAN)
     A, g = _pattern_grad(model, family, base, layer, metric)
     T = base.tokens.shape[1]
     G = model.arch.group_size
@@ -370,7 +371,7 @@ def test_qk_fix_beats_plain_atp_when_attention_saturates():
     labels = [f"L1.attn.q[H{h}]" for h in range(4)]
     plain = attribution_patch(model, CLEAN, CORRUPT, metric=metric, nodes=labels, positions="each")
     fixed = attribution_patch(model, CLEAN, CORRUPT, metric=metric, nodes=labels, positions="each", qk_fix=True)
-    base, src = interp.stream.as_batch(model, CORRUPT), interp.stream.as_batch(model, CLEAN)
+    base, src = interp.stream.internal.as_batch(model, CORRUPT), interp.stream.internal.as_batch(model, CLEAN)
     hook = "blocks.1.attn.hook_q"
     a_src, _ = _plain(model, src, [hook])
     last = base.attention_mask.sum(1) - 1
@@ -492,7 +493,7 @@ def test_result_contract_and_baselines():
     assert r.head_matrix().shape == (2, 4)
     # the baselines are the model's own metric on each run
     for inp, want in ((CLEAN, r.clean_per_prompt), (CORRUPT, r.corrupt_per_prompt)):
-        b = interp.stream.as_batch(model, inp)
+        b = interp.stream.internal.as_batch(model, inp)
         _, out = _plain(model, b, [])
         last = b.attention_mask.sum(1) - 1
         a, w = (model.tokenizer(t, add_special_tokens=False)["input_ids"][0] for t in (A, W))

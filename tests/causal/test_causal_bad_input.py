@@ -7,7 +7,7 @@ import torch
 
 from interp.causal import KL, Direction, Logit, LogitDiff, LogProb, Prob, effects, patch, path_patch
 from interp.errors import ArgumentError, InterpError, LabelError, ShapeError, UnsupportedOperationError
-from interp.stream import count_hooks
+from interp.stream.internal import count_hooks
 from tiny_models import tiny_model
 
 CLEAN = ["w1 w2 w3 w4", "w5 w6 w7"]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import interp
+import interp.stream.internal
 from interp.attribution import attribute_logits
 from interp.causal import LogitLens, logit_lens
 from interp.errors import ArgumentError, ResultFormatError, UnsupportedOperationError
@@ -38,7 +39,7 @@ def test_recomputed_lens_is_hf_final_norm_of_hf_hidden_states(family):
     model = tiny_model(family)
     lens = logit_lens(model, PROMPTS, answer=ANSWER, top_k=4)
     hf = tiny_hf_model(family)  # the same seeded weights, run by transformers itself
-    batch = interp.stream.as_batch(model, PROMPTS)
+    batch = interp.stream.internal.as_batch(model, PROMPTS)
     with torch.no_grad():
         out = hf(batch.tokens, attention_mask=batch.attention_mask, output_hidden_states=True)
     norm, unembed = _hf_parts(family, hf)
@@ -85,7 +86,7 @@ def _cumulative(attr, point, arch):
 def test_frozen_lens_is_the_cumulative_sum_of_dla_terms_and_ends_at_the_logits(family):
     model = tiny_model(family)
     lens = logit_lens(model, PROMPTS, scale="frozen", answer=ANSWER, wrong="w13")
-    batch = interp.stream.as_batch(model, PROMPTS)
+    batch = interp.stream.internal.as_batch(model, PROMPTS)
     lengths = batch.attention_mask.sum(1)
     for p in range(int(lengths.min())):  # every position both prompts have
         attr = attribute_logits(model, PROMPTS, answer=ANSWER, wrong="w13", pos=[p, p], unit="head")

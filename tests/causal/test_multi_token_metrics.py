@@ -20,7 +20,7 @@ import torch
 from interp.causal import CustomMetric, Logit, LogitDiff, LogProb, attribution_patch, effects, patch, path_patch
 from interp.edges import edge_attribution, evaluate_circuit, faithfulness_curve
 from interp.errors import ArgumentError, CompletenessWarning, ShapeError
-from interp.stream import as_batch
+from interp.stream.internal import as_batch
 from tiny_models import tiny_hf_model, tiny_model
 
 CLEAN = ["w1 w2 w3 w4 w5", "w6 w7 w8 w9 w10"]

@@ -6,6 +6,7 @@ from transformer_lens import FactoredMatrix
 
 import interp.circuits as C
 from circuits_reference import capture
+from interp.circuits.internal import POSITION_NOTE
 from interp.errors import ArgumentError, MemoryCapError
 from interp.models import model_from_hf_unchecked as model_from_hf
 from tiny_models import tiny_hf_model, tiny_tokenizer
@@ -105,8 +106,8 @@ def test_memory_cap_on_materialisation(tiny_models):
 
 
 def test_rotary_note_and_rel_pos_errors(tiny_models):
-    assert C.qk_circuit(tiny_models["llama"], 0, 0).note == C.POSITION_NOTE
-    assert C.qk_circuit(tiny_models["neox"], 0, 0).note == C.POSITION_NOTE
+    assert C.qk_circuit(tiny_models["llama"], 0, 0).note == POSITION_NOTE
+    assert C.qk_circuit(tiny_models["neox"], 0, 0).note == POSITION_NOTE
     assert C.qk_circuit(tiny_models["llama"], 0, 0, rel_pos=2).note == ""
     assert C.qk_circuit(tiny_models["gpt2"], 0, 0).note == ""
     with pytest.raises(ArgumentError, match="rel_pos.*not rotary"):

@@ -171,7 +171,7 @@ CALLS: dict[str, Callable[[Any, Any], Any]] = {
         interp.attribute_logits(m, X.clean, answer=X.answer).plot(), X.tmp / "a.json"
     ),
     # reports
-    "interp.circuit_report": lambda m, X: interp.circuit_report(
+    "interp.task_report": lambda m, X: interp.task_report(
         m,
         interp.Task("t", X.clean, X.corrupt, X.answer, X.wrong, model=m),
         out_dir=X.tmp / "c",
@@ -182,7 +182,7 @@ CALLS: dict[str, Callable[[Any, Any], Any]] = {
         ablations=("zero",),
         static=False,
     ),
-    "interp.circuits_report": lambda m, X: interp.circuits_report(m, out_dir=X.tmp / "cs", max_edges=5, static=False),
+    "interp.weights_report": lambda m, X: interp.weights_report(m, out_dir=X.tmp / "cs", max_edges=5, static=False),
     "interp.plots.attention_view": lambda m, X: interp.plots.attention_view(
         interp.stream.attention_patterns(m, X.prompt, ["L0.H1"])
     ),
@@ -226,7 +226,7 @@ CALLS: dict[str, Callable[[Any, Any], Any]] = {
     "interp.dictionary_page": lambda m, X: interp.dictionary_page(
         m,
         _tcs(m),
-        X.tmp / "dict.html",
+        path=X.tmp / "dict.html",
         tokens=X.rows,
         texts=X.contexts,
         seq_len=SEQ_LEN,

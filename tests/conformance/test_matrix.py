@@ -42,7 +42,7 @@ REFUSED: dict[tuple[str, str, str, str], str] = {
             "interp.Task",
             "interp.Task.from_jsonl",
             "interp.faithfulness_curve",
-            "interp.circuit_report",
+            "interp.task_report",
             "interp.plots.circuit_graph_figure",
             "interp.features.qk_attribution",
         )
@@ -52,7 +52,7 @@ REFUSED: dict[tuple[str, str, str, str], str] = {
         for e in (
             "interp.composition_scores",
             "interp.copying_scores",
-            "interp.circuits_report",
+            "interp.weights_report",
             "interp.circuits.virtual_weight_norms",
             "interp.circuits.write_subspace_overlap",
             "interp.circuits.erasure_candidates",
@@ -92,7 +92,7 @@ REFUSED: dict[tuple[str, str, str, str], str] = {
             "interp.edge_patch",
             "interp.evaluate_circuit",
             "interp.faithfulness_curve",
-            "interp.circuit_report",
+            "interp.task_report",
             "interp.Task",
             "interp.Task.from_jsonl",
             "interp.export",

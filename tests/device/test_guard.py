@@ -92,7 +92,7 @@ GUARDED = {
     "interp.Prob": lambda m, tmp: interp.patch(m, CLEAN, CORRUPT, metric=interp.Prob("w3")),
     "interp.Task": lambda m, tmp: _eap(interp.Task("t", CLEAN, CORRUPT, ["w3", "w7"], ["w4", "w8"], model=m), m),
     "interp.Task.from_jsonl": lambda m, tmp: _jsonl(m, tmp),
-    "interp.circuit_report": lambda m, tmp: interp.circuit_report(
+    "interp.task_report": lambda m, tmp: interp.task_report(
         m,
         _task(m),
         out_dir=tmp / "c",
@@ -103,7 +103,7 @@ GUARDED = {
         ablations=("zero",),
         static=False,
     ),
-    "interp.circuits_report": lambda m, tmp: interp.circuits_report(m, out_dir=tmp / "cs", max_edges=5, static=False),
+    "interp.weights_report": lambda m, tmp: interp.weights_report(m, out_dir=tmp / "cs", max_edges=5, static=False),
     "interp.features.Intervention": lambda m, tmp: interp.features.intervene(
         m, "w1 w2 w3 w4", _tcs(m), interp.features.Intervention.scale("L0.F1@2", 2.0), target="w3"
     ),

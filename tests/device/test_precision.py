@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import interp
+import interp.engine.internal
 from interp._norms import accumulate_dtype, norm_scale
 from tiny_models import tiny_model
 
@@ -94,7 +95,7 @@ def test_one_norm_scale_rule():
     ref = torch.sqrt(x.double().pow(2).mean(-1, keepdim=True) + m.arch.norm_eps)
     assert norm_scale(x, "rmsnorm", m.arch.norm_eps).dtype == torch.float32
     torch.testing.assert_close(norm_scale(x, "rmsnorm", m.arch.norm_eps).double(), ref, rtol=2.0**-23, atol=0)
-    eng = interp.engine.Engine.of(m).norm_scale(x)
+    eng = interp.engine.internal.Engine.of(m).norm_scale(x)
     assert eng.dtype == torch.bfloat16
     assert torch.equal(eng, ref.to(torch.bfloat16))  # correctly rounded once
     assert accumulate_dtype(torch.bfloat16) == accumulate_dtype(torch.float16) == torch.float32

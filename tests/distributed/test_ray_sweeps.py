@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import interp
-from interp.distributed import model_source, shard_bounds
+from interp.distributed._shard import model_source, shard_bounds
 from interp.errors import ArgumentError, InterpError, UnsupportedOperationError
 
 pytestmark = pytest.mark.slow  # Ray workers (their CPU is not this process's): out of the fast tier

@@ -20,7 +20,7 @@ import torch
 
 import interp
 from interp.errors import CompletenessWarning
-from interp.stream import as_batch
+from interp.stream.internal import as_batch
 
 from .conftest import CLEAN, CORRUPT
 from .test_attribution import FAMILIES, _metric

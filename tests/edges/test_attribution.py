@@ -13,7 +13,7 @@ import torch.autograd.forward_ad as fwAD
 import interp
 from interp.causal import Direction, LogitDiff
 from interp.edges import circuit_graph, edge_attribution
-from interp.stream import as_batch
+from interp.stream.internal import as_batch
 from tiny_models import hooked_forward
 
 from .conftest import CLEAN, CORRUPT, direction

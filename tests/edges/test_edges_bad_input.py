@@ -9,7 +9,7 @@ import interp
 from interp.causal import Direction, LogitDiff
 from interp.edges import circuit_graph, edge_attribution, edge_patch, evaluate_circuit, faithfulness_curve, load_task
 from interp.errors import ArgumentError, LabelError, ShapeError, UnsupportedOperationError
-from interp.stream import count_hooks
+from interp.stream.internal import count_hooks
 from tiny_models import tiny_model
 
 from .conftest import CLEAN, CORRUPT

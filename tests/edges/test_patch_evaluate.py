@@ -8,7 +8,7 @@ import torch
 import interp
 from interp.edges import circuit_graph, edge_patch, evaluate_circuit
 from interp.models import model_from_hf_unchecked as model_from_hf
-from interp.stream import as_batch
+from interp.stream.internal import as_batch
 from tiny_models import tiny_hf_model, tiny_model, tiny_tokenizer
 
 from .conftest import CLEAN, CORRUPT, Reference, direction

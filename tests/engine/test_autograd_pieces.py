@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from interp.engine import Engine
+from interp.engine.internal import Engine
 from tiny_models import tiny_model
 
 

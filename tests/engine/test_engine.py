@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import interp
-from interp.engine import Engine, Patch, Variant
+from interp.engine.internal import Engine, Patch, Variant
 from interp.causal._metrics import readout
 from interp.models import tokenize
 from interp.stream._capture import capture

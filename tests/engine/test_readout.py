@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from interp.engine import Engine, final_norm, readout, soft_cap, unembedding
+from interp.engine.internal import Engine, final_norm, soft_cap
+from interp.engine import readout, unembedding
 from interp.models import model_from_hf_unchecked
 from tiny_models import hooked_forward, tiny_hf_model, tiny_tokenizer
 

@@ -330,7 +330,7 @@ def test_training_input_is_the_hf_mlp_input(family):
         for l, mod in enumerate(mlps)
     ]
     hooked_forward(hf, hooks, ids)
-    from interp.engine import Engine
+    from interp.engine.internal import Engine
 
     x, _ = T._activations(Engine.of(m), ids, list(range(len(mlps))))
     for l in range(len(mlps)):

@@ -22,7 +22,8 @@ from interp.errors import ArgumentError
 from interp.circuits import privileged_basis_report
 from interp.circuits._path_expansion import path_expansion
 from interp.report import report
-from interp.stream import attention_patterns, count_hooks, trace
+from interp.stream import attention_patterns, trace
+from interp.stream.internal import count_hooks
 from tiny_models import tiny_model
 
 FAMILIES = ("gpt2", "llama", "neox", "bert", "toy")
@@ -218,7 +219,8 @@ sys.path.insert(0, "tests")
 torch.set_num_threads(1)
 from tiny_models import tiny_model
 from interp.attribution import attribute_logits
-from interp.stream import count_hooks, trace
+from interp.stream import trace
+from interp.stream.internal import count_hooks
 keep = sys.argv[1] == "keep"
 model = tiny_model("gpt2")
 g = torch.Generator().manual_seed(0)

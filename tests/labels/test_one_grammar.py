@@ -12,7 +12,7 @@ import interp
 from interp import labels as L
 from interp.attribution import attribute_logits
 from interp.circuits import read_labels, write_labels
-from interp.models import build_program
+from interp.models.internal import build_program
 from tiny_models import FAMILIES, tiny_model
 
 PACKAGE = pathlib.Path(interp.__file__).parent

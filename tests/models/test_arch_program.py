@@ -17,15 +17,13 @@ import torch
 import interp.circuits as C
 from interp.circuits._labels import check_order, parse_read, parse_write
 from interp.errors import ArgumentError, LabelError, UnsupportedArchitectureError, UnsupportedOperationError
-from interp.models import (
-    ToyConfig,
+from interp.models import ToyConfig, build_toy, sees
+from interp.models.internal import (
     build_program,
-    build_toy,
     hf_state_from_weights,
     hf_writable,
     native_state_dict,
     program_position,
-    sees,
 )
 from interp.models import model_from_hf_unchecked as model_from_hf
 from tiny_models import FAMILIES, tiny_hf_model, tiny_tokenizer

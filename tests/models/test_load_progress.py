@@ -9,7 +9,8 @@ import logging
 import pytest
 
 import interp
-from interp.models import _gguf, load_step
+from interp.models import _gguf
+from interp.models.internal import load_step
 from tests.tiny_models import tiny_hf_model, tiny_tokenizer
 
 FIRST = [

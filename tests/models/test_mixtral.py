@@ -11,7 +11,9 @@ import torch
 from transformer_lens import patching
 
 import interp
-from interp.engine import Engine, self_check
+import interp.stream.internal
+from interp.engine.internal import Engine
+from interp.engine import self_check
 from interp.errors import UnsupportedArchitectureError, UnsupportedOperationError
 from tiny_models import hooked_forward, tiny_hf_model, tiny_model
 
@@ -25,7 +27,7 @@ def test_self_check_and_moe_block_equal_hf(dtype, tol):
     assert (m.arch.n_experts, m.arch.experts_per_token) == (4, 2)
     assert self_check(m) < tol
     hf = tiny_hf_model("mixtral", dtype=dtype)
-    batch = interp.stream.as_batch(m, PROMPTS)
+    batch = interp.stream.internal.as_batch(m, PROMPTS)
     got = {}
     hs = [
         layer.mlp.register_forward_hook(lambda mod, args, out, l=l: got.__setitem__(l, (args[0], out)))
@@ -45,7 +47,7 @@ def test_self_check_and_moe_block_equal_hf(dtype, tol):
 def test_trace_decomposes_exactly_and_attribution_closes_on_hf_logits(family):
     m = tiny_model(family)
     tr = interp.trace(m, PROMPTS)
-    batch = interp.stream.as_batch(m, PROMPTS)
+    batch = interp.stream.internal.as_batch(m, PROMPTS)
     hf = tiny_hf_model(family)
     outs = {}
     hs = [

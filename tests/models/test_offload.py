@@ -21,7 +21,8 @@ import torch
 
 import interp
 from interp.errors import ArgumentError, MemoryCapError, ModelLoadError, UnsupportedOperationError
-from interp.models import LayerStack, is_streamed
+from interp.models import LayerStack
+from interp.models.internal import is_streamed
 from tests.tiny_models import tiny_hf_model, tiny_tokenizer
 
 N_LAYERS = 4

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import interp
+import interp.stream.internal
 from interp.errors import UnsupportedArchitectureError
 from tiny_models import hooked_forward, tiny_hf_model, tiny_model
 
@@ -72,7 +73,7 @@ def test_every_read_decomposes_exactly_to_the_hf_tensor():
     output), read off HF's modules; the resid points are HF's hidden states."""
     m = tiny_model("olmo2")
     tr = interp.trace(m, PROMPTS)
-    batch = interp.stream.as_batch(m, PROMPTS)
+    batch = interp.stream.internal.as_batch(m, PROMPTS)
     hf, out = _hf_tensors(batch)
     mask = batch.attention_mask
     a = m.arch
@@ -124,7 +125,7 @@ def test_qk_norm_mixes_heads_a_patch_of_one_key_moves_every_heads_scores():
                     lambda x: self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
                 )
             )(mod)
-    bc, bk = (interp.stream.as_batch(m, t) for t in (clean, corrupt))
+    bc, bk = (interp.stream.internal.as_batch(m, t) for t in (clean, corrupt))
     k_proj = hf.model.layers[1].self_attn.k_proj
     dh = m.arch.d_head
     src = {}

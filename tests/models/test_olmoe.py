@@ -10,7 +10,9 @@ import pytest
 import torch
 
 import interp
-from interp.engine import Engine, model_from_hf, self_check
+import interp.stream.internal
+from interp.engine.internal import Engine
+from interp.engine import model_from_hf, self_check
 from interp.errors import UnsupportedArchitectureError
 from interp.models._families import arch_from_hf_config
 from tiny_models import hooked_forward, tiny_config, tiny_hf_model, tiny_tokenizer
@@ -40,7 +42,7 @@ def test_self_check_and_moe_block_equal_hf(renormalise, dtype, tol):
     )
     assert m.arch.router_renormalise is renormalise
     assert self_check(m) < tol
-    batch = interp.stream.as_batch(m, PROMPTS)
+    batch = interp.stream.internal.as_batch(m, PROMPTS)
     got = {}
     hs = [
         layer.mlp.register_forward_hook(lambda mod, args, out, l=l: got.__setitem__(l, (args[0], out)))

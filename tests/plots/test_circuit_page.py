@@ -18,7 +18,7 @@ import pytest
 
 from interp.causal import LogitDiff
 from interp.plots import circuit_graph_figure
-from interp.report import circuit_report
+from interp.report import task_report
 from plots_helpers import chromium_path, offline_page
 from tiny_models import tiny_model
 
@@ -39,7 +39,7 @@ def deep_report(tmp_path_factory):
         name="tiny-induction", clean=CLEAN, corrupt=CORRUPT, metric=LogitDiff(answer=ANSWER, wrong=WRONG)
     )
     out = tmp_path_factory.mktemp("circuit-page") / "deep"
-    index = circuit_report(
+    index = task_report(
         m,
         task,
         out_dir=out,

@@ -1,4 +1,4 @@
-"""circuit_report() / ``interp circuit``: the files, numbers checked against independent computations (the
+"""task_report() / ``interp circuit``: the files, numbers checked against independent computations (the
 plain HF model's logits; the toy's induction heads found from attention patterns), a self-contained page
 that draws in headless Chromium without touching the network, and typed errors."""
 
@@ -16,7 +16,7 @@ from interp.causal import LogitDiff
 from interp.cli import main
 from interp.errors import ArgumentError
 from interp.labels import Edge, parse
-from interp.report import circuit_report
+from interp.report import task_report
 from plots_helpers import TIME_NEWPLOT, chromium_path, external_resources, probe_in_chromium, render_in_chromium
 from tiny_models import tiny_hf_model, tiny_model
 
@@ -35,7 +35,7 @@ def llama_report(tmp_path_factory):
         name="tiny-induction", clean=CLEAN, corrupt=CORRUPT, metric=LogitDiff(answer=ANSWER, wrong=WRONG)
     )
     out = tmp_path_factory.mktemp("circuit") / "llama"
-    index = circuit_report(
+    index = task_report(
         m,
         task,
         out_dir=out,
@@ -131,7 +131,7 @@ def test_toy_induction_circuit_found_by_the_report(tmp_path):
         corrupt=corrupt,
         metric=LogitDiff(answer=seq[:, 2 * n].tolist(), wrong=other[:, n].tolist()),
     )
-    index = circuit_report(
+    index = task_report(
         m, task, out_dir=tmp_path / "toy", method="eap", n_exact=4, max_edges=30, ablations=("zero",), sizes=(0.1, 1.0)
     )
     e = json.loads((tmp_path / "toy" / "edges.json").read_text())
@@ -148,12 +148,12 @@ def test_toy_induction_circuit_found_by_the_report(tmp_path):
 def test_bad_input(tmp_path):
     m = tiny_model("gpt2")
     with pytest.raises(ArgumentError, match="without"):
-        circuit_report(m, object(), out_dir=tmp_path / "x")
+        task_report(m, object(), out_dir=tmp_path / "x")
     task = SimpleNamespace(clean=CLEAN, corrupt=CORRUPT, metric=LogitDiff(answer=ANSWER, wrong=WRONG))
     with pytest.raises(ArgumentError, match="method"):
-        circuit_report(m, task, out_dir=tmp_path / "x", method="acdc")
+        task_report(m, task, out_dir=tmp_path / "x", method="acdc")
     with pytest.raises(ArgumentError, match="max_edges"):
-        circuit_report(m, task, out_dir=tmp_path / "x", max_edges=0)
+        task_report(m, task, out_dir=tmp_path / "x", max_edges=0)
     assert not (tmp_path / "x").exists()  # refused before writing anything
 
 
@@ -287,7 +287,7 @@ def test_node_information_has_its_own_progress(tmp_path, capsys):
     model) shows its own progress: a bar of 2 + n_ov_heads steps that reaches its end."""
     m = tiny_model("llama")
     task = SimpleNamespace(name="tiny", clean=CLEAN, corrupt=CORRUPT, metric=LogitDiff(answer=ANSWER, wrong=WRONG))
-    circuit_report(
+    task_report(
         m,
         task,
         out_dir=tmp_path / "p",
@@ -302,7 +302,7 @@ def test_node_information_has_its_own_progress(tmp_path, capsys):
     err = capsys.readouterr().err
     bars = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("node information")]
     assert bars and "5/5" in bars[-1], bars[-3:]  # 2 + 3 OV heads
-    circuit_report(
+    task_report(
         m,
         task,
         out_dir=tmp_path / "q",

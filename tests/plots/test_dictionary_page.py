@@ -40,7 +40,7 @@ def _num(cell):
 def test_page_numbers_are_the_evaluation(llama, tmp_path):
     tcs = random_transcoders(llama, 32)
     ev = evaluate_dictionary(llama, tcs, tokens=TEXTS, seq_len=32)
-    p = dictionary_page(llama, tcs, tmp_path / "d.html", evaluation=ev, texts=TEXTS, features_per_layer=3)
+    p = dictionary_page(llama, tcs, path=tmp_path / "d.html", evaluation=ev, texts=TEXTS, features_per_layer=3)
     html = p.read_text(encoding="utf-8")
     rows = _rows(html)
     assert list(rows) == ev.labels
@@ -66,7 +66,7 @@ def test_page_numbers_are_the_evaluation(llama, tmp_path):
 
 
 def test_page_is_self_contained(llama, tmp_path):
-    p = dictionary_page(llama, random_transcoders(llama, 16), tmp_path / "d.html", tokens=TEXTS, seq_len=32)
+    p = dictionary_page(llama, random_transcoders(llama, 16), path=tmp_path / "d.html", tokens=TEXTS, seq_len=32)
     html = p.read_text(encoding="utf-8")
     assert html.startswith("<!DOCTYPE html>") and "Plotly.newPlot" in html
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=\"?(https?:)?//", html)  # nothing from the network
@@ -75,10 +75,10 @@ def test_page_is_self_contained(llama, tmp_path):
 
 def test_partial_and_cross_layer_sets(llama, tmp_path):
     tcs = random_transcoders(llama, 16)
-    p = dictionary_page(llama, {1: tcs[1]}, tmp_path / "p.html", tokens=TEXTS, seq_len=32, features_per_layer=2)
+    p = dictionary_page(llama, {1: tcs[1]}, path=tmp_path / "p.html", tokens=TEXTS, seq_len=32, features_per_layer=2)
     html = p.read_text(encoding="utf-8")
     assert list(_rows(html)) == ["L1"] and set(re.findall(r"<td>L(\d+)\.F\d+</td>", html)) == {"1"}
-    p = dictionary_page(llama, random_clt(llama, 12), tmp_path / "c.html", tokens=TEXTS, seq_len=32)
+    p = dictionary_page(llama, random_clt(llama, 12), path=tmp_path / "c.html", tokens=TEXTS, seq_len=32)
     assert list(_rows(p.read_text(encoding="utf-8"))) == ["L0", "L1", "L2", "all"]
 
 
@@ -98,7 +98,7 @@ def test_written_atomically(llama, tmp_path, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(D, "_render", boom)
         with pytest.raises(RuntimeError):
-            dictionary_page(llama, tcs, p, tokens=TEXTS, seq_len=32)
+            dictionary_page(llama, tcs, path=p, tokens=TEXTS, seq_len=32)
     assert p.read_text() == "old" and [x.name for x in tmp_path.iterdir()] == ["d.html"]
 
     def no_rename(src, dst):
@@ -107,21 +107,21 @@ def test_written_atomically(llama, tmp_path, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(os, "replace", no_rename)
         with pytest.raises(ExportError, match="d.html"):
-            dictionary_page(llama, tcs, p, tokens=TEXTS, seq_len=32)
+            dictionary_page(llama, tcs, path=p, tokens=TEXTS, seq_len=32)
     assert p.read_text() == "old" and [x.name for x in tmp_path.iterdir()] == ["d.html"]
-    dictionary_page(llama, tcs, p, tokens=TEXTS, seq_len=32)
+    dictionary_page(llama, tcs, path=p, tokens=TEXTS, seq_len=32)
     assert p.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
 
 
 def test_bad_input(llama, tmp_path):
     tcs = random_transcoders(llama, 16)
     with pytest.raises(ExportError, match=r"\.html"):
-        dictionary_page(llama, tcs, tmp_path / "d.txt", tokens=TEXTS)
+        dictionary_page(llama, tcs, path=tmp_path / "d.txt", tokens=TEXTS)
     with pytest.raises(ExportError, match="does not exist"):
-        dictionary_page(llama, tcs, tmp_path / "no" / "d.html", tokens=TEXTS)
+        dictionary_page(llama, tcs, path=tmp_path / "no" / "d.html", tokens=TEXTS)
     with pytest.raises(ArgumentError, match="tokens="):
-        dictionary_page(llama, tcs, tmp_path / "d.html")
+        dictionary_page(llama, tcs, path=tmp_path / "d.html")
     other = tiny_model("gpt2", n_layers=3)
     ev = evaluate_dictionary(other, random_transcoders(other, 8), tokens=torch.randint(4, 90, (2, 8)))
     with pytest.raises(ArgumentError, match="DictionaryEvaluation of model"):
-        dictionary_page(llama, tcs, tmp_path / "d.html", evaluation=ev)
+        dictionary_page(llama, tcs, path=tmp_path / "d.html", evaluation=ev)

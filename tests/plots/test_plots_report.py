@@ -1,4 +1,4 @@
-"""report() / circuits_report(): files, numbers against the plain HF model, a self-contained page
+"""report() / weights_report(): files, numbers against the plain HF model, a self-contained page
 that renders in headless Chromium without touching the network, and typed errors with no files."""
 
 import json
@@ -11,7 +11,7 @@ import torch
 
 from interp.errors import ArgumentError, ExportError
 from interp.plots import Exporter
-from interp.report import circuits_report, report
+from interp.report import weights_report, report
 from plots_helpers import PNG_SIGNATURE, chromium_path, decode_png, external_resources, render_in_chromium
 from tiny_models import tiny_hf_model, tiny_model
 
@@ -166,7 +166,7 @@ def test_bad_report_input_raises_before_writing_anything(tmp_path):
 
 def test_circuits_report_writes_the_weight_only_pages(tmp_path):
     m = tiny_model("llama", n_layers=3)
-    index = circuits_report(m, out_dir=tmp_path / "c", max_edges=5, static=False)
+    index = weights_report(m, out_dir=tmp_path / "c", max_edges=5, static=False)
     graph = json.loads((tmp_path / "c" / "composition.json").read_text())
     assert {e["kind"] for e in graph["edges"]} == {"Q", "K", "V"}
     assert sum(e["kind"] == "K" for e in graph["edges"]) == 5

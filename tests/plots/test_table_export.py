@@ -53,7 +53,7 @@ def test_subtitle_once():
 
 
 def test_partial_utf8_tokens_read_as_escaped_bytes():
-    from interp.models import readable_token
+    from interp.models.internal import readable_token
 
     class ByteLevel:  # a byte-level BPE tokenizer's two views of a token (as GPT-2/SmolLM2 give them)
         pieces = {0: "âĢ", 1: "Ġthe", 2: "âĢĻ"}

@@ -349,7 +349,7 @@ def test_minilm_final_hidden_state_closes_and_matches_hf(minilm):
 
 @pytest.mark.parametrize("stop", [False, True], ids=["full-pass", "stop-before-unembed"])
 def test_trace_at_equals_full_trace_at_those_positions(case, stop):
-    from interp.stream import as_batch, count_hooks
+    from interp.stream.internal import as_batch, count_hooks
     from interp.stream._trace_at import trace_at
 
     batch = as_batch(case.model, PROMPTS)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from interp.stream import count_hooks, trace
+from interp.stream.internal import count_hooks
+from interp.stream import trace
 
 from ._hf_reference import rel
 

@@ -86,8 +86,9 @@ def test_smollm2_ioi_prediction(smollm2):
 
 
 def test_positions_read_as_every_analysis_reads_them():
-    """predict resolved ``pos`` with a copy of its own (interp.stream.resolve_positions is now the one): a position at
-    padding is said to be padding, a tensor of positions works as in attribute_logits, a float tensor is refused."""
+    """predict resolved ``pos`` with a copy of its own (interp.stream.internal.resolve_positions is now the one): a
+    position at padding is said to be padding, a tensor of positions works as in attribute_logits, a float tensor is
+    refused."""
     m, hf, tok = tiny_model("llama"), tiny_hf_model("llama"), tiny_tokenizer()
     with pytest.raises(ArgumentError, match=r"pos=3 points at padding in prompt 1 \(it has 3 real tokens\)"):
         interp.predict(m, ["w1 w2 w3 w4", "w5 w6"], pos=3)

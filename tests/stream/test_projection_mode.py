@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from interp.errors import ArgumentError, LabelError, ShapeError
-from interp.stream import count_hooks, trace
+from interp.stream.internal import count_hooks
+from interp.stream import trace
 from tiny_models import FAMILIES, tiny_hf_model, tiny_model
 
 PROMPTS = ["w1 w2 w3 w4 w5 w6", "w7 w8 w9"]  # the second row is padded

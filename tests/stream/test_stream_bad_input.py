@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from interp.errors import ArgumentError, InterpError, LabelError, ShapeError
-from interp.stream import count_hooks, trace
+from interp.stream.internal import count_hooks
+from interp.stream import trace
 from tiny_models import tiny_model
 
 

@@ -10,7 +10,8 @@ import torch
 
 import interp
 from interp.errors import ArgumentError, ExportError, ResultFormatError
-from interp.stream import AttentionPatternBatch, ResidualTrace, as_batch, attention_patterns
+from interp.stream import AttentionPatternBatch, ResidualTrace, attention_patterns
+from interp.stream.internal import as_batch
 from rounding import assert_same_up_to_rounding, rounding_tolerance
 from tiny_models import FAMILIES, hooked_forward, tiny_hf_model, tiny_model
 

@@ -1,4 +1,4 @@
-"""probe_report and attention_patterns: probe lengths bounded by the caller, absurd sizes refused.
+"""probe_report and logits_and_patterns: probe lengths bounded by the caller, absurd sizes refused.
 
 probe_report on smollm2 used to build random probes of n_ctx = 8,192 tokens whatever ``n`` was
 (24 GB RSS, killed). The scores are checked against patterns captured here with plain bridge hooks
@@ -20,7 +20,7 @@ from toy_reference import capture_patterns
 
 from interp.errors import ArgumentError, MemoryCapError, ShapeError
 from interp.models import load_model_unchecked as load_model
-from interp.toy import attention_patterns, probe_report, random_tokens, repeated_tokens
+from interp.toy import logits_and_patterns, probe_report, random_tokens, repeated_tokens
 
 
 @pytest.fixture(scope="module")
@@ -66,13 +66,13 @@ def test_bad_sizes_are_refused_before_any_pass(toy2, kwargs, err, name):
         probe_report(toy2, **kwargs)
 
 
-def test_attention_patterns_refuses_absurd_batches(toy2):
+def test_logits_and_patterns_refuses_absurd_batches(toy2):
     huge = torch.zeros(1, 32, dtype=torch.long).expand(10**7, 32)  # no memory behind it
     with pytest.raises(MemoryCapError, match="max_bytes"):
-        attention_patterns(toy2, huge)
+        logits_and_patterns(toy2, huge)
     with pytest.raises(ShapeError, match="tokens"):
-        attention_patterns(toy2, torch.zeros(32, dtype=torch.long))
-    logits, pats = attention_patterns(toy2, torch.zeros(2, 5, dtype=torch.long))
+        logits_and_patterns(toy2, torch.zeros(32, dtype=torch.long))
+    logits, pats = logits_and_patterns(toy2, torch.zeros(2, 5, dtype=torch.long))
     assert pats.shape == (2, 2, toy2.arch.n_heads, 5, 5) and logits.shape == (2, 5, toy2.arch.d_vocab)
 
 

@@ -11,7 +11,7 @@ from toy_reference import reference_forward
 
 from interp.errors import ArgumentError, ModelLoadError, ModelNotFoundError
 from interp.toy import ToyConfig, build_toy, load_toy, save_toy, span_copy_batch
-from interp.models import native_state_dict, toy_weights
+from interp.models.internal import native_state_dict, toy_weights
 from interp.toy.train import Recipe, train_toy
 
 VARIANTS = {
