@@ -18,7 +18,8 @@ from typing import Any
 from interp.report._circuit import task_report
 from interp.report._dictionary import dictionary_page
 from interp.report._index import report_index
-from interp.report._report import report, weights_report
+from interp.report._report import report
+from interp.report._weights import weights_report
 
 __all__ = [
     "dictionary_page",

@@ -29,14 +29,11 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
-import math
 import platform
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Optional, Union
 
-import numpy as np
 import plotly.graph_objects as go
 import torch
 
@@ -47,10 +44,8 @@ from interp.circuits.internal import EFFECTIVE_EMBEDDING
 from interp.circuits import composition_edges, composition_scores, copying_scores, ov_circuit
 from interp._io import write_atomic
 from interp._validate import check_positive_int
-from interp.errors import ArgumentError, ExportError, ShapeError, UnsupportedOperationError
-from interp.engine import load_model
+from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 from interp.models import Model
-from interp.models.internal import readable_token
 from interp.plots import (
     Exporter,
     attention_pattern_figure,
@@ -63,131 +58,28 @@ from interp.plots import (
 )
 from interp.plots.internal import (
     attribution_vector,
-    esc,
     find_browser,
-    fmt,
     parse_head,
     residual_stream_norms,
-    token_label,
     top_token_values,
 )
 from interp.labels import Head
-from interp.report._html import Page, data_table, kv_table
+from interp.report._common import (
+    _decode,
+    _export_static,
+    _jsonable,
+    _model_card,
+    _prepare_out_dir,
+    _resolve_model,
+    _Steps,
+)
+from interp.report._report_page import _page
 from interp.stream.internal import as_batch
 from interp.stream import attention_patterns, trace
 
-__all__ = ["report", "weights_report"]
+__all__ = ["report"]
 
 log = logging.getLogger(__name__)
-
-
-class _Steps:
-    """Times named steps, logs them, and advances an optional tqdm bar."""
-
-    def __init__(self, total: int, progress: bool, desc: str) -> None:
-        self.times: dict[str, float] = {}
-        self._bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            self._bar = tqdm(total=total, desc=desc, unit="step")
-
-    @contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        if self._bar is not None:
-            self._bar.set_postfix_str(name)
-        log.log(logging.DEBUG if self._bar is not None else logging.INFO, "report: %s", name)  # the bar shows it
-        t0 = time.perf_counter()
-        yield
-        self.times[name] = round(time.perf_counter() - t0, 3)
-        if self._bar is not None:
-            self._bar.update(1)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-
-
-def _jsonable(x: Any) -> Any:
-    """Tensors/arrays/NaN -> JSON values (NaN and inf become null)."""
-    if torch.is_tensor(x):
-        x = x.detach().cpu().double().numpy() if not x.is_complex() else x.detach().cpu().numpy()
-    if isinstance(x, np.ndarray):
-        if x.dtype.kind == "c":
-            return [[_jsonable(float(v.real)), _jsonable(float(v.imag))] for v in x.ravel()]
-        return _jsonable(x.tolist())
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (np.floating, float)):
-        v = float(x)
-        return v if math.isfinite(v) else None
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, Path):
-        return str(x)
-    return x
-
-
-def _resolve_model(model: Any) -> Model:
-    if isinstance(model, str):
-        return load_model(model)
-    if not isinstance(model, Model):
-        raise ArgumentError(
-            f"model is a {type(model).__name__}; pass an interp Model (interp.load_model) or a catalog name"
-        )
-    return model
-
-
-def _prepare_out_dir(out_dir: Any) -> Path:
-    if out_dir is None or not isinstance(out_dir, (str, Path)):
-        raise ArgumentError(f"out_dir={out_dir!r} must be a directory path (str or Path)")
-    out = Path(out_dir).expanduser()
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"out_dir={str(out_dir)!r} exists and is not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ExportError(f"cannot create out_dir={str(out_dir)!r}: {e.strerror or e}") from e
-    return out
-
-
-def _model_card(model: Model) -> list[tuple[str, Any]]:
-    a, block = model.arch, model.block
-    norms = block.layout if a.norm == "none" else f"{block.layout} {a.norm}"
-    wiring = (
-        "attention only"
-        if not block.has_mlp
-        else "sequential"
-        if block.sees("mlp", "attn")
-        else "parallel attention + MLP"
-    )
-    rows = [
-        ("name", model.name),
-        ("family", a.family),
-        ("source", getattr(model, "source", "") or "—"),
-        ("layers", a.n_layers),
-        ("heads (query / KV)", f"{a.n_heads} / {a.n_kv_heads}"),
-        ("d_model / d_head / d_mlp", f"{a.d_model} / {a.d_head} / {a.d_mlp}"),
-        ("vocabulary", a.d_vocab),
-        ("context", a.n_ctx),
-        ("norm", f"{norms} (ε = {a.norm_eps:g})"),
-        ("positions", a.positional + (f" (rotary dim {a.rotary_dim})" if a.rotary_dim else "")),
-        ("block", wiring),
-        ("steps", str(block)),
-        ("MLP", f"{'gated ' if a.gated_mlp else ''}{a.act_fn}"),
-        ("causal", a.causal),
-        ("unembedding", a.has_unembed),
-        ("dtype / device", f"{model.dtype} / {model.device}"),
-        ("weights", getattr(model, "provenance", "") or "—"),
-    ]
-    return rows
-
-
-def _decode(model: Model) -> Any:
-    tok = getattr(model, "tokenizer", None)
-    return (lambda i: readable_token(tok, int(i))) if tok is not None else (lambda i: f"#{int(i)}")
 
 
 def _prediction(model: Model, tr: Any, answer_id: Optional[int], wrong_id: Optional[int], k: int) -> dict[str, Any]:
@@ -249,29 +141,6 @@ def _top_heads(attr: Any, n: int) -> list[tuple[str, float]]:
     heads = [(lab, float(x)) for lab, x in zip(labels, v) if parse_head(lab) is not None]
     heads.sort(key=lambda t: -abs(t[1]))
     return heads[:n]
-
-
-def _export_static(
-    figs: dict[str, Any], out: Path, exporter: Optional[Exporter], *, static: bool
-) -> tuple[dict[str, list[str]], dict[str, float]]:
-    """Each figure as PNG and SVG under ``out/figures`` through one browser; (files, seconds per file)."""
-    files: dict[str, list[str]] = {name: [] for name in figs}
-    seconds: dict[str, float] = {}
-    if not static:
-        return files, seconds
-    (out / "figures").mkdir(exist_ok=True)
-    ex = exporter if exporter is not None else Exporter()
-    try:
-        for name, fig in figs.items():
-            for suf in ("png", "svg"):
-                t0 = time.perf_counter()
-                ex.export(fig, out / "figures" / f"{name}.{suf}")
-                seconds[f"{name}.{suf}"] = round(time.perf_counter() - t0, 3)
-                files[name].append(f"figures/{name}.{suf}")
-    finally:
-        if exporter is None:
-            ex.close()
-    return files, seconds
 
 
 def report(
@@ -641,330 +510,3 @@ def _stream_step(tr: Any, results: dict[str, Any], figs: dict[str, go.Figure]) -
     figs["residual_stream"] = residual_stream_figure(tr, pos=-1)
     rs = residual_stream_norms(tr, pos=-1)
     results["residual_stream"] = {k: rs[k] for k in ("points", "stream", "groups", "group_norms", "closure")}
-
-
-def _page(
-    model: Model,
-    prompt: str,
-    r: dict[str, Any],
-    figs: dict[str, go.Figure],
-    files: dict[str, list[str]],
-    *,
-    decoder: bool,
-    copying_note: str,
-    attention_view: str = "",
-    effects_note: str = "",
-    n_rows: int = 6,
-) -> Page:
-    """The report page: one section per analysis, in the order they ran."""
-    toks = r["str_tokens"]
-    sub = f"prompt: <span class='tok'>{esc(prompt)}</span> · {len(toks)} tokens"
-    page = Page(title=f"interp report — {model.name}", subtitle=sub)
-    page.section("Model", kv_table(_model_card(model)), anchor="model")
-    _prediction_section(page, r, decoder=decoder)
-    _attribution_section(page, r, figs, files)
-    _effects_section(page, r, figs, files, decoder=decoder, note=effects_note, n_rows=n_rows)
-    _heads_section(page, r, figs, files, attention_view)
-    _composition_section(page, r, figs, files)
-    _copying_section(page, figs, files, copying_note)
-    _ov_section(page, r, figs, files)
-    page.section(
-        "Residual stream of the last token",
-        page.figure(figs["residual_stream"], files=files.get("residual_stream", [])),
-        anchor="stream",
-        note="Norm of the stream at every resid point, of each sublayer's write, and of what remains of "
-        "each write at later points (exact decomposition with frozen norm scales).",
-    )
-    t = r["timings_seconds"]
-    rows = [[esc(k), f"{v:.2f} s"] for k, v in t.items()]
-    page.section(
-        "Provenance",
-        data_table(["step", "time"], rows, numeric=[False, True])
-        + "<p class='files'>numbers: <a href='results.json'>results.json</a></p>",
-        anchor="provenance",
-    )
-    return page
-
-
-def _prediction_section(page: Page, r: dict[str, Any], *, decoder: bool) -> None:
-    """The prompt's tokens and, for decoders, the next-token distribution with the answer's (and wrong's) rank."""
-    tok_row = " ".join(f"<span class='tok'>{esc(token_label(t))}</span>" for t in r["str_tokens"])
-    if not decoder:
-        page.section(
-            "Input",
-            f"<p>tokens: {tok_row}</p><p>‖mean-pooled final hidden state‖ = "
-            f"{r.get('embedding_norm', float('nan')):.4f}</p>",
-            anchor="prediction",
-            note="An encoder without an unembedding: there are no logits; the report attributes the "
-            "mean-pooled final hidden state along its own direction (the terms sum to its norm).",
-        )
-        return
-    p = r["prediction"]
-    rows = [
-        [f"<span class='tok'>{esc(token_label(t['token']))}</span>", t["id"], f"{t['logit']:.3f}", f"{t['prob']:.3%}"]
-        for t in p["top"]
-    ]
-    summary = []
-    for key in ("answer", "wrong"):
-        if key in p:
-            t = p[key]
-            summary.append(
-                f"{key} <span class='tok'>{esc(token_label(t['token']))}</span>: rank {t['rank']}, "
-                f"p = {t['prob']:.2%}, logit {t['logit']:.3f}"
-            )
-    if "logit_diff" in p:
-        summary.append(f"logit difference answer − wrong = <b>{p['logit_diff']:.4f}</b>")
-    body = f"<p>tokens: {tok_row}</p><p>{'<br>'.join(summary)}</p>" + data_table(
-        ["next token", "id", "logit", "probability"], rows, numeric=[False, True, True, True]
-    )
-    page.section(
-        "Prediction",
-        body,
-        anchor="prediction",
-        note=f"The model's distribution for the token after position {p['position']}.",
-    )
-
-
-def _attribution_section(
-    page: Page, r: dict[str, Any], figs: dict[str, go.Figure], files: dict[str, list[str]]
-) -> None:
-    """The attribution's target and closure, its heatmap and waterfall."""
-    a = r["attribution"]
-    closure = (
-        f"Σ terms = <b>{a['sum_of_terms']:.6g}</b>, the model's own value = <b>{fmt(a['total'], 7)}</b>; "
-        f"closure error = <b>{a['closure_error']:.2e}</b> (relative {a['relative_error']:.1e})."
-    )
-    body = (
-        f"<p>target: <code>{esc(a['target'])}</code>. {closure}</p>"
-        + page.figure(figs["attribution_heatmap"], files=files.get("attribution_heatmap", []))
-        + page.figure(figs["attribution_waterfall"], files=files.get("attribution_waterfall", []))
-    )
-    page.section(
-        "Attribution by head and component",
-        body,
-        anchor="attribution",
-        note="Direct attribution with the final norm's scale frozen from this forward pass: every head, "
-        "MLP, embedding and bias gets an exact share, and the shares add up to the model's number.",
-    )
-
-
-def _heads_section(
-    page: Page, r: dict[str, Any], figs: dict[str, go.Figure], files: dict[str, list[str]], attention_view: str
-) -> None:
-    """The top heads: where the last token attends most (and apart from position 0), and their patterns."""
-    rows = []
-    for h in r["top_heads"]:
-        att = r["attention_from_last_token"][h["head"]]
-        after = att["top_key_after_first"]
-        rows.append(
-            [
-                f"<code>{esc(h['head'])}</code>",
-                f"{h['value']:.4f}",
-                f"<span class='tok'>{esc(token_label(att['top_key_token']))}</span>",
-                f"{att['weight']:.3f}",
-                f"<span class='tok'>{esc(token_label(after))}</span>" if after is not None else "—",
-                f"{att['weight_after_first']:.3f}" if after is not None else "—",
-            ]
-        )
-    body = (
-        data_table(
-            ["head", "attribution", "last token attends most to", "weight", "… apart from position 0", "weight"],
-            rows,
-            numeric=[False, True, False, True, False, True],
-        )
-        + attention_view
-        + page.figure(figs["attention_patterns"], files=files.get("attention_patterns", []))
-    )
-    page.section(
-        "Top heads and their attention patterns",
-        body,
-        anchor="heads",
-        note="The heads with the largest |attribution|, and where each position looks: hover a token of "
-        "the interactive view to see where each head attends from it and which tokens attend to it.",
-    )
-
-
-def _composition_section(
-    page: Page, r: dict[str, Any], figs: dict[str, go.Figure], files: dict[str, list[str]]
-) -> None:
-    """The composition graph among the top heads and its 15 strongest edges."""
-    comp = r["composition"]
-    edge_rows = [
-        [f"<code>{esc(e['src'])}</code>", f"<code>{esc(e['dst'])}</code>", e["kind"], f"{e['score']:.4f}"]
-        for e in sorted(comp["edges"], key=lambda e: -e["score"])[:15]
-    ]
-    body = page.figure(figs["composition_graph"], files=files.get("composition_graph", []))
-    body += (
-        data_table(["source", "destination", "kind", "score"], edge_rows, numeric=[False, False, False, True])
-        if edge_rows
-        else "<p>No pair of top heads is in different layers, so there is no composition to draw.</p>"
-    )
-    page.section(
-        "Composition between the top heads",
-        body,
-        anchor="composition",
-        note="Q/K/V-composition scores ‖W_A W_B‖_F / (‖W_A‖_F ‖W_B‖_F) from the weights alone "
-        "(Elhage et al. 2021); node colour is each head's attribution.",
-    )
-
-
-def _copying_section(page: Page, figs: dict[str, go.Figure], files: dict[str, list[str]], copying_note: str) -> None:
-    """The copying-score map, or why the model has none."""
-    if "copying_scores" in figs:
-        page.section(
-            "Copying scores",
-            page.figure(figs["copying_scores"], files=files.get("copying_scores", [])),
-            anchor="copying",
-            note="Σλ/Σ|λ| of each head's full OV circuit W_E W_OV W_U: +1 copies its input token, −1 suppresses it.",
-        )
-    else:
-        page.section("Copying scores", f"<p>Not defined for this model: {esc(copying_note)}</p>", anchor="copying")
-
-
-def _ov_section(page: Page, r: dict[str, Any], figs: dict[str, go.Figure], files: dict[str, list[str]]) -> None:
-    """The top head's OV eigenvalues and top-token table, naming the embedding its rows are read through."""
-    body = page.figure(figs["ov_eigenvalues"], files=files.get("ov_eigenvalues", []))
-    if "ov_top_tokens" in figs:
-        body += page.figure(figs["ov_top_tokens"], files=files.get("ov_top_tokens", []))
-    page.section(
-        f"OV circuit of {r['top_heads'][0]['head']}",
-        body,
-        anchor="ov",
-        note="Eigenvalues of the full OV circuit W_E W_V W_O W_U (W_V W_O for encoders; positive real: "
-        "the head copies what it reads); for decoders, the top-token table of the full OV circuit "
-        "restricted to the prompt's tokens, its rows read through "
-        + (
-            "the effective token embedding W_E + MLP₀(N₂(W_E)) (the embedding through block 0's MLP)"
-            if (r["ov_top_head"].get("top_tokens_embedding") or {}).get("embedding") == "effective"
-            else "the raw token embedding W_E"
-        )
-        + ".",
-    )
-
-
-EFFECTS_TITLE = "Causal effects: total vs direct effect per head"
-
-
-def _effects_section(
-    page: Page,
-    r: dict[str, Any],
-    figs: dict[str, go.Figure],
-    files: dict[str, list[str]],
-    *,
-    decoder: bool,
-    note: str,
-    n_rows: int,
-) -> None:
-    e = r.get("effects")
-    if e is None:
-        page.section(EFFECTS_TITLE, f"<p>Not computed for this model: {esc(note)}</p>", anchor="effects")
-        return
-    if e["corrupt"] is not None:
-        how = (
-            f"Noising: the clean prompt is run with one head's output replaced by its value on the corrupt prompt "
-            f"<span class='tok'>{esc(e['corrupt_prompt'])}</span>."
-        )
-        base = f"clean = <b>{fmt(e['clean'])}</b>, corrupt = <b>{fmt(e['corrupt'])}</b>"
-    else:
-        how = (
-            "Ablation: <b>zero (no corrupt prompt given)</b> — each head's output is set to zero in the clean run "
-            "(pass <code>corrupt=</code> / <code>--corrupt</code> to replace it by a corrupt prompt's instead)."
-        )
-        base = f"clean = <b>{fmt(e['clean'])}</b>"
-    frozen = (
-        "everything downstream (later heads and MLPs) frozen and the final norm's scale frozen at the clean "
-        "run — equal to the change of its direct-logit-attribution term"
-        if decoder
-        else "everything downstream (later heads, MLPs and every later norm's scale) frozen at the clean run — "
-        "equal to the change of its attribution term along the direction"
-    )
-    what = (
-        f"Total: the change of the metric with everything downstream recomputed. Direct: the head's output "
-        f"replaced with {frozen}. Indirect = total − direct: what the head does through later components."
-    )
-    rows = [
-        [f"<code>{esc(h['head'])}</code>", fmt(h["total"]), fmt(h["direct"]), fmt(h["indirect"])]
-        for h in sorted(e["heads"], key=lambda h: -abs(h["total"]))[:n_rows]
-    ]
-    body = (
-        f"<p>{how} Metric <code>{esc(e['metric'])}</code>: {base}.</p><p>{what}</p>"
-        + data_table(["head", "total", "direct", "indirect"], rows, numeric=[False, True, True, True])
-        + page.figure(figs["causal_effects"], files=files.get("causal_effects", []))
-    )
-    page.section(
-        EFFECTS_TITLE,
-        body,
-        anchor="effects",
-        note=f"The top {len(rows)} of {len(e['heads'])} heads by |total effect|; every head is in results.json.",
-    )
-
-
-def weights_report(
-    model: Union[str, Model],
-    *,
-    out_dir: Union[str, Path],
-    max_edges: int = 30,
-    static: bool = True,
-    exporter: Optional[Exporter] = None,
-    progress: bool = False,
-) -> Path:
-    """Weight-only pages: the composition graph of the strongest edges over all heads, copying scores.
-
-    Writes ``out_dir/index.html``, ``results.json``, ``composition.json`` (nodes/edges) and the
-    figures as PNG/SVG; returns the index path.
-    """
-    model = _resolve_model(model)
-    check_positive_int("max_edges", max_edges)
-    if static and exporter is None:
-        find_browser()
-    out = _prepare_out_dir(out_dir)
-    steps = _Steps(total=3, progress=progress, desc=f"circuits {model.name}")
-    t_start = time.perf_counter()
-    figs: dict[str, go.Figure] = {}
-    results: dict[str, Any] = {"model": dict(_model_card(model))}
-    copying_note = ""
-    try:
-        with steps("composition scores"):
-            if model.arch.n_layers > 1:  # heads compose across layers: one layer has no composition edge
-                comp = {k: composition_scores(model, kind=k) for k in ("Q", "K", "V")}
-                title = f"Strongest {max_edges} composition edges per kind — {model.name}"
-                graph = composition_edges(comp, max_edges=max_edges, title=title)
-                figs["composition_graph"] = graph.plot()
-                results["composition"] = graph.to_json_dict()
-                write_atomic(out / "composition.json", graph.to_json().encode())
-        with steps("copying scores"):
-            try:
-                cs = copying_scores(model)
-                figs["copying_scores"] = copying_score_map(cs, title=f"Copying scores — {model.name}")
-                results["copying_scores"] = getattr(cs, "scores", cs)
-            except UnsupportedOperationError as e:
-                copying_note = str(e)
-        with steps("static export"):
-            files, _ = _export_static(figs, out, exporter, static=static)
-    finally:
-        steps.close()
-    results["timings_seconds"] = dict(steps.times, total=round(time.perf_counter() - t_start, 3))
-    write_atomic(out / "results.json", json.dumps(_jsonable(results), indent=1).encode())
-    page = Page(title=f"interp circuits — {model.name}", subtitle="weight-only: no prompt, no forward pass")
-    page.section("Model", kv_table(_model_card(model)), anchor="model")
-    page.section(
-        "Composition graph",
-        page.figure(figs["composition_graph"], files=files["composition_graph"])
-        + "<p class='files'>edges: <a href='composition.json'>composition.json</a></p>"
-        if "composition_graph" in figs
-        else "<p>None: a head composes with heads of later layers, and this model has one layer.</p>",
-        anchor="composition",
-        note="The strongest Q/K/V-composition edges between heads in different layers.",
-    )
-    if "copying_scores" in figs:
-        page.section(
-            "Copying scores",
-            page.figure(figs["copying_scores"], files=files["copying_scores"]),
-            anchor="copying",
-            note="Σλ/Σ|λ| of each head's full OV circuit W_E W_OV W_U.",
-        )
-    else:
-        page.section("Copying scores", f"<p>Not defined for this model: {esc(copying_note)}</p>", anchor="copying")
-    index = out / "index.html"
-    write_atomic(index, page.render().encode())
-    return index
