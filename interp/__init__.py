@@ -12,6 +12,8 @@ only when a call needs them.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -79,7 +81,7 @@ if TYPE_CHECKING:  # the same names as _LAZY, for type checkers and editors (tes
     from interp.features import AttributionGraph, attribution_graph
     from interp.models import ArchInfo, CatalogEntry, Model, list_models
     from interp.plots import Exporter, export
-    from interp.report import dictionary_page, report, task_report, weights_report
+    from interp.reports import dictionary_page, report, task_report, weights_report
     from interp.stream import Decomposition, Predictions, ResidualTrace, predict, trace
 
 #: Each lazily imported public name -> the subpackage that defines it.
@@ -144,7 +146,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(["AttributionGraph", "attribution_graph"], "features"),
     **dict.fromkeys(["ArchInfo", "CatalogEntry", "Model", "list_models"], "models"),
     **dict.fromkeys(["Exporter", "export"], "plots"),
-    **dict.fromkeys(["dictionary_page", "report", "task_report", "weights_report"], "report"),
+    **dict.fromkeys(["dictionary_page", "report", "task_report", "weights_report"], "reports"),
     **dict.fromkeys(["Decomposition", "Predictions", "ResidualTrace", "predict", "trace"], "stream"),
 }
 
@@ -162,7 +164,7 @@ _SUBPACKAGES = (
     "labels",
     "models",
     "plots",
-    "report",
+    "reports",
     "stream",
     "toy",
 )
@@ -193,17 +195,42 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__, *_SUBPACKAGES})
 
 
+class _OldReportPath(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``interp.report`` as a module path, the package's name in 0.1 (``from interp.report import task_report``): it
+    is ``interp.reports``, with a DeprecationWarning, for one release. The last finder on ``sys.meta_path``: asked
+    only for that name, which no file provides."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        return importlib.util.spec_from_loader(fullname, self) if fullname == "interp.report" else None
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        import warnings
+
+        warnings.warn(
+            "the package interp.report is now interp.reports (interp.report is the function); "
+            "import from interp.reports",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module("interp.reports")
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+
 class _Interp(types.ModuleType):
-    """``interp`` itself: importing the subpackage ``interp.report`` sets the attribute ``report`` to that module
-    (the import system does); the public name is the function ``interp.report``, so that binding is skipped."""
+    """``interp`` itself: importing the deprecated module path ``interp.report`` (:class:`_OldReportPath`) makes the
+    import system bind the attribute ``report`` to the package; the public name is the function, so that one binding
+    is skipped. Both go with the deprecated path."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _LAZY and isinstance(value, types.ModuleType):
+        if name == "report" and isinstance(value, types.ModuleType):
             return
         super().__setattr__(name, value)
 
 
 sys.modules[__name__].__class__ = _Interp
+sys.meta_path.append(_OldReportPath())
 
 
 __all__ = [

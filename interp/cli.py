@@ -283,7 +283,7 @@ def _prompts(args: argparse.Namespace) -> list[str]:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from interp.errors import ArgumentError
-    from interp.report import report, report_index
+    from interp.reports import report, report_index
 
     example = _example(args.model)
     own = _prompts(args)  # read before the model loads: a bad --prompts-file costs no load
@@ -328,7 +328,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_circuits(args: argparse.Namespace) -> int:
-    from interp.report import weights_report
+    from interp.reports import weights_report
 
     model = _load(args.model)
     t0 = time.perf_counter()
@@ -345,8 +345,8 @@ def _cmd_circuits(args: argparse.Namespace) -> int:
 
 
 def _cmd_circuit(args: argparse.Namespace) -> int:
-    from interp.report.internal import check_circuit_options
-    from interp.report import task_report
+    from interp.reports.internal import check_circuit_options
+    from interp.reports import task_report
 
     from interp.errors import ArgumentError
 

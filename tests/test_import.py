@@ -37,7 +37,7 @@ def test_import_interp_pulls_in_no_heavy_package():
 def test_a_name_is_imported_when_used():
     loaded = _modules_after("import interp\ninterp.LogitDiff")
     assert "interp.causal" in loaded and "torch" in loaded
-    assert "interp.report" not in loaded and "ray" not in loaded  # only what that name needs
+    assert "interp.reports" not in loaded and "ray" not in loaded  # only what that name needs
 
 
 def test_every_public_name_resolves_to_its_subpackage_object():
@@ -59,7 +59,7 @@ def test_every_public_name_resolves_to_its_subpackage_object():
         obj = getattr(interp, name)
         home = importlib.import_module(f"interp.{lazy[name]}") if name in lazy else interp.errors
         assert obj is getattr(home, name), name
-    assert callable(interp.report) and interp.report is importlib.import_module("interp.report").report
+    assert callable(interp.report) and interp.report is importlib.import_module("interp.reports").report
     assert set(interp.__all__) <= set(dir(interp))
 
 

@@ -16,8 +16,8 @@ from interp._validate import keyword_only_since
 RENAMED = [
     ("interp", "circuit_report", "task_report"),
     ("interp", "circuits_report", "weights_report"),
-    ("interp.report", "circuit_report", "task_report"),
-    ("interp.report", "circuits_report", "weights_report"),
+    ("interp.reports", "circuit_report", "task_report"),
+    ("interp.reports", "circuits_report", "weights_report"),
     ("interp.toy", "attention_patterns", "logits_and_patterns"),
     ("interp.groundtruth", "ABLATIONS", "RANKING_ABLATIONS"),
 ]
@@ -39,7 +39,7 @@ def test_an_old_name_warns_and_is_the_new_object(module, old, new):
 
 
 def test_an_unknown_name_is_still_an_attribute_error():
-    for module in ("interp.report", "interp.toy", "interp.groundtruth"):
+    for module in ("interp.reports", "interp.toy", "interp.groundtruth"):
         with pytest.raises(AttributeError, match="no_such_name"):
             getattr(importlib.import_module(module), "no_such_name")
 
@@ -81,3 +81,26 @@ def test_dictionary_page_path_is_keyword_only(tmp_path):
         with pytest.raises(ExportError, match="must be a str or os.PathLike ending in .html") as positional:
             interp.dictionary_page(None, None, tmp_path / "d.txt")
     assert str(positional.value) == str(keyword.value)
+
+
+def test_the_reports_package_and_the_report_function_are_two_names(tmp_path):
+    """``interp.report`` is the function and ``interp.reports`` the package; the package's 0.1 name still imports, with
+    a DeprecationWarning, as the same package, and leaves ``interp.report`` the function (a fresh interpreter: the
+    deprecated path is imported once per process)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import warnings, interp, interp.reports as R\n"
+        "assert callable(interp.report) and interp.report is R.report\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    from interp.report import task_report, dictionary_page\n"
+        "assert task_report is R.task_report and dictionary_page is R.dictionary_page\n"
+        "assert interp.report is R.report\n"
+        "msgs = [str(x.message) for x in w if issubclass(x.category, DeprecationWarning)]\n"
+        "assert any('interp.report is now interp.reports' in m for m in msgs), msgs\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

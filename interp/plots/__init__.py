@@ -4,7 +4,7 @@ Every builder returns a plotly ``go.Figure`` (never shows it) whose hover text n
 its value and the tokens involved. Figures are built from results (traces, decompositions,
 attributions, attention patterns, circuit scores), read by their attributes: this package never
 runs a model and imports no analysis package. The reports that run analyses and compose these
-figures are in :mod:`interp.report`.
+figures are in :mod:`interp.reports`.
 """
 
 from interp.plots._attention import attention_pattern_figure

@@ -134,7 +134,7 @@ def test_report_composition_graph_uses_the_full_scores_of_its_heads(tmp_path, mo
     import importlib
     import json
 
-    R = importlib.import_module("interp.report._report")  # interp.report is also the function's name
+    R = importlib.import_module("interp.reports._report")
 
     calls = []
 

@@ -13,7 +13,7 @@ import interp
 import interp.circuits
 import interp.features
 import interp.plots
-import interp.report
+import interp.reports
 import interp.stream
 from conformance.placements import SEQ_LEN
 from tiny_transcoders import random_transcoders

@@ -21,7 +21,7 @@ from interp.attribution import attribute_direction, attribute_logits
 from interp.errors import ArgumentError
 from interp.circuits import privileged_basis_report
 from interp.circuits._path_expansion import path_expansion
-from interp.report import report
+from interp.reports import report
 from interp.stream import attention_patterns, trace
 from interp.stream.internal import count_hooks
 from tiny_models import tiny_model

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import interp
-from interp.report import report
+from interp.reports import report
 from tiny_models import tiny_hf_model, tiny_tokenizer
 
 

@@ -132,7 +132,7 @@ def test_export_and_bad_input(tmp_path):
 
 @pytest.mark.slow
 def test_report_embeds_the_attention_view(tmp_path):
-    from interp.report import report
+    from interp.reports import report
 
     m = tiny_model("gpt2")
     index = report(m, PROMPT, answer="w3", wrong="w4", out_dir=tmp_path / "rep", n_heads=2, static=False)

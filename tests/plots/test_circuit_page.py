@@ -18,7 +18,7 @@ import pytest
 
 from interp.causal import LogitDiff
 from interp.plots import circuit_graph_figure
-from interp.report import task_report
+from interp.reports import task_report
 from plots_helpers import chromium_path, offline_page
 from tiny_models import tiny_model
 

@@ -16,7 +16,7 @@ from interp.causal import LogitDiff
 from interp.cli import main
 from interp.errors import ArgumentError
 from interp.labels import Edge, parse
-from interp.report import task_report
+from interp.reports import task_report
 from plots_helpers import TIME_NEWPLOT, chromium_path, external_resources, probe_in_chromium, render_in_chromium
 from tiny_models import tiny_hf_model, tiny_model
 

@@ -1,4 +1,4 @@
-"""The dictionary page (interp.report.dictionary_page): one self-contained HTML file whose numbers are the
+"""The dictionary page (interp.reports.dictionary_page): one self-contained HTML file whose numbers are the
 evaluation's, written atomically, for full, partial and cross-layer sets."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 from interp.errors import ArgumentError, ExportError
 from interp.features import evaluate_dictionary, feature_logit_effects, top_activating_contexts
-from interp.report import dictionary_page
+from interp.reports import dictionary_page
 from tiny_models import tiny_model
 from tiny_transcoders import random_clt, random_transcoders
 
@@ -87,7 +87,7 @@ def test_written_atomically(llama, tmp_path, monkeypatch):
     import importlib
     import os
 
-    D = importlib.import_module("interp.report._dictionary")  # interp.report is also the function's name
+    D = importlib.import_module("interp.reports._dictionary")
     p = tmp_path / "d.html"
     p.write_text("old")
     tcs = random_transcoders(llama, 16)

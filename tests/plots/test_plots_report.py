@@ -11,7 +11,7 @@ import torch
 
 from interp.errors import ArgumentError, ExportError
 from interp.plots import Exporter
-from interp.report import weights_report, report
+from interp.reports import weights_report, report
 from plots_helpers import PNG_SIGNATURE, chromium_path, decode_png, external_resources, render_in_chromium
 from tiny_models import tiny_hf_model, tiny_model
 

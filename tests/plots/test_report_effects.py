@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from interp.errors import ArgumentError, ShapeError
-from interp.report import report
+from interp.reports import report
 from plots_helpers import external_resources
 from tiny_models import tiny_hf_model, tiny_model
 

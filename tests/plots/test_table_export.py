@@ -99,7 +99,7 @@ def test_one_copying_number_per_head(tmp_path):
 
     from interp import copying_scores, ov_circuit
     from interp.plots import ov_eigenvalue_figure
-    from interp.report import report
+    from interp.reports import report
     from tiny_models import tiny_model
 
     model = tiny_model("llama")

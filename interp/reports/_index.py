@@ -10,7 +10,7 @@ from typing import Sequence, Union
 
 from interp._io import write_atomic
 from interp.errors import ArgumentError
-from interp.report._html import Page, data_table, esc
+from interp.reports._html import Page, data_table, esc
 
 __all__ = ["report_index"]
 

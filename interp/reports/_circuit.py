@@ -47,7 +47,7 @@ from interp.models import Model
 from interp._io import write_atomic
 from interp.plots import Exporter, attention_view, circuit_graph_figure
 from interp.plots.internal import find_browser
-from interp.report._common import (
+from interp.reports._common import (
     _decode,
     _export_static,
     _jsonable,
@@ -56,7 +56,7 @@ from interp.report._common import (
     _resolve_model,
     _Steps,
 )
-from interp.report._circuit_page import _n_edges, _page
+from interp.reports._circuit_page import _n_edges, _page
 from interp.stream import attention_patterns
 
 __all__ = ["task_report", "check_circuit_options"]

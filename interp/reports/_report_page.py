@@ -1,4 +1,4 @@
-"""The page of :func:`interp.report.report`: one section per analysis, in the order they ran — the model card, the
+"""The page of :func:`interp.reports.report`: one section per analysis, in the order they ran — the model card, the
 prediction, the attribution, the causal effects, the heads, composition, copying, the OV circuits, the residual stream
 and the provenance."""
 
@@ -10,8 +10,8 @@ import plotly.graph_objects as go
 
 from interp.models import Model
 from interp.plots.internal import esc, fmt, token_label
-from interp.report._common import _model_card
-from interp.report._html import Page, data_table, kv_table
+from interp.reports._common import _model_card
+from interp.reports._html import Page, data_table, kv_table
 
 
 def _page(

@@ -1,6 +1,6 @@
 """What the report pages share: timed steps, JSON values, the model argument and the output folder read, the model
-card, token decoding and the static export of the figures (:func:`interp.report.report`,
-:func:`interp.report.task_report`, :func:`interp.report.weights_report`)."""
+card, token decoding and the static export of the figures (:func:`interp.reports.report`,
+:func:`interp.reports.task_report`, :func:`interp.reports.weights_report`)."""
 
 from __future__ import annotations
 

@@ -64,7 +64,7 @@ from interp.plots.internal import (
     top_token_values,
 )
 from interp.labels import Head
-from interp.report._common import (
+from interp.reports._common import (
     _decode,
     _export_static,
     _jsonable,
@@ -73,7 +73,7 @@ from interp.report._common import (
     _resolve_model,
     _Steps,
 )
-from interp.report._report_page import _page
+from interp.reports._report_page import _page
 from interp.stream.internal import as_batch
 from interp.stream import attention_patterns, trace
 

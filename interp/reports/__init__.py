@@ -8,18 +8,18 @@ This layer composes the others: it loads a model (:mod:`interp.models`), runs th
 into figures with :mod:`interp.plots`. Only :mod:`interp.cli` and the top-level :mod:`interp`
 import it.
 
-The top-level name ``interp.report`` is the function (the public API), which shadows this package
-as an attribute of :mod:`interp`: import from the package by name
-(``from interp.report import weights_report``), not ``import interp.report as m``.
+``interp.report`` is the function :func:`report` (``interp.reports.report``): the package is ``interp.reports``, so
+the two names are two things. ``from interp.report import …`` (the package's name in 0.1) still works for one release,
+with a DeprecationWarning.
 """
 
 from typing import Any
 
-from interp.report._circuit import task_report
-from interp.report._dictionary import dictionary_page
-from interp.report._index import report_index
-from interp.report._report import report
-from interp.report._weights import weights_report
+from interp.reports._circuit import task_report
+from interp.reports._dictionary import dictionary_page
+from interp.reports._index import report_index
+from interp.reports._report import report
+from interp.reports._weights import weights_report
 
 __all__ = [
     "dictionary_page",
@@ -37,5 +37,5 @@ def __getattr__(name: str) -> Any:
     if name in _RENAMED:
         from interp._validate import renamed
 
-        return renamed(f"interp.report.{name}", f"interp.report.{_RENAMED[name]}", globals()[_RENAMED[name]])
-    raise AttributeError(f"module 'interp.report' has no attribute {name!r}")
+        return renamed(f"interp.reports.{name}", f"interp.reports.{_RENAMED[name]}", globals()[_RENAMED[name]])
+    raise AttributeError(f"module 'interp.reports' has no attribute {name!r}")

@@ -35,7 +35,7 @@ from interp.dictionaries import (
 from interp.models import Model
 from interp.plots import dictionary_density_figure, dictionary_evaluation_figure
 from interp.plots.internal import esc
-from interp.report._html import Page, data_table, kv_table
+from interp.reports._html import Page, data_table, kv_table
 
 __all__ = ["dictionary_page"]
 

@@ -1,4 +1,4 @@
-"""The page of :func:`interp.report.task_report`: the circuit graph first (what the page is for), then the model
+"""The page of :func:`interp.reports.task_report`: the circuit graph first (what the page is for), then the model
 card, the task and its scores, the strongest edges, the faithfulness curve, the attention of the top heads and the
 provenance."""
 
@@ -9,8 +9,8 @@ from typing import Any, cast
 
 from interp.models import Model
 from interp.plots.internal import esc, fmt
-from interp.report._common import _model_card
-from interp.report._html import Page, data_table, kv_table
+from interp.reports._common import _model_card
+from interp.reports._html import Page, data_table, kv_table
 
 
 def _n_edges(n: int) -> str:

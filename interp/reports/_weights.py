@@ -1,4 +1,4 @@
-"""The weight-only pages (:func:`interp.report.weights_report`): the composition graph of the strongest edges over all
+"""The weight-only pages (:func:`interp.reports.weights_report`): the composition graph of the strongest edges over all
 heads and the copying scores, from the weights alone (no prompt, no forward)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from interp.errors import UnsupportedOperationError
 from interp.models import Model
 from interp.plots import Exporter, copying_score_map
 from interp.plots.internal import esc, find_browser
-from interp.report._common import _export_static, _jsonable, _model_card, _prepare_out_dir, _resolve_model, _Steps
-from interp.report._html import Page, kv_table
+from interp.reports._common import _export_static, _jsonable, _model_card, _prepare_out_dir, _resolve_model, _Steps
+from interp.reports._html import Page, kv_table
 
 __all__ = ["weights_report"]
 
