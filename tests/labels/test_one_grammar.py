@@ -34,7 +34,7 @@ ALLOWED = {
     ],  # an intervention's description
     "dictionaries/_evaluate.py": ['labels = [f"L{l}" if site == "mlp_out" else f"L{l}.{site}"'],  # a row's name
     "dictionaries/_logit_effects.py": ['f"L{l}.F{f}": [(name(int(i))'],  # keyed like contexts: a feature, any position
-    "report/_dictionary.py": ['key = f"L{l}.F{f}"'],  # the contexts' and logit effects' key
+    "reports/_dictionary.py": ['key = f"L{l}.F{f}"'],  # the contexts' and logit effects' key
     "plots/_circuit_layout.py": ['''f"L{layer} {'attn' if sub == 0 else 'mlp'}"'''],  # a column's tick text
 }
 
