@@ -235,7 +235,7 @@ def ov_at(
         dst=d,
         prompt=bi,
         weight=weight,
-        logits=logits.cpu(),
+        logits=logits,
         src_token=toks[s] if toks else None,
         dst_token=toks[d] if toks else None,
         token_strs=strs,

@@ -164,15 +164,15 @@ def effects(
     indirect = total - direct
 
     # 5. the result
-    per = torch.stack([total, direct, indirect]).cpu()
+    per = torch.stack([total, direct, indirect])
     return Effects(
-        total=total.mean(-1).cpu(),
-        direct=direct.mean(-1).cpu(),
-        indirect=indirect.mean(-1).cpu(),
+        total=total.mean(-1),
+        direct=direct.mean(-1),
+        indirect=indirect.mean(-1),
         per_prompt=per,
         labels=[nd.text for nd in node_list],
         clean=float(sw.clean_m.mean()),
-        clean_per_prompt=sw.clean_m.cpu(),
+        clean_per_prompt=sw.clean_m,
         metric=pair.bound.name,
         ablation=ablation,
         n_layers=model.arch.n_layers,

@@ -208,13 +208,13 @@ def patch_result(
     ):
         per_prompt = per_prompt.masked_fill(~mask.bool().T.to(per_prompt.device)[None], float("nan"))
     return PatchResult(
-        values=PatchResult.mean_over_prompts(per_prompt, positions).cpu(),
-        per_prompt=per_prompt.cpu(),
+        values=PatchResult.mean_over_prompts(per_prompt, positions),
+        per_prompt=per_prompt,
         labels=labels,
         clean=float(clean_m.mean()),
         corrupt=float(corrupt_m.mean()),
-        clean_per_prompt=clean_m.detach().cpu(),
-        corrupt_per_prompt=corrupt_m.detach().cpu(),
+        clean_per_prompt=clean_m.detach(),
+        corrupt_per_prompt=corrupt_m.detach(),
         n_layers=model.arch.n_layers,
         n_heads=model.arch.n_heads,
         metric=metric,

@@ -196,7 +196,7 @@ def privileged_basis_report(
 
     def resid_hook(layer: int):
         def fn(t: Tensor, hook: Any) -> Tensor:
-            x = t[0, first:].detach().to("cpu", torch.float64)  # [pos, d_model]
+            x = t[0, first:].detach().to(torch.float64)  # [pos, d_model], on the model's device as Q
             resid[layer].add(x)
             rotated[layer].add(x @ Q)
             return t

@@ -169,7 +169,7 @@ def write_subspace_overlap(model: Model, *, fold_norms: bool = True) -> Subspace
     sq = packed_gram_left(Ut, weighted=False) @ packed_gram_left(Ut, weighted=True).T  # ‖U_iᵀ U_j‖_F²
     ov = (sq.double() / torch.minimum(r[:, None], r[None, :]).clamp_min(1)).clamp(0, 1)
     return SubspaceOverlap(
-        overlap=ov.float().reshape(a.n_layers, a.n_heads, a.n_layers, a.n_heads).cpu(),
+        overlap=ov.float().reshape(a.n_layers, a.n_heads, a.n_layers, a.n_heads),
         baseline=a.d_head / a.d_model,
         convention=convention(model, fold_norms),
         model_name=model.name,

@@ -131,6 +131,7 @@ def check_curve_args(ablations: Any, sizes: Any, *, names: tuple[str, str] = ("a
 def _K(graph: CircuitGraph, keep: Tensor) -> Tensor:
     """[W, R] 1.0 where an edge exists and is ablated (not in the circuit)."""
     K = graph.mask.clone().float()
+    keep = keep.to(graph.edge_writer.device)  # a score's mask is on the model's device, the graph's on its own
     K[graph.edge_writer[keep], graph.edge_reader[keep]] = 0.0
     return K
 
@@ -342,7 +343,7 @@ def evaluate_circuit(
         evaluate(abl, torch.zeros_like(graph.mask, dtype=torch.float32)),
         evaluate(abl, graph.mask.float()),
     ]
-    per = torch.stack(runs).double().cpu()
+    per = torch.stack(runs).double()
     metric_gap(
         float(per[1].mean()),
         float(per[2].mean()),

@@ -450,4 +450,4 @@ def aggregate_graphs(
             batch_size=batch_size,
         )
         parts.append(one_graph(g, node_threshold, edge_threshold))
-    return AggregateGraph.combine(parts)
+    return AggregateGraph.combine(parts).to(model.device)  # summed on the host; the result on the model's device

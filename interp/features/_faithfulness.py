@@ -246,7 +246,7 @@ def graph_faithfulness(
     W_U, b_U = unembedding(model, weights=real.frozen.w)  # in the replacement model's dtype
     pos, u, b_u, graph_value = _output(graph, W_U, b_U)
     writes = _Writes.of(real, graph, feat_nodes, K_feat, K_err, abl_a, abl_e)
-    m = _run(real, tokens, mask, writes, pos, u, b_u, frozen_attention).detach().double().cpu()
+    m = _run(real, tokens, mask, writes, pos, u, b_u, frozen_attention).detach().double()
 
     # 5. the curve, its areas, and the every-node run against the model (closure)
     full, empty, values = float(m[0]), float(m[1]), m[2:]
@@ -254,7 +254,7 @@ def graph_faithfulness(
         full, empty, warn="AttributionGraph.faithfulness", names=("M(full graph)", "M(no nodes)"), undefined=_FAITH
     )
     faith = (values - empty) / gap
-    x_t = torch.tensor(ts, dtype=torch.float64, device="cpu")
+    x_t = torch.tensor(ts, dtype=torch.float64, device=m.device)
     cpr, cmd = (float(a) for a in faithfulness_areas(faith, x_t)) if len(ts) > 1 else (math.nan, math.nan)
     closure, relative, tol = _closure(model, real, W_U, b_U, pos, full, graph_value)
     n_err = [sum(1 for i in err_nodes if graph.node_labels[i] in (s or ())) for s in kept_sets[2:]]

@@ -460,7 +460,7 @@ def _assemble(
         node_threshold=float(node_threshold),
         edge_threshold=float(edge_threshold),
         constant_prefix=constant_prefix,
-    )
+    ).to(model.device)  # assembled on the host (the N × N adjacency); the result on the model's device
 
 
 def _logit_effects(real: RealRun, k: int) -> tuple[Tensor, Tensor]:

@@ -212,8 +212,8 @@ def intervene(
     rows = _table_tokens(ids, before, after, top_k)
     text = token_text(model, t_id) + ("" if w_id is None else f" − {token_text(model, w_id)}")
     return InterventionResult(
-        logits_before=before.detach().cpu(),
-        logits_after=after.detach().cpu(),
+        logits_before=before.detach(),
+        logits_after=after.detach(),
         token_ids=rows,
         token_text=[token_text(model, i) for i in rows],
         target_ids=ids,
@@ -229,7 +229,7 @@ def intervene(
         model_name=model.name,
         regime=regime,
         closure_tolerance=tol,
-        live_logits_after=live.detach().cpu().clone(),  # its own storage: the live regime passes the same tensor
+        live_logits_after=live.detach().clone(),  # its own storage: the live regime passes the same tensor
     )
 
 

@@ -78,7 +78,7 @@ def qk_attribution(
         Q, K = V[:, :dh], V[:, dh:]
         qi = (Q != 0).any(1).nonzero(as_tuple=True)[0]
         ki = (K != 0).any(1).nonzero(as_tuple=True)[0]
-        Q, K = Q[qi].cpu(), K[ki].cpu()
+        Q, K = Q[qi], K[ki]
         M = Q @ K.T
         closure = abs(float(M.sum()) - score)
         relative = closure / max(float(M.abs().sum()), torch.finfo(real.dtype).tiny)

@@ -201,7 +201,7 @@ def _eap(model: Model, group: PromptGroup, ablation: str, steps: int, ig_at: str
     if S is None:  # steps ≥ 1 always sets it
         raise ArgumentError(f"steps={steps!r} must be a positive int")
     S = S / steps  # [P, W, R]
-    return S[:, graph.edge_writer, graph.edge_reader].T.double().cpu()  # [E, P]
+    return S[:, graph.edge_writer.to(S.device), graph.edge_reader.to(S.device)].T.double()  # [E, P]
 
 
 def _reader_matrix(model: Any, kind: str, layer: int, head: int) -> Tensor:
@@ -420,7 +420,7 @@ def edge_ranking(
         details=details,
     )
     log.info("%s %s %s: AUC %.4f (%.1f s)", task.name, method, ablation, auc, seconds)
-    return out
+    return out.to(model.device)  # ACDC's thresholds and the truth are host tensors: the result is on the model's device
 
 
 def discovery_table(

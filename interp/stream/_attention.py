@@ -241,8 +241,8 @@ def _all_prompts(model: Model, b: Any, hl: list[tuple[int, int]]) -> AttentionPa
             [str(t) for t in model.to_str_tokens(ids)] if model.tokenizer is not None else [str(int(t)) for t in ids]
         )
     return AttentionPatternBatch(
-        patterns=pats.cpu(),
+        patterns=pats,
         labels=[str(Head(l, h)) for l, h in hl],
-        attention_mask=b.attention_mask.cpu(),
+        attention_mask=b.attention_mask,
         str_tokens=toks,
     )

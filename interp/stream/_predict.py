@@ -167,11 +167,11 @@ def predict(
     return Predictions(
         labels=_labels(tok, uniq),
         label_ids=uniq,
-        top_ids=ids.cpu(),
-        top_probs=logp.gather(-1, ids).exp().float().cpu(),
-        top_logits=vals.cpu(),
-        label_probs=logp[:, label_ids].exp().T.float().cpu().contiguous(),
-        positions=positions.cpu(),
+        top_ids=ids,
+        top_probs=logp.gather(-1, ids).exp().float(),
+        top_logits=vals,
+        label_probs=logp[:, label_ids].exp().T.float().contiguous(),
+        positions=positions,
         prompts=prompts,
         model_name=model.name,
     )
