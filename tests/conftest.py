@@ -22,6 +22,12 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     tiny_models_module.DEVICE = config.getoption("--device")
+    if torch.device(tiny_models_module.DEVICE).type != "cpu":
+        # the suite's references are computed on the CPU (a CPU copy of the model, HF modules, materialised
+        # matrices): compared there, at the same tolerances (check_device=False moves both sides to the CPU)
+        import functools
+
+        torch.testing.assert_close = functools.partial(torch.testing.assert_close, check_device=False)
 
 
 #: Fixtures that load a real catalog model: a test using one, directly or through another fixture, is ``real``.

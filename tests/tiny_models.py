@@ -293,6 +293,9 @@ def tiny_hf_dir(family: str, path) -> "os.PathLike":
 def hooked_forward(hf, handles, *args, **kwargs):
     """``hf(*args, **kwargs)`` without gradients, then every hook in ``handles`` removed (also when it raises): the
     Hugging Face model's own forward, read through the hooks the caller registered."""
+    dev = next(hf.parameters()).device  # the reference runs where the HF model is: the inputs go there
+    args = tuple(a.to(dev) if isinstance(a, torch.Tensor) else a for a in args)
+    kwargs = {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     try:
         with torch.no_grad():
             return hf(*args, **kwargs)

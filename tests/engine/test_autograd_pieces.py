@@ -52,7 +52,7 @@ def test_norm_vjp_is_autograd_through_the_model_s_own_norm(family):
 def test_a_layer_from_the_pieces_runs_under_autograd_and_equals_the_forward(family):
     m = tiny_model(family)
     e = Engine(m)
-    tokens = torch.tensor([[1, 5, 6, 7, 8], [1, 9, 10, 11, 12]])
+    tokens = torch.tensor([[1, 5, 6, 7, 8], [1, 9, 10, 11, 12]], device=m.device)
     mask = torch.ones_like(tokens)
     run = e.run(tokens, mask)
     x0 = run.resid_pre[0].clone().requires_grad_(True)

@@ -77,10 +77,10 @@ def test_suffix_rows_over_cached_keys_equal_full_rows(family):
     carried in full (causal models: positions before the patch are unchanged)."""
     m = tiny_model(family, n_layers=3, dtype=torch.float64)
     e = Engine(m)
-    toks = torch.tensor([[1, 5, 6, 7, 8, 9, 10, 11]])
+    toks = torch.tensor([[1, 5, 6, 7, 8, 9, 10, 11]], device=m.device)
     mask = torch.ones_like(toks)
     base = e.run(toks, mask, keep_kv=True)
-    src = e.run(torch.tensor([[1, 5, 16, 17, 18, 19, 20, 21]]), mask, capture=["z"])
+    src = e.run(torch.tensor([[1, 5, 16, 17, 18, 19, 20, 21]], device=m.device), mask, capture=["z"])
     # with a sliding window (Mistral's 3) a patch at 4 cannot reach position 7 two layers up: patch at 6
     t = 6 if m.arch.window(2) else 4
 
@@ -90,10 +90,10 @@ def test_suffix_rows_over_cached_keys_equal_full_rows(family):
                 Patch(
                     "z",
                     1,
-                    torch.tensor([row]),
+                    torch.tensor([row], device=m.device),
                     src.acts["z"][1][0, t, 2][None],
-                    head=torch.tensor([2]),
-                    pos=torch.tensor([t]),
+                    head=torch.tensor([2], device=m.device),
+                    pos=torch.tensor([t], device=m.device),
                 )
             ]
 
@@ -115,38 +115,40 @@ def test_joint_patch_of_every_write_below_layer_one_is_the_corrupt_run():
     corrupt run's layer-1 input, hence its output (docs/math.md §18: the joint patch of every write below a layer)."""
     m = tiny_model("gpt2", n_layers=3)
     e = Engine(m)
-    clean = torch.tensor([[1, 5, 6, 7, 8, 9]])
-    corrupt = torch.tensor([[1, 15, 6, 17, 8, 19]])
+    clean = torch.tensor([[1, 5, 6, 7, 8, 9]], device=m.device)
+    corrupt = torch.tensor([[1, 15, 6, 17, 8, 19]], device=m.device)
     mask = torch.ones_like(clean)
     k = e.run(corrupt, mask, capture=["z", "mlp_out"])
     H = m.arch.n_heads
     rows = torch.zeros(H, dtype=torch.long)
     layer0 = [
         Patch("z", 0, rows, k.acts["z"][0][0].permute(1, 0, 2), head=torch.arange(H)),
-        Patch("mlp_out", 0, torch.tensor([0]), k.acts["mlp_out"][0]),
+        Patch("mlp_out", 0, torch.tensor([0], device=m.device), k.acts["mlp_out"][0]),
     ]
     with torch.inference_mode():
         x = e.embed({s: t for s, t in e.embed_parts(clean).items()})
         for s, t in k.embed.items():  # every embedding write replaced
             x = x - e.embed_parts(clean)[s] + t
-        x = e.layer(0, x, prompt=torch.tensor([0]), mask=mask, patches=layer0)
+        x = e.layer(0, x, prompt=torch.tensor([0], device=m.device), mask=mask, patches=layer0)
         for l in range(1, m.arch.n_layers):
-            x = e.layer(l, x, prompt=torch.tensor([0]), mask=mask)
+            x = e.layer(l, x, prompt=torch.tensor([0], device=m.device), mask=mask)
     assert torch.allclose(x, k.final, rtol=0, atol=1e-6)
 
 
 def test_embedding_variant_in_the_sweep_is_the_corrupt_embedding():
     m = tiny_model("gpt2", n_layers=2)
     e = Engine(m)
-    clean = torch.tensor([[1, 5, 6, 7, 8, 9]])
-    corrupt = torch.tensor([[1, 15, 6, 17, 8, 19]])
+    clean = torch.tensor([[1, 5, 6, 7, 8, 9]], device=m.device)
+    corrupt = torch.tensor([[1, 15, 6, 17, 8, 19]], device=m.device)
     mask = torch.ones_like(clean)
     base, k = e.run(clean, mask), e.run(corrupt, mask)
     v = Variant(
         layer=-1,
         prompt=0,
         t0=0,
-        make=lambda row, t0: [Patch("embed.token", -1, torch.tensor([row]), k.embed["embed.token"][:1])],
+        make=lambda row, t0: [
+            Patch("embed.token", -1, torch.tensor([row], device=m.device), k.embed["embed.token"][:1])
+        ],
     )
     out = e.sweep(base, clean, mask, [v], lambda x, p, t0: readout(m, x[:, -1], "logits")[:, 7], batch_size=2)
     assert torch.allclose(out, readout(m, k.final[:, -1], "logits")[:, 7], rtol=0, atol=1e-6)
