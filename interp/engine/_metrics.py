@@ -109,8 +109,11 @@ class BoundMetric:
         """Logits (logit metrics) or the final hidden state (direction metrics) of final residuals ``x``."""
         return readout(model, x, self.space, scale)
 
-    def __call__(self, out: Tensor, *, prompt: Optional[Tensor] = None, clean: Optional[Tensor] = None) -> Tensor:
-        """The metric [rows] of ``out`` (what :meth:`read` returns), checked for shape and finiteness."""
+    def __call__(
+        self, out: Tensor, *, prompt: Optional[Tensor] = None, clean: Optional[Tensor] = None, check: bool = True
+    ) -> Tensor:
+        """The metric [rows] of ``out`` (what :meth:`read` returns), checked for shape and (``check``) finiteness:
+        a sweep reads its chunks unchecked and checks the whole result once (:meth:`check_finite`, one host read)."""
         p = self._prompt(prompt, out.shape[0], out.device)
         if self.needs_clean and clean is None:
             raise ArgumentError(f"metric {self.name} compares with the clean run: pass clean= (its output per prompt)")
@@ -122,12 +125,18 @@ class BoundMetric:
                 f"metric {self.name} returned {shape}; a metric must return one number per prompt, "
                 f"a tensor of shape [{out.shape[0]}]"
             )
+        if check:
+            self.check_finite(v)
+        return v
+
+    def check_finite(self, v: Tensor) -> None:
+        """:class:`ArgumentError` unless every value of the metric ``v`` is finite."""
         if not bool(torch.isfinite(v).all()):
+            bad = v[~torch.isfinite(v)]
             raise ArgumentError(
-                f"metric {self.name} returned a non-finite value ({v.tolist()[:4]}…); "
+                f"metric {self.name} returned a non-finite value ({bad.tolist()[:4]}…); "
                 "a metric must be finite on every prompt"
             )
-        return v
 
 
 class MetricReader:
@@ -152,7 +161,7 @@ class MetricReader:
     ):
         self.model, self.bound, self.clean_out, self.base, self.name = model, bound, clean_out, base, name
 
-    def __call__(self, x: Tensor, prompt: Tensor, t0: int = 0) -> Tensor:
+    def __call__(self, x: Tensor, prompt: Tensor, t0: int = 0, *, check: bool = True) -> Tensor:
         b, model = self.bound, self.model
         if t0 > 0 and (b.positions is None or b.span > 1):  # positions before t0 needed: the base run's there
             if self.base is None:
@@ -162,7 +171,7 @@ class MetricReader:
             out = b.select(b.read(model, x), prompt)
         else:
             out = b.read(model, b.at(x, prompt, t0))
-        return b(out, prompt=prompt, clean=self.clean_out)
+        return b(out, prompt=prompt, clean=self.clean_out, check=check)
 
     def norm(self, x: Tensor) -> Tensor:
         """N_f(x), the final norm with σ recomputed (x itself where the model has none)."""

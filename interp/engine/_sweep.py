@@ -19,7 +19,7 @@ The batch is cut into chunks of at most ``batch_size`` rows to bound memory.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Union
 
 import torch
 from torch import Tensor
@@ -29,6 +29,7 @@ from interp.engine._patches import Patch, Variant, apply_patches, merge_patches
 
 if TYPE_CHECKING:
     from interp.engine._forward import Engine, RunCache
+    from interp.engine._metrics import MetricReader
 
 __all__ = ["sweep"]
 
@@ -39,7 +40,7 @@ def sweep(
     tokens: Tensor,
     mask: Tensor,
     variants: list["Variant"],
-    read: Callable[[Tensor, Tensor, int], Tensor],
+    read: Union["MetricReader", Callable[[Tensor, Tensor, int], Tensor]],
     *,
     batch_size: int,
     progress: bool = False,
@@ -50,8 +51,12 @@ def sweep(
     (closed however the sweep ends).
 
     ``read(final_rows [R, T, d_model], prompt [R], t0)`` -> metric [R] reads each row's metric from
-    its final residual (its positions t0…).
+    its final residual (its positions t0…). A :class:`MetricReader` reads the chunks unchecked and the sweep checks
+    the whole result for finiteness once (one host read per sweep, not one per chunk).
     """
+    from interp.engine._metrics import MetricReader  # (it reads engine runs: imported here, not at the top)
+
+    checked = isinstance(read, MetricReader)
     out = torch.empty(len(variants), dtype=e.model.dtype, device=e.model.device)
     groups: dict[int, list[int]] = {}
     for i, v in enumerate(variants):
@@ -61,13 +66,20 @@ def sweep(
         with torch.inference_mode():
             for t0, idx in sorted(groups.items()):
                 idx.sort(key=lambda i: variants[i].layer)
+                # the group's variant indices and prompts copied once; each chunk takes a slice
+                rows = torch.tensor(idx, device=out.device)
+                prs = torch.tensor([variants[i].prompt for i in idx], device=out.device)
                 for c in range(0, len(idx), batch_size):
                     chunk = idx[c : c + batch_size]
-                    vals = _chunk(e, base, tokens, mask, [variants[i] for i in chunk], t0, read)
-                    out[torch.tensor(chunk, device=out.device)] = vals
+                    vs = [variants[i] for i in chunk]
+                    out[rows[c : c + batch_size]] = _chunk(
+                        e, base, tokens, mask, vs, prs[c : c + batch_size], t0, read, checked
+                    )
                     bar.update(len(chunk))
     finally:
         bar.close()
+    if checked:  # its chunks were read unchecked: one host read for the whole sweep
+        read.bound.check_finite(out)  # type: ignore[union-attr]
     return out
 
 
@@ -77,8 +89,10 @@ def _chunk(
     tokens: Tensor,
     mask: Tensor,
     vs: list["Variant"],
+    prs: Tensor,
     t0: int,
-    read: Callable[[Tensor, Tensor, int], Tensor],
+    read: Callable[..., Tensor],
+    checked: bool,
 ) -> Tensor:
     dev = e.model.device
     first = vs[0].layer
@@ -86,7 +100,6 @@ def _chunk(
     X = torch.empty(len(vs), tokens.shape[1] - t0, e.arch.d_model, dtype=e.model.dtype, device=dev)
     x = X[:0]
     prompt = torch.empty(0, dtype=torch.long, device=dev)
-    prs = torch.tensor([v.prompt for v in vs], device=dev)  # one copy per chunk; the rows joining at l: a slice
     j = 0
     if first < 0:  # embedding variants: rebuild the embedding with one part replaced
         emb = [v for v in vs if v.layer < 0]
@@ -127,4 +140,4 @@ def _chunk(
         )
         if out.data_ptr() != x.data_ptr():  # post-norm blocks return a new tensor
             x.copy_(out)
-    return read(x, prompt, t0)
+    return read(x, prompt, t0, check=False) if checked else read(x, prompt, t0)
