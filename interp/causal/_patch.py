@@ -42,7 +42,7 @@ from interp.causal._common import (
     resolve_nodes,
     source_acts,
 )
-from interp.engine.internal import HEADED_SITES, Patch, RunCache, Variant
+from interp.engine.internal import HEADED_SITES, Patch, RunCache, Variant, chunk_bytes
 from interp.causal._result import PatchResult, patch_result
 from interp.errors import ArgumentError
 from interp.models import Model
@@ -71,11 +71,11 @@ def check_ablation(direction: str, ablation: str, reference: Any) -> None:
 
 
 def default_batch_size(model: Model, n: int) -> int:
-    """Rows per chunk so that one layer's activations stay near 256 MB."""
+    """Rows per chunk so that one layer's activations stay near 256 MB (more on a GPU: :func:`chunk_bytes`)."""
     a = model.arch
     per_token = 6 * a.d_model + 3 * a.d_mlp + (a.n_heads + 2 * a.n_kv_heads) * a.d_head + 3 * a.n_heads * n
     per_row = n * per_token * torch.finfo(model.dtype).bits // 8
-    return max(1, int(256e6 // max(per_row, 1)))
+    return max(1, int(chunk_bytes(model.device, 256e6) // max(per_row, 1)))
 
 
 def shared_prefix(pair: Pair) -> int:

@@ -52,7 +52,7 @@ from interp._validate import (
     check_positive_int,
     shardable,
 )
-from interp.engine.internal import BoundMetric, MetricReader, clean_output
+from interp.engine.internal import BoundMetric, MetricReader, chunk_bytes, clean_output
 from interp.causal.internal import make_pair
 from interp._result import metric_gap
 from interp.edges._gradient import EdgeScorer, ReaderGradients
@@ -122,7 +122,7 @@ def edge_attribution(
     graph = circuit_graph(model)
     ew = EdgeWrites(model, graph, pair.engine)
     steps = ig_steps if method == "eap-ig" else 1
-    bs = batch_size or _default_batch(graph, model.arch, pair.clean.tokens.shape[1])
+    bs = batch_size or _default_batch(graph, model, pair.clean.tokens.shape[1])
 
     # 3. the scores, a chunk of prompts at a time: per path point one forward + backward, then ΔA·Gᵀ
     per_prompt, completeness, Mc, Mk = _score_chunks(model, pair, ew, bs, steps, method, ig_at, scale, progress)
@@ -253,9 +253,10 @@ def check_completeness(scores: EdgeScores, tolerance: float = COMPLETENESS_TOLER
     )
 
 
-def _default_batch(graph: CircuitGraph, arch: Any, T: int) -> int:
-    per_prompt = (len(graph.writers) + 2 * len(graph.readers)) * T * arch.d_model * 4
-    return max(1, int(1e9 // max(per_prompt, 1)))
+def _default_batch(graph: CircuitGraph, model: Model, T: int) -> int:
+    """Prompts per chunk: the writes and gradients of a chunk near 1 GB (more on a GPU: :func:`chunk_bytes`)."""
+    per_prompt = (len(graph.writers) + 2 * len(graph.readers)) * T * model.arch.d_model * 4
+    return max(1, int(chunk_bytes(model.device, 1e9) // max(per_prompt, 1)))
 
 
 def _chunk(

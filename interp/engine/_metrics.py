@@ -173,6 +173,10 @@ class MetricReader:
             out = b.read(model, b.at(x, prompt, t0))
         return b(out, prompt=prompt, clean=self.clean_out, check=check)
 
+    def check_finite(self, v: Tensor) -> None:
+        """:meth:`BoundMetric.check_finite` of metric values ``v`` read unchecked (``check=False``)."""
+        self.bound.check_finite(v)
+
     def norm(self, x: Tensor) -> Tensor:
         """N_f(x), the final norm with σ recomputed (x itself where the model has none)."""
         return final_norm(self.model, x)[0]

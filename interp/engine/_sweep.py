@@ -54,9 +54,7 @@ def sweep(
     its final residual (its positions t0…). A :class:`MetricReader` reads the chunks unchecked and the sweep checks
     the whole result for finiteness once (one host read per sweep, not one per chunk).
     """
-    from interp.engine._metrics import MetricReader  # (it reads engine runs: imported here, not at the top)
-
-    checked = isinstance(read, MetricReader)
+    checked = hasattr(read, "check_finite")  # a MetricReader: its chunks read unchecked, the result checked once
     out = torch.empty(len(variants), dtype=e.model.dtype, device=e.model.device)
     groups: dict[int, list[int]] = {}
     for i, v in enumerate(variants):
@@ -79,7 +77,7 @@ def sweep(
     finally:
         bar.close()
     if checked:  # its chunks were read unchecked: one host read for the whole sweep
-        read.bound.check_finite(out)  # type: ignore[union-attr]
+        read.check_finite(out)  # type: ignore[union-attr]
     return out
 
 

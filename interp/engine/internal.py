@@ -1,6 +1,7 @@
 """internal: for other interp packages, not the public API (import-linter lets any interp module import it;
 nothing here is documented in docs/api.md or kept stable)."""
 
+from interp.engine._budget import chunk_bytes
 from interp.engine._capabilities import require_capabilities
 from interp.engine._forward import Engine, RunCache
 from interp.engine._patches import HEADED_SITES, MLPWrite, Patch, Variant
@@ -19,6 +20,7 @@ __all__ = [
     "Variant",
     "allowed_keys",
     "apply_rotary",
+    "chunk_bytes",
     "clean_output",
     "final_norm",
     "metric_of",
