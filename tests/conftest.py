@@ -28,6 +28,20 @@ def pytest_configure(config):
         import functools
 
         torch.testing.assert_close = functools.partial(torch.testing.assert_close, check_device=False)
+        # the tests' own bridge runs (transformer-lens references, user hooks) take the module-level host token
+        # tensors as HookedTransformer does: moved to the model's device (the bridge itself leaves them where they are)
+        from transformer_lens.model_bridge import TransformerBridge
+
+        forward = TransformerBridge.forward
+
+        @functools.wraps(forward)
+        def forward_on_device(self, input, *args, **kwargs):
+            dev = next(self.original_model.parameters()).device
+            input = input.to(dev) if isinstance(input, torch.Tensor) else input
+            kwargs = {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+            return forward(self, input, *args, **kwargs)
+
+        TransformerBridge.forward = forward_on_device
 
 
 #: Fixtures that load a real catalog model: a test using one, directly or through another fixture, is ``real``.

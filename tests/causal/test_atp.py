@@ -118,7 +118,9 @@ def _jvp_effects(model, family, base, src, labels, each, metric, patterns=False)
         inject = {h: h.replace("hook_pattern", "hook_z") for h in hooks}
         a_z, _ = _plain(model, base, sorted(inject.values()))
     tangents = {
-        inject[h]: torch.zeros(R * B, *(a_z[inject[h]] if via_z else a_base[h]).shape[1:], dtype=a_base[h].dtype)
+        inject[h]: torch.zeros(
+            R * B, *(a_z[inject[h]] if via_z else a_base[h]).shape[1:], dtype=a_base[h].dtype, device=a_base[h].device
+        )
         for h in hooks
     }
     for i, (lab, t) in enumerate(variants):

@@ -14,12 +14,12 @@ def _materialised(model, kind, fold):
     factors' *weights*, rebuilt here from model.weights (GQA by repeat_interleave)."""
     a, w = model.arch, model.weights
     rep = a.n_heads // a.n_kv_heads
-    W_K, W_V = w.W_K.repeat_interleave(rep, 1).double(), w.W_V.repeat_interleave(rep, 1).double()
-    W_Q, W_O = w.W_Q.double(), w.W_O.double()
+    W_K, W_V = w.W_K.repeat_interleave(rep, 1).double().cpu(), w.W_V.repeat_interleave(rep, 1).double().cpu()
+    W_Q, W_O = w.W_Q.double().cpu(), w.W_O.double().cpu()  # the reference on the CPU
     d = a.d_model
     P = torch.eye(d, dtype=torch.float64) - 1.0 / d
     if fold and a.norm_placement == "pre":
-        g = w.ln1_w.double()[:, None, :, None]
+        g = w.ln1_w.double().cpu()[:, None, :, None]
         W_Q, W_K, W_V = g * W_Q, g * W_K, g * W_V
         if a.norm == "layernorm":
             W_Q, W_K, W_V = P @ W_Q, P @ W_K, P @ W_V
@@ -44,6 +44,7 @@ def _materialised(model, kind, fold):
 def test_equals_materialised_formula(family_model, kind, fold):
     got = C.composition_scores(family_model, kind, fold_norms=fold)
     ref = _materialised(family_model, kind, fold)
+    got = got.to("cpu")  # compared with the CPU reference
     assert torch.equal(got.mask, ~torch.isnan(ref))
     torch.testing.assert_close(got.scores[got.mask].double(), ref[got.mask], atol=1e-5, rtol=1e-5)
     assert float(got.scores[got.mask].min()) >= 0 and float(got.scores[got.mask].max()) <= 1

@@ -28,13 +28,13 @@ def _dense_pair(model, kind, fold, src, dst):
 
     def reads(l, h):
         g = a.kv_head(h)
-        Q, K, V = (x.double() for x in (w.W_Q[l, h], w.W_K[l, g], w.W_V[l, g]))
+        Q, K, V = (x.double().cpu() for x in (w.W_Q[l, h], w.W_K[l, g], w.W_V[l, g]))  # the reference on the CPU
         if pre_ln:
-            gain = w.ln1_w[l].double()[:, None]
+            gain = w.ln1_w[l].double().cpu()[:, None]
             Q, K, V = gain * Q, gain * K, gain * V
             if a.norm == "layernorm":
                 Q, K, V = P @ Q, P @ K, P @ V
-        O = w.W_O[l, h].double()
+        O = w.W_O[l, h].double().cpu()
         if fold and a.norm == "layernorm":
             O = O @ P
         return Q, K, V, O
@@ -62,8 +62,8 @@ def test_subset_is_the_full_submatrix(model3, kind, fold):
     sel = [(0, 1), (0, 3), (1, 0), (1, 2), (2, 3)]
     heads = ["L1.H0", (0, 3), Head(2, 3), "L0.H1", [1, 2], "L0.H1"]  # mixed forms, a duplicate, unsorted
     for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 2e-6)):
-        full = C.composition_scores(model3, kind, fold_norms=fold, dtype=dtype)
-        sub = C.composition_scores(model3, kind, heads=heads, fold_norms=fold, dtype=dtype)
+        full = C.composition_scores(model3, kind, fold_norms=fold, dtype=dtype).to("cpu")
+        sub = C.composition_scores(model3, kind, heads=heads, fold_norms=fold, dtype=dtype).to("cpu")
         want = _pairs_mask(a.n_layers, a.n_heads, sel)
         assert torch.equal(sub.mask, want)
         assert sub.heads == tuple(f"L{l}.H{h}" for l, h in sel)
