@@ -464,11 +464,13 @@ def main() -> int:
             r["section_s"] = time.perf_counter() - t
             rows.append(r)
             print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {"card": card, "date": datetime.date.today().isoformat(), "args": vars(args), "rows": rows}, f, indent=1
-            )
+            if args.json:  # rewritten after every row: a run stopped at its time limit keeps the finished ones
+                with open(args.json, "w") as f:
+                    json.dump(
+                        {"card": card, "date": datetime.date.today().isoformat(), "args": vars(args), "rows": rows},
+                        f,
+                        indent=1,
+                    )
     return 1 if any("error" in r for r in rows) else 0
 
 
