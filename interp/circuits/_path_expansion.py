@@ -64,6 +64,7 @@ from torch import Tensor
 
 from interp._norms import accumulate_dtype, apply_frozen, norm_scale
 from interp.circuits._common import need_unembed
+from interp.engine.internal import unembed
 from interp._result import Result
 from interp._validate import check_index, check_int_min
 from interp.errors import ArgumentError, LabelError, MemoryCapError, ShapeError, UnsupportedOperationError
@@ -389,7 +390,7 @@ def path_expansion(
         # 4. the closure of the logits, and each path's term in the answer's logit
         W_U = need_unembed(model).to(dt)  # _check_model refused models without one
         b_U = w.b_U if w.b_U is not None else torch.zeros(arch.d_vocab, dtype=dt, device=model.device)
-        recon = contrib.sum(dim=0) @ W_U + b_U
+        recon = unembed(contrib.sum(dim=0), W_U, w.b_U)  # the logits of the summed paths (no b_U: none added)
         closure = float((recon - logits).abs().max())
         p = _per_row("pos", pos, n_batch, -n_pos, n_pos, tokens.device) % n_pos
         rows = torch.arange(n_batch, device=tokens.device)
