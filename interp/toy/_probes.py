@@ -10,7 +10,7 @@ For the standard probe (``<bos>`` + n distinct random words + the same n words, 
                            / n+1…2n-1 (tokens n+2…2n) of the probe
 
 The first half is unpredictable (ideal loss ln n_words); the second half is predictable by
-induction. Patterns are read from ``blocks.{l}.attn.hook_pattern`` through the bridge.
+induction. Patterns are the engine's (``blocks.{l}.attn.hook_pattern`` in transformer-lens's names).
 
 Memory: a pass over [batch, pos] tokens holds the logits [batch, pos, d_vocab] and, inside each
 layer, attention scores [batch, n_heads, pos, pos]. So the probe lengths come from the caller, with
@@ -29,6 +29,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp._validate import check_int_range, check_positive_int
+from interp.engine.internal import Engine, readout
 from interp.errors import MemoryCapError, ShapeError
 from interp.models.internal import TOY_FIRST_WORD_ID as FIRST_WORD_ID
 from interp.models import Model
@@ -64,31 +65,22 @@ def _refuse(what: str, need: int, max_bytes: int, hint: str) -> None:
         )
 
 
-class _Stop(Exception):
-    """Ends a forward pass once the last layer's pattern is read (its logits are not needed)."""
-
-
 def _run(model: Model, tokens: Tensor, reduce: Any, *, need_logits: bool) -> tuple[Any, list[Tensor]]:
-    """One pass with every layer's pattern reduced by ``reduce`` as it is produced (hooks removed on exit)."""
-    L = model.arch.n_layers
-    store: dict[int, Tensor] = {}
-
-    def keep(l: int):
-        def hook(t: Tensor, hook: Any) -> None:
-            store[l] = reduce(t.detach())
-            if l == L - 1 and not need_logits:
-                raise _Stop
-
-        return hook
-
-    hooks = [(f"blocks.{l}.attn.hook_pattern", keep(l)) for l in range(L)]
-    logits = None
-    with torch.no_grad(), model.bridge.hooks(fwd_hooks=hooks):
-        try:
-            logits = model.bridge(tokens.to(model.device))
-        except _Stop:
-            pass
-    return logits, [store[l] for l in range(L)]
+    """One engine pass, every layer's pattern reduced by ``reduce`` as the layer produces it; the logits (the final
+    norm and the unembedding of the last residual) when ``need_logits``."""
+    e = Engine.of(model)
+    t = tokens.to(model.device)
+    mask = torch.ones_like(t)
+    prompt = torch.arange(t.shape[0], device=t.device)
+    pats: list[Tensor] = []
+    with torch.inference_mode():
+        x = e.embed(e.embed_parts(t))
+        for l in range(model.arch.n_layers):
+            store: dict[str, Tensor] = {}
+            x = e.layer(l, x, prompt=prompt, mask=mask, capture={"pattern"}, store=store)
+            pats.append(reduce(store["pattern"]))
+        logits = readout(model, x) if need_logits else None
+    return logits, pats
 
 
 def logits_and_patterns(
