@@ -37,6 +37,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp._validate import is_int
+from interp.engine.internal import Engine, readout
 from interp.errors import ArgumentError, MissingPackageError
 from interp.models import Model
 from interp.models.internal import model_from_tracr, tracr_is_numerical, tracr_output_label
@@ -163,9 +164,9 @@ class TracrProgram:
         return torch.tensor(ids, dtype=torch.long, device=self.model.device)
 
     def logits(self, inputs: Sequence[Sequence[Value]]) -> Float[Tensor, "batch pos n_out"]:
-        """The model's logits (the bridge's forward) for equal-length ``inputs``."""
-        with torch.no_grad():
-            return self.model.bridge(self.encode(inputs))
+        """The model's logits (the engine's forward: its final residual read out) for equal-length ``inputs``."""
+        ids = self.encode(inputs)
+        return readout(self.model, Engine.of(self.model).run(ids, torch.ones_like(ids)).final)
 
     def decode(self, logits: Float[Tensor, "batch pos n_out"]) -> list[list[Value]]:
         """Outputs at positions 1… (BOS dropped): decoded argmax (categorical) or ``logits[..., 0]``."""
