@@ -32,8 +32,8 @@ from interp.dictionaries._transcoder import Dictionary
 from interp.dictionaries._transcoder import fvu as _fvu
 from interp.labels import Resid
 from interp.models import Model
+from interp.engine.internal import Engine
 from interp.stream.internal import as_batch, require_model
-from interp.stream import capture
 
 __all__ = ["SAE", "SAE_SITES", "SAEReconstruction", "check_saes", "sae_reconstruction"]
 
@@ -125,9 +125,22 @@ class SAEReconstruction:
         )
 
 
+def _stream_points(model: Model, batch: Any, saes: Sequence[SAE]) -> dict[str, Tensor]:
+    """The stream x [batch, pos, d_model] at each SAE's point, by hook name, from one engine pass."""
+    sites = {s.site for s in saes} - {"resid_pre"}
+    run = Engine.of(model).run(batch.tokens, batch.attention_mask, capture=sites)
+    out: dict[str, Tensor] = {}
+    for s in saes:
+        x = run.resid_pre[s.layer] if s.site == "resid_pre" else run.acts[s.site][s.layer]
+        if x is None:  # check_saes refused points the block does not have
+            raise UnsupportedArchitectureError(f"model {model.name!r} has no {s.site} in layer {s.layer}")
+        out[s.hook_name] = x
+    return out
+
+
 def sae_reconstruction(model: Model, inputs: Any, saes: Union[SAE, Sequence[SAE]]) -> SAEReconstruction:
     """Run ``model`` once on ``inputs`` (a prompt, prompts or token ids [batch, pos]), read the stream at each SAE's
-    site (interp's stream capture) and encode / reconstruct it: :class:`SAEReconstruction` with FVU and L0."""
+    point (the engine's pass) and encode / reconstruct it: :class:`SAEReconstruction` with FVU and L0."""
     require_model(model)
     one = isinstance(saes, SAE)
     lst: list[SAE] = [saes] if one else list(saes) if isinstance(saes, (list, tuple)) else []  # type: ignore[list-item]
@@ -135,7 +148,7 @@ def sae_reconstruction(model: Model, inputs: Any, saes: Union[SAE, Sequence[SAE]
         raise ArgumentError(f"saes={saes!r} must be an interp.features.SAE or a non-empty list of them")
     check_saes(model, lst, "saes")
     batch = as_batch(model, inputs)
-    acts, _ = capture(model, batch, [s.hook_name for s in lst])
+    acts = _stream_points(model, batch, lst)
     mask = batch.attention_mask.bool()
     resid, feats, recon, fvu, l0 = [], [], [], [], []
     with torch.no_grad():
