@@ -129,13 +129,7 @@ def _stream_points(model: Model, batch: Any, saes: Sequence[SAE]) -> dict[str, T
     """The stream x [batch, pos, d_model] at each SAE's point, by hook name, from one engine pass."""
     sites = {s.site for s in saes} - {"resid_pre"}
     run = Engine.of(model).run(batch.tokens, batch.attention_mask, capture=sites)
-    out: dict[str, Tensor] = {}
-    for s in saes:
-        x = run.resid_pre[s.layer] if s.site == "resid_pre" else run.acts[s.site][s.layer]
-        if x is None:  # check_saes refused points the block does not have
-            raise UnsupportedArchitectureError(f"model {model.name!r} has no {s.site} in layer {s.layer}")
-        out[s.hook_name] = x
-    return out
+    return {s.hook_name: run.point(s.site, s.layer) for s in saes}
 
 
 def sae_reconstruction(model: Model, inputs: Any, saes: Union[SAE, Sequence[SAE]]) -> SAEReconstruction:

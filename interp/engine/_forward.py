@@ -45,6 +45,14 @@ class RunCache:
     final: Tensor = field(default_factory=lambda: torch.empty(0, device="cpu"))  # a placeholder: the run sets it
     scales: dict[str, list[Tensor]] = field(default_factory=dict)
 
+    def point(self, site: str, layer: int) -> Tensor:
+        """The run's tensor at ``site`` of layer ``layer`` (``resid_pre``: the layer's input, always kept; another
+        site: captured by the run)."""
+        x = self.resid_pre[layer] if site == "resid_pre" else self.acts[site][layer]
+        if x is None:
+            raise RuntimeError(f"the run kept no {site} in layer {layer}")
+        return x
+
 
 class Engine:
     """Forward passes of one model from its frozen weights, with patch points (see module docstring)."""
