@@ -23,7 +23,7 @@ from interp._result import Result
 from interp._validate import check_index, check_positive_int
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.models import Model
-from interp.stream._capture import capture
+from interp.engine.internal import Engine, readout
 from interp.stream._inputs import as_batch, resolve_positions
 
 if TYPE_CHECKING:
@@ -145,14 +145,13 @@ def predict(
     positions = resolve_positions(pos, batch.attention_mask.cpu())
     step = B if batch_size is None else batch_size
     chunks = []
+    e = Engine.of(model)
     with torch.no_grad():
         for s in range(0, B, step):
-            sub = type(batch)(tokens=batch.tokens[s : s + step], attention_mask=batch.attention_mask[s : s + step])
-            _, logits = capture(model, sub, [])
-            if not torch.is_tensor(logits):
-                raise UnsupportedOperationError(f"model {model.name!r} returned no logits tensor from its forward pass")
-            rows = torch.arange(logits.shape[0], device=logits.device)
-            chunks.append(logits[rows, positions[s : s + step].to(logits.device)].float())
+            final = e.run(batch.tokens[s : s + step], batch.attention_mask[s : s + step]).final
+            rows = torch.arange(final.shape[0], device=final.device)
+            # the readout (final norm, unembedding, soft-cap) at each prompt's position only
+            chunks.append(readout(model, final[rows, positions[s : s + step].to(final.device)]).float())
     z = torch.cat(chunks)  # [B, d_out]: the model's own logits at each prompt's position
     logp = torch.log_softmax(z.double(), dim=-1)
     vals, ids = z.topk(k, dim=-1)
