@@ -466,6 +466,29 @@ class Engine:
             cache.final = x
         return cache
 
+    def captures(
+        self,
+        tokens: Tensor,
+        mask: Tensor,
+        site: str,
+        layers: Iterable[int],
+        reduce: Optional[Callable[[int, Tensor], Tensor]] = None,
+    ) -> tuple[dict[int, Tensor], Tensor]:
+        """``site`` of each layer of ``layers`` ({layer: tensor}, each passed through ``reduce(layer, t)`` as its
+        layer produces it, so only what is kept is held) from one plain walk that stops after the last of them,
+        and the stream there (after every layer: the final residual)."""
+        want = set(layers)
+        out: dict[int, Tensor] = {}
+        prompt = torch.arange(tokens.shape[0], device=tokens.device)
+        with torch.inference_mode():
+            x = self.embed(self.embed_parts(tokens))
+            for l in range(max(want) + 1 if want else 0):
+                store: dict[str, Tensor] = {}
+                x = self.layer(l, x, prompt=prompt, mask=mask, capture={site} if l in want else None, store=store)
+                if l in want:
+                    out[l] = store[site] if reduce is None else reduce(l, store[site])
+        return out, x
+
     def _norms_in_block(self) -> list[str]:
         """The norms of the block that see a run-dependent input other than a read: stream norms (post-norm)
         and sublayer output norms — each one's σ is what :meth:`run` keeps with ``keep_scales``."""

@@ -13,7 +13,7 @@ query or key positions are set to 0, and ``batch.prompt(i)`` is prompt i's :clas
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Sequence, Union, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence, Union, overload
 
 import numpy as np
 import pandas as pd
@@ -25,7 +25,7 @@ from interp._result import Result
 from interp._validate import check_index
 from interp.errors import ArgumentError, LabelError
 from interp.labels import Head
-from interp.stream._capture import capture
+from interp.engine.internal import Engine
 from interp.stream._inputs import as_batch
 
 if TYPE_CHECKING:
@@ -209,30 +209,21 @@ def attention_patterns(
     if prompt is None:
         return _all_prompts(model, b, hl)
     bi = check_index("prompt", prompt, b.tokens.shape[0], what="prompts")
-    layers = sorted({l for l, _ in hl})
-    names = [f"blocks.{l}.attn.hook_pattern" for l in layers]
-    acts, _ = capture(model, b, names, reducers={n: (lambda x: x[bi]) for n in names})
+    acts, _ = Engine.of(model).captures(b.tokens, b.attention_mask, "pattern", {l for l, _ in hl}, lambda l, x: x[bi])
     real = b.attention_mask[bi].bool()
-    pats = torch.stack([acts[f"blocks.{l}.attn.hook_pattern"][h][real][:, real] for l, h in hl]).float()
+    pats = torch.stack([acts[l][h][real][:, real] for l, h in hl]).float()
     ids = b.tokens[bi][real]  # one row: to_str_tokens gives one string per token
     toks = [str(t) for t in model.to_str_tokens(ids)] if model.tokenizer is not None else [str(int(t)) for t in ids]
     return AttentionPatterns(patterns=pats, labels=[str(Head(l, h)) for l, h in hl], str_tokens=toks)
 
 
-def _heads_of(hs: list[int]) -> Callable[[Tensor], Tensor]:
-    """A capture reducer keeping heads ``hs`` of a [batch, n_heads, q, k] pattern."""
-    return lambda x: x[:, hs]
-
-
 def _all_prompts(model: Model, b: Any, hl: list[tuple[int, int]]) -> AttentionPatternBatch:
     """Every prompt's patterns of heads ``hl`` from one pass, padding zeroed."""
-    layers = sorted({l for l, _ in hl})
-    names = [f"blocks.{l}.attn.hook_pattern" for l in layers]
-    keep = {l: sorted({h for ll, h in hl if ll == l}) for l in layers}
-    acts, _ = capture(model, b, names, reducers={f"blocks.{l}.attn.hook_pattern": _heads_of(keep[l]) for l in layers})
+    keep = {l: sorted({h for ll, h in hl if ll == l}) for l in {l for l, _ in hl}}
+    acts, _ = Engine.of(model).captures(b.tokens, b.attention_mask, "pattern", keep, lambda l, x: x[:, keep[l]])
     mask = b.attention_mask.bool()
     real = (mask[:, :, None] & mask[:, None, :])[None]  # [1, prompt, q, k]
-    pats = torch.stack([acts[f"blocks.{l}.attn.hook_pattern"][:, keep[l].index(h)] for l, h in hl]).float()
+    pats = torch.stack([acts[l][:, keep[l].index(h)] for l, h in hl]).float()
     pats = torch.where(real, pats, torch.zeros((), dtype=pats.dtype, device=pats.device))
     toks = []
     for i in range(b.tokens.shape[0]):

@@ -68,19 +68,10 @@ def _refuse(what: str, need: int, max_bytes: int, hint: str) -> None:
 def _run(model: Model, tokens: Tensor, reduce: Any, *, need_logits: bool) -> tuple[Any, list[Tensor]]:
     """One engine pass, every layer's pattern reduced by ``reduce`` as the layer produces it; the logits (the final
     norm and the unembedding of the last residual) when ``need_logits``."""
-    e = Engine.of(model)
     t = tokens.to(model.device)
-    mask = torch.ones_like(t)
-    prompt = torch.arange(t.shape[0], device=t.device)
-    pats: list[Tensor] = []
-    with torch.inference_mode():
-        x = e.embed(e.embed_parts(t))
-        for l in range(model.arch.n_layers):
-            store: dict[str, Tensor] = {}
-            x = e.layer(l, x, prompt=prompt, mask=mask, capture={"pattern"}, store=store)
-            pats.append(reduce(store["pattern"]))
-        logits = readout(model, x) if need_logits else None
-    return logits, pats
+    L = model.arch.n_layers
+    pats, x = Engine.of(model).captures(t, torch.ones_like(t), "pattern", range(L), lambda l, A: reduce(A))
+    return (readout(model, x) if need_logits else None), [pats[l] for l in range(L)]
 
 
 def logits_and_patterns(
