@@ -31,11 +31,11 @@ from interp._norms import apply_frozen, frozen_direction, norm_scale
 from interp._result import Result
 from interp._validate import check_index, check_int, check_positive_int, is_int
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
+from interp.engine.internal import Engine
 from interp.labels import Head
 from interp.models.internal import readable_token
 from interp.models import Model
 from interp.stream.internal import as_batch, require_model
-from interp.stream import capture
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -183,7 +183,7 @@ def ov_at(
 ) -> OVAt:
     """The logits of head ``(layer, head)``'s copy of source position ``src`` (docstring of :class:`OVAt`).
 
-    One hooked forward pass. ``src``/``dst``: positions of prompt ``prompt`` (negative counts back from
+    One engine pass. ``src``/``dst``: positions of prompt ``prompt`` (negative counts back from
     its last real token; ``dst=-1`` is where attribution reads); ``k``: how many top and bottom tokens
     get their text stored.
     """
@@ -204,23 +204,30 @@ def ov_at(
             f"src={src} (position {s}) comes after dst={dst} (position {d}); a causal head reads "
             "only earlier or equal positions"
         )
-    hv, hp = f"blocks.{layer}.attn.hook_v", f"blocks.{layer}.attn.hook_pattern"
     out_norm = model.block.out_norm("attn")  # "ln1_post": a norm on the attention's output before its add
-    hs = f"blocks.{layer}.{out_norm}.hook_in"  # that norm's input (the layer's attention output)
-    names = [hv, hp] + (["ln_final.hook_in"] if arch.norm != "none" else []) + ([hs] if out_norm else [])
-    acts, _ = capture(model, batch, names, reducers={n: (lambda x: x[bi].clone()) for n in names})
+    hs = f"{out_norm}_in"  # that norm's input (the layer's attention output)
+    # one engine walk: the layer's values, pattern (and output norm's input) of prompt bi, and the final residual
+    kept, final = Engine.of(model).captures(
+        batch.tokens,
+        batch.attention_mask,
+        ["v", "pattern"] + ([hs] if out_norm else []),
+        [layer],
+        lambda l, x: x[bi].clone(),
+        through=arch.norm != "none",
+    )
+    acts = {site: by_layer[layer] for site, by_layer in kept.items()}
     dt = w.W_O.dtype
-    v = acts[hv][s, arch.kv_head(head)].to(dt)  # [d_head], b_V included
+    v = acts["v"][s, arch.kv_head(head)].to(dt)  # [d_head], b_V included
     copy = v @ w.W_O[layer, head]  # [d_model]
     if out_norm is not None:  # through the layer's output norm, its scale at dst frozen
         copy = apply_frozen(
             copy, w.need(f"{out_norm}_w")[layer], norm_scale(acts[hs][d], arch.norm, arch.norm_eps).to(dt), arch.norm
         )
     if arch.norm != "none":
-        sigma = norm_scale(acts["ln_final.hook_in"][d], arch.norm, arch.norm_eps).to(dt)
+        sigma = norm_scale(final[bi, d], arch.norm, arch.norm_eps).to(dt)
         copy = apply_frozen(copy, w.need("lnf_w"), sigma, arch.norm)
     logits = (copy @ w.need("W_U")).detach()
-    weight = float(acts[hp][head, d, s])
+    weight = float(acts["pattern"][head, d, s])
     strs: dict[str, str] = {}
     toks = None
     if model.tokenizer is not None:

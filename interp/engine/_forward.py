@@ -470,23 +470,25 @@ class Engine:
         self,
         tokens: Tensor,
         mask: Tensor,
-        site: str,
+        sites: Iterable[str],
         layers: Iterable[int],
         reduce: Optional[Callable[[int, Tensor], Tensor]] = None,
-    ) -> tuple[dict[int, Tensor], Tensor]:
-        """``site`` of each layer of ``layers`` ({layer: tensor}, each passed through ``reduce(layer, t)`` as its
-        layer produces it, so only what is kept is held) from one plain walk that stops after the last of them,
-        and the stream there (after every layer: the final residual)."""
-        want = set(layers)
-        out: dict[int, Tensor] = {}
+        *,
+        through: bool = False,
+    ) -> tuple[dict[str, dict[int, Tensor]], Tensor]:
+        """``sites`` of each layer of ``layers`` ({site: {layer: tensor}}, each passed through ``reduce(layer, t)``
+        as its layer produces it, so only what is kept is held) from one plain walk, and the stream where it ended:
+        after the last of ``layers``, or with ``through`` after every layer (the final residual)."""
+        want, cap = set(layers), set(sites)
+        out: dict[str, dict[int, Tensor]] = {s: {} for s in cap}
         prompt = torch.arange(tokens.shape[0], device=tokens.device)
         with torch.inference_mode():
             x = self.embed(self.embed_parts(tokens))
-            for l in range(max(want) + 1 if want else 0):
+            for l in range(self.L if through else max(want) + 1 if want else 0):
                 store: dict[str, Tensor] = {}
-                x = self.layer(l, x, prompt=prompt, mask=mask, capture={site} if l in want else None, store=store)
-                if l in want:
-                    out[l] = store[site] if reduce is None else reduce(l, store[site])
+                x = self.layer(l, x, prompt=prompt, mask=mask, capture=cap if l in want else None, store=store)
+                for s in cap if l in want else ():
+                    out[s][l] = store[s] if reduce is None else reduce(l, store[s])
         return out, x
 
     def _norms_in_block(self) -> list[str]:

@@ -209,7 +209,8 @@ def attention_patterns(
     if prompt is None:
         return _all_prompts(model, b, hl)
     bi = check_index("prompt", prompt, b.tokens.shape[0], what="prompts")
-    acts, _ = Engine.of(model).captures(b.tokens, b.attention_mask, "pattern", {l for l, _ in hl}, lambda l, x: x[bi])
+    kept, _ = Engine.of(model).captures(b.tokens, b.attention_mask, ["pattern"], {l for l, _ in hl}, lambda l, x: x[bi])
+    acts = kept["pattern"]
     real = b.attention_mask[bi].bool()
     pats = torch.stack([acts[l][h][real][:, real] for l, h in hl]).float()
     ids = b.tokens[bi][real]  # one row: to_str_tokens gives one string per token
@@ -220,7 +221,8 @@ def attention_patterns(
 def _all_prompts(model: Model, b: Any, hl: list[tuple[int, int]]) -> AttentionPatternBatch:
     """Every prompt's patterns of heads ``hl`` from one pass, padding zeroed."""
     keep = {l: sorted({h for ll, h in hl if ll == l}) for l in {l for l, _ in hl}}
-    acts, _ = Engine.of(model).captures(b.tokens, b.attention_mask, "pattern", keep, lambda l, x: x[:, keep[l]])
+    kept, _ = Engine.of(model).captures(b.tokens, b.attention_mask, ["pattern"], keep, lambda l, x: x[:, keep[l]])
+    acts = kept["pattern"]
     mask = b.attention_mask.bool()
     real = (mask[:, :, None] & mask[:, None, :])[None]  # [1, prompt, q, k]
     pats = torch.stack([acts[l][:, keep[l].index(h)] for l, h in hl]).float()

@@ -70,8 +70,8 @@ def _run(model: Model, tokens: Tensor, reduce: Any, *, need_logits: bool) -> tup
     norm and the unembedding of the last residual) when ``need_logits``."""
     t = tokens.to(model.device)
     L = model.arch.n_layers
-    pats, x = Engine.of(model).captures(t, torch.ones_like(t), "pattern", range(L), lambda l, A: reduce(A))
-    return (readout(model, x) if need_logits else None), [pats[l] for l in range(L)]
+    kept, x = Engine.of(model).captures(t, torch.ones_like(t), ["pattern"], range(L), lambda l, A: reduce(A))
+    return (readout(model, x) if need_logits else None), [kept["pattern"][l] for l in range(L)]
 
 
 def logits_and_patterns(
