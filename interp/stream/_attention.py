@@ -1,10 +1,11 @@
-"""Attention patterns of chosen heads for one prompt, captured in one hooked forward pass.
+"""Attention patterns of chosen heads for one prompt, kept from one walk of the engine's forward.
 
 A head's pattern A^h[q, k] = softmax_k(x_q W_QK^h x_kᵀ / √d_head) (causally masked for
 decoders) is how much the query token at position q reads from the key token at k
 (Elhage et al. 2021 §2, "attention heads are independent and additive"; the head's output is
-(A^h ⊗ W_OV^h)·x). :func:`attention_patterns` captures ``blocks.{l}.attn.hook_pattern`` with
-:func:`interp.stream.capture`, keeping only the requested heads of one prompt; the figure is
+(A^h ⊗ W_OV^h)·x). :func:`attention_patterns` keeps the engine's pattern (``blocks.{l}.attn.hook_pattern`` in
+transformer-lens's names) of the requested heads of one prompt as each layer produces it, and stops after the last
+layer asked for; the figure is
 :func:`interp.plots.attention_pattern_figure` (``AttentionPatterns.plot``). With ``prompt=None`` it
 keeps every prompt of a padded batch at once (:class:`AttentionPatternBatch`): weights at padded
 query or key positions are set to 0, and ``batch.prompt(i)`` is prompt i's :class:`AttentionPatterns`.
@@ -200,7 +201,7 @@ def attention_patterns(
     """Capture the patterns of ``heads`` (labels 'L3.H5' or (layer, head)) for one prompt, or for
     every prompt with ``prompt=None`` (an :class:`AttentionPatternBatch`, padding zeroed).
 
-    One hooked forward pass; only the chosen heads (of prompt ``prompt``) are kept, and padding
+    One engine walk up to the last chosen layer; only the chosen heads (of prompt ``prompt``) are kept, and padding
     positions are dropped (one prompt) or masked to 0 (all prompts).
     """
     b = as_batch(model, inputs)

@@ -77,7 +77,7 @@ def _run(model: Model, tokens: Tensor, reduce: Any, *, need_logits: bool) -> tup
 def logits_and_patterns(
     model: Model, tokens: Int[Tensor, "batch pos"], *, max_bytes: int = MAX_BYTES
 ) -> tuple[Float[Tensor, "batch pos d_vocab"], Float[Tensor, "n_layers batch n_heads pos pos"]]:
-    """Logits and every layer's attention pattern for ``tokens`` (hooks removed on exit).
+    """Logits and every layer's attention pattern for ``tokens`` (one engine pass).
 
     Refused with MemoryCapError when the logits and the n_layers patterns would exceed ``max_bytes``.
     """
