@@ -64,7 +64,7 @@ from torch import Tensor
 
 from interp._norms import accumulate_dtype, apply_frozen, norm_scale
 from interp.circuits._common import need_unembed
-from interp.engine.internal import unembed
+from interp.engine import unembed
 from interp._result import Result
 from interp._validate import check_index, check_int_min
 from interp.errors import ArgumentError, LabelError, MemoryCapError, ShapeError, UnsupportedOperationError

@@ -6,7 +6,7 @@ from interp.engine._capabilities import require_capabilities
 from interp.engine._forward import Engine, RunCache
 from interp.engine._patches import HEADED_SITES, MLPWrite, Patch, Variant
 from interp.engine._metrics import BoundMetric, MetricReader, clean_output, metric_of
-from interp.engine._readout import final_norm, readout, soft_cap, unembed
+from interp.engine._readout import final_norm, soft_cap
 from interp.engine._rotary import allowed_keys, apply_rotary
 
 __all__ = [
@@ -24,8 +24,6 @@ __all__ = [
     "clean_output",
     "final_norm",
     "metric_of",
-    "readout",
     "require_capabilities",
     "soft_cap",
-    "unembed",
 ]

@@ -37,7 +37,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp._validate import is_int
-from interp.engine.internal import Engine, readout
+from interp.engine import readout
+from interp.engine.internal import Engine
 from interp.errors import ArgumentError, MissingPackageError
 from interp.models import Model
 from interp.models.internal import model_from_tracr, tracr_is_numerical, tracr_output_label

@@ -23,7 +23,8 @@ from interp._result import Result
 from interp._validate import check_index, check_positive_int
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.models import Model
-from interp.engine.internal import Engine, readout
+from interp.engine import readout
+from interp.engine.internal import Engine
 from interp.stream._inputs import as_batch, resolve_positions
 
 if TYPE_CHECKING:

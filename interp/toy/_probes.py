@@ -29,7 +29,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp._validate import check_int_range, check_positive_int
-from interp.engine.internal import Engine, readout
+from interp.engine import readout
+from interp.engine.internal import Engine
 from interp.errors import MemoryCapError, ShapeError
 from interp.models.internal import TOY_FIRST_WORD_ID as FIRST_WORD_ID
 from interp.models import Model
