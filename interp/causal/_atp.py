@@ -11,7 +11,8 @@ input, Nanda's convention); "noise" runs the clean input and patches in corrupt 
 clean input, AtP's convention in Kramár et al.). ``values`` are M(base) + estimate, the estimate of what
 :func:`interp.patch` with the same arguments returns.
 
-Nodes are read at bridge hooks: a head's output through its z (z_h W_O^h is linear in z_h, so
+Nodes are read at the engine's points (:func:`interp.engine.internal.run_with_hooks`, transformer-lens's
+hook names): a head's output through its z (z_h W_O^h is linear in z_h, so
 Δz_h·∂M/∂z_h = Δ(z_h W_O^h)·∂M/∂(z_h W_O^h)); an MLP's output; an embedding; a resid point; a head's
 q, or a KV head's k or v (an affine map of the head's input, so patching the input or the vector is
 the same first-order term).
@@ -39,18 +40,16 @@ change of the head's attention output, softmax included).
 Steps: (1) the source run (inference mode) keeps every node's activation (and rotated q/k for the fix);
 (2) the base run keeps the same with their autograd graph and stops after the last block; M is read at
 its position; (3) one ``autograd.grad`` of Σ_prompts M gives ∂M/∂a_n for every node (and ∂M/∂A where
-the fix needs it); (4) ĉ(n) = Σ Δa_n·∂M/∂a_n per prompt and position. Gradients are taken with respect
-to activations only: for the gradient run every parameter's ``requires_grad`` is switched off (the graph
-starts at the embeddings) and restored in a ``finally``, as the hooks are removed — after an exception or a
-KeyboardInterrupt too.
+the fix needs it); (4) ĉ(n) = Σ Δa_n·∂M/∂a_n per prompt and position. Both runs are walks of the engine's
+forward; gradients are taken with respect to activations only (the graph starts at the embedding writes, the
+weights are constants), and nothing is attached to the model, so an exception leaves nothing behind.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence, Union
+from typing import Any, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -60,8 +59,8 @@ from interp.causal._common import _checked_batch, resolve_nodes
 from interp.causal._metrics import as_metric
 from interp.causal._result import PatchResult, patch_result
 from interp.errors import ShapeError, UnsupportedOperationError
-from interp.engine.internal import allowed_keys, apply_rotary, require_capabilities
-from interp.models import Block, Model
+from interp.engine.internal import allowed_keys, require_capabilities, run_with_hooks
+from interp.models import Model
 from interp.stream.internal import require_model
 
 __all__ = ["attribution_patch", "key_fix_each"]
@@ -83,21 +82,6 @@ class _Site:
     labels: list[str]
 
 
-class _Stop(Exception):
-    """Raised in the last block's resid_post hook: nothing after it is needed."""
-
-
-def _resid_hook(block: Block, name: str) -> str:
-    """The hook holding resid point ``name``'s stream. The bridge's ``hook_resid_mid`` is ln2's input: the
-    mid stream where the stream is the sum of the writes, but x_mid + MLP in a block that norms the stream
-    after the attention's add (post-norm, ``block.stream_norm("attn")``), where x_mid = N1(x + attn) is that
-    norm's output."""
-    norm = block.stream_norm("attn")
-    if norm is not None and name.endswith("hook_resid_mid"):
-        return name.replace("hook_resid_mid", f"{norm}.hook_out")
-    return name
-
-
 def _plan(model: Model, nodes: Any) -> list[_Site]:
     """The hooks to read for ``nodes`` (a node set or labels, resolved as :func:`interp.patch` resolves
     them: same labels, same order), consecutive nodes of one hook grouped."""
@@ -113,7 +97,7 @@ def _plan(model: Model, nodes: Any) -> list[_Site]:
         elif n.site.startswith("embed."):
             hook, kind, slot = _EMBED_HOOKS[n.site.split(".")[1]], "stream", None
         elif n.site.startswith("resid_"):
-            hook, kind, slot = _resid_hook(model.block, n.text), "stream", None
+            hook, kind, slot = n.text, "stream", None  # the engine's point (a post-norm x_mid: after N1)
         else:
             raise UnsupportedOperationError(
                 f"nodes: attribution patching has no estimate for {n.text!r} (site {n.site})"
@@ -146,88 +130,23 @@ def _pair(model: Model, clean: Any, corrupt: Any) -> tuple[Any, Any]:
 
 
 def _qk_hooks(model: Model, layer: int) -> list[str]:
-    """Hooks from which the scores' queries and keys are rebuilt: q, k (after the QK-norm where the model has one:
-    the vectors that meet in the scores), and (rotary) cos, sin."""
+    """The hooks of the queries and keys that meet in the scores (after the QK-norm and the rotation)."""
     # a projection-wide QK-norm: patching one head's q or k moves σ and so every head's normed vector
     require_capabilities(model, "attribution_patch(qk_fix=True)", "attn_softcap", "qk_norm_projection")
-    qk = ("hook_q_normed", "hook_k_normed") if model.arch.qk_norm else ("hook_q", "hook_k")
-    names = [f"blocks.{layer}.attn.{qk[0]}", f"blocks.{layer}.attn.{qk[1]}"]
-    if model.arch.positional == "rotary":
-        names += [f"blocks.{layer}.attn.hook_cos", f"blocks.{layer}.attn.hook_sin"]
-    missing = [n for n in names if n not in model.bridge.hook_dict]
-    if missing:
-        raise UnsupportedOperationError(f"qk_fix=True: model {model.name!r} has no hooks {missing}")
-    return names
+    return [f"blocks.{layer}.attn.hook_rot_q", f"blocks.{layer}.attn.hook_rot_k"]
 
 
-def _qk(model: Model, store: dict[str, Tensor], names: list[str]) -> tuple[Tensor, Tensor]:
+def _qk(store: dict[str, Tensor], names: list[str]) -> tuple[Tensor, Tensor]:
     """The (rotated) queries [b, T, H, d] and keys [b, T, G, d] that meet in the scores, in float64."""
-    q, k = (store[n].detach().double() for n in names[:2])
-    if names[0].endswith("_normed"):  # the bridge keeps the QK-normed vectors heads-first: [b, n, T, d]
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-    if len(names) == 4:
-        cos, sin = (store[n].detach().double() for n in names[2:])
-        inter = model.arch.rotary_interleaved
-        q = apply_rotary(q, cos[:, :, None], sin[:, :, None], interleaved=inter)
-        k = apply_rotary(k, cos[:, :, None], sin[:, :, None], interleaved=inter)
+    q, k = (store[n].detach().double() for n in names)
     return q, k
 
 
-def _run(model: Model, batch: Any, names: list[str], final: str, *, grad: bool) -> dict[str, Tensor]:
-    """One forward pass keeping ``names`` (with their graph if ``grad``), stopped after hook ``final``."""
-    bridge = model.bridge
-    store: dict[str, Tensor] = {}
-
-    def keep(name: str, stop: bool):
-        def hook(x: Tensor, hook: Any = None) -> Tensor:
-            store[name] = x if grad else x.detach()
-            if stop:
-                raise _Stop
-            return x
-
-        return hook
-
-    def leaf(name: str):  # the graph must start somewhere if the user froze the parameters
-        def hook(x: Tensor, hook: Any = None) -> Tensor:
-            y = x if x.requires_grad else x.detach().requires_grad_(True)
-            if name in names:
-                store[name] = y
-            return y
-
-        return hook
-
-    fwd = []
-    if grad:
-        fwd += [(h, leaf(h)) for h in _EMBED_HOOKS.values() if h in bridge.hook_dict]
-    fwd += [
-        (n, keep(n, n == final)) for n in dict.fromkeys(names + [final]) if not (grad and n in _EMBED_HOOKS.values())
-    ]
-    ctx = _activations_only(bridge) if grad else torch.inference_mode()
-    try:
-        with ctx, bridge.hooks(fwd_hooks=fwd):
-            bridge(batch.tokens, attention_mask=batch.attention_mask)
-    except _Stop:
-        pass
-    if final not in store:
-        raise UnsupportedOperationError(f"model {model.name!r}: hook {final!r} did not fire during the forward pass")
+def _run(model: Model, batch: Any, names: list[str], *, grad: bool) -> dict[str, Tensor]:
+    """One walk of the engine's forward keeping ``names`` (with their graph, from the embeddings, if ``grad``),
+    stopped after the last layer they need."""
+    store, _ = run_with_hooks(model, batch.tokens, batch.attention_mask, dict.fromkeys(names), grad=grad)
     return store
-
-
-@contextlib.contextmanager
-def _activations_only(module: Any) -> Iterator[None]:
-    """Grad mode with every parameter's ``requires_grad`` off (the graph then holds activations only: no
-    tensor is kept for a weight gradient nobody asks for); the flags are restored in a ``finally``. The placeholders
-    of disk-offloaded weights are inference tensors (accelerate makes them so) whose flag cannot be set back: they
-    are left as they are (the weights accelerate loads in their place are ordinary)."""
-    on = [p for p in module.parameters() if p.requires_grad and not p.is_inference()]
-    try:
-        for p in on:
-            p.requires_grad_(False)
-        with torch.enable_grad():
-            yield
-    finally:
-        for p in on:
-            p.requires_grad_(True)
 
 
 def _valid_keys(mask: Tensor, T: int, causal: bool, window: int = 0) -> Tensor:
@@ -456,8 +375,8 @@ def _runs(model: Model, bound: Any, base_b: Any, src_b: Any, hooks: _Hooks, dire
     """Steps (1)–(3) of the module docstring: the source run, the base run with its graph, M at both (KL's clean
     reference the clean run's output) and one ``autograd.grad`` of Σ_prompts M(base)."""
     final = hooks.final
-    src = _run(model, src_b, hooks.src, final, grad=False)  # inference tensors
-    base = _run(model, base_b, hooks.base, final, grad=True)
+    src = _run(model, src_b, [*hooks.src, final], grad=False)  # inference tensors
+    base = _run(model, base_b, [*hooks.base, final], grad=True)
     with torch.inference_mode():
         out_src = bound.read(model, bound.select(src[final]))
     out_src = out_src.clone()  # a normal tensor: KL's clean reference enters the gradient run
@@ -483,8 +402,8 @@ def _qk_fixed(
     fixed: dict[int, dict[str, Tensor]] = {}
     for l in hooks.fix_layers:
         valid = _valid_keys(base_b.attention_mask, T, arch.causal, arch.window(l))
-        Qb, Kb = _qk(model, runs.base, hooks.qk[l])
-        Qs, Ks = _qk(model, runs.src, hooks.qk[l])
+        Qb, Kb = _qk(runs.base, hooks.qk[l])
+        Qs, Ks = _qk(runs.src, hooks.qk[l])
         kinds = {s.kind for s in sites if s.layer == l and s.kind in ("q", "k")}
         fixed[l] = _qk_fix_layer(
             kinds,

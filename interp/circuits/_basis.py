@@ -15,15 +15,15 @@ random orthogonal basis (the control: what "no preferred basis" looks like for t
 residual dimensions (massive activations, Adam/norm-gain effects); the comparison with (b) shows
 how far the residual basis departs from basis-free, and (c) how privileged the neurons are.
 
-This is the one function in :mod:`interp.circuits` that runs the model: it attaches forward hooks
-through ``model.bridge.hooks(...)`` (removed on exit, also on error) and streams the four power
-sums per coordinate in float64, so memory does not grow with the number of tokens.
+It runs the engine's forward once per text (:func:`interp.engine.internal.run_with_hooks`) and streams the
+four power sums per coordinate in float64 as each layer produces its tensors, so memory does not grow with
+the number of tokens.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Sequence, Union
 
 import pandas as pd
 import torch
@@ -34,6 +34,7 @@ from interp._result import Result
 from interp._validate import check_bool
 from interp.circuits._common import check_data, check_model
 from interp.circuits._rotation import random_rotation
+from interp.engine.internal import run_with_hooks
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 from interp.labels import Neuron, Resid
 from interp.models import describe_block
@@ -194,32 +195,29 @@ def privileged_basis_report(
     rotated = [_Moments() for _ in range(a.n_layers)]
     neurons = [_Moments() for _ in range(a.n_layers)] if describe_block(a).has_mlp else None
 
-    def resid_hook(layer: int):
-        def fn(t: Tensor, hook: Any) -> Tensor:
-            x = t[0, first:].detach().to(torch.float64)  # [pos, d_model], on the model's device as Q
+    def resid_hook(layer: int) -> Callable[[Tensor], None]:
+        def fn(t: Tensor) -> None:
+            x = t[0, first:].to(torch.float64)  # [pos, d_model], on the model's device as Q
             resid[layer].add(x)
             rotated[layer].add(x @ Q)
-            return t
 
         return fn
 
-    def neuron_hook(layer: int):
-        def fn(t: Tensor, hook: Any) -> Tensor:
+    def neuron_hook(layer: int) -> Callable[[Tensor], None]:
+        def fn(t: Tensor) -> None:
             neurons[layer].add(t[0, first:])  # type: ignore[index]
-            return t
 
         return fn
 
-    hooks = [(f"blocks.{l}.hook_resid_post", resid_hook(l)) for l in range(a.n_layers)]
+    hooks = {f"blocks.{l}.hook_resid_post": resid_hook(l) for l in range(a.n_layers)}
     if neurons is not None:
-        hooks += [(f"blocks.{l}.mlp.out.hook_in", neuron_hook(l)) for l in range(a.n_layers)]
+        hooks |= {f"blocks.{l}.mlp.hook_post": neuron_hook(l) for l in range(a.n_layers)}
     n_tokens = 0
-    with torch.no_grad(), model.bridge.hooks(fwd_hooks=hooks):  # removed on exit, also on error
-        for r in rows:
-            if r.shape[1] <= first:
-                continue
-            model.bridge(r)
-            n_tokens += r.shape[1] - first
+    for r in rows:  # one engine walk per text, its moments streamed as each layer produces its tensors
+        if r.shape[1] <= first:
+            continue
+        run_with_hooks(model, r, torch.ones_like(r), hooks)
+        n_tokens += r.shape[1] - first
     stack = lambda ms: torch.stack([m.kurtosis() for m in ms])  # noqa: E731
     return PrivilegedBasisReport(
         resid=stack(resid),

@@ -65,6 +65,7 @@ from torch import Tensor
 from interp._norms import accumulate_dtype, apply_frozen, norm_scale
 from interp.circuits._common import need_unembed
 from interp.engine import unembed
+from interp.engine.internal import run_with_hooks
 from interp._result import Result
 from interp._validate import check_index, check_int_min
 from interp.errors import ArgumentError, LabelError, MemoryCapError, ShapeError, UnsupportedOperationError
@@ -320,32 +321,19 @@ def _count_terms(n_layers: int, n_heads: int, order: int, n_sources: int, ln_bia
 
 
 def _capture(model: Model, tokens: Tensor) -> tuple[Tensor, list[Tensor], list[Tensor], Optional[Tensor]]:
-    """One forward pass: logits, patterns per layer, norm inputs per layer, final-norm input."""
-    arch = model.arch
-    patterns: dict[int, Tensor] = {}
-    norm_in: dict[int, Tensor] = {}
-    final_in: list[Tensor] = []
-
-    def keep(store: dict[int, Tensor], l: int):
-        def hook(t: Tensor, hook: Any) -> None:
-            store[l] = t.detach().clone()
-
-        return hook
-
-    hooks = [(f"blocks.{l}.attn.hook_pattern", keep(patterns, l)) for l in range(arch.n_layers)]
+    """One walk of the engine's forward: logits, patterns per layer, norm inputs per layer, final-norm input."""
+    arch, L = model.arch, model.arch.n_layers
+    names = [f"blocks.{l}.attn.hook_pattern" for l in range(L)]
     if arch.norm != "none":
-        hooks += [(f"blocks.{l}.ln1.hook_in", keep(norm_in, l)) for l in range(arch.n_layers)]
-        hooks.append(("ln_final.hook_in", lambda t, hook: final_in.append(t.detach().clone())))
-    with torch.no_grad(), model.bridge.hooks(fwd_hooks=hooks):
-        logits = model.bridge(tokens)
-    missing = [l for l in range(arch.n_layers) if l not in patterns]
-    if missing:
-        raise UnsupportedOperationError(f"model {arch.name!r}: no attention pattern captured for layers {missing}")
+        names += [f"blocks.{l}.ln1.hook_in" for l in range(L)] + ["ln_final.hook_in"]
+    acts, logits = run_with_hooks(model, tokens, torch.ones_like(tokens), dict.fromkeys(names), logits=True)
+    if logits is None:
+        raise UnsupportedOperationError(f"model {arch.name!r} has no unembedding: there are no logits to expand")
     return (
-        logits.detach(),
-        [patterns[l] for l in range(arch.n_layers)],
-        [norm_in[l] for l in range(arch.n_layers)] if arch.norm != "none" else [],
-        final_in[0] if final_in else None,
+        logits,
+        [acts[f"blocks.{l}.attn.hook_pattern"] for l in range(L)],
+        [acts[f"blocks.{l}.ln1.hook_in"] for l in range(L)] if arch.norm != "none" else [],
+        acts.get("ln_final.hook_in"),
     )
 
 

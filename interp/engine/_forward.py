@@ -102,9 +102,16 @@ class Engine:
         one of its weight tensors has been changed in place (their version counters) or replaced."""
         w = model.weights
         stamp = tuple((id(t), t._version) for t in vars(w).values() if isinstance(t, Tensor))
-        engine: Engine = model.derived("_engine", stamp, lambda: cls(model))
+        engine: Engine = model.derived("_engine", stamp, lambda: cls._build(model))
         engine.masks.clear()  # keyed by a mask's address, which a later call may reuse
         return engine
+
+    @classmethod
+    def _build(cls, model: Model) -> "Engine":
+        """A new engine whose fused weights are ordinary constants wherever it is built: a gradient pass may save
+        them for backward even when the first call came inside ``torch.inference_mode()``."""
+        with torch.inference_mode(False), torch.no_grad():
+            return cls(model)
 
     @staticmethod
     def drop(model: Model) -> None:
@@ -207,9 +214,10 @@ class Engine:
             x = self.norm(x, w.ln_emb_w, w.ln_emb_b, "layernorm")
         return x
 
-    def mlp(self, l: int, h: Tensor) -> Tensor:
+    def mlp(self, l: int, h: Tensor, *, keep: Optional[Callable[[str, Tensor], None]] = None) -> Tensor:
         """Layer l's MLP on its (normalised) input: act(h W_gate + b_gate) ⊙ (h W_in + b_in) W_out + b_out, or
-        act(h W_in + b_in) W_out + b_out (one GEMM for [gate | up]; safe under autograd)."""
+        act(h W_in + b_in) W_out + b_out (one GEMM for [gate | up]; safe under autograd). ``keep("mlp_post", a)``
+        is handed the hidden activation a, what W_out reads (a dense MLP's; a mixture of experts has none)."""
         if self.arch.n_experts:
             return self.experts(l, h)
         pre = _linear(h, self.W_in[l], None if self.b_in is None else self.b_in[l])
@@ -218,6 +226,8 @@ class Engine:
             act = self.act(gate) * up
         else:
             act = self.act(pre)
+        if keep is not None:
+            keep("mlp_post", act)
         return _linear(act, self.w.W_out[l], None if self.b_out is None else self.b_out[l])
 
     def experts(self, l: int, h: Tensor) -> Tensor:
@@ -384,8 +394,13 @@ class Engine:
         keep("q", q)
         keep("k", k)
         keep("v", v)
-        qk = self.position_qk(l, qkv[:, :, : H + Hkv], t0)
+        # from the kept q and k themselves where they are kept (a gradient by them then flows), else one slice
+        qk = self.position_qk(
+            l, torch.cat([q, k], dim=2) if live.wants("q") or live.wants("k") else qkv[:, :, : H + Hkv], t0
+        )
         q, k = qk[:, :, :H], qk[:, :, H:]
+        keep("rot_q", q)  # as the scores use them: QK-normed, rotated [R, T, heads, d_head]
+        keep("rot_k", k)
         q = q.transpose(1, 2)  # [R, H, T, dh]
         k = k.transpose(1, 2)  # [R, Hkv, T, dh]
         v = v.transpose(1, 2)
@@ -401,12 +416,16 @@ class Engine:
             k = torch.cat([pk, k], dim=2)
             v = torch.cat([pv, v], dim=2)
         allowed = self.allowed(mask, prompt, t0, T, self.arch.window(l))  # [R | 1, 1, T, N] or None
-        if "pattern" in by or live.wants("pattern"):
+        # z from the pattern where the pattern is patched, or kept in a gradient pass (a gradient by it then
+        # flows); else the fused kernel, the pattern kept beside it: keeping it leaves the forward's values as they are
+        if "pattern" in by or (live.wants("pattern") and torch.is_grad_enabled()):
             A = apply_patches(self.pattern(l, q, k, allowed), by.get("pattern"), t0, headed=True, pattern=True)
             keep("pattern", A)
             z = self.weigh(A, v)
         else:
             z = self.attend(l, q, k, v, allowed)
+            if live.wants("pattern"):
+                keep("pattern", self.pattern(l, q, k, allowed))
         z = apply_patches(z, by.get("z"), t0, headed=True)
         keep("z", z)
         return self.attn_out(l, z)

@@ -78,28 +78,38 @@ class LiveLayer:
 
     def read(self, sub: str, norm: Optional[str], stream: Tensor) -> Tensor:
         h = self._norm(norm, stream)
+        if norm is not None:  # a pre-norm's input and output ("ln1_in", "ln1_out"), kept when captured
+            self.keep(f"{norm}_in", stream)
         if sub == "attn":
             self.x = stream
+            if norm is not None:
+                self.keep(f"{norm}_out", h)
             return h
         for p in self.by.get("mlp_in", ()):  # one reader sees the residual shifted by p.value
             h = h.clone() if h is stream else h
             h[p.rows] = self.e.norm_at(norm, self.l, stream[p.rows] + p.value)
         self.h_mlp = h
+        if norm is not None:
+            self.keep(f"{norm}_out", h)
         return h
 
     def apply(self, sub: str, h: Tensor) -> Tensor:
         if sub == "attn":
             assert self.x is not None
             return self.e.attention_live(self.l, self.x, h, self)
-        return self.e.mlp(self.l, h)
+        return self.e.mlp(self.l, h, keep=self.keep if self.wants("mlp_post") else None)
 
     def out_norm(self, sub: str, norm: str, out: Tensor) -> Tensor:
         self.keep(f"{norm}_in", out)
-        return self._norm(norm, out)
+        y = self._norm(norm, out)
+        self.keep(f"{norm}_out", y)
+        return y
 
     def add(self, sub: str, stream: Tensor, out: Tensor) -> Tensor:
         return stream.add_(out) if self.inplace else stream + out
 
     def norm(self, norm: str, stream: Tensor) -> Tensor:
         self.keep(f"{norm}_in", stream)
-        return self.e.norm_at(norm, self.l, stream)
+        out = self.e.norm_at(norm, self.l, stream)
+        self.keep(f"{norm}_out", out)
+        return out

@@ -1,60 +1,46 @@
-"""One forward pass through the bridge with temporary capture hooks.
+"""Capture at transformer-lens's hook names, from one walk of the engine's forward.
 
-Hooks are added with ``bridge.hooks(...)`` (a context manager that removes exactly the handles
-it added in a ``finally`` block), so no hook of ours survives an exception or a
-KeyboardInterrupt raised inside the forward pass, and hooks the user attached are left alone.
-Capture hooks return their input unchanged, so outputs are bitwise those of a plain run.
+``capture(model, batch, names)`` returns ``{hook name: activation}`` and the logits of one forward; every
+analysis of the residual stream reads its tensors this way (:func:`interp.engine.internal.run_with_hooks`: the
+names it serves, and a function per name to shrink a tensor as it is produced). No hook is attached to the
+bridge, so the user's own transformer-lens hooks on ``model.bridge`` neither see nor change these runs.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
-import torch
 from torch import Tensor
 
+from interp.engine.internal import run_with_hooks
 from interp.models import Model
-from interp.stream._inputs import Batch
+from interp.stream._inputs import Batch, as_batch
 
-__all__ = ["capture", "run_forward", "count_hooks"]
+__all__ = ["capture", "count_hooks"]
 
 Reducer = Callable[[Tensor], Tensor]
 
 
-def _capture_fn(store: dict[str, Tensor], key: str, reduce: Optional[Reducer]) -> Callable:
-    def hook(x: Tensor, hook: Any = None) -> Tensor:
-        v = x.detach()
-        store[key] = reduce(v) if reduce is not None else v
-        return x
-
-    return hook
-
-
-def run_forward(model: Model, batch: Batch, fwd_hooks: list, **kwargs: Any) -> Any:
-    """``bridge(tokens)`` with temporary hooks; the attention mask is always passed."""
-    bridge = model.bridge
-    with torch.inference_mode(), bridge.hooks(fwd_hooks=fwd_hooks):
-        return bridge(batch.tokens, attention_mask=batch.attention_mask, **kwargs)
-
-
 def capture(
     model: Model,
-    batch: Batch,
+    batch: Union[Batch, str, list, Tensor],
     names: Iterable[str],
     *,
     reducers: Optional[Mapping[str, Reducer]] = None,
-    **kwargs: Any,
-) -> tuple[dict[str, Tensor], Any]:
-    """Run once, returning ``{hook_name: activation}`` for ``names`` and the forward's output.
+    logits: bool = True,
+) -> tuple[dict[str, Tensor], Optional[Tensor]]:
+    """One forward of ``batch`` (a :class:`interp.models.Batch`, or inputs as :func:`interp.trace` takes them):
+    ``{hook_name: activation}`` for ``names`` and the logits [batch, pos, d_vocab] (None with ``logits=False``
+    or for a model without an unembedding).
 
-    ``reducers[name]`` (optional) shrinks an activation as it is captured (e.g. keep one
-    position), so nothing larger than needed is held.
+    ``reducers[name]`` (optional) shrinks an activation as it is captured (e.g. keep one position), so nothing
+    larger than needed is held.
     """
-    store: dict[str, Tensor] = {}
+    if not isinstance(batch, Batch):
+        batch = as_batch(model, batch)
     reducers = reducers or {}
-    hooks = [(n, _capture_fn(store, n, reducers.get(n))) for n in dict.fromkeys(names)]
-    out = run_forward(model, batch, hooks, **kwargs)
-    return store, out
+    hooks = {n: reducers.get(n) for n in dict.fromkeys(names)}
+    return run_with_hooks(model, batch.tokens, batch.attention_mask, hooks, logits=logits)
 
 
 def count_hooks(bridge: Any) -> int:

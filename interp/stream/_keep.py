@@ -9,10 +9,10 @@ under GQA), and its output is z_h = A^h v_g. ``trace(..., keep=...)`` keeps, per
     "v"         blocks.{l}.attn.hook_v          [batch, pos, n_kv_heads, d_head]  (b_V included)
 
 so that q·kᵀ/√d_head, masked and softmaxed, is the pattern, and the pattern times v is hook_z.
-Rotary models: the bridge's ``hook_q``/``hook_k`` hold q and k before the rotation (and not every
-family fires ``hook_rot_q``), so the rotation is applied here from the pass's own ``hook_cos`` /
-``hook_sin`` (over the first ``rotary_dim`` dimensions, in the layout ``ArchInfo.rotary_interleaved`` says),
-through :func:`interp.engine.internal.apply_rotary`.
+q and k are kept where the engine's forward scores them (``hook_rot_q`` / ``hook_rot_k``: after the QK-norm
+and the rotation). A trace saved by an earlier version kept the bridge's ``hook_q`` / ``hook_k`` (before the
+rotation, QK-normed ones as ``hook_q_normed``) with the pass's ``hook_cos`` / ``hook_sin``; :func:`kept_tensor`
+rotates those on reading, through :func:`interp.engine.internal.apply_rotary`.
 """
 
 from __future__ import annotations
@@ -46,41 +46,30 @@ def check_keep(keep: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
-_HOOK = {"patterns": "hook_pattern", "q": "hook_q", "k": "hook_k", "v": "hook_v", "cos": "hook_cos", "sin": "hook_sin"}
+_HOOK = {"patterns": "hook_pattern", "q": "hook_rot_q", "k": "hook_rot_k", "v": "hook_v"}
 
 
 def keep_hooks(model: Model, keep: Sequence[str]) -> dict[str, list[str]]:
-    """{keep item: [hook name of layer 0, 1, ...]} for this model's bridge (plus "cos"/"sin" when a
-    rotary model keeps q or k)."""
-    hooks = model.bridge.hook_dict
-    items = list(keep)
-    if {"q", "k"} & set(items):  # the kept q and k must give the pattern by softmax(q kᵀ · scale)
+    """{keep item: [hook name of layer 0, 1, ...]}: the engine's points (:func:`interp.engine.internal.run_with_hooks`)
+    where the pattern, q and k as the scores use them (QK-normed, rotated) and v are."""
+    if {"q", "k"} & set(keep):  # the kept q and k must give the pattern by softmax(q kᵀ · scale)
         require_capabilities(model, "trace(keep=('q', 'k'))", "attn_softcap")
-    if model.arch.positional == "rotary" and {"q", "k"} & set(items):
-        items += ["cos", "sin"]
-    out: dict[str, list[str]] = {}
-    for item in items:
-        hook = _HOOK[item] + ("_normed" if model.arch.qk_norm and item in ("q", "k") else "")  # after the QK-norm
-        names = [f"blocks.{l}.attn.{hook}" for l in range(model.arch.n_layers)]
-        missing = [n for n in names if n not in hooks]
-        if missing:
-            raise ArgumentError(f"keep={tuple(keep)!r}: this model's bridge has no hook {missing[0]!r} for {item!r}")
-        out[item] = names
-    return out
+    return {item: [f"blocks.{l}.attn.{_HOOK[item]}" for l in range(model.arch.n_layers)] for item in keep}
 
 
 def kept_tensor(
     acts: Mapping[str, Tensor], kept: Mapping[str, list[str]], item: str, *, interleaved: bool = False, d_head: int = 0
 ) -> Tensor:
-    """A kept item stacked over layers (q and k rotated for rotary models; a QK-norm over the whole
-    projection, OLMo 2, is kept unsplit [b, pos, n·d_head] and split here into heads of ``d_head``)."""
+    """A kept item stacked over layers. A trace saved by an earlier version (module docstring) holds q and k before
+    the rotation, rotated here, and an OLMo 2 QK-norm over the whole projection unsplit [b, pos, n·d_head], split
+    here into heads of ``d_head``."""
     hooks = kept.get(item)
     if not hooks:
         raise ArgumentError(
             f"this trace did not keep {item!r}; trace again with keep=({item!r},) (allowed items: {', '.join(KEEP)})"
         )
     xs = [acts[h] for h in hooks]
-    if hooks[0].endswith("_normed"):  # the bridge keeps the QK-normed q and k heads-first: [b, n, pos, d]
+    if hooks[0].endswith("_normed"):  # an earlier version's trace: QK-normed q and k heads-first, [b, n, pos, d]
         xs = [x.unflatten(-1, (-1, d_head)) if x.dim() == 3 else x.transpose(1, 2) for x in xs]
     if item in ("q", "k") and "cos" in kept:
         xs = [

@@ -20,13 +20,13 @@ Extra memory beyond the forward pass itself: Σ_reads n_terms · batch · pos ·
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
 
 from interp.models import Model
-from interp.stream._capture import run_forward
+from interp.engine.internal import run_with_hooks
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch
 from interp.stream._walk import Plan, project_term, scale_chain, sigma
@@ -36,8 +36,8 @@ __all__ = ["capture_projected"]
 
 def capture_projected(
     model: Model, batch: Batch, plans: dict[str, Plan], str_tokens: Any
-) -> tuple[dict[str, Decomposition], Any]:
-    """Run once; return {read label: its projected Decomposition} and the forward's output.
+) -> tuple[dict[str, Decomposition], Optional[Tensor]]:
+    """Run the engine's forward once; return {read label: its projected Decomposition} and the logits.
 
     Every tensor that outlives a hook (each read's [n_terms, batch, pos, k] result, its total, the
     σ's) is allocated before the pass and filled in place: small allocations kept alive between
@@ -67,9 +67,8 @@ def capture_projected(
             sigma_rows.setdefault(h, len(sigma_rows))
     sigma_buf = torch.empty(len(sigma_rows), b, p, 1, dtype=dtype, device=dev)
 
-    def make(name: str) -> Callable:
-        def hook(x: Tensor, hook: Any = None) -> Tensor:
-            v = x.detach()
+    def make(name: str) -> Callable[[Tensor], None]:
+        def hook(v: Tensor) -> None:
             for read, i, row in term_jobs.get(name, ()):
                 t = plans[read].terms[i]
                 out_buf[read][row : row + len(t.labels)].copy_(project_term(t, v, w, b, p))  # broadcasts
@@ -77,12 +76,11 @@ def capture_projected(
                 sigma_buf[sigma_rows[name]].copy_(sigma(v, arch, dtype))
             for read in total_jobs.get(name, ()):
                 total_buf[read].copy_(torch.einsum("bpd,bkd->bpk", v.to(dtype), plans[read].U0))
-            return x
 
         return hook
 
     names = list(dict.fromkeys([*term_jobs, *total_jobs, *sigma_rows]))
-    out = run_forward(model, batch, [(n, make(n)) for n in names])
+    _, out = run_with_hooks(model, batch.tokens, batch.attention_mask, {n: make(n) for n in names}, logits=True)
     result: dict[str, Decomposition] = {}
     for read, plan in plans.items():
         S = scale_chain([sigma_buf[sigma_rows[h]] for h in plan.norm_hooks], b, p, plan.U0)

@@ -1,4 +1,5 @@
-"""trace(): one hooked forward pass, and exact decompositions of every read and resid point.
+"""trace(): one forward pass read at every read and write point, and exact decompositions of every read and resid
+point (the engine's forward, captured at transformer-lens's hook names: :mod:`interp.stream._capture`).
 
 Algorithm (Elhage et al. 2021, "A Mathematical Framework", §2 the residual stream; docs/math.md
 §2–4). For a read point R and directions U [k, d_model] (the identity basis unless the
@@ -276,7 +277,7 @@ def trace(
     project: Optional[Mapping[str, Tensor]] = None,
     keep: Sequence[str] = (),
 ) -> ResidualTrace:
-    """Run ``model`` once on ``inputs`` with capture hooks and return a :class:`ResidualTrace`.
+    """Run ``model`` once on ``inputs`` (the engine's forward) and return a :class:`ResidualTrace`.
 
     ``neurons``: True (every layer) or a list of layers whose MLP writes split into neurons.
     ``project_onto``: default directions [k, d_model] for every ``decompose`` of this trace.
@@ -311,7 +312,7 @@ def trace(
         raise ArgumentError(f"neurons={neurons!r}: model {model.name!r} is attention-only (no MLP neurons)")
     if neuron_layers:  # a mixture of experts' neurons are its experts', scaled by the router: not split yet
         require_capabilities(model, f"trace(neurons={neurons!r})", "experts")
-    has_types = "token_type_embed.hook_out" in model.bridge.hook_dict
+    has_types = model.weights.W_type is not None
     # [batch, pos] ids: one list of strings per prompt
     str_tokens = cast(list[list[str]], model.to_str_tokens(batch.tokens)) if model.tokenizer is not None else None
     keep = check_keep(keep)
@@ -334,7 +335,7 @@ def trace(
         activations=acts,
         weights=model.weights,
         neuron_layers=neuron_layers,
-        logits=logits if torch.is_tensor(logits) else None,
+        logits=logits,
         has_types=has_types,
         kept=kept,
     )
@@ -380,5 +381,5 @@ def _trace_projected(
         plans[label] = plan_walk(model.arch, model.weights, prog, idx, U)
     decs, logits = capture_projected(model, batch, plans, str_tokens)
     object.__setattr__(tr, "projected", decs)
-    object.__setattr__(tr, "logits", logits if torch.is_tensor(logits) else None)
+    object.__setattr__(tr, "logits", logits)
     return tr

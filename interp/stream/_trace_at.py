@@ -14,24 +14,19 @@ head reads from every source position.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from interp.errors import ArgumentError
 from interp.models import Model
-from interp.stream._capture import run_forward
+from interp.engine.internal import run_with_hooks
 from interp.stream._inputs import Batch
 from interp.stream._keep import check_keep, keep_hooks
 from interp.stream._trace import ResidualTrace, capture_names
 
 __all__ = ["trace_at"]
-
-
-class _StopForward(Exception):
-    """Raised inside a hook to end the forward pass once everything needed is captured."""
 
 
 def trace_at(
@@ -46,14 +41,13 @@ def trace_at(
     """A :class:`ResidualTrace` holding positions ``positions[b]`` of each prompt only.
 
     ``positions``: [batch] (the pos axis has length 1) or [batch, k]. With ``stop_before_unembed``
-    (pre-norm decoders) the forward pass ends at the final norm's input — the full-vocabulary
-    unembedding at every position is never computed — and the final norm's output at the kept
-    positions is recomputed with the model's own ``ln_final`` module (bitwise what the full pass
-    would give). ``keep``: attention internals to keep (module docstring).
+    (pre-norm decoders) the forward pass ends at the final norm — the full-vocabulary unembedding
+    is never computed; otherwise the logits are read at the kept positions only. ``keep``:
+    attention internals to keep (module docstring).
     """
     arch = model.arch
     keep = check_keep(keep)
-    has_types = "token_type_embed.hook_out" in model.bridge.hook_dict
+    has_types = model.weights.W_type is not None
     names = capture_names(arch, neuron_layers=neuron_layers, has_types=has_types)
     b = batch.tokens.shape[0]
     rows = torch.arange(b, device=batch.tokens.device)[:, None]  # [b, 1]
@@ -68,39 +62,16 @@ def trace_at(
     def queries(x: Tensor) -> Tensor:  # a pattern [b, H, q, k] gathered on its query axis -> [b, H, k_kept, k]
         return x[rows, :, pos2].permute(0, 2, 1, 3).clone()
 
-    if "q" in keep and arch.positional == "rotary":
-        raise ArgumentError(
-            "keep=('q',) of a rotary model is available from trace(), not from a position-gathered "
-            "trace (its rotation needs every position's angle)"
-        )
     reducers = {n: at_pos for n in names}
-    extra = keep_hooks(model, keep)
-    for item, hooks in extra.items():
-        for n in hooks:
+    for item, hooks in keep_hooks(model, keep).items():
+        for n in hooks:  # q is kept as the scores use it (rotated), so it is gathered like the stream
             reducers[n] = queries if item == "patterns" else at_pos if item == "q" else (lambda x: x.clone())
+    # pre-norm decoders with stop_before_unembed: the final norm's output is the walk's last tensor, and the
+    # full-vocabulary unembedding is never computed
     stop = stop_before_unembed and arch.norm != "none" and arch.has_logits
-    if stop:
-        reducers.pop("ln_final.hook_out", None)
-    store: dict[str, Tensor] = {}
-
-    def grab(name: str):
-        reduce = reducers[name]
-
-        def hook(x: Tensor, hook: Any = None) -> Tensor:
-            store[name] = reduce(x.detach())
-            if stop and name == "ln_final.hook_in":
-                raise _StopForward
-            return x
-
-        return hook
-
-    logits = None
-    try:
-        out = run_forward(model, batch, [(n, grab(n)) for n in reducers])
-        logits = out[rows, pos2] if torch.is_tensor(out) else None
-    except _StopForward:
-        with torch.inference_mode():
-            store["ln_final.hook_out"] = model.bridge.ln_final(store["ln_final.hook_in"])
+    store, logits = run_with_hooks(
+        model, batch.tokens, batch.attention_mask, reducers, logits=False if stop else (lambda x: x[rows, pos2])
+    )
     tokens = batch.tokens[rows, pos2]
     return ResidualTrace(
         arch=arch,

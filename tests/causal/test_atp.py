@@ -18,6 +18,7 @@ import interp
 import interp.stream.internal
 from interp.causal import Direction, KL, LogitDiff
 from interp.causal._atp import attribution_patch, key_fix_each
+from interp.engine.internal import Engine
 from interp.errors import (
     ArgumentError,
     InterpError,
@@ -29,7 +30,7 @@ from interp.errors import (
 from interp.models import model_from_hf_unchecked as model_from_hf
 from interp.stream.internal import count_hooks
 from rounding import assert_same_up_to_rounding
-from tiny_models import FAMILIES, MORE_FAMILIES, tiny_hf_model, tiny_model, tiny_tokenizer
+from tiny_models import FAMILIES, FP32_ATTENTION, MORE_FAMILIES, tiny_hf_model, tiny_model, tiny_tokenizer
 
 # pairs of equal length; the second pair is shorter, so the batch has right padding
 CLEAN = ["w1 w2 w3 w4 w5", "w6 w7 w8"]
@@ -196,7 +197,11 @@ def test_atp_patterns_in_float64(family):
     """Pattern nodes (per query position). The tiny models' patterns barely move between the two inputs
     (effects ~1e-5, sums of cancelling terms), so float64: float32 rounding would be a third of them."""
     model = tiny_model(family, dtype=torch.float64)
-    _check(model, family, "patterns", "each", rtol=1e-6, atol_scale=1e-6)
+    # Phi-3's and GPT-J's own attention runs in float32 even in a float64 model (tiny_models.FP32_ATTENTION) and
+    # attribution patching reads interp's float64 forward: the forward-mode reference, taken through the model's own
+    # forward, agrees with it at the float32 checks' tolerance only
+    tol = 1e-4 if family in FP32_ATTENTION else 1e-6
+    _check(model, family, "patterns", "each", rtol=tol, atol_scale=tol)
 
 
 @pytest.mark.parametrize("family", ["llama", "bert"])
@@ -291,13 +296,6 @@ def _pattern_grad(model, family, base, layer, metric):
     return store[pat].detach(), g
 
 
-def test_qk_fix_refuses_a_bridge_without_rotary_hooks():
-    """GPT-J's bridge exposes no hook_cos/hook_sin: the QK fix cannot rebuild its rotated scores and says so."""
-    model = tiny_model("gptj")
-    with pytest.raises(UnsupportedOperationError, match="hook_cos"):
-        attribution_patch(model, CLEAN, CORRUPT, metric=_metric(model, "gptj"), nodes=["L1.attn.q[H0]"], qk_fix=True)
-
-
 @pytest.mark.parametrize("family", ["gemma2", "olmo2", "olmoe"])
 def test_qk_fix_refuses_soft_capped_scores(family):
     """The QK fix rebuilds scores as q·k from the bridge's hooks: with capped scores it cannot; with OLMo 2's
@@ -309,7 +307,7 @@ def test_qk_fix_refuses_soft_capped_scores(family):
 
 
 @pytest.mark.parametrize(
-    "family", ["llama", "gpt2", "neox", "bert", "qwen2", "mistral", "gemma", "phi3", "qwen3", "gemma3_text"]
+    "family", ["llama", "gpt2", "neox", "bert", "qwen2", "mistral", "gemma", "phi3", "gptj", "qwen3", "gemma3_text"]
 )
 @pytest.mark.slow
 @pytest.mark.parametrize("positions", ["all", "each"])
@@ -440,7 +438,7 @@ def _state(model):
     ]
 
 
-def test_no_hook_grad_or_flag_survives_a_call_or_an_interrupt():
+def test_no_hook_grad_or_flag_survives_a_call_or_an_interrupt(monkeypatch):
     model = tiny_model("llama", seed=3)
     interp.trace(model, "w1 w2")  # warm the bridge (transformer-lens wires its own hooks on the first pass)
     before_hooks, before = count_hooks(model.bridge), _state(model)
@@ -448,21 +446,19 @@ def test_no_hook_grad_or_flag_survives_a_call_or_an_interrupt():
     assert count_hooks(model.bridge) == before_hooks and _state(model) == before
     assert all(p.grad is None for p in model.bridge.parameters())
     calls = []
+    real_mlp = Engine.mlp
 
-    def interrupt(x, hook=None):
+    def interrupt(self, l, h, **kw):  # a KeyboardInterrupt inside the gradient pass's last MLP
         calls.append(torch.is_grad_enabled())
-        if torch.is_grad_enabled():  # the base (gradient) pass
+        if torch.is_grad_enabled() and l == model.arch.n_layers - 1:
             raise KeyboardInterrupt
-        return x
+        return real_mlp(self, l, h, **kw)
 
-    hp = model.bridge.hook_dict["blocks.1.hook_mlp_out"]
-    hp.add_hook(interrupt)
-    try:
+    with monkeypatch.context() as mp:
+        mp.setattr(Engine, "mlp", interrupt)
         with pytest.raises(KeyboardInterrupt):
             attribution_patch(model, CLEAN, CORRUPT, metric=LogitDiff(A, W), nodes="components")
-    finally:
-        hp.remove_hooks()
-    assert calls == [False, True]
+    assert calls == [False, False, True, True]  # the source pass's two MLPs, the gradient pass's
     assert count_hooks(model.bridge) == before_hooks and _state(model) == before
     again = attribution_patch(model, CLEAN, CORRUPT, metric=LogitDiff(A, W), nodes="head_inputs", qk_fix=True)
     assert torch.equal(again.per_prompt, r.per_prompt)

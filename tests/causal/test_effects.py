@@ -20,7 +20,7 @@ import torch
 import interp
 from interp.causal import Direction, LogitDiff, effects, patch
 from interp.models import Batch
-from interp.stream._capture import capture
+from bridge_capture import capture
 from tiny_models import FAMILIES, LINEAR_LOGITS, MORE_FAMILIES, fp64_tol, tiny_model
 
 CLEAN = torch.tensor([[1, 5, 6, 7, 8, 9, 10], [1, 15, 16, 17, 18, 19, 20]])

@@ -19,7 +19,7 @@ import interp
 from interp.causal import LogitDiff
 from interp.edges import circuit_graph, edge_attribution, evaluate_circuit
 from interp.models import Batch
-from interp.stream._capture import capture
+from bridge_capture import capture
 from tiny_models import EDGE_FAMILIES, LINEAR_LOGITS, tiny_hf_model, tiny_model
 
 CLEAN = torch.tensor([[1, 5, 6, 7, 8, 9, 10], [1, 15, 16, 17, 18, 19, 20]])

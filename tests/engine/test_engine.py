@@ -15,7 +15,7 @@ import interp
 from interp.engine.internal import Engine, Patch, Variant
 from interp.causal._metrics import readout
 from interp.models import tokenize
-from interp.stream._capture import capture
+from bridge_capture import capture
 from tiny_models import FAMILIES, MORE_FAMILIES, fp64_tol, tiny_model
 
 TEXTS = ["w1 w2 w3 w4 w5 w6", "w5 w6 w7"]

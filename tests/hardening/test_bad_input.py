@@ -1033,7 +1033,7 @@ def test_half_precision_models_own_pattern_is_accepted(dtype):
     """A bf16 model's own softmax rows sum to 1 only to bf16 precision; head_operator must accept
     the model's pattern and reproduce the head's write to that precision."""
     from interp.stream.internal import as_batch
-    from interp.stream import capture
+    from bridge_capture import capture
 
     m = tiny_model("gpt2", dtype=dtype)
     ids = torch.randint(4, 100, (1, 40), generator=torch.Generator().manual_seed(5))

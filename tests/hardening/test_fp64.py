@@ -111,7 +111,7 @@ from interp.circuits import (  # noqa: E402
     virtual_weight_norms,
     virtual_weights,
 )
-from interp.stream import capture  # noqa: E402
+from bridge_capture import capture  # noqa: E402
 from interp.stream._inputs import as_batch  # noqa: E402
 
 CTOL = 1e-11

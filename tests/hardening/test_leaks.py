@@ -1,8 +1,8 @@
 """Leaks and state (docs/math.md §15, and pitfalls other tools hit: hooks left behind, leaks):
 
-* no hook of ours remains on the bridge after any public call that runs the model — including
-  calls that raise mid-forward (a RuntimeError or a KeyboardInterrupt from inside a hook point,
-  or a bad argument discovered only after earlier batches already ran);
+* no hook of ours remains on the bridge after any public call that runs the model (they run the engine's
+  forward and attach none) — including calls that raise mid-forward (a RuntimeError or a KeyboardInterrupt
+  from inside the engine's forward, or a bad argument discovered only after earlier batches already ran);
 * a hook the user attached with ``model.bridge.add_hook`` survives our calls and still fires;
 * 100 traces / attributions in a loop do not grow the process's RSS beyond a small bound;
 * every saved result class round-trips through ``save`` / ``load`` (values equal, class kept).
@@ -21,6 +21,7 @@ from interp.attribution import attribute_direction, attribute_logits
 from interp.errors import ArgumentError
 from interp.circuits import privileged_basis_report
 from interp.circuits._path_expansion import path_expansion
+from interp.engine.internal import Engine
 from interp.reports import report
 from interp.stream import attention_patterns, trace
 from interp.stream.internal import count_hooks
@@ -49,14 +50,17 @@ def models():
     return {f: (_toy() if f == "toy" else tiny_model(f)) for f in FAMILIES}
 
 
-#: calls that run the engine's forward, not the bridge's: they attach no hook, and an exception raised at a bridge
-#: hook point never reaches them (the bridge's forward is not run)
-ENGINE_CALLS = frozenset({"attention_patterns"})
+def _raise_mid_forward(monkeypatch, exc, fired: list) -> None:
+    """Every engine forward raises ``exc`` at its layer 1 (after layer 0 ran), noting each raise in ``fired``."""
+    real = Engine.layer
 
+    def layer(self, l, *args, **kwargs):
+        if l == 1:
+            fired.append(1)
+            raise exc("raised inside the forward pass")
+        return real(self, l, *args, **kwargs)
 
-def _bridge_runs(model) -> dict[str, Callable[[], Any]]:
-    """The calls of :func:`_runs` that run a forward through the bridge (with capture hooks)."""
-    return {name: call for name, call in _runs(model).items() if name not in ENGINE_CALLS}
+    monkeypatch.setattr(Engine, "layer", layer)
 
 
 def _runs(model) -> dict[str, Callable[[], Any]]:
@@ -107,10 +111,6 @@ def _remove_scratch():
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _hook_point(model, name: str):
-    return model.bridge.hook_dict[name]
-
-
 # ---- no hook left behind ---------------------------------------------------------------------
 
 
@@ -131,39 +131,38 @@ class Boom(RuntimeError):
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("exc", [Boom, KeyboardInterrupt])
 def test_no_hook_remains_when_the_forward_raises(models, family, exc, monkeypatch):
-    """A hook point half-way through the model raises while our capture hooks are attached."""
+    """The engine's forward raises half-way through the model inside every public call that runs it."""
     model = models[family]
     base = count_hooks(model.bridge)
-    hp = _hook_point(model, "blocks.1.hook_resid_pre")
-    fired = []
-
-    def explode(x, *a, **k):
-        fired.append(1)
-        raise exc("raised inside the forward pass")
-
-    monkeypatch.setattr(hp, "forward", explode)
-    for name, call in _bridge_runs(model).items():
+    fired: list = []
+    _raise_mid_forward(monkeypatch, exc, fired)
+    calls = _runs(model)
+    for name, call in calls.items():
         with pytest.raises(exc):
             call()
         assert count_hooks(model.bridge) == base, name
-    assert len(fired) == len(_bridge_runs(model))  # every call really reached the middle of the forward
+    assert len(fired) == len(calls)  # every call really reached the middle of the forward
     monkeypatch.undo()
     trace(model, PROMPTS)  # and the model still works afterwards
     assert count_hooks(model.bridge) == base
 
 
 @pytest.mark.parametrize("family", ("gpt2", "llama", "neox"))
-def test_no_hook_remains_when_a_bad_argument_shows_up_in_a_later_batch(models, family):
+def test_no_hook_remains_when_a_bad_argument_shows_up_in_a_later_batch(models, family, monkeypatch):
     """pos is checked per batch: the first batch runs forward before the second one fails."""
     model = models[family]
     base = count_hooks(model.bridge)
     forwards = []
-    handle = _hook_point(model, "blocks.0.hook_resid_pre").register_forward_hook(lambda *a: forwards.append(1))
-    try:
-        with pytest.raises(ArgumentError, match="pos"):
-            attribute_logits(model, PROMPTS, answer=3, pos=[4, 4], batch_size=1)  # prompt 1 has 3 tokens
-    finally:
-        handle.remove()
+    real = Engine.layer
+
+    def counted(self, l, *args, **kwargs):
+        forwards.append(l)
+        return real(self, l, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "layer", counted)
+    with pytest.raises(ArgumentError, match="pos"):
+        attribute_logits(model, PROMPTS, answer=3, pos=[4, 4], batch_size=1)  # prompt 1 has 3 tokens
+    monkeypatch.undo()
     assert forwards, "the first batch should have run"
     assert count_hooks(model.bridge) == base
 
@@ -190,12 +189,8 @@ def test_user_hook_survives_and_still_fires(models, family, monkeypatch):
             call()
             assert count_hooks(bridge) == base + 1, name
         # ... including calls that raise mid-forward
-        monkeypatch.setattr(
-            _hook_point(model, "blocks.1.hook_resid_pre"),
-            "forward",
-            lambda *a, **k: (_ for _ in ()).throw(Boom("mid-forward")),
-        )
-        for name, call in _bridge_runs(model).items():
+        _raise_mid_forward(monkeypatch, Boom, [])
+        for name, call in _runs(model).items():
             with pytest.raises(Boom):
                 call()
             assert count_hooks(bridge) == base + 1, name

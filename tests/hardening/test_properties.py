@@ -255,7 +255,7 @@ from interp.circuits import (  # noqa: E402
     rotate_residual,
     virtual_weights,
 )
-from interp.stream import capture  # noqa: E402
+from bridge_capture import capture  # noqa: E402
 from interp.stream._inputs import as_batch  # noqa: E402
 
 F64 = torch.float64
