@@ -1,6 +1,9 @@
-"""Training gives the same weights to the bit, under the same cache key, as the tree these fixtures were written on
-(tests/dictionaries/fixtures/train_*.safetensors and train_keys.json: three tiny runs — per-layer, skip,
-cross-layer — trained with one thread by the same code as below, before the dictionary package was reorganised)."""
+"""Training gives the same cache key as the tree these fixtures were written on, and on a CPU of the same kernel
+family the same weights to the bit (tests/dictionaries/fixtures/train_*.safetensors and train_keys.json: three tiny
+runs — per-layer, skip, cross-layer — trained with one thread by the same code as below, before the dictionary package
+was reorganised, on an AVX-512 CPU). Training's top-k choices turn a GEMM's last-bit differences into different
+weights, and an AVX2 CPU's kernels sum in another order: there the weights are compared with nothing, and the test
+says so (a skip naming both CPUs) after the cache key has been checked."""
 
 from __future__ import annotations
 
@@ -51,8 +54,12 @@ def test_training_reproduces_the_saved_weights_and_cache_key(setup, name, tmp_pa
         )
     finally:
         torch.set_num_threads(threads)
-    keys = json.loads((FIX / "train_keys.json").read_text())[name]
+    fixture = json.loads((FIX / "train_keys.json").read_text())
+    keys = fixture[name]
     assert r.path.name == keys["dir"] and r.config == keys["config"]
+    written_on, here = fixture["_written_on"]["cpu_capability"], torch.backends.cpu.get_cpu_capability()
+    if here != written_on:
+        pytest.skip(f"the cache key matches; the weights were written on a {written_on} CPU and this one is {here}")
     want = load_file(str(FIX / f"train_{name}.safetensors"))
     if name == "cross_layer":
         c = r.clt

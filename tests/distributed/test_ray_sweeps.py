@@ -47,6 +47,12 @@ def cluster():
     assert not ray.is_initialized()  # the local cluster it started is shut down
 
 
+#: sharded vs in-process, relative: a shard runs its prompts in batches of another size, so its float32 GEMMs sum in
+#: another order (how far apart depends on the CPU's kernels: within 1e-6 on AVX-512, up to ~5e-6 measured on AVX2,
+#: where a mean of prompts of opposite sign cancels); a lost or doubled shard moves values by whole per-prompt terms
+TOL = 64 * torch.finfo(torch.float32).eps  # 7.6e-6
+
+
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
@@ -66,7 +72,7 @@ def _same_patch(r, ref) -> None:
     assert r.labels == ref.labels and r.n_prompts == ref.n_prompts
     for f in ("values", "per_prompt", "clean_per_prompt", "corrupt_per_prompt"):
         assert getattr(r, f).shape == getattr(ref, f).shape, f
-        assert _rel(getattr(r, f), getattr(ref, f)) <= 1e-6, f
+        assert _rel(getattr(r, f), getattr(ref, f)) <= TOL, f
     _same_mean(r, ref, ("clean", "corrupt"))
     assert (r.metric, r.direction, r.ablation, r.positions, r.str_tokens) == (
         ref.metric,
@@ -130,7 +136,7 @@ def test_effects_on_two_workers_equals_in_process(toy, pairs, cluster, ablation)
     assert r.labels == ref.labels
     for f in ("total", "direct", "indirect", "per_prompt", "clean_per_prompt"):
         assert getattr(r, f).shape == getattr(ref, f).shape, f
-        assert _rel(getattr(r, f), getattr(ref, f)) <= 1e-6, f
+        assert _rel(getattr(r, f), getattr(ref, f)) <= TOL, f
     _same_mean(r, ref, ("clean",))
     # Effects keeps no corrupt per-prompt values: the clean ones give the scale of what the mean averages
     scale = float(ref.clean_per_prompt.abs().max())
@@ -146,7 +152,7 @@ def test_evaluate_circuit_on_two_workers_equals_in_process(toy, pairs, cluster, 
     ref = interp.evaluate_circuit(toy, clean, corrupt, circuit, metric=metric, ablation=ablation)
     r = interp.evaluate_circuit(toy, clean, corrupt, circuit, metric=metric, ablation=ablation, cluster=cluster)
     assert r.per_prompt.shape == ref.per_prompt.shape and (r.n_edges, r.n_total) == (ref.n_edges, ref.n_total)
-    assert _rel(r.per_prompt, ref.per_prompt) <= 1e-6
+    assert _rel(r.per_prompt, ref.per_prompt) <= TOL
     # values are batch means (circuit, all edges, no edges): within 1e-6 of the per-prompt values they average
     assert (r.values - ref.values).abs().max() <= 1e-6 * ref.per_prompt.abs().max()
     # the mean ablation is over every corrupt prompt in each shard, not over the shard's own
@@ -179,7 +185,7 @@ def test_faithfulness_curve_on_two_workers_equals_in_process(toy, pairs, cluster
     ref = interp.faithfulness_curve(toy, clean, corrupt, scores, **kw)
     r = interp.faithfulness_curve(toy, clean, corrupt, scores, cluster=cluster, **kw)
     for f in ("values", "full", "empty", "faithfulness", "cpr", "cmd"):
-        assert _rel(getattr(r, f), getattr(ref, f)) <= 1e-6, f
+        assert _rel(getattr(r, f), getattr(ref, f)) <= TOL, f
     assert torch.equal(r.kept, ref.kept) and torch.equal(r.n_edges, ref.n_edges)
     assert {k: v for k, v in r.details.items() if k != "distributed"} == ref.details
     with pytest.raises(UnsupportedOperationError, match="resample"):  # the default ablations include it
@@ -222,7 +228,7 @@ def test_attribute_logits_on_two_workers_equals_in_process(toy, cluster, kw):
     ref = interp.attribute_logits(toy, prompts, answer=answers, progress=False, **kw)
     r = interp.attribute_logits(toy, prompts, answer=answers, cluster=cluster, progress=False, **kw)
     assert r.labels == ref.labels and r.values.shape == ref.values.shape
-    assert _rel(r.values, ref.values) <= 1e-6 and _rel(r.total, ref.total) <= 1e-6
+    assert _rel(r.values, ref.values) <= TOL and _rel(r.total, ref.total) <= TOL
     assert torch.equal(r.positions, ref.positions) and torch.equal(r.answer_ids, ref.answer_ids)
     assert (r.wrong_ids is None) == (ref.wrong_ids is None)
     if ref.wrong_ids is not None:
@@ -238,7 +244,7 @@ def test_attribute_logits_on_two_workers_equals_in_process(toy, cluster, kw):
         "unit",
     ):
         assert getattr(r, f) == getattr(ref, f), f
-    assert r.closure_error <= max(ref.closure_error, 1e-5) and r.relative_error <= max(ref.relative_error, 1e-6)
+    assert r.closure_error <= max(ref.closure_error, 1e-5) and r.relative_error <= max(ref.relative_error, TOL)
     assert r.details["distributed"]["shards"] == 4
 
 
