@@ -23,21 +23,20 @@ Reducer = Callable[[Tensor], Tensor]
 
 def capture(
     model: Model,
-    batch: Union[Batch, str, list, Tensor],
+    inputs: Union[Batch, str, list, Tensor],
     names: Iterable[str],
     *,
     reducers: Optional[Mapping[str, Reducer]] = None,
     logits: bool = True,
 ) -> tuple[dict[str, Tensor], Optional[Tensor]]:
-    """One forward of ``batch`` (a :class:`interp.models.Batch`, or inputs as :func:`interp.trace` takes them):
+    """One forward of ``inputs`` (as :func:`interp.trace` takes them, or a :class:`interp.models.Batch`):
     ``{hook_name: activation}`` for ``names`` and the logits [batch, pos, d_vocab] (None with ``logits=False``
     or for a model without an unembedding).
 
     ``reducers[name]`` (optional) shrinks an activation as it is captured (e.g. keep one position), so nothing
     larger than needed is held.
     """
-    if not isinstance(batch, Batch):
-        batch = as_batch(model, batch)
+    batch = inputs if isinstance(inputs, Batch) else as_batch(model, inputs)
     reducers = reducers or {}
     hooks = {n: reducers.get(n) for n in dict.fromkeys(names)}
     return run_with_hooks(model, batch.tokens, batch.attention_mask, hooks, logits=logits)
