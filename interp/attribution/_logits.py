@@ -38,7 +38,7 @@ from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Attn, Bias, Head, HeadSource, parse
 from interp.models import Model
 from interp.models import Batch
-from interp.stream.internal import as_batch, require_model, resolve_positions, trace_at
+from interp.stream.internal import as_batch, project_each, require_model, resolve_positions, trace_at
 
 __all__ = ["attribute_logits"]
 
@@ -120,8 +120,8 @@ def _chunk(
     # 4. the read direction u per row and position; the bias, log-partition and soft-cap terms
     u, bias, log_z, capped, has_bias = _readout(model, own, pre, lse, reads, coef, len(rows), P.shape[1], b)
     # 5. every component's term: its write projected onto u, summed over each prompt's reads
-    dec = tr.decompose("unembed", project_onto=u)
-    per_row = (dec.contributions.diagonal(dim1=2, dim2=3) * valid.to(dec.contributions.dtype)).sum(-1)  # [n, R]
+    labels, contributions, _ = project_each(tr, "unembed", u)  # [n, R, K]: each read position on its own u
+    per_row = (contributions * valid.to(contributions.dtype)).sum(-1)  # [n, R]
     own_rows = [i for i in range(b)] + [0] * (len(rows) - b)
     for r in reads:
         own_rows[r.row] = r.prompt
@@ -129,7 +129,6 @@ def _chunk(
     vals = torch.zeros(per_row.shape[0], b, dtype=per_row.dtype, device=per_row.device).index_add_(1, owner, per_row)
     # 6. the extra terms appended, the head sources and the tokens each prompt is read in
     extra = _extra_terms(model, targets, bias, log_z, capped, remainder, has_bias=has_bias)
-    labels = list(dec.labels)
     if extra:
         labels += [lab for lab, _ in extra]
         vals = torch.cat([vals, torch.stack([x.to(vals.device, vals.dtype) for _, x in extra])])

@@ -44,7 +44,7 @@ from interp.stream._keep import check_keep, keep_hooks, kept_tensor
 from interp.stream._projected import capture_projected
 from interp.stream._walk import fill, plan_walk, project_term, scale_chain, sigma
 
-__all__ = ["ResidualTrace", "trace", "capture_names"]
+__all__ = ["ResidualTrace", "trace", "capture_names", "project_each"]
 
 
 def capture_names(arch: ArchInfo, *, neuron_layers: Sequence[int] = (), has_types: bool = False) -> list[str]:
@@ -265,6 +265,35 @@ class ResidualTrace:
             directions=None if full else plan.U0,
             default_pos=-1 if arch.causal else "mean",
         )
+
+
+def project_each(
+    tr: ResidualTrace, read_label: str, directions: Tensor
+) -> tuple[list[str], Float[Tensor, "term batch pos"], Float[Tensor, "batch pos"]]:
+    """Each earlier write's term in ``read_label`` projected, at each position, on that position's own direction:
+    ``directions`` [batch, pos, d_model] (u_{b,t}). Returns (labels, contributions [n_terms, batch, pos], total
+    [batch, pos]) — the diagonal (position t, direction t) of ``tr.decompose(read_label, project_onto=directions)``,
+    computed without forming the others: term_j · u_{b,t} at (b, t), the same walk and scales."""
+    if tr.projected is not None:
+        raise ArgumentError("project_each needs a full trace (this one was made with project=...)")
+    idx = tr._find(read_label)
+    U, _ = tr._directions(directions)
+    b, p = tr.tokens.shape
+    if U.shape[1] != p:
+        raise ShapeError(f"directions has {U.shape[1]} positions; the trace has {p} (one direction per position)")
+    acts, w, arch = tr.activations, tr.weights, tr.arch
+    plan = plan_walk(arch, w, tr.program, idx, U)
+    S = scale_chain([sigma(acts[h], arch, U.dtype) for h in plan.norm_hooks], b, p, U)  # [b, p, 1] each
+    local = {h: sigma(acts[h], arch, U.dtype) for h in plan.local_hooks}
+    out = torch.empty(len(plan.labels), b, p, dtype=U.dtype, device=U.device)
+    i = 0
+    for t in plan.terms:  # the arithmetic of fill(): projection · S_j (a sandwich-normed term also / σ')
+        s = (S[t.stage] if t.local is None else S[t.stage] / local[t.local])[..., 0]
+        n = len(t.labels)
+        out[i : i + n] = project_term(t, acts.get(t.hook), w, b, p, each=True) * s
+        i += n
+    total = torch.einsum("bpd,bpd->bp", acts[plan.total_hook].to(U.dtype), U.expand(b, -1, -1))
+    return plan.labels, out, total
 
 
 def trace(

@@ -210,23 +210,33 @@ def _sandwich(w: Weights, arch: ArchInfo, sub: str, layer: int) -> Optional[tupl
     return gamma[layer], f"blocks.{layer}.{norm}.hook_in"
 
 
-def project_term(t: Term, x: Optional[Tensor], w: Weights, b: int, p: int) -> Tensor:
+def project_term(t: Term, x: Optional[Tensor], w: Weights, b: int, p: int, *, each: bool = False) -> Tensor:
     """w · U for one term, before the norm scales: [n, b, p, k] (heads / neurons), [b, p, k]
-    (a stream activation) or [b|1, 1, k] (a bias). ``x`` is the term's captured activation."""
+    (a stream activation) or [b|1, 1, k] (a bias). ``x`` is the term's captured activation.
+    ``each``: U [b, p, d] holds one direction per position, each projected at its own position only —
+    [n, b, p], [b, p] or [b|1, p] (the diagonal of the k = p projection, never formed)."""
     U = t.U
     if t.kind == "bias":
         # a bias has its vector
+        if each:
+            return torch.einsum("d,bpd->bp", t.vector.to(U.dtype), U)  # type: ignore[union-attr]
         return torch.einsum("d,bkd->bk", t.vector.to(U.dtype), U)[:, None, :]  # type: ignore[union-attr]
     if x is None:
         raise ArgumentError(f"term {t.labels[0]!r} needs the activation captured at {t.hook!r}")
     if t.kind == "heads":
         z = x.to(U.dtype)  # [b, p, H, dh]
         WOU = torch.einsum("hed,bkd->bhek", w.W_O[t.layer].to(U.dtype), U)  # [b|1, H, dh, k]
+        if each:
+            return torch.einsum("bphe,bhep->hbp", z, WOU.expand(b, -1, -1, -1))
         return torch.einsum("bphe,bhek->hbpk", z, WOU.expand(b, -1, -1, -1))
     if t.kind == "neurons":
         a = x.to(U.dtype)  # [b, p, d_mlp]
         WU = torch.einsum("nd,bkd->bnk", w.W_out[t.layer].to(U.dtype), U)  # [b|1, d_mlp, k]
+        if each:
+            return torch.einsum("bpn,bnp->nbp", a, WU.expand(b, -1, -1))
         return torch.einsum("bpn,bnk->nbpk", a, WU.expand(b, -1, -1))
+    if each:
+        return torch.einsum("bpd,bpd->bp", x.to(U.dtype).expand(b, p, -1), U.expand(b, -1, -1))
     return torch.einsum("bpd,bkd->bpk", x.to(U.dtype).expand(b, p, -1), U)
 
 
