@@ -290,7 +290,7 @@ def project_each(
     for t in plan.terms:  # the arithmetic of fill(): projection · S_j (a sandwich-normed term also / σ')
         s = (S[t.stage] if t.local is None else S[t.stage] / local[t.local])[..., 0]
         n = len(t.labels)
-        out[i : i + n] = project_term(t, acts.get(t.hook), w, b, p, each=True) * s
+        out[i : i + n] = project_term(t, acts.get(t.hook or ""), w, b, p, each=True) * s
         i += n
     total = torch.einsum("bpd,bpd->bp", acts[plan.total_hook].to(U.dtype), U.expand(b, -1, -1))
     return plan.labels, out, total
