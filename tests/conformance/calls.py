@@ -118,6 +118,9 @@ CALLS: dict[str, Callable[[Any, Any], Any]] = {
     "interp.ResidualTrace.load": _trace_load,
     "interp.predict": lambda m, X: interp.predict(m, X.clean, k=3),
     "interp.stream.attention_patterns": lambda m, X: interp.stream.attention_patterns(m, X.prompt, ["L1.H0"]),
+    "interp.stream.capture": lambda m, X: interp.stream.capture(
+        m, X.prompt, ["blocks.1.hook_resid_pre", "blocks.0.attn.hook_z", "ln_final.hook_in"]
+    ),
     "interp.attribute_logits": lambda m, X: interp.attribute_logits(
         m, X.clean, answer=X.answer, wrong=X.wrong, progress=False
     ),
