@@ -54,7 +54,7 @@ from typing import Any, Sequence, Union
 import torch
 from torch import Tensor
 
-from interp._validate import check_bool, check_choice, check_cluster, check_not_inference_mode
+from interp._validate import check_bool, check_choice, check_not_inference_mode, shardable
 from interp.causal._common import _checked_batch, resolve_nodes
 from interp.causal._metrics import as_metric
 from interp.causal._result import PatchResult, patch_result
@@ -238,6 +238,7 @@ def _qk_fix_layer(
     return out
 
 
+@shardable
 def attribution_patch(
     model: Model,
     clean: Union[str, Sequence[str], Tensor],
@@ -264,19 +265,6 @@ def attribution_patch(
     """
     # 1. the inputs checked (a cluster runs this call per shard of the prompts)
     require_model(model)
-    if cluster is not None or out is not None:
-        return check_cluster(cluster, out).sweep(
-            "attribution_patch",
-            model,
-            out=out,
-            clean=clean,
-            corrupt=corrupt,
-            metric=metric,
-            nodes=nodes,
-            positions=positions,
-            direction=direction,
-            qk_fix=qk_fix,
-        )
     check_choice("positions", positions, ("all", "each"))
     check_choice("direction", direction, ("denoise", "noise"))
     check_bool("qk_fix", qk_fix)
