@@ -33,6 +33,7 @@ from interp.attribution._answers import TokenSpec, warn_unspaced
 from interp.attribution._result import LogitAttribution
 from interp.attribution._sources import head_source_terms, require_head_sources
 from interp.attribution._targets import Targets, coefficients, combine, plan_reads, resolve_targets
+from interp.engine import unembed
 from interp.engine.internal import require_capabilities, soft_cap
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
 from interp.labels import Attn, Bias, Head, HeadSource, parse
@@ -171,8 +172,9 @@ def _own_logits(model: Model, tr: Any, dtype: torch.dtype, targets: Targets) -> 
     # its unembedding of its own final-norm output, or (no final norm, e.g. the toys: the forward ran to the
     # end) its own logits there
     if "ln_final.hook_out" in tr.activations:
+        W_U, b_U = model.weights.need("W_U"), model.weights.b_U
         with torch.inference_mode():
-            own = model.bridge.unembed(tr.activations["ln_final.hook_out"])  # [R, K, d_vocab]
+            own = unembed(tr.activations["ln_final.hook_out"], W_U, b_U)  # [R, K, d_vocab], before the soft-cap
     elif tr.logits is not None:
         own = tr.logits
     else:
