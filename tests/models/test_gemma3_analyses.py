@@ -53,7 +53,11 @@ def test_trace_closes_to_the_hidden_state(gemma3):
     assert d.relative_error < 1e-5
     # HF's last hidden state is after the final norm; block 16's output is hidden_states[17]
     d16 = tr.decompose("blocks.16.hook_resid_post")
-    torch.testing.assert_close(d16.total[0], h[17][0], rtol=1e-5, atol=1e-4)
+    # the trace reads the engine's forward: it is HF's to float32 rounding at the stream's scale (values up to ~1e3
+    # here, so an element near 0 may differ by ~1e-3: not an elementwise 1e-4, which held while the trace read the
+    # bridge's own forward, HF's computation itself)
+    gap = float((d16.total[0] - h[17][0]).abs().max() / h[17][0].abs().max())
+    assert gap <= 1e-5, gap
 
 
 def test_all_heads_patching_equals_transformer_lens(gemma3):
