@@ -236,7 +236,9 @@ def test_smollm2_under_a_200MB_cap_equals_in_memory_with_less_peak_memory(tmp_pa
         runs[mode] = (json.loads((tmp_path / f"{mode}.json").read_text()), torch.load(tmp_path / f"{mode}.pt"))
     (mem, mv), (off, ov) = runs["mem"], runs["off"]
     assert off["placed"] == ["cpu", "disk"]  # most blocks read back from disk
-    assert off["closure"] == pytest.approx(mem["closure"], abs=1e-6) and off["closure"] <= 1e-4
+    # each closure is float32 rounding of the terms' sum (the engine's forward on blocks read one at a time sums in
+    # another order than in memory: measured 5.2e-6 offloaded vs 1.4e-6 in memory on an AVX2 CPU)
+    assert off["closure"] == pytest.approx(mem["closure"], abs=1e-5) and off["closure"] <= 1e-4
     for k in ("attr", "patch", "edges"):
         # 30 layers of float32 summed in another order (one block at a time): 1e-5 at a scale of ~5 (patch)
         torch.testing.assert_close(ov[k], mv[k], rtol=1e-5, atol=1e-5, msg=k)
