@@ -223,16 +223,19 @@ def rotate_residual(model: Model, R: Tensor, *, atol: float = 1e-5, name: Option
         )
     R64 = _check_R(model, R, float(atol))
     _check_model(model, R64, float(atol))
-    w = rotated_weights(model, R64)
-    hf = _build_hf(model, w)
     new_name = name or f"{model.name}-rotated"
-    rotated = model_from_hf_unchecked(
-        hf,
-        model.tokenizer,
-        name=new_name,
-        device=model.device,
-        dtype=model.dtype,
-        has_unembed=model.arch.has_unembed,
-        source=f"rotate_residual({model.name})",
-    )
+    # ordinary tensors even under a caller's inference_mode(): the new Model outlives it, and a later gradient
+    # analysis (attribution patching, EAP) saves its weights for backward
+    with torch.inference_mode(False), torch.no_grad():
+        w = rotated_weights(model, R64)
+        hf = _build_hf(model, w)
+        rotated = model_from_hf_unchecked(
+            hf,
+            model.tokenizer,
+            name=new_name,
+            device=model.device,
+            dtype=model.dtype,
+            has_unembed=model.arch.has_unembed,
+            source=f"rotate_residual({model.name})",
+        )
     return dataclasses.replace(rotated, weights=w, arch=dataclasses.replace(model.arch, name=new_name))

@@ -24,7 +24,7 @@ from interp._norms import apply_frozen, norm, norm_scale, norm_vjp
 from interp.errors import UnsupportedArchitectureError
 from interp.engine._rotary import apply_rotary
 from interp.engine._layer import LiveLayer
-from interp.engine._masks import KeyMasks
+from interp.engine._masks import KeyMasks, version
 from interp.engine._patches import MLPWrite, Patch, Variant, apply_patches
 from interp.engine._sweep import sweep
 from interp.models import Model
@@ -101,7 +101,7 @@ class Engine:
         """``model``'s engine, built once (fusing its projections costs a copy of most weights) and rebuilt when
         one of its weight tensors has been changed in place (their version counters) or replaced."""
         w = model.weights
-        stamp = tuple((id(t), t._version) for t in vars(w).values() if isinstance(t, Tensor))
+        stamp = tuple((id(t), version(t)) for t in vars(w).values() if isinstance(t, Tensor))
         engine: Engine = model.derived("_engine", stamp, lambda: cls._build(model))
         engine.masks.clear()  # keyed by a mask's address, which a later call may reuse
         return engine

@@ -32,7 +32,7 @@ class KeyMasks:
         With a sliding ``window`` w a query at t sees keys t−w+1…t only (a patched row's keys too)."""
         N = t0 + T
         full = N <= self._unpadded(mask)
-        key = (mask.data_ptr(), tuple(mask.shape), _version(mask), t0, T, window)
+        key = (mask.data_ptr(), tuple(mask.shape), version(mask), t0, T, window)
         if key not in self._allowed:
             if len(self._allowed) > 8:  # a sweep uses one mask per window size
                 self._allowed.clear()
@@ -47,7 +47,7 @@ class KeyMasks:
         """How many leading positions of the key mask [P, n] are real tokens in every prompt: one read of the
         device per mask and call (not one per layer), kept with the mask itself so its address cannot be reused
         by another tensor while the count is kept; a mask changed in place is read again (its version)."""
-        key = (mask.data_ptr(), tuple(mask.shape), _version(mask))
+        key = (mask.data_ptr(), tuple(mask.shape), version(mask))
         if key not in self._full:
             if len(self._full) > 8:
                 self._full.clear()
@@ -69,6 +69,6 @@ class KeyMasks:
         return allowed
 
 
-def _version(t: Tensor) -> int:
+def version(t: Tensor) -> int:
     """``t``'s in-place version counter (an inference tensor has none: −1)."""
     return -1 if t.is_inference() else t._version

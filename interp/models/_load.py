@@ -370,7 +370,9 @@ def load_model_unchecked(
     """
     if not isinstance(name_or_path, (str, os.PathLike)) or not str(name_or_path).strip():
         raise ArgumentError(f"name_or_path={name_or_path!r} must be a non-empty string or path")
-    with load_progress(str(name_or_path), progress):
+    # ordinary tensors even under a caller's inference_mode(): the model outlives it, and a later gradient
+    # analysis (attribution patching, EAP) saves its weights for backward
+    with load_progress(str(name_or_path), progress), torch.inference_mode(False):
         return _load_model(
             name_or_path,
             device=device,

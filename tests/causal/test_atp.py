@@ -539,3 +539,22 @@ def test_bad_pairs_encoders_and_inference_mode():
     with torch.inference_mode(), pytest.raises(UnsupportedOperationError, match="inference_mode"):
         attribution_patch(model, CLEAN, CORRUPT, metric=LogitDiff(A, W))
     assert issubclass(UnsupportedOperationError, InterpError)
+
+
+def test_a_model_made_under_inference_mode_takes_gradients_afterwards(tmp_path):
+    """A model loaded, or rotated, inside ``torch.inference_mode()`` outlives the block: attribution patching on it
+    afterwards (which saves its weights for backward) gives the values of the same model made outside it."""
+    from tiny_models import tiny_hf_dir
+
+    folder = tiny_hf_dir("llama", tmp_path / "llama")
+    with torch.inference_mode():
+        loaded_inside = interp.load_model(str(folder))
+    loaded_outside = interp.load_model(str(folder))
+    R = interp.circuits.random_rotation(loaded_outside.arch.d_model)
+    with torch.inference_mode():
+        rotated_inside = interp.rotate_residual(loaded_outside, R)
+    rotated_outside = interp.rotate_residual(loaded_outside, R)
+    for inside, outside in ((loaded_inside, loaded_outside), (rotated_inside, rotated_outside)):
+        got = attribution_patch(inside, CLEAN, CORRUPT, metric=LogitDiff(A, W)).values
+        want = attribution_patch(outside, CLEAN, CORRUPT, metric=LogitDiff(A, W)).values
+        assert torch.equal(got, want)
