@@ -11,7 +11,7 @@ input, Nanda's convention); "noise" runs the clean input and patches in corrupt 
 clean input, AtP's convention in Kramár et al.). ``values`` are M(base) + estimate, the estimate of what
 :func:`interp.patch` with the same arguments returns.
 
-Nodes are read at the engine's points (:func:`interp.engine.internal.run_with_hooks`, transformer-lens's
+Nodes are read at the engine's points (:func:`interp.engine.internal.read_forward`, transformer-lens's
 hook names): a head's output through its z (z_h W_O^h is linear in z_h, so
 Δz_h·∂M/∂z_h = Δ(z_h W_O^h)·∂M/∂(z_h W_O^h)); an MLP's output; an embedding; a resid point; a head's
 q, or a KV head's k or v (an affine map of the head's input, so patching the input or the vector is
@@ -59,7 +59,7 @@ from interp.causal._common import _checked_batch, resolve_nodes
 from interp.causal._metrics import as_metric
 from interp.causal._result import PatchResult, patch_result
 from interp.errors import ShapeError, UnsupportedOperationError
-from interp.engine.internal import allowed_keys, require_capabilities, run_with_hooks
+from interp.engine.internal import allowed_keys, require_capabilities, read_forward
 from interp.models import Model
 from interp.stream.internal import require_model
 
@@ -145,7 +145,7 @@ def _qk(store: dict[str, Tensor], names: list[str]) -> tuple[Tensor, Tensor]:
 def _run(model: Model, batch: Any, names: list[str], *, grad: bool) -> dict[str, Tensor]:
     """One walk of the engine's forward keeping ``names`` (with their graph, from the embeddings, if ``grad``),
     stopped after the last layer they need."""
-    store, _ = run_with_hooks(model, batch.tokens, batch.attention_mask, dict.fromkeys(names), grad=grad)
+    store, _ = read_forward(model, batch.tokens, batch.attention_mask, dict.fromkeys(names), grad=grad)
     return store
 
 

@@ -38,11 +38,11 @@ from interp._result import Result
 from interp._validate import check_choice, check_positive_int, is_int
 from interp.attribution.internal import TokenSpec, resolve_tokens, warn_unspaced
 from interp.causal._metrics import final_norm, readout
+from interp.engine.internal import read_forward
 from interp.errors import ArgumentError, UnsupportedOperationError
 from interp.labels import Resid
 from interp.models import Model, describe_block
 from interp.stream.internal import as_batch, require_model, resolve_positions
-from interp.stream import capture
 
 __all__ = ["LogitLens", "logit_lens", "lens_points"]
 
@@ -215,7 +215,7 @@ def logit_lens(
     def gather(x: Tensor) -> Tensor:  # keep only the asked-for positions, as they are captured
         return x[rows, positions]
 
-    store, logits = capture(model, batch, names, reducers={n: gather for n in names})
+    store, logits = read_forward(model, batch.tokens, batch.attention_mask, dict.fromkeys(names, gather), logits=True)
     if not torch.is_tensor(logits):
         raise UnsupportedOperationError(f"model {model.name!r} returned no logits tensor from its forward pass")
 

@@ -15,7 +15,7 @@ random orthogonal basis (the control: what "no preferred basis" looks like for t
 residual dimensions (massive activations, Adam/norm-gain effects); the comparison with (b) shows
 how far the residual basis departs from basis-free, and (c) how privileged the neurons are.
 
-It runs the engine's forward once per text (:func:`interp.engine.internal.run_with_hooks`) and streams the
+It runs the engine's forward once per text (:func:`interp.engine.internal.read_forward`) and streams the
 four power sums per coordinate in float64 as each layer produces its tensors, so memory does not grow with
 the number of tokens.
 """
@@ -34,7 +34,7 @@ from interp._result import Result
 from interp._validate import check_bool
 from interp.circuits._common import check_data, check_model
 from interp.circuits._rotation import random_rotation
-from interp.engine.internal import run_with_hooks
+from interp.engine.internal import read_forward
 from interp.errors import ArgumentError, ShapeError, UnsupportedOperationError
 from interp.labels import Neuron, Resid
 from interp.models import describe_block
@@ -216,7 +216,7 @@ def privileged_basis_report(
     for r in rows:  # one engine walk per text, its moments streamed as each layer produces its tensors
         if r.shape[1] <= first:
             continue
-        run_with_hooks(model, r, torch.ones_like(r), hooks)
+        read_forward(model, r, torch.ones_like(r), hooks)
         n_tokens += r.shape[1] - first
     stack = lambda ms: torch.stack([m.kurtosis() for m in ms])  # noqa: E731
     return PrivilegedBasisReport(

@@ -65,7 +65,7 @@ from torch import Tensor
 from interp._norms import accumulate_dtype, apply_frozen, norm_scale
 from interp.circuits._common import need_unembed
 from interp.engine import unembed
-from interp.engine.internal import run_with_hooks
+from interp.engine.internal import read_forward
 from interp._result import Result
 from interp._validate import check_index, check_int_min
 from interp.errors import ArgumentError, LabelError, MemoryCapError, ShapeError, UnsupportedOperationError
@@ -326,7 +326,7 @@ def _capture(model: Model, tokens: Tensor) -> tuple[Tensor, list[Tensor], list[T
     names = [f"blocks.{l}.attn.hook_pattern" for l in range(L)]
     if arch.norm != "none":
         names += [f"blocks.{l}.ln1.hook_in" for l in range(L)] + ["ln_final.hook_in"]
-    acts, logits = run_with_hooks(model, tokens, torch.ones_like(tokens), dict.fromkeys(names), logits=True)
+    acts, logits = read_forward(model, tokens, torch.ones_like(tokens), dict.fromkeys(names), logits=True)
     if logits is None:
         raise UnsupportedOperationError(f"model {arch.name!r} has no unembedding: there are no logits to expand")
     return (

@@ -35,7 +35,7 @@ from interp.engine._forward import Engine
 from interp.engine._readout import final_norm, readout
 from interp.models import Model
 
-__all__ = ["hook_site", "run_with_hooks"]
+__all__ = ["hook_site", "read_forward"]
 
 _GLOBAL = {
     "embed.hook_out": "embed.token",
@@ -84,16 +84,16 @@ def hook_site(model: Model, name: str) -> tuple[int, str]:
     return layer, site
 
 
-def run_with_hooks(
+def read_forward(
     model: Model,
     tokens: Tensor,
     mask: Tensor,
-    hooks: Mapping[str, Optional[Callable[[Tensor], Any]]],
+    readers: Mapping[str, Optional[Callable[[Tensor], Any]]],
     *,
     logits: Union[bool, Callable[[Tensor], Tensor]] = False,
     grad: bool = False,
 ) -> tuple[dict[str, Any], Optional[Tensor]]:
-    """One walk of the engine's forward of ``tokens`` [b, pos] (key padding ``mask``): {name: hooks[name](tensor)}
+    """One walk of the engine's forward of ``tokens`` [b, pos] (key padding ``mask``): {name: readers[name](tensor)}
     for each hook name (module docstring; a None function keeps the tensor itself), each called as the walk
     produces its tensor, and the logits when ``logits`` (a function: of the final residual it returns, e.g. some
     positions of it; None for a model without an unembedding). The walk stops after the last layer it needs.
@@ -101,7 +101,7 @@ def run_with_hooks(
     weights are constants), so that the kept tensors can be differentiated by each other (attribution patching)."""
     e = Engine.of(model)
     sites: dict[int, dict[str, list[str]]] = {}
-    for name in hooks:
+    for name in readers:
         layer, site = hook_site(model, name)
         sites.setdefault(layer, {}).setdefault(site, []).append(name)
     out: dict[str, Any] = {}
@@ -110,7 +110,7 @@ def run_with_hooks(
         for name in at.get(site, ()):
             if t is None:
                 raise ArgumentError(f"hook {name!r}: model {model.name!r} has no such point")
-            fn = hooks[name]
+            fn = readers[name]
             out[name] = t if fn is None else fn(t)
 
     top = sites.get(-1, {})

@@ -4,7 +4,7 @@ nothing here is documented in docs/api.md or kept stable)."""
 from interp.engine._budget import chunk_bytes
 from interp.engine._capabilities import require_capabilities
 from interp.engine._forward import Engine, RunCache
-from interp.engine._hooks import hook_site, run_with_hooks
+from interp.engine._hooks import hook_site, read_forward
 from interp.engine._patches import HEADED_SITES, MLPWrite, Patch, Variant
 from interp.engine._metrics import BoundMetric, MetricReader, clean_output, metric_of
 from interp.engine._readout import final_norm, soft_cap
@@ -27,6 +27,6 @@ __all__ = [
     "hook_site",
     "metric_of",
     "require_capabilities",
-    "run_with_hooks",
+    "read_forward",
     "soft_cap",
 ]

@@ -1,7 +1,7 @@
 """Capture at transformer-lens's hook names, from one walk of the engine's forward.
 
 ``capture(model, batch, names)`` returns ``{hook name: activation}`` and the logits of one forward; every
-analysis of the residual stream reads its tensors this way (:func:`interp.engine.internal.run_with_hooks`: the
+analysis of the residual stream reads its tensors this way (:func:`interp.engine.internal.read_forward`: the
 names it serves, and a function per name to shrink a tensor as it is produced). No hook is attached to the
 bridge, so the user's own transformer-lens hooks on ``model.bridge`` neither see nor change these runs.
 """
@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 from torch import Tensor
 
-from interp.engine.internal import run_with_hooks
+from interp.engine.internal import read_forward
 from interp.models import Model
 from interp.stream._inputs import Batch, as_batch
 
@@ -39,7 +39,7 @@ def capture(
     batch = inputs if isinstance(inputs, Batch) else as_batch(model, inputs)
     reducers = reducers or {}
     hooks = {n: reducers.get(n) for n in dict.fromkeys(names)}
-    return run_with_hooks(model, batch.tokens, batch.attention_mask, hooks, logits=logits)
+    return read_forward(model, batch.tokens, batch.attention_mask, hooks, logits=logits)
 
 
 def count_hooks(bridge: Any) -> int:

@@ -50,7 +50,7 @@ _HOOK = {"patterns": "hook_pattern", "q": "hook_rot_q", "k": "hook_rot_k", "v": 
 
 
 def keep_hooks(model: Model, keep: Sequence[str]) -> dict[str, list[str]]:
-    """{keep item: [hook name of layer 0, 1, ...]}: the engine's points (:func:`interp.engine.internal.run_with_hooks`)
+    """{keep item: [hook name of layer 0, 1, ...]}: the engine's points (:func:`interp.engine.internal.read_forward`)
     where the pattern, q and k as the scores use them (QK-normed, rotated) and v are."""
     if {"q", "k"} & set(keep):  # the kept q and k must give the pattern by softmax(q kᵀ · scale)
         require_capabilities(model, "trace(keep=('q', 'k'))", "attn_softcap")

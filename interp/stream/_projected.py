@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from interp.models import Model
-from interp.engine.internal import run_with_hooks
+from interp.engine.internal import read_forward
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch
 from interp.stream._walk import Plan, project_term, scale_chain, sigma
@@ -80,7 +80,7 @@ def capture_projected(
         return hook
 
     names = list(dict.fromkeys([*term_jobs, *total_jobs, *sigma_rows]))
-    _, out = run_with_hooks(model, batch.tokens, batch.attention_mask, {n: make(n) for n in names}, logits=True)
+    _, out = read_forward(model, batch.tokens, batch.attention_mask, {n: make(n) for n in names}, logits=True)
     result: dict[str, Decomposition] = {}
     for read, plan in plans.items():
         S = scale_chain([sigma_buf[sigma_rows[h]] for h in plan.norm_hooks], b, p, plan.U0)

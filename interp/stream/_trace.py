@@ -1,5 +1,5 @@
 """trace(): one forward pass read at every read and write point, and exact decompositions of every read and resid
-point (the engine's forward, captured at transformer-lens's hook names: :mod:`interp.stream._capture`).
+point (the engine's forward, captured at transformer-lens's hook names: :func:`interp.engine.internal.read_forward`).
 
 Algorithm (Elhage et al. 2021, "A Mathematical Framework", §2 the residual stream; docs/math.md
 §2–4). For a read point R and directions U [k, d_model] (the identity basis unless the
@@ -36,10 +36,9 @@ from interp._validate import is_index
 from interp.errors import ArgumentError, LabelError, ShapeError
 from interp.models import ArchInfo, Block, Model, Weights, describe_block
 from interp.models.internal import Event, build_program, norm_hook, resid_hook_names
-from interp.stream._capture import capture
 from interp.stream._decomposition import Decomposition
 from interp.stream._inputs import Batch, as_batch, check_tensor_data, require_model
-from interp.engine.internal import require_capabilities
+from interp.engine.internal import read_forward, require_capabilities
 from interp.stream._keep import check_keep, keep_hooks, kept_tensor
 from interp.stream._projected import capture_projected
 from interp.stream._walk import fill, plan_walk, project_term, scale_chain, sigma
@@ -355,7 +354,7 @@ def trace(
     kept = keep_hooks(model, keep) if keep else None
     names = capture_names(arch, neuron_layers=neuron_layers, has_types=has_types)
     names += [h for hooks in (kept or {}).values() for h in hooks]
-    acts, logits = capture(model, batch, names)
+    acts, logits = read_forward(model, batch.tokens, batch.attention_mask, dict.fromkeys(names), logits=True)
     tr = ResidualTrace(
         arch=arch,
         tokens=batch.tokens,

@@ -21,7 +21,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from interp.models import Model
-from interp.engine.internal import run_with_hooks
+from interp.engine.internal import read_forward
 from interp.stream._inputs import Batch
 from interp.stream._keep import check_keep, keep_hooks
 from interp.stream._trace import ResidualTrace, capture_names
@@ -69,7 +69,7 @@ def trace_at(
     # pre-norm decoders with stop_before_unembed: the final norm's output is the walk's last tensor, and the
     # full-vocabulary unembedding is never computed
     stop = stop_before_unembed and arch.norm != "none" and arch.has_logits
-    store, logits = run_with_hooks(
+    store, logits = read_forward(
         model, batch.tokens, batch.attention_mask, reducers, logits=False if stop else (lambda x: x[rows, pos2])
     )
     tokens = batch.tokens[rows, pos2]
