@@ -37,7 +37,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._result import Result
-from interp._validate import check_bool, check_cluster, check_positive_int
+from interp._validate import check_bool, check_positive_int, shardable
 from interp.errors import ArgumentError
 from interp.features._graph import attribution_graph
 from interp.features._replacement import check_replaceable
@@ -380,6 +380,7 @@ def _per_prompt(name: str, value: Any, n: int) -> list[Any]:
     return [value] * n
 
 
+@shardable
 def aggregate_graphs(
     model: Model,
     prompts: Any,
@@ -415,24 +416,6 @@ def aggregate_graphs(
     check_thresholds(node_threshold, edge_threshold)
     check_bool("progress", progress)
     targets, wrongs = _per_prompt("target", target, len(items)), _per_prompt("wrong", wrong, len(items))
-    if cluster is not None or out is not None:
-        return check_cluster(cluster, out).sweep(
-            "aggregate_graphs",
-            model,
-            out=out,
-            progress=progress,
-            prompts=prompts,
-            transcoders=list(transcoders) if isinstance(transcoders, (list, tuple)) else transcoders,
-            target=target,
-            wrong=wrong,
-            pos=pos,
-            max_n_logits=max_n_logits,
-            desired_logit_prob=desired_logit_prob,
-            node_threshold=node_threshold,
-            edge_threshold=edge_threshold,
-            constant_prefix=constant_prefix,
-            batch_size=batch_size,
-        )
     parts = []
     for i, p in enumerate(tqdm(items, desc="aggregate_graphs", unit="prompt", disable=not progress)):
         g = attribution_graph(
