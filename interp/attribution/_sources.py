@@ -31,7 +31,7 @@ from interp._norms import apply_frozen, frozen_direction, norm_scale
 from interp._result import Result
 from interp._validate import check_index, check_int, check_positive_int, is_int
 from interp.errors import ArgumentError, LabelError, UnsupportedOperationError
-from interp.engine.internal import Engine
+from interp.engine.internal import read_forward
 from interp.labels import Head
 from interp.models.internal import readable_token
 from interp.models import Model
@@ -207,15 +207,17 @@ def ov_at(
     out_norm = model.block.out_norm("attn")  # "ln1_post": a norm on the attention's output before its add
     hs = f"{out_norm}_in"  # that norm's input (the layer's attention output)
     # one engine walk: the layer's values, pattern (and output norm's input) of prompt bi, and the final residual
-    kept, final = Engine.of(model).captures(
-        batch.tokens,
-        batch.attention_mask,
-        ["v", "pattern"] + ([hs] if out_norm else []),
-        [layer],
-        lambda l, x: x[bi].clone(),
-        through=arch.norm != "none",
-    )
-    acts = {site: by_layer[layer] for site, by_layer in kept.items()}
+    names = {"v": f"blocks.{layer}.attn.hook_v", "pattern": f"blocks.{layer}.attn.hook_pattern"}
+    if out_norm:
+        names[hs] = f"blocks.{layer}.{out_norm}.hook_in"
+    if arch.norm != "none":
+        names["final"] = "ln_final.hook_in"
+
+    def prompt_bi(x: Tensor) -> Tensor:
+        return x[bi].clone()
+
+    kept, _ = read_forward(model, batch.tokens, batch.attention_mask, dict.fromkeys(names.values(), prompt_bi))
+    acts = {site: kept[name] for site, name in names.items()}
     dt = w.W_O.dtype
     v = acts["v"][s, arch.kv_head(head)].to(dt)  # [d_head], b_V included
     copy = v @ w.W_O[layer, head]  # [d_model]
@@ -224,7 +226,7 @@ def ov_at(
             copy, w.need(f"{out_norm}_w")[layer], norm_scale(acts[hs][d], arch.norm, arch.norm_eps).to(dt), arch.norm
         )
     if arch.norm != "none":
-        sigma = norm_scale(final[bi, d], arch.norm, arch.norm_eps).to(dt)
+        sigma = norm_scale(acts["final"][d], arch.norm, arch.norm_eps).to(dt)
         copy = apply_frozen(copy, w.need("lnf_w"), sigma, arch.norm)
     logits = (copy @ w.need("W_U")).detach()
     weight = float(acts["pattern"][head, d, s])

@@ -485,31 +485,6 @@ class Engine:
             cache.final = x
         return cache
 
-    def captures(
-        self,
-        tokens: Tensor,
-        mask: Tensor,
-        sites: Iterable[str],
-        layers: Iterable[int],
-        reduce: Optional[Callable[[int, Tensor], Tensor]] = None,
-        *,
-        through: bool = False,
-    ) -> tuple[dict[str, dict[int, Tensor]], Tensor]:
-        """``sites`` of each layer of ``layers`` ({site: {layer: tensor}}, each passed through ``reduce(layer, t)``
-        as its layer produces it, so only what is kept is held) from one plain walk, and the stream where it ended:
-        after the last of ``layers``, or with ``through`` after every layer (the final residual)."""
-        want, cap = set(layers), set(sites)
-        out: dict[str, dict[int, Tensor]] = {s: {} for s in cap}
-        prompt = torch.arange(tokens.shape[0], device=tokens.device)
-        with torch.inference_mode():
-            x = self.embed(self.embed_parts(tokens))
-            for l in range(self.L if through else max(want) + 1 if want else 0):
-                store: dict[str, Tensor] = {}
-                x = self.layer(l, x, prompt=prompt, mask=mask, capture=cap if l in want else None, store=store)
-                for s in cap if l in want else ():
-                    out[s][l] = store[s] if reduce is None else reduce(l, store[s])
-        return out, x
-
     def _norms_in_block(self) -> list[str]:
         """The norms of the block that see a run-dependent input other than a read: stream norms (post-norm)
         and sublayer output norms — each one's σ is what :meth:`run` keeps with ``keep_scales``."""

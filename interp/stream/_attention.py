@@ -26,7 +26,7 @@ from interp._result import Result
 from interp._validate import check_index
 from interp.errors import ArgumentError, LabelError
 from interp.labels import Head
-from interp.engine.internal import Engine
+from interp.engine.internal import read_forward
 from interp.stream._inputs import as_batch
 
 if TYPE_CHECKING:
@@ -210,8 +210,7 @@ def attention_patterns(
     if prompt is None:
         return _all_prompts(model, b, hl)
     bi = check_index("prompt", prompt, b.tokens.shape[0], what="prompts")
-    kept, _ = Engine.of(model).captures(b.tokens, b.attention_mask, ["pattern"], {l for l, _ in hl}, lambda l, x: x[bi])
-    acts = kept["pattern"]
+    acts = _patterns(model, b, {l: (lambda x: x[bi]) for l, _ in hl})
     real = b.attention_mask[bi].bool()
     pats = torch.stack([acts[l][h][real][:, real] for l, h in hl]).float()
     ids = b.tokens[bi][real]  # one row: to_str_tokens gives one string per token
@@ -219,11 +218,17 @@ def attention_patterns(
     return AttentionPatterns(patterns=pats, labels=[str(Head(l, h)) for l, h in hl], str_tokens=toks)
 
 
+def _patterns(model: Model, b: Any, keep: dict[int, Any]) -> dict[int, Tensor]:
+    """{layer: keep[layer](its pattern [prompt, H, q, k])} from one engine walk up to the last of the layers."""
+    names = {l: f"blocks.{l}.attn.hook_pattern" for l in keep}
+    kept, _ = read_forward(model, b.tokens, b.attention_mask, {names[l]: fn for l, fn in keep.items()})
+    return {l: kept[n] for l, n in names.items()}
+
+
 def _all_prompts(model: Model, b: Any, hl: list[tuple[int, int]]) -> AttentionPatternBatch:
     """Every prompt's patterns of heads ``hl`` from one pass, padding zeroed."""
     keep = {l: sorted({h for ll, h in hl if ll == l}) for l in {l for l, _ in hl}}
-    kept, _ = Engine.of(model).captures(b.tokens, b.attention_mask, ["pattern"], keep, lambda l, x: x[:, keep[l]])
-    acts = kept["pattern"]
+    acts = _patterns(model, b, {l: (lambda x, heads=heads: x[:, heads]) for l, heads in keep.items()})
     mask = b.attention_mask.bool()
     real = (mask[:, :, None] & mask[:, None, :])[None]  # [1, prompt, q, k]
     pats = torch.stack([acts[l][:, keep[l].index(h)] for l, h in hl]).float()

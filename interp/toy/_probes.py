@@ -29,8 +29,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp._validate import check_int_range, check_positive_int
-from interp.engine import readout
-from interp.engine.internal import Engine
+from interp.engine.internal import read_forward
 from interp.errors import MemoryCapError, ShapeError
 from interp.models.internal import TOY_FIRST_WORD_ID as FIRST_WORD_ID
 from interp.models import Model
@@ -71,8 +70,9 @@ def _run(model: Model, tokens: Tensor, reduce: Any, *, need_logits: bool) -> tup
     norm and the unembedding of the last residual) when ``need_logits``."""
     t = tokens.to(model.device)
     L = model.arch.n_layers
-    kept, x = Engine.of(model).captures(t, torch.ones_like(t), ["pattern"], range(L), lambda l, A: reduce(A))
-    return (readout(model, x) if need_logits else None), [kept["pattern"][l] for l in range(L)]
+    names = [f"blocks.{l}.attn.hook_pattern" for l in range(L)]
+    kept, logits = read_forward(model, t, torch.ones_like(t), dict.fromkeys(names, reduce), logits=need_logits)
+    return logits, [kept[n] for n in names]
 
 
 def logits_and_patterns(
