@@ -43,7 +43,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from interp._result import Result, faithfulness_areas, metric_gap
+from interp._result import Result, faithfulness_curves
 from interp._validate import check_bool, check_choice, is_int
 from interp.engine.internal import final_norm
 from interp.engine import readout, unembedding
@@ -250,12 +250,9 @@ def graph_faithfulness(
 
     # 5. the curve, its areas, and the every-node run against the model (closure)
     full, empty, values = float(m[0]), float(m[1]), m[2:]
-    gap = metric_gap(
-        full, empty, warn="AttributionGraph.faithfulness", names=("M(full graph)", "M(no nodes)"), undefined=_FAITH
-    )
-    faith = (values - empty) / gap
-    x_t = torch.tensor(ts, dtype=torch.float64, device=m.device)
-    cpr, cmd = (float(a) for a in faithfulness_areas(faith, x_t)) if len(ts) > 1 else (math.nan, math.nan)
+    f, areas = _curve(m, ts)
+    faith = f[0]
+    cpr, cmd = (float(a[0]) for a in areas) if len(ts) > 1 else (math.nan, math.nan)  # one point: no area
     closure, relative, tol = _closure(model, real, W_U, b_U, pos, full, graph_value)
     n_err = [sum(1 for i in err_nodes if graph.node_labels[i] in (s or ())) for s in kept_sets[2:]]
     return GraphFaithfulness(
@@ -432,6 +429,21 @@ def _run(
         if frozen_attention:
             return fr.readout(x, pos, u[:, None], b_u[None])[:, 0]
         return final_norm(fr.e.model, x[:, pos].to(real.dtype), weights=fr.w)[0] @ u + b_u
+
+
+def _curve(m: Tensor, ts: list[float]) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    """f [1, T] and (CPR, CMD) [1] of the runs' metrics ``m`` = [M(every node), M(no node), M(K_t) for each t] over
+    the thresholds ``ts`` (:func:`interp._result.faithfulness_curves`, the one computation of every curve)."""
+    f, cpr, cmd = faithfulness_curves(
+        m[None, 2:],
+        m[:1],
+        m[1:2],
+        torch.tensor(ts, dtype=torch.float64, device=m.device),
+        warn=["AttributionGraph.faithfulness"],
+        names=("M(full graph)", "M(no nodes)"),
+        undefined=_FAITH,
+    )
+    return f, (cpr, cmd)
 
 
 def _closure(
