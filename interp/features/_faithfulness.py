@@ -250,9 +250,17 @@ def graph_faithfulness(
 
     # 5. the curve, its areas, and the every-node run against the model (closure)
     full, empty, values = float(m[0]), float(m[1]), m[2:]
-    f, areas = _curve(m, ts)
+    f, cpr_t, cmd_t = faithfulness_curves(  # the one computation of every faithfulness curve
+        values[None],
+        m[:1],
+        m[1:2],
+        torch.tensor(ts, dtype=torch.float64, device=m.device),
+        warn=["AttributionGraph.faithfulness"],
+        names=("M(full graph)", "M(no nodes)"),
+        undefined=_FAITH,
+    )
     faith = f[0]
-    cpr, cmd = (float(a[0]) for a in areas) if len(ts) > 1 else (math.nan, math.nan)  # one point: no area
+    cpr, cmd = (float(cpr_t[0]), float(cmd_t[0])) if len(ts) > 1 else (math.nan, math.nan)  # one point: no area
     closure, relative, tol = _closure(model, real, W_U, b_U, pos, full, graph_value)
     n_err = [sum(1 for i in err_nodes if graph.node_labels[i] in (s or ())) for s in kept_sets[2:]]
     return GraphFaithfulness(
@@ -429,21 +437,6 @@ def _run(
         if frozen_attention:
             return fr.readout(x, pos, u[:, None], b_u[None])[:, 0]
         return final_norm(fr.e.model, x[:, pos].to(real.dtype), weights=fr.w)[0] @ u + b_u
-
-
-def _curve(m: Tensor, ts: list[float]) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-    """f [1, T] and (CPR, CMD) [1] of the runs' metrics ``m`` = [M(every node), M(no node), M(K_t) for each t] over
-    the thresholds ``ts`` (:func:`interp._result.faithfulness_curves`, the one computation of every curve)."""
-    f, cpr, cmd = faithfulness_curves(
-        m[None, 2:],
-        m[:1],
-        m[1:2],
-        torch.tensor(ts, dtype=torch.float64, device=m.device),
-        warn=["AttributionGraph.faithfulness"],
-        names=("M(full graph)", "M(no nodes)"),
-        undefined=_FAITH,
-    )
-    return f, (cpr, cmd)
 
 
 def _closure(
